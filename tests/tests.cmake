@@ -1,0 +1,16 @@
+# SPDX-License-Identifier: MIT
+# Test registration. Every tests/unit/test_*.c is one executable and one ctest test, run from the
+# repository root so fixture paths are stable. Other suites (model parity, CLI, server) add
+# themselves below.
+set(MLXCEL_TEST_ROOT ${PROJECT_SOURCE_DIR})
+file(GLOB MLXCEL_UNIT_TESTS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/unit/test_*.c)
+foreach(src ${MLXCEL_UNIT_TESTS})
+  get_filename_component(name ${src} NAME_WE)
+  add_executable(${name} ${src})
+  target_link_libraries(${name} PRIVATE mlxcel_lib)
+  add_test(NAME ${name} COMMAND ${name} WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+endforeach()
+file(GLOB MLXCEL_TEST_SCRIPTS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/cmake/*.cmake)
+foreach(script ${MLXCEL_TEST_SCRIPTS})
+  include(${script})
+endforeach()
