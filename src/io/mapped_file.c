@@ -1,0 +1,75 @@
+// SPDX-License-Identifier: MIT
+// mmap-backed file access (see mapped_file.h).
+#include "io/mapped_file.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int mx_mapped_file_open(mx_mapped_file *f, const char *path, mx_error *err) {
+    memset(f, 0, sizeof *f);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return mx_fail(err, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return mx_fail(err, "%s: not a regular file", path);
+    }
+    f->size = (size_t)st.st_size;
+    if (f->size > 0) {
+        void *p = mmap(NULL, f->size, PROT_READ, MAP_PRIVATE, fd, 0);
+        if (p == MAP_FAILED) {
+            close(fd);
+            return mx_fail(err, "%s: cannot map: %s", path, strerror(errno));
+        }
+        f->data = p;
+    }
+    close(fd);
+    f->path = strdup(path);
+    return 0;
+}
+
+void mx_mapped_file_close(mx_mapped_file *f) {
+    if (!f) return;
+    if (f->data) munmap((void *)f->data, f->size);
+    free(f->path);
+    memset(f, 0, sizeof *f);
+}
+
+char *mx_read_text_file(const char *path, size_t *len_out, mx_error *err) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) {
+        mx_fail(err, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    size_t cap = 4096, len = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        size_t got = fread(buf + len, 1, cap - len - 1, fp);
+        len += got;
+        if (got == 0) break;
+        if (len + 1 == cap) {
+            char *bigger = realloc(buf, cap * 2);
+            if (!bigger) {
+                free(buf);
+                buf = NULL;
+                break;
+            }
+            buf = bigger;
+            cap *= 2;
+        }
+    }
+    int bad = ferror(fp);
+    fclose(fp);
+    if (!buf || bad) {
+        free(buf);
+        mx_fail(err, "%s: read error", path);
+        return NULL;
+    }
+    buf[len] = 0;
+    if (len_out) *len_out = len;
+    return buf;
+}

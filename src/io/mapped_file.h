@@ -1,0 +1,22 @@
+// SPDX-License-Identifier: MIT
+// Read-only memory mapping of a whole file. The mapping owns nothing else; closing unmaps it.
+#ifndef MX_IO_MAPPED_FILE_H
+#define MX_IO_MAPPED_FILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/error.h"
+
+typedef struct mx_mapped_file {
+    const uint8_t *data;  // NULL for an empty file
+    size_t size;
+    char *path;
+} mx_mapped_file;
+
+int mx_mapped_file_open(mx_mapped_file *f, const char *path, mx_error *err);
+void mx_mapped_file_close(mx_mapped_file *f);
+
+// Reads a whole (small) file into a malloc'ed NUL-terminated buffer; NULL with a message on failure.
+char *mx_read_text_file(const char *path, size_t *len_out, mx_error *err);
+#endif
