@@ -23,7 +23,13 @@ int mx_fail_prefix(mx_error *err, const char *fmt, ...) {
         vsnprintf(prefix, sizeof prefix, fmt, ap);
         va_end(ap);
         memcpy(old, err->msg, sizeof old);
-        snprintf(err->msg, sizeof err->msg, "%s%s", prefix, old);
+        size_t plen = strlen(prefix);
+        if (plen >= sizeof err->msg) plen = sizeof err->msg - 1;
+        memcpy(err->msg, prefix, plen);
+        size_t room = sizeof err->msg - 1 - plen, olen = strnlen(old, sizeof old - 1);
+        if (olen > room) olen = room;
+        memcpy(err->msg + plen, old, olen);
+        err->msg[plen + olen] = 0;
     }
     return -1;
 }

@@ -1,0 +1,126 @@
+// SPDX-License-Identifier: MIT
+// `mlxcel generate`: text from a prompt, streamed to stdout as it is produced, with a stats line on
+// stderr. When the model has a chat template the prompt is sent as a user message (as mlx-lm
+// does); --no-chat-template sends the raw text.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "commands.h"
+#include "gen_loop.h"
+#include "prompt.h"
+
+static void usage(FILE *to) {
+    fprintf(to,
+            "usage: mlxcel generate [-m MODEL] -p PROMPT [-n N] [options]\n"
+            "  -p, --prompt TEXT       the prompt; '-' reads it from standard input\n"
+            "  -n, --max-tokens N      tokens to generate; -1 runs to EOS or the context limit (default 100)\n"
+            "  --system TEXT           system message (chat template)\n"
+            "  --no-chat-template      send the prompt as raw text\n"
+            "  --ignore-eos            keep generating past end-of-sequence tokens\n"
+            "%s%s",
+            cli_model_help, cli_sampling_help);
+}
+
+static bool print_text(void *user, const char *text, size_t len) {
+    (void)user;
+    fwrite(text, 1, len, stdout);
+    fflush(stdout);
+    return true;
+}
+
+int cmd_generate(int argc, char **argv) {
+    const char *cmd = "generate", *prompt_arg = NULL, *system = NULL;
+    int max_new = 100;
+    bool no_template = false, ignore_eos = false;
+    cli_model_opts mo = {0};
+    mx_sampling sp = mx_sampling_defaults();
+    for (int i = 1; i < argc; i++) {
+        int r = cli_model_opt(cmd, argc, argv, &i, &mo);
+        if (r == 0) r = cli_sampling_opt(cmd, argc, argv, &i, &sp);
+        if (r < 0) return MX_EXIT_USAGE;
+        if (r > 0) continue;
+        const char *a = argv[i], *v;
+        if (cli_is(a, "-h", "--help")) {
+            usage(stdout);
+            return MX_EXIT_OK;
+        } else if (cli_is(a, "-p", "--prompt")) {
+            if (!(prompt_arg = cli_value(cmd, argc, argv, &i))) return MX_EXIT_USAGE;
+        } else if (cli_is(a, "-n", "--max-tokens")) {
+            if (!(v = cli_value(cmd, argc, argv, &i)) || cli_int(cmd, a, v, -1, 1 << 24, &max_new)) return MX_EXIT_USAGE;
+        } else if (cli_is(a, NULL, "--system")) {
+            if (!(system = cli_value(cmd, argc, argv, &i))) return MX_EXIT_USAGE;
+        } else if (cli_is(a, NULL, "--no-chat-template")) {
+            no_template = true;
+        } else if (cli_is(a, NULL, "--ignore-eos")) {
+            ignore_eos = true;
+        } else {
+            cli_error(cmd, "unknown option '%s'", a);
+            usage(stderr);
+            return MX_EXIT_USAGE;
+        }
+    }
+    if (!prompt_arg) {
+        cli_error(cmd, "a prompt is required (-p TEXT, or -p - to read standard input)");
+        return MX_EXIT_USAGE;
+    }
+    char *prompt_text = prompt_read_arg(cmd, prompt_arg);
+    if (!prompt_text) return MX_EXIT_RUNTIME;
+
+    int rc = MX_EXIT_RUNTIME;
+    mx_backend *be = NULL;
+    mx_model *m = NULL;
+    char *dir = NULL;
+    mx_tokenizer *tok = NULL;
+    mx_ctx *ctx = NULL;
+    mx_sampler *sampler = NULL;
+    int32_t *ids = NULL;
+    size_t n_ids = 0;
+    mx_error err = {{0}};
+    if (cli_open_model(cmd, &mo, &be, &m, &dir) != 0) goto done;
+    if (!(tok = prompt_load_tokenizer(cmd, dir))) goto done;
+    if (prompt_encode(cmd, dir, tok, prompt_text, system, !no_template, &ids, &n_ids) != 0) goto done;
+    const mx_config *cfg = mx_model_config(m);
+    int max_ctx = mo.ctx ? mo.ctx : (int)n_ids + (max_new >= 0 ? max_new : 4096) + 1;
+    if (max_ctx > cfg->max_position_embeddings && !mo.ctx) max_ctx = cfg->max_position_embeddings;
+    if ((int)n_ids + 1 > max_ctx) {
+        cli_error(cmd, "the prompt has %zu tokens but the context holds %d (use --ctx)", n_ids, max_ctx);
+        goto done;
+    }
+    if (!(ctx = mx_ctx_create(m, 1, max_ctx, 512, &err))) {
+        cli_error(cmd, "%s", err.msg);
+        goto done;
+    }
+    if (!(sampler = mx_sampler_create(&sp, cfg->vocab_size))) {
+        cli_error(cmd, "out of memory");
+        goto done;
+    }
+    gen_request req = {.ctx = ctx, .model = m, .tok = tok, .sampler = sampler, .prompt = ids, .n_prompt = (int)n_ids,
+                       .max_new = max_new, .ignore_eos = ignore_eos, .on_text = print_text};
+    gen_stats st;
+    if (gen_run(&req, &st, &err) != 0) {
+        fputc('\n', stdout);
+        cli_error(cmd, "%s", err.msg);
+        goto done;
+    }
+    fputc('\n', stdout);
+    fflush(stdout);
+    fprintf(stderr, "Backend: %s, %s\n", be->ops->name, be->device_name);
+    fprintf(stderr, "Prompt: %d tokens, %.3f tokens-per-sec\n", st.prompt_tokens,
+            st.prompt_seconds > 0 ? st.prompt_tokens / st.prompt_seconds : 0.0);
+    fprintf(stderr, "Generation: %d tokens, %.3f tokens-per-sec\n", st.generated_tokens,
+            st.generate_seconds > 0 ? st.generated_tokens / st.generate_seconds : 0.0);
+    fprintf(stderr, "Peak memory: %.3f GB\n", cli_peak_rss() / 1e9);
+    rc = MX_EXIT_OK;
+done:
+    free(prompt_text);
+    free(ids);
+    free(dir);
+    mx_sampler_free(sampler);
+    mx_ctx_free(ctx);
+    mx_tokenizer_free(tok);
+    mx_model_free(m);
+    mx_backend_free(be);
+    return rc;
+}

@@ -1,0 +1,45 @@
+// SPDX-License-Identifier: MIT
+// `mlxcel info`: version, backends compiled in, CPU features and threads, GPU devices when built.
+#include <stdio.h>
+#include <string.h>
+
+#include "backends/backend.h"
+#include "cli.h"
+#include "commands.h"
+#include "core/thread_pool.h"
+#include "models/model.h"
+#ifdef MLXCEL_HAVE_GPU
+#include "backends/gpu_entry.h"
+#endif
+
+const char *cpu_kernels_name(void);
+
+int cmd_info(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        if (cli_is(argv[i], "-h", "--help")) {
+            printf("usage: mlxcel info\n");
+            return MX_EXIT_OK;
+        }
+        cli_error("info", "unknown option '%s'", argv[i]);
+        return MX_EXIT_USAGE;
+    }
+    printf("mlxcel %s\n", MLXCEL_VERSION);
+    printf("backends: %s\n", mx_backend_compiled());
+    printf("models: %s\n", mx_model_supported_types());
+#if defined(__x86_64__)
+    __builtin_cpu_init();
+    printf("cpu features:%s%s%s%s%s%s\n", __builtin_cpu_supports("avx2") ? " avx2" : "",
+           __builtin_cpu_supports("fma") ? " fma" : "", __builtin_cpu_supports("f16c") ? " f16c" : "",
+           __builtin_cpu_supports("avx512f") ? " avx512f" : "", __builtin_cpu_supports("avx512bw") ? " avx512bw" : "",
+           __builtin_cpu_supports("avx512vnni") ? " avx512vnni" : "");
+#endif
+    printf("cpu kernels: %s\n", cpu_kernels_name());
+    printf("cpu threads: %d\n", mx_cpu_count());
+#ifdef MLXCEL_HAVE_GPU
+    char buf[4096];
+    mx_gpu_describe(buf, sizeof buf);
+    printf("%s", buf);
+    if (buf[0] && buf[strlen(buf) - 1] != '\n') putchar('\n');
+#endif
+    return MX_EXIT_OK;
+}

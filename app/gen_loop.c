@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: MIT
+// Generation loop (see gen_loop.h). The last sampled token is fed back at the next step; the
+// loop allocates its buffers once per call, never per token.
+#include "gen_loop.h"
+
+#include <stdlib.h>
+
+#include "cli.h"
+
+int gen_run(const gen_request *r, gen_stats *st, mx_error *err) {
+    const mx_config *cfg = mx_model_config(r->model);
+    int V = cfg->vocab_size, max_ctx = mx_ctx_max_ctx(r->ctx);
+    *st = (gen_stats){0};
+    if (r->n_prompt < 1) return mx_fail(err, "the prompt is empty");
+    if (r->start_pos + r->n_prompt >= max_ctx)
+        return mx_fail(err, "the prompt has %d tokens but the context holds %d (use --ctx)", r->start_pos + r->n_prompt,
+                       max_ctx);
+    float *logits = malloc(sizeof(float) * V);
+    int32_t *pos = malloc(sizeof(int32_t) * r->n_prompt), *slot = calloc(r->n_prompt, sizeof(int32_t));
+    size_t cap = r->tok ? mx_detok_cap(r->tok) : 16;
+    char *text = malloc(cap);
+    if (!logits || !pos || !slot || !text) {
+        free(logits), free(pos), free(slot), free(text);
+        return mx_fail(err, "out of memory");
+    }
+    for (int i = 0; i < r->n_prompt; i++) pos[i] = r->start_pos + i;
+    for (int i = 0; i < r->n_prompt; i++) mx_sampler_accept(r->sampler, r->prompt[i], false);
+    mx_detok detok;
+    if (r->tok) mx_detok_init(&detok, r->tok, false);
+
+    int rc = 0;
+    double t0 = cli_now();
+    int32_t last_row = r->n_prompt - 1;
+    mx_batch b = {r->n_prompt, r->prompt, pos, slot, 1, &last_row};
+    rc = mx_ctx_forward(r->ctx, &b, logits, NULL, err);
+    st->prompt_tokens = r->n_prompt;
+    st->prompt_seconds = cli_now() - t0;
+    int p = r->start_pos + r->n_prompt;
+    double t1 = cli_now();
+    while (rc == 0) {
+        int32_t id = mx_sampler_sample(r->sampler, logits);
+        mx_sampler_accept(r->sampler, id, true);
+        if (r->out_ids) r->out_ids[st->generated_tokens] = id;
+        st->generated_tokens++;
+        bool eos = mx_model_is_eos(r->model, id);
+        if (r->tok && !(eos && !r->ignore_eos)) {
+            size_t len = mx_detok_push(&detok, id, text, cap);
+            if (len && r->on_text && !r->on_text(r->user, text, len)) st->stopped = true;
+        }
+        if (eos && !r->ignore_eos) {
+            st->hit_eos = true;
+            break;
+        }
+        if (st->stopped || (r->max_new >= 0 && st->generated_tokens >= r->max_new) || p + 1 >= max_ctx) break;
+        int32_t zero = 0, row = 0, tokpos = p;
+        mx_batch step = {1, &id, &tokpos, &zero, 1, &row};
+        rc = mx_ctx_forward(r->ctx, &step, logits, NULL, err);
+        p++;
+    }
+    st->generate_seconds = cli_now() - t1;
+    if (rc == 0 && r->tok && r->on_text) {
+        size_t len = mx_detok_flush(&detok, text, cap);
+        if (len) r->on_text(r->user, text, len);
+    }
+    free(logits);
+    free(pos);
+    free(slot);
+    free(text);
+    return rc;
+}

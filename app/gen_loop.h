@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: MIT
+// The CLI's generation loop: prefill a prompt into one KV slot (in chunks), then decode token by
+// token with a sampler, streaming text through a callback. Shared by generate, chat and bench.
+#ifndef MX_APP_GEN_LOOP_H
+#define MX_APP_GEN_LOOP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "models/model.h"
+#include "sample/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+typedef struct gen_stats {
+    int prompt_tokens;
+    int generated_tokens;
+    double prompt_seconds;
+    double generate_seconds;
+    bool hit_eos;
+    bool stopped;   // the callback asked to stop
+} gen_stats;
+
+typedef struct gen_request {
+    mx_ctx *ctx;
+    const mx_model *model;
+    const mx_tokenizer *tok;     // NULL: no text output (bench)
+    mx_sampler *sampler;
+    const int32_t *prompt;       // tokens to feed, starting at position start_pos
+    int n_prompt;
+    int start_pos;               // tokens already in the slot's cache (chat turns)
+    int max_new;                 // -1: until EOS or the context is full
+    bool ignore_eos;             // bench: always generate max_new
+    // Called with each piece of complete UTF-8 text; return false to stop early.
+    bool (*on_text)(void *user, const char *text, size_t len);
+    void *user;
+    int32_t *out_ids;            // optional: generated ids (room for max_new)
+} gen_request;
+
+// Returns 0 or -1 with err set. The slot's cache ends holding prompt + generated tokens
+// (stats->prompt_tokens + stats->generated_tokens positions after start_pos).
+int gen_run(const gen_request *r, gen_stats *stats, mx_error *err);
+
+#endif

@@ -1,0 +1,191 @@
+// SPDX-License-Identifier: MIT
+// CPU backend object: memory (plain aligned host allocations), matrix "upload" (weights stay in
+// the mapped file when their alignment allows, else one aligned copy), and the ops table.
+#include "backends/cpu/cpu_backend.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cpu/cpu_internal.h"
+
+static void *cpu_alloc(mx_backend *be, size_t bytes, mx_error *err) {
+    (void)be;
+    size_t rounded = (bytes + 63) & ~(size_t)63;
+    void *p = aligned_alloc(64, rounded ? rounded : 64);
+    if (!p) {
+        mx_fail(err, "out of memory allocating %zu bytes", bytes);
+        return NULL;
+    }
+    memset(p, 0, rounded ? rounded : 64);
+    return p;
+}
+
+static void cpu_release(mx_backend *be, void *ptr) {
+    (void)be;
+    free(ptr);
+}
+
+static int cpu_copy(mx_backend *be, void *dst, const void *src, size_t bytes, mx_error *err) {
+    (void)be;
+    (void)err;
+    if (bytes) memmove(dst, src, bytes);
+    return 0;
+}
+
+int cpu_reserve_scratch(cpu_ctx *c, size_t n) {
+    if (n <= c->scratch_floats) return 0;
+    for (int t = 0; t < c->n_threads; t++) {
+        free(c->scratch[t]);
+        c->scratch[t] = aligned_alloc(64, ((n * sizeof(float)) + 63) & ~(size_t)63);
+        if (!c->scratch[t]) return -1;
+    }
+    c->scratch_floats = n;
+    return 0;
+}
+
+// Keeps the mapped pointer when it is aligned for its element type; copies it otherwise. Copies
+// are remembered in the matrix's own fields, so release_matrix knows what to free.
+static const void *cpu_place(const void *src, size_t bytes, size_t align, bool *copied, mx_error *err) {
+    *copied = false;
+    if (!src || ((uintptr_t)src % align) == 0) return src;
+    void *p = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    if (!p) {
+        mx_fail(err, "out of memory copying a weight of %zu bytes", bytes);
+        return NULL;
+    }
+    memcpy(p, src, bytes);
+    *copied = true;
+    return p;
+}
+
+// Copies made by cpu_place are recorded in the context so release_matrix frees exactly those.
+static int remember_copy(cpu_ctx *c, const void *p, bool copied) {
+    if (!copied) return 0;
+    if (c->n_owned == c->cap_owned) {
+        size_t cap = c->cap_owned ? 2 * c->cap_owned : 64;
+        const void **grown = realloc(c->owned, cap * sizeof *grown);
+        if (!grown) return -1;
+        c->owned = grown;
+        c->cap_owned = cap;
+    }
+    c->owned[c->n_owned++] = p;
+    return 0;
+}
+
+static void forget_copy(cpu_ctx *c, const void *p) {
+    for (size_t i = 0; p && i < c->n_owned; i++) {
+        if (c->owned[i] == p) {
+            free((void *)p);
+            c->owned[i] = c->owned[--c->n_owned];
+            return;
+        }
+    }
+}
+
+static int cpu_upload_matrix(mx_backend *be, const mx_matrix *host, mx_matrix *out, mx_error *err) {
+    cpu_ctx *c = cpu_of(be);
+    *out = *host;
+    out->data = out->scales = out->biases = NULL;
+    bool cd = false, cs = false, cb = false;
+    size_t elem = host->q.mode == MX_QUANT_NONE ? mx_dtype_size(host->dtype) : 4;
+    size_t sbytes = (size_t)mx_matrix_scale_bytes(host);
+    size_t salign = host->scales ? mx_dtype_size(host->scale_dtype) : 1;
+    out->data = cpu_place(host->data, (size_t)mx_matrix_data_bytes(host), elem, &cd, err);
+    if (remember_copy(c, out->data, cd)) return mx_fail(err, "out of memory");
+    if (host->data && !out->data) return -1;
+    out->scales = cpu_place(host->scales, sbytes, salign, &cs, err);
+    if (remember_copy(c, out->scales, cs)) return mx_fail(err, "out of memory");
+    if (host->scales && !out->scales) return -1;
+    out->biases = cpu_place(host->biases, sbytes, salign, &cb, err);
+    if (remember_copy(c, out->biases, cb)) return mx_fail(err, "out of memory");
+    if (host->biases && !out->biases) return -1;
+    if (cpu_reserve_scratch(c, (size_t)host->cols * 4 + 1024) != 0) return mx_fail(err, "out of memory for scratch");
+    return 0;
+}
+
+static void cpu_release_matrix(mx_backend *be, mx_matrix *m) {
+    cpu_ctx *c = cpu_of(be);
+    forget_copy(c, m->data);
+    forget_copy(c, m->scales);
+    forget_copy(c, m->biases);
+    m->data = m->scales = m->biases = NULL;
+}
+
+// The CPU backend implements every format through the reference path at least.
+static bool cpu_supports(mx_backend *be, mx_backend_op op, const mx_matrix *w) {
+    (void)be;
+    (void)op;
+    (void)w;
+    return true;
+}
+
+static int cpu_sync(mx_backend *be, mx_error *err) {
+    (void)be;
+    (void)err;
+    return 0;
+}
+
+static void cpu_destroy(mx_backend *be) {
+    if (!be) return;
+    cpu_ctx *c = cpu_of(be);
+    if (c) {
+        mx_pool_free(c->pool);
+        for (int t = 0; t < c->n_threads; t++) free(c->scratch[t]);
+        free(c->scratch);
+        for (size_t i = 0; i < c->n_owned; i++) free((void *)c->owned[i]);
+        free(c->owned);
+        free(c->moe_rows);
+        free(c);
+    }
+    free(be);
+}
+
+static const mx_backend_ops cpu_ops = {
+    /* .name = */ "cpu",
+    /* .destroy = */ cpu_destroy,
+    /* .alloc = */ cpu_alloc,
+    /* .release = */ cpu_release,
+    /* .upload = */ cpu_copy,
+    /* .download = */ cpu_copy,
+    /* .upload_matrix = */ cpu_upload_matrix,
+    /* .release_matrix = */ cpu_release_matrix,
+    /* .supports = */ cpu_supports,
+    /* .embed = */ cpu_embed,
+    /* .matmul = */ cpu_matmul,
+    /* .rmsnorm = */ cpu_rmsnorm,
+    /* .rope = */ cpu_rope,
+    /* .kv_store = */ cpu_kv_store,
+    /* .attention = */ cpu_attention,
+    /* .swiglu = */ cpu_swiglu,
+    /* .add = */ cpu_add,
+    /* .moe_route = */ cpu_moe_route,
+    /* .moe_matmul = */ cpu_moe_matmul,
+    /* .moe_combine = */ cpu_moe_combine,
+    /* .gather_rows = */ cpu_gather_rows,
+    /* .argmax = */ cpu_argmax,
+    /* .sync = */ cpu_sync,
+};
+
+mx_backend *mx_cpu_backend_create(int threads, mx_error *err) {
+    mx_backend *be = calloc(1, sizeof *be);
+    cpu_ctx *c = calloc(1, sizeof *c);
+    if (!be || !c) {
+        free(be);
+        free(c);
+        mx_fail(err, "out of memory");
+        return NULL;
+    }
+    c->pool = mx_pool_create(threads);
+    c->n_threads = mx_pool_threads(c->pool);
+    c->scratch = calloc(c->n_threads, sizeof *c->scratch);
+    be->ops = &cpu_ops;
+    be->ctx = c;
+    be->kv_dtype = MX_DTYPE_F32;
+    snprintf(be->device_name, sizeof be->device_name, "CPU (%d threads)", c->n_threads);
+    if (cpu_reserve_scratch(c, 1 << 16) != 0) {
+        cpu_destroy(be);
+        mx_fail(err, "out of memory");
+        return NULL;
+    }
+    return be;
+}

@@ -1,0 +1,125 @@
+// SPDX-License-Identifier: MIT
+// CPU element-wise and small ops: RMSNorm, RoPE, SwiGLU, residual add, MoE routing and combine,
+// row gathers and argmax. Row-wise ops split their rows over the thread pool; the rest are cheap
+// enough to run on the calling thread.
+#include <math.h>
+#include <string.h>
+
+#include "backends/cpu/cpu_internal.h"
+
+typedef struct norm_job {
+    float *out;
+    const float *x, *w;
+    int dim;
+    float eps;
+} norm_job;
+
+static void norm_task(void *arg, int task, int thread) {
+    (void)thread;
+    const norm_job *j = arg;
+    const float *x = j->x + (size_t)task * j->dim;
+    float *o = j->out + (size_t)task * j->dim;
+    double ss = 0.0;
+    for (int i = 0; i < j->dim; i++) ss += (double)x[i] * x[i];
+    float r = 1.0f / sqrtf((float)(ss / j->dim) + j->eps);
+    for (int i = 0; i < j->dim; i++) o[i] = x[i] * r * j->w[i];
+}
+
+void cpu_rmsnorm(mx_backend *be, float *out, const float *x, const float *w, int n, int dim, float eps) {
+    norm_job j = {out, x, w, dim, eps};
+    if ((int64_t)n * dim < 16384) {
+        for (int t = 0; t < n; t++) norm_task(&j, t, 0);
+        return;
+    }
+    mx_pool_run(cpu_of(be)->pool, n, norm_task, &j);
+}
+
+void cpu_rope(mx_backend *be, float *x, const int32_t *pos, int n, int n_heads, const mx_rope *rope) {
+    (void)be;
+    int hd = rope->head_dim, half = hd / 2;
+    float cs[256], sn[256];
+    MX_ASSERT(half <= 256);
+    for (int t = 0; t < n; t++) {
+        for (int i = 0; i < half; i++) {
+            double ang = (double)pos[t] * rope->inv_freq[i];
+            cs[i] = (float)cos(ang) * rope->attn_factor;
+            sn[i] = (float)sin(ang) * rope->attn_factor;
+        }
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + ((size_t)t * n_heads + h) * hd;
+            for (int i = 0; i < half; i++) {
+                float a = v[i], b = v[i + half];
+                v[i] = a * cs[i] - b * sn[i];
+                v[i + half] = b * cs[i] + a * sn[i];
+            }
+        }
+    }
+}
+
+void cpu_swiglu(mx_backend *be, float *out, const float *gate, const float *up, int64_t count) {
+    (void)be;
+    for (int64_t i = 0; i < count; i++) {
+        float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+}
+
+void cpu_add(mx_backend *be, float *x, const float *y, int64_t count) {
+    (void)be;
+    for (int64_t i = 0; i < count; i++) x[i] += y[i];
+}
+
+void cpu_moe_route(mx_backend *be, int32_t *ids, float *weights, const float *logits, int n, int n_experts, int k,
+                   bool norm_topk) {
+    (void)be;
+    float probs[1024];
+    MX_ASSERT(n_experts <= 1024 && k <= n_experts);
+    for (int t = 0; t < n; t++) {
+        const float *lg = logits + (size_t)t * n_experts;
+        float mx = lg[0];
+        for (int e = 1; e < n_experts; e++) mx = lg[e] > mx ? lg[e] : mx;
+        float sum = 0.0f;
+        for (int e = 0; e < n_experts; e++) sum += probs[e] = expf(lg[e] - mx);
+        for (int e = 0; e < n_experts; e++) probs[e] /= sum;
+        float chosen_sum = 0.0f;
+        for (int j = 0; j < k; j++) {  // k is small: repeated selection of the largest
+            int best = -1;
+            for (int e = 0; e < n_experts; e++)
+                if (probs[e] >= 0.0f && (best < 0 || probs[e] > probs[best])) best = e;
+            ids[t * k + j] = best;
+            weights[t * k + j] = probs[best];
+            chosen_sum += probs[best];
+            probs[best] = -1.0f;
+        }
+        if (norm_topk)
+            for (int j = 0; j < k; j++) weights[t * k + j] /= chosen_sum;
+    }
+}
+
+void cpu_moe_combine(mx_backend *be, float *out, const float *y, const float *weights, int n, int k, int dim) {
+    (void)be;
+    for (int t = 0; t < n; t++) {
+        float *o = out + (size_t)t * dim;
+        for (int j = 0; j < k; j++) {
+            const float *yr = y + ((size_t)t * k + j) * dim;
+            float w = weights[t * k + j];
+            for (int d = 0; d < dim; d++) o[d] += w * yr[d];
+        }
+    }
+}
+
+void cpu_gather_rows(mx_backend *be, float *out, const float *x, const int32_t *rows, int n, int dim) {
+    (void)be;
+    for (int i = 0; i < n; i++) memmove(out + (size_t)i * dim, x + (size_t)rows[i] * dim, sizeof(float) * dim);
+}
+
+void cpu_argmax(mx_backend *be, int32_t *ids, const float *logits, int n, int vocab) {
+    (void)be;
+    for (int t = 0; t < n; t++) {
+        const float *l = logits + (size_t)t * vocab;
+        int best = 0;
+        for (int i = 1; i < vocab; i++)
+            if (l[i] > l[best]) best = i;
+        ids[t] = best;
+    }
+}

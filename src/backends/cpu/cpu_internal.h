@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: MIT
+// State shared by the CPU backend's files: the thread pool and per-thread scratch. Private to
+// src/backends/cpu/.
+#ifndef MX_BACKENDS_CPU_INTERNAL_H
+#define MX_BACKENDS_CPU_INTERNAL_H
+
+#include "backends/backend.h"
+#include "core/thread_pool.h"
+
+typedef struct cpu_ctx {
+    mx_pool *pool;
+    int n_threads;
+    float **scratch;        // per thread, scratch_floats each
+    size_t scratch_floats;
+    const void **owned;     // weight copies made for alignment, freed by release_matrix
+    size_t n_owned, cap_owned;
+    int32_t *moe_rows;      // MoE grouping lists, grown to the largest batch seen
+    size_t moe_cap;
+} cpu_ctx;
+
+static inline cpu_ctx *cpu_of(mx_backend *be) { return (cpu_ctx *)be->ctx; }
+
+// Ensures every thread has at least n floats of scratch (called at upload time, never per token).
+int cpu_reserve_scratch(cpu_ctx *c, size_t n);
+
+void cpu_embed(mx_backend *be, float *out, const mx_matrix *w, const int32_t *ids, int n);
+void cpu_matmul(mx_backend *be, float *out, const float *x, const mx_matrix *w, const float *bias, int n);
+void cpu_moe_matmul(mx_backend *be, float *out, const float *x, const mx_matrix *w, const int32_t *ids, int m, int x_div);
+void cpu_kv_store(mx_backend *be, void *kv, const mx_kv_layout *lay, int layer, const float *k, const float *v,
+                  const int32_t *slot, const int32_t *pos, int n);
+void cpu_attention(mx_backend *be, float *out, const float *q, const void *kv, const mx_kv_layout *lay, int layer,
+                   const int32_t *slot, const int32_t *pos, int n, int n_heads, float scale, int window);
+void cpu_rmsnorm(mx_backend *be, float *out, const float *x, const float *w, int n, int dim, float eps);
+void cpu_rope(mx_backend *be, float *x, const int32_t *pos, int n, int n_heads, const mx_rope *rope);
+void cpu_swiglu(mx_backend *be, float *out, const float *gate, const float *up, int64_t count);
+void cpu_add(mx_backend *be, float *x, const float *y, int64_t count);
+void cpu_moe_route(mx_backend *be, int32_t *ids, float *weights, const float *logits, int n, int n_experts, int k, bool norm_topk);
+void cpu_moe_combine(mx_backend *be, float *out, const float *y, const float *weights, int n, int k, int dim);
+void cpu_gather_rows(mx_backend *be, float *out, const float *x, const int32_t *rows, int n, int dim);
+void cpu_argmax(mx_backend *be, int32_t *ids, const float *logits, int n, int vocab);
+
+#endif

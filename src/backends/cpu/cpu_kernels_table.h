@@ -1,0 +1,20 @@
+// SPDX-License-Identifier: MIT
+// One set of CPU inner kernels (scalar, AVX2, AVX-512...). Private to src/backends/cpu/.
+#ifndef MX_BACKENDS_CPU_KERNELS_TABLE_H
+#define MX_BACKENDS_CPU_KERNELS_TABLE_H
+
+#include "core/quant.h"
+
+typedef struct cpu_kernel_set {
+    const char *name;
+    void (*dequant_row)(const mx_matrix *w, int64_t row, float *out);
+    float (*dot)(const float *a, const float *b, int64_t n);
+    float (*row_dot)(const mx_matrix *w, int64_t row, const float *x, float *scratch);
+} cpu_kernel_set;
+
+// The best x86 set this CPU supports, or NULL (non-x86 or no AVX2+FMA).
+const cpu_kernel_set *cpu_kernels_x86_best(void);
+// A named x86 set if the CPU supports it, else NULL.
+const cpu_kernel_set *cpu_kernels_x86_named(const char *name);
+
+#endif

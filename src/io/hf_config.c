@@ -1,0 +1,283 @@
+// SPDX-License-Identifier: MIT
+// config.json parsing (see hf_config.h). Missing fields take the defaults mlx-lm uses; wrong types
+// and impossible values are errors naming the field.
+#include "io/hf_config.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/mapped_file.h"
+
+// Integer field: absent -> def; present but not an integer (or out of range) -> error.
+static int get_int(json_t *o, const char *key, int def, int lo, int *out, const char *label, mx_error *err) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) {
+        *out = def;
+        return 0;
+    }
+    if (!json_is_integer(v)) return mx_fail(err, "%s: field '%s' must be an integer", label, key);
+    json_int_t x = json_integer_value(v);
+    if (x < lo || x > 1 << 30) return mx_fail(err, "%s: field '%s' = %lld is out of range", label, key, (long long)x);
+    *out = (int)x;
+    return 0;
+}
+
+static int get_num(json_t *o, const char *key, double def, double *out, const char *label, mx_error *err) {
+    json_t *v = json_object_get(o, key);
+    if (!v || json_is_null(v)) {
+        *out = def;
+        return 0;
+    }
+    if (!json_is_number(v)) return mx_fail(err, "%s: field '%s' must be a number", label, key);
+    *out = json_number_value(v);
+    return 0;
+}
+
+static int get_bool(json_t *o, const char *key, bool def, bool *out, bool *present, const char *label, mx_error *err) {
+    json_t *v = json_object_get(o, key);
+    if (present) *present = v && !json_is_null(v);
+    if (!v || json_is_null(v)) {
+        *out = def;
+        return 0;
+    }
+    if (!json_is_boolean(v)) return mx_fail(err, "%s: field '%s' must be true or false", label, key);
+    *out = json_is_true(v);
+    return 0;
+}
+
+// eos_token_id: an int or a list of ints; replaces cfg's list when present.
+static int read_eos(json_t *o, mx_config *cfg, const char *label, mx_error *err) {
+    json_t *v = json_object_get(o, "eos_token_id");
+    if (!v || json_is_null(v)) return 0;
+    cfg->n_eos = 0;
+    if (json_is_integer(v)) {
+        cfg->eos_ids[cfg->n_eos++] = (int32_t)json_integer_value(v);
+        return 0;
+    }
+    if (!json_is_array(v)) return mx_fail(err, "%s: eos_token_id must be an integer or a list", label);
+    size_t i;
+    json_t *e;
+    json_array_foreach(v, i, e) {
+        if (!json_is_integer(e)) return mx_fail(err, "%s: eos_token_id[%zu] is not an integer", label, i);
+        if (cfg->n_eos < MX_MAX_EOS) cfg->eos_ids[cfg->n_eos++] = (int32_t)json_integer_value(e);
+    }
+    return 0;
+}
+
+// One quantization spec object {group_size, bits[, mode]}.
+static int parse_quant_spec(json_t *o, mx_quant *q, const char *label, const char *where, mx_error *err) {
+    int bits = 0, group = 0;
+    if (get_int(o, "bits", 0, 0, &bits, label, err) || get_int(o, "group_size", 0, 0, &group, label, err)) return -1;
+    q->mode = MX_QUANT_AFFINE;
+    json_t *m = json_object_get(o, "mode");
+    if (m && !json_is_null(m)) {
+        if (!json_is_string(m) || mx_quant_mode_parse(json_string_value(m), &q->mode) != 0)
+            return mx_fail(err, "%s: %s: unknown quantization mode %s", label, where,
+                           json_is_string(m) ? json_string_value(m) : "(not a string)");
+    }
+    q->bits = bits;
+    q->group_size = group;
+    if (q->mode != MX_QUANT_AFFINE) {  // fp formats fix their own widths
+        if (bits == 0) q->bits = q->mode == MX_QUANT_MXFP8 ? 8 : 4;
+        if (group == 0) q->group_size = q->mode == MX_QUANT_NVFP4 ? 16 : 32;
+    }
+    char why[160];
+    if (!mx_quant_valid(*q, why, sizeof why)) return mx_fail(err, "%s: %s: %s", label, where, why);
+    return 0;
+}
+
+static int read_quantization(json_t *root, mx_config *cfg, const char *label, mx_error *err) {
+    json_t *q = json_object_get(root, "quantization");
+    if (!q || json_is_null(q)) q = json_object_get(root, "quantization_config");
+    if (!q || json_is_null(q)) return 0;
+    if (!json_is_object(q)) return mx_fail(err, "%s: 'quantization' must be an object", label);
+    // Hugging Face quantization_config of other tools (bitsandbytes, gptq...) carry quant_method.
+    if (json_object_get(q, "quant_method"))
+        return mx_fail(err, "%s: quantization method '%s' is not an MLX format", label,
+                       json_string_value(json_object_get(q, "quant_method")) ?: "?");
+    if (parse_quant_spec(q, &cfg->quant, label, "quantization", err)) return -1;
+    cfg->quantized = true;
+    size_t n = json_object_size(q);
+    cfg->overrides = calloc(n ? n : 1, sizeof *cfg->overrides);
+    if (!cfg->overrides) return mx_fail(err, "out of memory");
+    const char *key;
+    json_t *v;
+    json_object_foreach(q, key, v) {
+        if (!json_is_object(v) && !json_is_false(v)) continue;  // bits, group_size, mode
+        struct mx_quant_override *o = &cfg->overrides[cfg->n_overrides];
+        if (json_is_false(v)) {
+            o->disabled = true;
+        } else {
+            char where[300];
+            snprintf(where, sizeof where, "quantization override '%s'", key);
+            if (parse_quant_spec(v, &o->quant, label, where, err)) return -1;
+        }
+        o->path = strdup(key);
+        cfg->n_overrides++;
+    }
+    return 0;
+}
+
+static int read_rope(json_t *root, mx_config *cfg, const char *label, mx_error *err) {
+    json_t *params = json_object_get(root, "rope_parameters");
+    json_t *scaling = json_object_get(root, "rope_scaling");
+    if (params && !json_is_object(params) && !json_is_null(params))
+        return mx_fail(err, "%s: rope_parameters must be an object", label);
+    if (scaling && !json_is_object(scaling) && !json_is_null(scaling))
+        return mx_fail(err, "%s: rope_scaling must be an object or null", label);
+    if (get_num(root, "rope_theta", 10000.0, &cfg->rope_theta, label, err)) return -1;
+    if (json_is_object(params)) {
+        if (get_num(params, "rope_theta", cfg->rope_theta, &cfg->rope_theta, label, err)) return -1;
+        if (!json_is_object(scaling)) scaling = params;  // transformers 5 puts the type here too
+    }
+    cfg->rope_type = MX_ROPE_DEFAULT;
+    if (!json_is_object(scaling)) return 0;
+    json_t *t = json_object_get(scaling, "rope_type");
+    if (!t) t = json_object_get(scaling, "type");
+    const char *type = json_is_string(t) ? json_string_value(t) : "default";
+    if (get_num(scaling, "factor", 1.0, &cfg->rope_factor, label, err)) return -1;
+    if (strcmp(type, "default") == 0) return 0;
+    if (strcmp(type, "linear") == 0) {
+        cfg->rope_type = MX_ROPE_LINEAR;
+        return 0;
+    }
+    if (strcmp(type, "llama3") == 0) {
+        cfg->rope_type = MX_ROPE_LLAMA3;
+        if (get_num(scaling, "low_freq_factor", 1.0, &cfg->rope_low_freq_factor, label, err) ||
+            get_num(scaling, "high_freq_factor", 4.0, &cfg->rope_high_freq_factor, label, err) ||
+            get_num(scaling, "original_max_position_embeddings", 8192, &cfg->rope_original_max_pos, label, err))
+            return -1;
+        if (cfg->rope_high_freq_factor <= cfg->rope_low_freq_factor)
+            return mx_fail(err, "%s: rope_scaling: high_freq_factor must exceed low_freq_factor", label);
+        return 0;
+    }
+    return mx_fail(err, "%s: rope scaling type '%s' is not supported (supported: default, linear, llama3)", label, type);
+}
+
+int mx_config_parse(const char *text, const char *gen_text, const char *label, mx_config *cfg, mx_error *err) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->bos_id = -1;
+    json_error_t jerr;
+    json_t *root = json_loads(text, 0, &jerr);
+    if (!root) return mx_fail(err, "%s: not valid JSON: %s (line %d)", label, jerr.text, jerr.line);
+    int rc = -1;
+    if (!json_is_object(root)) {
+        mx_fail(err, "%s: not a JSON object", label);
+        goto done;
+    }
+    json_t *mt = json_object_get(root, "model_type");
+    if (!json_is_string(mt)) {
+        mx_fail(err, "%s: missing 'model_type'", label);
+        goto done;
+    }
+    snprintf(cfg->model_type, sizeof cfg->model_type, "%s", json_string_value(mt));
+    double eps = 1e-6;
+    if (get_int(root, "vocab_size", 0, 1, &cfg->vocab_size, label, err) ||
+        get_int(root, "hidden_size", 0, 1, &cfg->hidden_size, label, err) ||
+        get_int(root, "intermediate_size", 0, 0, &cfg->intermediate_size, label, err) ||
+        get_int(root, "num_hidden_layers", 0, 1, &cfg->n_layers, label, err) ||
+        get_int(root, "num_attention_heads", 0, 1, &cfg->n_heads, label, err) ||
+        get_int(root, "num_key_value_heads", cfg->n_heads, 1, &cfg->n_kv_heads, label, err) ||
+        get_int(root, "head_dim", 0, 0, &cfg->head_dim, label, err) ||
+        get_int(root, "max_position_embeddings", 32768, 1, &cfg->max_position_embeddings, label, err) ||
+        get_num(root, "rms_norm_eps", 1e-6, &eps, label, err) ||
+        get_bool(root, "tie_word_embeddings", true, &cfg->tie_word_embeddings, &cfg->tie_set, label, err) ||
+        get_bool(root, "attention_bias", false, &cfg->attention_bias, NULL, label, err) ||
+        get_bool(root, "mlp_bias", false, &cfg->mlp_bias, NULL, label, err) ||
+        get_int(root, "num_experts", 0, 0, &cfg->num_experts, label, err) ||
+        get_int(root, "num_experts_per_tok", 0, 0, &cfg->num_experts_per_tok, label, err) ||
+        get_int(root, "moe_intermediate_size", 0, 0, &cfg->moe_intermediate_size, label, err) ||
+        get_int(root, "decoder_sparse_step", 1, 1, &cfg->decoder_sparse_step, label, err) ||
+        get_bool(root, "norm_topk_prob", false, &cfg->norm_topk_prob, NULL, label, err) ||
+        get_int(root, "bos_token_id", -1, -1, &cfg->bos_id, label, err))
+        goto done;
+    // Presence of the required sizes (zero means absent).
+    const char *missing = !cfg->vocab_size ? "vocab_size" : !cfg->hidden_size ? "hidden_size"
+                          : !cfg->n_layers ? "num_hidden_layers" : !cfg->n_heads ? "num_attention_heads" : NULL;
+    if (missing) {
+        mx_fail(err, "%s: missing '%s'", label, missing);
+        goto done;
+    }
+    cfg->rms_norm_eps = (float)eps;
+    if (cfg->head_dim == 0) cfg->head_dim = cfg->hidden_size / cfg->n_heads;
+    if (cfg->n_heads % cfg->n_kv_heads != 0) {
+        mx_fail(err, "%s: num_attention_heads (%d) is not a multiple of num_key_value_heads (%d)", label,
+                cfg->n_heads, cfg->n_kv_heads);
+        goto done;
+    }
+    if (cfg->head_dim % 2 != 0) {
+        mx_fail(err, "%s: head_dim %d is odd (RoPE needs pairs)", label, cfg->head_dim);
+        goto done;
+    }
+    json_t *mlp_only = json_object_get(root, "mlp_only_layers");
+    if (json_is_array(mlp_only)) {
+        cfg->mlp_only_layers = calloc(json_array_size(mlp_only) + 1, sizeof(int));
+        size_t i;
+        json_t *e;
+        json_array_foreach(mlp_only, i, e) {
+            if (json_is_integer(e)) cfg->mlp_only_layers[cfg->n_mlp_only_layers++] = (int)json_integer_value(e);
+        }
+    }
+    if (read_rope(root, cfg, label, err) || read_eos(root, cfg, label, err) || read_quantization(root, cfg, label, err))
+        goto done;
+    if (gen_text) {
+        json_t *gen = json_loads(gen_text, 0, &jerr);
+        if (!gen || !json_is_object(gen)) {
+            json_decref(gen);
+            mx_fail(err, "generation_config.json: not a valid JSON object");
+            goto done;
+        }
+        int r = read_eos(gen, cfg, "generation_config.json", err);
+        json_decref(gen);
+        if (r) goto done;
+    }
+    rc = 0;
+done:
+    json_decref(root);
+    if (rc) mx_config_free(cfg);
+    return rc;
+}
+
+int mx_config_load(const char *dir, mx_config *cfg, mx_error *err) {
+    char path[4096], gpath[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    snprintf(gpath, sizeof gpath, "%s/generation_config.json", dir);
+    char *text = mx_read_text_file(path, NULL, err);
+    if (!text) return -1;
+    FILE *probe = fopen(gpath, "rb");
+    char *gen = NULL;
+    if (probe) {
+        fclose(probe);
+        gen = mx_read_text_file(gpath, NULL, err);
+        if (!gen) {
+            free(text);
+            return -1;
+        }
+    }
+    int rc = mx_config_parse(text, gen, path, cfg, err);
+    free(text);
+    free(gen);
+    return rc;
+}
+
+void mx_config_free(mx_config *cfg) {
+    if (!cfg) return;
+    for (int i = 0; i < cfg->n_overrides; i++) free(cfg->overrides[i].path);
+    free(cfg->overrides);
+    free(cfg->mlp_only_layers);
+    cfg->overrides = NULL;
+    cfg->mlp_only_layers = NULL;
+    cfg->n_overrides = cfg->n_mlp_only_layers = 0;
+}
+
+mx_quant mx_config_quant_for(const mx_config *cfg, const char *path, bool has_scales) {
+    mx_quant none = {MX_QUANT_NONE, 0, 0};
+    for (int i = 0; i < cfg->n_overrides; i++) {
+        if (strcmp(cfg->overrides[i].path, path) == 0)
+            return cfg->overrides[i].disabled ? none : cfg->overrides[i].quant;
+    }
+    return (cfg->quantized && has_scales) ? cfg->quant : none;
+}

@@ -1,0 +1,82 @@
+// SPDX-License-Identifier: MIT
+// config.json (+ generation_config.json) of a model folder, read into one flat struct. Handles the
+// variants real checkpoints use: rope_theta at top level or inside rope_parameters, rope_scaling
+// (llama3, linear, ...), eos_token_id as int or list, tied embeddings, and the `quantization`
+// object with per-layer overrides (a dict or false; a missing mode means affine).
+#ifndef MX_IO_HF_CONFIG_H
+#define MX_IO_HF_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/error.h"
+#include "core/quant.h"
+
+#define MX_MAX_EOS 8
+
+typedef enum mx_rope_type {
+    MX_ROPE_DEFAULT,
+    MX_ROPE_LLAMA3,
+    MX_ROPE_LINEAR,
+} mx_rope_type;
+
+typedef struct mx_config {
+    char model_type[64];
+    int vocab_size;
+    int hidden_size;
+    int intermediate_size;
+    int n_layers;
+    int n_heads;
+    int n_kv_heads;
+    int head_dim;
+    int max_position_embeddings;
+    float rms_norm_eps;
+    bool tie_word_embeddings;
+    bool tie_set;           // tie_word_embeddings present in the file
+    bool attention_bias;    // q/k/v (and o for llama) biases
+    bool mlp_bias;
+
+    // RoPE
+    double rope_theta;
+    mx_rope_type rope_type;
+    double rope_factor;
+    double rope_low_freq_factor;
+    double rope_high_freq_factor;
+    double rope_original_max_pos;
+
+    // Mixture of experts (qwen3_moe)
+    int num_experts;
+    int num_experts_per_tok;
+    int moe_intermediate_size;
+    int decoder_sparse_step;
+    bool norm_topk_prob;
+    int *mlp_only_layers;
+    int n_mlp_only_layers;
+
+    // Special tokens
+    int32_t eos_ids[MX_MAX_EOS];
+    int n_eos;
+    int32_t bos_id;         // -1 when absent
+
+    // Quantization: default for every module that has .scales; overrides per module path
+    bool quantized;
+    mx_quant quant;
+    struct mx_quant_override {
+        char *path;         // module path without ".weight"
+        bool disabled;      // `false` in the config
+        mx_quant quant;
+    } *overrides;
+    int n_overrides;
+} mx_config;
+
+// Reads DIR/config.json and, when present, DIR/generation_config.json (its eos_token_id wins).
+int mx_config_load(const char *dir, mx_config *cfg, mx_error *err);
+// Parses config text already in memory (gen_text may be NULL); label names the source in errors.
+int mx_config_parse(const char *text, const char *gen_text, const char *label, mx_config *cfg, mx_error *err);
+void mx_config_free(mx_config *cfg);
+
+// Quantization of the module at `path` (e.g. "model.layers.0.mlp.down_proj"). has_scales tells
+// whether `<path>.scales` exists in the weights: with no override, a module is quantized iff it has.
+mx_quant mx_config_quant_for(const mx_config *cfg, const char *path, bool has_scales);
+
+#endif

@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: MIT
+// A loaded model: its config, its weights on a backend, and the forward pass shared by every
+// supported family (qwen3, qwen2, llama, mistral, qwen3_moe). A model is read-only after loading
+// and can serve several contexts; a context (mx_ctx) owns a KV cache of n_slots sequences and the
+// activation scratch for batches of up to max_batch tokens.
+#ifndef MX_MODELS_MODEL_H
+#define MX_MODELS_MODEL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backends/backend.h"
+#include "core/error.h"
+#include "io/hf_config.h"
+
+typedef struct mx_model mx_model;
+typedef struct mx_ctx mx_ctx;
+
+// The families this build supports, comma separated, for error messages and `info`.
+const char *mx_model_supported_types(void);
+
+// Loads DIR (config.json + model*.safetensors) onto the backend. Every tensor is checked against
+// the config (presence, dtype, shape, quantization layout); errors name the tensor.
+mx_model *mx_model_load(const char *dir, mx_backend *be, mx_error *err);
+void mx_model_free(mx_model *m);
+
+const mx_config *mx_model_config(const mx_model *m);
+mx_backend *mx_model_backend(const mx_model *m);
+const char *mx_model_dir(const mx_model *m);
+int64_t mx_model_param_count(const mx_model *m);
+int64_t mx_model_weight_bytes(const mx_model *m);  // bytes of weights as stored (quantized)
+// Writes a multi-line description (architecture, sizes, quantization per layer group, memory).
+void mx_model_describe(const mx_model *m, char *buf, size_t cap);
+bool mx_model_is_eos(const mx_model *m, int32_t id);
+
+// One forward batch: token t has id tokens[t], position pos[t] and KV slot slot[t]. Rows listed in
+// out_rows (indices into the batch) produce outputs, in that order.
+typedef struct mx_batch {
+    int n;
+    const int32_t *tokens;
+    const int32_t *pos;
+    const int32_t *slot;
+    int n_out;
+    const int32_t *out_rows;
+} mx_batch;
+
+// max_batch: tokens per internal step (larger batches are split, in order).
+mx_ctx *mx_ctx_create(mx_model *m, int n_slots, int max_ctx, int max_batch, mx_error *err);
+void mx_ctx_free(mx_ctx *c);
+int mx_ctx_max_ctx(const mx_ctx *c);
+int mx_ctx_slots(const mx_ctx *c);
+int64_t mx_ctx_kv_bytes(const mx_ctx *c);
+
+// Runs the batch. For each output row, writes the logits (host, [n_out, vocab]) when logits != NULL
+// and/or the argmax token (host, [n_out]) when argmax != NULL.
+int mx_ctx_forward(mx_ctx *c, const mx_batch *b, float *logits, int32_t *argmax, mx_error *err);
+
+#endif

@@ -1,0 +1,86 @@
+// SPDX-License-Identifier: MIT
+// Human-readable summary of a loaded model for `mlxcel inspect`: architecture, sizes, parameter
+// count, the quantization of each group of layers, and the memory a context needs.
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "models/model_internal.h"
+
+static void put(char *buf, size_t cap, const char *fmt, ...) {
+    size_t len = strlen(buf);
+    if (len >= cap) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + len, cap - len, fmt, ap);
+    va_end(ap);
+}
+
+static void quant_name(const mx_matrix *w, char *out, size_t cap) {
+    if (w->q.mode == MX_QUANT_NONE)
+        snprintf(out, cap, "%s (not quantized)", mx_dtype_name(w->dtype));
+    else if (w->q.mode == MX_QUANT_AFFINE)
+        snprintf(out, cap, "affine %d-bit, group %d, %s scales", w->q.bits, w->q.group_size, mx_dtype_name(w->scale_dtype));
+    else
+        snprintf(out, cap, "%s", mx_quant_mode_name(w->q.mode));
+}
+
+// Adds "name: format" lines, collapsing layers that share a format into a range.
+static void describe_group(char *buf, size_t cap, const mx_model *m, const char *name, size_t offset) {
+    int n = m->cfg.n_layers, start = 0;
+    char prev[128] = "", cur[128];
+    for (int i = 0; i <= n; i++) {
+        cur[0] = 0;
+        if (i < n) {
+            const mx_matrix *w = (const mx_matrix *)((const char *)&m->layers[i] + offset);
+            if (w->data) quant_name(w, cur, sizeof cur);
+        }
+        if (i == n || strcmp(cur, prev) != 0) {
+            if (i > 0 && prev[0]) put(buf, cap, "  %-14s layers %d-%d: %s\n", name, start, i - 1, prev);
+            start = i;
+            memcpy(prev, cur, sizeof prev);
+        }
+    }
+}
+
+void mx_model_describe(const mx_model *m, char *buf, size_t cap) {
+    const mx_config *c = &m->cfg;
+    char q[128];
+    buf[0] = 0;
+    put(buf, cap, "model: %s\narchitecture: %s\n", m->dir, c->model_type);
+    put(buf, cap, "layers: %d, hidden: %d, heads: %d (kv %d), head_dim: %d, vocab: %d\n", c->n_layers, c->hidden_size,
+        c->n_heads, c->n_kv_heads, c->head_dim, c->vocab_size);
+    if (c->num_experts)
+        put(buf, cap, "experts: %d, active per token: %d, expert intermediate: %d\n", c->num_experts,
+            c->num_experts_per_tok, c->moe_intermediate_size);
+    else
+        put(buf, cap, "intermediate: %d\n", c->intermediate_size);
+    put(buf, cap, "rope: theta %g%s, max positions %d\n", c->rope_theta,
+        c->rope_type == MX_ROPE_LLAMA3 ? " (llama3 scaling)" : c->rope_type == MX_ROPE_LINEAR ? " (linear scaling)" : "",
+        c->max_position_embeddings);
+    put(buf, cap, "parameters: %.2f M\n", m->n_params / 1e6);
+    put(buf, cap, "weights in memory: %.1f MB\n", m->weight_bytes / 1e6);
+    put(buf, cap, "tied embeddings: %s\n", m->tied ? "yes" : "no");
+    put(buf, cap, "quantization:\n");
+    quant_name(&m->embed, q, sizeof q);
+    put(buf, cap, "  %-14s %s\n", "embedding", q);
+    describe_group(buf, cap, m, "q_proj", offsetof(mx_layer, wq));
+    describe_group(buf, cap, m, "k_proj", offsetof(mx_layer, wk));
+    describe_group(buf, cap, m, "v_proj", offsetof(mx_layer, wv));
+    describe_group(buf, cap, m, "o_proj", offsetof(mx_layer, wo));
+    describe_group(buf, cap, m, "gate_proj", offsetof(mx_layer, w_gate));
+    describe_group(buf, cap, m, "up_proj", offsetof(mx_layer, w_up));
+    describe_group(buf, cap, m, "down_proj", offsetof(mx_layer, w_down));
+    describe_group(buf, cap, m, "router", offsetof(mx_layer, router));
+    describe_group(buf, cap, m, "experts.gate", offsetof(mx_layer, e_gate));
+    describe_group(buf, cap, m, "experts.up", offsetof(mx_layer, e_up));
+    describe_group(buf, cap, m, "experts.down", offsetof(mx_layer, e_down));
+    if (!m->tied) {
+        quant_name(&m->lm_head, q, sizeof q);
+        put(buf, cap, "  %-14s %s\n", "lm_head", q);
+    }
+    double kv_per_token = 2.0 * c->n_layers * c->n_kv_heads * c->head_dim * 4;
+    put(buf, cap, "KV cache: %.1f KB per token (float32), %.1f MB at 4096 tokens\n", kv_per_token / 1e3,
+        kv_per_token * 4096 / 1e6);
+}

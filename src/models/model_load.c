@@ -1,0 +1,384 @@
+// SPDX-License-Identifier: MIT
+// Loading a model folder: config, tensors, validation against the architecture, upload to the
+// backend. One loader serves every family: the families differ only in which optional tensors
+// they must have (q/k norms, attention biases) and in their MLP (dense or mixture of experts).
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "models/model_internal.h"
+
+typedef struct family {
+    const char *model_type;
+    bool qk_norm;     // per-head q/k RMSNorm required
+    bool qkv_bias;    // q/k/v biases required
+    bool moe;
+} family;
+
+static const family families[] = {
+    {"qwen3", true, false, false},
+    {"qwen2", false, true, false},
+    {"llama", false, false, false},
+    {"mistral", false, false, false},
+    {"qwen3_moe", true, false, true},
+};
+
+const char *mx_model_supported_types(void) { return "qwen3, qwen2, llama, mistral, qwen3_moe"; }
+
+static const family *family_find(const char *type) {
+    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
+        if (strcmp(families[i].model_type, type) == 0) return &families[i];
+    return NULL;
+}
+
+#define GROW(arr, n, cap)                                                    \
+    do {                                                                     \
+        if ((n) == (cap)) {                                                  \
+            int nc = (cap) ? 2 * (cap) : 64;                                 \
+            void *g = realloc((arr), (size_t)nc * sizeof *(arr));            \
+            if (!g) return mx_fail(err, "out of memory");                    \
+            (arr) = g;                                                       \
+            (cap) = nc;                                                      \
+        }                                                                    \
+    } while (0)
+
+static int keep_host(mx_model *m, void *p, mx_error *err) {
+    GROW(m->host_bufs, m->n_host_bufs, m->cap_host_bufs);
+    m->host_bufs[m->n_host_bufs++] = p;
+    return 0;
+}
+
+static int keep_backend(mx_model *m, void *p, mx_error *err) {
+    GROW(m->backend_bufs, m->n_backend_bufs, m->cap_backend_bufs);
+    m->backend_bufs[m->n_backend_bufs++] = p;
+    return 0;
+}
+
+static int keep_matrix(mx_model *m, mx_matrix *w, mx_error *err) {
+    GROW(m->matrices, m->n_matrices, m->cap_matrices);
+    m->matrices[m->n_matrices++] = w;
+    return 0;
+}
+
+static const mx_st_tensor *find_tensor(const mx_model *m, const char *fmt_path, const char *suffix) {
+    char name[512];
+    snprintf(name, sizeof name, "%s%s", fmt_path, suffix);
+    return mx_st_find(m->st, name);
+}
+
+static bool is_float_dtype(mx_dtype t) { return t == MX_DTYPE_BF16 || t == MX_DTYPE_F16 || t == MX_DTYPE_F32; }
+
+static int check_shape(const mx_st_tensor *t, int ndim, const int64_t *want, mx_error *err) {
+    bool ok = t->ndim == ndim;
+    for (int i = 0; ok && i < ndim; i++) ok = t->shape[i] == want[i];
+    if (ok) return 0;
+    char got[128] = "", exp[128] = "";
+    for (int i = 0; i < t->ndim; i++)
+        snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+    for (int i = 0; i < ndim; i++)
+        snprintf(exp + strlen(exp), sizeof exp - strlen(exp), "%s%lld", i ? ", " : "", (long long)want[i]);
+    return mx_fail(err, "tensor '%s' has shape [%s], expected [%s]", t->name, got, exp);
+}
+
+// Describes the tensors of `path` (already located) as a host matrix and validates them.
+static int describe_matrix(const mx_model *m, const char *path, int64_t n_exp, int64_t rows, int64_t cols,
+                           mx_matrix *w, mx_error *err) {
+    const mx_st_tensor *tw = find_tensor(m, path, ".weight");
+    if (!tw) return mx_fail(err, "missing tensor '%s.weight'", path);
+    const mx_st_tensor *ts = find_tensor(m, path, ".scales"), *tb = find_tensor(m, path, ".biases");
+    memset(w, 0, sizeof *w);
+    w->q = mx_config_quant_for(&m->cfg, path, ts != NULL);
+    w->n_experts = n_exp;
+    w->rows = rows;
+    w->cols = cols;
+    int lead = n_exp > 1 ? 1 : 0;  // stacked experts carry a leading [E] dimension
+    int64_t shape[3];
+    if (lead) shape[0] = n_exp;
+    if (w->q.mode == MX_QUANT_NONE) {
+        if (!is_float_dtype(tw->dtype))
+            return mx_fail(err, "tensor '%s' has dtype %s; an unquantized weight must be BF16, F16 or F32%s", tw->name,
+                           mx_dtype_name(tw->dtype), ts ? " (its config entry says it is not quantized)" : "");
+        shape[lead] = rows;
+        shape[lead + 1] = cols;
+        if (check_shape(tw, lead + 2, shape, err)) return -1;
+        w->dtype = tw->dtype;
+        w->data = tw->data;
+        return 0;
+    }
+    if (cols % w->q.group_size != 0)
+        return mx_fail(err, "'%s': input size %lld is not a multiple of group size %d", path, (long long)cols,
+                       w->q.group_size);
+    if (!ts) return mx_fail(err, "missing tensor '%s.scales' (config says '%s' is quantized)", path, path);
+    if (tw->dtype != MX_DTYPE_U32)
+        return mx_fail(err, "tensor '%s' has dtype %s; a quantized weight must be U32", tw->name, mx_dtype_name(tw->dtype));
+    shape[lead] = rows;
+    shape[lead + 1] = cols * w->q.bits / 32;
+    if (check_shape(tw, lead + 2, shape, err))
+        return mx_fail_prefix(err, "quantized %d-bit: ", w->q.bits);
+    shape[lead + 1] = cols / w->q.group_size;
+    if (check_shape(ts, lead + 2, shape, err))
+        return mx_fail_prefix(err, "quantization group %d: ", w->q.group_size);
+    w->dtype = MX_DTYPE_U32;
+    w->data = tw->data;
+    w->scales = ts->data;
+    if (w->q.mode == MX_QUANT_AFFINE) {
+        if (!is_float_dtype(ts->dtype))
+            return mx_fail(err, "tensor '%s' has dtype %s; affine scales must be BF16, F16 or F32", ts->name,
+                           mx_dtype_name(ts->dtype));
+        if (!tb) return mx_fail(err, "missing tensor '%s.biases' (affine quantization)", path);
+        if (tb->dtype != ts->dtype)
+            return mx_fail(err, "tensor '%s' has dtype %s but its scales are %s", tb->name, mx_dtype_name(tb->dtype),
+                           mx_dtype_name(ts->dtype));
+        if (check_shape(tb, lead + 2, shape, err)) return -1;
+        w->scale_dtype = ts->dtype;
+        w->biases = tb->data;
+    } else {
+        if (ts->dtype != MX_DTYPE_U8 && ts->dtype != MX_DTYPE_F8_E8M0 && ts->dtype != MX_DTYPE_F8_E4M3)
+            return mx_fail(err, "tensor '%s' has dtype %s; %s scales must be U8", ts->name, mx_dtype_name(ts->dtype),
+                           mx_quant_mode_name(w->q.mode));
+        w->scale_dtype = MX_DTYPE_U8;
+    }
+    return 0;
+}
+
+static int upload(mx_model *m, const mx_matrix *host, mx_matrix *dst, mx_error *err) {
+    if (m->be->ops->upload_matrix(m->be, host, dst, err) != 0) return -1;
+    m->n_params += host->n_experts * host->rows * host->cols;
+    m->weight_bytes += mx_matrix_data_bytes(host) + 2 * mx_matrix_scale_bytes(host) * (host->biases != NULL) +
+                       mx_matrix_scale_bytes(host) * (host->biases == NULL);
+    return keep_matrix(m, dst, err);
+}
+
+static int load_matrix(mx_model *m, const char *path, int64_t rows, int64_t cols, mx_matrix *dst, mx_error *err) {
+    mx_matrix host;
+    if (describe_matrix(m, path, 1, rows, cols, &host, err)) return -1;
+    return upload(m, &host, dst, err);
+}
+
+// Experts: stacked `<mlp>.switch_mlp.<proj>` (MLX) or per-expert `<mlp>.experts.<e>.<proj>` (Hub),
+// which are copied into one stacked host buffer.
+static int load_experts(mx_model *m, const char *mlp, const char *proj, int64_t n_exp, int64_t rows, int64_t cols,
+                        mx_matrix *dst, mx_error *err) {
+    char path[512];
+    snprintf(path, sizeof path, "%s.switch_mlp.%s", mlp, proj);
+    mx_matrix host;
+    if (find_tensor(m, path, ".weight")) {
+        if (describe_matrix(m, path, n_exp, rows, cols, &host, err)) return -1;
+        return upload(m, &host, dst, err);
+    }
+    mx_matrix one;
+    uint8_t *data = NULL, *scales = NULL, *biases = NULL;
+    for (int64_t e = 0; e < n_exp; e++) {
+        snprintf(path, sizeof path, "%s.experts.%lld.%s", mlp, (long long)e, proj);
+        if (!find_tensor(m, path, ".weight"))
+            return mx_fail(err, "missing tensor '%s.switch_mlp.%s.weight' (or per-expert '%s.weight')", mlp, proj, path);
+        if (describe_matrix(m, path, 1, rows, cols, &one, err)) return -1;
+        size_t db = (size_t)mx_matrix_data_bytes(&one), sb = (size_t)mx_matrix_scale_bytes(&one);
+        if (e == 0) {
+            host = one;
+            host.n_experts = n_exp;
+            data = malloc(db * n_exp);
+            if (!data || keep_host(m, data, err)) return mx_fail(err, "out of memory stacking experts of '%s'", mlp);
+            if (one.scales) {
+                scales = malloc(sb * n_exp);
+                if (!scales || keep_host(m, scales, err)) return mx_fail(err, "out of memory");
+            }
+            if (one.biases) {
+                biases = malloc(sb * n_exp);
+                if (!biases || keep_host(m, biases, err)) return mx_fail(err, "out of memory");
+            }
+        } else if (one.q.mode != host.q.mode || one.q.bits != host.q.bits || one.dtype != host.dtype ||
+                   one.scale_dtype != host.scale_dtype) {
+            return mx_fail(err, "'%s': experts of one layer must share a format", path);
+        }
+        memcpy(data + e * db, one.data, db);
+        if (scales) memcpy(scales + e * sb, one.scales, sb);
+        if (biases) memcpy(biases + e * sb, one.biases, sb);
+    }
+    host.data = data;
+    host.scales = scales;
+    host.biases = biases;
+    return upload(m, &host, dst, err);
+}
+
+// A float vector (norm weight or Linear bias) converted to float32 on the backend.
+static int load_vector(mx_model *m, const char *name, int64_t len, bool required, const float **dst, mx_error *err) {
+    *dst = NULL;
+    const mx_st_tensor *t = mx_st_find(m->st, name);
+    if (!t) return required ? mx_fail(err, "missing tensor '%s'", name) : 0;
+    if (!is_float_dtype(t->dtype))
+        return mx_fail(err, "tensor '%s' has dtype %s, expected BF16, F16 or F32", name, mx_dtype_name(t->dtype));
+    if (t->ndim != 1 || t->shape[0] != len)
+        return mx_fail(err, "tensor '%s' has %d dims / %lld elements, expected [%lld]", name, t->ndim,
+                       (long long)(t->ndim ? t->shape[0] : 0), (long long)len);
+    float *host = malloc(sizeof(float) * len);
+    if (!host) return mx_fail(err, "out of memory");
+    for (int64_t i = 0; i < len; i++) host[i] = mx_load_float(t->data, t->dtype, i);
+    float *dev = m->be->ops->alloc(m->be, sizeof(float) * len, err);
+    int rc = dev ? m->be->ops->upload(m->be, dev, host, sizeof(float) * len, err) : -1;
+    free(host);
+    if (!dev) return -1;
+    if (keep_backend(m, dev, err)) return -1;
+    if (rc) return -1;
+    m->n_params += len;
+    m->weight_bytes += len * (int64_t)mx_dtype_size(t->dtype);
+    *dst = dev;
+    return 0;
+}
+
+static bool layer_is_moe(const mx_config *c, int i) {
+    for (int k = 0; k < c->n_mlp_only_layers; k++)
+        if (c->mlp_only_layers[k] == i) return false;
+    return c->num_experts > 0 && (i + 1) % c->decoder_sparse_step == 0;
+}
+
+static int load_layer(mx_model *m, const family *fam, int i, mx_error *err) {
+    const mx_config *c = &m->cfg;
+    mx_layer *L = &m->layers[i];
+    char p[256], name[512];
+    snprintf(p, sizeof p, "model.layers.%d", i);
+    int64_t H = c->hidden_size, q_out = (int64_t)c->n_heads * c->head_dim, kv_out = (int64_t)c->n_kv_heads * c->head_dim;
+#define PATH(suffix) (snprintf(name, sizeof name, "%s.%s", p, suffix), name)
+    if (load_vector(m, PATH("input_layernorm.weight"), H, true, &L->attn_norm, err) ||
+        load_vector(m, PATH("post_attention_layernorm.weight"), H, true, &L->ffn_norm, err) ||
+        load_matrix(m, PATH("self_attn.q_proj"), q_out, H, &L->wq, err) ||
+        load_matrix(m, PATH("self_attn.k_proj"), kv_out, H, &L->wk, err) ||
+        load_matrix(m, PATH("self_attn.v_proj"), kv_out, H, &L->wv, err) ||
+        load_matrix(m, PATH("self_attn.o_proj"), H, q_out, &L->wo, err))
+        return -1;
+    bool need_qkv_bias = fam->qkv_bias || c->attention_bias;
+    if (load_vector(m, PATH("self_attn.q_proj.bias"), q_out, need_qkv_bias, &L->bq, err) ||
+        load_vector(m, PATH("self_attn.k_proj.bias"), kv_out, need_qkv_bias, &L->bk, err) ||
+        load_vector(m, PATH("self_attn.v_proj.bias"), kv_out, need_qkv_bias, &L->bv, err) ||
+        load_vector(m, PATH("self_attn.o_proj.bias"), H, false, &L->bo, err))
+        return -1;
+    if (load_vector(m, PATH("self_attn.q_norm.weight"), c->head_dim, fam->qk_norm, &L->q_norm, err) ||
+        load_vector(m, PATH("self_attn.k_norm.weight"), c->head_dim, fam->qk_norm, &L->k_norm, err))
+        return -1;
+    L->moe = fam->moe && layer_is_moe(c, i);
+    if (L->moe) {
+        char mlp[300];
+        snprintf(mlp, sizeof mlp, "%s.mlp", p);
+        int64_t E = c->num_experts, I = c->moe_intermediate_size;
+        return load_matrix(m, PATH("mlp.gate"), E, H, &L->router, err) ||
+               load_experts(m, mlp, "gate_proj", E, I, H, &L->e_gate, err) ||
+               load_experts(m, mlp, "up_proj", E, I, H, &L->e_up, err) ||
+               load_experts(m, mlp, "down_proj", E, H, I, &L->e_down, err);
+    }
+    int64_t I = c->intermediate_size;
+    if (load_matrix(m, PATH("mlp.gate_proj"), I, H, &L->w_gate, err) ||
+        load_matrix(m, PATH("mlp.up_proj"), I, H, &L->w_up, err) ||
+        load_matrix(m, PATH("mlp.down_proj"), H, I, &L->w_down, err))
+        return -1;
+    return load_vector(m, PATH("mlp.gate_proj.bias"), I, c->mlp_bias, &L->b_gate, err) ||
+           load_vector(m, PATH("mlp.up_proj.bias"), I, c->mlp_bias, &L->b_up, err) ||
+           load_vector(m, PATH("mlp.down_proj.bias"), H, c->mlp_bias, &L->b_down, err);
+#undef PATH
+}
+
+static int check_config(const mx_config *c, const family *fam, mx_error *err) {
+    if (fam->moe && (c->num_experts <= 0 || c->num_experts_per_tok <= 0 || c->moe_intermediate_size <= 0 ||
+                     c->num_experts_per_tok > c->num_experts || c->num_experts > 1024))
+        return mx_fail(err, "config.json: qwen3_moe needs num_experts (<= 1024), num_experts_per_tok and moe_intermediate_size");
+    if (!fam->moe && c->intermediate_size <= 0) return mx_fail(err, "config.json: missing 'intermediate_size'");
+    if (c->head_dim > 512) return mx_fail(err, "config.json: head_dim %d is larger than 512", c->head_dim);
+    if (c->rms_norm_eps <= 0) return mx_fail(err, "config.json: rms_norm_eps must be positive");
+    if (c->rope_theta <= 0) return mx_fail(err, "config.json: rope_theta must be positive");
+    return 0;
+}
+
+static int model_load_into(mx_model *m, const char *dir, mx_error *err) {
+    if (mx_config_load(dir, &m->cfg, err)) return -1;
+    const family *fam = family_find(m->cfg.model_type);
+    if (!fam)
+        return mx_fail(err, "%s/config.json: unsupported model_type '%s' (supported: %s)", dir, m->cfg.model_type,
+                       mx_model_supported_types());
+    if (check_config(&m->cfg, fam, err)) return -1;
+    m->st = mx_st_open_dir(dir, err);
+    if (!m->st) return -1;
+    const mx_config *c = &m->cfg;
+    if (load_matrix(m, "model.embed_tokens", c->vocab_size, c->hidden_size, &m->embed, err) ||
+        load_vector(m, "model.norm.weight", c->hidden_size, true, &m->final_norm, err))
+        return -1;
+    bool has_head = mx_st_find(m->st, "lm_head.weight") != NULL;
+    m->tied = !has_head || (c->tie_set && c->tie_word_embeddings);
+    if (m->tied) {
+        m->lm_head = m->embed;
+    } else if (load_matrix(m, "lm_head", c->vocab_size, c->hidden_size, &m->lm_head, err)) {
+        return -1;
+    }
+    m->layers = calloc(c->n_layers, sizeof *m->layers);
+    if (!m->layers) return mx_fail(err, "out of memory");
+    for (int i = 0; i < c->n_layers; i++)
+        if (load_layer(m, fam, i, err)) return -1;
+    float inv[256];
+    mx_rope_inv_freq(c, inv);
+    size_t bytes = sizeof(float) * (c->head_dim / 2);
+    m->rope_inv_freq = m->be->ops->alloc(m->be, bytes, err);
+    if (!m->rope_inv_freq || keep_backend(m, m->rope_inv_freq, err)) return -1;
+    if (m->be->ops->upload(m->be, m->rope_inv_freq, inv, bytes, err)) return -1;
+    m->rope = (mx_rope){.inv_freq = m->rope_inv_freq, .head_dim = c->head_dim, .attn_factor = 1.0f};
+    return m->be->ops->sync(m->be, err);
+}
+
+mx_model *mx_model_load(const char *dir, mx_backend *be, mx_error *err) {
+    mx_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        mx_fail(err, "out of memory");
+        return NULL;
+    }
+    m->be = be;
+    m->dir = strdup(dir);
+    if (model_load_into(m, dir, err) != 0) {
+        mx_model_free(m);
+        return NULL;
+    }
+    return m;
+}
+
+void mx_model_free(mx_model *m) {
+    if (!m) return;
+    for (int i = 0; i < m->n_matrices; i++) m->be->ops->release_matrix(m->be, m->matrices[i]);
+    for (int i = 0; i < m->n_backend_bufs; i++) m->be->ops->release(m->be, m->backend_bufs[i]);
+    for (int i = 0; i < m->n_host_bufs; i++) free(m->host_bufs[i]);
+    free(m->matrices);
+    free(m->backend_bufs);
+    free(m->host_bufs);
+    free(m->layers);
+    mx_st_close(m->st);
+    mx_config_free(&m->cfg);
+    free(m->dir);
+    free(m);
+}
+
+const mx_config *mx_model_config(const mx_model *m) { return &m->cfg; }
+mx_backend *mx_model_backend(const mx_model *m) { return m->be; }
+const char *mx_model_dir(const mx_model *m) { return m->dir; }
+int64_t mx_model_param_count(const mx_model *m) { return m->n_params; }
+int64_t mx_model_weight_bytes(const mx_model *m) { return m->weight_bytes; }
+
+bool mx_model_is_eos(const mx_model *m, int32_t id) {
+    for (int i = 0; i < m->cfg.n_eos; i++)
+        if (m->cfg.eos_ids[i] == id) return true;
+    return false;
+}
+
+void mx_rope_inv_freq(const mx_config *cfg, float *out) {
+    int d = cfg->head_dim;
+    for (int i = 0; i < d / 2; i++) {
+        double inv = pow(cfg->rope_theta, -(2.0 * i) / d);
+        if (cfg->rope_type == MX_ROPE_LINEAR && cfg->rope_factor > 0) {
+            inv /= cfg->rope_factor;
+        } else if (cfg->rope_type == MX_ROPE_LLAMA3) {
+            double f = cfg->rope_factor, lo = cfg->rope_low_freq_factor, hi = cfg->rope_high_freq_factor;
+            double old = cfg->rope_original_max_pos, wavelen = 2.0 * M_PI / inv;
+            if (wavelen > old / lo) {
+                inv = inv / f;
+            } else if (wavelen >= old / hi) {
+                double smooth = (old / wavelen - lo) / (hi - lo);
+                inv = (1.0 - smooth) * inv / f + smooth * inv;
+            }
+        }
+        out[i] = (float)inv;
+    }
+}
