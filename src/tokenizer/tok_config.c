@@ -16,7 +16,7 @@ static const char gpt2_pattern[] =
 pcre2_code *tok_regex_compile(const char *pattern, bool is_literal, mx_error *err) {
     int code;
     PCRE2_SIZE offset;
-    uint32_t opts = PCRE2_UTF | PCRE2_UCP | (is_literal ? PCRE2_LITERAL : 0);
+    uint32_t opts = PCRE2_UTF | (is_literal ? PCRE2_LITERAL : PCRE2_UCP); // LITERAL rejects UCP
     pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, opts, &code, &offset, NULL);
     if (!re) {
         PCRE2_UCHAR msg[256];
