@@ -1,0 +1,73 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# CLI tests of `mlxcel convert`: a converted qwen3 model reproduces the reference logits, the mixed
+# recipe and sharding produce a loadable folder, and bad inputs fail with the documented exit codes
+# (1 runtime, 2 usage) and a message naming the problem. Usage: cli_convert.sh MLXCEL_BINARY
+set -u
+BIN=$1
+FIX=tests/fixtures/models
+TMP=$(mktemp -d /tmp/mlxcel-cli-convert.XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+fails=0
+
+ok() { echo "ok   $1"; }
+bad() { echo "FAIL $1"; fails=$((fails + 1)); }
+
+# expect CODE PATTERN DESCRIPTION -- ARGS...: runs convert, checks the exit code and stderr.
+expect() {
+    code=$1; pattern=$2; what=$3; shift 4
+    "$BIN" convert "$@" >"$TMP/out" 2>"$TMP/err"
+    rc=$?
+    if [ "$rc" -eq "$code" ] && grep -q -- "$pattern" "$TMP/err"; then ok "$what (exit $rc)"
+    else bad "$what: exit $rc, stderr: $(cat "$TMP/err")"; fi
+}
+
+ids=$(python3 -c "import json;print(','.join(map(str,json.load(open('$FIX/qwen3-q4g64f16/reference.json'))['prompt_ids'])))")
+
+# 1. -q on the (F16) qwen3 fixture gives the q4g64f16 model; its logits match the reference.
+"$BIN" convert --hf-path $FIX/qwen3-bf16 --mlx-path "$TMP/q4" -q 2>"$TMP/err" || bad "convert -q: $(cat "$TMP/err")"
+if "$BIN" logits -m "$TMP/q4" --ids "$ids" -o "$TMP/q4.safetensors" 2>"$TMP/err" &&
+   python3 tests/convert/st_logits_compare.py "$TMP/q4.safetensors" $FIX/qwen3-q4g64f16/reference.safetensors 1e-3
+then ok "converted q4 logits match the reference"; else bad "converted q4 logits: $(cat "$TMP/err")"; fi
+
+# 2. bfloat16 output, mixed recipe, small shards: index and per-layer config, and it loads.
+"$BIN" convert --hf-path $FIX/qwen3-bf16 --mlx-path "$TMP/mixed" -q --dtype bfloat16 \
+    --quant-predicate mixed_3_6 --max-shard-size 64K 2>"$TMP/err" || bad "mixed convert: $(cat "$TMP/err")"
+if [ -f "$TMP/mixed/model-00001-of-00004.safetensors" ] && [ -f "$TMP/mixed/model.safetensors.index.json" ] &&
+   grep -q '"model.layers.0.self_attn.v_proj"' "$TMP/mixed/config.json"; then ok "mixed recipe: shards, index, per-layer config"
+else bad "mixed recipe output: $(ls "$TMP/mixed")"; fi
+if "$BIN" logits -m "$TMP/mixed" --ids 1,2,3 -o "$TMP/mixed.safetensors" 2>"$TMP/err"; then ok "mixed model loads"
+else bad "mixed model load: $(cat "$TMP/err")"; fi
+
+# 3. Bad inputs.
+expect 2 "hf-path" "missing --hf-path" -- --mlx-path "$TMP/x"
+expect 2 "q-bits" "bad --q-bits" -- --hf-path $FIX/qwen3-bf16 --mlx-path "$TMP/x" -q --q-bits 7
+expect 2 "q-group-size" "bad --q-group-size" -- --hf-path $FIX/qwen3-bf16 --mlx-path "$TMP/x" -q --q-group-size 48
+expect 2 "q-mode" "bad --q-mode" -- --hf-path $FIX/qwen3-bf16 --mlx-path "$TMP/x" -q --q-mode int4
+expect 2 "mxfp8 needs bits 8" "mxfp8 with 4 bits" -- --hf-path $FIX/qwen3-bf16 --mlx-path "$TMP/x" -q --q-mode mxfp8 --q-bits 4
+expect 2 "dtype" "bad --dtype" -- --hf-path $FIX/qwen3-bf16 --mlx-path "$TMP/x" --dtype int8
+expect 2 "quant-predicate" "bad --quant-predicate" -- --hf-path $FIX/qwen3-bf16 --mlx-path "$TMP/x" -q --quant-predicate mixed_9_9
+expect 2 "unknown option" "unknown flag" -- --hf-path $FIX/qwen3-bf16 --bogus
+expect 1 "not a folder" "missing input folder" -- --hf-path "$TMP/nope" --mlx-path "$TMP/x"
+mkdir -p "$TMP/noconfig" && cp $FIX/qwen3-bf16/model.safetensors "$TMP/noconfig/"
+expect 1 "no config.json" "no config.json" -- --hf-path "$TMP/noconfig" --mlx-path "$TMP/x"
+mkdir -p "$TMP/noweights" && cp $FIX/qwen3-bf16/config.json "$TMP/noweights/"
+expect 1 "no model\*.safetensors" "no safetensors" -- --hf-path "$TMP/noweights" --mlx-path "$TMP/x"
+expect 1 "unknown architecture 'gemma3_text'" "unsupported architecture" -- --hf-path $FIX/gemma3-bf16 --mlx-path "$TMP/x"
+# An I64 tensor in an otherwise valid checkpoint.
+mkdir -p "$TMP/i64" && cp $FIX/qwen3-bf16/config.json "$TMP/i64/"
+python3 - "$TMP/i64/model.safetensors" <<'PY'
+import json, struct, sys
+h = json.dumps({"model.norm.weight": {"dtype": "I64", "shape": [4], "data_offsets": [0, 32]}}).encode()
+h += b" " * (-len(h) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + bytes(32))
+PY
+expect 1 "dtype I64" "I64 weight" -- --hf-path "$TMP/i64" --mlx-path "$TMP/x"
+[ ! -e "$TMP/x" ] && ok "failed runs left no output folder" || bad "a failed run left $TMP/x"
+ls -d "$TMP"/x.tmp-* >/dev/null 2>&1 && bad "a failed run left a temporary folder" || ok "no temporary folders left"
+expect 1 "already exists" "existing output without --force" -- --hf-path $FIX/qwen3-bf16 --mlx-path "$TMP/q4" -q
+if "$BIN" convert --hf-path $FIX/qwen3-bf16 --mlx-path "$TMP/q4" --force 2>/dev/null &&
+   ! grep -q quantization "$TMP/q4/config.json"; then ok "--force replaces the folder"; else bad "--force"; fi
+
+[ "$fails" -eq 0 ] && echo "all convert CLI tests passed" || echo "$fails convert CLI test(s) failed"
+[ "$fails" -eq 0 ]
