@@ -747,11 +747,13 @@ static int exec_for(jctx *c, const jnode *n, jbuf *out) {
     if (n->e) {
         // `for x in xs if cond`: filter first so loop.length and loop.last see the filtered list.
         jv kept = jv_list_new(c->ar, 0);
-        if (jctx_check_memory(c, n->line) < 0) return -1;
+        jscope *fs = scope_push(c);
+        c->scope = saved;
+        if (!fs || jctx_check_memory(c, n->line) < 0) return jctx_check_memory(c, n->line);
         for (size_t i = 0; i < items.list->n; i++) {
             jv cond;
-            c->scope = saved;
-            if (!scope_push(c)) return jctx_check_memory(c, n->line);
+            fs->n = 0;
+            c->scope = fs;
             int rc = assign(c, n->line, n->a, items.list->items[i]);
             if (rc == 0) rc = eval(c, n->e, &cond);
             c->scope = saved;
@@ -764,17 +766,19 @@ static int exec_for(jctx *c, const jnode *n, jbuf *out) {
     jv_loop *loop = jinja_arena_alloc(c->ar, sizeof *loop);
     if (!loop) return jctx_check_memory(c, n->line);
     loop->items = items.list;
+    // One scope serves every iteration, emptied each time: iterations do not see each other's
+    // variables (as in jinja2) and a long loop does not grow the arena.
+    jscope *iter = scope_push(c);
+    c->scope = saved;
+    if (!iter) return jctx_check_memory(c, n->line);
     int rc = 0;
     for (size_t i = 0; i < items.list->n; i++) {
         if (++c->steps > JINJA_MAX_STEPS) {
             rc = jctx_fail(c, n->line, "template exceeded its step limit");
             break;
         }
-        c->scope = saved;
-        if (!scope_push(c)) {
-            rc = jctx_check_memory(c, n->line);
-            break;
-        }
+        iter->n = 0;
+        c->scope = iter;
         loop->index0 = i;
         if (scope_set(c, c->scope, "loop", 4, (jv){.kind = JV_LOOP, .loop = loop}) < 0) {
             rc = jctx_check_memory(c, n->line);

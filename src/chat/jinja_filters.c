@@ -474,7 +474,7 @@ int jinja_apply_filter(jctx *c, int line, const char *name, jv self, const jargs
         double r = v * m;
         if (method.n == 4 && memcmp(method.s, "ceil", 4) == 0) r = ceil(r);
         else if (method.n == 5 && memcmp(method.s, "floor", 5) == 0) r = floor(r);
-        else r = round(r);
+        else r = nearbyint(r); // Python rounds half to even
         *out = jv_float(r / m);
         return 0;
     }
