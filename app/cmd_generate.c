@@ -80,7 +80,8 @@ int cmd_generate(int argc, char **argv) {
     mx_error err = {{0}};
     if (cli_open_model(cmd, &mo, &be, &m, &dir) != 0) goto done;
     if (!(tok = prompt_load_tokenizer(cmd, dir))) goto done;
-    if (prompt_encode(cmd, dir, tok, prompt_text, system, !no_template, &ids, &n_ids) != 0) goto done;
+    int32_t extra_eos = -1;
+    if (prompt_encode(cmd, dir, tok, prompt_text, system, !no_template, &ids, &n_ids, &extra_eos) != 0) goto done;
     const mx_config *cfg = mx_model_config(m);
     int max_ctx = mo.ctx ? mo.ctx : (int)n_ids + (max_new >= 0 ? max_new : 4096) + 1;
     if (max_ctx > cfg->max_position_embeddings && !mo.ctx) max_ctx = cfg->max_position_embeddings;
@@ -97,7 +98,7 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     gen_request req = {.ctx = ctx, .model = m, .tok = tok, .sampler = sampler, .prompt = ids, .n_prompt = (int)n_ids,
-                       .max_new = max_new, .ignore_eos = ignore_eos, .on_text = print_text};
+                       .max_new = max_new, .ignore_eos = ignore_eos, .extra_eos = extra_eos, .on_text = print_text};
     gen_stats st;
     if (gen_run(&req, &st, &err) != 0) {
         fputc('\n', stdout);

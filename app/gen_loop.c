@@ -42,7 +42,7 @@ int gen_run(const gen_request *r, gen_stats *st, mx_error *err) {
         mx_sampler_accept(r->sampler, id, true);
         if (r->out_ids) r->out_ids[st->generated_tokens] = id;
         st->generated_tokens++;
-        bool eos = mx_model_is_eos(r->model, id);
+        bool eos = mx_model_is_eos(r->model, id) || (r->extra_eos >= 0 && id == r->extra_eos);
         if (r->tok && !(eos && !r->ignore_eos)) {
             size_t len = mx_detok_push(&detok, id, text, cap);
             if (len && r->on_text && !r->on_text(r->user, text, len)) st->stopped = true;

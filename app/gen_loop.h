@@ -30,6 +30,7 @@ typedef struct gen_request {
     int start_pos;               // tokens already in the slot's cache (chat turns)
     int max_new;                 // -1: until EOS or the context is full
     bool ignore_eos;             // bench: always generate max_new
+    int32_t extra_eos;           // another stop token (the chat template's end of turn), or -1
     // Called with each piece of complete UTF-8 text; return false to stop early.
     bool (*on_text)(void *user, const char *text, size_t len);
     void *user;
