@@ -246,13 +246,21 @@ int tok_bpe_encode_piece(const mx_tokenizer *tok, tok_bpe_scratch *s, const char
 typedef struct tok_span {
     size_t start, end; // [start, end) of the raw JSON value; start == end when absent
 } tok_span;
-// Finds model.vocab and model.merges in the document; -1 when the layout is not understood.
-int tok_json_find_model_spans(const char *doc, size_t n, tok_span *vocab, tok_span *merges);
 typedef int (*tok_vocab_fn)(void *ctx, const char *key, size_t len, int64_t id);
 typedef int (*tok_merge_fn)(void *ctx, const char *a, size_t alen, const char *b, size_t blen);
-// Walks a raw vocab object / merges array, decoding JSON strings; -1 with err on malformed input
-// or when a callback fails.
-int tok_json_scan_vocab(const char *doc, tok_span span, tok_vocab_fn fn, void *ctx, mx_error *err);
-int tok_json_scan_merges(const char *doc, tok_span span, tok_merge_fn fn, void *ctx, mx_error *err);
+// Walks the raw vocab object / merges array starting at doc[start] (a '{' / '['), decoding JSON
+// strings and calling fn per entry; *end is set past the closing bracket. -1 with err on
+// malformed input or when a callback fails.
+int tok_json_scan_vocab(const char *doc, size_t n, size_t start, size_t *end, tok_vocab_fn fn, void *ctx,
+                        mx_error *err);
+int tok_json_scan_merges(const char *doc, size_t n, size_t start, size_t *end, tok_merge_fn fn, void *ctx,
+                         mx_error *err);
+// One pass over the top-level "model" object: model.vocab entries go to on_vocab, then
+// model.merges entries to on_merge, and their raw spans are returned so the caller can cut them
+// out before handing the rest to jansson. Returns 0 on success; 1 when the layout is not the
+// expected one (no model, type other than "BPE", merges before vocab, ...) and -1 with err on
+// malformed content; after a nonzero return the caller starts again from a full jansson parse.
+int tok_json_scan_model(const char *doc, size_t n, tok_vocab_fn on_vocab, tok_merge_fn on_merge, void *ctx,
+                        tok_span *vocab, tok_span *merges, mx_error *err);
 
 #endif

@@ -200,17 +200,6 @@ static int find_member(scan *c, const char *key, bool want_end, tok_span *out) {
     }
 }
 
-int tok_json_find_model_spans(const char *doc, size_t n, tok_span *vocab, tok_span *merges) {
-    scan c = {doc, 0, n};
-    tok_span model;
-    if (find_member(&c, "model", false, &model) != 0 || model.start == 0) return -1;
-    c = (scan){doc, model.start, n};
-    if (find_member(&c, "vocab", true, vocab) != 0) return -1;
-    c = (scan){doc, model.start, n};
-    if (find_member(&c, "merges", true, merges) != 0) return -1;
-    return 0;
-}
-
 // Grows *buf to hold at least need bytes.
 static int reserve(char **buf, size_t *cap, size_t need) {
     if (need <= *cap) return 0;
@@ -237,8 +226,9 @@ static size_t line_of(const char *doc, size_t pos) {
     return line;
 }
 
-int tok_json_scan_vocab(const char *doc, tok_span span, tok_vocab_fn fn, void *ctx, mx_error *err) {
-    scan c = {doc, span.start, span.end};
+int tok_json_scan_vocab(const char *doc, size_t n, size_t start, size_t *end, tok_vocab_fn fn, void *ctx,
+                        mx_error *err) {
+    scan c = {doc, start, n};
     char *buf = NULL;
     size_t cap = 0;
     int rc = -1;
@@ -250,6 +240,7 @@ int tok_json_scan_vocab(const char *doc, tok_span span, tok_vocab_fn fn, void *c
     c.i++;
     skip_ws(&c);
     if (c.i < c.n && doc[c.i] == '}') {
+        *end = ++c.i;
         rc = 0;
         goto done;
     }
@@ -279,6 +270,7 @@ int tok_json_scan_vocab(const char *doc, tok_span span, tok_vocab_fn fn, void *c
             continue;
         }
         if (c.i < c.n && doc[c.i] == '}') {
+            *end = ++c.i;
             rc = 0;
             goto done;
         }
@@ -290,8 +282,9 @@ done:
     return rc;
 }
 
-int tok_json_scan_merges(const char *doc, tok_span span, tok_merge_fn fn, void *ctx, mx_error *err) {
-    scan c = {doc, span.start, span.end};
+int tok_json_scan_merges(const char *doc, size_t n, size_t start, size_t *end, tok_merge_fn fn, void *ctx,
+                         mx_error *err) {
+    scan c = {doc, start, n};
     char *a = NULL, *b = NULL;
     size_t acap = 0, bcap = 0;
     int rc = -1;
@@ -303,6 +296,7 @@ int tok_json_scan_merges(const char *doc, tok_span span, tok_merge_fn fn, void *
     c.i++;
     skip_ws(&c);
     if (c.i < c.n && doc[c.i] == ']') {
+        *end = ++c.i;
         rc = 0;
         goto done;
     }
@@ -340,6 +334,7 @@ int tok_json_scan_merges(const char *doc, tok_span span, tok_merge_fn fn, void *
             continue;
         }
         if (c.i < c.n && doc[c.i] == ']') {
+            *end = ++c.i;
             rc = 0;
             goto done;
         }
@@ -350,4 +345,48 @@ done:
     free(a);
     free(b);
     return rc;
+}
+
+int tok_json_scan_model(const char *doc, size_t n, tok_vocab_fn on_vocab, tok_merge_fn on_merge, void *ctx,
+                        tok_span *vocab, tok_span *merges, mx_error *err) {
+    scan c = {doc, 0, n};
+    tok_span model;
+    *vocab = *merges = (tok_span){0, 0};
+    if (find_member(&c, "model", false, &model) != 0 || model.start == 0) return 1;
+    c.i = model.start + 1; // just inside the model object's '{'
+    for (;;) {
+        skip_ws(&c);
+        if (c.i < c.n && doc[c.i] == '}') return vocab->end ? 0 : 1;
+        size_t end = string_end(&c);
+        char name[16];
+        size_t name_len = 0;
+        if (c.i >= c.n || doc[c.i] != '"' || !end) return 1;
+        if (end - c.i - 2 < sizeof name && read_string(&c, name, &name_len) != 0) return 1;
+        c.i = end;
+        skip_ws(&c);
+        if (c.i >= c.n || doc[c.i] != ':') return 1;
+        c.i++;
+        skip_ws(&c);
+        size_t vstart = c.i;
+        bool is_vocab = name_len == 5 && memcmp(name, "vocab", 5) == 0;
+        bool is_merges = name_len == 6 && memcmp(name, "merges", 6) == 0;
+        bool is_type = name_len == 4 && memcmp(name, "type", 4) == 0;
+        if (is_type) { // only BPE has this layout; let the caller report anything else
+            if (c.i + 5 > c.n || memcmp(doc + c.i, "\"BPE\"", 5) != 0) return 1;
+        }
+        if (is_vocab && doc[c.i] == '{') {
+            if (tok_json_scan_vocab(doc, n, vstart, &c.i, on_vocab, ctx, err) != 0) return -1;
+            *vocab = (tok_span){vstart, c.i};
+        } else if (is_merges && vocab->end && doc[c.i] == '[') {
+            if (tok_json_scan_merges(doc, n, vstart, &c.i, on_merge, ctx, err) != 0) return -1;
+            *merges = (tok_span){vstart, c.i};
+        } else if (is_vocab || is_merges) {
+            return 1; // unexpected order or type
+        } else if (skip_value(&c) != 0) {
+            return 1;
+        }
+        skip_ws(&c);
+        if (c.i < c.n && doc[c.i] == ',') c.i++;
+        else if (!(c.i < c.n && doc[c.i] == '}')) return 1;
+    }
 }

@@ -356,17 +356,43 @@ static int build_id_tables(load_ctx *c) {
     return 0;
 }
 
+static int init_tables(load_ctx *c, size_t n_vocab_guess, size_t n_merges_guess) {
+    mx_tokenizer *tok = c->tok;
+    tok_strmap_free(&tok->vocab);
+    tok_pairmap_free(&tok->merges);
+    c->n_vocab = c->n_merges = 0;
+    c->max_id = -1;
+    if (tok_strmap_init(&tok->vocab, n_vocab_guess) != 0 || tok_pairmap_init(&tok->merges, n_merges_guess) != 0)
+        return mx_fail(c->err, "out of memory");
+    return 0;
+}
+
+// Fast path: vocab and merges straight from the text, jansson for the (small) rest. When the
+// fast path declines or finds an error, everything is redone from a full jansson parse, which
+// gives the precise message (and the line number jansson reports).
 static int load_json(load_ctx *c, const char *doc, size_t n) {
     mx_tokenizer *tok = c->tok;
-    tok_span vspan = {0, 0}, mspan = {0, 0};
-    bool fast = tok_json_find_model_spans(doc, n, &vspan, &mspan) == 0;
-    char *small = NULL;
-    size_t small_len = n;
-    if (fast && !(small = compact_doc(doc, n, vspan, mspan, &small_len))) return mx_fail(c->err, "out of memory");
-    json_error_t jerr;
-    json_t *root = json_loadb(fast ? small : doc, small_len, JSON_ALLOW_NUL, &jerr);
-    free(small);
-    if (!root) return mx_fail(c->err, "malformed JSON at line %d column %d: %s", jerr.line, jerr.column, jerr.text);
+    tok_span vspan, mspan;
+    json_t *root = NULL;
+    mx_error scan_err; // superseded by the slow path's own messages
+    // Pretty-printed Hugging Face files spend ~24 bytes per vocab entry and ~46 per merge; the
+    // tables grow if the guess is low.
+    if (init_tables(c, n / 70 + 64, n / 70 + 64) != 0) return -1;
+    if (tok_json_scan_model(doc, n, on_vocab, on_merge, c, &vspan, &mspan, &scan_err) == 0) {
+        size_t small_len;
+        char *small = compact_doc(doc, n, vspan, mspan, &small_len);
+        if (!small) return mx_fail(c->err, "out of memory");
+        json_error_t jerr;
+        root = json_loadb(small, small_len, JSON_ALLOW_NUL, &jerr);
+        free(small);
+        if (!root) return mx_fail(c->err, "malformed JSON at line %d column %d: %s", jerr.line, jerr.column, jerr.text);
+    }
+    bool fast = root != NULL;
+    if (!fast) {
+        json_error_t jerr;
+        root = json_loadb(doc, n, JSON_ALLOW_NUL, &jerr);
+        if (!root) return mx_fail(c->err, "malformed JSON at line %d column %d: %s", jerr.line, jerr.column, jerr.text);
+    }
     int rc = -1;
     json_t *model = json_object_get(root, "model");
     if (!json_is_object(root) || !json_is_object(model)) {
@@ -374,22 +400,19 @@ static int load_json(load_ctx *c, const char *doc, size_t n) {
         goto done;
     }
     if (read_model_options(c, model) != 0) goto done;
-    json_t *jv = json_object_get(model, "vocab"), *jm = json_object_get(model, "merges");
-    // Sized from the raw spans (typical pretty-printed entry sizes) so the tables rarely regrow.
-    size_t n_vocab_guess = fast ? (vspan.end - vspan.start) / 20 + 64 : json_object_size(jv);
-    size_t n_merges_guess = fast ? (mspan.end - mspan.start) / 40 + 64 : json_array_size(jm);
-    if (tok_strmap_init(&tok->vocab, n_vocab_guess) != 0 || tok_strmap_init(&tok->added_map, 64) != 0 ||
-        tok_pairmap_init(&tok->merges, n_merges_guess) != 0) {
+    if (!fast) {
+        json_t *jv = json_object_get(model, "vocab"), *jm = json_object_get(model, "merges");
+        if (!json_is_object(jv)) {
+            mx_fail(c->err, "model.vocab is missing or not an object");
+            goto done;
+        }
+        if (init_tables(c, json_object_size(jv), json_array_size(jm)) != 0 || vocab_from_json(c, jv) != 0) goto done;
+        if (json_is_array(jm) && merges_from_json(c, jm) != 0) goto done;
+    }
+    if (tok_strmap_init(&tok->added_map, 64) != 0) {
         mx_fail(c->err, "out of memory");
         goto done;
     }
-    if (fast ? vspan.start == vspan.end : !json_is_object(jv)) {
-        mx_fail(c->err, "model.vocab is missing or not an object");
-        goto done;
-    }
-    if (fast ? tok_json_scan_vocab(doc, vspan, on_vocab, c, c->err) != 0 : vocab_from_json(c, jv) != 0) goto done;
-    if (fast && mspan.start != mspan.end && tok_json_scan_merges(doc, mspan, on_merge, c, c->err) != 0) goto done;
-    if (!fast && json_is_array(jm) && merges_from_json(c, jm) != 0) goto done;
 
     if (tok_config_normalizer(tok, json_object_get(root, "normalizer"), c->err) != 0 ||
         tok_config_pre_tokenizer(tok, json_object_get(root, "pre_tokenizer"), c->err) != 0 ||
