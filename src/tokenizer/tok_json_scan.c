@@ -2,10 +2,10 @@
 // A narrow, fast reader for the two members that make up almost all of a tokenizer.json:
 // model.vocab (an object of string -> id) and model.merges (an array of "a b" strings or [a, b]
 // pairs). Building a jansson tree for them costs most of a second for Qwen's 11 MB file, so
-// tok_load.c cuts these two spans out of the document, reads them here with callbacks, and hands
-// the small remainder to jansson. Anything this reader does not understand is reported as an
-// error (or, for tok_json_find_model_spans, as "layout not understood" so the caller can fall back
-// to jansson for the whole document).
+// tok_load.c reads these two members here with callbacks, cuts their spans out of the document and hands
+// the small remainder to jansson. Anything this reader does not understand makes
+// tok_json_scan_model decline (or fail), and the caller falls back to jansson for the whole
+// document.
 #include <stdlib.h>
 #include <string.h>
 
