@@ -1,0 +1,267 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""End-to-end tests of the mlxcel CLI: the demo model's greedy references through `generate` (text
+path, tokenizer included), `logits` against a fixture's reference, usage errors (exit 2), and bad
+model folders built here from the fixtures (truncated files, broken headers, wrong shapes and
+dtypes, missing tensors, unknown architectures, malformed config, missing tokenizer): each must
+exit 1 with a message naming what was wrong, never crash.
+
+usage: test_cli.py PATH/TO/mlxcel   (run from the repository root)"""
+import json, os, shutil, struct, subprocess, sys, tempfile
+
+MLXCEL = os.path.abspath(sys.argv[1])
+DEMO = 'models/qwen3-demo-44m-4bit'
+FIX = 'tests/fixtures/models'
+passed, failed = 0, 0
+
+
+def run(args, stdin=None, timeout=300):
+    p = subprocess.run([MLXCEL] + args, input=stdin, capture_output=True, timeout=timeout)
+    return p.returncode, p.stdout.decode('utf-8', 'replace'), p.stderr.decode('utf-8', 'replace')
+
+
+def check(name, ok, detail=''):
+    global passed, failed
+    if ok:
+        passed += 1
+        print(f'PASS {name}')
+    else:
+        failed += 1
+        print(f'FAIL {name}: {detail}')
+
+
+def read_st(path):
+    raw = open(path, 'rb').read()
+    n = struct.unpack('<Q', raw[:8])[0]
+    return raw, n, json.loads(raw[8:8 + n])
+
+
+def write_st(path, header, data):
+    h = json.dumps(header).encode()
+    open(path, 'wb').write(struct.pack('<Q', len(h)) + h + data)
+
+
+def floats(raw, n, entry):
+    a, b = entry['data_offsets']
+    buf = raw[8 + n + a:8 + n + b]
+    return struct.unpack(f'<{len(buf) // 4}f', buf)
+
+
+# --- demo model: greedy continuations through the text path -------------------------------------
+ref = json.load(open(f'{DEMO}/reference.json'))
+for case in ref['greedy']:
+    rc, out, err = run(['generate', '-p', case['prompt'], '-n', '50', '--temp', '0'])
+    want = case['text'].replace('<|endoftext|>', '')
+    got = out[:-1] if out.endswith('\n') else out
+    # The CPU computes in float32 (~1e-6 from the reference), far inside even the smallest margin
+    # (0.02) of these continuations, so the whole text must match.
+    check(f"generate demo '{case['prompt']}'", rc == 0 and got == want, f'rc={rc} got={got!r} want={want!r} err={err[-300:]}')
+    check(f"generate stats line '{case['prompt']}'", 'Generation:' in err and 'Peak memory:' in err and 'Backend: cpu' in err, err)
+
+rc, out, err = run(['generate', '-p', '-', '-n', '5', '--temp', '0'], stdin=b'Hello')
+check('generate reads the prompt from stdin', rc == 0 and out.startswith(' you are in the same'), out + err)
+
+rc1, out1, _ = run(['generate', '-p', 'Once upon a time', '-n', '20', '--temp', '0.8', '--top-p', '0.9', '--seed', '7'])
+rc2, out2, _ = run(['generate', '-p', 'Once upon a time', '-n', '20', '--temp', '0.8', '--top-p', '0.9', '--seed', '7'])
+check('same seed, same output', rc1 == 0 and rc2 == 0 and out1 == out2 and len(out1) > 5, f'{out1!r} vs {out2!r}')
+
+# --- logits against a fixture reference ----------------------------------------------------------
+with tempfile.TemporaryDirectory() as tmp:
+    for mode in ('prefill', 'decode'):
+        for fx in ('qwen3-q4g64', 'llama-q4g64', 'qwen3_moe-q4g64'):
+            rraw, rn, rh = read_st(f'{FIX}/{fx}/reference.safetensors')
+            a, b = rh['prompt_ids']['data_offsets']
+            ids = struct.unpack('<20i', rraw[8 + rn + a:8 + rn + b])
+            out = os.path.join(tmp, f'{fx}-{mode}.safetensors')
+            rc, _, err = run(['logits', '-m', f'{FIX}/{fx}', '--ids', ','.join(map(str, ids)), '--mode', mode, '-o', out])
+            ok = rc == 0
+            worst = 1.0
+            if ok:
+                raw, n, h = read_st(out)
+                got, want = floats(raw, n, h['logits']), floats(rraw, rn, rh['logits'])
+                worst = 0.0
+                for t in range(20):
+                    g, w = got[t * 512:(t + 1) * 512], want[t * 512:(t + 1) * 512]
+                    worst = max(worst, max(abs(x - y) for x, y in zip(g, w)) / max(abs(y) for y in w))
+            check(f'logits {fx} {mode} within 1e-3', ok and worst < 1e-3, f'rc={rc} worst={worst} {err[-200:]}')
+
+# --- usage errors: exit 2 ------------------------------------------------------------------------
+for args, needle in ((['generate'], 'prompt is required'), (['generate', '-p', 'x', '-n', 'abc'], "'abc'"),
+                     (['generate', '-p', 'x', '--temp', '-1'], '--temp'), (['generate', '--bogus'], "'--bogus'"),
+                     (['logits', '--ids', '1,x', '-o', '/tmp/x'], '--ids'), (['nosuchcommand'], 'unknown command'),
+                     (['logits', '--mode', 'sideways', '--ids', '1', '-o', '/tmp/x'], '--mode'),
+                     (['generate', '-p'], 'needs a value')):
+    rc, out, err = run(args)
+    check(f'usage error {args}', rc == 2 and needle in err, f'rc={rc} err={err!r}')
+
+# --- bad model folders: exit 1 with a clear message ----------------------------------------------
+def copy_fixture(tmp, name, src=f'{FIX}/qwen3-q4g64'):
+    d = os.path.join(tmp, name)
+    shutil.copytree(src, d)
+    for f in os.listdir(d):
+        os.chmod(os.path.join(d, f), 0o644)
+    return d
+
+
+def mutate_header(d, fn):
+    path = os.path.join(d, 'model.safetensors')
+    raw, n, h = read_st(path)
+    data = raw[8 + n:]
+    data = fn(h, data)
+    write_st(path, h, data)
+
+
+def expect_load_error(name, d, needle):
+    rc, out, err = run(['logits', '-m', d, '--ids', '1,2,3', '-o', os.path.join(d, 'out.safetensors')])
+    check(f'bad input: {name}', rc == 1 and needle in err, f'rc={rc} err={err!r}')
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    d = copy_fixture(tmp, 'truncated')
+    p = os.path.join(d, 'model.safetensors')
+    raw = open(p, 'rb').read()
+    open(p, 'wb').write(raw[:len(raw) // 2])
+    expect_load_error('truncated file', d, 'outside the')
+
+    d = copy_fixture(tmp, 'tiny')
+    open(os.path.join(d, 'model.safetensors'), 'wb').write(b'\x01\x02')
+    expect_load_error('file shorter than a header', d, 'truncated')
+
+    d = copy_fixture(tmp, 'hdrlen')
+    p = os.path.join(d, 'model.safetensors')
+    raw = open(p, 'rb').read()
+    open(p, 'wb').write(struct.pack('<Q', len(raw) * 4) + raw[8:])
+    expect_load_error('header length past EOF', d, 'past the end of the file')
+
+    d = copy_fixture(tmp, 'badjson')
+    p = os.path.join(d, 'model.safetensors')
+    raw = open(p, 'rb').read()
+    n = struct.unpack('<Q', raw[:8])[0]
+    open(p, 'wb').write(raw[:8] + b'{' * n + raw[8 + n:])
+    expect_load_error('header not JSON', d, 'not valid JSON')
+
+    def out_of_range(h, data):
+        k = next(k for k in h if k != '__metadata__')
+        a, b = h[k]['data_offsets']
+        h[k]['data_offsets'] = [a + len(data), b + len(data)]
+        return data
+    d = copy_fixture(tmp, 'offsets')
+    mutate_header(d, out_of_range)
+    expect_load_error('offsets out of range', d, 'outside the')
+
+    def overlap(h, data):
+        ks = sorted((k for k in h if k != '__metadata__' and h[k]['dtype'] == 'BF16'), key=lambda k: h[k]['data_offsets'][0])
+        a0, b0 = h[ks[0]]['data_offsets']
+        k1 = next(k for k in ks[1:] if h[k]['data_offsets'][1] - h[k]['data_offsets'][0] == b0 - a0)
+        h[k1]['data_offsets'] = [a0, b0]
+        return data
+    d = copy_fixture(tmp, 'overlap')
+    mutate_header(d, overlap)
+    expect_load_error('overlapping tensors', d, 'overlap')
+
+    def dtype_size(h, data):
+        h['model.norm.weight']['dtype'] = 'F32'
+        return data
+    d = copy_fixture(tmp, 'dtype')
+    mutate_header(d, dtype_size)
+    expect_load_error('dtype does not match the byte size', d, "'model.norm.weight'")
+
+    def wrong_dtype(h, data):
+        h['model.layers.0.self_attn.q_proj.weight']['dtype'] = 'I32'
+        return data
+    d = copy_fixture(tmp, 'wrongdtype')
+    mutate_header(d, wrong_dtype)
+    expect_load_error('quantized weight with a wrong dtype', d, 'must be U32')
+
+    def wrong_shape(h, data):
+        s = h['model.layers.1.mlp.up_proj.weight']['shape']
+        h['model.layers.1.mlp.up_proj.weight']['shape'] = [s[1] * 2, s[0] // 2]
+        return data
+    d = copy_fixture(tmp, 'shape')
+    mutate_header(d, wrong_shape)
+    expect_load_error('shape mismatch', d, "'model.layers.1.mlp.up_proj.weight' has shape")
+
+    def scales_shape(h, data):
+        s = h['model.layers.0.self_attn.k_proj.scales']['shape']
+        h['model.layers.0.self_attn.k_proj.scales']['shape'] = [s[0] * 2, s[1] // 2]
+        return data
+    d = copy_fixture(tmp, 'qshape')
+    mutate_header(d, scales_shape)
+    expect_load_error('wrong quantization shapes', d, 'k_proj.scales')
+
+    def missing(h, data):
+        del h['model.layers.1.self_attn.o_proj.weight']
+        return data
+    d = copy_fixture(tmp, 'missing')
+    mutate_header(d, missing)
+    expect_load_error('missing tensor', d, "missing tensor 'model.layers.1.self_attn.o_proj.weight'")
+
+    def missing_scales(h, data):
+        del h['model.layers.0.mlp.down_proj.scales']
+        return data
+    d = copy_fixture(tmp, 'noscales')
+    mutate_header(d, missing_scales)
+    expect_load_error('quantized weight without scales', d, 'down_proj')
+
+    d = copy_fixture(tmp, 'arch')
+    cfg = json.load(open(os.path.join(d, 'config.json')))
+    cfg['model_type'] = 'gpt_neo_x'
+    json.dump(cfg, open(os.path.join(d, 'config.json'), 'w'))
+    expect_load_error('unknown architecture', d, "unsupported model_type 'gpt_neo_x' (supported: qwen3")
+
+    d = copy_fixture(tmp, 'badcfg')
+    open(os.path.join(d, 'config.json'), 'w').write('{"model_type": "qwen3", "hidden_size": ')
+    expect_load_error('malformed config.json', d, 'config.json: not valid JSON')
+
+    d = copy_fixture(tmp, 'cfgtype')
+    cfg = json.load(open(os.path.join(d, 'config.json')))
+    cfg['num_hidden_layers'] = 'two'
+    json.dump(cfg, open(os.path.join(d, 'config.json'), 'w'))
+    expect_load_error('config field of the wrong type', d, "'num_hidden_layers' must be an integer")
+
+    d = copy_fixture(tmp, 'qbits')
+    cfg = json.load(open(os.path.join(d, 'config.json')))
+    cfg['quantization']['bits'] = 7
+    cfg['quantization_config']['bits'] = 7
+    json.dump(cfg, open(os.path.join(d, 'config.json'), 'w'))
+    expect_load_error('unsupported quantization bits', d, 'bits must be')
+
+    d = copy_fixture(tmp, 'noweights')
+    os.remove(os.path.join(d, 'model.safetensors'))
+    expect_load_error('no safetensors files', d, 'no model*.safetensors')
+
+    d = copy_fixture(tmp, 'notok')  # fixtures have no tokenizer: generate needs one
+    rc, out, err = run(['generate', '-m', d, '-p', 'hi', '-n', '2'])
+    check('missing tokenizer', rc == 1 and 'tokenizer.json' in err, f'rc={rc} err={err!r}')
+
+    rc, out, err = run(['generate', '-m', os.path.join(tmp, 'nope'), '-p', 'hi'])
+    check('missing model folder', rc == 1 and 'not found' in err, f'rc={rc} err={err!r}')
+
+    env_home = os.path.join(tmp, 'hf')
+    os.makedirs(env_home)
+    p = subprocess.run([MLXCEL, 'generate', '-m', 'someorg/somemodel', '-p', 'hi'], capture_output=True,
+                       env=dict(os.environ, HF_HOME=env_home), timeout=60)
+    e = p.stderr.decode()
+    check('missing hub model names where it looked', p.returncode == 1 and 'models--someorg--somemodel' in e, e)
+
+    # A repo id resolved through a fake Hugging Face cache.
+    snap = os.path.join(env_home, 'hub', 'models--someorg--demo', 'snapshots', 'abc123')
+    os.makedirs(snap)
+    for f in os.listdir(DEMO):
+        os.symlink(os.path.abspath(os.path.join(DEMO, f)), os.path.join(snap, f))
+    os.makedirs(os.path.join(env_home, 'hub', 'models--someorg--demo', 'refs'))
+    open(os.path.join(env_home, 'hub', 'models--someorg--demo', 'refs', 'main'), 'w').write('abc123')
+    p = subprocess.run([MLXCEL, 'generate', '-m', 'someorg/demo', '-p', 'Hello', '-n', '3', '--temp', '0'],
+                       capture_output=True, env=dict(os.environ, HF_HOME=env_home), timeout=60)
+    check('repo id found in the local Hugging Face cache', p.returncode == 0 and p.stdout.decode().startswith(' you are'),
+          p.stderr.decode())
+
+# --- inspect and info ----------------------------------------------------------------------------
+rc, out, err = run(['inspect', '-m', f'{FIX}/qwen3-q4mixed'])
+check('inspect describes per-layer quantization', rc == 0 and 'architecture: qwen3' in out and 'affine 6-bit' in out
+      and 'not quantized' in out, out + err)
+rc, out, err = run(['info'])
+check('info', rc == 0 and 'backends: cpu' in out and 'cpu threads:' in out, out + err)
+
+print(f'{passed} passed, {failed} failed')
+sys.exit(1 if failed else 0)
