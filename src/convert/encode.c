@@ -14,7 +14,7 @@
 
 #include "convert/quantize.h"
 
-enum { BLOCK_TARGET_BYTES = 32 << 20, MAX_THREADS = 256 };
+enum { BLOCK_TARGET_BYTES = 16 << 20, MAX_THREADS = 256 };
 
 // Bytes per output row of each part.
 static void row_bytes(const cv_item *it, int64_t rb[3]) {
@@ -136,15 +136,21 @@ static void *run_block(void *arg) {
     return NULL;
 }
 
-// Tells the kernel the source pages of this item are no longer needed (they are file-backed and
-// read-only, so dropping them only costs a re-read if touched again).
-static void drop_source_pages(const cv_item *it) {
+// Tells the kernel the source pages of rows [r0, r1) are no longer needed. They are file-backed and
+// read-only, so dropping them only costs a re-read if touched again (a page shared with the next
+// rows is kept); this keeps resident memory near one block even for the largest tensor.
+static void drop_source_rows(const cv_item *it, int64_t r0, int64_t r1) {
     long page = sysconf(_SC_PAGESIZE);
     if (page <= 0) return;
+    int64_t rows_per_src = it->rows / it->n_src;
     for (int s = 0; s < it->n_src; s++) {
-        uintptr_t a = (uintptr_t)it->src[s]->data;
-        uintptr_t start = (a + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
-        uintptr_t end = (a + it->src[s]->nbytes) / (uintptr_t)page * (uintptr_t)page;
+        int64_t a = r0 > s * rows_per_src ? r0 - s * rows_per_src : 0;
+        int64_t b = r1 < (s + 1) * rows_per_src ? r1 - s * rows_per_src : rows_per_src;
+        if (a >= b) continue;
+        int64_t row_bytes = it->cols * (int64_t)mx_dtype_size(it->src[s]->dtype);
+        uintptr_t base = (uintptr_t)it->src[s]->data;
+        uintptr_t start = (base + (uintptr_t)(a * row_bytes) + (uintptr_t)page - 1) / (uintptr_t)page * (uintptr_t)page;
+        uintptr_t end = (base + (uintptr_t)(b * row_bytes)) / (uintptr_t)page * (uintptr_t)page;
         if (end > start) madvise((void *)start, end - start, MADV_DONTNEED);
     }
 }
@@ -199,9 +205,9 @@ int cv_encode_item(const cv_item *it, cv_st_writer *w, const cv_parts *parts, in
             if (spawned[t]) pthread_join(tids[t], NULL);
         for (int k = 0; k < parts->n && rc == 0; k++)
             rc = cv_st_writer_put(w, (size_t)parts->index[k], r0 * rb[k], out[k], (size_t)(n * rb[k]), err);
+        drop_source_rows(it, r0, r1);
         if (done) done(user, n * per_row);
     }
-    drop_source_pages(it);
 done_all:
     for (int k = 0; k < 3; k++) free(out[k]);
     free(scratch);
