@@ -20,8 +20,8 @@ typedef enum jnode_kind {
     JN_SUBSCRIPT, // a[b]
     JN_SLICE,     // a:b:c inside a subscript (any may be NULL)
     JN_CALL,      // a(args, kwnames=kwargs)
-    JN_FILTER,    // a | name(args, kwargs); a is NULL inside {% filter %}
-    JN_TEST,      // a is name(args, kwargs)
+    JN_FILTER,    // a | name(args, kwargs); a is NULL inside {% filter %}; op -1: unknown name
+    JN_TEST,      // a is name(args, kwargs); op -1: unknown name
     JN_NOT,       // not a
     JN_NEG,       // -a
     JN_POS,       // +a

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// The parser's view of the built-in tables: which filter and test names exist, so that an unknown
-// one fails when the template is loaded rather than when a request happens to reach it.
+// The parser's view of the built-in tables: which filter and test names exist, so that a node with
+// an unknown one can be marked at load and fail with a clear message when a render reaches it.
 #ifndef MX_CHAT_JINJA_BUILTINS_H
 #define MX_CHAT_JINJA_BUILTINS_H
 

@@ -408,6 +408,9 @@ int jinja_format_percent(jctx *c, int line, jv fmt, jv args, jv *out) {
         else if (spec == 'f' && (is_intish(v) || v.kind == JV_FLOAT)) jbuf_printf(&b, "%f", jv_as_double(v));
         else rc = jctx_fail(c, line, "unsupported format '%%%c' for %s", spec, jv_type_name(v));
     }
+    bool is_tuple = args.kind == JV_LIST && args.list->tuple;
+    if (rc == 0 && ((is_tuple && next < args.list->n) || (!is_tuple && args.kind != JV_DICT && next == 0)))
+        rc = jctx_fail(c, line, "not all arguments converted during string formatting");
     if (rc == 0 && b.failed) rc = jctx_fail(c, line, "string too large");
     if (rc == 0) {
         *out = jv_string_copy(c->ar, b.p ? b.p : "", b.n);
@@ -528,6 +531,7 @@ static int compare(jctx *c, int line, int op, jv a, jv b, bool *out) {
 
 // Evaluates a filter node; inside {% filter %} and {% set x | f %} the innermost operand is *base.
 static int eval_filter(jctx *c, const jnode *n, const jv *base, jv *out) {
+    if (n->op < 0) return jctx_fail(c, n->line, "unknown filter '%s'", n->name);
     jv self;
     int rc = 0;
     if (!n->a) self = base ? *base : jv_undefined("");
@@ -587,6 +591,7 @@ static int eval(jctx *c, const jnode *n, jv *out) {
     case JN_TEST: {
         jargs args;
         bool r;
+        if (n->op < 0) return jctx_fail(c, n->line, "unknown test '%s'", n->name);
         if (eval(c, n->a, &a) < 0 || eval_args(c, n, &args) < 0) return -1;
         if (jinja_apply_test(c, n->line, n->name, a, &args, &r) < 0) return -1;
         *out = jv_bool(r);

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 // Recursive-descent parser from tokens to the syntax tree, with jinja2's operator precedence:
 // `x if c else y` < or < and < not < comparisons < + - < ~ < * / // % < ** < unary - + < postfix
-// (.attr, [index], (call)) and filters/tests. Filter and test names are checked here, so an
-// unknown one fails at load time, like jinja2's compile step. Nesting is bounded so a hostile
-// template cannot exhaust the stack.
+// (.attr, [index], (call)) and filters/tests. Unknown filter and test names are marked here and
+// fail when reached at render time, as in jinja2. Nesting is bounded so a hostile template cannot
+// exhaust the stack.
 #include <stdlib.h>
 #include <string.h>
 
@@ -100,21 +100,25 @@ static jnode *parse_primary(parser *P);
 // Expressions
 
 // `expr` or `expr, expr, ...` (a tuple); used in {{ }}, set values and parentheses.
-static jnode *parse_tuple(parser *P, bool explicit_parens) {
+// With no_cond, items are parsed without `x if c else y` (jinja2's with_condexpr=False, used for
+// if/elif conditions and for-loop iterables so that `for x in xs if c` reads as a loop filter).
+static jnode *parse_tuple_ex(parser *P, bool explicit_parens, bool no_cond) {
     int line = cur(P)->line;
     if (explicit_parens && is_op(P, ")")) return mk(P, JN_TUPLE, line);
-    jnode *first = parse_expr(P);
+    jnode *first = no_cond ? parse_or(P) : parse_expr(P);
     if (!first || !is_op(P, ",")) return first;
     jnode *t = mk(P, JN_TUPLE, line);
     if (!t || push(P, &t->args, &t->n_args, first) < 0) return NULL;
     while (is_op(P, ",")) {
         P->p++;
-        if (is_op(P, ")") || cur(P)->kind == JT_VAR_END || cur(P)->kind == JT_BLOCK_END) break;
-        jnode *x = parse_expr(P);
+        if (is_op(P, ")") || cur(P)->kind == JT_VAR_END || cur(P)->kind == JT_BLOCK_END || is_name(P, "if")) break;
+        jnode *x = no_cond ? parse_or(P) : parse_expr(P);
         if (!x || push(P, &t->args, &t->n_args, x) < 0) return NULL;
     }
     return t;
 }
+
+static jnode *parse_tuple(parser *P, bool explicit_parens) { return parse_tuple_ex(P, explicit_parens, false); }
 
 // Call arguments after '(': positional then name=value; consumes ')'.
 static int parse_call_args(parser *P, jnode *call) {
@@ -229,10 +233,10 @@ static jnode *parse_postfix(parser *P, jnode *node) {
 static jnode *parse_filter(parser *P, jnode *operand) {
     jtok *t = cur(P);
     if (t->kind != JT_NAME) return fail_at(P, "expected a filter name");
-    if (!jinja_filter_known(t->s, t->n))
-        return mx_fail(P->err, "line %d: unknown filter '%.*s'", t->line, (int)t->n, t->s), NULL;
     jnode *f = mk(P, JN_FILTER, t->line);
     if (!f) return NULL;
+    // Like jinja2, an unknown filter is an error only if it is reached when rendering.
+    f->op = jinja_filter_known(t->s, t->n) ? 0 : -1;
     f->a = operand;
     f->name = jinja_arena_strndup(P->ar, t->s, t->n);
     f->name_n = t->n;
@@ -251,10 +255,9 @@ static jnode *parse_test(parser *P, jnode *operand) {
     }
     jtok *t = cur(P);
     if (t->kind != JT_NAME) return fail_at(P, "expected a test name after 'is'");
-    if (!jinja_test_known(t->s, t->n))
-        return mx_fail(P->err, "line %d: unknown test '%.*s'", t->line, (int)t->n, t->s), NULL;
     jnode *n = mk(P, JN_TEST, line);
     if (!n) return NULL;
+    n->op = jinja_test_known(t->s, t->n) ? 0 : -1;
     n->a = operand;
     n->name = jinja_arena_strndup(P->ar, t->s, t->n);
     n->name_n = t->n;
@@ -620,7 +623,7 @@ static bool is_stop(parser *P, const char *const *stops) {
 static jnode *parse_if(parser *P, int line) {
     static const char *const stops[] = {"elif", "else", "endif", NULL};
     jnode *n = mk(P, JN_IF, line);
-    if (!n || !(n->a = parse_expr(P)) || expect_block_end(P) < 0) return NULL;
+    if (!n || !(n->a = parse_tuple_ex(P, false, true)) || expect_block_end(P) < 0) return NULL;
     if (!(n->b = parse_body(P, stops, "if", line))) return NULL;
     if (is_name(P, "elif")) {
         int l2 = cur(P)->line;
@@ -644,7 +647,7 @@ static jnode *parse_for(parser *P, int line) {
     if (!n || !(n->a = parse_target(P, false))) return NULL;
     if (!is_name(P, "in")) return fail_at(P, "expected 'in' in for loop");
     P->p++;
-    if (!(n->b = parse_or(P))) return NULL;
+    if (!(n->b = parse_tuple_ex(P, false, true))) return NULL;
     if (is_name(P, "if")) {
         P->p++;
         if (!(n->e = parse_expr(P))) return NULL;

@@ -143,12 +143,29 @@ static void test_load_folder(json_t *cases, json_t *config, const char *tpl) {
         mx_chat_template_free(t);
     }
 
-    // A broken template is an error naming the file, the line and the construct.
-    write_file(jinja_path, "ok\n{{ x | nosuch }}\n");
+    // A syntax error is a load error naming the file, the line and the construct.
+    write_file(jinja_path, "ok\n{% for m in messages %}\n");
     t = mx_chat_template_load(dir, &err);
     CHECK(t == NULL);
-    CHECK_MSG(strstr(err.msg, "chat_template.jinja") && strstr(err.msg, "line 2") && strstr(err.msg, "unknown filter 'nosuch'"),
+    CHECK_MSG(strstr(err.msg, "chat_template.jinja") && strstr(err.msg, "line 2") && strstr(err.msg, "unclosed 'for' block"),
               "%s", err.msg);
+    // An unknown filter fails when a render reaches it (as in jinja2), naming line and filter.
+    write_file(jinja_path, "ok\n{% if messages %}{{ messages | nosuch }}{% endif %}\n");
+    t = mx_chat_template_load(dir, &err);
+    CHECK_MSG(t != NULL, "%s", err.msg);
+    if (t) {
+        json_t *msgs = json_array();
+        char *out = mx_chat_template_render(t, msgs, NULL, false, NULL, &err);
+        CHECK(out && strcmp(out, "ok") == 0);
+        free(out);
+        json_array_append_new(msgs, json_pack("{s:s}", "role", "user"));
+        out = mx_chat_template_render(t, msgs, NULL, false, NULL, &err);
+        CHECK(out == NULL);
+        CHECK_MSG(strstr(err.msg, "chat template line 2: unknown filter 'nosuch'") != NULL, "%s", err.msg);
+        free(out);
+        json_decref(msgs);
+        mx_chat_template_free(t);
+    }
 
     // Unreadable JSON config.
     unlink(jinja_path);

@@ -258,6 +258,8 @@ typedef struct error_case {
 static const error_case ERRORS[] = {
     {"a\n{{ x | nosuchfilter }}", NULL, "line 2", "unknown filter 'nosuchfilter'"},
     {"{% if x is nosuchtest %}{% endif %}", NULL, "line 1", "unknown test 'nosuchtest'"},
+    {"{{ [1] | map('nosuch') | list }}", NULL, "line 1", "unknown filter 'nosuch'"},
+    {"{{ [1] | select('nosuch') | list }}", NULL, "line 1", "unknown test"},
     {"x\n\n{% for m in ms %}\n{{ m }}", NULL, "line 3", "unclosed 'for' block (expected 'endfor')"},
     {"{% if a %}x{% elif b %}", NULL, "line 1", "unclosed 'if' block (expected 'endif')"},
     {"{{ 1 + }}", NULL, "line 1", "expected an expression"},
@@ -346,6 +348,10 @@ static void test_truncations(void) {
 
 static void test_loop_controls_and_defaults(void) {
     mx_error err = {{0}};
+    // An unknown filter in a branch that is not taken does not stop the render (as in jinja2).
+    char *lazy = render("{% if false %}{{ x | nosuch }}{% endif %}ok", NULL, &err);
+    CHECK_MSG(lazy && strcmp(lazy, "ok") == 0, "%s", err.msg);
+    free(lazy);
     char *out = render("{% for x in xs %}{{ x }}{% else %}none{% endfor %}", "{\"xs\": []}", &err);
     CHECK(out && strcmp(out, "none") == 0);
     free(out);
