@@ -13,7 +13,6 @@ typedef struct command {
 
 // Subcommands written by other parts of the project are weak until they land, so the program
 // still builds; a missing one is reported, never called.
-#pragma weak cmd_chat
 #pragma weak cmd_serve
 #pragma weak cmd_bench
 #pragma weak cmd_convert

@@ -3,3 +3,5 @@
 find_program(MLXCEL_PYTHON3 python3 REQUIRED)
 add_test(NAME cli COMMAND ${MLXCEL_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/cli/test_cli.py $<TARGET_FILE:mlxcel>
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+add_test(NAME chat COMMAND ${MLXCEL_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/cli/test_chat.py $<TARGET_FILE:mlxcel>
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})

@@ -1,0 +1,59 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""`mlxcel chat` end to end on a copy of the demo model given the real Qwen3 chat template:
+multi-turn answers with the KV cache reused across turns equal the answers computed from scratch
+each turn; the cache really is reused; /reset; Ctrl-C stops an answer without quitting.
+usage: test_chat.py PATH/TO/mlxcel (from the repository root)"""
+import os, shutil, signal, subprocess, sys, tempfile, time
+
+MLXCEL = os.path.abspath(sys.argv[1])
+passed = failed = 0
+
+
+def check(name, ok, detail=''):
+    global passed, failed
+    passed += ok
+    failed += not ok
+    print(('PASS ' if ok else 'FAIL ') + name + ('' if ok else ': ' + detail))
+
+
+tmp = tempfile.mkdtemp()
+model = os.path.join(tmp, 'demo-chat')
+os.makedirs(model)
+demo = os.path.abspath('models/qwen3-demo-44m-4bit')
+for f in os.listdir(demo):
+    if f != 'tokenizer_config.json':
+        os.symlink(os.path.join(demo, f), os.path.join(model, f))
+shutil.copy('tests/fixtures/qwen3_tokenizer_config.json', os.path.join(model, 'tokenizer_config.json'))
+
+script = 'Hello there\nTell me about the city.\nAnd the river?\n/reset\nHello there\n/exit\n'
+args = [MLXCEL, 'chat', '-m', model, '-n', '24', '--temp', '0']
+env = dict(os.environ, MLXCEL_CHAT_DEBUG='1')
+a = subprocess.run(args, input=script.encode(), capture_output=True, timeout=300, env=env)
+b = subprocess.run(args + ['--no-prefix-cache'], input=script.encode(), capture_output=True, timeout=300, env=env)
+ta, tb = a.stdout.decode(), b.stdout.decode()
+answers = ta.split('> ')[1:-1]  # the text after each prompt; the last prompt read /exit
+check('chat runs and exits on /exit', a.returncode == 0 and b.returncode == 0, a.stderr.decode()[-500:])
+check('three turns, a reset and one more turn', len(answers) == 5 and 'conversation cleared' in answers[3], repr(answers))
+check('answers with the reused cache equal answers recomputed from scratch', ta == tb, f'{ta!r}\nvs\n{tb!r}')
+check('first answer after /reset equals the first answer', len(answers) == 5 and answers[0] == answers[4], repr(answers))
+reuse = [l for l in a.stderr.decode().splitlines() if l.startswith('(reusing')]
+check('later turns reuse the cached prefix', len(reuse) == 4 and reuse[0].startswith('(reusing 0 ') and
+      not reuse[1].startswith('(reusing 0 ') and not reuse[2].startswith('(reusing 0 '), repr(reuse))
+
+# Ctrl-C stops the current answer; the chat goes on. (Temperature 5 makes the answer a long run
+# of random tokens, so it is still going when the signal comes.)
+p = subprocess.Popen([MLXCEL, 'chat', '-m', model, '-n', '100000', '--ctx', '4096', '--temp', '5', '--seed', '1'],
+                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+p.stdin.write(b'Write a very long story about the sea.\n')
+p.stdin.flush()
+time.sleep(3)
+p.send_signal(signal.SIGINT)
+time.sleep(0.5)
+alive = p.poll() is None
+out, err = p.communicate(b'/exit\n', timeout=60)
+check('Ctrl-C stops the answer without quitting', alive and p.returncode == 0 and b'(stopped)' in err,
+      f'alive={alive} rc={p.returncode} err={err[-300:]!r}')
+shutil.rmtree(tmp)
+print(f'{passed} passed, {failed} failed')
+sys.exit(1 if failed else 0)
