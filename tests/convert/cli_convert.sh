@@ -58,7 +58,8 @@ expect 1 "unknown architecture 'gemma3_text'" "unsupported architecture" -- --hf
 mkdir -p "$TMP/i64" && cp $FIX/qwen3-bf16/config.json "$TMP/i64/"
 python3 - "$TMP/i64/model.safetensors" <<'PY'
 import json, struct, sys
-h = json.dumps({"model.norm.weight": {"dtype": "I64", "shape": [4], "data_offsets": [0, 32]}}).encode()
+h = json.dumps({"__metadata__": {"format": "pt"},
+                "model.norm.weight": {"dtype": "I64", "shape": [4], "data_offsets": [0, 32]}}).encode()
 h += b" " * (-len(h) % 8)
 open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + bytes(32))
 PY

@@ -33,7 +33,7 @@ static void test_affine_basic(void) {
 
 static void test_affine_zero_and_constant(void) {
     float w[32] = {0};
-    uint8_t packed[16];
+    uint8_t packed[32];
     float s, b;
     cv_quantize_affine_row(w, 32, 4, 32, packed, &s, &b);
     CHECK(b == 0.0f);
