@@ -156,7 +156,7 @@ static void test_load_folder(json_t *cases, json_t *config, const char *tpl) {
     if (t) {
         json_t *msgs = json_array();
         char *out = mx_chat_template_render(t, msgs, NULL, false, NULL, &err);
-        CHECK(out && strcmp(out, "ok") == 0);
+        CHECK_MSG(out && strcmp(out, "ok\n") == 0, "[%s]", out ? out : err.msg);
         free(out);
         json_array_append_new(msgs, json_pack("{s:s}", "role", "user"));
         out = mx_chat_template_render(t, msgs, NULL, false, NULL, &err);
