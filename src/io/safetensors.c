@@ -182,7 +182,7 @@ static int st_add_file(mx_safetensors *st, const char *path, mx_error *err) {
         t[i].file_index = st->n_files - 1;
         st->tensors[st->n_tensors++] = t[i];
     }
-    memcpy(st->meta + 2 * st->n_meta, meta, 2 * n_meta * sizeof *meta);
+    if (n_meta) memcpy(st->meta + 2 * st->n_meta, meta, 2 * n_meta * sizeof *meta);
     st->n_meta += n_meta;
     free(meta);
     free(t);
