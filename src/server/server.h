@@ -1,0 +1,40 @@
+// SPDX-License-Identifier: MIT
+// The OpenAI-compatible HTTP server behind `mlxcel serve` / `mlxcel-server`: routes
+// /v1/chat/completions, /v1/completions (JSON or SSE), /v1/models, /health, /tokenize,
+// /detokenize and /metrics on top of the continuous-batching scheduler (srv_sched.h).
+// The server borrows the model, tokenizer and chat template; they must outlive it. It runs its own
+// threads (libmicrohttpd, one per connection, plus the scheduler): start returns at once.
+#ifndef MX_SERVER_SERVER_H
+#define MX_SERVER_SERVER_H
+
+#include <stddef.h>
+
+#include "chat/chat_template.h"
+#include "core/error.h"
+#include "models/model.h"
+#include "sample/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+typedef struct mx_server_opts {
+    const char *host;        // IPv4 or IPv6 literal, or "localhost"; NULL: 127.0.0.1
+    int port;                // 0: an ephemeral port (see mx_server_port)
+    const char *api_key;     // NULL: no authentication
+    int parallel;            // sequences decoded together (KV slots)
+    int ctx;                 // positions per sequence
+    int max_queue;           // requests waiting for a slot at most (more: 503)
+    double timeout;          // seconds per request (0: none)
+    size_t max_body;         // request body bytes at most (more: 413)
+    int prefill_chunk;       // prompt tokens per sequence per step
+    mx_sampling sampling;    // defaults for fields the request leaves out
+    const char *model_id;    // name reported by /v1/models and in responses
+} mx_server_opts;
+
+typedef struct mx_server mx_server;
+
+mx_server *mx_server_start(mx_model *m, const mx_tokenizer *tok, const mx_chat_template *tmpl,
+                           const mx_server_opts *o, mx_error *err);
+int mx_server_port(const mx_server *s);
+// Stops accepting, cancels running requests, joins every thread and frees. NULL is a no-op.
+void mx_server_stop(mx_server *s);
+
+#endif

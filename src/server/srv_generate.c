@@ -1,0 +1,207 @@
+// SPDX-License-Identifier: MIT
+// POST /v1/chat/completions and /v1/completions: validates the request, builds the prompt (chat
+// template for chat), checks it against the context, submits a job to the scheduler and answers
+// with one JSON object, or hands the job to the SSE stream (srv_stream.c). Also the JSON pieces
+// (usage, tool calls, logprobs) shared by both answer forms.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "server/srv_internal.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+json_t *srv_usage_json(int n_prompt, int n_generated) {
+    return json_pack("{s:i, s:i, s:i}", "prompt_tokens", n_prompt, "completion_tokens", n_generated, "total_tokens",
+                     n_prompt + n_generated);
+}
+
+json_t *srv_tool_calls_json(const srv_job *j, const srv_gen_info *info, int from, bool with_index) {
+    json_t *arr = json_array();
+    for (int i = from; i < srv_output_n_tools(j->out); i++) {
+        char id[96];
+        snprintf(id, sizeof id, "call_%s_%d", info->id + (strncmp(info->id, "chatcmpl-", 9) == 0 ? 9 : 0), i);
+        json_t *t = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function", "function", "name",
+                              srv_output_tool_name(j->out, i), "arguments", srv_output_tool_args(j->out, i));
+        if (with_index) json_object_set_new(t, "index", json_integer(i));
+        json_array_append_new(arr, t);
+    }
+    return arr;
+}
+
+json_t *srv_logprobs_json(const srv_job *j, srv_kind kind, size_t from, size_t to) {
+    if (j->n_logprobs < 0) return json_null();
+    json_t *items = j->logprobs ? j->logprobs : NULL;
+    if (kind == SRV_KIND_CHAT) {
+        json_t *content = json_array();
+        for (size_t i = from; i < to && items; i++) json_array_append(content, json_array_get(items, i));
+        return json_pack("{s:o}", "content", content);
+    }
+    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    size_t off = 0;
+    for (size_t i = 0; i < to && items; i++) {
+        json_t *e = json_array_get(items, i);
+        const char *t = json_string_value(json_object_get(e, "token"));
+        if (i >= from) {
+            json_array_append_new(tokens, json_string(t ? t : ""));
+            json_array_append(lps, json_object_get(e, "logprob"));
+            json_t *m = json_object();
+            size_t k;
+            json_t *alt;
+            json_array_foreach(json_object_get(e, "top_logprobs"), k, alt) {
+                const char *at = json_string_value(json_object_get(alt, "token"));
+                json_object_set(m, at ? at : "", json_object_get(alt, "logprob"));
+            }
+            json_array_append_new(tops, m);
+            json_array_append_new(offs, json_integer((json_int_t)off));
+        }
+        off += t ? strlen(t) : 0;
+    }
+    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs", tops,
+                     "text_offset", offs);
+}
+
+// The whole answer of a finished job (job lock held).
+static json_t *final_json(const srv_job *j, const srv_gen_info *info) {
+    size_t n_lp = j->logprobs ? json_array_size(j->logprobs) : 0;
+    json_t *choice;
+    size_t clen, rlen;
+    const char *content = srv_output_content(j->out, &clen);
+    const char *reasoning = srv_output_reasoning(j->out, &rlen);
+    if (info->kind == SRV_KIND_CHAT) {
+        int n_tools = srv_output_n_tools(j->out);
+        json_t *msg = json_pack("{s:s}", "role", "assistant");
+        json_object_set_new(msg, "content", clen || !n_tools ? json_stringn(content, clen) : json_null());
+        if (rlen) json_object_set_new(msg, "reasoning_content", json_stringn(reasoning, rlen));
+        if (n_tools) json_object_set_new(msg, "tool_calls", srv_tool_calls_json(j, info, 0, false));
+        choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "message", msg, "logprobs",
+                           srv_logprobs_json(j, info->kind, 0, n_lp), "finish_reason", j->finish);
+    } else {
+        choice = json_pack("{s:i, s:s%, s:o, s:s}", "index", 0, "text", content, clen, "logprobs",
+                           srv_logprobs_json(j, info->kind, 0, n_lp), "finish_reason", j->finish);
+    }
+    return json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", info->id, "object",
+                     info->kind == SRV_KIND_CHAT ? "chat.completion" : "text_completion", "created", (json_int_t)info->created,
+                     "model", info->model, "choices", choice, "usage", srv_usage_json(info->n_prompt, j->n_generated));
+}
+
+// Renders and encodes the prompt. Returns 0, or an HTTP status with msg set.
+static unsigned build_prompt(mx_server *s, const srv_request *r, int32_t **ids, size_t *n, bool *think_open, char *msg,
+                             size_t cap) {
+    mx_error err = {{0}};
+    *think_open = false;
+    if (r->kind == SRV_KIND_COMPLETION && r->prompt_tokens) {
+        int32_t V = mx_tokenizer_vocab_size(s->tok);
+        for (int i = 0; i < r->n_prompt_tokens; i++)
+            if (r->prompt_tokens[i] >= V) {
+                snprintf(msg, cap, "'prompt[%d]': token id %d is outside the vocabulary (%d)", i, r->prompt_tokens[i], V);
+                return 400;
+            }
+        *ids = malloc(sizeof(int32_t) * (size_t)r->n_prompt_tokens);
+        if (!*ids) return snprintf(msg, cap, "out of memory"), 500;
+        memcpy(*ids, r->prompt_tokens, sizeof(int32_t) * (size_t)r->n_prompt_tokens);
+        *n = (size_t)r->n_prompt_tokens;
+        return 0;
+    }
+    char *text;
+    if (r->kind == SRV_KIND_CHAT) {
+        if (!s->tmpl) {
+            snprintf(msg, cap, "the model has no chat template; use /v1/completions");
+            return 400;
+        }
+        text = mx_chat_template_render(s->tmpl, r->messages, r->tools, true, r->template_kwargs, &err);
+        if (!text) {
+            snprintf(msg, cap, "rendering the chat template: %s", err.msg);
+            return 400;
+        }
+        size_t len = strlen(text);
+        while (len && (text[len - 1] == '\n' || text[len - 1] == ' ')) len--;
+        *think_open = len >= 7 && memcmp(text + len - 7, "<think>", 7) == 0;
+    } else {
+        text = strdup(r->prompt);
+        if (!text) return snprintf(msg, cap, "out of memory"), 500;
+    }
+    int rc = mx_tokenizer_encode(s->tok, text, strlen(text), ids, n, &err);
+    free(text);
+    if (rc) {
+        snprintf(msg, cap, "tokenizing the prompt: %s", err.msg);
+        return 400;
+    }
+    return 0;
+}
+
+enum MHD_Result srv_route_generate(mx_server *s, struct MHD_Connection *c, srv_kind kind, json_t *body) {
+    srv_request r;
+    char msg[1024];
+    if (srv_request_parse(body, kind, &s->o.sampling, &r, msg, sizeof msg))
+        return srv_respond_error(s, c, 400, "invalid_request", "%s", msg);
+    int32_t *ids = NULL;
+    size_t n = 0;
+    bool think_open;
+    unsigned status = build_prompt(s, &r, &ids, &n, &think_open, msg, sizeof msg);
+    if (!status && n == 0) status = 400, snprintf(msg, sizeof msg, "the prompt is empty");
+    if (!status && n >= (size_t)s->o.ctx) {
+        free(ids);
+        srv_request_clear(&r);
+        return srv_respond_error(s, c, 400, "context_length_exceeded",
+                                 "the prompt has %zu tokens but the context holds %d tokens per sequence "
+                                 "(prompt + at least 1 generated token must fit; see --ctx)",
+                                 n, s->o.ctx);
+    }
+    if (status) {
+        free(ids);
+        srv_request_clear(&r);
+        return srv_respond_error(s, c, status, status == 400 ? "invalid_request" : NULL, "%s", msg);
+    }
+    srv_output_opts oo = {r.stops, r.n_stops, kind == SRV_KIND_CHAT, think_open, kind == SRV_KIND_CHAT};
+    srv_job *j = srv_job_create(ids, (int)n, &oo);
+    free(ids);
+    if (!j) {
+        srv_request_clear(&r);
+        return srv_respond_error(s, c, 500, NULL, "out of memory");
+    }
+    int room = s->o.ctx - (int)n;
+    j->max_tokens = r.max_tokens < 0 || r.max_tokens > room ? room : r.max_tokens;
+    j->sampling = r.sampling;
+    j->n_logprobs = r.n_logprobs;
+    j->deadline = s->o.timeout > 0 ? now_s() + s->o.timeout : 0;
+    srv_gen_info info = {.kind = kind, .include_usage = r.include_usage, .n_prompt = (int)n, .created = (long)time(NULL)};
+    snprintf(info.id, sizeof info.id, "%s-%llx%04llx", kind == SRV_KIND_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long)s->started, (unsigned long long)atomic_fetch_add(&s->ids, 1));
+    snprintf(info.model, sizeof info.model, "%s", r.model ? r.model : s->model_id);
+    bool stream = r.stream;
+    srv_request_clear(&r);
+
+    if (atomic_load(&s->stopping) || srv_sched_submit(s->sched, j)) {
+        srv_job_release(j);
+        return srv_respond_error(s, c, 503, "queue_full", "the server is busy (%d requests queued); retry later",
+                                 s->o.max_queue);
+    }
+    if (stream) return srv_stream_start(s, c, j, &info);
+
+    pthread_mutex_lock(&j->mu);
+    while (!j->done) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 100 * 1000 * 1000;
+        if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+        pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+        if (!j->done && (atomic_load(&s->stopping) || srv_client_gone(c))) {
+            j->cancelled = true;
+            pthread_mutex_unlock(&j->mu);
+            if (!atomic_load(&s->stopping)) srv_sched_wake(s->sched);
+            srv_job_release(j);
+            return MHD_NO;
+        }
+    }
+    json_t *resp = j->error_status ? srv_error_json((unsigned)j->error_status, NULL, j->error) : final_json(j, &info);
+    status = j->error_status ? (unsigned)j->error_status : 200;
+    pthread_mutex_unlock(&j->mu);
+    srv_job_release(j);
+    return srv_respond_json(s, c, status, resp);
+}

@@ -1,0 +1,68 @@
+// SPDX-License-Identifier: MIT
+// Private to src/server: the server object shared by the HTTP front (srv_http.c), the generation
+// routes (srv_generate.c, srv_stream.c) and the small routes (srv_routes.c), and the response helpers.
+#ifndef MX_SERVER_SRV_INTERNAL_H
+#define MX_SERVER_SRV_INTERNAL_H
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "server/server.h"
+#include "server/srv_job.h"
+#include "server/srv_request.h"
+#include "server/srv_sched.h"
+
+struct mx_server {
+    struct MHD_Daemon *daemon;
+    mx_model *model;
+    const mx_tokenizer *tok;
+    const mx_chat_template *tmpl;
+    srv_sched *sched;
+    mx_server_opts o;
+    char model_id[256];
+    int port;
+    atomic_bool stopping;
+    atomic_ullong http_requests, http_errors, ids;
+    long started;            // unix time, for "created"
+};
+
+// Queues a JSON response (takes the reference to body).
+enum MHD_Result srv_respond_json(mx_server *s, struct MHD_Connection *c, unsigned status, json_t *body);
+// Queues an OpenAI-style error {"error": {"message", "type", "code"}}; code may be NULL (null).
+enum MHD_Result srv_respond_error(mx_server *s, struct MHD_Connection *c, unsigned status, const char *code,
+                                  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+json_t *srv_error_json(unsigned status, const char *code, const char *message);
+
+// True when the client of this connection closed its side.
+bool srv_client_gone(struct MHD_Connection *c);
+
+// Route handlers; body is the parsed JSON (NULL for GET).
+enum MHD_Result srv_route_generate(mx_server *s, struct MHD_Connection *c, srv_kind kind, json_t *body);
+enum MHD_Result srv_route_models(mx_server *s, struct MHD_Connection *c);
+enum MHD_Result srv_route_health(mx_server *s, struct MHD_Connection *c);
+enum MHD_Result srv_route_metrics(mx_server *s, struct MHD_Connection *c);
+enum MHD_Result srv_route_tokenize(mx_server *s, struct MHD_Connection *c, json_t *body);
+enum MHD_Result srv_route_detokenize(mx_server *s, struct MHD_Connection *c, json_t *body);
+
+// What a generation response needs after the request body is gone.
+typedef struct srv_gen_info {
+    srv_kind kind;
+    bool include_usage;
+    int n_prompt;
+    long created;
+    char id[64];
+    char model[256];
+} srv_gen_info;
+
+// The streaming (SSE) response of a submitted job; takes over the caller's job reference.
+enum MHD_Result srv_stream_start(mx_server *s, struct MHD_Connection *c, srv_job *j, const srv_gen_info *info);
+
+// Response pieces shared by the JSON and SSE forms (job lock held by the caller).
+json_t *srv_usage_json(int n_prompt, int n_generated);
+json_t *srv_tool_calls_json(const srv_job *j, const srv_gen_info *info, int from, bool with_index);
+// Logprobs of items [from, to) of j->logprobs in the chat or completion form; NULL when off.
+json_t *srv_logprobs_json(const srv_job *j, srv_kind kind, size_t from, size_t to);
+
+#endif

@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: MIT
+// Reference-counted generation jobs (see srv_job.h).
+#include "server/srv_job.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+srv_job *srv_job_create(const int32_t *prompt, int n_prompt, const srv_output_opts *opts) {
+    srv_job *j = calloc(1, sizeof *j);
+    if (!j) return NULL;
+    j->prompt = malloc(sizeof(int32_t) * (size_t)(n_prompt > 0 ? n_prompt : 1));
+    j->out = srv_output_create(opts);
+    if (!j->prompt || !j->out) {
+        free(j->prompt);
+        srv_output_free(j->out);
+        free(j);
+        return NULL;
+    }
+    if (n_prompt > 0) memcpy(j->prompt, prompt, sizeof(int32_t) * (size_t)n_prompt);
+    j->n_prompt = n_prompt;
+    j->n_logprobs = -1;
+    j->slot = -1;
+    j->refs = 1;
+    j->sampling = mx_sampling_defaults();
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    return j;
+}
+
+void srv_job_retain(srv_job *j) {
+    pthread_mutex_lock(&j->mu);
+    j->refs++;
+    pthread_mutex_unlock(&j->mu);
+}
+
+void srv_job_release(srv_job *j) {
+    if (!j) return;
+    pthread_mutex_lock(&j->mu);
+    int left = --j->refs;
+    pthread_mutex_unlock(&j->mu);
+    if (left > 0) return;
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    srv_output_free(j->out);
+    json_decref(j->logprobs);
+    mx_sampler_free(j->sampler);
+    free(j->prompt);
+    free(j);
+}
+
+void srv_job_cancel(srv_job *j) {
+    pthread_mutex_lock(&j->mu);
+    j->cancelled = true;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}

@@ -1,0 +1,57 @@
+// SPDX-License-Identifier: MIT
+// One generation request as it travels between an HTTP connection thread and the scheduler thread.
+// Ownership: reference counted (the connection holds one reference, the scheduler one while the
+// job is queued or active); srv_job_release frees on the last. Fields are in three groups:
+//   - request: written by the connection before submit, read-only afterwards;
+//   - shared: guarded by `mu`; the scheduler appends output and sets `done`, the connection reads
+//     and may set `cancelled`; `cv` is broadcast on every change;
+//   - scheduler: private to the scheduler thread.
+#ifndef MX_SERVER_SRV_JOB_H
+#define MX_SERVER_SRV_JOB_H
+
+#include <jansson.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sample/sampler.h"
+#include "server/srv_output.h"
+#include "tokenizer/tokenizer.h"
+
+typedef struct srv_job {
+    // request
+    int32_t *prompt;       // [n_prompt] token ids (owned)
+    int n_prompt;
+    int max_tokens;        // generated tokens at most (stop token excluded)
+    mx_sampling sampling;
+    int n_logprobs;        // -1: no logprobs; else top alternatives per token (0..20)
+    double deadline;       // monotonic seconds; 0: none
+    // shared (mu)
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    srv_output *out;       // decoded text, split into content / reasoning / tool calls
+    json_t *logprobs;      // array of {token, logprob, bytes, top_logprobs} (when n_logprobs >= 0)
+    int n_generated;
+    bool started;          // admitted into a slot
+    bool done;
+    const char *finish;    // "stop", "length", "tool_calls" (set with done)
+    int error_status;      // non-zero: the job failed before producing output (HTTP status)
+    char error[256];
+    bool cancelled;        // the client went away or the server stops
+    int refs;
+    // scheduler
+    int slot;              // -1 while queued
+    int n_fed;             // prompt tokens already in the KV cache
+    int32_t last;          // last sampled token (fed at the next step)
+    mx_sampler *sampler;
+    mx_detok detok;
+} srv_job;
+
+// A job holding a copy of the prompt and an output object made from opts; refs = 1.
+srv_job *srv_job_create(const int32_t *prompt, int n_prompt, const srv_output_opts *opts);
+void srv_job_retain(srv_job *j);
+void srv_job_release(srv_job *j);
+// Sets cancelled (under mu) and wakes waiters.
+void srv_job_cancel(srv_job *j);
+
+#endif

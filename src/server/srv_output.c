@@ -1,0 +1,269 @@
+// SPDX-License-Identifier: MIT
+// Stop strings, reasoning and tool-call segmentation of generated text (see srv_output.h).
+// Invariant: `pending` never contains a whole stop string, and `seg` never contains a whole tag
+// of the current state; both only keep a tail that could still grow into one.
+#include "server/srv_output.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "server/srv_buf.h"
+
+enum { SEG_CONTENT, SEG_THINK, SEG_TOOL };
+
+typedef struct out_tool {
+    char *name;
+    char *args;
+} out_tool;
+
+struct srv_output {
+    char **stops;
+    int n_stops;
+    bool parse_think, parse_tools;
+    bool stopped, finished;
+    bool think_allowed;  // <think> may still open (nothing but whitespace released yet)
+    bool after_think;    // strip whitespace that follows </think>
+    int state;
+    srv_buf pending;     // text not yet cleared of stop strings
+    srv_buf seg;         // released text not yet classified
+    srv_buf tool;        // body of the open <tool_call>
+    srv_buf content, reasoning;
+    out_tool *tools;
+    int n_tools, cap_tools;
+};
+
+srv_output *srv_output_create(const srv_output_opts *opt) {
+    srv_output *o = calloc(1, sizeof *o);
+    if (!o) return NULL;
+    if (opt->n_stops > 0) {
+        o->stops = calloc((size_t)opt->n_stops, sizeof *o->stops);
+        if (!o->stops) {
+            free(o);
+            return NULL;
+        }
+        for (int i = 0; i < opt->n_stops; i++)
+            if (opt->stops[i] && opt->stops[i][0]) o->stops[o->n_stops++] = strdup(opt->stops[i]);
+    }
+    o->parse_think = opt->parse_think;
+    o->parse_tools = opt->parse_tools;
+    o->think_allowed = opt->parse_think && !opt->think_open;
+    o->state = opt->parse_think && opt->think_open ? SEG_THINK : SEG_CONTENT;
+    return o;
+}
+
+void srv_output_free(srv_output *o) {
+    if (!o) return;
+    for (int i = 0; i < o->n_stops; i++) free(o->stops[i]);
+    free(o->stops);
+    for (int i = 0; i < o->n_tools; i++) free(o->tools[i].name), free(o->tools[i].args);
+    free(o->tools);
+    srv_buf_free(&o->pending);
+    srv_buf_free(&o->seg);
+    srv_buf_free(&o->tool);
+    srv_buf_free(&o->content);
+    srv_buf_free(&o->reasoning);
+    free(o);
+}
+
+// Length of the longest proper suffix of s[0..n) that is a prefix of pat.
+static size_t partial_suffix(const char *s, size_t n, const char *pat) {
+    size_t m = strlen(pat);
+    size_t k = n < m - 1 ? n : m - 1;
+    for (; k > 0; k--)
+        if (memcmp(s + n - k, pat, k) == 0) return k;
+    return 0;
+}
+
+static const char *find_bytes(const char *s, size_t n, const char *pat) {
+    size_t m = strlen(pat);
+    if (m > n) return NULL;
+    return memmem(s, n, pat, m);
+}
+
+static void emit_content(srv_output *o, const char *s, size_t n) {
+    if (o->after_think) {
+        while (n && (*s == ' ' || *s == '\n' || *s == '\r' || *s == '\t')) s++, n--;
+        if (!n) return;
+        o->after_think = false;
+    }
+    if (o->think_allowed)
+        for (size_t i = 0; i < n; i++)
+            if (s[i] != ' ' && s[i] != '\n' && s[i] != '\r' && s[i] != '\t') o->think_allowed = false;
+    srv_buf_append(&o->content, s, n);
+}
+
+static void add_tool(srv_output *o, const char *body, size_t n) {
+    json_error_t je;
+    json_t *j = json_loadb(body, n, 0, &je);
+    json_t *name = j ? json_object_get(j, "name") : NULL;
+    if (!json_is_string(name)) {
+        // Not a tool call after all: keep the raw text as content.
+        srv_buf_puts(&o->content, "<tool_call>");
+        srv_buf_append(&o->content, body, n);
+        srv_buf_puts(&o->content, "</tool_call>");
+        json_decref(j);
+        return;
+    }
+    json_t *args = json_object_get(j, "arguments");
+    if (!args) args = json_object_get(j, "parameters");
+    char *args_s = json_is_string(args) ? strdup(json_string_value(args))
+                   : args              ? json_dumps(args, JSON_COMPACT | JSON_ENSURE_ASCII)
+                                       : strdup("{}");
+    if (o->n_tools == o->cap_tools) {
+        int cap = o->cap_tools ? o->cap_tools * 2 : 4;
+        out_tool *t = realloc(o->tools, sizeof *t * (size_t)cap);
+        if (!t) {
+            free(args_s);
+            json_decref(j);
+            return;
+        }
+        o->tools = t;
+        o->cap_tools = cap;
+    }
+    o->tools[o->n_tools].name = strdup(json_string_value(name));
+    o->tools[o->n_tools].args = args_s;
+    o->n_tools++;
+    json_decref(j);
+    o->think_allowed = false;
+}
+
+// Classifies as much of `seg` as possible; at_end releases partial tags too.
+static void segment(srv_output *o, bool at_end) {
+    for (;;) {
+        const char *s = o->seg.p ? o->seg.p : "";
+        size_t n = o->seg.n;
+        if (!n) return;
+        if (o->state == SEG_CONTENT) {
+            const char *t_think = o->think_allowed ? find_bytes(s, n, "<think>") : NULL;
+            const char *t_tool = o->parse_tools ? find_bytes(s, n, "<tool_call>") : NULL;
+            // <think> only counts at the start (after whitespace).
+            if (t_think) {
+                for (const char *q = s; q < t_think; q++)
+                    if (*q != ' ' && *q != '\n' && *q != '\r' && *q != '\t') t_think = NULL;
+            }
+            const char *t = t_think && (!t_tool || t_think < t_tool) ? t_think : t_tool;
+            if (t) {
+                size_t before = (size_t)(t - s);
+                if (t == t_think) {
+                    // Whitespace before <think> is dropped.
+                    o->state = SEG_THINK;
+                    o->think_allowed = false;
+                    srv_buf_consume(&o->seg, before + 7);
+                } else {
+                    emit_content(o, s, before);
+                    o->state = SEG_TOOL;
+                    srv_buf_consume(&o->seg, before + 11);
+                }
+                continue;
+            }
+            size_t hold = 0;
+            if (!at_end) {
+                if (o->think_allowed) hold = partial_suffix(s, n, "<think>");
+                if (o->parse_tools) {
+                    size_t h = partial_suffix(s, n, "<tool_call>");
+                    if (h > hold) hold = h;
+                }
+            }
+            // While <think> may still open, hold back leading whitespace too.
+            if (!at_end && o->think_allowed) {
+                size_t ws = 0;
+                while (ws < n && (s[ws] == ' ' || s[ws] == '\n' || s[ws] == '\r' || s[ws] == '\t')) ws++;
+                if (ws == n || ws + hold == n) return;
+            }
+            emit_content(o, s, n - hold);
+            srv_buf_consume(&o->seg, n - hold);
+            return;
+        }
+        const char *close = o->state == SEG_THINK ? "</think>" : "</tool_call>";
+        const char *t = find_bytes(s, n, close);
+        srv_buf *dst = o->state == SEG_THINK ? &o->reasoning : &o->tool;
+        if (t) {
+            size_t before = (size_t)(t - s);
+            srv_buf_append(dst, s, before);
+            if (o->state == SEG_TOOL) {
+                add_tool(o, srv_buf_str(&o->tool), o->tool.n);
+                srv_buf_free(&o->tool);
+            } else {
+                o->after_think = true;
+                o->think_allowed = false;
+            }
+            o->state = SEG_CONTENT;
+            srv_buf_consume(&o->seg, before + strlen(close));
+            continue;
+        }
+        size_t hold = at_end ? 0 : partial_suffix(s, n, close);
+        srv_buf_append(dst, s, n - hold);
+        srv_buf_consume(&o->seg, n - hold);
+        return;
+    }
+}
+
+static void release(srv_output *o, const char *s, size_t n) {
+    srv_buf_append(&o->seg, s, n);
+    segment(o, false);
+}
+
+bool srv_output_push(srv_output *o, const char *text, size_t len) {
+    if (o->stopped || o->finished) return o->stopped;
+    srv_buf_append(&o->pending, text, len);
+    const char *s = srv_buf_str(&o->pending);
+    size_t n = o->pending.n;
+    const char *first = NULL;
+    for (int i = 0; i < o->n_stops; i++) {
+        const char *t = find_bytes(s, n, o->stops[i]);
+        if (t && (!first || t < first)) first = t;
+    }
+    if (first) {
+        release(o, s, (size_t)(first - s));
+        srv_buf_free(&o->pending);
+        o->stopped = true;
+        srv_output_finish(o);
+        return true;
+    }
+    size_t hold = 0;
+    for (int i = 0; i < o->n_stops; i++) {
+        size_t h = partial_suffix(s, n, o->stops[i]);
+        if (h > hold) hold = h;
+    }
+    release(o, s, n - hold);
+    srv_buf_consume(&o->pending, n - hold);
+    return false;
+}
+
+void srv_output_finish(srv_output *o) {
+    if (o->finished) return;
+    o->finished = true;
+    if (o->pending.n) srv_buf_append(&o->seg, o->pending.p, o->pending.n);
+    srv_buf_free(&o->pending);
+    segment(o, true);
+    if (o->state == SEG_TOOL) {
+        // An unterminated tool call: accept it if its body is complete JSON, else keep it as text.
+        json_t *j = json_loadb(srv_buf_str(&o->tool), o->tool.n, 0, NULL);
+        if (j && json_is_string(json_object_get(j, "name"))) {
+            add_tool(o, srv_buf_str(&o->tool), o->tool.n);
+        } else {
+            srv_buf_puts(&o->content, "<tool_call>");
+            srv_buf_append(&o->content, srv_buf_str(&o->tool), o->tool.n);
+        }
+        json_decref(j);
+        srv_buf_free(&o->tool);
+        o->state = SEG_CONTENT;
+    }
+}
+
+bool srv_output_stopped(const srv_output *o) { return o->stopped; }
+
+const char *srv_output_content(const srv_output *o, size_t *len) {
+    if (len) *len = o->content.n;
+    return srv_buf_str(&o->content);
+}
+
+const char *srv_output_reasoning(const srv_output *o, size_t *len) {
+    if (len) *len = o->reasoning.n;
+    return srv_buf_str(&o->reasoning);
+}
+
+int srv_output_n_tools(const srv_output *o) { return o->n_tools; }
+const char *srv_output_tool_name(const srv_output *o, int i) { return o->tools[i].name; }
+const char *srv_output_tool_args(const srv_output *o, int i) { return o->tools[i].args; }

@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: MIT
+// The text side of one generation: turns the stream of decoded text pieces into what an OpenAI
+// response carries. Two stages, in order:
+//   1. stop strings: text is released only once it cannot be the start of a stop string; when a
+//      stop string appears, the text before it is released and everything after is dropped;
+//   2. segmentation (chat only): `<think>...</think>` at the start goes to reasoning, and each
+//      `<tool_call>{"name":..., "arguments":...}</tool_call>` block becomes a tool call; the rest is
+//      content. Partial tags are held back the same way as partial stop strings.
+// The object owns growing buffers for content and reasoning and a list of tool calls; readers take
+// what is new through byte counts (content_len, reasoning_len, n_tools). Not thread-safe: the
+// caller locks. No model or tokenizer knowledge here, so it is unit-tested with scripted text.
+#ifndef MX_SERVER_SRV_OUTPUT_H
+#define MX_SERVER_SRV_OUTPUT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef struct srv_output srv_output;
+
+typedef struct srv_output_opts {
+    const char *const *stops;  // stop strings (copied); empty strings are ignored
+    int n_stops;
+    bool parse_think;          // a leading <think>...</think> is reasoning
+    bool think_open;           // the prompt already opened <think>: output starts as reasoning
+    bool parse_tools;          // <tool_call> blocks become tool calls
+} srv_output_opts;
+
+srv_output *srv_output_create(const srv_output_opts *o);
+void srv_output_free(srv_output *o);
+
+// Feeds decoded text. Returns true once a stop string has matched (later pushes are ignored).
+bool srv_output_push(srv_output *o, const char *text, size_t len);
+// End of generation: releases held-back text (an unfinished tool call becomes content).
+void srv_output_finish(srv_output *o);
+bool srv_output_stopped(const srv_output *o);
+
+// Released text so far (NUL-terminated, valid until the next push/finish).
+const char *srv_output_content(const srv_output *o, size_t *len);
+const char *srv_output_reasoning(const srv_output *o, size_t *len);
+int srv_output_n_tools(const srv_output *o);
+const char *srv_output_tool_name(const srv_output *o, int i);
+const char *srv_output_tool_args(const srv_output *o, int i);  // a JSON text (object as a string)
+
+#endif

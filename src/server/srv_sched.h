@@ -1,0 +1,46 @@
+// SPDX-License-Identifier: MIT
+// The continuous-batching scheduler: one thread owns the model context (n_slots KV slots) and runs
+// one forward step at a time over every active sequence: one decode token per generating sequence
+// plus prompt chunks of sequences still prefilling. Between steps it admits queued jobs into free
+// slots and drops finished or cancelled ones, so a slot is reused at the next step.
+// Batching does not change results: rows are computed independently by the engine, and each
+// sequence's prompt is cut into the same fixed chunks ([k*chunk, (k+1)*chunk)) whatever else runs.
+#ifndef MX_SERVER_SRV_SCHED_H
+#define MX_SERVER_SRV_SCHED_H
+
+#include <stdint.h>
+
+#include "core/error.h"
+#include "models/model.h"
+#include "server/srv_job.h"
+#include "tokenizer/tokenizer.h"
+
+typedef struct srv_sched srv_sched;
+
+typedef struct srv_sched_opts {
+    int n_slots;             // sequences decoded together
+    int max_ctx;             // positions per sequence
+    int max_queue;           // jobs waiting for a slot at most
+    int prefill_chunk;       // prompt tokens per sequence per step
+    const int32_t *stop_ids; // extra stop tokens besides the model's eos (copied)
+    int n_stop_ids;
+} srv_sched_opts;
+
+typedef struct srv_stats {
+    int queued, active, n_slots;
+    uint64_t requests, prompt_tokens, generated_tokens, cancelled;
+    double busy_seconds;     // time spent in forward steps
+    double last_tok_per_s;   // decode throughput of the last second-ish window
+} srv_stats;
+
+// Creates the context and starts the thread. The model and tokenizer are borrowed.
+srv_sched *srv_sched_create(mx_model *m, const mx_tokenizer *tok, const srv_sched_opts *o, mx_error *err);
+// Stops the thread (active and queued jobs finish as cancelled) and frees everything.
+void srv_sched_free(srv_sched *s);
+// Queues the job (takes a reference). Returns 0, or -1 when the queue is full.
+int srv_sched_submit(srv_sched *s, srv_job *j);
+// Wakes the scheduler (after a cancel) so it frees the slot at once.
+void srv_sched_wake(srv_sched *s);
+void srv_sched_stats(srv_sched *s, srv_stats *out);
+
+#endif
