@@ -3,7 +3,6 @@
 //   kv = [layer][slot][K or V][max_ctx][n_kv_heads][head_dim] float32.
 // Attention streams over the keys of one (token, head) with an online softmax (running max and
 // sum), so no [T, T] score matrix and no scratch sized by the context are needed.
-#include <math.h>
 #include <string.h>
 
 #include "backends/cpu/cpu_internal.h"
@@ -52,25 +51,8 @@ static void attn_task(void *arg, int task, int thread) {
     const float *V = kv_plane(j->kv, lay, j->layer, j->slot[t], 1) + (size_t)kvh * hd;
     int last = j->pos[t];
     int first = j->window > 0 && last - j->window + 1 > 0 ? last - j->window + 1 : 0;
-    float acc[MAX_HEAD_DIM];
-    memset(acc, 0, sizeof(float) * hd);
-    float m = -INFINITY, l = 0.0f;
-    for (int p = first; p <= last; p++) {
-        float s = cpu_kernels_dot(q, K + p * row, hd) * j->scale;
-        const float *vp = V + p * row;
-        if (s > m) {
-            float corr = expf(m - s);  // exp(-inf) = 0 on the first key
-            l *= corr;
-            for (int d = 0; d < hd; d++) acc[d] *= corr;
-            m = s;
-        }
-        float e = expf(s - m);
-        l += e;
-        for (int d = 0; d < hd; d++) acc[d] += e * vp[d];
-    }
     float *o = j->out + ((size_t)t * j->n_heads + h) * hd;
-    float inv = 1.0f / l;
-    for (int d = 0; d < hd; d++) o[d] = acc[d] * inv;
+    cpu_kernels_attn_head(q, K, V, (int64_t)row, first, last, hd, j->scale, o);
 }
 
 void cpu_attention(mx_backend *be, float *out, const float *q, const void *kv, const mx_kv_layout *lay, int layer,

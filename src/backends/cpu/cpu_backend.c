@@ -164,6 +164,9 @@ static const mx_backend_ops cpu_ops = {
     /* .gather_rows = */ cpu_gather_rows,
     /* .argmax = */ cpu_argmax,
     /* .sync = */ cpu_sync,
+    /* .graph_begin = */ NULL,
+    /* .graph_end = */ NULL,
+    /* .graph_launch = */ NULL,
 };
 
 mx_backend *mx_cpu_backend_create(int threads, mx_error *err) {

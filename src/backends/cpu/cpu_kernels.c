@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 // Kernel selection and the scalar reference kernels (see cpu_kernels.h). SIMD versions live in
-// cpu_kernels_x86.c and register themselves through cpu_kernels_x86_table().
+// cpu_kernels_x86.c and register themselves through cpu_kernels_x86_best()/_named().
 #include "backends/cpu/cpu_kernels.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "backends/cpu/cpu_kernels_table.h"
@@ -27,7 +28,36 @@ static float scalar_row_dot(const mx_matrix *w, int64_t row, const float *x, flo
     return scalar_dot(scratch, x, w->cols);
 }
 
-static const cpu_kernel_set scalar_set = {"scalar", scalar_dequant_row, scalar_dot, scalar_row_dot};
+static void scalar_attn_head(const float *q, const float *K, const float *V, int64_t stride, int first, int last,
+                             int hd, float scale, float *out) {
+    float m = -INFINITY, l = 0.0f;
+    memset(out, 0, sizeof(float) * hd);
+    for (int p = first; p <= last; p++) {
+        float s = scalar_dot(q, K + p * stride, hd) * scale;
+        const float *vp = V + p * stride;
+        if (s > m) {
+            float corr = expf(m - s);  // exp(-inf) = 0 on the first key
+            l *= corr;
+            for (int d = 0; d < hd; d++) out[d] *= corr;
+            m = s;
+        }
+        float e = expf(s - m);
+        l += e;
+        for (int d = 0; d < hd; d++) out[d] += e * vp[d];
+    }
+    float inv = 1.0f / l;
+    for (int d = 0; d < hd; d++) out[d] *= inv;
+}
+
+static const cpu_kernel_set scalar_set = {
+    /* .name = */ "scalar",
+    /* .dequant_row = */ scalar_dequant_row,
+    /* .dot = */ scalar_dot,
+    /* .row_dot = */ scalar_row_dot,
+    /* .gemv = */ NULL,
+    /* .gemm = */ NULL,
+    /* .attn_head = */ scalar_attn_head,
+};
 
 static const cpu_kernel_set *active;
 
@@ -51,6 +81,34 @@ float cpu_kernels_dot(const float *a, const float *b, int64_t n) { return kernel
 
 float cpu_kernels_row_dot(const mx_matrix *w, int64_t row, const float *x, float *scratch) {
     return kernels()->row_dot(w, row, x, scratch);
+}
+
+void cpu_kernels_gemv(const mx_matrix *w, int64_t r0, int64_t r1, const float *x, float *out, float *scratch) {
+    const cpu_kernel_set *k = kernels();
+    if (k->gemv) {
+        k->gemv(w, r0, r1, x, out, scratch);
+        return;
+    }
+    for (int64_t r = r0; r < r1; r++) out[r - r0] = k->row_dot(w, r, x, scratch);
+}
+
+void cpu_kernels_gemm(const mx_matrix *w, int64_t r0, int nr, const float *x, int n, float *out, int64_t ldo,
+                      float *scratch) {
+    const cpu_kernel_set *k = kernels();
+    if (k->gemm) {
+        k->gemm(w, r0, nr, x, n, out, ldo, scratch);
+        return;
+    }
+    for (int i = 0; i < nr; i++) {
+        k->dequant_row(w, r0 + i, scratch);
+        for (int t = 0; t < n; t++) out[(int64_t)t * ldo + i] = k->dot(scratch, x + (int64_t)t * w->cols, w->cols);
+    }
+}
+
+void cpu_kernels_attn_head(const float *q, const float *K, const float *V, int64_t stride, int first, int last, int hd,
+                           float scale, float *out) {
+    const cpu_kernel_set *k = kernels();
+    (k->attn_head ? k->attn_head : scalar_attn_head)(q, K, V, stride, first, last, hd, scale, out);
 }
 
 const char *cpu_kernels_name(void) { return kernels()->name; }

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The inner loops of the CPU backend that decide its speed: decoding one weight row to float32,
-// dot products, and the fused decode-and-dot used at batch 1. Each has a scalar reference version
-// (kept for tests) and SIMD versions selected once at run time from the CPU's features.
+// dot products, the fused decode-and-dot used at batch 1 (gemv), the tiled product used for
+// batches of tokens (gemm) and one attention head. Each has a scalar reference version (kept for
+// tests) and SIMD versions selected once at run time from the CPU's features.
 #ifndef MX_BACKENDS_CPU_KERNELS_H
 #define MX_BACKENDS_CPU_KERNELS_H
 
@@ -9,12 +10,28 @@
 
 #include "core/quant.h"
 
+// Rows of w one gemm call handles at most.
+#define CPU_KERNELS_GEMM_ROWS 4
+// Floats of per-thread scratch gemv/gemm need for a matrix of `cols` columns (the CPU backend
+// reserves cols * 4 + 1024 at upload time).
+#define CPU_KERNELS_SCRATCH(cols) ((size_t)(cols) * 4 + 1024)
+
 // out[cols] = row `row` of w (row counts across experts), float32.
 void cpu_kernels_dequant_row(const mx_matrix *w, int64_t row, float *out);
 // sum a[i] * b[i].
 float cpu_kernels_dot(const float *a, const float *b, int64_t n);
 // Row `row` of w dotted with x[cols]; scratch has room for cols floats.
 float cpu_kernels_row_dot(const mx_matrix *w, int64_t row, const float *x, float *scratch);
+// out[r - r0] = row r of w . x for r in [r0, r1).   x: [cols], out: [r1 - r0]
+void cpu_kernels_gemv(const mx_matrix *w, int64_t r0, int64_t r1, const float *x, float *out, float *scratch);
+// out[t * ldo + i] = row (r0 + i) of w . x[t] for i < nr (nr <= CPU_KERNELS_GEMM_ROWS), t < n.
+// x: [n, cols] contiguous; out: [n, ldo].
+void cpu_kernels_gemm(const mx_matrix *w, int64_t r0, int nr, const float *x, int n, float *out, int64_t ldo,
+                      float *scratch);
+// One attention head of one token: out[hd] = softmax(scale * q . K[p]) V over keys p in
+// [first, last]; key p of K and V starts at p * stride floats. Online softmax, no scratch.
+void cpu_kernels_attn_head(const float *q, const float *K, const float *V, int64_t stride, int first, int last, int hd,
+                           float scale, float *out);
 
 // Names the kernel set chosen at run time ("avx512", "avx2", "scalar").
 const char *cpu_kernels_name(void);

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// One set of CPU inner kernels (scalar, AVX2, AVX-512...). Private to src/backends/cpu/.
+// One set of CPU inner kernels (scalar, AVX2, AVX-512...). Private to src/backends/cpu/. A set may
+// leave gemv/gemm/attn_head NULL: the scalar versions built on its dequant_row/dot are used then.
 #ifndef MX_BACKENDS_CPU_KERNELS_TABLE_H
 #define MX_BACKENDS_CPU_KERNELS_TABLE_H
 
@@ -10,6 +11,11 @@ typedef struct cpu_kernel_set {
     void (*dequant_row)(const mx_matrix *w, int64_t row, float *out);
     float (*dot)(const float *a, const float *b, int64_t n);
     float (*row_dot)(const mx_matrix *w, int64_t row, const float *x, float *scratch);
+    void (*gemv)(const mx_matrix *w, int64_t r0, int64_t r1, const float *x, float *out, float *scratch);
+    void (*gemm)(const mx_matrix *w, int64_t r0, int nr, const float *x, int n, float *out, int64_t ldo,
+                 float *scratch);
+    void (*attn_head)(const float *q, const float *K, const float *V, int64_t stride, int first, int last, int hd,
+                      float scale, float *out);
 } cpu_kernel_set;
 
 // The best x86 set this CPU supports, or NULL (non-x86 or no AVX2+FMA).

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// x86 SIMD kernels (AVX2+FMA), compiled with per-function target attributes so the binary runs on
+// x86 SIMD kernels (AVX2+FMA, and AVX-512 F/BW/DQ/VL), compiled with per-function target attributes so the binary runs on
 // any x86-64 and picks them only when the CPU has the features. Formats without a SIMD decoder
 // fall back to the reference decoder and use the SIMD dot product.
 #include <stddef.h>
@@ -8,6 +8,8 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #define AVX2 __attribute__((target("avx2,fma,f16c")))
@@ -96,17 +98,287 @@ AVX2 static float avx2_row_dot(const mx_matrix *w, int64_t row, const float *x, 
     return avx2_dot(scratch, x, w->cols);
 }
 
-static const cpu_kernel_set avx2_set = {"avx2", avx2_dequant_row, avx2_dot, avx2_row_dot};
+static const cpu_kernel_set avx2_set = {
+    /* .name = */ "avx2",
+    /* .dequant_row = */ avx2_dequant_row,
+    /* .dot = */ avx2_dot,
+    /* .row_dot = */ avx2_row_dot,
+    /* .gemv = */ NULL,
+    /* .gemm = */ NULL,
+    /* .attn_head = */ NULL,
+};
+
+// ---- AVX-512 ------------------------------------------------------------------------------------
+// Batch 1 (gemv): affine 4/8-bit and bf16 rows are decoded in registers and dotted at once; the
+// affine bias is folded out of the inner loop as bias * sum(x over the group), so the inner loop is
+// code -> float, multiply-add. For 4-bit, byte k of a 16-byte chunk holds elements 2k (low nibble)
+// and 2k+1 (high nibble), so x is split once per call into even and odd halves per 32 elements.
+// Batches (gemm): up to 4 weight rows are decoded to float once into scratch, then a 4 rows x 6
+// tokens register-blocked FMA kernel runs over the tokens; the caller keeps the token block small
+// enough to stay in L2.
+
+#define AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
+#define AVX512_INLINE __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c"), always_inline)) inline
+
+static inline float load_scale(const void *p, mx_dtype dt, int64_t i) {
+    if (dt == MX_DTYPE_BF16) {
+        uint16_t h;
+        memcpy(&h, (const uint8_t *)p + 2 * i, 2);
+        uint32_t u = (uint32_t)h << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    return mx_load_float(p, dt, i);
+}
+
+AVX512 static float avx512_dot(const float *a, const float *b, int64_t n) {
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i + 16), _mm512_loadu_ps(b + i + 16), s1);
+    }
+    for (; i + 16 <= n; i += 16) s0 = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), s0);
+    if (i < n) {
+        __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), s1);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+}
+
+AVX512 static float avx512_row_dot(const mx_matrix *w, int64_t row, const float *x, float *scratch) {
+    avx2_dequant_row(w, row, scratch);
+    return avx512_dot(scratch, x, w->cols);
+}
+
+// Group sums of x: gsum[g] = sum of x over group g (gs elements).
+AVX512 static void group_sums(const float *x, int64_t cols, int gs, float *gsum) {
+    for (int64_t g = 0; g < cols / gs; g++) {
+        __m512 s = _mm512_setzero_ps();
+        for (int k = 0; k < gs; k += 16) s = _mm512_add_ps(s, _mm512_loadu_ps(x + g * gs + k));
+        gsum[g] = _mm512_reduce_add_ps(s);
+    }
+}
+
+AVX512 static void gemv_affine4(const mx_matrix *w, int64_t r0, int64_t r1, const float *x, float *out,
+                                float *scratch) {
+    int64_t cols = w->cols, groups = cols / w->q.group_size;
+    int gs = w->q.group_size;
+    float *xp = scratch, *gsum = scratch + cols;  // xp: per 32 elements, 16 even then 16 odd
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    for (int64_t k = 0; k < cols; k += 32) {
+        __m512 a = _mm512_loadu_ps(x + k), b = _mm512_loadu_ps(x + k + 16);
+        _mm512_storeu_ps(xp + k, _mm512_permutex2var_ps(a, ev, b));
+        _mm512_storeu_ps(xp + k + 16, _mm512_permutex2var_ps(a, od, b));
+    }
+    group_sums(x, cols, gs, gsum);
+    const __m512i lo4 = _mm512_set1_epi32(0xf);
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *data = (const uint8_t *)w->data + r * (cols / 2);
+        __m512 acc = _mm512_setzero_ps();
+        float bsum = 0.0f;
+        for (int64_t g = 0; g < groups; g++) {
+            __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+            for (int k = 0; k < gs; k += 32) {
+                int64_t e = g * gs + k;
+                __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(data + e / 2)));
+                __m512 qlo = _mm512_cvtepi32_ps(_mm512_and_si512(v, lo4));
+                __m512 qhi = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
+                a0 = _mm512_fmadd_ps(qlo, _mm512_loadu_ps(xp + e), a0);
+                a1 = _mm512_fmadd_ps(qhi, _mm512_loadu_ps(xp + e + 16), a1);
+            }
+            float s = load_scale(w->scales, w->scale_dtype, r * groups + g);
+            bsum += load_scale(w->biases, w->scale_dtype, r * groups + g) * gsum[g];
+            acc = _mm512_fmadd_ps(_mm512_add_ps(a0, a1), _mm512_set1_ps(s), acc);
+        }
+        out[r - r0] = _mm512_reduce_add_ps(acc) + bsum;
+    }
+}
+
+AVX512 static void gemv_affine8(const mx_matrix *w, int64_t r0, int64_t r1, const float *x, float *out,
+                                float *scratch) {
+    int64_t cols = w->cols, groups = cols / w->q.group_size;
+    int gs = w->q.group_size;
+    float *gsum = scratch;
+    group_sums(x, cols, gs, gsum);
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *data = (const uint8_t *)w->data + r * cols;
+        __m512 acc = _mm512_setzero_ps();
+        float bsum = 0.0f;
+        for (int64_t g = 0; g < groups; g++) {
+            __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+            for (int k = 0; k < gs; k += 32) {
+                int64_t e = g * gs + k;
+                __m512 q0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(data + e))));
+                __m512 q1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(data + e + 16))));
+                a0 = _mm512_fmadd_ps(q0, _mm512_loadu_ps(x + e), a0);
+                a1 = _mm512_fmadd_ps(q1, _mm512_loadu_ps(x + e + 16), a1);
+            }
+            float s = load_scale(w->scales, w->scale_dtype, r * groups + g);
+            bsum += load_scale(w->biases, w->scale_dtype, r * groups + g) * gsum[g];
+            acc = _mm512_fmadd_ps(_mm512_add_ps(a0, a1), _mm512_set1_ps(s), acc);
+        }
+        out[r - r0] = _mm512_reduce_add_ps(acc) + bsum;
+    }
+}
+
+AVX512 static void gemv_bf16(const mx_matrix *w, int64_t r0, int64_t r1, const float *x, float *out) {
+    int64_t cols = w->cols;
+    for (int64_t r = r0; r < r1; r++) {
+        const uint16_t *data = (const uint16_t *)((const uint8_t *)w->data + r * cols * 2);
+        __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+        int64_t j = 0;
+        for (; j + 16 <= cols; j += 16) {
+            __m512i u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(data + j))), 16);
+            a0 = _mm512_fmadd_ps(_mm512_castsi512_ps(u), _mm512_loadu_ps(x + j), a0);
+        }
+        if (j < cols) {
+            __mmask16 m = (__mmask16)((1u << (cols - j)) - 1);
+            __m512i u = _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, data + j)), 16);
+            a1 = _mm512_fmadd_ps(_mm512_castsi512_ps(u), _mm512_maskz_loadu_ps(m, x + j), a1);
+        }
+        out[r - r0] = _mm512_reduce_add_ps(_mm512_add_ps(a0, a1));
+    }
+}
+
+AVX512 static void avx512_gemv(const mx_matrix *w, int64_t r0, int64_t r1, const float *x, float *out,
+                               float *scratch) {
+    bool affine = w->q.mode == MX_QUANT_AFFINE && w->q.group_size % 32 == 0;
+    if (affine && w->q.bits == 4) {
+        gemv_affine4(w, r0, r1, x, out, scratch);
+    } else if (affine && w->q.bits == 8) {
+        gemv_affine8(w, r0, r1, x, out, scratch);
+    } else if (w->q.mode == MX_QUANT_NONE && w->dtype == MX_DTYPE_BF16) {
+        gemv_bf16(w, r0, r1, x, out);
+    } else {
+        for (int64_t r = r0; r < r1; r++) out[r - r0] = avx512_row_dot(w, r, x, scratch);
+    }
+}
+
+// 4 decoded rows W (stride ldw) times nt <= 6 token rows of x; accumulators stay in registers
+// because nt is a constant at every call site (the switch below) and the loops unroll fully.
+AVX512_INLINE static void micro_4xn(const float *W, int64_t ldw, const float *x, int64_t cols, int nt, float *out,
+                                    int64_t ldo, int nr) {
+    __m512 acc[4][6];
+    for (int r = 0; r < 4; r++)
+        for (int t = 0; t < nt; t++) acc[r][t] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 16 <= cols; k += 16) {
+        __m512 w0 = _mm512_load_ps(W + k), w1 = _mm512_load_ps(W + ldw + k);
+        __m512 w2 = _mm512_load_ps(W + 2 * ldw + k), w3 = _mm512_load_ps(W + 3 * ldw + k);
+        for (int t = 0; t < nt; t++) {
+            __m512 xv = _mm512_loadu_ps(x + t * cols + k);
+            acc[0][t] = _mm512_fmadd_ps(w0, xv, acc[0][t]);
+            acc[1][t] = _mm512_fmadd_ps(w1, xv, acc[1][t]);
+            acc[2][t] = _mm512_fmadd_ps(w2, xv, acc[2][t]);
+            acc[3][t] = _mm512_fmadd_ps(w3, xv, acc[3][t]);
+        }
+    }
+    if (k < cols) {
+        __mmask16 m = (__mmask16)((1u << (cols - k)) - 1);
+        __m512 w0 = _mm512_maskz_load_ps(m, W + k), w1 = _mm512_maskz_load_ps(m, W + ldw + k);
+        __m512 w2 = _mm512_maskz_load_ps(m, W + 2 * ldw + k), w3 = _mm512_maskz_load_ps(m, W + 3 * ldw + k);
+        for (int t = 0; t < nt; t++) {
+            __m512 xv = _mm512_maskz_loadu_ps(m, x + t * cols + k);
+            acc[0][t] = _mm512_fmadd_ps(w0, xv, acc[0][t]);
+            acc[1][t] = _mm512_fmadd_ps(w1, xv, acc[1][t]);
+            acc[2][t] = _mm512_fmadd_ps(w2, xv, acc[2][t]);
+            acc[3][t] = _mm512_fmadd_ps(w3, xv, acc[3][t]);
+        }
+    }
+    for (int t = 0; t < nt; t++)
+        for (int r = 0; r < nr; r++) out[t * ldo + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+AVX512 static void avx512_gemm(const mx_matrix *w, int64_t r0, int nr, const float *x, int n, float *out,
+                               int64_t ldo, float *scratch) {
+    int64_t cols = w->cols, ldw = (cols + 15) & ~(int64_t)15;
+    float *W = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);  // 4 * ldw + 16 <= cols * 4 + 1024
+    for (int i = 0; i < 4; i++) {
+        if (i < nr)
+            avx2_dequant_row(w, r0 + i, W + i * ldw);
+        else
+            memset(W + i * ldw, 0, sizeof(float) * cols);
+    }
+    int t = 0;
+    for (; t + 6 <= n; t += 6) micro_4xn(W, ldw, x + (int64_t)t * cols, cols, 6, out + (int64_t)t * ldo, ldo, nr);
+    switch (n - t) {
+    case 5: micro_4xn(W, ldw, x + (int64_t)t * cols, cols, 5, out + (int64_t)t * ldo, ldo, nr); break;
+    case 4: micro_4xn(W, ldw, x + (int64_t)t * cols, cols, 4, out + (int64_t)t * ldo, ldo, nr); break;
+    case 3: micro_4xn(W, ldw, x + (int64_t)t * cols, cols, 3, out + (int64_t)t * ldo, ldo, nr); break;
+    case 2: micro_4xn(W, ldw, x + (int64_t)t * cols, cols, 2, out + (int64_t)t * ldo, ldo, nr); break;
+    case 1: micro_4xn(W, ldw, x + (int64_t)t * cols, cols, 1, out + (int64_t)t * ldo, ldo, nr); break;
+    default: break;
+    }
+}
+
+// Attention for one (token, head): keys in blocks of 16 so the running max and the rescale of the
+// accumulator happen once per block; out[] is the accumulator (hd floats, L1 resident).
+AVX512 static void avx512_attn_head(const float *q, const float *K, const float *V, int64_t stride, int first,
+                                    int last, int hd, float scale, float *out) {
+    float m = -INFINITY, l = 0.0f, s[16];
+    memset(out, 0, sizeof(float) * hd);
+    for (int p0 = first; p0 <= last; p0 += 16) {
+        int nb = last - p0 + 1 < 16 ? last - p0 + 1 : 16;
+        float bm = -INFINITY;
+        for (int i = 0; i < nb; i++) {
+            s[i] = avx512_dot(q, K + (int64_t)(p0 + i) * stride, hd) * scale;
+            bm = s[i] > bm ? s[i] : bm;
+        }
+        if (bm > m) {
+            float corr = expf(m - bm);  // exp(-inf) = 0 on the first block
+            l *= corr;
+            __m512 vc = _mm512_set1_ps(corr);
+            int d = 0;
+            for (; d + 16 <= hd; d += 16) _mm512_storeu_ps(out + d, _mm512_mul_ps(_mm512_loadu_ps(out + d), vc));
+            for (; d < hd; d++) out[d] *= corr;
+            m = bm;
+        }
+        for (int i = 0; i < nb; i++) {
+            float e = expf(s[i] - m);
+            l += e;
+            const float *vp = V + (int64_t)(p0 + i) * stride;
+            __m512 ve = _mm512_set1_ps(e);
+            int d = 0;
+            for (; d + 16 <= hd; d += 16)
+                _mm512_storeu_ps(out + d, _mm512_fmadd_ps(ve, _mm512_loadu_ps(vp + d), _mm512_loadu_ps(out + d)));
+            for (; d < hd; d++) out[d] += e * vp[d];
+        }
+    }
+    float inv = 1.0f / l;
+    for (int d = 0; d < hd; d++) out[d] *= inv;
+}
+
+static const cpu_kernel_set avx512_set = {
+    /* .name = */ "avx512",
+    /* .dequant_row = */ avx2_dequant_row,
+    /* .dot = */ avx512_dot,
+    /* .row_dot = */ avx512_row_dot,
+    /* .gemv = */ avx512_gemv,
+    /* .gemm = */ avx512_gemm,
+    /* .attn_head = */ avx512_attn_head,
+};
 
 static int have_avx2(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 }
 
-const cpu_kernel_set *cpu_kernels_x86_best(void) { return have_avx2() ? &avx2_set : NULL; }
+static int have_avx512(void) {
+    return have_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c");
+}
+
+const cpu_kernel_set *cpu_kernels_x86_best(void) {
+    if (have_avx512()) return &avx512_set;
+    return have_avx2() ? &avx2_set : NULL;
+}
 
 const cpu_kernel_set *cpu_kernels_x86_named(const char *name) {
     if (strcmp(name, "avx2") == 0 && have_avx2()) return &avx2_set;
+    if (strcmp(name, "avx512") == 0 && have_avx512()) return &avx512_set;
     return NULL;
 }
 

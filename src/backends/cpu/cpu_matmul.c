@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
 // CPU matrix products: Linear layers (any format in quant.h), embedding lookup and the per-expert
-// products of MoE layers. Work is split over blocks of output rows; each weight row is decoded once
-// per call into per-thread scratch and then dotted with every input row, so a prefill chunk reads
-// the weights once. Row decoding and dot products go through cpu_kernels.h, which picks SIMD
-// versions at run time.
+// products of MoE layers. At batch 1 each block of rows is decoded and dotted in registers
+// (cpu_kernels_gemv); batches are split into (row block x token block) tiles where 4 decoded weight
+// rows at a time are multiplied with the token block (cpu_kernels_gemm), so the weights are read
+// once per token block and the activations stay in cache. MoE rows keep the simple
+// decode-row-then-dot loop. Kernels come from cpu_kernels.h, which picks SIMD versions at run time.
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,6 +12,10 @@
 #include "backends/cpu/cpu_kernels.h"
 
 #define ROWS_PER_TASK 16
+// Dense products: a task is a block of GEMM_ROW_BLOCK output rows times a block of tokens small
+// enough that the block of x stays in L2 while each 4-row tile of decoded weights sweeps over it.
+#define GEMM_ROW_BLOCK 32
+#define GEMM_X_FLOATS (96 * 1024)  // target floats of x per token block (384 KB)
 
 typedef struct matmul_job {
     float *out;             // [n, rows] (or [m, rows] for MoE)
@@ -23,8 +28,11 @@ typedef struct matmul_job {
     const int32_t *out_rows;
     cpu_ctx *c;
     int64_t rows;
+    int token_block;        // tokens per task (dense batches)
+    int row_blocks;         // tasks per token block (dense batches)
 } matmul_job;
 
+// MoE rows (gathered x and scattered out): decode each weight row once, dot it with every row.
 static void matmul_task(void *arg, int task, int thread) {
     matmul_job *j = arg;
     const mx_matrix *w = j->w;
@@ -32,11 +40,6 @@ static void matmul_task(void *arg, int task, int thread) {
     int64_t r0 = (int64_t)task * ROWS_PER_TASK;
     int64_t r1 = r0 + ROWS_PER_TASK < j->rows ? r0 + ROWS_PER_TASK : j->rows;
     for (int64_t r = r0; r < r1; r++) {
-        if (j->n == 1 && !j->x_rows) {
-            float v = cpu_kernels_row_dot(w, j->row_offset + r, j->x, row);
-            j->out[r] = j->bias ? v + j->bias[r] : v;
-            continue;
-        }
         cpu_kernels_dequant_row(w, j->row_offset + r, row);
         for (int t = 0; t < j->n; t++) {
             int xr = j->x_rows ? j->x_rows[t] : t;
@@ -47,11 +50,46 @@ static void matmul_task(void *arg, int task, int thread) {
     }
 }
 
+// Batch 1: fused decode-and-dot over a block of rows.
+static void gemv_task(void *arg, int task, int thread) {
+    matmul_job *j = arg;
+    int64_t r0 = (int64_t)task * ROWS_PER_TASK;
+    int64_t r1 = r0 + ROWS_PER_TASK < j->rows ? r0 + ROWS_PER_TASK : j->rows;
+    cpu_kernels_gemv(j->w, r0, r1, j->x, j->out + r0, j->c->scratch[thread]);
+    if (j->bias)
+        for (int64_t r = r0; r < r1; r++) j->out[r] += j->bias[r];
+}
+
+// Batches: (row block, token block) tiles, 4 rows at a time.
+static void gemm_task(void *arg, int task, int thread) {
+    matmul_job *j = arg;
+    int64_t cols = j->w->cols;
+    int tb = task / j->row_blocks, rb = task % j->row_blocks;
+    int t0 = tb * j->token_block, nt = j->n - t0 < j->token_block ? j->n - t0 : j->token_block;
+    int64_t r0 = (int64_t)rb * GEMM_ROW_BLOCK;
+    int64_t r1 = r0 + GEMM_ROW_BLOCK < j->rows ? r0 + GEMM_ROW_BLOCK : j->rows;
+    for (int64_t r = r0; r < r1; r += CPU_KERNELS_GEMM_ROWS) {
+        int nr = r1 - r < CPU_KERNELS_GEMM_ROWS ? (int)(r1 - r) : CPU_KERNELS_GEMM_ROWS;
+        cpu_kernels_gemm(j->w, r, nr, j->x + (int64_t)t0 * cols, nt, j->out + (int64_t)t0 * j->rows + r, j->rows,
+                         j->c->scratch[thread]);
+    }
+    if (j->bias)
+        for (int t = t0; t < t0 + nt; t++)
+            for (int64_t r = r0; r < r1; r++) j->out[(int64_t)t * j->rows + r] += j->bias[r];
+}
+
 void cpu_matmul(mx_backend *be, float *out, const float *x, const mx_matrix *w, const float *bias, int n) {
     cpu_ctx *c = cpu_of(be);
     matmul_job j = {.out = out, .x = x, .w = w, .bias = bias, .n = n, .c = c, .rows = w->rows};
-    int tasks = (int)((w->rows + ROWS_PER_TASK - 1) / ROWS_PER_TASK);
-    mx_pool_run(c->pool, tasks, matmul_task, &j);
+    if (n == 1) {
+        mx_pool_run(c->pool, (int)((w->rows + ROWS_PER_TASK - 1) / ROWS_PER_TASK), gemv_task, &j);
+        return;
+    }
+    int tb = (int)(GEMM_X_FLOATS / (w->cols > 0 ? w->cols : 1)) / 6 * 6;
+    j.token_block = tb < 6 ? 6 : tb;
+    j.row_blocks = (int)((w->rows + GEMM_ROW_BLOCK - 1) / GEMM_ROW_BLOCK);
+    int token_blocks = (n + j.token_block - 1) / j.token_block;
+    mx_pool_run(c->pool, token_blocks * j.row_blocks, gemm_task, &j);
 }
 
 typedef struct embed_job {
