@@ -100,6 +100,17 @@ typedef struct mx_backend_ops {
     void (*argmax)(mx_backend *be, int32_t *ids, const float *logits, int n, int vocab);
     // Waits for queued work; returns -1 with a message if the device reported an error.
     int (*sync)(mx_backend *be, mx_error *err);
+
+    // Optional graph capture (NULL when unsupported, e.g. on the CPU). The engine brackets the ops
+    // of one decode step with graph_begin/graph_end to record them under `key`, and later replays
+    // them with graph_launch instead of issuing the ops again. Every pointer and size is identical
+    // on replay; only the contents of backend buffers (token ids, positions, slots) change, so
+    // kernels must read positions from memory rather than take them as launch parameters.
+    // graph_launch returns false when nothing is recorded under key; graph_end failing leaves no
+    // graph (the engine then issues ops directly).
+    int (*graph_begin)(mx_backend *be, mx_error *err);
+    int (*graph_end)(mx_backend *be, int key, mx_error *err);
+    bool (*graph_launch)(mx_backend *be, int key);
 } mx_backend_ops;
 
 struct mx_backend {

@@ -141,24 +141,63 @@ static void block_forward(mx_ctx *c, const mx_layer *L, int layer, int n) {
     o->add(be, c->x, c->tmp, (int64_t)n * H);
 }
 
-// Final norm and output projection for `n` rows of c->x (indices `rows`, host), in passes of at
-// most LOGIT_ROWS rows; results go to the caller's host arrays.
-static int emit_outputs(mx_ctx *c, const int32_t *rows, int n, float *logits, int32_t *argmax, mx_error *err) {
+// Final norm and output projection for `r` rows of c->x starting at `rows` (host indices): rows
+// that are consecutive are read in place, others are gathered first. Kernels only: the results
+// stay in c->logits / c->d_argmax.
+static void project_rows(mx_ctx *c, const int32_t *rows, int r, bool want_argmax) {
     const mx_config *cfg = &c->m->cfg;
     const mx_backend_ops *o = c->be->ops;
-    int H = cfg->hidden_size, V = cfg->vocab_size;
+    int H = cfg->hidden_size;
+    bool consecutive = true;
+    for (int i = 1; i < r && consecutive; i++) consecutive = rows[i] == rows[0] + i;
+    const float *src = c->x + (size_t)rows[0] * H;
+    if (!consecutive) {
+        o->gather_rows(c->be, c->out_h, c->x, rows, r, H);
+        src = c->out_h;
+    }
+    o->rmsnorm(c->be, c->out_h, src, c->m->final_norm, r, H, cfg->rms_norm_eps);
+    o->matmul(c->be, c->logits, c->out_h, &c->m->lm_head, NULL, r);
+    if (want_argmax) o->argmax(c->be, c->d_argmax, c->logits, r, cfg->vocab_size);
+}
+
+static int download_rows(mx_ctx *c, int r, float *logits, int32_t *argmax, mx_error *err) {
+    const mx_backend_ops *o = c->be->ops;
+    if (argmax && o->download(c->be, argmax, c->d_argmax, sizeof(int32_t) * r, err)) return -1;
+    if (logits && o->download(c->be, logits, c->logits, sizeof(float) * r * c->m->cfg.vocab_size, err)) return -1;
+    return 0;
+}
+
+// Outputs for `n` rows in passes of at most LOGIT_ROWS rows, into the caller's host arrays.
+static int emit_outputs(mx_ctx *c, const int32_t *rows, int n, float *logits, int32_t *argmax, mx_error *err) {
+    int V = c->m->cfg.vocab_size;
     for (int done = 0; done < n; done += LOGIT_ROWS) {
         int r = n - done < LOGIT_ROWS ? n - done : LOGIT_ROWS;
-        o->gather_rows(c->be, c->out_h, c->x, rows + done, r, H);
-        o->rmsnorm(c->be, c->out_h, c->out_h, c->m->final_norm, r, H, cfg->rms_norm_eps);
-        o->matmul(c->be, c->logits, c->out_h, &c->m->lm_head, NULL, r);
-        if (argmax) {
-            o->argmax(c->be, c->d_argmax, c->logits, r, V);
-            if (o->download(c->be, argmax + done, c->d_argmax, sizeof(int32_t) * r, err)) return -1;
-        }
-        if (logits && o->download(c->be, logits + (size_t)done * V, c->logits, sizeof(float) * r * V, err)) return -1;
+        project_rows(c, rows + done, r, argmax != NULL);
+        if (download_rows(c, r, logits ? logits + (size_t)done * V : NULL, argmax ? argmax + done : NULL, err)) return -1;
     }
     return 0;
+}
+
+// The kernels of one whole step on the n tokens already uploaded.
+static void step_kernels(mx_ctx *c, int n) {
+    c->be->ops->embed(c->be, c->x, &c->m->embed, c->d_tokens, n);
+    for (int l = 0; l < c->m->cfg.n_layers; l++) block_forward(c, &c->m->layers[l], l, n);
+}
+
+// A decode-shaped step (every row outputs, in order, in one pass) on a backend with graphs: the
+// kernels of the whole step are recorded once per (n, output kind) and replayed afterwards.
+static int graph_step(mx_ctx *c, int n, float *logits, int32_t *argmax, mx_error *err) {
+    const mx_backend_ops *o = c->be->ops;
+    int key = n * 2 + (argmax != NULL);
+    if (!o->graph_launch(c->be, key)) {
+        _Static_assert(LOGIT_ROWS == 16, "identity rows below");
+        static const int32_t identity[LOGIT_ROWS] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+        if (o->graph_begin(c->be, err)) return -1;
+        step_kernels(c, n);
+        project_rows(c, identity, n, argmax != NULL);
+        if (o->graph_end(c->be, key, err) || !o->graph_launch(c->be, key)) return -1;
+    }
+    return download_rows(c, n, logits, argmax, err);
 }
 
 static int check_batch(const mx_ctx *c, const mx_batch *b, mx_error *err) {
@@ -188,8 +227,14 @@ int mx_ctx_forward(mx_ctx *c, const mx_batch *b, float *logits, int32_t *argmax,
             o->upload(c->be, c->d_pos, b->pos + start, 4 * (size_t)n, err) ||
             o->upload(c->be, c->d_slot, b->slot + start, 4 * (size_t)n, err))
             return -1;
-        o->embed(c->be, c->x, &c->m->embed, c->d_tokens, n);
-        for (int l = 0; l < cfg->n_layers; l++) block_forward(c, &c->m->layers[l], l, n);
+        bool decode_shaped = b->n_out == b->n && b->n == n && n <= LOGIT_ROWS && o->graph_launch;
+        for (int i = 0; decode_shaped && i < b->n; i++) decode_shaped = b->out_rows[i] == i;
+        if (decode_shaped && (logits || argmax)) {
+            if (graph_step(c, n, logits, argmax, err)) return -1;
+            out_done = b->n_out;
+            continue;
+        }
+        step_kernels(c, n);
         // Output rows that fall in this step, in the caller's order (rows are expected ascending
         // within a step; any order works, one row at a time through `local`).
         while (out_done < b->n_out && b->out_rows[out_done] >= start && b->out_rows[out_done] < start + n) {
