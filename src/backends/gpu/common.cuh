@@ -1,0 +1,89 @@
+// SPDX-License-Identifier: MIT
+// Device helpers shared by every kernel file: warp and block reductions templated on the warp
+// width W (never a literal 32), scalar conversions from the stored weight types (bf16, f16, the FP8
+// and FP4 codes of the microscaling formats), matching src/core/dtype.c bit for bit.
+#ifndef MXG_COMMON_CUH
+#define MXG_COMMON_CUH
+
+#include <stdint.h>
+
+#include "backends/gpu/compat.h"
+
+template <int W>
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = W / 2; o > 0; o >>= 1) v += mxg_shfl_xor<W>(v, o);
+    return v;
+}
+
+template <int W>
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = W / 2; o > 0; o >>= 1) v = fmaxf(v, mxg_shfl_xor<W>(v, o));
+    return v;
+}
+
+// Sum over the whole block (blockDim.x a multiple of W, at most 1024 threads). Every thread gets
+// the result. `scratch` holds at least blockDim.x / W floats; the call begins and ends with a
+// barrier so it can be used back to back.
+template <int W>
+__device__ __forceinline__ float block_sum(float v, float *scratch) {
+    int lane = threadIdx.x % W, warp = threadIdx.x / W, nw = blockDim.x / W;
+    v = warp_sum<W>(v);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    float t = 0.0f;
+    for (int i = 0; i < nw; i++) t += scratch[i];
+    __syncthreads();
+    return t;
+}
+
+template <int W>
+__device__ __forceinline__ float block_max(float v, float *scratch) {
+    int lane = threadIdx.x % W, warp = threadIdx.x / W, nw = blockDim.x / W;
+    v = warp_max<W>(v);
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    float t = scratch[0];
+    for (int i = 1; i < nw; i++) t = fmaxf(t, scratch[i]);
+    __syncthreads();
+    return t;
+}
+
+__device__ __forceinline__ float bf16_to_f32(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+
+__device__ __forceinline__ float f16_to_f32(uint16_t h) {
+    __half_raw r;
+    r.x = h;
+    return __half2float(__half(r));
+}
+
+__device__ __forceinline__ uint16_t f32_to_f16_bits(float f) {
+    __half_raw r = __half_raw(__float2half_rn(f));
+    return r.x;
+}
+
+// E2M1 nibble (bit 3 sign): 0, 0.5, 1, 1.5, 2, 3, 4, 6.
+__device__ __forceinline__ float e2m1_to_f32(uint32_t c) {
+    uint32_t m = c & 7u;
+    float v = m < 2u ? 0.5f * (float)m : __uint_as_float((((m >> 1) + 126u) << 23) | ((m & 1u) << 22));
+    return (c & 8u) ? -v : v;
+}
+
+// E4M3 byte, no NaN (0x7f decodes as 480, like MLX).
+__device__ __forceinline__ float e4m3_to_f32(uint32_t b) {
+    uint32_t e = (b >> 3) & 15u, m = b & 7u;
+    float v = e == 0u ? (float)m * 0.001953125f : __uint_as_float(((e + 120u) << 23) | (m << 20));
+    return (b & 0x80u) ? -v : v;
+}
+
+// E8M0 scale: 2^(s-127); s = 0 is 2^-127 (a float32 subnormal), s = 255 is +inf.
+__device__ __forceinline__ float e8m0_to_f32(uint32_t s) {
+    if (s == 255u) return __uint_as_float(0x7f800000u);
+    if (s == 0u) return __uint_as_float(0x00400000u);
+    return __uint_as_float(s << 23);
+}
+
+#endif

@@ -1,0 +1,154 @@
+// SPDX-License-Identifier: MIT
+// The one place that knows which GPU vendor we compile for. Kernel files include this instead of
+// cuda_runtime.h or hip_runtime.h and use the neutral names below (gpu* for the runtime, mxg_* for
+// device helpers). nvcc builds define MXG_VENDOR_CUDA, hipcc builds MXG_VENDOR_HIP (cmake/gpu*.cmake);
+// anything else is an error, never a silent default.
+//
+// Warp width: NVIDIA and AMD RDNA run 32-lane warps, AMD CDNA (gfx9) 64-lane wavefronts. Kernels take
+// the width as a template parameter W; host code picks the instantiation from the device's reported
+// width with MXG_WARP_DISPATCH. CUDA builds only instantiate W = 32 (MXG_WARP_MAX).
+#ifndef MXG_COMPAT_H
+#define MXG_COMPAT_H
+
+#if defined(MXG_VENDOR_HIP)
+#include <hip/hip_fp16.h>
+#include <hip/hip_runtime.h>
+
+typedef hipStream_t gpuStream_t;
+typedef hipError_t gpuError_t;
+typedef hipEvent_t gpuEvent_t;
+typedef hipGraph_t gpuGraph_t;
+typedef hipGraphExec_t gpuGraphExec_t;
+typedef hipDeviceProp_t gpuDeviceProp_t;
+#define gpuSuccess hipSuccess
+#define gpuGetErrorString hipGetErrorString
+#define gpuGetLastError hipGetLastError
+#define gpuGetDeviceCount hipGetDeviceCount
+#define gpuGetDeviceProperties hipGetDeviceProperties
+#define gpuSetDevice hipSetDevice
+#define gpuRuntimeGetVersion hipRuntimeGetVersion
+#define gpuDriverGetVersion hipDriverGetVersion
+#define gpuMalloc hipMalloc
+#define gpuFree hipFree
+#define gpuHostAlloc(p, n) hipHostMalloc((p), (n), 0)
+#define gpuFreeHost hipHostFree
+#define gpuMemsetAsync hipMemsetAsync
+#define gpuMemcpyAsync hipMemcpyAsync
+#define gpuMemcpyHostToDevice hipMemcpyHostToDevice
+#define gpuMemcpyDeviceToHost hipMemcpyDeviceToHost
+#define gpuMemcpyDeviceToDevice hipMemcpyDeviceToDevice
+#define gpuMemGetInfo hipMemGetInfo
+#define gpuStreamCreateWithFlags hipStreamCreateWithFlags
+#define gpuStreamNonBlocking hipStreamNonBlocking
+#define gpuStreamDestroy hipStreamDestroy
+#define gpuStreamSynchronize hipStreamSynchronize
+#define gpuEventCreate hipEventCreate
+#define gpuEventDestroy hipEventDestroy
+#define gpuEventRecord hipEventRecord
+#define gpuEventSynchronize hipEventSynchronize
+#define gpuEventElapsedTime hipEventElapsedTime
+#define gpuStreamBeginCapture hipStreamBeginCapture
+#define gpuStreamCaptureModeThreadLocal hipStreamCaptureModeThreadLocal
+#define gpuStreamEndCapture hipStreamEndCapture
+#define gpuGraphInstantiate(exec, graph) hipGraphInstantiate((exec), (graph), NULL, NULL, 0)
+#define gpuGraphLaunch hipGraphLaunch
+#define gpuGraphExecDestroy hipGraphExecDestroy
+#define gpuGraphDestroy hipGraphDestroy
+#define gpuFuncGetAttributes hipFuncGetAttributes
+typedef hipFuncAttributes gpuFuncAttributes;
+#define gpuFuncSetAttribute hipFuncSetAttribute
+#define gpuFuncAttributeMaxDynamicSharedMemorySize hipFuncAttributeMaxDynamicSharedMemorySize
+#define MXG_WARP_MAX 64
+#define MXG_VENDOR_NAME "rocm"
+
+template <int W>
+__device__ __forceinline__ float mxg_shfl_xor(float v, int mask) { return __shfl_xor(v, mask, W); }
+template <int W>
+__device__ __forceinline__ int mxg_shfl_xor(int v, int mask) { return __shfl_xor(v, mask, W); }
+template <int W>
+__device__ __forceinline__ float mxg_shfl(float v, int lane) { return __shfl(v, lane, W); }
+
+#elif defined(MXG_VENDOR_CUDA)
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+typedef cudaStream_t gpuStream_t;
+typedef cudaError_t gpuError_t;
+typedef cudaEvent_t gpuEvent_t;
+typedef cudaGraph_t gpuGraph_t;
+typedef cudaGraphExec_t gpuGraphExec_t;
+typedef cudaDeviceProp gpuDeviceProp_t;
+#define gpuSuccess cudaSuccess
+#define gpuGetErrorString cudaGetErrorString
+#define gpuGetLastError cudaGetLastError
+#define gpuGetDeviceCount cudaGetDeviceCount
+#define gpuGetDeviceProperties cudaGetDeviceProperties
+#define gpuSetDevice cudaSetDevice
+#define gpuRuntimeGetVersion cudaRuntimeGetVersion
+#define gpuDriverGetVersion cudaDriverGetVersion
+#define gpuMalloc cudaMalloc
+#define gpuFree cudaFree
+#define gpuHostAlloc(p, n) cudaMallocHost((p), (n))
+#define gpuFreeHost cudaFreeHost
+#define gpuMemsetAsync cudaMemsetAsync
+#define gpuMemcpyAsync cudaMemcpyAsync
+#define gpuMemcpyHostToDevice cudaMemcpyHostToDevice
+#define gpuMemcpyDeviceToHost cudaMemcpyDeviceToHost
+#define gpuMemcpyDeviceToDevice cudaMemcpyDeviceToDevice
+#define gpuMemGetInfo cudaMemGetInfo
+#define gpuStreamCreateWithFlags cudaStreamCreateWithFlags
+#define gpuStreamNonBlocking cudaStreamNonBlocking
+#define gpuStreamDestroy cudaStreamDestroy
+#define gpuStreamSynchronize cudaStreamSynchronize
+#define gpuEventCreate cudaEventCreate
+#define gpuEventDestroy cudaEventDestroy
+#define gpuEventRecord cudaEventRecord
+#define gpuEventSynchronize cudaEventSynchronize
+#define gpuEventElapsedTime cudaEventElapsedTime
+#define gpuStreamBeginCapture cudaStreamBeginCapture
+#define gpuStreamCaptureModeThreadLocal cudaStreamCaptureModeThreadLocal
+#define gpuStreamEndCapture cudaStreamEndCapture
+#define gpuGraphInstantiate(exec, graph) cudaGraphInstantiate((exec), (graph), 0)
+#define gpuGraphLaunch cudaGraphLaunch
+#define gpuGraphExecDestroy cudaGraphExecDestroy
+#define gpuGraphDestroy cudaGraphDestroy
+#define gpuFuncGetAttributes cudaFuncGetAttributes
+typedef cudaFuncAttributes gpuFuncAttributes;
+#define gpuFuncSetAttribute cudaFuncSetAttribute
+#define gpuFuncAttributeMaxDynamicSharedMemorySize cudaFuncAttributeMaxDynamicSharedMemorySize
+#define MXG_WARP_MAX 32
+#define MXG_VENDOR_NAME "cuda"
+
+template <int W>
+__device__ __forceinline__ float mxg_shfl_xor(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask, W); }
+template <int W>
+__device__ __forceinline__ int mxg_shfl_xor(int v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask, W); }
+template <int W>
+__device__ __forceinline__ float mxg_shfl(float v, int lane) { return __shfl_sync(0xffffffffu, v, lane, W); }
+
+#else
+#error "compat.h: define MXG_VENDOR_CUDA (nvcc) or MXG_VENDOR_HIP (hipcc); see cmake/gpu.cmake"
+#endif
+
+// Runs the statement list with `W` bound to the device's warp width (a compile-time constant).
+#if MXG_WARP_MAX == 64
+#define MXG_WARP_DISPATCH(warp, ...)          \
+    do {                                      \
+        if ((warp) == 64) {                   \
+            constexpr int W = 64;             \
+            __VA_ARGS__;                      \
+        } else {                              \
+            constexpr int W = 32;             \
+            __VA_ARGS__;                      \
+        }                                     \
+    } while (0)
+#else
+#define MXG_WARP_DISPATCH(warp, ...)          \
+    do {                                      \
+        (void)(warp);                         \
+        constexpr int W = 32;                 \
+        __VA_ARGS__;                          \
+    } while (0)
+#endif
+
+#endif

@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: MIT
+// The C interface between the backend glue (gpu_backend.c, C11) and the kernel files (*.cu, CUDA C++
+// compiled by nvcc or hipcc). Each function enqueues work on L->stream and returns at once; launch
+// errors surface at the next sync (gpu_rt.h). Arguments follow backend.h: device pointers, float32
+// activations, row-major, shapes as commented there. Nothing here keeps state between calls.
+#ifndef MXG_KERNELS_H
+#define MXG_KERNELS_H
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backends/backend.h"
+
+// What every launch needs to know about the device it runs on.
+typedef struct mxg_launch {
+    void *stream;          // gpuStream_t
+    int warp;              // 32 or 64 lanes
+    int sm_count;          // multiprocessors / compute units
+    int cc;                // CUDA compute capability major*10+minor; 0 on ROCm
+    bool use_mma;          // prefill matmuls may use the vendor matrix units (vendor/*)
+    void *scratch;         // device workspace for split attention partials
+    size_t scratch_bytes;
+} mxg_launch;
+
+// Whether matmul/embed/moe_matmul have a kernel for this weight format.
+bool mxg_matrix_supported(const mx_matrix *w);
+
+// out[n, w.cols] = dequantized rows ids[n] of w (device ids).
+void mxg_embed(const mxg_launch *L, float *out, const mx_matrix *w, const int32_t *ids, int n);
+// out[n, w.rows] = x[n, w.cols] @ w^T (+ bias). Small n: matrix-vector kernels reading each weight
+// byte once; large n: tiled kernels (vendor matrix units when L->use_mma and available).
+void mxg_matmul(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n);
+// out[m, w.rows]: row r uses expert ids[r] and input row x[r / x_div].
+void mxg_moe_matmul(const mxg_launch *L, float *out, const float *x, const mx_matrix *w,
+                    const int32_t *ids, int m, int x_div);
+// The portable tiled product (no matrix units), also used when the vendor path declines.
+void mxg_matmul_tiled(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n);
+// Vendor matrix-unit product (vendor/cuda or vendor/hip). Returns 0 when it enqueued the product,
+// -1 when this device/format has no such path (the caller then uses mxg_matmul_tiled).
+int mxg_matmul_mma(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n);
+
+void mxg_rmsnorm(const mxg_launch *L, float *out, const float *x, const float *w, int n, int dim, float eps);
+void mxg_rope(const mxg_launch *L, float *x, const int32_t *pos, int n, int n_heads, const mx_rope *rope);
+
+// The KV cache holds f16 elements laid out [layer][slot][k|v][kv_head][position][head_dim], so one
+// head's keys are contiguous over positions (total size: mx_kv_bytes with MX_DTYPE_F16).
+void mxg_kv_store(const mxg_launch *L, void *kv, const mx_kv_layout *lay, int layer, const float *k,
+                  const float *v, const int32_t *slot, const int32_t *pos, int n);
+void mxg_attention(const mxg_launch *L, float *out, const float *q, const void *kv, const mx_kv_layout *lay,
+                   int layer, const int32_t *slot, const int32_t *pos, int n, int n_heads, float scale,
+                   int window);
+// Bytes of L->scratch that mxg_attention wants for full split parallelism (it uses fewer splits
+// when given less).
+size_t mxg_attention_scratch_bytes(int sm_count, int head_dim);
+
+void mxg_swiglu(const mxg_launch *L, float *out, const float *gate, const float *up, int64_t count);
+void mxg_add(const mxg_launch *L, float *x, const float *y, int64_t count);
+void mxg_moe_route(const mxg_launch *L, int32_t *ids, float *weights, const float *logits, int n,
+                   int n_experts, int k, bool norm_topk);
+void mxg_moe_combine(const mxg_launch *L, float *out, const float *y, const float *weights, int n, int k, int dim);
+void mxg_gather_rows(const mxg_launch *L, float *out, const float *x, const int32_t *rows_host, int n, int dim);
+void mxg_argmax(const mxg_launch *L, int32_t *ids, const float *logits, int n, int vocab);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

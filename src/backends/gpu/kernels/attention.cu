@@ -1,0 +1,229 @@
+// SPDX-License-Identifier: MIT
+// Attention over the f16 KV cache for prefill, decode and mixed batches, without materializing the
+// [T, T] score matrix (online softmax, flash-attention style).
+//
+// A block takes ROWS consecutive tokens (one warp each) of one query head, and optionally one of
+// `splits` slices of the key range (split-KV, used when there are too few blocks to fill the GPU,
+// i.e. decode; a second kernel merges the partial results). Tokens of a block that share a KV slot
+// (the usual case: a prefill chunk) load each K/V tile into shared memory once for all of them; a
+// block straddling two sequences handles them one after the other. Inside a tile, lane j scores key
+// j (q is broadcast from shared memory), then every lane accumulates its head_dim / W output columns.
+// Causality and the sliding window follow from each token's position. GQA: query head h reads KV head
+// h / (n_heads / n_kv_heads).
+#include <limits.h>
+
+#include "backends/gpu/common.cuh"
+#include "backends/gpu/kernels.h"
+
+namespace {
+
+constexpr int ROWS = 4;   // tokens (warps) per block
+constexpr int BK = 32;    // keys per shared-memory tile
+constexpr int kMaxHeadDim = 256;
+constexpr int kMaxSplits = 64;
+
+struct AttnArgs {
+    float *out;              // [n, n_heads, D]
+    float *part;             // [n, n_heads, splits, D + 2] (m, l, o) when splits > 1
+    const float *q;          // [n, n_heads, D]
+    const __half *kv;
+    const int32_t *slot, *pos;
+    int n, n_heads, n_kv_heads, head_dim, max_ctx, n_slots, layer, window, splits;
+    float scale;
+};
+
+template <int W, int DPL>
+__global__ void __launch_bounds__(ROWS * 64) attn_kernel(AttnArgs a) {
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    const int D = a.head_dim, KST = D + 2;  // K rows padded by one word: conflict-free column reads
+    __half *ks = (__half *)smem_raw;        // [BK][D + 2]
+    __half *vs = ks + BK * KST;             // [BK][D]
+    float *qs = (float *)(vs + BK * D);     // [ROWS][D]
+    __shared__ int s_slot[ROWS], s_lo[ROWS], s_hi[ROWS], s_done[ROWS];
+    const int warp = threadIdx.x / W, lane = threadIdx.x % W;
+    const int t = blockIdx.x * ROWS + warp, h = blockIdx.y, split = blockIdx.z;
+    const int kvh = h / (a.n_heads / a.n_kv_heads);
+    if (lane == 0) {
+        if (t < a.n) {
+            const int p = a.pos[t];
+            s_slot[warp] = a.slot[t];
+            s_hi[warp] = p;
+            s_lo[warp] = a.window > 0 ? max(0, p - a.window + 1) : 0;
+            s_done[warp] = 0;
+        } else {
+            s_slot[warp] = -1, s_hi[warp] = -1, s_lo[warp] = 0, s_done[warp] = 1;
+        }
+    }
+    if (t < a.n)
+        for (int d = lane; d < D; d += W) qs[warp * D + d] = a.q[((int64_t)t * a.n_heads + h) * D + d] * a.scale;
+    __syncthreads();
+
+    int maxhi = -1;
+#pragma unroll
+    for (int r = 0; r < ROWS; r++) maxhi = max(maxhi, s_hi[r]);
+    const int chunk = (maxhi + a.splits) / a.splits;  // ceil((maxhi + 1) / splits)
+    const int sp_lo = split * chunk, sp_hi = min(maxhi, (split + 1) * chunk - 1);
+    const int my_lo = s_lo[warp], my_hi = s_hi[warp];
+    const int64_t plane = (int64_t)a.n_kv_heads * a.max_ctx * D;  // K (or V) of one slot and layer
+
+    float o[DPL];
+#pragma unroll
+    for (int i = 0; i < DPL; i++) o[i] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+
+    for (;;) {
+        // The next group: unfinished rows sharing the first unfinished row's slot (block-uniform).
+        int r0 = -1;
+        for (int r = ROWS - 1; r >= 0; r--)
+            if (!s_done[r]) r0 = r;
+        if (r0 < 0) break;
+        const int cur = s_slot[r0];
+        int klo = INT_MAX, khi = -1;
+        for (int r = 0; r < ROWS; r++)
+            if (!s_done[r] && s_slot[r] == cur) klo = min(klo, s_lo[r]), khi = max(khi, s_hi[r]);
+        klo = max(klo, sp_lo);
+        khi = min(khi, sp_hi);
+        const bool mine = !s_done[warp] && s_slot[warp] == cur;
+        __syncthreads();
+        if (lane == 0 && mine) s_done[warp] = 1;
+
+        const __half *kbase = a.kv + ((int64_t)a.layer * a.n_slots + cur) * 2 * plane + (int64_t)kvh * a.max_ctx * D;
+        const __half *vbase = kbase + plane;
+        const int words = D / 2;
+        for (int k0 = klo; k0 <= khi; k0 += BK) {
+            const int nk = min(BK, khi - k0 + 1);
+            for (int i = threadIdx.x; i < nk * words; i += blockDim.x) {
+                const int j = i / words, wd = i % words;
+                ((__half2 *)(ks + j * KST))[wd] = ((const __half2 *)(kbase + (int64_t)(k0 + j) * D))[wd];
+                ((__half2 *)(vs + j * D))[wd] = ((const __half2 *)(vbase + (int64_t)(k0 + j) * D))[wd];
+            }
+            __syncthreads();
+            if (mine) {
+                const int k = k0 + lane;
+                const bool valid = lane < nk && k >= my_lo && k <= my_hi;
+                float s = -INFINITY;
+                if (valid) {
+                    const float *qr = qs + warp * D;
+                    const __half2 *kr = (const __half2 *)(ks + lane * KST);
+                    float acc = 0.0f;
+                    for (int d2 = 0; d2 < words; d2++) {
+                        const float2 kf = __half22float2(kr[d2]);
+                        acc = fmaf(qr[2 * d2], kf.x, acc);
+                        acc = fmaf(qr[2 * d2 + 1], kf.y, acc);
+                    }
+                    s = acc;
+                }
+                const float tmax = warp_max<W>(s);
+                if (tmax != -INFINITY) {  // warp-uniform
+                    const float mn = fmaxf(m, tmax);
+                    const float corr = expf(m - mn);
+                    const float p = valid ? expf(s - mn) : 0.0f;
+                    l = l * corr + warp_sum<W>(p);
+#pragma unroll
+                    for (int i = 0; i < DPL; i++) o[i] *= corr;
+                    for (int j = 0; j < nk; j++) {
+                        const float pj = mxg_shfl<W>(p, j);
+#pragma unroll
+                        for (int i = 0; i < DPL; i++) {
+                            const int d = lane + i * W;
+                            if (d < D) o[i] = fmaf(pj, __half2float(vs[j * D + d]), o[i]);
+                        }
+                    }
+                    m = mn;
+                }
+            }
+            __syncthreads();
+        }
+        __syncthreads();
+    }
+    if (t >= a.n) return;
+    if (a.splits == 1) {
+        float *orow = a.out + ((int64_t)t * a.n_heads + h) * D;
+        const float inv = 1.0f / l;
+#pragma unroll
+        for (int i = 0; i < DPL; i++) {
+            const int d = lane + i * W;
+            if (d < D) orow[d] = o[i] * inv;
+        }
+    } else {
+        float *pp = a.part + (((int64_t)t * a.n_heads + h) * a.splits + split) * (D + 2);
+        if (lane == 0) pp[0] = m, pp[1] = l;
+#pragma unroll
+        for (int i = 0; i < DPL; i++) {
+            const int d = lane + i * W;
+            if (d < D) pp[2 + d] = o[i];
+        }
+    }
+}
+
+// Merges the splits of one (token, head): rescale each partial by exp(m_s - M).
+__global__ void attn_combine_kernel(float *out, const float *__restrict__ part, int D, int splits) {
+    const float *pp = part + (int64_t)blockIdx.x * splits * (D + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < splits; s++) M = fmaxf(M, pp[s * (D + 2)]);
+    float Lsum = 0.0f;
+    for (int s = 0; s < splits; s++) {
+        const float ms = pp[s * (D + 2)];
+        if (ms != -INFINITY) Lsum += pp[s * (D + 2) + 1] * expf(ms - M);
+    }
+    const float inv = 1.0f / Lsum;
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int s = 0; s < splits; s++) {
+            const float ms = pp[s * (D + 2)];
+            if (ms != -INFINITY) acc = fmaf(pp[s * (D + 2) + 2 + d], expf(ms - M), acc);
+        }
+        out[(int64_t)blockIdx.x * D + d] = acc * inv;
+    }
+}
+
+template <int W>
+void launch_attn(const mxg_launch *L, const AttnArgs &a, dim3 grid, size_t smem) {
+    const int dpl = (a.head_dim + W - 1) / W;
+    gpuStream_t s = (gpuStream_t)L->stream;
+    if (dpl <= 1)
+        attn_kernel<W, 1><<<grid, ROWS * W, smem, s>>>(a);
+    else if (dpl <= 2)
+        attn_kernel<W, 2><<<grid, ROWS * W, smem, s>>>(a);
+    else if (dpl <= 4)
+        attn_kernel<W, 4><<<grid, ROWS * W, smem, s>>>(a);
+    else if (W == 32)
+        attn_kernel<W, (W == 32 ? 8 : 4)><<<grid, ROWS * W, smem, s>>>(a);
+}
+
+}  // namespace
+
+extern "C" size_t mxg_attention_scratch_bytes(int sm_count, int head_dim) {
+    // n * n_heads * splits <= ROWS * 4 * sm_count by the split rule below.
+    return (size_t)ROWS * 4 * (size_t)sm_count * (size_t)(head_dim + 2) * sizeof(float);
+}
+
+extern "C" void mxg_attention(const mxg_launch *L, float *out, const float *q, const void *kv, const mx_kv_layout *lay,
+                              int layer, const int32_t *slot, const int32_t *pos, int n, int n_heads, float scale,
+                              int window) {
+    const int D = lay->head_dim;
+    MX_ASSERT(D % 2 == 0 && D <= kMaxHeadDim && n_heads % lay->n_kv_heads == 0 && layer < lay->n_layers);
+    if (n == 0) return;
+    AttnArgs a;
+    a.out = out, a.part = (float *)L->scratch, a.q = q, a.kv = (const __half *)kv, a.slot = slot, a.pos = pos;
+    a.n = n, a.n_heads = n_heads, a.n_kv_heads = lay->n_kv_heads, a.head_dim = D, a.max_ctx = lay->max_ctx;
+    a.n_slots = lay->n_slots, a.layer = layer, a.window = window, a.scale = scale;
+    const int row_blocks = (n + ROWS - 1) / ROWS;
+    const int64_t blocks = (int64_t)row_blocks * n_heads, target = 2 * (int64_t)L->sm_count;
+    int splits = 1;
+    if (blocks < target) {
+        int64_t s = (target + blocks - 1) / blocks, by_ctx = (lay->max_ctx + 2 * BK - 1) / (2 * BK);
+        s = s < by_ctx ? s : by_ctx;
+        s = s < kMaxSplits ? s : kMaxSplits;
+        while (s > 1 && (size_t)n * n_heads * s * (D + 2) * sizeof(float) > L->scratch_bytes) s--;
+        splits = (int)(s < 1 ? 1 : s);
+    }
+    a.splits = splits;
+    const size_t smem = (size_t)BK * (D + 2) * 2 + (size_t)BK * D * 2 + (size_t)ROWS * D * sizeof(float);
+    dim3 grid((unsigned)row_blocks, (unsigned)n_heads, (unsigned)splits);
+    MXG_WARP_DISPATCH(L->warp, launch_attn<W>(L, a, grid, smem));
+    if (splits > 1) {
+        int threads = D > 256 ? 256 : (D + 31) / 32 * 32;
+        attn_combine_kernel<<<(unsigned)(n * n_heads), threads, 0, (gpuStream_t)L->stream>>>(out, a.part, D, splits);
+    }
+}

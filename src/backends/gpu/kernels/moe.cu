@@ -1,0 +1,98 @@
+// SPDX-License-Identifier: MIT
+// Mixture-of-experts routing and combination. Routing: per token, softmax over the expert logits
+// (float32), the k largest probabilities (first index wins ties), optionally renormalized to sum 1.
+// Combination: out[t] += sum_j weights[t, j] * y[t * k + j]. The per-expert matmuls themselves are
+// mxg_moe_matmul (kernels/matvec.cu).
+#include "backends/gpu/common.cuh"
+#include "backends/gpu/kernels.h"
+
+namespace {
+
+// (value, index) pair reduction: larger value wins, then smaller index.
+__device__ __forceinline__ bool pair_better(float v, int i, float bv, int bi) {
+    return v > bv || (v == bv && i < bi);
+}
+
+template <int W>
+__device__ void block_argmax_pair(float &v, int &idx, float *sv, int *si) {
+    const int lane = threadIdx.x % W, warp = threadIdx.x / W, nw = blockDim.x / W;
+#pragma unroll
+    for (int o = W / 2; o > 0; o >>= 1) {
+        float ov = mxg_shfl_xor<W>(v, o);
+        int oi = mxg_shfl_xor<W>(idx, o);
+        if (pair_better(ov, oi, v, idx)) v = ov, idx = oi;
+    }
+    __syncthreads();
+    if (lane == 0) sv[warp] = v, si[warp] = idx;
+    __syncthreads();
+    v = sv[0], idx = si[0];
+    for (int w = 1; w < nw; w++)
+        if (pair_better(sv[w], si[w], v, idx)) v = sv[w], idx = si[w];
+    __syncthreads();
+}
+
+template <int W>
+__global__ void moe_route_kernel(int32_t *ids, float *weights, const float *__restrict__ logits, int n_experts,
+                                 int k, bool norm_topk) {
+    extern __shared__ float probs[];  // [n_experts]
+    __shared__ float sv[1024 / W];
+    __shared__ int si[1024 / W];
+    const float *l = logits + (int64_t)blockIdx.x * n_experts;
+    float mx = -INFINITY;
+    for (int e = threadIdx.x; e < n_experts; e += blockDim.x) mx = fmaxf(mx, l[e]);
+    mx = block_max<W>(mx, sv);
+    float sum = 0.0f;
+    for (int e = threadIdx.x; e < n_experts; e += blockDim.x) {
+        float p = expf(l[e] - mx);
+        probs[e] = p;
+        sum += p;
+    }
+    sum = block_sum<W>(sum, sv);
+    for (int e = threadIdx.x; e < n_experts; e += blockDim.x) probs[e] /= sum;
+    __syncthreads();
+    float picked = 0.0f;
+    for (int j = 0; j < k; j++) {
+        float v = -INFINITY;
+        int idx = 0x7fffffff;
+        for (int e = threadIdx.x; e < n_experts; e += blockDim.x)
+            if (pair_better(probs[e], e, v, idx)) v = probs[e], idx = e;
+        block_argmax_pair<W>(v, idx, sv, si);
+        if (threadIdx.x == 0) {
+            ids[(int64_t)blockIdx.x * k + j] = idx;
+            weights[(int64_t)blockIdx.x * k + j] = v;
+            probs[idx] = -1.0f;
+        }
+        picked += v;
+        __syncthreads();
+    }
+    if (norm_topk && threadIdx.x < k) weights[(int64_t)blockIdx.x * k + threadIdx.x] /= picked;
+}
+
+__global__ void moe_combine_kernel(float *out, const float *__restrict__ y, const float *__restrict__ weights,
+                                   int k, int dim) {
+    const int t = blockIdx.x;
+    for (int d = threadIdx.x; d < dim; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int j = 0; j < k; j++) acc = fmaf(weights[(int64_t)t * k + j], y[((int64_t)t * k + j) * dim + d], acc);
+        out[(int64_t)t * dim + d] += acc;
+    }
+}
+
+}  // namespace
+
+extern "C" void mxg_moe_route(const mxg_launch *L, int32_t *ids, float *weights, const float *logits, int n,
+                              int n_experts, int k, bool norm_topk) {
+    MX_ASSERT(k >= 1 && k <= n_experts && n_experts <= 16384 && k <= 128);
+    if (n == 0) return;
+    MXG_WARP_DISPATCH(L->warp, {
+        moe_route_kernel<W><<<(unsigned)n, 128, (size_t)n_experts * sizeof(float), (gpuStream_t)L->stream>>>(
+            ids, weights, logits, n_experts, k, norm_topk);
+    });
+}
+
+extern "C" void mxg_moe_combine(const mxg_launch *L, float *out, const float *y, const float *weights, int n, int k,
+                                int dim) {
+    if (n == 0) return;
+    int threads = dim > 256 ? 256 : (dim + 31) / 32 * 32;
+    moe_combine_kernel<<<(unsigned)n, threads, 0, (gpuStream_t)L->stream>>>(out, y, weights, k, dim);
+}

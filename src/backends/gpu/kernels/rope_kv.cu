@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: MIT
+// RoPE (rotate-half: pairs (i, i + d/2), angle pos * inv_freq[i], cos/sin times attn_factor) in
+// place on [n, heads, head_dim], and the KV-cache write (f16, layout in kernels.h).
+#include "backends/gpu/common.cuh"
+#include "backends/gpu/kernels.h"
+
+namespace {
+
+__global__ void rope_kernel(float *x, const int32_t *__restrict__ pos, int n_heads, int head_dim,
+                            const float *__restrict__ inv_freq, float attn_factor) {
+    const int half = head_dim / 2;
+    const float p = (float)pos[blockIdx.x];
+    float *xt = x + (int64_t)blockIdx.x * n_heads * head_dim;
+    for (int i = threadIdx.x; i < n_heads * half; i += blockDim.x) {
+        const int h = i / half, j = i % half;
+        float s, c;
+        sincosf(p * inv_freq[j], &s, &c);
+        c *= attn_factor;
+        s *= attn_factor;
+        float *v = xt + h * head_dim;
+        const float a = v[j], b = v[j + half];
+        v[j] = a * c - b * s;
+        v[j + half] = b * c + a * s;
+    }
+}
+
+__global__ void kv_store_kernel(__half *kv, const float *__restrict__ k, const float *__restrict__ v,
+                                const int32_t *__restrict__ slot, const int32_t *__restrict__ pos,
+                                int layer, int n_slots, int n_kv_heads, int max_ctx, int head_dim) {
+    const int t = blockIdx.x;
+    const int64_t plane = (int64_t)n_kv_heads * max_ctx * head_dim;  // one of k or v of one slot
+    const int64_t base = ((int64_t)layer * n_slots + slot[t]) * 2 * plane + (int64_t)pos[t] * head_dim;
+    const int per_token = n_kv_heads * head_dim;
+    for (int i = threadIdx.x; i < per_token; i += blockDim.x) {
+        const int h = i / head_dim, d = i % head_dim;
+        const int64_t o = base + (int64_t)h * max_ctx * head_dim + d;
+        kv[o] = __float2half_rn(k[(int64_t)t * per_token + i]);
+        kv[o + plane] = __float2half_rn(v[(int64_t)t * per_token + i]);
+    }
+}
+
+}  // namespace
+
+extern "C" void mxg_rope(const mxg_launch *L, float *x, const int32_t *pos, int n, int n_heads, const mx_rope *rope) {
+    MX_ASSERT(rope->head_dim % 2 == 0 && n >= 0);
+    if (n == 0) return;
+    int threads = n_heads * rope->head_dim / 2;
+    threads = threads > 256 ? 256 : (threads + 31) / 32 * 32;
+    rope_kernel<<<(unsigned)n, threads, 0, (gpuStream_t)L->stream>>>(x, pos, n_heads, rope->head_dim, rope->inv_freq,
+                                                                    rope->attn_factor);
+}
+
+extern "C" void mxg_kv_store(const mxg_launch *L, void *kv, const mx_kv_layout *lay, int layer, const float *k,
+                             const float *v, const int32_t *slot, const int32_t *pos, int n) {
+    MX_ASSERT(layer >= 0 && layer < lay->n_layers && n >= 0);
+    if (n == 0) return;
+    int threads = lay->n_kv_heads * lay->head_dim;
+    threads = threads > 256 ? 256 : (threads + 31) / 32 * 32;
+    kv_store_kernel<<<(unsigned)n, threads, 0, (gpuStream_t)L->stream>>>((__half *)kv, k, v, slot, pos, layer,
+                                                                        lay->n_slots, lay->n_kv_heads, lay->max_ctx,
+                                                                        lay->head_dim);
+}

@@ -1,0 +1,13 @@
+// SPDX-License-Identifier: MIT
+// AMD matrix-unit product (MFMA on CDNA, WMMA on RDNA3+), compiled only in ROCm builds. Not written
+// yet: it declines, and mxg_matmul falls back to the portable float32 tiled kernel
+// (kernels/matmul_tiled.cu). The entry point exists so the dispatch in kernels/matvec.cu is the same
+// for both vendors.
+#include "backends/gpu/compat.h"
+#include "backends/gpu/kernels.h"
+
+extern "C" int mxg_matmul_mma(const mxg_launch *L, float *out, const float *x, const mx_matrix *w,
+                              const float *bias, int n) {
+    (void)L, (void)out, (void)x, (void)w, (void)bias, (void)n;
+    return -1;
+}

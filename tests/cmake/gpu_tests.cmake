@@ -1,0 +1,51 @@
+# SPDX-License-Identifier: MIT
+# GPU build-contract and GPU op tests (included by tests/tests.cmake).
+# Every build: the architecture parsers on recorded tool outputs, the configure-time refusals and
+# detections (each configures the project in a scratch folder), and the SPDX header check.
+# GPU builds also: RUNPATH of both programs, and the op-by-op comparison with reference results
+# (skipped, exit 77, when the machine has no GPU).
+add_test(NAME gpu_arch_parse
+         COMMAND ${CMAKE_COMMAND} -DSRC=${PROJECT_SOURCE_DIR} -P ${PROJECT_SOURCE_DIR}/tests/gpu/test_arch_parse.cmake)
+add_test(NAME spdx_headers COMMAND ${PROJECT_SOURCE_DIR}/scripts/check_spdx.sh WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+
+# name | expected output regex | extra configure arguments | recorded tool output (optional)
+set(_gpu_cfg_dir ${PROJECT_BINARY_DIR}/gpu_configure_tests)
+set(_fake ${PROJECT_SOURCE_DIR}/tests/gpu/fake_tool.sh)
+set(_samples ${PROJECT_SOURCE_DIR}/tests/gpu/samples)
+function(mlxcel_gpu_configure_test name regex args fake)
+  set(cmd ${CMAKE_COMMAND} -DSRC=${PROJECT_SOURCE_DIR} -DDIR=${_gpu_cfg_dir}/${name} "-DEXPECT=${regex}" "-DARGS=${args}")
+  if(fake)
+    list(APPEND cmd -DFAKE=${fake})
+  endif()
+  add_test(NAME gpu_configure_${name} COMMAND ${cmd} -P ${PROJECT_SOURCE_DIR}/tests/gpu/configure_case.cmake)
+  set_tests_properties(gpu_configure_${name} PROPERTIES LABELS gpu_contract RESOURCE_LOCK gpu_configure)
+endfunction()
+mlxcel_gpu_configure_test(both_backends "MLXCEL_CUDA and MLXCEL_ROCM are both ON: choose one GPU backend"
+                          "-DMLXCEL_CUDA=ON;-DMLXCEL_ROCM=ON" "")
+mlxcel_gpu_configure_test(rocm_no_arch "cannot tell which AMD GPU architectures.*MLXCEL_ROCM_ARCHITECTURES"
+                          "-DMLXCEL_ROCM=ON;-DMLXCEL_ROCMINFO=${_fake}" "${_samples}/rocminfo_cpu_only.txt")
+mlxcel_gpu_configure_test(rocm_from_rocminfo "ROCm architectures gfx1100;gfx1030 \\(from rocminfo\\)"
+                          "-DMLXCEL_ROCM=ON;-DMLXCEL_ROCMINFO=${_fake}" "${_samples}/rocminfo_cpu_first_two_gpus.txt")
+mlxcel_gpu_configure_test(rocm_from_mlx_variable "ROCm architectures gfx942 \\(from MLX_ROCM_ARCHITECTURES\\)"
+                          "-DMLXCEL_ROCM=ON;-DMLX_ROCM_ARCHITECTURES=gfx942;-DMLXCEL_ROCMINFO=/nonexistent" "")
+mlxcel_gpu_configure_test(rocm_bad_arch "bad ROCm architecture list 'mi300'"
+                          "-DMLXCEL_ROCM=ON;-DMLXCEL_ROCM_ARCHITECTURES=mi300" "")
+mlxcel_gpu_configure_test(cuda_no_arch "cannot tell which NVIDIA GPU architectures.*MLXCEL_CUDA_ARCHITECTURES"
+                          "-DMLXCEL_CUDA=ON;-DMLXCEL_NVIDIA_SMI=${_fake}" "${_samples}/nvidia_smi_no_device.txt")
+mlxcel_gpu_configure_test(cuda_from_nvidia_smi "CUDA architectures 80;86;89 \\(from nvidia-smi\\)"
+                          "-DMLXCEL_CUDA=ON;-DMLXCEL_NVIDIA_SMI=${_fake}" "${_samples}/nvidia_smi_multi.txt")
+
+if(MLXCEL_CUDA OR MLXCEL_ROCM)
+  # Both programs carry the runtime's folder in RUNPATH and start with LD_LIBRARY_PATH unset.
+  add_test(NAME gpu_runpath
+           COMMAND ${PROJECT_SOURCE_DIR}/tests/gpu/check_runpath.sh "${MLXCEL_GPU_RUNTIME_LIBDIR}"
+                   $<TARGET_FILE:mlxcel> $<TARGET_FILE:mlxcel-server>)
+
+  add_executable(test_gpu_ops ${PROJECT_SOURCE_DIR}/tests/gpu/test_gpu_ops.c ${PROJECT_SOURCE_DIR}/tests/gpu/gpu_ref.c)
+  target_link_libraries(test_gpu_ops PRIVATE mlxcel_lib)
+  add_test(NAME gpu_ops COMMAND test_gpu_ops WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(gpu_ops PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
+
+  add_executable(bench_gpu_decode ${PROJECT_SOURCE_DIR}/tests/gpu/bench_gpu_decode.c)
+  target_link_libraries(bench_gpu_decode PRIVATE mlxcel_lib)
+endif()

@@ -1,0 +1,243 @@
+// SPDX-License-Identifier: MIT
+// GPU speed check without a model file: builds random affine 4-bit (group 64, bf16 scales) weights
+// of a Qwen3 shape on the device and times the backend ops of one decode token (captured in a graph
+// and replayed, and launched directly) at a given context, and of a prefill batch. It issues the
+// same op sequence as a Qwen3 forward pass (the engine's model code is the reference for that), so
+// its tok/s is the GPU backend's share of `mlxcel bench`.
+// Usage: bench_gpu_decode [qwen3-0.6b|qwen3-8b] [context=512] [prefill=512] [replays=200]
+#include <stdio.h>
+#include <stdlib.h>
+#include <math.h>
+#include <string.h>
+
+#include "backends/gpu/gpu_backend.h"
+#include "backends/gpu/gpu_rt.h"
+#include "backends/gpu_entry.h"
+
+typedef struct shape {
+    const char *name;
+    int hidden, layers, heads, kv_heads, head_dim, inter, vocab;
+    bool tied;
+} shape;
+
+static const shape shapes[] = {
+    {"qwen3-0.6b", 1024, 28, 16, 8, 128, 3072, 151936, true},
+    {"qwen3-8b", 4096, 36, 32, 8, 128, 12288, 151936, false},
+};
+
+static mx_error err;
+static uint64_t rng = 0x243f6a8885a308d3ull;
+
+static uint64_t next(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+static void die(const char *what) {
+    fprintf(stderr, "bench_gpu_decode: %s: %s\n", what, err.msg);
+    exit(1);
+}
+
+static void *dalloc(mx_backend *be, size_t bytes) {
+    void *p = be->ops->alloc(be, bytes, &err);
+    if (!p) die("alloc");
+    return p;
+}
+
+static void *dfrom(mx_backend *be, const void *h, size_t bytes) {
+    void *p = dalloc(be, bytes);
+    if (be->ops->upload(be, p, h, bytes, &err) != 0) die("upload");
+    return p;
+}
+
+// A random 4-bit g64 host matrix (data, bf16 scales/biases) reused as the source of many uploads.
+static mx_matrix host_q4(int64_t rows, int64_t cols) {
+    mx_matrix m = {{MX_QUANT_AFFINE, 4, 64}, MX_DTYPE_U32, MX_DTYPE_BF16, 1, rows, cols, NULL, NULL, NULL};
+    int64_t db = mx_matrix_data_bytes(&m), sb = mx_matrix_scale_bytes(&m);
+    uint64_t *d = malloc((size_t)db);
+    for (int64_t i = 0; i < db / 8; i++) d[i] = next();
+    uint16_t *s = malloc((size_t)sb), *b = malloc((size_t)sb);
+    for (int64_t i = 0; i < sb / 2; i++) {
+        float sv = ((float)(next() % 1000) + 500.0f) * 2e-6f, bv = -8.0f * sv;
+        s[i] = mx_f32_to_bf16(sv);
+        b[i] = mx_f32_to_bf16(bv);
+    }
+    m.data = d, m.scales = s, m.biases = b;
+    return m;
+}
+
+typedef struct layer {
+    mx_matrix q, k, v, o, gate, up, down;
+    float *in_norm, *post_norm, *q_norm, *k_norm;
+} layer;
+
+typedef struct model {
+    shape s;
+    mx_matrix embed, lm_head;
+    layer *L;
+    float *final_norm, *inv_freq;
+    void *kv;
+    mx_kv_layout lay;
+    // activations for up to n tokens
+    float *x, *h, *q, *k, *v, *att, *tmp, *g, *u, *last, *logits;
+    int32_t *ids, *pos, *slot, *next_id;
+    int cap;
+} model;
+
+static void forward(mx_backend *be, model *m, int n) {
+    const shape *s = &m->s;
+    const mx_backend_ops *o = be->ops;
+    mx_rope rope = {m->inv_freq, s->head_dim, 1.0f};
+    o->embed(be, m->x, &m->embed, m->ids, n);
+    for (int l = 0; l < s->layers; l++) {
+        layer *L = &m->L[l];
+        o->rmsnorm(be, m->h, m->x, L->in_norm, n, s->hidden, 1e-6f);
+        o->matmul(be, m->q, m->h, &L->q, NULL, n);
+        o->matmul(be, m->k, m->h, &L->k, NULL, n);
+        o->matmul(be, m->v, m->h, &L->v, NULL, n);
+        o->rmsnorm(be, m->q, m->q, L->q_norm, n * s->heads, s->head_dim, 1e-6f);
+        o->rmsnorm(be, m->k, m->k, L->k_norm, n * s->kv_heads, s->head_dim, 1e-6f);
+        o->rope(be, m->q, m->pos, n, s->heads, &rope);
+        o->rope(be, m->k, m->pos, n, s->kv_heads, &rope);
+        o->kv_store(be, m->kv, &m->lay, l, m->k, m->v, m->slot, m->pos, n);
+        o->attention(be, m->att, m->q, m->kv, &m->lay, l, m->slot, m->pos, n, s->heads, 0.08838834764f, 0);
+        o->matmul(be, m->tmp, m->att, &L->o, NULL, n);
+        o->add(be, m->x, m->tmp, (int64_t)n * s->hidden);
+        o->rmsnorm(be, m->h, m->x, L->post_norm, n, s->hidden, 1e-6f);
+        o->matmul(be, m->g, m->h, &L->gate, NULL, n);
+        o->matmul(be, m->u, m->h, &L->up, NULL, n);
+        o->swiglu(be, m->g, m->g, m->u, (int64_t)n * s->inter);
+        o->matmul(be, m->tmp, m->g, &L->down, NULL, n);
+        o->add(be, m->x, m->tmp, (int64_t)n * s->hidden);
+    }
+    int32_t last = n - 1;
+    o->gather_rows(be, m->last, m->x, &last, 1, s->hidden);
+    o->rmsnorm(be, m->last, m->last, m->final_norm, 1, s->hidden, 1e-6f);
+    o->matmul(be, m->logits, m->last, &m->lm_head, NULL, 1);
+    o->argmax(be, m->next_id, m->logits, 1, s->vocab);
+}
+
+static float time_ms(void *e0, void *e1) {
+    float ms = 0;
+    if (mxg_rt_event_elapsed_ms(e0, e1, &ms, &err) != 0) die("timing");
+    return ms;
+}
+
+int main(int argc, char **argv) {
+    const char *name = argc > 1 ? argv[1] : "qwen3-0.6b";
+    int ctx = argc > 2 ? atoi(argv[2]) : 512, prefill = argc > 3 ? atoi(argv[3]) : 512;
+    int replays = argc > 4 ? atoi(argv[4]) : 200;
+    const shape *s = NULL;
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
+        if (strcmp(shapes[i].name, name) == 0) s = &shapes[i];
+    if (!s) {
+        fprintf(stderr, "unknown shape %s (qwen3-0.6b, qwen3-8b)\n", name);
+        return 2;
+    }
+    mx_backend_options opt = {mx_gpu_backend_name(), 0, 0};
+    mx_backend *be = mx_gpu_backend_create(&opt, &err);
+    if (!be) {
+        printf("skipped: %s\n", err.msg);
+        return 77;
+    }
+    model m;
+    memset(&m, 0, sizeof m);
+    m.s = *s;
+    m.cap = prefill > 1 ? prefill : 1;
+    int qd = s->heads * s->head_dim, kd = s->kv_heads * s->head_dim;
+    mx_matrix hq = host_q4(qd, s->hidden), hk = host_q4(kd, s->hidden), ho = host_q4(s->hidden, qd);
+    mx_matrix hg = host_q4(s->inter, s->hidden), hd = host_q4(s->hidden, s->inter), he = host_q4(s->vocab, s->hidden);
+    double wbytes = 0;
+    m.L = calloc((size_t)s->layers, sizeof(layer));
+    float *ones = malloc(sizeof(float) * (size_t)(s->inter > s->hidden ? s->inter : s->hidden));
+    for (int i = 0; i < s->inter || i < s->hidden; i++) ones[i] = 1.0f + (float)(next() % 100) * 1e-3f;
+#define UP(dst, src)                                                                          \
+    do {                                                                                      \
+        if (be->ops->upload_matrix(be, &(src), &(dst), &err) != 0) die("upload_matrix");      \
+        wbytes += (double)mx_matrix_data_bytes(&(src)) + 2.0 * mx_matrix_scale_bytes(&(src)); \
+    } while (0)
+    for (int l = 0; l < s->layers; l++) {
+        layer *L = &m.L[l];
+        UP(L->q, hq);
+        UP(L->k, hk);
+        UP(L->v, hk);
+        UP(L->o, ho);
+        UP(L->gate, hg);
+        UP(L->up, hg);
+        UP(L->down, hd);
+        L->in_norm = dfrom(be, ones, sizeof(float) * s->hidden);
+        L->post_norm = dfrom(be, ones, sizeof(float) * s->hidden);
+        L->q_norm = dfrom(be, ones, sizeof(float) * s->head_dim);
+        L->k_norm = dfrom(be, ones, sizeof(float) * s->head_dim);
+    }
+    double layer_bytes = wbytes;
+    if (be->ops->upload_matrix(be, &he, &m.embed, &err) != 0) die("upload_matrix");
+    if (s->tied) {
+        m.lm_head = m.embed;
+    } else if (be->ops->upload_matrix(be, &he, &m.lm_head, &err) != 0) {
+        die("upload_matrix");
+    }
+    wbytes += (double)mx_matrix_data_bytes(&he) + 2.0 * mx_matrix_scale_bytes(&he);
+    m.final_norm = dfrom(be, ones, sizeof(float) * s->hidden);
+    float *inv = malloc(sizeof(float) * s->head_dim / 2);
+    for (int j = 0; j < s->head_dim / 2; j++) inv[j] = 1.0f / (float)pow(1000000.0, 2.0 * j / s->head_dim);
+    m.inv_freq = dfrom(be, inv, sizeof(float) * s->head_dim / 2);
+    int max_ctx = (ctx > prefill ? ctx : prefill) + 8;
+    m.lay = (mx_kv_layout){s->layers, 1, max_ctx, s->kv_heads, s->head_dim};
+    m.kv = dalloc(be, mx_kv_bytes(&m.lay, be->kv_dtype));
+    size_t cap = (size_t)m.cap;
+    m.x = dalloc(be, 4 * cap * s->hidden), m.h = dalloc(be, 4 * cap * s->hidden);
+    m.q = dalloc(be, 4 * cap * qd), m.k = dalloc(be, 4 * cap * kd), m.v = dalloc(be, 4 * cap * kd);
+    m.att = dalloc(be, 4 * cap * qd), m.tmp = dalloc(be, 4 * cap * s->hidden);
+    m.g = dalloc(be, 4 * cap * s->inter), m.u = dalloc(be, 4 * cap * s->inter);
+    m.last = dalloc(be, 4 * (size_t)s->hidden), m.logits = dalloc(be, 4 * (size_t)s->vocab);
+    int32_t *hid = malloc(4 * cap), *hpos = malloc(4 * cap), *hslot = calloc(cap, 4);
+    for (size_t i = 0; i < cap; i++) hid[i] = (int32_t)(next() % (uint64_t)s->vocab), hpos[i] = (int32_t)i;
+    m.ids = dfrom(be, hid, 4 * cap), m.pos = dfrom(be, hpos, 4 * cap), m.slot = dfrom(be, hslot, 4 * cap);
+    m.next_id = dalloc(be, 4);
+
+    void *e0, *e1, *stream = mx_gpu_stream(be);
+    if (mxg_rt_event_create(&e0, &err) || mxg_rt_event_create(&e1, &err)) die("events");
+    printf("%s: %d layers, weights %.1f MB (layers %.1f MB), device %s\n", s->name, s->layers, wbytes / 1e6,
+           layer_bytes / 1e6, be->device_name);
+
+    // Prefill: n tokens at positions 0..n-1 (fills the cache), direct launches, best of 3.
+    float best = 1e30f;
+    for (int rep = 0; rep < 3; rep++) {
+        mxg_rt_event_record(e0, stream, &err);
+        forward(be, &m, prefill);
+        mxg_rt_event_record(e1, stream, &err);
+        float ms = time_ms(e0, e1);
+        best = ms < best ? ms : best;
+    }
+    if (be->ops->sync(be, &err) != 0) die("prefill");
+    printf("prefill %d tokens: %.2f ms, %.0f tok/s\n", prefill, best, prefill / (best / 1e3));
+
+    // Decode: one token at position ctx.
+    int32_t p = ctx;
+    be->ops->upload(be, m.pos, &p, 4, &err);
+    for (int i = 0; i < 3; i++) forward(be, &m, 1);
+    mxg_rt_event_record(e0, stream, &err);
+    for (int i = 0; i < replays / 4; i++) forward(be, &m, 1);
+    mxg_rt_event_record(e1, stream, &err);
+    float direct = time_ms(e0, e1) / (replays / 4);
+    void *graph = NULL;
+    if (mx_gpu_graph_begin(be, &err) != 0) die("graph begin");
+    forward(be, &m, 1);
+    if (mx_gpu_graph_end(be, &graph, &err) != 0) die("graph end");
+    for (int i = 0; i < 5; i++) mx_gpu_graph_launch(be, graph, &err);
+    mxg_rt_event_record(e0, stream, &err);
+    for (int i = 0; i < replays; i++) mx_gpu_graph_launch(be, graph, &err);
+    mxg_rt_event_record(e1, stream, &err);
+    float graphed = time_ms(e0, e1) / replays;
+    if (be->ops->sync(be, &err) != 0) die("decode");
+    double kvb = 2.0 * s->layers * s->kv_heads * s->head_dim * 2.0 * ctx;
+    printf("decode at context %d: %.3f ms/token graph (%.0f tok/s, %.0f GB/s of weights+KV), %.3f ms direct (%.0f tok/s)\n",
+           ctx, graphed, 1e3 / graphed, (wbytes + kvb) / (graphed / 1e3) / 1e9, direct, 1e3 / direct);
+    mx_gpu_graph_free(be, graph);
+    mxg_rt_event_destroy(e0), mxg_rt_event_destroy(e1);
+    mx_backend_free(be);
+    return 0;
+}

@@ -1,0 +1,207 @@
+// SPDX-License-Identifier: MIT
+// Host references for the GPU op tests (see gpu_ref.h).
+#include "gpu_ref.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+uint64_t ref_next(ref_rng *r) {
+    uint64_t x = r->s;
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return r->s = x;
+}
+
+float ref_uniform(ref_rng *r, float lo, float hi) {
+    return lo + (hi - lo) * (float)((ref_next(r) >> 40) * (1.0 / 16777216.0));
+}
+
+void ref_fill(ref_rng *r, float *x, int64_t n, float lo, float hi) {
+    for (int64_t i = 0; i < n; i++) x[i] = ref_uniform(r, lo, hi);
+}
+
+static void store_float(void *base, mx_dtype t, int64_t i, float v) {
+    if (t == MX_DTYPE_F32) {
+        memcpy((uint8_t *)base + 4 * i, &v, 4);
+        return;
+    }
+    uint16_t h = t == MX_DTYPE_BF16 ? mx_f32_to_bf16(v) : mx_f32_to_f16(v);
+    memcpy((uint8_t *)base + 2 * i, &h, 2);
+}
+
+mx_matrix ref_matrix_random(ref_rng *r, mx_quant q, mx_dtype dtype, mx_dtype scale_dtype, int64_t experts,
+                            int64_t rows, int64_t cols) {
+    mx_matrix m;
+    memset(&m, 0, sizeof m);
+    m.q = q;
+    m.dtype = q.mode == MX_QUANT_NONE ? dtype : MX_DTYPE_U32;
+    m.scale_dtype = q.mode == MX_QUANT_AFFINE ? scale_dtype : MX_DTYPE_U8;
+    m.n_experts = experts;
+    m.rows = rows;
+    m.cols = cols;
+    int64_t dbytes = mx_matrix_data_bytes(&m);
+    uint8_t *data = malloc((size_t)dbytes + 16);
+    if (q.mode == MX_QUANT_NONE) {
+        for (int64_t i = 0; i < experts * rows * cols; i++) store_float(data, dtype, i, ref_uniform(r, -0.1f, 0.1f));
+    } else {
+        for (int64_t i = 0; i < dbytes; i++) data[i] = (uint8_t)ref_next(r);
+    }
+    m.data = data;
+    if (q.mode != MX_QUANT_NONE) {
+        int64_t ns = experts * rows * (cols / q.group_size);
+        void *scales = malloc((size_t)(mx_matrix_scale_bytes(&m) + 16));
+        void *biases = NULL;
+        if (q.mode == MX_QUANT_AFFINE) {
+            biases = malloc((size_t)(mx_matrix_scale_bytes(&m) + 16));
+            float range = (float)((1 << q.bits) - 1);
+            for (int64_t i = 0; i < ns; i++) {
+                store_float(scales, scale_dtype, i, ref_uniform(r, -0.2f, 0.2f) / range);
+                store_float(biases, scale_dtype, i, ref_uniform(r, -0.1f, 0.1f));
+            }
+        } else {
+            uint8_t *s = scales;
+            for (int64_t i = 0; i < ns; i++)
+                s[i] = q.mode == MX_QUANT_NVFP4 ? (uint8_t)(0x18 + ref_next(r) % 24)  // e4m3 about 2^-4 .. 2^-1
+                                                : (uint8_t)(118 + ref_next(r) % 8);   // e8m0 2^-9 .. 2^-2
+        }
+        m.scales = scales;
+        m.biases = biases;
+    }
+    return m;
+}
+
+void ref_matrix_free(mx_matrix *m) {
+    free((void *)m->data);
+    free((void *)m->scales);
+    free((void *)m->biases);
+    memset(m, 0, sizeof *m);
+}
+
+const char *ref_matrix_label(const mx_matrix *m, char *buf, int cap) {
+    if (m->q.mode == MX_QUANT_NONE)
+        snprintf(buf, cap, "dense %s", mx_dtype_name(m->dtype));
+    else if (m->q.mode == MX_QUANT_AFFINE)
+        snprintf(buf, cap, "affine %db g%d %s", m->q.bits, m->q.group_size, mx_dtype_name(m->scale_dtype));
+    else
+        snprintf(buf, cap, "%s", mx_quant_mode_name(m->q.mode));
+    return buf;
+}
+
+void ref_matmul(float *out, const float *x, const mx_matrix *w, const float *bias, int n) {
+    float *row = malloc(sizeof(float) * (size_t)w->cols);
+    for (int64_t r = 0; r < w->rows; r++) {
+        mx_matrix_dequant_row(w, r, row);
+        for (int t = 0; t < n; t++) {
+            double acc = bias ? bias[r] : 0.0;
+            for (int64_t j = 0; j < w->cols; j++) acc += (double)row[j] * x[(int64_t)t * w->cols + j];
+            out[(int64_t)t * w->rows + r] = (float)acc;
+        }
+    }
+    free(row);
+}
+
+void ref_moe_matmul(float *out, const float *x, const mx_matrix *w, const int32_t *ids, int m, int x_div) {
+    float *row = malloc(sizeof(float) * (size_t)w->cols);
+    for (int i = 0; i < m; i++) {
+        for (int64_t r = 0; r < w->rows; r++) {
+            mx_matrix_dequant_row(w, (int64_t)ids[i] * w->rows + r, row);
+            double acc = 0.0;
+            for (int64_t j = 0; j < w->cols; j++) acc += (double)row[j] * x[(int64_t)(i / x_div) * w->cols + j];
+            out[(int64_t)i * w->rows + r] = (float)acc;
+        }
+    }
+    free(row);
+}
+
+void ref_embed(float *out, const mx_matrix *w, const int32_t *ids, int n) {
+    for (int t = 0; t < n; t++) mx_matrix_dequant_row(w, ids[t], out + (int64_t)t * w->cols);
+}
+
+void ref_rmsnorm(float *out, const float *x, const float *w, int n, int dim, float eps) {
+    for (int t = 0; t < n; t++) {
+        double ss = 0.0;
+        for (int i = 0; i < dim; i++) ss += (double)x[(int64_t)t * dim + i] * x[(int64_t)t * dim + i];
+        double r = 1.0 / sqrt(ss / dim + eps);
+        for (int i = 0; i < dim; i++) out[(int64_t)t * dim + i] = (float)(x[(int64_t)t * dim + i] * r * w[i]);
+    }
+}
+
+void ref_rope(float *x, const int32_t *pos, int n, int n_heads, const float *inv_freq, int head_dim, float attn_factor) {
+    int half = head_dim / 2;
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < n_heads; h++) {
+            float *v = x + ((int64_t)t * n_heads + h) * head_dim;
+            for (int j = 0; j < half; j++) {
+                float ang = (float)pos[t] * inv_freq[j];  // the angle is a float32 product on both sides
+                double c = cos((double)ang) * attn_factor, s = sin((double)ang) * attn_factor;
+                double a = v[j], b = v[j + half];
+                v[j] = (float)(a * c - b * s);
+                v[j + half] = (float)(b * c + a * s);
+            }
+        }
+}
+
+void ref_attention(float *out, const float *q, const float *k_cache, const float *v_cache, int max_ctx,
+                   int n_kv_heads, int head_dim, const int32_t *slot, const int32_t *pos, int n, int n_heads,
+                   float scale, int window) {
+    int group = n_heads / n_kv_heads;
+    double *sc = malloc(sizeof(double) * (size_t)max_ctx);
+    for (int t = 0; t < n; t++)
+        for (int h = 0; h < n_heads; h++) {
+            int kvh = h / group, p = pos[t], lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+            const float *qv = q + ((int64_t)t * n_heads + h) * head_dim;
+            double mx = -INFINITY, sum = 0.0;
+            for (int k = lo; k <= p; k++) {
+                const float *kv = k_cache + (((int64_t)slot[t] * max_ctx + k) * n_kv_heads + kvh) * head_dim;
+                double d = 0.0;
+                for (int i = 0; i < head_dim; i++) d += (double)qv[i] * kv[i];
+                sc[k] = d * scale;
+                if (sc[k] > mx) mx = sc[k];
+            }
+            for (int k = lo; k <= p; k++) sum += (sc[k] = exp(sc[k] - mx));
+            for (int i = 0; i < head_dim; i++) {
+                double acc = 0.0;
+                for (int k = lo; k <= p; k++)
+                    acc += sc[k] * v_cache[(((int64_t)slot[t] * max_ctx + k) * n_kv_heads + kvh) * head_dim + i];
+                out[((int64_t)t * n_heads + h) * head_dim + i] = (float)(acc / sum);
+            }
+        }
+    free(sc);
+}
+
+void ref_moe_route(int32_t *ids, float *weights, const float *logits, int n, int n_experts, int k, bool norm) {
+    double *p = malloc(sizeof(double) * (size_t)n_experts);
+    for (int t = 0; t < n; t++) {
+        const float *l = logits + (int64_t)t * n_experts;
+        double mx = -INFINITY, sum = 0.0, picked = 0.0;
+        for (int e = 0; e < n_experts; e++) mx = l[e] > mx ? l[e] : mx;
+        for (int e = 0; e < n_experts; e++) sum += (p[e] = exp(l[e] - mx));
+        for (int e = 0; e < n_experts; e++) p[e] /= sum;
+        for (int j = 0; j < k; j++) {
+            int best = -1;
+            for (int e = 0; e < n_experts; e++)
+                if (p[e] >= 0 && (best < 0 || p[e] > p[best])) best = e;
+            ids[t * k + j] = best;
+            weights[t * k + j] = (float)p[best];
+            picked += p[best];
+            p[best] = -1.0;
+        }
+        if (norm)
+            for (int j = 0; j < k; j++) weights[t * k + j] = (float)(weights[t * k + j] / picked);
+    }
+    free(p);
+}
+
+double ref_rel_err(const float *a, const float *b, int64_t n) {
+    double num = 0.0, den = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(a[i]) || isnan(b[i])) return INFINITY;
+        double d = (double)a[i] - b[i];
+        num += d * d;
+        den += (double)b[i] * b[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}

@@ -1,0 +1,42 @@
+// SPDX-License-Identifier: MIT
+// Host references and random inputs for the GPU op tests: plain loops in double precision written
+// from backend.h's op contracts (matmuls dequantize with mx_matrix_dequant_row, the ground truth of
+// every weight format). Slow and obvious on purpose.
+#ifndef MX_TESTS_GPU_REF_H
+#define MX_TESTS_GPU_REF_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "backends/backend.h"
+
+typedef struct ref_rng {
+    uint64_t s;
+} ref_rng;
+
+uint64_t ref_next(ref_rng *r);
+float ref_uniform(ref_rng *r, float lo, float hi);
+void ref_fill(ref_rng *r, float *x, int64_t n, float lo, float hi);
+
+// A random host matrix of the given format (owned buffers inside; free with ref_matrix_free).
+// Scales keep values moderate so products stay in a sane range.
+mx_matrix ref_matrix_random(ref_rng *r, mx_quant q, mx_dtype dtype, mx_dtype scale_dtype, int64_t experts,
+                            int64_t rows, int64_t cols);
+void ref_matrix_free(mx_matrix *m);
+const char *ref_matrix_label(const mx_matrix *m, char *buf, int cap);
+
+void ref_matmul(float *out, const float *x, const mx_matrix *w, const float *bias, int n);
+void ref_moe_matmul(float *out, const float *x, const mx_matrix *w, const int32_t *ids, int m, int x_div);
+void ref_embed(float *out, const mx_matrix *w, const int32_t *ids, int n);
+void ref_rmsnorm(float *out, const float *x, const float *w, int n, int dim, float eps);
+void ref_rope(float *x, const int32_t *pos, int n, int n_heads, const float *inv_freq, int head_dim, float attn_factor);
+// k/v_cache: host copies [slot][pos][kv_head][head_dim] (already rounded like the device cache).
+void ref_attention(float *out, const float *q, const float *k_cache, const float *v_cache, int max_ctx,
+                   int n_kv_heads, int head_dim, const int32_t *slot, const int32_t *pos, int n, int n_heads,
+                   float scale, int window);
+void ref_moe_route(int32_t *ids, float *weights, const float *logits, int n, int n_experts, int k, bool norm);
+
+// ||a - b|| / ||b|| (NaN anywhere gives +inf), and max |a - b|.
+double ref_rel_err(const float *a, const float *b, int64_t n);
+
+#endif

@@ -1,0 +1,533 @@
+// SPDX-License-Identifier: MIT
+// Every GPU op against a host reference (gpu_ref.c), for every weight format, on fresh random
+// inputs, with outputs poisoned (NaN) before each op so unwritten elements fail. Matmuls run at
+// several batch sizes so each kernel family is hit: matrix-vector (n <= 8), the tensor-core tiled
+// path and the portable float32 tiled path (a second backend made with MLXCEL_GPU_NO_MMA=1). A
+// graph capture/replay check closes the run. Exit 77 (ctest: skipped) when the machine has no GPU.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../unit/check.h"
+#include "backends/gpu/gpu_backend.h"
+#include "backends/gpu_entry.h"
+#include "gpu_ref.h"
+
+static mx_error err;
+
+static void *dev_alloc(mx_backend *be, size_t bytes) {
+    void *d = be->ops->alloc(be, bytes, &err);
+    if (!d) {
+        fprintf(stderr, "alloc: %s\n", err.msg);
+        exit(1);
+    }
+    return d;
+}
+
+static void *dev_from(mx_backend *be, const void *host, size_t bytes) {
+    void *d = dev_alloc(be, bytes);
+    if (be->ops->upload(be, d, host, bytes, &err) != 0) {
+        fprintf(stderr, "upload: %s\n", err.msg);
+        exit(1);
+    }
+    return d;
+}
+
+static void dev_poison(mx_backend *be, void *d, size_t bytes) {
+    void *h = malloc(bytes);
+    memset(h, 0xff, bytes);
+    be->ops->upload(be, d, h, bytes, &err);
+    free(h);
+}
+
+static void dev_to(mx_backend *be, void *host, const void *d, size_t bytes) {
+    if (be->ops->download(be, host, d, bytes, &err) != 0) {
+        fprintf(stderr, "download (device error after an op): %s\n", err.msg);
+        exit(1);
+    }
+}
+
+static float *fmalloc(int64_t n) { return malloc(sizeof(float) * (size_t)(n > 0 ? n : 1)); }
+
+// Worst error seen per group, for the summary lines.
+typedef struct group_stat {
+    const char *name;
+    double worst;
+    int cases;
+} group_stat;
+
+static void stat_add(group_stat *g, double e) {
+    g->cases++;
+    if (e > g->worst || isnan(e)) g->worst = e;
+}
+
+static void stat_print(const group_stat *g, double tol) {
+    printf("%-34s %4d cases, worst rel err %.2e (tol %.0e)\n", g->name, g->cases, g->worst, tol);
+}
+
+// ---- matmul, embed, moe_matmul over every format ------------------------------------------------
+
+typedef struct fmt_case {
+    mx_quant q;
+    mx_dtype dtype, sdtype;
+    int cols;
+} fmt_case;
+
+static int all_formats(fmt_case *out) {
+    int n = 0;
+    const mx_dtype fl[3] = {MX_DTYPE_BF16, MX_DTYPE_F16, MX_DTYPE_F32};
+    for (int i = 0; i < 3; i++) {
+        out[n++] = (fmt_case){{MX_QUANT_NONE, 0, 0}, fl[i], MX_DTYPE_F32, 256};
+        out[n++] = (fmt_case){{MX_QUANT_NONE, 0, 0}, fl[i], MX_DTYPE_F32, 301};  // odd: tails, unaligned rows
+    }
+    const int bits[6] = {2, 3, 4, 5, 6, 8}, groups[3] = {32, 64, 128};
+    for (int b = 0; b < 6; b++)
+        for (int g = 0; g < 3; g++)
+            for (int s = 0; s < 3; s++) out[n++] = (fmt_case){{MX_QUANT_AFFINE, bits[b], groups[g]}, MX_DTYPE_U32, fl[s], 384};
+    out[n++] = (fmt_case){{MX_QUANT_MXFP4, 4, 32}, MX_DTYPE_U32, MX_DTYPE_U8, 384};
+    out[n++] = (fmt_case){{MX_QUANT_MXFP8, 8, 32}, MX_DTYPE_U32, MX_DTYPE_U8, 384};
+    out[n++] = (fmt_case){{MX_QUANT_NVFP4, 4, 16}, MX_DTYPE_U32, MX_DTYPE_U8, 384};
+    out[n++] = (fmt_case){{MX_QUANT_NVFP4, 4, 16}, MX_DTYPE_U32, MX_DTYPE_U8, 400};  // half chunk at row end
+    return n;
+}
+
+static void test_matmul(mx_backend *be, ref_rng *rng, bool mma_backend, group_stat *g_mv, group_stat *g_tiled) {
+    fmt_case fc[80];
+    int nf = all_formats(fc);
+    const int ns[] = {1, 2, 3, 5, 8, 9, 70};
+    const int rows = 133;
+    for (int f = 0; f < nf; f++) {
+        mx_matrix hw = ref_matrix_random(rng, fc[f].q, fc[f].dtype, fc[f].sdtype, 1, rows, fc[f].cols), dw;
+        char label[64];
+        ref_matrix_label(&hw, label, sizeof label);
+        CHECK_MSG(be->ops->supports(be, MX_OP_MATMUL, &hw), "%s unsupported", label);
+        if (be->ops->upload_matrix(be, &hw, &dw, &err) != 0) {
+            CHECK_MSG(0, "upload_matrix %s: %s", label, err.msg);
+            ref_matrix_free(&hw);
+            continue;
+        }
+        float *bias = fmalloc(rows);
+        ref_fill(rng, bias, rows, -1, 1);
+        float *dbias = dev_from(be, bias, sizeof(float) * rows);
+        for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+            int n = ns[ni];
+            if (!mma_backend && n <= 8) continue;  // the second backend only re-checks the tiled path
+            float *x = fmalloc((int64_t)n * hw.cols), *ref = fmalloc((int64_t)n * rows), *got = fmalloc((int64_t)n * rows);
+            ref_fill(rng, x, (int64_t)n * hw.cols, -1, 1);
+            const float *b = (ni % 2) ? bias : NULL;
+            ref_matmul(ref, x, &hw, b, n);
+            float *dx = dev_from(be, x, sizeof(float) * n * hw.cols), *dout = dev_alloc(be, sizeof(float) * n * rows);
+            dev_poison(be, dout, sizeof(float) * n * rows);
+            be->ops->matmul(be, dout, dx, &dw, b ? dbias : NULL, n);
+            dev_to(be, got, dout, sizeof(float) * n * rows);
+            double e = ref_rel_err(got, ref, (int64_t)n * rows);
+            bool tiled = n > 8;
+            double tol = tiled && mma_backend ? 1.5e-2 : 2e-5;
+            CHECK_MSG(e <= tol, "matmul %s n=%d%s: rel err %.3e > %.0e", label, n, mma_backend ? "" : " (no mma)", e, tol);
+            stat_add(tiled ? g_tiled : g_mv, e);
+            be->ops->release(be, dx);
+            be->ops->release(be, dout);
+            free(x), free(ref), free(got);
+        }
+        be->ops->release(be, dbias);
+        free(bias);
+        be->ops->release_matrix(be, &dw);
+        ref_matrix_free(&hw);
+    }
+}
+
+static void test_embed(mx_backend *be, ref_rng *rng, group_stat *g) {
+    fmt_case fc[80];
+    int nf = all_formats(fc);
+    const int rows = 50, n = 6;
+    for (int f = 0; f < nf; f++) {
+        mx_matrix hw = ref_matrix_random(rng, fc[f].q, fc[f].dtype, fc[f].sdtype, 1, rows, fc[f].cols), dw;
+        char label[64];
+        ref_matrix_label(&hw, label, sizeof label);
+        be->ops->upload_matrix(be, &hw, &dw, &err);
+        int32_t ids[6];
+        for (int i = 0; i < n; i++) ids[i] = (int32_t)(ref_next(rng) % rows);
+        ids[n - 1] = rows - 1;
+        float *ref = fmalloc((int64_t)n * hw.cols), *got = fmalloc((int64_t)n * hw.cols);
+        ref_embed(ref, &hw, ids, n);
+        int32_t *dids = dev_from(be, ids, sizeof ids);
+        float *dout = dev_alloc(be, sizeof(float) * n * hw.cols);
+        dev_poison(be, dout, sizeof(float) * n * hw.cols);
+        be->ops->embed(be, dout, &dw, dids, n);
+        dev_to(be, got, dout, sizeof(float) * n * hw.cols);
+        double e = ref_rel_err(got, ref, (int64_t)n * hw.cols);
+        CHECK_MSG(e <= 1e-6, "embed %s: rel err %.3e", label, e);
+        stat_add(g, e);
+        be->ops->release(be, dids), be->ops->release(be, dout);
+        free(ref), free(got);
+        be->ops->release_matrix(be, &dw);
+        ref_matrix_free(&hw);
+    }
+}
+
+static void test_moe_matmul(mx_backend *be, ref_rng *rng, group_stat *g) {
+    fmt_case fc[80];
+    int nf = all_formats(fc);
+    const int E = 4, rows = 70, m = 6;
+    for (int f = 0; f < nf; f++) {
+        mx_matrix hw = ref_matrix_random(rng, fc[f].q, fc[f].dtype, fc[f].sdtype, E, rows, fc[f].cols), dw;
+        char label[64];
+        ref_matrix_label(&hw, label, sizeof label);
+        CHECK_MSG(be->ops->supports(be, MX_OP_MOE_MATMUL, &hw), "moe %s unsupported", label);
+        be->ops->upload_matrix(be, &hw, &dw, &err);
+        for (int x_div = 1; x_div <= 2; x_div++) {
+            int32_t ids[6];
+            for (int i = 0; i < m; i++) ids[i] = (int32_t)(ref_next(rng) % E);
+            ids[0] = E - 1;
+            int xr = (m + x_div - 1) / x_div;
+            float *x = fmalloc((int64_t)xr * hw.cols), *ref = fmalloc((int64_t)m * rows), *got = fmalloc((int64_t)m * rows);
+            ref_fill(rng, x, (int64_t)xr * hw.cols, -1, 1);
+            ref_moe_matmul(ref, x, &hw, ids, m, x_div);
+            int32_t *dids = dev_from(be, ids, sizeof ids);
+            float *dx = dev_from(be, x, sizeof(float) * xr * hw.cols), *dout = dev_alloc(be, sizeof(float) * m * rows);
+            dev_poison(be, dout, sizeof(float) * m * rows);
+            be->ops->moe_matmul(be, dout, dx, &dw, dids, m, x_div);
+            dev_to(be, got, dout, sizeof(float) * m * rows);
+            double e = ref_rel_err(got, ref, (int64_t)m * rows);
+            CHECK_MSG(e <= 2e-5, "moe_matmul %s x_div=%d: rel err %.3e", label, x_div, e);
+            stat_add(g, e);
+            be->ops->release(be, dids), be->ops->release(be, dx), be->ops->release(be, dout);
+            free(x), free(ref), free(got);
+        }
+        be->ops->release_matrix(be, &dw);
+        ref_matrix_free(&hw);
+    }
+}
+
+// ---- normalization, rope, elementwise --------------------------------------------------------------
+
+static void test_rmsnorm(mx_backend *be, ref_rng *rng, group_stat *g) {
+    const int cases[3][2] = {{7, 1000}, {12 * 4, 128}, {1, 4096}};
+    for (int c = 0; c < 3; c++) {
+        int n = cases[c][0], dim = cases[c][1];
+        bool in_place = c == 1;
+        float *x = fmalloc((int64_t)n * dim), *w = fmalloc(dim), *ref = fmalloc((int64_t)n * dim), *got = fmalloc((int64_t)n * dim);
+        ref_fill(rng, x, (int64_t)n * dim, -3, 3);
+        ref_fill(rng, w, dim, 0.5f, 1.5f);
+        ref_rmsnorm(ref, x, w, n, dim, 1e-6f);
+        float *dx = dev_from(be, x, sizeof(float) * n * dim), *dw = dev_from(be, w, sizeof(float) * dim);
+        float *dout = in_place ? dx : dev_alloc(be, sizeof(float) * n * dim);
+        if (!in_place) dev_poison(be, dout, sizeof(float) * n * dim);
+        be->ops->rmsnorm(be, dout, dx, dw, n, dim, 1e-6f);
+        dev_to(be, got, dout, sizeof(float) * n * dim);
+        double e = ref_rel_err(got, ref, (int64_t)n * dim);
+        CHECK_MSG(e <= 1e-6, "rmsnorm n=%d dim=%d: rel err %.3e", n, dim, e);
+        stat_add(g, e);
+        be->ops->release(be, dx), be->ops->release(be, dw);
+        if (!in_place) be->ops->release(be, dout);
+        free(x), free(w), free(ref), free(got);
+    }
+}
+
+static void test_rope(mx_backend *be, ref_rng *rng, group_stat *g) {
+    const int hds[3] = {32, 64, 128};
+    for (int c = 0; c < 3; c++) {
+        int n = 5, heads = 3, hd = hds[c], half = hd / 2;
+        float factor = c == 2 ? 0.9f : 1.0f;
+        float *x = fmalloc((int64_t)n * heads * hd), *got = fmalloc((int64_t)n * heads * hd), *inv = fmalloc(half);
+        int32_t pos[5];
+        for (int i = 0; i < n; i++) pos[i] = (int32_t)(ref_next(rng) % 5000);
+        pos[0] = 0;
+        for (int j = 0; j < half; j++) inv[j] = powf(1000000.0f, -2.0f * j / hd);
+        ref_fill(rng, x, (int64_t)n * heads * hd, -2, 2);
+        float *dx = dev_from(be, x, sizeof(float) * n * heads * hd), *dinv = dev_from(be, inv, sizeof(float) * half);
+        int32_t *dpos = dev_from(be, pos, sizeof pos);
+        mx_rope rope = {dinv, hd, factor};
+        be->ops->rope(be, dx, dpos, n, heads, &rope);
+        dev_to(be, got, dx, sizeof(float) * n * heads * hd);
+        ref_rope(x, pos, n, heads, inv, hd, factor);
+        double e = ref_rel_err(got, x, (int64_t)n * heads * hd);
+        CHECK_MSG(e <= 1e-5, "rope head_dim=%d: rel err %.3e", hd, e);
+        stat_add(g, e);
+        be->ops->release(be, dx), be->ops->release(be, dinv), be->ops->release(be, dpos);
+        free(x), free(got), free(inv);
+    }
+}
+
+static void test_elementwise(mx_backend *be, ref_rng *rng, group_stat *g) {
+    const int64_t counts[2] = {1003, 4096};
+    for (int c = 0; c < 2; c++) {
+        int64_t n = counts[c];
+        float *a = fmalloc(n), *b = fmalloc(n), *ref = fmalloc(n), *got = fmalloc(n);
+        ref_fill(rng, a, n, -6, 6);
+        ref_fill(rng, b, n, -2, 2);
+        float *da = dev_from(be, a, sizeof(float) * n), *db = dev_from(be, b, sizeof(float) * n);
+        float *dout = dev_alloc(be, sizeof(float) * n);
+        dev_poison(be, dout, sizeof(float) * n);
+        be->ops->swiglu(be, dout, da, db, n);
+        dev_to(be, got, dout, sizeof(float) * n);
+        for (int64_t i = 0; i < n; i++) ref[i] = (float)((double)a[i] / (1.0 + exp(-(double)a[i])) * b[i]);
+        double e = ref_rel_err(got, ref, n);
+        CHECK_MSG(e <= 1e-6, "swiglu count=%lld: rel err %.3e", (long long)n, e);
+        stat_add(g, e);
+        be->ops->swiglu(be, da, da, db, n);  // in place
+        dev_to(be, got, da, sizeof(float) * n);
+        e = ref_rel_err(got, ref, n);
+        CHECK_MSG(e <= 1e-6, "swiglu in place count=%lld: rel err %.3e", (long long)n, e);
+        stat_add(g, e);
+        be->ops->upload(be, da, a, sizeof(float) * n, &err);
+        be->ops->add(be, da, db, n);
+        dev_to(be, got, da, sizeof(float) * n);
+        for (int64_t i = 0; i < n; i++) ref[i] = a[i] + b[i];
+        e = ref_rel_err(got, ref, n);
+        CHECK_MSG(e == 0.0, "add count=%lld: rel err %.3e", (long long)n, e);
+        stat_add(g, e);
+        be->ops->release(be, da), be->ops->release(be, db), be->ops->release(be, dout);
+        free(a), free(b), free(ref), free(got);
+    }
+}
+
+// ---- KV cache and attention ----------------------------------------------------------------------
+
+static float f16_round(float v) { return mx_f16_to_f32(mx_f32_to_f16(v)); }
+
+static void test_attention(mx_backend *be, ref_rng *rng, group_stat *g) {
+    const int hds[4] = {32, 64, 128, 256};
+    for (int hi = 0; hi < 4; hi++) {
+        mx_kv_layout lay = {2, 3, 300, 2, hds[hi]};
+        const int D = lay.head_dim, layer = 1, n_heads = hi == 3 ? 8 : 4;
+        const int filled[3] = {260, 120, 300};  // positions stored per slot
+        size_t kv_bytes = mx_kv_bytes(&lay, be->kv_dtype);
+        void *dkv = dev_alloc(be, kv_bytes);
+        // Host mirror [slot][pos][kv_head][D], rounded to f16 like the device cache.
+        int64_t per_pos = (int64_t)lay.n_kv_heads * D;
+        float *kc = fmalloc(3 * 300 * per_pos), *vc = fmalloc(3 * 300 * per_pos);
+        for (int s = 0; s < 3; s++) {
+            int n = filled[s];
+            float *k = fmalloc(n * per_pos), *v = fmalloc(n * per_pos);
+            int32_t *slot = malloc(sizeof(int32_t) * n), *pos = malloc(sizeof(int32_t) * n);
+            ref_fill(rng, k, n * per_pos, -1, 1);
+            ref_fill(rng, v, n * per_pos, -1, 1);
+            for (int i = 0; i < n; i++) slot[i] = s, pos[i] = i;
+            for (int64_t i = 0; i < n * per_pos; i++) {
+                kc[(int64_t)s * 300 * per_pos + i] = f16_round(k[i]);
+                vc[(int64_t)s * 300 * per_pos + i] = f16_round(v[i]);
+            }
+            float *dk = dev_from(be, k, sizeof(float) * n * per_pos), *dv = dev_from(be, v, sizeof(float) * n * per_pos);
+            int32_t *dslot = dev_from(be, slot, sizeof(int32_t) * n), *dpos = dev_from(be, pos, sizeof(int32_t) * n);
+            be->ops->kv_store(be, dkv, &lay, layer, dk, dv, dslot, dpos, n);
+            be->ops->kv_store(be, dkv, &lay, 0, dv, dk, dslot, dpos, n);  // layer 0 holds other data
+            be->ops->release(be, dk), be->ops->release(be, dv), be->ops->release(be, dslot), be->ops->release(be, dpos);
+            free(k), free(v), free(slot), free(pos);
+        }
+        // Query batches: prefill chunk, decode, mixed slots, sliding window, long prefill.
+        struct qcase {
+            const char *name;
+            int n, window;
+            int slot0, pos0;  // consecutive positions in one slot when mixed == 0
+            int mixed;
+        } cases[] = {
+            {"prefill 37", 37, 0, 1, 0, 0},   {"decode", 1, 0, 0, 259, 0},    {"decode 2", 1, 0, 2, 17, 0},
+            {"mixed", 9, 0, 0, 0, 1},         {"window 16", 37, 16, 1, 80, 0}, {"prefill 200", 200, 0, 2, 99, 0},
+        };
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            int n = cases[c].n;
+            int32_t *slot = malloc(sizeof(int32_t) * n), *pos = malloc(sizeof(int32_t) * n);
+            for (int i = 0; i < n; i++) {
+                if (cases[c].mixed) {
+                    slot[i] = (int32_t)(ref_next(rng) % 3);
+                    pos[i] = (int32_t)(ref_next(rng) % filled[slot[i]]);
+                } else {
+                    slot[i] = cases[c].slot0, pos[i] = cases[c].pos0 + i;
+                }
+            }
+            int64_t qn = (int64_t)n * n_heads * D;
+            float *q = fmalloc(qn), *ref = fmalloc(qn), *got = fmalloc(qn);
+            ref_fill(rng, q, qn, -1, 1);
+            float scale = 1.0f / sqrtf((float)D) * 3.0f;  // sharper than usual: exercises the max shift
+            ref_attention(ref, q, kc, vc, 300, lay.n_kv_heads, D, slot, pos, n, n_heads, scale, cases[c].window);
+            float *dq = dev_from(be, q, sizeof(float) * qn), *dout = dev_alloc(be, sizeof(float) * qn);
+            int32_t *dslot = dev_from(be, slot, sizeof(int32_t) * n), *dpos = dev_from(be, pos, sizeof(int32_t) * n);
+            dev_poison(be, dout, sizeof(float) * qn);
+            be->ops->attention(be, dout, dq, dkv, &lay, layer, dslot, dpos, n, n_heads, scale, cases[c].window);
+            dev_to(be, got, dout, sizeof(float) * qn);
+            double e = ref_rel_err(got, ref, qn);
+            CHECK_MSG(e <= 1e-5, "attention head_dim=%d %s: rel err %.3e", D, cases[c].name, e);
+            stat_add(g, e);
+            be->ops->release(be, dq), be->ops->release(be, dout), be->ops->release(be, dslot), be->ops->release(be, dpos);
+            free(q), free(ref), free(got), free(slot), free(pos);
+        }
+        be->ops->release(be, dkv);
+        free(kc), free(vc);
+    }
+}
+
+// ---- MoE routing and combination, gather, argmax ----------------------------------------------------
+
+static void test_moe_route_combine(mx_backend *be, ref_rng *rng, group_stat *g) {
+    for (int norm = 0; norm <= 1; norm++) {
+        const int n = 5, E = norm ? 128 : 60, k = norm ? 8 : 4;
+        float *logits = fmalloc(n * E);
+        ref_fill(rng, logits, n * E, -4, 4);
+        int32_t ids_ref[40], ids_got[40];
+        float w_ref[40], w_got[40];
+        ref_moe_route(ids_ref, w_ref, logits, n, E, k, norm);
+        float *dl = dev_from(be, logits, sizeof(float) * n * E), *dw = dev_alloc(be, sizeof(float) * n * k);
+        int32_t *dids = dev_alloc(be, sizeof(int32_t) * n * k);
+        be->ops->moe_route(be, dids, dw, dl, n, E, k, norm);
+        dev_to(be, ids_got, dids, sizeof(int32_t) * n * k);
+        dev_to(be, w_got, dw, sizeof(float) * n * k);
+        CHECK_MSG(memcmp(ids_got, ids_ref, sizeof(int32_t) * n * k) == 0, "moe_route ids differ (norm=%d)", norm);
+        double e = ref_rel_err(w_got, w_ref, n * k);
+        CHECK_MSG(e <= 1e-5, "moe_route weights norm=%d: rel err %.3e", norm, e);
+        stat_add(g, e);
+        be->ops->release(be, dl), be->ops->release(be, dw), be->ops->release(be, dids);
+        free(logits);
+    }
+    const int n = 3, k = 4, dim = 200;
+    float *out = fmalloc(n * dim), *y = fmalloc(n * k * dim), *w = fmalloc(n * k), *ref = fmalloc(n * dim);
+    ref_fill(rng, out, n * dim, -1, 1);
+    ref_fill(rng, y, n * k * dim, -1, 1);
+    ref_fill(rng, w, n * k, 0, 1);
+    float *dout = dev_from(be, out, sizeof(float) * n * dim), *dy = dev_from(be, y, sizeof(float) * n * k * dim);
+    float *dw = dev_from(be, w, sizeof(float) * n * k);
+    be->ops->moe_combine(be, dout, dy, dw, n, k, dim);
+    for (int t = 0; t < n; t++)
+        for (int d = 0; d < dim; d++) {
+            double acc = out[t * dim + d];
+            for (int j = 0; j < k; j++) acc += (double)w[t * k + j] * y[(t * k + j) * dim + d];
+            ref[t * dim + d] = (float)acc;
+        }
+    dev_to(be, out, dout, sizeof(float) * n * dim);
+    double e = ref_rel_err(out, ref, n * dim);
+    CHECK_MSG(e <= 1e-6, "moe_combine: rel err %.3e", e);
+    stat_add(g, e);
+    be->ops->release(be, dout), be->ops->release(be, dy), be->ops->release(be, dw);
+    free(out), free(y), free(w), free(ref);
+}
+
+static void test_rows(mx_backend *be, ref_rng *rng, group_stat *g) {
+    const int n = 70, dim = 130, src_rows = 100;
+    float *x = fmalloc(src_rows * dim), *got = fmalloc(n * dim), *ref = fmalloc(n * dim);
+    int32_t rows[70];
+    ref_fill(rng, x, src_rows * dim, -1, 1);
+    for (int i = 0; i < n; i++) {
+        rows[i] = (int32_t)(ref_next(rng) % src_rows);
+        memcpy(ref + i * dim, x + rows[i] * dim, sizeof(float) * dim);
+    }
+    float *dx = dev_from(be, x, sizeof(float) * src_rows * dim), *dout = dev_alloc(be, sizeof(float) * n * dim);
+    dev_poison(be, dout, sizeof(float) * n * dim);
+    be->ops->gather_rows(be, dout, dx, rows, n, dim);
+    dev_to(be, got, dout, sizeof(float) * n * dim);
+    double e = ref_rel_err(got, ref, n * dim);
+    CHECK_MSG(e == 0.0, "gather_rows: rel err %.3e", e);
+    stat_add(g, e);
+    be->ops->release(be, dx), be->ops->release(be, dout);
+    free(x), free(got), free(ref);
+
+    const int vocab = 151936, nr = 3;
+    float *l = fmalloc((int64_t)nr * vocab);
+    ref_fill(rng, l, (int64_t)nr * vocab, -10, 10);
+    l[vocab + 7] = 50.0f, l[vocab + 100000] = 50.0f;  // a tie: the first wins
+    l[2 * (int64_t)vocab + vocab - 1] = 60.0f;        // the last element
+    int32_t want[3] = {0, 7, vocab - 1}, ids[3];
+    for (int i = 1; i < vocab; i++)
+        if (l[i] > l[want[0]]) want[0] = i;
+    float *dl = dev_from(be, l, sizeof(float) * nr * vocab);
+    int32_t *dids = dev_alloc(be, sizeof ids);
+    be->ops->argmax(be, dids, dl, nr, vocab);
+    dev_to(be, ids, dids, sizeof ids);
+    for (int i = 0; i < nr; i++) CHECK_MSG(ids[i] == want[i], "argmax row %d: %d, want %d", i, ids[i], want[i]);
+    stat_add(g, 0.0);
+    be->ops->release(be, dl), be->ops->release(be, dids);
+    free(l);
+}
+
+// ---- graph capture --------------------------------------------------------------------------------
+
+static void test_graph(mx_backend *be, ref_rng *rng, group_stat *g) {
+    const int dim = 512, rows = 512;
+    mx_matrix hw = ref_matrix_random(rng, (mx_quant){MX_QUANT_AFFINE, 4, 64}, MX_DTYPE_U32, MX_DTYPE_BF16, 1, rows, dim), dw;
+    be->ops->upload_matrix(be, &hw, &dw, &err);
+    float *x = fmalloc(dim), *nw = fmalloc(dim), *direct = fmalloc(rows), *replay = fmalloc(rows);
+    ref_fill(rng, x, dim, -1, 1);
+    ref_fill(rng, nw, dim, 0.5f, 1.5f);
+    float *dx = dev_from(be, x, sizeof(float) * dim), *dnw = dev_from(be, nw, sizeof(float) * dim);
+    float *dh = dev_alloc(be, sizeof(float) * dim), *dout = dev_alloc(be, sizeof(float) * rows);
+    // step: h = rmsnorm(x); out = W h; out += x
+    be->ops->rmsnorm(be, dh, dx, dnw, 1, dim, 1e-6f);
+    be->ops->matmul(be, dout, dh, &dw, NULL, 1);
+    be->ops->add(be, dout, dx, rows);
+    dev_to(be, direct, dout, sizeof(float) * rows);
+    dev_poison(be, dout, sizeof(float) * rows);
+    void *graph = NULL;
+    CHECK(mx_gpu_graph_begin(be, &err) == 0);
+    be->ops->rmsnorm(be, dh, dx, dnw, 1, dim, 1e-6f);
+    be->ops->matmul(be, dout, dh, &dw, NULL, 1);
+    be->ops->add(be, dout, dx, rows);
+    CHECK_MSG(mx_gpu_graph_end(be, &graph, &err) == 0, "graph end: %s", err.msg);
+    if (graph) {
+        for (int rep = 0; rep < 2; rep++) {
+            dev_poison(be, dout, sizeof(float) * rows);
+            CHECK(mx_gpu_graph_launch(be, graph, &err) == 0);
+            dev_to(be, replay, dout, sizeof(float) * rows);
+            double e = ref_rel_err(replay, direct, rows);
+            CHECK_MSG(e == 0.0, "graph replay %d differs from direct run: %.3e", rep, e);
+            stat_add(g, e);
+        }
+        mx_gpu_graph_free(be, graph);
+    }
+    be->ops->release(be, dx), be->ops->release(be, dnw), be->ops->release(be, dh), be->ops->release(be, dout);
+    be->ops->release_matrix(be, &dw);
+    ref_matrix_free(&hw);
+    free(x), free(nw), free(direct), free(replay);
+}
+
+int main(void) {
+    char desc[2048];
+    mx_gpu_describe(desc, sizeof desc);
+    fputs(desc, stdout);
+    mx_backend_options opt = {mx_gpu_backend_name(), 0, 0};
+    mx_backend *be = mx_gpu_backend_create(&opt, &err);
+    if (!be) {
+        printf("skipped: %s\n", err.msg);
+        return strstr(err.msg, "GPU found") ? 77 : 1;
+    }
+    printf("device: %s, KV cache %s\n", be->device_name, mx_dtype_name(be->kv_dtype));
+    ref_rng rng = {0x9e3779b97f4a7c15ull};
+    group_stat mv = {"matmul matrix-vector (n<=8)", 0, 0}, tc = {"matmul tiled, matrix units", 0, 0};
+    group_stat tf = {"matmul tiled, float32", 0, 0}, unused = {"", 0, 0};
+    group_stat emb = {"embed", 0, 0}, moe = {"moe_matmul", 0, 0}, norm = {"rmsnorm", 0, 0};
+    group_stat rope = {"rope", 0, 0}, elt = {"swiglu/add", 0, 0}, attn = {"kv_store + attention", 0, 0};
+    group_stat route = {"moe_route/moe_combine", 0, 0}, rows = {"gather_rows/argmax", 0, 0};
+    group_stat graph = {"graph capture/replay", 0, 0};
+    test_matmul(be, &rng, true, &mv, &tc);
+    test_embed(be, &rng, &emb);
+    test_moe_matmul(be, &rng, &moe);
+    test_rmsnorm(be, &rng, &norm);
+    test_rope(be, &rng, &rope);
+    test_elementwise(be, &rng, &elt);
+    test_attention(be, &rng, &attn);
+    test_moe_route_combine(be, &rng, &route);
+    test_rows(be, &rng, &rows);
+    test_graph(be, &rng, &graph);
+    CHECK_MSG(be->ops->sync(be, &err) == 0, "sync: %s", err.msg);
+    mx_backend_free(be);
+
+    setenv("MLXCEL_GPU_NO_MMA", "1", 1);
+    be = mx_gpu_backend_create(&opt, &err);
+    CHECK_MSG(be != NULL, "second backend: %s", err.msg);
+    if (be) {
+        test_matmul(be, &rng, false, &unused, &tf);
+        mx_backend_free(be);
+    }
+    stat_print(&mv, 2e-5);
+    stat_print(&tc, 1.5e-2);
+    stat_print(&tf, 2e-5);
+    stat_print(&emb, 1e-6);
+    stat_print(&moe, 2e-5);
+    stat_print(&norm, 1e-6);
+    stat_print(&rope, 1e-5);
+    stat_print(&elt, 1e-6);
+    stat_print(&attn, 1e-5);
+    stat_print(&route, 1e-5);
+    stat_print(&rows, 0);
+    stat_print(&graph, 0);
+    return check_finish();
+}
