@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "core/logsumexp.h"
 #include "commands.h"
 #include "io/mapped_file.h"
 #include "prompt.h"
@@ -134,11 +135,7 @@ int cmd_perplexity(int argc, char **argv) {
         }
         for (int i = 0; i + 1 < len; i++) {
             const float *l = logits + (size_t)i * V;
-            float mx = l[0];
-            for (int v = 1; v < V; v++) mx = l[v] > mx ? l[v] : mx;
-            double sum = 0.0;
-            for (int v = 0; v < V; v++) sum += exp((double)l[v] - mx);
-            nll += mx + log(sum) - l[ids[start + i + 1]];
+            nll += mx_logsumexp(l, V) - l[ids[start + i + 1]];
             scored++;
         }
     }
