@@ -169,6 +169,7 @@ enum MHD_Result srv_route_generate(mx_server *s, struct MHD_Connection *c, srv_k
     j->max_tokens = r.max_tokens < 0 || r.max_tokens > room ? room : r.max_tokens;
     j->sampling = r.sampling;
     j->n_logprobs = r.n_logprobs;
+    j->ignore_eos = r.ignore_eos;
     j->deadline = s->o.timeout > 0 ? now_s() + s->o.timeout : 0;
     srv_gen_info info = {.kind = kind, .include_usage = r.include_usage, .n_prompt = (int)n, .created = (long)time(NULL)};
     snprintf(info.id, sizeof info.id, "%s-%llx%04llx", kind == SRV_KIND_CHAT ? "chatcmpl" : "cmpl",

@@ -25,6 +25,7 @@ typedef struct srv_job {
     int max_tokens;        // generated tokens at most (stop token excluded)
     mx_sampling sampling;
     int n_logprobs;        // -1: no logprobs; else top alternatives per token (0..20)
+    bool ignore_eos;       // stop tokens are ordinary tokens
     double deadline;       // monotonic seconds; 0: none
     // shared (mu)
     pthread_mutex_t mu;

@@ -166,6 +166,7 @@ static int parse_fields(json_t *body, srv_request *r, char *msg, size_t cap) {
     if (model && !json_is_null(model) && !json_is_string(model)) return bad(msg, cap, "'model' must be a string");
     r->model = json_string_value(model);
     if (get_bool(body, "stream", &r->stream, msg, cap)) return -1;
+    if (get_bool(body, "ignore_eos", &r->ignore_eos, msg, cap)) return -1;
     json_t *so = json_object_get(body, "stream_options");
     if (so && !json_is_null(so)) {
         if (!json_is_object(so)) return bad(msg, cap, "'stream_options' must be an object");

@@ -19,6 +19,7 @@ typedef struct srv_request {
     srv_kind kind;
     bool stream;
     bool include_usage;       // stream_options.include_usage
+    bool ignore_eos;          // llama-server extension: generate through stop tokens
     int max_tokens;           // -1: until the context is full
     mx_sampling sampling;
     const char *stops[16];    // borrowed strings

@@ -187,7 +187,7 @@ static const char *take_token(srv_sched *s, srv_job *j, float *row) {
     if (want_lp) memcpy(s->raw, row, sizeof(float) * (size_t)s->vocab);
     int32_t id = mx_sampler_sample(j->sampler, row);
     mx_sampler_accept(j->sampler, id, true);
-    if (is_stop_token(s, id)) {
+    if (!j->ignore_eos && is_stop_token(s, id)) {
         flush_detok(s, j);
         return "stop";
     }

@@ -1,0 +1,226 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Server tests with curl against a live mlxcel-server (the demo model with the Qwen3 chat template)
+# on an ephemeral port: completions and chat, JSON and SSE, usage counts, stop strings, seeds,
+# logprobs, tokenize/detokenize, metrics, every bad request (400/401/404/405/413/503), and client
+# disconnects freeing the slot. JSON is checked with python3. Usage: curl_suite.sh MLXCEL_SERVER
+set -u
+BIN=$1
+HERE=$(cd "$(dirname "$0")" && pwd)
+. "$HERE/lib.sh"
+TMP=$(mktemp -d)
+PIDS=""
+cleanup() {
+    for p in $PIDS; do srv_stop "$p" >/dev/null 2>&1; done
+    rm -rf "$TMP"
+}
+trap cleanup EXIT
+FAILS=0
+ok() { echo "ok - $1"; }
+bad() { echo "FAIL - $1"; FAILS=$((FAILS + 1)); }
+# pycheck DESC FILE EXPR: EXPR (python, `d` = the parsed JSON of FILE) must be true.
+pycheck() {
+    if python3 - "$2" "$3" <<'PY'; then ok "$1"; else bad "$1"; echo "  body: $(head -c 600 "$2")"; fi
+import json, sys
+d = json.load(open(sys.argv[1]))
+sys.exit(0 if eval(sys.argv[2]) else 1)
+PY
+}
+# req METHOD PATH BODY OUT [curl args]: prints the HTTP status; body into OUT.
+req() {
+    local m=$1 p=$2 b=$3 o=$4
+    shift 4
+    if [ -n "$b" ]; then
+        curl -s --max-time 60 -o "$o" -w '%{http_code}' -X "$m" -H "$AUTH" -H 'Content-Type: application/json' \
+            --data-binary "$b" "$@" "$SRV_URL$p"
+    else
+        curl -s --max-time 60 -o "$o" -w '%{http_code}' -X "$m" -H "$AUTH" "$@" "$SRV_URL$p"
+    fi
+}
+expect_status() { # DESC WANT GOT FILE
+    if [ "$3" = "$2" ]; then ok "$1 ($2)"; else bad "$1: want $2, got $3"; head -c 400 "$4"; echo; fi
+}
+is_error_object='isinstance(d.get("error"), dict) and isinstance(d["error"].get("message"), str) and "type" in d["error"] and "code" in d["error"]'
+
+MODEL="$TMP/model"
+make_chat_model "$MODEL"
+srv_start "$BIN" "$TMP/a.log" -m "$MODEL" --api-key sekret --parallel 4 --ctx 256 --max-body 65536 || exit 1
+PIDS="$SRV_PID"
+AUTH="Authorization: Bearer sekret"
+
+# --- health, auth, routes -----------------------------------------------------------------
+s=$(curl -s --max-time 10 -o "$TMP/h.json" -w '%{http_code}' "$SRV_URL/health")
+expect_status "/health needs no key" 200 "$s" "$TMP/h.json"
+pycheck "/health reports slots" "$TMP/h.json" 'd["status"] == "ok" and d["slots_idle"] == 4'
+s=$(curl -s --max-time 10 -o "$TMP/e.json" -w '%{http_code}' "$SRV_URL/v1/models")
+expect_status "missing API key" 401 "$s" "$TMP/e.json"
+pycheck "401 is an OpenAI error object" "$TMP/e.json" "$is_error_object"
+s=$(curl -s --max-time 10 -o "$TMP/e.json" -w '%{http_code}' -H 'Authorization: Bearer wrong' "$SRV_URL/v1/models")
+expect_status "wrong API key" 401 "$s" "$TMP/e.json"
+s=$(req GET /v1/models "" "$TMP/m.json")
+expect_status "/v1/models" 200 "$s" "$TMP/m.json"
+pycheck "/v1/models lists the model" "$TMP/m.json" 'd["object"] == "list" and d["data"][0]["object"] == "model"'
+s=$(req GET /v1/nope "" "$TMP/e.json")
+expect_status "unknown route" 404 "$s" "$TMP/e.json"
+pycheck "404 is an OpenAI error object" "$TMP/e.json" "$is_error_object"
+s=$(req GET /v1/chat/completions "" "$TMP/e.json")
+expect_status "wrong method" 405 "$s" "$TMP/e.json"
+pycheck "405 is an OpenAI error object" "$TMP/e.json" "$is_error_object"
+
+# --- bad requests ---------------------------------------------------------------------------
+s=$(req POST /v1/chat/completions '{"messages": [' "$TMP/e.json")
+expect_status "malformed JSON" 400 "$s" "$TMP/e.json"
+pycheck "malformed JSON error object" "$TMP/e.json" "$is_error_object"
+s=$(req POST /v1/chat/completions '{"model":"x"}' "$TMP/e.json")
+expect_status "missing messages" 400 "$s" "$TMP/e.json"
+pycheck "missing messages is named" "$TMP/e.json" '"messages" in d["error"]["message"]'
+s=$(req POST /v1/chat/completions '{"messages":[{"role":"user","content":"hi"}],"temperature":"hot"}' "$TMP/e.json")
+expect_status "wrong type" 400 "$s" "$TMP/e.json"
+pycheck "wrong type names the field" "$TMP/e.json" '"temperature" in d["error"]["message"]'
+s=$(req POST /v1/completions '{"prompt":"hi","max_tokens":"5"}' "$TMP/e.json")
+expect_status "wrong type (completions)" 400 "$s" "$TMP/e.json"
+s=$(req POST /v1/completions '{"prompt":"hi","n":2}' "$TMP/e.json")
+expect_status "n > 1" 400 "$s" "$TMP/e.json"
+s=$(req POST /v1/completions '[1,2]' "$TMP/e.json")
+expect_status "body not an object" 400 "$s" "$TMP/e.json"
+LONG=$(python3 -c 'print("word " * 400)')
+s=$(req POST /v1/completions "{\"prompt\":\"$LONG\",\"max_tokens\":4}" "$TMP/e.json")
+expect_status "prompt longer than the context" 400 "$s" "$TMP/e.json"
+pycheck "context error gives the counts" "$TMP/e.json" '"256" in d["error"]["message"] and "tokens" in d["error"]["message"] and d["error"]["code"] == "context_length_exceeded"'
+python3 -c 'import json; print(json.dumps({"prompt": "x" * 100000}))' >"$TMP/big.json"
+s=$(curl -s --max-time 20 -o "$TMP/e.json" -w '%{http_code}' -H "$AUTH" --data-binary @"$TMP/big.json" "$SRV_URL/v1/completions")
+expect_status "body over --max-body" 413 "$s" "$TMP/e.json"
+pycheck "413 is an OpenAI error object" "$TMP/e.json" "$is_error_object"
+s=$(req POST /v1/completions '{"prompt":"hi","max_tokens":2,"some_future_field":{"a":1}}' "$TMP/o.json")
+expect_status "unknown fields are ignored" 200 "$s" "$TMP/o.json"
+
+# --- completions ----------------------------------------------------------------------------
+s=$(req POST /tokenize '{"content":"The capital of France is"}' "$TMP/t.json")
+expect_status "/tokenize" 200 "$s" "$TMP/t.json"
+NTOK=$(python3 -c 'import json,sys; print(len(json.load(open(sys.argv[1]))["tokens"]))' "$TMP/t.json")
+TOKS=$(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1]))))' "$TMP/t.json")
+s=$(req POST /detokenize "$TOKS" "$TMP/d.json")
+expect_status "/detokenize" 200 "$s" "$TMP/d.json"
+pycheck "tokenize/detokenize round trip" "$TMP/d.json" 'd["content"] == "The capital of France is"'
+
+BODY='{"prompt":"The capital of France is","max_tokens":12,"temperature":0}'
+s=$(req POST /v1/completions "$BODY" "$TMP/c1.json")
+expect_status "completion" 200 "$s" "$TMP/c1.json"
+pycheck "completion shape and usage" "$TMP/c1.json" "d['object'] == 'text_completion' and d['usage']['prompt_tokens'] == $NTOK and 1 <= d['usage']['completion_tokens'] <= 12 and d['usage']['total_tokens'] == $NTOK + d['usage']['completion_tokens'] and d['choices'][0]['finish_reason'] in ('stop', 'length')"
+req POST /v1/completions "$BODY" "$TMP/c2.json" >/dev/null
+TEXT=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["choices"][0]["text"], end="")' "$TMP/c1.json")
+pycheck "temperature 0 is deterministic" "$TMP/c2.json" "d['choices'][0]['text'] == json.load(open('$TMP/c1.json'))['choices'][0]['text']"
+
+# Streaming: same text, [DONE] last, usage chunk when asked.
+curl -sN --max-time 60 -H "$AUTH" -d '{"prompt":"The capital of France is","max_tokens":12,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}' \
+    "$SRV_URL/v1/completions" >"$TMP/s.txt"
+python3 - "$TMP/s.txt" "$TMP/c1.json" <<'PY' && ok "streamed completion equals the JSON one, ends with [DONE], usage chunk" || bad "streamed completion"
+import json, sys
+ev = [l[6:] for l in open(sys.argv[1]).read().split("\n") if l.startswith("data: ")]
+ref = json.load(open(sys.argv[2]))
+assert ev[-1] == "[DONE]", ev[-1]
+chunks = [json.loads(e) for e in ev[:-1]]
+text = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
+assert text == ref["choices"][0]["text"], (text, ref)
+fin = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
+assert fin == [ref["choices"][0]["finish_reason"]], fin
+assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == ref["usage"], chunks[-1]
+PY
+
+# Stop strings: cut before the first occurrence, never a partial stop string in the stream.
+STOP=$(python3 -c 'import sys; t=sys.argv[1]; print(t[len(t)//2:len(t)//2+3], end="")' "$TEXT")
+WANT=$(python3 -c 'import sys; t, s = sys.argv[1], sys.argv[2]; print(t[:t.find(s)], end="")' "$TEXT" "$STOP")
+SBODY=$(python3 -c 'import json,sys; print(json.dumps({"prompt":"The capital of France is","max_tokens":12,"temperature":0,"stop":["@@never@@", sys.argv[1]]}))' "$STOP")
+req POST /v1/completions "$SBODY" "$TMP/st.json" >/dev/null
+pycheck "stop string cuts the text (stop '$STOP')" "$TMP/st.json" "d['choices'][0]['text'] == '''$WANT''' and d['choices'][0]['finish_reason'] == 'stop'"
+SBODY=$(python3 -c 'import json,sys; print(json.dumps({"prompt":"The capital of France is","max_tokens":12,"temperature":0,"stop":sys.argv[1],"stream":True}))' "$STOP")
+curl -sN --max-time 60 -H "$AUTH" -d "$SBODY" "$SRV_URL/v1/completions" >"$TMP/ss.txt"
+python3 - "$TMP/ss.txt" "$WANT" <<'PY' && ok "streamed stop string" || bad "streamed stop string"
+import json, sys
+ev = [l[6:] for l in open(sys.argv[1]).read().split("\n") if l.startswith("data: ")]
+chunks = [json.loads(e) for e in ev[:-1]]
+text = "".join(c["choices"][0]["text"] for c in chunks if c["choices"])
+assert text == sys.argv[2], (text, sys.argv[2])
+assert chunks[-1]["choices"][0]["finish_reason"] == "stop"
+PY
+
+# Seeds: same seed, same sample.
+SEEDB='{"prompt":"Once upon a time","max_tokens":10,"temperature":1.0,"seed":1234}'
+req POST /v1/completions "$SEEDB" "$TMP/r1.json" >/dev/null
+req POST /v1/completions "$SEEDB" "$TMP/r2.json" >/dev/null
+pycheck "same seed, same text" "$TMP/r2.json" "d['choices'][0]['text'] == json.load(open('$TMP/r1.json'))['choices'][0]['text']"
+
+# Completion logprobs.
+req POST /v1/completions '{"prompt":"Hello","max_tokens":4,"temperature":0,"logprobs":2}' "$TMP/lp.json" >/dev/null
+pycheck "completion logprobs" "$TMP/lp.json" "len(d['choices'][0]['logprobs']['tokens']) == d['usage']['completion_tokens'] and all(len(t) <= 2 for t in d['choices'][0]['logprobs']['top_logprobs']) and all(x <= 0 for x in d['choices'][0]['logprobs']['token_logprobs'])"
+
+# --- chat ----------------------------------------------------------------------------------
+CB='{"messages":[{"role":"system","content":"You are terse."},{"role":"user","content":"Say hello"}],"max_tokens":10,"temperature":0,"chat_template_kwargs":{"enable_thinking":false}}'
+s=$(req POST /v1/chat/completions "$CB" "$TMP/ch.json")
+expect_status "chat completion" 200 "$s" "$TMP/ch.json"
+pycheck "chat shape and usage" "$TMP/ch.json" "d['object'] == 'chat.completion' and d['choices'][0]['message']['role'] == 'assistant' and isinstance(d['choices'][0]['message']['content'], str) and d['usage']['completion_tokens'] <= 10 and d['usage']['prompt_tokens'] > 10"
+CBS=$(python3 -c 'import json,sys; b=json.loads(sys.argv[1]); b["stream"]=True; b["stream_options"]={"include_usage":True}; print(json.dumps(b))' "$CB")
+curl -sN --max-time 60 -H "$AUTH" -d "$CBS" "$SRV_URL/v1/chat/completions" >"$TMP/chs.txt"
+python3 - "$TMP/chs.txt" "$TMP/ch.json" <<'PY' && ok "streamed chat equals the JSON one (role chunk, deltas, usage, [DONE])" || bad "streamed chat"
+import json, sys
+ev = [l[6:] for l in open(sys.argv[1]).read().split("\n") if l.startswith("data: ")]
+ref = json.load(open(sys.argv[2]))
+assert ev[-1] == "[DONE]"
+chunks = [json.loads(e) for e in ev[:-1]]
+assert all(c["object"] == "chat.completion.chunk" for c in chunks)
+assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
+text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+rc = ref["choices"][0]["message"]
+assert text == rc["content"], (text, rc)
+reasoning = "".join(c["choices"][0]["delta"].get("reasoning_content") or "" for c in chunks if c["choices"])
+assert reasoning == rc.get("reasoning_content", ""), reasoning
+assert chunks[-1]["usage"] == ref["usage"]
+PY
+s=$(req POST /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":3,"temperature":0,"logprobs":true,"top_logprobs":3}' "$TMP/clp.json")
+pycheck "chat logprobs" "$TMP/clp.json" "len(d['choices'][0]['logprobs']['content']) == d['usage']['completion_tokens'] and all(len(e['top_logprobs']) == 3 for e in d['choices'][0]['logprobs']['content'])"
+s=$(req POST /v1/chat/completions '{"messages":[{"role":"user","content":"Weather?"}],"max_tokens":3,"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}]}' "$TMP/tl.json")
+expect_status "chat with tools renders" 200 "$s" "$TMP/tl.json"
+
+# --- disconnects free the slot -------------------------------------------------------------
+curl -sN --max-time 1 -H "$AUTH" -d '{"prompt":"Tell a long story","max_tokens":5000,"stream":true,"temperature":0,"ignore_eos":true}' \
+    "$SRV_URL/v1/completions" >/dev/null 2>&1
+curl -s --max-time 1 -H "$AUTH" -d '{"prompt":"Tell a long story","max_tokens":5000,"temperature":0,"ignore_eos":true}' \
+    "$SRV_URL/v1/completions" >/dev/null 2>&1
+freed=0
+for i in $(seq 1 50); do
+    curl -s --max-time 5 "$SRV_URL/health" >"$TMP/h.json"
+    if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); sys.exit(0 if d["slots_processing"] == 0 else 1)' "$TMP/h.json"; then freed=1; break; fi
+    sleep 0.1
+done
+[ $freed = 1 ] && ok "disconnected clients free their slots" || bad "slots still busy after disconnects: $(cat "$TMP/h.json")"
+curl -s --max-time 5 -H "$AUTH" "$SRV_URL/metrics" >"$TMP/metrics.txt"
+grep -q '^mlxcel_requests_cancelled_total [2-9]' "$TMP/metrics.txt" && ok "/metrics counts the cancelled requests" || { bad "/metrics cancelled count"; cat "$TMP/metrics.txt"; }
+for m in mlxcel_requests_total mlxcel_generated_tokens_total mlxcel_queue_depth mlxcel_tokens_per_second; do
+    grep -q "^# TYPE $m " "$TMP/metrics.txt" && grep -q "^$m [0-9]" "$TMP/metrics.txt" || bad "/metrics lacks $m"
+done
+
+# --- queue full: 503 with Retry-After --------------------------------------------------------
+srv_start "$BIN" "$TMP/b.log" -m "$MODEL" --parallel 1 --max-queue 1 --ctx 512 || exit 1
+PIDS="$PIDS $SRV_PID"
+AUTH="X-None: 1"
+CURLS=""
+for k in 1 2; do
+    curl -sN --max-time 8 -d '{"prompt":"Count","max_tokens":400,"stream":true,"ignore_eos":true}' "$SRV_URL/v1/completions" >/dev/null 2>&1 &
+    CURLS="$CURLS $!"
+done
+sleep 1
+s=$(curl -s --max-time 10 -D "$TMP/hdr.txt" -o "$TMP/e.json" -w '%{http_code}' -d '{"prompt":"x","max_tokens":2}' "$SRV_URL/v1/completions")
+expect_status "queue full" 503 "$s" "$TMP/e.json"
+pycheck "503 is an OpenAI error object" "$TMP/e.json" "$is_error_object"
+grep -qi '^Retry-After:' "$TMP/hdr.txt" && ok "503 has Retry-After" || bad "503 without Retry-After"
+for p in $CURLS; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+
+for p in $PIDS; do
+    srv_stop "$p" && ok "server $p stopped cleanly" || bad "server $p exit status"
+done
+PIDS=""
+if grep -q 'runtime error\|AddressSanitizer\|LeakSanitizer' "$TMP/a.log" "$TMP/b.log"; then
+    bad "sanitizer reports"; cat "$TMP/a.log" "$TMP/b.log"
+fi
+echo "$FAILS failures"
+[ $FAILS = 0 ]

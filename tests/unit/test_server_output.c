@@ -1,0 +1,174 @@
+// SPDX-License-Identifier: MIT
+// Unit tests of the server's output stage (src/server/srv_output.c) and request validation
+// (src/server/srv_request.c), fed with scripted text: stop strings never leak a partial match,
+// Qwen3 <think> blocks go to reasoning, <tool_call> blocks become tool calls, and bad request
+// fields are rejected with a message naming the field.
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "server/srv_output.h"
+#include "server/srv_request.h"
+
+// Feeds text in pieces of `step` bytes; returns whether a stop matched.
+static bool feed(srv_output *o, const char *text, size_t step) {
+    size_t n = strlen(text);
+    for (size_t i = 0; i < n; i += step) {
+        size_t k = n - i < step ? n - i : step;
+        if (srv_output_push(o, text + i, k)) return true;
+    }
+    srv_output_finish(o);
+    return false;
+}
+
+static void test_stops(void) {
+    const char *stops[] = {"STOP", "\n\n"};
+    for (size_t step = 1; step <= 5; step++) {
+        srv_output_opts oo = {stops, 2, false, false, false};
+        srv_output *o = srv_output_create(&oo);
+        CHECK(feed(o, "hello STxSTOP world", step));
+        CHECK_STR(srv_output_content(o, NULL), "hello STx");
+        srv_output_free(o);
+    }
+    // Held-back text: while a prefix of a stop string is pending it is not released.
+    srv_output_opts oo = {stops, 2, false, false, false};
+    srv_output *o = srv_output_create(&oo);
+    CHECK(!srv_output_push(o, "abc ST", 6));
+    CHECK_STR(srv_output_content(o, NULL), "abc ");
+    CHECK(!srv_output_push(o, "O", 1));
+    CHECK_STR(srv_output_content(o, NULL), "abc ");
+    CHECK(!srv_output_push(o, "x", 1));
+    CHECK_STR(srv_output_content(o, NULL), "abc STOx");
+    CHECK(!srv_output_push(o, "\n", 1));
+    CHECK_STR(srv_output_content(o, NULL), "abc STOx");
+    CHECK(srv_output_push(o, "\nmore", 5));
+    CHECK_STR(srv_output_content(o, NULL), "abc STOx");
+    CHECK(srv_output_stopped(o));
+    srv_output_free(o);
+    // No stop: finish releases the held tail.
+    o = srv_output_create(&oo);
+    CHECK(!feed(o, "ends with ST", 3));
+    CHECK_STR(srv_output_content(o, NULL), "ends with ST");
+    srv_output_free(o);
+}
+
+static void test_think(void) {
+    for (size_t step = 1; step <= 7; step += 2) {
+        srv_output_opts oo = {NULL, 0, true, false, true};
+        srv_output *o = srv_output_create(&oo);
+        feed(o, "<think>\nLet me think.\n</think>\n\nThe answer is 4.", step);
+        CHECK_STR(srv_output_reasoning(o, NULL), "\nLet me think.\n");
+        CHECK_STR(srv_output_content(o, NULL), "The answer is 4.");
+        srv_output_free(o);
+    }
+    // The prompt opened <think> already.
+    srv_output_opts oo = {NULL, 0, true, true, true};
+    srv_output *o = srv_output_create(&oo);
+    feed(o, "hmm</think>ok", 2);
+    CHECK_STR(srv_output_reasoning(o, NULL), "hmm");
+    CHECK_STR(srv_output_content(o, NULL), "ok");
+    srv_output_free(o);
+    // <think> in the middle of content is just text.
+    srv_output_opts o2 = {NULL, 0, true, false, false};
+    o = srv_output_create(&o2);
+    feed(o, "a <think>b</think>", 1);
+    CHECK_STR(srv_output_content(o, NULL), "a <think>b</think>");
+    CHECK_STR(srv_output_reasoning(o, NULL), "");
+    srv_output_free(o);
+}
+
+static void test_tools(void) {
+    const char *text = "<think>\nI should call the tool.\n</think>\n\n"
+                       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2}}\n</tool_call>\n"
+                       "<tool_call>\n{\"name\": \"now\", \"arguments\": \"{}\"}\n</tool_call>";
+    for (size_t step = 1; step <= 9; step += 4) {
+        srv_output_opts oo = {NULL, 0, true, false, true};
+        srv_output *o = srv_output_create(&oo);
+        feed(o, text, step);
+        CHECK(srv_output_n_tools(o) == 2);
+        if (srv_output_n_tools(o) == 2) {
+            CHECK_STR(srv_output_tool_name(o, 0), "get_weather");
+            json_t *args = json_loads(srv_output_tool_args(o, 0), 0, NULL);
+            CHECK(args && strcmp(json_string_value(json_object_get(args, "city")), "Paris") == 0);
+            CHECK(args && json_integer_value(json_object_get(args, "days")) == 2);
+            json_decref(args);
+            CHECK_STR(srv_output_tool_name(o, 1), "now");
+            CHECK_STR(srv_output_tool_args(o, 1), "{}");
+        }
+        CHECK_STR(srv_output_reasoning(o, NULL), "\nI should call the tool.\n");
+        size_t clen;
+        const char *c = srv_output_content(o, &clen);
+        for (size_t i = 0; i < clen; i++) CHECK(c[i] == '\n' || c[i] == ' ');
+        srv_output_free(o);
+    }
+    // Not JSON: kept as content.
+    srv_output_opts oo = {NULL, 0, false, false, true};
+    srv_output *o = srv_output_create(&oo);
+    feed(o, "x<tool_call>oops</tool_call>y", 3);
+    CHECK(srv_output_n_tools(o) == 0);
+    CHECK_STR(srv_output_content(o, NULL), "x<tool_call>oops</tool_call>y");
+    srv_output_free(o);
+    // Unterminated but complete JSON (generation ended at </tool_call>'s stop): accepted.
+    o = srv_output_create(&oo);
+    feed(o, "<tool_call>{\"name\":\"f\",\"arguments\":{}}", 4);
+    CHECK(srv_output_n_tools(o) == 1);
+    srv_output_free(o);
+    // Stop string inside the tool-call text stops before it.
+    const char *stops[] = {"<tool"};
+    srv_output_opts os = {stops, 1, false, false, true};
+    o = srv_output_create(&os);
+    CHECK(feed(o, "abc<tool_call>{}</tool_call>", 2));
+    CHECK_STR(srv_output_content(o, NULL), "abc");
+    srv_output_free(o);
+}
+
+static int parse(const char *body, srv_kind kind, srv_request *r, char *msg) {
+    json_t *j = json_loads(body, 0, NULL);
+    mx_sampling d = mx_sampling_defaults();
+    int rc = srv_request_parse(j, kind, &d, r, msg, 256);
+    json_decref(j);
+    return rc;
+}
+
+static void test_request(void) {
+    srv_request r;
+    char msg[256];
+    CHECK(parse("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]}],"
+                "\"temperature\":0.5,\"stop\":[\"x\",\"y\"],\"max_tokens\":7,\"seed\":3,\"unknown_field\":{}}",
+                SRV_KIND_CHAT, &r, msg) == 0);
+    CHECK(r.n_stops == 2 && r.max_tokens == 7 && r.sampling.has_seed && r.sampling.seed == 3);
+    CHECK(r.sampling.temp == 0.5f);
+    CHECK_STR(json_string_value(json_object_get(json_array_get(r.messages, 0), "content")), "ab");
+    srv_request_clear(&r);
+    struct {
+        const char *body;
+        srv_kind kind;
+        const char *needle;
+    } bad[] = {
+        {"{}", SRV_KIND_CHAT, "'messages' is required"},
+        {"{\"messages\":\"hi\"}", SRV_KIND_CHAT, "'messages'"},
+        {"{\"messages\":[{\"content\":\"x\"}]}", SRV_KIND_CHAT, "role"},
+        {"{\"prompt\":\"x\",\"temperature\":\"hot\"}", SRV_KIND_COMPLETION, "'temperature'"},
+        {"{\"prompt\":\"x\",\"max_tokens\":1.5}", SRV_KIND_COMPLETION, "'max_tokens'"},
+        {"{\"prompt\":\"x\",\"n\":2}", SRV_KIND_COMPLETION, "'n'"},
+        {"{\"prompt\":\"x\",\"stop\":5}", SRV_KIND_COMPLETION, "'stop'"},
+        {"{\"prompt\":\"x\",\"stream\":\"yes\"}", SRV_KIND_COMPLETION, "'stream'"},
+        {"{\"prompt\":\"x\",\"top_p\":3}", SRV_KIND_COMPLETION, "'top_p'"},
+        {"{\"prompt\":7}", SRV_KIND_COMPLETION, "'prompt'"},
+        {"{}", SRV_KIND_COMPLETION, "'prompt' is required"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        msg[0] = 0;
+        CHECK_MSG(parse(bad[i].body, bad[i].kind, &r, msg) != 0, "%s accepted", bad[i].body);
+        CHECK_MSG(strstr(msg, bad[i].needle) != NULL, "%s: message '%s' lacks '%s'", bad[i].body, msg, bad[i].needle);
+    }
+}
+
+int main(void) {
+    test_stops();
+    test_think();
+    test_tools();
+    test_request();
+    return check_finish();
+}
