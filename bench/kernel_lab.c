@@ -1,0 +1,52 @@
+// SPDX-License-Identifier: MIT
+// Kernel lab: times the CPU kernels of cpu_kernels.h on one thread, on random affine 4-bit weights
+// (group 64, bf16 scales), for the shapes that matter in Qwen3-0.6B. Not part of the build:
+//   cc -O2 -std=c11 -D_GNU_SOURCE -Isrc bench/kernel_lab.c build/perf/libmlxcel_lib.a -lm -lpthread
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "backends/cpu/cpu_kernels.h"
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int main(int argc, char **argv) {
+    int64_t rows = argc > 1 ? atoll(argv[1]) : 3072, cols = argc > 2 ? atoll(argv[2]) : 1024;
+    int n = argc > 3 ? atoi(argv[3]) : 64;
+    const char *set = argc > 4 ? argv[4] : NULL;
+    if (set && cpu_kernels_select(set) != 0) return 1;
+    int gs = 64;
+    uint8_t *data = malloc(rows * cols / 2);
+    uint16_t *sc = malloc(rows * cols / gs * 2), *bi = malloc(rows * cols / gs * 2);
+    for (int64_t i = 0; i < rows * cols / 2; i++) data[i] = (uint8_t)(i * 2654435761u >> 13);
+    for (int64_t i = 0; i < rows * cols / gs; i++) sc[i] = 0x3c00 + (i & 63), bi[i] = 0xbd00 + (i & 31);
+    mx_matrix w = {.q = {MX_QUANT_AFFINE, 4, gs}, .dtype = MX_DTYPE_U32, .scale_dtype = MX_DTYPE_BF16,
+                   .n_experts = 1, .rows = rows, .cols = cols, .data = data, .scales = sc, .biases = bi};
+    float *x = malloc(sizeof(float) * cols * n), *out = malloc(sizeof(float) * rows * n);
+    float *scratch = aligned_alloc(64, sizeof(float) * (cols * 4 + 1024));
+    for (int64_t i = 0; i < cols * n; i++) x[i] = (float)((i * 7919) % 101) / 50.0f - 1.0f;
+    printf("kernels %s, %lld x %lld affine4 g64\n", cpu_kernels_name(), (long long)rows, (long long)cols);
+    double best = 1e9;
+    for (int rep = 0; rep < 20; rep++) {
+        double t0 = now();
+        cpu_kernels_gemv(&w, 0, rows, x, out, scratch);
+        double t = now() - t0;
+        best = t < best ? t : best;
+    }
+    printf("gemv: %.3f ms, %.1f GB/s of weights, %.1f GMAC/s\n", best * 1e3, rows * cols * 0.5625 / best / 1e9,
+           rows * cols / best / 1e9);
+    best = 1e9;
+    for (int rep = 0; rep < 5; rep++) {
+        double t0 = now();
+        for (int64_t r = 0; r < rows; r += 4) cpu_kernels_gemm(&w, r, 4, x, n, out + r, rows, scratch);
+        double t = now() - t0;
+        best = t < best ? t : best;
+    }
+    printf("gemm n=%d: %.3f ms, %.1f GMAC/s\n", n, best * 1e3, (double)rows * cols * n / best / 1e9);
+    return 0;
+}

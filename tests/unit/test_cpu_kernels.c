@@ -1,0 +1,221 @@
+// SPDX-License-Identifier: MIT
+// Every SIMD kernel set this CPU supports against the scalar reference (itself built on the
+// reference dequantizer of core/quant.c), for every weight format: affine 2,3,4,5,6,8 bit x groups
+// 32/64/128 x scale dtypes bf16/f16/f32, mxfp4, mxfp8, nvfp4, dense bf16/f16/f32. Random data, odd
+// row counts, column counts that are not multiples of the vector width (dense), buffers at odd
+// byte offsets, and every gemm tile shape (1-4 rows x 1-13 tokens). Attention heads of several
+// sizes and key ranges are compared too.
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backends/cpu/cpu_kernels.h"
+#include "check.h"
+
+static uint64_t rng = 0x1234567;
+
+static uint32_t rnd(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+
+static float rndf(void) { return (float)(rnd() % 20001) / 10000.0f - 1.0f; }
+
+// One test matrix; the buffers are allocated with `misalign` extra bytes in front.
+typedef struct tmat {
+    mx_matrix m;
+    uint8_t *bufs[3];
+} tmat;
+
+static void *alloc_at(size_t bytes, int misalign, uint8_t **keep) {
+    *keep = malloc(bytes + 64);
+    return *keep + misalign;
+}
+
+static void store_float(void *p, mx_dtype t, int64_t i, float v) {
+    uint8_t *b = p;
+    if (t == MX_DTYPE_F32) {
+        memcpy(b + 4 * i, &v, 4);
+    } else {
+        uint16_t h = t == MX_DTYPE_BF16 ? mx_f32_to_bf16(v) : mx_f32_to_f16(v);
+        memcpy(b + 2 * i, &h, 2);
+    }
+}
+
+static tmat make(mx_quant q, mx_dtype dtype, mx_dtype sdt, int64_t rows, int64_t cols, int misalign) {
+    tmat t = {0};
+    mx_matrix *m = &t.m;
+    m->q = q;
+    m->dtype = dtype;
+    m->scale_dtype = sdt;
+    m->n_experts = 1;
+    m->rows = rows;
+    m->cols = cols;
+    int64_t data_bytes = mx_matrix_data_bytes(m);
+    uint8_t *d = alloc_at((size_t)data_bytes, misalign, &t.bufs[0]);
+    if (q.mode == MX_QUANT_NONE) {
+        for (int64_t i = 0; i < rows * cols; i++) store_float(d, dtype, i, rndf() * 0.1f);
+    } else {
+        for (int64_t i = 0; i < data_bytes; i++) d[i] = (uint8_t)rnd();
+        int64_t ns = rows * (cols / q.group_size);
+        if (q.mode == MX_QUANT_AFFINE) {
+            uint8_t *s = alloc_at((size_t)ns * 4, misalign, &t.bufs[1]);
+            uint8_t *b = alloc_at((size_t)ns * 4, misalign, &t.bufs[2]);
+            for (int64_t i = 0; i < ns; i++) {
+                store_float(s, sdt, i, rndf() * 0.05f);
+                store_float(b, sdt, i, rndf() * 0.2f);
+            }
+            m->scales = s;
+            m->biases = b;
+        } else {
+            uint8_t *s = alloc_at((size_t)ns, misalign, &t.bufs[1]);
+            for (int64_t i = 0; i < ns; i++)
+                s[i] = q.mode == MX_QUANT_NVFP4 ? (uint8_t)(0x20 + rnd() % 0x20) : (uint8_t)(118 + rnd() % 10);
+            m->scales = s;
+        }
+    }
+    m->data = d;
+    return t;
+}
+
+static void tfree(tmat *t) {
+    for (int i = 0; i < 3; i++) free(t->bufs[i]);
+}
+
+static double close_to(double a, double ref, double scale) { return fabs(a - ref) <= 2e-5 * scale + 1e-6; }
+
+// Compares the kernel set `set` against the scalar set on matrix t.
+static void compare(const char *set, const char *label, const tmat *t) {
+    const mx_matrix *w = &t->m;
+    int64_t rows = w->rows, cols = w->cols;
+    int nmax = 13;
+    float *x = malloc(sizeof(float) * cols * nmax);
+    float *scratch = aligned_alloc(64, sizeof(float) * CPU_KERNELS_SCRATCH(cols));
+    float *deq_ref = malloc(sizeof(float) * cols * rows), *deq = malloc(sizeof(float) * cols);
+    float *ref = malloc(sizeof(float) * rows * nmax), *got = malloc(sizeof(float) * rows * nmax);
+    double *mag = malloc(sizeof(double) * rows * nmax);  // sum |w||x|: the scale of rounding error
+    for (int64_t i = 0; i < cols * nmax; i++) x[i] = rndf();
+
+    cpu_kernels_select("scalar");
+    for (int64_t r = 0; r < rows; r++) cpu_kernels_dequant_row(w, r, deq_ref + r * cols);
+    for (int t2 = 0; t2 < nmax; t2++)
+        for (int64_t r = 0; r < rows; r++) {
+            double s = 0, a = 0;
+            for (int64_t k = 0; k < cols; k++) {
+                s += (double)deq_ref[r * cols + k] * x[t2 * cols + k];
+                a += fabs((double)deq_ref[r * cols + k] * x[t2 * cols + k]);
+            }
+            ref[t2 * rows + r] = (float)s;
+            mag[t2 * rows + r] = a;
+        }
+    CHECK(cpu_kernels_select(set) == 0);
+
+    int bad_deq = 0, bad_dot = 0, bad_gemv = 0, bad_gemm = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        cpu_kernels_dequant_row(w, r, deq);
+        for (int64_t k = 0; k < cols; k++)
+            if (!close_to(deq[k], deq_ref[r * cols + k], fabs(deq_ref[r * cols + k]))) bad_deq++;
+        float v = cpu_kernels_row_dot(w, r, x, scratch);
+        if (!close_to(v, ref[r], mag[r])) bad_dot++;
+    }
+    // gemv over every row, then over an odd sub-range.
+    cpu_kernels_gemv(w, 0, rows, x, got, scratch);
+    for (int64_t r = 0; r < rows; r++)
+        if (!close_to(got[r], ref[r], mag[r])) bad_gemv++;
+    cpu_kernels_gemv(w, 1, rows - 1, x + cols, got, scratch);
+    for (int64_t r = 1; r < rows - 1; r++)
+        if (!close_to(got[r - 1], ref[rows + r], mag[rows + r])) bad_gemv++;
+    // gemm tiles: nr rows from r0, n tokens, written with stride rows.
+    for (int nr = 1; nr <= CPU_KERNELS_GEMM_ROWS; nr++)
+        for (int n = 1; n <= nmax; n += (n < 8 ? 1 : 5)) {
+            int64_t r0 = rows - nr;
+            for (int64_t i = 0; i < rows * nmax; i++) got[i] = NAN;
+            cpu_kernels_gemm(w, r0, nr, x, n, got + r0, rows, scratch);
+            for (int t2 = 0; t2 < n; t2++)
+                for (int i = 0; i < nr; i++) {
+                    int64_t o = t2 * rows + r0 + i;
+                    if (!close_to(got[o], ref[o], mag[o])) bad_gemm++;
+                }
+            if (r0 > 0 && !isnan(got[r0 - 1])) bad_gemm++;  // nothing written outside the tile
+        }
+    CHECK_MSG(bad_deq == 0, "%s %s: %d dequantized values differ", set, label, bad_deq);
+    CHECK_MSG(bad_dot == 0, "%s %s: %d row dots differ", set, label, bad_dot);
+    CHECK_MSG(bad_gemv == 0, "%s %s: %d gemv outputs differ", set, label, bad_gemv);
+    CHECK_MSG(bad_gemm == 0, "%s %s: %d gemm outputs differ", set, label, bad_gemm);
+    free(x), free(scratch), free(deq_ref), free(deq), free(ref), free(got), free(mag);
+}
+
+static void compare_attention(const char *set) {
+    int hds[] = {64, 72, 128, 256};
+    for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++) {
+        int hd = hds[h], n_keys = 45;
+        int64_t stride = hd * 3 + 5;  // keys interleaved with other heads, odd stride
+        float *K = malloc(sizeof(float) * stride * n_keys), *V = malloc(sizeof(float) * stride * n_keys);
+        float *q = malloc(sizeof(float) * hd), *ref = malloc(sizeof(float) * hd), *got = malloc(sizeof(float) * hd);
+        for (int64_t i = 0; i < stride * n_keys; i++) K[i] = rndf() * 3, V[i] = rndf();
+        for (int i = 0; i < hd; i++) q[i] = rndf();
+        int ranges[][2] = {{0, 0}, {0, 15}, {0, 16}, {3, 44}, {20, 37}};
+        for (size_t k = 0; k < sizeof ranges / sizeof ranges[0]; k++) {
+            cpu_kernels_select("scalar");
+            cpu_kernels_attn_head(q, K, V, stride, ranges[k][0], ranges[k][1], hd, 0.3f, ref);
+            cpu_kernels_select(set);
+            cpu_kernels_attn_head(q, K, V, stride, ranges[k][0], ranges[k][1], hd, 0.3f, got);
+            int bad = 0;
+            for (int i = 0; i < hd; i++)
+                if (fabs(got[i] - ref[i]) > 1e-5 * (1 + fabs(ref[i]))) bad++;
+            CHECK_MSG(bad == 0, "%s attention hd %d keys %d-%d: %d values differ", set, hd, ranges[k][0],
+                      ranges[k][1], bad);
+        }
+        free(K), free(V), free(q), free(ref), free(got);
+    }
+}
+
+int main(void) {
+    const char *sets[] = {"avx2", "avx512"};
+    const mx_dtype sdts[] = {MX_DTYPE_BF16, MX_DTYPE_F16, MX_DTYPE_F32};
+    const char *sdt_names[] = {"bf16", "f16", "f32"};
+    int tested = 0;
+    for (size_t s = 0; s < sizeof sets / sizeof sets[0]; s++) {
+        if (cpu_kernels_select(sets[s]) != 0) {
+            printf("kernel set %s: not supported by this CPU, skipped\n", sets[s]);
+            continue;
+        }
+        tested++;
+        char label[96];
+        int bits[] = {2, 3, 4, 5, 6, 8}, groups[] = {32, 64, 128};
+        for (int b = 0; b < 6; b++)
+            for (int g = 0; g < 3; g++)
+                for (int d = 0; d < 3; d++) {
+                    int64_t cols = groups[g] * (b % 2 ? 3 : 5);
+                    tmat t = make((mx_quant){MX_QUANT_AFFINE, bits[b], groups[g]}, MX_DTYPE_U32, sdts[d], 11, cols,
+                                  (b + g + d) % 4);
+                    snprintf(label, sizeof label, "affine %d-bit g%d %s", bits[b], groups[g], sdt_names[d]);
+                    compare(sets[s], label, &t);
+                    tfree(&t);
+                }
+        struct {
+            mx_quant q;
+            const char *name;
+        } fp[] = {{{MX_QUANT_MXFP4, 4, 32}, "mxfp4"}, {{MX_QUANT_MXFP8, 8, 32}, "mxfp8"}, {{MX_QUANT_NVFP4, 4, 16}, "nvfp4"}};
+        for (int f = 0; f < 3; f++) {
+            tmat t = make(fp[f].q, MX_DTYPE_U32, MX_DTYPE_U8, 9, 160, f + 1);
+            compare(sets[s], fp[f].name, &t);
+            tfree(&t);
+        }
+        const mx_dtype dense[] = {MX_DTYPE_BF16, MX_DTYPE_F16, MX_DTYPE_F32};
+        const int64_t dcols[] = {7, 64, 131};
+        for (int d = 0; d < 3; d++)
+            for (int c = 0; c < 3; c++) {
+                tmat t = make((mx_quant){MX_QUANT_NONE, 0, 0}, dense[d], MX_DTYPE_F32, 10, dcols[c], (d + c) % 3);
+                snprintf(label, sizeof label, "dense %s cols %lld", sdt_names[d], (long long)dcols[c]);
+                compare(sets[s], label, &t);
+                tfree(&t);
+            }
+        compare_attention(sets[s]);
+    }
+    printf("%d SIMD kernel sets tested\n", tested);
+    return check_finish();
+}
