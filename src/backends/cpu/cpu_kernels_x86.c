@@ -175,8 +175,38 @@ AVX512 static void gemv_affine4(const mx_matrix *w, int64_t r0, int64_t r1, cons
     }
     group_sums(x, cols, gs, gsum);
     const __m512i lo4 = _mm512_set1_epi32(0xf);
-    for (int64_t r = r0; r < r1; r++) {
-        const uint8_t *data = (const uint8_t *)w->data + r * (cols / 2);
+    const uint8_t *base = (const uint8_t *)w->data;
+    int64_t r = r0;
+    // Two rows at a time: four independent FMA chains share each load of x.
+    for (; r + 2 <= r1; r += 2) {
+        const uint8_t *d0 = base + r * (cols / 2), *d1 = d0 + cols / 2;
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+        float bsum0 = 0.0f, bsum1 = 0.0f;
+        for (int64_t g = 0; g < groups; g++) {
+            __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+            __m512 c0 = _mm512_setzero_ps(), c1 = _mm512_setzero_ps();
+            for (int k = 0; k < gs; k += 32) {
+                int64_t e = g * gs + k;
+                __m512 xe = _mm512_loadu_ps(xp + e), xo = _mm512_loadu_ps(xp + e + 16);
+                __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(d0 + e / 2)));
+                __m512i u = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(d1 + e / 2)));
+                a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(v, lo4)), xe, a0);
+                a1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4)), xo, a1);
+                c0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(u, lo4)), xe, c0);
+                c1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(u, 4)), xo, c1);
+            }
+            int64_t si = r * groups + g;
+            bsum0 += load_scale(w->biases, w->scale_dtype, si) * gsum[g];
+            bsum1 += load_scale(w->biases, w->scale_dtype, si + groups) * gsum[g];
+            acc0 = _mm512_fmadd_ps(_mm512_add_ps(a0, a1), _mm512_set1_ps(load_scale(w->scales, w->scale_dtype, si)), acc0);
+            acc1 = _mm512_fmadd_ps(_mm512_add_ps(c0, c1),
+                                   _mm512_set1_ps(load_scale(w->scales, w->scale_dtype, si + groups)), acc1);
+        }
+        out[r - r0] = _mm512_reduce_add_ps(acc0) + bsum0;
+        out[r + 1 - r0] = _mm512_reduce_add_ps(acc1) + bsum1;
+    }
+    for (; r < r1; r++) {
+        const uint8_t *data = base + r * (cols / 2);
         __m512 acc = _mm512_setzero_ps();
         float bsum = 0.0f;
         for (int64_t g = 0; g < groups; g++) {
@@ -184,10 +214,8 @@ AVX512 static void gemv_affine4(const mx_matrix *w, int64_t r0, int64_t r1, cons
             for (int k = 0; k < gs; k += 32) {
                 int64_t e = g * gs + k;
                 __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(data + e / 2)));
-                __m512 qlo = _mm512_cvtepi32_ps(_mm512_and_si512(v, lo4));
-                __m512 qhi = _mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4));
-                a0 = _mm512_fmadd_ps(qlo, _mm512_loadu_ps(xp + e), a0);
-                a1 = _mm512_fmadd_ps(qhi, _mm512_loadu_ps(xp + e + 16), a1);
+                a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(v, lo4)), _mm512_loadu_ps(xp + e), a0);
+                a1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4)), _mm512_loadu_ps(xp + e + 16), a1);
             }
             float s = load_scale(w->scales, w->scale_dtype, r * groups + g);
             bsum += load_scale(w->biases, w->scale_dtype, r * groups + g) * gsum[g];
