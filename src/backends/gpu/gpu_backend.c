@@ -21,10 +21,17 @@
 #include "backends/gpu_entry.h"
 #include "mlxcel_gpu_config.h"
 
+typedef struct gpu_graph {
+    int key;
+    void *exec;
+} gpu_graph;
+
 typedef struct gpu_ctx {
     int device;
     mxg_device_info info;
     mxg_launch launch;  // stream, warp width, workspace: what every kernel launch needs
+    gpu_graph *graphs;  // recorded decode steps, by the engine's key
+    int n_graphs, cap_graphs;
 } gpu_ctx;
 
 static gpu_ctx *ctx_of(mx_backend *be) { return (gpu_ctx *)be->ctx; }
@@ -191,12 +198,54 @@ static void gpu_argmax(mx_backend *be, int32_t *ids, const float *logits, int n,
 
 static int gpu_sync(mx_backend *be, mx_error *err) { return mxg_rt_sync(ctx_of(be)->launch.stream, err); }
 
+// ---- graphs (backend.h graph_begin / graph_end / graph_launch) --------------------------------
+
+static gpu_graph *graph_find(gpu_ctx *c, int key) {
+    for (int i = 0; i < c->n_graphs; i++)
+        if (c->graphs[i].key == key) return &c->graphs[i];
+    return NULL;
+}
+
+static int gpu_graph_begin(mx_backend *be, mx_error *err) { return mxg_rt_graph_begin(ctx_of(be)->launch.stream, err); }
+
+static int gpu_graph_end(mx_backend *be, int key, mx_error *err) {
+    gpu_ctx *c = ctx_of(be);
+    void *exec = NULL;
+    if (mxg_rt_graph_end(c->launch.stream, &exec, err) != 0) return -1;
+    gpu_graph *g = graph_find(c, key);
+    if (!g) {
+        if (c->n_graphs == c->cap_graphs) {
+            int cap = c->cap_graphs ? 2 * c->cap_graphs : 16;
+            gpu_graph *ng = realloc(c->graphs, sizeof *ng * (size_t)cap);
+            if (!ng) {
+                mxg_rt_graph_destroy(exec);
+                return mx_fail(err, "out of memory keeping a recorded graph");
+            }
+            c->graphs = ng, c->cap_graphs = cap;
+        }
+        g = &c->graphs[c->n_graphs++];
+        g->key = key, g->exec = NULL;
+    }
+    mxg_rt_graph_destroy(g->exec);
+    g->exec = exec;
+    return 0;
+}
+
+static bool gpu_graph_launch(mx_backend *be, int key) {
+    gpu_ctx *c = ctx_of(be);
+    gpu_graph *g = graph_find(c, key);
+    mx_error err;
+    return g && mxg_rt_graph_launch(g->exec, c->launch.stream, &err) == 0;
+}
+
 static void gpu_destroy(mx_backend *be) {
     if (!be) return;
     gpu_ctx *c = ctx_of(be);
     if (c) {
         mx_error ignored;
         mxg_rt_sync(c->launch.stream, &ignored);
+        for (int i = 0; i < c->n_graphs; i++) mxg_rt_graph_destroy(c->graphs[i].exec);
+        free(c->graphs);
         mxg_rt_free(c->launch.scratch);
         mxg_rt_stream_destroy(c->launch.stream);
         free(c);
@@ -228,6 +277,9 @@ static const mx_backend_ops gpu_ops = {
     /* .gather_rows = */ gpu_gather_rows,
     /* .argmax = */ gpu_argmax,
     /* .sync = */ gpu_sync,
+    /* .graph_begin = */ gpu_graph_begin,
+    /* .graph_end = */ gpu_graph_end,
+    /* .graph_launch = */ gpu_graph_launch,
 };
 
 // ---- entry points ------------------------------------------------------------------------------

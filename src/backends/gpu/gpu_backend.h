@@ -1,8 +1,7 @@
 // SPDX-License-Identifier: MIT
-// Extra entry points of the GPU backend beyond backend.h, for the engine and the GPU tests.
-// Graph capture is meant to become optional fields of mx_backend_ops (graph_begin, graph_end,
-// graph_launch, graph_free: see docs/gpu_handoff.md); until then the engine can call these when
-// mx_gpu_is_backend(be) is true.
+// Extra entry points of the GPU backend beyond backend.h, for the GPU tests and benches. The engine
+// uses the keyed graph entries of mx_backend_ops (graph_begin/graph_end/graph_launch); the handle
+// based calls below are the same capture without the key table.
 #ifndef MXG_GPU_BACKEND_H
 #define MXG_GPU_BACKEND_H
 

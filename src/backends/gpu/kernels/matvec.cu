@@ -14,6 +14,9 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kMaxMatvecTokens = 8;
+// Below this many tokens the float32 tiled kernel is used even where matrix units exist: short
+// prompts keep float32 accuracy, and the matrix units only pay off on long ones.
+constexpr int kMinMmaTokens = 64;
 
 template <int W, class F, int NT, bool MOE>
 __global__ void __launch_bounds__(kThreads) matvec_kernel(float *__restrict__ out, const float *__restrict__ x,
@@ -111,7 +114,7 @@ extern "C" void mxg_matmul(const mxg_launch *L, float *out, const float *x, cons
         launch_matvec<4>(L, out, x, w, bias, n);
     else if (n <= kMaxMatvecTokens)
         launch_matvec<8>(L, out, x, w, bias, n);
-    else if (!L->use_mma || mxg_matmul_mma(L, out, x, w, bias, n) != 0)
+    else if (n < kMinMmaTokens || !L->use_mma || mxg_matmul_mma(L, out, x, w, bias, n) != 0)
         mxg_matmul_tiled(L, out, x, w, bias, n);
 }
 
