@@ -44,7 +44,7 @@ is_error_object='isinstance(d.get("error"), dict) and isinstance(d["error"].get(
 
 MODEL="$TMP/model"
 make_chat_model "$MODEL"
-srv_start "$BIN" "$TMP/a.log" -m "$MODEL" --api-key sekret --parallel 4 --ctx 256 --max-body 65536 || exit 1
+srv_start "$BIN" "$TMP/a.log" -m "$MODEL" --api-key sekret --parallel 4 --ctx 2048 --max-body 65536 || exit 1
 PIDS="$SRV_PID"
 AUTH="Authorization: Bearer sekret"
 
@@ -83,10 +83,10 @@ s=$(req POST /v1/completions '{"prompt":"hi","n":2}' "$TMP/e.json")
 expect_status "n > 1" 400 "$s" "$TMP/e.json"
 s=$(req POST /v1/completions '[1,2]' "$TMP/e.json")
 expect_status "body not an object" 400 "$s" "$TMP/e.json"
-LONG=$(python3 -c 'print("word " * 400)')
+LONG=$(python3 -c 'print("word " * 2500)')
 s=$(req POST /v1/completions "{\"prompt\":\"$LONG\",\"max_tokens\":4}" "$TMP/e.json")
 expect_status "prompt longer than the context" 400 "$s" "$TMP/e.json"
-pycheck "context error gives the counts" "$TMP/e.json" '"256" in d["error"]["message"] and "tokens" in d["error"]["message"] and d["error"]["code"] == "context_length_exceeded"'
+pycheck "context error gives the counts" "$TMP/e.json" '"2048" in d["error"]["message"] and "tokens" in d["error"]["message"] and d["error"]["code"] == "context_length_exceeded"'
 python3 -c 'import json; print(json.dumps({"prompt": "x" * 100000}))' >"$TMP/big.json"
 s=$(curl -s --max-time 20 -o "$TMP/e.json" -w '%{http_code}' -H "$AUTH" --data-binary @"$TMP/big.json" "$SRV_URL/v1/completions")
 expect_status "body over --max-body" 413 "$s" "$TMP/e.json"
