@@ -161,6 +161,11 @@ AVX512 static void group_sums(const float *x, int64_t cols, int gs, float *gsum)
     }
 }
 
+#ifndef GEMV_PREFETCH
+#define GEMV_PREFETCH 4096  // bytes ahead in the weight stream: the hardware prefetcher alone reaches
+                            // about half the streaming bandwidth here (kernel lab: 6 -> 12.6 GB/s)
+#endif
+
 AVX512 static void gemv_affine4(const mx_matrix *w, int64_t r0, int64_t r1, const float *x, float *out,
                                 float *scratch) {
     int64_t cols = w->cols, groups = cols / w->q.group_size;
@@ -190,6 +195,10 @@ AVX512 static void gemv_affine4(const mx_matrix *w, int64_t r0, int64_t r1, cons
                 __m512 xe = _mm512_loadu_ps(xp + e), xo = _mm512_loadu_ps(xp + e + 16);
                 __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(d0 + e / 2)));
                 __m512i u = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(d1 + e / 2)));
+                if ((k & 127) == 0) {
+                    _mm_prefetch((const char *)(d0 + e / 2 + GEMV_PREFETCH), _MM_HINT_T0);
+                    _mm_prefetch((const char *)(d1 + e / 2 + GEMV_PREFETCH), _MM_HINT_T0);
+                }
                 a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(v, lo4)), xe, a0);
                 a1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_srli_epi32(v, 4)), xo, a1);
                 c0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_and_si512(u, lo4)), xe, c0);
@@ -239,6 +248,7 @@ AVX512 static void gemv_affine8(const mx_matrix *w, int64_t r0, int64_t r1, cons
             __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
             for (int k = 0; k < gs; k += 32) {
                 int64_t e = g * gs + k;
+                if ((k & 63) == 0) _mm_prefetch((const char *)(data + e + GEMV_PREFETCH), _MM_HINT_T0);
                 __m512 q0 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(data + e))));
                 __m512 q1 = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(data + e + 16))));
                 a0 = _mm512_fmadd_ps(q0, _mm512_loadu_ps(x + e), a0);
