@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Kernel lab: times the CPU kernels of cpu_kernels.h on one thread, on random affine 4-bit weights
 // (group 64, bf16 scales), for the shapes that matter in Qwen3-0.6B. Not part of the build:
-//   cc -O2 -std=c11 -D_GNU_SOURCE -Isrc bench/kernel_lab.c build/perf/libmlxcel_lib.a -lm -lpthread
+//   cc -O2 -std=c11 -D_GNU_SOURCE -Isrc bench/kernel_lab.c build/perf2/libmlxcel_lib.a -lm -lpthread
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +40,21 @@ int main(int argc, char **argv) {
     }
     printf("gemv: %.3f ms, %.1f GB/s of weights, %.1f GMAC/s\n", best * 1e3, rows * cols * 0.5625 / best / 1e9,
            rows * cols / best / 1e9);
+    size_t qb = cpu_kernels_qx_row_bytes(&w);
+    if (qb) {
+        void *qx = aligned_alloc(64, (qb + 63) & ~(size_t)63);
+        best = 1e9;
+        for (int rep = 0; rep < 20; rep++) {
+            double t0 = now();
+            cpu_kernels_quantize_x(&w, x, 1, qx);
+            cpu_kernels_gemv_q(&w, 0, rows, qx, out);
+            double t = now() - t0;
+            best = t < best ? t : best;
+        }
+        printf("gemv_q (integer, incl. quantizing x): %.3f ms, %.1f GB/s of weights, %.1f GMAC/s\n", best * 1e3,
+               rows * cols * 0.5625 / best / 1e9, rows * cols / best / 1e9);
+        free(qx);
+    }
     best = 1e9;
     for (int rep = 0; rep < 5; rep++) {
         double t0 = now();

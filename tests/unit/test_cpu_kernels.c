@@ -4,7 +4,8 @@
 // 32/64/128 x scale dtypes bf16/f16/f32, mxfp4, mxfp8, nvfp4, dense bf16/f16/f32. Random data, odd
 // row counts, column counts that are not multiples of the vector width (dense), buffers at odd
 // byte offsets, and every gemm tile shape (1-4 rows x 1-13 tokens). Attention heads of several
-// sizes and key ranges are compared too.
+// sizes and key ranges are compared too, and the integer (VNNI) gemv of the sets that have one,
+// for every format it covers.
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -85,6 +86,8 @@ static void tfree(tmat *t) {
     for (int i = 0; i < 3; i++) free(t->bufs[i]);
 }
 
+static int q_tested;  // matrices that went through an integer path
+
 static double close_to(double a, double ref, double scale) { return fabs(a - ref) <= 2e-5 * scale + 1e-6; }
 
 // Compares the kernel set `set` against the scalar set on matrix t.
@@ -141,6 +144,26 @@ static void compare(const char *set, const char *label, const tmat *t) {
                 }
             if (r0 > 0 && !isnan(got[r0 - 1])) bad_gemm++;  // nothing written outside the tile
         }
+    // Integer path (sets that have one for this format): quantize 3 rows of x, gemv_q over every row
+    // for each, then an odd sub-range; tolerance as above (x keeps ~16 bits per group).
+    int bad_q = 0;
+    size_t qb = cpu_kernels_qx_row_bytes(w);
+    if (qb) {
+        CHECK(qb % 64 == 0);
+        uint8_t *qx = aligned_alloc(64, qb * 3);
+        cpu_kernels_quantize_x(w, x, 3, qx);
+        for (int t2 = 0; t2 < 3; t2++) {
+            cpu_kernels_gemv_q(w, 0, rows, qx + qb * t2, got);
+            for (int64_t r = 0; r < rows; r++)
+                if (!close_to(got[r], ref[t2 * rows + r], mag[t2 * rows + r])) bad_q++;
+        }
+        cpu_kernels_gemv_q(w, 2, rows - 3, qx + qb, got);
+        for (int64_t r = 2; r < rows - 3; r++)
+            if (!close_to(got[r - 2], ref[rows + r], mag[rows + r])) bad_q++;
+        free(qx);
+        q_tested++;
+    }
+    CHECK_MSG(bad_q == 0, "%s %s: %d integer gemv outputs differ", set, label, bad_q);
     CHECK_MSG(bad_deq == 0, "%s %s: %d dequantized values differ", set, label, bad_deq);
     CHECK_MSG(bad_dot == 0, "%s %s: %d row dots differ", set, label, bad_dot);
     CHECK_MSG(bad_gemv == 0, "%s %s: %d gemv outputs differ", set, label, bad_gemv);
@@ -174,7 +197,7 @@ static void compare_attention(const char *set) {
 }
 
 int main(void) {
-    const char *sets[] = {"avx2", "avx512"};
+    const char *sets[] = {"avx2", "avx512", "avx512vnni"};
     const mx_dtype sdts[] = {MX_DTYPE_BF16, MX_DTYPE_F16, MX_DTYPE_F32};
     const char *sdt_names[] = {"bf16", "f16", "f32"};
     int tested = 0;
@@ -216,6 +239,6 @@ int main(void) {
             }
         compare_attention(sets[s]);
     }
-    printf("%d SIMD kernel sets tested\n", tested);
+    printf("%d SIMD kernel sets tested, %d matrices through an integer path\n", tested, q_tested);
     return check_finish();
 }

@@ -43,6 +43,17 @@ int cpu_reserve_scratch(cpu_ctx *c, size_t n) {
     return 0;
 }
 
+void *cpu_act_buf(cpu_ctx *c, size_t bytes) {
+    if (bytes > c->act_cap) {
+        free(c->act_buf);
+        size_t cap = (bytes + 4095) & ~(size_t)4095;
+        c->act_buf = aligned_alloc(64, cap);
+        MX_ASSERT(c->act_buf);
+        c->act_cap = cap;
+    }
+    return c->act_buf;
+}
+
 // Keeps the mapped pointer when it is aligned for its element type; copies it otherwise. Copies
 // are remembered in the matrix's own fields, so release_matrix knows what to free.
 static const void *cpu_place(const void *src, size_t bytes, size_t align, bool *copied, mx_error *err) {
@@ -135,6 +146,7 @@ static void cpu_destroy(mx_backend *be) {
         for (size_t i = 0; i < c->n_owned; i++) free((void *)c->owned[i]);
         free(c->owned);
         free(c->moe_rows);
+        free(c->act_buf);
         free(c);
     }
     free(be);

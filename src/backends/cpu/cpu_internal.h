@@ -16,12 +16,16 @@ typedef struct cpu_ctx {
     size_t n_owned, cap_owned;
     int32_t *moe_rows;      // MoE grouping lists, grown to the largest batch seen
     size_t moe_cap;
+    void *act_buf;          // quantized activations of the current matmul (integer kernels), 64-byte aligned
+    size_t act_cap;         // bytes; grown only when a bigger batch arrives
 } cpu_ctx;
 
 static inline cpu_ctx *cpu_of(mx_backend *be) { return (cpu_ctx *)be->ctx; }
 
 // Ensures every thread has at least n floats of scratch (called at upload time, never per token).
 int cpu_reserve_scratch(cpu_ctx *c, size_t n);
+// Returns c->act_buf with at least `bytes` bytes (grows it, never shrinks).
+void *cpu_act_buf(cpu_ctx *c, size_t bytes);
 
 void cpu_embed(mx_backend *be, float *out, const mx_matrix *w, const int32_t *ids, int n);
 void cpu_matmul(mx_backend *be, float *out, const float *x, const mx_matrix *w, const float *bias, int n);

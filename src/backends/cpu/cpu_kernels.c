@@ -57,6 +57,9 @@ static const cpu_kernel_set scalar_set = {
     /* .gemv = */ NULL,
     /* .gemm = */ NULL,
     /* .attn_head = */ scalar_attn_head,
+    /* .qx_row_bytes = */ NULL,
+    /* .quantize_x = */ NULL,
+    /* .gemv_q = */ NULL,
 };
 
 static const cpu_kernel_set *active;
@@ -109,6 +112,19 @@ void cpu_kernels_attn_head(const float *q, const float *K, const float *V, int64
                            float scale, float *out) {
     const cpu_kernel_set *k = kernels();
     (k->attn_head ? k->attn_head : scalar_attn_head)(q, K, V, stride, first, last, hd, scale, out);
+}
+
+size_t cpu_kernels_qx_row_bytes(const mx_matrix *w) {
+    const cpu_kernel_set *k = kernels();
+    return k->qx_row_bytes ? k->qx_row_bytes(w) : 0;
+}
+
+void cpu_kernels_quantize_x(const mx_matrix *w, const float *x, int n, void *qx) {
+    kernels()->quantize_x(w, x, n, qx);
+}
+
+void cpu_kernels_gemv_q(const mx_matrix *w, int64_t r0, int64_t r1, const void *qx, float *out) {
+    kernels()->gemv_q(w, r0, r1, qx, out);
 }
 
 const char *cpu_kernels_name(void) { return kernels()->name; }

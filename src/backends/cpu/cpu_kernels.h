@@ -6,6 +6,7 @@
 #ifndef MX_BACKENDS_CPU_KERNELS_H
 #define MX_BACKENDS_CPU_KERNELS_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "core/quant.h"
@@ -33,7 +34,17 @@ void cpu_kernels_gemm(const mx_matrix *w, int64_t r0, int nr, const float *x, in
 void cpu_kernels_attn_head(const float *q, const float *K, const float *V, int64_t stride, int first, int last, int hd,
                            float scale, float *out);
 
-// Names the kernel set chosen at run time ("avx512", "avx2", "scalar").
+// Integer path for batch 1 (AVX-512 VNNI, affine 4-bit with group 64/128 and 8-bit with group
+// 32/64/128): the activation row is quantized once per matmul to int16 per weight group, then
+// any number of gemv_q calls (one per row block, from any thread) read it.
+// Bytes of one quantized row of x for w; 0 when the active set has no integer path for w.
+size_t cpu_kernels_qx_row_bytes(const mx_matrix *w);
+// Quantizes n rows of x[n, cols] into qx (n * qx_row_bytes bytes, 64-byte aligned).
+void cpu_kernels_quantize_x(const mx_matrix *w, const float *x, int n, void *qx);
+// out[r - r0] = row r of w . (the quantized row qx) for r in [r0, r1).
+void cpu_kernels_gemv_q(const mx_matrix *w, int64_t r0, int64_t r1, const void *qx, float *out);
+
+// Names the kernel set chosen at run time ("avx512vnni", "avx512", "avx2", "scalar").
 const char *cpu_kernels_name(void);
 // Forces a kernel set (tests compare them); returns -1 if the CPU lacks it.
 int cpu_kernels_select(const char *name);

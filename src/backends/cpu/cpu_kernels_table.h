@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: MIT
 // One set of CPU inner kernels (scalar, AVX2, AVX-512...). Private to src/backends/cpu/. A set may
-// leave gemv/gemm/attn_head NULL: the scalar versions built on its dequant_row/dot are used then.
+// leave gemv/gemm/attn_head and the integer path NULL: the scalar versions built on its dequant_row/dot are used then.
 #ifndef MX_BACKENDS_CPU_KERNELS_TABLE_H
 #define MX_BACKENDS_CPU_KERNELS_TABLE_H
+
+#include <stddef.h>
 
 #include "core/quant.h"
 
@@ -16,11 +18,21 @@ typedef struct cpu_kernel_set {
                  float *scratch);
     void (*attn_head)(const float *q, const float *K, const float *V, int64_t stride, int first, int last, int hd,
                       float scale, float *out);
+    // Integer path (may be NULL): see cpu_kernels.h, cpu_kernels_qx_row_bytes and after.
+    size_t (*qx_row_bytes)(const mx_matrix *w);
+    void (*quantize_x)(const mx_matrix *w, const float *x, int n, void *qx);
+    void (*gemv_q)(const mx_matrix *w, int64_t r0, int64_t r1, const void *qx, float *out);
 } cpu_kernel_set;
 
 // The best x86 set this CPU supports, or NULL (non-x86 or no AVX2+FMA).
 const cpu_kernel_set *cpu_kernels_x86_best(void);
 // A named x86 set if the CPU supports it, else NULL.
 const cpu_kernel_set *cpu_kernels_x86_named(const char *name);
+
+// AVX-512 VNNI integer kernels (cpu_kernels_vnni.c).
+int cpu_vnni_supported(void);
+size_t cpu_vnni_qx_row_bytes(const mx_matrix *w);
+void cpu_vnni_quantize_x(const mx_matrix *w, const float *x, int n, void *qx);
+void cpu_vnni_gemv_q(const mx_matrix *w, int64_t r0, int64_t r1, const void *qx, float *out);
 
 #endif

@@ -106,6 +106,9 @@ static const cpu_kernel_set avx2_set = {
     /* .gemv = */ NULL,
     /* .gemm = */ NULL,
     /* .attn_head = */ NULL,
+    /* .qx_row_bytes = */ NULL,
+    /* .quantize_x = */ NULL,
+    /* .gemv_q = */ NULL,
 };
 
 // ---- AVX-512 ------------------------------------------------------------------------------------
@@ -397,6 +400,23 @@ static const cpu_kernel_set avx512_set = {
     /* .gemv = */ avx512_gemv,
     /* .gemm = */ avx512_gemm,
     /* .attn_head = */ avx512_attn_head,
+    /* .qx_row_bytes = */ NULL,
+    /* .quantize_x = */ NULL,
+    /* .gemv_q = */ NULL,
+};
+
+// AVX-512 plus the VNNI integer gemv for affine 4/8-bit (cpu_kernels_vnni.c).
+static const cpu_kernel_set avx512vnni_set = {
+    /* .name = */ "avx512vnni",
+    /* .dequant_row = */ avx2_dequant_row,
+    /* .dot = */ avx512_dot,
+    /* .row_dot = */ avx512_row_dot,
+    /* .gemv = */ avx512_gemv,
+    /* .gemm = */ avx512_gemm,
+    /* .attn_head = */ avx512_attn_head,
+    /* .qx_row_bytes = */ cpu_vnni_qx_row_bytes,
+    /* .quantize_x = */ cpu_vnni_quantize_x,
+    /* .gemv_q = */ cpu_vnni_gemv_q,
 };
 
 static int have_avx2(void) {
@@ -410,6 +430,7 @@ static int have_avx512(void) {
 }
 
 const cpu_kernel_set *cpu_kernels_x86_best(void) {
+    if (have_avx512() && cpu_vnni_supported()) return &avx512vnni_set;
     if (have_avx512()) return &avx512_set;
     return have_avx2() ? &avx2_set : NULL;
 }
@@ -417,6 +438,7 @@ const cpu_kernel_set *cpu_kernels_x86_best(void) {
 const cpu_kernel_set *cpu_kernels_x86_named(const char *name) {
     if (strcmp(name, "avx2") == 0 && have_avx2()) return &avx2_set;
     if (strcmp(name, "avx512") == 0 && have_avx512()) return &avx512_set;
+    if (strcmp(name, "avx512vnni") == 0 && have_avx512() && cpu_vnni_supported()) return &avx512vnni_set;
     return NULL;
 }
 

@@ -30,6 +30,7 @@ typedef struct matmul_job {
     int64_t rows;
     int token_block;        // tokens per task (dense batches)
     int row_blocks;         // tasks per token block (dense batches)
+    const void *qx;         // quantized x (integer gemv), or NULL
 } matmul_job;
 
 // MoE rows (gathered x and scattered out): decode each weight row once, dot it with every row.
@@ -60,6 +61,17 @@ static void gemv_task(void *arg, int task, int thread) {
         for (int64_t r = r0; r < r1; r++) j->out[r] += j->bias[r];
 }
 
+// Batch 1, integer kernels: x was quantized once by the caller.
+static void gemv_q_task(void *arg, int task, int thread) {
+    (void)thread;
+    matmul_job *j = arg;
+    int64_t r0 = (int64_t)task * ROWS_PER_TASK;
+    int64_t r1 = r0 + ROWS_PER_TASK < j->rows ? r0 + ROWS_PER_TASK : j->rows;
+    cpu_kernels_gemv_q(j->w, r0, r1, j->qx, j->out + r0);
+    if (j->bias)
+        for (int64_t r = r0; r < r1; r++) j->out[r] += j->bias[r];
+}
+
 // Batches: (row block, token block) tiles, 4 rows at a time.
 static void gemm_task(void *arg, int task, int thread) {
     matmul_job *j = arg;
@@ -82,6 +94,14 @@ void cpu_matmul(mx_backend *be, float *out, const float *x, const mx_matrix *w, 
     cpu_ctx *c = cpu_of(be);
     matmul_job j = {.out = out, .x = x, .w = w, .bias = bias, .n = n, .c = c, .rows = w->rows};
     if (n == 1) {
+        size_t qb = cpu_kernels_qx_row_bytes(w);
+        if (qb) {
+            void *qx = cpu_act_buf(c, qb);
+            cpu_kernels_quantize_x(w, x, 1, qx);
+            j.qx = qx;
+            mx_pool_run(c->pool, (int)((w->rows + ROWS_PER_TASK - 1) / ROWS_PER_TASK), gemv_q_task, &j);
+            return;
+        }
         mx_pool_run(c->pool, (int)((w->rows + ROWS_PER_TASK - 1) / ROWS_PER_TASK), gemv_task, &j);
         return;
     }
