@@ -46,6 +46,15 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   add_test(NAME gpu_ops COMMAND test_gpu_ops WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(gpu_ops PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
 
+  # The model fixtures through the GPU backend (the parity test reads MLXCEL_TEST_BACKEND).
+  if(TARGET test_model_parity)
+    add_test(NAME gpu_model_parity
+             COMMAND ${PROJECT_SOURCE_DIR}/tests/gpu/if_gpu.sh $<TARGET_FILE:mlxcel> $<TARGET_FILE:test_model_parity>
+             WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+    set_tests_properties(gpu_model_parity PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu
+                         ENVIRONMENT "MLXCEL_TEST_BACKEND=${MLXCEL_GPU_RUNTIME_NAME}")
+  endif()
+
   add_executable(bench_gpu_decode ${PROJECT_SOURCE_DIR}/tests/gpu/bench_gpu_decode.c)
   target_link_libraries(bench_gpu_decode PRIVATE mlxcel_lib)
 endif()

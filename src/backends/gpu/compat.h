@@ -58,6 +58,7 @@ typedef hipDeviceProp_t gpuDeviceProp_t;
 typedef hipFuncAttributes gpuFuncAttributes;
 #define gpuFuncSetAttribute hipFuncSetAttribute
 #define gpuFuncAttributeMaxDynamicSharedMemorySize hipFuncAttributeMaxDynamicSharedMemorySize
+#define MXG_PROP_SMEM_OPTIN(p) ((size_t)(p).sharedMemPerBlock)
 #define MXG_WARP_MAX 64
 #define MXG_VENDOR_NAME "rocm"
 
@@ -116,6 +117,7 @@ typedef cudaDeviceProp gpuDeviceProp_t;
 typedef cudaFuncAttributes gpuFuncAttributes;
 #define gpuFuncSetAttribute cudaFuncSetAttribute
 #define gpuFuncAttributeMaxDynamicSharedMemorySize cudaFuncAttributeMaxDynamicSharedMemorySize
+#define MXG_PROP_SMEM_OPTIN(p) ((size_t)((p).sharedMemPerBlockOptin ? (p).sharedMemPerBlockOptin : (p).sharedMemPerBlock))
 #define MXG_WARP_MAX 32
 #define MXG_VENDOR_NAME "cuda"
 
@@ -128,6 +130,17 @@ __device__ __forceinline__ float mxg_shfl(float v, int lane) { return __shfl_syn
 
 #else
 #error "compat.h: define MXG_VENDOR_CUDA (nvcc) or MXG_VENDOR_HIP (hipcc); see cmake/gpu.cmake"
+#endif
+
+// Wraps a kernel body templated on W: in the device pass for one AMD target the instantiation for
+// the other warp width can never be launched (the host picks by the device's width), so its body is
+// dropped there, which halves the device code hipcc compiles. Elsewhere it expands to nothing.
+#if defined(MXG_VENDOR_HIP) && defined(__HIP_DEVICE_COMPILE__) && defined(__AMDGCN_WAVEFRONT_SIZE__)
+#define MXG_WARP_ONLY(W) if constexpr ((W) != __AMDGCN_WAVEFRONT_SIZE__) { return; } else
+#elif defined(MXG_VENDOR_HIP) && defined(__HIP_DEVICE_COMPILE__) && defined(__AMDGCN_WAVEFRONT_SIZE)
+#define MXG_WARP_ONLY(W) if constexpr ((W) != __AMDGCN_WAVEFRONT_SIZE) { return; } else
+#else
+#define MXG_WARP_ONLY(W)
 #endif
 
 // Runs the statement list with `W` bound to the device's warp width (a compile-time constant).

@@ -147,47 +147,152 @@ struct Fmt {
         }
     }
 
-    // w[0..7] = dequantized elements j0..j0+7 (j0 % 8 == 0) of row `row`; past cols reads 0.
-    static __device__ __forceinline__ void oct(const MatView &m, int64_t row, int j0, float (&w)[8]) {
-        const uint8_t *rp = m.data + row * m.row_bytes;
+    // The raw form of one full chunk (32 elements, cols % 32 == 0): packed words plus scales, so a
+    // matrix-vector kernel can keep several rows in registers and dequantize inside the dot product.
+    static constexpr int raw_words = KIND == KIND_DENSE ? (ST == ST_F32 ? 32 : 16) : BITS;
+    struct Raw {
+        uint32_t q[raw_words];
+        float s0, s1, b;
+    };
+
+    static __device__ __forceinline__ void load_raw(const MatView &m, int64_t row, int c, Raw &r) {
+        const uint32_t *p = (const uint32_t *)(m.data + row * m.row_bytes) + c * raw_words;
         if constexpr (KIND == KIND_DENSE) {
 #pragma unroll
-            for (int i = 0; i < 8; i++) w[i] = j0 + i < m.cols ? load_st<ST>(rp, j0 + i) : 0.0f;
+            for (int i = 0; i < raw_words / 4; i++) {
+                uint4 v = ((const uint4 *)p)[i];
+                r.q[4 * i] = v.x, r.q[4 * i + 1] = v.y, r.q[4 * i + 2] = v.z, r.q[4 * i + 3] = v.w;
+            }
+            r.s0 = r.s1 = 1.0f, r.b = 0.0f;
         } else {
-        if (j0 >= m.cols) {
-#pragma unroll
-            for (int i = 0; i < 8; i++) w[i] = 0.0f;
-            return;
-        }
-        // 8 codes of BITS bits = BITS bytes starting at byte j0 / 8 * BITS.
-        const uint8_t *p = rp + (int64_t)(j0 >> 3) * BITS;
-        uint64_t v = 0;
-        if (BITS == 4) {
-            v = *(const uint32_t *)p;
-        } else if (BITS == 8) {
-            uint2 u = *(const uint2 *)p;
-            v = u.x | ((uint64_t)u.y << 32);
-        } else {
-#pragma unroll
-            for (int i = 0; i < BITS; i++) v |= (uint64_t)p[i] << (8 * i);
-        }
-        const uint32_t mask = (1u << BITS) - 1u;
-        if (KIND == KIND_AFFINE) {
-            int64_t si = row * m.groups + j0 / m.group_size;
-            float s = load_st<ST>(m.scales, si), b = load_st<ST>(m.biases, si);
-#pragma unroll
-            for (int i = 0; i < 8; i++) w[i] = s * (float)((uint32_t)(v >> (i * BITS)) & mask) + b;
-        } else {
-            int gsz = KIND == KIND_NVFP4 ? 16 : 32;
-            uint8_t sb = ((const uint8_t *)m.scales)[row * m.groups + j0 / gsz];
-            float s = KIND == KIND_NVFP4 ? e4m3_to_f32(sb) : e8m0_to_f32(sb);
-#pragma unroll
-            for (int i = 0; i < 8; i++) {
-                uint32_t code = (uint32_t)(v >> (i * BITS)) & mask;
-                w[i] = s * (KIND == KIND_MXFP8 ? e4m3_to_f32(code) : e2m1_to_f32(code));
+            load_chunk_words<BITS>(p, r.q);
+            if constexpr (KIND == KIND_AFFINE) {
+                int64_t si = row * m.groups + (int64_t)c * 32 / m.group_size;
+                r.s0 = load_st<ST>(m.scales, si);
+                r.b = load_st<ST>(m.biases, si);
+                r.s1 = r.s0;
+            } else if constexpr (KIND == KIND_NVFP4) {
+                const uint8_t *sp = (const uint8_t *)m.scales + row * m.groups + 2 * c;
+                r.s0 = e4m3_to_f32(sp[0]);
+                r.s1 = e4m3_to_f32(sp[1]);
+                r.b = 0.0f;
+            } else {
+                r.s0 = r.s1 = e8m0_to_f32(((const uint8_t *)m.scales)[row * m.groups + c]);
+                r.b = 0.0f;
             }
         }
+    }
+
+    // Exact small integer code -> float without the (slow) integer conversion: 2^23 + code, minus 2^23.
+    static __device__ __forceinline__ float code_f(uint32_t code) {
+        return __uint_as_float(0x4b000000u | code) - 8388608.0f;
+    }
+
+    // dot(dequantized chunk, x[0..31]); xsum = sum of x[0..31] (affine folds its bias into it).
+    static __device__ __forceinline__ float dot_raw(const Raw &r, const float (&x)[32], float xsum) {
+        if constexpr (KIND == KIND_DENSE) {
+            float a = 0.0f;
+            if constexpr (ST == ST_F32) {
+#pragma unroll
+                for (int i = 0; i < 32; i++) a = fmaf(__uint_as_float(r.q[i]), x[i], a);
+            } else {
+#pragma unroll
+                for (int i = 0; i < 16; i++) {
+                    float lo, hi;
+                    if constexpr (ST == ST_BF16) {
+                        lo = __uint_as_float(r.q[i] << 16), hi = __uint_as_float(r.q[i] & 0xffff0000u);
+                    } else {
+                        lo = f16_to_f32((uint16_t)(r.q[i] & 0xffffu)), hi = f16_to_f32((uint16_t)(r.q[i] >> 16));
+                    }
+                    a = fmaf(lo, x[2 * i], a);
+                    a = fmaf(hi, x[2 * i + 1], a);
+                }
+            }
+            return a;
+        } else if constexpr (KIND == KIND_AFFINE) {
+            float a = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 32; i++) a = fmaf(code_f(chunk_code<BITS>(r.q, i)), x[i], a);
+            return fmaf(r.s0, a, r.b * xsum);
+        } else {
+            float a0 = 0.0f, a1 = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 32; i++) {
+                uint32_t code = chunk_code<BITS>(r.q, i);
+                float e = KIND == KIND_MXFP8 ? e4m3_to_f32(code) : e2m1_to_f32(code);
+                if (i < 16)
+                    a0 = fmaf(e, x[i], a0);
+                else
+                    a1 = fmaf(e, x[i], a1);
+            }
+            return fmaf(r.s0, a0, r.s1 * a1);
         }
+    }
+
+    // 8 weights starting at j0 (j0 % 8 == 0) in two steps, so tiled kernels can issue the loads of
+    // the next tile before computing on the current one: oct_load reads, oct_decode dequantizes.
+    struct Oct {
+        uint64_t v;     // packed codes (BITS bytes)
+        float s, b;     // scale and bias of the group
+        float d[8];     // dense elements
+        bool valid;     // false past cols
+    };
+
+    static __device__ __forceinline__ void oct_load(const MatView &m, int64_t row, int j0, Oct &o) {
+        const uint8_t *rp = m.data + row * m.row_bytes;
+        o.valid = j0 < m.cols;
+        o.v = 0, o.s = 0.0f, o.b = 0.0f;
+        if constexpr (KIND == KIND_DENSE) {
+#pragma unroll
+            for (int i = 0; i < 8; i++) o.d[i] = j0 + i < m.cols ? load_st<ST>(rp, j0 + i) : 0.0f;
+        } else {
+            if (!o.valid) return;
+            const uint8_t *p = rp + (int64_t)(j0 >> 3) * BITS;  // 8 codes = BITS bytes
+            if (BITS == 4) {
+                o.v = *(const uint32_t *)p;
+            } else if (BITS == 8) {
+                uint2 u = *(const uint2 *)p;
+                o.v = u.x | ((uint64_t)u.y << 32);
+            } else {
+#pragma unroll
+                for (int i = 0; i < BITS; i++) o.v |= (uint64_t)p[i] << (8 * i);
+            }
+            if constexpr (KIND == KIND_AFFINE) {
+                int64_t si = row * m.groups + j0 / m.group_size;
+                o.s = load_st<ST>(m.scales, si);
+                o.b = load_st<ST>(m.biases, si);
+            } else {
+                const int gsz = KIND == KIND_NVFP4 ? 16 : 32;
+                uint8_t sb = ((const uint8_t *)m.scales)[row * m.groups + j0 / gsz];
+                o.s = KIND == KIND_NVFP4 ? e4m3_to_f32(sb) : e8m0_to_f32(sb);
+            }
+        }
+    }
+
+    static __device__ __forceinline__ void oct_decode(const Oct &o, float (&w)[8]) {
+        if constexpr (KIND == KIND_DENSE) {
+#pragma unroll
+            for (int i = 0; i < 8; i++) w[i] = o.d[i];
+        } else {
+            const uint32_t mask = (1u << BITS) - 1u;
+#pragma unroll
+            for (int i = 0; i < 8; i++) {
+                const uint32_t code = (uint32_t)(o.v >> (i * BITS)) & mask;
+                float e;
+                if constexpr (KIND == KIND_AFFINE)
+                    e = fmaf(o.s, (float)code, o.b);
+                else
+                    e = o.s * (KIND == KIND_MXFP8 ? e4m3_to_f32(code) : e2m1_to_f32(code));
+                w[i] = o.valid ? e : 0.0f;
+            }
+        }
+    }
+
+    // w[0..7] = dequantized elements j0..j0+7 (j0 % 8 == 0) of row `row`; past cols reads 0.
+    static __device__ __forceinline__ void oct(const MatView &m, int64_t row, int j0, float (&w)[8]) {
+        Oct o;
+        oct_load(m, row, j0, o);
+        oct_decode(o, w);
     }
 };
 

@@ -75,6 +75,14 @@ static int diagnose_arch(int dev, const mxg_device_info *info, mx_error *err) {
                    dev, info->name, info->arch, MXG_ARCH_LIST, MXG_ARCH_VARIABLE, info->arch);
 }
 
+// Recorded graphs hold raw device pointers. Any release may free a buffer a graph reads (the engine
+// frees a whole context, then builds another on the same backend), so every release drops them
+// all; they are re-recorded on the next decode step.
+static void graphs_drop(gpu_ctx *c) {
+    for (int i = 0; i < c->n_graphs; i++) mxg_rt_graph_destroy(c->graphs[i].exec);
+    c->n_graphs = 0;
+}
+
 // ---- memory ------------------------------------------------------------------------------------
 
 static void *gpu_alloc(mx_backend *be, size_t bytes, mx_error *err) {
@@ -84,7 +92,8 @@ static void *gpu_alloc(mx_backend *be, size_t bytes, mx_error *err) {
 }
 
 static void gpu_release(mx_backend *be, void *ptr) {
-    (void)be;
+    if (!ptr) return;
+    graphs_drop(ctx_of(be));
     mxg_rt_free(ptr);
 }
 
@@ -97,7 +106,7 @@ static int gpu_download(mx_backend *be, void *dst, const void *src, size_t bytes
 }
 
 static void gpu_release_matrix(mx_backend *be, mx_matrix *m) {
-    (void)be;
+    graphs_drop(ctx_of(be));
     mxg_rt_free((void *)m->data);
     mxg_rt_free((void *)m->scales);
     mxg_rt_free((void *)m->biases);
@@ -244,7 +253,7 @@ static void gpu_destroy(mx_backend *be) {
     if (c) {
         mx_error ignored;
         mxg_rt_sync(c->launch.stream, &ignored);
-        for (int i = 0; i < c->n_graphs; i++) mxg_rt_graph_destroy(c->graphs[i].exec);
+        graphs_drop(c);
         free(c->graphs);
         mxg_rt_free(c->launch.scratch);
         mxg_rt_stream_destroy(c->launch.stream);
@@ -341,6 +350,8 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.cc = c->info.cc;
     const char *no_mma = getenv("MLXCEL_GPU_NO_MMA");
     c->launch.use_mma = !(no_mma && *no_mma && strcmp(no_mma, "0") != 0);
+    const char *mv_rows = getenv("MLXCEL_GPU_MATVEC_ROWS");  // tuning knob for benches: 1, 2 or 4
+    c->launch.matvec_rows = mv_rows ? atoi(mv_rows) : 4;
     c->launch.scratch_bytes = mxg_attention_scratch_bytes(c->info.sm_count, 256);
     if (mxg_rt_malloc(&c->launch.scratch, c->launch.scratch_bytes, c->launch.stream, err) != 0) goto fail;
     snprintf(be->device_name, sizeof be->device_name, "%s (%s)", c->info.name, c->info.arch);

@@ -23,6 +23,7 @@ typedef struct mxg_launch {
     int sm_count;          // multiprocessors / compute units
     int cc;                // CUDA compute capability major*10+minor; 0 on ROCm
     bool use_mma;          // prefill matmuls may use the vendor matrix units (vendor/*)
+    int matvec_rows;       // most rows per warp in matrix-vector kernels (1, 2 or 4; tuning knob)
     void *scratch;         // device workspace for split attention partials
     size_t scratch_bytes;
 } mxg_launch;

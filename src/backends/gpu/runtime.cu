@@ -16,16 +16,16 @@ static int rt_fail(mx_error *err, const char *what, gpuError_t e) {
     do {                                          \
         gpuError_t e_ = (call);                   \
         if (e_ != gpuSuccess) {                   \
-            gpuGetLastError();                    \
+            (void)gpuGetLastError();              \
             return rt_fail(err, what, e_);        \
         }                                         \
     } while (0)
 
 extern "C" void mxg_rt_versions(char *buf, size_t cap) {
     int rt = 0, drv = 0;
-    gpuRuntimeGetVersion(&rt);
-    gpuDriverGetVersion(&drv);
-    gpuGetLastError();
+    (void)gpuRuntimeGetVersion(&rt);
+    (void)gpuDriverGetVersion(&drv);
+    (void)gpuGetLastError();
 #if defined(MXG_VENDOR_HIP)
     // HIP encodes versions as major * 10000000 + minor * 100000 + patch.
     snprintf(buf, cap, "HIP runtime %d.%d", rt / 10000000, (rt / 100000) % 100);
@@ -42,12 +42,12 @@ extern "C" int mxg_rt_device_count(int *count, char *why, size_t why_cap) {
     int drv = 0;
     if (e != gpuSuccess && gpuDriverGetVersion(&drv) == gpuSuccess && drv == 0) {
         snprintf(why, why_cap, "no GPU driver is loaded: %s", gpuGetErrorString(e));
-        gpuGetLastError();
+        (void)gpuGetLastError();
         return 0;
     }
     if (e != gpuSuccess) {
         snprintf(why, why_cap, "%s", gpuGetErrorString(e));
-        gpuGetLastError();
+        (void)gpuGetLastError();
         return 0;
     }
     if (n == 0) snprintf(why, why_cap, "the runtime reports no device");
@@ -72,7 +72,7 @@ extern "C" int mxg_rt_device_info(int dev, mxg_device_info *info, mx_error *err)
     info->warp = p.warpSize;
     info->sm_count = p.multiProcessorCount;
     info->total_mem = p.totalGlobalMem;
-    info->smem_optin = p.sharedMemPerBlockOptin ? p.sharedMemPerBlockOptin : p.sharedMemPerBlock;
+    info->smem_optin = MXG_PROP_SMEM_OPTIN(p);
     return 0;
 }
 
@@ -99,7 +99,7 @@ extern "C" int mxg_rt_stream_create(void **stream, mx_error *err) {
 }
 
 extern "C" void mxg_rt_stream_destroy(void *stream) {
-    if (stream) gpuStreamDestroy((gpuStream_t)stream);
+    if (stream) (void)gpuStreamDestroy((gpuStream_t)stream);
 }
 
 extern "C" int mxg_rt_malloc(void **p, size_t bytes, void *stream, mx_error *err) {
@@ -107,17 +107,17 @@ extern "C" int mxg_rt_malloc(void **p, size_t bytes, void *stream, mx_error *err
     void *q = NULL;
     gpuError_t e = gpuMalloc(&q, bytes ? bytes : 1);
     if (e != gpuSuccess) {
-        gpuGetLastError();
+        (void)gpuGetLastError();
         size_t fr = 0, tot = 0;
-        gpuMemGetInfo(&fr, &tot);
-        gpuGetLastError();
+        (void)gpuMemGetInfo(&fr, &tot);
+        (void)gpuGetLastError();
         return mx_fail(err, "allocating %zu bytes of device memory: %s (%zu of %zu MiB free)", bytes,
                        gpuGetErrorString(e), fr >> 20, tot >> 20);
     }
     e = gpuMemsetAsync(q, 0, bytes, (gpuStream_t)stream);
     if (e == gpuSuccess) e = gpuStreamSynchronize((gpuStream_t)stream);
     if (e != gpuSuccess) {
-        gpuFree(q);
+        (void)gpuFree(q);
         return rt_fail(err, "clearing new device memory", e);
     }
     *p = q;
@@ -125,7 +125,7 @@ extern "C" int mxg_rt_malloc(void **p, size_t bytes, void *stream, mx_error *err
 }
 
 extern "C" void mxg_rt_free(void *p) {
-    if (p) gpuFree(p);
+    if (p) (void)gpuFree(p);
 }
 
 extern "C" int mxg_rt_host_alloc(void **p, size_t bytes, mx_error *err) {
@@ -134,7 +134,7 @@ extern "C" int mxg_rt_host_alloc(void **p, size_t bytes, mx_error *err) {
 }
 
 extern "C" void mxg_rt_host_free(void *p) {
-    if (p) gpuFreeHost(p);
+    if (p) (void)gpuFreeHost(p);
 }
 
 extern "C" int mxg_rt_upload(void *dst, const void *src, size_t bytes, void *stream, mx_error *err) {
@@ -173,7 +173,7 @@ extern "C" int mxg_rt_sync(void *stream, mx_error *err) {
 extern "C" int mxg_rt_mem_info(size_t *free_bytes, size_t *total_bytes) {
     gpuError_t e = gpuMemGetInfo(free_bytes, total_bytes);
     if (e != gpuSuccess) {
-        gpuGetLastError();
+        (void)gpuGetLastError();
         return -1;
     }
     return 0;
@@ -190,7 +190,7 @@ extern "C" int mxg_rt_graph_end(void *stream, void **exec, mx_error *err) {
     *exec = NULL;
     RT_CHECK(gpuStreamEndCapture((gpuStream_t)stream, &g), "ending graph capture");
     gpuError_t e = gpuGraphInstantiate(&x, g);
-    gpuGraphDestroy(g);
+    (void)gpuGraphDestroy(g);
     if (e != gpuSuccess) return rt_fail(err, "instantiating the captured graph", e);
     *exec = (void *)x;
     return 0;
@@ -202,7 +202,7 @@ extern "C" int mxg_rt_graph_launch(void *exec, void *stream, mx_error *err) {
 }
 
 extern "C" void mxg_rt_graph_destroy(void *exec) {
-    if (exec) gpuGraphExecDestroy((gpuGraphExec_t)exec);
+    if (exec) (void)gpuGraphExecDestroy((gpuGraphExec_t)exec);
 }
 
 extern "C" int mxg_rt_event_create(void **ev, mx_error *err) {
@@ -213,7 +213,7 @@ extern "C" int mxg_rt_event_create(void **ev, mx_error *err) {
 }
 
 extern "C" void mxg_rt_event_destroy(void *ev) {
-    if (ev) gpuEventDestroy((gpuEvent_t)ev);
+    if (ev) (void)gpuEventDestroy((gpuEvent_t)ev);
 }
 
 extern "C" int mxg_rt_event_record(void *ev, void *stream, mx_error *err) {

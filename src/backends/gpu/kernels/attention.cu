@@ -34,6 +34,7 @@ struct AttnArgs {
 
 template <int W, int DPL>
 __global__ void __launch_bounds__(ROWS * 64) attn_kernel(AttnArgs a) {
+    MXG_WARP_ONLY(W) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int D = a.head_dim, KST = D + 2;  // K rows padded by one word: conflict-free column reads
     __half *ks = (__half *)smem_raw;        // [BK][D + 2]
@@ -153,6 +154,7 @@ __global__ void __launch_bounds__(ROWS * 64) attn_kernel(AttnArgs a) {
             const int d = lane + i * W;
             if (d < D) pp[2 + d] = o[i];
         }
+    }
     }
 }
 

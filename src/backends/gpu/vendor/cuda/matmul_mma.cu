@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: MIT
-// NVIDIA tensor-core matrix product for prefill (sm_80+), compiled only in CUDA builds. Same tiling
-// idea as kernels/matmul_tiled.cu, but the tiles are stored as bf16 and multiplied with WMMA
-// (16x16x16 bf16 -> f32 accumulate). Block tile 64 tokens x 128 rows, k step 32, 8 warps each owning
-// 32 x 32 outputs. Activations and dequantized weights are rounded to bf16 (relative error about
-// 4e-3 per product, as MLX's own bf16 path); set MLXCEL_GPU_NO_MMA=1 to use the float32 tiled path.
+// NVIDIA tensor-core matrix product for prefill (sm_80+), compiled only in CUDA builds; used from
+// 64 tokens on (kernels/matvec.cu). Block tile 128 tokens x 128 output rows, k step 32, 8 warps
+// each owning 64 x 32 outputs as 4 x 2 WMMA 16x16x16 bf16 fragments with f32 accumulation. Shared
+// memory holds two stages: while the warps multiply one, the next tile's activations and packed
+// weights are already loaded into registers, then dequantized, rounded to bf16 and stored into the
+// other stage (one barrier per k step). Activations and dequantized weights are rounded to bf16
+// (relative error ~2e-3, as MLX's own bf16 path); MLXCEL_GPU_NO_MMA=1 selects the float32 kernel.
 #include <cuda_bf16.h>
 #include <mma.h>
 
@@ -12,84 +14,114 @@
 
 namespace {
 
-constexpr int BM = 64, BN = 128, BK = 32, LDS = BK + 8, kThreads = 256;
+constexpr int BM = 128, BN = 128, BK = 32, LDS = BK + 8, kThreads = 256;
+
+__device__ __forceinline__ uint32_t pack_bf16(float a, float b) {
+    __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *(uint32_t *)&h;
+}
 
 template <class F>
 __global__ void __launch_bounds__(kThreads) mma_kernel(float *__restrict__ out, const float *__restrict__ x,
                                                        MatView m, const float *__restrict__ bias, int n) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
     using namespace nvcuda;
-    __shared__ __align__(32) __nv_bfloat16 xs[BM][LDS];  // A: tokens x k, row-major
-    __shared__ __align__(32) __nv_bfloat16 ws[BN][LDS];  // B: k x rows, column-major (= W rows)
-    __shared__ __align__(32) float stage[kThreads / 32][16 * 16];
+    __shared__ __align__(32) __nv_bfloat16 xs[2][BM][LDS];  // A: tokens x k, row-major
+    __shared__ __align__(32) __nv_bfloat16 ws[2][BN][LDS];  // B: k x rows, column-major (= W rows)
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-    const int wm = warp / 4, wn = warp % 4;
+    const int wm = warp / 4, wn = warp % 4;  // warp tile: tokens wm*64.., rows wn*32..
     const int t0 = blockIdx.y * BM;
     const int64_t r0 = (int64_t)blockIdx.x * BN;
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[4][2];
 #pragma unroll
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 4; i++)
 #pragma unroll
         for (int j = 0; j < 2; j++) wmma::fill_fragment(acc[i][j], 0.0f);
+
+    // Loader roles: token / row lt, k offset lk (16 values each).
+    const int lt = tid / 2, lk = (tid % 2) * 16;
+    const int t = t0 + lt;
+    const int64_t r = r0 + lt;
     const bool xvec = (m.cols & 3) == 0;
-    const int xt = tid / 4, xk = (tid % 4) * 8;   // x loader: token, k offset
-    const int wr = tid / 2, wk = (tid % 2) * 16;  // w loader: row, k offset
-    for (int k0 = 0; k0 < m.cols; k0 += BK) {
-        {
-            float xv[8];
-            const int t = t0 + xt, k = k0 + xk;
-            if (t < n && xvec && k + 8 <= m.cols) {
-                const float4 *p = (const float4 *)(x + (int64_t)t * m.cols + k);
-                float4 a = p[0], b = p[1];
-                xv[0] = a.x, xv[1] = a.y, xv[2] = a.z, xv[3] = a.w;
-                xv[4] = b.x, xv[5] = b.y, xv[6] = b.z, xv[7] = b.w;
-            } else {
+    float xv[16];
+    typename F::Oct wo[2];
+    auto load = [&](int k0) {
+        const int k = k0 + lk;
+        if (t < n && xvec && k + 16 <= m.cols) {
+            const float4 *p = (const float4 *)(x + (int64_t)t * m.cols + k);
 #pragma unroll
-                for (int i = 0; i < 8; i++) xv[i] = (t < n && k + i < m.cols) ? x[(int64_t)t * m.cols + k + i] : 0.0f;
+            for (int i = 0; i < 4; i++) {
+                float4 v = p[i];
+                xv[4 * i] = v.x, xv[4 * i + 1] = v.y, xv[4 * i + 2] = v.z, xv[4 * i + 3] = v.w;
             }
+        } else {
 #pragma unroll
-            for (int i = 0; i < 8; i++) xs[xt][xk + i] = __float2bfloat16_rn(xv[i]);
-            const int64_t r = r0 + wr;
+            for (int i = 0; i < 16; i++) xv[i] = (t < n && k + i < m.cols) ? x[(int64_t)t * m.cols + k + i] : 0.0f;
+        }
 #pragma unroll
-            for (int h = 0; h < 2; h++) {
-                float wv[8];
-                if (r < m.rows) {
-                    F::oct(m, r, k0 + wk + 8 * h, wv);
-                } else {
+        for (int h = 0; h < 2; h++) {
+            if (r < m.rows) {
+                F::oct_load(m, r, k + 8 * h, wo[h]);
+            } else {
+                wo[h].valid = false;
+                wo[h].v = 0, wo[h].s = wo[h].b = 0.0f;
 #pragma unroll
-                    for (int i = 0; i < 8; i++) wv[i] = 0.0f;
-                }
-#pragma unroll
-                for (int i = 0; i < 8; i++) ws[wr][wk + 8 * h + i] = __float2bfloat16_rn(wv[i]);
+                for (int i = 0; i < 8; i++) wo[h].d[i] = 0.0f;
             }
         }
-        __syncthreads();
+    };
+    auto store = [&](int s) {
+        uint4 *xd = (uint4 *)&xs[s][lt][lk];
+        xd[0] = make_uint4(pack_bf16(xv[0], xv[1]), pack_bf16(xv[2], xv[3]), pack_bf16(xv[4], xv[5]), pack_bf16(xv[6], xv[7]));
+        xd[1] = make_uint4(pack_bf16(xv[8], xv[9]), pack_bf16(xv[10], xv[11]), pack_bf16(xv[12], xv[13]),
+                           pack_bf16(xv[14], xv[15]));
+        uint4 *wd = (uint4 *)&ws[s][lt][lk];
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            float w[8];
+            F::oct_decode(wo[h], w);
+            wd[h] = make_uint4(pack_bf16(w[0], w[1]), pack_bf16(w[2], w[3]), pack_bf16(w[4], w[5]), pack_bf16(w[6], w[7]));
+        }
+    };
+
+    const int nk = (m.cols + BK - 1) / BK;
+    load(0);
+    store(0);
+    __syncthreads();
+    for (int kt = 0; kt < nk; kt++) {
+        const int s = kt & 1;
+        if (kt + 1 < nk) load((kt + 1) * BK);
 #pragma unroll
         for (int kk = 0; kk < BK; kk += 16) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a[2];
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a[4];
             wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> b[2];
 #pragma unroll
-            for (int i = 0; i < 2; i++) wmma::load_matrix_sync(a[i], &xs[wm * 32 + i * 16][kk], LDS);
+            for (int i = 0; i < 4; i++) wmma::load_matrix_sync(a[i], &xs[s][wm * 64 + i * 16][kk], LDS);
 #pragma unroll
-            for (int j = 0; j < 2; j++) wmma::load_matrix_sync(b[j], &ws[wn * 32 + j * 16][kk], LDS);
+            for (int j = 0; j < 2; j++) wmma::load_matrix_sync(b[j], &ws[s][wn * 32 + j * 16][kk], LDS);
 #pragma unroll
-            for (int i = 0; i < 2; i++)
+            for (int i = 0; i < 4; i++)
 #pragma unroll
                 for (int j = 0; j < 2; j++) wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
         }
+        if (kt + 1 < nk) store(s ^ 1);
         __syncthreads();
     }
+
+    // Epilogue: each warp stages one 16x16 fragment at a time (reusing the x tiles) to add the bias
+    // and write only the in-range elements.
+    float *stage = (float *)&xs[0][0][0] + warp * 256;
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 4; i++) {
 #pragma unroll
         for (int j = 0; j < 2; j++) {
-            wmma::store_matrix_sync(stage[warp], acc[i][j], 16, wmma::mem_row_major);
+            wmma::store_matrix_sync(stage, acc[i][j], 16, wmma::mem_row_major);
             __syncwarp();
 #pragma unroll
             for (int e = lane; e < 256; e += 32) {
-                const int t = t0 + wm * 32 + i * 16 + e / 16;
-                const int64_t r = r0 + wn * 32 + j * 16 + e % 16;
-                if (t < n && r < m.rows) out[(int64_t)t * m.rows + r] = stage[warp][e] + (bias ? bias[r] : 0.0f);
+                const int tt = t0 + wm * 64 + i * 16 + e / 16;
+                const int64_t rr = r0 + wn * 32 + j * 16 + e % 16;
+                if (tt < n && rr < m.rows) out[(int64_t)tt * m.rows + rr] = stage[e] + (bias ? bias[rr] : 0.0f);
             }
             __syncwarp();
         }
