@@ -1,13 +1,19 @@
 // SPDX-License-Identifier: MIT
-// Thread pool (see thread_pool.h). One job at a time: the caller publishes (fn, arg, n_tasks) under
-// a generation counter; workers and the caller claim task indices with an atomic counter; the last
-// thread to finish signals completion.
+// Thread pool (see thread_pool.h). One job at a time. The caller publishes (fn, arg, n_tasks) and
+// then a 64-bit ticket = (generation << 32 | next task index); workers and the caller claim task
+// indices by compare-and-swap on the ticket, so a claim can only succeed for the generation the
+// claimer read fn/arg for (each job first closes the previous one under a generation of its own,
+// then publishes itself under the next). Completion is counted in finished tasks, not in threads: the caller
+// never waits for a worker that was descheduled before claiming anything (it takes the unstarted
+// tasks itself); it only waits for tasks a worker actually started. The thread that finishes the
+// last task wakes the caller if it went to sleep.
 #include "core/thread_pool.h"
 
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #define SPIN_ROUNDS 20000
@@ -18,12 +24,12 @@ struct mx_pool {
     pthread_mutex_t lock;
     pthread_cond_t wake;
     pthread_cond_t done_cv;
-    atomic_uint generation;
-    atomic_int next_task;
-    atomic_int active;  // threads still working on the current job
-    int n_tasks;
-    mx_pool_fn fn;
-    void *arg;
+    _Atomic uint64_t ticket;  // generation << 32 | next task index
+    atomic_int done;          // tasks finished in the current job
+    atomic_int n_tasks;
+    _Atomic(mx_pool_fn) fn;
+    _Atomic(void *) arg;
+    atomic_bool caller_sleeps;
     atomic_bool stop;
 };
 
@@ -32,40 +38,48 @@ struct worker_start {
     int index;
 };
 
-static void run_tasks(mx_pool *p, int thread) {
+// Claims and runs tasks of generation `gen` until none are left (or a newer job replaced it).
+static void run_tasks(mx_pool *p, uint32_t gen, int thread) {
+    uint64_t cur = atomic_load(&p->ticket);
     for (;;) {
-        int t = atomic_fetch_add(&p->next_task, 1);
-        if (t >= p->n_tasks) break;
-        p->fn(p->arg, t, thread);
+        if ((uint32_t)(cur >> 32) != gen) return;
+        mx_pool_fn fn = atomic_load_explicit(&p->fn, memory_order_relaxed);
+        void *arg = atomic_load_explicit(&p->arg, memory_order_relaxed);
+        int n = atomic_load_explicit(&p->n_tasks, memory_order_relaxed);
+        int t = (int)(uint32_t)cur;
+        if (t >= n) return;
+        // Succeeds only while the ticket still belongs to `gen`: fn/arg/n above are that job's,
+        // since the caller rewrites them only after every task of the job has finished.
+        if (!atomic_compare_exchange_weak(&p->ticket, &cur, cur + 1)) continue;
+        fn(arg, t, thread);
+        if (atomic_fetch_add(&p->done, 1) + 1 == n && atomic_load(&p->caller_sleeps)) {
+            pthread_mutex_lock(&p->lock);
+            pthread_cond_signal(&p->done_cv);
+            pthread_mutex_unlock(&p->lock);
+        }
+        cur = atomic_load(&p->ticket);
     }
 }
 
-static void finish_share(mx_pool *p) {
-    if (atomic_fetch_sub(&p->active, 1) == 1) {
-        pthread_mutex_lock(&p->lock);
-        pthread_cond_signal(&p->done_cv);
-        pthread_mutex_unlock(&p->lock);
-    }
-}
+static uint32_t generation(mx_pool *p) { return (uint32_t)(atomic_load(&p->ticket) >> 32); }
 
 static void *worker_main(void *raw) {
     struct worker_start *ws = raw;
     mx_pool *p = ws->pool;
     int index = ws->index;
     free(ws);
-    unsigned seen = 0;
+    uint32_t seen = 0;
     for (;;) {
         int spins = 0;
-        while (atomic_load(&p->generation) == seen && !atomic_load(&p->stop) && spins < SPIN_ROUNDS) spins++;
-        if (atomic_load(&p->generation) == seen && !atomic_load(&p->stop)) {
+        while (generation(p) == seen && !atomic_load(&p->stop) && spins < SPIN_ROUNDS) spins++;
+        if (generation(p) == seen && !atomic_load(&p->stop)) {
             pthread_mutex_lock(&p->lock);
-            while (atomic_load(&p->generation) == seen && !atomic_load(&p->stop)) pthread_cond_wait(&p->wake, &p->lock);
+            while (generation(p) == seen && !atomic_load(&p->stop)) pthread_cond_wait(&p->wake, &p->lock);
             pthread_mutex_unlock(&p->lock);
         }
         if (atomic_load(&p->stop)) return NULL;
-        seen = atomic_load(&p->generation);
-        run_tasks(p, index);
-        finish_share(p);
+        seen = generation(p);
+        run_tasks(p, seen, index);
     }
 }
 
@@ -122,21 +136,28 @@ void mx_pool_run(mx_pool *p, int n_tasks, mx_pool_fn fn, void *arg) {
         for (int t = 0; t < n_tasks; t++) fn(arg, t, 0);
         return;
     }
-    p->fn = fn;
-    p->arg = arg;
-    p->n_tasks = n_tasks;
-    atomic_store(&p->next_task, 0);
-    atomic_store(&p->active, p->n_threads);
+    // Close the previous job first (new generation, no claimable index): a worker that read the old
+    // ticket and is about to read n_tasks must not see the new count and still win its CAS.
+    uint32_t gen = generation(p) + 2;
+    atomic_store(&p->ticket, (uint64_t)(gen - 1) << 32 | 0x7fffffffu);
+    atomic_store_explicit(&p->fn, fn, memory_order_relaxed);
+    atomic_store_explicit(&p->arg, arg, memory_order_relaxed);
+    atomic_store_explicit(&p->n_tasks, n_tasks, memory_order_relaxed);
+    atomic_store(&p->done, 0);
     pthread_mutex_lock(&p->lock);
-    atomic_fetch_add(&p->generation, 1);
+    atomic_store(&p->ticket, (uint64_t)gen << 32);  // publishes the job (seq_cst: after the stores above)
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->lock);
-    run_tasks(p, 0);
-    if (atomic_fetch_sub(&p->active, 1) != 1) {
+    run_tasks(p, gen, 0);
+    if (atomic_load(&p->done) < n_tasks) {
         int spins = 0;
-        while (atomic_load(&p->active) > 0 && spins < SPIN_ROUNDS) spins++;
-        pthread_mutex_lock(&p->lock);
-        while (atomic_load(&p->active) > 0) pthread_cond_wait(&p->done_cv, &p->lock);
-        pthread_mutex_unlock(&p->lock);
+        while (atomic_load(&p->done) < n_tasks && spins < SPIN_ROUNDS) spins++;
+        if (atomic_load(&p->done) < n_tasks) {
+            pthread_mutex_lock(&p->lock);
+            atomic_store(&p->caller_sleeps, true);
+            while (atomic_load(&p->done) < n_tasks) pthread_cond_wait(&p->done_cv, &p->lock);
+            atomic_store(&p->caller_sleeps, false);
+            pthread_mutex_unlock(&p->lock);
+        }
     }
 }
