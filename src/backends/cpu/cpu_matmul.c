@@ -12,6 +12,7 @@
 #include "backends/cpu/cpu_kernels.h"
 
 #define ROWS_PER_TASK 16
+#define MOE_Q_MAX_ROWS 4  // MoE experts with at most this many rows use the integer gemv
 // Dense products: a task is a block of GEMM_ROW_BLOCK output rows times a block of tokens small
 // enough that the block of x stays in L2 while each 4-row tile of decoded weights sweeps over it.
 #define GEMM_ROW_BLOCK 32
@@ -31,6 +32,7 @@ typedef struct matmul_job {
     int token_block;        // tokens per task (dense batches)
     int row_blocks;         // tasks per token block (dense batches)
     const void *qx;         // quantized x (integer gemv), or NULL
+    size_t qx_stride;       // bytes per quantized row (MoE: one per gathered row)
 } matmul_job;
 
 // MoE rows (gathered x and scattered out): decode each weight row once, dot it with every row.
@@ -48,6 +50,21 @@ static void matmul_task(void *arg, int task, int thread) {
             float v = cpu_kernels_dot(row, j->x + (int64_t)xr * w->cols, w->cols);
             j->out[(int64_t)orow * j->rows + r] = j->bias ? v + j->bias[r] : v;
         }
+    }
+}
+
+// MoE rows, integer kernels: each gathered row (quantized by the caller) against the row block.
+static void moe_q_task(void *arg, int task, int thread) {
+    (void)thread;
+    matmul_job *j = arg;
+    float tmp[ROWS_PER_TASK];
+    int64_t r0 = (int64_t)task * ROWS_PER_TASK;
+    int64_t r1 = r0 + ROWS_PER_TASK < j->rows ? r0 + ROWS_PER_TASK : j->rows;
+    for (int t = 0; t < j->n; t++) {
+        cpu_kernels_gemv_q(j->w, j->row_offset + r0, j->row_offset + r1, (const uint8_t *)j->qx + t * j->qx_stride,
+                           tmp);
+        float *o = j->out + (int64_t)j->out_rows[t] * j->rows;
+        for (int64_t r = r0; r < r1; r++) o[r] = tmp[r - r0];
     }
 }
 
@@ -141,6 +158,10 @@ void cpu_moe_matmul(mx_backend *be, float *out, const float *x, const mx_matrix 
         c->moe_cap = (size_t)m;
     }
     int32_t *x_rows = c->moe_rows, *out_rows = c->moe_rows + m;
+    // Few rows per expert (decode): integer gemv per gathered row; more rows: decode each weight
+    // row once and dot it with all of them.
+    size_t qb = cpu_kernels_qx_row_bytes(w);
+    uint8_t *qx = qb ? cpu_act_buf(c, qb * (size_t)(m < MOE_Q_MAX_ROWS ? m : MOE_Q_MAX_ROWS)) : NULL;
     for (int64_t e = 0; e < w->n_experts; e++) {
         int cnt = 0;
         for (int r = 0; r < m; r++) {
@@ -153,6 +174,13 @@ void cpu_moe_matmul(mx_backend *be, float *out, const float *x, const mx_matrix 
         matmul_job j = {.out = out, .x = x, .w = w, .n = cnt, .row_offset = e * w->rows,
                         .x_rows = x_rows, .out_rows = out_rows, .c = c, .rows = w->rows};
         int tasks = (int)((w->rows + ROWS_PER_TASK - 1) / ROWS_PER_TASK);
+        if (qx && cnt <= MOE_Q_MAX_ROWS) {
+            for (int t = 0; t < cnt; t++) cpu_kernels_quantize_x(w, x + (int64_t)x_rows[t] * w->cols, 1, qx + t * qb);
+            j.qx = qx;
+            j.qx_stride = qb;
+            mx_pool_run(c->pool, tasks, moe_q_task, &j);
+            continue;
+        }
         mx_pool_run(c->pool, tasks, matmul_task, &j);
     }
 }
