@@ -96,7 +96,7 @@ static void compare(const char *set, const char *label, const tmat *t) {
     int64_t rows = w->rows, cols = w->cols;
     int nmax = 13;
     float *x = malloc(sizeof(float) * cols * nmax);
-    float *scratch = aligned_alloc(64, sizeof(float) * CPU_KERNELS_SCRATCH(cols));
+    float *scratch = aligned_alloc(64, (sizeof(float) * CPU_KERNELS_SCRATCH(cols) + 63) & ~(size_t)63);
     float *deq_ref = malloc(sizeof(float) * cols * rows), *deq = malloc(sizeof(float) * cols);
     float *ref = malloc(sizeof(float) * rows * nmax), *got = malloc(sizeof(float) * rows * nmax);
     double *mag = malloc(sizeof(double) * rows * nmax);  // sum |w||x|: the scale of rounding error
