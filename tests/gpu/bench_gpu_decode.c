@@ -119,6 +119,45 @@ static void forward(mx_backend *be, model *m, int n) {
     o->argmax(be, m->next_id, m->logits, 1, s->vocab);
 }
 
+static float time_ms(void *e0, void *e1);
+
+// Average device time of `stmt` over `reps` launches, in microseconds.
+#define TIME_OP(label, n_tok, reps, stmt)                                          \
+    do {                                                                            \
+        for (int w_ = 0; w_ < 2; w_++) stmt;                                       \
+        mxg_rt_event_record(e0, stream, &err);                                      \
+        for (int r_ = 0; r_ < (reps); r_++) stmt;                                  \
+        mxg_rt_event_record(e1, stream, &err);                                      \
+        printf("  %-22s n=%-4d %9.2f us\n", label, n_tok, 1e3 * time_ms(e0, e1) / (reps)); \
+    } while (0)
+
+// Per-op device times of layer 0 (and the output projection) for a batch of n tokens.
+static void op_times(mx_backend *be, model *m, int n, void *e0, void *e1, void *stream) {
+    const shape *s = &m->s;
+    const mx_backend_ops *o = be->ops;
+    layer *L = &m->L[0];
+    mx_rope rope = {m->inv_freq, s->head_dim, 1.0f};
+    int reps = n == 1 ? 200 : 10;
+    printf("per-op times, %d token%s:\n", n, n == 1 ? "" : "s");
+    TIME_OP("rmsnorm", n, reps, o->rmsnorm(be, m->h, m->x, L->in_norm, n, s->hidden, 1e-6f));
+    TIME_OP("matmul q", n, reps, o->matmul(be, m->q, m->h, &L->q, NULL, n));
+    TIME_OP("matmul k", n, reps, o->matmul(be, m->k, m->h, &L->k, NULL, n));
+    TIME_OP("q/k norm", n, reps, o->rmsnorm(be, m->q, m->q, L->q_norm, n * s->heads, s->head_dim, 1e-6f));
+    TIME_OP("rope q", n, reps, o->rope(be, m->q, m->pos, n, s->heads, &rope));
+    TIME_OP("kv_store", n, reps, o->kv_store(be, m->kv, &m->lay, 0, m->k, m->v, m->slot, m->pos, n));
+    TIME_OP("attention", n, reps,
+            o->attention(be, m->att, m->q, m->kv, &m->lay, 0, m->slot, m->pos, n, s->heads, 0.0883883f, 0));
+    TIME_OP("matmul o", n, reps, o->matmul(be, m->tmp, m->att, &L->o, NULL, n));
+    TIME_OP("add", n, reps, o->add(be, m->x, m->tmp, (int64_t)n * s->hidden));
+    TIME_OP("matmul gate", n, reps, o->matmul(be, m->g, m->h, &L->gate, NULL, n));
+    TIME_OP("swiglu", n, reps, o->swiglu(be, m->g, m->g, m->u, (int64_t)n * s->inter));
+    TIME_OP("matmul down", n, reps, o->matmul(be, m->tmp, m->g, &L->down, NULL, n));
+    if (n == 1) {
+        TIME_OP("lm_head", 1, reps, o->matmul(be, m->logits, m->last, &m->lm_head, NULL, 1));
+        TIME_OP("argmax", 1, reps, o->argmax(be, m->next_id, m->logits, 1, s->vocab));
+    }
+}
+
 static float time_ms(void *e0, void *e1) {
     float ms = 0;
     if (mxg_rt_event_elapsed_ms(e0, e1, &ms, &err) != 0) die("timing");
@@ -237,6 +276,13 @@ int main(int argc, char **argv) {
     printf("decode at context %d: %.3f ms/token graph (%.0f tok/s, %.0f GB/s of weights+KV), %.3f ms direct (%.0f tok/s)\n",
            ctx, graphed, 1e3 / graphed, (wbytes + kvb) / (graphed / 1e3) / 1e9, direct, 1e3 / direct);
     mx_gpu_graph_free(be, graph);
+    op_times(be, &m, 1, e0, e1, stream);
+    int32_t *mid = malloc(sizeof(int32_t) * (size_t)prefill);
+    for (int i = 0; i < prefill; i++) mid[i] = i;
+    be->ops->upload(be, m.pos, mid, sizeof(int32_t) * (size_t)prefill, &err);
+    free(mid);
+    op_times(be, &m, prefill, e0, e1, stream);
+    if (be->ops->sync(be, &err) != 0) die("op times");
     mxg_rt_event_destroy(e0), mxg_rt_event_destroy(e1);
     mx_backend_free(be);
     return 0;

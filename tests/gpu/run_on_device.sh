@@ -35,7 +35,7 @@ finish() {
     echo "== summary ($(head -1 "$LOGS/machine.log"))"
     printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
     for f in "$LOGS"/*.log; do printf '\n===== %s\n' "$(basename "$f")"; tail -c 200000 "$f"; done >"$OUT/all.log"
-    cp "$LOGS"/gpu_ops.log "$LOGS"/bench_*.log "$OUT"/ 2>/dev/null
+    cp "$LOGS"/gpu_ops.log "$LOGS"/bench_0.6b_r4.log "$LOGS"/bench_8b_r4.log "$OUT"/ 2>/dev/null
     exit 0
 }
 
@@ -88,8 +88,8 @@ gen=(generate -m models/qwen3-demo-44m-4bit -p "Hello" -n 50 --temp 0)
 run generate_cuda 120 env -u LD_LIBRARY_PATH build/cuda/mlxcel "${gen[@]}" --backend cuda
 run generate_cpu 120 env -u LD_LIBRARY_PATH build/cuda/mlxcel "${gen[@]}" --backend cpu
 cat "$LOGS/generate_cuda.log"
-if diff <(grep -v -E "tokens-per-sec|Peak memory" "$LOGS/generate_cuda.log") \
-        <(grep -v -E "tokens-per-sec|Peak memory" "$LOGS/generate_cpu.log") >/dev/null; then
+if diff <(grep -v -E "tokens-per-sec|Peak memory|^Backend:" "$LOGS/generate_cuda.log") \
+        <(grep -v -E "tokens-per-sec|Peak memory|^Backend:" "$LOGS/generate_cpu.log") >/dev/null; then
     note "generate cuda == cpu text" "same"
 else
     note "generate cuda == cpu text" "DIFFERENT (see generate_*.log)"
@@ -107,6 +107,11 @@ if [ "$quick" != "--quick" ]; then
         MLXCEL_GPU_MATVEC_ROWS=$r run bench_8b_r$r 180 build/cuda/bench_gpu_decode qwen3-8b 512 512 100
         grep -E "decode|prefill" "$LOGS/bench_8b_r$r.log"
     done
+    MLXCEL_GPU_NO_MMA=1 run bench_8b_nomma 180 build/cuda/bench_gpu_decode qwen3-8b 512 512 100
+    grep -E "^prefill" "$LOGS/bench_8b_nomma.log"
+    sed -n '/per-op times, 512/,$p' "$LOGS/bench_8b_r4.log"
+    sed -n '/per-op times, 1 token/,/per-op times, 512/p' "$LOGS/bench_8b_r4.log"
+    sed -n '/per-op times, 1 token/,/per-op times, 512/p' "$LOGS/bench_0.6b_r4.log"
 fi
 run mlxcel_bench_0.6b 240 build/cuda/mlxcel bench --shape qwen3-0.6b -p 512 -n 128 --backend cuda
 tail -4 "$LOGS/mlxcel_bench_0.6b.log"

@@ -183,9 +183,20 @@ struct Fmt {
         }
     }
 
-    // Exact small integer code -> float without the (slow) integer conversion: 2^23 + code, minus 2^23.
-    static __device__ __forceinline__ float code_f(uint32_t code) {
-        return __uint_as_float(0x4b000000u | code) - 8388608.0f;
+    // Code -> float in two integer ops (shift + lop3), no conversion: the code goes into the top
+    // mantissa bits of 1.0, giving exactly 1 + q / 2^BITS. The dot product then collects
+    // sum((1 + q/2^B) x) = sum(x) + sum(q x) / 2^B, and sum(q x) = 2^B (that - sum(x)); the
+    // subtraction loses at most ~2 bits (the terms are within a factor 2 of each other).
+    static __device__ __forceinline__ float code_unit(const uint32_t (&w)[BITS > 0 ? BITS : 1], int j) {
+        const int bit = j * BITS, wi = bit >> 5, sh = bit & 31;
+        const int up = 23 - BITS;  // destination of the code's lowest bit
+        uint32_t v;
+        if (sh + BITS <= 32) {
+            v = sh >= up ? (w[wi] >> (sh - up)) : (w[wi] << (up - sh));
+        } else {
+            v = chunk_code<BITS>(w, j) << up;
+        }
+        return __uint_as_float(0x3f800000u | (v & (((1u << BITS) - 1u) << up)));
     }
 
     // dot(dequantized chunk, x[0..31]); xsum = sum of x[0..31] (affine folds its bias into it).
@@ -212,8 +223,9 @@ struct Fmt {
         } else if constexpr (KIND == KIND_AFFINE) {
             float a = 0.0f;
 #pragma unroll
-            for (int i = 0; i < 32; i++) a = fmaf(code_f(chunk_code<BITS>(r.q, i)), x[i], a);
-            return fmaf(r.s0, a, r.b * xsum);
+            for (int i = 0; i < 32; i++) a = fmaf(code_unit(r.q, i), x[i], a);
+            const float qx = (a - xsum) * (float)(1u << BITS);
+            return fmaf(r.s0, qx, r.b * xsum);
         } else {
             float a0 = 0.0f, a1 = 0.0f;
 #pragma unroll

@@ -93,10 +93,21 @@ __global__ void __launch_bounds__(ROWS * 64) attn_kernel(AttnArgs a) {
         const int words = D / 2;
         for (int k0 = klo; k0 <= khi; k0 += BK) {
             const int nk = min(BK, khi - k0 + 1);
-            for (int i = threadIdx.x; i < nk * words; i += blockDim.x) {
-                const int j = i / words, wd = i % words;
-                ((__half2 *)(ks + j * KST))[wd] = ((const __half2 *)(kbase + (int64_t)(k0 + j) * D))[wd];
-                ((__half2 *)(vs + j * D))[wd] = ((const __half2 *)(vbase + (int64_t)(k0 + j) * D))[wd];
+            if ((D & 7) == 0) {  // 16-byte loads (8 halves); K rows are padded, so stored as 4 words
+                const int vecs = D / 8;
+                for (int i = threadIdx.x; i < nk * vecs; i += blockDim.x) {
+                    const int j = i / vecs, vq = i % vecs;
+                    const uint4 kq = ((const uint4 *)(kbase + (int64_t)(k0 + j) * D))[vq];
+                    uint32_t *kd = (uint32_t *)(ks + j * KST) + 4 * vq;
+                    kd[0] = kq.x, kd[1] = kq.y, kd[2] = kq.z, kd[3] = kq.w;
+                    ((uint4 *)(vs + j * D))[vq] = ((const uint4 *)(vbase + (int64_t)(k0 + j) * D))[vq];
+                }
+            } else {
+                for (int i = threadIdx.x; i < nk * words; i += blockDim.x) {
+                    const int j = i / words, wd = i % words;
+                    ((__half2 *)(ks + j * KST))[wd] = ((const __half2 *)(kbase + (int64_t)(k0 + j) * D))[wd];
+                    ((__half2 *)(vs + j * D))[wd] = ((const __half2 *)(vbase + (int64_t)(k0 + j) * D))[wd];
+                }
             }
             __syncthreads();
             if (mine) {

@@ -12,7 +12,9 @@ constexpr int kMaxMatvecTokens = 8;
 constexpr int kMinMmaTokens = 64;
 
 void matvec_one(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias) {
-    const int r = mxg::matvec_rows_per_warp(L, w->rows, 4);
+    // Dense rows are 16-32 words per chunk: fewer rows per warp keep them in registers.
+    const int max_r = w->q.mode != MX_QUANT_NONE ? 4 : w->dtype == MX_DTYPE_F32 ? 1 : 2;
+    const int r = mxg::matvec_rows_per_warp(L, w->rows, max_r);
     MXG_WARP_DISPATCH(L->warp, {
         if (r == 4)
             mxg::matvec_launch<W, 1, 4, false>(L, out, x, w, bias, 1, nullptr, 1, 0, 1);
