@@ -291,8 +291,8 @@ struct Fmt {
             for (int i = 0; i < 8; i++) {
                 const uint32_t code = (uint32_t)(o.v >> (i * BITS)) & mask;
                 float e;
-                if constexpr (KIND == KIND_AFFINE)
-                    e = fmaf(o.s, (float)code, o.b);
+                if constexpr (KIND == KIND_AFFINE)  // exact code -> float without a conversion instruction
+                    e = fmaf(o.s, __uint_as_float(0x4b000000u | code) - 8388608.0f, o.b);
                 else
                     e = o.s * (KIND == KIND_MXFP8 ? e4m3_to_f32(code) : e2m1_to_f32(code));
                 w[i] = o.valid ? e : 0.0f;

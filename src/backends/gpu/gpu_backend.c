@@ -256,6 +256,7 @@ static void gpu_destroy(mx_backend *be) {
         graphs_drop(c);
         free(c->graphs);
         mxg_rt_free(c->launch.scratch);
+        mxg_rt_free(c->launch.small_scratch);
         mxg_rt_stream_destroy(c->launch.stream);
         free(c);
     }
@@ -354,6 +355,8 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.matvec_rows = mv_rows ? atoi(mv_rows) : 4;
     c->launch.scratch_bytes = mxg_attention_scratch_bytes(c->info.sm_count, 256);
     if (mxg_rt_malloc(&c->launch.scratch, c->launch.scratch_bytes, c->launch.stream, err) != 0) goto fail;
+    c->launch.small_scratch_bytes = 64 * 1024;
+    if (mxg_rt_malloc(&c->launch.small_scratch, c->launch.small_scratch_bytes, c->launch.stream, err) != 0) goto fail;
     snprintf(be->device_name, sizeof be->device_name, "%s (%s)", c->info.name, c->info.arch);
     return be;
 fail:

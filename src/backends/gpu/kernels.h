@@ -26,6 +26,8 @@ typedef struct mxg_launch {
     int matvec_rows;       // most rows per warp in matrix-vector kernels (1, 2 or 4; tuning knob)
     void *scratch;         // device workspace for split attention partials
     size_t scratch_bytes;
+    void *small_scratch;   // device workspace for argmax keys (cleared by the op itself)
+    size_t small_scratch_bytes;
 } mxg_launch;
 
 // Whether matmul/embed/moe_matmul have a kernel for this weight format.

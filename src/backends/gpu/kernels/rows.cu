@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // Row utilities: gather_rows (row indices come from the host: they travel as kernel arguments, 64
-// per launch, so the op can be captured in a graph) and argmax over the vocabulary (one block per
-// row; the first maximum wins, as on the CPU).
+// per launch, so the op can be captured in a graph) and argmax over the vocabulary (the first
+// maximum wins, as on the CPU).
 #include "backends/gpu/common.cuh"
 #include "backends/gpu/kernels.h"
 
@@ -19,30 +19,48 @@ __global__ void gather_kernel(float *out, const float *__restrict__ x, RowList r
     for (int d = threadIdx.x; d < dim; d += blockDim.x) dst[d] = src[d];
 }
 
+// Argmax in one pass over the logits with many blocks per row: each block reduces its slice to a
+// (value, index) pair and merges it into a 64-bit key per row with atomicMax (value bits made
+// order-preserving in the high word, the complemented index in the low word, so equal values prefer
+// the smaller index); the last block of the row to finish (counted with an atomic ticket) writes the
+// index. The keys and tickets live in L->small_scratch and are cleared by a memset node first.
+__device__ __forceinline__ unsigned long long argmax_key(float v, int idx) {
+    uint32_t u = __float_as_uint(v);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return ((unsigned long long)u << 32) | (0xffffffffu - (uint32_t)idx);
+}
+
 template <int W>
-__global__ void argmax_kernel(int32_t *ids, const float *__restrict__ logits, int vocab) {
-    __shared__ float sv[1024 / W];
-    __shared__ int si[1024 / W];
-    const float *l = logits + (int64_t)blockIdx.x * vocab;
-    float best = -INFINITY;
-    int bi = 0x7fffffff;
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-        float v = l[i];
-        if (v > best || bi == 0x7fffffff) best = v, bi = i;
+__global__ void argmax_kernel(int32_t *ids, const float *__restrict__ logits, int vocab,
+                              unsigned long long *keys, unsigned int *tickets) {
+    __shared__ unsigned long long sk[1024 / W];
+    const int row = blockIdx.y;
+    const float *l = logits + (int64_t)row * vocab;
+    const int per = (vocab + gridDim.x - 1) / gridDim.x;
+    const int lo = blockIdx.x * per, hi = min(vocab, lo + per);
+    unsigned long long best = 0;
+    for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        unsigned long long k = argmax_key(l[i], i);
+        best = k > best ? k : best;
     }
     const int lane = threadIdx.x % W, warp = threadIdx.x / W, nw = blockDim.x / W;
 #pragma unroll
     for (int o = W / 2; o > 0; o >>= 1) {
-        float ov = mxg_shfl_xor<W>(best, o);
-        int oi = mxg_shfl_xor<W>(bi, o);
-        if (ov > best || (ov == best && oi < bi)) best = ov, bi = oi;
+        const uint32_t hi32 = (uint32_t)mxg_shfl_xor<W>((int)(uint32_t)(best >> 32), o);
+        const uint32_t lo32 = (uint32_t)mxg_shfl_xor<W>((int)(uint32_t)best, o);
+        const unsigned long long other = ((unsigned long long)hi32 << 32) | lo32;
+        best = other > best ? other : best;
     }
-    if (lane == 0) sv[warp] = best, si[warp] = bi;
+    if (lane == 0) sk[warp] = best;
     __syncthreads();
     if (threadIdx.x == 0) {
-        for (int w = 1; w < nw; w++)
-            if (sv[w] > best || (sv[w] == best && si[w] < bi)) best = sv[w], bi = si[w];
-        ids[blockIdx.x] = bi;
+        for (int w = 1; w < nw; w++) best = sk[w] > best ? sk[w] : best;
+        atomicMax(&keys[row], best);
+        __threadfence();
+        if (atomicAdd(&tickets[row], 1u) == gridDim.x - 1) {
+            const unsigned long long k = atomicMax(&keys[row], 0ull);
+            ids[row] = (int32_t)(0xffffffffu - (uint32_t)(k & 0xffffffffu));
+        }
     }
 }
 
@@ -60,8 +78,17 @@ extern "C" void mxg_gather_rows(const mxg_launch *L, float *out, const float *x,
 }
 
 extern "C" void mxg_argmax(const mxg_launch *L, int32_t *ids, const float *logits, int n, int vocab) {
-    if (n == 0) return;
-    MXG_WARP_DISPATCH(L->warp, {
-        argmax_kernel<W><<<(unsigned)n, 1024, 0, (gpuStream_t)L->stream>>>(ids, logits, vocab);
-    });
+    const int per_launch = (int)(L->small_scratch_bytes / (sizeof(unsigned long long) + sizeof(unsigned int)));
+    unsigned blocks = (unsigned)((vocab + 4095) / 4096);
+    blocks = blocks < 1 ? 1 : blocks > 128 ? 128 : blocks;
+    for (int r0 = 0; r0 < n; r0 += per_launch) {
+        const int rows = n - r0 < per_launch ? n - r0 : per_launch;
+        unsigned long long *keys = (unsigned long long *)L->small_scratch;
+        unsigned int *tickets = (unsigned int *)(keys + rows);
+        (void)gpuMemsetAsync(keys, 0, (sizeof *keys + sizeof *tickets) * (size_t)rows, (gpuStream_t)L->stream);
+        MXG_WARP_DISPATCH(L->warp, {
+            argmax_kernel<W><<<dim3(blocks, (unsigned)rows), 256, 0, (gpuStream_t)L->stream>>>(
+                ids + r0, logits + (int64_t)r0 * vocab, vocab, keys, tickets);
+        });
+    }
 }

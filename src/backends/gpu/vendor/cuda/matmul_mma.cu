@@ -2,9 +2,9 @@
 // NVIDIA tensor-core matrix product for prefill (sm_80+), compiled only in CUDA builds; used from
 // 64 tokens on (kernels/matvec.cu). Block tile 128 tokens x 128 output rows, k step 32, 8 warps
 // each owning 64 x 32 outputs as 4 x 2 WMMA 16x16x16 bf16 fragments with f32 accumulation. Shared
-// memory holds two stages: while the warps multiply one, the next tile's activations and packed
-// weights are already loaded into registers, then dequantized, rounded to bf16 and stored into the
-// other stage (one barrier per k step). Activations and dequantized weights are rounded to bf16
+// memory holds two stages and registers two more tiles: while the warps multiply one stage, the
+// tile after next is being loaded and the next one is dequantized, rounded to bf16 and stored into
+// the other stage (one barrier per k step). Activations and dequantized weights are rounded to bf16
 // (relative error ~2e-3, as MLX's own bf16 path); MLXCEL_GPU_NO_MMA=1 selects the float32 kernel.
 #include <cuda_bf16.h>
 #include <mma.h>
@@ -38,14 +38,14 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(float *__restrict__ out, 
 #pragma unroll
         for (int j = 0; j < 2; j++) wmma::fill_fragment(acc[i][j], 0.0f);
 
-    // Loader roles: token / row lt, k offset lk (16 values each).
+    // Loader roles: token / row lt, k offset lk (16 values each). Two register sets: the loads of
+    // tile k+2 are issued while tile k is multiplied and tile k+1 is being stored.
     const int lt = tid / 2, lk = (tid % 2) * 16;
     const int t = t0 + lt;
     const int64_t r = r0 + lt;
     const bool xvec = (m.cols & 3) == 0;
-    float xv[16];
-    typename F::Oct wo[2];
-    auto load = [&](int k0) {
+    using Oct = typename F::Oct;
+    auto load = [&](int k0, float (&xv)[16], Oct (&wo)[2]) {
         const int k = k0 + lk;
         if (t < n && xvec && k + 16 <= m.cols) {
             const float4 *p = (const float4 *)(x + (int64_t)t * m.cols + k);
@@ -70,7 +70,7 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(float *__restrict__ out, 
             }
         }
     };
-    auto store = [&](int s) {
+    auto store = [&](int s, const float (&xv)[16], const Oct (&wo)[2]) {
         uint4 *xd = (uint4 *)&xs[s][lt][lk];
         xd[0] = make_uint4(pack_bf16(xv[0], xv[1]), pack_bf16(xv[2], xv[3]), pack_bf16(xv[4], xv[5]), pack_bf16(xv[6], xv[7]));
         xd[1] = make_uint4(pack_bf16(xv[8], xv[9]), pack_bf16(xv[10], xv[11]), pack_bf16(xv[12], xv[13]),
@@ -83,14 +83,7 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(float *__restrict__ out, 
             wd[h] = make_uint4(pack_bf16(w[0], w[1]), pack_bf16(w[2], w[3]), pack_bf16(w[4], w[5]), pack_bf16(w[6], w[7]));
         }
     };
-
-    const int nk = (m.cols + BK - 1) / BK;
-    load(0);
-    store(0);
-    __syncthreads();
-    for (int kt = 0; kt < nk; kt++) {
-        const int s = kt & 1;
-        if (kt + 1 < nk) load((kt + 1) * BK);
+    auto compute = [&](int s) {
 #pragma unroll
         for (int kk = 0; kk < BK; kk += 16) {
             wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a[4];
@@ -104,7 +97,26 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(float *__restrict__ out, 
 #pragma unroll
                 for (int j = 0; j < 2; j++) wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
         }
-        if (kt + 1 < nk) store(s ^ 1);
+    };
+
+    float xv0[16], xv1[16];
+    Oct wo0[2], wo1[2];
+    const int nk = (m.cols + BK - 1) / BK;
+    load(0, xv0, wo0);
+    if (nk > 1) load(BK, xv1, wo1);
+    store(0, xv0, wo0);
+    __syncthreads();
+    for (int kt = 0; kt < nk; kt += 2) {
+        // Stage 0 holds tile kt; set 1 holds tile kt + 1; set 0 is free.
+        if (kt + 2 < nk) load((kt + 2) * BK, xv0, wo0);
+        compute(0);
+        if (kt + 1 < nk) store(1, xv1, wo1);
+        __syncthreads();
+        if (kt + 1 >= nk) break;
+        // Stage 1 holds tile kt + 1; set 0 holds tile kt + 2; set 1 is free.
+        if (kt + 3 < nk) load((kt + 3) * BK, xv1, wo1);
+        compute(1);
+        if (kt + 2 < nk) store(0, xv0, wo0);
         __syncthreads();
     }
 
