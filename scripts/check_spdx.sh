@@ -9,7 +9,11 @@ cd "${1:-$(dirname "$0")/..}"
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
     list() { git ls-files -z --cached --others --exclude-standard; }
 else
-    list() { find . -path ./build -prune -o -path ./.git -prune -o -type f -print0 | sed -z 's|^\./||'; }
+    # No git (a source tarball): skip build output, dependencies and hidden folders.
+    list() {
+        find . \( -path ./build -o -name node_modules -o -name '.?*' -o -name '__pycache__' \) -prune -o -type f -print0 |
+            sed -z 's|^\./||'
+    }
 fi
 bad=0
 checked=0

@@ -8,7 +8,8 @@ add_test(NAME gpu_arch_parse
          COMMAND ${CMAKE_COMMAND} -DSRC=${PROJECT_SOURCE_DIR} -P ${PROJECT_SOURCE_DIR}/tests/gpu/test_arch_parse.cmake)
 add_test(NAME spdx_headers COMMAND ${PROJECT_SOURCE_DIR}/scripts/check_spdx.sh WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 
-# name | expected output regex | extra configure arguments | recorded tool output (optional)
+# name | expected output regex | extra configure arguments, separated by "|" (a ";" would split
+# the test command) | recorded tool output (optional)
 set(_gpu_cfg_dir ${PROJECT_BINARY_DIR}/gpu_configure_tests)
 set(_fake ${PROJECT_SOURCE_DIR}/tests/gpu/fake_tool.sh)
 set(_samples ${PROJECT_SOURCE_DIR}/tests/gpu/samples)
@@ -21,19 +22,19 @@ function(mlxcel_gpu_configure_test name regex args fake)
   set_tests_properties(gpu_configure_${name} PROPERTIES LABELS gpu_contract RESOURCE_LOCK gpu_configure)
 endfunction()
 mlxcel_gpu_configure_test(both_backends "MLXCEL_CUDA and MLXCEL_ROCM are both ON: choose one GPU backend"
-                          "-DMLXCEL_CUDA=ON;-DMLXCEL_ROCM=ON" "")
+                          "-DMLXCEL_CUDA=ON|-DMLXCEL_ROCM=ON" "")
 mlxcel_gpu_configure_test(rocm_no_arch "cannot tell which AMD GPU architectures.*MLXCEL_ROCM_ARCHITECTURES"
-                          "-DMLXCEL_ROCM=ON;-DMLXCEL_ROCMINFO=${_fake}" "${_samples}/rocminfo_cpu_only.txt")
-mlxcel_gpu_configure_test(rocm_from_rocminfo "ROCm architectures gfx1100;gfx1030 \\(from rocminfo\\)"
-                          "-DMLXCEL_ROCM=ON;-DMLXCEL_ROCMINFO=${_fake}" "${_samples}/rocminfo_cpu_first_two_gpus.txt")
+                          "-DMLXCEL_ROCM=ON|-DMLXCEL_ROCMINFO=${_fake}" "${_samples}/rocminfo_cpu_only.txt")
+mlxcel_gpu_configure_test(rocm_from_rocminfo "ROCm architectures gfx1100.gfx1030 \\(from rocminfo\\)"
+                          "-DMLXCEL_ROCM=ON|-DMLXCEL_ROCMINFO=${_fake}" "${_samples}/rocminfo_cpu_first_two_gpus.txt")
 mlxcel_gpu_configure_test(rocm_from_mlx_variable "ROCm architectures gfx942 \\(from MLX_ROCM_ARCHITECTURES\\)"
-                          "-DMLXCEL_ROCM=ON;-DMLX_ROCM_ARCHITECTURES=gfx942;-DMLXCEL_ROCMINFO=/nonexistent" "")
+                          "-DMLXCEL_ROCM=ON|-DMLX_ROCM_ARCHITECTURES=gfx942|-DMLXCEL_ROCMINFO=/nonexistent" "")
 mlxcel_gpu_configure_test(rocm_bad_arch "bad ROCm architecture list 'mi300'"
-                          "-DMLXCEL_ROCM=ON;-DMLXCEL_ROCM_ARCHITECTURES=mi300" "")
+                          "-DMLXCEL_ROCM=ON|-DMLXCEL_ROCM_ARCHITECTURES=mi300" "")
 mlxcel_gpu_configure_test(cuda_no_arch "cannot tell which NVIDIA GPU architectures.*MLXCEL_CUDA_ARCHITECTURES"
-                          "-DMLXCEL_CUDA=ON;-DMLXCEL_NVIDIA_SMI=${_fake}" "${_samples}/nvidia_smi_no_device.txt")
-mlxcel_gpu_configure_test(cuda_from_nvidia_smi "CUDA architectures 80;86;89 \\(from nvidia-smi\\)"
-                          "-DMLXCEL_CUDA=ON;-DMLXCEL_NVIDIA_SMI=${_fake}" "${_samples}/nvidia_smi_multi.txt")
+                          "-DMLXCEL_CUDA=ON|-DMLXCEL_NVIDIA_SMI=${_fake}" "${_samples}/nvidia_smi_no_device.txt")
+mlxcel_gpu_configure_test(cuda_from_nvidia_smi "CUDA architectures 80.86.89 \\(from nvidia-smi\\)"
+                          "-DMLXCEL_CUDA=ON|-DMLXCEL_NVIDIA_SMI=${_fake}" "${_samples}/nvidia_smi_multi.txt")
 
 if(MLXCEL_CUDA OR MLXCEL_ROCM)
   # Both programs carry the runtime's folder in RUNPATH and start with LD_LIBRARY_PATH unset.

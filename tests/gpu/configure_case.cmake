@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: MIT
 # Configures the project in a scratch folder with the given cache arguments and checks that the
 # output matches a regular expression (the configure may fail: refusals are what some cases test).
-# Usage: cmake -DSRC=<repo> -DDIR=<scratch> -DARGS="a;b" -DEXPECT=<regex> [-DFAKE=<sample>] -P ...
+# Usage: cmake -DSRC=<repo> -DDIR=<scratch> -DARGS="a|b" -DEXPECT=<regex> [-DFAKE=<sample>] -P ...
 cmake_minimum_required(VERSION 3.21)
+string(REPLACE "|" ";" ARGS "${ARGS}")
 file(REMOVE_RECURSE ${DIR})
 if(DEFINED FAKE)
   set(ENV{MLXCEL_FAKE_TOOL_OUTPUT} ${FAKE})

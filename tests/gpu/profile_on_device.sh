@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Hardware-counter profiles (Nsight Compute, clocks left alone) of the main GPU kernels on a Qwen3-8B
+# shape: the first tensor-core prefill matmul, the first matrix-vector product (the lm_head of the
+# prefill's last token) and the first prefill attention. Builds the cuda preset first if needed
+# (dependencies as in run_on_device.sh). Output: $OUT/ncu.txt and the tail on stdout.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-/tmp/mlxcel-device}
+mkdir -p "$OUT"
+if [ ! -x build/cuda/bench_gpu_decode ]; then
+    if ! pkg-config --exists jansson libpcre2-8 libutf8proc libmicrohttpd 2>/dev/null && ls build/devdeps/*.deb >/dev/null 2>&1; then
+        rm -rf /tmp/devdeps
+        for f in build/devdeps/*.deb; do dpkg-deb -x "$f" /tmp/devdeps; done
+        cp -a /tmp/devdeps/usr/include/. /usr/local/include/
+        cp -a /tmp/devdeps/usr/lib/x86_64-linux-gnu/. /usr/local/lib/
+        cp -a /tmp/devdeps/usr/bin/. /usr/local/bin/
+        for pc in /usr/local/lib/pkgconfig/*.pc; do sed -i 's|^prefix=.*|prefix=/usr/local|; s|^libdir=.*|libdir=${prefix}/lib|' "$pc"; done
+        pkg-config --exists gnutls 2>/dev/null ||
+            printf 'Name: gnutls\nDescription: stub\nVersion: 3.7.9\nLibs: -lgnutls\n' >/usr/local/lib/pkgconfig/gnutls.pc
+        export PKG_CONFIG_PATH=/usr/local/lib/pkgconfig
+        ldconfig
+    fi
+    cmake --preset cuda >/dev/null && cmake --build build/cuda -j"$(nproc)" --target bench_gpu_decode >/dev/null || exit 1
+fi
+sections=(--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats
+          --section SchedulerStats --section MemoryWorkloadAnalysis)
+for k in mma_kernel matvec_kernel attn_kernel; do
+    echo "===== $k"
+    timeout 240 ncu --clock-control none -k "regex:$k" -c 1 "${sections[@]}" \
+        build/cuda/bench_gpu_decode qwen3-8b 512 512 5 2>&1 | grep -vE "^==PROF==|^(prefill|decode|per-op|  [a-z])"
+done | tee "$OUT/ncu.txt" | grep -E "=====|Duration|Throughput|Registers|Achieved Occupancy|Theoretical Occupancy|Issued Warp|No Eligible|Stall|Warp Cycles Per Issued|One or More|Block Limit|Dynamic Shared|Bank" | head -120
+# Instruction mix of the 4-bit (bf16 scales) instantiations, from the compiled objects.
+obj=$(find build/cuda -name 'matmul_mma.cu.o' | head -1)
+if [ -n "$obj" ] && command -v cuobjdump >/dev/null; then
+    echo "===== SASS instruction mix, mma_kernel<affine 4-bit, bf16 scales>" | tee -a "$OUT/ncu.txt"
+    cuobjdump -sass "$obj" | awk '/Function : .*mma_kernel.*Fmt.*Li1ELi4ELi2E/{f=1;next} /Function : /{f=0} f' |
+        grep -oE '^\s+/\*[0-9a-f]{4}\*/\s+[A-Z][A-Z0-9_]*' | awk '{print $2}' | sort | uniq -c | sort -rn | head -25 |
+        tee -a "$OUT/ncu.txt"
+fi
+obj=$(find build/cuda -name 'matvec.cu.o' | head -1)
+if [ -n "$obj" ] && command -v cuobjdump >/dev/null; then
+    echo "===== SASS instruction mix, matvec_kernel<affine 4-bit, bf16, NT 1, R 4>" | tee -a "$OUT/ncu.txt"
+    cuobjdump -sass "$obj" | awk '/Function : .*matvec_kernel.*Li1ELi4ELi2EEELi1ELi4ELb0/{f=1;next} /Function : /{f=0} f' |
+        grep -oE '^\s+/\*[0-9a-f]{4}\*/\s+[A-Z][A-Z0-9_]*' | awk '{print $2}' | sort | uniq -c | sort -rn | head -25 |
+        tee -a "$OUT/ncu.txt"
+fi
