@@ -26,6 +26,7 @@ struct MatView {
     int cols;
     int groups;            // scale groups per row
     int group_size;
+    int group_shift;       // log2(group_size): groups are powers of two, so no division on the device
 };
 
 enum { KIND_DENSE, KIND_AFFINE, KIND_MXFP4, KIND_MXFP8, KIND_NVFP4 };
@@ -125,7 +126,7 @@ struct Fmt {
             load_chunk_words<BITS>((const uint32_t *)rp + c * BITS, q);
         }
         if (KIND == KIND_AFFINE) {
-            int64_t si = row * m.groups + (int64_t)c * 32 / m.group_size;
+            int64_t si = row * m.groups + ((c * 32) >> m.group_shift);
             float s = load_st<ST>(m.scales, si), b = load_st<ST>(m.biases, si);
 #pragma unroll
             for (int i = 0; i < 32; i++) w[i] = s * (float)chunk_code<BITS>(q, i) + b;
@@ -167,7 +168,7 @@ struct Fmt {
         } else {
             load_chunk_words<BITS>(p, r.q);
             if constexpr (KIND == KIND_AFFINE) {
-                int64_t si = row * m.groups + (int64_t)c * 32 / m.group_size;
+                int64_t si = row * m.groups + ((c * 32) >> m.group_shift);
                 r.s0 = load_st<ST>(m.scales, si);
                 r.b = load_st<ST>(m.biases, si);
                 r.s1 = r.s0;
@@ -270,12 +271,11 @@ struct Fmt {
                 for (int i = 0; i < BITS; i++) o.v |= (uint64_t)p[i] << (8 * i);
             }
             if constexpr (KIND == KIND_AFFINE) {
-                int64_t si = row * m.groups + j0 / m.group_size;
+                int64_t si = row * m.groups + (j0 >> m.group_shift);
                 o.s = load_st<ST>(m.scales, si);
                 o.b = load_st<ST>(m.biases, si);
             } else {
-                const int gsz = KIND == KIND_NVFP4 ? 16 : 32;
-                uint8_t sb = ((const uint8_t *)m.scales)[row * m.groups + j0 / gsz];
+                uint8_t sb = ((const uint8_t *)m.scales)[row * m.groups + (j0 >> (KIND == KIND_NVFP4 ? 4 : 5))];
                 o.s = KIND == KIND_NVFP4 ? e4m3_to_f32(sb) : e8m0_to_f32(sb);
             }
         }
@@ -366,6 +366,8 @@ static inline MatView mat_view(const mx_matrix *w) {
     m.cols = (int)w->cols;
     m.group_size = w->q.mode == MX_QUANT_NONE ? 0 : w->q.group_size;
     m.groups = w->q.mode == MX_QUANT_NONE ? 0 : (int)(w->cols / w->q.group_size);
+    m.group_shift = 0;
+    while (m.group_size > 0 && (1 << m.group_shift) < m.group_size) m.group_shift++;
     return m;
 }
 
