@@ -97,6 +97,20 @@ fi
 run info 60 env -u LD_LIBRARY_PATH build/cuda/mlxcel info
 cat "$LOGS/info.log"
 
+echo "== wrong-architecture diagnosis (a build for 80-real only: no code the H200 can run)"
+if run configure_80 120 cmake -S . -B build/cuda80 -DMLXCEL_CUDA=ON -DMLXCEL_CUDA_ARCHITECTURES=80-real &&
+    run build_80 300 cmake --build build/cuda80 -j"$(nproc)" --target mlxcel; then
+    env -u LD_LIBRARY_PATH build/cuda80/mlxcel generate -p Hello -n 4 --temp 0 >"$LOGS/wrong_arch.log" 2>&1
+    rc=$?
+    env -u LD_LIBRARY_PATH build/cuda80/mlxcel info >>"$LOGS/wrong_arch.log" 2>&1
+    cat "$LOGS/wrong_arch.log"
+    if [ $rc -eq 1 ] && grep -q "rebuild with -DMLXCEL_CUDA_ARCHITECTURES=90" "$LOGS/wrong_arch.log"; then
+        note "wrong architecture diagnosed" "ok"
+    else
+        note "wrong architecture diagnosed" "FAIL (rc $rc)"
+    fi
+fi
+
 echo "== benches"
 for r in 1 2 4; do
     MLXCEL_GPU_MATVEC_ROWS=$r run bench_0.6b_r$r 120 build/cuda/bench_gpu_decode qwen3-0.6b 512 512 300
