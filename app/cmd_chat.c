@@ -174,7 +174,7 @@ int cmd_chat(int argc, char **argv) {
         if (prefix == (int)n_ids) prefix--;  // at least one token must be computed
         if (getenv("MLXCEL_CHAT_DEBUG")) fprintf(stderr, "(reusing %d of %zu tokens)\n", prefix, n_ids);
         answer a = {0};
-        gen_request req = {.ctx = ctx, .model = m, .tok = tok, .sampler = sampler, .prompt = ids + prefix,
+        gen_request req = {.ctx = ctx, .model = m, .tok = tok, .sampler = sampler, .params = &sp, .prompt = ids + prefix,
                            .n_prompt = (int)n_ids - prefix, .start_pos = prefix, .max_new = max_new,
                            .extra_eos = turn_end, .on_text = collect_and_print, .user = &a, .out_ids = gen_ids};
         gen_stats st;

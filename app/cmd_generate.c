@@ -97,7 +97,7 @@ int cmd_generate(int argc, char **argv) {
         cli_error(cmd, "out of memory");
         goto done;
     }
-    gen_request req = {.ctx = ctx, .model = m, .tok = tok, .sampler = sampler, .prompt = ids, .n_prompt = (int)n_ids,
+    gen_request req = {.ctx = ctx, .model = m, .tok = tok, .sampler = sampler, .params = &sp, .prompt = ids, .n_prompt = (int)n_ids,
                        .max_new = max_new, .ignore_eos = ignore_eos, .extra_eos = extra_eos, .on_text = print_text};
     gen_stats st;
     if (gen_run(&req, &st, &err) != 0) {

@@ -5,7 +5,26 @@
 
 #include <stdlib.h>
 
+#include <time.h>
+
 #include "cli.h"
+
+// Sets the context up to choose tokens on the backend when the parameters allow it; returns true
+// when it does (then forward() hands back token ids and no logits are needed).
+static bool choose_on_backend(const gen_request *r, mx_error *err, int *rc) {
+    *rc = 0;
+    if (!r->params || mx_sampling_has_penalties(r->params)) return false;
+    const mx_sampling *p = r->params;
+    mx_sample_params sp = {.temp = p->temp, .top_p = p->top_p, .min_p = p->min_p, .top_k = p->top_k, .seed = p->seed};
+    if (!p->has_seed) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        sp.seed = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ull ^ (uint64_t)ts.tv_sec;
+    }
+    int s = mx_ctx_set_sampling(r->ctx, p->temp > 0.0f ? &sp : NULL, err);
+    if (s < 0) *rc = -1;
+    return s == 1;
+}
 
 int gen_run(const gen_request *r, gen_stats *st, mx_error *err) {
     const mx_config *cfg = mx_model_config(r->model);
@@ -29,16 +48,18 @@ int gen_run(const gen_request *r, gen_stats *st, mx_error *err) {
     if (r->tok) mx_detok_init(&detok, r->tok, false);
 
     int rc = 0;
+    bool on_backend = choose_on_backend(r, err, &rc);
+    int32_t chosen = -1;
     double t0 = cli_now();
     int32_t last_row = r->n_prompt - 1;
     mx_batch b = {r->n_prompt, r->prompt, pos, slot, 1, &last_row};
-    rc = mx_ctx_forward(r->ctx, &b, logits, NULL, err);
+    if (rc == 0) rc = mx_ctx_forward(r->ctx, &b, on_backend ? NULL : logits, on_backend ? &chosen : NULL, err);
     st->prompt_tokens = r->n_prompt;
     st->prompt_seconds = cli_now() - t0;
     int p = r->start_pos + r->n_prompt;
     double t1 = cli_now();
     while (rc == 0) {
-        int32_t id = mx_sampler_sample(r->sampler, logits);
+        int32_t id = on_backend ? chosen : mx_sampler_sample(r->sampler, logits);
         mx_sampler_accept(r->sampler, id, true);
         if (r->out_ids) r->out_ids[st->generated_tokens] = id;
         st->generated_tokens++;
@@ -54,7 +75,7 @@ int gen_run(const gen_request *r, gen_stats *st, mx_error *err) {
         if (st->stopped || (r->max_new >= 0 && st->generated_tokens >= r->max_new) || p + 1 >= max_ctx) break;
         int32_t zero = 0, row = 0, tokpos = p;
         mx_batch step = {1, &id, &tokpos, &zero, 1, &row};
-        rc = mx_ctx_forward(r->ctx, &step, logits, NULL, err);
+        rc = mx_ctx_forward(r->ctx, &step, on_backend ? NULL : logits, on_backend ? &chosen : NULL, err);
         p++;
     }
     st->generate_seconds = cli_now() - t1;

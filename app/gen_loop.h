@@ -24,7 +24,9 @@ typedef struct gen_request {
     mx_ctx *ctx;
     const mx_model *model;
     const mx_tokenizer *tok;     // NULL: no text output (bench)
-    mx_sampler *sampler;
+    mx_sampler *sampler;         // host sampler (penalties, or backends without a sample op)
+    const mx_sampling *params;   // the sampler's parameters: without penalties, tokens are chosen
+                                 // on the backend (argmax, or its sample op) and no logits travel
     const int32_t *prompt;       // tokens to feed, starting at position start_pos
     int n_prompt;
     int start_pos;               // tokens already in the slot's cache (chat turns)

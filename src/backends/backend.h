@@ -49,6 +49,17 @@ typedef struct mx_rope {
     float attn_factor;      // multiplies cos/sin (1.0 except yarn)
 } mx_rope;
 
+// Sampling parameters as a backend reads them: a small struct in backend memory, so a recorded graph
+// picks up new values. Filters act on the temperature-1 probabilities (top-p, min-p, top-k, as
+// mlx-lm orders them; together they keep the intersection), then the token is drawn at `temp`.
+typedef struct mx_sample_params {
+    float temp;     // > 0
+    float top_p;    // 1: off
+    float min_p;    // 0: off
+    int32_t top_k;  // 0: off
+    uint64_t seed;
+} mx_sample_params;
+
 typedef struct mx_backend_ops {
     const char *name;  // "cpu", "cuda", "rocm"
     void (*destroy)(mx_backend *be);
@@ -111,6 +122,13 @@ typedef struct mx_backend_ops {
     int (*graph_begin)(mx_backend *be, mx_error *err);
     int (*graph_end)(mx_backend *be, int key, mx_error *err);
     bool (*graph_launch)(mx_backend *be, int key);
+
+    // Optional (NULL: the engine downloads logits and samples on the host). ids[t] = a token drawn
+    // from logits[t, vocab] under *params (backend memory) by the Gumbel-max rule over the tokens the
+    // filters keep, with noise from a counter-based generator keyed by (seed, pos[t], token id)
+    // (src/core/sample_noise.h), so the same seed and positions draw the same tokens.
+    void (*sample)(mx_backend *be, int32_t *ids, const float *logits, int n, int vocab,
+                   const mx_sample_params *params, const int32_t *pos);
 } mx_backend_ops;
 
 struct mx_backend {

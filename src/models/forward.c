@@ -28,7 +28,9 @@ struct mx_ctx {
     float *moe_y;                        // [B*k, H]
     float *out_h;                        // [LOGIT_ROWS, H]
     float *logits;                       // [LOGIT_ROWS, vocab]
-    int32_t *d_argmax;                   // [LOGIT_ROWS]
+    int32_t *d_argmax;                   // [LOGIT_ROWS] chosen tokens
+    mx_sample_params *d_sample;          // sampling parameters (backend memory)
+    bool sampling;                       // ids are drawn with d_sample, not argmax
     void **bufs;
     int n_bufs;
 };
@@ -69,7 +71,8 @@ mx_ctx *mx_ctx_create(mx_model *m, int n_slots, int max_ctx, int max_batch, mx_e
               (c->gate = ctx_alloc(c, 4 * ff, err)) && (c->up = ctx_alloc(c, 4 * ff, err)) &&
               (c->out_h = ctx_alloc(c, 4 * LOGIT_ROWS * H, err)) &&
               (c->logits = ctx_alloc(c, 4 * (size_t)LOGIT_ROWS * cfg->vocab_size, err)) &&
-              (c->d_argmax = ctx_alloc(c, 4 * LOGIT_ROWS, err));
+              (c->d_argmax = ctx_alloc(c, 4 * LOGIT_ROWS, err)) &&
+              (c->d_sample = ctx_alloc(c, sizeof(mx_sample_params), err));
     if (ok && cfg->num_experts > 0)
         ok = (c->router = ctx_alloc(c, 4 * B * cfg->num_experts, err)) && (c->moe_ids = ctx_alloc(c, 4 * B * K, err)) &&
              (c->moe_w = ctx_alloc(c, 4 * B * K, err)) && (c->moe_y = ctx_alloc(c, 4 * B * K * H, err));
@@ -144,7 +147,7 @@ static void block_forward(mx_ctx *c, const mx_layer *L, int layer, int n) {
 // Final norm and output projection for `r` rows of c->x starting at `rows` (host indices): rows
 // that are consecutive are read in place, others are gathered first. Kernels only: the results
 // stay in c->logits / c->d_argmax.
-static void project_rows(mx_ctx *c, const int32_t *rows, int r, bool want_argmax) {
+static void project_rows(mx_ctx *c, const int32_t *rows, int r, bool want_ids) {
     const mx_config *cfg = &c->m->cfg;
     const mx_backend_ops *o = c->be->ops;
     int H = cfg->hidden_size;
@@ -157,7 +160,30 @@ static void project_rows(mx_ctx *c, const int32_t *rows, int r, bool want_argmax
     }
     o->rmsnorm(c->be, c->out_h, src, c->m->final_norm, r, H, cfg->rms_norm_eps);
     o->matmul(c->be, c->logits, c->out_h, &c->m->lm_head, NULL, r);
-    if (want_argmax) o->argmax(c->be, c->d_argmax, c->logits, r, cfg->vocab_size);
+    if (!want_ids) return;
+    if (!c->sampling) {
+        o->argmax(c->be, c->d_argmax, c->logits, r, cfg->vocab_size);
+    } else if (consecutive) {
+        o->sample(c->be, c->d_argmax, c->logits, r, cfg->vocab_size, c->d_sample, c->d_pos + rows[0]);
+    } else {
+        for (int i = 0; i < r; i++)
+            o->sample(c->be, c->d_argmax + i, c->logits + (size_t)i * cfg->vocab_size, 1, cfg->vocab_size,
+                      c->d_sample, c->d_pos + rows[i]);
+    }
+}
+
+int mx_ctx_set_sampling(mx_ctx *c, const mx_sample_params *p, mx_error *err) {
+    if (!p || p->temp <= 0.0f) {
+        c->sampling = false;
+        return 1;
+    }
+    if (!c->be->ops->sample) {
+        c->sampling = false;
+        return 0;
+    }
+    if (c->be->ops->upload(c->be, c->d_sample, p, sizeof *p, err)) return -1;
+    c->sampling = true;
+    return 1;
 }
 
 static int download_rows(mx_ctx *c, int r, float *logits, int32_t *argmax, mx_error *err) {
@@ -188,7 +214,7 @@ static void step_kernels(mx_ctx *c, int n) {
 // kernels of the whole step are recorded once per (n, output kind) and replayed afterwards.
 static int graph_step(mx_ctx *c, int n, float *logits, int32_t *argmax, mx_error *err) {
     const mx_backend_ops *o = c->be->ops;
-    int key = n * 2 + (argmax != NULL);
+    int key = n * 4 + (argmax != NULL) + 2 * (argmax && c->sampling);
     if (!o->graph_launch(c->be, key)) {
         _Static_assert(LOGIT_ROWS == 16, "identity rows below");
         static const int32_t identity[LOGIT_ROWS] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};

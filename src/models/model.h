@@ -52,7 +52,13 @@ int mx_ctx_slots(const mx_ctx *c);
 int64_t mx_ctx_kv_bytes(const mx_ctx *c);
 
 // Runs the batch. For each output row, writes the logits (host, [n_out, vocab]) when logits != NULL
-// and/or the argmax token (host, [n_out]) when argmax != NULL.
-int mx_ctx_forward(mx_ctx *c, const mx_batch *b, float *logits, int32_t *argmax, mx_error *err);
+// and/or the chosen token (host, [n_out]) when ids != NULL: the argmax, or a token drawn on the
+// backend when mx_ctx_set_sampling turned that on.
+int mx_ctx_forward(mx_ctx *c, const mx_batch *b, float *logits, int32_t *ids, mx_error *err);
+
+// Chooses how mx_ctx_forward picks `ids`: p == NULL (or temp 0) means argmax; otherwise tokens are
+// drawn on the backend with these parameters. Returns 1 when the backend samples, 0 when it cannot
+// (no sample op: the caller must sample from the logits itself), -1 on error.
+int mx_ctx_set_sampling(mx_ctx *c, const mx_sample_params *p, mx_error *err);
 
 #endif

@@ -23,6 +23,8 @@ typedef struct mx_sampling {
 
 // temp 0.0 / top_p 1 / min_p 0 / top_k 0 / no penalties / context 20 / no seed.
 mx_sampling mx_sampling_defaults(void);
+// True when repetition, presence or frequency penalties are on (they need the token history).
+bool mx_sampling_has_penalties(const mx_sampling *p);
 // True when sampling needs the full logits (anything but plain greedy).
 bool mx_sampling_needs_logits(const mx_sampling *p);
 

@@ -179,6 +179,7 @@ static const mx_backend_ops cpu_ops = {
     /* .graph_begin = */ NULL,
     /* .graph_end = */ NULL,
     /* .graph_launch = */ NULL,
+    /* .sample = */ cpu_sample,
 };
 
 mx_backend *mx_cpu_backend_create(int threads, mx_error *err) {

@@ -18,6 +18,7 @@
 
 #include "backends/gpu/gpu_rt.h"
 #include "backends/gpu/kernels.h"
+#include "backends/gpu/kernels_sample.h"
 #include "backends/gpu_entry.h"
 #include "mlxcel_gpu_config.h"
 
@@ -205,6 +206,11 @@ static void gpu_argmax(mx_backend *be, int32_t *ids, const float *logits, int n,
     mxg_argmax(L_of(be), ids, logits, n, vocab);
 }
 
+static void gpu_sample(mx_backend *be, int32_t *ids, const float *logits, int n, int vocab,
+                       const mx_sample_params *params, const int32_t *pos) {
+    mxg_sample(L_of(be), ids, logits, n, vocab, params, pos);
+}
+
 static int gpu_sync(mx_backend *be, mx_error *err) { return mxg_rt_sync(ctx_of(be)->launch.stream, err); }
 
 // ---- graphs (backend.h graph_begin / graph_end / graph_launch) --------------------------------
@@ -290,6 +296,7 @@ static const mx_backend_ops gpu_ops = {
     .graph_begin = gpu_graph_begin,
     .graph_end = gpu_graph_end,
     .graph_launch = gpu_graph_launch,
+    .sample = gpu_sample,
 };
 
 // ---- entry points ------------------------------------------------------------------------------
