@@ -11,13 +11,6 @@ typedef struct command {
     const char *help;
 } command;
 
-// Subcommands written by other parts of the project are weak until they land, so the program
-// still builds; a missing one is reported, never called.
-#pragma weak cmd_serve
-#pragma weak cmd_bench
-#pragma weak cmd_convert
-#pragma weak cmd_inspect
-
 static const command commands[] = {
     {"generate", cmd_generate, "generate text from a prompt"},
     {"chat", cmd_chat, "interactive multi-turn chat in the terminal"},
@@ -52,10 +45,6 @@ int main(int argc, char **argv) {
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++) {
         if (strcmp(argv[1], commands[i].name) != 0) continue;
-        if (!commands[i].run) {
-            fprintf(stderr, "mlxcel: '%s' is not available in this build\n", argv[1]);
-            return MX_EXIT_RUNTIME;
-        }
         return commands[i].run(argc - 1, argv + 1);
     }
     fprintf(stderr, "mlxcel: unknown command '%s'\n\n", argv[1]);
