@@ -6,18 +6,8 @@
 # and seeded sampled generation twice (same text both times), with LD_LIBRARY_PATH unset.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-if ! pkg-config --exists jansson libpcre2-8 libutf8proc libmicrohttpd 2>/dev/null && ls build/devdeps/*.deb >/dev/null 2>&1; then
-    rm -rf /tmp/devdeps
-    for f in build/devdeps/*.deb; do dpkg-deb -x "$f" /tmp/devdeps; done
-    cp -a /tmp/devdeps/usr/include/. /usr/local/include/
-    cp -a /tmp/devdeps/usr/lib/x86_64-linux-gnu/. /usr/local/lib/
-    cp -a /tmp/devdeps/usr/bin/. /usr/local/bin/
-    for pc in /usr/local/lib/pkgconfig/*.pc; do sed -i 's|^prefix=.*|prefix=/usr/local|; s|^libdir=.*|libdir=${prefix}/lib|' "$pc"; done
-    pkg-config --exists gnutls 2>/dev/null ||
-        printf 'Name: gnutls\nDescription: stub\nVersion: 3.7.9\nLibs: -lgnutls\n' >/usr/local/lib/pkgconfig/gnutls.pc
-    export PKG_CONFIG_PATH=/usr/local/lib/pkgconfig
-    ldconfig
-fi
+. tests/gpu/devdeps.sh
+mxg_install_devdeps || echo "note: C libraries missing and no build/devdeps carried"
 rm -rf build/cuda
 cmake --preset cuda -DMLXCEL_WERROR=ON >/tmp/configure.log 2>&1 || { tail -20 /tmp/configure.log; exit 1; }
 cmake --build build/cuda -j"$(nproc)" >/tmp/build.log 2>&1 || { grep -E "error" /tmp/build.log | head -20; exit 1; }

@@ -9,18 +9,8 @@ cd "$(dirname "$0")/../.."
 OUT=${OUT:-/tmp/mlxcel-device}
 mkdir -p "$OUT"
 if [ ! -x build/cuda/bench_gpu_decode ]; then
-    if ! pkg-config --exists jansson libpcre2-8 libutf8proc libmicrohttpd 2>/dev/null && ls build/devdeps/*.deb >/dev/null 2>&1; then
-        rm -rf /tmp/devdeps
-        for f in build/devdeps/*.deb; do dpkg-deb -x "$f" /tmp/devdeps; done
-        cp -a /tmp/devdeps/usr/include/. /usr/local/include/
-        cp -a /tmp/devdeps/usr/lib/x86_64-linux-gnu/. /usr/local/lib/
-        cp -a /tmp/devdeps/usr/bin/. /usr/local/bin/
-        for pc in /usr/local/lib/pkgconfig/*.pc; do sed -i 's|^prefix=.*|prefix=/usr/local|; s|^libdir=.*|libdir=${prefix}/lib|' "$pc"; done
-        pkg-config --exists gnutls 2>/dev/null ||
-            printf 'Name: gnutls\nDescription: stub\nVersion: 3.7.9\nLibs: -lgnutls\n' >/usr/local/lib/pkgconfig/gnutls.pc
-        export PKG_CONFIG_PATH=/usr/local/lib/pkgconfig
-        ldconfig
-    fi
+    . tests/gpu/devdeps.sh
+    mxg_install_devdeps || true
     cmake --preset cuda >/dev/null && cmake --build build/cuda -j"$(nproc)" --target bench_gpu_decode >/dev/null || exit 1
 fi
 sections=(--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats

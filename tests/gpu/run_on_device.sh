@@ -46,25 +46,13 @@ echo "== machine"
     echo "cores: $(nproc)"
 } | tee "$LOGS/machine.log"
 
-if ! pkg-config --exists jansson libpcre2-8 libutf8proc libmicrohttpd 2>/dev/null; then
-    if ls build/devdeps/*.deb >/dev/null 2>&1; then
-        echo "== installing build/devdeps under /usr/local (system lacks the C libraries or pkg-config)"
-        rm -rf /tmp/devdeps
-        for f in build/devdeps/*.deb; do dpkg-deb -x "$f" /tmp/devdeps; done
-        cp -a /tmp/devdeps/usr/include/. /usr/local/include/
-        cp -a /tmp/devdeps/usr/lib/x86_64-linux-gnu/. /usr/local/lib/
-        cp -a /tmp/devdeps/usr/bin/. /usr/local/bin/
-        mkdir -p /usr/local/lib/pkgconfig
-        for pc in /usr/local/lib/pkgconfig/*.pc; do sed -i 's|^prefix=.*|prefix=/usr/local|; s|^libdir=.*|libdir=${prefix}/lib|' "$pc"; done
-        # libmicrohttpd.pc names gnutls (Requires.private); the runtime library is the system's.
-        pkg-config --exists gnutls 2>/dev/null ||
-            printf 'Name: gnutls\nDescription: stub\nVersion: 3.7.9\nLibs: -lgnutls\n' >/usr/local/lib/pkgconfig/gnutls.pc
-        export PKG_CONFIG_PATH=/usr/local/lib/pkgconfig
-        ldconfig
-        note "dependencies" "installed from build/devdeps"
-    else
-        note "dependencies" "MISSING (no build/devdeps)"
-    fi
+. tests/gpu/devdeps.sh
+if pkg-config --exists jansson libpcre2-8 libutf8proc libmicrohttpd 2>/dev/null; then
+    :
+elif mxg_install_devdeps; then
+    note "dependencies" "installed from build/devdeps"
+else
+    note "dependencies" "MISSING (no build/devdeps)"
 fi
 
 echo "== configure + build"
