@@ -215,12 +215,31 @@ pycheck "503 is an OpenAI error object" "$TMP/e.json" "$is_error_object"
 grep -qi '^Retry-After:' "$TMP/hdr.txt" && ok "503 has Retry-After" || bad "503 without Retry-After"
 for p in $CURLS; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
 
+# --- --timeout: a running request ends with finish_reason "length"; a request queued behind it
+# (its deadline comes later) is still served ------------------------------------------------
+srv_start "$BIN" "$TMP/c.log" -m "$MODEL" --parallel 1 --ctx 4096 --timeout 2 || exit 1
+PIDS="$PIDS $SRV_PID"
+t0=$(date +%s)
+curl -s --max-time 30 -o "$TMP/t1.json" -w '%{http_code}' \
+    -d '{"prompt":"Count","max_tokens":3500,"ignore_eos":true}' "$SRV_URL/v1/completions" >"$TMP/t1.code" &
+T1=$!
+sleep 0.5
+s=$(curl -s --max-time 30 -o "$TMP/t2.json" -w '%{http_code}' -d '{"prompt":"x","max_tokens":2}' "$SRV_URL/v1/completions")
+wait "$T1"
+t1=$(date +%s)
+expect_status "running request past --timeout" 200 "$(cat "$TMP/t1.code")" "$TMP/t1.json"
+pycheck "timed-out request ends with finish_reason length, short of max_tokens" "$TMP/t1.json" \
+    'd["choices"][0]["finish_reason"] == "length" and d["usage"]["completion_tokens"] < 3500'
+[ $((t1 - t0)) -le 12 ] && ok "timeout honoured ($((t1 - t0)) s)" || bad "timeout took $((t1 - t0)) s"
+expect_status "request queued behind a timed-out one" 200 "$s" "$TMP/t2.json"
+pycheck "queued request answered after the slot was freed" "$TMP/t2.json" 'd["usage"]["completion_tokens"] == 2'
+
 for p in $PIDS; do
     srv_stop "$p" && ok "server $p stopped cleanly" || bad "server $p exit status"
 done
 PIDS=""
-if grep -q 'runtime error\|AddressSanitizer\|LeakSanitizer' "$TMP/a.log" "$TMP/b.log"; then
-    bad "sanitizer reports"; cat "$TMP/a.log" "$TMP/b.log"
+if grep -q 'runtime error\|AddressSanitizer\|LeakSanitizer' "$TMP/a.log" "$TMP/b.log" "$TMP/c.log"; then
+    bad "sanitizer reports"; cat "$TMP/a.log" "$TMP/b.log" "$TMP/c.log"
 fi
 echo "$FAILS failures"
 [ $FAILS = 0 ]
