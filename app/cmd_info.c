@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "backends/backend.h"
+#include "backends/cpu/cpu_kernels.h"
 #include "cli.h"
 #include "commands.h"
 #include "core/thread_pool.h"
@@ -12,7 +13,6 @@
 #include "backends/gpu_entry.h"
 #endif
 
-const char *cpu_kernels_name(void);
 
 int cmd_info(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {

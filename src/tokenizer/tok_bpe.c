@@ -53,17 +53,6 @@ void tok_bpe_scratch_free(tok_bpe_scratch *s) {
     memset(s, 0, sizeof *s);
 }
 
-static int reserve(void **p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return 0;
-    size_t c = *cap ? *cap : 64;
-    while (c < need) c *= 2;
-    void *q = realloc(*p, c * elem);
-    if (!q) return -1;
-    *p = q;
-    *cap = c;
-    return 0;
-}
-
 // ---- heap ordered by (rank, left) ------------------------------------------------------------
 
 static bool heap_less(const tok_heap_item *a, const tok_heap_item *b) {
@@ -128,7 +117,7 @@ static void cache_insert(tok_bpe_scratch *s, const char *key, size_t n, uint32_t
         s->cache = slots;
         s->cache_cap = cap;
     }
-    if (reserve((void **)&s->cache_keys, &s->keys_cap, s->keys_len + n, 1) != 0) return;
+    if (tok_reserve((void **)&s->cache_keys, &s->keys_cap, s->keys_len + n, 1) != 0) return;
     size_t ids_off = s->cache_ids.n;
     for (size_t i = 0; i < n_ids; i++)
         if (tok_ids_push(&s->cache_ids, ids[i]) != 0) {
@@ -145,7 +134,7 @@ static void cache_insert(tok_bpe_scratch *s, const char *key, size_t n, uint32_t
 // ---- merging -----------------------------------------------------------------------------------
 
 static int push_sym(tok_bpe_scratch *s, size_t *n, int32_t id) {
-    if (reserve((void **)&s->sym, &s->sym_cap, *n + 1, sizeof(tok_sym)) != 0) return -1;
+    if (tok_reserve((void **)&s->sym, &s->sym_cap, *n + 1, sizeof(tok_sym)) != 0) return -1;
     s->sym[*n] = (tok_sym){id, (int32_t)*n - 1, (int32_t)*n + 1};
     (*n)++;
     return 0;
@@ -198,7 +187,7 @@ static int bpe_merge(const mx_tokenizer *tok, tok_bpe_scratch *s, const char *st
     if (n == 0) return 0;
     s->sym[n - 1].next = -1;
     // n - 1 initial pairs, and each of at most n - 1 merges pushes two: the heap stays below 3n.
-    if (reserve((void **)&s->heap, &s->heap_cap, 3 * n + 2, sizeof(tok_heap_item)) != 0) return -1;
+    if (tok_reserve((void **)&s->heap, &s->heap_cap, 3 * n + 2, sizeof(tok_heap_item)) != 0) return -1;
     size_t n_heap = 0;
     for (size_t i = 0; i + 1 < n; i++) push_pair(tok, s, &n_heap, (int32_t)i, (int32_t)i + 1);
     while (n_heap > 0) {
@@ -238,7 +227,7 @@ int tok_bpe_encode_piece(const mx_tokenizer *tok, tok_bpe_scratch *s, const char
         const char *str = piece;
         size_t len = n;
         if (tok->byte_level) {
-            if (reserve((void **)&s->str, &s->str_cap, 2 * n + 1, 1) != 0) return mx_fail(err, "out of memory");
+            if (tok_reserve((void **)&s->str, &s->str_cap, 2 * n + 1, 1) != 0) return mx_fail(err, "out of memory");
             len = 0;
             for (size_t i = 0; i < n; i++) {
                 const char *ch = tok_bytelevel_char((unsigned char)piece[i]);

@@ -42,6 +42,9 @@ int tok_strmap_put(tok_strmap *m, const char *key, size_t len, int32_t id);
 int32_t tok_strmap_get(const tok_strmap *m, const char *key, size_t len); // -1 if absent
 void tok_strmap_free(tok_strmap *m);
 uint32_t tok_hash_bytes(const void *p, size_t n);
+// Grows *p (an array of elem-byte items, capacity *cap) to hold at least `need` items, doubling;
+// 0 or -1 when out of memory (then *p is unchanged).
+int tok_reserve(void **p, size_t *cap, size_t need, size_t elem);
 
 // ---- (left id, right id) -> merge rank and merged id ---------------------------------------------
 typedef struct tok_pair_slot {

@@ -26,27 +26,16 @@ void tok_pretok_scratch_free(tok_pretok_scratch *s) {
     memset(s, 0, sizeof *s);
 }
 
-static int reserve(void **p, size_t *cap, size_t need, size_t elem) {
-    if (need <= *cap) return 0;
-    size_t c = *cap ? *cap : 64;
-    while (c < need) c *= 2;
-    void *q = realloc(*p, c * elem);
-    if (!q) return -1;
-    *p = q;
-    *cap = c;
-    return 0;
-}
-
 static int push_piece(tok_pretok_scratch *s, int k, size_t *n, tok_piece p) {
     if (p.len == 0) return 0;
-    if (reserve((void **)&s->pieces[k], &s->piece_cap[k], *n + 1, sizeof(tok_piece)) != 0) return -1;
+    if (tok_reserve((void **)&s->pieces[k], &s->piece_cap[k], *n + 1, sizeof(tok_piece)) != 0) return -1;
     s->pieces[k][(*n)++] = p;
     return 0;
 }
 
 static int push_interval(tok_pretok_scratch *s, size_t *n, size_t start, size_t end, bool is_match) {
     if (end <= start) return 0;
-    if (reserve((void **)&s->iv, &s->iv_cap, *n + 1, sizeof(tok_interval)) != 0) return -1;
+    if (tok_reserve((void **)&s->iv, &s->iv_cap, *n + 1, sizeof(tok_interval)) != 0) return -1;
     s->iv[(*n)++] = (tok_interval){start, end, is_match};
     return 0;
 }
@@ -144,7 +133,7 @@ static int apply_rewrite(tok_pretok_scratch *s, const tok_pre_step *st, const ch
     int o = 1 - k;
     size_t rl = st->kind == TOK_PRE_METASPACE ? strlen(st->replacement) : 1, total = 0;
     for (size_t i = 0; i < n_in; i++) total += s->pieces[k][i].len * rl + rl;
-    if (reserve((void **)&s->bufs[bk], &s->buf_cap[bk], total + 1, 1) != 0) return mx_fail(err, "out of memory");
+    if (tok_reserve((void **)&s->bufs[bk], &s->buf_cap[bk], total + 1, 1) != 0) return mx_fail(err, "out of memory");
     char *out = s->bufs[bk];
     size_t w = 0;
     *n_out = 0;

@@ -2,7 +2,7 @@
 // Storage for the tokenizer's tables: an arena whose blocks never move (token strings are pointed
 // at from several tables), a string -> id hash map and a (left, right) -> merge hash map. Both maps
 // use open addressing with linear probing over power-of-two tables kept at most half full; they are
-// filled at load time and only read afterwards.
+// filled at load time and only read afterwards. Also the doubling array growth every scratch uses.
 #include <stdlib.h>
 #include <string.h>
 
@@ -175,4 +175,15 @@ void tok_pairmap_free(tok_pairmap *m) {
     free(m->slots);
     m->slots = NULL;
     m->cap = m->count = 0;
+}
+
+int tok_reserve(void **p, size_t *cap, size_t need, size_t elem) {
+    if (need <= *cap) return 0;
+    size_t c = *cap ? *cap : 64;
+    while (c < need) c *= 2;
+    void *q = realloc(*p, c * elem);
+    if (!q) return -1;
+    *p = q;
+    *cap = c;
+    return 0;
 }
