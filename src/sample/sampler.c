@@ -27,13 +27,11 @@ mx_sampling mx_sampling_defaults(void) {
                          .repetition_context = 20, .presence_penalty = 0.0f, .frequency_penalty = 0.0f};
 }
 
-static bool has_penalties(const mx_sampling *p) {
+bool mx_sampling_has_penalties(const mx_sampling *p) {
     return p->repetition_penalty != 1.0f || p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f;
 }
 
-bool mx_sampling_has_penalties(const mx_sampling *p) { return has_penalties(p); }
-
-bool mx_sampling_needs_logits(const mx_sampling *p) { return p->temp > 0.0f || has_penalties(p); }
+bool mx_sampling_needs_logits(const mx_sampling *p) { return p->temp > 0.0f || mx_sampling_has_penalties(p); }
 
 static uint64_t splitmix64(uint64_t *state) {
     uint64_t z = (*state += 0x9e3779b97f4a7c15ull);

@@ -208,7 +208,13 @@ for k in 1 2; do
     curl -sN --max-time 8 -d '{"prompt":"Count","max_tokens":400,"stream":true,"ignore_eos":true}' "$SRV_URL/v1/completions" >/dev/null 2>&1 &
     CURLS="$CURLS $!"
 done
-sleep 1
+# Wait (up to 10 s) until one request runs and one waits, however slowly the machine starts them.
+for k in $(seq 100); do
+    curl -s --max-time 2 "$SRV_URL/health" |
+        python3 -c 'import json,sys; d=json.load(sys.stdin); sys.exit(d["slots_processing"] != 1 or d["queue"] != 1)' &&
+        break
+    sleep 0.1
+done
 s=$(curl -s --max-time 10 -D "$TMP/hdr.txt" -o "$TMP/e.json" -w '%{http_code}' -d '{"prompt":"x","max_tokens":2}' "$SRV_URL/v1/completions")
 expect_status "queue full" 503 "$s" "$TMP/e.json"
 pycheck "503 is an OpenAI error object" "$TMP/e.json" "$is_error_object"
