@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "chat/jinja.h"
+#include "io/json_text.h"
 
 struct mx_chat_template {
     jinja_template *main;     // "default" (or the only) template
@@ -97,11 +98,16 @@ static char *read_file(const char *path, mx_error *err) {
     return buf;
 }
 
-// A special token is a string or {"content": string, ...}; anything else is treated as absent.
-static json_t *special_token(json_t *cfg, const char *key) {
+// A special token is a string or {"content": string, ...}; absent or null means none. Anything
+// else is an error naming the key (the template would otherwise render a wrong token).
+static int special_token(json_t *cfg, const char *key, json_t **out, const char *path, mx_error *err) {
     json_t *v = json_object_get(cfg, key);
+    *out = NULL;
+    if (!v || json_is_null(v)) return 0;
     if (json_is_object(v)) v = json_object_get(v, "content");
-    return json_is_string(v) ? json_incref(v) : NULL;
+    if (!json_is_string(v)) return mx_fail(err, "%s: '%s' must be a string or {\"content\": string}", path, key);
+    *out = json_incref(v);
+    return 0;
 }
 
 // Parses `chat_template` of a config: a string, or a list of {name, template}.
@@ -142,15 +148,15 @@ mx_chat_template *mx_chat_template_load(const char *model_dir, mx_error *err) {
     if (!cfg_text && err && err->msg[0]) goto fail;
     if (cfg_text) {
         json_error_t je;
-        cfg = json_loads(cfg_text, JSON_ALLOW_NUL, &je);
+        cfg = mx_json_loads(cfg_text, 0, &je);
         free(cfg_text);
         if (!json_is_object(cfg)) {
             mx_fail(err, "%s: line %d: %s", path, je.line, cfg ? "not a JSON object" : je.text);
             json_decref(cfg);
             goto fail;
         }
-        t->bos = special_token(cfg, "bos_token");
-        t->eos = special_token(cfg, "eos_token");
+        if (special_token(cfg, "bos_token", &t->bos, path, err) || special_token(cfg, "eos_token", &t->eos, path, err))
+            goto fail_cfg;
     }
     char jpath[4096];
     snprintf(jpath, sizeof jpath, "%s/chat_template.jinja", model_dir);
@@ -169,7 +175,7 @@ mx_chat_template *mx_chat_template_load(const char *model_dir, mx_error *err) {
         char *text = read_file(jpath, err);
         if (!text) goto fail_cfg; // absent: no template (err->msg empty) or a read error
         json_error_t je;
-        json_t *j = json_loads(text, 0, &je);
+        json_t *j = mx_json_loads(text, 0, &je);
         free(text);
         json_t *ct = json_object_get(j, "chat_template");
         int rc = ct ? load_from_config(t, ct, jpath, err) : -1;

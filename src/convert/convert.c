@@ -20,6 +20,8 @@
 #include "convert/plan.h"
 #include "convert/recipe.h"
 #include "convert/st_writer.h"
+#include "io/json_text.h"
+#include "io/mapped_file.h"
 #include "io/safetensors.h"
 
 #define DEFAULT_MAX_SHARD_BYTES ((int64_t)5 << 30)
@@ -87,9 +89,15 @@ static json_t *load_config(const char *dir, mx_error *err) {
         return NULL;
     }
     json_error_t je;
-    json_t *c = json_load_file(path, 0, &je);
-    if (!c) mx_fail(err, "%s: invalid JSON at line %d: %s", path, je.line, je.text);
-    else if (!json_is_object(c)) {
+    size_t len = 0;
+    char *text = mx_read_text_file(path, &len, err);
+    json_t *c = text ? mx_json_loadb(text, len, 0, &je) : NULL;
+    bool read_ok = text != NULL;  // else mx_read_text_file named the file
+    free(text);
+    if (!read_ok) {
+    } else if (!c) {
+        mx_fail(err, "%s: invalid JSON at line %d: %s", path, je.line, je.text);
+    } else if (!json_is_object(c)) {
         mx_fail(err, "%s: not a JSON object", path);
         json_decref(c);
         c = NULL;

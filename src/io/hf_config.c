@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/json_text.h"
 #include "io/mapped_file.h"
 
 // Integer field: absent -> def; present but not an integer (or out of range) -> error.
@@ -161,7 +162,7 @@ int mx_config_parse(const char *text, const char *gen_text, const char *label, m
     memset(cfg, 0, sizeof *cfg);
     cfg->bos_id = -1;
     json_error_t jerr;
-    json_t *root = json_loads(text, 0, &jerr);
+    json_t *root = mx_json_loads(text, 0, &jerr);
     if (!root) return mx_fail(err, "%s: not valid JSON: %s (line %d)", label, jerr.text, jerr.line);
     int rc = -1;
     if (!json_is_object(root)) {
@@ -224,7 +225,7 @@ int mx_config_parse(const char *text, const char *gen_text, const char *label, m
     if (read_rope(root, cfg, label, err) || read_eos(root, cfg, label, err) || read_quantization(root, cfg, label, err))
         goto done;
     if (gen_text) {
-        json_t *gen = json_loads(gen_text, 0, &jerr);
+        json_t *gen = mx_json_loads(gen_text, 0, &jerr);
         if (!gen || !json_is_object(gen)) {
             json_decref(gen);
             mx_fail(err, "generation_config.json: not a valid JSON object");

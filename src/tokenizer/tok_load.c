@@ -253,13 +253,15 @@ static int byte_token_value(const char *s, size_t n) {
     return hi < 0 || lo < 0 ? -1 : hi * 16 + lo;
 }
 
-// Bytes a single token decodes to, per the decoder steps (added tokens decode to their content).
+// Bytes a single token decodes to, per the decoder steps. Special tokens decode to their content;
+// every other token, added ones included, goes through the decoder as Hugging Face does (Gemma 3's
+// non-special added tokens `▁▁`.. must become runs of spaces).
 static int build_token_text(load_ctx *c, int32_t id, char *scratch) {
     mx_tokenizer *tok = c->tok;
     const char *s = tok->id_str[id];
     if (!s) return 0;
     size_t n = strlen(s);
-    if (!(tok->id_flags[id] & TOK_ID_ADDED)) {
+    if (!(tok->id_flags[id] & TOK_ID_SPECIAL)) {
         int hex;
         if (tok->dec_byte_fallback && (hex = byte_token_value(s, n)) >= 0) {
             scratch[0] = (char)hex;

@@ -167,8 +167,31 @@ static void test_load_folder(json_t *cases, json_t *config, const char *tpl) {
         mx_chat_template_free(t);
     }
 
-    // Unreadable JSON config.
+    // Llama 3.x publishes "model_max_length": 1000000000000000019884624838656, an integer beyond
+    // 64 bits in a key mlxcel does not use: the load must not stop on it. A used key with a wrong
+    // value is an error naming the key.
     unlink(jinja_path);
+    write_file(cfg_path, "{\n  \"bos_token\": \"<|begin_of_text|>\",\n"
+                         "  \"model_max_length\": 1000000000000000019884624838656,\n"
+                         "  \"other\": [-99999999999999999999999, 1e300, \"123456789012345678901234567890\"],\n"
+                         "  \"eos_token\": \"<|eot_id|>\",\n"
+                         "  \"chat_template\": \"{{ bos_token }}{{ messages[0].content }}{{ eos_token }}\"\n}\n");
+    t = mx_chat_template_load(dir, &err);
+    CHECK_MSG(t != NULL, "%s", err.msg);
+    if (t) {
+        json_t *msgs = json_pack("[{s:s, s:s}]", "role", "user", "content", "Hi");
+        char *out = mx_chat_template_render(t, msgs, NULL, false, NULL, &err);
+        CHECK_MSG(out && strcmp(out, "<|begin_of_text|>Hi<|eot_id|>") == 0, "[%s] %s", out ? out : "", err.msg);
+        free(out);
+        json_decref(msgs);
+        mx_chat_template_free(t);
+    }
+    write_file(cfg_path, "{\"eos_token\": 1000000000000000019884624838656, \"chat_template\": \"x\"}");
+    t = mx_chat_template_load(dir, &err);
+    CHECK(t == NULL);
+    CHECK_MSG(strstr(err.msg, "tokenizer_config.json") && strstr(err.msg, "'eos_token'"), "%s", err.msg);
+
+    // Unreadable JSON config.
     write_file(cfg_path, "{not json");
     t = mx_chat_template_load(dir, &err);
     CHECK(t == NULL);

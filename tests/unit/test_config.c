@@ -52,6 +52,15 @@ int main(void) {
     CHECK(c.quant.mode == MX_QUANT_MXFP4 && c.quant.group_size == 32);
     mx_config_free(&c);
 
+    // Integers beyond 64 bits in keys mlxcel does not read never stop a load; in a key it reads they
+    // are an error naming the key.
+    CHECK(parse("{" BASE ",\"model_max_length\":1000000000000000019884624838656,\"x\":-99999999999999999999}",
+                "{\"eos_token_id\":3,\"max_length\":1000000000000000019884624838656}", &c, &e) == 0);
+    CHECK(c.n_eos == 1 && c.eos_ids[0] == 3);
+    mx_config_free(&c);
+    CHECK(parse("{" BASE ",\"max_position_embeddings\":1000000000000000019884624838656}", NULL, &c, &e) != 0);
+    CHECK_MSG(strstr(e.msg, "'max_position_embeddings'") != NULL, "%s", e.msg);
+
     // Errors name what was wrong.
     CHECK(parse("{" BASE ",\"quantization\":{\"group_size\":64,\"bits\":4,\"mode\":\"nf4\"}}", NULL, &c, &e) != 0);
     CHECK_MSG(strstr(e.msg, "nf4") != NULL, "%s", e.msg);

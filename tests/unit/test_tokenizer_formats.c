@@ -240,6 +240,34 @@ static void test_sentencepiece(bool metaspace) {
     mx_tokenizer_free(tok);
 }
 
+// Gemma 3: whitespace runs are non-special added tokens (`▁▁` .. ) and the decoder replaces ▁ with
+// a space (no Strip step). Hugging Face passes added tokens through the decoder, so they decode to
+// spaces; special added tokens keep their content and are dropped when skipping specials.
+static void test_gemma_added_whitespace(void) {
+    mx_error err;
+    mx_tokenizer *tok = load_text(
+        "{\"added_tokens\": ["
+        "{\"id\": 0, \"content\": \"<bos>\", \"special\": true, \"normalized\": false},"
+        "{\"id\": 5, \"content\": \"▁▁\", \"special\": false, \"normalized\": false},"
+        "{\"id\": 6, \"content\": \"▁▁▁▁\", \"special\": false, \"normalized\": false},"
+        "{\"id\": 7, \"content\": \"<start_of_turn>\", \"special\": true, \"normalized\": false}],"
+        " \"normalizer\": {\"type\": \"Replace\", \"pattern\": {\"String\": \" \"}, \"content\": \"▁\"},"
+        " \"pre_tokenizer\": null,"
+        " \"decoder\": {\"type\": \"Sequence\", \"decoders\": [{\"type\": \"Replace\", \"pattern\":"
+        " {\"String\": \"▁\"}, \"content\": \" \"}, {\"type\": \"ByteFallback\"}, {\"type\": \"Fuse\"}]},"
+        " \"model\": {\"type\": \"BPE\", \"byte_fallback\": true, \"vocab\": {\"<bos>\": 0, \"▁\": 1, \"i\": 2,"
+        " \"f\": 3, \"if\": 4, \"▁▁\": 5, \"▁▁▁▁\": 6, \"<start_of_turn>\": 7}, \"merges\": [[\"i\", \"f\"]]}}",
+        &err);
+    CHECK_MSG(tok != NULL, "%s", err.msg);
+    if (!tok) return;
+    expect_decode(tok, (int32_t[]){4, 5, 4}, 3, false, "if  if");
+    expect_decode(tok, (int32_t[]){6, 5, 4}, 3, false, "      if");
+    expect_decode(tok, (int32_t[]){0, 7, 6, 4}, 4, false, "<bos><start_of_turn>    if");
+    expect_decode(tok, (int32_t[]){0, 7, 6, 4}, 4, true, "    if");
+    CHECK(!mx_tokenizer_is_special(tok, 5) && mx_tokenizer_is_special(tok, 7));
+    mx_tokenizer_free(tok);
+}
+
 // Merges before vocab defeats the fast scanner: the jansson path must give the same tokenizer.
 static void test_unusual_layout(void) {
     mx_error err;
@@ -260,6 +288,7 @@ int main(void) {
     test_byte_level();
     test_sentencepiece(false);
     test_sentencepiece(true);
+    test_gemma_added_whitespace();
     if (tmp_path[0]) unlink(tmp_path);
     return check_finish();
 }
