@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../unit/format_ref.h"
+
 uint64_t ref_next(ref_rng *r) {
     uint64_t x = r->s;
     x ^= x << 13;
@@ -90,34 +92,64 @@ const char *ref_matrix_label(const mx_matrix *m, char *buf, int cap) {
     return buf;
 }
 
-void ref_matmul(float *out, const float *x, const mx_matrix *w, const float *bias, int n) {
+// float to bfloat16 and back, nearest with ties to even (finite inputs).
+static float round_to_bf16(float v) {
+    uint32_t u;
+    memcpy(&u, &v, 4);
+    u = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    memcpy(&v, &u, 4);
+    return v;
+}
+
+// One output: the dot of a dequantized row (values w, magnitudes mag) with x, and its error scales.
+static float dot_row(const float *w, const double *mag, const float *x, int64_t cols, double bias, bool round_bf16,
+                     ref_scale *scale) {
+    double acc = bias, a = fabs(bias), e = fabs(bias);
+    for (int64_t j = 0; j < cols; j++) {
+        double wj = round_bf16 ? round_to_bf16(w[j]) : w[j], xj = round_bf16 ? round_to_bf16(x[j]) : x[j];
+        acc += wj * xj;
+        a += fabs(wj * xj);
+        e += fabs(xj) * mag[j];
+    }
+    if (scale) *scale = (ref_scale){a, e};
+    return (float)acc;
+}
+
+void ref_matmul(float *out, ref_scale *scale, const float *x, const mx_matrix *w, const float *bias, int n,
+                bool round_bf16) {
     float *row = malloc(sizeof(float) * (size_t)w->cols);
+    double *mag = malloc(sizeof(double) * (size_t)w->cols);
     for (int64_t r = 0; r < w->rows; r++) {
-        mx_matrix_dequant_row(w, r, row);
+        fref_dequant_row(w, r, row, mag);
         for (int t = 0; t < n; t++) {
-            double acc = bias ? bias[r] : 0.0;
-            for (int64_t j = 0; j < w->cols; j++) acc += (double)row[j] * x[(int64_t)t * w->cols + j];
-            out[(int64_t)t * w->rows + r] = (float)acc;
+            int64_t o = (int64_t)t * w->rows + r;
+            out[o] = dot_row(row, mag, x + (int64_t)t * w->cols, w->cols, bias ? bias[r] : 0.0, round_bf16,
+                             scale ? &scale[o] : NULL);
         }
     }
     free(row);
+    free(mag);
 }
 
-void ref_moe_matmul(float *out, const float *x, const mx_matrix *w, const int32_t *ids, int m, int x_div) {
+void ref_moe_matmul(float *out, ref_scale *scale, const float *x, const mx_matrix *w, const int32_t *ids, int m,
+                    int x_div) {
     float *row = malloc(sizeof(float) * (size_t)w->cols);
+    double *mag = malloc(sizeof(double) * (size_t)w->cols);
     for (int i = 0; i < m; i++) {
         for (int64_t r = 0; r < w->rows; r++) {
-            mx_matrix_dequant_row(w, (int64_t)ids[i] * w->rows + r, row);
-            double acc = 0.0;
-            for (int64_t j = 0; j < w->cols; j++) acc += (double)row[j] * x[(int64_t)(i / x_div) * w->cols + j];
-            out[(int64_t)i * w->rows + r] = (float)acc;
+            int64_t o = (int64_t)i * w->rows + r;
+            fref_dequant_row(w, (int64_t)ids[i] * w->rows + r, row, mag);
+            out[o] = dot_row(row, mag, x + (int64_t)(i / x_div) * w->cols, w->cols, 0.0, false,
+                             scale ? &scale[o] : NULL);
         }
     }
     free(row);
+    free(mag);
 }
 
-void ref_embed(float *out, const mx_matrix *w, const int32_t *ids, int n) {
-    for (int t = 0; t < n; t++) mx_matrix_dequant_row(w, ids[t], out + (int64_t)t * w->cols);
+void ref_embed(float *out, double *mag, const mx_matrix *w, const int32_t *ids, int n) {
+    for (int t = 0; t < n; t++)
+        fref_dequant_row(w, ids[t], out + (int64_t)t * w->cols, mag ? mag + (int64_t)t * w->cols : NULL);
 }
 
 void ref_rmsnorm(float *out, const float *x, const float *w, int n, int dim, float eps) {

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Host references and random inputs for the GPU op tests: plain loops in double precision written
-// from backend.h's op contracts (matmuls dequantize with mx_matrix_dequant_row, the ground truth of
-// every weight format). Slow and obvious on purpose.
+// from backend.h's op contracts. Weights are dequantized by the tests' own dequantizer written from
+// the format description (tests/unit/format_ref.h), not by the library's, so a format misread shared
+// by the library and its kernels still fails. Slow and obvious on purpose.
 #ifndef MX_TESTS_GPU_REF_H
 #define MX_TESTS_GPU_REF_H
 
@@ -25,9 +26,21 @@ mx_matrix ref_matrix_random(ref_rng *r, mx_quant q, mx_dtype dtype, mx_dtype sca
 void ref_matrix_free(mx_matrix *m);
 const char *ref_matrix_label(const mx_matrix *m, char *buf, int cap);
 
-void ref_matmul(float *out, const float *x, const mx_matrix *w, const float *bias, int n);
-void ref_moe_matmul(float *out, const float *x, const mx_matrix *w, const int32_t *ids, int m, int x_div);
-void ref_embed(float *out, const mx_matrix *w, const int32_t *ids, int n);
+// The scales of one output's rounding error, for per-element bounds: abs = sum |w_j x_j| (+ |bias|);
+// eval = sum |x_j| mag_j (+ |bias|), mag_j being the weight's evaluation magnitude (format_ref.h).
+typedef struct ref_scale {
+    double abs, eval;
+} ref_scale;
+
+// out[n, rows] = x[n, cols] W^T (+ bias); scale[n, rows] (may be NULL). With round_bf16 the
+// activations and dequantized weights are first rounded to bfloat16 (nearest, ties to even), as
+// the tensor-core path documents it does: the expected size of that path's error.
+void ref_matmul(float *out, ref_scale *scale, const float *x, const mx_matrix *w, const float *bias, int n,
+                bool round_bf16);
+void ref_moe_matmul(float *out, ref_scale *scale, const float *x, const mx_matrix *w, const int32_t *ids, int m,
+                    int x_div);
+// mag[n, cols] (may be NULL): each element's evaluation magnitude.
+void ref_embed(float *out, double *mag, const mx_matrix *w, const int32_t *ids, int n);
 void ref_rmsnorm(float *out, const float *x, const float *w, int n, int dim, float eps);
 void ref_rope(float *x, const int32_t *pos, int n, int n_heads, const float *inv_freq, int head_dim, float attn_factor);
 // k/v_cache: host copies [slot][pos][kv_head][head_dim] (already rounded like the device cache).

@@ -1,11 +1,17 @@
 // SPDX-License-Identifier: MIT
-// Every SIMD kernel set this CPU supports against the scalar reference (itself built on the
-// reference dequantizer of core/quant.c), for every weight format: affine 2,3,4,5,6,8 bit x groups
-// 32/64/128 x scale dtypes bf16/f16/f32, mxfp4, mxfp8, nvfp4, dense bf16/f16/f32. Random data, odd
-// row counts, column counts that are not multiples of the vector width (dense), buffers at odd
-// byte offsets, and every gemm tile shape (1-4 rows x 1-13 tokens). Attention heads of several
-// sizes and key ranges are compared too, and the integer (VNNI) gemv of the sets that have one,
-// for every format it covers.
+// Every CPU kernel set (the scalar one and each SIMD set this CPU supports) against an independent
+// reference: the tests' own dequantizer written from the format description (format_ref.h) and
+// dot products in double precision. Every weight format: affine 2,3,4,5,6,8 bit x groups 32/64/128
+// x scale dtypes bf16/f16/f32, mxfp4, mxfp8, nvfp4, dense bf16/f16/f32. Random data, odd row
+// counts, column counts that are not multiples of the vector width (dense), buffers at odd byte
+// offsets, and every gemm tile shape (1-4 rows x 1-13 tokens). Attention heads of several sizes and
+// key ranges are compared with a double-precision softmax, and the integer (VNNI) gemv of the sets
+// that have one, for every format it covers.
+//
+// Bounds, per element: a dequantized value within 4 float32 roundings of its evaluation magnitude;
+// a float32 dot product within 1e-6 * sum |w||x| and an attention output within 2e-6 * max |v|
+// (about 5x what the kernels measure, ~1.3e-7 and ~4e-7; the measured worst is printed per set).
+// A CPU without any SIMD set still checks the scalar set, then exits 77 (ctest: skipped) saying so.
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -13,6 +19,7 @@
 
 #include "backends/cpu/cpu_kernels.h"
 #include "check.h"
+#include "format_ref.h"
 
 static uint64_t rng = 0x1234567;
 
@@ -88,9 +95,24 @@ static void tfree(tmat *t) {
 
 static int q_tested;  // matrices that went through an integer path
 
-static double close_to(double a, double ref, double scale) { return fabs(a - ref) <= 2e-5 * scale + 1e-6; }
+// Worst error seen per kernel set, as a fraction of each check's scale (printed, not a bound).
+typedef struct worst {
+    double deq, dot, q, attn;
+} worst;
+static worst seen;
 
-// Compares the kernel set `set` against the scalar set on matrix t.
+#define DOT_TOL 1e-6                   // float32 dot products, relative to sum |w||x|
+#define DEQ_TOL (4.0 / 16777216.0)     // dequantized values: 4 float32 roundings of their magnitude
+#define ATTN_TOL 2e-6                  // attention outputs, relative to max |v| over the keys
+
+// |a - ref| within tol * scale; records the ratio in *w.
+static int within(double a, double ref, double scale, double tol, double *w) {
+    double e = fabs(a - ref), r = scale > 0 ? e / scale : (e > 0 ? INFINITY : 0);
+    if (r > *w || isnan(a)) *w = isnan(a) ? INFINITY : r;
+    return e <= tol * scale;
+}
+
+// Compares the kernel set `set` against the independent reference on matrix t.
 static void compare(const char *set, const char *label, const tmat *t) {
     const mx_matrix *w = &t->m;
     int64_t rows = w->rows, cols = w->cols;
@@ -98,12 +120,12 @@ static void compare(const char *set, const char *label, const tmat *t) {
     float *x = malloc(sizeof(float) * cols * nmax);
     float *scratch = aligned_alloc(64, (sizeof(float) * CPU_KERNELS_SCRATCH(cols) + 63) & ~(size_t)63);
     float *deq_ref = malloc(sizeof(float) * cols * rows), *deq = malloc(sizeof(float) * cols);
+    double *deq_mag = malloc(sizeof(double) * cols * rows);
     float *ref = malloc(sizeof(float) * rows * nmax), *got = malloc(sizeof(float) * rows * nmax);
     double *mag = malloc(sizeof(double) * rows * nmax);  // sum |w||x|: the scale of rounding error
     for (int64_t i = 0; i < cols * nmax; i++) x[i] = rndf();
 
-    cpu_kernels_select("scalar");
-    for (int64_t r = 0; r < rows; r++) cpu_kernels_dequant_row(w, r, deq_ref + r * cols);
+    for (int64_t r = 0; r < rows; r++) fref_dequant_row(w, r, deq_ref + r * cols, deq_mag + r * cols);
     for (int t2 = 0; t2 < nmax; t2++)
         for (int64_t r = 0; r < rows; r++) {
             double s = 0, a = 0;
@@ -114,23 +136,24 @@ static void compare(const char *set, const char *label, const tmat *t) {
             ref[t2 * rows + r] = (float)s;
             mag[t2 * rows + r] = a;
         }
-    CHECK(cpu_kernels_select(set) == 0);
+    CHECK_MSG(cpu_kernels_select(set) == 0, "kernel set %s", set);
 
-    int bad_deq = 0, bad_dot = 0, bad_gemv = 0, bad_gemm = 0;
+    int bad_deq = 0, bad_dot = 0, bad_gemv = 0, bad_gemm = 0, compared = 0;
     for (int64_t r = 0; r < rows; r++) {
         cpu_kernels_dequant_row(w, r, deq);
-        for (int64_t k = 0; k < cols; k++)
-            if (!close_to(deq[k], deq_ref[r * cols + k], fabs(deq_ref[r * cols + k]))) bad_deq++;
+        for (int64_t k = 0; k < cols; k++, compared++)
+            if (!within(deq[k], deq_ref[r * cols + k], deq_mag[r * cols + k], DEQ_TOL, &seen.deq)) bad_deq++;
         float v = cpu_kernels_row_dot(w, r, x, scratch);
-        if (!close_to(v, ref[r], mag[r])) bad_dot++;
+        if (!within(v, ref[r], mag[r], DOT_TOL, &seen.dot)) bad_dot++;
+        compared++;
     }
     // gemv over every row, then over an odd sub-range.
     cpu_kernels_gemv(w, 0, rows, x, got, scratch);
-    for (int64_t r = 0; r < rows; r++)
-        if (!close_to(got[r], ref[r], mag[r])) bad_gemv++;
+    for (int64_t r = 0; r < rows; r++, compared++)
+        if (!within(got[r], ref[r], mag[r], DOT_TOL, &seen.dot)) bad_gemv++;
     cpu_kernels_gemv(w, 1, rows - 1, x + cols, got, scratch);
-    for (int64_t r = 1; r < rows - 1; r++)
-        if (!close_to(got[r - 1], ref[rows + r], mag[rows + r])) bad_gemv++;
+    for (int64_t r = 1; r < rows - 1; r++, compared++)
+        if (!within(got[r - 1], ref[rows + r], mag[rows + r], DOT_TOL, &seen.dot)) bad_gemv++;
     // gemm tiles: nr rows from r0, n tokens, written with stride rows.
     for (int nr = 1; nr <= CPU_KERNELS_GEMM_ROWS; nr++)
         for (int n = 1; n <= nmax; n += (n < 8 ? 1 : 5)) {
@@ -138,9 +161,9 @@ static void compare(const char *set, const char *label, const tmat *t) {
             for (int64_t i = 0; i < rows * nmax; i++) got[i] = NAN;
             cpu_kernels_gemm(w, r0, nr, x, n, got + r0, rows, scratch);
             for (int t2 = 0; t2 < n; t2++)
-                for (int i = 0; i < nr; i++) {
+                for (int i = 0; i < nr; i++, compared++) {
                     int64_t o = t2 * rows + r0 + i;
-                    if (!close_to(got[o], ref[o], mag[o])) bad_gemm++;
+                    if (!within(got[o], ref[o], mag[o], DOT_TOL, &seen.dot)) bad_gemm++;
                 }
             if (r0 > 0 && !isnan(got[r0 - 1])) bad_gemm++;  // nothing written outside the tile
         }
@@ -154,21 +177,44 @@ static void compare(const char *set, const char *label, const tmat *t) {
         cpu_kernels_quantize_x(w, x, 3, qx);
         for (int t2 = 0; t2 < 3; t2++) {
             cpu_kernels_gemv_q(w, 0, rows, qx + qb * t2, got);
-            for (int64_t r = 0; r < rows; r++)
-                if (!close_to(got[r], ref[t2 * rows + r], mag[t2 * rows + r])) bad_q++;
+            for (int64_t r = 0; r < rows; r++, compared++)
+                if (!within(got[r], ref[t2 * rows + r], mag[t2 * rows + r], DOT_TOL, &seen.q)) bad_q++;
         }
         cpu_kernels_gemv_q(w, 2, rows - 3, qx + qb, got);
-        for (int64_t r = 2; r < rows - 3; r++)
-            if (!close_to(got[r - 2], ref[rows + r], mag[rows + r])) bad_q++;
+        for (int64_t r = 2; r < rows - 3; r++, compared++)
+            if (!within(got[r - 2], ref[rows + r], mag[rows + r], DOT_TOL, &seen.q)) bad_q++;
         free(qx);
         q_tested++;
     }
+    CHECK_MSG(compared > rows * 3, "%s %s: only %d comparisons", set, label, compared);
     CHECK_MSG(bad_q == 0, "%s %s: %d integer gemv outputs differ", set, label, bad_q);
     CHECK_MSG(bad_deq == 0, "%s %s: %d dequantized values differ", set, label, bad_deq);
     CHECK_MSG(bad_dot == 0, "%s %s: %d row dots differ", set, label, bad_dot);
     CHECK_MSG(bad_gemv == 0, "%s %s: %d gemv outputs differ", set, label, bad_gemv);
     CHECK_MSG(bad_gemm == 0, "%s %s: %d gemm outputs differ", set, label, bad_gemm);
-    free(x), free(scratch), free(deq_ref), free(deq), free(ref), free(got), free(mag);
+    free(x), free(scratch), free(deq_ref), free(deq_mag), free(deq), free(ref), free(got), free(mag);
+}
+
+// One attention head in double precision: softmax(scale * q . K[p]) V over keys [first, last].
+static void attn_ref(const float *q, const float *K, const float *V, int64_t stride, int first, int last, int hd,
+                     float scale, double *out, double *vmax) {
+    double sc[64], mx = -INFINITY, sum = 0;
+    for (int p = first; p <= last; p++) {
+        double d = 0;
+        for (int i = 0; i < hd; i++) d += (double)q[i] * K[p * stride + i];
+        sc[p] = d * scale;
+        mx = sc[p] > mx ? sc[p] : mx;
+    }
+    for (int p = first; p <= last; p++) sum += (sc[p] = exp(sc[p] - mx));
+    *vmax = 0;
+    for (int i = 0; i < hd; i++) {
+        double acc = 0;
+        for (int p = first; p <= last; p++) {
+            acc += sc[p] * V[p * stride + i];
+            *vmax = fabs(V[p * stride + i]) > *vmax ? fabs(V[p * stride + i]) : *vmax;
+        }
+        out[i] = acc / sum;
+    }
 }
 
 static void compare_attention(const char *set) {
@@ -177,18 +223,18 @@ static void compare_attention(const char *set) {
         int hd = hds[h], n_keys = 45;
         int64_t stride = hd * 3 + 5;  // keys interleaved with other heads, odd stride
         float *K = malloc(sizeof(float) * stride * n_keys), *V = malloc(sizeof(float) * stride * n_keys);
-        float *q = malloc(sizeof(float) * hd), *ref = malloc(sizeof(float) * hd), *got = malloc(sizeof(float) * hd);
+        float *q = malloc(sizeof(float) * hd), *got = malloc(sizeof(float) * hd);
+        double *ref = malloc(sizeof(double) * hd), vmax;
         for (int64_t i = 0; i < stride * n_keys; i++) K[i] = rndf() * 3, V[i] = rndf();
         for (int i = 0; i < hd; i++) q[i] = rndf();
         int ranges[][2] = {{0, 0}, {0, 15}, {0, 16}, {3, 44}, {20, 37}};
         for (size_t k = 0; k < sizeof ranges / sizeof ranges[0]; k++) {
-            cpu_kernels_select("scalar");
-            cpu_kernels_attn_head(q, K, V, stride, ranges[k][0], ranges[k][1], hd, 0.3f, ref);
+            attn_ref(q, K, V, stride, ranges[k][0], ranges[k][1], hd, 0.3f, ref, &vmax);
             cpu_kernels_select(set);
             cpu_kernels_attn_head(q, K, V, stride, ranges[k][0], ranges[k][1], hd, 0.3f, got);
             int bad = 0;
             for (int i = 0; i < hd; i++)
-                if (fabs(got[i] - ref[i]) > 1e-5 * (1 + fabs(ref[i]))) bad++;
+                if (!within(got[i], ref[i], vmax, ATTN_TOL, &seen.attn)) bad++;
             CHECK_MSG(bad == 0, "%s attention hd %d keys %d-%d: %d values differ", set, hd, ranges[k][0],
                       ranges[k][1], bad);
         }
@@ -196,49 +242,65 @@ static void compare_attention(const char *set) {
     }
 }
 
-int main(void) {
-    const char *sets[] = {"avx2", "avx512", "avx512vnni"};
+// Every format and the attention head through one kernel set.
+static void test_set(const char *set) {
     const mx_dtype sdts[] = {MX_DTYPE_BF16, MX_DTYPE_F16, MX_DTYPE_F32};
     const char *sdt_names[] = {"bf16", "f16", "f32"};
-    int tested = 0;
-    for (size_t s = 0; s < sizeof sets / sizeof sets[0]; s++) {
-        if (cpu_kernels_select(sets[s]) != 0) {
-            printf("kernel set %s: not supported by this CPU, skipped\n", sets[s]);
-            continue;
-        }
-        tested++;
-        char label[96];
-        int bits[] = {2, 3, 4, 5, 6, 8}, groups[] = {32, 64, 128};
-        for (int b = 0; b < 6; b++)
-            for (int g = 0; g < 3; g++)
-                for (int d = 0; d < 3; d++) {
-                    int64_t cols = groups[g] * (b % 2 ? 3 : 5);
-                    tmat t = make((mx_quant){MX_QUANT_AFFINE, bits[b], groups[g]}, MX_DTYPE_U32, sdts[d], 11, cols,
-                                  (b + g + d) % 4);
-                    snprintf(label, sizeof label, "affine %d-bit g%d %s", bits[b], groups[g], sdt_names[d]);
-                    compare(sets[s], label, &t);
-                    tfree(&t);
-                }
-        struct {
-            mx_quant q;
-            const char *name;
-        } fp[] = {{{MX_QUANT_MXFP4, 4, 32}, "mxfp4"}, {{MX_QUANT_MXFP8, 8, 32}, "mxfp8"}, {{MX_QUANT_NVFP4, 4, 16}, "nvfp4"}};
-        for (int f = 0; f < 3; f++) {
-            tmat t = make(fp[f].q, MX_DTYPE_U32, MX_DTYPE_U8, 9, 160, f + 1);
-            compare(sets[s], fp[f].name, &t);
-            tfree(&t);
-        }
-        const mx_dtype dense[] = {MX_DTYPE_BF16, MX_DTYPE_F16, MX_DTYPE_F32};
-        const int64_t dcols[] = {7, 64, 131};
-        for (int d = 0; d < 3; d++)
-            for (int c = 0; c < 3; c++) {
-                tmat t = make((mx_quant){MX_QUANT_NONE, 0, 0}, dense[d], MX_DTYPE_F32, 10, dcols[c], (d + c) % 3);
-                snprintf(label, sizeof label, "dense %s cols %lld", sdt_names[d], (long long)dcols[c]);
-                compare(sets[s], label, &t);
+    char label[96];
+    int bits[] = {2, 3, 4, 5, 6, 8}, groups[] = {32, 64, 128};
+    memset(&seen, 0, sizeof seen);
+    for (int b = 0; b < 6; b++)
+        for (int g = 0; g < 3; g++)
+            for (int d = 0; d < 3; d++) {
+                int64_t cols = groups[g] * (b % 2 ? 3 : 5);
+                tmat t = make((mx_quant){MX_QUANT_AFFINE, bits[b], groups[g]}, MX_DTYPE_U32, sdts[d], 11, cols,
+                              (b + g + d) % 4);
+                snprintf(label, sizeof label, "affine %d-bit g%d %s", bits[b], groups[g], sdt_names[d]);
+                compare(set, label, &t);
                 tfree(&t);
             }
-        compare_attention(sets[s]);
+    struct {
+        mx_quant q;
+        const char *name;
+    } fp[] = {{{MX_QUANT_MXFP4, 4, 32}, "mxfp4"}, {{MX_QUANT_MXFP8, 8, 32}, "mxfp8"}, {{MX_QUANT_NVFP4, 4, 16}, "nvfp4"}};
+    for (int f = 0; f < 3; f++) {
+        tmat t = make(fp[f].q, MX_DTYPE_U32, MX_DTYPE_U8, 9, 160, f + 1);
+        compare(set, fp[f].name, &t);
+        tfree(&t);
     }
-    printf("%d SIMD kernel sets tested, %d matrices through an integer path\n", tested, q_tested);
-    return check_finish();
+    const mx_dtype dense[] = {MX_DTYPE_BF16, MX_DTYPE_F16, MX_DTYPE_F32};
+    const int64_t dcols[] = {7, 64, 131};
+    for (int d = 0; d < 3; d++)
+        for (int c = 0; c < 3; c++) {
+            tmat t = make((mx_quant){MX_QUANT_NONE, 0, 0}, dense[d], MX_DTYPE_F32, 10, dcols[c], (d + c) % 3);
+            snprintf(label, sizeof label, "dense %s cols %lld", sdt_names[d], (long long)dcols[c]);
+            compare(set, label, &t);
+            tfree(&t);
+        }
+    compare_attention(set);
+    printf("kernel set %-11s worst error / bound scale: dequant %.2e (bound %.1e), dot %.2e (bound %.0e), "
+           "integer gemv %.2e, attention %.2e (bound %.0e)\n",
+           set, seen.deq, DEQ_TOL, seen.dot, DOT_TOL, seen.q, seen.attn, ATTN_TOL);
+}
+
+int main(void) {
+    const char *simd_sets[] = {"avx2", "avx512", "avx512vnni"};
+    test_set("scalar");
+    int tested = 0;
+    for (size_t s = 0; s < sizeof simd_sets / sizeof simd_sets[0]; s++) {
+        if (cpu_kernels_select(simd_sets[s]) != 0) {
+            printf("kernel set %s: not supported by this CPU, not tested\n", simd_sets[s]);
+            continue;
+        }
+        test_set(simd_sets[s]);
+        tested++;
+    }
+    printf("scalar and %d SIMD kernel sets tested, %d matrices through an integer path\n", tested, q_tested);
+    int rc = check_finish();
+    if (rc == 0 && tested == 0) {
+        printf("skipped: this CPU has none of the SIMD kernel sets (avx2, avx512, avx512vnni); only the scalar "
+               "set was checked\n");
+        return 77;
+    }
+    return rc;
 }
