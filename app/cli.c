@@ -75,8 +75,8 @@ int cli_u64(const char *cmd, const char *flag, const char *v, uint64_t *out) {
 }
 
 const char cli_model_help[] =
-    "  -m, --model PATH        model folder or Hugging Face repo id in the local cache\n"
-    "                          (default: the bundled demo model)\n"
+    "  -m, --model PATH        model folder, or Hugging Face repo id (ORG/NAME: from the local\n"
+    "                          cache, downloaded when missing; default: the bundled demo model)\n"
     "  --backend NAME          cpu, cuda, rocm or auto (default: auto)\n"
     "  --threads N             CPU threads (default: all cores)\n"
     "  --ctx N                 context length in tokens\n";

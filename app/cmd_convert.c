@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include "commands.h"
 #include "convert/convert.h"
 #include "convert/recipe.h"
+#include "io/model_path.h"
 
 static const char *const CMD = "convert";
 
@@ -22,7 +24,8 @@ static void usage(FILE *to) {
             "usage: mlxcel convert --hf-path DIR --mlx-path OUT [options]\n\n"
             "Converts a Hugging Face checkpoint (config.json + model*.safetensors) into an MLX model\n"
             "folder, optionally quantized exactly as mlx-lm does.\n\n"
-            "  --hf-path, --model DIR   source folder\n"
+            "  --hf-path, --model DIR   source folder, or a Hugging Face repo id (ORG/NAME; downloaded\n"
+            "                           into the Hugging Face cache when missing)\n"
             "  --mlx-path OUT           output folder (default mlx_model)\n"
             "  -q, --quantize           quantize Linear and Embedding weights\n"
             "  --q-bits N               2, 3, 4, 5, 6 or 8 (default 4; mxfp8: 8)\n"
@@ -147,6 +150,15 @@ int cmd_convert(int argc, char **argv) {
         return MX_EXIT_USAGE;
     }
     mx_error err = {{0}};
+    char hf_dir[4600];
+    struct stat hf_st;
+    if (stat(o.hf_path, &hf_st) != 0 && strchr(o.hf_path, '/')) {  // a repo id: cache, else download
+        if (mx_model_path_resolve(o.hf_path, hf_dir, sizeof hf_dir, &err) != 0) {
+            cli_error(CMD, "%s", err.msg);
+            return MX_EXIT_RUNTIME;
+        }
+        o.hf_path = hf_dir;
+    }
     if (mx_convert_check_opts(&o, &err) != 0) {
         cli_error(CMD, "%s", err.msg);
         return MX_EXIT_USAGE;

@@ -16,5 +16,6 @@ int cmd_logits(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_info(int argc, char **argv);
+int cmd_download(int argc, char **argv);
 
 #endif

@@ -20,6 +20,7 @@ static const command commands[] = {
     {"logits", cmd_logits, "write the logits of a token sequence to a safetensors file"},
     {"convert", cmd_convert, "convert a Hugging Face checkpoint to an MLX (quantized) folder"},
     {"inspect", cmd_inspect, "describe a model folder"},
+    {"download", cmd_download, "download a model from the Hugging Face Hub into the local cache"},
     {"info", cmd_info, "version, backends, CPU features and devices"},
 };
 

@@ -9,7 +9,7 @@ cd "$(dirname "$0")/../.."
 . tests/gpu/devdeps.sh
 mxg_install_devdeps || echo "note: C libraries missing and no build/devdeps carried"
 rm -rf build/cuda
-cmake --preset cuda -DMLXCEL_WERROR=ON >/tmp/configure.log 2>&1 || { tail -20 /tmp/configure.log; exit 1; }
+cmake --preset cuda -DMLXCEL_WERROR=ON $(mxg_hub_flag) >/tmp/configure.log 2>&1 || { tail -20 /tmp/configure.log; exit 1; }
 cmake --build build/cuda -j"$(nproc)" >/tmp/build.log 2>&1 || { grep -E "error" /tmp/build.log | head -20; exit 1; }
 fails=0
 step() { echo "== $1"; shift; "$@" || { echo "FAILED"; fails=$((fails + 1)); }; }

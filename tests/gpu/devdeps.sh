@@ -20,3 +20,7 @@ mxg_install_devdeps() {
     export PKG_CONFIG_PATH=/usr/local/lib/pkgconfig
     ldconfig
 }
+# mxg_hub_flag: prints -DMLXCEL_HUB=OFF when libcurl's development files are missing (the device
+# image may lack them and no Debian package of them is carried; the device runs read models from
+# the tree, so Hub downloads are not needed there). Use as: cmake ... $(mxg_hub_flag)
+mxg_hub_flag() { pkg-config --exists libcurl 2>/dev/null || echo "-DMLXCEL_HUB=OFF"; }

@@ -11,7 +11,7 @@ mkdir -p "$OUT"
 if [ ! -x build/cuda/bench_gpu_decode ]; then
     . tests/gpu/devdeps.sh
     mxg_install_devdeps || true
-    cmake --preset cuda >/dev/null && cmake --build build/cuda -j"$(nproc)" --target bench_gpu_decode >/dev/null || exit 1
+    cmake --preset cuda $(mxg_hub_flag) >/dev/null && cmake --build build/cuda -j"$(nproc)" --target bench_gpu_decode >/dev/null || exit 1
 fi
 sections=(--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats
           --section SchedulerStats --section MemoryWorkloadAnalysis)

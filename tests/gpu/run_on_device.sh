@@ -57,7 +57,7 @@ fi
 
 echo "== configure + build"
 rm -rf build/cuda
-run configure 300 cmake --preset cuda -DMLXCEL_WERROR=ON && grep -E "mlxcel:" "$LOGS/configure.log"
+run configure 300 cmake --preset cuda -DMLXCEL_WERROR=ON $(mxg_hub_flag) && grep -E "mlxcel:" "$LOGS/configure.log"
 run build 420 cmake --build build/cuda -j"$(nproc)" || { tail -30 "$LOGS/build.log"; finish; }
 
 echo "== GPU op suite"
@@ -86,7 +86,7 @@ run info 60 env -u LD_LIBRARY_PATH build/cuda/mlxcel info
 cat "$LOGS/info.log"
 
 echo "== wrong-architecture diagnosis (a build for 80-real only: no code the H200 can run)"
-if run configure_80 120 cmake -S . -B build/cuda80 -DMLXCEL_CUDA=ON -DMLXCEL_CUDA_ARCHITECTURES=80-real &&
+if run configure_80 120 cmake -S . -B build/cuda80 -DMLXCEL_CUDA=ON -DMLXCEL_CUDA_ARCHITECTURES=80-real $(mxg_hub_flag) &&
     run build_80 300 cmake --build build/cuda80 -j"$(nproc)" --target mlxcel; then
     env -u LD_LIBRARY_PATH build/cuda80/mlxcel generate -p Hello -n 4 --temp 0 >"$LOGS/wrong_arch.log" 2>&1
     rc=$?
