@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "constrain.h"
 #include "commands.h"
 #include "gen_loop.h"
 #include "prompt.h"
@@ -19,6 +20,8 @@ static void usage(FILE *to) {
             "  --system TEXT           system message (chat template)\n"
             "  --no-chat-template      send the prompt as raw text\n"
             "  --ignore-eos            keep generating past end-of-sequence tokens\n"
+            "  --json-schema FILE      output is JSON valid against the schema in FILE (constrained decoding)\n"
+            "  --grammar FILE          output follows the GBNF grammar in FILE (constrained decoding)\n"
             "%s%s",
             cli_model_help, cli_sampling_help);
 }
@@ -31,7 +34,7 @@ static bool print_text(void *user, const char *text, size_t len) {
 }
 
 int cmd_generate(int argc, char **argv) {
-    const char *cmd = "generate", *prompt_arg = NULL, *system = NULL;
+    const char *cmd = "generate", *prompt_arg = NULL, *system = NULL, *schema_path = NULL, *grammar_path = NULL;
     int max_new = 100;
     bool no_template = false, ignore_eos = false;
     cli_model_opts mo = {0};
@@ -55,6 +58,10 @@ int cmd_generate(int argc, char **argv) {
             no_template = true;
         } else if (cli_is(a, NULL, "--ignore-eos")) {
             ignore_eos = true;
+        } else if (cli_is(a, NULL, "--json-schema")) {
+            if (!(schema_path = cli_value(cmd, argc, argv, &i))) return MX_EXIT_USAGE;
+        } else if (cli_is(a, NULL, "--grammar")) {
+            if (!(grammar_path = cli_value(cmd, argc, argv, &i))) return MX_EXIT_USAGE;
         } else {
             cli_error(cmd, "unknown option '%s'", a);
             usage(stderr);
@@ -75,6 +82,7 @@ int cmd_generate(int argc, char **argv) {
     mx_tokenizer *tok = NULL;
     mx_ctx *ctx = NULL;
     mx_sampler *sampler = NULL;
+    cli_constraint cons = {0};
     int32_t *ids = NULL;
     size_t n_ids = 0;
     mx_error err = {{0}};
@@ -82,6 +90,7 @@ int cmd_generate(int argc, char **argv) {
     if (!(tok = prompt_load_tokenizer(cmd, dir))) goto done;
     int32_t extra_eos = -1;
     if (prompt_encode(cmd, dir, tok, prompt_text, system, !no_template, &ids, &n_ids, &extra_eos) != 0) goto done;
+    if (cli_constraint_open(cmd, schema_path, grammar_path, tok, m, extra_eos, &cons) != 0) goto done;
     const mx_config *cfg = mx_model_config(m);
     int max_ctx = mo.ctx ? mo.ctx : (int)n_ids + (max_new >= 0 ? max_new : 4096) + 1;
     if (max_ctx > cfg->max_position_embeddings && !mo.ctx) max_ctx = cfg->max_position_embeddings;
@@ -98,7 +107,8 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     gen_request req = {.ctx = ctx, .model = m, .tok = tok, .sampler = sampler, .params = &sp, .prompt = ids, .n_prompt = (int)n_ids,
-                       .max_new = max_new, .ignore_eos = ignore_eos, .extra_eos = extra_eos, .on_text = print_text};
+                       .max_new = max_new, .ignore_eos = ignore_eos, .extra_eos = extra_eos, .on_text = print_text,
+                       .matcher = cons.matcher};
     gen_stats st;
     if (gen_run(&req, &st, &err) != 0) {
         fputc('\n', stdout);
@@ -119,6 +129,7 @@ done:
     free(ids);
     free(dir);
     mx_sampler_free(sampler);
+    cli_constraint_close(&cons);
     mx_ctx_free(ctx);
     mx_tokenizer_free(tok);
     mx_model_free(m);

@@ -13,7 +13,7 @@
 // when it does (then forward() hands back token ids and no logits are needed).
 static bool choose_on_backend(const gen_request *r, mx_error *err, int *rc) {
     *rc = 0;
-    if (!r->params || mx_sampling_has_penalties(r->params)) return false;
+    if (!r->params || mx_sampling_has_penalties(r->params) || r->matcher) return false;
     const mx_sampling *p = r->params;
     mx_sample_params sp = {.temp = p->temp, .top_p = p->top_p, .min_p = p->min_p, .top_k = p->top_k, .seed = p->seed};
     if (!p->has_seed) {
@@ -38,8 +38,9 @@ int gen_run(const gen_request *r, gen_stats *st, mx_error *err) {
     int32_t *pos = malloc(sizeof(int32_t) * r->n_prompt), *slot = calloc(r->n_prompt, sizeof(int32_t));
     size_t cap = r->tok ? mx_detok_cap(r->tok) : 16;
     char *text = malloc(cap);
-    if (!logits || !pos || !slot || !text) {
-        free(logits), free(pos), free(slot), free(text);
+    uint32_t *mask = r->matcher ? malloc(sizeof(uint32_t) * (size_t)((V + 31) / 32)) : NULL;
+    if (!logits || !pos || !slot || !text || (r->matcher && !mask)) {
+        free(logits), free(pos), free(slot), free(text), free(mask);
         return mx_fail(err, "out of memory");
     }
     for (int i = 0; i < r->n_prompt; i++) pos[i] = r->start_pos + i;
@@ -59,7 +60,15 @@ int gen_run(const gen_request *r, gen_stats *st, mx_error *err) {
     int p = r->start_pos + r->n_prompt;
     double t1 = cli_now();
     while (rc == 0) {
+        if (r->matcher) {
+            if (mx_matcher_mask(r->matcher, mask) == 0) break;  // the grammar is complete and has no end token
+            mx_mask_logits(mask, logits, V);
+        }
         int32_t id = on_backend ? chosen : mx_sampler_sample(r->sampler, logits);
+        if (r->matcher && mx_matcher_accept(r->matcher, id, err)) {
+            rc = -1;
+            break;
+        }
         mx_sampler_accept(r->sampler, id, true);
         if (r->out_ids) r->out_ids[st->generated_tokens] = id;
         st->generated_tokens++;
@@ -84,6 +93,7 @@ int gen_run(const gen_request *r, gen_stats *st, mx_error *err) {
         if (len) r->on_text(r->user, text, len);
     }
     free(logits);
+    free(mask);
     free(pos);
     free(slot);
     free(text);

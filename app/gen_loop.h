@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "grammar/grammar.h"
 #include "models/model.h"
 #include "sample/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -37,6 +38,8 @@ typedef struct gen_request {
     bool (*on_text)(void *user, const char *text, size_t len);
     void *user;
     int32_t *out_ids;            // optional: generated ids (room for max_new)
+    mx_matcher *matcher;         // optional grammar: only tokens it allows are sampled (host path);
+                                 // generation ends when it allows nothing more
 } gen_request;
 
 // Returns 0 or -1 with err set. The slot's cache ends holding prompt + generated tokens

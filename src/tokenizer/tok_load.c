@@ -506,3 +506,10 @@ bool mx_tokenizer_is_special(const mx_tokenizer *tok, int32_t id) {
 }
 
 size_t mx_tokenizer_max_token_bytes(const mx_tokenizer *tok) { return tok ? tok->max_text_len : 0; }
+
+const char *mx_tokenizer_token_bytes(const mx_tokenizer *tok, int32_t id, size_t *len) {
+    *len = 0;
+    if (!tok || id < 0 || id >= tok->n_ids || !tok->id_str[id]) return NULL;
+    *len = tok->id_text_len[id];
+    return tok->id_text[id];
+}

@@ -39,6 +39,10 @@ const char *mx_tokenizer_token_str(const mx_tokenizer *tok, int32_t id);
 bool mx_tokenizer_is_special(const mx_tokenizer *tok, int32_t id);
 // Longest decoded byte length of any single token; sizes streaming buffers (see mx_detok_push).
 size_t mx_tokenizer_max_token_bytes(const mx_tokenizer *tok);
+// The decoded bytes of one id (not NUL-terminated, possibly an incomplete UTF-8 character), as the
+// decoder emits them; NULL with *len 0 for an id out of range or unused. Constrained decoding
+// matches grammars against these.
+const char *mx_tokenizer_token_bytes(const mx_tokenizer *tok, int32_t id, size_t *len);
 
 // Whole-sequence decode into a malloc'ed NUL-terminated string (NULL only when out of memory).
 // Ids out of range are skipped. Byte sequences that are not valid UTF-8 become U+FFFD, one per

@@ -1,0 +1,599 @@
+// SPDX-License-Identifier: MIT
+// GBNF (llama.cpp's grammar format) to the compiled form of gram_internal.h.
+//
+//   rule      := name '::=' alternates          (the start rule is `root`)
+//   alternates:= sequence ('|' sequence)*
+//   item      := '"' literal '"' | '[' '^'? class ']' | '.' | name | '(' alternates ')'
+//                followed by any of  * + ? {m} {m,} {m,n}
+// Whitespace, newlines and `#` comments may appear between any two tokens; a sequence ends where
+// the next `name ::=` begins. Repetition of one character class stays one REP element; other
+// repetitions become auxiliary rules (x* -> R ::= x R | ; x{2,4} -> x x R1, R1 ::= x R2 | , ...).
+// Every error names the line and column where it was found.
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/gram_internal.h"
+
+#define GRAM_MAX_REPEAT 4096  // bound of {m,n} on anything but a character class
+
+typedef struct elem_vec {
+    gram_elem *v;
+    int32_t n, cap;
+} elem_vec;
+
+typedef struct build_rule {
+    char *name;
+    elem_vec body;
+    bool defined;
+    int32_t line, col;      // where defined (or first referenced, while undefined)
+} build_rule;
+
+typedef struct parser {
+    const char *src, *p;
+    mx_error *err;
+    bool failed;
+    build_rule *rules;
+    int32_t n_rules, cap_rules;
+    gram_range *ranges;
+    int32_t n_ranges, cap_ranges;
+    gram_class *classes;
+    int32_t n_classes, cap_classes;
+    int32_t n_aux;
+} parser;
+
+static void where(const parser *ps, const char *at, int32_t *line, int32_t *col) {
+    *line = 1, *col = 1;
+    for (const char *q = ps->src; q < at && *q; q++) {
+        if (*q == '\n') (*line)++, *col = 1;
+        else if ((*q & 0xC0) != 0x80) (*col)++;
+    }
+}
+
+static int fail_at(parser *ps, const char *at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail_at(parser *ps, const char *at, const char *fmt, ...) {
+    if (ps->failed) return -1;
+    ps->failed = true;
+    char msg[768];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    int32_t line, col;
+    where(ps, at, &line, &col);
+    return mx_fail(ps->err, "grammar line %d, column %d: %s", line, col, msg);
+}
+
+static int grow(void **p, int32_t *cap, int32_t need, size_t size) {
+    if (need <= *cap) return 0;
+    int32_t c = *cap ? *cap : 16;
+    while (c < need) c *= 2;
+    void *q = realloc(*p, (size_t)c * size);
+    if (!q) return -1;
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+static int push_elem(parser *ps, elem_vec *ev, gram_elem e) {
+    if (grow((void **)&ev->v, &ev->cap, ev->n + 1, sizeof *ev->v)) return fail_at(ps, ps->p, "out of memory");
+    ev->v[ev->n++] = e;
+    return 0;
+}
+
+// ---- character classes
+
+static int cmp_range(const void *a, const void *b) {
+    const gram_range *x = a, *y = b;
+    return x->lo < y->lo ? -1 : x->lo > y->lo;
+}
+
+// Adds the class made of tmp[0..n) (negated when asked); returns its id, reusing an equal class.
+static int32_t add_class(parser *ps, gram_range *tmp, int32_t n, bool negate) {
+    qsort(tmp, (size_t)n, sizeof *tmp, cmp_range);
+    int32_t m = 0;
+    for (int32_t i = 0; i < n; i++) {
+        if (m > 0 && tmp[i].lo <= tmp[m - 1].hi + 1) {
+            if (tmp[i].hi > tmp[m - 1].hi) tmp[m - 1].hi = tmp[i].hi;
+        } else {
+            tmp[m++] = tmp[i];
+        }
+    }
+    if (negate) {
+        gram_range inv[m + 1];
+        int32_t k = 0;
+        uint32_t next = 0;
+        for (int32_t i = 0; i < m; i++) {
+            if (tmp[i].lo > next) inv[k++] = (gram_range){next, tmp[i].lo - 1};
+            next = tmp[i].hi + 1;
+        }
+        if (next <= 0x10FFFF) inv[k++] = (gram_range){next, 0x10FFFF};
+        memcpy(tmp, inv, sizeof(gram_range) * (size_t)k);
+        m = k;
+    }
+    for (int32_t c = 0; c < ps->n_classes; c++)
+        if (ps->classes[c].n == m && memcmp(ps->ranges + ps->classes[c].first, tmp, sizeof *tmp * (size_t)m) == 0)
+            return c;
+    if (grow((void **)&ps->ranges, &ps->cap_ranges, ps->n_ranges + m, sizeof *ps->ranges) ||
+        grow((void **)&ps->classes, &ps->cap_classes, ps->n_classes + 1, sizeof *ps->classes))
+        return fail_at(ps, ps->p, "out of memory");
+    gram_class k = {.first = ps->n_ranges, .n = m};
+    for (int32_t i = 0; i < m; i++)
+        for (uint32_t cp = tmp[i].lo; cp <= tmp[i].hi && cp < 128; cp++) k.ascii[cp >> 5] |= 1u << (cp & 31);
+    memcpy(ps->ranges + ps->n_ranges, tmp, sizeof *tmp * (size_t)m);
+    ps->n_ranges += m;
+    ps->classes[ps->n_classes] = k;
+    return ps->n_classes++;
+}
+
+// ---- lexical pieces
+
+static void skip_space(parser *ps) {
+    for (;;) {
+        char c = *ps->p;
+        if (c == ' ' || c == '\t' || c == '\n' || c == '\r') {
+            ps->p++;
+        } else if (c == '#') {
+            while (*ps->p && *ps->p != '\n') ps->p++;
+        } else {
+            return;
+        }
+    }
+}
+
+static bool is_name_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
+}
+
+static int hex_value(parser *ps, int digits, uint32_t *out) {
+    uint32_t v = 0;
+    for (int i = 0; i < digits; i++) {
+        char c = ps->p[i];
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return fail_at(ps, ps->p + i, "expected %d hex digits in an escape", digits);
+        v = v * 16 + (uint32_t)d;
+    }
+    ps->p += digits;
+    *out = v;
+    return 0;
+}
+
+// Reads one code point of a literal or class (escapes and UTF-8 decoded).
+static int read_char(parser *ps, uint32_t *cp) {
+    const char *at = ps->p;
+    unsigned char c = (unsigned char)*ps->p;
+    if (c == 0) return fail_at(ps, at, "unexpected end of the grammar");
+    if (c == '\\') {
+        ps->p++;
+        char e = *ps->p++;
+        switch (e) {
+        case 'n': *cp = '\n'; return 0;
+        case 'r': *cp = '\r'; return 0;
+        case 't': *cp = '\t'; return 0;
+        case '\\': case '"': case '[': case ']': case '-': case '/': case '\'': case '^':
+            *cp = (uint32_t)e;
+            return 0;
+        case 'x': return hex_value(ps, 2, cp);
+        case 'u': return hex_value(ps, 4, cp);
+        case 'U': return hex_value(ps, 8, cp);
+        default: return fail_at(ps, at, "unknown escape '\\%c'", e ? e : '0');
+        }
+    }
+    gram_utf8 u = {0};
+    for (;;) {
+        int r = gram_utf8_feed(&u, (uint8_t)*ps->p, cp);
+        if (r < 0 || *ps->p == 0) return fail_at(ps, at, "invalid UTF-8 in the grammar");
+        ps->p++;
+        if (r == 1) return 0;
+    }
+}
+
+// ---- rules
+
+static int32_t find_rule(parser *ps, const char *name, size_t len) {
+    for (int32_t i = 0; i < ps->n_rules; i++)
+        if (strlen(ps->rules[i].name) == len && memcmp(ps->rules[i].name, name, len) == 0) return i;
+    return -1;
+}
+
+static int32_t new_rule(parser *ps, const char *name, size_t len, const char *at) {
+    if (grow((void **)&ps->rules, &ps->cap_rules, ps->n_rules + 1, sizeof *ps->rules))
+        return fail_at(ps, at, "out of memory");
+    build_rule *r = &ps->rules[ps->n_rules];
+    memset(r, 0, sizeof *r);
+    r->name = strndup(name, len);
+    if (!r->name) return fail_at(ps, at, "out of memory");
+    where(ps, at, &r->line, &r->col);
+    return ps->n_rules++;
+}
+
+static int32_t rule_ref(parser *ps, const char *name, size_t len, const char *at) {
+    int32_t id = find_rule(ps, name, len);
+    return id >= 0 ? id : new_rule(ps, name, len, at);
+}
+
+static int32_t aux_rule(parser *ps, const char *at) {
+    char name[64];
+    int n = snprintf(name, sizeof name, "aux-%d", ps->n_aux++);
+    int32_t id = new_rule(ps, name, (size_t)n, at);
+    if (id >= 0) ps->rules[id].defined = true;
+    return id;
+}
+
+static int parse_alternates(parser *ps, int32_t rule, int depth);
+
+// True when the text at p is `name ::=` (the start of the next rule).
+static bool at_rule_start(const char *p) {
+    if (!is_name_char(*p)) return false;
+    while (is_name_char(*p)) p++;
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+    return strncmp(p, "::=", 3) == 0;
+}
+
+static int parse_class(parser *ps, int32_t *cls) {
+    const char *start = ps->p;
+    ps->p++;  // '['
+    bool negate = false;
+    if (*ps->p == '^') negate = true, ps->p++;
+    gram_range tmp[512];
+    int32_t n = 0;
+    while (*ps->p != ']') {
+        if (!*ps->p) return fail_at(ps, start, "unterminated character class");
+        uint32_t lo, hi;
+        if (read_char(ps, &lo)) return -1;
+        hi = lo;
+        if (ps->p[0] == '-' && ps->p[1] != ']' && ps->p[1]) {
+            ps->p++;
+            const char *at = ps->p;
+            if (read_char(ps, &hi)) return -1;
+            if (hi < lo) return fail_at(ps, at, "character range is backwards");
+        }
+        if (n >= 511) return fail_at(ps, start, "character class has too many ranges");
+        tmp[n++] = (gram_range){lo, hi};
+    }
+    ps->p++;
+    if (n == 0 && !negate) return fail_at(ps, start, "empty character class");
+    *cls = add_class(ps, tmp, n, negate);
+    return *cls < 0 ? -1 : 0;
+}
+
+// Wraps the elements ev[from..] into a new auxiliary rule and leaves one REF in their place.
+static int wrap_tail(parser *ps, elem_vec *ev, int32_t from, const char *at) {
+    int32_t aux = aux_rule(ps, at);
+    if (aux < 0) return -1;
+    for (int32_t i = from; i < ev->n; i++)
+        if (push_elem(ps, &ps->rules[aux].body, ev->v[i])) return -1;
+    if (push_elem(ps, &ps->rules[aux].body, (gram_elem){.type = GRAM_END})) return -1;
+    ev->n = from;
+    return push_elem(ps, ev, (gram_elem){.type = GRAM_REF, .arg = aux});
+}
+
+// Applies {min, max} (max -1: unbounded) to the item at ev[from..].
+static int apply_repeat(parser *ps, elem_vec *ev, int32_t from, int32_t min, int32_t max, const char *at) {
+    if (ev->n - from == 1 && ev->v[from].type == GRAM_CHAR) {
+        ev->v[from] = (gram_elem){.type = GRAM_REP, .arg = ev->v[from].arg, .min = min, .max = max};
+        return 0;
+    }
+    if (ev->n - from != 1 || ev->v[from].type != GRAM_REF) {
+        if (wrap_tail(ps, ev, from, at)) return -1;
+    }
+    if (min > GRAM_MAX_REPEAT || max > GRAM_MAX_REPEAT)
+        return fail_at(ps, at, "repetition bounds above %d are only supported on a character class", GRAM_MAX_REPEAT);
+    gram_elem x = ev->v[from];
+    ev->n = from;
+    for (int32_t i = 0; i < min; i++)
+        if (push_elem(ps, ev, x)) return -1;
+    if (max == min) return 0;
+    if (max < 0) {  // S ::= x S |
+        int32_t s = aux_rule(ps, at);
+        if (s < 0) return -1;
+        elem_vec *b = &ps->rules[s].body;
+        gram_elem seq[] = {x, {.type = GRAM_REF, .arg = s}, {.type = GRAM_ALT}, {.type = GRAM_END}};
+        for (size_t i = 0; i < 4; i++)
+            if (push_elem(ps, b, seq[i])) return -1;
+        return push_elem(ps, ev, (gram_elem){.type = GRAM_REF, .arg = s});
+    }
+    // T1 ::= x T2 | ; ... ; Tk ::= x | ;  built from the last.
+    int32_t next = -1;
+    for (int32_t k = max - min; k >= 1; k--) {
+        int32_t t = aux_rule(ps, at);
+        if (t < 0) return -1;
+        elem_vec *b = &ps->rules[t].body;
+        if (push_elem(ps, b, x)) return -1;
+        if (next >= 0 && push_elem(ps, b, (gram_elem){.type = GRAM_REF, .arg = next})) return -1;
+        if (push_elem(ps, b, (gram_elem){.type = GRAM_ALT}) || push_elem(ps, b, (gram_elem){.type = GRAM_END})) return -1;
+        next = t;
+    }
+    return push_elem(ps, ev, (gram_elem){.type = GRAM_REF, .arg = next});
+}
+
+static int parse_int(parser *ps, int32_t *out) {
+    const char *at = ps->p;
+    long v = 0;
+    if (*ps->p < '0' || *ps->p > '9') return fail_at(ps, at, "expected a number in a {m,n} repetition");
+    while (*ps->p >= '0' && *ps->p <= '9') {
+        v = v * 10 + (*ps->p++ - '0');
+        if (v > 1000000) return fail_at(ps, at, "repetition count too large");
+    }
+    *out = (int32_t)v;
+    return 0;
+}
+
+static int parse_postfix(parser *ps, elem_vec *ev, int32_t from) {
+    for (;;) {
+        skip_space(ps);
+        const char *at = ps->p;
+        int32_t min = 0, max = 0;
+        if (*ps->p == '*') {
+            min = 0, max = -1, ps->p++;
+        } else if (*ps->p == '+') {
+            min = 1, max = -1, ps->p++;
+        } else if (*ps->p == '?') {
+            min = 0, max = 1, ps->p++;
+        } else if (*ps->p == '{') {
+            ps->p++;
+            skip_space(ps);
+            if (parse_int(ps, &min)) return -1;
+            skip_space(ps);
+            max = min;
+            if (*ps->p == ',') {
+                ps->p++;
+                skip_space(ps);
+                max = -1;
+                if (*ps->p != '}' && parse_int(ps, &max)) return -1;
+                skip_space(ps);
+            }
+            if (*ps->p != '}') return fail_at(ps, ps->p, "expected '}' to close the repetition");
+            ps->p++;
+            if (max >= 0 && max < min) return fail_at(ps, at, "repetition {%d,%d} has max below min", min, max);
+        } else {
+            return 0;
+        }
+        if (ev->n == from) return fail_at(ps, at, "a repetition operator needs something before it");
+        // A second operator applies to the already repeated item.
+        if (ev->n - from != 1 || ev->v[from].type == GRAM_REP)
+            if (wrap_tail(ps, ev, from, at)) return -1;
+        if (apply_repeat(ps, ev, from, min, max, at)) return -1;
+    }
+}
+
+static int parse_sequence(parser *ps, elem_vec *ev, int depth) {
+    for (;;) {
+        skip_space(ps);
+        char c = *ps->p;
+        int32_t from = ev->n;
+        const char *at = ps->p;
+        if (c == 0 || c == '|' || c == ')') return 0;
+        if (c == '"') {
+            ps->p++;
+            while (*ps->p != '"') {
+                if (!*ps->p) return fail_at(ps, at, "unterminated string literal");
+                uint32_t cp;
+                if (read_char(ps, &cp)) return -1;
+                gram_range r = {cp, cp};
+                int32_t k = add_class(ps, &r, 1, false);
+                if (k < 0 || push_elem(ps, ev, (gram_elem){.type = GRAM_CHAR, .arg = k})) return -1;
+            }
+            ps->p++;
+            if (ev->n == from) {  // "" matches nothing: leave no element, but allow no postfix either
+                skip_space(ps);
+                if (*ps->p == '*' || *ps->p == '+' || *ps->p == '?' || *ps->p == '{')
+                    return fail_at(ps, ps->p, "a repetition of the empty string");
+                continue;
+            }
+        } else if (c == '[') {
+            int32_t k;
+            if (parse_class(ps, &k) || push_elem(ps, ev, (gram_elem){.type = GRAM_CHAR, .arg = k})) return -1;
+        } else if (c == '.') {
+            ps->p++;
+            gram_range r = {0, 0x10FFFF};
+            int32_t k = add_class(ps, &r, 1, false);
+            if (k < 0 || push_elem(ps, ev, (gram_elem){.type = GRAM_CHAR, .arg = k})) return -1;
+        } else if (c == '(') {
+            ps->p++;
+            int32_t aux = aux_rule(ps, at);
+            if (aux < 0 || parse_alternates(ps, aux, depth + 1)) return -1;
+            skip_space(ps);
+            if (*ps->p != ')') return fail_at(ps, at, "'(' is not closed");
+            ps->p++;
+            if (push_elem(ps, ev, (gram_elem){.type = GRAM_REF, .arg = aux})) return -1;
+        } else if (is_name_char(c)) {
+            if (depth == 0 && at_rule_start(ps->p)) return 0;
+            const char *name = ps->p;
+            while (is_name_char(*ps->p)) ps->p++;
+            int32_t id = rule_ref(ps, name, (size_t)(ps->p - name), name);
+            if (id < 0 || push_elem(ps, ev, (gram_elem){.type = GRAM_REF, .arg = id})) return -1;
+        } else {
+            return fail_at(ps, at, "unexpected character '%c'", c);
+        }
+        if (parse_postfix(ps, ev, from)) return -1;
+    }
+}
+
+// Parses alternatives into rule's body (which must be empty).
+static int parse_alternates(parser *ps, int32_t rule, int depth) {
+    if (depth > 200) return fail_at(ps, ps->p, "parentheses nested too deeply");
+    elem_vec ev = {0};
+    for (;;) {
+        if (parse_sequence(ps, &ev, depth)) break;
+        skip_space(ps);
+        if (*ps->p != '|') {
+            if (push_elem(ps, &ev, (gram_elem){.type = GRAM_END})) break;
+            free(ps->rules[rule].body.v);
+            ps->rules[rule].body = ev;
+            return 0;
+        }
+        ps->p++;
+        if (push_elem(ps, &ev, (gram_elem){.type = GRAM_ALT})) break;
+    }
+    free(ev.v);
+    return -1;
+}
+
+static int parse_rules(parser *ps) {
+    for (;;) {
+        skip_space(ps);
+        if (!*ps->p) return 0;
+        const char *at = ps->p;
+        if (!is_name_char(*ps->p)) return fail_at(ps, at, "expected a rule name");
+        while (is_name_char(*ps->p)) ps->p++;
+        size_t len = (size_t)(ps->p - at);
+        skip_space(ps);
+        if (strncmp(ps->p, "::=", 3) != 0) return fail_at(ps, ps->p, "expected '::=' after rule name '%.*s'", (int)len, at);
+        ps->p += 3;
+        int32_t id = rule_ref(ps, at, len, at);
+        if (id < 0) return -1;
+        if (ps->rules[id].defined) return fail_at(ps, at, "rule '%.*s' is defined twice", (int)len, at);
+        ps->rules[id].defined = true;
+        where(ps, at, &ps->rules[id].line, &ps->rules[id].col);
+        if (parse_alternates(ps, id, 0)) return -1;
+        skip_space(ps);
+        if (*ps->p == ')') return fail_at(ps, ps->p, "')' without a matching '('");
+    }
+}
+
+// ---- checks after parsing
+
+static bool elem_nullable(const gram_elem *e, const bool *nullable) {
+    return (e->type == GRAM_REP && e->min == 0) || (e->type == GRAM_REF && nullable[e->arg]);
+}
+
+static void compute_nullable(const parser *ps, bool *nullable) {
+    for (bool changed = true; changed;) {
+        changed = false;
+        for (int32_t r = 0; r < ps->n_rules; r++) {
+            if (nullable[r]) continue;
+            const elem_vec *b = &ps->rules[r].body;
+            bool all = true;
+            for (int32_t i = 0; i < b->n; i++) {
+                gram_elem e = b->v[i];
+                if (e.type == GRAM_ALT || e.type == GRAM_END) {
+                    if (all) {
+                        nullable[r] = changed = true;
+                        break;
+                    }
+                    all = true;
+                } else if (!elem_nullable(&e, nullable)) {
+                    all = false;
+                }
+            }
+        }
+    }
+}
+
+// Depth-first search over "r can start with s" edges; state 1 = on the path, 2 = done.
+static int32_t find_left_cycle(const parser *ps, int32_t r, const bool *nullable, uint8_t *state) {
+    if (state[r] == 1) return r;
+    if (state[r] == 2) return -1;
+    state[r] = 1;
+    const elem_vec *b = &ps->rules[r].body;
+    bool leading = true;
+    for (int32_t i = 0; i < b->n; i++) {
+        gram_elem e = b->v[i];
+        if (e.type == GRAM_ALT || e.type == GRAM_END) {
+            leading = true;
+            continue;
+        }
+        if (!leading) continue;
+        if (e.type == GRAM_REF) {
+            int32_t c = find_left_cycle(ps, e.arg, nullable, state);
+            if (c >= 0) return c;
+        }
+        leading = elem_nullable(&e, nullable);
+    }
+    state[r] = 2;
+    return -1;
+}
+
+static int check_rules(parser *ps, int32_t *root) {
+    for (int32_t r = 0; r < ps->n_rules; r++) {
+        if (ps->rules[r].defined) continue;
+        ps->failed = false;
+        mx_fail(ps->err, "grammar line %d, column %d: rule '%s' is used but not defined", ps->rules[r].line,
+                ps->rules[r].col, ps->rules[r].name);
+        return -1;
+    }
+    *root = find_rule(ps, "root", 4);
+    if (*root < 0) return mx_fail(ps->err, "grammar: no 'root' rule (the start rule must be named root)");
+    bool *nullable = calloc((size_t)ps->n_rules, sizeof *nullable);
+    uint8_t *state = calloc((size_t)ps->n_rules, 1);
+    int rc = 0;
+    if (!nullable || !state) {
+        rc = mx_fail(ps->err, "out of memory");
+    } else {
+        compute_nullable(ps, nullable);
+        for (int32_t r = 0; r < ps->n_rules && rc == 0; r++) {
+            int32_t c = find_left_cycle(ps, r, nullable, state);
+            if (c < 0) continue;
+            const build_rule *b = &ps->rules[c];
+            if (strncmp(b->name, "aux-", 4) == 0)
+                rc = mx_fail(ps->err, "grammar line %d, column %d: this group or repetition can reach itself without "
+                             "consuming input (a repetition of something that can be empty, or left recursion)",
+                             b->line, b->col);
+            else
+                rc = mx_fail(ps->err, "grammar line %d, column %d: rule '%s' is left-recursive (it can reach itself "
+                             "without consuming input)", b->line, b->col, b->name);
+        }
+    }
+    free(nullable);
+    free(state);
+    return rc;
+}
+
+static mx_grammar *flatten(parser *ps, int32_t root) {
+    mx_grammar *g = calloc(1, sizeof *g);
+    if (!g) return NULL;
+    int32_t total = 0;
+    for (int32_t r = 0; r < ps->n_rules; r++) total += ps->rules[r].body.n;
+    g->elems = malloc(sizeof *g->elems * (size_t)(total ? total : 1));
+    g->rule_start = malloc(sizeof *g->rule_start * (size_t)ps->n_rules);
+    g->rule_names = calloc((size_t)ps->n_rules, sizeof *g->rule_names);
+    if (!g->elems || !g->rule_start || !g->rule_names) {
+        mx_grammar_free(g);
+        return NULL;
+    }
+    g->n_rules = ps->n_rules;
+    for (int32_t r = 0, at = 0; r < ps->n_rules; r++) {
+        g->rule_start[r] = at;
+        memcpy(g->elems + at, ps->rules[r].body.v, sizeof *g->elems * (size_t)ps->rules[r].body.n);
+        at += ps->rules[r].body.n;
+        g->rule_names[r] = ps->rules[r].name;
+        ps->rules[r].name = NULL;
+    }
+    g->n_elems = total;
+    g->root = root;
+    g->classes = ps->classes, g->n_classes = ps->n_classes;
+    g->ranges = ps->ranges, g->n_ranges = ps->n_ranges;
+    ps->classes = NULL, ps->ranges = NULL;
+    return g;
+}
+
+mx_grammar *mx_grammar_parse(const char *text, mx_error *err) {
+    parser ps = {.src = text ? text : "", .p = text ? text : "", .err = err};
+    mx_grammar *g = NULL;
+    int32_t root = -1;
+    if (parse_rules(&ps) == 0 && check_rules(&ps, &root) == 0) {
+        g = flatten(&ps, root);
+        if (!g) mx_fail(err, "out of memory");
+    }
+    for (int32_t r = 0; r < ps.n_rules; r++) {
+        free(ps.rules[r].name);
+        free(ps.rules[r].body.v);
+    }
+    free(ps.rules);
+    free(ps.classes);
+    free(ps.ranges);
+    return g;
+}
+
+void mx_grammar_free(mx_grammar *g) {
+    if (!g) return;
+    for (int32_t r = 0; r < g->n_rules && g->rule_names; r++) free(g->rule_names[r]);
+    free(g->rule_names);
+    free(g->rule_start);
+    free(g->elems);
+    free(g->classes);
+    free(g->ranges);
+    free(g);
+}

@@ -1,0 +1,74 @@
+// SPDX-License-Identifier: MIT
+// Constrained decoding: grammars that decide which tokens may come next.
+//
+//   text (GBNF, llama.cpp's grammar format) or a JSON schema (compiled to GBNF text)
+//     -> mx_grammar     an immutable, compiled grammar (rules of alternatives of elements);
+//   mx_gram_vocab       the tokenizer's side, built once per tokenizer: every token's bytes, a trie
+//                       of them, and which ids end a sequence;
+//   mx_gram_index       one grammar bound to one vocabulary: interned parser stacks and the cache of
+//                       allowed-token masks per stack, shared (reference counted, locked) by every
+//                       matcher of that grammar, so repeated requests with one schema stay warm;
+//   mx_matcher          one sequence's position in the grammar: the allowed-token bitmask for the
+//                       next step (uint32 words over the model's vocabulary, bit i % 32 of word
+//                       i / 32 set when token i may come next), and advancing on the chosen token.
+// The end-of-sequence ids are allowed exactly when the grammar's root is complete, and are then the
+// only choice once nothing else can follow. Errors name the line and column (GBNF) or the schema
+// path (JSON schema) that was wrong.
+#ifndef MX_GRAMMAR_GRAMMAR_H
+#define MX_GRAMMAR_GRAMMAR_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/error.h"
+#include "tokenizer/tokenizer.h"
+
+typedef struct mx_grammar mx_grammar;
+
+// Parses GBNF text whose start rule is `root`. Errors read "grammar line L, column C: ...".
+mx_grammar *mx_grammar_parse(const char *text, mx_error *err);
+void mx_grammar_free(mx_grammar *g);
+
+// The GBNF text (malloc'ed) accepting exactly the JSON documents that validate against schema
+// (within the documented subset; anything outside it is an error naming the keyword and path).
+// schema NULL gives any JSON object (response_format json_object).
+char *mx_json_schema_to_gbnf(json_t *schema, mx_error *err);
+
+typedef struct mx_gram_vocab mx_gram_vocab;
+
+// vocab: the model's vocabulary size (mask width; ids the tokenizer lacks are never allowed).
+// stop_ids: the ids that end a sequence (eos and the template's end of turn).
+mx_gram_vocab *mx_gram_vocab_create(const mx_tokenizer *tok, int vocab, const int32_t *stop_ids, int n_stop,
+                                    mx_error *err);
+void mx_gram_vocab_free(mx_gram_vocab *v);
+int mx_gram_vocab_size(const mx_gram_vocab *v);
+// uint32 words of one mask: ceil(vocab / 32).
+int mx_gram_vocab_mask_words(const mx_gram_vocab *v);
+
+typedef struct mx_gram_index mx_gram_index;
+
+// Takes ownership of g. The vocabulary is borrowed and must outlive the index. refs = 1.
+mx_gram_index *mx_gram_index_create(mx_grammar *g, const mx_gram_vocab *v, mx_error *err);
+void mx_gram_index_retain(mx_gram_index *ix);
+void mx_gram_index_release(mx_gram_index *ix);
+
+typedef struct mx_matcher mx_matcher;
+
+// A matcher at the start of the grammar; holds a reference to ix.
+mx_matcher *mx_matcher_create(mx_gram_index *ix, mx_error *err);
+void mx_matcher_free(mx_matcher *m);
+// Writes the allowed tokens of the next step into mask[mx_gram_vocab_mask_words]. Returns how
+// many tokens are allowed (0: the grammar cannot go on; the caller ends the sequence).
+int mx_matcher_mask(mx_matcher *m, uint32_t *mask);
+// Advances over token id. Returns 0, or -1 (err set) when the token is not allowed here; the
+// matcher is then unchanged.
+int mx_matcher_accept(mx_matcher *m, int32_t id, mx_error *err);
+// True when the text so far is a complete sentence of the grammar.
+bool mx_matcher_complete(const mx_matcher *m);
+
+// Sets logits[i] to -infinity for every token i outside mask (host-side constrained sampling).
+void mx_mask_logits(const uint32_t *mask, float *logits, int vocab);
+
+#endif

@@ -1,0 +1,778 @@
+// SPDX-License-Identifier: MIT
+// JSON schema -> GBNF text accepting exactly the JSON documents that validate (within the subset
+// below), for response_format json_schema, tool-call arguments and `generate --json-schema`.
+//
+// Supported: type (one or a list), const, enum, anyOf, oneOf (generated as anyOf: a document may
+// match several branches), allOf with one member, $ref to "#", "#/$defs/..." or
+// "#/definitions/..." (recursion allowed); objects: properties, required, additionalProperties
+// (false, true or a schema; absent counts as false when properties are given, so generated
+// objects hold the declared properties only, in declared order); arrays: items, minItems,
+// maxItems; strings: minLength, maxLength, pattern (a regex subset: literals, classes, ., \d \w \s,
+// groups, |, quantifiers; unanchored patterns may have up to 32 characters around the match),
+// format date, time, date-time, uuid; integers: minimum, maximum, exclusiveMinimum,
+// exclusiveMaximum. Annotations (title, description, default, examples, $schema, $id, $comment)
+// are ignored. Any other keyword is an error naming it and its path: a constraint the grammar does
+// not enforce is never silently dropped.
+// Sizes are capped so generation always ends: strings without maxLength hold at most 256
+// characters between escapes and 32 escapes, numbers at most 16 integer and 16 fraction digits,
+// whitespace between tokens at most one newline and 20 indentation characters.
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar/grammar.h"
+
+#define STRING_RUN 256
+#define STRING_ESCAPES 32
+#define PATTERN_PAD 32
+
+typedef struct ref_entry {
+    char *ref;
+    int rule;
+} ref_entry;
+
+typedef struct compiler {
+    FILE *out;
+    json_t *root;
+    mx_error *err;
+    bool failed;
+    int n_rules;
+    ref_entry *refs;
+    int n_refs;
+    int depth;
+} compiler;
+
+static int fail(compiler *c, const char *path, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(compiler *c, const char *path, const char *fmt, ...) {
+    if (c->failed) return -1;
+    c->failed = true;
+    char msg[700];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return mx_fail(c->err, "json schema at '#%s': %s", path, msg);
+}
+
+// Writes s as a GBNF string literal (with quotes).
+static void put_literal(FILE *f, const char *s, size_t n) {
+    fputc('"', f);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
+        else if (ch < 0x20 || ch == 0x7F) fprintf(f, "\\x%02X", ch);
+        else fputc(ch, f);
+    }
+    fputc('"', f);
+}
+
+// The JSON text of v (compact) as a GBNF literal.
+static void put_json_literal(FILE *f, json_t *v) {
+    char *t = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
+    put_literal(f, t ? t : "", t ? strlen(t) : 0);
+    free(t);
+}
+
+static int gen(compiler *c, json_t *s, const char *path);
+
+// Starts a new rule; the caller writes its body and a newline.
+static int begin_rule(compiler *c) {
+    int id = c->n_rules++;
+    fprintf(c->out, "r%d ::= ", id);
+    return id;
+}
+
+// Body writers write into a memory stream so sub-rules can be emitted while a body is built.
+typedef struct body {
+    char *text;
+    size_t len;
+    FILE *f;
+} body;
+
+static void body_open(body *b) {
+    b->text = NULL;
+    b->len = 0;
+    b->f = open_memstream(&b->text, &b->len);
+}
+
+// Emits "rN ::= <body>" and returns N.
+static int body_close(compiler *c, body *b) {
+    if (!b->f) {
+        fail(c, "", "out of memory");
+        return -1;
+    }
+    fclose(b->f);
+    int id = begin_rule(c);
+    fprintf(c->out, "%s\n", b->text ? b->text : "");
+    free(b->text);
+    return id;
+}
+
+static bool is_annotation(const char *k) {
+    static const char *const names[] = {"title", "description", "default", "examples", "$schema", "$id", "$comment",
+                                        "$defs", "definitions", "deprecated", "readOnly", "writeOnly", "example"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (strcmp(k, names[i]) == 0) return true;
+    return false;
+}
+
+static int check_keywords(compiler *c, json_t *s, const char *path, const char *const *allowed) {
+    const char *k;
+    json_t *v;
+    json_object_foreach(s, k, v) {
+        if (is_annotation(k)) continue;
+        bool ok = false;
+        for (const char *const *a = allowed; *a && !ok; a++) ok = strcmp(*a, k) == 0;
+        if (!ok) return fail(c, path, "keyword '%s' is not supported here", k);
+    }
+    return 0;
+}
+
+// ---- integers in a range
+
+static int digits_of(long long v) {
+    int d = 1;
+    while (v >= 10) v /= 10, d++;
+    return d;
+}
+
+// Alternatives for the decimal numbers of exactly len digits between a and b (strings).
+static void same_len(FILE *f, const char *a, const char *b, int len) {
+    if (len == 0) {
+        fputs("\"\"", f);
+        return;
+    }
+    if (a[0] == b[0]) {
+        fprintf(f, "\"%c\" ", a[0]);
+        same_len(f, a + 1, b + 1, len - 1);
+        return;
+    }
+    bool low_zero = true, high_nine = true;
+    for (int i = 1; i < len; i++) low_zero &= a[i] == '0', high_nine &= b[i] == '9';
+    if (low_zero && high_nine) {
+        fprintf(f, "[%c-%c]", a[0], b[0]);
+        if (len > 1) fprintf(f, " [0-9]{%d}", len - 1);
+        return;
+    }
+    char nines[24], zeros[24];
+    memset(nines, '9', sizeof nines);
+    memset(zeros, '0', sizeof zeros);
+    fprintf(f, "( \"%c\" ", a[0]);
+    same_len(f, a + 1, nines, len - 1);
+    if (b[0] - a[0] >= 2) {
+        fprintf(f, " | [%c-%c]", a[0] + 1, b[0] - 1);
+        if (len > 1) fprintf(f, " [0-9]{%d}", len - 1);
+    }
+    fprintf(f, " | \"%c\" ", b[0]);
+    same_len(f, zeros, b + 1, len - 1);
+    fputs(" )", f);
+}
+
+// Non-negative integers in [a, b] (b < 0: no upper bound) without leading zeros.
+static void nonneg_range(FILE *f, long long a, long long b) {
+    int dmax = b < 0 ? (digits_of(a) > 16 ? digits_of(a) : 16) : digits_of(b);
+    fputs("( ", f);
+    bool first = true;
+    for (int d = digits_of(a); d <= dmax; d++) {
+        long long lo_d = 1, hi_d;
+        for (int i = 1; i < d; i++) lo_d *= 10;
+        if (d == 1) lo_d = 0;
+        hi_d = d == 1 ? 9 : lo_d * 10 - 1;
+        if (a > lo_d) lo_d = a;
+        if (b >= 0 && b < hi_d) hi_d = b;
+        if (lo_d > hi_d) continue;
+        char sa[24], sb[24];
+        snprintf(sa, sizeof sa, "%lld", lo_d);
+        snprintf(sb, sizeof sb, "%lld", hi_d);
+        if (!first) fputs(" | ", f);
+        first = false;
+        same_len(f, sa, sb, d);
+    }
+    fputs(" )", f);
+}
+
+static int gen_integer(compiler *c, json_t *s, const char *path) {
+    static const char *const kw[] = {"type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
+    if (check_keywords(c, s, path, kw)) return -1;
+    const long long big = 9999999999999999LL;  // 16 digits
+    long long lo = -big, hi = big;
+    const char *names[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+    for (int i = 0; i < 4; i++) {
+        json_t *v = json_object_get(s, names[i]);
+        if (!v) continue;
+        if (!json_is_number(v)) return fail(c, path, "'%s' must be a number", names[i]);
+        double x = json_number_value(v);
+        if (x < -9e15 || x > 9e15) return fail(c, path, "'%s' is outside the supported range (16 digits)", names[i]);
+        long long k;
+        if (i < 2) {
+            k = (long long)x;
+            if ((double)k < x) k++;
+            if (i == 1 && (double)k == x) k++;
+            if (k > lo) lo = k;
+        } else {
+            k = (long long)x;
+            if ((double)k > x) k--;
+            if (i == 3 && (double)k == x) k--;
+            if (k < hi) hi = k;
+        }
+    }
+    if (lo > hi) return fail(c, path, "no integer satisfies the bounds");
+    body b;
+    body_open(&b);
+    bool any = false;
+    if (lo < 0) {  // negative part: [lo, min(hi, -1)]
+        long long top = hi < 0 ? hi : -1;
+        fputs("\"-\" ", b.f);
+        nonneg_range(b.f, -top, lo == -big ? -1 : -lo);
+        any = true;
+    }
+    if (hi >= 0) {
+        if (any) fputs(" | ", b.f);
+        nonneg_range(b.f, lo > 0 ? lo : 0, hi == big ? -1 : hi);
+    }
+    return body_close(c, &b);
+}
+
+// ---- strings
+
+static const char *const string_char = "[^\"\\\\\\x00-\\x1F]";
+
+// Translates a regex (subset) into GBNF for the characters of a JSON string's content.
+typedef struct regex_in {
+    const char *p;
+    compiler *c;
+    const char *path;
+} regex_in;
+
+static int regex_alt(regex_in *r, FILE *f, int depth);
+
+// A class member or escape written as GBNF class text; JSON-unsafe characters are dropped.
+static int regex_class_escape(regex_in *r, FILE *f, char e) {
+    switch (e) {
+    case 'd': fputs("0-9", f); return 0;
+    case 'w': fputs("a-zA-Z0-9_", f); return 0;
+    case 's': fputs(" ", f); return 0;  // tab and newline would need JSON escapes
+    case 'n': case 't': case 'r': case 'f': case 'v':
+        return fail(r->c, r->path, "pattern: control characters are not supported");
+    default:
+        if (e == '"' || e == '\\') return fail(r->c, r->path, "pattern: '\\%c' in a class is not supported", e);
+        if (e == ']' || e == '[' || e == '-' || e == '^') fprintf(f, "\\%c", e);
+        else fputc(e, f);
+        return 0;
+    }
+}
+
+static int regex_class(regex_in *r, FILE *f) {
+    r->p++;  // '['
+    bool neg = *r->p == '^';
+    if (neg) r->p++;
+    fputs(neg ? "[^\"\\\\\\x00-\\x1F" : "[", f);
+    bool first = true;
+    while (*r->p != ']' || first) {
+        first = false;
+        char ch = *r->p;
+        if (!ch) return fail(r->c, r->path, "pattern: unterminated '['");
+        if (ch == '\\') {
+            r->p++;
+            char e = *r->p++;
+            if (neg && (e == 'd' || e == 'w' || e == 's')) return fail(r->c, r->path, "pattern: \\%c in [^...] is not supported", e);
+            if (regex_class_escape(r, f, e)) return -1;
+        } else if (ch == '"' || (unsigned char)ch < 0x20) {
+            if (!neg) return fail(r->c, r->path, "pattern: '\"' and control characters are not supported in a class");
+            r->p++;
+        } else {
+            if (ch == '[' || ch == '^') fputc('\\', f);
+            fputc(ch, f);
+            r->p++;
+        }
+    }
+    r->p++;
+    fputc(']', f);
+    return 0;
+}
+
+static int regex_atom(regex_in *r, FILE *f, int depth) {
+    char ch = *r->p;
+    if (ch == '(') {
+        r->p++;
+        if (r->p[0] == '?') {
+            if (r->p[1] != ':') return fail(r->c, r->path, "pattern: lookaround and named groups are not supported");
+            r->p += 2;
+        }
+        fputs("( ", f);
+        if (regex_alt(r, f, depth + 1)) return -1;
+        if (*r->p != ')') return fail(r->c, r->path, "pattern: '(' is not closed");
+        r->p++;
+        fputs(" )", f);
+        return 0;
+    }
+    if (ch == '[') return regex_class(r, f);
+    if (ch == '.') {
+        r->p++;
+        fputs(string_char, f);
+        return 0;
+    }
+    if (ch == '\\') {
+        char e = r->p[1];
+        r->p += 2;
+        if (e == 'd' || e == 'w' || e == 's') {
+            fputc('[', f);
+            regex_class_escape(r, f, e);
+            fputc(']', f);
+            return 0;
+        }
+        if (e == 'D' || e == 'W' || e == 'S') {
+            fputs("[^\"\\\\\\x00-\\x1F", f);
+            regex_class_escape(r, f, (char)(e + 32));
+            if (e == 'S') fputs("\\t\\n\\r", f);
+            fputc(']', f);
+            return 0;
+        }
+        if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z') || (e >= '0' && e <= '9') || !e)
+            return fail(r->c, r->path, "pattern: escape '\\%c' is not supported", e ? e : '0');
+        if (e == '"') fputs("\"\\\\\\\"\"", f);        // a quote is written \" in JSON
+        else if (e == '\\') fputs("\"\\\\\\\\\"", f);  // a backslash is written \\ in JSON
+        else put_literal(f, &e, 1);
+        return 0;
+    }
+    if ((unsigned char)ch < 0x20) return fail(r->c, r->path, "pattern: control characters are not supported");
+    if (ch == '"') {
+        r->p++;
+        fputs("\"\\\\\\\"\"", f);
+        return 0;
+    }
+    if (ch == '*' || ch == '+' || ch == '?' || ch == '{')
+        return fail(r->c, r->path, "pattern: quantifier '%c' without anything before it", ch);
+    size_t n = 1;
+    while ((((unsigned char)r->p[n]) & 0xC0) == 0x80) n++;
+    put_literal(f, r->p, n);
+    r->p += n;
+    return 0;
+}
+
+static int regex_seq(regex_in *r, FILE *f, int depth) {
+    bool empty = true;
+    while (*r->p && *r->p != '|' && *r->p != ')') {
+        if (*r->p == '$' && (r->p[1] == 0 || r->p[1] == ')' || r->p[1] == '|'))
+            return fail(r->c, r->path, "pattern: '$' is only supported at the end");
+        if (*r->p == '^') return fail(r->c, r->path, "pattern: '^' is only supported at the start");
+        if (!empty) fputc(' ', f);
+        empty = false;
+        if (regex_atom(r, f, depth)) return -1;
+        char q = *r->p;
+        if (q == '*' || q == '+' || q == '?') {
+            fputc(q, f);
+            r->p++;
+        } else if (q == '{') {
+            const char *close = strchr(r->p, '}');
+            if (!close) return fail(r->c, r->path, "pattern: '{' is not closed");
+            fprintf(f, "%.*s", (int)(close - r->p + 1), r->p);
+            r->p = close + 1;
+        }
+        if (*r->p == '?') r->p++;  // lazy: same language
+    }
+    if (empty) fputs("\"\"", f);
+    return 0;
+}
+
+static int regex_alt(regex_in *r, FILE *f, int depth) {
+    if (depth > 50) return fail(r->c, r->path, "pattern: groups nested too deeply");
+    if (regex_seq(r, f, depth)) return -1;
+    while (*r->p == '|') {
+        r->p++;
+        fputs(" | ", f);
+        if (regex_seq(r, f, depth)) return -1;
+    }
+    return 0;
+}
+
+static int gen_pattern(compiler *c, const char *pattern, const char *path) {
+    size_t n = strlen(pattern);
+    bool anchored_start = n > 0 && pattern[0] == '^';
+    bool anchored_end = n > 0 && pattern[n - 1] == '$' && (n < 2 || pattern[n - 2] != '\\');
+    char *core = strndup(pattern + anchored_start, n - anchored_start - (anchored_end && n > (size_t)anchored_start));
+    if (!core) return fail(c, path, "out of memory");
+    body b;
+    body_open(&b);
+    fputs("\"\\\"\" ", b.f);
+    if (!anchored_start) fprintf(b.f, "%s{0,%d} ", string_char, PATTERN_PAD);
+    regex_in r = {core, c, path};
+    fputs("( ", b.f);
+    int rc = regex_alt(&r, b.f, 0);
+    if (rc == 0 && *r.p) rc = fail(c, path, "pattern: unexpected '%c'", *r.p);
+    fputs(" )", b.f);
+    if (!anchored_end) fprintf(b.f, " %s{0,%d}", string_char, PATTERN_PAD);
+    fputs(" \"\\\"\"", b.f);
+    free(core);
+    int id = body_close(c, &b);
+    return rc ? -1 : id;
+}
+
+static int gen_string(compiler *c, json_t *s, const char *path) {
+    static const char *const kw[] = {"type", "minLength", "maxLength", "pattern", "format", NULL};
+    if (check_keywords(c, s, path, kw)) return -1;
+    json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
+    json_t *jmin = json_object_get(s, "minLength"), *jmax = json_object_get(s, "maxLength");
+    if ((pat != NULL) + (fmt != NULL) + (jmin != NULL || jmax != NULL) > 1)
+        return fail(c, path, "combining pattern, format and min/maxLength is not supported");
+    if (pat) {
+        if (!json_is_string(pat)) return fail(c, path, "'pattern' must be a string");
+        return gen_pattern(c, json_string_value(pat), path);
+    }
+    body b;
+    body_open(&b);
+    if (fmt) {
+        const char *f = json_string_value(fmt);
+        const char *date = "[0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"3\" [01] )";
+        const char *time = "( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] \":\" [0-5] [0-9] ( \".\" [0-9]{1,6} )? "
+                           "( \"Z\" | [+-] ( [01] [0-9] | \"2\" [0-3] ) \":\" [0-5] [0-9] )";
+        if (!f) {
+            fclose(b.f), free(b.text);
+            return fail(c, path, "'format' must be a string");
+        } else if (strcmp(f, "date") == 0) {
+            fprintf(b.f, "\"\\\"\" %s \"\\\"\"", date);
+        } else if (strcmp(f, "time") == 0) {
+            fprintf(b.f, "\"\\\"\" %s \"\\\"\"", time);
+        } else if (strcmp(f, "date-time") == 0) {
+            fprintf(b.f, "\"\\\"\" %s \"T\" %s \"\\\"\"", date, time);
+        } else if (strcmp(f, "uuid") == 0) {
+            fputs("\"\\\"\" [0-9a-f]{8} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{4} \"-\" [0-9a-f]{12} \"\\\"\"", b.f);
+        } else {
+            fclose(b.f), free(b.text);
+            return fail(c, path, "format '%s' is not supported (date, time, date-time, uuid are)", f);
+        }
+        return body_close(c, &b);
+    }
+    if (jmin || jmax) {
+        if ((jmin && !json_is_integer(jmin)) || (jmax && !json_is_integer(jmax))) {
+            fclose(b.f), free(b.text);
+            return fail(c, path, "'minLength' and 'maxLength' must be integers");
+        }
+        long long lo = jmin ? json_integer_value(jmin) : 0;
+        long long hi = jmax ? json_integer_value(jmax) : lo + STRING_RUN;
+        if (lo < 0 || hi < lo || hi > 100000) {
+            fclose(b.f), free(b.text);
+            return fail(c, path, "string length bounds must satisfy 0 <= minLength <= maxLength <= 100000");
+        }
+        // Without escapes each character is one code point, so the bounds are exact.
+        fprintf(b.f, "\"\\\"\" %s{%lld,%lld} \"\\\"\"", string_char, lo, hi);
+        return body_close(c, &b);
+    }
+    fputs("string", b.f);
+    return body_close(c, &b);
+}
+
+// ---- objects and arrays
+
+static int gen_object(compiler *c, json_t *s, const char *path) {
+    static const char *const kw[] = {"type", "properties", "required", "additionalProperties", NULL};
+    if (check_keywords(c, s, path, kw)) return -1;
+    json_t *props = json_object_get(s, "properties"), *req = json_object_get(s, "required");
+    json_t *addl = json_object_get(s, "additionalProperties");
+    if (props && !json_is_object(props)) return fail(c, path, "'properties' must be an object");
+    if (req && !json_is_array(req)) return fail(c, path, "'required' must be an array");
+    size_t n = props ? json_object_size(props) : 0;
+    char sub[512];
+    // required names must be declared (an undeclared required name could never be produced)
+    size_t i;
+    json_t *rv;
+    json_array_foreach(req, i, rv) {
+        if (!json_is_string(rv)) return fail(c, path, "'required[%zu]' must be a string", i);
+        if (!json_object_get(props, json_string_value(rv)))
+            return fail(c, path, "required property '%s' is not in 'properties'", json_string_value(rv));
+    }
+    int extra = -1;  // rule of additional property values, -1: none
+    if (addl && !json_is_false(addl)) {
+        if (json_is_true(addl)) {
+            extra = begin_rule(c);
+            fputs("value\n", c->out);
+        } else if (json_is_object(addl)) {
+            snprintf(sub, sizeof sub, "%s/additionalProperties", path);
+            if ((extra = gen(c, addl, sub)) < 0) return -1;
+        } else {
+            return fail(c, path, "'additionalProperties' must be a boolean or a schema");
+        }
+    } else if (!props && !addl) {
+        extra = begin_rule(c);
+        fputs("value\n", c->out);
+    }
+    int *vr = calloc(n + 1, sizeof *vr);
+    const char **names = calloc(n + 1, sizeof *names);
+    bool *required = calloc(n + 1, sizeof *required);
+    if (!vr || !names || !required) {
+        free(vr), free(names), free(required);
+        return fail(c, path, "out of memory");
+    }
+    const char *key;
+    json_t *pv;
+    size_t k = 0;
+    int rc = 0;
+    json_object_foreach(props, key, pv) {
+        snprintf(sub, sizeof sub, "%s/properties/%s", path, key);
+        names[k] = key;
+        json_array_foreach(req, i, rv) required[k] |= strcmp(json_string_value(rv), key) == 0;
+        if ((vr[k] = gen(c, pv, sub)) < 0) {
+            rc = -1;
+            break;
+        }
+        k++;
+    }
+    if (rc == 0) {
+        // R[i]: properties i.. after at least one was written; F[i]: the first written is >= i.
+        int base = c->n_rules;
+        c->n_rules += 2 * (int)(n + 1);
+        for (size_t j = 0; j <= n; j++) {
+            int R = base + 2 * (int)j, F = R + 1;
+            fprintf(c->out, "r%d ::= ", R);
+            if (j == n) {
+                if (extra >= 0) fprintf(c->out, "( \",\" ws string ws \":\" ws r%d ws )*", extra);
+            } else {
+                fputs(required[j] ? "\",\" ws " : "( \",\" ws ", c->out);
+                json_t *nameval = json_string(names[j]);
+                put_json_literal(c->out, nameval);
+                json_decref(nameval);
+                fprintf(c->out, " ws \":\" ws r%d ws", vr[j]);
+                fprintf(c->out, required[j] ? " r%d" : " )? r%d", R + 2);
+            }
+            fprintf(c->out, "\nr%d ::= ", F);
+            if (j == n) {
+                if (extra >= 0) fprintf(c->out, "( string ws \":\" ws r%d ws r%d )?", extra, R);
+            } else {
+                json_t *nameval = json_string(names[j]);
+                put_json_literal(c->out, nameval);
+                json_decref(nameval);
+                fprintf(c->out, " ws \":\" ws r%d ws r%d", vr[j], R + 2);
+                if (!required[j]) fprintf(c->out, " | r%d", F + 2);
+            }
+            fputc('\n', c->out);
+        }
+        int id = begin_rule(c);
+        fprintf(c->out, "\"{\" ws r%d \"}\"\n", base + 1);
+        rc = id;
+    }
+    free(vr), free(names), free(required);
+    return rc;
+}
+
+static int gen_array(compiler *c, json_t *s, const char *path) {
+    static const char *const kw[] = {"type", "items", "minItems", "maxItems", NULL};
+    if (check_keywords(c, s, path, kw)) return -1;
+    json_t *items = json_object_get(s, "items");
+    json_t *jmin = json_object_get(s, "minItems"), *jmax = json_object_get(s, "maxItems");
+    if ((jmin && !json_is_integer(jmin)) || (jmax && !json_is_integer(jmax)))
+        return fail(c, path, "'minItems' and 'maxItems' must be integers");
+    long long lo = jmin ? json_integer_value(jmin) : 0, hi = jmax ? json_integer_value(jmax) : -1;
+    if (lo < 0 || (hi >= 0 && hi < lo) || lo > 1000 || hi > 1000)
+        return fail(c, path, "array bounds must satisfy 0 <= minItems <= maxItems <= 1000");
+    int item;
+    char sub[512];
+    snprintf(sub, sizeof sub, "%s/items", path);
+    if (!items || json_is_true(items)) {
+        item = begin_rule(c);
+        fputs("value\n", c->out);
+    } else if (json_is_object(items)) {
+        if ((item = gen(c, items, sub)) < 0) return -1;
+    } else {
+        return fail(c, path, "'items' must be a schema (tuple forms are not supported)");
+    }
+    body b;
+    body_open(&b);
+    if (hi == 0) {
+        fputs("\"[\" ws \"]\"", b.f);
+    } else {
+        fprintf(b.f, "\"[\" ws %sr%d ws ( \",\" ws r%d ws )", lo == 0 ? "( " : "", item, item);
+        long long rlo = lo > 0 ? lo - 1 : 0;
+        if (hi < 0) fprintf(b.f, "{%lld,}", rlo);
+        else fprintf(b.f, "{%lld,%lld}", rlo, hi - 1);
+        fputs(lo == 0 ? " )? \"]\"" : " \"]\"", b.f);
+    }
+    return body_close(c, &b);
+}
+
+// ---- dispatch
+
+static int gen_ref(compiler *c, const char *ref, const char *path) {
+    for (int i = 0; i < c->n_refs; i++)
+        if (strcmp(c->refs[i].ref, ref) == 0) return c->refs[i].rule;
+    json_t *target = NULL;
+    if (strcmp(ref, "#") == 0) target = c->root;
+    else if (strncmp(ref, "#/$defs/", 8) == 0) target = json_object_get(json_object_get(c->root, "$defs"), ref + 8);
+    else if (strncmp(ref, "#/definitions/", 14) == 0)
+        target = json_object_get(json_object_get(c->root, "definitions"), ref + 14);
+    else return fail(c, path, "$ref '%s' is not supported (use #, #/$defs/NAME or #/definitions/NAME)", ref);
+    if (!target) return fail(c, path, "$ref '%s' does not resolve", ref);
+    ref_entry *p = realloc(c->refs, sizeof *p * (size_t)(c->n_refs + 1));
+    if (!p) return fail(c, path, "out of memory");
+    c->refs = p;
+    // Reserve the rule first so recursive references find it.
+    int id = c->n_rules++;
+    c->refs[c->n_refs++] = (ref_entry){strdup(ref), id};
+    int body = gen(c, target, ref);
+    if (body < 0) return -1;
+    fprintf(c->out, "r%d ::= r%d\n", id, body);
+    return id;
+}
+
+static int gen_type(compiler *c, json_t *s, const char *type, const char *path) {
+    int id;
+    if (strcmp(type, "object") == 0) return gen_object(c, s, path);
+    if (strcmp(type, "array") == 0) return gen_array(c, s, path);
+    if (strcmp(type, "string") == 0) return gen_string(c, s, path);
+    if (strcmp(type, "integer") == 0) return gen_integer(c, s, path);
+    static const char *const plain[] = {"type", NULL};
+    if (strcmp(type, "number") == 0 || strcmp(type, "boolean") == 0 || strcmp(type, "null") == 0) {
+        if (check_keywords(c, s, path, plain)) return -1;
+        id = begin_rule(c);
+        fprintf(c->out, "%s\n", type);
+        return id;
+    }
+    return fail(c, path, "unknown type '%s'", type);
+}
+
+static int gen_alternatives(compiler *c, json_t *list, const char *key, const char *path) {
+    if (!json_is_array(list) || json_array_size(list) == 0) return fail(c, path, "'%s' must be a non-empty array", key);
+    size_t n = json_array_size(list), i;
+    int *ids = malloc(sizeof *ids * n);
+    if (!ids) return fail(c, path, "out of memory");
+    json_t *v;
+    char sub[512];
+    json_array_foreach(list, i, v) {
+        snprintf(sub, sizeof sub, "%s/%s/%zu", path, key, i);
+        if ((ids[i] = gen(c, v, sub)) < 0) {
+            free(ids);
+            return -1;
+        }
+    }
+    int id = begin_rule(c);
+    for (i = 0; i < n; i++) fprintf(c->out, "%sr%d", i ? " | " : "", ids[i]);
+    fputc('\n', c->out);
+    free(ids);
+    return id;
+}
+
+static int gen(compiler *c, json_t *s, const char *path) {
+    if (c->failed) return -1;
+    if (++c->depth > 64) return fail(c, path, "schema nested too deeply");
+    int id = -1;
+    if (json_is_true(s) || (json_is_object(s) && json_object_size(s) == 0)) {
+        id = begin_rule(c);
+        fputs("value\n", c->out);
+    } else if (!json_is_object(s)) {
+        fail(c, path, json_is_false(s) ? "the schema false matches nothing" : "a schema must be an object or a boolean");
+    } else if (json_object_get(s, "$ref")) {
+        static const char *const kw[] = {"$ref", NULL};
+        json_t *r = json_object_get(s, "$ref");
+        if (!check_keywords(c, s, path, kw)) {
+            if (!json_is_string(r)) fail(c, path, "'$ref' must be a string");
+            else id = gen_ref(c, json_string_value(r), path);
+        }
+    } else if (json_object_get(s, "const") || json_object_get(s, "enum")) {
+        static const char *const kw[] = {"const", "enum", "type", NULL};
+        json_t *e = json_object_get(s, "enum"), *k = json_object_get(s, "const");
+        if (check_keywords(c, s, path, kw)) {
+        } else if (e && k) {
+            fail(c, path, "'const' and 'enum' together are not supported");
+        } else if (e && (!json_is_array(e) || json_array_size(e) == 0)) {
+            fail(c, path, "'enum' must be a non-empty array");
+        } else {
+            id = begin_rule(c);
+            if (k) {
+                put_json_literal(c->out, k);
+            } else {
+                size_t i;
+                json_t *v;
+                json_array_foreach(e, i, v) {
+                    if (i) fputs(" | ", c->out);
+                    put_json_literal(c->out, v);
+                }
+            }
+            fputc('\n', c->out);
+        }
+    } else if (json_object_get(s, "anyOf") || json_object_get(s, "oneOf")) {
+        static const char *const kw[] = {"anyOf", "oneOf", NULL};
+        const char *key = json_object_get(s, "anyOf") ? "anyOf" : "oneOf";
+        if (!check_keywords(c, s, path, kw)) {
+            if (json_object_get(s, "anyOf") && json_object_get(s, "oneOf"))
+                fail(c, path, "'anyOf' and 'oneOf' together are not supported");
+            else id = gen_alternatives(c, json_object_get(s, key), key, path);
+        }
+    } else if (json_object_get(s, "allOf")) {
+        static const char *const kw[] = {"allOf", NULL};
+        json_t *a = json_object_get(s, "allOf");
+        if (!check_keywords(c, s, path, kw)) {
+            if (!json_is_array(a) || json_array_size(a) != 1) fail(c, path, "'allOf' is supported with one schema only");
+            else id = gen(c, json_array_get(a, 0), path);
+        }
+    } else {
+        json_t *t = json_object_get(s, "type");
+        if (json_is_string(t)) {
+            id = gen_type(c, s, json_string_value(t), path);
+        } else if (json_is_array(t) && json_array_size(t) > 0) {
+            size_t n = json_array_size(t), i;
+            int ids[8];
+            if (n > 8) n = 8;
+            for (i = 0; i < n && !c->failed; i++) {
+                json_t *ti = json_array_get(t, i);
+                if (!json_is_string(ti)) fail(c, path, "'type' entries must be strings");
+                else ids[i] = gen_type(c, s, json_string_value(ti), path);
+            }
+            if (!c->failed) {
+                id = begin_rule(c);
+                for (i = 0; i < n; i++) fprintf(c->out, "%sr%d", i ? " | " : "", ids[i]);
+                fputc('\n', c->out);
+            }
+        } else if (t) {
+            fail(c, path, "'type' must be a string or an array of strings");
+        } else if (json_object_get(s, "properties") || json_object_get(s, "additionalProperties") ||
+                   json_object_get(s, "required")) {
+            id = gen_object(c, s, path);
+        } else if (json_object_get(s, "items")) {
+            id = gen_array(c, s, path);
+        } else {
+            static const char *const kw[] = {NULL};
+            if (!check_keywords(c, s, path, kw)) {
+                id = begin_rule(c);
+                fputs("value\n", c->out);
+            }
+        }
+    }
+    c->depth--;
+    return c->failed ? -1 : id;
+}
+
+static const char json_base_rules[] =
+    "ws ::= ( \" \" | \"\\n\" [ \\t]{0,20} )?\n"
+    "value ::= object | array | string | number | boolean | null\n"
+    "object ::= \"{\" ws ( string ws \":\" ws value ws ( \",\" ws string ws \":\" ws value ws )* )? \"}\"\n"
+    "array ::= \"[\" ws ( value ws ( \",\" ws value ws )* )? \"]\"\n"
+    "string ::= \"\\\"\" [^\"\\\\\\x00-\\x1F]{0,256} ( esc [^\"\\\\\\x00-\\x1F]{0,256} ){0,32} \"\\\"\"\n"
+    "esc ::= \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )\n"
+    "number ::= integer ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?\n"
+    "integer ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} )\n"
+    "boolean ::= \"true\" | \"false\"\n"
+    "null ::= \"null\"\n";
+
+char *mx_json_schema_to_gbnf(json_t *schema, mx_error *err) {
+    char *text = NULL;
+    size_t len = 0;
+    compiler c = {.root = schema, .err = err};
+    c.out = open_memstream(&text, &len);
+    if (!c.out) return mx_fail(err, "out of memory"), NULL;
+    int top;
+    if (!schema) {
+        top = begin_rule(&c);
+        fputs("object\n", c.out);
+    } else {
+        top = gen(&c, schema, "");
+    }
+    if (top >= 0) fprintf(c.out, "root ::= ws r%d ws\n%s", top, json_base_rules);
+    fclose(c.out);
+    for (int i = 0; i < c.n_refs; i++) free(c.refs[i].ref);
+    free(c.refs);
+    if (top < 0 || c.failed) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}

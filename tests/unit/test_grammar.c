@@ -1,0 +1,270 @@
+// SPDX-License-Identifier: MIT
+// Grammar module tests (src/grammar): GBNF parse errors name line and column; the matcher accepts
+// the token sequences of valid texts and rejects invalid ones; every token of a mask is accepted by
+// the matcher and every other token refused (checked exhaustively on sampled states); random walks
+// that pick uniformly among the allowed tokens until the grammar completes produce text that
+// parses as JSON, for JSON-schema grammars; schema errors name the keyword and path.
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "grammar/grammar.h"
+
+static const char *tok_path = "models/qwen3-demo-44m-4bit/tokenizer.json";
+
+static void expect_parse_error(const char *text, const char *needle) {
+    mx_error err = {{0}};
+    mx_grammar *g = mx_grammar_parse(text, &err);
+    CHECK_MSG(g == NULL, "grammar should fail: %s", text);
+    CHECK_MSG(strstr(err.msg, needle) != NULL, "message '%s' lacks '%s'", err.msg, needle);
+    mx_grammar_free(g);
+}
+
+static void test_parse_errors(void) {
+    expect_parse_error("root ::= \"a\" foo\n", "line 1, column 14: rule 'foo' is used but not defined");
+    expect_parse_error("root ::= \"a\"\nx ::= [b-a]\n", "line 2, column 10: character range is backwards");
+    expect_parse_error("root ::= \"abc\n", "line 1, column 10: unterminated string literal");
+    expect_parse_error("root ::= ( \"a\" \n", "line 1, column 10: '(' is not closed");
+    expect_parse_error("root ::= \"a\"{3,1}", "line 1, column 13: repetition {3,1} has max below min");
+    expect_parse_error("root ::= \"a\" \"\\q\"", "line 1, column 15: unknown escape");
+    expect_parse_error("  root \"a\"", "line 1, column 8: expected '::='");
+    expect_parse_error("a ::= \"x\"", "no 'root' rule");
+    expect_parse_error("root ::= root \"a\" | \"b\"", "line 1, column 1: rule 'root' is left-recursive");
+    expect_parse_error("root ::= ( \"a\"? )*", "can reach itself without consuming input");
+    expect_parse_error("root ::= \"a\"\nroot ::= \"b\"", "line 2, column 1: rule 'root' is defined twice");
+    expect_parse_error("root ::= [abc", "line 1, column 10: unterminated character class");
+    expect_parse_error("root ::= * \"a\"", "line 1, column 10: unexpected character '*'");
+    mx_error err = {{0}};
+    mx_grammar *g = mx_grammar_parse("# comment\nroot ::= item+ # trailing\n  | \"x\"\nitem ::= [a-z] \"=\" [0-9]{1,3} \";\"\n",
+                                     &err);
+    CHECK_MSG(g != NULL, "%s", err.msg);
+    mx_grammar_free(g);
+}
+
+typedef struct fixture {
+    mx_tokenizer *tok;
+    mx_gram_vocab *v;
+    int32_t eos;
+} fixture;
+
+static mx_gram_index *index_for(fixture *fx, const char *gbnf) {
+    mx_error err = {{0}};
+    mx_grammar *g = mx_grammar_parse(gbnf, &err);
+    CHECK_MSG(g != NULL, "%s\n%s", err.msg, gbnf);
+    if (!g) return NULL;
+    mx_gram_index *ix = mx_gram_index_create(g, fx->v, &err);
+    CHECK(ix != NULL);
+    return ix;
+}
+
+// Feeds text's tokens; returns 0 when all were accepted and the grammar is complete.
+static int feed_text(fixture *fx, mx_gram_index *ix, const char *text, bool *complete) {
+    mx_error err = {{0}};
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (mx_tokenizer_encode(fx->tok, text, strlen(text), &ids, &n, &err)) return -1;
+    mx_matcher *m = mx_matcher_create(ix, &err);
+    int rc = 0;
+    uint32_t *mask = malloc(sizeof(uint32_t) * (size_t)mx_gram_vocab_mask_words(fx->v));
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        mx_matcher_mask(m, mask);
+        bool in_mask = (mask[ids[i] >> 5] >> (ids[i] & 31)) & 1;
+        rc = mx_matcher_accept(m, ids[i], &err);
+        CHECK_MSG(in_mask == (rc == 0), "mask and accept disagree on token %d of '%s'", ids[i], text);
+    }
+    *complete = rc == 0 && mx_matcher_complete(m);
+    free(mask);
+    free(ids);
+    mx_matcher_free(m);
+    return rc;
+}
+
+static void test_accept_reject(fixture *fx) {
+    mx_gram_index *ix = index_for(fx, "root ::= \"{\" ws pair ( \",\" ws pair )* ws \"}\"\n"
+                                      "pair ::= [a-z]+ \":\" ws ( [0-9]{1,4} | \"'\" [^']* \"'\" )\n"
+                                      "ws ::= [ \\n]*\n");
+    if (!ix) return;
+    bool complete;
+    CHECK(feed_text(fx, ix, "{abc: 12, de:'hello world', x: 7}", &complete) == 0 && complete);
+    CHECK(feed_text(fx, ix, "{abc: 12", &complete) == 0 && !complete);
+    CHECK(feed_text(fx, ix, "{abc: 12345}", &complete) != 0);
+    CHECK(feed_text(fx, ix, "{ABC: 1}", &complete) != 0);
+    CHECK(feed_text(fx, ix, "{a:'é ü 漢字 ok'}", &complete) == 0 && complete);
+    mx_gram_index_release(ix);
+}
+
+// On states reached by a fixed text, every token is checked: in the mask iff accepted.
+static void test_mask_exhaustive(fixture *fx, const char *gbnf, const char *prefix) {
+    mx_gram_index *ix = index_for(fx, gbnf);
+    if (!ix) return;
+    mx_error err = {{0}};
+    int32_t *ids = NULL;
+    size_t n = 0;
+    mx_tokenizer_encode(fx->tok, prefix, strlen(prefix), &ids, &n, &err);
+    int V = mx_gram_vocab_size(fx->v), W = mx_gram_vocab_mask_words(fx->v);
+    uint32_t *mask = malloc(sizeof(uint32_t) * (size_t)W);
+    for (size_t step = 0; step <= n; step++) {
+        mx_matcher *m = mx_matcher_create(ix, &err);
+        for (size_t i = 0; i < step; i++) CHECK(mx_matcher_accept(m, ids[i], &err) == 0);
+        int count = mx_matcher_mask(m, mask);
+        int disagree = 0, allowed = 0;
+        for (int32_t t = 0; t < V; t++) {
+            bool in = (mask[t >> 5] >> (t & 31)) & 1;
+            allowed += in;
+            if (t == fx->eos) continue;
+            mx_matcher *probe = mx_matcher_create(ix, &err);
+            for (size_t i = 0; i < step; i++) mx_matcher_accept(probe, ids[i], &err);
+            bool ok = mx_matcher_accept(probe, t, &err) == 0;
+            mx_matcher_free(probe);
+            if (ok != in && disagree++ < 3) fprintf(stderr, "  step %zu token %d: mask %d accept %d\n", step, t, in, ok);
+        }
+        CHECK_MSG(disagree == 0, "prefix '%s' step %zu: %d tokens disagree", prefix, step, disagree);
+        CHECK(count == allowed);
+        mx_matcher_free(m);
+    }
+    free(mask);
+    free(ids);
+    mx_gram_index_release(ix);
+}
+
+static uint64_t rng_state = 88172645463325252ull;
+static uint32_t rng(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)rng_state;
+}
+
+// Picks allowed tokens at random (uniformly) until the grammar completes or max steps; returns the
+// text (malloc'ed) or NULL when the walk hit a dead end.
+static char *random_walk(fixture *fx, mx_gram_index *ix, int max_steps, bool prefer_end, bool *ended) {
+    mx_error err = {{0}};
+    int V = mx_gram_vocab_size(fx->v), W = mx_gram_vocab_mask_words(fx->v);
+    uint32_t *mask = malloc(sizeof(uint32_t) * (size_t)W);
+    int32_t *out = malloc(sizeof(int32_t) * (size_t)max_steps);
+    int32_t *cand = malloc(sizeof(int32_t) * (size_t)V);
+    mx_matcher *m = mx_matcher_create(ix, &err);
+    int n = 0;
+    *ended = false;
+    bool dead = false;
+    while (n < max_steps) {
+        int count = mx_matcher_mask(m, mask);
+        if (count == 0) {
+            dead = true;
+            break;
+        }
+        bool eos_ok = (mask[fx->eos >> 5] >> (fx->eos & 31)) & 1;
+        if (eos_ok && (prefer_end || count == 1 || rng() % 8 == 0)) {
+            CHECK(mx_matcher_accept(m, fx->eos, &err) == 0);
+            *ended = true;
+            break;
+        }
+        int k = 0;
+        for (int32_t t = 0; t < V; t++)
+            if (((mask[t >> 5] >> (t & 31)) & 1) && t != fx->eos) cand[k++] = t;
+        if (k == 0) {
+            dead = true;
+            break;
+        }
+        // Prefer short tokens half of the time so walks also end inside strings and numbers.
+        int32_t pick = cand[rng() % (uint32_t)k];
+        int rc = mx_matcher_accept(m, pick, &err);
+        CHECK_MSG(rc == 0, "allowed token %d refused: %s", pick, err.msg);
+        if (rc) break;
+        out[n++] = pick;
+    }
+    char *text = mx_tokenizer_decode(fx->tok, out, (size_t)n, false);
+    if (dead) {
+        fprintf(stderr, "  dead end after: '%s' (last token %d)\n", text, n ? out[n - 1] : -1);
+        free(text);
+        text = NULL;
+    }
+    mx_matcher_free(m);
+    free(mask);
+    free(out);
+    free(cand);
+    return text;
+}
+
+static void test_schema_walks(fixture *fx) {
+    static const char *const schemas[] = {
+        "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"maxLength\":12},\"age\":{\"type\":\"integer\","
+        "\"minimum\":0,\"maximum\":150},\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\",\"c\"]},\"maxItems\":3}},"
+        "\"required\":[\"name\",\"age\"]}",
+        "{\"anyOf\":[{\"type\":\"null\"},{\"type\":\"boolean\"},{\"type\":\"number\"}]}",
+        "{\"type\":\"array\",\"items\":{\"type\":\"integer\",\"minimum\":-20,\"maximum\":1234},\"minItems\":2,\"maxItems\":4}",
+        "{\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\"},\"next\":{\"anyOf\":[{\"$ref\":"
+        "\"#/$defs/node\"},{\"type\":\"null\"}]}},\"required\":[\"v\",\"next\"]}},\"$ref\":\"#/$defs/node\"}",
+        "{\"type\":\"string\",\"pattern\":\"^[A-Z]{3}-[0-9]{2,4}$\"}",
+        NULL};
+    for (int s = 0; schemas[s]; s++) {
+        json_error_t je;
+        json_t *schema = json_loads(schemas[s], 0, &je);
+        mx_error err = {{0}};
+        char *gbnf = mx_json_schema_to_gbnf(schema, &err);
+        CHECK_MSG(gbnf != NULL, "schema %d: %s", s, err.msg);
+        json_decref(schema);
+        if (!gbnf) continue;
+        mx_gram_index *ix = index_for(fx, gbnf);
+        free(gbnf);
+        if (!ix) continue;
+        int finished = 0;
+        for (int w = 0; w < 12; w++) {
+            bool ended;
+            char *text = random_walk(fx, ix, 400, w >= 6, &ended);
+            CHECK_MSG(text != NULL, "schema %d walk %d: dead end", s, w);
+            if (text && ended) {
+                finished++;
+                json_t *doc = json_loads(text, JSON_DECODE_ANY, &je);
+                CHECK_MSG(doc != NULL, "schema %d: output is not JSON: %s (%s)", s, text, je.text);
+                json_decref(doc);
+            }
+            free(text);
+        }
+        CHECK_MSG(finished > 0, "schema %d: no walk finished", s);
+        mx_gram_index_release(ix);
+    }
+}
+
+static void expect_schema_error(const char *schema_text, const char *needle) {
+    json_error_t je;
+    json_t *schema = json_loads(schema_text, 0, &je);
+    mx_error err = {{0}};
+    char *g = mx_json_schema_to_gbnf(schema, &err);
+    CHECK_MSG(g == NULL, "schema should fail: %s", schema_text);
+    CHECK_MSG(strstr(err.msg, needle) != NULL, "message '%s' lacks '%s'", err.msg, needle);
+    free(g);
+    json_decref(schema);
+}
+
+static void test_schema_errors(void) {
+    expect_schema_error("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"format\":\"email\"}}}",
+                        "json schema at '#/properties/a': format 'email' is not supported");
+    expect_schema_error("{\"type\":\"array\",\"uniqueItems\":true}", "keyword 'uniqueItems' is not supported");
+    expect_schema_error("{\"$ref\":\"#/$defs/missing\"}", "$ref '#/$defs/missing' does not resolve");
+    expect_schema_error("{\"type\":\"integer\",\"minimum\":5,\"maximum\":2}", "no integer satisfies the bounds");
+    expect_schema_error("{\"type\":\"object\",\"required\":[\"x\"],\"properties\":{}}", "required property 'x'");
+    expect_schema_error("{\"type\":\"string\",\"pattern\":\"(?=a)b\"}", "lookaround");
+}
+
+int main(void) {
+    test_parse_errors();
+    test_schema_errors();
+    fixture fx = {0};
+    mx_error err = {{0}};
+    fx.tok = mx_tokenizer_load(tok_path, &err);
+    CHECK_MSG(fx.tok != NULL, "%s", err.msg);
+    if (!fx.tok) return check_finish();
+    fx.eos = mx_tokenizer_token_id(fx.tok, "<|im_end|>");
+    fx.v = mx_gram_vocab_create(fx.tok, 151936, &fx.eos, 1, &err);
+    CHECK(fx.v != NULL);
+    test_accept_reject(&fx);
+    test_mask_exhaustive(&fx, "root ::= \"\\\"\" [^\"\\\\]{0,40} \"\\\"\" [ ]? \"end\"\n", "\"hello wor\" end");
+    test_mask_exhaustive(&fx, "root ::= ( [0-9]{2,5} \",\" )+ \"x\"\n", "12,345,x");
+    test_mask_exhaustive(&fx, "root ::= \"é\" [α-ω]* \"漢\"\n", "éαβγ漢");
+    test_schema_walks(&fx);
+    mx_gram_vocab_free(fx.v);
+    mx_tokenizer_free(fx.tok);
+    return check_finish();
+}
