@@ -81,9 +81,12 @@ class Hub:
                 if is_lfs(p, data):
                     self.blobs[hashlib.sha256(data).hexdigest()] = (p, data)
 
-    def fail(self, kind, file='', count=1, offset=None, status=None):
+    def fail(self, kind, file='', count=1, offset=None, status=None, delay=0.0):
+        """kind: 'drop' (close the connection at file byte `offset`), 'corrupt' (flip the byte at
+        `offset`), 'status' (answer `status`), 'slow' (wait `delay` s before each body); `count`
+        uses (a 'slow' fault is never used up)."""
         with self.lock:
-            self.faults.append(dict(kind=kind, file=file, count=count, offset=offset, status=status))
+            self.faults.append(dict(kind=kind, file=file, count=count, offset=offset, status=status, delay=delay))
 
     def clear(self):
         with self.lock:
@@ -116,6 +119,10 @@ class ThreadingServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 64  # parallel ranged requests connect at once; a short backlog stalls them 1 s
+
+    def handle_error(self, request, client_address):
+        if not isinstance(sys.exc_info()[1], ConnectionError):  # a client that went away is expected
+            super().handle_error(request, client_address)
 
 
 class BaseHandler(http.server.BaseHTTPRequestHandler):
@@ -170,6 +177,9 @@ class BaseHandler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         if self.command == 'HEAD':
             return
+        slow = self.hub.take_fault('slow', path)
+        if slow:
+            time.sleep(slow['delay'])
         body = bytearray(data[start:end + 1])
         corrupt = self.hub.take_fault('corrupt', path)
         if corrupt and start <= corrupt['offset'] <= end:

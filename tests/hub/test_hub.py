@@ -6,7 +6,8 @@ the cache layout huggingface_hub makes (blobs by ETag, relative snapshot symlink
 after a dropped connection, in the same run and in the next one; corrupt data detected, removed
 and fetched again; offline mode; the token sent only to the endpoint, never to the redirect host;
 --revision, --include, --local-dir; convert --hf-path and inspect from a repo id; and the error
-messages (404, 401/403 with the HF_TOKEN hint, gated, 500, no network, disk full, unsafe names).
+messages (404, 401/403 with the HF_TOKEN hint, gated, 500, no network, disk full, unsafe names);
+Ctrl-C leaves a resumable partial file; two concurrent downloads transfer a file once.
 
 usage: test_hub.py PATH/TO/mlxcel   (run from the repository root)"""
 import hashlib, os, pty, select, shutil, socket, subprocess, sys, tempfile, time
@@ -144,6 +145,8 @@ check('generate -m of a cached model makes no request at all', rc == 0 and out.s
       (hub.log, err))
 rc, out, err = run(['inspect', '-m', REPO], home)
 check('inspect -m org/name', rc == 0 and 'qwen3' in out, out + err)
+rc, out, err = run(['bench', '-m', REPO, '-p', '8', '-n', '2', '--reps', '1'], home)
+check('bench -m org/name', rc == 0 and not hub.log, out + err)
 
 # --- offline mode ------------------------------------------------------------------------------------
 hub.clear()
@@ -262,6 +265,42 @@ rc, out, err = run(['download', REPO, '--include', 'model.safetensors'], home)
 first = min((r for r in hub.requests('cdn', 'GET')), key=lambda r: int(r['range'][6:].split('-')[0]), default=None)
 check('the next run resumes from the partial file', rc == 0 and first and first['range'].startswith(f'bytes={size}-')
       and 'resuming at' in err and sha256_file(blob) == SAFE_SHA and not os.path.exists(partial), (err, first))
+
+# --- interrupted by a signal: the partial blob is a prefix, the next run resumes ----------------------
+home = fresh_home('sigint')
+hub.clear()
+hub.fail('slow', 'model.safetensors', count=1, delay=0.15)
+env = {k: v for k, v in os.environ.items() if not k.startswith('HF_')}
+env.update(HF_HOME=home, HF_ENDPOINT=hub.endpoint)
+proc = subprocess.Popen([MLXCEL, 'download', REPO, '--include', 'model.safetensors'], env=env,
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+partial = os.path.join(repo_dir(home), 'blobs', SAFE_SHA + '.incomplete')
+deadline = time.time() + 60
+while time.time() < deadline and not (os.path.exists(partial) and os.path.getsize(partial) >= 2 << 20):
+    time.sleep(0.02)
+proc.send_signal(2)  # SIGINT, as Ctrl-C
+proc.wait(timeout=60)
+size = os.path.getsize(partial) if os.path.exists(partial) else -1
+check('Ctrl-C mid-download leaves a partial blob that is a prefix of the file',
+      proc.returncode != 0 and 0 < size < len(SAFE) and open(partial, 'rb').read() == SAFE[:size], (proc.returncode, size))
+hub.clear()
+rc, out, err = run(['download', REPO, '--include', 'model.safetensors'], home)
+check('... and the next run resumes from it', rc == 0 and f'resuming at' in err and
+      sha256_file(os.path.join(repo_dir(home), 'blobs', SAFE_SHA)) == SAFE_SHA and
+      min(int(r['range'][6:].split('-')[0]) for r in hub.requests('cdn', 'GET')) == size, err)
+
+# --- two downloads of the same repo at once: one fetches, the other waits on the lock ----------------
+home = fresh_home('concurrent')
+hub.clear()
+hub.fail('slow', 'model.safetensors', count=1, delay=0.05)
+procs = [subprocess.Popen([MLXCEL, 'download', REPO, '--include', 'model.safetensors'],
+                          env=dict(env, HF_HOME=home), stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
+outs = [p.communicate(timeout=120) for p in procs]
+served = sum(int(r['range'][6:].split('-')[1]) - int(r['range'][6:].split('-')[0]) + 1 for r in hub.requests('cdn', 'GET'))
+check('two concurrent downloads: both succeed, the file is transferred once',
+      all(p.returncode == 0 for p in procs) and served == len(SAFE) and
+      sha256_file(os.path.join(repo_dir(home), 'blobs', SAFE_SHA)) == SAFE_SHA, (served, outs))
+hub.clear()
 
 # --- corrupt data ---------------------------------------------------------------------------------------
 home = fresh_home('corrupt')
