@@ -49,6 +49,36 @@ static void scalar_attn_head(const float *q, const float *K, const float *V, int
     for (int d = 0; d < hd; d++) out[d] *= inv;
 }
 
+// Reference for attn_rows: each query on its own, each key row converted to float32 in scratch.
+static void scalar_attn_rows(const cpu_attn_args *a, float *scratch) {
+    int hd = a->hd;
+    float *kr = scratch, *vr = scratch + hd;
+    for (int j = 0; j < a->nq; j++) {
+        const float *q = a->q[j];
+        float *out = a->out[j];
+        float m = -INFINITY, l = 0.0f;
+        memset(out, 0, sizeof(float) * hd);
+        for (int p = a->first[j]; p <= a->last[j]; p++) {
+            for (int d = 0; d < hd; d++) {
+                kr[d] = mx_load_float(a->K, a->kv_dtype, (int64_t)p * a->stride + d);
+                vr[d] = mx_load_float(a->V, a->kv_dtype, (int64_t)p * a->stride + d);
+            }
+            float s = scalar_dot(q, kr, hd) * a->scale;
+            if (s > m) {
+                float corr = expf(m - s);
+                l *= corr;
+                for (int d = 0; d < hd; d++) out[d] *= corr;
+                m = s;
+            }
+            float e = expf(s - m);
+            l += e;
+            for (int d = 0; d < hd; d++) out[d] += e * vr[d];
+        }
+        float inv = 1.0f / l;
+        for (int d = 0; d < hd; d++) out[d] *= inv;
+    }
+}
+
 static const cpu_kernel_set scalar_set = {
     /* .name = */ "scalar",
     /* .dequant_row = */ scalar_dequant_row,
@@ -56,7 +86,7 @@ static const cpu_kernel_set scalar_set = {
     /* .row_dot = */ scalar_row_dot,
     /* .gemv = */ NULL,
     /* .gemm = */ NULL,
-    /* .attn_head = */ scalar_attn_head,
+    /* .attn_rows = */ scalar_attn_rows,
     /* .qx_row_bytes = */ NULL,
     /* .quantize_x = */ NULL,
     /* .gemv_q = */ NULL,
@@ -111,7 +141,19 @@ void cpu_kernels_gemm(const mx_matrix *w, int64_t r0, int nr, const float *x, in
 void cpu_kernels_attn_head(const float *q, const float *K, const float *V, int64_t stride, int first, int last, int hd,
                            float scale, float *out) {
     const cpu_kernel_set *k = kernels();
-    (k->attn_head ? k->attn_head : scalar_attn_head)(q, K, V, stride, first, last, hd, scale, out);
+    if (!k->attn_rows || k == &scalar_set) {
+        scalar_attn_head(q, K, V, stride, first, last, hd, scale, out);
+        return;
+    }
+    float scratch[CPU_ATTN_SCRATCH(512)];
+    cpu_attn_args a = {.q = &q, .out = &out, .nq = 1, .first = &first, .last = &last,
+                       .K = K, .V = V, .stride = stride, .kv_dtype = MX_DTYPE_F32, .hd = hd, .scale = scale};
+    k->attn_rows(&a, scratch);
+}
+
+void cpu_kernels_attn_rows(const cpu_attn_args *a, float *scratch) {
+    const cpu_kernel_set *k = kernels();
+    (k->attn_rows ? k->attn_rows : scalar_attn_rows)(a, scratch);
 }
 
 size_t cpu_kernels_qx_row_bytes(const mx_matrix *w) {

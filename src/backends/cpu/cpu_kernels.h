@@ -34,6 +34,29 @@ void cpu_kernels_gemm(const mx_matrix *w, int64_t r0, int nr, const float *x, in
 void cpu_kernels_attn_head(const float *q, const float *K, const float *V, int64_t stride, int first, int last, int hd,
                            float scale, float *out);
 
+// Queries one attn_rows call takes at most (query heads of a GQA group times a few tokens).
+#define CPU_ATTN_MAX_ROWS 16
+// Floats of scratch attn_rows needs for head_dim hd (two 16-key blocks, 64-byte aligned inside).
+#define CPU_ATTN_SCRATCH(hd) ((size_t)32 * (((hd) + 15) / 16 * 16) + 16)
+
+// Several queries that read the same KV head: for j < nq,
+//   out[j][hd] = softmax(scale * q[j] . K[p]) V  over keys p in [first[j], last[j]],
+// with key p of K and V at p * stride elements of kv_dtype (F32, F16 or BF16). Reading the keys
+// once for all the queries is the point.
+typedef struct cpu_attn_args {
+    const float *const *q;  // [nq] pointers to query rows [hd]
+    float *const *out;      // [nq] pointers to output rows [hd]
+    int nq;                 // 1 .. CPU_ATTN_MAX_ROWS
+    const int *first, *last;  // [nq] key ranges, first <= last
+    const void *K, *V;     // key/value rows, `stride` elements apart
+    int64_t stride;
+    mx_dtype kv_dtype;
+    int hd;
+    float scale;
+} cpu_attn_args;
+// scratch: CPU_ATTN_SCRATCH(hd) floats.
+void cpu_kernels_attn_rows(const cpu_attn_args *a, float *scratch);
+
 // Integer path for batch 1 (AVX-512 VNNI, affine 4-bit with group 64/128 and 8-bit with group
 // 32/64/128): the activation row is quantized once per matmul to int16 per weight group, then
 // any number of gemv_q calls (one per row block, from any thread) read it.

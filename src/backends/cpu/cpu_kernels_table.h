@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: MIT
 // One set of CPU inner kernels (scalar, AVX2, AVX-512...). Private to src/backends/cpu/. A set may
-// leave gemv/gemm/attn_head and the integer path NULL: the scalar versions built on its dequant_row/dot are used then.
+// leave gemv/gemm/attn_rows and the integer path NULL: the scalar versions built on its dequant_row/dot are used then.
 #ifndef MX_BACKENDS_CPU_KERNELS_TABLE_H
 #define MX_BACKENDS_CPU_KERNELS_TABLE_H
 
 #include <stddef.h>
 
+#include "backends/cpu/cpu_kernels.h"
 #include "core/quant.h"
 
 typedef struct cpu_kernel_set {
@@ -16,8 +17,7 @@ typedef struct cpu_kernel_set {
     void (*gemv)(const mx_matrix *w, int64_t r0, int64_t r1, const float *x, float *out, float *scratch);
     void (*gemm)(const mx_matrix *w, int64_t r0, int nr, const float *x, int n, float *out, int64_t ldo,
                  float *scratch);
-    void (*attn_head)(const float *q, const float *K, const float *V, int64_t stride, int first, int last, int hd,
-                      float scale, float *out);
+    void (*attn_rows)(const cpu_attn_args *a, float *scratch);
     // Integer path (may be NULL): see cpu_kernels.h, cpu_kernels_qx_row_bytes and after.
     size_t (*qx_row_bytes)(const mx_matrix *w);
     void (*quantize_x)(const mx_matrix *w, const float *x, int n, void *qx);
@@ -28,6 +28,9 @@ typedef struct cpu_kernel_set {
 const cpu_kernel_set *cpu_kernels_x86_best(void);
 // A named x86 set if the CPU supports it, else NULL.
 const cpu_kernel_set *cpu_kernels_x86_named(const char *name);
+
+// AVX-512 attention for several queries of one KV head (cpu_kernels_attn.c); see cpu_kernels_attn_rows.
+void cpu_avx512_attn_rows(const cpu_attn_args *a, float *scratch);
 
 // AVX-512 VNNI integer kernels (cpu_kernels_vnni.c).
 int cpu_vnni_supported(void);

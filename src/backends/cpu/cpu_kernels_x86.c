@@ -105,7 +105,7 @@ static const cpu_kernel_set avx2_set = {
     /* .row_dot = */ avx2_row_dot,
     /* .gemv = */ NULL,
     /* .gemm = */ NULL,
-    /* .attn_head = */ NULL,
+    /* .attn_rows = */ NULL,
     /* .qx_row_bytes = */ NULL,
     /* .quantize_x = */ NULL,
     /* .gemv_q = */ NULL,
@@ -355,43 +355,6 @@ AVX512 static void avx512_gemm(const mx_matrix *w, int64_t r0, int nr, const flo
     }
 }
 
-// Attention for one (token, head): keys in blocks of 16 so the running max and the rescale of the
-// accumulator happen once per block; out[] is the accumulator (hd floats, L1 resident).
-AVX512 static void avx512_attn_head(const float *q, const float *K, const float *V, int64_t stride, int first,
-                                    int last, int hd, float scale, float *out) {
-    float m = -INFINITY, l = 0.0f, s[16];
-    memset(out, 0, sizeof(float) * hd);
-    for (int p0 = first; p0 <= last; p0 += 16) {
-        int nb = last - p0 + 1 < 16 ? last - p0 + 1 : 16;
-        float bm = -INFINITY;
-        for (int i = 0; i < nb; i++) {
-            s[i] = avx512_dot(q, K + (int64_t)(p0 + i) * stride, hd) * scale;
-            bm = s[i] > bm ? s[i] : bm;
-        }
-        if (bm > m) {
-            float corr = expf(m - bm);  // exp(-inf) = 0 on the first block
-            l *= corr;
-            __m512 vc = _mm512_set1_ps(corr);
-            int d = 0;
-            for (; d + 16 <= hd; d += 16) _mm512_storeu_ps(out + d, _mm512_mul_ps(_mm512_loadu_ps(out + d), vc));
-            for (; d < hd; d++) out[d] *= corr;
-            m = bm;
-        }
-        for (int i = 0; i < nb; i++) {
-            float e = expf(s[i] - m);
-            l += e;
-            const float *vp = V + (int64_t)(p0 + i) * stride;
-            __m512 ve = _mm512_set1_ps(e);
-            int d = 0;
-            for (; d + 16 <= hd; d += 16)
-                _mm512_storeu_ps(out + d, _mm512_fmadd_ps(ve, _mm512_loadu_ps(vp + d), _mm512_loadu_ps(out + d)));
-            for (; d < hd; d++) out[d] += e * vp[d];
-        }
-    }
-    float inv = 1.0f / l;
-    for (int d = 0; d < hd; d++) out[d] *= inv;
-}
-
 static const cpu_kernel_set avx512_set = {
     /* .name = */ "avx512",
     /* .dequant_row = */ avx2_dequant_row,
@@ -399,7 +362,7 @@ static const cpu_kernel_set avx512_set = {
     /* .row_dot = */ avx512_row_dot,
     /* .gemv = */ avx512_gemv,
     /* .gemm = */ avx512_gemm,
-    /* .attn_head = */ avx512_attn_head,
+    /* .attn_rows = */ cpu_avx512_attn_rows,
     /* .qx_row_bytes = */ NULL,
     /* .quantize_x = */ NULL,
     /* .gemv_q = */ NULL,
@@ -413,7 +376,7 @@ static const cpu_kernel_set avx512vnni_set = {
     /* .row_dot = */ avx512_row_dot,
     /* .gemv = */ avx512_gemv,
     /* .gemm = */ avx512_gemm,
-    /* .attn_head = */ avx512_attn_head,
+    /* .attn_rows = */ cpu_avx512_attn_rows,
     /* .qx_row_bytes = */ cpu_vnni_qx_row_bytes,
     /* .quantize_x = */ cpu_vnni_quantize_x,
     /* .gemv_q = */ cpu_vnni_gemv_q,
