@@ -20,10 +20,13 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "core/mem_bandwidth.h"
 #include "core/thread_pool.h"
 #include "io/hf_config.h"
 
 #define BENCH_SEED 0x6d6c7863656cULL  // "mlxcel"
+#define PROBE_BYTES ((size_t)1 << 30)  // bandwidth probe buffer: larger than any last-level cache
+#define PROBE_PASSES 5
 
 static const char *cmd = "bench";
 
@@ -39,6 +42,8 @@ static void usage(FILE *to) {
             "                          or the config's own quantization)\n"
             "  --q-group-size G        random weights: 32, 64 or 128 (default 64)\n"
             "  --q-mode MODE           random weights: affine, mxfp4 or mxfp8 (default affine)\n"
+            "  --bandwidth             CPU backend: also measure the memory read rate with the same threads\n"
+            "                          and give decode's share of it\n"
             "%s"
             "Without -m, --shape or --config the bundled demo model is used. Random models are written\n"
             "once under $XDG_CACHE_HOME/mlxcel/bench (default ~/.cache/mlxcel/bench).\n",
@@ -433,6 +438,7 @@ static int bench_once(mx_ctx *ctx, const int32_t *prompt, int32_t *pos, int32_t 
 int cmd_bench(int argc, char **argv) {
     int n_pp = 512, n_tg = 128, reps = 3, q_bits = -1, q_group = 64;
     const char *shape_name = NULL, *config_file = NULL, *q_mode = "affine";
+    bool probe = false;
     cli_model_opts mo = {0};
     for (int i = 1; i < argc; i++) {
         int r = cli_model_opt(cmd, argc, argv, &i, &mo);
@@ -456,6 +462,8 @@ int cmd_bench(int argc, char **argv) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || cli_int(cmd, a, v, 0, 8, &q_bits)) return MX_EXIT_USAGE;
         } else if (cli_is(a, NULL, "--q-group-size")) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || cli_int(cmd, a, v, 16, 128, &q_group)) return MX_EXIT_USAGE;
+        } else if (cli_is(a, NULL, "--bandwidth")) {
+            probe = true;
         } else if (cli_is(a, NULL, "--q-mode")) {
             if (!(q_mode = cli_value(cmd, argc, argv, &i))) return MX_EXIT_USAGE;
         } else {
@@ -605,6 +613,12 @@ int cmd_bench(int argc, char **argv) {
     fprintf(stderr, "model: %s (%.2f GB of weights, loaded in %.2f s)\n", model_label, mx_model_weight_bytes(m) / 1e9,
             t_load);
     fprintf(stderr, "backend: %s, %s\n", be->ops->name, be->device_name);
+    if (probe && strcmp(be->ops->name, "cpu") != 0) {
+        cli_error(cmd, "--bandwidth measures host memory, so it applies to the CPU backend only (this is %s)",
+                  be->ops->name);
+        rc = MX_EXIT_USAGE;
+        goto done;
+    }
     double w_pp, w_tg;
     if (bench_once(ctx, prompt, pos, slot, n_pp, n_tg < 16 ? n_tg : 16, &w_pp, &w_tg, &err) != 0) {  // warm-up
         cli_error(cmd, "%s", err.msg);
@@ -625,12 +639,37 @@ int cmd_bench(int argc, char **argv) {
         lo_tg = fmin(lo_tg, ttg[r]), hi_tg = fmax(hi_tg, ttg[r]);
     }
     double pp = median(tpp, reps), tg = median(ttg, reps);
-    double peak_mb = cli_peak_rss() / (1024.0 * 1024.0);
+    double peak_mb = cli_peak_rss() / (1024.0 * 1024.0);  // before the probe's buffer
+    double bw = 0.0;
+    if (probe) {
+        mx_pool *pool = mx_pool_create(threads);
+        bw = pool ? mx_mem_read_bandwidth(pool, PROBE_BYTES, PROBE_PASSES) : -1.0;
+        mx_pool_free(pool);
+        if (bw <= 0.0) {
+            cli_error(cmd, "out of memory for the bandwidth probe (%zu MB)", PROBE_BYTES >> 20);
+            goto done;
+        }
+    }
     printf("prompt processing (pp%d): %.2f tok/s (median of %d, range %.2f-%.2f)\n", n_pp, pp, reps, lo_pp, hi_pp);
-    if (n_tg) printf("generation (tg%d): %.2f tok/s (median of %d, range %.2f-%.2f)\n", n_tg, tg, reps, lo_tg, hi_tg);
+    // Bytes one decode step reads: the weights it uses and the KV cache up to its position; step i
+    // (position n_pp + i) reads n_pp + i + 1 positions, n_pp + (n_tg + 1) / 2 on average.
+    double kv_per_pos = (double)mx_ctx_kv_bytes(ctx) / max_ctx;  // one slot
+    double mean_ctx = n_pp + (n_tg + 1) / 2.0;
+    double w_mb = mx_model_decode_weight_bytes(m) / 1e6, kv_mb = kv_per_pos * mean_ctx / 1e6;
+    double gbs = (w_mb + kv_mb) * tg / 1e3;
+    if (n_tg) {
+        printf("generation (tg%d): %.2f tok/s (median of %d, range %.2f-%.2f)\n", n_tg, tg, reps, lo_tg, hi_tg);
+        printf("  read per token: %.1f MB (weights %.1f MB + KV cache %.1f MB at mean context %.0f), %.2f GB/s\n",
+               w_mb + kv_mb, w_mb, kv_mb, mean_ctx, gbs);
+    }
+    if (probe)
+        printf("memory read bandwidth (%d threads, best of %d passes over %zu MB): %.2f GB/s; generation used %.0f%%\n",
+               threads, PROBE_PASSES, PROBE_BYTES >> 20, bw, n_tg ? 100.0 * gbs / bw : 0.0);
     printf("peak memory: %.1f MB\n", peak_mb);
-    printf("bench: %s=%s backend=%s threads=%d pp%d=%.2f tg%d=%.2f peak_mb=%.0f\n", random ? "shape" : "model",
-           model_label, be->ops->name, threads, n_pp, pp, n_tg, tg, peak_mb);
+    printf("bench: %s=%s backend=%s threads=%d pp%d=%.2f tg%d=%.2f mb_per_tok=%.1f gbs=%.2f", random ? "shape" : "model",
+           model_label, be->ops->name, threads, n_pp, pp, n_tg, tg, w_mb + kv_mb, gbs);
+    if (probe) printf(" bw_gbs=%.2f bw_pct=%.1f", bw, n_tg ? 100.0 * gbs / bw : 0.0);
+    printf(" peak_mb=%.0f\n", peak_mb);
     rc = MX_EXIT_OK;
 done:
     free(prompt);

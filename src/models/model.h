@@ -29,6 +29,10 @@ mx_backend *mx_model_backend(const mx_model *m);
 const char *mx_model_dir(const mx_model *m);
 int64_t mx_model_param_count(const mx_model *m);
 int64_t mx_model_weight_bytes(const mx_model *m);  // bytes of weights as stored (quantized)
+// Bytes of weights one decoded token reads: every layer's matrices (MoE experts counted for the
+// active ones only, num_experts_per_tok / num_experts of each stack) and the output projection;
+// the embedding table only when it is the output projection (one row is looked up otherwise).
+int64_t mx_model_decode_weight_bytes(const mx_model *m);
 // Writes a multi-line description (architecture, sizes, quantization per layer group, memory).
 void mx_model_describe(const mx_model *m, char *buf, size_t cap);
 bool mx_model_is_eos(const mx_model *m, int32_t id);

@@ -44,6 +44,24 @@ static void describe_group(char *buf, size_t cap, const mx_model *m, const char 
     }
 }
 
+static int64_t matrix_bytes(const mx_matrix *w) {
+    if (!w->data) return 0;
+    return mx_matrix_data_bytes(w) + mx_matrix_scale_bytes(w) * (1 + (w->biases != NULL));
+}
+
+int64_t mx_model_decode_weight_bytes(const mx_model *m) {
+    const mx_config *c = &m->cfg;
+    int64_t total = matrix_bytes(&m->lm_head);
+    for (int i = 0; i < c->n_layers; i++) {
+        const mx_layer *l = &m->layers[i];
+        total += matrix_bytes(&l->wq) + matrix_bytes(&l->wk) + matrix_bytes(&l->wv) + matrix_bytes(&l->wo);
+        total += matrix_bytes(&l->w_gate) + matrix_bytes(&l->w_up) + matrix_bytes(&l->w_down) + matrix_bytes(&l->router);
+        int64_t experts = matrix_bytes(&l->e_gate) + matrix_bytes(&l->e_up) + matrix_bytes(&l->e_down);
+        if (experts && c->num_experts > 0) total += experts * c->num_experts_per_tok / c->num_experts;
+    }
+    return total;
+}
+
 void mx_model_describe(const mx_model *m, char *buf, size_t cap) {
     const mx_config *c = &m->cfg;
     char q[128];

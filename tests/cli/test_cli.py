@@ -263,5 +263,13 @@ check('inspect describes per-layer quantization', rc == 0 and 'architecture: qwe
 rc, out, err = run(['info'])
 check('info', rc == 0 and 'backends: cpu' in out and 'cpu threads:' in out, out + err)
 
+# --- bench: bytes per token, effective GB/s and the bandwidth probe --------------------------------
+rc, out, err = run(['bench', '-p', '8', '-n', '4', '--reps', '1', '--threads', '2', '--bandwidth'])
+fields = dict(kv.split('=', 1) for kv in out.split('bench: ', 1)[-1].split() if '=' in kv) if rc == 0 else {}
+check('bench reports bytes per token, GB/s and the measured bandwidth',
+      rc == 0 and 'read per token:' in out and 'memory read bandwidth (2 threads' in out
+      and float(fields.get('mb_per_tok', 0)) > 0 and float(fields.get('bw_gbs', 0)) > 0.1
+      and abs(float(fields['gbs']) / float(fields['bw_gbs']) * 100 - float(fields['bw_pct'])) < 0.2, out + err)
+
 print(f'{passed} passed, {failed} failed')
 sys.exit(1 if failed else 0)
