@@ -1,18 +1,29 @@
 // SPDX-License-Identifier: MIT
-// The backend interface: the small set of ops a model family is written against. A backend is a
-// struct of function pointers plus its own context; the CPU backend is the reference and every
-// other backend is tested op by op against it. No backend keeps file-level mutable state, so two
-// models or two devices can coexist.
+// The backend interface. A backend is a struct of function pointers plus its own context; the CPU
+// backend is the reference and every other backend is tested against it. No backend keeps
+// file-level mutable state, so two models or two devices can coexist.
 //
-// Conventions for every op:
+// The engine talks to a backend in two ways:
+// - Memory: alloc/release/upload/download/upload_matrix/release_matrix/sync, called directly.
+// - Compute: the model describes a step as a plan, a list of op records (mx_op: a kind, its
+//   buffers and its shapes), and hands it to run_plan. A backend runs the records in order, and is
+//   free to fuse adjacent records it recognizes into one kernel, or to record the whole plan once
+//   (a CUDA/HIP graph) and replay it. Which fusions exist is the backend's business: a new fused
+//   kernel touches only that backend's files (and a test), never this header or the model code.
+//
+// Conventions for every record:
 // - All pointers are in the backend's memory (host memory for the CPU, device memory for a GPU),
 //   obtained from alloc() or from upload_matrix(). Activations are float32, row-major.
-// - Ops are asynchronous on devices; results are visible to download() (which synchronizes).
-// - Ops return nothing: arguments come from the engine, not from users, so a bad argument is an
-//   internal bug (asserted), never an input error. Input errors are caught at load and request time.
+// - A plan is fixed once built: the same records, pointers and shapes every time it runs. What
+//   changes from step to step (token ids, positions, slots, output rows, sampling parameters) lives
+//   in backend buffers the records point at, uploaded before run_plan. So kernels read positions
+//   from memory, never take them as launch parameters, and a recorded graph stays valid.
+// - Work is asynchronous on devices; results are visible to download() (which synchronizes).
+// - Records carry no user input: a bad argument is an internal bug (asserted), never an input error.
+//   Input errors are caught at load and request time.
 // - A batch is a list of n tokens; token t belongs to KV slot slot[t] at position pos[t]. Prefill,
-//   decode and the server's mixed continuous batches all use the same ops: attention for token t
-//   reads keys 0..pos[t] of its slot (causality follows from positions).
+//   decode and the server's mixed continuous batches all use the same records: attention for token
+//   t reads keys 0..pos[t] of its slot (causality follows from positions).
 #ifndef MX_BACKENDS_BACKEND_H
 #define MX_BACKENDS_BACKEND_H
 
@@ -25,13 +36,6 @@
 
 typedef struct mx_backend mx_backend;
 
-// Optional fused ops may be NULL; supports() tells the engine whether an op/format pair has a kernel
-// so it can route the rest to a general path.
-typedef enum mx_backend_op {
-    MX_OP_MATMUL,      // format given by the matrix
-    MX_OP_MOE_MATMUL,
-} mx_backend_op;
-
 // Geometry of the KV cache; the backend chooses the element type (kv_dtype in mx_backend).
 typedef struct mx_kv_layout {
     int n_layers;
@@ -40,6 +44,18 @@ typedef struct mx_kv_layout {
     int n_kv_heads;
     int head_dim;
 } mx_kv_layout;
+
+// Where the tokens of a kv_store or attention record live in the cache: one layer of `kv`, token t
+// at (slot[t], pos[t]). Everything that decides where a key is stored or read is in this struct,
+// so a different cache organisation (paged blocks with a per-sequence block table) changes this
+// struct and the two kernels that read it, not the records around them.
+typedef struct mx_kv_ref {
+    void *kv;
+    mx_kv_layout lay;
+    int layer;
+    const int32_t *slot;  // [n] backend memory
+    const int32_t *pos;   // [n] backend memory
+} mx_kv_ref;
 
 // RoPE parameters: inv_freq[head_dim/2] lives in backend memory (computed by the engine, so llama3
 // and linear scaling need no backend code).
@@ -60,6 +76,76 @@ typedef struct mx_sample_params {
     uint64_t seed;
 } mx_sample_params;
 
+// The op records. Each kind's meaning is written next to its fields in mx_op. A new kind is added at
+// the end of this list (before MX_OP_KIND_COUNT), with its struct in mx_op, the CPU reference in
+// cpu/, every other backend's kernel, and a case in the conformance test.
+typedef enum mx_op_kind {
+    MX_OP_EMBED,
+    MX_OP_MATMUL,
+    MX_OP_RMSNORM,
+    MX_OP_ROPE,
+    MX_OP_KV_STORE,
+    MX_OP_ATTENTION,
+    MX_OP_SWIGLU,
+    MX_OP_ADD,
+    MX_OP_MOE_ROUTE,
+    MX_OP_MOE_MATMUL,
+    MX_OP_MOE_COMBINE,
+    MX_OP_GATHER_ROWS,
+    MX_OP_ARGMAX,
+    MX_OP_SAMPLE,
+    MX_OP_KIND_COUNT
+} mx_op_kind;
+
+typedef struct mx_op {
+    mx_op_kind kind;
+    union {
+        // out[n, dim] = dequantized rows ids[n] of the embedding matrix w [vocab, dim].
+        struct { float *out; const mx_matrix *w; const int32_t *ids; int n; } embed;
+        // out[n, w.rows] = x[n, w.cols] @ w^T (+ bias[w.rows] when bias != NULL).
+        struct { float *out; const float *x; const mx_matrix *w; const float *bias; int n; } matmul;
+        // out[n, dim] = x * rsqrt(mean(x^2) + eps) * w[dim], in float32; out may equal x.
+        struct { float *out; const float *x; const float *w; int n, dim; float eps; } rmsnorm;
+        // In place on x[n, n_heads, head_dim], rotate-half (pairs i, i + head_dim/2) at positions pos[n].
+        struct { float *x; const int32_t *pos; int n, n_heads; mx_rope rope; } rope;
+        // Writes k, v [n, n_kv_heads, head_dim] into the cache at kv (see mx_kv_ref).
+        struct { mx_kv_ref kv; const float *k, *v; int n; } kv_store;
+        // out[n, n_heads, head_dim] = softmax(q k^T * scale) v over keys 0..pos[t] of slot[t] (GQA:
+        // query head h reads kv head h / (n_heads / n_kv_heads)). window > 0 keeps the last `window`.
+        struct { float *out; const float *q; mx_kv_ref kv; int n, n_heads; float scale; int window; } attention;
+        // out[i] = silu(gate[i]) * up[i] for i < count; out may equal gate.
+        struct { float *out; const float *gate, *up; int64_t count; } swiglu;
+        // x[i] += y[i].
+        struct { float *x; const float *y; int64_t count; } add;
+        // MoE router: probs = softmax(logits[n, n_experts]); top k per token into ids[n, k] and
+        // weights[n, k] (renormalized to sum 1 when norm_topk).
+        struct { int32_t *ids; float *weights; const float *logits; int n, n_experts, k; bool norm_topk; } moe_route;
+        // out[m, w.rows] where row r uses expert ids[r] and input row x[r / x_div] (x_div = k for the
+        // gate/up projections that read the token's hidden state, 1 for the down projection).
+        struct { float *out; const float *x; const mx_matrix *w; const int32_t *ids; int m, x_div; } moe_matmul;
+        // out[n, dim] += sum_j weights[n*k + j] * y[(n*k + j), dim].
+        struct { float *out; const float *y, *weights; int n, k, dim; } moe_combine;
+        // Copies rows: out[i, dim] = x[rows[i], dim] for i < n (rows in backend memory).
+        struct { float *out; const float *x; const int32_t *rows; int n, dim; } gather_rows;
+        // ids[i] = argmax over logits[i, vocab] (first maximum wins).
+        struct { int32_t *ids; const float *logits; int n, vocab; } argmax;
+        // ids[t] = a token drawn from logits[t, vocab] under *params by the Gumbel-max rule over the
+        // tokens the filters keep, with noise from a counter-based generator keyed by (seed, pos[t],
+        // token id) (src/core/sample_noise.h), so the same seed and positions draw the same tokens.
+        struct { int32_t *ids; const float *logits; int n, vocab; const mx_sample_params *params; const int32_t *pos; } sample;
+    };
+} mx_op;
+
+// A step as a list of records. `id` is unique in the process and never reused, so whatever a
+// backend keeps per plan (a recorded graph) can never be found by another plan, even one built at
+// the same address after this one was freed. Build with plan.h; never edit a plan after it ran.
+typedef struct mx_plan {
+    uint64_t id;
+    mx_op *ops;
+    int n_ops, cap_ops;
+    bool failed;  // a record could not be added (out of memory); the plan must not run
+} mx_plan;
+
 typedef struct mx_backend_ops {
     const char *name;  // "cpu", "cuda", "rocm"
     void (*destroy)(mx_backend *be);
@@ -73,62 +159,19 @@ typedef struct mx_backend_ops {
     // The CPU backend may keep pointing at the mapped file when alignment allows.
     int (*upload_matrix)(mx_backend *be, const mx_matrix *host, mx_matrix *out, mx_error *err);
     void (*release_matrix)(mx_backend *be, mx_matrix *m);
-    bool (*supports)(mx_backend *be, mx_backend_op op, const mx_matrix *w);
-
-    // out[n, dim] = dequantized rows ids[n] of the embedding matrix w [vocab, dim].
-    void (*embed)(mx_backend *be, float *out, const mx_matrix *w, const int32_t *ids, int n);
-    // out[n, w.rows] = x[n, w.cols] @ w^T (+ bias[w.rows] when bias != NULL).
-    void (*matmul)(mx_backend *be, float *out, const float *x, const mx_matrix *w, const float *bias, int n);
-    // out[n, dim] = x * rsqrt(mean(x^2) + eps) * w[dim], in float32; out may equal x.
-    void (*rmsnorm)(mx_backend *be, float *out, const float *x, const float *w, int n, int dim, float eps);
-    // In place on x[n, n_heads, head_dim], rotate-half (pairs i, i + head_dim/2) at positions pos[n].
-    void (*rope)(mx_backend *be, float *x, const int32_t *pos, int n, int n_heads, const mx_rope *rope);
-    // Writes k, v [n, n_kv_heads, head_dim] into layer `layer` of the cache at (slot[t], pos[t]).
-    void (*kv_store)(mx_backend *be, void *kv, const mx_kv_layout *lay, int layer, const float *k,
-                     const float *v, const int32_t *slot, const int32_t *pos, int n);
-    // out[n, n_heads, head_dim] = softmax(q k^T * scale) v over keys 0..pos[t] of slot[t] (GQA: query
-    // head h reads kv head h / (n_heads / n_kv_heads)). window > 0 limits keys to the last `window`.
-    void (*attention)(mx_backend *be, float *out, const float *q, const void *kv, const mx_kv_layout *lay,
-                      int layer, const int32_t *slot, const int32_t *pos, int n, int n_heads,
-                      float scale, int window);
-    // out[i] = silu(gate[i]) * up[i] for i < count; out may equal gate.
-    void (*swiglu)(mx_backend *be, float *out, const float *gate, const float *up, int64_t count);
-    // x[i] += y[i].
-    void (*add)(mx_backend *be, float *x, const float *y, int64_t count);
-    // MoE router: probs = softmax(logits[n, n_experts]); top k per token into ids[n, k] and
-    // weights[n, k] (renormalized to sum 1 when norm_topk).
-    void (*moe_route)(mx_backend *be, int32_t *ids, float *weights, const float *logits, int n,
-                      int n_experts, int k, bool norm_topk);
-    // out[m, w.rows] where row r uses expert ids[r] and input row x[r / x_div] (x_div = k for the
-    // gate/up projections that read the token's hidden state, 1 for the down projection).
-    void (*moe_matmul)(mx_backend *be, float *out, const float *x, const mx_matrix *w,
-                       const int32_t *ids, int m, int x_div);
-    // out[n, dim] += sum_j weights[n*k + j] * y[(n*k + j), dim].
-    void (*moe_combine)(mx_backend *be, float *out, const float *y, const float *weights, int n, int k, int dim);
-    // Copies rows: out[i, dim] = x[rows[i], dim] for i < n (rows in host memory: it is engine data).
-    void (*gather_rows)(mx_backend *be, float *out, const float *x, const int32_t *rows_host, int n, int dim);
-    // ids[i] = argmax over logits[i, vocab] (first maximum wins).
-    void (*argmax)(mx_backend *be, int32_t *ids, const float *logits, int n, int vocab);
+    // Whether a record of this kind has a kernel for the weight format (MX_OP_EMBED, MX_OP_MATMUL,
+    // MX_OP_MOE_MATMUL); other kinds answer true when the backend implements them.
+    bool (*supports)(mx_backend *be, mx_op_kind kind, const mx_matrix *w);
     // Waits for queued work; returns -1 with a message if the device reported an error.
     int (*sync)(mx_backend *be, mx_error *err);
 
-    // Optional graph capture (NULL when unsupported, e.g. on the CPU). The engine brackets the ops
-    // of one decode step with graph_begin/graph_end to record them under `key`, and later replays
-    // them with graph_launch instead of issuing the ops again. Every pointer and size is identical
-    // on replay; only the contents of backend buffers (token ids, positions, slots) change, so
-    // kernels must read positions from memory rather than take them as launch parameters.
-    // graph_launch returns false when nothing is recorded under key; graph_end failing leaves no
-    // graph (the engine then issues ops directly).
-    int (*graph_begin)(mx_backend *be, mx_error *err);
-    int (*graph_end)(mx_backend *be, int key, mx_error *err);
-    bool (*graph_launch)(mx_backend *be, int key);
-
-    // Optional (NULL: the engine downloads logits and samples on the host). ids[t] = a token drawn
-    // from logits[t, vocab] under *params (backend memory) by the Gumbel-max rule over the tokens the
-    // filters keep, with noise from a counter-based generator keyed by (seed, pos[t], token id)
-    // (src/core/sample_noise.h), so the same seed and positions draw the same tokens.
-    void (*sample)(mx_backend *be, int32_t *ids, const float *logits, int n, int vocab,
-                   const mx_sample_params *params, const int32_t *pos);
+    // Enqueues the records of `plan` in order (fusing or replaying a recording as it sees fit; the
+    // results are those of running the records one by one). Returns -1 with a message only for
+    // what the backend cannot do (a kind it lacks, a recording that failed to start).
+    int (*run_plan)(mx_backend *be, const mx_plan *plan, mx_error *err);
+    // Optional (NULL when the backend keeps nothing per plan): forget what is kept for plan `id`.
+    // Called by mx_plan_free before the plan's buffers may be released.
+    void (*plan_release)(mx_backend *be, uint64_t id);
 } mx_backend_ops;
 
 struct mx_backend {

@@ -1,14 +1,38 @@
 // SPDX-License-Identifier: MIT
-// The decoder forward pass shared by every family, written once against the backend ops, and the
-// context that owns the KV cache and activation scratch. Shapes use B = tokens in the current step
-// (at most max_batch), H = hidden, D = head_dim. Nothing is allocated per step.
+// The decoder forward pass shared by every family, written once as op records (backend.h), and the
+// context that owns the KV cache, the activation scratch and the plans. Shapes use B = tokens in the
+// current step (at most max_batch), H = hidden, D = head_dim. Nothing is allocated per step once the
+// plans of the step shapes in use are built.
+//
+// A step runs one plan: the records of the whole model for n tokens, followed by the output head
+// (final norm, lm_head, argmax or sampling) for up to LOGIT_ROWS rows. Plans are cached by step
+// shape (plan_key); everything that varies between steps of one shape (token ids, positions, slots,
+// output rows) is uploaded into backend buffers the records point at, so a backend may record a plan
+// once and replay it.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/plan.h"
 #include "models/model_internal.h"
 
 #define LOGIT_ROWS 16  // output rows per lm_head pass: bounds the logits buffer to [16, vocab]
+#define PLAN_CACHE 32  // step shapes kept; the least recently used plan is freed beyond that
+
+// What a plan computes: `n` tokens through the model (0: output head only) and `r` output rows,
+// read in place (rows 0..r-1) or gathered through d_rows; `ids` picks what the head chooses.
+typedef enum { IDS_NONE, IDS_ARGMAX, IDS_SAMPLE } ids_kind;
+typedef struct plan_key {
+    int n, r;
+    bool gathered;
+    ids_kind ids;
+} plan_key;
+
+typedef struct cached_plan {
+    plan_key key;
+    mx_plan *plan;
+    uint64_t last_use;
+} cached_plan;
 
 struct mx_ctx {
     mx_model *m;
@@ -18,6 +42,7 @@ struct mx_ctx {
     int max_batch;
     // backend scratch
     int32_t *d_tokens, *d_pos, *d_slot;  // [B]
+    int32_t *d_rows, *d_out_pos;         // [LOGIT_ROWS] output rows of a pass and their positions
     float *x, *h, *tmp;                  // [B, H]
     float *q, *att;                      // [B, n_heads*D]
     float *k, *v;                        // [B, n_kv_heads*D]
@@ -31,6 +56,8 @@ struct mx_ctx {
     int32_t *d_argmax;                   // [LOGIT_ROWS] chosen tokens
     mx_sample_params *d_sample;          // sampling parameters (backend memory)
     bool sampling;                       // ids are drawn with d_sample, not argmax
+    cached_plan plans[PLAN_CACHE];
+    uint64_t uses;
     void **bufs;
     int n_bufs;
 };
@@ -64,7 +91,8 @@ mx_ctx *mx_ctx_create(mx_model *m, int n_slots, int max_ctx, int max_batch, mx_e
     size_t ff = B * I > B * K * moeI ? B * I : B * K * moeI;
     bool ok = (c->kv = ctx_alloc(c, mx_kv_bytes(&c->lay, c->be->kv_dtype), err)) &&
               (c->d_tokens = ctx_alloc(c, 4 * B, err)) && (c->d_pos = ctx_alloc(c, 4 * B, err)) &&
-              (c->d_slot = ctx_alloc(c, 4 * B, err)) && (c->x = ctx_alloc(c, 4 * B * H, err)) &&
+              (c->d_slot = ctx_alloc(c, 4 * B, err)) && (c->d_rows = ctx_alloc(c, 4 * LOGIT_ROWS, err)) &&
+              (c->d_out_pos = ctx_alloc(c, 4 * LOGIT_ROWS, err)) && (c->x = ctx_alloc(c, 4 * B * H, err)) &&
               (c->h = ctx_alloc(c, 4 * B * H, err)) && (c->tmp = ctx_alloc(c, 4 * B * H, err)) &&
               (c->q = ctx_alloc(c, 4 * B * QD, err)) && (c->att = ctx_alloc(c, 4 * B * QD, err)) &&
               (c->k = ctx_alloc(c, 4 * B * KD, err)) && (c->v = ctx_alloc(c, 4 * B * KD, err)) &&
@@ -87,6 +115,7 @@ mx_ctx *mx_ctx_create(mx_model *m, int n_slots, int max_ctx, int max_batch, mx_e
 
 void mx_ctx_free(mx_ctx *c) {
     if (!c) return;
+    for (int i = 0; i < PLAN_CACHE; i++) mx_plan_free(c->be, c->plans[i].plan);
     for (int i = 0; i < c->n_bufs; i++) c->be->ops->release(c->be, c->bufs[i]);
     free(c->bufs);
     free(c);
@@ -101,129 +130,145 @@ size_t mx_kv_bytes(const mx_kv_layout *lay, mx_dtype kv_dtype) {
            mx_dtype_size(kv_dtype);
 }
 
+static void add_matmul(mx_plan *p, float *out, const float *x, const mx_matrix *w, const float *bias, int n) {
+    mx_plan_add(p, (mx_op){.kind = MX_OP_MATMUL, .matmul = {out, x, w, bias, n}});
+}
+
+static void add_rmsnorm(mx_plan *p, float *out, const float *x, const float *w, int n, int dim, float eps) {
+    mx_plan_add(p, (mx_op){.kind = MX_OP_RMSNORM, .rmsnorm = {out, x, w, n, dim, eps}});
+}
+
+static void add_add(mx_plan *p, float *x, const float *y, int64_t count) {
+    mx_plan_add(p, (mx_op){.kind = MX_OP_ADD, .add = {x, y, count}});
+}
+
+// Where the n tokens of this step live in layer `layer` of the cache.
+static mx_kv_ref kv_ref(const mx_ctx *c, int layer) {
+    return (mx_kv_ref){.kv = c->kv, .lay = c->lay, .layer = layer, .slot = c->d_slot, .pos = c->d_pos};
+}
+
 // One transformer block on the n tokens in c->x.
-static void block_forward(mx_ctx *c, const mx_layer *L, int layer, int n) {
+static void block_records(mx_plan *p, mx_ctx *c, const mx_layer *L, int layer, int n) {
     const mx_config *cfg = &c->m->cfg;
-    const mx_backend_ops *o = c->be->ops;
-    mx_backend *be = c->be;
     int H = cfg->hidden_size, D = cfg->head_dim, NH = cfg->n_heads, NKV = cfg->n_kv_heads;
     float eps = cfg->rms_norm_eps;
 
-    o->rmsnorm(be, c->h, c->x, L->attn_norm, n, H, eps);
-    o->matmul(be, c->q, c->h, &L->wq, L->bq, n);
-    o->matmul(be, c->k, c->h, &L->wk, L->bk, n);
-    o->matmul(be, c->v, c->h, &L->wv, L->bv, n);
+    add_rmsnorm(p, c->h, c->x, L->attn_norm, n, H, eps);
+    add_matmul(p, c->q, c->h, &L->wq, L->bq, n);
+    add_matmul(p, c->k, c->h, &L->wk, L->bk, n);
+    add_matmul(p, c->v, c->h, &L->wv, L->bv, n);
     if (L->q_norm) {
-        o->rmsnorm(be, c->q, c->q, L->q_norm, n * NH, D, eps);
-        o->rmsnorm(be, c->k, c->k, L->k_norm, n * NKV, D, eps);
+        add_rmsnorm(p, c->q, c->q, L->q_norm, n * NH, D, eps);
+        add_rmsnorm(p, c->k, c->k, L->k_norm, n * NKV, D, eps);
     }
-    o->rope(be, c->q, c->d_pos, n, NH, &c->m->rope);
-    o->rope(be, c->k, c->d_pos, n, NKV, &c->m->rope);
-    o->kv_store(be, c->kv, &c->lay, layer, c->k, c->v, c->d_slot, c->d_pos, n);
-    o->attention(be, c->att, c->q, c->kv, &c->lay, layer, c->d_slot, c->d_pos, n, NH, 1.0f / sqrtf((float)D), 0);
-    o->matmul(be, c->tmp, c->att, &L->wo, L->bo, n);
-    o->add(be, c->x, c->tmp, (int64_t)n * H);
+    mx_plan_add(p, (mx_op){.kind = MX_OP_ROPE, .rope = {c->q, c->d_pos, n, NH, c->m->rope}});
+    mx_plan_add(p, (mx_op){.kind = MX_OP_ROPE, .rope = {c->k, c->d_pos, n, NKV, c->m->rope}});
+    mx_plan_add(p, (mx_op){.kind = MX_OP_KV_STORE, .kv_store = {kv_ref(c, layer), c->k, c->v, n}});
+    mx_plan_add(p, (mx_op){.kind = MX_OP_ATTENTION,
+                           .attention = {c->att, c->q, kv_ref(c, layer), n, NH, 1.0f / sqrtf((float)D), 0}});
+    add_matmul(p, c->tmp, c->att, &L->wo, L->bo, n);
+    add_add(p, c->x, c->tmp, (int64_t)n * H);
 
-    o->rmsnorm(be, c->h, c->x, L->ffn_norm, n, H, eps);
+    add_rmsnorm(p, c->h, c->x, L->ffn_norm, n, H, eps);
     if (L->moe) {
         int E = cfg->num_experts, K = cfg->num_experts_per_tok, I = cfg->moe_intermediate_size;
-        o->matmul(be, c->router, c->h, &L->router, NULL, n);
-        o->moe_route(be, c->moe_ids, c->moe_w, c->router, n, E, K, cfg->norm_topk_prob);
-        o->moe_matmul(be, c->gate, c->h, &L->e_gate, c->moe_ids, n * K, K);
-        o->moe_matmul(be, c->up, c->h, &L->e_up, c->moe_ids, n * K, K);
-        o->swiglu(be, c->gate, c->gate, c->up, (int64_t)n * K * I);
-        o->moe_matmul(be, c->moe_y, c->gate, &L->e_down, c->moe_ids, n * K, 1);
-        o->moe_combine(be, c->x, c->moe_y, c->moe_w, n, K, H);
+        add_matmul(p, c->router, c->h, &L->router, NULL, n);
+        mx_plan_add(p, (mx_op){.kind = MX_OP_MOE_ROUTE,
+                               .moe_route = {c->moe_ids, c->moe_w, c->router, n, E, K, cfg->norm_topk_prob}});
+        mx_plan_add(p, (mx_op){.kind = MX_OP_MOE_MATMUL, .moe_matmul = {c->gate, c->h, &L->e_gate, c->moe_ids, n * K, K}});
+        mx_plan_add(p, (mx_op){.kind = MX_OP_MOE_MATMUL, .moe_matmul = {c->up, c->h, &L->e_up, c->moe_ids, n * K, K}});
+        mx_plan_add(p, (mx_op){.kind = MX_OP_SWIGLU, .swiglu = {c->gate, c->gate, c->up, (int64_t)n * K * I}});
+        mx_plan_add(p, (mx_op){.kind = MX_OP_MOE_MATMUL,
+                               .moe_matmul = {c->moe_y, c->gate, &L->e_down, c->moe_ids, n * K, 1}});
+        mx_plan_add(p, (mx_op){.kind = MX_OP_MOE_COMBINE, .moe_combine = {c->x, c->moe_y, c->moe_w, n, K, H}});
         return;
     }
     int I = cfg->intermediate_size;
-    o->matmul(be, c->gate, c->h, &L->w_gate, L->b_gate, n);
-    o->matmul(be, c->up, c->h, &L->w_up, L->b_up, n);
-    o->swiglu(be, c->gate, c->gate, c->up, (int64_t)n * I);
-    o->matmul(be, c->tmp, c->gate, &L->w_down, L->b_down, n);
-    o->add(be, c->x, c->tmp, (int64_t)n * H);
+    add_matmul(p, c->gate, c->h, &L->w_gate, L->b_gate, n);
+    add_matmul(p, c->up, c->h, &L->w_up, L->b_up, n);
+    mx_plan_add(p, (mx_op){.kind = MX_OP_SWIGLU, .swiglu = {c->gate, c->gate, c->up, (int64_t)n * I}});
+    add_matmul(p, c->tmp, c->gate, &L->w_down, L->b_down, n);
+    add_add(p, c->x, c->tmp, (int64_t)n * H);
 }
 
-// Final norm and output projection for `r` rows of c->x starting at `rows` (host indices): rows
-// that are consecutive are read in place, others are gathered first. Kernels only: the results
-// stay in c->logits / c->d_argmax.
-static void project_rows(mx_ctx *c, const int32_t *rows, int r, bool want_ids) {
+// Final norm, output projection and token choice for r rows of c->x: rows 0..r-1 in place, or the
+// rows listed in d_rows (positions in d_out_pos). Results stay in c->logits / c->d_argmax.
+static void head_records(mx_plan *p, mx_ctx *c, int r, bool gathered, ids_kind ids) {
     const mx_config *cfg = &c->m->cfg;
-    const mx_backend_ops *o = c->be->ops;
-    int H = cfg->hidden_size;
-    bool consecutive = true;
-    for (int i = 1; i < r && consecutive; i++) consecutive = rows[i] == rows[0] + i;
-    const float *src = c->x + (size_t)rows[0] * H;
-    if (!consecutive) {
-        o->gather_rows(c->be, c->out_h, c->x, rows, r, H);
-        src = c->out_h;
+    int H = cfg->hidden_size, V = cfg->vocab_size;
+    const float *src = c->x;
+    const int32_t *pos = c->d_pos;
+    if (gathered) {
+        mx_plan_add(p, (mx_op){.kind = MX_OP_GATHER_ROWS, .gather_rows = {c->out_h, c->x, c->d_rows, r, H}});
+        src = c->out_h, pos = c->d_out_pos;
     }
-    o->rmsnorm(c->be, c->out_h, src, c->m->final_norm, r, H, cfg->rms_norm_eps);
-    o->matmul(c->be, c->logits, c->out_h, &c->m->lm_head, NULL, r);
-    if (!want_ids) return;
-    if (!c->sampling) {
-        o->argmax(c->be, c->d_argmax, c->logits, r, cfg->vocab_size);
-    } else if (consecutive) {
-        o->sample(c->be, c->d_argmax, c->logits, r, cfg->vocab_size, c->d_sample, c->d_pos + rows[0]);
-    } else {
-        for (int i = 0; i < r; i++)
-            o->sample(c->be, c->d_argmax + i, c->logits + (size_t)i * cfg->vocab_size, 1, cfg->vocab_size,
-                      c->d_sample, c->d_pos + rows[i]);
+    add_rmsnorm(p, c->out_h, src, c->m->final_norm, r, H, cfg->rms_norm_eps);
+    add_matmul(p, c->logits, c->out_h, &c->m->lm_head, NULL, r);
+    if (ids == IDS_ARGMAX) mx_plan_add(p, (mx_op){.kind = MX_OP_ARGMAX, .argmax = {c->d_argmax, c->logits, r, V}});
+    if (ids == IDS_SAMPLE)
+        mx_plan_add(p, (mx_op){.kind = MX_OP_SAMPLE, .sample = {c->d_argmax, c->logits, r, V, c->d_sample, pos}});
+}
+
+static mx_plan *build_plan(mx_ctx *c, plan_key k, mx_error *err) {
+    mx_plan *p = mx_plan_create(err);
+    if (!p) return NULL;
+    if (k.n > 0) {
+        mx_plan_add(p, (mx_op){.kind = MX_OP_EMBED, .embed = {c->x, &c->m->embed, c->d_tokens, k.n}});
+        for (int l = 0; l < c->m->cfg.n_layers; l++) block_records(p, c, &c->m->layers[l], l, k.n);
     }
+    if (k.r > 0) head_records(p, c, k.r, k.gathered, k.ids);
+    return p;
+}
+
+// The plan for a step shape: from the cache, or built (replacing the least recently used one).
+static mx_plan *plan_for(mx_ctx *c, plan_key k, mx_error *err) {
+    cached_plan *slot = &c->plans[0];
+    for (int i = 0; i < PLAN_CACHE; i++) {
+        cached_plan *e = &c->plans[i];
+        if (e->plan && e->key.n == k.n && e->key.r == k.r && e->key.gathered == k.gathered && e->key.ids == k.ids) {
+            e->last_use = ++c->uses;
+            return e->plan;
+        }
+        if (!e->plan ? slot->plan != NULL : (slot->plan && e->last_use < slot->last_use)) slot = e;
+    }
+    mx_plan *p = build_plan(c, k, err);
+    if (!p) return NULL;
+    mx_plan_free(c->be, slot->plan);
+    *slot = (cached_plan){k, p, ++c->uses};
+    return p;
 }
 
 int mx_ctx_set_sampling(mx_ctx *c, const mx_sample_params *p, mx_error *err) {
-    if (!p || p->temp <= 0.0f) {
-        c->sampling = false;
-        return 1;
-    }
-    if (!c->be->ops->sample) {
-        c->sampling = false;
-        return 0;
-    }
+    c->sampling = false;
+    if (!p || p->temp <= 0.0f) return 1;
+    if (!c->be->ops->supports(c->be, MX_OP_SAMPLE, NULL)) return 0;
     if (c->be->ops->upload(c->be, c->d_sample, p, sizeof *p, err)) return -1;
     c->sampling = true;
     return 1;
 }
 
-static int download_rows(mx_ctx *c, int r, float *logits, int32_t *argmax, mx_error *err) {
+// Runs the step of `n` tokens (0: none, the body already ran) with outputs for the r rows `rows`
+// (indices into the step; r <= LOGIT_ROWS), then copies the outputs into the caller's arrays.
+static int run_step(mx_ctx *c, const mx_batch *b, int start, int n, const int32_t *rows, int r, float *logits,
+                    int32_t *ids, mx_error *err) {
     const mx_backend_ops *o = c->be->ops;
-    if (argmax && o->download(c->be, argmax, c->d_argmax, sizeof(int32_t) * r, err)) return -1;
-    if (logits && o->download(c->be, logits, c->logits, sizeof(float) * r * c->m->cfg.vocab_size, err)) return -1;
-    return 0;
-}
-
-// Outputs for `n` rows in passes of at most LOGIT_ROWS rows, into the caller's host arrays.
-static int emit_outputs(mx_ctx *c, const int32_t *rows, int n, float *logits, int32_t *argmax, mx_error *err) {
-    int V = c->m->cfg.vocab_size;
-    for (int done = 0; done < n; done += LOGIT_ROWS) {
-        int r = n - done < LOGIT_ROWS ? n - done : LOGIT_ROWS;
-        project_rows(c, rows + done, r, argmax != NULL);
-        if (download_rows(c, r, logits ? logits + (size_t)done * V : NULL, argmax ? argmax + done : NULL, err)) return -1;
+    bool gathered = false;
+    for (int i = 0; i < r; i++) gathered |= rows[i] != i;
+    if (gathered) {
+        int32_t pos[LOGIT_ROWS];
+        for (int i = 0; i < r; i++) pos[i] = b->pos[start + rows[i]];
+        if (o->upload(c->be, c->d_rows, rows, sizeof(int32_t) * (size_t)r, err) ||
+            o->upload(c->be, c->d_out_pos, pos, sizeof(int32_t) * (size_t)r, err))
+            return -1;
     }
+    plan_key k = {n, r, gathered, !ids ? IDS_NONE : c->sampling ? IDS_SAMPLE : IDS_ARGMAX};
+    mx_plan *p = plan_for(c, k, err);
+    if (!p || mx_plan_run(c->be, p, err)) return -1;
+    if (ids && o->download(c->be, ids, c->d_argmax, sizeof(int32_t) * (size_t)r, err)) return -1;
+    if (logits && r > 0 &&
+        o->download(c->be, logits, c->logits, sizeof(float) * (size_t)r * c->m->cfg.vocab_size, err))
+        return -1;
     return 0;
-}
-
-// The kernels of one whole step on the n tokens already uploaded.
-static void step_kernels(mx_ctx *c, int n) {
-    c->be->ops->embed(c->be, c->x, &c->m->embed, c->d_tokens, n);
-    for (int l = 0; l < c->m->cfg.n_layers; l++) block_forward(c, &c->m->layers[l], l, n);
-}
-
-// A decode-shaped step (every row outputs, in order, in one pass) on a backend with graphs: the
-// kernels of the whole step are recorded once per (n, output kind) and replayed afterwards.
-static int graph_step(mx_ctx *c, int n, float *logits, int32_t *argmax, mx_error *err) {
-    const mx_backend_ops *o = c->be->ops;
-    int key = n * 4 + (argmax != NULL) + 2 * (argmax && c->sampling);
-    if (!o->graph_launch(c->be, key)) {
-        _Static_assert(LOGIT_ROWS == 16, "identity rows below");
-        static const int32_t identity[LOGIT_ROWS] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-        if (o->graph_begin(c->be, err)) return -1;
-        step_kernels(c, n);
-        project_rows(c, identity, n, argmax != NULL);
-        if (o->graph_end(c->be, key, err) || !o->graph_launch(c->be, key)) return -1;
-    }
-    return download_rows(c, n, logits, argmax, err);
 }
 
 static int check_batch(const mx_ctx *c, const mx_batch *b, mx_error *err) {
@@ -241,10 +286,11 @@ static int check_batch(const mx_ctx *c, const mx_batch *b, mx_error *err) {
     return 0;
 }
 
-int mx_ctx_forward(mx_ctx *c, const mx_batch *b, float *logits, int32_t *argmax, mx_error *err) {
+int mx_ctx_forward(mx_ctx *c, const mx_batch *b, float *logits, int32_t *ids, mx_error *err) {
     if (check_batch(c, b, err)) return -1;
     const mx_backend_ops *o = c->be->ops;
-    const mx_config *cfg = &c->m->cfg;
+    int V = c->m->cfg.vocab_size;
+    bool outputs = logits || ids;
     int32_t local[LOGIT_ROWS];
     int out_done = 0;
     for (int start = 0; start < b->n; start += c->max_batch) {
@@ -253,29 +299,24 @@ int mx_ctx_forward(mx_ctx *c, const mx_batch *b, float *logits, int32_t *argmax,
             o->upload(c->be, c->d_pos, b->pos + start, 4 * (size_t)n, err) ||
             o->upload(c->be, c->d_slot, b->slot + start, 4 * (size_t)n, err))
             return -1;
-        bool decode_shaped = b->n_out == b->n && b->n == n && n <= LOGIT_ROWS && o->graph_launch;
-        for (int i = 0; decode_shaped && i < b->n; i++) decode_shaped = b->out_rows[i] == i;
-        if (decode_shaped && (logits || argmax)) {
-            if (graph_step(c, n, logits, argmax, err)) return -1;
-            out_done = b->n_out;
-            continue;
-        }
-        step_kernels(c, n);
-        // Output rows that fall in this step, in the caller's order (rows are expected ascending
-        // within a step; any order works, one row at a time through `local`).
-        while (out_done < b->n_out && b->out_rows[out_done] >= start && b->out_rows[out_done] < start + n) {
+        // Output rows that fall in this step, in the caller's order, LOGIT_ROWS per pass; the first
+        // pass shares the plan of the step's body (one plan per decode step).
+        int body = n;
+        do {
             int cnt = 0;
-            while (out_done + cnt < b->n_out && cnt < LOGIT_ROWS && b->out_rows[out_done + cnt] >= start &&
+            while (outputs && out_done + cnt < b->n_out && cnt < LOGIT_ROWS && b->out_rows[out_done + cnt] >= start &&
                    b->out_rows[out_done + cnt] < start + n) {
                 local[cnt] = b->out_rows[out_done + cnt] - start;
                 cnt++;
             }
-            if (emit_outputs(c, local, cnt, logits ? logits + (size_t)out_done * cfg->vocab_size : NULL,
-                             argmax ? argmax + out_done : NULL, err))
+            if (body == 0 && cnt == 0) break;
+            if (run_step(c, b, start, body, local, cnt, logits ? logits + (size_t)out_done * V : NULL,
+                         ids ? ids + out_done : NULL, err))
                 return -1;
             out_done += cnt;
-        }
+            body = 0;
+        } while (1);
     }
-    if (out_done != b->n_out) return mx_fail(err, "output rows must be listed in batch order");
+    if (outputs && out_done != b->n_out) return mx_fail(err, "output rows must be listed in batch order");
     return o->sync(c->be, err);
 }

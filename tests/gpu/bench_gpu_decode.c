@@ -13,6 +13,7 @@
 #include "backends/gpu/gpu_backend.h"
 #include "backends/gpu/gpu_rt.h"
 #include "backends/gpu_entry.h"
+#include "backends/plan.h"
 
 typedef struct shape {
     const char *name;
@@ -82,41 +83,54 @@ typedef struct model {
     mx_kv_layout lay;
     // activations for up to n tokens
     float *x, *h, *q, *k, *v, *att, *tmp, *g, *u, *last, *logits;
-    int32_t *ids, *pos, *slot, *next_id;
+    int32_t *ids, *pos, *slot, *next_id, *last_row;
     int cap;
 } model;
 
-static void forward(mx_backend *be, model *m, int n) {
+#define ADD(p, KIND, field, ...) mx_plan_add(p, (mx_op){.kind = KIND, .field = {__VA_ARGS__}})
+
+// The records of one step of n tokens, then the logits and argmax of row *last_row (device).
+static mx_plan *forward_plan(model *m, int n, const int32_t *last_row) {
     const shape *s = &m->s;
-    const mx_backend_ops *o = be->ops;
     mx_rope rope = {m->inv_freq, s->head_dim, 1.0f};
-    o->embed(be, m->x, &m->embed, m->ids, n);
+    mx_plan *p = mx_plan_create(&err);
+    if (!p) die("plan");
+    ADD(p, MX_OP_EMBED, embed, m->x, &m->embed, m->ids, n);
     for (int l = 0; l < s->layers; l++) {
         layer *L = &m->L[l];
-        o->rmsnorm(be, m->h, m->x, L->in_norm, n, s->hidden, 1e-6f);
-        o->matmul(be, m->q, m->h, &L->q, NULL, n);
-        o->matmul(be, m->k, m->h, &L->k, NULL, n);
-        o->matmul(be, m->v, m->h, &L->v, NULL, n);
-        o->rmsnorm(be, m->q, m->q, L->q_norm, n * s->heads, s->head_dim, 1e-6f);
-        o->rmsnorm(be, m->k, m->k, L->k_norm, n * s->kv_heads, s->head_dim, 1e-6f);
-        o->rope(be, m->q, m->pos, n, s->heads, &rope);
-        o->rope(be, m->k, m->pos, n, s->kv_heads, &rope);
-        o->kv_store(be, m->kv, &m->lay, l, m->k, m->v, m->slot, m->pos, n);
-        o->attention(be, m->att, m->q, m->kv, &m->lay, l, m->slot, m->pos, n, s->heads, 0.08838834764f, 0);
-        o->matmul(be, m->tmp, m->att, &L->o, NULL, n);
-        o->add(be, m->x, m->tmp, (int64_t)n * s->hidden);
-        o->rmsnorm(be, m->h, m->x, L->post_norm, n, s->hidden, 1e-6f);
-        o->matmul(be, m->g, m->h, &L->gate, NULL, n);
-        o->matmul(be, m->u, m->h, &L->up, NULL, n);
-        o->swiglu(be, m->g, m->g, m->u, (int64_t)n * s->inter);
-        o->matmul(be, m->tmp, m->g, &L->down, NULL, n);
-        o->add(be, m->x, m->tmp, (int64_t)n * s->hidden);
+        mx_kv_ref kv = {m->kv, m->lay, l, m->slot, m->pos};
+        ADD(p, MX_OP_RMSNORM, rmsnorm, m->h, m->x, L->in_norm, n, s->hidden, 1e-6f);
+        ADD(p, MX_OP_MATMUL, matmul, m->q, m->h, &L->q, NULL, n);
+        ADD(p, MX_OP_MATMUL, matmul, m->k, m->h, &L->k, NULL, n);
+        ADD(p, MX_OP_MATMUL, matmul, m->v, m->h, &L->v, NULL, n);
+        ADD(p, MX_OP_RMSNORM, rmsnorm, m->q, m->q, L->q_norm, n * s->heads, s->head_dim, 1e-6f);
+        ADD(p, MX_OP_RMSNORM, rmsnorm, m->k, m->k, L->k_norm, n * s->kv_heads, s->head_dim, 1e-6f);
+        ADD(p, MX_OP_ROPE, rope, m->q, m->pos, n, s->heads, rope);
+        ADD(p, MX_OP_ROPE, rope, m->k, m->pos, n, s->kv_heads, rope);
+        ADD(p, MX_OP_KV_STORE, kv_store, kv, m->k, m->v, n);
+        ADD(p, MX_OP_ATTENTION, attention, m->att, m->q, kv, n, s->heads, 0.08838834764f, 0);
+        ADD(p, MX_OP_MATMUL, matmul, m->tmp, m->att, &L->o, NULL, n);
+        ADD(p, MX_OP_ADD, add, m->x, m->tmp, (int64_t)n * s->hidden);
+        ADD(p, MX_OP_RMSNORM, rmsnorm, m->h, m->x, L->post_norm, n, s->hidden, 1e-6f);
+        ADD(p, MX_OP_MATMUL, matmul, m->g, m->h, &L->gate, NULL, n);
+        ADD(p, MX_OP_MATMUL, matmul, m->u, m->h, &L->up, NULL, n);
+        ADD(p, MX_OP_SWIGLU, swiglu, m->g, m->g, m->u, (int64_t)n * s->inter);
+        ADD(p, MX_OP_MATMUL, matmul, m->tmp, m->g, &L->down, NULL, n);
+        ADD(p, MX_OP_ADD, add, m->x, m->tmp, (int64_t)n * s->hidden);
     }
-    int32_t last = n - 1;
-    o->gather_rows(be, m->last, m->x, &last, 1, s->hidden);
-    o->rmsnorm(be, m->last, m->last, m->final_norm, 1, s->hidden, 1e-6f);
-    o->matmul(be, m->logits, m->last, &m->lm_head, NULL, 1);
-    o->argmax(be, m->next_id, m->logits, 1, s->vocab);
+    ADD(p, MX_OP_GATHER_ROWS, gather_rows, m->last, m->x, last_row, 1, s->hidden);
+    ADD(p, MX_OP_RMSNORM, rmsnorm, m->last, m->last, m->final_norm, 1, s->hidden, 1e-6f);
+    ADD(p, MX_OP_MATMUL, matmul, m->logits, m->last, &m->lm_head, NULL, 1);
+    ADD(p, MX_OP_ARGMAX, argmax, m->next_id, m->logits, 1, s->vocab);
+    return p;
+}
+
+static void run_plan(mx_backend *be, const mx_plan *p) {
+    if (mx_plan_run(be, p, &err) != 0) die("run_plan");
+}
+
+static void run_op(mx_backend *be, mx_op op) {
+    if (mx_run_op(be, op, &err) != 0) die(mx_op_kind_name(op.kind));
 }
 
 static float time_ms(void *e0, void *e1);
@@ -134,28 +148,29 @@ static float time_ms(void *e0, void *e1);
 // Per-op device times of layer 0 (and the output projection) for a batch of n tokens.
 static void op_times(mx_backend *be, model *m, int n, void *e0, void *e1, void *stream) {
     const shape *s = &m->s;
-    const mx_backend_ops *o = be->ops;
     layer *L = &m->L[0];
     mx_rope rope = {m->inv_freq, s->head_dim, 1.0f};
+    mx_kv_ref kv = {m->kv, m->lay, 0, m->slot, m->pos};
     int reps = n == 1 ? 200 : 10;
+#define OP(KIND, field, ...) run_op(be, (mx_op){.kind = KIND, .field = {__VA_ARGS__}})
     printf("per-op times, %d token%s:\n", n, n == 1 ? "" : "s");
-    TIME_OP("rmsnorm", n, reps, o->rmsnorm(be, m->h, m->x, L->in_norm, n, s->hidden, 1e-6f));
-    TIME_OP("matmul q", n, reps, o->matmul(be, m->q, m->h, &L->q, NULL, n));
-    TIME_OP("matmul k", n, reps, o->matmul(be, m->k, m->h, &L->k, NULL, n));
-    TIME_OP("q/k norm", n, reps, o->rmsnorm(be, m->q, m->q, L->q_norm, n * s->heads, s->head_dim, 1e-6f));
-    TIME_OP("rope q", n, reps, o->rope(be, m->q, m->pos, n, s->heads, &rope));
-    TIME_OP("kv_store", n, reps, o->kv_store(be, m->kv, &m->lay, 0, m->k, m->v, m->slot, m->pos, n));
-    TIME_OP("attention", n, reps,
-            o->attention(be, m->att, m->q, m->kv, &m->lay, 0, m->slot, m->pos, n, s->heads, 0.0883883f, 0));
-    TIME_OP("matmul o", n, reps, o->matmul(be, m->tmp, m->att, &L->o, NULL, n));
-    TIME_OP("add", n, reps, o->add(be, m->x, m->tmp, (int64_t)n * s->hidden));
-    TIME_OP("matmul gate", n, reps, o->matmul(be, m->g, m->h, &L->gate, NULL, n));
-    TIME_OP("swiglu", n, reps, o->swiglu(be, m->g, m->g, m->u, (int64_t)n * s->inter));
-    TIME_OP("matmul down", n, reps, o->matmul(be, m->tmp, m->g, &L->down, NULL, n));
+    TIME_OP("rmsnorm", n, reps, OP(MX_OP_RMSNORM, rmsnorm, m->h, m->x, L->in_norm, n, s->hidden, 1e-6f));
+    TIME_OP("matmul q", n, reps, OP(MX_OP_MATMUL, matmul, m->q, m->h, &L->q, NULL, n));
+    TIME_OP("matmul k", n, reps, OP(MX_OP_MATMUL, matmul, m->k, m->h, &L->k, NULL, n));
+    TIME_OP("q/k norm", n, reps, OP(MX_OP_RMSNORM, rmsnorm, m->q, m->q, L->q_norm, n * s->heads, s->head_dim, 1e-6f));
+    TIME_OP("rope q", n, reps, OP(MX_OP_ROPE, rope, m->q, m->pos, n, s->heads, rope));
+    TIME_OP("kv_store", n, reps, OP(MX_OP_KV_STORE, kv_store, kv, m->k, m->v, n));
+    TIME_OP("attention", n, reps, OP(MX_OP_ATTENTION, attention, m->att, m->q, kv, n, s->heads, 0.0883883f, 0));
+    TIME_OP("matmul o", n, reps, OP(MX_OP_MATMUL, matmul, m->tmp, m->att, &L->o, NULL, n));
+    TIME_OP("add", n, reps, OP(MX_OP_ADD, add, m->x, m->tmp, (int64_t)n * s->hidden));
+    TIME_OP("matmul gate", n, reps, OP(MX_OP_MATMUL, matmul, m->g, m->h, &L->gate, NULL, n));
+    TIME_OP("swiglu", n, reps, OP(MX_OP_SWIGLU, swiglu, m->g, m->g, m->u, (int64_t)n * s->inter));
+    TIME_OP("matmul down", n, reps, OP(MX_OP_MATMUL, matmul, m->tmp, m->g, &L->down, NULL, n));
     if (n == 1) {
-        TIME_OP("lm_head", 1, reps, o->matmul(be, m->logits, m->last, &m->lm_head, NULL, 1));
-        TIME_OP("argmax", 1, reps, o->argmax(be, m->next_id, m->logits, 1, s->vocab));
+        TIME_OP("lm_head", 1, reps, OP(MX_OP_MATMUL, matmul, m->logits, m->last, &m->lm_head, NULL, 1));
+        TIME_OP("argmax", 1, reps, OP(MX_OP_ARGMAX, argmax, m->next_id, m->logits, 1, s->vocab));
     }
+#undef OP
 }
 
 static float time_ms(void *e0, void *e1) {
@@ -236,6 +251,8 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < cap; i++) hid[i] = (int32_t)(next() % (uint64_t)s->vocab), hpos[i] = (int32_t)i;
     m.ids = dfrom(be, hid, 4 * cap), m.pos = dfrom(be, hpos, 4 * cap), m.slot = dfrom(be, hslot, 4 * cap);
     m.next_id = dalloc(be, 4);
+    int32_t last_rows[2] = {prefill - 1, 0};  // the last token of the prefill plan, of the decode plan
+    m.last_row = dfrom(be, last_rows, sizeof last_rows);
 
     void *e0, *e1, *stream = mx_gpu_stream(be);
     if (mxg_rt_event_create(&e0, &err) || mxg_rt_event_create(&e1, &err)) die("events");
@@ -243,10 +260,12 @@ int main(int argc, char **argv) {
            layer_bytes / 1e6, be->device_name);
 
     // Prefill: n tokens at positions 0..n-1 (fills the cache), direct launches, best of 3.
+    mx_gpu_use_graphs(be, false);
+    mx_plan *prefill_plan = forward_plan(&m, prefill, m.last_row);
     float best = 1e30f;
     for (int rep = 0; rep < 3; rep++) {
         mxg_rt_event_record(e0, stream, &err);
-        forward(be, &m, prefill);
+        run_plan(be, prefill_plan);
         mxg_rt_event_record(e1, stream, &err);
         float ms = time_ms(e0, e1);
         best = ms < best ? ms : best;
@@ -257,25 +276,24 @@ int main(int argc, char **argv) {
     // Decode: one token at position ctx.
     int32_t p = ctx;
     be->ops->upload(be, m.pos, &p, 4, &err);
-    for (int i = 0; i < 3; i++) forward(be, &m, 1);
+    mx_plan *decode_plan = forward_plan(&m, 1, m.last_row + 1);
+    for (int i = 0; i < 3; i++) run_plan(be, decode_plan);
     mxg_rt_event_record(e0, stream, &err);
-    for (int i = 0; i < replays / 4; i++) forward(be, &m, 1);
+    for (int i = 0; i < replays / 4; i++) run_plan(be, decode_plan);
     mxg_rt_event_record(e1, stream, &err);
     float direct = time_ms(e0, e1) / (replays / 4);
-    void *graph = NULL;
-    if (mx_gpu_graph_begin(be, &err) != 0) die("graph begin");
-    forward(be, &m, 1);
-    if (mx_gpu_graph_end(be, &graph, &err) != 0) die("graph end");
-    for (int i = 0; i < 5; i++) mx_gpu_graph_launch(be, graph, &err);
+    mx_gpu_use_graphs(be, true);
+    for (int i = 0; i < 5; i++) run_plan(be, decode_plan);  // recorded on the second run
     mxg_rt_event_record(e0, stream, &err);
-    for (int i = 0; i < replays; i++) mx_gpu_graph_launch(be, graph, &err);
+    for (int i = 0; i < replays; i++) run_plan(be, decode_plan);
     mxg_rt_event_record(e1, stream, &err);
     float graphed = time_ms(e0, e1) / replays;
     if (be->ops->sync(be, &err) != 0) die("decode");
     double kvb = 2.0 * s->layers * s->kv_heads * s->head_dim * 2.0 * ctx;
     printf("decode at context %d: %.3f ms/token graph (%.0f tok/s, %.0f GB/s of weights+KV), %.3f ms direct (%.0f tok/s)\n",
            ctx, graphed, 1e3 / graphed, (wbytes + kvb) / (graphed / 1e3) / 1e9, direct, 1e3 / direct);
-    mx_gpu_graph_free(be, graph);
+    mx_plan_free(be, decode_plan);
+    mx_plan_free(be, prefill_plan);
     op_times(be, &m, 1, e0, e1, stream);
     int32_t *mid = malloc(sizeof(int32_t) * (size_t)prefill);
     for (int i = 0; i < prefill; i++) mid[i] = i;

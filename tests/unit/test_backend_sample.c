@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backends/backend.h"
+#include "backends/plan.h"
 #include "check.h"
 
 #define V 8
@@ -30,7 +30,7 @@ static void draw(const float *row, mx_sample_params p, int counts[V], int32_t *i
     be->ops->upload(be, d_logits, rows, sizeof rows, &err);
     be->ops->upload(be, d_pos, pos, sizeof pos, &err);
     be->ops->upload(be, d_par, &p, sizeof p, &err);
-    be->ops->sample(be, d_ids, d_logits, DRAWS, V, d_par, d_pos);
+    CHECK(mx_run_op(be, (mx_op){.kind = MX_OP_SAMPLE, .sample = {d_ids, d_logits, DRAWS, V, d_par, d_pos}}, &err) == 0);
     CHECK(be->ops->download(be, ids, d_ids, sizeof ids, &err) == 0);
     memset(counts, 0, sizeof(int) * V);
     for (int t = 0; t < DRAWS; t++) {
@@ -61,7 +61,7 @@ int main(void) {
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
-    if (!be->ops->sample) {
+    if (!be->ops->supports(be, MX_OP_SAMPLE, NULL)) {
         printf("backend %s has no sample op\n", be->ops->name);
         mx_backend_free(be);
         return check_finish();
@@ -122,7 +122,7 @@ int main(void) {
     for (int t = 0; t < 64; t++) {
         int32_t pos = t, id = -1;
         be->ops->upload(be, d_pos, &pos, sizeof pos, &err);
-        be->ops->sample(be, d_ids, d_big, 1, BIG, d_par, d_pos);
+        CHECK(mx_run_op(be, (mx_op){.kind = MX_OP_SAMPLE, .sample = {d_ids, d_big, 1, BIG, d_par, d_pos}}, &err) == 0);
         be->ops->download(be, &id, d_ids, sizeof id, &err);
         hits += id == 12345 || id == 777;
     }

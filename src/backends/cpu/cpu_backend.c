@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // CPU backend object: memory (plain aligned host allocations), matrix "upload" (weights stay in
-// the mapped file when their alignment allows, else one aligned copy), and the ops table.
+// the mapped file when their alignment allows, else one aligned copy), and the plan runner: the
+// reference for every other backend, it runs the records one by one and fuses nothing.
 #include "backends/cpu/cpu_backend.h"
 
 #include <stdlib.h>
@@ -123,9 +124,9 @@ static void cpu_release_matrix(mx_backend *be, mx_matrix *m) {
 }
 
 // The CPU backend implements every format through the reference path at least.
-static bool cpu_supports(mx_backend *be, mx_backend_op op, const mx_matrix *w) {
+static bool cpu_supports(mx_backend *be, mx_op_kind kind, const mx_matrix *w) {
     (void)be;
-    (void)op;
+    (void)kind;
     (void)w;
     return true;
 }
@@ -152,34 +153,76 @@ static void cpu_destroy(mx_backend *be) {
     free(be);
 }
 
+static void cpu_run_op(mx_backend *be, const mx_op *op) {
+    switch (op->kind) {
+    case MX_OP_EMBED: cpu_embed(be, op->embed.out, op->embed.w, op->embed.ids, op->embed.n); break;
+    case MX_OP_MATMUL:
+        cpu_matmul(be, op->matmul.out, op->matmul.x, op->matmul.w, op->matmul.bias, op->matmul.n);
+        break;
+    case MX_OP_RMSNORM:
+        cpu_rmsnorm(be, op->rmsnorm.out, op->rmsnorm.x, op->rmsnorm.w, op->rmsnorm.n, op->rmsnorm.dim, op->rmsnorm.eps);
+        break;
+    case MX_OP_ROPE: cpu_rope(be, op->rope.x, op->rope.pos, op->rope.n, op->rope.n_heads, &op->rope.rope); break;
+    case MX_OP_KV_STORE: {
+        const mx_kv_ref *r = &op->kv_store.kv;
+        cpu_kv_store(be, r->kv, &r->lay, r->layer, op->kv_store.k, op->kv_store.v, r->slot, r->pos, op->kv_store.n);
+        break;
+    }
+    case MX_OP_ATTENTION: {
+        const mx_kv_ref *r = &op->attention.kv;
+        cpu_attention(be, op->attention.out, op->attention.q, r->kv, &r->lay, r->layer, r->slot, r->pos,
+                      op->attention.n, op->attention.n_heads, op->attention.scale, op->attention.window);
+        break;
+    }
+    case MX_OP_SWIGLU: cpu_swiglu(be, op->swiglu.out, op->swiglu.gate, op->swiglu.up, op->swiglu.count); break;
+    case MX_OP_ADD: cpu_add(be, op->add.x, op->add.y, op->add.count); break;
+    case MX_OP_MOE_ROUTE:
+        cpu_moe_route(be, op->moe_route.ids, op->moe_route.weights, op->moe_route.logits, op->moe_route.n,
+                      op->moe_route.n_experts, op->moe_route.k, op->moe_route.norm_topk);
+        break;
+    case MX_OP_MOE_MATMUL:
+        cpu_moe_matmul(be, op->moe_matmul.out, op->moe_matmul.x, op->moe_matmul.w, op->moe_matmul.ids,
+                       op->moe_matmul.m, op->moe_matmul.x_div);
+        break;
+    case MX_OP_MOE_COMBINE:
+        cpu_moe_combine(be, op->moe_combine.out, op->moe_combine.y, op->moe_combine.weights, op->moe_combine.n,
+                        op->moe_combine.k, op->moe_combine.dim);
+        break;
+    case MX_OP_GATHER_ROWS:
+        cpu_gather_rows(be, op->gather_rows.out, op->gather_rows.x, op->gather_rows.rows, op->gather_rows.n,
+                        op->gather_rows.dim);
+        break;
+    case MX_OP_ARGMAX: cpu_argmax(be, op->argmax.ids, op->argmax.logits, op->argmax.n, op->argmax.vocab); break;
+    case MX_OP_SAMPLE:
+        cpu_sample(be, op->sample.ids, op->sample.logits, op->sample.n, op->sample.vocab, op->sample.params,
+                   op->sample.pos);
+        break;
+    case MX_OP_KIND_COUNT: MX_ASSERT(!"not an op kind"); break;
+    }
+}
+
+static int cpu_run_plan(mx_backend *be, const mx_plan *plan, mx_error *err) {
+    for (int i = 0; i < plan->n_ops; i++) {
+        if ((unsigned)plan->ops[i].kind >= MX_OP_KIND_COUNT)
+            return mx_fail(err, "the cpu backend has no op of kind %d (record %d)", (int)plan->ops[i].kind, i);
+        cpu_run_op(be, &plan->ops[i]);
+    }
+    return 0;
+}
+
 static const mx_backend_ops cpu_ops = {
-    /* .name = */ "cpu",
-    /* .destroy = */ cpu_destroy,
-    /* .alloc = */ cpu_alloc,
-    /* .release = */ cpu_release,
-    /* .upload = */ cpu_copy,
-    /* .download = */ cpu_copy,
-    /* .upload_matrix = */ cpu_upload_matrix,
-    /* .release_matrix = */ cpu_release_matrix,
-    /* .supports = */ cpu_supports,
-    /* .embed = */ cpu_embed,
-    /* .matmul = */ cpu_matmul,
-    /* .rmsnorm = */ cpu_rmsnorm,
-    /* .rope = */ cpu_rope,
-    /* .kv_store = */ cpu_kv_store,
-    /* .attention = */ cpu_attention,
-    /* .swiglu = */ cpu_swiglu,
-    /* .add = */ cpu_add,
-    /* .moe_route = */ cpu_moe_route,
-    /* .moe_matmul = */ cpu_moe_matmul,
-    /* .moe_combine = */ cpu_moe_combine,
-    /* .gather_rows = */ cpu_gather_rows,
-    /* .argmax = */ cpu_argmax,
-    /* .sync = */ cpu_sync,
-    /* .graph_begin = */ NULL,
-    /* .graph_end = */ NULL,
-    /* .graph_launch = */ NULL,
-    /* .sample = */ cpu_sample,
+    .name = "cpu",
+    .destroy = cpu_destroy,
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .upload_matrix = cpu_upload_matrix,
+    .release_matrix = cpu_release_matrix,
+    .supports = cpu_supports,
+    .sync = cpu_sync,
+    .run_plan = cpu_run_plan,
+    .plan_release = NULL,
 };
 
 mx_backend *mx_cpu_backend_create(int threads, mx_error *err) {

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The GPU backend as the engine sees it (backend.h): device selection and the architecture check,
-// memory, and one thin wrapper per op around the kernel launchers (kernels.h). C11; the vendor
-// runtime is reached only through gpu_rt.h, so this file is the same for CUDA and ROCm.
+// memory, and the plan runner (records to kernel launchers, kernels.h; a plan that runs again is
+// recorded as a graph on its second run and replayed from then on). C11; the vendor runtime is
+// reached only through gpu_rt.h, so this file is the same for CUDA and ROCm.
 //
 // Start-up refuses, with a message saying what to do, when there is no GPU, when the device index
 // is out of range, or when the device's architecture is not among those compiled in (the list
@@ -22,8 +23,12 @@
 #include "backends/gpu_entry.h"
 #include "mlxcel_gpu_config.h"
 
+// What the backend keeps per plan id: how often it ran, and its recorded graph once it has one
+// (NULL with `no_graph` when recording failed: the plan then always runs directly).
 typedef struct gpu_graph {
-    int key;
+    uint64_t plan_id;
+    int runs;
+    bool no_graph;
     void *exec;
 } gpu_graph;
 
@@ -31,12 +36,12 @@ typedef struct gpu_ctx {
     int device;
     mxg_device_info info;
     mxg_launch launch;  // stream, warp width, workspace: what every kernel launch needs
-    gpu_graph *graphs;  // recorded decode steps, by the engine's key
+    gpu_graph *graphs;  // per plan id (backend.h plan_release forgets one)
     int n_graphs, cap_graphs;
+    bool use_graphs;    // MLXCEL_GPU_NO_GRAPHS=1 or mx_gpu_use_graphs turn recording off
 } gpu_ctx;
 
 static gpu_ctx *ctx_of(mx_backend *be) { return (gpu_ctx *)be->ctx; }
-static const mxg_launch *L_of(mx_backend *be) { return &ctx_of(be)->launch; }
 
 // ---- architecture list (MXG_ARCH_LIST, comma separated) ----------------------------------------
 
@@ -76,9 +81,6 @@ static int diagnose_arch(int dev, const mxg_device_info *info, mx_error *err) {
                    dev, info->name, info->arch, MXG_ARCH_LIST, MXG_ARCH_VARIABLE, info->arch);
 }
 
-// Recorded graphs hold raw device pointers. Any release may free a buffer a graph reads (the engine
-// frees a whole context, then builds another on the same backend), so every release drops them
-// all; they are re-recorded on the next decode step.
 static void graphs_drop(gpu_ctx *c) {
     for (int i = 0; i < c->n_graphs; i++) mxg_rt_graph_destroy(c->graphs[i].exec);
     c->n_graphs = 0;
@@ -93,9 +95,8 @@ static void *gpu_alloc(mx_backend *be, size_t bytes, mx_error *err) {
 }
 
 static void gpu_release(mx_backend *be, void *ptr) {
-    if (!ptr) return;
-    graphs_drop(ctx_of(be));
-    mxg_rt_free(ptr);
+    (void)be;
+    if (ptr) mxg_rt_free(ptr);
 }
 
 static int gpu_upload(mx_backend *be, void *dst, const void *src, size_t bytes, mx_error *err) {
@@ -107,7 +108,7 @@ static int gpu_download(mx_backend *be, void *dst, const void *src, size_t bytes
 }
 
 static void gpu_release_matrix(mx_backend *be, mx_matrix *m) {
-    graphs_drop(ctx_of(be));
+    (void)be;
     mxg_rt_free((void *)m->data);
     mxg_rt_free((void *)m->scales);
     mxg_rt_free((void *)m->biases);
@@ -140,118 +141,130 @@ static int gpu_upload_matrix(mx_backend *be, const mx_matrix *host, mx_matrix *o
     return 0;
 }
 
-static bool gpu_supports(mx_backend *be, mx_backend_op op, const mx_matrix *w) {
+static bool gpu_supports(mx_backend *be, mx_op_kind kind, const mx_matrix *w) {
     (void)be;
-    switch (op) {
+    switch (kind) {
+    case MX_OP_EMBED:
     case MX_OP_MATMUL:
     case MX_OP_MOE_MATMUL: return w && mxg_matrix_supported(w);
+    default: return kind >= 0 && kind < MX_OP_KIND_COUNT;
     }
-    return false;
 }
 
-// ---- ops -------------------------------------------------------------------------------------
+// ---- plans -------------------------------------------------------------------------------------
 
-static void gpu_embed(mx_backend *be, float *out, const mx_matrix *w, const int32_t *ids, int n) {
-    mxg_embed(L_of(be), out, w, ids, n);
+static void run_record(const mxg_launch *L, const mx_op *op) {
+    switch (op->kind) {
+    case MX_OP_EMBED: mxg_embed(L, op->embed.out, op->embed.w, op->embed.ids, op->embed.n); break;
+    case MX_OP_MATMUL: mxg_matmul(L, op->matmul.out, op->matmul.x, op->matmul.w, op->matmul.bias, op->matmul.n); break;
+    case MX_OP_RMSNORM:
+        mxg_rmsnorm(L, op->rmsnorm.out, op->rmsnorm.x, op->rmsnorm.w, op->rmsnorm.n, op->rmsnorm.dim, op->rmsnorm.eps);
+        break;
+    case MX_OP_ROPE: mxg_rope(L, op->rope.x, op->rope.pos, op->rope.n, op->rope.n_heads, &op->rope.rope); break;
+    case MX_OP_KV_STORE: {
+        const mx_kv_ref *r = &op->kv_store.kv;
+        mxg_kv_store(L, r->kv, &r->lay, r->layer, op->kv_store.k, op->kv_store.v, r->slot, r->pos, op->kv_store.n);
+        break;
+    }
+    case MX_OP_ATTENTION: {
+        const mx_kv_ref *r = &op->attention.kv;
+        mxg_attention(L, op->attention.out, op->attention.q, r->kv, &r->lay, r->layer, r->slot, r->pos,
+                      op->attention.n, op->attention.n_heads, op->attention.scale, op->attention.window);
+        break;
+    }
+    case MX_OP_SWIGLU: mxg_swiglu(L, op->swiglu.out, op->swiglu.gate, op->swiglu.up, op->swiglu.count); break;
+    case MX_OP_ADD: mxg_add(L, op->add.x, op->add.y, op->add.count); break;
+    case MX_OP_MOE_ROUTE:
+        mxg_moe_route(L, op->moe_route.ids, op->moe_route.weights, op->moe_route.logits, op->moe_route.n,
+                      op->moe_route.n_experts, op->moe_route.k, op->moe_route.norm_topk);
+        break;
+    case MX_OP_MOE_MATMUL:
+        mxg_moe_matmul(L, op->moe_matmul.out, op->moe_matmul.x, op->moe_matmul.w, op->moe_matmul.ids,
+                       op->moe_matmul.m, op->moe_matmul.x_div);
+        break;
+    case MX_OP_MOE_COMBINE:
+        mxg_moe_combine(L, op->moe_combine.out, op->moe_combine.y, op->moe_combine.weights, op->moe_combine.n,
+                        op->moe_combine.k, op->moe_combine.dim);
+        break;
+    case MX_OP_GATHER_ROWS:
+        mxg_gather_rows(L, op->gather_rows.out, op->gather_rows.x, op->gather_rows.rows, op->gather_rows.n,
+                        op->gather_rows.dim);
+        break;
+    case MX_OP_ARGMAX: mxg_argmax(L, op->argmax.ids, op->argmax.logits, op->argmax.n, op->argmax.vocab); break;
+    case MX_OP_SAMPLE:
+        mxg_sample(L, op->sample.ids, op->sample.logits, op->sample.n, op->sample.vocab, op->sample.params,
+                   op->sample.pos);
+        break;
+    case MX_OP_KIND_COUNT: break;
+    }
 }
 
-static void gpu_matmul(mx_backend *be, float *out, const float *x, const mx_matrix *w, const float *bias, int n) {
-    mxg_matmul(L_of(be), out, x, w, bias, n);
+// Enqueues the records (the place where adjacent records may become one fused kernel).
+static void enqueue_plan(const mxg_launch *L, const mx_plan *plan) {
+    for (int i = 0; i < plan->n_ops; i++) run_record(L, &plan->ops[i]);
 }
 
-static void gpu_rmsnorm(mx_backend *be, float *out, const float *x, const float *w, int n, int dim, float eps) {
-    mxg_rmsnorm(L_of(be), out, x, w, n, dim, eps);
-}
-
-static void gpu_rope(mx_backend *be, float *x, const int32_t *pos, int n, int n_heads, const mx_rope *rope) {
-    mxg_rope(L_of(be), x, pos, n, n_heads, rope);
-}
-
-static void gpu_kv_store(mx_backend *be, void *kv, const mx_kv_layout *lay, int layer, const float *k,
-                         const float *v, const int32_t *slot, const int32_t *pos, int n) {
-    mxg_kv_store(L_of(be), kv, lay, layer, k, v, slot, pos, n);
-}
-
-static void gpu_attention(mx_backend *be, float *out, const float *q, const void *kv, const mx_kv_layout *lay,
-                          int layer, const int32_t *slot, const int32_t *pos, int n, int n_heads, float scale,
-                          int window) {
-    mxg_attention(L_of(be), out, q, kv, lay, layer, slot, pos, n, n_heads, scale, window);
-}
-
-static void gpu_swiglu(mx_backend *be, float *out, const float *gate, const float *up, int64_t count) {
-    mxg_swiglu(L_of(be), out, gate, up, count);
-}
-
-static void gpu_add(mx_backend *be, float *x, const float *y, int64_t count) { mxg_add(L_of(be), x, y, count); }
-
-static void gpu_moe_route(mx_backend *be, int32_t *ids, float *weights, const float *logits, int n, int n_experts,
-                          int k, bool norm_topk) {
-    mxg_moe_route(L_of(be), ids, weights, logits, n, n_experts, k, norm_topk);
-}
-
-static void gpu_moe_matmul(mx_backend *be, float *out, const float *x, const mx_matrix *w, const int32_t *ids, int m,
-                           int x_div) {
-    mxg_moe_matmul(L_of(be), out, x, w, ids, m, x_div);
-}
-
-static void gpu_moe_combine(mx_backend *be, float *out, const float *y, const float *weights, int n, int k, int dim) {
-    mxg_moe_combine(L_of(be), out, y, weights, n, k, dim);
-}
-
-static void gpu_gather_rows(mx_backend *be, float *out, const float *x, const int32_t *rows_host, int n, int dim) {
-    mxg_gather_rows(L_of(be), out, x, rows_host, n, dim);
-}
-
-static void gpu_argmax(mx_backend *be, int32_t *ids, const float *logits, int n, int vocab) {
-    mxg_argmax(L_of(be), ids, logits, n, vocab);
-}
-
-static void gpu_sample(mx_backend *be, int32_t *ids, const float *logits, int n, int vocab,
-                       const mx_sample_params *params, const int32_t *pos) {
-    mxg_sample(L_of(be), ids, logits, n, vocab, params, pos);
-}
-
-static int gpu_sync(mx_backend *be, mx_error *err) { return mxg_rt_sync(ctx_of(be)->launch.stream, err); }
-
-// ---- graphs (backend.h graph_begin / graph_end / graph_launch) --------------------------------
-
-static gpu_graph *graph_find(gpu_ctx *c, int key) {
+static gpu_graph *graph_find(gpu_ctx *c, uint64_t id) {
     for (int i = 0; i < c->n_graphs; i++)
-        if (c->graphs[i].key == key) return &c->graphs[i];
+        if (c->graphs[i].plan_id == id) return &c->graphs[i];
     return NULL;
 }
 
-static int gpu_graph_begin(mx_backend *be, mx_error *err) { return mxg_rt_graph_begin(ctx_of(be)->launch.stream, err); }
-
-static int gpu_graph_end(mx_backend *be, int key, mx_error *err) {
-    gpu_ctx *c = ctx_of(be);
-    void *exec = NULL;
-    if (mxg_rt_graph_end(c->launch.stream, &exec, err) != 0) return -1;
-    gpu_graph *g = graph_find(c, key);
-    if (!g) {
-        if (c->n_graphs == c->cap_graphs) {
-            int cap = c->cap_graphs ? 2 * c->cap_graphs : 16;
-            gpu_graph *ng = realloc(c->graphs, sizeof *ng * (size_t)cap);
-            if (!ng) {
-                mxg_rt_graph_destroy(exec);
-                return mx_fail(err, "out of memory keeping a recorded graph");
-            }
-            c->graphs = ng, c->cap_graphs = cap;
-        }
-        g = &c->graphs[c->n_graphs++];
-        g->key = key, g->exec = NULL;
+static gpu_graph *graph_add(gpu_ctx *c, uint64_t id) {
+    if (c->n_graphs == c->cap_graphs) {
+        int cap = c->cap_graphs ? 2 * c->cap_graphs : 16;
+        gpu_graph *ng = realloc(c->graphs, sizeof *ng * (size_t)cap);
+        if (!ng) return NULL;
+        c->graphs = ng, c->cap_graphs = cap;
     }
-    mxg_rt_graph_destroy(g->exec);
-    g->exec = exec;
-    return 0;
+    gpu_graph *g = &c->graphs[c->n_graphs++];
+    *g = (gpu_graph){.plan_id = id};
+    return g;
 }
 
-static bool gpu_graph_launch(mx_backend *be, int key) {
+// First run: direct. Second run: recorded, then replayed (a plan that runs twice is a step shape in
+// use, worth the recording). Later runs: replayed. Recording failures fall back to direct runs.
+static int gpu_run_plan(mx_backend *be, const mx_plan *plan, mx_error *err) {
     gpu_ctx *c = ctx_of(be);
-    gpu_graph *g = graph_find(c, key);
-    mx_error err;
-    return g && mxg_rt_graph_launch(g->exec, c->launch.stream, &err) == 0;
+    for (int i = 0; i < plan->n_ops; i++)
+        if ((unsigned)plan->ops[i].kind >= MX_OP_KIND_COUNT)
+            return mx_fail(err, "the %s backend has no op of kind %d (record %d)", MXG_RUNTIME_NAME,
+                           (int)plan->ops[i].kind, i);
+    gpu_graph *g = c->use_graphs ? graph_find(c, plan->id) : NULL;
+    if (c->use_graphs && !g) g = graph_add(c, plan->id);  // NULL (out of memory): run directly
+    if (g && g->exec) return mxg_rt_graph_launch(g->exec, c->launch.stream, err);
+    if (!g || g->no_graph || g->runs++ == 0) {
+        enqueue_plan(&c->launch, plan);
+        return 0;
+    }
+    mx_error why;
+    void *exec = NULL;
+    if (mxg_rt_graph_begin(c->launch.stream, &why) == 0) {
+        enqueue_plan(&c->launch, plan);
+        if (mxg_rt_graph_end(c->launch.stream, &exec, &why) != 0) exec = NULL;
+    }
+    if (!exec) {
+        g->no_graph = true;
+        enqueue_plan(&c->launch, plan);
+        return 0;
+    }
+    g->exec = exec;
+    return mxg_rt_graph_launch(g->exec, c->launch.stream, err);
 }
+
+static void gpu_plan_release(mx_backend *be, uint64_t id) {
+    gpu_ctx *c = ctx_of(be);
+    gpu_graph *g = graph_find(c, id);
+    if (!g) return;
+    if (g->exec) {
+        mx_error ignored;
+        mxg_rt_sync(c->launch.stream, &ignored);  // a replay in flight still reads the graph
+        mxg_rt_graph_destroy(g->exec);
+    }
+    *g = c->graphs[--c->n_graphs];
+}
+
+static int gpu_sync(mx_backend *be, mx_error *err) { return mxg_rt_sync(ctx_of(be)->launch.stream, err); }
 
 static void gpu_destroy(mx_backend *be) {
     if (!be) return;
@@ -279,24 +292,9 @@ static const mx_backend_ops gpu_ops = {
     .upload_matrix = gpu_upload_matrix,
     .release_matrix = gpu_release_matrix,
     .supports = gpu_supports,
-    .embed = gpu_embed,
-    .matmul = gpu_matmul,
-    .rmsnorm = gpu_rmsnorm,
-    .rope = gpu_rope,
-    .kv_store = gpu_kv_store,
-    .attention = gpu_attention,
-    .swiglu = gpu_swiglu,
-    .add = gpu_add,
-    .moe_route = gpu_moe_route,
-    .moe_matmul = gpu_moe_matmul,
-    .moe_combine = gpu_moe_combine,
-    .gather_rows = gpu_gather_rows,
-    .argmax = gpu_argmax,
     .sync = gpu_sync,
-    .graph_begin = gpu_graph_begin,
-    .graph_end = gpu_graph_end,
-    .graph_launch = gpu_graph_launch,
-    .sample = gpu_sample,
+    .run_plan = gpu_run_plan,
+    .plan_release = gpu_plan_release,
 };
 
 // ---- entry points ------------------------------------------------------------------------------
@@ -358,6 +356,8 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.cc = c->info.cc;
     const char *no_mma = getenv("MLXCEL_GPU_NO_MMA");
     c->launch.use_mma = !(no_mma && *no_mma && strcmp(no_mma, "0") != 0);
+    const char *no_graphs = getenv("MLXCEL_GPU_NO_GRAPHS");
+    c->use_graphs = !(no_graphs && *no_graphs && strcmp(no_graphs, "0") != 0);
     const char *mv_rows = getenv("MLXCEL_GPU_MATVEC_ROWS");  // tuning knob for benches: 1, 2 or 4
     c->launch.matvec_rows = mv_rows ? atoi(mv_rows) : 4;
     c->launch.scratch_bytes = mxg_attention_scratch_bytes(c->info.sm_count, 256);
@@ -404,21 +404,14 @@ size_t mx_gpu_describe(char *buf, size_t cap) {
     return used;
 }
 
-// ---- graphs and tooling (gpu_backend.h) ---------------------------------------------------------
+// ---- tooling (gpu_backend.h) -------------------------------------------------------------------
 
-int mx_gpu_graph_begin(mx_backend *be, mx_error *err) { return mxg_rt_graph_begin(ctx_of(be)->launch.stream, err); }
+void mx_gpu_use_graphs(mx_backend *be, bool on) { ctx_of(be)->use_graphs = on; }
 
-int mx_gpu_graph_end(mx_backend *be, void **graph, mx_error *err) {
-    return mxg_rt_graph_end(ctx_of(be)->launch.stream, graph, err);
-}
-
-int mx_gpu_graph_launch(mx_backend *be, void *graph, mx_error *err) {
-    return mxg_rt_graph_launch(graph, ctx_of(be)->launch.stream, err);
-}
-
-void mx_gpu_graph_free(mx_backend *be, void *graph) {
-    (void)be;
-    mxg_rt_graph_destroy(graph);
+int mx_gpu_graph_count(mx_backend *be) {
+    int n = 0;
+    for (int i = 0; i < ctx_of(be)->n_graphs; i++) n += ctx_of(be)->graphs[i].exec != NULL;
+    return n;
 }
 
 void *mx_gpu_stream(mx_backend *be) { return ctx_of(be)->launch.stream; }

@@ -66,7 +66,7 @@ void mxg_add(const mxg_launch *L, float *x, const float *y, int64_t count);
 void mxg_moe_route(const mxg_launch *L, int32_t *ids, float *weights, const float *logits, int n,
                    int n_experts, int k, bool norm_topk);
 void mxg_moe_combine(const mxg_launch *L, float *out, const float *y, const float *weights, int n, int k, int dim);
-void mxg_gather_rows(const mxg_launch *L, float *out, const float *x, const int32_t *rows_host, int n, int dim);
+void mxg_gather_rows(const mxg_launch *L, float *out, const float *x, const int32_t *rows, int n, int dim);
 void mxg_argmax(const mxg_launch *L, int32_t *ids, const float *logits, int n, int vocab);
 
 #ifdef __cplusplus

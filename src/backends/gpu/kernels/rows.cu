@@ -1,20 +1,14 @@
 // SPDX-License-Identifier: MIT
-// Row utilities: gather_rows (row indices come from the host: they travel as kernel arguments, 64
-// per launch, so the op can be captured in a graph) and argmax over the vocabulary (the first
+// Row utilities: gather_rows (row indices in device memory, so a recorded graph reads new rows on
+// every replay) and argmax over the vocabulary (the first
 // maximum wins, as on the CPU).
 #include "backends/gpu/common.cuh"
 #include "backends/gpu/kernels.h"
 
 namespace {
 
-constexpr int kRowsPerLaunch = 64;
-
-struct RowList {
-    int32_t r[kRowsPerLaunch];
-};
-
-__global__ void gather_kernel(float *out, const float *__restrict__ x, RowList rows, int dim) {
-    const float *src = x + (int64_t)rows.r[blockIdx.x] * dim;
+__global__ void gather_kernel(float *out, const float *__restrict__ x, const int32_t *__restrict__ rows, int dim) {
+    const float *src = x + (int64_t)rows[blockIdx.x] * dim;
     float *dst = out + (int64_t)blockIdx.x * dim;
     for (int d = threadIdx.x; d < dim; d += blockDim.x) dst[d] = src[d];
 }
@@ -66,15 +60,11 @@ __global__ void argmax_kernel(int32_t *ids, const float *__restrict__ logits, in
 
 }  // namespace
 
-extern "C" void mxg_gather_rows(const mxg_launch *L, float *out, const float *x, const int32_t *rows_host, int n,
+extern "C" void mxg_gather_rows(const mxg_launch *L, float *out, const float *x, const int32_t *rows, int n,
                                 int dim) {
+    if (n <= 0) return;
     int threads = dim > 256 ? 256 : (dim + 31) / 32 * 32;
-    for (int i0 = 0; i0 < n; i0 += kRowsPerLaunch) {
-        RowList rl;
-        int cnt = n - i0 < kRowsPerLaunch ? n - i0 : kRowsPerLaunch;
-        for (int i = 0; i < kRowsPerLaunch; i++) rl.r[i] = i < cnt ? rows_host[i0 + i] : 0;
-        gather_kernel<<<(unsigned)cnt, threads, 0, (gpuStream_t)L->stream>>>(out + (int64_t)i0 * dim, x, rl, dim);
-    }
+    gather_kernel<<<(unsigned)n, threads, 0, (gpuStream_t)L->stream>>>(out, x, rows, dim);
 }
 
 extern "C" void mxg_argmax(const mxg_launch *L, int32_t *ids, const float *logits, int n, int vocab) {
