@@ -185,10 +185,12 @@ static bool file_exists(const char *dir, const char *name) {
 }
 
 bool hub_snapshot_loadable(const char *snapshot_dir, char *why, size_t cap) {
-    if (!file_exists(snapshot_dir, "config.json")) {
-        snprintf(why, cap, "no config.json");
-        return false;
-    }
+    static const char *const needed[] = {"config.json", "tokenizer.json"};
+    for (size_t i = 0; i < sizeof needed / sizeof needed[0]; i++)
+        if (!file_exists(snapshot_dir, needed[i])) {
+            snprintf(why, cap, "no %s", needed[i]);
+            return false;
+        }
     char index[8400];
     snprintf(index, sizeof index, "%s/model.safetensors.index.json", snapshot_dir);
     json_t *root = json_load_file(index, 0, NULL);

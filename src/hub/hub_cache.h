@@ -52,8 +52,9 @@ int hub_lock_blob(const char *cache_dir, const char *repo, const char *etag, mx_
 // Writes <cache>/CACHEDIR.TAG once (as huggingface_hub does), so backup tools skip the cache.
 void hub_tag_cache_dir(const char *cache_dir);
 
-// A snapshot folder that looks loadable: config.json and its weights (every shard named by
-// model.safetensors.index.json, else at least one *.safetensors). Writes the reason when not.
+// A snapshot folder that looks loadable: config.json, tokenizer.json and the weights (every shard
+// named by model.safetensors.index.json, else at least one *.safetensors). Writes the reason when
+// not (a partial download, or a download limited by --include).
 bool hub_snapshot_loadable(const char *snapshot_dir, char *why, size_t cap);
 
 #endif

@@ -189,6 +189,14 @@ check('every request to the endpoint carries the token',
 check('no request to the redirect host carries it', cdn_reqs and all(r['auth'] is None for r in cdn_reqs), cdn_reqs)
 check('--include selects exactly the matching files',
       sorted(os.listdir(os.path.join(repo_dir(home), 'snapshots', main_commit))) == ['config.json', 'model.safetensors'])
+hub.clear()
+rc, out, err = run(['generate', '-m', REPO, '-p', 'Hello', '-n', '3', '--temp', '0'], home)
+fetched = sorted(r['path'].rsplit('/', 1)[-1] for r in hub.requests('hub', 'GET', '/resolve/')) + \
+    sorted(r['path'] for r in hub.requests('cdn', 'GET'))
+tok_sha = hashlib.sha256(demo_files['tokenizer.json']).hexdigest()
+check('-m with an incomplete snapshot fetches only the missing files, then generates',
+      rc == 0 and out.startswith(' you are') and SAFE_SHA not in ' '.join(fetched) and
+      any(tok_sha in f for f in fetched) and 'tokenizer_config.json' in fetched, (fetched, err))
 
 # --- private, gated, unknown repos, server errors, no network ---------------------------------------------
 home = fresh_home('errors')
@@ -357,6 +365,8 @@ check('convert --hf-path org/name downloads the source and converts it',
 
 # --- progress bar on a terminal -----------------------------------------------------------------------------
 home = fresh_home('tty')
+hub.clear()
+hub.fail('slow', 'model.safetensors', count=1, delay=0.1)
 env = {k: v for k, v in os.environ.items() if not k.startswith('HF_')}
 env.update(HF_HOME=home, HF_ENDPOINT=hub.endpoint)
 pid, fd = pty.fork()
@@ -376,8 +386,9 @@ while time.time() < deadline:
     chunks.append(data)
 _, status = os.waitpid(pid, 0)
 tty_out = b''.join(chunks).decode('utf-8', 'replace')
-check('a progress bar on a terminal (percent, bytes, rate)', os.waitstatus_to_exitcode(status) == 0 and '\r' in tty_out
-      and '100% [####################]' in tty_out and 'MB/s' in tty_out, tty_out[-600:])
+check('a progress bar on a terminal (percent, bytes, rate, time left)', os.waitstatus_to_exitcode(status) == 0
+      and '\r' in tty_out and '100% [####################] 24.6 MB / 24.6 MB' in tty_out and 'MB/s' in tty_out
+      and 's left' in tty_out, tty_out[-600:])
 
 hub.stop()
 shutil.rmtree(tmp_root, ignore_errors=True)

@@ -199,6 +199,10 @@ static void test_loadable(const char *tmp) {
     CHECK(strstr(why, "config.json") != NULL);
     write_file(dir, "config.json", "{}");
     CHECK(!hub_snapshot_loadable(dir, why, sizeof why));
+    CHECK(strstr(why, "tokenizer.json") != NULL);
+    write_file(dir, "tokenizer.json", "{}");
+    CHECK(!hub_snapshot_loadable(dir, why, sizeof why));
+    CHECK(strstr(why, "safetensors") != NULL);
     write_file(dir, "model.safetensors.index.json",
                "{\"weight_map\": {\"a\": \"model-1.safetensors\", \"b\": \"model-2.safetensors\"}}");
     write_file(dir, "model-1.safetensors", "x");
