@@ -23,6 +23,7 @@
 #include "core/mem_bandwidth.h"
 #include "core/thread_pool.h"
 #include "io/hf_config.h"
+#include "models/family.h"
 
 #define BENCH_SEED 0x6d6c7863656cULL  // "mlxcel"
 #define PROBE_BYTES ((size_t)1 << 30)  // bandwidth probe buffer: larger than any last-level cache
@@ -206,19 +207,11 @@ static int spec_vector(spec_list *l, const char *name, int64_t n, fill_kind fill
     return spec_add(l, name, "BF16", 1, &n, 16, fill, 0.01f);
 }
 
-static bool layer_is_moe(const mx_config *c, int i) {
-    if (c->num_experts <= 0 || strcmp(c->model_type, "qwen3_moe") != 0) return false;
-    for (int k = 0; k < c->n_mlp_only_layers; k++)
-        if (c->mlp_only_layers[k] == i) return false;
-    int step = c->decoder_sparse_step > 0 ? c->decoder_sparse_step : 1;
-    return (i + 1) % step == 0;
-}
-
-// Every tensor the loader expects for this config, in file order.
-static int spec_model(spec_list *l, const mx_config *c) {
+// Every tensor the loader expects for this config and family, in file order.
+static int spec_model(spec_list *l, const mx_config *c, const mx_family *fam) {
     int64_t H = c->hidden_size, D = c->head_dim, q_out = (int64_t)c->n_heads * D, kv_out = (int64_t)c->n_kv_heads * D;
-    bool qk_norm = !strcmp(c->model_type, "qwen3") || !strcmp(c->model_type, "qwen3_moe");
-    bool qkv_bias = !strcmp(c->model_type, "qwen2") || c->attention_bias;
+    bool qk_norm = fam->qk_norm;
+    bool qkv_bias = fam->qkv_bias || c->attention_bias;
     char p[200], name[260];
     if (spec_linear(l, c, "model.embed_tokens", 0, c->vocab_size, H)) return -1;
     for (int i = 0; i < c->n_layers; i++) {
@@ -237,7 +230,7 @@ static int spec_model(spec_list *l, const mx_config *c) {
         if (qk_norm && (spec_vector(l, NAME("self_attn.q_norm.weight"), D, FILL_ONES) ||
                         spec_vector(l, NAME("self_attn.k_norm.weight"), D, FILL_ONES)))
             return -1;
-        if (layer_is_moe(c, i)) {
+        if (mx_family_layer_is_moe(fam, c, i)) {
             int64_t E = c->num_experts, I = c->moe_intermediate_size;
             if (spec_linear(l, c, NAME("mlp.gate"), 0, E, H)) return -1;
             const char *proj[3] = {"gate_proj", "up_proj", "down_proj"};
@@ -364,8 +357,14 @@ static int ensure_random_model(const char *dir, const char *config_text) {
         cli_error(cmd, "%s", err.msg);
         return -1;
     }
+    const mx_family *fam = mx_family_find(cfg.model_type);
+    if (!fam || !fam->runs) {
+        cli_error(cmd, "config.json: unsupported model_type '%s' (supported: %s)", cfg.model_type, mx_family_names(true));
+        mx_config_free(&cfg);
+        return -1;
+    }
     spec_list l = {0};
-    int rc = spec_model(&l, &cfg);
+    int rc = spec_model(&l, &cfg, fam);
     mx_config_free(&cfg);
     if (rc) {
         free(l.v);

@@ -23,6 +23,7 @@
 #include "io/json_text.h"
 #include "io/mapped_file.h"
 #include "io/safetensors.h"
+#include "models/family.h"
 
 #define DEFAULT_MAX_SHARD_BYTES ((int64_t)5 << 30)
 
@@ -109,14 +110,8 @@ static json_t *load_config(const char *dir, mx_error *err) {
 static int check_arch(const json_t *config, const char *dir, mx_error *err) {
     const char *arch = json_string_value(json_object_get(config, "model_type"));
     if (!arch) return mx_fail(err, "%s/config.json: missing model_type", dir);
-    for (int i = 0; cv_supported_archs[i]; i++)
-        if (strcmp(arch, cv_supported_archs[i]) == 0) return 0;
-    char list[256] = "";
-    for (int i = 0; cv_supported_archs[i]; i++) {
-        if (i) strncat(list, ", ", sizeof list - strlen(list) - 1);
-        strncat(list, cv_supported_archs[i], sizeof list - strlen(list) - 1);
-    }
-    return mx_fail(err, "%s/config.json: unknown architecture '%s' (supported: %s)", dir, arch, list);
+    if (mx_family_find(arch)) return 0;
+    return mx_fail(err, "%s/config.json: unknown architecture '%s' (supported: %s)", dir, arch, mx_family_names(false));
 }
 
 // One shard: its writer and file name.

@@ -100,6 +100,14 @@ static inline void store_float(uint8_t *dst, int64_t j, float x, mx_dtype t) {
     memcpy(dst + 2 * j, &h, 2);
 }
 
+// Output row r of a viewed item (see cv_view), as the source's float values.
+static void gather_row(const cv_item *it, int64_t r, float *row) {
+    const cv_view *v = &it->view;
+    const mx_st_tensor *src = it->src[0];
+    int64_t base = (r / v->rows_per_block) * v->block_stride + (r % v->rows_per_block) * v->row_stride + v->offset;
+    for (int64_t j = 0; j < it->cols; j++) row[j] = mx_load_float(src->data, src->dtype, base + j * v->col_stride);
+}
+
 static void *run_block(void *arg) {
     block_job *b = arg;
     const cv_item *it = b->it;
@@ -109,11 +117,16 @@ static void *run_block(void *arg) {
     int64_t groups = it->q.mode == MX_QUANT_NONE ? 0 : cols / it->q.group_size;
     float *sc = row + cols, *bi = sc + groups;
     for (int64_t r = b->row0; r < b->row1; r++) {
-        const mx_st_tensor *src = it->src[r / rows_per_src];
-        const uint8_t *p = src->data + (r % rows_per_src) * cols * (int64_t)mx_dtype_size(src->dtype);
         int64_t lr = r - b->block_row0;
+        if (it->view.active) gather_row(it, r, row);
         if (it->q.mode == MX_QUANT_NONE) {
             uint8_t *dst = b->out[0] + lr * b->rb[0];
+            if (it->view.active) {
+                for (int64_t j = 0; j < cols; j++) store_float(dst, j, row[j], it->dtype);
+                continue;
+            }
+            const mx_st_tensor *src = it->src[r / rows_per_src];
+            const uint8_t *p = src->data + (r % rows_per_src) * cols * (int64_t)mx_dtype_size(src->dtype);
             if (src->dtype == it->dtype) {
                 memcpy(dst, p, (size_t)b->rb[0]);
             } else {
@@ -121,7 +134,12 @@ static void *run_block(void *arg) {
             }
             continue;
         }
-        for (int64_t j = 0; j < cols; j++) row[j] = through_dtype(mx_load_float(p, src->dtype, j), it->dtype);
+        if (!it->view.active) {
+            const mx_st_tensor *src = it->src[r / rows_per_src];
+            const uint8_t *p = src->data + (r % rows_per_src) * cols * (int64_t)mx_dtype_size(src->dtype);
+            for (int64_t j = 0; j < cols; j++) row[j] = mx_load_float(p, src->dtype, j);
+        }
+        for (int64_t j = 0; j < cols; j++) row[j] = through_dtype(row[j], it->dtype);
         uint8_t *packed = b->out[0] + lr * b->rb[0];
         if (it->q.mode == MX_QUANT_AFFINE) {
             cv_quantize_affine_row(row, cols, it->q.bits, it->q.group_size, packed, sc, bi);
@@ -141,7 +159,7 @@ static void *run_block(void *arg) {
 // rows is kept); this keeps resident memory near one block even for the largest tensor.
 static void drop_source_rows(const cv_item *it, int64_t r0, int64_t r1) {
     long page = sysconf(_SC_PAGESIZE);
-    if (page <= 0) return;
+    if (page <= 0 || it->view.active) return;  // a view's rows are not contiguous in the source
     int64_t rows_per_src = it->rows / it->n_src;
     for (int s = 0; s < it->n_src; s++) {
         int64_t a = r0 > s * rows_per_src ? r0 - s * rows_per_src : 0;

@@ -122,6 +122,44 @@ static int read_quantization(json_t *root, mx_config *cfg, const char *label, mx
     return 0;
 }
 
+// One list of longrope factors, [rope_dim / 2] numbers.
+static int read_factors(json_t *scaling, const char *key, int n, float *out, const char *label, mx_error *err) {
+    json_t *v = json_object_get(scaling, key);
+    if (!json_is_array(v) || (int)json_array_size(v) != n)
+        return mx_fail(err, "%s: rope_scaling.%s must be a list of %d numbers (rotary dimensions / 2)", label, key, n);
+    for (int i = 0; i < n; i++) {
+        json_t *e = json_array_get(v, (size_t)i);
+        if (!json_is_number(e)) return mx_fail(err, "%s: rope_scaling.%s[%d] is not a number", label, key, i);
+        out[i] = (float)json_number_value(e);
+    }
+    return 0;
+}
+
+// Phi-3's longrope ("su"): per-frequency factors for short and long contexts, and an attention
+// factor derived from how far max_position_embeddings extends the original context.
+static int read_longrope(json_t *root, json_t *scaling, mx_config *cfg, const char *label, mx_error *err) {
+    cfg->rope_type = MX_ROPE_LONGROPE;
+    int n = cfg->rope_dim / 2;
+    double orig = 0, factor = 0, attn = 0;
+    if (get_num(root, "original_max_position_embeddings", 0, &orig, label, err) ||
+        get_num(scaling, "original_max_position_embeddings", orig, &orig, label, err) ||
+        get_num(scaling, "factor", 0, &factor, label, err) || get_num(scaling, "attention_factor", 0, &attn, label, err))
+        return -1;
+    if (orig <= 1) return mx_fail(err, "%s: longrope needs original_max_position_embeddings", label);
+    if (n > MX_MAX_ROPE_FACTORS) return mx_fail(err, "%s: longrope with %d rotary dimensions is too large", label, 2 * n);
+    if (read_factors(scaling, "short_factor", n, cfg->rope_short_factor, label, err) ||
+        read_factors(scaling, "long_factor", n, cfg->rope_long_factor, label, err))
+        return -1;
+    if (!json_object_get(scaling, "factor") || json_is_null(json_object_get(scaling, "factor")))
+        factor = cfg->max_position_embeddings / orig;
+    if (!json_object_get(scaling, "attention_factor") || json_is_null(json_object_get(scaling, "attention_factor")))
+        attn = factor <= 1.0 ? 1.0 : sqrt(1.0 + log(factor) / log(orig));
+    cfg->rope_original_max_pos = orig;
+    cfg->rope_factor = factor;
+    cfg->rope_attn_factor = attn;
+    return 0;
+}
+
 static int read_rope(json_t *root, mx_config *cfg, const char *label, mx_error *err) {
     json_t *params = json_object_get(root, "rope_parameters");
     json_t *scaling = json_object_get(root, "rope_scaling");
@@ -155,7 +193,42 @@ static int read_rope(json_t *root, mx_config *cfg, const char *label, mx_error *
             return mx_fail(err, "%s: rope_scaling: high_freq_factor must exceed low_freq_factor", label);
         return 0;
     }
-    return mx_fail(err, "%s: rope scaling type '%s' is not supported (supported: default, linear, llama3)", label, type);
+    if (strcmp(type, "longrope") == 0 || strcmp(type, "su") == 0) return read_longrope(root, scaling, cfg, label, err);
+    return mx_fail(err, "%s: rope scaling type '%s' is not supported (supported: default, linear, llama3, longrope)", label,
+                   type);
+}
+
+// Gemma 3: attention scale, the sliding-window layers (layer_types, else one global layer every
+// sliding_window_pattern layers) and their RoPE base.
+static int read_gemma(json_t *root, mx_config *cfg, const char *label, mx_error *err) {
+    int pattern = 6;
+    if (get_num(root, "query_pre_attn_scalar", 256, &cfg->query_pre_attn_scalar, label, err) ||
+        get_int(root, "sliding_window", 4096, 1, &cfg->sliding_window, label, err) ||
+        get_int(root, "sliding_window_pattern", 6, 1, &pattern, label, err) ||
+        get_num(root, "rope_local_base_freq", 10000.0, &cfg->rope_local_theta, label, err))
+        return -1;
+    if (cfg->query_pre_attn_scalar <= 0) return mx_fail(err, "%s: query_pre_attn_scalar must be positive", label);
+    const char *caps[] = {"attn_logit_softcapping", "final_logit_softcapping"};
+    for (int k = 0; k < 2; k++) {
+        json_t *v = json_object_get(root, caps[k]);
+        if (v && !json_is_null(v)) return mx_fail(err, "%s: %s is not supported (Gemma 3 has none)", label, caps[k]);
+    }
+    cfg->layer_sliding = calloc((size_t)cfg->n_layers, sizeof(bool));
+    if (!cfg->layer_sliding) return mx_fail(err, "out of memory");
+    json_t *types = json_object_get(root, "layer_types");
+    if (types && !json_is_null(types)) {
+        if (!json_is_array(types) || (int)json_array_size(types) != cfg->n_layers)
+            return mx_fail(err, "%s: layer_types must list num_hidden_layers (%d) entries", label, cfg->n_layers);
+        for (int i = 0; i < cfg->n_layers; i++) {
+            const char *t = json_string_value(json_array_get(types, (size_t)i));
+            if (!t || (strcmp(t, "sliding_attention") != 0 && strcmp(t, "full_attention") != 0))
+                return mx_fail(err, "%s: layer_types[%d] must be \"sliding_attention\" or \"full_attention\"", label, i);
+            cfg->layer_sliding[i] = strcmp(t, "sliding_attention") == 0;
+        }
+    } else {
+        for (int i = 0; i < cfg->n_layers; i++) cfg->layer_sliding[i] = (i + 1) % pattern != 0;
+    }
+    return 0;
 }
 
 int mx_config_parse(const char *text, const char *gen_text, const char *label, mx_config *cfg, mx_error *err) {
@@ -164,6 +237,7 @@ int mx_config_parse(const char *text, const char *gen_text, const char *label, m
     json_error_t jerr;
     json_t *root = mx_json_loads(text, 0, &jerr);
     if (!root) return mx_fail(err, "%s: not valid JSON: %s (line %d)", label, jerr.text, jerr.line);
+    json_t *top = root;  // owned; root may move to text_config below
     int rc = -1;
     if (!json_is_object(root)) {
         mx_fail(err, "%s: not a JSON object", label);
@@ -175,14 +249,29 @@ int mx_config_parse(const char *text, const char *gen_text, const char *label, m
         goto done;
     }
     snprintf(cfg->model_type, sizeof cfg->model_type, "%s", json_string_value(mt));
+    // The top level keeps quantization and special tokens; a multimodal Gemma 3 checkpoint has the
+    // language model's fields in text_config and its tensors under "language_model." (the vision
+    // tower is not loaded).
+    json_t *text_config = json_object_get(root, "text_config");
+    if (strcmp(cfg->model_type, "gemma3") == 0) {
+        if (!json_is_object(text_config)) {
+            mx_fail(err, "%s: model_type gemma3 without a text_config object", label);
+            goto done;
+        }
+        root = text_config;
+        snprintf(cfg->model_type, sizeof cfg->model_type, "gemma3_text");
+        snprintf(cfg->tensor_prefix, sizeof cfg->tensor_prefix, "language_model.");
+    }
+    // Gemma3TextConfig's defaults (text_config of published checkpoints omits many of them).
+    bool gemma = strcmp(cfg->model_type, "gemma3_text") == 0;
     double eps = 1e-6;
-    if (get_int(root, "vocab_size", 0, 1, &cfg->vocab_size, label, err) ||
+    if (get_int(root, "vocab_size", gemma ? 262208 : 0, 1, &cfg->vocab_size, label, err) ||
         get_int(root, "hidden_size", 0, 1, &cfg->hidden_size, label, err) ||
         get_int(root, "intermediate_size", 0, 0, &cfg->intermediate_size, label, err) ||
         get_int(root, "num_hidden_layers", 0, 1, &cfg->n_layers, label, err) ||
-        get_int(root, "num_attention_heads", 0, 1, &cfg->n_heads, label, err) ||
-        get_int(root, "num_key_value_heads", cfg->n_heads, 1, &cfg->n_kv_heads, label, err) ||
-        get_int(root, "head_dim", 0, 0, &cfg->head_dim, label, err) ||
+        get_int(root, "num_attention_heads", gemma ? 8 : 0, 1, &cfg->n_heads, label, err) ||
+        get_int(root, "num_key_value_heads", gemma ? 4 : cfg->n_heads, 1, &cfg->n_kv_heads, label, err) ||
+        get_int(root, "head_dim", gemma ? 256 : 0, 0, &cfg->head_dim, label, err) ||
         get_int(root, "max_position_embeddings", 32768, 1, &cfg->max_position_embeddings, label, err) ||
         get_num(root, "rms_norm_eps", 1e-6, &eps, label, err) ||
         get_bool(root, "tie_word_embeddings", true, &cfg->tie_word_embeddings, &cfg->tie_set, label, err) ||
@@ -222,7 +311,17 @@ int mx_config_parse(const char *text, const char *gen_text, const char *label, m
             if (json_is_integer(e)) cfg->mlp_only_layers[cfg->n_mlp_only_layers++] = (int)json_integer_value(e);
         }
     }
-    if (read_rope(root, cfg, label, err) || read_eos(root, cfg, label, err) || read_quantization(root, cfg, label, err))
+    double partial = 1.0;
+    if (get_num(root, "partial_rotary_factor", 1.0, &partial, label, err)) goto done;
+    cfg->rope_dim = (int)(cfg->head_dim * partial);
+    if (partial <= 0 || partial > 1 || cfg->rope_dim % 2 != 0 || cfg->rope_dim == 0) {
+        mx_fail(err, "%s: partial_rotary_factor %g gives %d rotary dimensions (must be even, 2..head_dim)", label, partial,
+                cfg->rope_dim);
+        goto done;
+    }
+    cfg->rope_attn_factor = 1.0;
+    if (read_rope(root, cfg, label, err) || read_eos(top, cfg, label, err) || read_quantization(top, cfg, label, err) ||
+        (gemma && read_gemma(root, cfg, label, err)))
         goto done;
     if (gen_text) {
         json_t *gen = mx_json_loads(gen_text, 0, &jerr);
@@ -237,7 +336,7 @@ int mx_config_parse(const char *text, const char *gen_text, const char *label, m
     }
     rc = 0;
 done:
-    json_decref(root);
+    json_decref(top);
     if (rc) mx_config_free(cfg);
     return rc;
 }
@@ -269,8 +368,10 @@ void mx_config_free(mx_config *cfg) {
     for (int i = 0; i < cfg->n_overrides; i++) free(cfg->overrides[i].path);
     free(cfg->overrides);
     free(cfg->mlp_only_layers);
+    free(cfg->layer_sliding);
     cfg->overrides = NULL;
     cfg->mlp_only_layers = NULL;
+    cfg->layer_sliding = NULL;
     cfg->n_overrides = cfg->n_mlp_only_layers = 0;
 }
 

@@ -18,7 +18,10 @@ typedef enum mx_rope_type {
     MX_ROPE_DEFAULT,
     MX_ROPE_LLAMA3,
     MX_ROPE_LINEAR,
+    MX_ROPE_LONGROPE,   // Phi-3 "longrope" / "su": per-frequency short and long factors
 } mx_rope_type;
+
+#define MX_MAX_ROPE_FACTORS 256  // longrope factors: one per rotary frequency (rope_dim / 2)
 
 typedef struct mx_config {
     char model_type[64];
@@ -43,6 +46,17 @@ typedef struct mx_config {
     double rope_low_freq_factor;
     double rope_high_freq_factor;
     double rope_original_max_pos;
+    int rope_dim;              // rotated dimensions per head: head_dim * partial_rotary_factor
+    double rope_attn_factor;   // multiplies cos/sin (longrope's sqrt(1 + ln(factor) / ln(original)))
+    float rope_short_factor[MX_MAX_ROPE_FACTORS];  // longrope, [rope_dim / 2]
+    float rope_long_factor[MX_MAX_ROPE_FACTORS];   // longrope, used from rope_original_max_pos on
+
+    // Gemma 3 (gemma3_text; also the text model of multimodal gemma3 checkpoints)
+    double query_pre_attn_scalar;  // attention scale 1/sqrt(this); 0: 1/sqrt(head_dim)
+    int sliding_window;            // 0: every layer attends to the whole context
+    bool *layer_sliding;           // [n_layers] sliding-window layer (layer_types or the pattern); NULL: none
+    double rope_local_theta;       // RoPE base of the sliding-window layers (rope_local_base_freq)
+    char tensor_prefix[32];        // "language_model." for multimodal checkpoints, else ""
 
     // Mixture of experts (qwen3_moe)
     int num_experts;

@@ -1,35 +1,15 @@
 // SPDX-License-Identifier: MIT
 // Loading a model folder: config, tensors, validation against the architecture, upload to the
-// backend. One loader serves every family: the families differ only in which optional tensors
-// they must have (q/k norms, attention biases) and in their MLP (dense or mixture of experts).
+// backend. One loader serves every family: the family table (family.h) says which optional tensors
+// a layer must have (q/k norms, attention biases) and whether its MLP is a mixture of experts.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "models/family.h"
 #include "models/model_internal.h"
 
-typedef struct family {
-    const char *model_type;
-    bool qk_norm;     // per-head q/k RMSNorm required
-    bool qkv_bias;    // q/k/v biases required
-    bool moe;
-} family;
-
-static const family families[] = {
-    {"qwen3", true, false, false},
-    {"qwen2", false, true, false},
-    {"llama", false, false, false},
-    {"mistral", false, false, false},
-    {"qwen3_moe", true, false, true},
-};
-
-const char *mx_model_supported_types(void) { return "qwen3, qwen2, llama, mistral, qwen3_moe"; }
-
-static const family *family_find(const char *type) {
-    for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
-        if (strcmp(families[i].model_type, type) == 0) return &families[i];
-    return NULL;
-}
+const char *mx_model_supported_types(void) { return mx_family_names(true); }
 
 #define GROW(arr, n, cap)                                                    \
     do {                                                                     \
@@ -226,13 +206,7 @@ static int load_vector(mx_model *m, const char *name, int64_t len, bool required
     return 0;
 }
 
-static bool layer_is_moe(const mx_config *c, int i) {
-    for (int k = 0; k < c->n_mlp_only_layers; k++)
-        if (c->mlp_only_layers[k] == i) return false;
-    return c->num_experts > 0 && (i + 1) % c->decoder_sparse_step == 0;
-}
-
-static int load_layer(mx_model *m, const family *fam, int i, mx_error *err) {
+static int load_layer(mx_model *m, const mx_family *fam, int i, mx_error *err) {
     const mx_config *c = &m->cfg;
     mx_layer *L = &m->layers[i];
     char p[256], name[512];
@@ -255,7 +229,7 @@ static int load_layer(mx_model *m, const family *fam, int i, mx_error *err) {
     if (load_vector(m, PATH("self_attn.q_norm.weight"), c->head_dim, fam->qk_norm, &L->q_norm, err) ||
         load_vector(m, PATH("self_attn.k_norm.weight"), c->head_dim, fam->qk_norm, &L->k_norm, err))
         return -1;
-    L->moe = fam->moe && layer_is_moe(c, i);
+    L->moe = mx_family_layer_is_moe(fam, c, i);
     if (L->moe) {
         char mlp[300];
         snprintf(mlp, sizeof mlp, "%s.mlp", p);
@@ -276,10 +250,10 @@ static int load_layer(mx_model *m, const family *fam, int i, mx_error *err) {
 #undef PATH
 }
 
-static int check_config(const mx_config *c, const family *fam, mx_error *err) {
+static int check_config(const mx_config *c, const mx_family *fam, mx_error *err) {
     if (fam->moe && (c->num_experts <= 0 || c->num_experts_per_tok <= 0 || c->moe_intermediate_size <= 0 ||
                      c->num_experts_per_tok > c->num_experts || c->num_experts > 1024))
-        return mx_fail(err, "config.json: qwen3_moe needs num_experts (<= 1024), num_experts_per_tok and moe_intermediate_size");
+        return mx_fail(err, "config.json: %s needs num_experts (<= 1024), num_experts_per_tok and moe_intermediate_size", fam->model_type);
     if (!fam->moe && c->intermediate_size <= 0) return mx_fail(err, "config.json: missing 'intermediate_size'");
     if (c->head_dim > 512) return mx_fail(err, "config.json: head_dim %d is larger than 512", c->head_dim);
     if (c->rms_norm_eps <= 0) return mx_fail(err, "config.json: rms_norm_eps must be positive");
@@ -289,7 +263,11 @@ static int check_config(const mx_config *c, const family *fam, mx_error *err) {
 
 static int model_load_into(mx_model *m, const char *dir, mx_error *err) {
     if (mx_config_load(dir, &m->cfg, err)) return -1;
-    const family *fam = family_find(m->cfg.model_type);
+    const mx_family *fam = mx_family_find(m->cfg.model_type);
+    if (fam && !fam->runs)
+        return mx_fail(err, "%s/config.json: model_type '%s' is not supported yet: its forward pass is not implemented "
+                            "(mlxcel convert handles it; supported: %s)",
+                       dir, m->cfg.model_type, mx_model_supported_types());
     if (!fam)
         return mx_fail(err, "%s/config.json: unsupported model_type '%s' (supported: %s)", dir, m->cfg.model_type,
                        mx_model_supported_types());

@@ -54,7 +54,9 @@ mkdir -p "$TMP/noconfig" && cp $FIX/qwen3-bf16/model.safetensors "$TMP/noconfig/
 expect 1 "no config.json" "no config.json" -- --hf-path "$TMP/noconfig" --mlx-path "$TMP/x"
 mkdir -p "$TMP/noweights" && cp $FIX/qwen3-bf16/config.json "$TMP/noweights/"
 expect 1 "no model\*.safetensors" "no safetensors" -- --hf-path "$TMP/noweights" --mlx-path "$TMP/x"
-expect 1 "unknown architecture 'gemma3_text'" "unsupported architecture" -- --hf-path $FIX/gemma3-bf16 --mlx-path "$TMP/x"
+mkdir -p "$TMP/unknown_arch" && cp $FIX/qwen3-bf16/model.safetensors "$TMP/unknown_arch/" &&
+    sed 's/"model_type": "qwen3"/"model_type": "falcon_mamba"/' $FIX/qwen3-bf16/config.json >"$TMP/unknown_arch/config.json"
+expect 1 "unknown architecture 'falcon_mamba'" "unsupported architecture" -- --hf-path "$TMP/unknown_arch" --mlx-path "$TMP/x"
 # An I64 tensor in an otherwise valid checkpoint.
 mkdir -p "$TMP/i64" && cp $FIX/qwen3-bf16/config.json "$TMP/i64/"
 python3 - "$TMP/i64/model.safetensors" <<'PY'

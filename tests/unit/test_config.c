@@ -2,6 +2,7 @@
 // config.json parsing variants: rope_theta at top level or in rope_parameters, llama3 scaling,
 // eos as int or list (generation_config wins), tied defaults, quantization with per-layer
 // overrides (dict or false, missing mode = affine), and malformed inputs naming the field.
+#include <math.h>
 #include <string.h>
 
 #include "check.h"
@@ -60,6 +61,53 @@ int main(void) {
     mx_config_free(&c);
     CHECK(parse("{" BASE ",\"max_position_embeddings\":1000000000000000019884624838656}", NULL, &c, &e) != 0);
     CHECK_MSG(strstr(e.msg, "'max_position_embeddings'") != NULL, "%s", e.msg);
+
+    // Phi-3 longrope with a partial rotary factor: 24 of 32 dimensions rotate, 12 factors each.
+    const char *factors = "[1,1,1,1,1,1,1,1,1,1,1,2]";
+    char phi[1024];
+    snprintf(phi, sizeof phi,
+             "{" BASE ",\"max_position_embeddings\":4096,\"original_max_position_embeddings\":512,"
+             "\"partial_rotary_factor\":0.75,\"rope_scaling\":{\"type\":\"longrope\",\"short_factor\":%s,"
+             "\"long_factor\":%s}}",
+             factors, factors);
+    CHECK_MSG(parse(phi, NULL, &c, &e) == 0, "%s", e.msg);
+    CHECK(c.rope_type == MX_ROPE_LONGROPE && c.rope_dim == 24 && c.rope_short_factor[11] == 2.0f);
+    CHECK(fabs(c.rope_attn_factor - sqrt(1.0 + log(8.0) / log(512.0))) < 1e-12 && c.rope_original_max_pos == 512);
+    mx_config_free(&c);
+    snprintf(phi, sizeof phi,
+             "{" BASE ",\"original_max_position_embeddings\":512,\"rope_scaling\":{\"type\":\"su\","
+             "\"short_factor\":%s,\"long_factor\":%s}}",
+             factors, factors);  // 32 rotary dims want 16 factors
+    CHECK(parse(phi, NULL, &c, &e) != 0);
+    CHECK_MSG(strstr(e.msg, "short_factor") && strstr(e.msg, "16"), "%s", e.msg);
+    CHECK(parse("{" BASE ",\"partial_rotary_factor\":0.3}", NULL, &c, &e) != 0);
+    CHECK_MSG(strstr(e.msg, "partial_rotary_factor") != NULL, "%s", e.msg);
+
+    // Gemma 3: a multimodal checkpoint's text_config (with Gemma3TextConfig's defaults for what it
+    // omits), quantization and eos from the top level, tensors under language_model.
+    CHECK(parse("{\"model_type\":\"gemma3\",\"eos_token_id\":[1,106],\"quantization\":{\"group_size\":64,\"bits\":4},"
+                "\"text_config\":{\"model_type\":\"gemma3_text\",\"hidden_size\":2560,\"intermediate_size\":10240,"
+                "\"num_hidden_layers\":8,\"sliding_window\":1024,\"rope_scaling\":{\"factor\":8.0,\"rope_type\":\"linear\"}},"
+                "\"vision_config\":{\"hidden_size\":1152}}",
+                NULL, &c, &e) == 0);
+    CHECK_MSG(strcmp(c.model_type, "gemma3_text") == 0 && strcmp(c.tensor_prefix, "language_model.") == 0, "%s", c.model_type);
+    CHECK(c.vocab_size == 262208 && c.n_heads == 8 && c.n_kv_heads == 4 && c.head_dim == 256 && c.quantized);
+    CHECK(c.query_pre_attn_scalar == 256 && c.sliding_window == 1024 && c.rope_local_theta == 10000.0);
+    CHECK(c.rope_type == MX_ROPE_LINEAR && c.rope_factor == 8.0 && c.n_eos == 2 && c.eos_ids[1] == 106);
+    CHECK(c.layer_sliding && c.layer_sliding[0] && c.layer_sliding[4] && !c.layer_sliding[5] && c.layer_sliding[6]);
+    mx_config_free(&c);
+    CHECK(parse("{\"model_type\":\"gemma3_text\",\"vocab_size\":512,\"hidden_size\":128,\"num_hidden_layers\":3,"
+                "\"num_attention_heads\":4,\"head_dim\":32,\"query_pre_attn_scalar\":32,\"sliding_window\":8,"
+                "\"layer_types\":[\"full_attention\",\"sliding_attention\",\"full_attention\"]}",
+                NULL, &c, &e) == 0);
+    CHECK(!c.layer_sliding[0] && c.layer_sliding[1] && !c.layer_sliding[2] && c.tensor_prefix[0] == 0);
+    mx_config_free(&c);
+    CHECK(parse("{\"model_type\":\"gemma3_text\",\"vocab_size\":512,\"hidden_size\":128,\"num_hidden_layers\":3,"
+                "\"layer_types\":[\"full_attention\"]}",
+                NULL, &c, &e) != 0);
+    CHECK_MSG(strstr(e.msg, "layer_types") != NULL, "%s", e.msg);
+    CHECK(parse("{\"model_type\":\"gemma3\",\"vision_config\":{}}", NULL, &c, &e) != 0);
+    CHECK_MSG(strstr(e.msg, "text_config") != NULL, "%s", e.msg);
 
     // Errors name what was wrong.
     CHECK(parse("{" BASE ",\"quantization\":{\"group_size\":64,\"bits\":4,\"mode\":\"nf4\"}}", NULL, &c, &e) != 0);

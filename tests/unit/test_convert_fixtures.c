@@ -7,8 +7,9 @@
 // "mode": "affine" is checked and then set aside). Nothing is re-quantized or explained away; one differing byte fails.
 //
 // Not covered here: qwen3-q4mixed (hand-written per-layer overrides that no convert recipe
-// produces; tests/convert/cli_convert.sh checks the mixed recipes) and gemma3 (convert refuses
-// model_type gemma3_text, which cli_convert.sh checks).
+// produces; tests/convert/cli_convert.sh checks the mixed recipes). The phi3 and deepseek_v3
+// siblings were written by tests/fixtures/gen/make_family_fixtures.py (its own implementation of
+// mlx-lm's layout and MLX's quantizer), so they check convert against a second implementation.
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,11 @@ static const pair pairs[] = {
     {"mistral", "q4g64", AFF(4, 64), -1}, {"mistral", "q8g64", AFF(8, 64), -1},
     {"qwen2", "q4g64", AFF(4, 64), -1},   {"qwen2", "q8g64", AFF(8, 64), -1},
     {"qwen3_moe", "q4g64", AFF(4, 64), -1}, {"qwen3_moe", "q8g64", AFF(8, 64), -1},
+    {"gemma3", "q4g64", AFF(4, 64), -1},  {"gemma3", "q8g64", AFF(8, 64), -1},
+    {"phi3", "q4g64", AFF(4, 64), -1},    {"phi3", "q8g64", AFF(8, 64), -1},
+    // deepseek_v3: experts stacked, kv_b_proj split into embed_q/unembed_out, the router left in
+    // float and its e_score_correction_bias kept F32 (mlx-lm's sanitize and predicates).
+    {"deepseek_v3", "q4g64", AFF(4, 64), -1}, {"deepseek_v3", "q8g64", AFF(8, 64), -1},
 };
 
 // Counts the bytes at which two tensors of equal size differ and reports the first one.

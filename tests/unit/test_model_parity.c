@@ -126,14 +126,17 @@ int main(void) {
     if (d) closedir(d);
     qsort(names, n, sizeof *names, cmp_names);
     int tested = 0;
+    // Families whose forward pass is not written yet: loading must fail with a clear message.
+    static const char *const not_running[] = {"gemma3-", "phi3-", "deepseek_v3-", "gpt_oss-"};
     for (int i = 0; i < n; i++) {
-        if (strncmp(names[i], "gemma3", 6) == 0) {
-            // gemma3_text is not supported yet: it must be refused with the list of supported types.
+        bool refused = false;
+        for (size_t k = 0; k < sizeof not_running / sizeof not_running[0]; k++)
+            refused |= strncmp(names[i], not_running[k], strlen(not_running[k])) == 0;
+        if (refused) {
             char dir[512];
             snprintf(dir, sizeof dir, "%s/%s", FIXTURES, names[i]);
             mx_model *m = mx_model_load(dir, be, &err);
-            CHECK_MSG(m == NULL && strstr(err.msg, "unsupported model_type 'gemma3_text'") && strstr(err.msg, "qwen3"),
-                      "%s: %s", names[i], m ? "loaded" : err.msg);
+            CHECK_MSG(m == NULL && strstr(err.msg, "not supported"), "%s: %s", names[i], m ? "loaded" : err.msg);
             mx_model_free(m);
         } else {
             check_fixture(names[i], be);

@@ -1,0 +1,40 @@
+// SPDX-License-Identifier: MIT
+// The one table of model families, shared by the loader (which tensors a layer must have), the
+// converter (mlx-lm's layout and quantization rules for the family) and `bench --config` (which
+// tensors a random model of that shape needs). A family is a `model_type` of config.json; adding
+// one is adding a row here plus whatever new tensors and ops its forward pass needs. A row whose
+// forward pass is not written yet (`runs` false) is still known to the converter, and the loader
+// refuses it by name instead of calling it unknown.
+#ifndef MX_MODELS_FAMILY_H
+#define MX_MODELS_FAMILY_H
+
+#include <stdbool.h>
+
+#include "io/hf_config.h"
+
+typedef struct mx_family {
+    const char *model_type;
+    bool runs;           // the forward pass implements it (loader, bench); else convert only
+    bool qk_norm;        // per-head q/k RMSNorm tensors required
+    bool qkv_bias;       // q/k/v bias tensors required (also when config.json says attention_bias)
+    bool moe;            // MLP is a mixture of experts (router `mlp.gate`, experts stacked or per expert)
+    bool tied_default;   // tie_word_embeddings when config.json omits it (mlx-lm's default)
+    // Converter rules (mlx-lm's sanitize and quantization predicate for the family):
+    const char *n_experts_key;    // config key of the routed expert count, for stacking per-expert tensors
+    const char *router;           // module quantized at 8 bits group 64 whatever the default, or NULL
+    const char *float_module;     // module suffix never quantized (a router that is not a Linear), or NULL
+    const char *keep_dtype;       // tensor name suffix never cast by --dtype, or NULL
+    bool split_gate_up;           // experts.gate_up_proj [E, H, 2I] (interleaved) -> gate_proj/up_proj [E, I, H]
+    bool split_kv_b;              // self_attn.kv_b_proj -> embed_q [heads, kv_lora, nope], unembed_out [heads, v, kv_lora]
+    bool drop_extra_layers;       // layers numbered >= num_hidden_layers (multi-token prediction) are dropped
+} mx_family;
+
+// The row for `model_type`, or NULL when it is not in the table.
+const mx_family *mx_family_find(const char *model_type);
+// Supported model_types, comma separated (for messages and `info`): the ones the forward pass runs
+// (runnable_only) or every row (what convert accepts).
+const char *mx_family_names(bool runnable_only);
+// Whether layer `i` of a model of this family and config has a mixture-of-experts MLP.
+bool mx_family_layer_is_moe(const mx_family *f, const mx_config *c, int i);
+
+#endif
