@@ -19,6 +19,11 @@ typedef struct mx_family {
     bool qkv_bias;       // q/k/v bias tensors required (also when config.json says attention_bias)
     bool moe;            // MLP is a mixture of experts (router `mlp.gate`, experts stacked or per expert)
     bool tied_default;   // tie_word_embeddings when config.json omits it (mlx-lm's default)
+    // Gemma 3: RMSNorm weights w applied as (1 + w), norms after attention and after the MLP as well as
+    // before them, GeLU-tanh gated MLP, embeddings scaled by sqrt(hidden).
+    bool gemma;
+    // Phi-3: q/k/v in one qkv_proj [q + 2 kv, hidden] and gate/up in one gate_up_proj [2 I, hidden].
+    bool fused_qkv_gate_up;
     // Converter rules (mlx-lm's sanitize and quantization predicate for the family):
     const char *n_experts_key;    // config key of the routed expert count, for stacking per-expert tensors
     const char *router;           // module quantized at 8 bits group 64 whatever the default, or NULL

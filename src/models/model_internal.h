@@ -5,11 +5,15 @@
 #define MX_MODELS_MODEL_INTERNAL_H
 
 #include "io/safetensors.h"
+#include "models/family.h"
 #include "models/model.h"
 
 typedef struct mx_layer {
     const float *attn_norm;  // [hidden]
-    const float *ffn_norm;   // [hidden]
+    const float *ffn_norm;   // [hidden] (gemma: pre_feedforward_layernorm)
+    const float *post_attn_norm;  // [hidden] gemma: on the attention output before the residual add; else NULL
+    const float *post_ffn_norm;   // [hidden] gemma: on the MLP output before the residual add; else NULL
+    bool sliding;            // attends to the last cfg.sliding_window positions, with rope_local
     const float *q_norm;     // [head_dim] or NULL (qwen3)
     const float *k_norm;     // [head_dim] or NULL
     mx_matrix wq;            // [n_heads*head_dim, hidden]
@@ -40,6 +44,9 @@ struct mx_model {
     mx_layer *layers;        // [n_layers]
     float *rope_inv_freq;    // backend [head_dim/2]
     mx_rope rope;
+    mx_rope rope_local;      // gemma sliding-window layers: base rope_local_base_freq, no scaling
+    float embed_scale;       // multiplies the embeddings (gemma: sqrt(hidden)); 1 otherwise
+    const mx_family *family;
     int64_t n_params;
     int64_t weight_bytes;
     // Everything to give back at free time.
@@ -51,7 +58,9 @@ struct mx_model {
     int n_host_bufs, cap_host_bufs;
 };
 
-// Computes the RoPE inverse frequencies [head_dim/2] for the config (default, linear, llama3).
-void mx_rope_inv_freq(const mx_config *cfg, float *out);
+// Computes the RoPE inverse frequencies [rope_dim/2] for the config (default, linear, llama3,
+// longrope with its short factors) from base `theta` (cfg->rope_theta, or gemma's local base with
+// scaling off: scaled false).
+void mx_rope_inv_freq(const mx_config *cfg, double theta, bool scaled, float *out);
 
 #endif

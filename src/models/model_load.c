@@ -40,9 +40,10 @@ static int keep_matrix(mx_model *m, mx_matrix *w, mx_error *err) {
     return 0;
 }
 
+// Tensor lookup under the config's prefix ("language_model." for multimodal Gemma 3 checkpoints).
 static const mx_st_tensor *find_tensor(const mx_model *m, const char *fmt_path, const char *suffix) {
-    char name[512];
-    snprintf(name, sizeof name, "%s%s", fmt_path, suffix);
+    char name[600];
+    snprintf(name, sizeof name, "%s%s%s", m->cfg.tensor_prefix, fmt_path, suffix);
     return mx_st_find(m->st, name);
 }
 
@@ -64,7 +65,7 @@ static int check_shape(const mx_st_tensor *t, int ndim, const int64_t *want, mx_
 static int describe_matrix(const mx_model *m, const char *path, int64_t n_exp, int64_t rows, int64_t cols,
                            mx_matrix *w, mx_error *err) {
     const mx_st_tensor *tw = find_tensor(m, path, ".weight");
-    if (!tw) return mx_fail(err, "missing tensor '%s.weight'", path);
+    if (!tw) return mx_fail(err, "missing tensor '%s%s.weight'", m->cfg.tensor_prefix, path);
     const mx_st_tensor *ts = find_tensor(m, path, ".scales"), *tb = find_tensor(m, path, ".biases");
     memset(w, 0, sizeof *w);
     w->q = mx_config_quant_for(&m->cfg, path, ts != NULL);
@@ -181,11 +182,13 @@ static int load_experts(mx_model *m, const char *mlp, const char *proj, int64_t 
     return upload(m, &host, dst, err);
 }
 
-// A float vector (norm weight or Linear bias) converted to float32 on the backend.
-static int load_vector(mx_model *m, const char *name, int64_t len, bool required, const float **dst, mx_error *err) {
+// A float vector (norm weight or Linear bias) converted to float32 on the backend, plus `add` on
+// every element (Gemma's norms scale by 1 + w; adding once at load is the same float32 value).
+static int load_vector_add(mx_model *m, const char *name, int64_t len, bool required, float add, const float **dst,
+                           mx_error *err) {
     *dst = NULL;
-    const mx_st_tensor *t = mx_st_find(m->st, name);
-    if (!t) return required ? mx_fail(err, "missing tensor '%s'", name) : 0;
+    const mx_st_tensor *t = find_tensor(m, name, "");
+    if (!t) return required ? mx_fail(err, "missing tensor '%s%s'", m->cfg.tensor_prefix, name) : 0;
     if (!is_float_dtype(t->dtype))
         return mx_fail(err, "tensor '%s' has dtype %s, expected BF16, F16 or F32", name, mx_dtype_name(t->dtype));
     if (t->ndim != 1 || t->shape[0] != len)
@@ -193,7 +196,7 @@ static int load_vector(mx_model *m, const char *name, int64_t len, bool required
                        (long long)(t->ndim ? t->shape[0] : 0), (long long)len);
     float *host = malloc(sizeof(float) * len);
     if (!host) return mx_fail(err, "out of memory");
-    for (int64_t i = 0; i < len; i++) host[i] = mx_load_float(t->data, t->dtype, i);
+    for (int64_t i = 0; i < len; i++) host[i] = mx_load_float(t->data, t->dtype, i) + add;
     float *dev = m->be->ops->alloc(m->be, sizeof(float) * len, err);
     int rc = dev ? m->be->ops->upload(m->be, dev, host, sizeof(float) * len, err) : -1;
     free(host);
@@ -206,6 +209,44 @@ static int load_vector(mx_model *m, const char *name, int64_t len, bool required
     return 0;
 }
 
+static int load_vector(mx_model *m, const char *name, int64_t len, bool required, const float **dst, mx_error *err) {
+    return load_vector_add(m, name, len, required, 0.0f, dst, err);
+}
+
+// An RMSNorm weight: (1 + w) for Gemma, w otherwise.
+static int load_norm(mx_model *m, const char *name, int64_t len, bool required, const float **dst, mx_error *err) {
+    return load_vector_add(m, name, len, required, m->family->gemma ? 1.0f : 0.0f, dst, err);
+}
+
+// Rows [r0, r0 + n) of a (non-expert) host matrix: quantization is per row, so a row range is a
+// plain offset into data, scales and biases.
+static mx_matrix matrix_rows(const mx_matrix *w, int64_t r0, int64_t n) {
+    mx_matrix s = *w;
+    int64_t groups = w->q.mode == MX_QUANT_NONE ? 0 : w->cols / w->q.group_size;
+    int64_t sb = groups * (int64_t)mx_dtype_size(w->scale_dtype);
+    s.rows = n;
+    s.data = (const uint8_t *)w->data + r0 * mx_matrix_row_bytes(w);
+    if (w->scales) s.scales = (const uint8_t *)w->scales + r0 * sb;
+    if (w->biases) s.biases = (const uint8_t *)w->biases + r0 * sb;
+    return s;
+}
+
+// Phi-3's fused projections, split by rows into the separate matrices of the other families.
+static int load_split(mx_model *m, const char *path, int64_t cols, int n_parts, const int64_t *rows, mx_matrix **dst,
+                      mx_error *err) {
+    int64_t total = 0;
+    for (int k = 0; k < n_parts; k++) total += rows[k];
+    mx_matrix host;
+    if (describe_matrix(m, path, 1, total, cols, &host, err)) return -1;
+    int64_t r0 = 0;
+    for (int k = 0; k < n_parts; k++) {
+        mx_matrix part = matrix_rows(&host, r0, rows[k]);
+        if (upload(m, &part, dst[k], err)) return -1;
+        r0 += rows[k];
+    }
+    return 0;
+}
+
 static int load_layer(mx_model *m, const mx_family *fam, int i, mx_error *err) {
     const mx_config *c = &m->cfg;
     mx_layer *L = &m->layers[i];
@@ -213,21 +254,34 @@ static int load_layer(mx_model *m, const mx_family *fam, int i, mx_error *err) {
     snprintf(p, sizeof p, "model.layers.%d", i);
     int64_t H = c->hidden_size, q_out = (int64_t)c->n_heads * c->head_dim, kv_out = (int64_t)c->n_kv_heads * c->head_dim;
 #define PATH(suffix) (snprintf(name, sizeof name, "%s.%s", p, suffix), name)
-    if (load_vector(m, PATH("input_layernorm.weight"), H, true, &L->attn_norm, err) ||
-        load_vector(m, PATH("post_attention_layernorm.weight"), H, true, &L->ffn_norm, err) ||
-        load_matrix(m, PATH("self_attn.q_proj"), q_out, H, &L->wq, err) ||
-        load_matrix(m, PATH("self_attn.k_proj"), kv_out, H, &L->wk, err) ||
-        load_matrix(m, PATH("self_attn.v_proj"), kv_out, H, &L->wv, err) ||
-        load_matrix(m, PATH("self_attn.o_proj"), H, q_out, &L->wo, err))
+    if (load_norm(m, PATH("input_layernorm.weight"), H, true, &L->attn_norm, err)) return -1;
+    if (fam->gemma) {
+        if (load_norm(m, PATH("post_attention_layernorm.weight"), H, true, &L->post_attn_norm, err) ||
+            load_norm(m, PATH("pre_feedforward_layernorm.weight"), H, true, &L->ffn_norm, err) ||
+            load_norm(m, PATH("post_feedforward_layernorm.weight"), H, true, &L->post_ffn_norm, err))
+            return -1;
+    } else if (load_norm(m, PATH("post_attention_layernorm.weight"), H, true, &L->ffn_norm, err)) {
         return -1;
+    }
+    L->sliding = c->layer_sliding && c->layer_sliding[i];
+    if (fam->fused_qkv_gate_up) {
+        int64_t rows[3] = {q_out, kv_out, kv_out};
+        mx_matrix *parts[3] = {&L->wq, &L->wk, &L->wv};
+        if (load_split(m, PATH("self_attn.qkv_proj"), H, 3, rows, parts, err)) return -1;
+    } else if (load_matrix(m, PATH("self_attn.q_proj"), q_out, H, &L->wq, err) ||
+               load_matrix(m, PATH("self_attn.k_proj"), kv_out, H, &L->wk, err) ||
+               load_matrix(m, PATH("self_attn.v_proj"), kv_out, H, &L->wv, err)) {
+        return -1;
+    }
+    if (load_matrix(m, PATH("self_attn.o_proj"), H, q_out, &L->wo, err)) return -1;
     bool need_qkv_bias = fam->qkv_bias || c->attention_bias;
     if (load_vector(m, PATH("self_attn.q_proj.bias"), q_out, need_qkv_bias, &L->bq, err) ||
         load_vector(m, PATH("self_attn.k_proj.bias"), kv_out, need_qkv_bias, &L->bk, err) ||
         load_vector(m, PATH("self_attn.v_proj.bias"), kv_out, need_qkv_bias, &L->bv, err) ||
         load_vector(m, PATH("self_attn.o_proj.bias"), H, false, &L->bo, err))
         return -1;
-    if (load_vector(m, PATH("self_attn.q_norm.weight"), c->head_dim, fam->qk_norm, &L->q_norm, err) ||
-        load_vector(m, PATH("self_attn.k_norm.weight"), c->head_dim, fam->qk_norm, &L->k_norm, err))
+    if (load_norm(m, PATH("self_attn.q_norm.weight"), c->head_dim, fam->qk_norm, &L->q_norm, err) ||
+        load_norm(m, PATH("self_attn.k_norm.weight"), c->head_dim, fam->qk_norm, &L->k_norm, err))
         return -1;
     L->moe = mx_family_layer_is_moe(fam, c, i);
     if (L->moe) {
@@ -240,7 +294,13 @@ static int load_layer(mx_model *m, const mx_family *fam, int i, mx_error *err) {
                load_experts(m, mlp, "down_proj", E, H, I, &L->e_down, err);
     }
     int64_t I = c->intermediate_size;
-    if (load_matrix(m, PATH("mlp.gate_proj"), I, H, &L->w_gate, err) ||
+    if (fam->fused_qkv_gate_up) {
+        int64_t rows[2] = {I, I};
+        mx_matrix *parts[2] = {&L->w_gate, &L->w_up};
+        if (load_split(m, PATH("mlp.gate_up_proj"), H, 2, rows, parts, err) ||
+            load_matrix(m, PATH("mlp.down_proj"), H, I, &L->w_down, err))
+            return -1;
+    } else if (load_matrix(m, PATH("mlp.gate_proj"), I, H, &L->w_gate, err) ||
         load_matrix(m, PATH("mlp.up_proj"), I, H, &L->w_up, err) ||
         load_matrix(m, PATH("mlp.down_proj"), H, I, &L->w_down, err))
         return -1;
@@ -272,13 +332,14 @@ static int model_load_into(mx_model *m, const char *dir, mx_error *err) {
         return mx_fail(err, "%s/config.json: unsupported model_type '%s' (supported: %s)", dir, m->cfg.model_type,
                        mx_model_supported_types());
     if (check_config(&m->cfg, fam, err)) return -1;
+    m->family = fam;
     m->st = mx_st_open_dir(dir, err);
     if (!m->st) return -1;
     const mx_config *c = &m->cfg;
     if (load_matrix(m, "model.embed_tokens", c->vocab_size, c->hidden_size, &m->embed, err) ||
-        load_vector(m, "model.norm.weight", c->hidden_size, true, &m->final_norm, err))
+        load_norm(m, "model.norm.weight", c->hidden_size, true, &m->final_norm, err))
         return -1;
-    bool has_head = mx_st_find(m->st, "lm_head.weight") != NULL;
+    bool has_head = find_tensor(m, "lm_head.weight", "") != NULL;
     m->tied = !has_head || (c->tie_set && c->tie_word_embeddings);
     if (m->tied) {
         m->lm_head = m->embed;
@@ -289,13 +350,20 @@ static int model_load_into(mx_model *m, const char *dir, mx_error *err) {
     if (!m->layers) return mx_fail(err, "out of memory");
     for (int i = 0; i < c->n_layers; i++)
         if (load_layer(m, fam, i, err)) return -1;
-    float inv[256];
-    mx_rope_inv_freq(c, inv);
-    size_t bytes = sizeof(float) * (c->head_dim / 2);
-    m->rope_inv_freq = m->be->ops->alloc(m->be, bytes, err);
+    // Gemma scales embeddings by sqrt(hidden) (in float32, as the float32 reference does).
+    m->embed_scale = fam->gemma ? sqrtf((float)c->hidden_size) : 1.0f;
+    float inv[2 * 256];
+    size_t bytes = sizeof(float) * (c->rope_dim / 2);
+    mx_rope_inv_freq(c, c->rope_theta, true, inv);
+    if (fam->gemma) mx_rope_inv_freq(c, c->rope_local_theta, false, inv + c->rope_dim / 2);
+    size_t tables = fam->gemma ? 2 : 1;
+    m->rope_inv_freq = m->be->ops->alloc(m->be, tables * bytes, err);
     if (!m->rope_inv_freq || keep_backend(m, m->rope_inv_freq, err)) return -1;
-    if (m->be->ops->upload(m->be, m->rope_inv_freq, inv, bytes, err)) return -1;
-    m->rope = (mx_rope){.inv_freq = m->rope_inv_freq, .head_dim = c->head_dim, .attn_factor = 1.0f};
+    if (m->be->ops->upload(m->be, m->rope_inv_freq, inv, tables * bytes, err)) return -1;
+    m->rope = (mx_rope){.inv_freq = m->rope_inv_freq, .head_dim = c->head_dim, .attn_factor = (float)c->rope_attn_factor};
+    m->rope_local = m->rope;
+    if (fam->gemma) m->rope_local = (mx_rope){.inv_freq = m->rope_inv_freq + c->rope_dim / 2, .head_dim = c->head_dim,
+                                              .attn_factor = 1.0f};
     return m->be->ops->sync(m->be, err);
 }
 
@@ -341,12 +409,15 @@ bool mx_model_is_eos(const mx_model *m, int32_t id) {
     return false;
 }
 
-void mx_rope_inv_freq(const mx_config *cfg, float *out) {
-    int d = cfg->head_dim;
+void mx_rope_inv_freq(const mx_config *cfg, double theta, bool scaled, float *out) {
+    int d = cfg->rope_dim;
     for (int i = 0; i < d / 2; i++) {
-        double inv = pow(cfg->rope_theta, -(2.0 * i) / d);
-        if (cfg->rope_type == MX_ROPE_LINEAR && cfg->rope_factor > 0) {
+        double inv = pow(theta, -(2.0 * i) / d);
+        if (!scaled) {
+        } else if (cfg->rope_type == MX_ROPE_LINEAR && cfg->rope_factor > 0) {
             inv /= cfg->rope_factor;
+        } else if (cfg->rope_type == MX_ROPE_LONGROPE) {
+            inv /= cfg->rope_short_factor[i];
         } else if (cfg->rope_type == MX_ROPE_LLAMA3) {
             double f = cfg->rope_factor, lo = cfg->rope_low_freq_factor, hi = cfg->rope_high_freq_factor;
             double old = cfg->rope_original_max_pos, wavelen = 2.0 * M_PI / inv;
