@@ -22,7 +22,6 @@
 #include "hub/hub_fetch.h"
 #include "hub/hub_progress.h"
 
-
 static bool path_exists(const char *path) {
     struct stat st;
     return stat(path, &st) == 0;
