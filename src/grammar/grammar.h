@@ -35,6 +35,10 @@ void mx_grammar_free(mx_grammar *g);
 // (within the documented subset; anything outside it is an error naming the keyword and path).
 // schema NULL gives any JSON object (response_format json_object).
 char *mx_json_schema_to_gbnf(json_t *schema, mx_error *err);
+// The same rules without a root: the schema's value is the rule named `rule`, so the text can be
+// embedded in a larger grammar (tool calls). The rules it defines are `rule`, r0, r1, ..., ws, value,
+// object, array, string, esc, number, integer, boolean and null.
+char *mx_json_schema_to_gbnf_rule(json_t *schema, const char *rule, mx_error *err);
 
 typedef struct mx_gram_vocab mx_gram_vocab;
 

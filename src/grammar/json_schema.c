@@ -651,6 +651,38 @@ static int gen_alternatives(compiler *c, json_t *list, const char *key, const ch
     return id;
 }
 
+// Which type a type-specific keyword belongs to (NULL: not type-specific).
+static const char *keyword_type(const char *k) {
+    static const char *const map[][2] = {
+        {"properties", "object"},     {"required", "object"},  {"additionalProperties", "object"},
+        {"items", "array"},           {"minItems", "array"},   {"maxItems", "array"},
+        {"minLength", "string"},      {"maxLength", "string"}, {"pattern", "string"},
+        {"format", "string"},         {"minimum", "integer"},  {"maximum", "integer"},
+        {"exclusiveMinimum", "integer"}, {"exclusiveMaximum", "integer"}};
+    for (size_t i = 0; i < sizeof map / sizeof *map; i++)
+        if (strcmp(map[i][0], k) == 0) return map[i][1];
+    return NULL;
+}
+
+// A copy of s for one member of a type list: keywords that belong to another listed type dropped.
+static json_t *type_keywords(json_t *s, json_t *types, const char *type) {
+    json_t *copy = json_object();
+    const char *k;
+    json_t *v;
+    json_object_foreach(s, k, v) {
+        const char *kt = keyword_type(k);
+        bool other = false;
+        if (kt && strcmp(kt, type) != 0) {
+            size_t i;
+            json_t *t;
+            json_array_foreach(types, i, t) other |= json_is_string(t) && strcmp(json_string_value(t), kt) == 0;
+        }
+        if (!other) json_object_set(copy, k, v);
+    }
+    json_object_set_new(copy, "type", json_string(type));
+    return copy;
+}
+
 static int gen(compiler *c, json_t *s, const char *path) {
     if (c->failed) return -1;
     if (++c->depth > 64) return fail(c, path, "schema nested too deeply");
@@ -714,8 +746,14 @@ static int gen(compiler *c, json_t *s, const char *path) {
             if (n > 8) n = 8;
             for (i = 0; i < n && !c->failed; i++) {
                 json_t *ti = json_array_get(t, i);
-                if (!json_is_string(ti)) fail(c, path, "'type' entries must be strings");
-                else ids[i] = gen_type(c, s, json_string_value(ti), path);
+                if (!json_is_string(ti)) {
+                    fail(c, path, "'type' entries must be strings");
+                } else {
+                    // Keywords of the other listed types do not apply to this one.
+                    json_t *only = type_keywords(s, t, json_string_value(ti));
+                    ids[i] = gen_type(c, only, json_string_value(ti), path);
+                    json_decref(only);
+                }
             }
             if (!c->failed) {
                 id = begin_rule(c);
@@ -753,26 +791,34 @@ static const char json_base_rules[] =
     "boolean ::= \"true\" | \"false\"\n"
     "null ::= \"null\"\n";
 
-char *mx_json_schema_to_gbnf(json_t *schema, mx_error *err) {
+// The grammar text; the schema's value is rule `top` (NULL: root, with whitespace around it).
+static char *schema_gbnf(json_t *schema, const char *top, mx_error *err) {
     char *text = NULL;
     size_t len = 0;
     compiler c = {.root = schema, .err = err};
     c.out = open_memstream(&text, &len);
     if (!c.out) return mx_fail(err, "out of memory"), NULL;
-    int top;
+    int id;
     if (!schema) {
-        top = begin_rule(&c);
+        id = begin_rule(&c);
         fputs("object\n", c.out);
     } else {
-        top = gen(&c, schema, "");
+        id = gen(&c, schema, "");
     }
-    if (top >= 0) fprintf(c.out, "root ::= ws r%d ws\n%s", top, json_base_rules);
+    if (id >= 0 && top) fprintf(c.out, "%s ::= r%d\n%s", top, id, json_base_rules);
+    else if (id >= 0) fprintf(c.out, "root ::= ws r%d ws\n%s", id, json_base_rules);
     fclose(c.out);
     for (int i = 0; i < c.n_refs; i++) free(c.refs[i].ref);
     free(c.refs);
-    if (top < 0 || c.failed) {
+    if (id < 0 || c.failed) {
         free(text);
         return NULL;
     }
     return text;
+}
+
+char *mx_json_schema_to_gbnf(json_t *schema, mx_error *err) { return schema_gbnf(schema, NULL, err); }
+
+char *mx_json_schema_to_gbnf_rule(json_t *schema, const char *rule, mx_error *err) {
+    return schema_gbnf(schema, rule, err);
 }

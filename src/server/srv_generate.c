@@ -66,28 +66,40 @@ json_t *srv_logprobs_json(const srv_job *j, srv_kind kind, size_t from, size_t t
                      "text_offset", offs);
 }
 
-// The whole answer of a finished job (job lock held).
-static json_t *final_json(const srv_job *j, const srv_gen_info *info) {
+// One choice of a finished job (job lock held).
+static json_t *choice_json(const srv_job *j, const srv_gen_info *info, int index) {
     size_t n_lp = j->logprobs ? json_array_size(j->logprobs) : 0;
-    json_t *choice;
     size_t clen, rlen;
     const char *content = srv_output_content(j->out, &clen);
     const char *reasoning = srv_output_reasoning(j->out, &rlen);
     if (info->kind == SRV_KIND_CHAT) {
         int n_tools = srv_output_n_tools(j->out);
         json_t *msg = json_pack("{s:s}", "role", "assistant");
-        json_object_set_new(msg, "content", clen || !n_tools ? json_stringn(content, clen) : json_null());
+        bool blank = true;  // only the newlines between tool calls
+        for (size_t i = 0; i < clen && blank; i++) blank = content[i] == '\n' || content[i] == ' ';
+        json_object_set_new(msg, "content", !blank || !n_tools ? json_stringn(content, clen) : json_null());
         if (rlen) json_object_set_new(msg, "reasoning_content", json_stringn(reasoning, rlen));
         if (n_tools) json_object_set_new(msg, "tool_calls", srv_tool_calls_json(j, info, 0, false));
-        choice = json_pack("{s:i, s:o, s:o, s:s}", "index", 0, "message", msg, "logprobs",
-                           srv_logprobs_json(j, info->kind, 0, n_lp), "finish_reason", j->finish);
-    } else {
-        choice = json_pack("{s:i, s:s%, s:o, s:s}", "index", 0, "text", content, clen, "logprobs",
-                           srv_logprobs_json(j, info->kind, 0, n_lp), "finish_reason", j->finish);
+        return json_pack("{s:i, s:o, s:o, s:s}", "index", index, "message", msg, "logprobs",
+                         srv_logprobs_json(j, info->kind, 0, n_lp), "finish_reason", j->finish);
     }
-    return json_pack("{s:s, s:s, s:I, s:s, s:[o], s:o}", "id", info->id, "object",
+    return json_pack("{s:i, s:s%, s:o, s:s}", "index", index, "text", content, clen, "logprobs",
+                     srv_logprobs_json(j, info->kind, 0, n_lp), "finish_reason", j->finish);
+}
+
+// The whole answer of n finished jobs (takes each job's lock).
+static json_t *final_json(srv_job **jobs, int n, const srv_gen_info *info) {
+    json_t *choices = json_array();
+    int generated = 0;
+    for (int i = 0; i < n; i++) {
+        pthread_mutex_lock(&jobs[i]->mu);
+        json_array_append_new(choices, choice_json(jobs[i], info, i));
+        generated += jobs[i]->n_generated;
+        pthread_mutex_unlock(&jobs[i]->mu);
+    }
+    return json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", info->id, "object",
                      info->kind == SRV_KIND_CHAT ? "chat.completion" : "text_completion", "created", (json_int_t)info->created,
-                     "model", info->model, "choices", choice, "usage", srv_usage_json(info->n_prompt, j->n_generated));
+                     "model", info->model, "choices", choices, "usage", srv_usage_json(info->n_prompt, generated));
 }
 
 // Renders and encodes the prompt. Returns 0, or an HTTP status with msg set.
@@ -114,7 +126,8 @@ static unsigned build_prompt(mx_server *s, const srv_request *r, int32_t **ids, 
             snprintf(msg, cap, "the model has no chat template; use /v1/completions");
             return 400;
         }
-        text = mx_chat_template_render(s->tmpl, r->messages, r->tools, true, r->template_kwargs, &err);
+        json_t *tools = r->tool_choice == SRV_TOOLS_NONE ? NULL : r->tools;
+        text = mx_chat_template_render(s->tmpl, r->messages, tools, true, r->template_kwargs, &err);
         if (!text) {
             snprintf(msg, cap, "rendering the chat template: %s", err.msg);
             return 400;
@@ -135,15 +148,69 @@ static unsigned build_prompt(mx_server *s, const srv_request *r, int32_t **ids, 
     return 0;
 }
 
+// Checks what needs the vocabulary (logit_bias ids). Returns 0 or 400 with msg.
+static unsigned check_vocab_fields(mx_server *s, const srv_request *r, char *msg, size_t cap) {
+    int V = mx_model_config(s->model)->vocab_size;
+    for (int i = 0; i < r->n_bias; i++)
+        if (r->bias_ids[i] >= V) {
+            snprintf(msg, cap, "'logit_bias': token id %d is outside the vocabulary (%d)", r->bias_ids[i], V);
+            return 400;
+        }
+    return 0;
+}
+
+// Makes the n jobs of a request (choice i samples with seed + i). Returns 0 or an HTTP status.
+static unsigned make_jobs(mx_server *s, const srv_request *r, const int32_t *ids, size_t n, bool think_open,
+                          srv_job **jobs, char *msg, size_t cap) {
+    unsigned status = 0;
+    char *gbnf = srv_grammar_text(r, think_open, &status, msg, cap);
+    if (status) return status;
+    bool tools = r->kind == SRV_KIND_CHAT && r->tool_choice != SRV_TOOLS_NONE;
+    srv_output_opts oo = {r->stops, r->n_stops, r->kind == SRV_KIND_CHAT, think_open, tools};
+    int room = s->o.ctx - (int)n;
+    for (int i = 0; i < r->n && !status; i++) {
+        srv_job *j = jobs[i] = srv_job_create(ids, (int)n, &oo);
+        if (!j) {
+            status = 500, snprintf(msg, cap, "out of memory");
+            break;
+        }
+        j->max_tokens = r->max_tokens < 0 || r->max_tokens > room ? room : r->max_tokens;
+        j->sampling = r->sampling;
+        if (r->sampling.has_seed) j->sampling.seed = r->sampling.seed + (uint64_t)i;
+        j->n_logprobs = r->n_logprobs;
+        j->ignore_eos = r->ignore_eos;
+        j->deadline = s->o.timeout > 0 ? now_s() + s->o.timeout : 0;
+        if (r->n_bias) {
+            j->bias_ids = malloc(sizeof *j->bias_ids * (size_t)r->n_bias);
+            j->bias_values = malloc(sizeof *j->bias_values * (size_t)r->n_bias);
+            if (!j->bias_ids || !j->bias_values) {
+                status = 500, snprintf(msg, cap, "out of memory");
+                break;
+            }
+            memcpy(j->bias_ids, r->bias_ids, sizeof *j->bias_ids * (size_t)r->n_bias);
+            memcpy(j->bias_values, r->bias_values, sizeof *j->bias_values * (size_t)r->n_bias);
+            j->n_bias = r->n_bias;
+        }
+        if (gbnf && !(j->matcher = srv_grammars_matcher(s->grammars, gbnf, msg, cap))) status = 400;
+    }
+    free(gbnf);
+    return status;
+}
+
 enum MHD_Result srv_route_generate(mx_server *s, struct MHD_Connection *c, srv_kind kind, json_t *body) {
     srv_request r;
     char msg[1024];
     if (srv_request_parse(body, kind, &s->o.sampling, &r, msg, sizeof msg))
         return srv_respond_error(s, c, 400, "invalid_request", "%s", msg);
+    if (r.stream && r.n > 1) {
+        srv_request_clear(&r);
+        return srv_respond_error(s, c, 400, "invalid_request", "'n' > 1 is not supported with 'stream'");
+    }
     int32_t *ids = NULL;
     size_t n = 0;
     bool think_open;
-    unsigned status = build_prompt(s, &r, &ids, &n, &think_open, msg, sizeof msg);
+    unsigned status = check_vocab_fields(s, &r, msg, sizeof msg);
+    if (!status) status = build_prompt(s, &r, &ids, &n, &think_open, msg, sizeof msg);
     if (!status && n == 0) status = 400, snprintf(msg, sizeof msg, "the prompt is empty");
     if (!status && n >= (size_t)s->o.ctx) {
         free(ids);
@@ -153,24 +220,15 @@ enum MHD_Result srv_route_generate(mx_server *s, struct MHD_Connection *c, srv_k
                                  "(prompt + at least 1 generated token must fit; see --ctx)",
                                  n, s->o.ctx);
     }
+    srv_job *jobs[16] = {0};
+    int n_jobs = r.n;
+    if (!status) status = make_jobs(s, &r, ids, n, think_open, jobs, msg, sizeof msg);
+    free(ids);
     if (status) {
-        free(ids);
+        for (int i = 0; i < n_jobs; i++) srv_job_release(jobs[i]);
         srv_request_clear(&r);
         return srv_respond_error(s, c, status, status == 400 ? "invalid_request" : NULL, "%s", msg);
     }
-    srv_output_opts oo = {r.stops, r.n_stops, kind == SRV_KIND_CHAT, think_open, kind == SRV_KIND_CHAT};
-    srv_job *j = srv_job_create(ids, (int)n, &oo);
-    free(ids);
-    if (!j) {
-        srv_request_clear(&r);
-        return srv_respond_error(s, c, 500, NULL, "out of memory");
-    }
-    int room = s->o.ctx - (int)n;
-    j->max_tokens = r.max_tokens < 0 || r.max_tokens > room ? room : r.max_tokens;
-    j->sampling = r.sampling;
-    j->n_logprobs = r.n_logprobs;
-    j->ignore_eos = r.ignore_eos;
-    j->deadline = s->o.timeout > 0 ? now_s() + s->o.timeout : 0;
     srv_gen_info info = {.kind = kind, .include_usage = r.include_usage, .n_prompt = (int)n, .created = (long)time(NULL)};
     snprintf(info.id, sizeof info.id, "%s-%llx%04llx", kind == SRV_KIND_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)s->started, (unsigned long long)atomic_fetch_add(&s->ids, 1));
@@ -178,31 +236,52 @@ enum MHD_Result srv_route_generate(mx_server *s, struct MHD_Connection *c, srv_k
     bool stream = r.stream;
     srv_request_clear(&r);
 
-    if (atomic_load(&s->stopping) || srv_sched_submit(s->sched, j)) {
-        srv_job_release(j);
+    int submitted = 0;
+    while (submitted < n_jobs && !atomic_load(&s->stopping) && srv_sched_submit(s->sched, jobs[submitted]) == 0)
+        submitted++;
+    if (submitted < n_jobs) {
+        for (int i = 0; i < n_jobs; i++) {
+            if (i < submitted) srv_job_cancel(jobs[i]);
+            srv_job_release(jobs[i]);
+        }
+        if (submitted) srv_sched_wake(s->sched);
         return srv_respond_error(s, c, 503, "queue_full", "the server is busy (%d requests queued); retry later",
                                  s->o.max_queue);
     }
-    if (stream) return srv_stream_start(s, c, j, &info);
+    if (stream) return srv_stream_start(s, c, jobs[0], &info);
 
-    pthread_mutex_lock(&j->mu);
-    while (!j->done) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
-        pthread_cond_timedwait(&j->cv, &j->mu, &ts);
-        if (!j->done && (atomic_load(&s->stopping) || srv_client_gone(c))) {
-            j->cancelled = true;
-            pthread_mutex_unlock(&j->mu);
-            if (!atomic_load(&s->stopping)) srv_sched_wake(s->sched);
-            srv_job_release(j);
-            return MHD_NO;
+    for (int i = 0; i < n_jobs; i++) {
+        srv_job *j = jobs[i];
+        pthread_mutex_lock(&j->mu);
+        while (!j->done) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 100 * 1000 * 1000;
+            if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+            pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+            if (!j->done && (atomic_load(&s->stopping) || srv_client_gone(c))) {
+                pthread_mutex_unlock(&j->mu);
+                for (int k = 0; k < n_jobs; k++) {
+                    srv_job_cancel(jobs[k]);
+                    srv_job_release(jobs[k]);
+                }
+                if (!atomic_load(&s->stopping)) srv_sched_wake(s->sched);
+                return MHD_NO;
+            }
         }
+        pthread_mutex_unlock(&j->mu);
     }
-    json_t *resp = j->error_status ? srv_error_json((unsigned)j->error_status, NULL, j->error) : final_json(j, &info);
-    status = j->error_status ? (unsigned)j->error_status : 200;
-    pthread_mutex_unlock(&j->mu);
-    srv_job_release(j);
+    json_t *resp = NULL;
+    status = 200;
+    for (int i = 0; i < n_jobs && !resp; i++) {
+        pthread_mutex_lock(&jobs[i]->mu);
+        if (jobs[i]->error_status) {
+            status = (unsigned)jobs[i]->error_status;
+            resp = srv_error_json(status, NULL, jobs[i]->error);
+        }
+        pthread_mutex_unlock(&jobs[i]->mu);
+    }
+    if (!resp) resp = final_json(jobs, n_jobs, &info);
+    for (int i = 0; i < n_jobs; i++) srv_job_release(jobs[i]);
     return srv_respond_json(s, c, status, resp);
 }

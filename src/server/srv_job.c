@@ -44,6 +44,9 @@ void srv_job_release(srv_job *j) {
     srv_output_free(j->out);
     json_decref(j->logprobs);
     mx_sampler_free(j->sampler);
+    mx_matcher_free(j->matcher);
+    free(j->bias_ids);
+    free(j->bias_values);
     free(j->prompt);
     free(j);
 }

@@ -14,6 +14,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "grammar/grammar.h"
 #include "sample/sampler.h"
 #include "server/srv_output.h"
 #include "tokenizer/tokenizer.h"
@@ -27,6 +28,10 @@ typedef struct srv_job {
     int n_logprobs;        // -1: no logprobs; else top alternatives per token (0..20)
     bool ignore_eos;       // stop tokens are ordinary tokens
     double deadline;       // monotonic seconds; 0: none
+    mx_matcher *matcher;   // grammar constraint (owned; read and advanced by the scheduler), NULL: none
+    int32_t *bias_ids;     // logit_bias (owned): bias_values[i] is added to the logit of bias_ids[i]
+    float *bias_values;
+    int n_bias;
     // shared (mu)
     pthread_mutex_t mu;
     pthread_cond_t cv;

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 // Validation of OpenAI-style request bodies (/v1/chat/completions and /v1/completions) into a
-// plain struct. Unknown fields are ignored; a known field of the wrong type or out of range is an
-// error whose message names the field (the caller answers 400). JSON values are borrowed from the
+// plain struct. Every field is either implemented, on a short list of harmless ones that change
+// nothing (user, metadata, store: false, service_tier), or an error naming it: nothing is accepted
+// and ignored. A known field of the wrong type or out of range is an error naming the field (the
+// caller answers 400). JSON values are borrowed from the
 // parsed body (which must outlive the struct) except `messages`, which is a normalized copy.
 #ifndef MX_SERVER_SRV_REQUEST_H
 #define MX_SERVER_SRV_REQUEST_H
@@ -14,6 +16,13 @@
 #include "sample/sampler.h"
 
 typedef enum srv_kind { SRV_KIND_CHAT, SRV_KIND_COMPLETION } srv_kind;
+
+typedef enum srv_tool_choice {
+    SRV_TOOLS_AUTO,      // the model decides (tools in the prompt, tool calls parsed)
+    SRV_TOOLS_NONE,      // no tools in the prompt, no tool calls
+    SRV_TOOLS_REQUIRED,  // at least one call, forced through a grammar
+    SRV_TOOLS_NAMED,     // a call of tool_name, forced through a grammar
+} srv_tool_choice;
 
 typedef struct srv_request {
     srv_kind kind;
@@ -32,6 +41,16 @@ typedef struct srv_request {
     int32_t *prompt_tokens;   // completion: owned, when the prompt is a list of token ids
     int n_prompt_tokens;
     const char *model;        // borrowed; NULL when absent
+    int n;                    // choices to generate (each its own sequence, seeds seed, seed+1, ...)
+    int32_t *bias_ids;        // logit_bias (owned): added to the token's logit before sampling
+    float *bias_values;
+    int n_bias;
+    bool json_object;         // response_format json_object (any JSON object; or json_schema below)
+    json_t *json_schema;      // response_format json_schema.schema (borrowed), NULL when absent
+    const char *grammar;      // GBNF text (borrowed), NULL when absent
+    srv_tool_choice tool_choice;
+    const char *tool_name;    // tool_choice {"type": "function", "function": {"name"}} (borrowed)
+    bool parallel_tool_calls; // default true
 } srv_request;
 
 // Returns 0, or -1 with a message in msg. `defaults` gives the sampling of unset fields.

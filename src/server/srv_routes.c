@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The small routes: GET /v1/models, GET /health, GET /metrics (Prometheus text format), and the
 // llama-server style POST /tokenize ({"content": text} -> {"tokens": [...]}) and POST /detokenize
-// ({"tokens": [...]} -> {"content": text}).
+// ({"tokens": [...]} -> {"content": text}), and POST /apply-template.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +91,42 @@ enum MHD_Result srv_route_detokenize(mx_server *s, struct MHD_Connection *c, jso
     free(ids);
     if (!text) return srv_respond_error(s, c, 500, NULL, "out of memory");
     json_t *resp = json_pack("{s:s}", "content", text);
+    free(text);
+    return srv_respond_json(s, c, 200, resp);
+}
+
+// POST /apply-template (as llama-server): {"messages", "add_generation_prompt"?, "tools"?,
+// "chat_template_kwargs"?} -> {"prompt": the text the model would get}. Messages and tools are
+// validated as in /v1/chat/completions.
+enum MHD_Result srv_route_apply_template(mx_server *s, struct MHD_Connection *c, json_t *body) {
+    const char *key;
+    json_t *v;
+    json_object_foreach(body, key, v) {
+        if (strcmp(key, "messages") != 0 && strcmp(key, "add_generation_prompt") != 0 && strcmp(key, "tools") != 0 &&
+            strcmp(key, "chat_template_kwargs") != 0 && strcmp(key, "model") != 0)
+            return srv_respond_error(s, c, 400, "invalid_request", "'%s' is not supported by /apply-template", key);
+    }
+    json_t *agp = json_object_get(body, "add_generation_prompt");
+    if (agp && !json_is_boolean(agp))
+        return srv_respond_error(s, c, 400, "invalid_request", "'add_generation_prompt' must be a boolean");
+    if (!s->tmpl) return srv_respond_error(s, c, 400, "invalid_request", "the model has no chat template");
+    json_t *req = json_object();
+    json_object_foreach(body, key, v) {
+        if (strcmp(key, "add_generation_prompt") != 0) json_object_set(req, key, v);
+    }
+    srv_request r;
+    char msg[1024];
+    if (srv_request_parse(req, SRV_KIND_CHAT, &s->o.sampling, &r, msg, sizeof msg)) {
+        json_decref(req);
+        return srv_respond_error(s, c, 400, "invalid_request", "%s", msg);
+    }
+    mx_error err = {{0}};
+    char *text = mx_chat_template_render(s->tmpl, r.messages, r.tools, agp ? json_is_true(agp) : true,
+                                         r.template_kwargs, &err);
+    srv_request_clear(&r);
+    json_decref(req);
+    if (!text) return srv_respond_error(s, c, 400, "invalid_request", "rendering the chat template: %s", err.msg);
+    json_t *resp = json_pack("{s:s}", "prompt", text);
     free(text);
     return srv_respond_json(s, c, 200, resp);
 }

@@ -30,6 +30,7 @@ struct srv_sched {
     srv_job **row_job;                         // [n_slots]
     float *logits;                             // [n_slots, vocab]
     float *raw;                                // [vocab] logits before penalties (logprobs)
+    uint32_t *mask;                            // [ceil(vocab / 32)] allowed tokens of a constrained job
     char *text;
     size_t text_cap;
     srv_stats st;
@@ -185,7 +186,23 @@ static json_t *logprob_item(srv_sched *s, const float *raw, int32_t id, int n_to
 static const char *take_token(srv_sched *s, srv_job *j, float *row) {
     bool want_lp = j->n_logprobs >= 0;
     if (want_lp) memcpy(s->raw, row, sizeof(float) * (size_t)s->vocab);
+    for (int k = 0; k < j->n_bias; k++) row[j->bias_ids[k]] += j->bias_values[k];
+    if (j->matcher) {
+        if (mx_matcher_mask(j->matcher, s->mask) == 0) {  // complete, and the grammar has no end token
+            flush_detok(s, j);
+            return "stop";
+        }
+        mx_mask_logits(s->mask, row, s->vocab);
+    }
     int32_t id = mx_sampler_sample(j->sampler, row);
+    mx_error gerr;
+    if (j->matcher && mx_matcher_accept(j->matcher, id, &gerr) != 0) {
+        // Only a rounding corner of the sampler can pick a masked token: take the best allowed one.
+        id = 0;
+        for (int v = 1; v < s->vocab; v++)
+            if (row[v] > row[id]) id = v;
+        MX_ASSERT(mx_matcher_accept(j->matcher, id, &gerr) == 0);
+    }
     mx_sampler_accept(j->sampler, id, true);
     if (!j->ignore_eos && is_stop_token(s, id)) {
         flush_detok(s, j);
@@ -326,9 +343,10 @@ srv_sched *srv_sched_create(mx_model *m, const mx_tokenizer *tok, const srv_sche
     s->row_job = calloc((size_t)s->n_slots, sizeof *s->row_job);
     s->logits = malloc(sizeof(float) * (size_t)s->n_slots * (size_t)s->vocab);
     s->raw = malloc(sizeof(float) * (size_t)s->vocab);
+    s->mask = malloc(sizeof(uint32_t) * (size_t)((s->vocab + 31) / 32));
     s->text = malloc(s->text_cap);
     if (!s->stop_ids || !s->queue || !s->slots || !s->b_tok || !s->b_pos || !s->b_slot || !s->b_rows || !s->b_end ||
-        !s->row_job || !s->logits || !s->raw || !s->text) {
+        !s->row_job || !s->logits || !s->raw || !s->mask || !s->text) {
         mx_fail(err, "out of memory");
         srv_sched_free(s);
         return NULL;
@@ -364,7 +382,7 @@ void srv_sched_free(srv_sched *s) {
     pthread_cond_destroy(&s->cv);
     free(s->stop_ids), free(s->queue), free(s->slots);
     free(s->b_tok), free(s->b_pos), free(s->b_slot), free(s->b_rows), free(s->b_end), free(s->row_job);
-    free(s->logits), free(s->raw), free(s->text);
+    free(s->logits), free(s->raw), free(s->mask), free(s->text);
     free(s);
 }
 

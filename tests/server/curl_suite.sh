@@ -79,8 +79,8 @@ expect_status "wrong type" 400 "$s" "$TMP/e.json"
 pycheck "wrong type names the field" "$TMP/e.json" '"temperature" in d["error"]["message"]'
 s=$(req POST /v1/completions '{"prompt":"hi","max_tokens":"5"}' "$TMP/e.json")
 expect_status "wrong type (completions)" 400 "$s" "$TMP/e.json"
-s=$(req POST /v1/completions '{"prompt":"hi","n":2}' "$TMP/e.json")
-expect_status "n > 1" 400 "$s" "$TMP/e.json"
+s=$(req POST /v1/completions '{"prompt":"hi","n":17}' "$TMP/e.json")
+expect_status "n > 16" 400 "$s" "$TMP/e.json"
 s=$(req POST /v1/completions '[1,2]' "$TMP/e.json")
 expect_status "body not an object" 400 "$s" "$TMP/e.json"
 LONG=$(python3 -c 'print("word " * 2500)')
@@ -91,8 +91,18 @@ python3 -c 'import json; print(json.dumps({"prompt": "x" * 100000}))' >"$TMP/big
 s=$(curl -s --max-time 20 -o "$TMP/e.json" -w '%{http_code}' -H "$AUTH" --data-binary @"$TMP/big.json" "$SRV_URL/v1/completions")
 expect_status "body over --max-body" 413 "$s" "$TMP/e.json"
 pycheck "413 is an OpenAI error object" "$TMP/e.json" "$is_error_object"
-s=$(req POST /v1/completions '{"prompt":"hi","max_tokens":2,"some_future_field":{"a":1}}' "$TMP/o.json")
-expect_status "unknown fields are ignored" 200 "$s" "$TMP/o.json"
+s=$(req POST /v1/completions '{"prompt":"hi","max_tokens":2,"some_future_field":{"a":1}}' "$TMP/e.json")
+expect_status "an unknown field is a 400" 400 "$s" "$TMP/e.json"
+pycheck "the 400 names the field" "$TMP/e.json" '"some_future_field" in d["error"]["message"]'
+s=$(req POST /v1/completions '{"prompt":"hi","max_tokens":2,"user":"u1","metadata":{"k":"v"}}' "$TMP/o.json")
+expect_status "harmless fields (user, metadata) are accepted" 200 "$s" "$TMP/o.json"
+s=$(req POST /apply-template '{"messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":{"enable_thinking":false}}' "$TMP/o.json")
+expect_status "/apply-template" 200 "$s" "$TMP/o.json"
+pycheck "/apply-template renders the prompt" "$TMP/o.json" 'd["prompt"].startswith("<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n")'
+s=$(req POST /apply-template '{"messages":[{"role":"user","content":"hi"}],"add_generation_prompt":false}' "$TMP/o.json")
+pycheck "/apply-template without the generation prompt" "$TMP/o.json" 'd["prompt"] == "<|im_start|>user\nhi<|im_end|>\n"'
+s=$(req POST /apply-template '{"messages":[{"role":"user","content":"hi"}],"temperature":1}' "$TMP/e.json")
+expect_status "/apply-template names an unsupported field" 400 "$s" "$TMP/e.json"
 
 # --- completions ----------------------------------------------------------------------------
 s=$(req POST /tokenize '{"content":"The capital of France is"}' "$TMP/t.json")

@@ -135,10 +135,13 @@ static void test_request(void) {
     srv_request r;
     char msg[256];
     CHECK(parse("{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},{\"type\":\"text\",\"text\":\"b\"}]}],"
-                "\"temperature\":0.5,\"stop\":[\"x\",\"y\"],\"max_tokens\":7,\"seed\":3,\"unknown_field\":{}}",
+                "\"temperature\":0.5,\"stop\":[\"x\",\"y\"],\"max_tokens\":7,\"seed\":3,\"user\":\"u\",\"metadata\":{},"
+                "\"n\":3,\"logit_bias\":{\"5\":-100,\"7\":2.5},\"response_format\":{\"type\":\"json_object\"}}",
                 SRV_KIND_CHAT, &r, msg) == 0);
     CHECK(r.n_stops == 2 && r.max_tokens == 7 && r.sampling.has_seed && r.sampling.seed == 3);
     CHECK(r.sampling.temp == 0.5f);
+    CHECK(r.n == 3 && r.n_bias == 2 && r.bias_ids[0] == 5 && r.bias_values[0] == -100.0f && r.bias_values[1] == 2.5f);
+    CHECK(r.json_object && r.json_schema == NULL);
     CHECK_STR(json_string_value(json_object_get(json_array_get(r.messages, 0), "content")), "ab");
     srv_request_clear(&r);
     struct {
@@ -151,7 +154,23 @@ static void test_request(void) {
         {"{\"messages\":[{\"content\":\"x\"}]}", SRV_KIND_CHAT, "role"},
         {"{\"prompt\":\"x\",\"temperature\":\"hot\"}", SRV_KIND_COMPLETION, "'temperature'"},
         {"{\"prompt\":\"x\",\"max_tokens\":1.5}", SRV_KIND_COMPLETION, "'max_tokens'"},
-        {"{\"prompt\":\"x\",\"n\":2}", SRV_KIND_COMPLETION, "'n'"},
+        {"{\"prompt\":\"x\",\"n\":17}", SRV_KIND_COMPLETION, "'n'"},
+        {"{\"prompt\":\"x\",\"unknown_field\":{}}", SRV_KIND_COMPLETION, "'unknown_field' is not supported"},
+        {"{\"prompt\":\"x\",\"best_of\":2}", SRV_KIND_COMPLETION, "'best_of' is not supported"},
+        {"{\"prompt\":\"x\",\"logit_bias\":{\"a\":1}}", SRV_KIND_COMPLETION, "'logit_bias' key 'a'"},
+        {"{\"prompt\":\"x\",\"logit_bias\":{\"3\":101}}", SRV_KIND_COMPLETION, "'logit_bias[3]'"},
+        {"{\"prompt\":\"x\",\"stop\":[\"1\",\"2\",\"3\",\"4\",\"5\",\"6\",\"7\",\"8\",\"9\",\"a\",\"b\",\"c\",\"d\",\"e\",\"f\",\"g\",\"h\"]}",
+         SRV_KIND_COMPLETION, "at most 16"},
+        {"{\"prompt\":\"x\",\"stream_options\":{\"x\":1}}", SRV_KIND_COMPLETION, "'stream_options.x'"},
+        {"{\"prompt\":\"x\",\"response_format\":{\"type\":\"yaml\"}}", SRV_KIND_COMPLETION, "'response_format.type'"},
+        {"{\"prompt\":\"x\",\"response_format\":{\"type\":\"json_schema\"}}", SRV_KIND_COMPLETION, "'response_format.json_schema'"},
+        {"{\"prompt\":\"x\",\"grammar\":\"root ::= x\",\"response_format\":{\"type\":\"json_object\"}}", SRV_KIND_COMPLETION,
+         "cannot be combined"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tool_choice\":\"required\"}", SRV_KIND_CHAT, "needs 'tools'"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+         "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}}", SRV_KIND_CHAT, "names 'g'"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\"}]}", SRV_KIND_CHAT, "'tools[0]'"},
+        {"{\"prompt\":\"x\",\"store\":true}", SRV_KIND_COMPLETION, "'store'"},
         {"{\"prompt\":\"x\",\"stop\":5}", SRV_KIND_COMPLETION, "'stop'"},
         {"{\"prompt\":\"x\",\"stream\":\"yes\"}", SRV_KIND_COMPLETION, "'stream'"},
         {"{\"prompt\":\"x\",\"top_p\":3}", SRV_KIND_COMPLETION, "'top_p'"},

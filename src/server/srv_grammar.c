@@ -1,0 +1,167 @@
+// SPDX-License-Identifier: MIT
+// Request constraints as grammars, and the server's grammar cache (see srv_grammar.h).
+//
+// Forced tool calls (tool_choice "required" or a named function) use the <tool_call> format of
+// the Qwen and Hermes templates, which the output parser turns into tool_calls:
+//   <tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call>
+// with NAME one of the tools (or the named one) and ARGS valid against that tool's parameters;
+// several calls, separated by newlines, unless parallel_tool_calls is false.
+#include "server/srv_grammar.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CACHE_SLOTS 8
+#define MAX_PARALLEL_CALLS 8
+
+typedef struct cached {
+    char *text;
+    mx_gram_index *ix;
+    unsigned long used;
+} cached;
+
+struct srv_grammars {
+    pthread_mutex_t mu;
+    const mx_tokenizer *tok;
+    int vocab;
+    int32_t *stops;
+    int n_stop;
+    mx_gram_vocab *v;  // built on first use
+    cached slots[CACHE_SLOTS];
+    unsigned long clock;
+};
+
+srv_grammars *srv_grammars_create(const mx_tokenizer *tok, int vocab, const int32_t *stops, int n_stop) {
+    srv_grammars *g = calloc(1, sizeof *g);
+    if (!g) return NULL;
+    g->stops = malloc(sizeof *g->stops * (size_t)(n_stop + 1));
+    if (!g->stops) {
+        free(g);
+        return NULL;
+    }
+    if (n_stop > 0) memcpy(g->stops, stops, sizeof *stops * (size_t)n_stop);
+    g->n_stop = n_stop;
+    g->tok = tok;
+    g->vocab = vocab;
+    pthread_mutex_init(&g->mu, NULL);
+    return g;
+}
+
+void srv_grammars_free(srv_grammars *g) {
+    if (!g) return;
+    for (int i = 0; i < CACHE_SLOTS; i++) {
+        free(g->slots[i].text);
+        mx_gram_index_release(g->slots[i].ix);
+    }
+    mx_gram_vocab_free(g->v);
+    free(g->stops);
+    pthread_mutex_destroy(&g->mu);
+    free(g);
+}
+
+mx_matcher *srv_grammars_matcher(srv_grammars *g, const char *gbnf, char *msg, size_t cap) {
+    mx_error err = {{0}};
+    pthread_mutex_lock(&g->mu);
+    mx_gram_index *ix = NULL;
+    if (!g->v && !(g->v = mx_gram_vocab_create(g->tok, g->vocab, g->stops, g->n_stop, &err))) goto fail;
+    int oldest = 0;
+    for (int i = 0; i < CACHE_SLOTS && !ix; i++) {
+        if (g->slots[i].text && strcmp(g->slots[i].text, gbnf) == 0) {
+            ix = g->slots[i].ix;
+            g->slots[i].used = ++g->clock;
+        } else if (g->slots[i].used < g->slots[oldest].used) {
+            oldest = i;
+        }
+    }
+    if (!ix) {
+        mx_grammar *gr = mx_grammar_parse(gbnf, &err);
+        if (!gr || !(ix = mx_gram_index_create(gr, g->v, &err))) goto fail;
+        char *text = strdup(gbnf);
+        if (text) {
+            free(g->slots[oldest].text);
+            mx_gram_index_release(g->slots[oldest].ix);
+            g->slots[oldest] = (cached){text, ix, ++g->clock};
+            mx_gram_index_retain(ix);
+        }
+        mx_matcher *m = mx_matcher_create(ix, &err);
+        mx_gram_index_release(ix);  // the cache (when stored) and the matcher hold it
+        pthread_mutex_unlock(&g->mu);
+        if (!m) snprintf(msg, cap, "%s", err.msg);
+        return m;
+    }
+    mx_matcher *m = mx_matcher_create(ix, &err);
+    pthread_mutex_unlock(&g->mu);
+    if (!m) snprintf(msg, cap, "%s", err.msg);
+    return m;
+fail:
+    pthread_mutex_unlock(&g->mu);
+    snprintf(msg, cap, "%s", err.msg);
+    return NULL;
+}
+
+// The JSON schema of one call: {"name": const NAME, "arguments": PARAMETERS}.
+static json_t *call_schema(json_t *tool) {
+    json_t *f = json_object_get(tool, "function");
+    json_t *params = json_object_get(f, "parameters");
+    json_t *args = params ? json_deep_copy(params) : json_pack("{s:s}", "type", "object");
+    return json_pack("{s:s, s:{s:{s:O}, s:o}, s:[s, s], s:b}", "type", "object", "properties", "name", "const",
+                     json_object_get(f, "name"), "arguments", args, "required", "name", "arguments",
+                     "additionalProperties", 0);
+}
+
+static const char think_rules[] = "think-skip ::= [^<]* ( \"<\" [^/<] [^<]* )* \"</think>\" [\\n ]{0,4}\n";
+
+char *srv_grammar_text(const srv_request *r, bool think_open, unsigned *status, char *msg, size_t cap) {
+    *status = 0;
+    mx_error err = {{0}};
+    if (r->grammar) {
+        char *t = strdup(r->grammar);
+        if (!t) *status = 500, snprintf(msg, cap, "out of memory");
+        return t;
+    }
+    bool tools = r->tool_choice == SRV_TOOLS_REQUIRED || r->tool_choice == SRV_TOOLS_NAMED;
+    if (!r->json_object && !tools) return NULL;
+    json_t *schema = NULL;
+    if (tools) {
+        json_t *alts = json_array();
+        size_t i;
+        json_t *t;
+        json_array_foreach(r->tools, i, t) {
+            const char *name = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
+            if (r->tool_choice == SRV_TOOLS_NAMED && strcmp(name, r->tool_name) != 0) continue;
+            json_array_append_new(alts, call_schema(t));
+        }
+        schema = json_pack("{s:o}", "anyOf", alts);
+    }
+    char *body = mx_json_schema_to_gbnf_rule(tools ? schema : r->json_schema, "answer", &err);
+    json_decref(schema);
+    if (!body) {
+        *status = 400;
+        snprintf(msg, cap, "%s%s", tools ? "tools: " : "response_format: ", err.msg);
+        return NULL;
+    }
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) {
+        free(body);
+        *status = 500;
+        snprintf(msg, cap, "out of memory");
+        return NULL;
+    }
+    fputs(body, f);
+    free(body);
+    if (think_open) fputs(think_rules, f);
+    const char *pre = think_open ? "think-skip " : "";
+    if (tools) {
+        fputs("call ::= \"<tool_call>\\n\" answer \"\\n</tool_call>\"\n", f);
+        if (r->parallel_tool_calls) fprintf(f, "root ::= %scall ( \"\\n\" call ){0,%d}\n", pre, MAX_PARALLEL_CALLS - 1);
+        else fprintf(f, "root ::= %scall\n", pre);
+    } else {
+        fprintf(f, "root ::= %sws answer ws\n", pre);
+    }
+    fclose(f);
+    return text;
+}

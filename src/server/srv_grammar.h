@@ -1,0 +1,28 @@
+// SPDX-License-Identifier: MIT
+// Constrained decoding for the server: the request's constraint (response_format, grammar, a
+// forced tool call) as GBNF text, and a small cache of compiled grammars keyed by that text, so
+// requests with the same schema share one index and its cache of token masks. The vocabulary
+// tables are built at the first constrained request. Thread-safe.
+#ifndef MX_SERVER_SRV_GRAMMAR_H
+#define MX_SERVER_SRV_GRAMMAR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "grammar/grammar.h"
+#include "server/srv_request.h"
+
+typedef struct srv_grammars srv_grammars;
+
+// stops: the ids that end a sequence (copied). The tokenizer is borrowed.
+srv_grammars *srv_grammars_create(const mx_tokenizer *tok, int vocab, const int32_t *stops, int n_stop);
+void srv_grammars_free(srv_grammars *g);
+
+// The GBNF text of the request's constraint (malloc'ed), or NULL with *status 0 when it has none,
+// or NULL with *status (400/500) and msg set. think_open: the output starts inside <think>, which
+// must be closed before the constrained part.
+char *srv_grammar_text(const srv_request *r, bool think_open, unsigned *status, char *msg, size_t cap);
+// A matcher at the start of gbnf; NULL with msg on a bad grammar (a 400) or out of memory.
+mx_matcher *srv_grammars_matcher(srv_grammars *g, const char *gbnf, char *msg, size_t cap);
+
+#endif

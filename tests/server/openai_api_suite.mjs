@@ -1,0 +1,116 @@
+// SPDX-License-Identifier: MIT
+// The request features beyond plain generation, driven by the official `openai` npm package
+// against a live mlxcel-server (demo model with the Qwen3 chat template, ephemeral port):
+// response_format json_schema (the answer parses and has the schema's shape), tools with
+// tool_choice "required" and a named function (a valid call of a listed tool, finish_reason
+// tool_calls), n: 3 (three choices, indexes 0..2, distinct seeds), logit_bias +100 on one token with
+// greedy decoding (every token is that token), and a 400 naming an unsupported field.
+// Usage: node openai_api_suite.mjs MLXCEL_SERVER   (run from the repository root)
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import OpenAI from 'openai';
+
+const bin = process.argv[2];
+const root = process.cwd();
+let failures = 0;
+const ok = (c, what) => { if (c) console.log(`ok - ${what}`); else { failures++; console.log(`FAIL - ${what}`); } };
+
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'mlxcel-api-'));
+const demo = path.join(root, 'models/qwen3-demo-44m-4bit');
+for (const f of fs.readdirSync(demo)) if (f !== 'tokenizer_config.json') fs.symlinkSync(path.join(demo, f), path.join(tmp, f));
+fs.copyFileSync(path.join(root, 'tests/fixtures/qwen3_tokenizer_config.json'), path.join(tmp, 'tokenizer_config.json'));
+
+const server = spawn(bin, ['-m', tmp, '--port', '0', '--parallel', '4', '--ctx', '1024'], { stdio: ['ignore', 'ignore', 'pipe'] });
+let log = '';
+const stopServer = () => { if (server.exitCode === null) server.kill('SIGTERM'); };
+process.on('exit', () => { stopServer(); fs.rmSync(tmp, { recursive: true, force: true }); });
+const watchdog = setTimeout(() => { console.log('FAIL - suite timed out'); stopServer(); process.exit(1); }, 240000);
+const port = await new Promise((resolve, reject) => {
+  const t = setTimeout(() => reject(new Error(`server did not start:\n${log}`)), 30000);
+  server.stderr.on('data', (d) => {
+    log += d;
+    const m = log.match(/listening on http:\/\/[^\s]*:(\d+)\n/);
+    if (m) { clearTimeout(t); resolve(Number(m[1])); }
+  });
+  server.on('exit', (code) => reject(new Error(`server exited (${code}):\n${log}`)));
+});
+const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: 'none', timeout: 120000, maxRetries: 0 });
+const noThink = { chat_template_kwargs: { enable_thinking: false } };
+
+try {
+  // response_format json_schema
+  const schema = { type: 'object', properties: { name: { type: 'string', maxLength: 16 }, age: { type: 'integer', minimum: 0, maximum: 120 },
+    pets: { type: 'array', maxItems: 3, items: { enum: ['cat', 'dog'] } } }, required: ['name', 'age', 'pets'], additionalProperties: false };
+  let stopped = 0;
+  for (const seed of [1, 2, 3]) {
+    const r = await client.chat.completions.create({ model: 'd', messages: [{ role: 'user', content: 'Describe a person as JSON.' }],
+      response_format: { type: 'json_schema', json_schema: { name: 'person', schema, strict: true } }, temperature: 0.8, seed, max_tokens: 200, ...noThink });
+    const c = r.choices[0];
+    if (c.finish_reason !== 'stop') continue;
+    stopped++;
+    let doc = null;
+    try { doc = JSON.parse(c.message.content); } catch { /* checked below */ }
+    ok(doc && typeof doc.name === 'string' && doc.name.length <= 16 && Number.isInteger(doc.age) && doc.age >= 0 && doc.age <= 120 &&
+       Array.isArray(doc.pets) && doc.pets.length <= 3 && doc.pets.every((p) => p === 'cat' || p === 'dog') && Object.keys(doc).length === 3,
+       `json_schema seed ${seed}: ${c.message.content}`);
+  }
+  ok(stopped > 0, `json_schema: ${stopped}/3 answers finished`);
+
+  // tools, tool_choice required and named
+  const tools = [
+    { type: 'function', function: { name: 'get_weather', description: 'Weather of a city', parameters: { type: 'object',
+      properties: { city: { type: 'string', maxLength: 20 }, unit: { enum: ['c', 'f'] } }, required: ['city', 'unit'] } } },
+    { type: 'function', function: { name: 'get_time', parameters: { type: 'object', properties: { tz: { type: 'string', maxLength: 8 } }, required: ['tz'] } } },
+  ];
+  const req = await client.chat.completions.create({ model: 'd', messages: [{ role: 'user', content: 'Weather in Paris?' }], tools,
+    tool_choice: 'required', temperature: 0.7, seed: 4, max_tokens: 300, ...noThink });
+  const calls = req.choices[0].message.tool_calls ?? [];
+  ok(req.choices[0].finish_reason === 'tool_calls' && calls.length >= 1, `tool_choice required -> ${calls.length} call(s), finish ${req.choices[0].finish_reason}`);
+  for (const call of calls) {
+    let args = null;
+    try { args = JSON.parse(call.function.arguments); } catch { /* checked below */ }
+    const valid = call.type === 'function' && typeof call.id === 'string' && args !== null &&
+      ((call.function.name === 'get_weather' && typeof args.city === 'string' && ['c', 'f'].includes(args.unit)) ||
+       (call.function.name === 'get_time' && typeof args.tz === 'string' && args.tz.length <= 8));
+    ok(valid, `tool call ${call.function.name}(${call.function.arguments}) is valid`);
+  }
+  const named = await client.chat.completions.create({ model: 'd', messages: [{ role: 'user', content: 'What time is it?' }], tools,
+    tool_choice: { type: 'function', function: { name: 'get_time' } }, parallel_tool_calls: false, temperature: 0.7, seed: 9, max_tokens: 200, ...noThink });
+  const nc = named.choices[0].message.tool_calls ?? [];
+  ok(nc.length === 1 && nc[0].function.name === 'get_time' && typeof JSON.parse(nc[0].function.arguments).tz === 'string',
+     `named tool_choice, parallel_tool_calls false -> ${JSON.stringify(nc.map((c) => c.function))}`);
+
+  // n: 3
+  const three = await client.chat.completions.create({ model: 'd', messages: [{ role: 'user', content: 'Tell me a story.' }], n: 3,
+    temperature: 1.0, seed: 11, max_tokens: 12, ignore_eos: true, ...noThink });
+  ok(three.choices.length === 3 && three.choices.every((c, i) => c.index === i && typeof c.message.content === 'string'),
+     `n: 3 -> ${three.choices.length} choices`);
+  ok(new Set(three.choices.map((c) => c.message.content)).size > 1, 'n: 3 choices differ (seed, seed+1, seed+2)');
+  ok(three.usage.completion_tokens === 36, `n: 3 usage counts every choice (${three.usage.completion_tokens} of 3 x 12)`);
+
+  // logit_bias +100 with greedy decoding
+  const target = 14990;  // "hello" in the demo vocabulary
+  const biased = await client.completions.create({ model: 'd', prompt: 'The capital of France is', max_tokens: 4, temperature: 0,
+    logit_bias: { [target]: 100 }, logprobs: 1 });
+  ok(biased.choices[0].text === 'hello'.repeat(4), `logit_bias +100 on token ${target} -> ${JSON.stringify(biased.choices[0].text)}`);
+
+  // a field the server does not implement is named in a 400
+  try {
+    await client.completions.create({ model: 'd', prompt: 'x', suffix: 'y' });
+    ok(false, 'unsupported field rejected');
+  } catch (e) {
+    ok(e instanceof OpenAI.BadRequestError && /'suffix'/.test(e.error?.message ?? e.message), `unsupported field -> 400 (${e.message})`);
+  }
+} catch (e) {
+  ok(false, `unexpected error: ${e.stack ?? e}`);
+}
+
+clearTimeout(watchdog);
+stopServer();
+const code = await new Promise((resolve) => server.exitCode !== null ? resolve(server.exitCode) : server.on('exit', (c) => resolve(c)));
+ok(code === 0, `server stopped cleanly (exit ${code})`);
+if (/AddressSanitizer|runtime error|LeakSanitizer/.test(log)) ok(false, `sanitizer report:\n${log}`);
+console.log(`${failures} failures`);
+process.exit(failures ? 1 : 0);
