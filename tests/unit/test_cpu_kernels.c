@@ -5,8 +5,10 @@
 // x scale dtypes bf16/f16/f32, mxfp4, mxfp8, nvfp4, dense bf16/f16/f32. Random data, odd row
 // counts, column counts that are not multiples of the vector width (dense), buffers at odd byte
 // offsets, and every gemm tile shape (1-4 rows x 1-13 tokens). Attention heads of several sizes and
-// key ranges are compared with a double-precision softmax, and the integer (VNNI) gemv of the sets
-// that have one, for every format it covers.
+// key ranges are compared with a double-precision softmax, and the integer (VNNI) gemv and integer
+// batched product (AMX tiles) of the sets that have them, for every format they cover: 1 to 40
+// tokens (partial 16-token tiles), row blocks at odd offsets, and a product over a later token chunk
+// of the prepared activations, as the backend splits them.
 //
 // Bounds, per element: a dequantized value within 4 float32 roundings of its evaluation magnitude;
 // a float32 dot product within 1e-6 * sum |w||x| and an attention output within 2e-6 * max |v|
@@ -97,7 +99,7 @@ static int q_tested;  // matrices that went through an integer path
 
 // Worst error seen per kernel set, as a fraction of each check's scale (printed, not a bound).
 typedef struct worst {
-    double deq, dot, q, attn;
+    double deq, dot, q, qb, attn;
 } worst;
 static worst seen;
 
@@ -116,7 +118,7 @@ static int within(double a, double ref, double scale, double tol, double *w) {
 static void compare(const char *set, const char *label, const tmat *t) {
     const mx_matrix *w = &t->m;
     int64_t rows = w->rows, cols = w->cols;
-    int nmax = 13;
+    int nmax = 40;  // tokens of x: gemm tiles use up to 13, the integer batched path all 40
     float *x = malloc(sizeof(float) * cols * nmax);
     float *scratch = aligned_alloc(64, (sizeof(float) * CPU_KERNELS_SCRATCH(cols) + 63) & ~(size_t)63);
     float *deq_ref = malloc(sizeof(float) * cols * rows), *deq = malloc(sizeof(float) * cols);
@@ -156,7 +158,7 @@ static void compare(const char *set, const char *label, const tmat *t) {
         if (!within(got[r - 1], ref[rows + r], mag[rows + r], DOT_TOL, &seen.dot)) bad_gemv++;
     // gemm tiles: nr rows from r0, n tokens, written with stride rows.
     for (int nr = 1; nr <= CPU_KERNELS_GEMM_ROWS; nr++)
-        for (int n = 1; n <= nmax; n += (n < 8 ? 1 : 5)) {
+        for (int n = 1; n <= 13; n += (n < 8 ? 1 : 5)) {
             int64_t r0 = rows - nr;
             for (int64_t i = 0; i < rows * nmax; i++) got[i] = NAN;
             cpu_kernels_gemm(w, r0, nr, x, n, got + r0, rows, scratch);
@@ -186,6 +188,43 @@ static void compare(const char *set, const char *label, const tmat *t) {
         free(qx);
         q_tested++;
     }
+    // Integer batched path: x prepared for n tokens, products over rows [r0, r0 + nr), then over the
+    // token chunk that starts at the second 16-token tile (the backend's split).
+    int bad_qb = 0;
+    const int ns[] = {1, 13, 16, 40};
+    for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+        int n = ns[ni];
+        size_t bytes = cpu_kernels_qx_tiles_bytes(w, n);
+        if (!bytes) break;
+        int tiles = (n + 15) / 16;
+        CHECK(bytes % (size_t)tiles == 0);
+        uint8_t *qx = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+        void *scr = aligned_alloc(64, (cpu_kernels_gemm_q_scratch_bytes(w) + 63) & ~(size_t)63);
+        for (int tile = 0; tile < tiles; tile++) cpu_kernels_quantize_x_tiles(w, x, n, tile, qx);
+        int64_t blocks[][2] = {{0, rows < CPU_KERNELS_GEMM_Q_ROWS ? rows : CPU_KERNELS_GEMM_Q_ROWS}, {3, rows - 5}};
+        for (int b = 0; b < 2; b++) {
+            int64_t r0 = blocks[b][0], nr = blocks[b][1];
+            for (int64_t i = 0; i < rows * nmax; i++) got[i] = NAN;
+            cpu_kernels_gemm_q(w, r0, (int)nr, qx, n, got, rows, scr);
+            for (int t2 = 0; t2 < nmax; t2++)
+                for (int64_t r = 0; r < rows; r++, compared++) {
+                    int64_t o = t2 * rows + r;
+                    bool inside = t2 < n && r >= r0 && r < r0 + nr;
+                    if (inside ? !within(got[o], ref[o], mag[o], DOT_TOL, &seen.qb) : !isnan(got[o])) bad_qb++;
+                }
+        }
+        if (tiles > 1) {
+            size_t per_tile = bytes / (size_t)tiles;
+            for (int64_t i = 0; i < rows * nmax; i++) got[i] = NAN;
+            cpu_kernels_gemm_q(w, 0, (int)(rows < 16 ? rows : 16), qx + per_tile, n - 16, got + 16 * rows, rows, scr);
+            for (int t2 = 16; t2 < n; t2++)
+                for (int64_t r = 0; r < (rows < 16 ? rows : 16); r++, compared++)
+                    if (!within(got[t2 * rows + r], ref[t2 * rows + r], mag[t2 * rows + r], DOT_TOL, &seen.qb)) bad_qb++;
+        }
+        free(qx), free(scr);
+        if (ni == 0) q_tested++;
+    }
+    CHECK_MSG(bad_qb == 0, "%s %s: %d integer batched outputs differ", set, label, bad_qb);
     CHECK_MSG(compared > rows * 3, "%s %s: only %d comparisons", set, label, compared);
     CHECK_MSG(bad_q == 0, "%s %s: %d integer gemv outputs differ", set, label, bad_q);
     CHECK_MSG(bad_deq == 0, "%s %s: %d dequantized values differ", set, label, bad_deq);
@@ -279,12 +318,12 @@ static void test_set(const char *set) {
         }
     compare_attention(set);
     printf("kernel set %-11s worst error / bound scale: dequant %.2e (bound %.1e), dot %.2e (bound %.0e), "
-           "integer gemv %.2e, attention %.2e (bound %.0e)\n",
-           set, seen.deq, DEQ_TOL, seen.dot, DOT_TOL, seen.q, seen.attn, ATTN_TOL);
+           "integer gemv %.2e, integer batch %.2e, attention %.2e (bound %.0e)\n",
+           set, seen.deq, DEQ_TOL, seen.dot, DOT_TOL, seen.q, seen.qb, seen.attn, ATTN_TOL);
 }
 
 int main(void) {
-    const char *simd_sets[] = {"avx2", "avx512", "avx512vnni"};
+    const char *simd_sets[] = {"avx2", "avx512", "avx512vnni", "amx"};
     test_set("scalar");
     int tested = 0;
     for (size_t s = 0; s < sizeof simd_sets / sizeof simd_sets[0]; s++) {

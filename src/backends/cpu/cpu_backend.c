@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu_internal.h"
+#include "backends/cpu/cpu_kernels.h"
 
 static void *cpu_alloc(mx_backend *be, size_t bytes, mx_error *err) {
     (void)be;
@@ -111,7 +112,8 @@ static int cpu_upload_matrix(mx_backend *be, const mx_matrix *host, mx_matrix *o
     out->biases = cpu_place(host->biases, sbytes, salign, &cb, err);
     if (remember_copy(c, out->biases, cb)) return mx_fail(err, "out of memory");
     if (host->biases && !out->biases) return -1;
-    if (cpu_reserve_scratch(c, (size_t)host->cols * 4 + 1024) != 0) return mx_fail(err, "out of memory for scratch");
+    size_t need = CPU_KERNELS_SCRATCH(host->cols), tiles = (cpu_kernels_gemm_q_scratch_bytes(host) + 3) / 4;
+    if (cpu_reserve_scratch(c, need > tiles ? need : tiles) != 0) return mx_fail(err, "out of memory for scratch");
     return 0;
 }
 

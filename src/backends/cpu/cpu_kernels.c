@@ -4,6 +4,8 @@
 #include "backends/cpu/cpu_kernels.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "backends/cpu/cpu_kernels_table.h"
@@ -90,11 +92,24 @@ static const cpu_kernel_set scalar_set = {
     /* .qx_row_bytes = */ NULL,
     /* .quantize_x = */ NULL,
     /* .gemv_q = */ NULL,
+    /* .qx_tiles_bytes = */ NULL,
+    /* .quantize_x_tiles = */ NULL,
+    /* .gemm_q_scratch_bytes = */ NULL,
+    /* .gemm_q = */ NULL,
 };
 
 static const cpu_kernel_set *active;
 
+// The best set the CPU supports, unless MLXCEL_CPU_KERNELS names another one it supports (for
+// comparing sets on one machine; an unknown or unsupported name is ignored with a note on stderr).
 static const cpu_kernel_set *pick_default(void) {
+    const char *want = getenv("MLXCEL_CPU_KERNELS");
+    if (want && *want) {
+        if (strcmp(want, "scalar") == 0) return &scalar_set;
+        const cpu_kernel_set *k = cpu_kernels_x86_named(want);
+        if (k) return k;
+        fprintf(stderr, "mlxcel: MLXCEL_CPU_KERNELS=%s is not a kernel set this CPU supports; using the best one\n", want);
+    }
     const cpu_kernel_set *best = cpu_kernels_x86_best();
     return best ? best : &scalar_set;
 }
@@ -167,6 +182,25 @@ void cpu_kernels_quantize_x(const mx_matrix *w, const float *x, int n, void *qx)
 
 void cpu_kernels_gemv_q(const mx_matrix *w, int64_t r0, int64_t r1, const void *qx, float *out) {
     kernels()->gemv_q(w, r0, r1, qx, out);
+}
+
+size_t cpu_kernels_qx_tiles_bytes(const mx_matrix *w, int n) {
+    const cpu_kernel_set *k = kernels();
+    return k->qx_tiles_bytes ? k->qx_tiles_bytes(w, n) : 0;
+}
+
+void cpu_kernels_quantize_x_tiles(const mx_matrix *w, const float *x, int n, int tile, void *qx) {
+    kernels()->quantize_x_tiles(w, x, n, tile, qx);
+}
+
+size_t cpu_kernels_gemm_q_scratch_bytes(const mx_matrix *w) {
+    const cpu_kernel_set *k = kernels();
+    return k->qx_tiles_bytes && k->qx_tiles_bytes(w, 1) ? k->gemm_q_scratch_bytes(w) : 0;
+}
+
+void cpu_kernels_gemm_q(const mx_matrix *w, int64_t r0, int nr, const void *qx, int n, float *out, int64_t ldo,
+                        void *scratch) {
+    kernels()->gemm_q(w, r0, nr, qx, n, out, ldo, scratch);
 }
 
 const char *cpu_kernels_name(void) { return kernels()->name; }

@@ -67,7 +67,23 @@ void cpu_kernels_quantize_x(const mx_matrix *w, const float *x, int n, void *qx)
 // out[r - r0] = row r of w . (the quantized row qx) for r in [r0, r1).
 void cpu_kernels_gemv_q(const mx_matrix *w, int64_t r0, int64_t r1, const void *qx, float *out);
 
-// Names the kernel set chosen at run time ("avx512vnni", "avx512", "avx2", "scalar").
+// Integer path for batches (AMX tiles: affine 4/8-bit, group 64/128). x [n, cols] is prepared once
+// per matmul, one tile of 16 tokens per quantize_x_tiles call (tiles are independent, so threads can
+// share the work); then gemm_q calls (one per block of up to CPU_KERNELS_GEMM_Q_ROWS rows, from any
+// thread) read it.
+#define CPU_KERNELS_GEMM_Q_ROWS 16
+// Bytes of prepared x for n tokens; 0 when the active set has no integer batch path for w.
+size_t cpu_kernels_qx_tiles_bytes(const mx_matrix *w, int n);
+// Prepares tokens [16 * tile, 16 * tile + 16) of x (rows past n are zero) into qx.
+void cpu_kernels_quantize_x_tiles(const mx_matrix *w, const float *x, int n, int tile, void *qx);
+// Bytes of scratch one gemm_q call needs for w (0 when there is no integer batch path for w).
+size_t cpu_kernels_gemm_q_scratch_bytes(const mx_matrix *w);
+// out[t * ldo + r0 + i] = row (r0 + i) of w . x[t] for i < nr (<= CPU_KERNELS_GEMM_Q_ROWS), t < n,
+// from the prepared qx (n must be the n it was prepared for). out: [n, ldo].
+void cpu_kernels_gemm_q(const mx_matrix *w, int64_t r0, int nr, const void *qx, int n, float *out, int64_t ldo,
+                        void *scratch);
+
+// Names the kernel set chosen at run time ("amx", "avx512vnni", "avx512", "avx2", "scalar").
 const char *cpu_kernels_name(void);
 // Forces a kernel set (tests compare them); returns -1 if the CPU lacks it.
 int cpu_kernels_select(const char *name);

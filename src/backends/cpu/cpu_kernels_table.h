@@ -22,6 +22,12 @@ typedef struct cpu_kernel_set {
     size_t (*qx_row_bytes)(const mx_matrix *w);
     void (*quantize_x)(const mx_matrix *w, const float *x, int n, void *qx);
     void (*gemv_q)(const mx_matrix *w, int64_t r0, int64_t r1, const void *qx, float *out);
+    // Integer batched path (may be NULL): see cpu_kernels.h, cpu_kernels_qx_tiles_bytes and after.
+    size_t (*qx_tiles_bytes)(const mx_matrix *w, int n);
+    void (*quantize_x_tiles)(const mx_matrix *w, const float *x, int n, int tile, void *qx);
+    size_t (*gemm_q_scratch_bytes)(const mx_matrix *w);
+    void (*gemm_q)(const mx_matrix *w, int64_t r0, int nr, const void *qx, int n, float *out, int64_t ldo,
+                   void *scratch);
 } cpu_kernel_set;
 
 // The best x86 set this CPU supports, or NULL (non-x86 or no AVX2+FMA).
@@ -37,5 +43,13 @@ int cpu_vnni_supported(void);
 size_t cpu_vnni_qx_row_bytes(const mx_matrix *w);
 void cpu_vnni_quantize_x(const mx_matrix *w, const float *x, int n, void *qx);
 void cpu_vnni_gemv_q(const mx_matrix *w, int64_t r0, int64_t r1, const void *qx, float *out);
+
+// AMX tile kernels for batches (cpu_kernels_amx.c).
+int cpu_amx_supported(void);
+size_t cpu_amx_qx_tiles_bytes(const mx_matrix *w, int n);
+void cpu_amx_quantize_x_tiles(const mx_matrix *w, const float *x, int n, int tile, void *qx);
+size_t cpu_amx_scratch_bytes(const mx_matrix *w);
+void cpu_amx_gemm_q(const mx_matrix *w, int64_t r0, int nr, const void *qx, int n, float *out, int64_t ldo,
+                    void *scratch);
 
 #endif

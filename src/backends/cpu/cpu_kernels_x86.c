@@ -109,6 +109,10 @@ static const cpu_kernel_set avx2_set = {
     /* .qx_row_bytes = */ NULL,
     /* .quantize_x = */ NULL,
     /* .gemv_q = */ NULL,
+    /* .qx_tiles_bytes = */ NULL,
+    /* .quantize_x_tiles = */ NULL,
+    /* .gemm_q_scratch_bytes = */ NULL,
+    /* .gemm_q = */ NULL,
 };
 
 // ---- AVX-512 ------------------------------------------------------------------------------------
@@ -366,6 +370,10 @@ static const cpu_kernel_set avx512_set = {
     /* .qx_row_bytes = */ NULL,
     /* .quantize_x = */ NULL,
     /* .gemv_q = */ NULL,
+    /* .qx_tiles_bytes = */ NULL,
+    /* .quantize_x_tiles = */ NULL,
+    /* .gemm_q_scratch_bytes = */ NULL,
+    /* .gemm_q = */ NULL,
 };
 
 // AVX-512 plus the VNNI integer gemv for affine 4/8-bit (cpu_kernels_vnni.c).
@@ -380,6 +388,28 @@ static const cpu_kernel_set avx512vnni_set = {
     /* .qx_row_bytes = */ cpu_vnni_qx_row_bytes,
     /* .quantize_x = */ cpu_vnni_quantize_x,
     /* .gemv_q = */ cpu_vnni_gemv_q,
+    /* .qx_tiles_bytes = */ NULL,
+    /* .quantize_x_tiles = */ NULL,
+    /* .gemm_q_scratch_bytes = */ NULL,
+    /* .gemm_q = */ NULL,
+};
+
+// avx512vnni plus the AMX tile kernels for batches of tokens (cpu_kernels_amx.c).
+static const cpu_kernel_set amx_set = {
+    /* .name = */ "amx",
+    /* .dequant_row = */ avx2_dequant_row,
+    /* .dot = */ avx512_dot,
+    /* .row_dot = */ avx512_row_dot,
+    /* .gemv = */ avx512_gemv,
+    /* .gemm = */ avx512_gemm,
+    /* .attn_rows = */ cpu_avx512_attn_rows,
+    /* .qx_row_bytes = */ cpu_vnni_qx_row_bytes,
+    /* .quantize_x = */ cpu_vnni_quantize_x,
+    /* .gemv_q = */ cpu_vnni_gemv_q,
+    /* .qx_tiles_bytes = */ cpu_amx_qx_tiles_bytes,
+    /* .quantize_x_tiles = */ cpu_amx_quantize_x_tiles,
+    /* .gemm_q_scratch_bytes = */ cpu_amx_scratch_bytes,
+    /* .gemm_q = */ cpu_amx_gemm_q,
 };
 
 static int have_avx2(void) {
@@ -393,6 +423,7 @@ static int have_avx512(void) {
 }
 
 const cpu_kernel_set *cpu_kernels_x86_best(void) {
+    if (have_avx512() && cpu_vnni_supported() && cpu_amx_supported()) return &amx_set;
     if (have_avx512() && cpu_vnni_supported()) return &avx512vnni_set;
     if (have_avx512()) return &avx512_set;
     return have_avx2() ? &avx2_set : NULL;
@@ -402,6 +433,7 @@ const cpu_kernel_set *cpu_kernels_x86_named(const char *name) {
     if (strcmp(name, "avx2") == 0 && have_avx2()) return &avx2_set;
     if (strcmp(name, "avx512") == 0 && have_avx512()) return &avx512_set;
     if (strcmp(name, "avx512vnni") == 0 && have_avx512() && cpu_vnni_supported()) return &avx512vnni_set;
+    if (strcmp(name, "amx") == 0 && have_avx512() && cpu_vnni_supported() && cpu_amx_supported()) return &amx_set;
     return NULL;
 }
 

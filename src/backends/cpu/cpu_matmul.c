@@ -3,8 +3,10 @@
 // products of MoE layers. At batch 1 each block of rows is decoded and dotted in registers
 // (cpu_kernels_gemv); batches are split into (row block x token block) tiles where 4 decoded weight
 // rows at a time are multiplied with the token block (cpu_kernels_gemm), so the weights are read
-// once per token block and the activations stay in cache. MoE rows keep the simple
+// once per token block and the activations stay in cache; where the kernel set has integer tile
+// kernels (AMX), batches of affine 4/8-bit weights go through them instead. MoE rows keep the simple
 // decode-row-then-dot loop. Kernels come from cpu_kernels.h, which picks SIMD versions at run time.
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +19,9 @@
 // enough that the block of x stays in L2 while each 4-row tile of decoded weights sweeps over it.
 #define GEMM_ROW_BLOCK 32
 #define GEMM_X_FLOATS (96 * 1024)  // target floats of x per token block (384 KB)
+// Integer batches: prepared x of one token chunk is read by every row block, so a chunk is kept to
+// about this many bytes (it stays in L2 while the threads sweep the row blocks over it).
+#define GEMM_Q_CHUNK_BYTES (1 << 20)
 
 typedef struct matmul_job {
     float *out;             // [n, rows] (or [m, rows] for MoE)
@@ -33,6 +38,8 @@ typedef struct matmul_job {
     int row_blocks;         // tasks per token block (dense batches)
     const void *qx;         // quantized x (integer gemv), or NULL
     size_t qx_stride;       // bytes per quantized row (MoE: one per gathered row)
+    int chunk_tiles;        // integer batches: 16-token tiles per token chunk
+    size_t tile_bytes;      // integer batches: bytes of prepared x per tile
 } matmul_job;
 
 // MoE rows (gathered x and scattered out): decode each weight row once, dot it with every row.
@@ -107,6 +114,44 @@ static void gemm_task(void *arg, int task, int thread) {
             for (int64_t r = r0; r < r1; r++) j->out[(int64_t)t * j->rows + r] += j->bias[r];
 }
 
+// Integer batches: prepares one 16-token tile of x.
+static void quantize_tiles_task(void *arg, int task, int thread) {
+    (void)thread;
+    matmul_job *j = arg;
+    cpu_kernels_quantize_x_tiles(j->w, j->x, j->n, task, (void *)j->qx);
+}
+
+// Integer batches: (token chunk, block of 16 rows); chunk-major, so all threads work on one chunk.
+static void gemm_q_task(void *arg, int task, int thread) {
+    matmul_job *j = arg;
+    int chunk = task / j->row_blocks, rb = task % j->row_blocks;
+    int t0 = chunk * j->chunk_tiles * 16, nt = j->n - t0 < j->chunk_tiles * 16 ? j->n - t0 : j->chunk_tiles * 16;
+    int64_t r0 = (int64_t)rb * CPU_KERNELS_GEMM_Q_ROWS;
+    int nr = j->rows - r0 < CPU_KERNELS_GEMM_Q_ROWS ? (int)(j->rows - r0) : CPU_KERNELS_GEMM_Q_ROWS;
+    const uint8_t *qx = (const uint8_t *)j->qx + (size_t)(t0 / 16) * j->tile_bytes;
+    cpu_kernels_gemm_q(j->w, r0, nr, qx, nt, j->out + (int64_t)t0 * j->rows, j->rows, j->c->scratch[thread]);
+    if (j->bias)
+        for (int t = t0; t < t0 + nt; t++)
+            for (int64_t r = r0; r < r0 + nr; r++) j->out[(int64_t)t * j->rows + r] += j->bias[r];
+}
+
+// Batches through the integer tile kernels; returns false when the active set has none for w.
+static bool matmul_q(cpu_ctx *c, matmul_job *j) {
+    size_t bytes = cpu_kernels_qx_tiles_bytes(j->w, j->n);
+    if (!bytes) return false;
+    MX_ASSERT(cpu_kernels_gemm_q_scratch_bytes(j->w) <= c->scratch_floats * sizeof(float));
+    int tiles = (j->n + 15) / 16;
+    j->qx = cpu_act_buf(c, bytes);
+    j->tile_bytes = bytes / (size_t)tiles;
+    j->chunk_tiles = (int)(GEMM_Q_CHUNK_BYTES / j->tile_bytes);
+    j->chunk_tiles = j->chunk_tiles < 1 ? 1 : j->chunk_tiles;
+    j->row_blocks = (int)((j->rows + CPU_KERNELS_GEMM_Q_ROWS - 1) / CPU_KERNELS_GEMM_Q_ROWS);
+    mx_pool_run(c->pool, tiles, quantize_tiles_task, j);
+    int chunks = (tiles + j->chunk_tiles - 1) / j->chunk_tiles;
+    mx_pool_run(c->pool, chunks * j->row_blocks, gemm_q_task, j);
+    return true;
+}
+
 void cpu_matmul(mx_backend *be, float *out, const float *x, const mx_matrix *w, const float *bias, int n) {
     cpu_ctx *c = cpu_of(be);
     matmul_job j = {.out = out, .x = x, .w = w, .bias = bias, .n = n, .c = c, .rows = w->rows};
@@ -122,6 +167,7 @@ void cpu_matmul(mx_backend *be, float *out, const float *x, const mx_matrix *w, 
         mx_pool_run(c->pool, (int)((w->rows + ROWS_PER_TASK - 1) / ROWS_PER_TASK), gemv_task, &j);
         return;
     }
+    if (matmul_q(c, &j)) return;
     int tb = (int)(GEMM_X_FLOATS / (w->cols > 0 ? w->cols : 1)) / 6 * 6;
     j.token_block = tb < 6 ? 6 : tb;
     j.row_blocks = (int)((w->rows + GEMM_ROW_BLOCK - 1) / GEMM_ROW_BLOCK);
