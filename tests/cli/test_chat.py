@@ -4,10 +4,25 @@
 multi-turn answers with the KV cache reused across turns equal the answers computed from scratch
 each turn; the cache really is reused; /reset; Ctrl-C stops an answer without quitting.
 usage: test_chat.py PATH/TO/mlxcel (from the repository root)"""
-import os, shutil, signal, subprocess, sys, tempfile, time
+import os, select, shutil, signal, subprocess, sys, tempfile, time
 
 MLXCEL = os.path.abspath(sys.argv[1])
 passed = failed = 0
+
+
+def read_until(p, done, timeout):
+    """Reads the child's stdout and stderr as they come until done(out, err) holds or timeout
+    seconds pass; returns (out, err, done reached)."""
+    out, err, end = b'', b'', time.time() + timeout
+    while not done(out, err) and time.time() < end:
+        ready, _, _ = select.select([p.stdout, p.stderr], [], [], 0.1)
+        for f in ready:
+            chunk = os.read(f.fileno(), 65536)
+            if f is p.stdout:
+                out += chunk
+            else:
+                err += chunk
+    return out, err, done(out, err)
 
 
 def check(name, ok, detail=''):
@@ -42,18 +57,21 @@ check('later turns reuse the cached prefix', len(reuse) == 4 and reuse[0].starts
       not reuse[1].startswith('(reusing 0 ') and not reuse[2].startswith('(reusing 0 '), repr(reuse))
 
 # Ctrl-C stops the current answer; the chat goes on. (Temperature 5 makes the answer a long run
-# of random tokens, so it is still going when the signal comes.)
+# of random tokens, so it is still going when the signal comes.) The signal is sent once the
+# answer is streaming (40 bytes after the prompt), and the chat must then say "(stopped)" and stay
+# alive; no fixed sleeps.
 p = subprocess.Popen([MLXCEL, 'chat', '-m', model, '-n', '100000', '--ctx', '4096', '--temp', '5', '--seed', '1'],
                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 p.stdin.write(b'Write a very long story about the sea.\n')
 p.stdin.flush()
-time.sleep(3)
+out1, err1, streaming = read_until(p, lambda o, e: len(o) >= len(b'> ') + 40, 120)
 p.send_signal(signal.SIGINT)
-time.sleep(0.5)
+out2, err2, stopped = read_until(p, lambda o, e: b'(stopped)' in e, 60)
 alive = p.poll() is None
 out, err = p.communicate(b'/exit\n', timeout=60)
-check('Ctrl-C stops the answer without quitting', alive and p.returncode == 0 and b'(stopped)' in err,
-      f'alive={alive} rc={p.returncode} err={err[-300:]!r}')
+err = err1 + err2 + err
+check('Ctrl-C stops the answer without quitting', streaming and stopped and alive and p.returncode == 0,
+      f'streaming={streaming} stopped={stopped} alive={alive} rc={p.returncode} err={err[-300:]!r}')
 shutil.rmtree(tmp)
 print(f'{passed} passed, {failed} failed')
 sys.exit(1 if failed else 0)

@@ -73,7 +73,8 @@ with tempfile.TemporaryDirectory() as tmp:
             a, b = rh['prompt_ids']['data_offsets']
             ids = struct.unpack('<20i', rraw[8 + rn + a:8 + rn + b])
             out = os.path.join(tmp, f'{fx}-{mode}.safetensors')
-            rc, _, err = run(['logits', '-m', f'{FIX}/{fx}', '--ids', ','.join(map(str, ids)), '--mode', mode, '-o', out])
+            rc, _, err = run(['logits', '-m', f'{FIX}/{fx}', '--ids', ','.join(map(str, ids)), '--mode', mode, '-o', out,
+                              '--backend', 'cpu'])
             ok = rc == 0
             worst = 1.0
             if ok:
@@ -83,7 +84,10 @@ with tempfile.TemporaryDirectory() as tmp:
                 for t in range(20):
                     g, w = got[t * 512:(t + 1) * 512], want[t * 512:(t + 1) * 512]
                     worst = max(worst, max(abs(x - y) for x, y in zip(g, w)) / max(abs(y) for y in w))
-            check(f'logits {fx} {mode} within 1e-3', ok and worst < 1e-3, f'rc={rc} worst={worst} {err[-200:]}')
+            # The float32 CPU path measures ~1e-6 here (2.7e-6 worst over all fixtures); 1e-3 is the
+            # user-facing contract, not this bound.
+            check(f'logits {fx} {mode} within 2e-5 (worst {worst:.2g})', ok and worst < 2e-5,
+                  f'rc={rc} worst={worst} {err[-200:]}')
 
 # --- usage errors: exit 2 ------------------------------------------------------------------------
 for args, needle in ((['generate'], 'prompt is required'), (['generate', '-p', 'x', '-n', 'abc'], "'abc'"),

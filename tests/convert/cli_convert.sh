@@ -1,7 +1,8 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
 # CLI tests of `mlxcel convert`: a converted qwen3 model reproduces the reference logits, the mixed
-# recipe and sharding produce a loadable folder, and bad inputs fail with the documented exit codes
+# recipe and sharding produce a folder whose tensors are the MLX-made siblings' and whose loaded
+# model computes what those tensors compute, and bad inputs fail with the documented exit codes
 # (1 runtime, 2 usage) and a message naming the problem. Usage: cli_convert.sh MLXCEL_BINARY
 set -u
 BIN=$1
@@ -31,14 +32,22 @@ if "$BIN" logits -m "$TMP/q4" --ids "$ids" -o "$TMP/q4.safetensors" 2>"$TMP/err"
    python3 tests/convert/st_logits_compare.py "$TMP/q4.safetensors" $FIX/qwen3-q4g64/reference.safetensors 2e-5
 then ok "converted q4 logits match the reference"; else bad "converted q4 logits: $(cat "$TMP/err")"; fi
 
-# 2. bfloat16 output, mixed recipe, small shards: index and per-layer config, and it loads.
+# 2. bfloat16 output, mixed recipe, small shards: index and per-layer config; every tensor equals the
+#    MLX-made uniform sibling's with the bits the config gives it; and the loaded mixed model computes
+#    exactly what the same model assembled from the siblings' own tensors computes.
 "$BIN" convert --hf-path $FIX/qwen3-bf16 --mlx-path "$TMP/mixed" -q --dtype bfloat16 \
     --quant-predicate mixed_3_6 --max-shard-size 64K 2>"$TMP/err" || bad "mixed convert: $(cat "$TMP/err")"
 if [ -f "$TMP/mixed/model-00001-of-00004.safetensors" ] && [ -f "$TMP/mixed/model.safetensors.index.json" ] &&
    grep -q '"model.layers.0.self_attn.v_proj"' "$TMP/mixed/config.json"; then ok "mixed recipe: shards, index, per-layer config"
 else bad "mixed recipe output: $(ls "$TMP/mixed")"; fi
-if "$BIN" logits -m "$TMP/mixed" --ids 1,2,3 -o "$TMP/mixed.safetensors" 2>"$TMP/err"; then ok "mixed model loads"
-else bad "mixed model load: $(cat "$TMP/err")"; fi
+if python3 tests/convert/mixed_from_siblings.py "$TMP/mixed" $FIX "$TMP/assembled" >"$TMP/cmp" 2>&1; then
+    ok "mixed model: $(cat "$TMP/cmp")"
+else bad "mixed model tensors: $(cat "$TMP/cmp")"; fi
+if "$BIN" logits -m "$TMP/mixed" --ids "$ids" -o "$TMP/mixed.safetensors" 2>"$TMP/err" &&
+   "$BIN" logits -m "$TMP/assembled" --ids "$ids" -o "$TMP/assembled.safetensors" 2>>"$TMP/err" &&
+   python3 tests/convert/st_logits_compare.py "$TMP/mixed.safetensors" "$TMP/assembled.safetensors" 2e-5 >"$TMP/cmp"
+then ok "mixed model loads and computes what the siblings' tensors compute: $(cat "$TMP/cmp")"
+else bad "mixed model logits: $(cat "$TMP/cmp" "$TMP/err")"; fi
 
 # 3. Bad inputs.
 expect 2 "hf-path" "missing --hf-path" -- --mlx-path "$TMP/x"

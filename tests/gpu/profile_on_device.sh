@@ -3,23 +3,28 @@
 # Hardware-counter profiles (Nsight Compute, clocks left alone) of the main GPU kernels on a Qwen3-8B
 # shape: the first tensor-core prefill matmul, the first matrix-vector product (the lm_head of the
 # prefill's last token) and the first prefill attention. Builds the cuda preset first if needed
-# (dependencies as in run_on_device.sh). Output: $OUT/ncu.txt and the tail on stdout.
+# (dependencies as in run_on_device.sh). Output: $OUT/ncu.txt and the tail on stdout. Each build and
+# profile is a step (tests/gpu/steps.sh): "N passed, M failed" at the end, recorded in
+# tests/gpu/LAST_RUN.md; exit 1 when any failed.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-/tmp/mlxcel-device}
-mkdir -p "$OUT"
+. tests/gpu/steps.sh
 if [ ! -x build/cuda/bench_gpu_decode ]; then
     . tests/gpu/devdeps.sh
-    mxg_install_devdeps || true
-    cmake --preset cuda $(mxg_hub_flag) >/dev/null && cmake --build build/cuda -j"$(nproc)" --target bench_gpu_decode >/dev/null || exit 1
+    mxg_install_devdeps || verdict dependencies FAIL "C libraries missing and no build/devdeps carried"
+    step configure 300 cmake --preset cuda -DMLXCEL_SERVER_TESTS=OFF $(mxg_hub_flag) &&
+        step build 420 cmake --build build/cuda -j"$(nproc)" --target bench_gpu_decode ||
+        steps_finish profile_on_device.sh
 fi
 sections=(--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats
           --section SchedulerStats --section MemoryWorkloadAnalysis)
+: >"$OUT/ncu.txt"
 for k in mma_kernel matvec_kernel attn_kernel; do
-    echo "===== $k"
-    timeout 240 ncu --clock-control none -k "regex:$k" -c 1 "${sections[@]}" \
-        build/cuda/bench_gpu_decode qwen3-8b 512 512 5 2>&1 | grep -vE "^==PROF==|^(prefill|decode|per-op|  [a-z])"
-done | tee "$OUT/ncu.txt" | grep -E "=====|Duration|Throughput|Registers|Achieved Occupancy|Theoretical Occupancy|Issued Warp|No Eligible|Stall|Warp Cycles Per Issued|One or More|Block Limit|Dynamic Shared|Bank" | head -120
+    step "ncu_$k" 240 ncu --clock-control none -k "regex:$k" -c 1 "${sections[@]}" \
+        build/cuda/bench_gpu_decode qwen3-8b 512 512 5
+    { echo "===== $k"; grep -vE "^==PROF==|^(prefill|decode|per-op|  [a-z])" "$LOGS/ncu_$k.log"; } >>"$OUT/ncu.txt"
+done
+cat "$OUT/ncu.txt" | grep -E "=====|Duration|Throughput|Registers|Achieved Occupancy|Theoretical Occupancy|Issued Warp|No Eligible|Stall|Warp Cycles Per Issued|One or More|Block Limit|Dynamic Shared|Bank" | head -120
 # Instruction mix of the 4-bit (bf16 scales) instantiations, from the compiled objects.
 obj=$(find build/cuda -name 'matmul_mma.cu.o' | head -1)
 if [ -n "$obj" ] && command -v cuobjdump >/dev/null; then
@@ -35,3 +40,4 @@ if [ -n "$obj" ] && command -v cuobjdump >/dev/null; then
         grep -oE '^\s+/\*[0-9a-f]{4}\*/\s+[A-Z][A-Z0-9_]*' | awk '{print $2}' | sort | uniq -c | sort -rn | head -25 |
         tee -a "$OUT/ncu.txt"
 fi
+steps_finish profile_on_device.sh

@@ -5,38 +5,22 @@
 # (also under compute-sanitizer memcheck), the GPU ctest group (build contract, model parity on
 # cuda), parity without tensor cores, the demo generation with LD_LIBRARY_PATH unset (compared with
 # --backend cpu), `mlxcel info`, the backend decode/prefill bench and `mlxcel bench`.
-# Logs: /tmp/mlxcel-logs/*.log; $OUT (default /tmp/mlxcel-device) gets summary.txt, all.log (every
-# log concatenated) and the op-suite and bench logs. A summary table is printed last.
+# Every step counts (tests/gpu/steps.sh): the script prints each step's verdict and one line
+# "N passed, M failed", records them with the commit in tests/gpu/LAST_RUN.md (and $OUT/LAST_RUN.md),
+# and exits 1 when any step failed (a GPU test that skips on this machine is a failure here).
+# Logs: /tmp/mlxcel-logs/*.log; $OUT (default /tmp/mlxcel-device) gets all.log (every log
+# concatenated) and the op-suite and bench logs.
 # If the machine lacks the C libraries (jansson, pcre2, utf8proc, libmicrohttpd, pkg-config), the
 # Debian packages in build/devdeps/*.deb are installed under /usr/local (headers, .pc, libraries).
 # Usage: tests/gpu/run_on_device.sh [--quick]   (--quick: skip the 8B benches and the sanitizer)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-OUT=${OUT:-/tmp/mlxcel-device}
-LOGS=/tmp/mlxcel-logs
-mkdir -p "$OUT" "$LOGS"
 quick=${1:-}
-summary=()
-note() { summary+=("$(printf '%-44s %s' "$1" "$2")"); }
-run() {  # run NAME TIMEOUT CMD...: logs to $LOGS/NAME.log, records ok/FAIL
-    local name=$1 limit=$2
-    shift 2
-    local t0=$SECONDS
-    timeout "$limit" "$@" >"$LOGS/$name.log" 2>&1
-    local rc=$?
-    local what="ok"
-    [ $rc -eq 0 ] || what="FAIL (rc $rc)"
-    [ $rc -eq 77 ] && what="skipped"
-    note "$name" "$what, $((SECONDS - t0)) s"
-    return $rc
-}
+. tests/gpu/steps.sh
 finish() {
-    echo
-    echo "== summary ($(head -1 "$LOGS/machine.log"))"
-    printf '%s\n' "${summary[@]}" | tee "$OUT/summary.txt"
     for f in "$LOGS"/*.log; do printf '\n===== %s\n' "$(basename "$f")"; tail -c 200000 "$f"; done >"$OUT/all.log"
     cp "$LOGS"/gpu_ops.log "$LOGS"/bench_0.6b_r4.log "$LOGS"/bench_8b_r4.log "$OUT"/ 2>/dev/null
-    exit 0
+    steps_finish run_on_device.sh
 }
 
 echo "== machine"
@@ -47,82 +31,87 @@ echo "== machine"
 } | tee "$LOGS/machine.log"
 
 . tests/gpu/devdeps.sh
-if pkg-config --exists jansson libpcre2-8 libutf8proc libmicrohttpd 2>/dev/null; then
-    :
-elif mxg_install_devdeps; then
-    note "dependencies" "installed from build/devdeps"
+if mxg_install_devdeps; then
+    verdict dependencies OK "C libraries present"
 else
-    note "dependencies" "MISSING (no build/devdeps)"
+    verdict dependencies FAIL "C libraries missing and no build/devdeps carried"
 fi
 
 echo "== configure + build"
 rm -rf build/cuda
-run configure 300 cmake --preset cuda -DMLXCEL_WERROR=ON $(mxg_hub_flag) && grep -E "mlxcel:" "$LOGS/configure.log"
-run build 420 cmake --build build/cuda -j"$(nproc)" || { tail -30 "$LOGS/build.log"; finish; }
+step configure 300 cmake --preset cuda -DMLXCEL_WERROR=ON -DMLXCEL_SERVER_TESTS=OFF $(mxg_hub_flag) &&
+    grep -E "mlxcel:" "$LOGS/configure.log"
+step build 420 cmake --build build/cuda -j"$(nproc)" || { tail -30 "$LOGS/build.log"; finish; }
 
 echo "== GPU op suite"
-run gpu_ops 300 build/cuda/test_gpu_ops
+step gpu_ops 300 build/cuda/test_gpu_ops
 tail -16 "$LOGS/gpu_ops.log"
 grep -E "check failed" "$LOGS/gpu_ops.log" | head -20
 
 echo "== GPU ctest group (build contract, parity on cuda)"
-run ctest_gpu 400 ctest --test-dir build/cuda -R "^(gpu_|spdx)" -E "gpu_configure" --output-on-failure
+step ctest_gpu 400 ctest --test-dir build/cuda -R "^(gpu_|spdx)" -E "gpu_configure" --output-on-failure
 grep -E "tests passed|FAILED|Failed|\*\*\*" "$LOGS/ctest_gpu.log" | head
-MLXCEL_TEST_BACKEND=cuda MLXCEL_GPU_NO_MMA=1 run parity_cuda_nomma 300 build/cuda/test_model_parity
+if grep -q "Skipped" "$LOGS/ctest_gpu.log"; then  # ctest passes skipped tests; on the device they are failures
+    verdict "ctest_gpu ran every test" FAIL "$(grep -c Skipped "$LOGS/ctest_gpu.log") skipped"
+fi
+step parity_cuda_nomma 300 env MLXCEL_TEST_BACKEND=cuda MLXCEL_GPU_NO_MMA=1 build/cuda/test_model_parity
 tail -2 "$LOGS/parity_cuda_nomma.log"
 
 echo "== demo generation (LD_LIBRARY_PATH unset)"
 gen=(generate -m models/qwen3-demo-44m-4bit -p "Hello" -n 50 --temp 0)
-run generate_cuda 120 env -u LD_LIBRARY_PATH build/cuda/mlxcel "${gen[@]}" --backend cuda
-run generate_cpu 120 env -u LD_LIBRARY_PATH build/cuda/mlxcel "${gen[@]}" --backend cpu
+step generate_cuda 120 env -u LD_LIBRARY_PATH build/cuda/mlxcel "${gen[@]}" --backend cuda
+step generate_cpu 120 env -u LD_LIBRARY_PATH build/cuda/mlxcel "${gen[@]}" --backend cpu
 cat "$LOGS/generate_cuda.log"
 if diff <(grep -v -E "tokens-per-sec|Peak memory|^Backend:" "$LOGS/generate_cuda.log") \
         <(grep -v -E "tokens-per-sec|Peak memory|^Backend:" "$LOGS/generate_cpu.log") >/dev/null; then
-    note "generate cuda == cpu text" "same"
+    verdict "generate cuda == cpu text" OK "same text"
 else
-    note "generate cuda == cpu text" "DIFFERENT (see generate_*.log)"
+    verdict "generate cuda == cpu text" FAIL "different (see generate_*.log)"
 fi
-run info 60 env -u LD_LIBRARY_PATH build/cuda/mlxcel info
+step info 60 env -u LD_LIBRARY_PATH build/cuda/mlxcel info
 cat "$LOGS/info.log"
 
 echo "== wrong-architecture diagnosis (a build for 80-real only: no code the H200 can run)"
-if run configure_80 120 cmake -S . -B build/cuda80 -DMLXCEL_CUDA=ON -DMLXCEL_CUDA_ARCHITECTURES=80-real $(mxg_hub_flag) &&
-    run build_80 300 cmake --build build/cuda80 -j"$(nproc)" --target mlxcel; then
+if step configure_80 120 cmake -S . -B build/cuda80 -DMLXCEL_CUDA=ON -DMLXCEL_CUDA_ARCHITECTURES=80-real \
+        -DMLXCEL_SERVER_TESTS=OFF $(mxg_hub_flag) &&
+    step build_80 300 cmake --build build/cuda80 -j"$(nproc)" --target mlxcel; then
     env -u LD_LIBRARY_PATH build/cuda80/mlxcel generate -p Hello -n 4 --temp 0 >"$LOGS/wrong_arch.log" 2>&1
     rc=$?
     env -u LD_LIBRARY_PATH build/cuda80/mlxcel info >>"$LOGS/wrong_arch.log" 2>&1
     cat "$LOGS/wrong_arch.log"
     if [ $rc -eq 1 ] && grep -q "rebuild with -DMLXCEL_CUDA_ARCHITECTURES=90" "$LOGS/wrong_arch.log"; then
-        note "wrong architecture diagnosed" "ok"
+        verdict "wrong architecture diagnosed" OK "exit 1, names the rebuild"
     else
-        note "wrong architecture diagnosed" "FAIL (rc $rc)"
+        verdict "wrong architecture diagnosed" FAIL "rc $rc"
     fi
 fi
 
 echo "== benches"
 for r in 1 2 4; do
-    MLXCEL_GPU_MATVEC_ROWS=$r run bench_0.6b_r$r 120 build/cuda/bench_gpu_decode qwen3-0.6b 512 512 300
+    step bench_0.6b_r$r 120 env MLXCEL_GPU_MATVEC_ROWS=$r build/cuda/bench_gpu_decode qwen3-0.6b 512 512 300
     grep -E "decode|prefill" "$LOGS/bench_0.6b_r$r.log"
 done
 if [ "$quick" != "--quick" ]; then
     for r in 1 2 4; do
-        MLXCEL_GPU_MATVEC_ROWS=$r run bench_8b_r$r 180 build/cuda/bench_gpu_decode qwen3-8b 512 512 100
+        step bench_8b_r$r 180 env MLXCEL_GPU_MATVEC_ROWS=$r build/cuda/bench_gpu_decode qwen3-8b 512 512 100
         grep -E "decode|prefill" "$LOGS/bench_8b_r$r.log"
     done
-    MLXCEL_GPU_NO_MMA=1 run bench_8b_nomma 180 build/cuda/bench_gpu_decode qwen3-8b 512 512 100
+    step bench_8b_nomma 180 env MLXCEL_GPU_NO_MMA=1 build/cuda/bench_gpu_decode qwen3-8b 512 512 100
     grep -E "^prefill" "$LOGS/bench_8b_nomma.log"
     sed -n '/per-op times, 512/,$p' "$LOGS/bench_8b_r4.log"
     sed -n '/per-op times, 1 token/,/per-op times, 512/p' "$LOGS/bench_8b_r4.log"
     sed -n '/per-op times, 1 token/,/per-op times, 512/p' "$LOGS/bench_0.6b_r4.log"
 fi
-run mlxcel_bench_0.6b 240 build/cuda/mlxcel bench --shape qwen3-0.6b -p 512 -n 128 --backend cuda
+step mlxcel_bench_0.6b 240 build/cuda/mlxcel bench --shape qwen3-0.6b -p 512 -n 128 --backend cuda
 tail -4 "$LOGS/mlxcel_bench_0.6b.log"
 if [ "$quick" != "--quick" ]; then
-    run mlxcel_bench_8b 300 build/cuda/mlxcel bench --shape qwen3-8b -p 512 -n 128 --backend cuda
+    step mlxcel_bench_8b 300 build/cuda/mlxcel bench --shape qwen3-8b -p 512 -n 128 --backend cuda
     tail -4 "$LOGS/mlxcel_bench_8b.log"
     if command -v compute-sanitizer >/dev/null; then
-        run sanitizer_memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 9 build/cuda/test_gpu_ops
+        step sanitizer_memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 9 build/cuda/test_gpu_ops
         tail -4 "$LOGS/sanitizer_memcheck.log"
+    else
+        verdict sanitizer_memcheck FAIL "compute-sanitizer not found"
     fi
 fi
 finish

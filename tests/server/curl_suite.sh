@@ -210,21 +210,24 @@ for m in mlxcel_requests_total mlxcel_generated_tokens_total mlxcel_queue_depth 
 done
 
 # --- queue full: 503 with Retry-After --------------------------------------------------------
-srv_start "$BIN" "$TMP/b.log" -m "$MODEL" --parallel 1 --max-queue 1 --ctx 512 || exit 1
+srv_start "$BIN" "$TMP/b.log" -m "$MODEL" --parallel 1 --max-queue 1 --ctx 4096 || exit 1
 PIDS="$PIDS $SRV_PID"
 AUTH="X-None: 1"
 CURLS=""
 for k in 1 2; do
-    curl -sN --max-time 8 -d '{"prompt":"Count","max_tokens":400,"stream":true,"ignore_eos":true}' "$SRV_URL/v1/completions" >/dev/null 2>&1 &
+    # Long enough to still run on a loaded machine; killed below once the 503 is checked.
+    curl -sN --max-time 60 -d '{"prompt":"Count","max_tokens":3500,"stream":true,"ignore_eos":true}' "$SRV_URL/v1/completions" >/dev/null 2>&1 &
     CURLS="$CURLS $!"
 done
-# Wait (up to 10 s) until one request runs and one waits, however slowly the machine starts them.
-for k in $(seq 100); do
+# Wait (up to 20 s) until one request runs and one waits, however slowly the machine starts them.
+full=0
+for k in $(seq 200); do
     curl -s --max-time 2 "$SRV_URL/health" |
         python3 -c 'import json,sys; d=json.load(sys.stdin); sys.exit(d["slots_processing"] != 1 or d["queue"] != 1)' &&
-        break
+        { full=1; break; }
     sleep 0.1
 done
+[ $full = 1 ] || bad "queue never held one running and one waiting request: $(curl -s --max-time 2 "$SRV_URL/health")"
 s=$(curl -s --max-time 10 -D "$TMP/hdr.txt" -o "$TMP/e.json" -w '%{http_code}' -d '{"prompt":"x","max_tokens":2}' "$SRV_URL/v1/completions")
 expect_status "queue full" 503 "$s" "$TMP/e.json"
 pycheck "503 is an OpenAI error object" "$TMP/e.json" "$is_error_object"

@@ -2,7 +2,8 @@
 // The backend `sample` op (MLXCEL_TEST_BACKEND picks the backend; default cpu): top-k 1 is the
 // argmax; the same seed and positions draw the same tokens; over many positions the draws follow
 // softmax(logits / temp) (checked per token against the exact probabilities); top-k, top-p and
-// min-p never let a filtered token through and keep the kept tokens' proportions.
+// min-p never let a filtered token through and keep the kept tokens' proportions. A backend without
+// the (optional) op exits 77, which ctest reports as skipped with the reason; never a pass.
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,10 +62,10 @@ int main(void) {
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }
-    if (!be->ops->supports(be, MX_OP_SAMPLE, NULL)) {
-        printf("backend %s has no sample op\n", be->ops->name);
+    if (!be->ops->supports(be, MX_OP_SAMPLE, NULL)) {  // optional: then the engine samples on the host
+        printf("skipped: backend %s has no sample op, nothing to check\n", be->ops->name);
         mx_backend_free(be);
-        return check_finish();
+        return 77;
     }
     d_logits = be->ops->alloc(be, sizeof(float) * DRAWS * V, &err);
     d_ids = be->ops->alloc(be, sizeof(int32_t) * DRAWS, &err);

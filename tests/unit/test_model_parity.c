@@ -1,10 +1,18 @@
 // SPDX-License-Identifier: MIT
 // Parity with the reference fixtures (tests/fixtures/models/*, made with Hugging Face transformers
-// in float32 on the dequantized weights): for every fixture, the logits of every prompt position
-// computed all at once (prefill) and one token at a time through the KV cache (decode) must be
-// within the tolerance, and the greedy continuation must match wherever the reference margin is
-// at least 0.05. MLXCEL_TEST_BACKEND picks the backend (default cpu) and MLXCEL_TEST_TOL the
-// tolerance (default 1e-3, the float32-activation bound of fixtures/README.md).
+// in float32 on the dequantized weights; provenance in tests/fixtures/README.md): for every fixture,
+// the logits of every prompt position computed all at once (prefill) and one token at a time
+// through the KV cache (decode) must be within the tolerance, and, teacher-forced along the
+// reference continuation (prompt + reference greedy ids), the chosen token must equal the
+// reference at every step whose reference margin (top-1 minus top-2 logit) is at least 0.05.
+// A fixture without its reference tensors is a failure.
+//
+// MLXCEL_TEST_BACKEND picks the backend (default cpu). The tolerance follows the precision of the
+// backend's KV cache, the one reduced-precision step of these paths: float32 (the CPU) 2e-5,
+// measured ~2.7e-6; float16 (the GPU) 3e-3, where rounding K and V to f16 alone gives up to
+// 1.2e-3 on these fixtures (measured by emulating it on the CPU); bfloat16 3e-2. MLXCEL_TEST_TOL
+// overrides it. The fixtures' 1e-3 (fixtures/README.md) is the user-facing contract for float32
+// activations, not these bounds.
 #include <dirent.h>
 #include <math.h>
 #include <stdlib.h>
@@ -16,10 +24,13 @@
 
 #define FIXTURES "tests/fixtures/models"
 
-static double tolerance(void) {
+static double tolerance(const mx_backend *be) {
     const char *t = getenv("MLXCEL_TEST_TOL");
-    return t ? atof(t) : 1e-3;
+    if (t) return atof(t);
+    return be->kv_dtype == MX_DTYPE_F32 ? 2e-5 : be->kv_dtype == MX_DTYPE_F16 ? 3e-3 : 3e-2;
 }
+
+#define MIN_MARGIN 0.05f  // below this the reference's own choice is fragile
 
 // max over positions of max|a - ref| / max|ref| for that position.
 static double worst_rel_err(const float *a, const float *ref, int n, int vocab) {
@@ -38,6 +49,8 @@ static double worst_rel_err(const float *a, const float *ref, int n, int vocab) 
 
 static void read_i32(const mx_st_tensor *t, int32_t *out) { memcpy(out, t->data, t->nbytes); }
 
+static int total_greedy_checked;
+
 static void check_fixture(const char *name, mx_backend *be) {
     char dir[512], ref_path[600];
     snprintf(dir, sizeof dir, "%s/%s", FIXTURES, name);
@@ -50,12 +63,23 @@ static void check_fixture(const char *name, mx_backend *be) {
     CHECK_MSG(m != NULL, "%s: %s", name, err.msg);
     const mx_st_tensor *tp = mx_st_find(ref, "prompt_ids"), *tl = mx_st_find(ref, "logits"),
                        *tg = mx_st_find(ref, "greedy_ids"), *tm = mx_st_find(ref, "greedy_margins");
+    CHECK_MSG(tp && tl && tg && tm, "%s: reference.safetensors lacks%s%s%s%s", name, tp ? "" : " prompt_ids",
+              tl ? "" : " logits", tg ? "" : " greedy_ids", tm ? "" : " greedy_margins");
     if (!m || !tp || !tl || !tg || !tm) {
         mx_model_free(m);
         mx_st_close(ref);
         return;
     }
     int n = (int)tp->numel, V = mx_model_config(m)->vocab_size, n_greedy = (int)tg->numel;
+    int sizes_ok = n > 0 && n <= 64 && n_greedy > 0 && n_greedy <= 64 && tm->numel == tg->numel &&
+                   tl->numel == (int64_t)n * V && tl->dtype == MX_DTYPE_F32 && tm->dtype == MX_DTYPE_F32 &&
+                   tp->dtype == MX_DTYPE_I32 && tg->dtype == MX_DTYPE_I32;
+    CHECK_MSG(sizes_ok, "%s: reference tensors have unexpected sizes or types", name);
+    if (!sizes_ok) {
+        mx_model_free(m);
+        mx_st_close(ref);
+        return;
+    }
     int32_t prompt[64], greedy_ref[64], pos[128], slot[128] = {0}, rows[64];
     float margins[64];
     read_i32(tp, prompt);
@@ -65,6 +89,7 @@ static void check_fixture(const char *name, mx_backend *be) {
     memcpy(ref_logits, tl->data, tl->nbytes);
     for (int i = 0; i < 128; i++) pos[i] = i;
     for (int i = 0; i < n; i++) rows[i] = i;
+    double tol = tolerance(be);
 
     // Prefill: all positions at once (small steps too, to exercise chunking: max_batch 7).
     mx_ctx *ctx = mx_ctx_create(m, 2, 128, 7, &err);
@@ -73,7 +98,7 @@ static void check_fixture(const char *name, mx_backend *be) {
     int rc = mx_ctx_forward(ctx, &b, logits, NULL, &err);
     CHECK_MSG(rc == 0, "%s: %s", name, err.msg);
     double e_prefill = worst_rel_err(logits, ref_logits, n, V);
-    CHECK_MSG(e_prefill < tolerance(), "%s prefill rel err %.3g", name, e_prefill);
+    CHECK_MSG(e_prefill < tol, "%s prefill rel err %.3g (bound %.1g)", name, e_prefill, tol);
 
     // Decode: one token at a time through the cache, in slot 1.
     int32_t one = 1, zero = 0;
@@ -83,21 +108,28 @@ static void check_fixture(const char *name, mx_backend *be) {
     }
     CHECK_MSG(rc == 0, "%s: %s", name, err.msg);
     double e_decode = worst_rel_err(logits, ref_logits, n, V);
-    CHECK_MSG(e_decode < tolerance(), "%s decode rel err %.3g", name, e_decode);
+    CHECK_MSG(e_decode < tol, "%s decode rel err %.3g (bound %.1g)", name, e_decode, tol);
 
-    // Greedy continuation from the decode state (slot 1 holds the prompt).
-    int32_t tok = 0, matched = 0;
-    mx_batch last = {1, &prompt[n - 1], &pos[n - 1], &one, 1, &zero};
+    // Greedy, teacher-forced: the choice after the prompt and after each reference id (slot 0 holds
+    // the prompt from the prefill); every step with a clear reference margin must agree.
+    int32_t tok = 0;
+    int checked = 0, matched = 0;
+    mx_batch last = {1, &prompt[n - 1], &pos[n - 1], &zero, 1, &zero};
     rc = mx_ctx_forward(ctx, &last, NULL, &tok, &err);
     for (int g = 0; g < n_greedy && rc == 0; g++) {
-        if (margins[g] < 0.05f) break;  // below this margin the reference itself is fragile
-        CHECK_MSG(tok == greedy_ref[g], "%s greedy step %d: got %d, reference %d", name, g, tok, greedy_ref[g]);
-        if (tok != greedy_ref[g]) break;
-        matched++;
-        mx_batch d = {1, &tok, &pos[n + g], &one, 1, &zero};
-        rc = mx_ctx_forward(ctx, &d, NULL, &tok, &err);
+        if (margins[g] >= MIN_MARGIN) {
+            checked++;
+            matched += tok == greedy_ref[g];
+            CHECK_MSG(tok == greedy_ref[g], "%s greedy step %d (margin %.3f): got %d, reference %d", name, g,
+                      margins[g], tok, greedy_ref[g]);
+        }
+        mx_batch d = {1, &greedy_ref[g], &pos[n + g], &zero, 1, &zero};
+        if (g + 1 < n_greedy) rc = mx_ctx_forward(ctx, &d, NULL, &tok, &err);
     }
-    printf("%-18s prefill %.2e  decode %.2e  greedy %d/%d\n", name, e_prefill, e_decode, matched, n_greedy);
+    CHECK_MSG(rc == 0, "%s: %s", name, err.msg);
+    printf("%-18s prefill %.2e  decode %.2e  greedy %d/%d steps with margin >= %.2f agree\n", name, e_prefill,
+           e_decode, matched, checked, MIN_MARGIN);
+    total_greedy_checked += checked;
     mx_ctx_free(ctx);
     free(logits);
     free(ref_logits);
@@ -145,6 +177,9 @@ int main(void) {
         free(names[i]);
     }
     CHECK_MSG(tested >= 25, "only %d fixtures found", tested);
+    printf("%d greedy steps checked over %d fixtures (tolerance %.1g)\n", total_greedy_checked, tested,
+           tolerance(be));
+    CHECK_MSG(total_greedy_checked >= tested * 4, "only %d greedy steps checked", total_greedy_checked);
     mx_backend_free(be);
     return check_finish();
 }
