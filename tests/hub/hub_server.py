@@ -81,12 +81,14 @@ class Hub:
                 if is_lfs(p, data):
                     self.blobs[hashlib.sha256(data).hexdigest()] = (p, data)
 
-    def fail(self, kind, file='', count=1, offset=None, status=None, delay=0.0):
+    def fail(self, kind, file='', count=1, offset=None, status=None, delay=0.0, body=b'', header=''):
         """kind: 'drop' (close the connection at file byte `offset`), 'corrupt' (flip the byte at
-        `offset`), 'status' (answer `status`), 'slow' (wait `delay` s before each body); `count`
-        uses (a 'slow' fault is never used up)."""
+        `offset`), 'status' (answer `status`), 'slow' (wait `delay` s before each body), 'raw'
+        (answer 200 with `body`), 'strip' (leave out the response header `header`); `count` uses
+        ('slow' and 'strip' faults are never used up)."""
         with self.lock:
-            self.faults.append(dict(kind=kind, file=file, count=count, offset=offset, status=status, delay=delay))
+            self.faults.append(dict(kind=kind, file=file, count=count, offset=offset, status=status, delay=delay,
+                                    body=body, header=header))
 
     def clear(self):
         with self.lock:
@@ -131,6 +133,11 @@ class BaseHandler(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *args):
         pass
+
+    def send_header(self, keyword, value):
+        strip = self.hub.take_fault('strip', urllib.parse.unquote(self.path))
+        if not (strip and keyword.lower() == strip['header'].lower()):
+            super().send_header(keyword, value)
 
     def answer(self, status, headers=(), body=b''):
         self.send_response(status)
@@ -211,6 +218,10 @@ class HubHandler(BaseHandler):
         path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
         if self.status_fault(path):
             return
+        raw = self.hub.take_fault('raw', path)
+        if raw:
+            self.hub.use_fault(raw)
+            return self.answer(200, [('Content-Type', 'application/json')], raw['body'])
         has_auth = self.headers.get('Authorization') is not None
         m = re.fullmatch(r'/api/models/([^/]+/[^/]+)/revision/(.+)', path)
         if m:

@@ -234,6 +234,23 @@ check('no network: exit 1, "cannot reach" with the HF_HUB_OFFLINE hint',
 rc, out, err = run(['download', REPO], os.path.join(tmp_root, 'main'), {'HF_ENDPOINT': f'http://127.0.0.1:{dead_port}'})
 check('no network but the revision cached: the cached snapshot is used, with a note',
       rc == 0 and out.strip().endswith('/snapshots/' + main_commit) and 'using the cached snapshot' in err, out + err)
+for body, want in ((b'<html>not json</html>', 'not a JSON object'), (b'{"siblings": []}', 'no commit id'),
+                   (b'{"sha": "' + main_commit.encode() + b'"}', 'no "siblings"'),
+                   (b'{"sha": "' + main_commit.encode() + b'", "siblings": [{"name": "x"}]}', 'no "rfilename"')):
+    hub.clear()
+    hub.fail('raw', '/api/models/', body=body)
+    rc, out, err = run(['download', REPO], home)
+    check(f'a malformed revision answer is an error naming it ({want})', rc == 1 and want in err, err)
+hub.clear()
+hub.fail('strip', '/resolve/', count=1, header='X-Repo-Commit')
+rc, out, err = run(['download', REPO, '--include', 'config.json'], home)
+check('a resolve answer without X-Repo-Commit: "does not look like a Hugging Face Hub"',
+      rc == 1 and 'does not look like a Hugging Face Hub' in err, err)
+hub.clear()
+hub.fail('strip', '/resolve/', count=1, header='X-Linked-Size')
+rc, out, err = run(['download', REPO, '--include', 'model.safetensors'], home)
+check('an LFS redirect without X-Linked-Size: error naming the missing size', rc == 1 and 'file size' in err, err)
+hub.clear()
 rc, out, err = run(['download', 'mlxcel-test/evil'], home)
 check('a file name escaping the folder is refused', rc == 1 and "'../escape.json'" in err and 'outside' in err, err)
 check('... and nothing was written outside', not os.path.exists(os.path.join(home, 'hub', 'escape.json')))
