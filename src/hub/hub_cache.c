@@ -146,7 +146,7 @@ int hub_link_snapshot(const char *repo_dir, const char *commit, const char *file
     return 0;
 }
 
-int hub_lock_blob(const char *cache_dir, const char *repo, const char *etag, mx_error *err) {
+int hub_lock_blob(const char *cache_dir, const char *repo, const char *etag, FILE *note, mx_error *err) {
     char folder[4600], path[4800];
     hub_repo_folder(cache_dir, repo, folder, sizeof folder);
     const char *name = strrchr(folder, '/');
@@ -154,6 +154,11 @@ int hub_lock_blob(const char *cache_dir, const char *repo, const char *etag, mx_
     if (hub_mkdirs_for_file(path, err) != 0) return -1;
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
     if (fd < 0) return mx_fail(err, "cannot open the lock file %s: %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) return fd;
+    if (note) {
+        fprintf(note, "download: waiting for another download of the same file to finish (%s)\n", path);
+        fflush(note);
+    }
     while (flock(fd, LOCK_EX) != 0) {
         if (errno == EINTR) continue;
         int e = errno;

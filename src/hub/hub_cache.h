@@ -14,6 +14,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "core/error.h"
 
@@ -46,9 +47,9 @@ int hub_cached_snapshot(const char *cache_dir, const char *repo, const char *rev
 
 // Creates the parent folders of a file path.
 int hub_mkdirs_for_file(const char *file_path, mx_error *err);
-// Opens and flock()s <cache>/.locks/models--ORG--NAME/<etag>.lock; returns the fd (close to
-// release) or -1 with a message.
-int hub_lock_blob(const char *cache_dir, const char *repo, const char *etag, mx_error *err);
+// Opens and flock()s <cache>/.locks/models--ORG--NAME/<etag>.lock (as huggingface_hub does), saying
+// on note when another process holds it; returns the fd (close to release) or -1 with a message.
+int hub_lock_blob(const char *cache_dir, const char *repo, const char *etag, FILE *note, mx_error *err);
 // Writes <cache>/CACHEDIR.TAG once (as huggingface_hub does), so backup tools skip the cache.
 void hub_tag_cache_dir(const char *cache_dir);
 

@@ -86,7 +86,7 @@ static int cache_file(const mx_hub_env *env, const char *repo, const char *repo_
     snprintf(blob, sizeof blob, "%s/blobs/%s", repo_dir, meta.etag);
     snprintf(partial, sizeof partial, "%s.incomplete", blob);
     if (hub_mkdirs_for_file(blob, err) != 0) return -1;
-    int lock = hub_lock_blob(env->cache_dir, repo, meta.etag, err);
+    int lock = hub_lock_blob(env->cache_dir, repo, meta.etag, progress, err);
     if (lock < 0) return -1;
     int rc = 0;
     if (path_exists(blob)) {  // same content under another commit or file name

@@ -317,13 +317,14 @@ check('... and the next run resumes from it', rc == 0 and f'resuming at' in err 
 # --- two downloads of the same repo at once: one fetches, the other waits on the lock ----------------
 home = fresh_home('concurrent')
 hub.clear()
-hub.fail('slow', 'model.safetensors', count=1, delay=0.05)
+hub.fail('slow', 'model.safetensors', count=1, delay=0.4)  # the first holds the lock for over a second
 procs = [subprocess.Popen([MLXCEL, 'download', REPO, '--include', 'model.safetensors'],
                           env=dict(env, HF_HOME=home), stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(2)]
 outs = [p.communicate(timeout=120) for p in procs]
 served = sum(int(r['range'][6:].split('-')[1]) - int(r['range'][6:].split('-')[0]) + 1 for r in hub.requests('cdn', 'GET'))
-check('two concurrent downloads: both succeed, the file is transferred once',
+check('two concurrent downloads: both succeed, the file is transferred once, one says it waits',
       all(p.returncode == 0 for p in procs) and served == len(SAFE) and
+      sum(b'waiting for another download' in e for _, e in outs) == 1 and
       sha256_file(os.path.join(repo_dir(home), 'blobs', SAFE_SHA)) == SAFE_SHA, (served, outs))
 hub.clear()
 
