@@ -10,7 +10,7 @@ messages (404, 401/403 with the HF_TOKEN hint, gated, 500, no network, disk full
 Ctrl-C leaves a resumable partial file; two concurrent downloads transfer a file once.
 
 usage: test_hub.py PATH/TO/mlxcel   (run from the repository root)"""
-import hashlib, os, pty, select, shutil, socket, subprocess, sys, tempfile, time
+import hashlib, os, pty, select, shutil, socket, subprocess, sys, tempfile, time, urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hub_server as hs
@@ -147,6 +147,33 @@ rc, out, err = run(['inspect', '-m', REPO], home)
 check('inspect -m org/name', rc == 0 and 'qwen3' in out, out + err)
 rc, out, err = run(['bench', '-m', REPO, '-p', '8', '-n', '2', '--reps', '1'], home)
 check('bench -m org/name', rc == 0 and not hub.log, out + err)
+
+p = subprocess.run([MLXCEL, 'chat', '-m', REPO, '-n', '3', '--temp', '0'], input=b'Hello\n/exit\n', capture_output=True,
+                   timeout=300, env=dict({k: v for k, v in os.environ.items() if not k.startswith('HF_')},
+                                         HF_HOME=home, HF_ENDPOINT=hub.endpoint))
+check('chat -m org/name', p.returncode == 0 and not hub.log, p.stderr.decode()[-500:])
+
+# serve -m org/name on a fresh cache: downloads, then answers /health.
+serve_home = fresh_home('serve')
+hub.clear()
+srv = subprocess.Popen([MLXCEL, 'serve', '-m', REPO, '--port', '0'], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                       env=dict({k: v for k, v in os.environ.items() if not k.startswith('HF_')}, HF_HOME=serve_home,
+                                HF_ENDPOINT=hub.endpoint))
+serve_err, health = b'', None
+deadline = time.time() + 180
+while time.time() < deadline:
+    line = srv.stderr.readline()
+    if not line:
+        break
+    serve_err += line
+    if b'listening on http://' in line:
+        url = line.decode().split('listening on ')[1].split()[0]
+        health = urllib.request.urlopen(url + '/health', timeout=30).status
+        break
+srv.terminate()
+srv.wait(timeout=60)
+check('serve -m org/name downloads the model, then serves', health == 200 and
+      b'download: model.safetensors done' in serve_err, serve_err.decode()[-800:])
 
 # --- offline mode ------------------------------------------------------------------------------------
 hub.clear()
