@@ -68,13 +68,14 @@ static void usage(FILE *to) {
     fprintf(to, "usage: mlxcel chat [-m MODEL] [--system TEXT] [-n MAX_TOKENS_PER_ANSWER] [options]\n"
                 "  type a message and press enter; /reset clears the conversation, /exit quits;\n"
                 "  Ctrl-C stops the current answer.\n"
-                "  --no-prefix-cache       recompute the whole conversation at each turn\n%s%s", cli_model_help, cli_sampling_help);
+                "  --no-prefix-cache       recompute the whole conversation at each turn\n"
+                "  --print-prompt          print each turn's whole prompt, as the model gets it, to stderr\n%s%s", cli_model_help, cli_sampling_help);
 }
 
 int cmd_chat(int argc, char **argv) {
     const char *cmd = "chat", *system = NULL;
     int max_new = 512;
-    bool reuse_cache = true;
+    bool reuse_cache = true, print_prompt = false;
     cli_model_opts mo = {0};
     mx_sampling sp = mx_sampling_defaults();
     sp.temp = 0.7f;  // a conversation reads better sampled; --temp 0 gives greedy answers
@@ -91,6 +92,8 @@ int cmd_chat(int argc, char **argv) {
             if (!(system = cli_value(cmd, argc, argv, &i))) return MX_EXIT_USAGE;
         } else if (cli_is(a, NULL, "--no-prefix-cache")) {
             reuse_cache = false;  // recompute the whole conversation each turn (tests compare both)
+        } else if (cli_is(a, NULL, "--print-prompt")) {
+            print_prompt = true;
         } else if (cli_is(a, "-n", "--max-tokens")) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || cli_int(cmd, a, v, 1, 1 << 20, &max_new)) return MX_EXIT_USAGE;
         } else {
@@ -162,6 +165,7 @@ int cmd_chat(int argc, char **argv) {
             json_array_remove(messages, json_array_size(messages) - 1);
             continue;
         }
+        if (print_prompt) fprintf(stderr, "--- prompt (%zu tokens) ---\n%s\n--- end of prompt ---\n", n_ids, text);
         free(text);
         if ((int)n_ids + 1 >= max_ctx) {
             cli_error(cmd, "the conversation has %zu tokens and the context holds %d: /reset to start over", n_ids, max_ctx);

@@ -23,7 +23,9 @@ static const char serve_usage[] =
     "  --max-queue N           requests waiting for a slot at most (default 64; more: 503)\n"
     "  --timeout S             seconds per request (default 600; 0: none)\n"
     "  --max-body BYTES        request body size limit (default 8 MiB)\n"
-    "  --prefill-chunk N       prompt tokens per sequence per step (default 256)\n";
+    "  --prefill-chunk N       prompt tokens per sequence per step (default 256)\n"
+    "  --pooling mean|last     embeddings: mean of the tokens' hidden states, or the last token's\n"
+    "                          (default: last when the model's 1_Pooling/config.json asks for it, else mean)\n";
 
 int cmd_serve(int argc, char **argv) {
     const char *cmd = "serve";
@@ -62,6 +64,13 @@ int cmd_serve(int argc, char **argv) {
         } else if (cli_is(a, NULL, "--timeout")) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || cli_float(cmd, a, v, 0, 1e7, &fv)) return MX_EXIT_USAGE;
             so.timeout = fv;
+        } else if (cli_is(a, NULL, "--pooling")) {
+            if (!(v = cli_value(cmd, argc, argv, &i))) return MX_EXIT_USAGE;
+            if (strcmp(v, "mean") != 0 && strcmp(v, "last") != 0) {
+                cli_error(cmd, "--pooling must be mean or last, not '%s'", v);
+                return MX_EXIT_USAGE;
+            }
+            so.pooling = v;
         } else if (cli_is(a, NULL, "--max-body")) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || cli_int(cmd, a, v, 16, 1 << 30, &iv)) return MX_EXIT_USAGE;
             so.max_body = (size_t)iv;

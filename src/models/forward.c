@@ -21,7 +21,8 @@
 
 // What a plan computes: `n` tokens through the model (0: output head only) and `r` output rows,
 // read in place (rows 0..r-1) or gathered through d_rows; `ids` picks what the head chooses.
-typedef enum { IDS_NONE, IDS_ARGMAX, IDS_SAMPLE } ids_kind;
+// IDS_HIDDEN: the head stops after the final norm (hidden states for embeddings, no lm_head).
+typedef enum { IDS_NONE, IDS_ARGMAX, IDS_SAMPLE, IDS_HIDDEN } ids_kind;
 typedef struct plan_key {
     int n, r;
     bool gathered;
@@ -203,6 +204,7 @@ static void head_records(mx_plan *p, mx_ctx *c, int r, bool gathered, ids_kind i
         src = c->out_h, pos = c->d_out_pos;
     }
     add_rmsnorm(p, c->out_h, src, c->m->final_norm, r, H, cfg->rms_norm_eps);
+    if (ids == IDS_HIDDEN) return;
     add_matmul(p, c->logits, c->out_h, &c->m->lm_head, NULL, r);
     if (ids == IDS_ARGMAX) mx_plan_add(p, (mx_op){.kind = MX_OP_ARGMAX, .argmax = {c->d_argmax, c->logits, r, V}});
     if (ids == IDS_SAMPLE)
@@ -250,7 +252,7 @@ int mx_ctx_set_sampling(mx_ctx *c, const mx_sample_params *p, mx_error *err) {
 // Runs the step of `n` tokens (0: none, the body already ran) with outputs for the r rows `rows`
 // (indices into the step; r <= LOGIT_ROWS), then copies the outputs into the caller's arrays.
 static int run_step(mx_ctx *c, const mx_batch *b, int start, int n, const int32_t *rows, int r, float *logits,
-                    int32_t *ids, mx_error *err) {
+                    int32_t *ids, float *hidden, mx_error *err) {
     const mx_backend_ops *o = c->be->ops;
     bool gathered = false;
     for (int i = 0; i < r; i++) gathered |= rows[i] != i;
@@ -261,10 +263,13 @@ static int run_step(mx_ctx *c, const mx_batch *b, int start, int n, const int32_
             o->upload(c->be, c->d_out_pos, pos, sizeof(int32_t) * (size_t)r, err))
             return -1;
     }
-    plan_key k = {n, r, gathered, !ids ? IDS_NONE : c->sampling ? IDS_SAMPLE : IDS_ARGMAX};
+    plan_key k = {n, r, gathered, hidden ? IDS_HIDDEN : !ids ? IDS_NONE : c->sampling ? IDS_SAMPLE : IDS_ARGMAX};
     mx_plan *p = plan_for(c, k, err);
     if (!p || mx_plan_run(c->be, p, err)) return -1;
     if (ids && o->download(c->be, ids, c->d_argmax, sizeof(int32_t) * (size_t)r, err)) return -1;
+    if (hidden && r > 0 &&
+        o->download(c->be, hidden, c->out_h, sizeof(float) * (size_t)r * c->m->cfg.hidden_size, err))
+        return -1;
     if (logits && r > 0 &&
         o->download(c->be, logits, c->logits, sizeof(float) * (size_t)r * c->m->cfg.vocab_size, err))
         return -1;
@@ -286,11 +291,13 @@ static int check_batch(const mx_ctx *c, const mx_batch *b, mx_error *err) {
     return 0;
 }
 
-int mx_ctx_forward(mx_ctx *c, const mx_batch *b, float *logits, int32_t *ids, mx_error *err) {
+// The forward pass with outputs as logits and/or ids, or (hidden != NULL) final hidden states.
+static int forward(mx_ctx *c, const mx_batch *b, float *logits, int32_t *ids, float *hidden, mx_error *err) {
     if (check_batch(c, b, err)) return -1;
     const mx_backend_ops *o = c->be->ops;
-    int V = c->m->cfg.vocab_size;
-    bool outputs = logits || ids;
+    int V = hidden ? c->m->cfg.hidden_size : c->m->cfg.vocab_size;
+    if (hidden) logits = NULL, ids = NULL;
+    bool outputs = logits || ids || hidden;
     int32_t local[LOGIT_ROWS];
     int out_done = 0;
     for (int start = 0; start < b->n; start += c->max_batch) {
@@ -311,7 +318,7 @@ int mx_ctx_forward(mx_ctx *c, const mx_batch *b, float *logits, int32_t *ids, mx
             }
             if (body == 0 && cnt == 0) break;
             if (run_step(c, b, start, body, local, cnt, logits ? logits + (size_t)out_done * V : NULL,
-                         ids ? ids + out_done : NULL, err))
+                         ids ? ids + out_done : NULL, hidden ? hidden + (size_t)out_done * V : NULL, err))
                 return -1;
             out_done += cnt;
             body = 0;
@@ -319,4 +326,12 @@ int mx_ctx_forward(mx_ctx *c, const mx_batch *b, float *logits, int32_t *ids, mx
     }
     if (outputs && out_done != b->n_out) return mx_fail(err, "output rows must be listed in batch order");
     return o->sync(c->be, err);
+}
+
+int mx_ctx_forward(mx_ctx *c, const mx_batch *b, float *logits, int32_t *ids, mx_error *err) {
+    return forward(c, b, logits, ids, NULL, err);
+}
+
+int mx_ctx_forward_hidden(mx_ctx *c, const mx_batch *b, float *hidden, mx_error *err) {
+    return forward(c, b, NULL, NULL, hidden, err);
 }

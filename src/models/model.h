@@ -59,6 +59,9 @@ int64_t mx_ctx_kv_bytes(const mx_ctx *c);
 // and/or the chosen token (host, [n_out]) when ids != NULL: the argmax, or a token drawn on the
 // backend when mx_ctx_set_sampling turned that on.
 int mx_ctx_forward(mx_ctx *c, const mx_batch *b, float *logits, int32_t *ids, mx_error *err);
+// The same pass, writing for each output row the final hidden state after the final norm (host,
+// [n_out, hidden_size]) instead of logits: what embeddings pool.
+int mx_ctx_forward_hidden(mx_ctx *c, const mx_batch *b, float *hidden, mx_error *err);
 
 // Chooses how mx_ctx_forward picks `ids`: p == NULL (or temp 0) means argmax; otherwise tokens are
 // drawn on the backend with these parameters. Returns 1 when the backend samples, 0 when it cannot

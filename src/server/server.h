@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The OpenAI-compatible HTTP server behind `mlxcel serve` / `mlxcel-server`: routes
-// /v1/chat/completions, /v1/completions (JSON or SSE), /v1/models, /health, /tokenize,
-// /detokenize and /metrics on top of the continuous-batching scheduler (srv_sched.h).
+// /v1/chat/completions, /v1/completions (JSON or SSE), /v1/embeddings, /v1/models, /health,
+// /tokenize, /detokenize, /apply-template and /metrics on top of the continuous-batching scheduler (srv_sched.h).
 // The server borrows the model, tokenizer and chat template; they must outlive it. It runs its own
 // threads (libmicrohttpd, one per connection, plus the scheduler): start returns at once.
 #ifndef MX_SERVER_SERVER_H
@@ -27,6 +27,7 @@ typedef struct mx_server_opts {
     int prefill_chunk;       // prompt tokens per sequence per step
     mx_sampling sampling;    // defaults for fields the request leaves out
     const char *model_id;    // name reported by /v1/models and in responses
+    const char *pooling;     // embeddings: "mean", "last", NULL: from the model folder (else mean)
 } mx_server_opts;
 
 typedef struct mx_server mx_server;

@@ -24,6 +24,7 @@ typedef enum route_id {
     ROUTE_TOKENIZE,
     ROUTE_DETOKENIZE,
     ROUTE_APPLY_TEMPLATE,
+    ROUTE_EMBEDDINGS,
 } route_id;
 
 static const struct {
@@ -40,6 +41,8 @@ static const struct {
     {"/health", "GET", ROUTE_HEALTH},
     {"/metrics", "GET", ROUTE_METRICS},
     {"/apply-template", "POST", ROUTE_APPLY_TEMPLATE},
+    {"/v1/embeddings", "POST", ROUTE_EMBEDDINGS},
+    {"/embeddings", "POST", ROUTE_EMBEDDINGS},
     {"/tokenize", "POST", ROUTE_TOKENIZE},
     {"/detokenize", "POST", ROUTE_DETOKENIZE},
 };
@@ -153,6 +156,7 @@ static enum MHD_Result dispatch(mx_server *s, struct MHD_Connection *c, const ch
     case ROUTE_METRICS: ret = srv_route_metrics(s, c); break;
     case ROUTE_TOKENIZE: ret = srv_route_tokenize(s, c, body); break;
     case ROUTE_APPLY_TEMPLATE: ret = srv_route_apply_template(s, c, body); break;
+    case ROUTE_EMBEDDINGS: ret = srv_route_embeddings(s, c, body); break;
     default: ret = srv_route_detokenize(s, c, body); break;
     }
     json_decref(body);
@@ -232,20 +236,27 @@ mx_server *mx_server_start(mx_model *m, const mx_tokenizer *tok, const mx_chat_t
     int32_t id;
     if (eos && (id = mx_tokenizer_token_id(tok, eos)) >= 0) stops[n_stops++] = id;
     if ((id = mx_tokenizer_token_id(tok, "<|im_end|>")) >= 0) stops[n_stops++] = id;
-    srv_sched_opts so = {o->parallel, o->ctx, o->max_queue, o->prefill_chunk, stops, n_stops};
+    pthread_mutex_init(&s->model_lock, NULL);
+    srv_sched_opts so = {o->parallel, o->ctx, o->max_queue, o->prefill_chunk, stops, n_stops, &s->model_lock};
     // Constrained decoding ends sequences with the same tokens: those above and the model's eos ids.
     int vocab = mx_model_config(m)->vocab_size, n_all = 0;
     int32_t all_stops[66];
     for (int i = 0; i < n_stops; i++) all_stops[n_all++] = stops[i];
     for (int32_t t = 0; t < vocab && n_all < 66; t++)
         if (mx_model_is_eos(m, t) && t != stops[0] && (n_stops < 2 || t != stops[1])) all_stops[n_all++] = t;
+    if (!(s->embedder = srv_embedder_create(m, o->ctx, o->pooling, &s->model_lock, err))) {
+        free(s);
+        return NULL;
+    }
     if (!(s->grammars = srv_grammars_create(tok, vocab, all_stops, n_all))) {
         mx_fail(err, "out of memory");
+        srv_embedder_free(s->embedder);
         free(s);
         return NULL;
     }
     if (!(s->sched = srv_sched_create(m, tok, &so, err))) {
         srv_grammars_free(s->grammars);
+        srv_embedder_free(s->embedder);
         free(s);
         return NULL;
     }
@@ -269,6 +280,7 @@ mx_server *mx_server_start(mx_model *m, const mx_tokenizer *tok, const mx_chat_t
         mx_fail(err, "--host '%s' is not an IPv4 or IPv6 address", host);
         srv_sched_free(s->sched);
         srv_grammars_free(s->grammars);
+        srv_embedder_free(s->embedder);
         free(s);
         return NULL;
     }
@@ -280,6 +292,7 @@ mx_server *mx_server_start(mx_model *m, const mx_tokenizer *tok, const mx_chat_t
         mx_fail(err, "cannot listen on %s port %d (in use, or not allowed)", host, o->port);
         srv_sched_free(s->sched);
         srv_grammars_free(s->grammars);
+        srv_embedder_free(s->embedder);
         free(s);
         return NULL;
     }
@@ -298,5 +311,7 @@ void mx_server_stop(mx_server *s) {
     MHD_stop_daemon(s->daemon);
     srv_sched_free(s->sched);
     srv_grammars_free(s->grammars);
+    srv_embedder_free(s->embedder);
+    pthread_mutex_destroy(&s->model_lock);
     free(s);
 }

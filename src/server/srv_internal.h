@@ -10,6 +10,7 @@
 #include <stdbool.h>
 
 #include "server/server.h"
+#include "server/srv_embed.h"
 #include "server/srv_grammar.h"
 #include "server/srv_job.h"
 #include "server/srv_request.h"
@@ -22,6 +23,8 @@ struct mx_server {
     const mx_chat_template *tmpl;
     srv_sched *sched;
     srv_grammars *grammars;
+    srv_embedder *embedder;
+    pthread_mutex_t model_lock;  // one forward pass at a time: the scheduler's steps and embeddings
     mx_server_opts o;
     char model_id[256];
     int port;
@@ -47,6 +50,7 @@ enum MHD_Result srv_route_health(mx_server *s, struct MHD_Connection *c);
 enum MHD_Result srv_route_metrics(mx_server *s, struct MHD_Connection *c);
 enum MHD_Result srv_route_tokenize(mx_server *s, struct MHD_Connection *c, json_t *body);
 enum MHD_Result srv_route_detokenize(mx_server *s, struct MHD_Connection *c, json_t *body);
+enum MHD_Result srv_route_embeddings(mx_server *s, struct MHD_Connection *c, json_t *body);
 enum MHD_Result srv_route_apply_template(mx_server *s, struct MHD_Connection *c, json_t *body);
 
 // What a generation response needs after the request body is gone.

@@ -16,6 +16,7 @@ struct srv_sched {
     int n_slots, max_ctx, max_queue, chunk, vocab;
     int32_t *stop_ids;
     int n_stop_ids;
+    pthread_mutex_t *model_lock;
     pthread_t thread;
     bool thread_started;
     pthread_mutex_t mu;
@@ -266,7 +267,10 @@ static int step(srv_sched *s, mx_error *err) {
     if (n == 0) return 0;
     mx_batch b = {n, s->b_tok, s->b_pos, s->b_slot, n_out, s->b_rows};
     double t0 = now_s();
-    if (mx_ctx_forward(s->ctx, &b, s->logits, NULL, err)) return -1;
+    if (s->model_lock) pthread_mutex_lock(s->model_lock);
+    int frc = mx_ctx_forward(s->ctx, &b, s->logits, NULL, err);
+    if (s->model_lock) pthread_mutex_unlock(s->model_lock);
+    if (frc) return -1;
     double dt = now_s() - t0;
     for (int i = 0; i < s->n_slots; i++)
         if (s->slots[i] && s->b_end[i] >= 0) s->slots[i]->n_fed = s->b_end[i];
@@ -353,6 +357,7 @@ srv_sched *srv_sched_create(mx_model *m, const mx_tokenizer *tok, const srv_sche
     }
     if (o->n_stop_ids > 0) memcpy(s->stop_ids, o->stop_ids, sizeof(int32_t) * (size_t)o->n_stop_ids);
     s->n_stop_ids = o->n_stop_ids;
+    s->model_lock = o->model_lock;
     s->st.n_slots = s->n_slots;
     s->ctx = mx_ctx_create(m, s->n_slots, s->max_ctx, (int)nb, err);
     if (!s->ctx) {

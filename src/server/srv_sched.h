@@ -8,6 +8,7 @@
 #ifndef MX_SERVER_SRV_SCHED_H
 #define MX_SERVER_SRV_SCHED_H
 
+#include <pthread.h>
 #include <stdint.h>
 
 #include "core/error.h"
@@ -24,6 +25,7 @@ typedef struct srv_sched_opts {
     int prefill_chunk;       // prompt tokens per sequence per step
     const int32_t *stop_ids; // extra stop tokens besides the model's eos (copied)
     int n_stop_ids;
+    pthread_mutex_t *model_lock; // held around each forward step (other users of the model take it too)
 } srv_sched_opts;
 
 typedef struct srv_stats {

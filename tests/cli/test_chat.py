@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 """`mlxcel chat` end to end on a copy of the demo model given the real Qwen3 chat template:
 multi-turn answers with the KV cache reused across turns equal the answers computed from scratch
-each turn; the cache really is reused; /reset; Ctrl-C stops an answer without quitting.
+each turn; the cache really is reused; /reset; --print-prompt; Ctrl-C stops an answer without quitting.
 usage: test_chat.py PATH/TO/mlxcel (from the repository root)"""
 import os, select, shutil, signal, subprocess, sys, tempfile, time
 
@@ -55,6 +55,14 @@ check('first answer after /reset equals the first answer', len(answers) == 5 and
 reuse = [l for l in a.stderr.decode().splitlines() if l.startswith('(reusing')]
 check('later turns reuse the cached prefix', len(reuse) == 4 and reuse[0].startswith('(reusing 0 ') and
       not reuse[1].startswith('(reusing 0 ') and not reuse[2].startswith('(reusing 0 '), repr(reuse))
+
+# --print-prompt shows each turn's rendered prompt (the second turn holds the first exchange).
+c = subprocess.run(args + ['--print-prompt'], input=b'Hello there\nAnd the river?\n/exit\n', capture_output=True, timeout=300)
+prompts = c.stderr.decode().split('--- prompt (')[1:]
+check('--print-prompt prints each turn\'s prompt', len(prompts) == 2 and
+      '<|im_start|>user\nHello there<|im_end|>\n<|im_start|>assistant\n' in prompts[0] and
+      '<|im_start|>user\nAnd the river?<|im_end|>\n<|im_start|>assistant\n' in prompts[1] and
+      'Hello there' in prompts[1] and all('--- end of prompt ---' in p for p in prompts), repr(prompts))
 
 # Ctrl-C stops the current answer; the chat goes on. (Temperature 5 makes the answer a long run
 # of random tokens, so it is still going when the signal comes.) The signal is sent once the

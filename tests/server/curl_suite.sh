@@ -103,6 +103,14 @@ s=$(req POST /apply-template '{"messages":[{"role":"user","content":"hi"}],"add_
 pycheck "/apply-template without the generation prompt" "$TMP/o.json" 'd["prompt"] == "<|im_start|>user\nhi<|im_end|>\n"'
 s=$(req POST /apply-template '{"messages":[{"role":"user","content":"hi"}],"temperature":1}' "$TMP/e.json")
 expect_status "/apply-template names an unsupported field" 400 "$s" "$TMP/e.json"
+s=$(req POST /v1/embeddings '{"input":[]}' "$TMP/e.json")
+expect_status "/v1/embeddings: empty input list" 400 "$s" "$TMP/e.json"
+s=$(req POST /v1/embeddings '{"input":""}' "$TMP/e.json")
+pycheck "/v1/embeddings: an empty string is a 400 naming the input" "$TMP/e.json" '"input" in d["error"]["message"]'
+s=$(req POST /v1/embeddings '{"input":[1,2,99999999]}' "$TMP/e.json")
+pycheck "/v1/embeddings: a token id outside the vocabulary is a 400" "$TMP/e.json" '"vocabulary" in d["error"]["message"]'
+s=$(req POST /v1/embeddings '{"input":"x","encoding_format":"int8"}' "$TMP/e.json")
+expect_status "/v1/embeddings: unknown encoding_format" 400 "$s" "$TMP/e.json"
 
 # --- completions ----------------------------------------------------------------------------
 s=$(req POST /tokenize '{"content":"The capital of France is"}' "$TMP/t.json")

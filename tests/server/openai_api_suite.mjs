@@ -4,7 +4,8 @@
 // response_format json_schema (the answer parses and has the schema's shape), tools with
 // tool_choice "required" and a named function (a valid call of a listed tool, finish_reason
 // tool_calls), n: 3 (three choices, indexes 0..2, distinct seeds), logit_bias +100 on one token with
-// greedy decoding (every token is that token), and a 400 naming an unsupported field.
+// greedy decoding (every token is that token), embeddings (normalized, batched like alone, base64,
+// dimensions), and a 400 naming an unsupported field.
 // Usage: node openai_api_suite.mjs MLXCEL_SERVER   (run from the repository root)
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
@@ -95,6 +96,32 @@ try {
   const biased = await client.completions.create({ model: 'd', prompt: 'The capital of France is', max_tokens: 4, temperature: 0,
     logit_bias: { [target]: 100 }, logprobs: 1 });
   ok(biased.choices[0].text === 'hello'.repeat(4), `logit_bias +100 on token ${target} -> ${JSON.stringify(biased.choices[0].text)}`);
+
+  // embeddings: L2-normalized, batched equals alone, base64 equals float, dimensions
+  const norm = (v) => Math.sqrt(v.reduce((a, x) => a + x * x, 0));
+  const emb = await client.embeddings.create({ model: 'd', input: ['The cat sat on the mat.', 'A dog ran in the park.', 'The cat sat on the mat.'],
+    encoding_format: 'float' });
+  const vs = emb.data.map((d) => d.embedding);
+  ok(emb.data.length === 3 && emb.data.every((d, i) => d.index === i && d.object === 'embedding') && vs.every((v) => v.length === 256),
+     `embeddings: 3 vectors of ${vs[0]?.length} values`);
+  ok(vs.every((v) => Math.abs(norm(v) - 1) < 1e-5), 'embeddings are L2-normalized');
+  ok(JSON.stringify(vs[0]) === JSON.stringify(vs[2]) && JSON.stringify(vs[0]) !== JSON.stringify(vs[1]), 'same input, same vector; other input, other vector');
+  const alone = await client.embeddings.create({ model: 'd', input: 'A dog ran in the park.', encoding_format: 'float' });
+  ok(alone.data[0].embedding.every((x, i) => Math.abs(x - vs[1][i]) < 1e-6), 'an input alone embeds like in a batch');
+  ok(emb.usage.prompt_tokens > 0 && emb.usage.total_tokens === emb.usage.prompt_tokens, `embeddings usage ${JSON.stringify(emb.usage)}`);
+  const b64 = await fetch(`http://127.0.0.1:${port}/v1/embeddings`, { method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ input: 'A dog ran in the park.', encoding_format: 'base64' }) }).then((r) => r.json());
+  const raw = Buffer.from(b64.data[0].embedding, 'base64');
+  const f32 = new Float32Array(raw.buffer.slice(raw.byteOffset, raw.byteOffset + raw.length));
+  ok(f32.length === 256 && Array.from(f32).every((x, i) => x === Math.fround(alone.data[0].embedding[i])), 'base64 encoding carries the same float32 values');
+  const short = await client.embeddings.create({ model: 'd', input: [[785, 6722, 315, 9625]], dimensions: 64, encoding_format: 'float' });
+  ok(short.data[0].embedding.length === 64 && Math.abs(norm(short.data[0].embedding) - 1) < 1e-5, 'dimensions: 64 values, renormalized; token-id input');
+  try {
+    await client.embeddings.create({ model: 'd', input: 'x', dimensions: 100000 });
+    ok(false, 'dimensions beyond the hidden size rejected');
+  } catch (e) {
+    ok(e instanceof OpenAI.BadRequestError && /dimensions/.test(e.message), `dimensions beyond the hidden size -> 400 (${e.message})`);
+  }
 
   // a field the server does not implement is named in a 400
   try {
