@@ -171,6 +171,10 @@ int cli_open_model(const char *cmd, const cli_model_opts *o, mx_backend **be, mx
         *be = NULL;
         return -1;
     }
+    if (mx_model_config(*m)->tensor_prefix[0])
+        fprintf(stderr, "mlxcel %s: note: %s is multimodal; its language model runs, the vision tower is not loaded "
+                        "(text only)\n",
+                cmd, dir);
     if (dir_out) *dir_out = strdup(dir);
     return 0;
 }

@@ -57,12 +57,16 @@ typedef struct mx_kv_ref {
     const int32_t *pos;   // [n] backend memory
 } mx_kv_ref;
 
-// RoPE parameters: inv_freq[head_dim/2] lives in backend memory (computed by the engine, so llama3
-// and linear scaling need no backend code).
+// RoPE parameters: inv_freq[rot_dim/2] lives in backend memory (computed by the engine, so llama3,
+// linear and longrope scaling need no backend code). Pairs are (i, i + rot_dim/2) within the first
+// rot_dim dimensions; the rest of the head passes through (Phi's partial rotary factor).
 typedef struct mx_rope {
-    const float *inv_freq;  // [head_dim/2]
+    const float *inv_freq;       // [rot_dim/2]
     int head_dim;
-    float attn_factor;      // multiplies cos/sin (1.0 except yarn)
+    float attn_factor;           // multiplies cos/sin (1.0 except yarn and longrope)
+    int rot_dim;                 // rotated dimensions; 0 means head_dim
+    const float *long_inv_freq;  // longrope: [rot_dim/2] used at positions >= long_from; NULL: none
+    int long_from;
 } mx_rope;
 
 // Sampling parameters as a backend reads them: a small struct in backend memory, so a recorded graph
@@ -94,6 +98,8 @@ typedef enum mx_op_kind {
     MX_OP_GATHER_ROWS,
     MX_OP_ARGMAX,
     MX_OP_SAMPLE,
+    MX_OP_GEGLU,
+    MX_OP_SCALE,
     MX_OP_KIND_COUNT
 } mx_op_kind;
 
@@ -106,7 +112,7 @@ typedef struct mx_op {
         struct { float *out; const float *x; const mx_matrix *w; const float *bias; int n; } matmul;
         // out[n, dim] = x * rsqrt(mean(x^2) + eps) * w[dim], in float32; out may equal x.
         struct { float *out; const float *x; const float *w; int n, dim; float eps; } rmsnorm;
-        // In place on x[n, n_heads, head_dim], rotate-half (pairs i, i + head_dim/2) at positions pos[n].
+        // In place on x[n, n_heads, head_dim], rotate-half (pairs i, i + rot_dim/2) at positions pos[n].
         struct { float *x; const int32_t *pos; int n, n_heads; mx_rope rope; } rope;
         // Writes k, v [n, n_kv_heads, head_dim] into the cache at kv (see mx_kv_ref).
         struct { mx_kv_ref kv; const float *k, *v; int n; } kv_store;
@@ -133,6 +139,11 @@ typedef struct mx_op {
         // tokens the filters keep, with noise from a counter-based generator keyed by (seed, pos[t],
         // token id) (src/core/sample_noise.h), so the same seed and positions draw the same tokens.
         struct { int32_t *ids; const float *logits; int n, vocab; const mx_sample_params *params; const int32_t *pos; } sample;
+        // out[i] = gelu_tanh(gate[i]) * up[i] for i < count (Gemma's MLP), with gelu_tanh(g) =
+        // 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))); out may equal gate.
+        struct { float *out; const float *gate, *up; int64_t count; } geglu;
+        // x[i] *= scale for i < count (Gemma's embedding scale).
+        struct { float *x; int64_t count; float scale; } scale;
     };
 } mx_op;
 

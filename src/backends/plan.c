@@ -59,6 +59,7 @@ const char *mx_op_kind_name(mx_op_kind kind) {
         [MX_OP_RMSNORM] = "rmsnorm",       [MX_OP_ROPE] = "rope",
         [MX_OP_KV_STORE] = "kv_store",     [MX_OP_ATTENTION] = "attention",
         [MX_OP_SWIGLU] = "swiglu",         [MX_OP_ADD] = "add",
+        [MX_OP_GEGLU] = "geglu",           [MX_OP_SCALE] = "scale",
         [MX_OP_MOE_ROUTE] = "moe_route",   [MX_OP_MOE_MATMUL] = "moe_matmul",
         [MX_OP_MOE_COMBINE] = "moe_combine", [MX_OP_GATHER_ROWS] = "gather_rows",
         [MX_OP_ARGMAX] = "argmax",         [MX_OP_SAMPLE] = "sample",

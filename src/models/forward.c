@@ -162,12 +162,17 @@ static void block_records(mx_plan *p, mx_ctx *c, const mx_layer *L, int layer, i
         add_rmsnorm(p, c->q, c->q, L->q_norm, n * NH, D, eps);
         add_rmsnorm(p, c->k, c->k, L->k_norm, n * NKV, D, eps);
     }
-    mx_plan_add(p, (mx_op){.kind = MX_OP_ROPE, .rope = {c->q, c->d_pos, n, NH, c->m->rope}});
-    mx_plan_add(p, (mx_op){.kind = MX_OP_ROPE, .rope = {c->k, c->d_pos, n, NKV, c->m->rope}});
+    // Gemma's sliding-window layers use their own RoPE base and see the last sliding_window keys;
+    // its attention scale comes from query_pre_attn_scalar.
+    const mx_rope *rope = L->sliding ? &c->m->rope_local : &c->m->rope;
+    int window = L->sliding ? cfg->sliding_window : 0;
+    float scale = cfg->query_pre_attn_scalar > 0 ? 1.0f / sqrtf((float)cfg->query_pre_attn_scalar) : 1.0f / sqrtf((float)D);
+    mx_plan_add(p, (mx_op){.kind = MX_OP_ROPE, .rope = {c->q, c->d_pos, n, NH, *rope}});
+    mx_plan_add(p, (mx_op){.kind = MX_OP_ROPE, .rope = {c->k, c->d_pos, n, NKV, *rope}});
     mx_plan_add(p, (mx_op){.kind = MX_OP_KV_STORE, .kv_store = {kv_ref(c, layer), c->k, c->v, n}});
-    mx_plan_add(p, (mx_op){.kind = MX_OP_ATTENTION,
-                           .attention = {c->att, c->q, kv_ref(c, layer), n, NH, 1.0f / sqrtf((float)D), 0}});
+    mx_plan_add(p, (mx_op){.kind = MX_OP_ATTENTION, .attention = {c->att, c->q, kv_ref(c, layer), n, NH, scale, window}});
     add_matmul(p, c->tmp, c->att, &L->wo, L->bo, n);
+    if (L->post_attn_norm) add_rmsnorm(p, c->tmp, c->tmp, L->post_attn_norm, n, H, eps);
     add_add(p, c->x, c->tmp, (int64_t)n * H);
 
     add_rmsnorm(p, c->h, c->x, L->ffn_norm, n, H, eps);
@@ -187,8 +192,12 @@ static void block_records(mx_plan *p, mx_ctx *c, const mx_layer *L, int layer, i
     int I = cfg->intermediate_size;
     add_matmul(p, c->gate, c->h, &L->w_gate, L->b_gate, n);
     add_matmul(p, c->up, c->h, &L->w_up, L->b_up, n);
-    mx_plan_add(p, (mx_op){.kind = MX_OP_SWIGLU, .swiglu = {c->gate, c->gate, c->up, (int64_t)n * I}});
+    if (c->m->family->gemma)
+        mx_plan_add(p, (mx_op){.kind = MX_OP_GEGLU, .geglu = {c->gate, c->gate, c->up, (int64_t)n * I}});
+    else
+        mx_plan_add(p, (mx_op){.kind = MX_OP_SWIGLU, .swiglu = {c->gate, c->gate, c->up, (int64_t)n * I}});
     add_matmul(p, c->tmp, c->gate, &L->w_down, L->b_down, n);
+    if (L->post_ffn_norm) add_rmsnorm(p, c->tmp, c->tmp, L->post_ffn_norm, n, H, eps);
     add_add(p, c->x, c->tmp, (int64_t)n * H);
 }
 
@@ -216,6 +225,9 @@ static mx_plan *build_plan(mx_ctx *c, plan_key k, mx_error *err) {
     if (!p) return NULL;
     if (k.n > 0) {
         mx_plan_add(p, (mx_op){.kind = MX_OP_EMBED, .embed = {c->x, &c->m->embed, c->d_tokens, k.n}});
+        if (c->m->embed_scale != 1.0f)
+            mx_plan_add(p, (mx_op){.kind = MX_OP_SCALE,
+                                   .scale = {c->x, (int64_t)k.n * c->m->cfg.hidden_size, c->m->embed_scale}});
         for (int l = 0; l < c->m->cfg.n_layers; l++) block_records(p, c, &c->m->layers[l], l, k.n);
     }
     if (k.r > 0) head_records(p, c, k.r, k.gathered, k.ids);

@@ -67,6 +67,10 @@ void mx_model_describe(const mx_model *m, char *buf, size_t cap) {
     char q[128];
     buf[0] = 0;
     put(buf, cap, "model: %s\narchitecture: %s\n", m->dir, c->model_type);
+    if (c->tensor_prefix[0])
+        put(buf, cap, "note: the language model of a multimodal checkpoint (tensors under '%s'); the vision tower is "
+                      "not loaded, so image inputs are not supported\n",
+            c->tensor_prefix);
     put(buf, cap, "layers: %d, hidden: %d, heads: %d (kv %d), head_dim: %d, vocab: %d\n", c->n_layers, c->hidden_size,
         c->n_heads, c->n_kv_heads, c->head_dim, c->vocab_size);
     if (c->num_experts)

@@ -44,7 +44,7 @@ struct mx_model {
     mx_layer *layers;        // [n_layers]
     float *rope_inv_freq;    // backend [head_dim/2]
     mx_rope rope;
-    mx_rope rope_local;      // gemma sliding-window layers: base rope_local_base_freq, no scaling
+    mx_rope rope_local;      // gemma sliding-window layers: base rope_local_base_freq, no scaling (else = rope)
     float embed_scale;       // multiplies the embeddings (gemma: sqrt(hidden)); 1 otherwise
     const mx_family *family;
     int64_t n_params;
@@ -58,9 +58,11 @@ struct mx_model {
     int n_host_bufs, cap_host_bufs;
 };
 
-// Computes the RoPE inverse frequencies [rope_dim/2] for the config (default, linear, llama3,
-// longrope with its short factors) from base `theta` (cfg->rope_theta, or gemma's local base with
-// scaling off: scaled false).
-void mx_rope_inv_freq(const mx_config *cfg, double theta, bool scaled, float *out);
+// The RoPE tables a model uses: the main one (rope_theta with the config's scaling: linear, llama3,
+// or longrope's short factors), Gemma's sliding-window one (rope_local_base_freq, unscaled) and
+// longrope's long-context one.
+typedef enum mx_rope_table { MX_ROPE_TABLE_MAIN, MX_ROPE_TABLE_LOCAL, MX_ROPE_TABLE_LONG } mx_rope_table;
+// Computes inverse frequencies [rope_dim/2] of one table.
+void mx_rope_inv_freq(const mx_config *cfg, mx_rope_table table, float *out);
 
 #endif

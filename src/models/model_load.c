@@ -352,18 +352,26 @@ static int model_load_into(mx_model *m, const char *dir, mx_error *err) {
         if (load_layer(m, fam, i, err)) return -1;
     // Gemma scales embeddings by sqrt(hidden) (in float32, as the float32 reference does).
     m->embed_scale = fam->gemma ? sqrtf((float)c->hidden_size) : 1.0f;
+    // RoPE: the main table, plus Gemma's local one or longrope's long one.
+    int half = c->rope_dim / 2;
     float inv[2 * 256];
-    size_t bytes = sizeof(float) * (c->rope_dim / 2);
-    mx_rope_inv_freq(c, c->rope_theta, true, inv);
-    if (fam->gemma) mx_rope_inv_freq(c, c->rope_local_theta, false, inv + c->rope_dim / 2);
-    size_t tables = fam->gemma ? 2 : 1;
-    m->rope_inv_freq = m->be->ops->alloc(m->be, tables * bytes, err);
+    mx_rope_inv_freq(c, MX_ROPE_TABLE_MAIN, inv);
+    bool second = fam->gemma || c->rope_type == MX_ROPE_LONGROPE;
+    if (second) mx_rope_inv_freq(c, fam->gemma ? MX_ROPE_TABLE_LOCAL : MX_ROPE_TABLE_LONG, inv + half);
+    size_t bytes = sizeof(float) * (size_t)half * (second ? 2 : 1);
+    m->rope_inv_freq = m->be->ops->alloc(m->be, bytes, err);
     if (!m->rope_inv_freq || keep_backend(m, m->rope_inv_freq, err)) return -1;
-    if (m->be->ops->upload(m->be, m->rope_inv_freq, inv, tables * bytes, err)) return -1;
-    m->rope = (mx_rope){.inv_freq = m->rope_inv_freq, .head_dim = c->head_dim, .attn_factor = (float)c->rope_attn_factor};
+    if (m->be->ops->upload(m->be, m->rope_inv_freq, inv, bytes, err)) return -1;
+    m->rope = (mx_rope){.inv_freq = m->rope_inv_freq, .head_dim = c->head_dim, .attn_factor = (float)c->rope_attn_factor,
+                        .rot_dim = c->rope_dim};
+    if (c->rope_type == MX_ROPE_LONGROPE) {
+        m->rope.long_inv_freq = m->rope_inv_freq + half;
+        m->rope.long_from = (int)c->rope_original_max_pos;
+    }
     m->rope_local = m->rope;
-    if (fam->gemma) m->rope_local = (mx_rope){.inv_freq = m->rope_inv_freq + c->rope_dim / 2, .head_dim = c->head_dim,
-                                              .attn_factor = 1.0f};
+    if (fam->gemma)
+        m->rope_local = (mx_rope){.inv_freq = m->rope_inv_freq + half, .head_dim = c->head_dim, .attn_factor = 1.0f,
+                                  .rot_dim = c->rope_dim};
     return m->be->ops->sync(m->be, err);
 }
 
@@ -409,15 +417,16 @@ bool mx_model_is_eos(const mx_model *m, int32_t id) {
     return false;
 }
 
-void mx_rope_inv_freq(const mx_config *cfg, double theta, bool scaled, float *out) {
+void mx_rope_inv_freq(const mx_config *cfg, mx_rope_table table, float *out) {
     int d = cfg->rope_dim;
+    double theta = table == MX_ROPE_TABLE_LOCAL ? cfg->rope_local_theta : cfg->rope_theta;
     for (int i = 0; i < d / 2; i++) {
         double inv = pow(theta, -(2.0 * i) / d);
-        if (!scaled) {
+        if (table == MX_ROPE_TABLE_LOCAL) {
         } else if (cfg->rope_type == MX_ROPE_LINEAR && cfg->rope_factor > 0) {
             inv /= cfg->rope_factor;
         } else if (cfg->rope_type == MX_ROPE_LONGROPE) {
-            inv /= cfg->rope_short_factor[i];
+            inv /= table == MX_ROPE_TABLE_LONG ? cfg->rope_long_factor[i] : cfg->rope_short_factor[i];
         } else if (cfg->rope_type == MX_ROPE_LLAMA3) {
             double f = cfg->rope_factor, lo = cfg->rope_low_freq_factor, hi = cfg->rope_high_freq_factor;
             double old = cfg->rope_original_max_pos, wavelen = 2.0 * M_PI / inv;

@@ -89,6 +89,12 @@ static void op_attention(mx_backend *be, float *out, const float *q, const void 
 static void op_swiglu(mx_backend *be, float *out, const float *gate, const float *up, int64_t count) {
     run1(be, (mx_op){.kind = MX_OP_SWIGLU, .swiglu = {out, gate, up, count}});
 }
+static void op_geglu(mx_backend *be, float *out, const float *gate, const float *up, int64_t count) {
+    run1(be, (mx_op){.kind = MX_OP_GEGLU, .geglu = {out, gate, up, count}});
+}
+static void op_scale(mx_backend *be, float *x, int64_t count, float scale) {
+    run1(be, (mx_op){.kind = MX_OP_SCALE, .scale = {x, count, scale}});
+}
 static void op_add(mx_backend *be, float *x, const float *y, int64_t count) {
     run1(be, (mx_op){.kind = MX_OP_ADD, .add = {x, y, count}});
 }
@@ -373,6 +379,39 @@ static void test_rope(mx_backend *be, ref_rng *rng, group_stat *g) {
         be->ops->release(be, dx), be->ops->release(be, dinv), be->ops->release(be, dpos);
         free(x), free(got), free(inv);
     }
+    // Phi-3: 24 of 32 dimensions rotate (pairs i, i + 12); positions from 2500 on use the long table.
+    {
+        int n = 6, heads = 3, hd = 32, rot = 24, half = rot / 2, from = 2500;
+        float *x = fmalloc((int64_t)n * heads * hd), *got = fmalloc((int64_t)n * heads * hd), *inv = fmalloc(2 * half);
+        int32_t pos[6] = {0, 7, 2499, 2500, 3000, 4095};
+        for (int j = 0; j < half; j++) {
+            inv[j] = powf(10000.0f, -2.0f * j / rot) / (1.0f + 0.1f * j);
+            inv[half + j] = powf(10000.0f, -2.0f * j / rot) / (1.0f + 0.7f * j);
+        }
+        ref_fill(rng, x, (int64_t)n * heads * hd, -2, 2);
+        float *dx = dev_from(be, x, sizeof(float) * n * heads * hd), *dinv = dev_from(be, inv, sizeof(float) * 2 * half);
+        int32_t *dpos = dev_from(be, pos, sizeof pos);
+        mx_rope rope = {.inv_freq = dinv, .head_dim = hd, .attn_factor = 1.19f, .rot_dim = rot,
+                        .long_inv_freq = dinv + half, .long_from = from};
+        op_rope(be, dx, dpos, n, heads, &rope);
+        dev_to(be, got, dx, sizeof(float) * n * heads * hd);
+        for (int t = 0; t < n; t++)
+            for (int h = 0; h < heads; h++) {
+                float *v = x + ((int64_t)t * heads + h) * hd;
+                const float *f = pos[t] >= from ? inv + half : inv;
+                for (int j = 0; j < half; j++) {  // dimensions rot..hd-1 stay as they are
+                    float ang = (float)pos[t] * f[j];
+                    double c = cos((double)ang) * 1.19f, s = sin((double)ang) * 1.19f, a = v[j], b = v[j + half];
+                    v[j] = (float)(a * c - b * s);
+                    v[j + half] = (float)(b * c + a * s);
+                }
+            }
+        double e = ref_rel_err(got, x, (int64_t)n * heads * hd);
+        CHECK_MSG(e <= 1e-5, "rope partial rot_dim=%d with long factors: rel err %.3e", rot, e);
+        stat_add(g, e);
+        be->ops->release(be, dx), be->ops->release(be, dinv), be->ops->release(be, dpos);
+        free(x), free(got), free(inv);
+    }
 }
 
 static void test_elementwise(mx_backend *be, ref_rng *rng, group_stat *g) {
@@ -395,6 +434,29 @@ static void test_elementwise(mx_backend *be, ref_rng *rng, group_stat *g) {
         dev_to(be, got, da, sizeof(float) * n);
         e = ref_rel_err(got, ref, n);
         CHECK_MSG(e <= 1e-6, "swiglu in place count=%lld: rel err %.3e", (long long)n, e);
+        stat_add(g, e);
+        // GeLU-tanh gate (Gemma), against the formula in double.
+        be->ops->upload(be, da, a, sizeof(float) * n, &err);
+        op_geglu(be, dout, da, db, n);
+        dev_to(be, got, dout, sizeof(float) * n);
+        for (int64_t i = 0; i < n; i++) {
+            double g = a[i];
+            ref[i] = (float)(0.5 * g * (1.0 + tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * b[i]);
+        }
+        e = ref_rel_err(got, ref, n);
+        CHECK_MSG(e <= 1e-6, "geglu count=%lld: rel err %.3e", (long long)n, e);
+        stat_add(g, e);
+        op_geglu(be, da, da, db, n);  // in place
+        dev_to(be, got, da, sizeof(float) * n);
+        e = ref_rel_err(got, ref, n);
+        CHECK_MSG(e <= 1e-6, "geglu in place count=%lld: rel err %.3e", (long long)n, e);
+        stat_add(g, e);
+        be->ops->upload(be, da, a, sizeof(float) * n, &err);
+        op_scale(be, da, n, 11.3137085f);
+        dev_to(be, got, da, sizeof(float) * n);
+        for (int64_t i = 0; i < n; i++) ref[i] = a[i] * 11.3137085f;
+        e = ref_rel_err(got, ref, n);
+        CHECK_MSG(e == 0.0, "scale count=%lld: rel err %.3e", (long long)n, e);
         stat_add(g, e);
         be->ops->upload(be, da, a, sizeof(float) * n, &err);
         op_add(be, da, db, n);
@@ -619,7 +681,7 @@ int main(void) {
     group_stat mv = {"matmul matrix-vector (n<=8)", 0, 0, 0}, tc = {"matmul tiled, matrix units", 0, 0, 0};
     group_stat tf = {"matmul tiled, float32", 0, 0, 0}, unused = {"", 0, 0, 0};
     group_stat emb = {"embed", 0, 0, 0}, moe = {"moe_matmul", 0, 0, 0}, norm = {"rmsnorm", 0, 0, 0};
-    group_stat rope = {"rope", 0, 0, 0}, elt = {"swiglu/add", 0, 0, 0}, attn = {"kv_store + attention", 0, 0, 0};
+    group_stat rope = {"rope", 0, 0, 0}, elt = {"swiglu/geglu/scale/add", 0, 0, 0}, attn = {"kv_store + attention", 0, 0, 0};
     group_stat route = {"moe_route/moe_combine", 0, 0, 0}, rows = {"gather_rows/argmax", 0, 0, 0};
     group_stat graph = {"plan graph record/replay", 0, 0, 0};
     test_matmul(be, &rng, true, &mv, &tc, &tf);

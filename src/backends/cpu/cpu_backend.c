@@ -199,6 +199,8 @@ static void cpu_run_op(mx_backend *be, const mx_op *op) {
         cpu_sample(be, op->sample.ids, op->sample.logits, op->sample.n, op->sample.vocab, op->sample.params,
                    op->sample.pos);
         break;
+    case MX_OP_GEGLU: cpu_geglu(be, op->geglu.out, op->geglu.gate, op->geglu.up, op->geglu.count); break;
+    case MX_OP_SCALE: cpu_scale(be, op->scale.x, op->scale.count, op->scale.scale); break;
     case MX_OP_KIND_COUNT: MX_ASSERT(!"not an op kind"); break;
     }
 }

@@ -36,12 +36,13 @@ void cpu_rmsnorm(mx_backend *be, float *out, const float *x, const float *w, int
 
 void cpu_rope(mx_backend *be, float *x, const int32_t *pos, int n, int n_heads, const mx_rope *rope) {
     (void)be;
-    int hd = rope->head_dim, half = hd / 2;
+    int hd = rope->head_dim, half = (rope->rot_dim ? rope->rot_dim : hd) / 2;
     float cs[256], sn[256];
-    MX_ASSERT(half <= 256);
+    MX_ASSERT(half <= 256 && 2 * half <= hd);
     for (int t = 0; t < n; t++) {
+        const float *inv = rope->long_inv_freq && pos[t] >= rope->long_from ? rope->long_inv_freq : rope->inv_freq;
         for (int i = 0; i < half; i++) {
-            double ang = (double)pos[t] * rope->inv_freq[i];
+            double ang = (double)pos[t] * inv[i];
             cs[i] = (float)cos(ang) * rope->attn_factor;
             sn[i] = (float)sin(ang) * rope->attn_factor;
         }
@@ -62,6 +63,20 @@ void cpu_swiglu(mx_backend *be, float *out, const float *gate, const float *up, 
         float g = gate[i];
         out[i] = g / (1.0f + expf(-g)) * up[i];
     }
+}
+
+void cpu_geglu(mx_backend *be, float *out, const float *gate, const float *up, int64_t count) {
+    (void)be;
+    const float k = 0.7978845608028654f;  // sqrt(2 / pi)
+    for (int64_t i = 0; i < count; i++) {
+        float g = gate[i];
+        out[i] = 0.5f * g * (1.0f + tanhf(k * (g + 0.044715f * g * g * g))) * up[i];
+    }
+}
+
+void cpu_scale(mx_backend *be, float *x, int64_t count, float scale) {
+    (void)be;
+    for (int64_t i = 0; i < count; i++) x[i] *= scale;
 }
 
 void cpu_add(mx_backend *be, float *x, const float *y, int64_t count) {

@@ -37,6 +37,8 @@ void cpu_attention(mx_backend *be, float *out, const float *q, const void *kv, c
 void cpu_rmsnorm(mx_backend *be, float *out, const float *x, const float *w, int n, int dim, float eps);
 void cpu_rope(mx_backend *be, float *x, const int32_t *pos, int n, int n_heads, const mx_rope *rope);
 void cpu_swiglu(mx_backend *be, float *out, const float *gate, const float *up, int64_t count);
+void cpu_geglu(mx_backend *be, float *out, const float *gate, const float *up, int64_t count);
+void cpu_scale(mx_backend *be, float *x, int64_t count, float scale);
 void cpu_add(mx_backend *be, float *x, const float *y, int64_t count);
 void cpu_moe_route(mx_backend *be, int32_t *ids, float *weights, const float *logits, int n, int n_experts, int k, bool norm_topk);
 void cpu_moe_combine(mx_backend *be, float *out, const float *y, const float *weights, int n, int k, int dim);

@@ -195,6 +195,8 @@ static void run_record(const mxg_launch *L, const mx_op *op) {
         mxg_sample(L, op->sample.ids, op->sample.logits, op->sample.n, op->sample.vocab, op->sample.params,
                    op->sample.pos);
         break;
+    case MX_OP_GEGLU: mxg_geglu(L, op->geglu.out, op->geglu.gate, op->geglu.up, op->geglu.count); break;
+    case MX_OP_SCALE: mxg_scale(L, op->scale.x, op->scale.count, op->scale.scale); break;
     case MX_OP_KIND_COUNT: break;
     }
 }

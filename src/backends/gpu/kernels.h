@@ -63,6 +63,9 @@ size_t mxg_attention_scratch_bytes(int sm_count, int head_dim);
 
 void mxg_swiglu(const mxg_launch *L, float *out, const float *gate, const float *up, int64_t count);
 void mxg_add(const mxg_launch *L, float *x, const float *y, int64_t count);
+// kernels/gemma.cu: out = gelu_tanh(gate) * up (out may alias gate); x *= scale.
+void mxg_geglu(const mxg_launch *L, float *out, const float *gate, const float *up, int64_t count);
+void mxg_scale(const mxg_launch *L, float *x, int64_t count, float scale);
 void mxg_moe_route(const mxg_launch *L, int32_t *ids, float *weights, const float *logits, int n,
                    int n_experts, int k, bool norm_topk);
 void mxg_moe_combine(const mxg_launch *L, float *out, const float *y, const float *weights, int n, int k, int dim);

@@ -1,15 +1,18 @@
 // SPDX-License-Identifier: MIT
-// RoPE (rotate-half: pairs (i, i + d/2), angle pos * inv_freq[i], cos/sin times attn_factor) in
+// RoPE (rotate-half: pairs (i, i + r/2) within the first r = rot_dim dimensions, angle pos *
+// inv_freq[i] (the long table from long_from on), cos/sin times attn_factor) in
 // place on [n, heads, head_dim], and the KV-cache write (f16, layout in kernels.h).
 #include "backends/gpu/common.cuh"
 #include "backends/gpu/kernels.h"
 
 namespace {
 
-__global__ void rope_kernel(float *x, const int32_t *__restrict__ pos, int n_heads, int head_dim,
-                            const float *__restrict__ inv_freq, float attn_factor) {
-    const int half = head_dim / 2;
+__global__ void rope_kernel(float *x, const int32_t *__restrict__ pos, int n_heads, int head_dim, int rot_dim,
+                            const float *__restrict__ inv_short, const float *__restrict__ inv_long, int long_from,
+                            float attn_factor) {
+    const int half = rot_dim / 2;
     const float p = (float)pos[blockIdx.x];
+    const float *inv_freq = inv_long && pos[blockIdx.x] >= long_from ? inv_long : inv_short;
     float *xt = x + (int64_t)blockIdx.x * n_heads * head_dim;
     for (int i = threadIdx.x; i < n_heads * half; i += blockDim.x) {
         const int h = i / half, j = i % half;
@@ -44,9 +47,12 @@ __global__ void kv_store_kernel(__half *kv, const float *__restrict__ k, const f
 extern "C" void mxg_rope(const mxg_launch *L, float *x, const int32_t *pos, int n, int n_heads, const mx_rope *rope) {
     MX_ASSERT(rope->head_dim % 2 == 0 && n >= 0);
     if (n == 0) return;
-    int threads = n_heads * rope->head_dim / 2;
+    int rot = rope->rot_dim ? rope->rot_dim : rope->head_dim;
+    MX_ASSERT(rot % 2 == 0 && rot <= rope->head_dim);
+    int threads = n_heads * rot / 2;
     threads = threads > 256 ? 256 : (threads + 31) / 32 * 32;
-    rope_kernel<<<(unsigned)n, threads, 0, (gpuStream_t)L->stream>>>(x, pos, n_heads, rope->head_dim, rope->inv_freq,
+    rope_kernel<<<(unsigned)n, threads, 0, (gpuStream_t)L->stream>>>(x, pos, n_heads, rope->head_dim, rot, rope->inv_freq,
+                                                                    rope->long_inv_freq, rope->long_from,
                                                                     rope->attn_factor);
 }
 
