@@ -218,10 +218,15 @@ static int spec_model(spec_list *l, const mx_config *c, const mx_family *fam) {
 #define NAME(suffix) (snprintf(name, sizeof name, "model.layers.%d.%s", i, suffix), name)
         if (spec_vector(l, NAME("input_layernorm.weight"), H, FILL_ONES) ||
             spec_vector(l, NAME("post_attention_layernorm.weight"), H, FILL_ONES) ||
-            spec_linear(l, c, NAME("self_attn.q_proj"), 0, q_out, H) ||
-            spec_linear(l, c, NAME("self_attn.k_proj"), 0, kv_out, H) ||
-            spec_linear(l, c, NAME("self_attn.v_proj"), 0, kv_out, H) ||
             spec_linear(l, c, NAME("self_attn.o_proj"), 0, H, q_out))
+            return -1;
+        if (fam->gemma && (spec_vector(l, NAME("pre_feedforward_layernorm.weight"), H, FILL_ONES) ||
+                           spec_vector(l, NAME("post_feedforward_layernorm.weight"), H, FILL_ONES)))
+            return -1;
+        if (fam->fused_qkv_gate_up ? spec_linear(l, c, NAME("self_attn.qkv_proj"), 0, q_out + 2 * kv_out, H)
+                                   : spec_linear(l, c, NAME("self_attn.q_proj"), 0, q_out, H) ||
+                                         spec_linear(l, c, NAME("self_attn.k_proj"), 0, kv_out, H) ||
+                                         spec_linear(l, c, NAME("self_attn.v_proj"), 0, kv_out, H))
             return -1;
         if (qkv_bias && (spec_vector(l, NAME("self_attn.q_proj.bias"), q_out, FILL_DENSE) ||
                          spec_vector(l, NAME("self_attn.k_proj.bias"), kv_out, FILL_DENSE) ||
@@ -240,9 +245,11 @@ static int spec_model(spec_list *l, const mx_config *c, const mx_family *fam) {
             }
         } else {
             int64_t I = c->intermediate_size;
-            if (spec_linear(l, c, NAME("mlp.gate_proj"), 0, I, H) || spec_linear(l, c, NAME("mlp.up_proj"), 0, I, H) ||
-                spec_linear(l, c, NAME("mlp.down_proj"), 0, H, I))
+            if (fam->fused_qkv_gate_up ? spec_linear(l, c, NAME("mlp.gate_up_proj"), 0, 2 * I, H)
+                                       : spec_linear(l, c, NAME("mlp.gate_proj"), 0, I, H) ||
+                                             spec_linear(l, c, NAME("mlp.up_proj"), 0, I, H))
                 return -1;
+            if (spec_linear(l, c, NAME("mlp.down_proj"), 0, H, I)) return -1;
             if (c->mlp_bias && (spec_vector(l, NAME("mlp.gate_proj.bias"), I, FILL_DENSE) ||
                                 spec_vector(l, NAME("mlp.up_proj.bias"), I, FILL_DENSE) ||
                                 spec_vector(l, NAME("mlp.down_proj.bias"), H, FILL_DENSE)))

@@ -92,7 +92,7 @@ typedef struct model {
 // The records of one step of n tokens, then the logits and argmax of row *last_row (device).
 static mx_plan *forward_plan(model *m, int n, const int32_t *last_row) {
     const shape *s = &m->s;
-    mx_rope rope = {m->inv_freq, s->head_dim, 1.0f};
+    mx_rope rope = {.inv_freq = m->inv_freq, .head_dim = s->head_dim, .attn_factor = 1.0f};
     mx_plan *p = mx_plan_create(&err);
     if (!p) die("plan");
     ADD(p, MX_OP_EMBED, embed, m->x, &m->embed, m->ids, n);
@@ -149,7 +149,7 @@ static float time_ms(void *e0, void *e1);
 static void op_times(mx_backend *be, model *m, int n, void *e0, void *e1, void *stream) {
     const shape *s = &m->s;
     layer *L = &m->L[0];
-    mx_rope rope = {m->inv_freq, s->head_dim, 1.0f};
+    mx_rope rope = {.inv_freq = m->inv_freq, .head_dim = s->head_dim, .attn_factor = 1.0f};
     mx_kv_ref kv = {m->kv, m->lay, 0, m->slot, m->pos};
     int reps = n == 1 ? 200 : 10;
 #define OP(KIND, field, ...) run_op(be, (mx_op){.kind = KIND, .field = {__VA_ARGS__}})

@@ -369,7 +369,7 @@ static void test_rope(mx_backend *be, ref_rng *rng, group_stat *g) {
         ref_fill(rng, x, (int64_t)n * heads * hd, -2, 2);
         float *dx = dev_from(be, x, sizeof(float) * n * heads * hd), *dinv = dev_from(be, inv, sizeof(float) * half);
         int32_t *dpos = dev_from(be, pos, sizeof pos);
-        mx_rope rope = {dinv, hd, factor};
+        mx_rope rope = {.inv_freq = dinv, .head_dim = hd, .attn_factor = factor};
         op_rope(be, dx, dpos, n, heads, &rope);
         dev_to(be, got, dx, sizeof(float) * n * heads * hd);
         ref_rope(x, pos, n, heads, inv, hd, factor);
