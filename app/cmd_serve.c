@@ -25,14 +25,19 @@ static const char serve_usage[] =
     "  --max-body BYTES        request body size limit (default 8 MiB)\n"
     "  --prefill-chunk N       prompt tokens per sequence per step (default 256)\n"
     "  --pooling mean|last     embeddings: mean of the tokens' hidden states, or the last token's\n"
-    "                          (default: last when the model's 1_Pooling/config.json asks for it, else mean)\n";
+    "                          (default: last when the model's 1_Pooling/config.json asks for it, else mean)\n"
+    "  --max-connections N     open connections at most (default 2048; more: 503 and close)\n"
+    "  --conn-timeout S        close a connection idle (or sending its request) this long (default 30)\n"
+    "  --shutdown-timeout S    on SIGTERM/SIGINT, let running requests finish this long (default 10)\n"
+    "  --cors-origin LIST      origins allowed cross-site, comma-separated, or '*' (default: none)\n";
 
 int cmd_serve(int argc, char **argv) {
     const char *cmd = "serve";
     cli_model_opts mo = {0};
     mx_sampling sp = mx_sampling_defaults();
     mx_server_opts so = {.host = "127.0.0.1", .port = 8080, .parallel = 4, .max_queue = 64, .timeout = 600,
-                         .max_body = 8u << 20, .prefill_chunk = 256};
+                         .max_body = 8u << 20, .prefill_chunk = 256, .conn_timeout = 30};
+    float shutdown_timeout = 10;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         int r = cli_model_opt(cmd, argc, argv, &i, &mo);
@@ -71,6 +76,18 @@ int cmd_serve(int argc, char **argv) {
                 return MX_EXIT_USAGE;
             }
             so.pooling = v;
+        } else if (cli_is(a, NULL, "--max-connections")) {
+            if (!(v = cli_value(cmd, argc, argv, &i)) || cli_int(cmd, a, v, 1, 1 << 20, &so.max_connections))
+                return MX_EXIT_USAGE;
+        } else if (cli_is(a, NULL, "--conn-timeout")) {
+            if (!(v = cli_value(cmd, argc, argv, &i)) || cli_float(cmd, a, v, 1, 86400, &fv)) return MX_EXIT_USAGE;
+            so.conn_timeout = fv;
+        } else if (cli_is(a, NULL, "--shutdown-timeout")) {
+            if (!(v = cli_value(cmd, argc, argv, &i)) || cli_float(cmd, a, v, 0, 86400, &shutdown_timeout))
+                return MX_EXIT_USAGE;
+        } else if (cli_is(a, NULL, "--cors-origin")) {
+            if (!(v = cli_value(cmd, argc, argv, &i))) return MX_EXIT_USAGE;
+            so.cors_origins = v;
         } else if (cli_is(a, NULL, "--max-body")) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || cli_int(cmd, a, v, 16, 1 << 30, &iv)) return MX_EXIT_USAGE;
             so.max_body = (size_t)iv;
@@ -123,7 +140,10 @@ int cmd_serve(int argc, char **argv) {
     fflush(stderr);
     int sig = 0;
     sigwait(&sigs, &sig);
-    fprintf(stderr, "mlxcel-server: stopping (signal %d)\n", sig);
+    fprintf(stderr, "mlxcel-server: stopping (signal %d): no new requests; running ones get up to %g s\n", sig,
+            shutdown_timeout);
+    int left = mx_server_drain(srv, shutdown_timeout);
+    if (left) fprintf(stderr, "mlxcel-server: ending %d running request(s) with an error\n", left);
     rc = MX_EXIT_OK;
 done:
     mx_server_stop(srv);

@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake pkg-config libjansson-dev libpcre2-dev libutf8proc-dev libmicrohttpd-dev
-          libcurl4-openssl-dev python3 curl)
+          libcurl4-openssl-dev python3 curl clang libclang-rt-14-dev)
+# clang with its compiler-rt (libFuzzer, sanitizers) builds the fuzz targets (scripts/fuzz.sh).
 # Node.js (server tests use the openai npm package) may come from elsewhere than Debian: ask apt
 # for it only when no node is on PATH.
 command -v node >/dev/null && command -v npm >/dev/null || packages+=(nodejs npm)

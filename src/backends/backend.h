@@ -183,6 +183,13 @@ typedef struct mx_backend_ops {
     // Optional (NULL when the backend keeps nothing per plan): forget what is kept for plan `id`.
     // Called by mx_plan_free before the plan's buffers may be released.
     void (*plan_release)(mx_backend *be, uint64_t id);
+
+    // Optional (NULL: unknown). Memory the backend allocates from: bytes free for new allocations
+    // now and in total (host memory for the CPU, device memory for a GPU). Returns 0 or -1.
+    int (*mem_info)(mx_backend *be, size_t *free_bytes, size_t *total_bytes);
+    // True when the weights live in the memory mem_info describes as mapped files (CPU), so they
+    // count against its total but not against what is free for allocations.
+    bool weights_mapped;
 } mx_backend_ops;
 
 struct mx_backend {

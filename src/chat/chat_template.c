@@ -11,6 +11,7 @@
 
 #include "chat/jinja.h"
 #include "io/json_text.h"
+#include "io/mapped_file.h"
 
 struct mx_chat_template {
     jinja_template *main;     // "default" (or the only) template
@@ -59,6 +60,7 @@ mx_chat_template *mx_chat_template_from_string(const char *source, const char *b
 
 // Reads a whole file; NULL with errno ENOENT when it does not exist.
 static char *read_file(const char *path, mx_error *err) {
+    if (mx_file_check_regular(path, err)) return NULL;
     FILE *f = fopen(path, "rb");
     if (!f) {
         if (errno != ENOENT) mx_fail(err, "%s: %s", path, strerror(errno));

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "io/json_text.h"
 #include "io/mapped_file.h"
@@ -347,10 +348,8 @@ int mx_config_load(const char *dir, mx_config *cfg, mx_error *err) {
     snprintf(gpath, sizeof gpath, "%s/generation_config.json", dir);
     char *text = mx_read_text_file(path, NULL, err);
     if (!text) return -1;
-    FILE *probe = fopen(gpath, "rb");
     char *gen = NULL;
-    if (probe) {
-        fclose(probe);
+    if (access(gpath, F_OK) == 0) {
         gen = mx_read_text_file(gpath, NULL, err);
         if (!gen) {
             free(text);

@@ -9,14 +9,37 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int mx_mapped_file_open(mx_mapped_file *f, const char *path, mx_error *err) {
-    memset(f, 0, sizeof *f);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+int mx_file_check_regular(const char *path, mx_error *err) {
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return mx_fail(err, "%s: not a regular file (%s)", path,
+                       S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISDIR(st.st_mode) ? "a directory" : "a device or socket");
+    return 0;
+}
+
+// Opens for reading without ever blocking: checked before opening, and opened non-blocking so that
+// a path swapped for a FIFO in between still cannot hang; the file type is checked again after.
+static int open_regular(const char *path, mx_error *err) {
+    if (mx_file_check_regular(path, err)) return -1;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return mx_fail(err, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
         close(fd);
         return mx_fail(err, "%s: not a regular file", path);
+    }
+    return fd;
+}
+
+int mx_mapped_file_open(mx_mapped_file *f, const char *path, mx_error *err) {
+    memset(f, 0, sizeof *f);
+    int fd = open_regular(path, err);
+    if (fd < 0) return -1;
+    if (fd < 0) return mx_fail(err, "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        close(fd);
+        return mx_fail(err, "%s: cannot stat: %s", path, strerror(errno));
     }
     f->size = (size_t)st.st_size;
     if (f->size > 0) {
@@ -40,8 +63,11 @@ void mx_mapped_file_close(mx_mapped_file *f) {
 }
 
 char *mx_read_text_file(const char *path, size_t *len_out, mx_error *err) {
-    FILE *fp = fopen(path, "rb");
+    int fd = open_regular(path, err);
+    if (fd < 0) return NULL;
+    FILE *fp = fdopen(fd, "rb");
     if (!fp) {
+        close(fd);
         mx_fail(err, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }

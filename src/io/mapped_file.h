@@ -17,6 +17,11 @@ typedef struct mx_mapped_file {
 int mx_mapped_file_open(mx_mapped_file *f, const char *path, mx_error *err);
 void mx_mapped_file_close(mx_mapped_file *f);
 
-// Reads a whole (small) file into a malloc'ed NUL-terminated buffer; NULL with a message on failure.
+// Fails naming the path when it exists but is not a regular file (a FIFO, device or directory):
+// opening one of those for reading can block forever or read endless data. A path that does not
+// exist passes, so the caller's own open reports that.
+int mx_file_check_regular(const char *path, mx_error *err);
+
+// Reads a whole (small) regular file into a malloc'ed NUL-terminated buffer; NULL with a message on failure.
 char *mx_read_text_file(const char *path, size_t *len_out, mx_error *err);
 #endif

@@ -75,6 +75,7 @@ mx_ctx *mx_ctx_create(mx_model *m, int n_slots, int max_ctx, int max_batch, mx_e
         mx_fail(err, "context needs at least one slot, position and token per step");
         return NULL;
     }
+    if (mx_ctx_memory_check(m, n_slots, max_ctx, max_batch, err)) return NULL;
     mx_ctx *c = calloc(1, sizeof *c);
     if (!c || !(c->bufs = calloc(32, sizeof *c->bufs))) {
         free(c);

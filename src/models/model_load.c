@@ -76,6 +76,9 @@ static int describe_matrix(const mx_model *m, const char *path, int64_t n_exp, i
     int64_t shape[3];
     if (lead) shape[0] = n_exp;
     if (w->q.mode == MX_QUANT_NONE) {
+        if (tw->dtype == MX_DTYPE_U32 && !ts)
+            return mx_fail(err, "missing tensor '%s.scales': '%s' is U32 (packed quantized codes) and needs its scales",
+                           path, tw->name);
         if (!is_float_dtype(tw->dtype))
             return mx_fail(err, "tensor '%s' has dtype %s; an unquantized weight must be BF16, F16 or F32%s", tw->name,
                            mx_dtype_name(tw->dtype), ts ? " (its config entry says it is not quantized)" : "");

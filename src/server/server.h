@@ -7,6 +7,7 @@
 #ifndef MX_SERVER_SERVER_H
 #define MX_SERVER_SERVER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "chat/chat_template.h"
@@ -28,6 +29,9 @@ typedef struct mx_server_opts {
     mx_sampling sampling;    // defaults for fields the request leaves out
     const char *model_id;    // name reported by /v1/models and in responses
     const char *pooling;     // embeddings: "mean", "last", NULL: from the model folder (else mean)
+    int max_connections;     // open connections at most (more: 503 and close); 0: 1024
+    double conn_timeout;     // seconds an idle connection (or one sending its request) may stay; 0: 30
+    const char *cors_origins;  // comma-separated origins allowed cross-site ("*": any); NULL: none
 } mx_server_opts;
 
 typedef struct mx_server mx_server;
@@ -35,7 +39,12 @@ typedef struct mx_server mx_server;
 mx_server *mx_server_start(mx_model *m, const mx_tokenizer *tok, const mx_chat_template *tmpl,
                            const mx_server_opts *o, mx_error *err);
 int mx_server_port(const mx_server *s);
-// Stops accepting, cancels running requests, joins every thread and frees. NULL is a no-op.
+// Graceful shutdown, first half: stops accepting connections, answers new requests on open
+// connections with 503, and waits up to timeout_s seconds for running requests to finish. Returns
+// the number still running (mx_server_stop then ends them with an error reply).
+int mx_server_drain(mx_server *s, double timeout_s);
+// Stops accepting, ends running requests (a 503 error reply, or a final SSE error event), joins
+// every thread and frees. NULL is a no-op.
 void mx_server_stop(mx_server *s);
 
 #endif

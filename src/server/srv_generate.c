@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "server/srv_internal.h"
+#include "server/srv_text.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -232,7 +233,8 @@ enum MHD_Result srv_route_generate(mx_server *s, struct MHD_Connection *c, srv_k
     srv_gen_info info = {.kind = kind, .include_usage = r.include_usage, .n_prompt = (int)n, .created = (long)time(NULL)};
     snprintf(info.id, sizeof info.id, "%s-%llx%04llx", kind == SRV_KIND_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)s->started, (unsigned long long)atomic_fetch_add(&s->ids, 1));
-    snprintf(info.model, sizeof info.model, "%s", r.model ? r.model : s->model_id);
+    const char *model = r.model ? r.model : s->model_id;
+    srv_text_copy(info.model, sizeof info.model, model, strlen(model));
     bool stream = r.stream;
     srv_request_clear(&r);
 
@@ -259,13 +261,16 @@ enum MHD_Result srv_route_generate(mx_server *s, struct MHD_Connection *c, srv_k
             ts.tv_nsec += 100 * 1000 * 1000;
             if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
             pthread_cond_timedwait(&j->cv, &j->mu, &ts);
-            if (!j->done && (atomic_load(&s->stopping) || srv_client_gone(c))) {
+            bool stopping = atomic_load(&s->stopping);
+            if (!j->done && (stopping || srv_client_gone(c))) {
                 pthread_mutex_unlock(&j->mu);
                 for (int k = 0; k < n_jobs; k++) {
                     srv_job_cancel(jobs[k]);
                     srv_job_release(jobs[k]);
                 }
-                if (!atomic_load(&s->stopping)) srv_sched_wake(s->sched);
+                srv_sched_wake(s->sched);
+                if (stopping)
+                    return srv_respond_error(s, c, 503, "shutting_down", "the server shut down before the request finished");
                 return MHD_NO;
             }
         }

@@ -1,19 +1,23 @@
 // SPDX-License-Identifier: MIT
-// The HTTP front of the server: starts libmicrohttpd (one thread per connection, so handlers may
-// block while a job runs), collects request bodies within the size limit, checks the API key and
-// dispatches to the routes. Every error answer is an OpenAI-style JSON error object.
-#include <arpa/inet.h>
-#include <netinet/in.h>
+// The request side of the HTTP front: collects request bodies within the size limit, checks what
+// every request must satisfy (path and header sizes, no encoded NUL in the path, one Content-Length,
+// an allowed Origin, the API key, a JSON Content-Type on POST) and dispatches to the routes. Every
+// error answer is an OpenAI-style JSON error object whose strings are valid UTF-8 (srv_text.h).
+// The daemon itself (threads, connection limits, timeouts, shutdown) is srv_conn.c.
 #include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <time.h>
+#include <strings.h>
 
 #include "server/srv_buf.h"
 #include "server/srv_internal.h"
+#include "server/srv_text.h"
+
+// Below libmicrohttpd's own limits (its per-connection memory pool, srv_conn.c), so that too long
+// a path or too many header bytes get a JSON answer here rather than the library's HTML page.
+enum { MAX_URI_BYTES = 8 * 1024, MAX_HEADER_BYTES = 16 * 1024 };
 
 typedef enum route_id {
     ROUTE_CHAT,
@@ -47,63 +51,129 @@ static const struct {
     {"/detokenize", "POST", ROUTE_DETOKENIZE},
 };
 
-// Per-connection request state (MHD's con_cls).
+// Per-request state (MHD's con_cls), created when the request line arrives (srv_http_on_uri).
 typedef struct http_req {
     srv_buf body;
     bool too_big;
+    bool uri_too_long;
+    bool uri_has_nul;   // "%00" in the raw path
+    bool counted;       // counted in n_active
+    bool replied;       // an error was queued from the headers alone; the body is ignored
 } http_req;
 
 static const char *error_type(unsigned status) {
     switch (status) {
-    case 400: return "invalid_request_error";
     case 401: return "authentication_error";
+    case 403: return "permission_error";
     case 404: return "not_found_error";
-    case 405: return "invalid_request_error";
-    case 413: return "invalid_request_error";
     case 503: return "server_busy";
     default: return status >= 500 ? "server_error" : "invalid_request_error";
     }
 }
 
 json_t *srv_error_json(unsigned status, const char *code, const char *message) {
-    return json_pack("{s:{s:s, s:s, s:o}}", "error", "message", message, "type", error_type(status), "code",
+    char safe[2048];
+    srv_text_copy(safe, sizeof safe, message, strlen(message));
+    return json_pack("{s:{s:s, s:s, s:o}}", "error", "message", safe, "type", error_type(status), "code",
                      code ? json_string(code) : json_null());
 }
 
-enum MHD_Result srv_respond_json(mx_server *s, struct MHD_Connection *c, unsigned status, json_t *body) {
-    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
-    json_decref(body);
-    if (!text) return MHD_NO;
-    size_t len = strlen(text);
-    struct MHD_Response *r = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+// True when origin is one of the comma-separated --cors-origin entries (or they allow "*").
+static bool origin_allowed(const mx_server *s, const char *origin) {
+    const char *list = s->o.cors_origins;
+    if (!list || !origin) return false;
+    size_t n = strlen(origin);
+    for (const char *p = list; *p;) {
+        while (*p == ' ' || *p == ',') p++;
+        const char *e = p;
+        while (*e && *e != ',') e++;
+        const char *t = e;
+        while (t > p && t[-1] == ' ') t--;
+        if ((t - p == 1 && *p == '*') || ((size_t)(t - p) == n && strncasecmp(p, origin, n) == 0)) return true;
+        p = e;
+    }
+    return false;
+}
+
+void srv_add_common_headers(mx_server *s, struct MHD_Connection *c, struct MHD_Response *r) {
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (origin && origin_allowed(s, origin)) {
+        MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
+        MHD_add_response_header(r, "Vary", "Origin");
+    }
+    if (atomic_load(&s->draining)) MHD_add_response_header(r, "Connection", "close");
+}
+
+static enum MHD_Result queue_text(mx_server *s, struct MHD_Connection *c, unsigned status, char *text, bool close) {
+    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
     if (!r) {
         free(text);
         return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", "application/json");
     if (status == 503) MHD_add_response_header(r, "Retry-After", "1");
+    if (close) MHD_add_response_header(r, "Connection", "close");
+    srv_add_common_headers(s, c, r);
     if (status >= 400) atomic_fetch_add(&s->http_errors, 1);
     enum MHD_Result ret = MHD_queue_response(c, status, r);
     MHD_destroy_response(r);
     return ret;
 }
 
+enum MHD_Result srv_respond_json(mx_server *s, struct MHD_Connection *c, unsigned status, json_t *body) {
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (!text) {
+        // Never drop the reply: the body could not be built (out of memory, or a string the encoder
+        // refused). This fixed text needs no allocation by jansson.
+        static const char fallback[] =
+            "{\"error\":{\"message\":\"the server could not encode its reply\",\"type\":\"server_error\",\"code\":null}}";
+        if (!(text = strdup(fallback))) return MHD_NO;
+        status = 500;
+    }
+    return queue_text(s, c, status, text, false);
+}
+
+static enum MHD_Result respond_error_v(mx_server *s, struct MHD_Connection *c, unsigned status, bool close,
+                                       const char *code, const char *fmt, va_list ap) {
+    char msg[1024];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    json_t *body = srv_error_json(status, code, msg);
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_decref(body);
+    if (!text) return srv_respond_json(s, c, status, NULL);
+    return queue_text(s, c, status, text, close);
+}
+
 enum MHD_Result srv_respond_error(mx_server *s, struct MHD_Connection *c, unsigned status, const char *code,
                                   const char *fmt, ...) {
-    char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    enum MHD_Result r = respond_error_v(s, c, status, false, code, fmt, ap);
     va_end(ap);
-    return srv_respond_json(s, c, status, srv_error_json(status, code, msg));
+    return r;
+}
+
+// An error after which the connection closes (the request's framing cannot be trusted, or the
+// server is refusing or draining connections).
+static enum MHD_Result respond_error_close(mx_server *s, struct MHD_Connection *c, unsigned status, const char *code,
+                                           const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+static enum MHD_Result respond_error_close(mx_server *s, struct MHD_Connection *c, unsigned status, const char *code,
+                                           const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    enum MHD_Result r = respond_error_v(s, c, status, true, code, fmt, ap);
+    va_end(ap);
+    return r;
 }
 
 bool srv_client_gone(struct MHD_Connection *c) {
     const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (!ci) return true;
-    struct pollfd p = {.fd = ci->connect_fd, .events = POLLRDHUP};
+    // Not POLLRDHUP: end of the client's data is a legal half-close, and it still reads the reply.
+    struct pollfd p = {.fd = ci->connect_fd, .events = 0};
     if (poll(&p, 1, 0) <= 0) return false;
-    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+    return (p.revents & (POLLHUP | POLLERR | POLLNVAL)) != 0;
 }
 
 static bool auth_ok(mx_server *s, struct MHD_Connection *c) {
@@ -119,14 +189,97 @@ static bool auth_ok(mx_server *s, struct MHD_Connection *c) {
     return diff == 0;
 }
 
+// True when the Content-Type's media type is application/json (parameters such as charset allowed).
+static bool is_json_type(const char *ct) {
+    if (!ct) return false;
+    while (*ct == ' ') ct++;
+    if (strncasecmp(ct, "application/json", 16) != 0) return false;
+    ct += 16;
+    while (*ct == ' ') ct++;
+    return *ct == 0 || *ct == ';';
+}
+
+typedef struct header_scan {
+    size_t bytes;
+    int n_length;
+    bool length_differs;
+    const char *first_length;
+} header_scan;
+
+static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    header_scan *h = cls;
+    h->bytes += strlen(key) + (value ? strlen(value) : 0) + 4;
+    if (strcasecmp(key, "Content-Length") == 0) {
+        if (h->n_length++ == 0)
+            h->first_length = value;
+        else if (!value || !h->first_length || strcmp(value, h->first_length) != 0)
+            h->length_differs = true;
+    }
+    return MHD_YES;
+}
+
+// CORS preflight: allowed origins get the methods and headers they may use; others 403.
+static enum MHD_Result preflight(mx_server *s, struct MHD_Connection *c) {
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (!origin_allowed(s, origin))
+        return srv_respond_error(s, c, 403, "origin_not_allowed", "cross-origin requests from '%s' are not allowed (see --cors-origin)",
+                                 origin ? origin : "(no Origin header)");
+    struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    srv_add_common_headers(s, c, r);
+    MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS");
+    MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+    MHD_add_response_header(r, "Access-Control-Max-Age", "600");
+    enum MHD_Result ret = MHD_queue_response(c, 204, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+// Checks that need only the request line and headers. Returns MHD_YES to go on reading the body,
+// or the result of queueing an error.
+static enum MHD_Result check_head(mx_server *s, struct MHD_Connection *c, const char *method, http_req *rq,
+                                  bool *answered) {
+    *answered = true;
+    if (atomic_load(&s->draining))
+        return respond_error_close(s, c, 503, "shutting_down", "the server is shutting down");
+    if (atomic_load(&s->n_conns) > s->o.max_connections)
+        return respond_error_close(s, c, 503, "too_many_connections",
+                                   "too many open connections (limit %d, see --max-connections); retry later",
+                                   s->o.max_connections);
+    if (rq->uri_too_long)
+        return respond_error_close(s, c, 414, "uri_too_long", "the request path exceeds %d bytes", MAX_URI_BYTES);
+    if (rq->uri_has_nul)
+        return respond_error_close(s, c, 400, "invalid_path", "the request path contains an encoded NUL byte (%%00)");
+    header_scan h = {0};
+    MHD_get_connection_values(c, MHD_HEADER_KIND, scan_header, &h);
+    if (h.bytes > MAX_HEADER_BYTES)
+        return respond_error_close(s, c, 431, "headers_too_large", "the request headers exceed %d bytes", MAX_HEADER_BYTES);
+    if (h.length_differs)
+        return respond_error_close(s, c, 400, "invalid_content_length", "the request has conflicting Content-Length headers");
+    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
+    if (strcmp(method, "OPTIONS") == 0) return preflight(s, c);
+    if (origin && !origin_allowed(s, origin))
+        return respond_error_close(s, c, 403, "origin_not_allowed",
+                                   "cross-origin requests from '%s' are not allowed (see --cors-origin)", origin);
+    if (h.first_length && strtoull(h.first_length, NULL, 10) > s->o.max_body) {
+        rq->too_big = true;
+        return respond_error_close(s, c, 413, "request_too_large", "the request body exceeds %zu bytes", s->o.max_body);
+    }
+    *answered = false;
+    return MHD_YES;
+}
+
 static enum MHD_Result dispatch(mx_server *s, struct MHD_Connection *c, const char *url, const char *method,
                                 http_req *rq) {
     int found = -1;
     bool path_known = false;
+    // HEAD is GET without the body (libmicrohttpd leaves the body out).
+    const char *as = strcmp(method, "HEAD") == 0 ? "GET" : method;
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++) {
         if (strcmp(url, routes[i].path) != 0) continue;
         path_known = true;
-        if (strcmp(method, routes[i].method) == 0) found = (int)i;
+        if (strcmp(as, routes[i].method) == 0) found = (int)i;
     }
     if (!path_known) return srv_respond_error(s, c, 404, "not_found", "no route for %s %s", method, url);
     if (found < 0) return srv_respond_error(s, c, 405, "method_not_allowed", "method %s is not allowed on %s", method, url);
@@ -137,6 +290,11 @@ static enum MHD_Result dispatch(mx_server *s, struct MHD_Connection *c, const ch
         return srv_respond_error(s, c, 413, "request_too_large", "the request body exceeds %zu bytes", s->o.max_body);
     json_t *body = NULL;
     if (strcmp(method, "POST") == 0) {
+        const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+        if (!is_json_type(ct))
+            return srv_respond_error(s, c, 415, "unsupported_media_type",
+                                     "the body must be sent with 'Content-Type: application/json' (got '%s')",
+                                     ct ? ct : "none");
         json_error_t je;
         body = json_loadb(srv_buf_str(&rq->body), rq->body.n, 0, &je);
         if (!body)
@@ -163,21 +321,56 @@ static enum MHD_Result dispatch(mx_server *s, struct MHD_Connection *c, const ch
     return ret;
 }
 
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
-                                  const char *version, const char *upload, size_t *upload_size, void **con_cls) {
+void *srv_http_on_uri(void *cls, const char *uri, struct MHD_Connection *c) {
+    (void)cls, (void)c;
+    http_req *rq = calloc(1, sizeof *rq);
+    if (!rq) return NULL;
+    size_t n = strlen(uri);
+    rq->uri_too_long = n > MAX_URI_BYTES;
+    for (size_t i = 0; i + 2 < n && !rq->uri_has_nul; i++)
+        rq->uri_has_nul = uri[i] == '%' && uri[i + 1] == '0' && uri[i + 2] == '0';
+    return rq;
+}
+
+// Percent-decoding of the path, except that "%00" stays as written: a NUL would end the C string
+// early and make "/health%00x" look like "/health" (such paths are refused in check_head anyway).
+size_t srv_http_unescape(void *cls, struct MHD_Connection *c, char *s) {
+    (void)cls, (void)c;
+    char *w = s;
+    for (const char *r = s; *r;) {
+        unsigned v;
+        if (r[0] == '%' && r[1] && r[2] && sscanf(r + 1, "%2x", &v) == 1 && strchr("0123456789abcdefABCDEF", r[1]) &&
+            strchr("0123456789abcdefABCDEF", r[2]) && v != 0) {
+            *w++ = (char)v;
+            r += 3;
+        } else {
+            *w++ = *r++;
+        }
+    }
+    *w = 0;
+    return (size_t)(w - s);
+}
+
+enum MHD_Result srv_http_on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                    const char *version, const char *upload, size_t *upload_size, void **con_cls) {
     (void)version;
     mx_server *s = cls;
     http_req *rq = *con_cls;
     if (!rq) {
         if (!(rq = calloc(1, sizeof *rq))) return MHD_NO;
         *con_cls = rq;
+    }
+    if (!rq->counted) {
+        rq->counted = true;
+        atomic_fetch_add(&s->n_active, 1);
         atomic_fetch_add(&s->http_requests, 1);
-        const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-        if (cl && strtoull(cl, NULL, 10) > s->o.max_body) {
-            rq->too_big = true;
-            return srv_respond_error(s, c, 413, "request_too_large", "the request body exceeds %zu bytes",
-                                     s->o.max_body);
-        }
+        bool answered;
+        enum MHD_Result r = check_head(s, c, method, rq, &answered);
+        rq->replied = answered;
+        return r;
+    }
+    if (rq->replied) {
+        *upload_size = 0;
         return MHD_YES;
     }
     if (*upload_size) {
@@ -196,122 +389,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     return dispatch(s, c, url, method, rq);
 }
 
-static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)cls, (void)c, (void)toe;
+void srv_http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    (void)c, (void)toe;
+    mx_server *s = cls;
     http_req *rq = *con_cls;
     if (!rq) return;
+    if (rq->counted) atomic_fetch_sub(&s->n_active, 1);
     srv_buf_free(&rq->body);
     free(rq);
     *con_cls = NULL;
-}
-
-static void on_log(void *cls, const char *fmt, va_list ap) {
-    (void)cls;
-    fputs("mlxcel-server: ", stderr);
-    vfprintf(stderr, fmt, ap);
-}
-
-mx_server *mx_server_start(mx_model *m, const mx_tokenizer *tok, const mx_chat_template *tmpl,
-                           const mx_server_opts *o, mx_error *err) {
-    mx_server *s = calloc(1, sizeof *s);
-    if (!s) {
-        mx_fail(err, "out of memory");
-        return NULL;
-    }
-    s->model = m;
-    s->tok = tok;
-    s->tmpl = tmpl;
-    s->o = *o;
-    s->started = (long)time(NULL);
-    snprintf(s->model_id, sizeof s->model_id, "%s", o->model_id ? o->model_id : "mlxcel");
-    atomic_init(&s->stopping, false);
-    atomic_init(&s->http_requests, 0);
-    atomic_init(&s->http_errors, 0);
-    atomic_init(&s->ids, 0);
-
-    // Stop tokens: the model's eos, plus the template's eos token and <|im_end|> when present.
-    int32_t stops[2];
-    int n_stops = 0;
-    const char *eos = tmpl ? mx_chat_template_eos(tmpl) : NULL;
-    int32_t id;
-    if (eos && (id = mx_tokenizer_token_id(tok, eos)) >= 0) stops[n_stops++] = id;
-    if ((id = mx_tokenizer_token_id(tok, "<|im_end|>")) >= 0) stops[n_stops++] = id;
-    pthread_mutex_init(&s->model_lock, NULL);
-    srv_sched_opts so = {o->parallel, o->ctx, o->max_queue, o->prefill_chunk, stops, n_stops, &s->model_lock};
-    // Constrained decoding ends sequences with the same tokens: those above and the model's eos ids.
-    int vocab = mx_model_config(m)->vocab_size, n_all = 0;
-    int32_t all_stops[66];
-    for (int i = 0; i < n_stops; i++) all_stops[n_all++] = stops[i];
-    for (int32_t t = 0; t < vocab && n_all < 66; t++)
-        if (mx_model_is_eos(m, t) && t != stops[0] && (n_stops < 2 || t != stops[1])) all_stops[n_all++] = t;
-    if (!(s->embedder = srv_embedder_create(m, o->ctx, o->pooling, &s->model_lock, err))) {
-        free(s);
-        return NULL;
-    }
-    if (!(s->grammars = srv_grammars_create(tok, vocab, all_stops, n_all))) {
-        mx_fail(err, "out of memory");
-        srv_embedder_free(s->embedder);
-        free(s);
-        return NULL;
-    }
-    if (!(s->sched = srv_sched_create(m, tok, &so, err))) {
-        srv_grammars_free(s->grammars);
-        srv_embedder_free(s->embedder);
-        free(s);
-        return NULL;
-    }
-
-    struct sockaddr_storage addr = {0};
-    socklen_t alen;
-    const char *host = o->host && strcmp(o->host, "localhost") != 0 ? o->host : "127.0.0.1";
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_THREAD_PER_CONNECTION | MHD_USE_ERROR_LOG;
-    struct sockaddr_in *a4 = (struct sockaddr_in *)&addr;
-    struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)&addr;
-    if (inet_pton(AF_INET, host, &a4->sin_addr) == 1) {
-        a4->sin_family = AF_INET;
-        a4->sin_port = htons((uint16_t)o->port);
-        alen = sizeof *a4;
-    } else if (inet_pton(AF_INET6, host, &a6->sin6_addr) == 1) {
-        a6->sin6_family = AF_INET6;
-        a6->sin6_port = htons((uint16_t)o->port);
-        alen = sizeof *a6;
-        flags |= MHD_USE_IPv6;
-    } else {
-        mx_fail(err, "--host '%s' is not an IPv4 or IPv6 address", host);
-        srv_sched_free(s->sched);
-        srv_grammars_free(s->grammars);
-        srv_embedder_free(s->embedder);
-        free(s);
-        return NULL;
-    }
-    (void)alen;
-    s->daemon = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, s, MHD_OPTION_EXTERNAL_LOGGER, on_log,
-                                 s, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr, MHD_OPTION_NOTIFY_COMPLETED,
-                                 on_completed, s, MHD_OPTION_END);
-    if (!s->daemon) {
-        mx_fail(err, "cannot listen on %s port %d (in use, or not allowed)", host, o->port);
-        srv_sched_free(s->sched);
-        srv_grammars_free(s->grammars);
-        srv_embedder_free(s->embedder);
-        free(s);
-        return NULL;
-    }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = di ? di->port : o->port;
-    return s;
-}
-
-int mx_server_port(const mx_server *s) { return s->port; }
-
-void mx_server_stop(mx_server *s) {
-    if (!s) return;
-    // Connection threads waiting on a job see `stopping` within a wait period, cancel and return, so
-    // the daemon joins them; the scheduler goes last since connections still call into it.
-    atomic_store(&s->stopping, true);
-    MHD_stop_daemon(s->daemon);
-    srv_sched_free(s->sched);
-    srv_grammars_free(s->grammars);
-    srv_embedder_free(s->embedder);
-    pthread_mutex_destroy(&s->model_lock);
-    free(s);
 }

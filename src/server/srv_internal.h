@@ -28,7 +28,10 @@ struct mx_server {
     mx_server_opts o;
     char model_id[256];
     int port;
-    atomic_bool stopping;
+    atomic_bool stopping;    // running requests end now with an error reply
+    atomic_bool draining;    // no new requests (503); running ones may finish
+    atomic_int n_conns;      // open connections (srv_conn.c)
+    atomic_int n_active;     // requests between their first byte and their last reply byte
     atomic_ullong http_requests, http_errors, ids;
     long started;            // unix time, for "created"
 };
@@ -40,8 +43,19 @@ enum MHD_Result srv_respond_error(mx_server *s, struct MHD_Connection *c, unsign
                                   const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 json_t *srv_error_json(unsigned status, const char *code, const char *message);
 
-// True when the client of this connection closed its side.
+// True when the client of this connection is gone for sure (the connection was reset or errored).
+// A client that only shut down its sending side (half-close, legal in HTTP/1.1) still reads.
 bool srv_client_gone(struct MHD_Connection *c);
+
+// Headers every reply carries (CORS for allowed origins); call before MHD_queue_response.
+void srv_add_common_headers(mx_server *s, struct MHD_Connection *c, struct MHD_Response *r);
+
+// The request entry points (srv_http.c) that srv_conn.c registers with libmicrohttpd.
+enum MHD_Result srv_http_on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
+                                    const char *version, const char *upload, size_t *upload_size, void **con_cls);
+void *srv_http_on_uri(void *cls, const char *uri, struct MHD_Connection *c);
+void srv_http_on_completed(void *cls, struct MHD_Connection *c, void **con_cls, enum MHD_RequestTerminationCode toe);
+size_t srv_http_unescape(void *cls, struct MHD_Connection *c, char *s);
 
 // Route handlers; body is the parsed JSON (NULL for GET).
 enum MHD_Result srv_route_generate(mx_server *s, struct MHD_Connection *c, srv_kind kind, json_t *body);

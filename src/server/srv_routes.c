@@ -53,6 +53,7 @@ enum MHD_Result srv_route_metrics(mx_server *s, struct MHD_Connection *c) {
         return MHD_NO;
     }
     MHD_add_response_header(r, "Content-Type", "text/plain; version=0.0.4");
+    srv_add_common_headers(s, c, r);
     enum MHD_Result ret = MHD_queue_response(c, 200, r);
     MHD_destroy_response(r);
     return ret;

@@ -2,8 +2,10 @@
 // Server-sent events for streaming requests. libmicrohttpd pulls the body through stream_read on
 // the connection's own thread; the reader blocks on the job until it has something new (a role
 // chunk, reasoning, content, tool calls, the final chunk with finish_reason, usage, [DONE]),
-// checking every 100 ms whether the client is gone, in which case the job is cancelled and the
-// scheduler frees its slot at the next step. Nothing is sent for held-back text (stop strings).
+// checking every 100 ms whether the client is gone (reset) or the server stops. A client is known
+// to be gone only when a write fails, so after 2 s without news a keep-alive comment is written;
+// the job is then cancelled and the scheduler frees its slot at the next step. On shutdown the
+// stream ends with an error event and [DONE]. Nothing is sent for held-back text (stop strings).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,8 @@
 
 #include "server/srv_buf.h"
 #include "server/srv_internal.h"
+
+enum { KEEPALIVE_WAITS = 20 };  // 100 ms waits without news before a keep-alive comment (2 s)
 
 typedef struct sse {
     mx_server *s;
@@ -116,13 +120,30 @@ static bool produce(sse *st) {
     }
     srv_job *j = st->j;
     pthread_mutex_lock(&j->mu);
-    while (!take_new(st)) {
+    for (int waits = 0; !take_new(st); waits++) {
+        if (waits == KEEPALIVE_WAITS) {
+            // An SSE comment: clients ignore it, and writing it is what finds a vanished client
+            // (a half-closed one is still reading, so reading alone cannot tell).
+            srv_buf_puts(&st->out, ": keep-alive\n\n");
+            break;
+        }
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         ts.tv_nsec += 100 * 1000 * 1000;
         if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
         pthread_cond_timedwait(&j->cv, &j->mu, &ts);
-        if (!j->done && (atomic_load(&st->s->stopping) || srv_client_gone(st->c))) {
+        if (j->done) continue;
+        if (atomic_load(&st->s->stopping)) {
+            // Shutdown: the client gets a final error event and [DONE] instead of a cut stream.
+            j->cancelled = true;
+            pthread_mutex_unlock(&j->mu);
+            srv_sched_wake(st->s->sched);
+            sse_event(st, srv_error_json(503, "shutting_down", "the server shut down before the request finished"));
+            srv_buf_puts(&st->out, "data: [DONE]\n\n");
+            st->finished = true;
+            return true;
+        }
+        if (srv_client_gone(st->c)) {
             j->cancelled = true;
             pthread_mutex_unlock(&j->mu);
             srv_sched_wake(st->s->sched);
@@ -183,6 +204,7 @@ enum MHD_Result srv_stream_start(mx_server *s, struct MHD_Connection *c, srv_job
     }
     MHD_add_response_header(r, "Content-Type", "text/event-stream");
     MHD_add_response_header(r, "Cache-Control", "no-cache");
+    srv_add_common_headers(s, c, r);
     enum MHD_Result ret = MHD_queue_response(c, 200, r);
     MHD_destroy_response(r);
     return ret;

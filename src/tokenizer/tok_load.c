@@ -10,6 +10,7 @@
 #include <string.h>
 #include <utf8proc.h>
 
+#include "io/mapped_file.h"
 #include "tokenizer/tok_internal.h"
 
 typedef struct vocab_entry {
@@ -102,6 +103,7 @@ static int merges_from_json(load_ctx *c, json_t *merges) {
 }
 
 static int read_file(const char *path, char **out, size_t *len, mx_error *err) {
+    if (mx_file_check_regular(path, err)) return -1;
     FILE *f = fopen(path, "rb");
     if (!f) return mx_fail(err, "cannot open: %s", strerror(errno));
     char *buf = NULL;

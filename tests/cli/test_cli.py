@@ -205,7 +205,20 @@ with tempfile.TemporaryDirectory() as tmp:
         return data
     d = copy_fixture(tmp, 'noscales')
     mutate_header(d, missing_scales)
-    expect_load_error('quantized weight without scales', d, 'down_proj')
+    expect_load_error('quantized weight without scales', d, "missing tensor 'model.layers.0.mlp.down_proj.scales'")
+
+    # Not regular files: a FIFO would block a reader forever; each is refused by name, at once.
+    demo = 'models/qwen3-demo-44m-4bit'
+    for fname in ('model.safetensors', 'config.json', 'tokenizer.json', 'tokenizer_config.json'):
+        d = os.path.join(tmp, 'fifo_' + fname.split('.')[0])
+        os.mkdir(d)
+        for f in os.listdir(demo):
+            if f != fname:
+                os.symlink(os.path.abspath(os.path.join(demo, f)), os.path.join(d, f))
+        os.mkfifo(os.path.join(d, fname))
+        rc, out, err = run(['generate', '-m', d, '-p', 'hi', '-n', '1'], timeout=60)
+        check(f'bad input: {fname} is a FIFO', rc != 0 and 'not a regular file' in err and fname in err,
+              f'rc={rc} err={err!r}')
 
     d = copy_fixture(tmp, 'arch')
     cfg = json.load(open(os.path.join(d, 'config.json')))

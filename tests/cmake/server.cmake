@@ -33,3 +33,10 @@ if(MLXCEL_SERVER_TESTS)
 else()
   message(STATUS "mlxcel: server tests left out (MLXCEL_SERVER_TESTS=OFF)")
 endif()
+if(MLXCEL_PY3)
+  # Hardening: connection limits and timeouts, UTF-8-safe replies, half-close, CORS, framing,
+  # graceful shutdown (tests/server/hardening.py; raw sockets on loopback).
+  add_test(NAME server_hardening COMMAND ${MLXCEL_PY3} ${PROJECT_SOURCE_DIR}/tests/server/hardening.py
+           $<TARGET_FILE:mlxcel-server> WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(server_hardening PROPERTIES TIMEOUT 300)
+endif()

@@ -4,6 +4,7 @@
 // reference for every other backend, it runs the records one by one and fuses nothing.
 #include "backends/cpu/cpu_backend.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -214,6 +215,39 @@ static int cpu_run_plan(mx_backend *be, const mx_plan *plan, mx_error *err) {
     return 0;
 }
 
+// Host memory: MemAvailable and MemTotal, capped by the cgroup's limit (containers) when it has one.
+static int cpu_mem_info(mx_backend *be, size_t *free_bytes, size_t *total_bytes) {
+    (void)be;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return -1;
+    char line[256];
+    unsigned long long avail = 0, total = 0, v;
+    while (fgets(line, sizeof line, f)) {
+        if (sscanf(line, "MemAvailable: %llu kB", &v) == 1) avail = v * 1024;
+        if (sscanf(line, "MemTotal: %llu kB", &v) == 1) total = v * 1024;
+    }
+    fclose(f);
+    if (!total) return -1;
+    if (!avail) avail = total;
+    if ((f = fopen("/sys/fs/cgroup/memory.max", "r"))) {
+        if (fscanf(f, "%llu", &v) == 1 && v < total) {
+            total = v;
+            unsigned long long used = 0;
+            FILE *u = fopen("/sys/fs/cgroup/memory.current", "r");
+            if (u) {
+                if (fscanf(u, "%llu", &used) != 1) used = 0;
+                fclose(u);
+            }
+            unsigned long long left = used < v ? v - used : 0;
+            if (left < avail) avail = left;
+        }
+        fclose(f);
+    }
+    *free_bytes = (size_t)avail;
+    *total_bytes = (size_t)total;
+    return 0;
+}
+
 static const mx_backend_ops cpu_ops = {
     .name = "cpu",
     .destroy = cpu_destroy,
@@ -227,6 +261,8 @@ static const mx_backend_ops cpu_ops = {
     .sync = cpu_sync,
     .run_plan = cpu_run_plan,
     .plan_release = NULL,
+    .mem_info = cpu_mem_info,
+    .weights_mapped = true,
 };
 
 mx_backend *mx_cpu_backend_create(int threads, mx_error *err) {

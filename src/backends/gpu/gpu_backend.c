@@ -284,6 +284,11 @@ static void gpu_destroy(mx_backend *be) {
     free(be);
 }
 
+static int gpu_mem_info(mx_backend *be, size_t *free_bytes, size_t *total_bytes) {
+    (void)be;
+    return mxg_rt_mem_info(free_bytes, total_bytes);
+}
+
 static const mx_backend_ops gpu_ops = {
     .name = MXG_RUNTIME_NAME,
     .destroy = gpu_destroy,
@@ -297,6 +302,7 @@ static const mx_backend_ops gpu_ops = {
     .sync = gpu_sync,
     .run_plan = gpu_run_plan,
     .plan_release = gpu_plan_release,
+    .mem_info = gpu_mem_info,
 };
 
 // ---- entry points ------------------------------------------------------------------------------
