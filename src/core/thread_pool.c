@@ -101,8 +101,19 @@ mx_pool *mx_pool_create(int n_threads) {
     pthread_cond_init(&p->wake, NULL);
     pthread_cond_init(&p->done_cv, NULL);
     p->workers = calloc(n_threads, sizeof *p->workers);
+    if (!p->workers) {
+        pthread_mutex_destroy(&p->lock);
+        pthread_cond_destroy(&p->wake);
+        pthread_cond_destroy(&p->done_cv);
+        free(p);
+        return NULL;
+    }
     for (int i = 1; i < n_threads; i++) {
         struct worker_start *ws = malloc(sizeof *ws);
+        if (!ws) {
+            p->n_threads = i;  // run with the threads we got
+            break;
+        }
         ws->pool = p;
         ws->index = i;
         if (pthread_create(&p->workers[i], NULL, worker_main, ws) != 0) {

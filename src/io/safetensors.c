@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <fnmatch.h>
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -114,7 +115,10 @@ int mx_st_parse(const uint8_t *file, size_t file_size, const char *label, mx_st_
                 break;
             }
             size_t m = json_object_size(val);
-            meta = calloc(2 * m + 1, sizeof *meta);
+            if (!meta && !(meta = calloc(2 * m + 1, sizeof *meta))) {
+                rc = mx_fail(err, "%s: out of memory", label);
+                break;
+            }
             const char *mk;
             json_t *mv;
             json_object_foreach(val, mk, mv) {
@@ -122,21 +126,26 @@ int mx_st_parse(const uint8_t *file, size_t file_size, const char *label, mx_st_
                 meta[2 * n_meta] = strdup(mk);
                 meta[2 * n_meta + 1] = strdup(json_string_value(mv));
                 n_meta++;
+                if (!meta[2 * n_meta - 2] || !meta[2 * n_meta - 1]) {
+                    rc = mx_fail(err, "%s: out of memory", label);
+                    break;
+                }
             }
             continue;
         }
         mx_st_tensor *t = &tensors[count];
         rc = parse_entry(label, key, val, data, data_size, t, err);
         if (rc == 0) {
-            t->name = strdup(key);
-            count++;
+            if (!(t->name = strdup(key))) rc = mx_fail(err, "%s: out of memory", label);
+            else count++;
         }
     }
     json_decref(root);
     if (rc == 0 && count > 1) {  // overlap check over non-empty tensors sorted by start
         mx_st_tensor **order = malloc(count * sizeof *order);
-        for (size_t i = 0; i < count; i++) order[i] = &tensors[i];
-        qsort(order, count, sizeof *order, cmp_by_begin);
+        if (!order) rc = mx_fail(err, "%s: out of memory", label);
+        for (size_t i = 0; order && i < count; i++) order[i] = &tensors[i];
+        if (order) qsort(order, count, sizeof *order, cmp_by_begin);
         const mx_st_tensor *prev = NULL;
         for (size_t i = 0; i < count && rc == 0; i++) {
             if (order[i]->nbytes == 0) continue;
@@ -176,6 +185,8 @@ static int st_add_file(mx_safetensors *st, const char *path, mx_error *err) {
     if (all_meta) st->meta = all_meta;
     if (!all || !all_meta) {
         free_tensor_names(t, n);
+        for (size_t i = 0; i < 2 * n_meta; i++) free(meta[i]);
+        free(meta);
         return mx_fail(err, "out of memory");
     }
     for (size_t i = 0; i < n; i++) {
@@ -222,21 +233,24 @@ mx_safetensors *mx_st_open_dir(const char *dir, mx_error *err) {
     }
     char **names = NULL;
     size_t n = 0;
+    bool oom = false;
     struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
+    while (!oom && (e = readdir(d)) != NULL) {
         if (fnmatch("model*.safetensors", e->d_name, 0) != 0) continue;
         char **grown = realloc(names, (n + 1) * sizeof *names);
-        if (!grown) break;
-        names = grown;
-        names[n++] = strdup(e->d_name);
+        if (grown) names = grown;
+        if (!grown || !(names[n++] = strdup(e->d_name))) oom = true;
     }
     closedir(d);
     mx_safetensors *st = NULL;
-    if (n == 0) {
+    if (oom) {
+        mx_fail(err, "%s: out of memory listing the folder", dir);
+    } else if (n == 0) {
         mx_fail(err, "%s: no model*.safetensors files in the folder", dir);
     } else {
         qsort(names, n, sizeof *names, cmp_str);
         st = calloc(1, sizeof *st);
+        if (!st) mx_fail(err, "out of memory");
         for (size_t i = 0; st && i < n; i++) {
             char path[4096];
             snprintf(path, sizeof path, "%s/%s", dir, names[i]);

@@ -297,6 +297,8 @@ static enum MHD_Result dispatch(mx_server *s, struct MHD_Connection *c, const ch
                                      ct ? ct : "none");
         json_error_t je;
         body = json_loadb(srv_buf_str(&rq->body), rq->body.n, 0, &je);
+        if (!body && (json_error_code(&je) == json_error_out_of_memory || !je.text[0]))
+            return srv_respond_error(s, c, 500, NULL, "out of memory reading the request body");
         if (!body)
             return srv_respond_error(s, c, 400, "invalid_json", "the body is not valid JSON: %s (line %d, column %d)",
                                      je.text, je.line, je.column);

@@ -145,7 +145,7 @@ static void cpu_destroy(mx_backend *be) {
     cpu_ctx *c = cpu_of(be);
     if (c) {
         mx_pool_free(c->pool);
-        for (int t = 0; t < c->n_threads; t++) free(c->scratch[t]);
+        for (int t = 0; c->scratch && t < c->n_threads; t++) free(c->scratch[t]);
         free(c->scratch);
         for (size_t i = 0; i < c->n_owned; i++) free((void *)c->owned[i]);
         free(c->owned);
@@ -274,11 +274,16 @@ mx_backend *mx_cpu_backend_create(int threads, mx_error *err) {
         mx_fail(err, "out of memory");
         return NULL;
     }
-    c->pool = mx_pool_create(threads);
-    c->n_threads = mx_pool_threads(c->pool);
-    c->scratch = calloc(c->n_threads, sizeof *c->scratch);
     be->ops = &cpu_ops;
     be->ctx = c;
+    c->pool = mx_pool_create(threads);
+    c->n_threads = c->pool ? mx_pool_threads(c->pool) : 0;
+    c->scratch = c->pool ? calloc(c->n_threads, sizeof *c->scratch) : NULL;
+    if (!c->scratch) {
+        cpu_destroy(be);
+        mx_fail(err, "out of memory");
+        return NULL;
+    }
     be->kv_dtype = MX_DTYPE_F32;
     snprintf(be->device_name, sizeof be->device_name, "CPU (%d threads)", c->n_threads);
     if (cpu_reserve_scratch(c, 1 << 16) != 0) {

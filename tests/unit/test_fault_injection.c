@@ -1,0 +1,293 @@
+// SPDX-License-Identifier: MIT
+// Failure injection (this test's build only): every allocation the library makes goes through the
+// linker's --wrap of malloc/calloc/realloc/strdup/strndup/aligned_alloc/posix_memalign (see
+// tests/cmake/fault_injection.cmake), and the wrapper fails the Nth one. For each N, in a child
+// process, model load, a generation (context + forward + sampler) and one server request must end
+// in success or a clean error: a message (load, generate) or an HTTP answer, never a crash, and
+// the server must answer the next request. A second part swaps the backend's ops table for one
+// whose run_plan fails (a device fault as the engine sees it): the forward returns the backend's
+// message, the server answers 500 with it, and the next request succeeds.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "backends/backend.h"
+#include "check.h"
+#include "models/model.h"
+#include "sample/sampler.h"
+#include "server/server.h"
+#include "tokenizer/tokenizer.h"
+
+// ---- the allocation hook ------------------------------------------------------------------------
+static long alloc_count, alloc_fail_at;  // fail_at 0: never
+
+static bool fail_now(void) { return ++alloc_count == alloc_fail_at; }
+
+void *__real_malloc(size_t n);
+void *__real_calloc(size_t a, size_t b);
+void *__real_realloc(void *p, size_t n);
+char *__real_strdup(const char *s);
+char *__real_strndup(const char *s, size_t n);
+void *__real_aligned_alloc(size_t al, size_t n);
+int __real_posix_memalign(void **p, size_t al, size_t n);
+void *__wrap_malloc(size_t n) { return fail_now() ? NULL : __real_malloc(n); }
+void *__wrap_calloc(size_t a, size_t b) { return fail_now() ? NULL : __real_calloc(a, b); }
+void *__wrap_realloc(void *p, size_t n) { return fail_now() ? NULL : __real_realloc(p, n); }
+char *__wrap_strdup(const char *s) { return fail_now() ? NULL : __real_strdup(s); }
+char *__wrap_strndup(const char *s, size_t n) { return fail_now() ? NULL : __real_strndup(s, n); }
+void *__wrap_aligned_alloc(size_t al, size_t n) { return fail_now() ? NULL : __real_aligned_alloc(al, n); }
+int __wrap_posix_memalign(void **p, size_t al, size_t n) { return fail_now() ? 12 : __real_posix_memalign(p, al, n); }
+
+static void arm(long n) {
+    alloc_count = 0;
+    alloc_fail_at = n;
+}
+
+static const char *MODEL = "models/qwen3-demo-44m-4bit";
+
+// ---- the operations under test (each returns 0 on success, 1 on a clean error) -------------------
+static int op_load(void) {
+    mx_error err = {{0}};
+    mx_backend_options bo = {.name = "cpu", .threads = 1};
+    mx_backend *be = mx_backend_create(&bo, &err);
+    mx_model *m = be ? mx_model_load(MODEL, be, &err) : NULL;
+    int rc = m ? 0 : 1;
+    if (!m && !err.msg[0]) {
+        fprintf(stderr, "load failed without a message\n");
+        abort();
+    }
+    mx_model_free(m);
+    mx_backend_free(be);
+    return rc;
+}
+
+static mx_backend *g_be;
+static mx_model *g_model;
+static mx_tokenizer *g_tok;
+
+static int op_generate(void) {
+    mx_error err = {{0}};
+    int32_t *ids = NULL;
+    size_t n = 0;
+    if (mx_tokenizer_encode(g_tok, "Once upon a time", 16, &ids, &n, &err)) return err.msg[0] ? 1 : (abort(), 1);
+    mx_ctx *ctx = mx_ctx_create(g_model, 1, 64, 16, &err);
+    mx_sampling sp = mx_sampling_defaults();
+    sp.temp = 0.8f;
+    sp.top_k = 20;
+    mx_sampler *smp = mx_sampler_create(&sp, mx_model_config(g_model)->vocab_size);
+    float *logits = malloc(sizeof(float) * (size_t)mx_model_config(g_model)->vocab_size);
+    int rc = 1;
+    if (ctx && smp && logits) {
+        int32_t pos[64], slot[64] = {0}, row = (int32_t)n - 1;
+        for (size_t i = 0; i < n; i++) pos[i] = (int32_t)i;
+        mx_batch b = {(int)n, ids, pos, slot, 1, &row};
+        rc = 0;
+        for (int t = 0; t < 4 && rc == 0; t++) {
+            if (mx_ctx_forward(ctx, &b, logits, NULL, &err)) {
+                rc = 1;
+                break;
+            }
+            int32_t next = mx_sampler_sample(smp, logits);
+            mx_sampler_accept(smp, next, true);
+            char *text = mx_tokenizer_decode(g_tok, &next, 1, false);
+            free(text);
+            pos[0] = (int32_t)n + t;
+            ids[0] = next;
+            row = 0;
+            b = (mx_batch){1, ids, pos, slot, 1, &row};
+        }
+        if (rc && !err.msg[0]) {
+            fprintf(stderr, "forward failed without a message\n");
+            abort();
+        }
+    } else if (!ctx && !err.msg[0] && smp && logits) {
+        fprintf(stderr, "context creation failed without a message\n");
+        abort();
+    }
+    free(logits);
+    mx_sampler_free(smp);
+    mx_ctx_free(ctx);
+    free(ids);
+    return rc;
+}
+
+// One HTTP exchange on loopback with fixed buffers (no allocation on the client side). Returns the
+// status code, 0 when the server closed the connection without an answer, -1 if it cannot connect.
+static int http_post(int port, const char *path, const char *body, char *reply, size_t cap) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof a) != 0) {
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    char req[1024];
+    int n = snprintf(req, sizeof req,
+                     "POST %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\n\r\n%s",
+                     path, strlen(body), body);
+    if (write(fd, req, (size_t)n) != n) {
+        close(fd);
+        return 0;
+    }
+    size_t got = 0;
+    ssize_t k;
+    while (got + 1 < cap && (k = read(fd, reply + got, cap - 1 - got)) > 0) got += (size_t)k;
+    reply[got] = 0;
+    close(fd);
+    int status = 0;
+    if (sscanf(reply, "HTTP/1.1 %d", &status) != 1) return 0;
+    return status;
+}
+
+static int g_port;
+static const char *REQ = "{\"prompt\":\"Hello\",\"max_tokens\":3,\"temperature\":0}";
+
+// In this process (the server's threads do not survive a fork): a crash ends the whole test.
+static int op_request(void) {
+    static char reply[65536];
+    int st = http_post(g_port, "/v1/completions", REQ, reply, sizeof reply);
+    alloc_fail_at = 0;
+    // Whatever happened, the server must still serve the next request.
+    static char again[65536];
+    int st2 = http_post(g_port, "/v1/completions", REQ, again, sizeof again);
+    if (st2 != 200) {
+        fprintf(stderr, "after an allocation failure the next request got %d: %.300s\n", st2, again);
+        abort();
+    }
+    if (st == 200) return 0;
+    // An error answer. (jansson's parser reports some allocation failures as syntax errors: 400.)
+    if (st >= 400 && strstr(reply, "\"error\"")) return 1;
+    if (st == 0) return 1;  // connection closed without an answer (the reply itself could not be built)
+    fprintf(stderr, "unexpected answer %d: %.300s\n", st, reply);
+    abort();
+}
+
+// Runs op in a child with the Nth allocation failing. Returns 0 (success), 1 (clean error) or 2
+// (crash or abort).
+static int run_child(int (*op)(void), long n) {
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        arm(n);
+        int rc = op();
+        arm(0);
+        _exit(rc);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    if (WIFEXITED(status) && WEXITSTATUS(status) <= 1) return WEXITSTATUS(status);
+    return 2;
+}
+
+// Counts the allocations of one run of op (in this process), then fails each of the first `dense`
+// one by one and every step-th one after that, up to the count.
+static void sweep(const char *name, int (*op)(void), long dense, long step, bool in_process) {
+    arm(0);
+    op();
+    long total = alloc_count;
+    const char *only = getenv("MLXCEL_FAULT_AT");  // debugging: one N, in this process
+    if (only) {
+        arm(atol(only));
+        printf("%s: failing allocation %s of %ld: %d\n", name, only, total, op());
+        arm(0);
+        return;
+    }
+    int crashes = 0, errors = 0, tried = 0;
+    for (long n = 1; n <= total; n += n < dense ? 1 : step) {
+        int r;
+        if (in_process) {
+            arm(n);
+            r = op();
+            arm(0);
+        } else {
+            r = run_child(op, n);
+        }
+        tried++;
+        if (r == 2) {
+            crashes++;
+            fprintf(stderr, "%s: failing allocation %ld of %ld crashed\n", name, n, total);
+        }
+        errors += r == 1;
+    }
+    printf("%s: %ld allocations; %d failures injected: %d clean errors, %d crashes\n", name, total, tried, errors,
+           crashes);
+    CHECK(crashes == 0);
+    CHECK(errors > 0);
+}
+
+// ---- device faults at the backend seam ------------------------------------------------------------
+static const mx_backend_ops *real_ops;
+static mx_backend_ops faulty_ops;
+static int plans_until_fault = -1;
+
+static int faulty_run_plan(mx_backend *be, const mx_plan *plan, mx_error *err) {
+    if (plans_until_fault == 0) {
+        plans_until_fault = -1;
+        return mx_fail(err, "injected device fault (an illegal memory access was encountered)");
+    }
+    if (plans_until_fault > 0) plans_until_fault--;
+    return real_ops->run_plan(be, plan, err);
+}
+
+static void device_fault(void) {
+    real_ops = g_be->ops;
+    faulty_ops = *real_ops;
+    faulty_ops.run_plan = faulty_run_plan;
+    g_be->ops = &faulty_ops;
+
+    plans_until_fault = 0;
+    CHECK(op_generate() == 1);
+    plans_until_fault = -1;
+    CHECK(op_generate() == 0);
+
+    static char reply[65536];
+    plans_until_fault = 0;
+    int st = http_post(g_port, "/v1/completions", REQ, reply, sizeof reply);
+    CHECK(st == 500 && strstr(reply, "injected device fault"));
+    if (st != 500) fprintf(stderr, "device fault answer %d: %.300s\n", st, reply);
+    st = http_post(g_port, "/v1/completions", REQ, reply, sizeof reply);
+    CHECK(st == 200);
+    g_be->ops = real_ops;
+}
+
+static void json_free(void *p) { free(p); }
+
+int main(void) {
+    signal(SIGPIPE, SIG_IGN);
+    json_set_alloc_funcs(__wrap_malloc, json_free);  // JSON building counts too
+    sweep("load", op_load, 300, 29, false);
+
+    mx_error err = {{0}};
+    mx_backend_options bo = {.name = "cpu", .threads = 1};
+    g_be = mx_backend_create(&bo, &err);
+    g_model = g_be ? mx_model_load(MODEL, g_be, &err) : NULL;
+    g_tok = mx_tokenizer_load("models/qwen3-demo-44m-4bit/tokenizer.json", &err);
+    CHECK(g_model && g_tok);
+    if (!g_model || !g_tok) return check_finish();
+    sweep("generate", op_generate, 200, 7, false);
+
+    mx_server_opts so = {.port = 0, .parallel = 1, .ctx = 256, .max_queue = 4, .max_body = 65536,
+                         .prefill_chunk = 64, .sampling = mx_sampling_defaults(), .model_id = "m"};
+    mx_server *srv = mx_server_start(g_model, g_tok, NULL, &so, &err);
+    CHECK(srv != NULL);
+    if (srv) {
+        g_port = mx_server_port(srv);
+        sweep("server request", op_request, 150, 3, true);
+        device_fault();
+        mx_server_stop(srv);
+    }
+    mx_tokenizer_free(g_tok);
+    mx_model_free(g_model);
+    mx_backend_free(g_be);
+    return check_finish();
+}
