@@ -239,6 +239,6 @@ int tok_bpe_encode_piece(const mx_tokenizer *tok, tok_bpe_scratch *s, const char
     }
     if (whole >= 0 ? tok_ids_push(out, whole) != 0 : bpe_merge(tok, s, piece, n, out) != 0)
         return mx_fail(err, "out of memory");
-    if (cacheable) cache_insert(s, piece, n, h, out->v + start, out->n - start);
+    if (cacheable && out->n > start) cache_insert(s, piece, n, h, out->v + start, out->n - start);
     return 0;
 }
