@@ -29,7 +29,9 @@ static const char serve_usage[] =
     "  --max-connections N     open connections at most (default 2048; more: 503 and close)\n"
     "  --conn-timeout S        close a connection idle (or sending its request) this long (default 30)\n"
     "  --shutdown-timeout S    on SIGTERM/SIGINT, let running requests finish this long (default 10)\n"
-    "  --cors-origin LIST      origins allowed cross-site, comma-separated, or '*' (default: none)\n";
+    "  --cors-origin LIST      origins allowed cross-site, comma-separated, or '*' (default: none)\n"
+    "  --no-special-in-content special tokens written in chat message content are plain text\n"
+    "                          (default: recognized, as Hugging Face does; use for untrusted input)\n";
 
 int cmd_serve(int argc, char **argv) {
     const char *cmd = "serve";
@@ -88,6 +90,8 @@ int cmd_serve(int argc, char **argv) {
         } else if (cli_is(a, NULL, "--cors-origin")) {
             if (!(v = cli_value(cmd, argc, argv, &i))) return MX_EXIT_USAGE;
             so.cors_origins = v;
+        } else if (cli_is(a, NULL, "--no-special-in-content")) {
+            so.no_special_in_content = true;
         } else if (cli_is(a, NULL, "--max-body")) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || cli_int(cmd, a, v, 16, 1 << 30, &iv)) return MX_EXIT_USAGE;
             so.max_body = (size_t)iv;

@@ -32,6 +32,7 @@ typedef struct mx_server_opts {
     int max_connections;     // open connections at most (more: 503 and close); 0: 1024
     double conn_timeout;     // seconds an idle connection (or one sending its request) may stay; 0: 30
     const char *cors_origins;  // comma-separated origins allowed cross-site ("*": any); NULL: none
+    bool no_special_in_content;  // added tokens written in chat message content are plain text
 } mx_server_opts;
 
 typedef struct mx_server mx_server;

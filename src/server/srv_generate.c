@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "server/srv_guard.h"
 #include "server/srv_internal.h"
 #include "server/srv_text.h"
 
@@ -127,6 +128,10 @@ static unsigned build_prompt(mx_server *s, const srv_request *r, int32_t **ids, 
             snprintf(msg, cap, "the model has no chat template; use /v1/completions");
             return 400;
         }
+        if (s->o.no_special_in_content && srv_guard_messages(s->tok, r->messages, &err)) {
+            snprintf(msg, cap, "%s", err.msg);
+            return 500;
+        }
         json_t *tools = r->tool_choice == SRV_TOOLS_NONE ? NULL : r->tools;
         text = mx_chat_template_render(s->tmpl, r->messages, tools, true, r->template_kwargs, &err);
         if (!text) {
@@ -140,7 +145,8 @@ static unsigned build_prompt(mx_server *s, const srv_request *r, int32_t **ids, 
         text = strdup(r->prompt);
         if (!text) return snprintf(msg, cap, "out of memory"), 500;
     }
-    int rc = mx_tokenizer_encode(s->tok, text, strlen(text), ids, n, &err);
+    int rc = r->kind == SRV_KIND_CHAT && s->o.no_special_in_content ? srv_guard_encode(s->tok, text, ids, n, &err)
+                                                                     : mx_tokenizer_encode(s->tok, text, strlen(text), ids, n, &err);
     free(text);
     if (rc) {
         snprintf(msg, cap, "tokenizing the prompt: %s", err.msg);

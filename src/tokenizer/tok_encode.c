@@ -14,6 +14,9 @@
 typedef struct encode_ctx {
     const mx_tokenizer *tok;
     mx_error *err;
+    const char *text;         // the whole input (offsets of `plain` refer to it)
+    const size_t *plain;      // n_plain byte ranges {begin, end} where added tokens are not matched
+    size_t n_plain;
     tok_ids out;
     tok_pretok_scratch pre;
     tok_bpe_scratch bpe;
@@ -56,12 +59,21 @@ static const tok_added *match_at(const tok_added_set *set, const char *s, size_t
     return NULL;
 }
 
+// True when text bytes [b, e) overlap one of the plain ranges.
+static bool overlaps_plain(const encode_ctx *c, size_t b, size_t e) {
+    for (size_t k = 0; k < c->n_plain; k++)
+        if (b < c->plain[2 * k + 1] && c->plain[2 * k] < e) return true;
+    return false;
+}
+
 // Splits s on the added tokens of set: ids for the tokens, fn for each span between them.
 static int split_added(encode_ctx *c, const tok_added_set *set, const char *s, size_t n, bool at_start, span_fn fn) {
     size_t gap = 0, i = 0;
     while (i < n) {
         unsigned b = (unsigned char)s[i];
         const tok_added *a = set->first[b] == set->first[b + 1] ? NULL : match_at(set, s, n, i);
+        if (a && set == &c->tok->added_raw && overlaps_plain(c, (size_t)(s - c->text) + i, (size_t)(s - c->text) + i + a->len))
+            a = NULL;
         if (!a) {
             i++;
             continue;
@@ -100,17 +112,22 @@ static int encode_plain(encode_ctx *c, const char *s, size_t n, bool at_start) {
 
 // A raw span between raw-matched added tokens: normalize, then look for normalized added tokens.
 static int encode_span(encode_ctx *c, const char *s, size_t n, bool at_start) {
-    if (c->tok->n_norm == 0) return split_added(c, &c->tok->added_norm, s, n, at_start, encode_plain);
+    // Normalized added tokens are not looked for in a span that touches a plain range (offsets in
+    // normalized text no longer map to the input's).
+    static const tok_added_set none;
+    const tok_added_set *set = overlaps_plain(c, (size_t)(s - c->text), (size_t)(s - c->text) + n) ? &none
+                                                                                                   : &c->tok->added_norm;
+    if (c->tok->n_norm == 0) return split_added(c, set, s, n, at_start, encode_plain);
     size_t len;
     char *norm = tok_normalize(c->tok, s, n, &len, c->err);
     if (!norm) return -1;
-    int rc = split_added(c, &c->tok->added_norm, norm, len, at_start, encode_plain);
+    int rc = split_added(c, set, norm, len, at_start, encode_plain);
     free(norm);
     return rc;
 }
 
-int mx_tokenizer_encode(const mx_tokenizer *tok, const char *text, size_t len, int32_t **ids, size_t *n_ids,
-                        mx_error *err) {
+static int encode(const mx_tokenizer *tok, const char *text, size_t len, const size_t *plain, size_t n_plain,
+                  int32_t **ids, size_t *n_ids, mx_error *err) {
     if (!ids || !n_ids) return mx_fail(err, "tokenizer encode: ids and n_ids must not be NULL");
     *ids = NULL;
     *n_ids = 0;
@@ -119,10 +136,11 @@ int mx_tokenizer_encode(const mx_tokenizer *tok, const char *text, size_t len, i
     if (len == 0) return 0;
     char *clean = NULL;
     if (!tok_utf8_valid((const unsigned char *)text, len)) {
+        if (n_plain) return mx_fail(err, "tokenizer encode: text with plain ranges must be valid UTF-8");
         if (!(clean = tok_utf8_sanitize(text, len, &len))) return mx_fail(err, "tokenizer encode: out of memory");
         text = clean;
     }
-    encode_ctx c = {.tok = tok, .err = err};
+    encode_ctx c = {.tok = tok, .err = err, .text = text, .plain = plain, .n_plain = n_plain};
     int rc = split_added(&c, &tok->added_raw, text, len, true, encode_span);
     tok_pretok_scratch_free(&c.pre);
     tok_bpe_scratch_free(&c.bpe);
@@ -134,4 +152,30 @@ int mx_tokenizer_encode(const mx_tokenizer *tok, const char *text, size_t len, i
     *ids = c.out.v;
     *n_ids = c.out.n;
     return 0;
+}
+
+int mx_tokenizer_encode(const mx_tokenizer *tok, const char *text, size_t len, int32_t **ids, size_t *n_ids,
+                        mx_error *err) {
+    return encode(tok, text, len, NULL, 0, ids, n_ids, err);
+}
+
+int mx_tokenizer_encode_guarded(const mx_tokenizer *tok, const char *text, size_t len, const size_t *plain,
+                                size_t n_plain, int32_t **ids, size_t *n_ids, mx_error *err) {
+    return encode(tok, text, len, plain, n_plain, ids, n_ids, err);
+}
+
+size_t mx_tokenizer_next_added(const mx_tokenizer *tok, const char *s, size_t n, size_t from, size_t *match_len) {
+    for (size_t i = from; i < n; i++) {
+        unsigned b = (unsigned char)s[i];
+        const tok_added_set *sets[2] = {&tok->added_raw, &tok->added_norm};
+        for (int k = 0; k < 2; k++) {
+            const tok_added *a = sets[k]->first[b] == sets[k]->first[b + 1] ? NULL : match_at(sets[k], s, n, i);
+            if (a) {
+                *match_len = a->len;
+                return i;
+            }
+        }
+    }
+    *match_len = 0;
+    return n;
 }

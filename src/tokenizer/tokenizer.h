@@ -27,6 +27,14 @@ void mx_tokenizer_free(mx_tokenizer *tok);
 // normalization. On success *ids is malloc'ed (caller frees; may be NULL when *n_ids is 0).
 int mx_tokenizer_encode(const mx_tokenizer *tok, const char *text, size_t len, int32_t **ids,
                         size_t *n_ids, mx_error *err);
+// The same, except that no added token is matched where it would overlap one of the n_plain byte
+// ranges {plain[2k], plain[2k+1]} of text: text there is tokenized as ordinary text (untrusted
+// content inside a prompt). The text must be valid UTF-8.
+int mx_tokenizer_encode_guarded(const mx_tokenizer *tok, const char *text, size_t len, const size_t *plain,
+                                size_t n_plain, int32_t **ids, size_t *n_ids, mx_error *err);
+// The offset of the first added token written in s[from..n) (as encode would see it at that
+// position), with its length in *match_len; n (and 0) when there is none.
+size_t mx_tokenizer_next_added(const mx_tokenizer *tok, const char *s, size_t n, size_t from, size_t *match_len);
 
 // Max id + 1 over the model vocabulary and the added tokens.
 int32_t mx_tokenizer_vocab_size(const mx_tokenizer *tok);

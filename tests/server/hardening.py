@@ -336,6 +336,29 @@ for log in ('b.log', 'c.log', 'd.log'):
     text = open(os.path.join(tmp, log)).read()
     check(f'no sanitizer report ({log})', 'Sanitizer' not in text and 'runtime error' not in text, text[-2000:])
 
+# --- special tokens in message content --------------------------------------------------------------
+def chat_prompt_tokens(port, content):
+    st, _, body = req(port, 'POST', '/v1/chat/completions', {'messages': [{'role': 'user', 'content': content}],
+                                                             'max_tokens': 1, 'temperature': 0})
+    return json.loads(body)['usage']['prompt_tokens'] if st == 200 else -st
+
+
+srv = Server(model, os.path.join(tmp, 'e.log'))
+n_plain_default = chat_prompt_tokens(srv.port, 'Hello there')
+n_special_default = chat_prompt_tokens(srv.port, 'Hello<|im_end|>there')
+srv.stop()
+srv = Server(model, os.path.join(tmp, 'f.log'), '--no-special-in-content')
+n_plain_flag = chat_prompt_tokens(srv.port, 'Hello there')
+n_special_flag = chat_prompt_tokens(srv.port, 'Hello<|im_end|>there')
+n_marker_flag = chat_prompt_tokens(srv.port, 'Hello\ufdd0<|im_end|>\ufdd1there')
+srv.stop()
+check('content without special tokens: same prompt with and without --no-special-in-content',
+      n_plain_default == n_plain_flag > 0, f'{n_plain_default} {n_plain_flag}')
+check('by default <|im_end|> in content is one token; with the flag it is plain text (several tokens)',
+      0 < n_special_default < n_special_flag, f'{n_special_default} {n_special_flag}')
+check('marker characters written by the client do not change the guarded prompt', n_marker_flag == n_special_flag,
+      f'{n_marker_flag} {n_special_flag}')
+
 # --- memory estimate at start-up ------------------------------------------------------------------
 p = subprocess.run([BIN, '-m', model, '--port', '0', '--parallel', '256', '--ctx', '1048576'], capture_output=True,
                    timeout=120)
