@@ -30,13 +30,11 @@ if(MLXCEL_SERVER_TESTS)
   add_test(NAME server_openai COMMAND ${MLXCEL_TOOL_NODE} ${PROJECT_SOURCE_DIR}/tests/server/openai_suite.mjs
            $<TARGET_FILE:mlxcel-server> WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(server_openai PROPERTIES FIXTURES_REQUIRED server_node TIMEOUT 300)
-else()
-  message(STATUS "mlxcel: server tests left out (MLXCEL_SERVER_TESTS=OFF)")
-endif()
-if(MLXCEL_PY3)
   # Hardening: connection limits and timeouts, UTF-8-safe replies, half-close, CORS, framing,
-  # graceful shutdown (tests/server/hardening.py; raw sockets on loopback).
-  add_test(NAME server_hardening COMMAND ${MLXCEL_PY3} ${PROJECT_SOURCE_DIR}/tests/server/hardening.py
+  # graceful shutdown, --no-special-in-content, the memory check (tests/server/hardening.py).
+  add_test(NAME server_hardening COMMAND ${MLXCEL_TOOL_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/server/hardening.py
            $<TARGET_FILE:mlxcel-server> WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(server_hardening PROPERTIES TIMEOUT 300)
+else()
+  message(STATUS "mlxcel: server tests left out (MLXCEL_SERVER_TESTS=OFF)")
 endif()

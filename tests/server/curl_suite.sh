@@ -225,18 +225,22 @@ srv_start "$BIN" "$TMP/b.log" -m "$MODEL" --parallel 1 --max-queue 1 --ctx 4096 
 PIDS="$PIDS $SRV_PID"
 AUTH="X-None: 1"
 CURLS=""
+# wait_state P Q: waits (up to ~20 s) until /health shows P processing and Q queued.
+full=0
+wait_state() {
+    local i
+    for i in $(seq 200); do
+        curl -s --max-time 2 "$SRV_URL/health" | grep -q "\"slots_processing\":$1,\"queue\":$2" && return 0
+        sleep 0.1
+    done
+    return 1
+}
+# One request runs, then one waits (started in that order: a busy machine may admit the first late).
 for k in 1 2; do
     # Long enough to still run on a loaded machine; killed below once the 503 is checked.
     curl -sN --max-time 60 -H "$CT" -d '{"prompt":"Count","max_tokens":3500,"stream":true,"ignore_eos":true}' "$SRV_URL/v1/completions" >/dev/null 2>&1 &
     CURLS="$CURLS $!"
-done
-# Wait (up to 20 s) until one request runs and one waits, however slowly the machine starts them.
-full=0
-for k in $(seq 200); do
-    curl -s --max-time 2 "$SRV_URL/health" |
-        python3 -c 'import json,sys; d=json.load(sys.stdin); sys.exit(d["slots_processing"] != 1 or d["queue"] != 1)' &&
-        { full=1; break; }
-    sleep 0.1
+    wait_state 1 $((k - 1)) && full=$((k - 1))
 done
 [ $full = 1 ] || bad "queue never held one running and one waiting request: $(curl -s --max-time 2 "$SRV_URL/health")"
 s=$(curl -s --max-time 10 -D "$TMP/hdr.txt" -o "$TMP/e.json" -w '%{http_code}' -H "$CT" -d '{"prompt":"x","max_tokens":2}' "$SRV_URL/v1/completions")
