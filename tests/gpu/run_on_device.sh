@@ -12,7 +12,9 @@
 # concatenated) and the op-suite and bench logs.
 # If the machine lacks the C libraries (jansson, pcre2, utf8proc, libmicrohttpd, pkg-config), the
 # Debian packages in build/devdeps/*.deb are installed under /usr/local (headers, .pc, libraries).
-# Usage: tests/gpu/run_on_device.sh [--quick]   (--quick: skip the 8B benches and the sanitizer)
+# Usage: [MLXCEL_COMMIT=<commit>] tests/gpu/run_on_device.sh [--quick]
+#   --quick: skip the 8B benches and the sanitizer; MLXCEL_COMMIT names the commit when the tree
+#   was copied without .git. Copy $OUT/LAST_RUN.md back over tests/gpu/LAST_RUN.md and commit it.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 quick=${1:-}

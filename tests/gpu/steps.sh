@@ -77,7 +77,9 @@ steps_finish() {  # steps_finish SCRIPT
     if [ ! -f "$file" ]; then
         printf '# Last device runs\n\nWritten by the device scripts (tests/gpu/steps.sh); commit it after a run.\n' >"$file"
     fi
-    awk -v s="<!-- $script -->" -v e="<!-- end $script -->" '$0 == s {skip = 1} !skip {print} $0 == e {skip = 0}' \
+    # Drop this script's previous section and the "no run yet" note, keep the rest.
+    awk -v s="<!-- $script -->" -v e="<!-- end $script -->" \
+        '$0 == s || $0 == "<!-- none -->" {skip = 1} !skip {print} $0 == e || $0 == "<!-- end none -->" {skip = 0}' \
         "$file" >"$file.tmp" && printf '\n%s\n' "$section" >>"$file.tmp" && cat -s "$file.tmp" >"$file" && rm -f "$file.tmp"
     cp "$file" "$OUT/LAST_RUN.md"
     [ "$steps_failed" -eq 0 ]

@@ -174,6 +174,7 @@ static void check_gemma3_multimodal(mx_backend *be) {
     if (!text) return;
     json_t *cfg = json_pack("{s:s, s:O, s:O, s:{s:i}}", "model_type", "gemma3", "quantization",
                             json_object_get(text, "quantization"), "text_config", text, "vision_config", "hidden_size", 16);
+    json_decref(text);  // cfg holds its own reference ("O")
     json_object_del(json_object_get(cfg, "text_config"), "quantization");
     json_object_del(json_object_get(cfg, "text_config"), "quantization_config");
     char path[600];
