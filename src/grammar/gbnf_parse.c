@@ -6,8 +6,8 @@
 //   item      := '"' literal '"' | '[' '^'? class ']' | '.' | name | '(' alternates ')'
 //                followed by any of  * + ? {m} {m,} {m,n}
 // Whitespace, newlines and `#` comments may appear between any two tokens; a sequence ends where
-// the next `name ::=` begins. Repetition of one character class stays one REP element; other
-// repetitions become auxiliary rules (x* -> R ::= x R | ; x{2,4} -> x x R1, R1 ::= x R2 | , ...).
+// the next `name ::=` begins. Repetition of one character class is one REP element; any other
+// repeated item becomes a rule (when it is not one already) under one REPREF element.
 // Every error names the line and column where it was found.
 #include <stdarg.h>
 #include <stdio.h>
@@ -15,8 +15,6 @@
 #include <string.h>
 
 #include "grammar/gram_internal.h"
-
-#define GRAM_MAX_REPEAT 4096  // bound of {m,n} on anything but a character class
 
 typedef struct elem_vec {
     gram_elem *v;
@@ -278,34 +276,8 @@ static int apply_repeat(parser *ps, elem_vec *ev, int32_t from, int32_t min, int
     if (ev->n - from != 1 || ev->v[from].type != GRAM_REF) {
         if (wrap_tail(ps, ev, from, at)) return -1;
     }
-    if (min > GRAM_MAX_REPEAT || max > GRAM_MAX_REPEAT)
-        return fail_at(ps, at, "repetition bounds above %d are only supported on a character class", GRAM_MAX_REPEAT);
-    gram_elem x = ev->v[from];
-    ev->n = from;
-    for (int32_t i = 0; i < min; i++)
-        if (push_elem(ps, ev, x)) return -1;
-    if (max == min) return 0;
-    if (max < 0) {  // S ::= x S |
-        int32_t s = aux_rule(ps, at);
-        if (s < 0) return -1;
-        elem_vec *b = &ps->rules[s].body;
-        gram_elem seq[] = {x, {.type = GRAM_REF, .arg = s}, {.type = GRAM_ALT}, {.type = GRAM_END}};
-        for (size_t i = 0; i < 4; i++)
-            if (push_elem(ps, b, seq[i])) return -1;
-        return push_elem(ps, ev, (gram_elem){.type = GRAM_REF, .arg = s});
-    }
-    // T1 ::= x T2 | ; ... ; Tk ::= x | ;  built from the last.
-    int32_t next = -1;
-    for (int32_t k = max - min; k >= 1; k--) {
-        int32_t t = aux_rule(ps, at);
-        if (t < 0) return -1;
-        elem_vec *b = &ps->rules[t].body;
-        if (push_elem(ps, b, x)) return -1;
-        if (next >= 0 && push_elem(ps, b, (gram_elem){.type = GRAM_REF, .arg = next})) return -1;
-        if (push_elem(ps, b, (gram_elem){.type = GRAM_ALT}) || push_elem(ps, b, (gram_elem){.type = GRAM_END})) return -1;
-        next = t;
-    }
-    return push_elem(ps, ev, (gram_elem){.type = GRAM_REF, .arg = next});
+    ev->v[from] = (gram_elem){.type = GRAM_REPREF, .arg = ev->v[from].arg, .min = min, .max = max};
+    return 0;
 }
 
 static int parse_int(parser *ps, int32_t *out) {
@@ -352,7 +324,7 @@ static int parse_postfix(parser *ps, elem_vec *ev, int32_t from) {
         }
         if (ev->n == from) return fail_at(ps, at, "a repetition operator needs something before it");
         // A second operator applies to the already repeated item.
-        if (ev->n - from != 1 || ev->v[from].type == GRAM_REP)
+        if (ev->n - from != 1 || ev->v[from].type == GRAM_REP || ev->v[from].type == GRAM_REPREF)
             if (wrap_tail(ps, ev, from, at)) return -1;
         if (apply_repeat(ps, ev, from, min, max, at)) return -1;
     }
@@ -456,7 +428,8 @@ static int parse_rules(parser *ps) {
 // ---- checks after parsing
 
 static bool elem_nullable(const gram_elem *e, const bool *nullable) {
-    return (e->type == GRAM_REP && e->min == 0) || (e->type == GRAM_REF && nullable[e->arg]);
+    return ((e->type == GRAM_REP || e->type == GRAM_REPREF) && e->min == 0) ||
+           ((e->type == GRAM_REF || e->type == GRAM_REPREF) && nullable[e->arg]);
 }
 
 static void compute_nullable(const parser *ps, bool *nullable) {
@@ -496,7 +469,7 @@ static int32_t find_left_cycle(const parser *ps, int32_t r, const bool *nullable
             continue;
         }
         if (!leading) continue;
-        if (e.type == GRAM_REF) {
+        if (e.type == GRAM_REF || e.type == GRAM_REPREF) {
             int32_t c = find_left_cycle(ps, e.arg, nullable, state);
             if (c >= 0) return c;
         }
@@ -523,6 +496,15 @@ static int check_rules(parser *ps, int32_t *root) {
         rc = mx_fail(ps->err, "out of memory");
     } else {
         compute_nullable(ps, nullable);
+        for (int32_t r = 0; r < ps->n_rules && rc == 0; r++) {
+            const elem_vec *b = &ps->rules[r].body;
+            for (int32_t i = 0; i < b->n && rc == 0; i++) {
+                if (b->v[i].type != GRAM_REPREF || !nullable[b->v[i].arg]) continue;
+                const build_rule *x = &ps->rules[b->v[i].arg];
+                rc = mx_fail(ps->err, "grammar line %d, column %d: a repeated %s can match the empty string", x->line,
+                             x->col, strncmp(x->name, "aux-", 4) == 0 ? "group" : "rule");
+            }
+        }
         for (int32_t r = 0; r < ps->n_rules && rc == 0; r++) {
             int32_t c = find_left_cycle(ps, r, nullable, state);
             if (c < 0) continue;

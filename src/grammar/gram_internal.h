@@ -5,8 +5,9 @@
 // A grammar is one array of elements. Rule r's alternatives start at rule_start[r]; each is a run
 // of CHAR / REP / REF elements ended by ALT (another alternative follows) or END (the rule's last).
 // Repetition of a single character class is one REP element with bounds, so `[a-z]{0,64}` is one
-// element whose parser frame counts characters instead of 64 nested rules; any other repetition
-// was rewritten by the parser into auxiliary rules. No rule is left-recursive (checked at parse).
+// element whose parser frame counts characters instead of 64 nested rules; repetition of anything
+// else is one REPREF element (the repeated part made a rule) whose frame counts matches. No rule is
+// left-recursive and no repeated rule can match the empty string (both checked at parse).
 #ifndef MX_GRAMMAR_GRAM_INTERNAL_H
 #define MX_GRAMMAR_GRAM_INTERNAL_H
 
@@ -21,6 +22,7 @@ typedef enum gram_etype {
     GRAM_REF,   // arg: rule id
     GRAM_CHAR,  // arg: class id; one code point of the class
     GRAM_REP,   // arg: class id; min..max code points of the class (max -1: unbounded)
+    GRAM_REPREF,  // arg: rule id; min..max matches of the rule, which cannot match the empty string
 } gram_etype;
 
 typedef struct gram_elem {

@@ -13,8 +13,8 @@
 //     (recursively cached), and only the few tokens that leave it later (`abc"`) are simulated;
 //   - otherwise: a depth-first walk of the vocabulary trie that carries the set of stacks and
 //     prunes a subtree as soon as no stack survives.
-// Counts of a bounded repetition only change the mask near its bounds, so frames that differ only
-// in a count far from both bounds share one cache entry (mask_key). Unbounded repetitions keep
+// Counts of a repetition only change the mask near its bounds, so stacks that differ only in counts
+// far from the bounds (in any frame) share one cache entry (mask_key). Unbounded repetitions keep
 // their count at min, so a long string stays one stack.
 // Everything that creates frames or masks runs under the index's mutex.
 #include <math.h>
@@ -26,12 +26,14 @@
 
 #define MASK_CACHE_BYTES ((size_t)192 << 20)  // masks kept per index before the cache is cleared
 #define FRAME_CHUNK 4096
+#define SHORT_BUDGET 32  // per-class bitsets of "at most k characters" for k up to this
 
 typedef struct gram_frame gram_frame;
 struct gram_frame {
     int32_t pos, count;
     const gram_frame *parent;
     gram_frame *chain;  // next in the intern bucket
+    const gram_frame *key;  // the frame whose mask this stack shares (mask_key), NULL until known
     uint32_t hash;
     int32_t mask;       // entry in ix->entries, -1 until computed
 };
@@ -51,6 +53,7 @@ typedef struct mask_entry {
 typedef struct class_table {
     bool built;
     uint32_t *full;     // [words] tokens all of whose bytes are whole characters of the class
+    uint32_t *upto;     // [SHORT_BUDGET + 1][words]: those of them with at most k characters
     int32_t *all_ids;   // those tokens, most characters first
     int32_t *all_chars;
     int32_t n_all;
@@ -170,6 +173,23 @@ static void expand(mx_gram_index *ix, const gram_frame *f, size_t start) {
         pool_add(ix, start, f);
     } else if (e->type == GRAM_REP) {
         if (e->max < 0 || f->count < e->max) pool_add(ix, start, f);
+        if (f->count >= e->min) expand(ix, cont(ix, f), start);
+    } else if (e->type == GRAM_REPREF) {
+        // One more match of the rule, after which the frame is back here with the count advanced
+        // (the rule cannot match the empty string, so this ends); or, past min, what follows.
+        if (e->max < 0 || f->count < e->max) {
+            int32_t c = f->count + 1;
+            if (e->max < 0 && c > e->min) c = e->min;
+            const gram_frame *again = intern(ix, f->pos, c, f->parent);
+            const gram_elem *el = ix->g->elems;
+            for (int32_t a = ix->g->rule_start[e->arg];;) {
+                MX_ASSERT(!ends_alt(&el[a]));
+                expand(ix, intern(ix, a, 0, again), start);
+                while (!ends_alt(&el[a])) a++;
+                if (el[a].type == GRAM_END) break;
+                a++;
+            }
+        }
         if (f->count >= e->min) expand(ix, cont(ix, f), start);
     } else {
         MX_ASSERT(e->type == GRAM_REF);
@@ -327,6 +347,13 @@ static class_table *class_table_get(mx_gram_index *ix, int32_t cls) {
     }
     for (int32_t i = 0; i < t->n_all; i++) t->all_ids[i] = pairs[2 * i], t->all_chars[i] = pairs[2 * i + 1];
     free(pairs);
+    t->upto = calloc((size_t)(SHORT_BUDGET + 1) * (size_t)v->words, sizeof *t->upto);
+    if (!t->upto) {
+        ix->oom = true;
+        return NULL;
+    }
+    for (int32_t i = 0; i < t->n_all; i++)
+        for (int32_t k = t->all_chars[i]; k <= SHORT_BUDGET; k++) bit_set(t->upto + (size_t)k * (size_t)v->words, t->all_ids[i]);
     t->built = true;
     return t;
 }
@@ -378,7 +405,6 @@ static void compute_rep(mx_gram_index *ix, const gram_frame *f, uint32_t *out) {
     const mx_gram_vocab *v = ix->v;
     int32_t budget = e->max < 0 ? INT32_MAX : e->max - f->count;
     int32_t jlo = e->min > f->count ? e->min - f->count : 0;
-    memcpy(out, t->full, sizeof *out * (size_t)v->words);
     size_t e0 = ix->pool_n;
     expand(ix, cont(ix, f), e0);
     size_t e1 = ix->pool_n;
@@ -397,9 +423,20 @@ static void compute_rep(mx_gram_index *ix, const gram_frame *f, uint32_t *out) {
             if (ok) first_bytes[b >> 5] |= 1u << (b & 31);
         }
     }
-    for (int32_t i = 0; i < t->n_all && t->all_chars[i] > budget; i++) {
+    // Tokens made only of class characters stay inside the repetition when they fit the budget.
+    // Longer ones can only be allowed by leaving it part way, at a class character the
+    // continuation also starts with; when no byte starts both, they are simply out.
+    bool overlap = false;
+    for (uint32_t b = 0; b < 256 && !overlap; b++)
+        if ((first_bytes[b >> 5] >> (b & 31)) & 1) overlap = gram_class_meets(ix->g, e->arg, b, b) || b >= 0x80;
+    if (budget <= SHORT_BUDGET) {
+        memcpy(out, t->upto + (size_t)budget * (size_t)v->words, sizeof *out * (size_t)v->words);
+    } else {
+        memcpy(out, t->full, sizeof *out * (size_t)v->words);
+        for (int32_t i = 0; i < t->n_all && t->all_chars[i] > budget; i++) bit_clear(out, t->all_ids[i]);
+    }
+    for (int32_t i = 0; i < t->n_all && t->all_chars[i] > budget && overlap; i++) {
         int32_t id = t->all_ids[i];
-        bit_clear(out, id);
         if (rep_scan(ix, e->arg, v->bytes[id], v->len[id], jlo, budget, e0, e1, first_bytes)) bit_set(out, id);
     }
     for (int32_t i = 0; i < t->n_mixed; i++) {
@@ -417,11 +454,31 @@ static void compute_rep(mx_gram_index *ix, const gram_frame *f, uint32_t *out) {
     ix->pool_n = e0;
 }
 
-// Frames whose masks are equal share one cache entry: a bounded repetition far from both bounds.
-static const gram_frame *mask_key(mx_gram_index *ix, const gram_frame *f) {
+// Frames whose masks are equal share one cache entry. A token has at most max_chars characters,
+// and a repetition count changes nothing it can see while the count is at least max_chars away
+// from both bounds (each count is a character, or a match of a rule that cannot be empty): such
+// counts are replaced by one representative, here and in every parent frame, so the stacks inside
+// the 3rd and the 300th item of a long array, or at character 40 and 90 of a string, share masks.
+static int32_t key_count(const mx_gram_index *ix, const gram_frame *f) {
     const gram_elem *e = &ix->g->elems[f->pos];
-    if (e->type != GRAM_REP || e->max < 0 || f->count <= e->min || e->max - f->count < ix->v->max_chars) return f;
-    return intern(ix, f->pos, e->min, f->parent);
+    int32_t K = ix->v->max_chars, c = f->count;
+    if (e->type != GRAM_REP && e->type != GRAM_REPREF) return c;
+    bool far_from_max = e->max < 0 || e->max - c >= K;
+    if (c < e->min) return e->min - c >= K && far_from_max ? 0 : c;
+    return far_from_max ? e->min : c;
+}
+
+static const gram_frame *mask_key(mx_gram_index *ix, const gram_frame *f) {
+    if (!f) return NULL;
+    if (f->key) return f->key;
+    const gram_frame *parent = mask_key(ix, f->parent);
+    if (f->parent && !parent) return NULL;  // out of memory
+    int32_t c = key_count(ix, f);
+    const gram_frame *k = parent == f->parent && c == f->count ? f : intern(ix, f->pos, c, parent);
+    if (!k) return NULL;
+    ((gram_frame *)f)->key = k;
+    ((gram_frame *)k)->key = k;
+    return k;
 }
 
 static int32_t store_entry(mx_gram_index *ix, uint32_t *dense) {
@@ -517,6 +574,7 @@ void mx_gram_index_release(mx_gram_index *ix) {
     free(ix->entries);
     for (int32_t c = 0; c < ix->g->n_classes; c++) {
         free(ix->tables[c].full);
+        free(ix->tables[c].upto);
         free(ix->tables[c].all_ids);
         free(ix->tables[c].all_chars);
         free(ix->tables[c].mixed);
@@ -674,6 +732,15 @@ int mx_matcher_accept(mx_matcher *m, int32_t id, mx_error *err) {
 }
 
 void mx_mask_logits(const uint32_t *mask, float *logits, int vocab) {
-    for (int i = 0; i < vocab; i++)
+    int full = vocab / 32;
+    for (int w = 0; w < full; w++) {
+        uint32_t banned = ~mask[w];
+        if (banned == 0xFFFFFFFFu) {
+            for (int i = 0; i < 32; i++) logits[w * 32 + i] = -INFINITY;
+        } else {
+            for (; banned; banned &= banned - 1) logits[w * 32 + __builtin_ctz(banned)] = -INFINITY;
+        }
+    }
+    for (int i = full * 32; i < vocab; i++)
         if (!((mask[i >> 5] >> (i & 31)) & 1)) logits[i] = -INFINITY;
 }

@@ -173,7 +173,9 @@ static unsigned make_jobs(mx_server *s, const srv_request *r, const int32_t *ids
     char *gbnf = srv_grammar_text(r, think_open, &status, msg, cap);
     if (status) return status;
     bool tools = r->kind == SRV_KIND_CHAT && r->tool_choice != SRV_TOOLS_NONE;
-    srv_output_opts oo = {r->stops, r->n_stops, r->kind == SRV_KIND_CHAT, think_open, tools};
+    // Llama 3.x templates ask for a bare JSON call ({"name", "parameters"}) instead of <tool_call>.
+    bool json_calls = tools && r->tools && strcmp(mx_model_config(s->model)->model_type, "llama") == 0;
+    srv_output_opts oo = {r->stops, r->n_stops, r->kind == SRV_KIND_CHAT, think_open, tools, json_calls};
     int room = s->o.ctx - (int)n;
     for (int i = 0; i < r->n && !status; i++) {
         srv_job *j = jobs[i] = srv_job_create(ids, (int)n, &oo);

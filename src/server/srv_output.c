@@ -17,6 +17,8 @@ typedef struct out_tool {
     char *args;
 } out_tool;
 
+enum { JSON_OFF, JSON_UNDECIDED, JSON_HOLD, JSON_CONTENT };  // json_state
+
 struct srv_output {
     char **stops;
     int n_stops;
@@ -28,6 +30,8 @@ struct srv_output {
     srv_buf pending;     // text not yet cleared of stop strings
     srv_buf seg;         // released text not yet classified
     srv_buf tool;        // body of the open <tool_call>
+    int json_state;      // JSON calls (Llama 3.x): whether the answer is held as a possible call
+    srv_buf json_held;   // the held answer
     srv_buf content, reasoning;
     out_tool *tools;
     int n_tools, cap_tools;
@@ -49,6 +53,7 @@ srv_output *srv_output_create(const srv_output_opts *opt) {
     o->parse_tools = opt->parse_tools;
     o->think_allowed = opt->parse_think && !opt->think_open;
     o->state = opt->parse_think && opt->think_open ? SEG_THINK : SEG_CONTENT;
+    o->json_state = opt->json_calls ? JSON_UNDECIDED : JSON_OFF;
     return o;
 }
 
@@ -61,6 +66,7 @@ void srv_output_free(srv_output *o) {
     srv_buf_free(&o->pending);
     srv_buf_free(&o->seg);
     srv_buf_free(&o->tool);
+    srv_buf_free(&o->json_held);
     srv_buf_free(&o->content);
     srv_buf_free(&o->reasoning);
     free(o);
@@ -87,24 +93,26 @@ static void emit_content(srv_output *o, const char *s, size_t n) {
         if (!n) return;
         o->after_think = false;
     }
+    if (o->json_state == JSON_UNDECIDED) {  // the first visible character decides
+        size_t i = 0;
+        while (i < n && (s[i] == ' ' || s[i] == '\n' || s[i] == '\r' || s[i] == '\t')) i++;
+        if (i < n) o->json_state = s[i] == '{' || s[i] == '[' ? JSON_HOLD : JSON_CONTENT;
+        if (o->json_state == JSON_HOLD) s += i, n -= i;
+    }
+    if (o->json_state == JSON_HOLD) {
+        srv_buf_append(&o->json_held, s, n);
+        return;
+    }
     if (o->think_allowed)
         for (size_t i = 0; i < n; i++)
             if (s[i] != ' ' && s[i] != '\n' && s[i] != '\r' && s[i] != '\t') o->think_allowed = false;
     srv_buf_append(&o->content, s, n);
 }
 
-static void add_tool(srv_output *o, const char *body, size_t n) {
-    json_error_t je;
-    json_t *j = json_loadb(body, n, 0, &je);
-    json_t *name = j ? json_object_get(j, "name") : NULL;
-    if (!json_is_string(name)) {
-        // Not a tool call after all: keep the raw text as content.
-        srv_buf_puts(&o->content, "<tool_call>");
-        srv_buf_append(&o->content, body, n);
-        srv_buf_puts(&o->content, "</tool_call>");
-        json_decref(j);
-        return;
-    }
+// Records {"name": ..., "arguments" | "parameters": ...} as a tool call; false when j is not one.
+static bool add_call(srv_output *o, json_t *j) {
+    json_t *name = json_object_get(j, "name");
+    if (!json_is_string(name)) return false;
     json_t *args = json_object_get(j, "arguments");
     if (!args) args = json_object_get(j, "parameters");
     char *args_s = json_is_string(args) ? strdup(json_string_value(args))
@@ -115,8 +123,7 @@ static void add_tool(srv_output *o, const char *body, size_t n) {
         out_tool *t = realloc(o->tools, sizeof *t * (size_t)cap);
         if (!t) {
             free(args_s);
-            json_decref(j);
-            return;
+            return true;
         }
         o->tools = t;
         o->cap_tools = cap;
@@ -124,8 +131,38 @@ static void add_tool(srv_output *o, const char *body, size_t n) {
     o->tools[o->n_tools].name = strdup(json_string_value(name));
     o->tools[o->n_tools].args = args_s;
     o->n_tools++;
-    json_decref(j);
     o->think_allowed = false;
+    return true;
+}
+
+static void add_tool(srv_output *o, const char *body, size_t n) {
+    json_error_t je;
+    json_t *j = json_loadb(body, n, 0, &je);
+    if (!add_call(o, j)) {
+        // Not a tool call after all: keep the raw text as content.
+        srv_buf_puts(&o->content, "<tool_call>");
+        srv_buf_append(&o->content, body, n);
+        srv_buf_puts(&o->content, "</tool_call>");
+    }
+    json_decref(j);
+}
+
+// The held answer of a JSON-call model: one call object, or a list of them, else content.
+static void finish_json_call(srv_output *o) {
+    json_t *j = json_loadb(srv_buf_str(&o->json_held), o->json_held.n, 0, NULL);
+    bool calls = json_is_object(j) ? json_is_string(json_object_get(j, "name")) : json_is_array(j) && json_array_size(j) > 0;
+    size_t i;
+    json_t *c;
+    if (json_is_array(j)) json_array_foreach(j, i, c) calls &= json_is_object(c) && json_is_string(json_object_get(c, "name"));
+    if (calls && json_is_object(j)) {
+        add_call(o, j);
+    } else if (calls) {
+        json_array_foreach(j, i, c) add_call(o, c);
+    } else {
+        srv_buf_append(&o->content, srv_buf_str(&o->json_held), o->json_held.n);
+    }
+    json_decref(j);
+    srv_buf_free(&o->json_held);
 }
 
 // Classifies as much of `seg` as possible; at_end releases partial tags too.
@@ -250,6 +287,7 @@ void srv_output_finish(srv_output *o) {
         srv_buf_free(&o->tool);
         o->state = SEG_CONTENT;
     }
+    if (o->json_state == JSON_HOLD) finish_json_call(o);
 }
 
 bool srv_output_stopped(const srv_output *o) { return o->stopped; }

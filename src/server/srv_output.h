@@ -5,7 +5,9 @@
 //      stop string appears, the text before it is released and everything after is dropped;
 //   2. segmentation (chat only): `<think>...</think>` at the start goes to reasoning, and each
 //      `<tool_call>{"name":..., "arguments":...}</tool_call>` block becomes a tool call; the rest is
-//      content. Partial tags are held back the same way as partial stop strings.
+//      content. Partial tags are held back the same way as partial stop strings. With json_calls
+//      (Llama 3.x templates), an answer whose first visible character opens a JSON object or list is
+//      held to the end and becomes tool calls when it is {"name", "parameters" | "arguments"}.
 // The object owns growing buffers for content and reasoning and a list of tool calls; readers take
 // what is new through byte counts (content_len, reasoning_len, n_tools). Not thread-safe: the
 // caller locks. No model or tokenizer knowledge here, so it is unit-tested with scripted text.
@@ -23,6 +25,8 @@ typedef struct srv_output_opts {
     bool parse_think;          // a leading <think>...</think> is reasoning
     bool think_open;           // the prompt already opened <think>: output starts as reasoning
     bool parse_tools;          // <tool_call> blocks become tool calls
+    bool json_calls;           // (Llama 3.x) an answer that is a JSON object {"name", "parameters"} (or a
+                               // list of them) is a tool call: such an answer is held back until the end
 } srv_output_opts;
 
 srv_output *srv_output_create(const srv_output_opts *o);

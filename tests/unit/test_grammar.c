@@ -31,7 +31,8 @@ static void test_parse_errors(void) {
     expect_parse_error("  root \"a\"", "line 1, column 8: expected '::='");
     expect_parse_error("a ::= \"x\"", "no 'root' rule");
     expect_parse_error("root ::= root \"a\" | \"b\"", "line 1, column 1: rule 'root' is left-recursive");
-    expect_parse_error("root ::= ( \"a\"? )*", "can reach itself without consuming input");
+    expect_parse_error("root ::= ( \"a\"? )*", "line 1, column 10: a repeated group can match the empty string");
+    expect_parse_error("root ::= x{2,3}\nx ::= \"b\"?", "line 2, column 1: a repeated rule can match the empty string");
     expect_parse_error("root ::= \"a\"\nroot ::= \"b\"", "line 2, column 1: rule 'root' is defined twice");
     expect_parse_error("root ::= [abc", "line 1, column 10: unterminated character class");
     expect_parse_error("root ::= * \"a\"", "line 1, column 10: unexpected character '*'");
@@ -263,6 +264,11 @@ int main(void) {
     test_mask_exhaustive(&fx, "root ::= \"\\\"\" [^\"\\\\]{0,40} \"\\\"\" [ ]? \"end\"\n", "\"hello wor\" end");
     test_mask_exhaustive(&fx, "root ::= ( [0-9]{2,5} \",\" )+ \"x\"\n", "12,345,x");
     test_mask_exhaustive(&fx, "root ::= \"é\" [α-ω]* \"漢\"\n", "éαβγ漢");
+    // Long repetitions: stacks at counts far from the bounds share cached masks (mask_key).
+    test_mask_exhaustive(&fx, "root ::= \"[\" item ( \",\" item ){3,400} \"]\"\nitem ::= [a-z]{1,6}\n",
+                         "[ab,cd,ef,gh,ij,kl,mn,op");
+    test_mask_exhaustive(&fx, "root ::= \"<\" [a-z ]{0,300} \">\"\n",
+                         "<the quick brown fox jumps over the lazy dog and keeps running far away>");
     test_schema_walks(&fx);
     mx_gram_vocab_free(fx.v);
     mx_tokenizer_free(fx.tok);

@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+# Server throughput with and without constrained decoding at the same concurrency: starts
+# mlxcel-server (--parallel P), then alternates rounds of C concurrent completions, unconstrained
+# (ignore_eos, so every request generates max_tokens) and constrained by a JSON schema whose
+# answers cannot end before max_tokens either (an array of at least 1000 short strings), after a
+# warm-up of each. Reports generated tokens per second of wall time per round, the medians, and the
+# median of the per-round costs (each constrained round against the plain round just before it).
+# usage: constrained_bench.py PATH/TO/mlxcel-server [-m MODEL] [--parallel 4] [--clients 4]
+#        [--tokens 64] [--rounds 5] [--temp 0]
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import threading
+import time
+import urllib.request
+
+# minItems keeps every answer going to max_tokens, as ignore_eos does for the plain requests.
+SCHEMA = {"type": "array", "items": {"type": "string", "maxLength": 24}, "minItems": 1000}
+
+
+def post(url, body):
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=600) as r:
+        return json.loads(r.read())
+
+
+def round_trip(url, clients, body):
+    out = [None] * clients
+    def one(i):
+        b = dict(body, seed=i + 1)
+        out[i] = post(url, b)
+    t0 = time.time()
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    dt = time.time() - t0
+    tokens = sum(r["usage"]["completion_tokens"] for r in out)
+    return tokens / dt, tokens
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("server")
+    ap.add_argument("-m", default="models/qwen3-demo-44m-4bit")
+    ap.add_argument("--parallel", type=int, default=4)
+    ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--temp", type=float, default=0.0)
+    a = ap.parse_args()
+    proc = subprocess.Popen([a.server, "--port", "0", "-m", a.m, "--parallel", str(a.parallel), "--ctx", "1024"],
+                            stderr=subprocess.PIPE, text=True)
+    port = None
+    while port is None:
+        line = proc.stderr.readline()
+        if not line:
+            raise SystemExit("server did not start")
+        m = re.search(r"listening on http://.*:(\d+)$", line.strip())
+        port = int(m.group(1)) if m else None
+    url = "http://127.0.0.1:%d/v1/completions" % port
+    base = {"prompt": "List some words as JSON:", "max_tokens": a.tokens, "temperature": a.temp}
+    plain = dict(base, ignore_eos=True)
+    constrained = dict(base, response_format={"type": "json_schema", "json_schema": {"name": "w", "schema": SCHEMA}})
+    try:
+        round_trip(url, a.clients, plain)
+        round_trip(url, a.clients, constrained)
+        rates = {"plain": [], "constrained": []}
+        for r in range(a.rounds):
+            for name, body in (("plain", plain), ("constrained", constrained)):
+                rate, tokens = round_trip(url, a.clients, body)
+                rates[name].append(rate)
+                print("round %d %-11s %6.1f tok/s (%d tokens)" % (r, name, rate, tokens), flush=True)
+        mp, mc = statistics.median(rates["plain"]), statistics.median(rates["constrained"])
+        paired = statistics.median(1 - c / p for p, c in zip(rates["plain"], rates["constrained"]))
+        print("median: plain %.1f tok/s, constrained %.1f tok/s, cost %.1f%% (median of per-round costs %.1f%%)" % (
+            mp, mc, 100 * (1 - mc / mp), 100 * paired))
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    main()
