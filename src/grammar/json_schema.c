@@ -14,7 +14,8 @@
 // are ignored. Any other keyword is an error naming it and its path: a constraint the grammar does
 // not enforce is never silently dropped.
 // Sizes are capped so generation always ends: strings without maxLength hold at most 256
-// characters between escapes and 32 escapes, numbers at most 16 integer and 16 fraction digits,
+// characters between escapes and 32 escapes, numbers at most 16 integer and 16 fraction digits and
+// a two-digit exponent (so every number is a finite double),
 // whitespace between tokens at most one newline and 20 indentation characters.
 #include <stdarg.h>
 #include <stdio.h>
@@ -402,6 +403,16 @@ static int gen_pattern(compiler *c, const char *pattern, const char *path) {
     int rc = regex_alt(&r, b.f, 0);
     if (rc == 0 && *r.p) rc = fail(c, path, "pattern: unexpected '%c'", *r.p);
     fputs(" )", b.f);
+    if (rc == 0) {  // the translation must itself be valid GBNF (bad quantifiers, backwards ranges)
+        fflush(b.f);
+        char *probe = NULL;
+        if (asprintf(&probe, "root ::= %s\n", b.text) < 0) probe = NULL;
+        mx_error perr = {{0}};
+        mx_grammar *g = probe ? mx_grammar_parse(probe, &perr) : NULL;
+        if (!g) rc = fail(c, path, "pattern '%s' is not supported: %s", pattern, probe ? perr.msg : "out of memory");
+        mx_grammar_free(g);
+        free(probe);
+    }
     if (!anchored_end) fprintf(b.f, " %s{0,%d}", string_char, PATTERN_PAD);
     fputs(" \"\\\"\"", b.f);
     free(core);
@@ -786,7 +797,7 @@ static const char json_base_rules[] =
     "array ::= \"[\" ws ( value ws ( \",\" ws value ws )* )? \"]\"\n"
     "string ::= \"\\\"\" [^\"\\\\\\x00-\\x1F]{0,256} ( esc [^\"\\\\\\x00-\\x1F]{0,256} ){0,32} \"\\\"\"\n"
     "esc ::= \"\\\\\" ( [\"\\\\/bfnrt] | \"u\" [0-9a-fA-F]{4} )\n"
-    "number ::= integer ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?\n"
+    "number ::= integer ( \".\" [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,2} )?\n"
     "integer ::= \"-\"? ( \"0\" | [1-9] [0-9]{0,15} )\n"
     "boolean ::= \"true\" | \"false\"\n"
     "null ::= \"null\"\n";

@@ -13,6 +13,14 @@
 
 static const char *tok_path = "models/qwen3-demo-44m-4bit/tokenizer.json";
 
+static uint64_t rng_state = 88172645463325252ull;
+static uint32_t rng(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)rng_state;
+}
+
 static void expect_parse_error(const char *text, const char *needle) {
     mx_error err = {{0}};
     mx_grammar *g = mx_grammar_parse(text, &err);
@@ -129,14 +137,6 @@ static void test_mask_exhaustive(fixture *fx, const char *gbnf, const char *pref
     mx_gram_index_release(ix);
 }
 
-static uint64_t rng_state = 88172645463325252ull;
-static uint32_t rng(void) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)rng_state;
-}
-
 // Picks allowed tokens at random (uniformly) until the grammar completes or max steps; returns the
 // text (malloc'ed) or NULL when the walk hit a dead end.
 static char *random_walk(fixture *fx, mx_gram_index *ix, int max_steps, bool prefer_end, bool *ended) {
@@ -228,6 +228,77 @@ static void test_schema_walks(fixture *fx) {
     }
 }
 
+// Deterministic mutations (byte overwrites, deletions, truncations, spliced grammar fragments) of a
+// valid GBNF text and of a JSON schema: every parse succeeds or fails with a message; the
+// sanitizer build turns out-of-bounds reads and leaks into failures.
+static void test_mutations(void) {
+    static const char *const pieces[] = {"(", ")", "|", "*", "+", "?", "{2,}", "{0,3}", "[", "]", "[^", "\"", "\\",
+                                         "::=", "root", "x", "\n", "#", "\\x4", "\\u12", "é", ".", "-"};
+    const char *gbnf = "root ::= \"{\" ws pair ( \",\" ws pair )* ws \"}\"\n"
+                       "pair ::= [a-z]+ \":\" ws ( [0-9]{1,4} | \"'\" [^'\\n]* \"'\" )\nws ::= [ \\n]*\n";
+    size_t n = strlen(gbnf);
+    char buf[512];
+    int parsed = 0, rejected = 0;
+    for (int round = 0; round < 2000; round++) {
+        memcpy(buf, gbnf, n + 1);
+        size_t len = n;
+        int edits = 1 + (int)(rng() % 3);
+        for (int e = 0; e < edits; e++) {
+            size_t at = rng() % (len + 1);
+            switch (rng() % 4) {
+            case 0: if (at < len) buf[at] = (char)(rng() % 128 ? rng() % 128 : 1); break;
+            case 1: if (at < len) memmove(buf + at, buf + at + 1, len - at), len--; break;
+            case 2: len = at, buf[len] = 0; break;
+            default: {
+                const char *p = pieces[rng() % (sizeof pieces / sizeof *pieces)];
+                size_t k = strlen(p);
+                if (len + k < sizeof buf) {
+                    memmove(buf + at + k, buf + at, len - at + 1);
+                    memcpy(buf + at, p, k);
+                    len += k;
+                }
+            }
+            }
+        }
+        mx_error err = {{0}};
+        mx_grammar *g = mx_grammar_parse(buf, &err);
+        if (g) {
+            parsed++;
+        } else {
+            rejected++;
+            CHECK_MSG(err.msg[0] != 0, "rejected without a message: %s", buf);
+        }
+        mx_grammar_free(g);
+    }
+    CHECK(parsed > 0 && rejected > 0);
+    const char *schema = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\",\"minimum\":-5,\"maximum\":70},"
+                         "\"b\":{\"type\":\"array\",\"items\":{\"enum\":[\"x\",1,null]},\"maxItems\":3},\"c\":{\"type\":\"string\","
+                         "\"pattern\":\"^[A-Z]{2}(-[0-9]+)?$\"}},\"required\":[\"a\"]}";
+    n = strlen(schema);
+    for (int round = 0; round < 1500; round++) {
+        memcpy(buf, schema, n + 1);
+        size_t len = n;
+        for (int e = 0; e < 2; e++) {
+            size_t at = rng() % len;
+            if (rng() % 2) buf[at] = "{}[]\":,0123456789-abcxyz^$()|*+?\\"[rng() % 34];
+            else memmove(buf + at, buf + at + 1, len - at), len--;
+        }
+        json_t *j = json_loads(buf, 0, NULL);
+        if (!j) continue;
+        mx_error err = {{0}};
+        char *text = mx_json_schema_to_gbnf(j, &err);
+        if (text) {
+            mx_grammar *g = mx_grammar_parse(text, &err);
+            CHECK_MSG(g != NULL, "schema %s compiled to a grammar that does not parse: %s", buf, err.msg);
+            mx_grammar_free(g);
+        } else {
+            CHECK_MSG(err.msg[0] != 0, "schema rejected without a message: %s", buf);
+        }
+        free(text);
+        json_decref(j);
+    }
+}
+
 static void expect_schema_error(const char *schema_text, const char *needle) {
     json_error_t je;
     json_t *schema = json_loads(schema_text, 0, &je);
@@ -247,11 +318,13 @@ static void test_schema_errors(void) {
     expect_schema_error("{\"type\":\"integer\",\"minimum\":5,\"maximum\":2}", "no integer satisfies the bounds");
     expect_schema_error("{\"type\":\"object\",\"required\":[\"x\"],\"properties\":{}}", "required property 'x'");
     expect_schema_error("{\"type\":\"string\",\"pattern\":\"(?=a)b\"}", "lookaround");
+    expect_schema_error("{\"type\":\"string\",\"pattern\":\"^[c-a]$\"}", "pattern '^[c-a]$' is not supported: grammar line 1");
 }
 
 int main(void) {
     test_parse_errors();
     test_schema_errors();
+    test_mutations();
     fixture fx = {0};
     mx_error err = {{0}};
     fx.tok = mx_tokenizer_load(tok_path, &err);
