@@ -83,6 +83,18 @@ try {
   ok(nc.length === 1 && nc[0].function.name === 'get_time' && typeof JSON.parse(nc[0].function.arguments).tz === 'string',
      `named tool_choice, parallel_tool_calls false -> ${JSON.stringify(nc.map((c) => c.function))}`);
 
+  // streamed: the forced call arrives as tool_calls deltas, finish_reason tool_calls
+  let streamed = [], sfinish = null;
+  for await (const c of await client.chat.completions.create({ model: 'd', messages: [{ role: 'user', content: 'Weather in Rome?' }], tools,
+    tool_choice: { type: 'function', function: { name: 'get_weather' } }, parallel_tool_calls: false, temperature: 0.7, seed: 5, max_tokens: 200,
+    stream: true, ...noThink })) {
+    if (!c.choices.length) continue;
+    for (const d of c.choices[0].delta.tool_calls ?? []) streamed.push(d);
+    sfinish = c.choices[0].finish_reason ?? sfinish;
+  }
+  ok(sfinish === 'tool_calls' && streamed.length === 1 && streamed[0].index === 0 && streamed[0].function.name === 'get_weather' &&
+     ['c', 'f'].includes(JSON.parse(streamed[0].function.arguments).unit), `streamed tool call delta ${JSON.stringify(streamed)} (${sfinish})`);
+
   // n: 3
   const three = await client.chat.completions.create({ model: 'd', messages: [{ role: 'user', content: 'Tell me a story.' }], n: 3,
     temperature: 1.0, seed: 11, max_tokens: 12, ignore_eos: true, ...noThink });
