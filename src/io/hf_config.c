@@ -232,6 +232,16 @@ static int read_gemma(json_t *root, mx_config *cfg, const char *label, mx_error 
     return 0;
 }
 
+// Phi-3: transformers applies `sliding_window` (when not null) to every layer (Phi-3-mini-4k: 2047).
+static int read_phi3_window(json_t *root, mx_config *cfg, const char *label, mx_error *err) {
+    if (get_int(root, "sliding_window", 0, 1, &cfg->sliding_window, label, err)) return -1;
+    if (cfg->sliding_window == 0) return 0;
+    cfg->layer_sliding = calloc((size_t)cfg->n_layers, sizeof(bool));
+    if (!cfg->layer_sliding) return mx_fail(err, "out of memory");
+    for (int i = 0; i < cfg->n_layers; i++) cfg->layer_sliding[i] = true;
+    return 0;
+}
+
 int mx_config_parse(const char *text, const char *gen_text, const char *label, mx_config *cfg, mx_error *err) {
     memset(cfg, 0, sizeof *cfg);
     cfg->bos_id = -1;
@@ -322,7 +332,8 @@ int mx_config_parse(const char *text, const char *gen_text, const char *label, m
     }
     cfg->rope_attn_factor = 1.0;
     if (read_rope(root, cfg, label, err) || read_eos(top, cfg, label, err) || read_quantization(top, cfg, label, err) ||
-        (gemma && read_gemma(root, cfg, label, err)))
+        (gemma && read_gemma(root, cfg, label, err)) ||
+        (strcmp(cfg->model_type, "phi3") == 0 && read_phi3_window(root, cfg, label, err)))
         goto done;
     if (gen_text) {
         json_t *gen = mx_json_loads(gen_text, 0, &jerr);

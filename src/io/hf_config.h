@@ -54,7 +54,8 @@ typedef struct mx_config {
     // Gemma 3 (gemma3_text; also the text model of multimodal gemma3 checkpoints)
     double query_pre_attn_scalar;  // attention scale 1/sqrt(this); 0: 1/sqrt(head_dim)
     int sliding_window;            // 0: every layer attends to the whole context
-    bool *layer_sliding;           // [n_layers] sliding-window layer (layer_types or the pattern); NULL: none
+    bool *layer_sliding;           // [n_layers] sliding-window layer (Gemma: layer_types or the pattern;
+                                   // Phi-3: all when sliding_window is set); NULL: none
     double rope_local_theta;       // RoPE base of the sliding-window layers (rope_local_base_freq)
     char tensor_prefix[32];        // "language_model." for multimodal checkpoints, else ""
 

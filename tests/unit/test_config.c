@@ -83,6 +83,18 @@ int main(void) {
     CHECK(parse("{" BASE ",\"partial_rotary_factor\":0.3}", NULL, &c, &e) != 0);
     CHECK_MSG(strstr(e.msg, "partial_rotary_factor") != NULL, "%s", e.msg);
 
+    // Phi-3-mini-4k's sliding_window applies to every layer (as transformers does); null means none.
+    CHECK(parse("{\"model_type\":\"phi3\",\"vocab_size\":512,\"hidden_size\":128,\"num_hidden_layers\":2,"
+                "\"num_attention_heads\":4,\"sliding_window\":2047}",
+                NULL, &c, &e) == 0);
+    CHECK(c.sliding_window == 2047 && c.layer_sliding && c.layer_sliding[0] && c.layer_sliding[1]);
+    mx_config_free(&c);
+    CHECK(parse("{\"model_type\":\"phi3\",\"vocab_size\":512,\"hidden_size\":128,\"num_hidden_layers\":2,"
+                "\"num_attention_heads\":4,\"sliding_window\":null}",
+                NULL, &c, &e) == 0);
+    CHECK(c.sliding_window == 0 && c.layer_sliding == NULL);
+    mx_config_free(&c);
+
     // Gemma 3: a multimodal checkpoint's text_config (with Gemma3TextConfig's defaults for what it
     // omits), quantization and eos from the top level, tensors under language_model.
     CHECK(parse("{\"model_type\":\"gemma3\",\"eos_token_id\":[1,106],\"quantization\":{\"group_size\":64,\"bits\":4},"
