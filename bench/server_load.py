@@ -4,7 +4,8 @@
 # plain and streamed completions and chats, /health, bad requests (malformed JSON, wrong
 # Content-Type) and clients that disconnect in the middle of a stream. It stops by itself and
 # prints: requests, answers by status and kind, p50/p99 latency per kind, and the server's resident
-# memory before and after (VmRSS). Usage:
+# memory before and after each round (VmRSS; the same load is repeated so that growth from first
+# use, such as thread arenas and KV pages, can be told from a leak). Usage:
 #   python3 bench/server_load.py build/cpu/mlxcel-server [--requests 600] [--clients 8] [--idle 200]
 import argparse
 import json
@@ -25,6 +26,7 @@ ap.add_argument('--requests', type=int, default=600)
 ap.add_argument('--clients', type=int, default=8)
 ap.add_argument('--idle', type=int, default=200)
 ap.add_argument('--parallel', type=int, default=4)
+ap.add_argument('--rounds', type=int, default=2, help='the same load this many times (memory after each)')
 args = ap.parse_args()
 
 root = os.getcwd()
@@ -102,10 +104,11 @@ MIX = [
 
 results = []  # (kind, status, seconds)
 lock = threading.Lock()
-counter = iter(range(args.requests))
+counter = None
 
 
 def worker():
+    global counter
     while True:
         with lock:
             i = next(counter, None)
@@ -119,19 +122,22 @@ def worker():
 
 
 time.sleep(1.0)
-rss0 = rss_kb()
-idle = [socket.create_connection(('127.0.0.1', port)) for _ in range(args.idle)]
-t_start = time.time()
-threads = [threading.Thread(target=worker) for _ in range(args.clients)]
-for t in threads:
-    t.start()
-for t in threads:
-    t.join()
-wall = time.time() - t_start
-for s in idle:
-    s.close()
-time.sleep(2.0)
-rss1 = rss_kb()
+rss = [rss_kb()]
+wall = 0
+for r in range(args.rounds):
+    counter = iter(range(args.requests))
+    idle = [socket.create_connection(('127.0.0.1', port)) for _ in range(args.idle)]
+    t_start = time.time()
+    threads = [threading.Thread(target=worker) for _ in range(args.clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall += time.time() - t_start
+    for s in idle:
+        s.close()
+    time.sleep(2.0)
+    rss.append(rss_kb())
 health = exchange(b'GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')
 proc.send_signal(signal.SIGTERM)
 rc = proc.wait(60)
@@ -147,8 +153,8 @@ def pct(xs, p):
 by_kind = defaultdict(list)
 for kind, st, dt in results:
     by_kind[kind].append((st, dt))
-print(f'requests: {len(results)} from {args.clients} clients with {args.idle} idle connections open, '
-      f'{wall:.1f} s wall, server --parallel {args.parallel}')
+print(f'requests: {len(results)} ({args.rounds} rounds of {args.requests}) from {args.clients} clients with '
+      f'{args.idle} idle connections open, {wall:.1f} s wall, server --parallel {args.parallel}')
 print(f'answers by status: {dict(Counter(str(st) for _, st, _ in results))}')
 print('| kind | n | statuses | p50 ms | p99 ms |')
 print('|---|---|---|---|---|')
@@ -156,6 +162,7 @@ for kind, _ in MIX:
     rows = by_kind[kind]
     lat = [dt * 1000 for _, dt in rows]
     print(f'| {kind} | {len(rows)} | {dict(Counter(str(st) for st, _ in rows))} | {pct(lat, 50):.0f} | {pct(lat, 99):.0f} |')
-print(f'server RSS: {rss0 / 1024:.1f} MiB before, {rss1 / 1024:.1f} MiB after')
+print('server RSS (MiB): before ' + ', then after each round: '.join(f'{x / 1024:.1f}' for x in rss[:2]) +
+      ''.join(f', {x / 1024:.1f}' for x in rss[2:]))
 print(f'/health after the run: {health}; exit status after SIGTERM: {rc}; '
       f'sanitizer reports: {"yes" if "Sanitizer" in text or "runtime error" in text else "none"}')
