@@ -286,8 +286,9 @@ def run_async(fn, *a):
     return t, out
 
 
-srv = Server(model, os.path.join(tmp, 'c.log'), '--parallel', '2', '--shutdown-timeout', '20')
-short = {'prompt': 'Count', 'max_tokens': 60, 'ignore_eos': True}
+# A generous --shutdown-timeout: the sanitizer build on a loaded machine is many times slower.
+srv = Server(model, os.path.join(tmp, 'c.log'), '--parallel', '2', '--shutdown-timeout', '180')
+short = {'prompt': 'Count', 'max_tokens': 24, 'ignore_eos': True}
 t1, o1 = run_async(req, srv.port, 'POST', '/v1/completions', short)
 t2, o2 = run_async(req, srv.port, 'POST', '/v1/completions', dict(short, stream=True))
 time.sleep(0.5)
@@ -298,17 +299,18 @@ try:
 except OSError:
     refused = True
 check('after SIGTERM new connections are refused', refused)
-t1.join(60)
-t2.join(60)
-rc = srv.p.wait(60)
+t1.join(240)
+t2.join(240)
+rc = srv.p.wait(240)
 st, _, body = o1.get('r', (0, '', b''))
 check('a running plain request finishes during the drain', st == 200 and
-      json.loads(body)['usage']['completion_tokens'] == 60, f'{st} {body[:200]!r}')
+      json.loads(body)['usage']['completion_tokens'] == 24, f'{st} {body[:200]!r}')
 st, head, body = o2.get('r', (0, '', b''))
 body = dechunk(body) if 'chunked' in head.lower() else body
 ev = sse_events(body)
-check('a running stream finishes during the drain', st == 200 and ev and ev[-1] == '[DONE]' and
-      json.loads(ev[-2])['choices'][0]['finish_reason'] == 'length', f'{st} {ev[-3:]}')
+last = json.loads(ev[-2]) if len(ev) >= 2 else {}
+check('a running stream finishes during the drain', st == 200 and ev[-1:] == ['[DONE]'] and
+      (last.get('choices') or [{}])[0].get('finish_reason') == 'length', f'{st} {ev[-3:]}')
 check('exit status 0 after the drain', rc == 0, rc)
 
 srv = Server(model, os.path.join(tmp, 'd.log'), '--parallel', '2', '--ctx', '4096', '--shutdown-timeout', '1')
