@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // `mlxcel chat`: an interactive multi-turn chat in the terminal. The whole conversation is rendered
 // through the chat template at each turn, and only the tokens after the longest prefix already in
-// the KV cache are computed, so earlier turns are not recomputed. Ctrl-C stops the current answer
+// the KV cache are computed (the engine's prefix reuse), so earlier turns are not recomputed. Ctrl-C stops the current answer
 // (the partial answer stays in the history); /reset clears the conversation; /exit or end of input
 // quits. A model without a chat template gets plain "User:/Assistant:" turns.
 #include <jansson.h>
@@ -13,7 +13,7 @@
 #include "chat/chat_template.h"
 #include "cli.h"
 #include "commands.h"
-#include "gen_loop.h"
+#include "generate/engine.h"
 #include "prompt.h"
 
 static volatile sig_atomic_t interrupted;
@@ -28,8 +28,10 @@ typedef struct answer {
     size_t len, cap;
 } answer;
 
-static bool collect_and_print(void *user, const char *text, size_t len) {
+static bool collect_and_print(void *user, const mx_token_event *ev) {
     answer *a = user;
+    const char *text = ev->text;
+    size_t len = ev->len;
     fwrite(text, 1, len, stdout);
     fflush(stdout);
     if (a->len + len + 1 > a->cap) {
@@ -107,10 +109,8 @@ int cmd_chat(int argc, char **argv) {
     char *dir = NULL;
     mx_tokenizer *tok = NULL;
     mx_chat_template *tmpl = NULL;
-    mx_ctx *ctx = NULL;
-    mx_sampler *sampler = NULL;
-    int32_t *cached = NULL, *gen_ids = NULL;
-    int n_cached = 0, rc = MX_EXIT_RUNTIME;
+    mx_engine *eng = NULL;
+    int rc = MX_EXIT_RUNTIME;
     json_t *messages = json_array();
     mx_error err = {{0}};
     char line[16384];
@@ -124,9 +124,10 @@ int cmd_chat(int argc, char **argv) {
     int32_t turn_end = tmpl && mx_chat_template_eos(tmpl) ? mx_tokenizer_token_id(tok, mx_chat_template_eos(tmpl)) : -1;
     const mx_config *cfg = mx_model_config(m);
     int max_ctx = mo.ctx ? mo.ctx : (cfg->max_position_embeddings < 4096 ? cfg->max_position_embeddings : 4096);
-    if (!(ctx = mx_ctx_create(m, 1, max_ctx, 512, &err)) || !(sampler = mx_sampler_create(&sp, cfg->vocab_size)) ||
-        !(cached = malloc(sizeof *cached * max_ctx)) || !(gen_ids = malloc(sizeof *gen_ids * (max_new + 1)))) {
-        cli_error(cmd, "%s", err.msg[0] ? err.msg : "out of memory");
+    mx_engine_opts eo = {.n_slots = 1, .max_ctx = max_ctx, .prefill_chunk = 512, .prefix_reuse = reuse_cache,
+                         .threads = mo.threads};
+    if (!(eng = mx_engine_create(m, &eo, &err))) {
+        cli_error(cmd, "%s", err.msg);
         goto done;
     }
     if (system) json_array_append_new(messages, json_pack("{s:s, s:s}", "role", "system", "content", system));
@@ -150,8 +151,7 @@ int cmd_chat(int argc, char **argv) {
         if (strcmp(line, "/reset") == 0) {
             json_array_clear(messages);
             if (system) json_array_append_new(messages, json_pack("{s:s, s:s}", "role", "system", "content", system));
-            n_cached = 0;
-            mx_sampler_reset(sampler);
+            mx_engine_forget(eng);
             printf("(conversation cleared)\n");
             continue;
         }
@@ -173,24 +173,17 @@ int cmd_chat(int argc, char **argv) {
             json_array_remove(messages, json_array_size(messages) - 1);
             continue;
         }
-        int prefix = 0;  // reuse the cached tokens that the new rendering starts with
-        while (reuse_cache && prefix < n_cached && prefix < (int)n_ids && cached[prefix] == ids[prefix]) prefix++;
-        if (prefix == (int)n_ids) prefix--;  // at least one token must be computed
-        if (getenv("MLXCEL_CHAT_DEBUG")) fprintf(stderr, "(reusing %d of %zu tokens)\n", prefix, n_ids);
         answer a = {0};
-        gen_request req = {.ctx = ctx, .model = m, .tok = tok, .sampler = sampler, .params = &sp, .prompt = ids + prefix,
-                           .n_prompt = (int)n_ids - prefix, .start_pos = prefix, .max_new = max_new,
-                           .extra_eos = turn_end, .on_text = collect_and_print, .user = &a, .out_ids = gen_ids};
-        gen_stats st;
-        mx_sampler_reset(sampler);
-        int grc = gen_run(&req, &st, &err);
+        mx_seq_opts so = {.sampling = sp, .max_new = max_new, .stop_ids = &turn_end, .n_stop_ids = turn_end >= 0 ? 1 : 0,
+                          .n_logprobs = -1, .on_token = collect_and_print, .user = &a};
+        mx_seq *seq = mx_seq_create(tok, ids, (int)n_ids, &so, max_ctx, &err);
+        int grc = !seq || mx_engine_admit(eng, seq, &err) != 0 ? -1 : mx_engine_run(eng, &err);
         fputc('\n', stdout);
         if (grc != 0) cli_error(cmd, "%s", err.msg);
-        if (st.stopped) fprintf(stderr, "(stopped)\n");
-        // The cache now holds the prompt and every generated token but the last one.
-        memcpy(cached, ids, sizeof *ids * n_ids);
-        n_cached = (int)n_ids;
-        for (int g = 0; g + 1 < st.generated_tokens && n_cached < max_ctx; g++) cached[n_cached++] = gen_ids[g];
+        if (seq && getenv("MLXCEL_CHAT_DEBUG")) fprintf(stderr, "(reusing %d of %zu tokens)\n", mx_seq_reused(seq), n_ids);
+        if (seq && mx_seq_finish_reason(seq) == MX_FINISH_STOP && interrupted) fprintf(stderr, "(stopped)\n");
+        if (seq) mx_engine_release(eng, seq);
+        mx_seq_free(seq);
         json_array_append_new(messages, json_pack("{s:s, s:s}", "role", "assistant", "content", a.text ? a.text : ""));
         free(a.text);
         free(ids);
@@ -198,11 +191,8 @@ int cmd_chat(int argc, char **argv) {
     rc = MX_EXIT_OK;
 done:
     json_decref(messages);
-    free(cached);
-    free(gen_ids);
     free(dir);
-    mx_sampler_free(sampler);
-    mx_ctx_free(ctx);
+    mx_engine_free(eng);
     mx_chat_template_free(tmpl);
     mx_tokenizer_free(tok);
     mx_model_free(m);

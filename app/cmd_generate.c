@@ -9,7 +9,8 @@
 #include "cli.h"
 #include "constrain.h"
 #include "commands.h"
-#include "gen_loop.h"
+#include "core/clock.h"
+#include "generate/engine.h"
 #include "prompt.h"
 
 static void usage(FILE *to) {
@@ -26,9 +27,9 @@ static void usage(FILE *to) {
             cli_model_help, cli_sampling_help);
 }
 
-static bool print_text(void *user, const char *text, size_t len) {
+static bool print_text(void *user, const mx_token_event *ev) {
     (void)user;
-    fwrite(text, 1, len, stdout);
+    fwrite(ev->text, 1, ev->len, stdout);
     fflush(stdout);
     return true;
 }
@@ -80,8 +81,8 @@ int cmd_generate(int argc, char **argv) {
     mx_model *m = NULL;
     char *dir = NULL;
     mx_tokenizer *tok = NULL;
-    mx_ctx *ctx = NULL;
-    mx_sampler *sampler = NULL;
+    mx_engine *eng = NULL;
+    mx_seq *seq = NULL;
     cli_constraint cons = {0};
     int32_t *ids = NULL;
     size_t n_ids = 0;
@@ -98,39 +99,44 @@ int cmd_generate(int argc, char **argv) {
         cli_error(cmd, "the prompt has %zu tokens but the context holds %d (use --ctx)", n_ids, max_ctx);
         goto done;
     }
-    if (!(ctx = mx_ctx_create(m, 1, max_ctx, 512, &err))) {
+    mx_engine_opts eo = {.n_slots = 1, .max_ctx = max_ctx, .prefill_chunk = 512, .prefix_reuse = false,
+                         .threads = mo.threads};
+    mx_seq_opts so = {.sampling = sp, .max_new = max_new, .ignore_eos = ignore_eos, .stop_ids = &extra_eos,
+                      .n_stop_ids = extra_eos >= 0 ? 1 : 0, .n_logprobs = -1, .on_token = print_text,
+                      .matcher = cons.matcher};
+    if (!(eng = mx_engine_create(m, &eo, &err)) || !(seq = mx_seq_create(tok, ids, (int)n_ids, &so, max_ctx, &err)) ||
+        mx_engine_admit(eng, seq, &err) != 0) {
         cli_error(cmd, "%s", err.msg);
         goto done;
     }
-    if (!(sampler = mx_sampler_create(&sp, cfg->vocab_size))) {
-        cli_error(cmd, "out of memory");
-        goto done;
-    }
-    gen_request req = {.ctx = ctx, .model = m, .tok = tok, .sampler = sampler, .params = &sp, .prompt = ids, .n_prompt = (int)n_ids,
-                       .max_new = max_new, .ignore_eos = ignore_eos, .extra_eos = extra_eos, .on_text = print_text,
-                       .matcher = cons.matcher};
-    gen_stats st;
-    if (gen_run(&req, &st, &err) != 0) {
+    if (mx_engine_run(eng, &err) != 0 || mx_seq_finish_reason(seq) == MX_FINISH_ERROR) {
         fputc('\n', stdout);
-        cli_error(cmd, "%s", err.msg);
+        cli_error(cmd, "%s", err.msg[0] ? err.msg : mx_seq_error(seq));
         goto done;
     }
+    int n_gen;
+    mx_seq_generated(seq, &n_gen);
+    int n_prompt = mx_seq_prompt_len(seq);
+    double t_admit = mx_seq_time_admitted(seq), t_first = mx_seq_time_first(seq), t_done = mx_seq_time_done(seq);
     fputc('\n', stdout);
     fflush(stdout);
     fprintf(stderr, "Backend: %s, %s\n", be->ops->name, be->device_name);
-    fprintf(stderr, "Prompt: %d tokens, %.3f tokens-per-sec\n", st.prompt_tokens,
-            st.prompt_seconds > 0 ? st.prompt_tokens / st.prompt_seconds : 0.0);
-    fprintf(stderr, "Generation: %d tokens, %.3f tokens-per-sec\n", st.generated_tokens,
-            st.generate_seconds > 0 ? st.generated_tokens / st.generate_seconds : 0.0);
+    // The prompt's time ends with the first token (the prefill step chooses it); the rate of
+    // generation counts the tokens after it.
+    fprintf(stderr, "Prompt: %d tokens, %.3f tokens-per-sec\n", n_prompt,
+            t_first > t_admit ? n_prompt / (t_first - t_admit) : 0.0);
+    fprintf(stderr, "Generation: %d tokens, %.3f tokens-per-sec\n", n_gen,
+            n_gen > 1 && t_done > t_first ? (n_gen - 1) / (t_done - t_first) : 0.0);
     fprintf(stderr, "Peak memory: %.3f GB\n", cli_peak_rss() / 1e9);
     rc = MX_EXIT_OK;
 done:
     free(prompt_text);
     free(ids);
     free(dir);
-    mx_sampler_free(sampler);
+    if (eng && seq) mx_engine_release(eng, seq);
+    mx_seq_free(seq);
+    mx_engine_free(eng);
     cli_constraint_close(&cons);
-    mx_ctx_free(ctx);
     mx_tokenizer_free(tok);
     mx_model_free(m);
     mx_backend_free(be);

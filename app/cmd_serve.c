@@ -31,7 +31,9 @@ static const char serve_usage[] =
     "  --shutdown-timeout S    on SIGTERM/SIGINT, let running requests finish this long (default 10)\n"
     "  --cors-origin LIST      origins allowed cross-site, comma-separated, or '*' (default: none)\n"
     "  --no-special-in-content special tokens written in chat message content are plain text\n"
-    "                          (default: recognized, as Hugging Face does; use for untrusted input)\n";
+    "                          (default: recognized, as Hugging Face does; use for untrusted input)\n"
+
+    "  --no-prefix-cache       compute every prompt in full (no reuse of cached prefixes)\n";
 
 int cmd_serve(int argc, char **argv) {
     const char *cmd = "serve";
@@ -68,6 +70,8 @@ int cmd_serve(int argc, char **argv) {
         } else if (cli_is(a, NULL, "--prefill-chunk")) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || cli_int(cmd, a, v, 1, 1 << 16, &so.prefill_chunk))
                 return MX_EXIT_USAGE;
+        } else if (cli_is(a, NULL, "--no-prefix-cache")) {
+            so.no_prefix_cache = true;
         } else if (cli_is(a, NULL, "--timeout")) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || cli_float(cmd, a, v, 0, 1e7, &fv)) return MX_EXIT_USAGE;
             so.timeout = fv;

@@ -33,6 +33,7 @@ typedef struct mx_server_opts {
     double conn_timeout;     // seconds an idle connection (or one sending its request) may stay; 0: 30
     const char *cors_origins;  // comma-separated origins allowed cross-site ("*": any); NULL: none
     bool no_special_in_content;  // added tokens written in chat message content are plain text
+    bool no_prefix_cache;    // compute every prompt in full (no reuse of a free slot's kept prefix)
 } mx_server_opts;
 
 typedef struct mx_server mx_server;

@@ -126,7 +126,8 @@ mx_server *mx_server_start(mx_model *m, const mx_tokenizer *tok, const mx_chat_t
     if (eos && (id = mx_tokenizer_token_id(tok, eos)) >= 0) stops[n_stops++] = id;
     if ((id = mx_tokenizer_token_id(tok, "<|im_end|>")) >= 0) stops[n_stops++] = id;
     pthread_mutex_init(&s->model_lock, NULL);
-    srv_sched_opts so = {o->parallel, o->ctx, o->max_queue, o->prefill_chunk, stops, n_stops, &s->model_lock};
+    srv_sched_opts so = {o->parallel, o->ctx, o->max_queue, o->prefill_chunk, stops, n_stops, &s->model_lock,
+                         !o->no_prefix_cache};
     // Constrained decoding ends sequences with the same tokens: those above and the model's eos ids.
     int vocab = mx_model_config(m)->vocab_size, n_all = 0;
     int32_t all_stops[66];

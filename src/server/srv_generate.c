@@ -8,15 +8,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "server/srv_guard.h"
 #include "server/srv_internal.h"
 #include "server/srv_text.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 json_t *srv_usage_json(int n_prompt, int n_generated) {
     return json_pack("{s:i, s:i, s:i}", "prompt_tokens", n_prompt, "completion_tokens", n_generated, "total_tokens",
@@ -36,41 +31,61 @@ json_t *srv_tool_calls_json(const srv_job *j, const srv_gen_info *info, int from
     return arr;
 }
 
-json_t *srv_logprobs_json(const srv_job *j, srv_kind kind, size_t from, size_t to) {
+// {token, logprob, bytes} of one token.
+static json_t *token_entry(const mx_tokenizer *tok, int32_t id, double lp) {
+    char *txt = mx_tokenizer_decode(tok, &id, 1, false);
+    json_t *bytes = json_array();
+    for (const unsigned char *p = (const unsigned char *)(txt ? txt : ""); *p; p++)
+        json_array_append_new(bytes, json_integer(*p));
+    json_t *e = json_pack("{s:s, s:f, s:o}", "token", txt ? txt : "", "logprob", lp, "bytes", bytes);
+    free(txt);
+    return e;
+}
+
+// The chat form of one token: {token, logprob, bytes, top_logprobs: [...]}.
+static json_t *logprob_item(const mx_tokenizer *tok, const mx_sample_out *o) {
+    json_t *e = token_entry(tok, o->id, o->logprob);
+    json_t *tops = json_array();
+    for (int i = 0; i < o->n_top; i++) json_array_append_new(tops, token_entry(tok, o->top_id[i], o->top_logprob[i]));
+    json_object_set_new(e, "top_logprobs", tops);
+    return e;
+}
+
+json_t *srv_logprobs_json(const mx_tokenizer *tok, const srv_job *j, srv_kind kind, size_t from, size_t to) {
     if (j->n_logprobs < 0) return json_null();
-    json_t *items = j->logprobs ? j->logprobs : NULL;
+    if (to > j->n_lp) to = j->n_lp;
     if (kind == SRV_KIND_CHAT) {
         json_t *content = json_array();
-        for (size_t i = from; i < to && items; i++) json_array_append(content, json_array_get(items, i));
+        for (size_t i = from; i < to; i++) json_array_append_new(content, logprob_item(tok, &j->lp[i]));
         return json_pack("{s:o}", "content", content);
     }
     json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
     size_t off = 0;
-    for (size_t i = 0; i < to && items; i++) {
-        json_t *e = json_array_get(items, i);
-        const char *t = json_string_value(json_object_get(e, "token"));
+    for (size_t i = 0; i < to; i++) {
+        const mx_sample_out *o = &j->lp[i];
+        char *t = mx_tokenizer_decode(tok, &o->id, 1, false);
         if (i >= from) {
             json_array_append_new(tokens, json_string(t ? t : ""));
-            json_array_append(lps, json_object_get(e, "logprob"));
+            json_array_append_new(lps, json_real(o->logprob));
             json_t *m = json_object();
-            size_t k;
-            json_t *alt;
-            json_array_foreach(json_object_get(e, "top_logprobs"), k, alt) {
-                const char *at = json_string_value(json_object_get(alt, "token"));
-                json_object_set(m, at ? at : "", json_object_get(alt, "logprob"));
+            for (int k = 0; k < o->n_top; k++) {
+                char *at = mx_tokenizer_decode(tok, &o->top_id[k], 1, false);
+                json_object_set_new(m, at ? at : "", json_real(o->top_logprob[k]));
+                free(at);
             }
             json_array_append_new(tops, m);
             json_array_append_new(offs, json_integer((json_int_t)off));
         }
         off += t ? strlen(t) : 0;
+        free(t);
     }
     return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs", tops,
                      "text_offset", offs);
 }
 
 // One choice of a finished job (job lock held).
-static json_t *choice_json(const srv_job *j, const srv_gen_info *info, int index) {
-    size_t n_lp = j->logprobs ? json_array_size(j->logprobs) : 0;
+static json_t *choice_json(const mx_tokenizer *tok, const srv_job *j, const srv_gen_info *info, int index) {
+    size_t n_lp = j->n_lp;
     size_t clen, rlen;
     const char *content = srv_output_content(j->out, &clen);
     const char *reasoning = srv_output_reasoning(j->out, &rlen);
@@ -83,19 +98,19 @@ static json_t *choice_json(const srv_job *j, const srv_gen_info *info, int index
         if (rlen) json_object_set_new(msg, "reasoning_content", json_stringn(reasoning, rlen));
         if (n_tools) json_object_set_new(msg, "tool_calls", srv_tool_calls_json(j, info, 0, false));
         return json_pack("{s:i, s:o, s:o, s:s}", "index", index, "message", msg, "logprobs",
-                         srv_logprobs_json(j, info->kind, 0, n_lp), "finish_reason", j->finish);
+                         srv_logprobs_json(tok, j, info->kind, 0, n_lp), "finish_reason", j->finish);
     }
     return json_pack("{s:i, s:s%, s:o, s:s}", "index", index, "text", content, clen, "logprobs",
-                     srv_logprobs_json(j, info->kind, 0, n_lp), "finish_reason", j->finish);
+                     srv_logprobs_json(tok, j, info->kind, 0, n_lp), "finish_reason", j->finish);
 }
 
 // The whole answer of n finished jobs (takes each job's lock).
-static json_t *final_json(srv_job **jobs, int n, const srv_gen_info *info) {
+static json_t *final_json(const mx_tokenizer *tok, srv_job **jobs, int n, const srv_gen_info *info) {
     json_t *choices = json_array();
     int generated = 0;
     for (int i = 0; i < n; i++) {
         pthread_mutex_lock(&jobs[i]->mu);
-        json_array_append_new(choices, choice_json(jobs[i], info, i));
+        json_array_append_new(choices, choice_json(tok, jobs[i], info, i));
         generated += jobs[i]->n_generated;
         pthread_mutex_unlock(&jobs[i]->mu);
     }
@@ -188,7 +203,7 @@ static unsigned make_jobs(mx_server *s, const srv_request *r, const int32_t *ids
         if (r->sampling.has_seed) j->sampling.seed = r->sampling.seed + (uint64_t)i;
         j->n_logprobs = r->n_logprobs;
         j->ignore_eos = r->ignore_eos;
-        j->deadline = s->o.timeout > 0 ? now_s() + s->o.timeout : 0;
+        j->deadline = s->o.timeout > 0 ? mx_now() + s->o.timeout : 0;
         if (r->n_bias) {
             j->bias_ids = malloc(sizeof *j->bias_ids * (size_t)r->n_bias);
             j->bias_values = malloc(sizeof *j->bias_values * (size_t)r->n_bias);
@@ -294,7 +309,7 @@ enum MHD_Result srv_route_generate(mx_server *s, struct MHD_Connection *c, srv_k
         }
         pthread_mutex_unlock(&jobs[i]->mu);
     }
-    if (!resp) resp = final_json(jobs, n_jobs, &info);
+    if (!resp) resp = final_json(s->tok, jobs, n_jobs, &info);
     for (int i = 0; i < n_jobs; i++) srv_job_release(jobs[i]);
     return srv_respond_json(s, c, status, resp);
 }

@@ -83,7 +83,7 @@ enum MHD_Result srv_stream_start(mx_server *s, struct MHD_Connection *c, srv_job
 // Response pieces shared by the JSON and SSE forms (job lock held by the caller).
 json_t *srv_usage_json(int n_prompt, int n_generated);
 json_t *srv_tool_calls_json(const srv_job *j, const srv_gen_info *info, int from, bool with_index);
-// Logprobs of items [from, to) of j->logprobs in the chat or completion form; NULL when off.
-json_t *srv_logprobs_json(const srv_job *j, srv_kind kind, size_t from, size_t to);
+// Logprobs of tokens [from, to) of j->lp in the chat or completion form; JSON null when off.
+json_t *srv_logprobs_json(const mx_tokenizer *tok, const srv_job *j, srv_kind kind, size_t from, size_t to);
 
 #endif

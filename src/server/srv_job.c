@@ -19,7 +19,6 @@ srv_job *srv_job_create(const int32_t *prompt, int n_prompt, const srv_output_op
     if (n_prompt > 0) memcpy(j->prompt, prompt, sizeof(int32_t) * (size_t)n_prompt);
     j->n_prompt = n_prompt;
     j->n_logprobs = -1;
-    j->slot = -1;
     j->refs = 1;
     j->sampling = mx_sampling_defaults();
     pthread_mutex_init(&j->mu, NULL);
@@ -42,11 +41,12 @@ void srv_job_release(srv_job *j) {
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     srv_output_free(j->out);
-    json_decref(j->logprobs);
-    mx_sampler_free(j->sampler);
+    free(j->lp);
+    mx_seq_free(j->seq);
     mx_matcher_free(j->matcher);
     free(j->bias_ids);
     free(j->bias_values);
+    free(j->bias);
     free(j->prompt);
     free(j);
 }

@@ -14,6 +14,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/sample_rows.h"
+#include "generate/seq.h"
 #include "grammar/grammar.h"
 #include "sample/sampler.h"
 #include "server/srv_output.h"
@@ -32,11 +34,13 @@ typedef struct srv_job {
     int32_t *bias_ids;     // logit_bias (owned): bias_values[i] is added to the logit of bias_ids[i]
     float *bias_values;
     int n_bias;
+    mx_logit_bias *bias;   // the same as the sampler reads it (made by the scheduler at admission)
     // shared (mu)
     pthread_mutex_t mu;
     pthread_cond_t cv;
     srv_output *out;       // decoded text, split into content / reasoning / tool calls
-    json_t *logprobs;      // array of {token, logprob, bytes, top_logprobs} (when n_logprobs >= 0)
+    mx_sample_out *lp;     // [n_lp] logprobs of the generated tokens (when n_logprobs >= 0)
+    size_t n_lp, cap_lp;
     int n_generated;
     bool started;          // admitted into a slot
     bool done;
@@ -46,11 +50,7 @@ typedef struct srv_job {
     bool cancelled;        // the client went away or the server stops
     int refs;
     // scheduler
-    int slot;              // -1 while queued
-    int n_fed;             // prompt tokens already in the KV cache
-    int32_t last;          // last sampled token (fed at the next step)
-    mx_sampler *sampler;
-    mx_detok detok;
+    mx_seq *seq;           // the engine's sequence while admitted
 } srv_job;
 
 // A job holding a copy of the prompt and an output object made from opts; refs = 1.

@@ -35,7 +35,11 @@ enum MHD_Result srv_route_metrics(mx_server *s, struct MHD_Connection *c) {
     metric(&b, "http_errors_total", "counter", "HTTP answers with an error status", (double)atomic_load(&s->http_errors));
     metric(&b, "requests_total", "counter", "Generation requests admitted into a slot", (double)st.requests);
     metric(&b, "requests_cancelled_total", "counter", "Generations cancelled (client gone)", (double)st.cancelled);
-    metric(&b, "prompt_tokens_total", "counter", "Prompt tokens processed", (double)st.prompt_tokens);
+    metric(&b, "prompt_tokens_total", "counter", "Prompt tokens of admitted requests", (double)st.prompt_tokens);
+    metric(&b, "prefix_cache_hit_tokens_total", "counter", "Prompt tokens reused from a cached prefix",
+           (double)st.reused_tokens);
+    metric(&b, "prefix_cache_miss_tokens_total", "counter", "Prompt tokens computed",
+           (double)(st.prompt_tokens - st.reused_tokens));
     metric(&b, "generated_tokens_total", "counter", "Tokens generated", (double)st.generated_tokens);
     metric(&b, "queue_depth", "gauge", "Requests waiting for a slot", st.queued);
     metric(&b, "slots_processing", "gauge", "Slots generating", st.active);

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: MIT
-// The continuous-batching scheduler: one thread owns the model context (n_slots KV slots) and runs
-// one forward step at a time over every active sequence: one decode token per generating sequence
-// plus prompt chunks of sequences still prefilling. Between steps it admits queued jobs into free
-// slots and drops finished or cancelled ones, so a slot is reused at the next step.
-// Batching does not change results: rows are computed independently by the engine, and each
-// sequence's prompt is cut into the same fixed chunks ([k*chunk, (k+1)*chunk)) whatever else runs.
+// The continuous-batching scheduler: one thread owns the generation engine (src/generate, n_slots
+// sequences) and runs its steps while any job is active. Between steps it admits queued jobs into
+// free slots and drops finished or cancelled ones, so a slot is reused at the next step. What a
+// step does (prompt chunks, batched token choice, stop rules, detokenization, logprobs) is the
+// engine's; the scheduler only moves text and logprobs into the job (the response layer turns them
+// into JSON). The queue and the slots are the only shared state, so draining is: stop submitting,
+// wait until stats report nothing queued or active.
 #ifndef MX_SERVER_SRV_SCHED_H
 #define MX_SERVER_SRV_SCHED_H
 
@@ -26,11 +27,13 @@ typedef struct srv_sched_opts {
     const int32_t *stop_ids; // extra stop tokens besides the model's eos (copied)
     int n_stop_ids;
     pthread_mutex_t *model_lock; // held around each forward step (other users of the model take it too)
+    bool prefix_reuse;       // a new prompt reuses the KV of a free slot that shares its prefix
 } srv_sched_opts;
 
 typedef struct srv_stats {
     int queued, active, n_slots;
     uint64_t requests, prompt_tokens, generated_tokens, cancelled;
+    uint64_t reused_tokens;  // prompt tokens taken from a slot's kept prefix instead of computed
     double busy_seconds;     // time spent in forward steps
     double last_tok_per_s;   // decode throughput of the last second-ish window
 } srv_stats;

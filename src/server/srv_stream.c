@@ -60,7 +60,7 @@ static json_t *choice(sse *st, json_t *delta_or_text, json_t *logprobs, const ch
 // Formats what is new in the job (lock held). Returns true when something was produced.
 static bool take_new(sse *st) {
     srv_job *j = st->j;
-    size_t clen, rlen, n_lp = j->logprobs ? json_array_size(j->logprobs) : 0;
+    size_t clen, rlen, n_lp = j->n_lp;
     const char *content = srv_output_content(j->out, &clen);
     const char *reasoning = srv_output_reasoning(j->out, &rlen);
     int n_tools = srv_output_n_tools(j->out);
@@ -80,7 +80,7 @@ static bool take_new(sse *st) {
         any = true;
     }
     if (clen > st->sent_content) {
-        json_t *lp = j->n_logprobs >= 0 ? srv_logprobs_json(j, st->info.kind, st->sent_lp, n_lp) : NULL;
+        json_t *lp = j->n_logprobs >= 0 ? srv_logprobs_json(st->s->tok, j, st->info.kind, st->sent_lp, n_lp) : NULL;
         json_t *piece = json_stringn(content + st->sent_content, clen - st->sent_content);
         sse_event(st, chunk(st, choice(st, chat ? json_pack("{s:o}", "content", piece) : piece, lp, NULL)));
         st->sent_content = clen;
@@ -94,7 +94,7 @@ static bool take_new(sse *st) {
         any = true;
     }
     if (j->done) {
-        json_t *lp = j->n_logprobs >= 0 && n_lp > st->sent_lp ? srv_logprobs_json(j, st->info.kind, st->sent_lp, n_lp)
+        json_t *lp = j->n_logprobs >= 0 && n_lp > st->sent_lp ? srv_logprobs_json(st->s->tok, j, st->info.kind, st->sent_lp, n_lp)
                                                                : NULL;
         sse_event(st, chunk(st, choice(st, chat ? json_object() : json_string(""), lp, j->finish)));
         if (st->info.include_usage) {

@@ -2,6 +2,7 @@
 # Server tests against a live mlxcel-server on an ephemeral port (the unit tests of the output
 # parser and request validation are tests/unit/test_server_output.c):
 #   server_curl    curl + python3: routes, bad requests, streaming, stops, seeds, disconnects, 503;
+#   server_engine  tests/server/engine_suite.py: CLI == server for one seed, prefix reuse, waiting, cancellation;
 #   server_openai  the official `openai` npm package (installed by server_npm_install into
 #                  tests/server/node_modules): chat/completions, streaming, errors, and 16
 #                  concurrent clients whose temperature-0 answers must equal the answers alone.
@@ -37,4 +38,9 @@ if(MLXCEL_SERVER_TESTS)
   set_tests_properties(server_hardening PROPERTIES TIMEOUT 300)
 else()
   message(STATUS "mlxcel: server tests left out (MLXCEL_SERVER_TESTS=OFF)")
+endif()
+if(MLXCEL_PY3)
+  add_test(NAME server_engine COMMAND ${MLXCEL_PY3} ${PROJECT_SOURCE_DIR}/tests/server/engine_suite.py
+           $<TARGET_FILE:mlxcel> $<TARGET_FILE:mlxcel-server> WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(server_engine PROPERTIES TIMEOUT 300)
 endif()

@@ -1,0 +1,183 @@
+// SPDX-License-Identifier: MIT
+// Host token choice (see sample_rows.h). Per row: one pass for the raw log-softmax and the top
+// alternatives (only when logprobs are asked), the sparse edits, one pass collecting candidates
+// (allowed tokens within the margin of the best) with their exp(l - max), radix selection for the
+// top-k and top-p thresholds, and a Gumbel-max pass that skips tokens whose logit cannot win even
+// with the largest noise the generator can produce.
+#include "core/sample_rows.h"
+
+#include <math.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "core/logsumexp.h"
+#include "core/sample_noise.h"
+#include "core/thread_pool.h"
+
+// Largest Gumbel noise mx_gumbel_noise returns: u <= 1 - 2^-25 gives -log(-log(u)) < 17.33.
+#define GUMBEL_MAX 17.5f
+
+static inline bool is_allowed(const uint32_t *mask, int i) { return !mask || ((mask[i >> 5] >> (i & 31)) & 1u); }
+
+// The chosen token's raw logprob and the n best raw tokens (best first, first index on ties).
+static void raw_logprobs(const float *l, int vocab, int n_top, mx_sample_out *out, double *lse) {
+    *lse = mx_logsumexp(l, vocab);
+    int cnt = 0;
+    for (int i = 0; i < vocab && n_top > 0; i++) {
+        float v = l[i];
+        if (cnt == n_top && !(v > out->top_logprob[cnt - 1])) continue;
+        int at = cnt < n_top ? cnt++ : cnt - 1;
+        while (at > 0 && v > out->top_logprob[at - 1]) {
+            out->top_logprob[at] = out->top_logprob[at - 1];
+            out->top_id[at] = out->top_id[at - 1];
+            at--;
+        }
+        out->top_logprob[at] = v;
+        out->top_id[at] = i;
+    }
+    for (int k = 0; k < cnt; k++) out->top_logprob[k] = (float)(out->top_logprob[k] - *lse);
+    out->n_top = cnt;
+}
+
+// The largest key t among keys[idx[0..n)] such that the weight (count, or w[] when w != NULL) of
+// keys >= t reaches `want`: the want-th largest key for counts, the top-p cut for masses. Three
+// histogram levels over bits 31..21, 20..10 and 9..0; each level keeps only the boundary bucket.
+// idx is reordered.
+static uint32_t radix_select(const uint32_t *keys, const float *w, int32_t *idx, int n, double want) {
+    static const int shift[3] = {21, 10, 0}, bits[3] = {11, 11, 10};
+    uint32_t prefix = 0;
+    for (int level = 0; level < 3; level++) {
+        double hist[2048];
+        int nb = 1 << bits[level];
+        memset(hist, 0, sizeof(double) * (size_t)nb);
+        for (int j = 0; j < n; j++) {
+            int i = idx[j];
+            hist[(keys[i] >> shift[level]) & (uint32_t)(nb - 1)] += w ? (double)w[i] : 1.0;
+        }
+        int b = nb - 1, lowest = -1;
+        double acc = 0.0;
+        for (; b >= 0; b--) {
+            if (hist[b] > 0) lowest = b;
+            if (acc + hist[b] >= want) break;
+            acc += hist[b];
+        }
+        if (b < 0) {  // rounding left the total short of want: keep everything
+            b = lowest < 0 ? 0 : lowest;
+            acc -= hist[b];
+        }
+        want -= acc;
+        prefix |= (uint32_t)b << shift[level];
+        int k = 0;
+        for (int j = 0; j < n; j++)
+            if (((keys[idx[j]] >> shift[level]) & (uint32_t)(nb - 1)) == (uint32_t)b) idx[k++] = idx[j];
+        n = k;
+        if (n == 0) break;
+    }
+    return prefix;
+}
+
+int32_t mx_sample_row_host(float *l, int vocab, const mx_sample_row *row, const mx_logit_mod *mods, void *scratch,
+                           mx_sample_out *out) {
+    int32_t *cand = scratch;                         // [vocab] candidate ids
+    uint32_t *keys = (uint32_t *)(cand + vocab);     // [vocab] order keys, by candidate
+    float *e = (float *)(keys + vocab);              // [vocab] exp(l - max), by candidate
+    int32_t *idx = (int32_t *)(e + vocab);           // [vocab] selection work list
+    float *raw_mod = (float *)(idx + vocab);         // [n_mod] logits before the edits
+    const mx_logit_mod *md = mods ? mods + row->mod_off : NULL;
+    int n_mod = md ? row->n_mod : 0;
+    const uint32_t *mask = row->allowed;
+
+    double lse = 0.0;
+    out->n_top = 0;
+    if (row->n_top >= 0) raw_logprobs(l, vocab, row->n_top > MX_SAMPLE_MAX_TOP ? MX_SAMPLE_MAX_TOP : row->n_top, out, &lse);
+    for (int k = 0; k < n_mod; k++) {
+        int32_t id = md[k].id;
+        if (id < 0 || id >= vocab) continue;
+        raw_mod[k] = l[id];
+        float x = l[id] + md[k].bias;
+        x = x > 0.0f ? x / md[k].rep : x * md[k].rep;
+        l[id] = x - md[k].sub;
+    }
+
+    // Best allowed token (first maximum); without any allowed token the mask is ignored.
+    int32_t best = -1;
+    for (int i = 0; i < vocab; i++)
+        if (is_allowed(mask, i) && (best < 0 || l[i] > l[best])) best = i;
+    if (best < 0) {
+        mask = NULL;
+        best = 0;
+        for (int i = 1; i < vocab; i++)
+            if (l[i] > l[best]) best = i;
+    }
+    int32_t chosen = best;
+    float m = l[best];
+    if (row->temp > 0.0f && isfinite(m)) {
+        float lo = m - 40.0f * fmaxf(1.0f, row->temp);
+        int nc = 0;
+        double z = 0.0;
+        for (int i = 0; i < vocab; i++) {
+            if (!(l[i] >= lo) || !is_allowed(mask, i)) continue;
+            cand[nc] = i;
+            keys[nc] = mx_order_key(l[i]);
+            e[nc] = expf(l[i] - m);
+            z += e[nc];
+            nc++;
+        }
+        float thr = -INFINITY;
+        if (row->min_p > 0.0f) thr = m + logf(row->min_p);
+        if (row->top_k > 0 && row->top_k < nc) {
+            for (int j = 0; j < nc; j++) idx[j] = j;
+            thr = fmaxf(thr, mx_order_value(radix_select(keys, NULL, idx, nc, (double)row->top_k)));
+        }
+        if (row->top_p > 0.0f && row->top_p < 1.0f) {
+            for (int j = 0; j < nc; j++) idx[j] = j;
+            thr = fmaxf(thr, mx_order_value(radix_select(keys, e, idx, nc, row->top_p * z)));
+        }
+        float inv_t = 1.0f / row->temp;
+        float best_key = l[best] * inv_t + mx_gumbel_noise(row->seed, row->pos, best);
+        for (int c = 0; c < nc; c++) {
+            int32_t i = cand[c];
+            float li = l[i];
+            if (li < thr || li * inv_t + GUMBEL_MAX < best_key || i == best) continue;
+            float k = li * inv_t + mx_gumbel_noise(row->seed, row->pos, i);
+            if (k > best_key || (k == best_key && i < chosen)) {
+                best_key = k;
+                chosen = i;
+            }
+        }
+    }
+    out->id = chosen;
+    if (row->n_top >= 0) {
+        float raw = l[chosen];
+        for (int k = 0; k < n_mod; k++)
+            if (md[k].id == chosen) raw = raw_mod[k];
+        out->logprob = (float)(raw - lse);
+    }
+    return chosen;
+}
+
+typedef struct rows_job {
+    float *logits;
+    int vocab;
+    const mx_sample_row *rows;
+    const mx_logit_mod *mods;
+    char *scratch;
+    mx_sample_out *out;
+} rows_job;
+
+static void rows_task(void *arg, int r, int thread) {
+    rows_job *j = arg;
+    mx_sample_row_host(j->logits + (size_t)r * j->vocab, j->vocab, &j->rows[r], j->mods,
+                       j->scratch + (size_t)thread * MX_SAMPLE_SCRATCH_BYTES(j->vocab), &j->out[r]);
+}
+
+void mx_sample_rows_host(mx_pool *pool, float *logits, int n, int vocab, const mx_sample_row *rows,
+                         const mx_logit_mod *mods, void *scratch, mx_sample_out *out) {
+    rows_job j = {logits, vocab, rows, mods, scratch, out};
+    if (!pool || n == 1) {
+        for (int r = 0; r < n; r++) rows_task(&j, r, 0);
+        return;
+    }
+    mx_pool_run(pool, n, rows_task, &j);
+}
