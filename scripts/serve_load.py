@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+# SPDX-License-Identifier: MIT
+"""Load generator for a running mlxcel-server (or any OpenAI-compatible /v1/completions server).
+
+N concurrent streams each send `--rounds` streaming completions one after another. Prompts are
+token-id lists (`--prompt-tokens` random ids, a different prompt per request), and every request
+asks for exactly `--max-tokens` tokens (ignore_eos), so lengths do not depend on the weights.
+Prints, per concurrency: aggregate completion tokens per second (all tokens / wall time), time to
+first token and inter-token latency (time between streamed events; each carries one token unless
+the detokenizer held text back) as p50 / p99, and a JSON line for scripts.
+
+--shared-prefix N measures prefix reuse instead: one request with an N-token prompt, then a second
+whose prompt is the same N tokens plus 16 more; prints both times to first token.
+
+Standard library only.
+usage: serve_load.py --url http://127.0.0.1:8080 [-c 1,8,32] [--prompt-tokens 32] [--max-tokens 128]
+                     [--temperature 0] [--top-p 1] [--rounds 2] [--shared-prefix N]"""
+import argparse, http.client, json, random, sys, threading, time, urllib.parse
+
+
+def pct(xs, p):
+    if not xs:
+        return float('nan')
+    xs = sorted(xs)
+    k = min(len(xs) - 1, max(0, int(round(p / 100.0 * (len(xs) - 1)))))
+    return xs[k]
+
+
+def stream_completion(url, body, timeout=600):
+    """Sends one streaming completion; returns (ttft, [event times], completion tokens, error)."""
+    u = urllib.parse.urlparse(url)
+    c = http.client.HTTPConnection(u.hostname, u.port or 80, timeout=timeout)
+    body = dict(body, stream=True, stream_options={'include_usage': True})
+    t0 = time.perf_counter()
+    c.request('POST', '/v1/completions', json.dumps(body), {'Content-Type': 'application/json'})
+    r = c.getresponse()
+    if r.status != 200:
+        err = r.read()[:300]
+        c.close()
+        return None, [], 0, f'HTTP {r.status}: {err!r}'
+    times, tokens, ttft = [], 0, None
+    for raw in r:
+        line = raw.strip()
+        if not line.startswith(b'data:'):
+            continue
+        data = line[5:].strip()
+        if data == b'[DONE]':
+            break
+        ev = json.loads(data)
+        if ev.get('usage'):
+            tokens = ev['usage'].get('completion_tokens', tokens)
+        for ch in ev.get('choices', []):
+            if ch.get('text'):
+                now = time.perf_counter() - t0
+                if ttft is None:
+                    ttft = now
+                times.append(now)
+    c.close()
+    return ttft, times, tokens, None
+
+
+def run_level(args, conc, vocab_lo, vocab_hi):
+    rng = random.Random(1234 + conc)
+    lock = threading.Lock()
+    ttfts, itls, total_tokens, errors = [], [], [0], []
+
+    def worker(k):
+        for _ in range(args.rounds):
+            with lock:
+                prompt = [rng.randrange(vocab_lo, vocab_hi) for _ in range(args.prompt_tokens)]
+            body = {'prompt': prompt, 'max_tokens': args.max_tokens, 'ignore_eos': True,
+                    'temperature': args.temperature}
+            if args.top_p < 1:
+                body['top_p'] = args.top_p
+            if args.temperature > 0:
+                body['seed'] = k
+            ttft, times, tokens, err = stream_completion(args.url, body)
+            with lock:
+                if err:
+                    errors.append(err)
+                    continue
+                ttfts.append(ttft)
+                itls.extend(b - a for a, b in zip(times, times[1:]))
+                total_tokens[0] += tokens
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(conc)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    res = {'concurrency': conc, 'requests': len(ttfts), 'errors': len(errors), 'tokens': total_tokens[0],
+           'wall_s': round(wall, 3), 'tok_per_s': round(total_tokens[0] / wall, 1) if wall > 0 else 0,
+           'ttft_p50_ms': round(1000 * pct(ttfts, 50), 1), 'ttft_p99_ms': round(1000 * pct(ttfts, 99), 1),
+           'itl_p50_ms': round(1000 * pct(itls, 50), 2), 'itl_p99_ms': round(1000 * pct(itls, 99), 2),
+           'temperature': args.temperature, 'top_p': args.top_p, 'prompt_tokens': args.prompt_tokens,
+           'max_tokens': args.max_tokens}
+    if errors:
+        print('errors (first): ' + errors[0], file=sys.stderr)
+    return res
+
+
+def shared_prefix(args, vocab_lo, vocab_hi):
+    rng = random.Random(99)
+    prefix = [rng.randrange(vocab_lo, vocab_hi) for _ in range(args.shared_prefix)]
+    out = {}
+    for name, prompt in (('first', prefix), ('second', prefix + [rng.randrange(vocab_lo, vocab_hi) for _ in range(16)])):
+        ttft, _, _, err = stream_completion(args.url, {'prompt': prompt, 'max_tokens': 4, 'ignore_eos': True,
+                                                       'temperature': 0})
+        if err:
+            sys.exit(f'{name} request failed: {err}')
+        out[name + '_ttft_ms'] = round(1000 * ttft, 1)
+    out['ratio'] = round(out['second_ttft_ms'] / out['first_ttft_ms'], 3)
+    out['prefix_tokens'] = args.shared_prefix
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument('--url', default='http://127.0.0.1:8080')
+    ap.add_argument('-c', '--concurrency', default='1,8')
+    ap.add_argument('--prompt-tokens', type=int, default=32)
+    ap.add_argument('--max-tokens', type=int, default=128)
+    ap.add_argument('--temperature', type=float, default=0.0)
+    ap.add_argument('--top-p', type=float, default=1.0)
+    ap.add_argument('--rounds', type=int, default=2)
+    ap.add_argument('--shared-prefix', type=int, default=0)
+    ap.add_argument('--vocab-range', default='1000,30000', help='prompt token ids are drawn from [lo, hi)')
+    args = ap.parse_args()
+    lo, hi = (int(x) for x in args.vocab_range.split(','))
+    if args.shared_prefix > 0:
+        res = shared_prefix(args, lo, hi)
+        print(f"shared prefix {res['prefix_tokens']} tokens: first TTFT {res['first_ttft_ms']} ms, "
+              f"second {res['second_ttft_ms']} ms ({100 * res['ratio']:.1f}%)")
+        print('JSON ' + json.dumps(res))
+        return
+    for conc in [int(x) for x in args.concurrency.split(',')]:
+        res = run_level(args, conc, lo, hi)
+        print(f"c={conc:3d} temp={args.temperature} top_p={args.top_p}: {res['tok_per_s']:8.1f} tok/s  "
+              f"TTFT p50 {res['ttft_p50_ms']} ms p99 {res['ttft_p99_ms']} ms  "
+              f"ITL p50 {res['itl_p50_ms']} ms p99 {res['itl_p99_ms']} ms  ({res['requests']} requests, "
+              f"{res['errors']} errors, {res['wall_s']} s)")
+        print('JSON ' + json.dumps(res))
+        sys.stdout.flush()
+
+
+if __name__ == '__main__':
+    main()
