@@ -33,6 +33,7 @@
 
 #include "core/error.h"
 #include "core/quant.h"
+#include "core/sample_rows.h"
 
 typedef struct mx_backend mx_backend;
 
@@ -68,17 +69,6 @@ typedef struct mx_rope {
     const float *long_inv_freq;  // longrope: [rot_dim/2] used at positions >= long_from; NULL: none
     int long_from;
 } mx_rope;
-
-// Sampling parameters as a backend reads them: a small struct in backend memory, so a recorded graph
-// picks up new values. Filters act on the temperature-1 probabilities (top-p, min-p, top-k, as
-// mlx-lm orders them; together they keep the intersection), then the token is drawn at `temp`.
-typedef struct mx_sample_params {
-    float temp;     // > 0
-    float top_p;    // 1: off
-    float min_p;    // 0: off
-    int32_t top_k;  // 0: off
-    uint64_t seed;
-} mx_sample_params;
 
 // The op records. Each kind's meaning is written next to its fields in mx_op. A new kind is added at
 // the end of this list (before MX_OP_KIND_COUNT), with its struct in mx_op, the CPU reference in
@@ -135,10 +125,11 @@ typedef struct mx_op {
         struct { float *out; const float *x; const int32_t *rows; int n, dim; } gather_rows;
         // ids[i] = argmax over logits[i, vocab] (first maximum wins).
         struct { int32_t *ids; const float *logits; int n, vocab; } argmax;
-        // ids[t] = a token drawn from logits[t, vocab] under *params by the Gumbel-max rule over the
-        // tokens the filters keep, with noise from a counter-based generator keyed by (seed, pos[t],
-        // token id) (src/core/sample_noise.h), so the same seed and positions draw the same tokens.
-        struct { int32_t *ids; const float *logits; int n, vocab; const mx_sample_params *params; const int32_t *pos; } sample;
+        // out[t] = the token chosen for row t of logits[n, vocab] under rows[t] and its edits in mods
+        // (core/sample_rows.h: edits, allowed-token mask, greedy or filters + one uniform draw keyed
+        // by (seed, pos), raw logprobs). rows, mods and the rows' masks are in
+        // backend memory. The logits are edited in place.
+        struct { mx_sample_out *out; float *logits; int n, vocab; const mx_sample_row *rows; const mx_logit_mod *mods; } sample;
         // out[i] = gelu_tanh(gate[i]) * up[i] for i < count (Gemma's MLP), with gelu_tanh(g) =
         // 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))); out may equal gate.
         struct { float *out; const float *gate, *up; int64_t count; } geglu;

@@ -1,9 +1,8 @@
 // SPDX-License-Identifier: MIT
-// The random numbers of on-backend sampling, shared by the CPU and GPU kernels (plain C that nvcc
-// and hipcc also compile for the device). A counter-based generator: the noise for token i of the
-// row at position pos is a pure function of (seed, pos, i), so a sampler needs no state and a
-// replayed graph draws fresh numbers as positions advance. Sampling with Gumbel noise g_i picks
-// argmax(l_i / temp + g_i), which draws i with probability softmax(l / temp)_i.
+// The random numbers of token choice, shared by the host and the GPU kernels (plain C that nvcc and
+// hipcc also compile for the device). A counter-based generator: the number for the row at
+// position pos is a pure function of (seed, pos), so a sampler needs no state, a replayed graph
+// draws fresh numbers as positions advance, and batching never changes a draw.
 #ifndef MX_CORE_SAMPLE_NOISE_H
 #define MX_CORE_SAMPLE_NOISE_H
 
@@ -22,11 +21,11 @@ MX_HD static inline uint64_t mx_noise_mix(uint64_t z) {
     return z ^ (z >> 31);
 }
 
-// Standard Gumbel noise -log(-log(u)), u uniform in (0, 1) with 24 random bits.
-MX_HD static inline float mx_gumbel_noise(uint64_t seed, int32_t pos, int32_t i) {
-    uint64_t h = mx_noise_mix(seed ^ mx_noise_mix(((uint64_t)(uint32_t)pos << 32 | (uint32_t)i) + 0x9e3779b97f4a7c15ull));
-    float u = ((float)(h >> 40) + 0.5f) * (1.0f / 16777216.0f);
-    return -logf(-logf(u));
+// A uniform number in [0, 1) with 24 random bits for the row at position pos: the one random draw of
+// a sampled token (inverse CDF over the kept tokens in id order).
+MX_HD static inline float mx_uniform_noise(uint64_t seed, int32_t pos) {
+    uint64_t h = mx_noise_mix(seed ^ mx_noise_mix((uint64_t)(uint32_t)pos * 0xd1b54a32d192ed03ull + 0x9e3779b97f4a7c15ull));
+    return (float)(h >> 40) * (1.0f / 16777216.0f);
 }
 
 // Float -> unsigned key with the same order (for bisection over values).

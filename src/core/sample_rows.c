@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 // Host token choice (see sample_rows.h). Per row: one pass for the raw log-softmax and the top
-// alternatives (only when logprobs are asked), the sparse edits, one pass collecting candidates
-// (allowed tokens within the margin of the best) with their exp(l - max), radix selection for the
-// top-k and top-p thresholds, and a Gumbel-max pass that skips tokens whose logit cannot win even
-// with the largest noise the generator can produce.
+// alternatives (only when logprobs are asked), the sparse edits, the best allowed token, one vector
+// pass for exp(l - max), and for top-k/top-p the tokens above max - delta (delta widened until they
+// hold what the filters need: a handful for a peaked distribution) with radix selection over them;
+// then one uniform draw walks the kept tokens' weights in id order.
 #include "core/sample_rows.h"
 
 #include <math.h>
@@ -14,9 +14,6 @@
 #include "core/logsumexp.h"
 #include "core/sample_noise.h"
 #include "core/thread_pool.h"
-
-// Largest Gumbel noise mx_gumbel_noise returns: u <= 1 - 2^-25 gives -log(-log(u)) < 17.33.
-#define GUMBEL_MAX 17.5f
 
 static inline bool is_allowed(const uint32_t *mask, int i) { return !mask || ((mask[i >> 5] >> (i & 31)) & 1u); }
 
@@ -79,10 +76,11 @@ static uint32_t radix_select(const uint32_t *keys, const float *w, int32_t *idx,
 
 int32_t mx_sample_row_host(float *l, int vocab, const mx_sample_row *row, const mx_logit_mod *mods, void *scratch,
                            mx_sample_out *out) {
-    int32_t *cand = scratch;                         // [vocab] candidate ids
+    int32_t *cand = scratch;                         // [vocab] candidate ids, ascending
     uint32_t *keys = (uint32_t *)(cand + vocab);     // [vocab] order keys, by candidate
-    float *e = (float *)(keys + vocab);              // [vocab] exp(l - max), by candidate
-    int32_t *idx = (int32_t *)(e + vocab);           // [vocab] selection work list
+    float *e = (float *)(keys + vocab);              // [vocab] exp(l - max), by token id
+    float *w = e + vocab;                            // [vocab] weights, by candidate
+    int32_t *idx = (int32_t *)(w + vocab);           // [vocab] selection work list
     float *raw_mod = (float *)(idx + vocab);         // [n_mod] logits before the edits
     const mx_logit_mod *md = mods ? mods + row->mod_off : NULL;
     int n_mod = md ? row->n_mod : 0;
@@ -102,10 +100,12 @@ int32_t mx_sample_row_host(float *l, int vocab, const mx_sample_row *row, const 
 
     // Best allowed token (first maximum); without any allowed token the mask is ignored.
     int32_t best = -1;
-    for (int i = 0; i < vocab; i++)
-        if (is_allowed(mask, i) && (best < 0 || l[i] > l[best])) best = i;
-    if (best < 0) {
-        mask = NULL;
+    if (mask) {
+        for (int i = 0; i < vocab; i++)
+            if (is_allowed(mask, i) && (best < 0 || l[i] > l[best])) best = i;
+        if (best < 0) mask = NULL;
+    }
+    if (!mask) {
         best = 0;
         for (int i = 1; i < vocab; i++)
             if (l[i] > l[best]) best = i;
@@ -113,37 +113,61 @@ int32_t mx_sample_row_host(float *l, int vocab, const mx_sample_row *row, const 
     int32_t chosen = best;
     float m = l[best];
     if (row->temp > 0.0f && isfinite(m)) {
-        float lo = m - 40.0f * fmaxf(1.0f, row->temp);
-        int nc = 0;
-        double z = 0.0;
-        for (int i = 0; i < vocab; i++) {
-            if (!(l[i] >= lo) || !is_allowed(mask, i)) continue;
-            cand[nc] = i;
-            keys[nc] = mx_order_key(l[i]);
-            e[nc] = expf(l[i] - m);
-            z += e[nc];
-            nc++;
+        float thr = m - 40.0f * fmaxf(1.0f, row->temp);  // the margin: nothing below is kept
+        double z = mx_exp_sum(l, vocab, m, 1.0f, e);
+        if (mask) {
+            z = 0.0;
+            for (int i = 0; i < vocab; i++) z += is_allowed(mask, i) ? e[i] : (e[i] = 0.0f);
         }
-        float thr = -INFINITY;
-        if (row->min_p > 0.0f) thr = m + logf(row->min_p);
-        if (row->top_k > 0 && row->top_k < nc) {
-            for (int j = 0; j < nc; j++) idx[j] = j;
-            thr = fmaxf(thr, mx_order_value(radix_select(keys, NULL, idx, nc, (double)row->top_k)));
+        if (row->min_p > 0.0f) thr = fmaxf(thr, m + logf(row->min_p));
+        bool by_k = row->top_k > 0, by_p = row->top_p > 0.0f && row->top_p < 1.0f;
+        int nc = -1;  // >= 0: the kept tokens are among cand[0..nc)
+        if (by_k || by_p) {
+            // Collect the tokens above m - delta, widening until they hold what the filters need:
+            // for peaked distributions a few tokens, never the whole vocabulary.
+            double want = by_p ? row->top_p * z : 0.0;
+            for (float delta = 8.0f;; delta *= 4.0f) {
+                float t0 = fmaxf(m - delta, thr);
+                double mass = 0.0;
+                nc = 0;
+                for (int i = 0; i < vocab; i++)
+                    if (l[i] >= t0 && is_allowed(mask, i)) {
+                        cand[nc++] = i;
+                        mass += e[i];
+                    }
+                if (((!by_k || nc >= row->top_k) && (!by_p || mass >= want)) || t0 <= thr) break;
+            }
+            for (int j = 0; j < nc; j++) keys[j] = mx_order_key(l[cand[j]]), w[j] = e[cand[j]];
+            if (by_k && row->top_k < nc) {
+                for (int j = 0; j < nc; j++) idx[j] = j;
+                thr = fmaxf(thr, mx_order_value(radix_select(keys, NULL, idx, nc, (double)row->top_k)));
+            }
+            if (by_p) {
+                for (int j = 0; j < nc; j++) idx[j] = j;
+                thr = fmaxf(thr, mx_order_value(radix_select(keys, w, idx, nc, want)));
+            }
         }
-        if (row->top_p > 0.0f && row->top_p < 1.0f) {
-            for (int j = 0; j < nc; j++) idx[j] = j;
-            thr = fmaxf(thr, mx_order_value(radix_select(keys, e, idx, nc, row->top_p * z)));
-        }
+        // Inverse CDF over the kept tokens in id order, weights exp((l - m) / temp).
         float inv_t = 1.0f / row->temp;
-        float best_key = l[best] * inv_t + mx_gumbel_noise(row->seed, row->pos, best);
-        for (int c = 0; c < nc; c++) {
-            int32_t i = cand[c];
-            float li = l[i];
-            if (li < thr || li * inv_t + GUMBEL_MAX < best_key || i == best) continue;
-            float k = li * inv_t + mx_gumbel_noise(row->seed, row->pos, i);
-            if (k > best_key || (k == best_key && i < chosen)) {
-                best_key = k;
+        double target = 0.0, acc = 0.0, total = 0.0;
+        if (nc >= 0) {
+            for (int j = 0; j < nc; j++) w[j] = l[cand[j]];
+            mx_exp_sum(w, nc, m, inv_t, w);
+            for (int j = 0; j < nc; j++) total += l[cand[j]] >= thr ? w[j] : (w[j] = 0.0f);
+            target = mx_uniform_noise(row->seed, row->pos) * total;
+            for (int j = 0; j < nc; j++) {
+                if (w[j] == 0.0f) continue;
+                chosen = cand[j];
+                if ((acc += w[j]) > target) break;
+            }
+        } else {
+            mx_exp_sum(l, vocab, m, inv_t, e);
+            for (int i = 0; i < vocab; i++) total += l[i] >= thr && is_allowed(mask, i) ? e[i] : (e[i] = 0.0f);
+            target = mx_uniform_noise(row->seed, row->pos) * total;
+            for (int i = 0; i < vocab; i++) {
+                if (e[i] == 0.0f) continue;
                 chosen = i;
+                if ((acc += e[i]) > target) break;
             }
         }
     }

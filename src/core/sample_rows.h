@@ -12,14 +12,15 @@
 //   4. otherwise the filters act on the temperature-1 probabilities of the allowed tokens: min-p keeps
 //      p >= min_p * p_max, top-k the k largest, top-p the smallest top set whose mass reaches top_p.
 //      Each keeps a top set of the sorted order, so together they are one threshold on the logits
-//      (the largest of the three). Thresholds are found by radix selection over the float order
-//      (histograms of 11, 11 and 10 key bits), never by sorting the vocabulary;
-//   5. the token is argmax(l / temp + g) over the kept tokens, g Gumbel noise keyed by (seed, pos,
-//      token id) (core/sample_noise.h): the same seed and positions draw the same tokens;
+//      (the largest of the three). Thresholds are found by selection over the float order (radix
+//      histograms on the host, bisection on a GPU), never by sorting the vocabulary;
+//   5. the token is drawn from the kept tokens with weights exp((l - max) / temp) by inverse CDF in
+//      token-id order, with one uniform number keyed by (seed, pos) (core/sample_noise.h): the same
+//      seed and positions draw the same tokens, whatever else is in the batch;
 //   6. logprobs (n_top >= 0) describe the model's raw distribution (log-softmax of the logits
 //      before step 1, as OpenAI-style APIs report them): the chosen token's and the n_top best.
 // Tokens more than 40 * max(1, temp) below the best allowed logit are never kept (they carry under
-// e^-40 of the mass each, and would need Gumbel noise beyond the generator's range to win).
+// e^-40 of the mass each).
 #ifndef MX_CORE_SAMPLE_ROWS_H
 #define MX_CORE_SAMPLE_ROWS_H
 
@@ -59,7 +60,7 @@ typedef struct mx_sample_out {
 } mx_sample_out;
 
 // Scratch one row needs on the host, in bytes, for a vocabulary.
-#define MX_SAMPLE_SCRATCH_BYTES(vocab) ((size_t)(vocab) * 20u + 64u)
+#define MX_SAMPLE_SCRATCH_BYTES(vocab) ((size_t)(vocab) * 24u + 64u)
 
 // Runs one row on the host. logits[vocab] is modified in place (edits); scratch holds
 // MX_SAMPLE_SCRATCH_BYTES(vocab) bytes, 8-byte aligned. Returns the chosen id (also in out->id).

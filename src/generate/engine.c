@@ -3,10 +3,11 @@
 // chunk batch tokens), except the edits array, which grows at admission when a sequence may need
 // more edits than the others; a step allocates nothing.
 //
-// Token choice: a row whose sequence is plain greedy (no edits, no mask, no logprobs) can take the
-// backend's argmax; every other row is chosen by the batched host sampler on downloaded logits,
-// spread over the engine's threads. When any row of a step needs the host, all rows of that step
-// are chosen there (the same first-maximum rule, so greedy rows do not change).
+// Token choice: when every row of a step is plain greedy (no edits, no mask, no logprobs) the
+// backend's argmax picks them; otherwise the backend's batched token choice runs every row with its
+// own parameters (mx_ctx_forward_choose: only ids and logprobs come back). A backend without that
+// record, or a step with more edits than it takes, downloads the logits and the engine's host
+// sampler (the same rule, core/sample_rows.h) runs the rows over the engine's threads.
 #include "generate/engine.h"
 
 #include <stdlib.h>
@@ -211,15 +212,18 @@ int mx_engine_step(mx_engine *e, mx_error *err) {
     }
     if (n == 0) return 0;
     int n_mods = 0;
-    bool host = false;
+    bool greedy = true;
     for (int k = 0; k < n_out; k++) {
         mx_seq *s = e->row_seq[k];
         mx_sampler_row(s->sampler, e->b_pos[e->b_rows[k]], s->o.n_logprobs, &e->rows[k], e->mods, &n_mods);
-        host = host || !plain_greedy(&e->rows[k]);
+        greedy = greedy && plain_greedy(&e->rows[k]);
     }
+    bool on_backend = !greedy && mx_ctx_can_choose(e->ctx) && n_mods <= mx_ctx_max_edits(e->ctx);
+    bool host = !greedy && !on_backend;
     mx_batch b = {n, e->b_tok, e->b_pos, e->b_slot, n_out, e->b_rows};
     double t0 = mx_now();
-    int rc = mx_ctx_forward(e->ctx, &b, host ? e->logits : NULL, host ? NULL : e->ids, err);
+    int rc = on_backend ? mx_ctx_forward_choose(e->ctx, &b, e->rows, e->mods, n_mods, e->outs, err)
+                        : mx_ctx_forward(e->ctx, &b, host ? e->logits : NULL, host ? NULL : e->ids, err);
     if (rc == 0 && host) mx_sample_rows_host(e->pool, e->logits, n_out, e->vocab, e->rows, e->mods, e->scratch, e->outs);
     double dt = mx_now() - t0;
     if (rc) {
@@ -233,7 +237,7 @@ int mx_engine_step(mx_engine *e, mx_error *err) {
         e->n_kept[i] = e->b_end[i];
     }
     for (int k = 0; k < n_out; k++) {
-        if (!host) e->outs[k] = (mx_sample_out){.id = e->ids[k]};
+        if (greedy) e->outs[k] = (mx_sample_out){.id = e->ids[k]};
         mx_seq_take(e->row_seq[k], e->m, &e->outs[k], e->max_ctx);
     }
     e->st.steps++;

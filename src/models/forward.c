@@ -17,6 +17,7 @@
 #include "models/model_internal.h"
 
 #define LOGIT_ROWS 16  // output rows per lm_head pass: bounds the logits buffer to [16, vocab]
+#define MAX_EDITS 65536  // logit edits per mx_ctx_forward_choose call (1 MiB of backend memory)
 #define PLAN_CACHE 32  // step shapes kept; the least recently used plan is freed beyond that
 
 // What a plan computes: `n` tokens through the model (0: output head only) and `r` output rows,
@@ -43,7 +44,7 @@ struct mx_ctx {
     int max_batch;
     // backend scratch
     int32_t *d_tokens, *d_pos, *d_slot;  // [B]
-    int32_t *d_rows, *d_out_pos;         // [LOGIT_ROWS] output rows of a pass and their positions
+    int32_t *d_rows;                     // [LOGIT_ROWS] output rows of a pass
     float *x, *h, *tmp;                  // [B, H]
     float *q, *att;                      // [B, n_heads*D]
     float *k, *v;                        // [B, n_kv_heads*D]
@@ -55,8 +56,14 @@ struct mx_ctx {
     float *out_h;                        // [LOGIT_ROWS, H]
     float *logits;                       // [LOGIT_ROWS, vocab]
     int32_t *d_argmax;                   // [LOGIT_ROWS] chosen tokens
-    mx_sample_params *d_sample;          // sampling parameters (backend memory)
-    bool sampling;                       // ids are drawn with d_sample, not argmax
+    mx_sample_row *d_srows;              // [LOGIT_ROWS] token-choice rows of a pass
+    mx_sample_out *d_outs;               // [LOGIT_ROWS] their results
+    mx_logit_mod *d_mods;                // [MAX_EDITS] the edits of a call
+    uint32_t *d_masks;                   // [LOGIT_ROWS, ceil(vocab / 32)] allowed-token masks of a pass
+    // the current mx_ctx_forward_choose call (host)
+    const mx_sample_row *choose_rows;
+    mx_sample_out *choose_outs;
+    mx_sample_row pass_rows[LOGIT_ROWS];
     cached_plan plans[PLAN_CACHE];
     uint64_t uses;
     void **bufs;
@@ -93,8 +100,7 @@ mx_ctx *mx_ctx_create(mx_model *m, int n_slots, int max_ctx, int max_batch, mx_e
     size_t ff = B * I > B * K * moeI ? B * I : B * K * moeI;
     bool ok = (c->kv = ctx_alloc(c, mx_kv_bytes(&c->lay, c->be->kv_dtype), err)) &&
               (c->d_tokens = ctx_alloc(c, 4 * B, err)) && (c->d_pos = ctx_alloc(c, 4 * B, err)) &&
-              (c->d_slot = ctx_alloc(c, 4 * B, err)) && (c->d_rows = ctx_alloc(c, 4 * LOGIT_ROWS, err)) &&
-              (c->d_out_pos = ctx_alloc(c, 4 * LOGIT_ROWS, err)) && (c->x = ctx_alloc(c, 4 * B * H, err)) &&
+              (c->d_slot = ctx_alloc(c, 4 * B, err)) && (c->d_rows = ctx_alloc(c, 4 * LOGIT_ROWS, err)) && (c->x = ctx_alloc(c, 4 * B * H, err)) &&
               (c->h = ctx_alloc(c, 4 * B * H, err)) && (c->tmp = ctx_alloc(c, 4 * B * H, err)) &&
               (c->q = ctx_alloc(c, 4 * B * QD, err)) && (c->att = ctx_alloc(c, 4 * B * QD, err)) &&
               (c->k = ctx_alloc(c, 4 * B * KD, err)) && (c->v = ctx_alloc(c, 4 * B * KD, err)) &&
@@ -102,7 +108,10 @@ mx_ctx *mx_ctx_create(mx_model *m, int n_slots, int max_ctx, int max_batch, mx_e
               (c->out_h = ctx_alloc(c, 4 * LOGIT_ROWS * H, err)) &&
               (c->logits = ctx_alloc(c, 4 * (size_t)LOGIT_ROWS * cfg->vocab_size, err)) &&
               (c->d_argmax = ctx_alloc(c, 4 * LOGIT_ROWS, err)) &&
-              (c->d_sample = ctx_alloc(c, sizeof(mx_sample_params), err));
+              (c->d_srows = ctx_alloc(c, sizeof(mx_sample_row) * LOGIT_ROWS, err)) &&
+              (c->d_outs = ctx_alloc(c, sizeof(mx_sample_out) * LOGIT_ROWS, err)) &&
+              (c->d_mods = ctx_alloc(c, sizeof(mx_logit_mod) * MAX_EDITS, err)) &&
+              (c->d_masks = ctx_alloc(c, 4 * LOGIT_ROWS * (size_t)((cfg->vocab_size + 31) / 32), err));
     if (ok && cfg->num_experts > 0)
         ok = (c->router = ctx_alloc(c, 4 * B * cfg->num_experts, err)) && (c->moe_ids = ctx_alloc(c, 4 * B * K, err)) &&
              (c->moe_w = ctx_alloc(c, 4 * B * K, err)) && (c->moe_y = ctx_alloc(c, 4 * B * K * H, err));
@@ -203,22 +212,22 @@ static void block_records(mx_plan *p, mx_ctx *c, const mx_layer *L, int layer, i
 }
 
 // Final norm, output projection and token choice for r rows of c->x: rows 0..r-1 in place, or the
-// rows listed in d_rows (positions in d_out_pos). Results stay in c->logits / c->d_argmax.
+// rows listed in d_rows. Results stay in c->logits / c->d_argmax / c->d_outs (token choice: the
+// rows' parameters, positions included, are in d_srows).
 static void head_records(mx_plan *p, mx_ctx *c, int r, bool gathered, ids_kind ids) {
     const mx_config *cfg = &c->m->cfg;
     int H = cfg->hidden_size, V = cfg->vocab_size;
     const float *src = c->x;
-    const int32_t *pos = c->d_pos;
     if (gathered) {
         mx_plan_add(p, (mx_op){.kind = MX_OP_GATHER_ROWS, .gather_rows = {c->out_h, c->x, c->d_rows, r, H}});
-        src = c->out_h, pos = c->d_out_pos;
+        src = c->out_h;
     }
     add_rmsnorm(p, c->out_h, src, c->m->final_norm, r, H, cfg->rms_norm_eps);
     if (ids == IDS_HIDDEN) return;
     add_matmul(p, c->logits, c->out_h, &c->m->lm_head, NULL, r);
     if (ids == IDS_ARGMAX) mx_plan_add(p, (mx_op){.kind = MX_OP_ARGMAX, .argmax = {c->d_argmax, c->logits, r, V}});
     if (ids == IDS_SAMPLE)
-        mx_plan_add(p, (mx_op){.kind = MX_OP_SAMPLE, .sample = {c->d_argmax, c->logits, r, V, c->d_sample, pos}});
+        mx_plan_add(p, (mx_op){.kind = MX_OP_SAMPLE, .sample = {c->d_outs, c->logits, r, V, c->d_srows, c->d_mods}});
 }
 
 static mx_plan *build_plan(mx_ctx *c, plan_key k, mx_error *err) {
@@ -253,32 +262,42 @@ static mx_plan *plan_for(mx_ctx *c, plan_key k, mx_error *err) {
     return p;
 }
 
-int mx_ctx_set_sampling(mx_ctx *c, const mx_sample_params *p, mx_error *err) {
-    c->sampling = false;
-    if (!p || p->temp <= 0.0f) return 1;
-    if (!c->be->ops->supports(c->be, MX_OP_SAMPLE, NULL)) return 0;
-    if (c->be->ops->upload(c->be, c->d_sample, p, sizeof *p, err)) return -1;
-    c->sampling = true;
-    return 1;
+bool mx_ctx_can_choose(const mx_ctx *c) { return c->be->ops->supports(c->be, MX_OP_SAMPLE, NULL); }
+int mx_ctx_max_edits(const mx_ctx *c) {
+    (void)c;
+    return MAX_EDITS;
+}
+
+// Uploads the token-choice rows of one pass (outputs first..first+r-1 of the call), their masks
+// pointing into d_masks.
+static int upload_choice(mx_ctx *c, int first, int r, mx_error *err) {
+    const mx_backend_ops *o = c->be->ops;
+    size_t words = (size_t)(c->m->cfg.vocab_size + 31) / 32;
+    for (int i = 0; i < r; i++) {
+        c->pass_rows[i] = c->choose_rows[first + i];
+        if (!c->pass_rows[i].allowed) continue;
+        uint32_t *dst = c->d_masks + (size_t)i * words;
+        if (o->upload(c->be, dst, c->pass_rows[i].allowed, 4 * words, err)) return -1;
+        c->pass_rows[i].allowed = dst;
+    }
+    return o->upload(c->be, c->d_srows, c->pass_rows, sizeof(mx_sample_row) * (size_t)r, err);
 }
 
 // Runs the step of `n` tokens (0: none, the body already ran) with outputs for the r rows `rows`
 // (indices into the step; r <= LOGIT_ROWS), then copies the outputs into the caller's arrays.
-static int run_step(mx_ctx *c, const mx_batch *b, int start, int n, const int32_t *rows, int r, float *logits,
-                    int32_t *ids, float *hidden, mx_error *err) {
+static int run_step(mx_ctx *c, int n, const int32_t *rows, int r, float *logits, int32_t *ids, float *hidden,
+                    int first_out, mx_error *err) {
     const mx_backend_ops *o = c->be->ops;
     bool gathered = false;
     for (int i = 0; i < r; i++) gathered |= rows[i] != i;
-    if (gathered) {
-        int32_t pos[LOGIT_ROWS];
-        for (int i = 0; i < r; i++) pos[i] = b->pos[start + rows[i]];
-        if (o->upload(c->be, c->d_rows, rows, sizeof(int32_t) * (size_t)r, err) ||
-            o->upload(c->be, c->d_out_pos, pos, sizeof(int32_t) * (size_t)r, err))
-            return -1;
-    }
-    plan_key k = {n, r, gathered, hidden ? IDS_HIDDEN : !ids ? IDS_NONE : c->sampling ? IDS_SAMPLE : IDS_ARGMAX};
+    if (gathered && o->upload(c->be, c->d_rows, rows, sizeof(int32_t) * (size_t)r, err)) return -1;
+    bool choose = c->choose_rows && r > 0 && !hidden;
+    if (choose && upload_choice(c, first_out, r, err)) return -1;
+    plan_key k = {n, r, gathered, hidden ? IDS_HIDDEN : choose ? IDS_SAMPLE : ids ? IDS_ARGMAX : IDS_NONE};
     mx_plan *p = plan_for(c, k, err);
     if (!p || mx_plan_run(c->be, p, err)) return -1;
+    if (choose && o->download(c->be, c->choose_outs + first_out, c->d_outs, sizeof(mx_sample_out) * (size_t)r, err))
+        return -1;
     if (ids && o->download(c->be, ids, c->d_argmax, sizeof(int32_t) * (size_t)r, err)) return -1;
     if (hidden && r > 0 &&
         o->download(c->be, hidden, c->out_h, sizeof(float) * (size_t)r * c->m->cfg.hidden_size, err))
@@ -310,7 +329,7 @@ static int forward(mx_ctx *c, const mx_batch *b, float *logits, int32_t *ids, fl
     const mx_backend_ops *o = c->be->ops;
     int V = hidden ? c->m->cfg.hidden_size : c->m->cfg.vocab_size;
     if (hidden) logits = NULL, ids = NULL;
-    bool outputs = logits || ids || hidden;
+    bool outputs = logits || ids || hidden || c->choose_rows;
     int32_t local[LOGIT_ROWS];
     int out_done = 0;
     for (int start = 0; start < b->n; start += c->max_batch) {
@@ -330,8 +349,8 @@ static int forward(mx_ctx *c, const mx_batch *b, float *logits, int32_t *ids, fl
                 cnt++;
             }
             if (body == 0 && cnt == 0) break;
-            if (run_step(c, b, start, body, local, cnt, logits ? logits + (size_t)out_done * V : NULL,
-                         ids ? ids + out_done : NULL, hidden ? hidden + (size_t)out_done * V : NULL, err))
+            if (run_step(c, body, local, cnt, logits ? logits + (size_t)out_done * V : NULL,
+                         ids ? ids + out_done : NULL, hidden ? hidden + (size_t)out_done * V : NULL, out_done, err))
                 return -1;
             out_done += cnt;
             body = 0;
@@ -342,9 +361,24 @@ static int forward(mx_ctx *c, const mx_batch *b, float *logits, int32_t *ids, fl
 }
 
 int mx_ctx_forward(mx_ctx *c, const mx_batch *b, float *logits, int32_t *ids, mx_error *err) {
+    c->choose_rows = NULL;
     return forward(c, b, logits, ids, NULL, err);
 }
 
 int mx_ctx_forward_hidden(mx_ctx *c, const mx_batch *b, float *hidden, mx_error *err) {
+    c->choose_rows = NULL;
     return forward(c, b, NULL, NULL, hidden, err);
+}
+
+int mx_ctx_forward_choose(mx_ctx *c, const mx_batch *b, const mx_sample_row *rows, const mx_logit_mod *mods,
+                          int n_mods, mx_sample_out *outs, mx_error *err) {
+    if (!mx_ctx_can_choose(c)) return mx_fail(err, "the %s backend cannot choose tokens itself", c->be->ops->name);
+    if (n_mods > MAX_EDITS) return mx_fail(err, "%d logit edits exceed the %d a step takes", n_mods, MAX_EDITS);
+    if (n_mods > 0 && c->be->ops->upload(c->be, c->d_mods, mods, sizeof *mods * (size_t)n_mods, err)) return -1;
+    c->choose_rows = rows;
+    c->choose_outs = outs;
+    int rc = forward(c, b, NULL, NULL, NULL, err);
+    c->choose_rows = NULL;
+    c->choose_outs = NULL;
+    return rc;
 }

@@ -56,16 +56,21 @@ int mx_ctx_slots(const mx_ctx *c);
 int64_t mx_ctx_kv_bytes(const mx_ctx *c);
 
 // Runs the batch. For each output row, writes the logits (host, [n_out, vocab]) when logits != NULL
-// and/or the chosen token (host, [n_out]) when ids != NULL: the argmax, or a token drawn on the
-// backend when mx_ctx_set_sampling turned that on.
+// and/or the argmax (host, [n_out]) when ids != NULL.
 int mx_ctx_forward(mx_ctx *c, const mx_batch *b, float *logits, int32_t *ids, mx_error *err);
 // The same pass, writing for each output row the final hidden state after the final norm (host,
 // [n_out, hidden_size]) instead of logits: what embeddings pool.
 int mx_ctx_forward_hidden(mx_ctx *c, const mx_batch *b, float *hidden, mx_error *err);
 
-// Chooses how mx_ctx_forward picks `ids`: p == NULL (or temp 0) means argmax; otherwise tokens are
-// drawn on the backend with these parameters. Returns 1 when the backend samples, 0 when it cannot
-// (no sample op: the caller must sample from the logits itself), -1 on error.
-int mx_ctx_set_sampling(mx_ctx *c, const mx_sample_params *p, mx_error *err);
+// True when the backend chooses tokens itself (the `sample` record), so mx_ctx_forward_choose works.
+bool mx_ctx_can_choose(const mx_ctx *c);
+// Edits one mx_ctx_forward_choose call takes at most (more: choose on the host from logits).
+int mx_ctx_max_edits(const mx_ctx *c);
+// Runs the batch and chooses the token of every output row on the backend: row i under rows[i]
+// (host structs; `allowed` is a host mask, copied to the backend) with its edits in
+// mods[0..n_mods) (core/sample_rows.h). outs[n_out] (host) receives ids and logprobs; no logits
+// leave the backend.
+int mx_ctx_forward_choose(mx_ctx *c, const mx_batch *b, const mx_sample_row *rows, const mx_logit_mod *mods,
+                          int n_mods, mx_sample_out *outs, mx_error *err);
 
 #endif

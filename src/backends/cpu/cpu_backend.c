@@ -197,8 +197,8 @@ static void cpu_run_op(mx_backend *be, const mx_op *op) {
         break;
     case MX_OP_ARGMAX: cpu_argmax(be, op->argmax.ids, op->argmax.logits, op->argmax.n, op->argmax.vocab); break;
     case MX_OP_SAMPLE:
-        cpu_sample(be, op->sample.ids, op->sample.logits, op->sample.n, op->sample.vocab, op->sample.params,
-                   op->sample.pos);
+        cpu_sample(be, op->sample.out, op->sample.logits, op->sample.n, op->sample.vocab, op->sample.rows,
+                   op->sample.mods);
         break;
     case MX_OP_GEGLU: cpu_geglu(be, op->geglu.out, op->geglu.gate, op->geglu.up, op->geglu.count); break;
     case MX_OP_SCALE: cpu_scale(be, op->scale.x, op->scale.count, op->scale.scale); break;

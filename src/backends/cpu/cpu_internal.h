@@ -44,7 +44,7 @@ void cpu_moe_route(mx_backend *be, int32_t *ids, float *weights, const float *lo
 void cpu_moe_combine(mx_backend *be, float *out, const float *y, const float *weights, int n, int k, int dim);
 void cpu_gather_rows(mx_backend *be, float *out, const float *x, const int32_t *rows, int n, int dim);
 void cpu_argmax(mx_backend *be, int32_t *ids, const float *logits, int n, int vocab);
-void cpu_sample(mx_backend *be, int32_t *ids, const float *logits, int n, int vocab, const mx_sample_params *p,
-                const int32_t *pos);
+void cpu_sample(mx_backend *be, mx_sample_out *out, float *logits, int n, int vocab, const mx_sample_row *rows,
+                const mx_logit_mod *mods);
 
 #endif

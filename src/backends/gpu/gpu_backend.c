@@ -192,8 +192,8 @@ static void run_record(const mxg_launch *L, const mx_op *op) {
         break;
     case MX_OP_ARGMAX: mxg_argmax(L, op->argmax.ids, op->argmax.logits, op->argmax.n, op->argmax.vocab); break;
     case MX_OP_SAMPLE:
-        mxg_sample(L, op->sample.ids, op->sample.logits, op->sample.n, op->sample.vocab, op->sample.params,
-                   op->sample.pos);
+        mxg_sample(L, op->sample.out, op->sample.logits, op->sample.n, op->sample.vocab, op->sample.rows,
+                   op->sample.mods);
         break;
     case MX_OP_GEGLU: mxg_geglu(L, op->geglu.out, op->geglu.gate, op->geglu.up, op->geglu.count); break;
     case MX_OP_SCALE: mxg_scale(L, op->scale.x, op->scale.count, op->scale.scale); break;

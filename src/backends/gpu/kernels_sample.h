@@ -5,14 +5,16 @@
 #define MXG_KERNELS_SAMPLE_H
 
 #include "backends/gpu/kernels.h"
+#include "core/sample_rows.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-// ids[n] drawn from logits[n, vocab] under *params with positions pos[n] (see backend.h).
-void mxg_sample(const mxg_launch *L, int32_t *ids, const float *logits, int n, int vocab,
-                const mx_sample_params *params, const int32_t *pos);
+// out[n]: the token choice of each row of logits[n, vocab] under rows[n] and mods (see backend.h
+// `sample` and core/sample_rows.h); the logits are edited in place.
+void mxg_sample(const mxg_launch *L, mx_sample_out *out, float *logits, int n, int vocab, const mx_sample_row *rows,
+                const mx_logit_mod *mods);
 
 #ifdef __cplusplus
 }

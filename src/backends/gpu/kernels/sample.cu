@@ -1,9 +1,13 @@
 // SPDX-License-Identifier: MIT
-// Token sampling on the device (backend.h `sample`), the same rule as the CPU reference
-// (src/backends/cpu/cpu_sample.c): the top-p, min-p and top-k filters become one threshold on the
-// logits (bisection over the float order, each step one block-wide count or sum), then Gumbel-max
-// over the kept tokens with the counter-based noise of src/core/sample_noise.h. One block per row;
-// parameters and positions are read from device memory, so the op replays inside a graph.
+// Token choice on the device (backend.h `sample`), the rule of core/sample_rows.h whose host
+// implementation (src/core/sample_rows.c) is the reference: one block per row, each row with its
+// own parameters, edits, allowed-token mask and logprob request, all read from device memory so a
+// recorded graph replays with new values. Steps per row: raw log-softmax and the top alternatives
+// (repeated block-wide maxima), the sparse edits in place, the best allowed token, and for sampled
+// rows the filters as one threshold on the logits (bisection over the float order, each step one
+// block-wide count or sum: no sort) followed by one uniform draw (src/core/sample_noise.h) walking
+// the kept tokens' weights in id order (inverse CDF). The chosen token's raw logit, when an edit
+// touched it, is recovered by inverting the edit (exact up to float rounding).
 #include <math.h>
 
 #include "backends/gpu/common.cuh"
@@ -14,10 +18,12 @@ namespace {
 
 constexpr int kThreads = 1024;
 
-// (value, index) order: larger value first, then the smaller index (as argmax on the CPU).
+// (value, index) order: larger value first, then the smaller index (as argmax on the CPU). Never 0
+// for a real value, so 0 means "none".
 __device__ __forceinline__ unsigned long long pick_key(float v, int idx) {
     return ((unsigned long long)mx_order_key(v) << 32) | (0xffffffffu - (uint32_t)idx);
 }
+__device__ __forceinline__ int32_t key_index(unsigned long long k) { return (int32_t)(0xffffffffu - (uint32_t)(k & 0xffffffffu)); }
 
 template <int W>
 __device__ unsigned long long block_max_key(unsigned long long k, unsigned long long *scratch) {
@@ -38,74 +44,195 @@ __device__ unsigned long long block_max_key(unsigned long long k, unsigned long 
     return best;
 }
 
+__device__ __forceinline__ bool allowed_at(const uint32_t *mask, int i) {
+    return !mask || ((mask[i >> 5] >> (i & 31)) & 1u);
+}
+
 template <int W>
-__global__ void __launch_bounds__(kThreads) sample_kernel(int32_t *ids, const float *__restrict__ logits, int vocab,
-                                                          const mx_sample_params *__restrict__ params,
-                                                          const int32_t *__restrict__ pos) {
+__global__ void __launch_bounds__(kThreads) choose_kernel(mx_sample_out *out, float *logits, int vocab,
+                                                          const mx_sample_row *__restrict__ rows,
+                                                          const mx_logit_mod *__restrict__ mods) {
     __shared__ float fs[kThreads / 32];
     __shared__ unsigned long long ks[kThreads / 32];
-    const float *l = logits + (int64_t)blockIdx.x * vocab;
-    const mx_sample_params p = *params;
-    const int32_t position = pos[blockIdx.x];
+    __shared__ float parts[kThreads];
+    __shared__ int pick_owner, pick_id;
+    __shared__ float pick_rest;
+    float *l = logits + (int64_t)blockIdx.x * vocab;
+    const mx_sample_row r = rows[blockIdx.x];
+    mx_sample_out *o = out + blockIdx.x;
+    const int tid = threadIdx.x;
 
-    float m = -INFINITY, mn = INFINITY;
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-        m = fmaxf(m, l[i]);
-        mn = fminf(mn, l[i]);
-    }
-    m = block_max<W>(m, fs);
-    mn = -block_max<W>(-mn, fs);
-
-    float thr = -INFINITY;
-    if (p.min_p > 0.0f) thr = fmaxf(thr, m + logf(p.min_p));
-    if (p.top_k > 0 && p.top_k < vocab) {  // largest t with count(l >= t) >= k
-        uint32_t lo = mx_order_key(mn), hi = mx_order_key(m);
-        while (lo < hi) {
-            const uint32_t mid = lo + (hi - lo + 1) / 2;
-            const float t = mx_order_value(mid);
-            float c = 0.0f;
-            for (int i = threadIdx.x; i < vocab; i += blockDim.x) c += l[i] >= t ? 1.0f : 0.0f;
-            c = block_sum<W>(c, fs);
-            if (c >= (float)p.top_k) lo = mid;
-            else hi = mid - 1;
-        }
-        thr = fmaxf(thr, mx_order_value(lo));
-    }
-    if (p.top_p > 0.0f && p.top_p < 1.0f) {  // largest t with mass(l >= t) >= top_p * total
+    // 1. Raw logprobs.
+    float lse = 0.0f;
+    if (r.n_top >= 0) {
+        float m = -INFINITY;
+        for (int i = tid; i < vocab; i += blockDim.x) m = fmaxf(m, l[i]);
+        m = block_max<W>(m, fs);
         float z = 0.0f;
-        for (int i = threadIdx.x; i < vocab; i += blockDim.x) z += expf(l[i] - m);
-        const float want = p.top_p * block_sum<W>(z, fs);
-        uint32_t lo = mx_order_key(mn), hi = mx_order_key(m);
-        while (lo < hi) {
-            const uint32_t mid = lo + (hi - lo + 1) / 2;
-            const float t = mx_order_value(mid);
-            float s = 0.0f;
-            for (int i = threadIdx.x; i < vocab; i += blockDim.x) s += l[i] >= t ? expf(l[i] - m) : 0.0f;
-            s = block_sum<W>(s, fs);
-            if (s >= want) lo = mid;
-            else hi = mid - 1;
+        for (int i = tid; i < vocab; i += blockDim.x) z += expf(l[i] - m);
+        lse = m + logf(block_sum<W>(z, fs));
+        const int n_top = r.n_top > MX_SAMPLE_MAX_TOP ? MX_SAMPLE_MAX_TOP : r.n_top;
+        unsigned long long prev = ~0ull;
+        for (int k = 0; k < n_top; k++) {
+            unsigned long long best = 0;
+            for (int i = tid; i < vocab; i += blockDim.x) {
+                const unsigned long long key = pick_key(l[i], i);
+                if (key < prev && key > best) best = key;
+            }
+            best = block_max_key<W>(best, ks);
+            if (tid == 0) {
+                o->top_id[k] = key_index(best);
+                o->top_logprob[k] = l[key_index(best)] - lse;
+            }
+            prev = best;
         }
-        thr = fmaxf(thr, mx_order_value(lo));
+        if (tid == 0) o->n_top = n_top;
+    } else if (tid == 0) {
+        o->n_top = 0;
+    }
+    __syncthreads();
+
+    // 2. Edits, in place (ids are distinct within a row).
+    const mx_logit_mod *md = mods ? mods + r.mod_off : nullptr;
+    const int n_mod = md ? r.n_mod : 0;
+    for (int k = tid; k < n_mod; k += blockDim.x) {
+        const mx_logit_mod e = md[k];
+        if (e.id < 0 || e.id >= vocab) continue;
+        float x = l[e.id] + e.bias;
+        x = x > 0.0f ? x / e.rep : x * e.rep;
+        l[e.id] = x - e.sub;
+    }
+    __syncthreads();
+
+    // 3. The best allowed token; without any allowed token the mask is ignored.
+    const uint32_t *mask = r.allowed;
+    unsigned long long best = 0;
+    for (int i = tid; i < vocab; i += blockDim.x)
+        if (allowed_at(mask, i)) {
+            const unsigned long long key = pick_key(l[i], i);
+            best = key > best ? key : best;
+        }
+    best = block_max_key<W>(best, ks);
+    if (best == 0) {
+        mask = nullptr;
+        for (int i = tid; i < vocab; i += blockDim.x) {
+            const unsigned long long key = pick_key(l[i], i);
+            best = key > best ? key : best;
+        }
+        best = block_max_key<W>(best, ks);
+    }
+    int32_t chosen = key_index(best);
+    const float m = l[chosen];
+
+    // 4. Sampled rows: filters over the candidates (allowed, within the margin of the best), then
+    // an inverse-CDF draw over the kept ones.
+    if (r.temp > 0.0f && isfinite(m)) {
+        const float lo_v = m - 40.0f * fmaxf(1.0f, r.temp);
+        float mn = m, z = 0.0f, nc = 0.0f;
+        for (int i = tid; i < vocab; i += blockDim.x)
+            if (l[i] >= lo_v && allowed_at(mask, i)) {
+                mn = fminf(mn, l[i]);
+                z += expf(l[i] - m);
+                nc += 1.0f;
+            }
+        mn = -block_max<W>(-mn, fs);
+        z = block_sum<W>(z, fs);
+        nc = block_sum<W>(nc, fs);
+        float thr = -INFINITY;
+        if (r.min_p > 0.0f) thr = fmaxf(thr, m + logf(r.min_p));
+        if (r.top_k > 0 && (float)r.top_k < nc) {  // largest t with count(l >= t) >= k
+            uint32_t lo = mx_order_key(mn), hi = mx_order_key(m);
+            while (lo < hi) {
+                const uint32_t mid = lo + (hi - lo + 1) / 2;
+                const float t = mx_order_value(mid);
+                float c = 0.0f;
+                for (int i = tid; i < vocab; i += blockDim.x) c += l[i] >= t && allowed_at(mask, i) ? 1.0f : 0.0f;
+                c = block_sum<W>(c, fs);
+                if (c >= (float)r.top_k) lo = mid;
+                else hi = mid - 1;
+            }
+            thr = fmaxf(thr, mx_order_value(lo));
+        }
+        if (r.top_p > 0.0f && r.top_p < 1.0f) {  // largest t with mass(l >= t) >= top_p * z
+            const float want = r.top_p * z;
+            uint32_t lo = mx_order_key(mn), hi = mx_order_key(m);
+            while (lo < hi) {
+                const uint32_t mid = lo + (hi - lo + 1) / 2;
+                const float t = mx_order_value(mid);
+                float s = 0.0f;
+                for (int i = tid; i < vocab; i += blockDim.x)
+                    s += l[i] >= t && l[i] >= lo_v && allowed_at(mask, i) ? expf(l[i] - m) : 0.0f;
+                s = block_sum<W>(s, fs);
+                if (s >= want) lo = mid;
+                else hi = mid - 1;
+            }
+            thr = fmaxf(thr, mx_order_value(lo));
+        }
+        thr = fmaxf(thr, lo_v);
+        // Inverse CDF in id order: each thread owns a contiguous run of ids; thread 0 finds the run
+        // where u * total falls, and that run's thread finds the token.
+        const float inv_t = 1.0f / r.temp;
+        const int per = (vocab + blockDim.x - 1) / blockDim.x, i0 = tid * per;
+        const int i1 = i0 + per < vocab ? i0 + per : vocab;
+        float part = 0.0f;
+        for (int i = i0; i < i1; i++)
+            if (l[i] >= thr && allowed_at(mask, i)) part += expf((l[i] - m) * inv_t);
+        parts[tid] = part;
+        __syncthreads();
+        if (tid == 0) {
+            float total = 0.0f;
+            for (int t = 0; t < (int)blockDim.x; t++) total += parts[t];
+            const float target = mx_uniform_noise(r.seed, r.pos) * total;
+            float acc = 0.0f;
+            int owner = -1;
+            for (int t = 0; t < (int)blockDim.x; t++) {
+                if (parts[t] <= 0.0f) continue;
+                owner = t;
+                if (acc + parts[t] > target) break;
+                acc += parts[t];
+            }
+            pick_owner = owner;
+            pick_rest = target - acc;
+        }
+        __syncthreads();
+        if (tid == pick_owner) {
+            float acc = 0.0f;
+            int last = -1;
+            for (int i = i0; i < i1; i++) {
+                if (!(l[i] >= thr) || !allowed_at(mask, i)) continue;
+                last = i;
+                acc += expf((l[i] - m) * inv_t);
+                if (acc > pick_rest) break;
+            }
+            if (last >= 0) pick_id = last;
+        } else if (tid == 0 && pick_owner < 0) {
+            pick_id = chosen;
+        }
+        __syncthreads();
+        chosen = pick_id;
     }
 
-    unsigned long long best = 0;
-    const float inv_temp = 1.0f / p.temp;
-    for (int i = threadIdx.x; i < vocab; i += blockDim.x) {
-        if (l[i] < thr) continue;
-        const float key = l[i] * inv_temp + mx_gumbel_noise(p.seed, position, i);
-        const unsigned long long k = pick_key(key, i);
-        best = k > best ? k : best;
+    if (tid == 0) {
+        o->id = chosen;
+        if (r.n_top >= 0) {
+            float raw = l[chosen];
+            for (int k = 0; k < n_mod; k++)
+                if (md[k].id == chosen) {
+                    float x = raw + md[k].sub;
+                    x = x > 0.0f ? x * md[k].rep : x / md[k].rep;
+                    raw = x - md[k].bias;
+                }
+            o->logprob = raw - lse;
+        }
     }
-    best = block_max_key<W>(best, ks);
-    if (threadIdx.x == 0) ids[blockIdx.x] = (int32_t)(0xffffffffu - (uint32_t)(best & 0xffffffffu));
 }
 
 }  // namespace
 
-extern "C" void mxg_sample(const mxg_launch *L, int32_t *ids, const float *logits, int n, int vocab,
-                           const mx_sample_params *params, const int32_t *pos) {
+extern "C" void mxg_sample(const mxg_launch *L, mx_sample_out *out, float *logits, int n, int vocab,
+                           const mx_sample_row *rows, const mx_logit_mod *mods) {
     if (n <= 0) return;
     MXG_WARP_DISPATCH(L->warp, {
-        sample_kernel<W><<<(unsigned)n, kThreads, 0, (gpuStream_t)L->stream>>>(ids, logits, vocab, params, pos);
+        choose_kernel<W><<<(unsigned)n, kThreads, 0, (gpuStream_t)L->stream>>>(out, logits, vocab, rows, mods);
     });
 }
