@@ -184,9 +184,3 @@ int64_t cli_peak_rss(void) {
     getrusage(RUSAGE_SELF, &ru);
     return (int64_t)ru.ru_maxrss * 1024;
 }
-
-double cli_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}

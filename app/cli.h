@@ -44,6 +44,5 @@ int cli_open_model(const char *cmd, const cli_model_opts *o, mx_backend **be, mx
 
 // Peak resident memory of the process in bytes.
 int64_t cli_peak_rss(void);
-double cli_now(void);
 
 #endif

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "core/clock.h"
 #include "commands.h"
 #include "core/mem_bandwidth.h"
 #include "core/thread_pool.h"
@@ -426,16 +427,16 @@ static int bench_once(mx_ctx *ctx, const int32_t *prompt, int32_t *pos, int32_t 
                       double *t_pp, double *t_tg, mx_error *err) {
     int32_t last = n_pp - 1, id = 0;
     mx_batch b = {n_pp, prompt, pos, slot, 1, &last};
-    double t0 = cli_now();
+    double t0 = mx_now();
     if (mx_ctx_forward(ctx, &b, NULL, &id, err) != 0) return -1;
-    double t1 = cli_now();
+    double t1 = mx_now();
     for (int i = 0; i < n_tg; i++) {
         int32_t p = n_pp + i, zero = 0, row = 0;
         mx_batch step = {1, &id, &p, &zero, 1, &row};
         if (mx_ctx_forward(ctx, &step, NULL, &id, err) != 0) return -1;
     }
     *t_pp = t1 - t0;
-    *t_tg = cli_now() - t1;
+    *t_tg = mx_now() - t1;
     return 0;
 }
 
@@ -586,9 +587,9 @@ int cmd_bench(int argc, char **argv) {
     int32_t *prompt = NULL, *pos = NULL, *slot = NULL;
     double *tpp = NULL, *ttg = NULL;
     mx_error err = {{0}};
-    double t_load = cli_now();
+    double t_load = mx_now();
     if (cli_open_model(cmd, &mo, &be, &m, &mdir) != 0) goto done;
-    t_load = cli_now() - t_load;
+    t_load = mx_now() - t_load;
     const mx_config *cfg = mx_model_config(m);
     int max_ctx = n_pp + n_tg + 1;
     if (mo.ctx && mo.ctx < max_ctx) {

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "core/clock.h"
 #include "commands.h"
 #include "convert/convert.h"
 #include "convert/recipe.h"
@@ -44,12 +45,6 @@ typedef struct bar {
     int last_pct;
 } bar;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 static void draw_bar(void *user, int64_t done, int64_t total) {
     bar *b = user;
     int pct = total > 0 ? (int)(done * 100 / total) : 100;
@@ -59,7 +54,7 @@ static void draw_bar(void *user, int64_t done, int64_t total) {
     char cells[64];
     for (int i = 0; i < width; i++) cells[i] = i < fill ? '#' : '.';
     cells[width] = '\0';
-    double el = now_s() - b->start;
+    double el = mx_now() - b->start;
     fprintf(stderr, "\r[%s] %3d%%  %.1f/%.1f MB  %.1fs", cells, pct, done / 1e6, total / 1e6, el);
     if (pct == 100) fputc('\n', stderr);
     fflush(stderr);
@@ -163,7 +158,7 @@ int cmd_convert(int argc, char **argv) {
         cli_error(CMD, "%s", err.msg);
         return MX_EXIT_USAGE;
     }
-    bar b = {now_s(), -1};
+    bar b = {mx_now(), -1};
     if (isatty(STDERR_FILENO)) {
         o.progress = draw_bar;
         o.progress_user = &b;
@@ -173,6 +168,6 @@ int cmd_convert(int argc, char **argv) {
         cli_error(CMD, "%s", err.msg);
         return MX_EXIT_RUNTIME;
     }
-    fprintf(stderr, "mlxcel convert: wrote %s in %.1fs\n", o.mlx_path, now_s() - b.start);
+    fprintf(stderr, "mlxcel convert: wrote %s in %.1fs\n", o.mlx_path, mx_now() - b.start);
     return MX_EXIT_OK;
 }

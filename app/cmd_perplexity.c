@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "core/clock.h"
 #include "core/logsumexp.h"
 #include "commands.h"
 #include "io/mapped_file.h"
@@ -123,7 +124,7 @@ int cmd_perplexity(int argc, char **argv) {
         cli_error(cmd, "%s", err.msg[0] ? err.msg : "out of memory");
         goto done;
     }
-    double nll = 0.0, t0 = cli_now();
+    double nll = 0.0, t0 = mx_now();
     size_t scored = 0;
     for (size_t start = 0; start + 1 < n; start += win) {
         int len = (int)(n - start < (size_t)win + 1 ? n - start : (size_t)win + 1);
@@ -139,7 +140,7 @@ int cmd_perplexity(int argc, char **argv) {
             scored++;
         }
     }
-    double secs = cli_now() - t0;
+    double secs = mx_now() - t0;
     printf("Perplexity: %.4f over %zu tokens (%zu ids, windows of %d)\n", exp(nll / scored), scored, n, win + 1);
     fprintf(stderr, "Scored in %.2f s (%.1f tokens-per-sec) on %s\n", secs, (scored + n / win) / secs, be->ops->name);
     rc = MX_EXIT_OK;

@@ -5,6 +5,8 @@
 // The buffer is filled before timing (untouched anonymous pages would read the shared zero page).
 #include "core/mem_bandwidth.h"
 
+#include "core/clock.h"
+
 #include <stdint.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -32,12 +34,6 @@ static void probe_task(void *arg, int task, int thread) {
     j->sums[task] = a0 ^ a1 ^ a2 ^ a3 ^ a4 ^ a5 ^ a6 ^ a7;
 }
 
-static double seconds(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 double mx_mem_read_bandwidth(mx_pool *pool, size_t bytes, int passes) {
     bytes = (bytes + PROBE_ALIGN - 1) / PROBE_ALIGN * PROBE_ALIGN;
     void *buf = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -51,9 +47,9 @@ double mx_mem_read_bandwidth(mx_pool *pool, size_t bytes, int passes) {
     mx_pool_run(pool, j.n_tasks, probe_task, &j);  // warm-up: TLB and page tables
     double best = 0.0;
     for (int p = 0; p < passes; p++) {
-        double t0 = seconds();
+        double t0 = mx_now();
         mx_pool_run(pool, j.n_tasks, probe_task, &j);
-        double t = seconds() - t0;
+        double t = mx_now() - t0;
         double rate = (double)(j.n_words / (size_t)j.n_tasks / 8 * 8 * (size_t)j.n_tasks * 8) / t / 1e9;
         best = rate > best ? rate : best;
     }

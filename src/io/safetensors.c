@@ -289,12 +289,6 @@ const mx_st_tensor *mx_st_find(const mx_safetensors *st, const char *name) {
     return bsearch(&key, st->tensors, st->n_tensors, sizeof key, cmp_by_name);
 }
 
-const char *mx_st_metadata(const mx_safetensors *st, const char *key) {
-    for (size_t i = 0; i < st->n_meta; i++)
-        if (strcmp(st->meta[2 * i], key) == 0) return st->meta[2 * i + 1];
-    return NULL;
-}
-
 const char *mx_st_file_path(const mx_safetensors *st, int file_index) {
     return file_index >= 0 && file_index < st->n_files ? st->files[file_index].path : NULL;
 }

@@ -37,8 +37,6 @@ void mx_st_close(mx_safetensors *st);
 size_t mx_st_count(const mx_safetensors *st);
 const mx_st_tensor *mx_st_at(const mx_safetensors *st, size_t i);   // sorted by name
 const mx_st_tensor *mx_st_find(const mx_safetensors *st, const char *name);  // NULL if absent
-// Value of a __metadata__ key of the first file that has it, or NULL.
-const char *mx_st_metadata(const mx_safetensors *st, const char *key);
 const char *mx_st_file_path(const mx_safetensors *st, int file_index);
 
 // Parses and validates a header held in memory (used by the opener and the fuzz target).

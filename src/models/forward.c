@@ -133,7 +133,6 @@ void mx_ctx_free(mx_ctx *c) {
 }
 
 int mx_ctx_max_ctx(const mx_ctx *c) { return c->lay.max_ctx; }
-int mx_ctx_slots(const mx_ctx *c) { return c->lay.n_slots; }
 int64_t mx_ctx_kv_bytes(const mx_ctx *c) { return (int64_t)mx_kv_bytes(&c->lay, c->be->kv_dtype); }
 
 size_t mx_kv_bytes(const mx_kv_layout *lay, mx_dtype kv_dtype) {

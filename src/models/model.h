@@ -27,7 +27,6 @@ void mx_model_free(mx_model *m);
 const mx_config *mx_model_config(const mx_model *m);
 mx_backend *mx_model_backend(const mx_model *m);
 const char *mx_model_dir(const mx_model *m);
-int64_t mx_model_param_count(const mx_model *m);
 int64_t mx_model_weight_bytes(const mx_model *m);  // bytes of weights as stored (quantized)
 // Bytes of weights one decoded token reads: every layer's matrices (MoE experts counted for the
 // active ones only, num_experts_per_tok / num_experts of each stack) and the output projection;
@@ -52,7 +51,6 @@ typedef struct mx_batch {
 mx_ctx *mx_ctx_create(mx_model *m, int n_slots, int max_ctx, int max_batch, mx_error *err);
 void mx_ctx_free(mx_ctx *c);
 int mx_ctx_max_ctx(const mx_ctx *c);
-int mx_ctx_slots(const mx_ctx *c);
 int64_t mx_ctx_kv_bytes(const mx_ctx *c);
 
 // Runs the batch. For each output row, writes the logits (host, [n_out, vocab]) when logits != NULL

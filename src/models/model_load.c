@@ -411,7 +411,6 @@ void mx_model_free(mx_model *m) {
 const mx_config *mx_model_config(const mx_model *m) { return &m->cfg; }
 mx_backend *mx_model_backend(const mx_model *m) { return m->be; }
 const char *mx_model_dir(const mx_model *m) { return m->dir; }
-int64_t mx_model_param_count(const mx_model *m) { return m->n_params; }
 int64_t mx_model_weight_bytes(const mx_model *m) { return m->weight_bytes; }
 
 bool mx_model_is_eos(const mx_model *m, int32_t id) {

@@ -309,7 +309,6 @@ static const mx_backend_ops gpu_ops = {
 
 const char *mx_gpu_backend_name(void) { return MXG_RUNTIME_NAME; }
 
-bool mx_gpu_is_backend(const mx_backend *be) { return be && be->ops == &gpu_ops; }
 
 static const char *vendor_word(void) { return strcmp(MXG_RUNTIME_NAME, "cuda") == 0 ? "NVIDIA" : "AMD"; }
 

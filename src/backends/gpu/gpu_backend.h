@@ -7,9 +7,6 @@
 
 #include "backends/backend.h"
 
-// True when `be` was made by mx_gpu_backend_create (safe on any backend).
-bool mx_gpu_is_backend(const mx_backend *be);
-
 // Turns graph recording of plans on (the default; MLXCEL_GPU_NO_GRAPHS=1 starts with it off) or
 // off (plans then always run record by record, e.g. to time direct launches).
 void mx_gpu_use_graphs(mx_backend *be, bool on);

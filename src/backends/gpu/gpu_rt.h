@@ -40,17 +40,12 @@ void mxg_rt_stream_destroy(void *stream);
 // Zeroed device memory.
 int mxg_rt_malloc(void **p, size_t bytes, void *stream, mx_error *err);
 void mxg_rt_free(void *p);
-int mxg_rt_host_alloc(void **p, size_t bytes, mx_error *err);
-void mxg_rt_host_free(void *p);
 // Host -> device. The source may be reused as soon as the call returns.
 int mxg_rt_upload(void *dst, const void *src, size_t bytes, void *stream, mx_error *err);
 // Device -> host, synchronous (waits for queued work first).
 int mxg_rt_download(void *dst, const void *src, size_t bytes, void *stream, mx_error *err);
-int mxg_rt_copy_d2d(void *dst, const void *src, size_t bytes, void *stream, mx_error *err);
-int mxg_rt_memset(void *dst, int value, size_t bytes, void *stream, mx_error *err);
 // Waits for the stream; reports launch and execution errors.
 int mxg_rt_sync(void *stream, mx_error *err);
-int mxg_rt_mem_info(size_t *free_bytes, size_t *total_bytes);
 
 // Graphs: begin/end capture on the stream, replay, destroy. Work enqueued between begin and end is
 // recorded, not run; it must not synchronize, allocate, or copy from pageable host memory.

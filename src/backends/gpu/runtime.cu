@@ -128,15 +128,6 @@ extern "C" void mxg_rt_free(void *p) {
     if (p) (void)gpuFree(p);
 }
 
-extern "C" int mxg_rt_host_alloc(void **p, size_t bytes, mx_error *err) {
-    RT_CHECK(gpuHostAlloc(p, bytes ? bytes : 1), "allocating pinned host memory");
-    return 0;
-}
-
-extern "C" void mxg_rt_host_free(void *p) {
-    if (p) (void)gpuFreeHost(p);
-}
-
 extern "C" int mxg_rt_upload(void *dst, const void *src, size_t bytes, void *stream, mx_error *err) {
     if (!bytes) return 0;
     RT_CHECK(gpuMemcpyAsync(dst, src, bytes, gpuMemcpyHostToDevice, (gpuStream_t)stream), "copying to the device");
@@ -154,28 +145,9 @@ extern "C" int mxg_rt_download(void *dst, const void *src, size_t bytes, void *s
     return 0;
 }
 
-extern "C" int mxg_rt_copy_d2d(void *dst, const void *src, size_t bytes, void *stream, mx_error *err) {
-    if (bytes) RT_CHECK(gpuMemcpyAsync(dst, src, bytes, gpuMemcpyDeviceToDevice, (gpuStream_t)stream), "copying on the device");
-    return 0;
-}
-
-extern "C" int mxg_rt_memset(void *dst, int value, size_t bytes, void *stream, mx_error *err) {
-    if (bytes) RT_CHECK(gpuMemsetAsync(dst, value, bytes, (gpuStream_t)stream), "filling device memory");
-    return 0;
-}
-
 extern "C" int mxg_rt_sync(void *stream, mx_error *err) {
     RT_CHECK(gpuStreamSynchronize((gpuStream_t)stream), "waiting for the device");
     RT_CHECK(gpuGetLastError(), "a kernel launch");
-    return 0;
-}
-
-extern "C" int mxg_rt_mem_info(size_t *free_bytes, size_t *total_bytes) {
-    gpuError_t e = gpuMemGetInfo(free_bytes, total_bytes);
-    if (e != gpuSuccess) {
-        (void)gpuGetLastError();
-        return -1;
-    }
     return 0;
 }
 
