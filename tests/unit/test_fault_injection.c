@@ -2,7 +2,7 @@
 // Failure injection (this test's build only): every allocation the library makes goes through the
 // linker's --wrap of malloc/calloc/realloc/strdup/strndup/aligned_alloc/posix_memalign (see
 // tests/cmake/fault_injection.cmake), and the wrapper fails the Nth one. For each N, in a child
-// process, model load, a generation (context + forward + sampler) and one server request must end
+// process, model load, a generation (the engine: context, forward, token choice) and one server request must end
 // in success or a clean error: a message (load, generate) or an HTTP answer, never a crash, and
 // the server must answer the next request. A second part swaps the backend's ops table for one
 // whose run_plan fails (a device fault as the engine sees it): the forward returns the backend's
@@ -22,6 +22,7 @@
 
 #include "backends/backend.h"
 #include "check.h"
+#include "generate/engine.h"
 #include "models/model.h"
 #include "sample/sampler.h"
 #include "server/server.h"
@@ -79,43 +80,28 @@ static int op_generate(void) {
     int32_t *ids = NULL;
     size_t n = 0;
     if (mx_tokenizer_encode(g_tok, "Once upon a time", 16, &ids, &n, &err)) return err.msg[0] ? 1 : (abort(), 1);
-    mx_ctx *ctx = mx_ctx_create(g_model, 1, 64, 16, &err);
+    mx_engine_opts eo = {.n_slots = 1, .max_ctx = 64, .prefill_chunk = 16, .threads = 1};
+    mx_engine *eng = mx_engine_create(g_model, &eo, &err);
     mx_sampling sp = mx_sampling_defaults();
     sp.temp = 0.8f;
     sp.top_k = 20;
-    mx_sampler *smp = mx_sampler_create(&sp, mx_model_config(g_model)->vocab_size);
-    float *logits = malloc(sizeof(float) * (size_t)mx_model_config(g_model)->vocab_size);
+    sp.has_seed = true;
+    mx_seq_opts so = {.sampling = sp, .max_new = 4, .n_logprobs = 2};
+    mx_seq *seq = eng ? mx_seq_create(g_tok, ids, (int)n, &so, 64, &err) : NULL;
     int rc = 1;
-    if (ctx && smp && logits) {
-        int32_t pos[64], slot[64] = {0}, row = (int32_t)n - 1;
-        for (size_t i = 0; i < n; i++) pos[i] = (int32_t)i;
-        mx_batch b = {(int)n, ids, pos, slot, 1, &row};
-        rc = 0;
-        for (int t = 0; t < 4 && rc == 0; t++) {
-            if (mx_ctx_forward(ctx, &b, logits, NULL, &err)) {
-                rc = 1;
-                break;
-            }
-            int32_t next = mx_sampler_sample(smp, logits);
-            mx_sampler_accept(smp, next, true);
-            char *text = mx_tokenizer_decode(g_tok, &next, 1, false);
-            free(text);
-            pos[0] = (int32_t)n + t;
-            ids[0] = next;
-            row = 0;
-            b = (mx_batch){1, ids, pos, slot, 1, &row};
-        }
+    if (eng && seq) {
+        rc = mx_engine_admit(eng, seq, &err) != 0 || mx_engine_run(eng, &err) != 0;
         if (rc && !err.msg[0]) {
-            fprintf(stderr, "forward failed without a message\n");
+            fprintf(stderr, "generation failed without a message\n");
             abort();
         }
-    } else if (!ctx && !err.msg[0] && smp && logits) {
-        fprintf(stderr, "context creation failed without a message\n");
+        mx_engine_release(eng, seq);
+    } else if (!err.msg[0]) {
+        fprintf(stderr, "engine or sequence creation failed without a message\n");
         abort();
     }
-    free(logits);
-    mx_sampler_free(smp);
-    mx_ctx_free(ctx);
+    mx_seq_free(seq);
+    mx_engine_free(eng);
     free(ids);
     return rc;
 }
