@@ -46,6 +46,7 @@ int mxg_rt_upload(void *dst, const void *src, size_t bytes, void *stream, mx_err
 int mxg_rt_download(void *dst, const void *src, size_t bytes, void *stream, mx_error *err);
 // Waits for the stream; reports launch and execution errors.
 int mxg_rt_sync(void *stream, mx_error *err);
+int mxg_rt_mem_info(size_t *free_bytes, size_t *total_bytes);
 
 // Graphs: begin/end capture on the stream, replay, destroy. Work enqueued between begin and end is
 // recorded, not run; it must not synchronize, allocate, or copy from pageable host memory.

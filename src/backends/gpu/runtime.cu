@@ -151,6 +151,15 @@ extern "C" int mxg_rt_sync(void *stream, mx_error *err) {
     return 0;
 }
 
+extern "C" int mxg_rt_mem_info(size_t *free_bytes, size_t *total_bytes) {
+    gpuError_t e = gpuMemGetInfo(free_bytes, total_bytes);
+    if (e != gpuSuccess) {
+        (void)gpuGetLastError();
+        return -1;
+    }
+    return 0;
+}
+
 extern "C" int mxg_rt_graph_begin(void *stream, mx_error *err) {
     RT_CHECK(gpuStreamBeginCapture((gpuStream_t)stream, gpuStreamCaptureModeThreadLocal), "starting graph capture");
     return 0;
