@@ -13,7 +13,7 @@ the detokenizer held text back) as p50 / p99, and a JSON line for scripts.
 whose prompt is the same N tokens plus 16 more; prints both times to first token.
 
 Standard library only.
-usage: serve_load.py --url http://127.0.0.1:8080 [-c 1,8,32] [--prompt-tokens 32] [--max-tokens 128]
+usage: bench/serve_throughput.py --url http://127.0.0.1:8080 [-c 1,8,32] [--prompt-tokens 32] [--max-tokens 128]
                      [--temperature 0] [--top-p 1] [--rounds 2] [--shared-prefix N]"""
 import argparse, http.client, json, random, sys, threading, time, urllib.parse
 
