@@ -6,6 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
+#include "io/json_text.h"
+#include "io/mapped_file.h"
 #include "models/family.h"
 #include "models/model_internal.h"
 
@@ -324,13 +328,35 @@ static int check_config(const mx_config *c, const mx_family *fam, mx_error *err)
     return 0;
 }
 
+static int fail_not_running(const char *dir, const char *model_type, mx_error *err) {
+    return mx_fail(err, "%s/config.json: model_type '%s' is not supported yet: its forward pass is not implemented "
+                        "(mlxcel convert handles it; supported: %s)",
+                   dir, model_type, mx_model_supported_types());
+}
+
+// When config.json does not parse into mx_config, a family whose forward pass is not written yet is
+// the more useful thing to report: its config may use what only that forward pass would need (for
+// example YaRN RoPE). Otherwise err keeps the parser's message.
+static void explain_config_failure(const char *dir, mx_error *err) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    mx_error ignored = {{0}};
+    char *text = mx_read_text_file(path, NULL, &ignored);
+    json_error_t je;
+    json_t *root = text ? mx_json_loads(text, 0, &je) : NULL;
+    const mx_family *fam = mx_family_find(json_string_value(json_object_get(root, "model_type")));
+    if (fam && !fam->runs) fail_not_running(dir, fam->model_type, err);
+    json_decref(root);
+    free(text);
+}
+
 static int model_load_into(mx_model *m, const char *dir, mx_error *err) {
-    if (mx_config_load(dir, &m->cfg, err)) return -1;
+    if (mx_config_load(dir, &m->cfg, err)) {
+        explain_config_failure(dir, err);
+        return -1;
+    }
     const mx_family *fam = mx_family_find(m->cfg.model_type);
-    if (fam && !fam->runs)
-        return mx_fail(err, "%s/config.json: model_type '%s' is not supported yet: its forward pass is not implemented "
-                            "(mlxcel convert handles it; supported: %s)",
-                       dir, m->cfg.model_type, mx_model_supported_types());
+    if (fam && !fam->runs) return fail_not_running(dir, m->cfg.model_type, err);
     if (!fam)
         return mx_fail(err, "%s/config.json: unsupported model_type '%s' (supported: %s)", dir, m->cfg.model_type,
                        mx_model_supported_types());
