@@ -564,6 +564,13 @@ void mx_gram_index_retain(mx_gram_index *ix) {
     pthread_mutex_unlock(&ix->mu);
 }
 
+size_t mx_gram_index_bytes(mx_gram_index *ix) {
+    pthread_mutex_lock(&ix->mu);
+    size_t n = ix->n_frames * sizeof(gram_frame) + ix->n_buckets * sizeof(gram_frame *) + ix->mask_bytes;
+    pthread_mutex_unlock(&ix->mu);
+    return n;
+}
+
 void mx_gram_index_release(mx_gram_index *ix) {
     if (!ix) return;
     pthread_mutex_lock(&ix->mu);

@@ -57,6 +57,8 @@ typedef struct mx_gram_index mx_gram_index;
 mx_gram_index *mx_gram_index_create(mx_grammar *g, const mx_gram_vocab *v, mx_error *err);
 void mx_gram_index_retain(mx_gram_index *ix);
 void mx_gram_index_release(mx_gram_index *ix);
+// Bytes the index holds (parser stacks and cached masks); they grow with the distinct states seen.
+size_t mx_gram_index_bytes(mx_gram_index *ix);
 
 typedef struct mx_matcher mx_matcher;
 

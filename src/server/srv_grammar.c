@@ -14,6 +14,7 @@
 #include <string.h>
 
 #define CACHE_SLOTS 8
+#define INDEX_BYTES_MAX ((size_t)512 << 20)  // a cached grammar above this is dropped (freed with its last matcher)
 #define MAX_PARALLEL_CALLS 8
 
 typedef struct cached {
@@ -67,6 +68,13 @@ mx_matcher *srv_grammars_matcher(srv_grammars *g, const char *gbnf, char *msg, s
     mx_gram_index *ix = NULL;
     if (!g->v && !(g->v = mx_gram_vocab_create(g->tok, g->vocab, g->stops, g->n_stop, &err))) goto fail;
     int oldest = 0;
+    for (int i = 0; i < CACHE_SLOTS; i++) {  // recursive grammars can reach ever new stacks: bound them
+        if (g->slots[i].ix && mx_gram_index_bytes(g->slots[i].ix) > INDEX_BYTES_MAX) {
+            free(g->slots[i].text);
+            mx_gram_index_release(g->slots[i].ix);
+            g->slots[i] = (cached){0};
+        }
+    }
     for (int i = 0; i < CACHE_SLOTS && !ix; i++) {
         if (g->slots[i].text && strcmp(g->slots[i].text, gbnf) == 0) {
             ix = g->slots[i].ix;
