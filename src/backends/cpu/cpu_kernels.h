@@ -34,6 +34,10 @@ void cpu_kernels_gemm(const mx_matrix *w, int64_t r0, int nr, const float *x, in
 void cpu_kernels_attn_head(const float *q, const float *K, const float *V, int64_t stride, int first, int last, int hd,
                            float scale, float *out);
 
+// I16 KV rows: one float scale per block of this many elements.
+#define CPU_KV_SCALE_BLOCK 32
+#define CPU_KV_SCALES(hd) (((hd) + CPU_KV_SCALE_BLOCK - 1) / CPU_KV_SCALE_BLOCK)
+
 // Queries one attn_rows call takes at most (query heads of a GQA group times a few tokens).
 #define CPU_ATTN_MAX_ROWS 16
 // Floats of scratch attn_rows needs for head_dim hd (two 16-key blocks, 64-byte aligned inside).
@@ -41,8 +45,9 @@ void cpu_kernels_attn_head(const float *q, const float *K, const float *V, int64
 
 // Several queries that read the same KV head: for j < nq,
 //   out[j][hd] = softmax(scale * q[j] . K[p]) V  over keys p in [first[j], last[j]],
-// with key p of K and V at p * stride elements of kv_dtype (F32, F16 or BF16). Reading the keys
-// once for all the queries is the point.
+// with key p of K and V at p * stride elements of kv_dtype (F32, F16, BF16, or I16: element d of
+// key p times K_scale[p * scale_stride + d / CPU_KV_SCALE_BLOCK], V likewise). Reading the keys once
+// for all the queries is the point.
 typedef struct cpu_attn_args {
     const float *const *q;  // [nq] pointers to query rows [hd]
     float *const *out;      // [nq] pointers to output rows [hd]
@@ -51,6 +56,8 @@ typedef struct cpu_attn_args {
     const void *K, *V;     // key/value rows, `stride` elements apart
     int64_t stride;
     mx_dtype kv_dtype;
+    const float *K_scale, *V_scale;  // I16 only: CPU_KV_SCALES(hd) scales per key
+    int64_t scale_stride;
     int hd;
     float scale;
 } cpu_attn_args;
