@@ -96,8 +96,10 @@ ATTN_INLINE static __m512 block_scores(const float *q, const float *Kb, int chun
     return reduce16(dots);
 }
 
-ATTN_AVX512 void cpu_avx512_attn_rows(const cpu_attn_args *a, float *scratch) {
-    int hd = a->hd, nq = a->nq, chunks = (hd + 15) / 16;
+// The body of attn_rows for `chunks` 16-float chunks per row; inlined with chunks a constant for the
+// common head sizes, so the per-chunk loops unroll and their pointers stay in registers.
+ATTN_INLINE static void attn_rows_body(const cpu_attn_args *a, float *scratch, int chunks) {
+    int hd = a->hd, nq = a->nq;
     __mmask16 tail = (__mmask16)(hd % 16 ? (1u << (hd % 16)) - 1 : 0xffff);
     float *Kb = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63), *Vb = Kb + 16 * chunks * 16;
     float m[CPU_ATTN_MAX_ROWS], l[CPU_ATTN_MAX_ROWS], p[16];
@@ -144,6 +146,15 @@ ATTN_AVX512 void cpu_avx512_attn_rows(const cpu_attn_args *a, float *scratch) {
     for (int j = 0; j < nq; j++) {
         float inv = 1.0f / l[j], *out = a->out[j];
         for (int d = 0; d < hd; d++) out[d] *= inv;
+    }
+}
+
+ATTN_AVX512 void cpu_avx512_attn_rows(const cpu_attn_args *a, float *scratch) {
+    switch ((a->hd + 15) / 16) {
+    case 4: attn_rows_body(a, scratch, 4); break;    // head_dim 64
+    case 8: attn_rows_body(a, scratch, 8); break;    // head_dim 128
+    case 16: attn_rows_body(a, scratch, 16); break;  // head_dim 256
+    default: attn_rows_body(a, scratch, (a->hd + 15) / 16); break;
     }
 }
 
