@@ -187,7 +187,7 @@ struct mx_backend {
     const mx_backend_ops *ops;
     void *ctx;           // backend-private state
     mx_dtype kv_dtype;   // element type of the KV cache this backend stores (F32, BF16, F16; I16 = int16 with
-                         // one float scale per 32 elements of a row, see mx_kv_bytes)
+                         // one float scale per 16 elements of a row, see mx_kv_bytes)
     char device_name[128];
 };
 

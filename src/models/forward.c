@@ -137,8 +137,8 @@ int64_t mx_ctx_kv_bytes(const mx_ctx *c) { return (int64_t)mx_kv_bytes(&c->lay, 
 
 size_t mx_kv_bytes(const mx_kv_layout *lay, mx_dtype kv_dtype) {
     size_t rows = (size_t)lay->n_layers * lay->n_slots * 2 * lay->max_ctx * lay->n_kv_heads;
-    // I16 (the CPU backend's cache, see cpu_attention.c): one float scale per 32 elements of a row.
-    size_t scales = kv_dtype == MX_DTYPE_I16 ? rows * ((lay->head_dim + 31) / 32) * sizeof(float) : 0;
+    // I16 (the CPU backend's cache, see cpu_attention.c): one float scale per 16 elements of a row.
+    size_t scales = kv_dtype == MX_DTYPE_I16 ? rows * ((lay->head_dim + 15) / 16) * sizeof(float) : 0;
     return rows * lay->head_dim * mx_dtype_size(kv_dtype) + scales;
 }
 

@@ -35,7 +35,7 @@ void cpu_kernels_attn_head(const float *q, const float *K, const float *V, int64
                            float scale, float *out);
 
 // I16 KV rows: one float scale per block of this many elements.
-#define CPU_KV_SCALE_BLOCK 32
+#define CPU_KV_SCALE_BLOCK 16
 #define CPU_KV_SCALES(hd) (((hd) + CPU_KV_SCALE_BLOCK - 1) / CPU_KV_SCALE_BLOCK)
 
 // Queries one attn_rows call takes at most (query heads of a GQA group times a few tokens).
