@@ -38,7 +38,7 @@ static void usage(FILE *to) {
             "  -p, --prompt-tokens N   tokens to prefill (default 512)\n"
             "  -n, --gen-tokens N      tokens to generate after the prefill (default 128; 0 skips)\n"
             "  --reps N                repetitions; the median is reported (default 3)\n"
-            "  --shape NAME            random weights of a named shape: qwen3-0.6b, qwen3-8b\n"
+            "  --shape NAME            random weights of a named shape: qwen3-0.6b, qwen3-8b, qwen3-30b-a3b (MoE)\n"
             "  --config FILE           random weights of the model a config.json describes\n"
             "  --q-bits B              random weights: affine bits 2,3,4,5,6,8, or 0 for bf16 (default 4,\n"
             "                          or the config's own quantization)\n"
@@ -67,11 +67,23 @@ typedef struct bench_shape {
     "  \"rope_theta\": 1000000,\n  \"tie_word_embeddings\": " #TIE ",\n  \"attention_bias\": false,\n"        \
     "  \"bos_token_id\": 151643,\n  \"eos_token_id\": 151645,\n  \"torch_dtype\": \"bfloat16\"\n}\n"
 
+// Qwen3-30B-A3B: 48 layers of 128 experts (8 per token, 768 wide) behind 32/4 heads of 128.
+#define QWEN3_MOE_30B_A3B_CONFIG                                                                             \
+    "{\n  \"architectures\": [\"Qwen3MoeForCausalLM\"],\n  \"model_type\": \"qwen3_moe\",\n"                \
+    "  \"vocab_size\": 151936,\n  \"hidden_size\": 2048,\n  \"intermediate_size\": 6144,\n"                 \
+    "  \"moe_intermediate_size\": 768,\n  \"num_experts\": 128,\n  \"num_experts_per_tok\": 8,\n"          \
+    "  \"norm_topk_prob\": true,\n  \"decoder_sparse_step\": 1,\n  \"mlp_only_layers\": [],\n"             \
+    "  \"num_hidden_layers\": 48,\n  \"num_attention_heads\": 32,\n  \"num_key_value_heads\": 4,\n"       \
+    "  \"head_dim\": 128,\n  \"max_position_embeddings\": 40960,\n  \"rms_norm_eps\": 1e-06,\n"           \
+    "  \"rope_theta\": 1000000,\n  \"tie_word_embeddings\": false,\n  \"attention_bias\": false,\n"       \
+    "  \"bos_token_id\": 151643,\n  \"eos_token_id\": 151645,\n  \"torch_dtype\": \"bfloat16\"\n}\n"
+
 static const bench_shape shapes[] = {
     {"qwen3-0.6b", QWEN3_CONFIG(1024, 3072, 28, 16, 8, true)},
     {"qwen3-1.7b", QWEN3_CONFIG(2048, 6144, 28, 16, 8, true)},
     {"qwen3-4b", QWEN3_CONFIG(2560, 9728, 36, 32, 8, true)},
     {"qwen3-8b", QWEN3_CONFIG(4096, 12288, 36, 32, 8, false)},
+    {"qwen3-30b-a3b", QWEN3_MOE_30B_A3B_CONFIG},
 };
 
 // ---- Random tensor content ---------------------------------------------------------------------
@@ -488,7 +500,7 @@ int cmd_bench(int argc, char **argv) {
         for (size_t k = 0; k < sizeof shapes / sizeof shapes[0]; k++)
             if (!strcmp(shapes[k].name, shape_name)) shape = &shapes[k];
         if (!shape) {
-            cli_error(cmd, "unknown shape '%s' (known: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b)", shape_name);
+            cli_error(cmd, "unknown shape '%s' (known: qwen3-0.6b, qwen3-1.7b, qwen3-4b, qwen3-8b, qwen3-30b-a3b)", shape_name);
             return MX_EXIT_USAGE;
         }
     }

@@ -47,6 +47,12 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   add_test(NAME gpu_ops COMMAND test_gpu_ops WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(gpu_ops PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
 
+  # Every fused pattern of the GPU plan runner (and a whole layer) against the CPU backend.
+  add_executable(test_gpu_conformance ${PROJECT_SOURCE_DIR}/tests/gpu/test_gpu_conformance.c ${PROJECT_SOURCE_DIR}/tests/gpu/gpu_ref.c)
+  target_link_libraries(test_gpu_conformance PRIVATE mlxcel_lib)
+  add_test(NAME gpu_conformance COMMAND test_gpu_conformance WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(gpu_conformance PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
+
   # The model fixtures through the GPU backend (the parity test reads MLXCEL_TEST_BACKEND).
   if(TARGET test_model_parity)
     add_test(NAME gpu_model_parity

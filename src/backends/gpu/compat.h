@@ -69,6 +69,17 @@ __device__ __forceinline__ int mxg_shfl_xor(int v, int mask) { return __shfl_xor
 template <int W>
 __device__ __forceinline__ float mxg_shfl(float v, int lane) { return __shfl(v, lane, W); }
 
+// Programmatic dependent launch is CUDA-only: on HIP the launch is ordinary and the device calls
+// do nothing (see the CUDA branch).
+__device__ __forceinline__ void mxg_grid_wait() {}
+__device__ __forceinline__ void mxg_grid_release() {}
+template <class... P, class... A>
+static inline void mxg_launch_dep(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, gpuStream_t stream,
+                                  bool dependent, A... args) {
+    (void)dependent;
+    kernel<<<grid, block, smem, stream>>>(((P)args)...);
+}
+
 #elif defined(MXG_VENDOR_CUDA)
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -127,6 +138,37 @@ template <int W>
 __device__ __forceinline__ int mxg_shfl_xor(int v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask, W); }
 template <int W>
 __device__ __forceinline__ float mxg_shfl(float v, int lane) { return __shfl_sync(0xffffffffu, v, lane, W); }
+
+// Programmatic dependent launch (sm_90+): a kernel launched with mxg_launch_dep(..., true, ...) may
+// start while the previous kernel of the stream is still running; it must call mxg_grid_wait()
+// before it reads anything an earlier kernel wrote or writes anything (weights may be loaded
+// before). mxg_grid_release() lets the next dependent kernel start early. Both are no-ops on
+// older architectures and for kernels launched without the attribute.
+__device__ __forceinline__ void mxg_grid_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void mxg_grid_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+template <class... P, class... A>
+static inline void mxg_launch_dep(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, gpuStream_t stream,
+                                  bool dependent, A... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = dependent ? 1 : 0;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    (void)cudaLaunchKernelEx(&cfg, kernel, ((P)args)...);
+}
 
 #else
 #error "compat.h: define MXG_VENDOR_CUDA (nvcc) or MXG_VENDOR_HIP (hipcc); see cmake/gpu.cmake"

@@ -17,9 +17,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backends/gpu/gpu_plan.h"
 #include "backends/gpu/gpu_rt.h"
 #include "backends/gpu/kernels.h"
-#include "backends/gpu/kernels_sample.h"
 #include "backends/gpu_entry.h"
 #include "mlxcel_gpu_config.h"
 
@@ -39,6 +39,7 @@ typedef struct gpu_ctx {
     gpu_graph *graphs;  // per plan id (backend.h plan_release forgets one)
     int n_graphs, cap_graphs;
     bool use_graphs;    // MLXCEL_GPU_NO_GRAPHS=1 or mx_gpu_use_graphs turn recording off
+    bool fuse;          // MLXCEL_GPU_NO_FUSION=1 runs every record with its own kernel
 } gpu_ctx;
 
 static gpu_ctx *ctx_of(mx_backend *be) { return (gpu_ctx *)be->ctx; }
@@ -153,59 +154,6 @@ static bool gpu_supports(mx_backend *be, mx_op_kind kind, const mx_matrix *w) {
 
 // ---- plans -------------------------------------------------------------------------------------
 
-static void run_record(const mxg_launch *L, const mx_op *op) {
-    switch (op->kind) {
-    case MX_OP_EMBED: mxg_embed(L, op->embed.out, op->embed.w, op->embed.ids, op->embed.n); break;
-    case MX_OP_MATMUL: mxg_matmul(L, op->matmul.out, op->matmul.x, op->matmul.w, op->matmul.bias, op->matmul.n); break;
-    case MX_OP_RMSNORM:
-        mxg_rmsnorm(L, op->rmsnorm.out, op->rmsnorm.x, op->rmsnorm.w, op->rmsnorm.n, op->rmsnorm.dim, op->rmsnorm.eps);
-        break;
-    case MX_OP_ROPE: mxg_rope(L, op->rope.x, op->rope.pos, op->rope.n, op->rope.n_heads, &op->rope.rope); break;
-    case MX_OP_KV_STORE: {
-        const mx_kv_ref *r = &op->kv_store.kv;
-        mxg_kv_store(L, r->kv, &r->lay, r->layer, op->kv_store.k, op->kv_store.v, r->slot, r->pos, op->kv_store.n);
-        break;
-    }
-    case MX_OP_ATTENTION: {
-        const mx_kv_ref *r = &op->attention.kv;
-        mxg_attention(L, op->attention.out, op->attention.q, r->kv, &r->lay, r->layer, r->slot, r->pos,
-                      op->attention.n, op->attention.n_heads, op->attention.scale, op->attention.window);
-        break;
-    }
-    case MX_OP_SWIGLU: mxg_swiglu(L, op->swiglu.out, op->swiglu.gate, op->swiglu.up, op->swiglu.count); break;
-    case MX_OP_ADD: mxg_add(L, op->add.x, op->add.y, op->add.count); break;
-    case MX_OP_MOE_ROUTE:
-        mxg_moe_route(L, op->moe_route.ids, op->moe_route.weights, op->moe_route.logits, op->moe_route.n,
-                      op->moe_route.n_experts, op->moe_route.k, op->moe_route.norm_topk);
-        break;
-    case MX_OP_MOE_MATMUL:
-        mxg_moe_matmul(L, op->moe_matmul.out, op->moe_matmul.x, op->moe_matmul.w, op->moe_matmul.ids,
-                       op->moe_matmul.m, op->moe_matmul.x_div);
-        break;
-    case MX_OP_MOE_COMBINE:
-        mxg_moe_combine(L, op->moe_combine.out, op->moe_combine.y, op->moe_combine.weights, op->moe_combine.n,
-                        op->moe_combine.k, op->moe_combine.dim);
-        break;
-    case MX_OP_GATHER_ROWS:
-        mxg_gather_rows(L, op->gather_rows.out, op->gather_rows.x, op->gather_rows.rows, op->gather_rows.n,
-                        op->gather_rows.dim);
-        break;
-    case MX_OP_ARGMAX: mxg_argmax(L, op->argmax.ids, op->argmax.logits, op->argmax.n, op->argmax.vocab); break;
-    case MX_OP_SAMPLE:
-        mxg_sample(L, op->sample.out, op->sample.logits, op->sample.n, op->sample.vocab, op->sample.rows,
-                   op->sample.mods);
-        break;
-    case MX_OP_GEGLU: mxg_geglu(L, op->geglu.out, op->geglu.gate, op->geglu.up, op->geglu.count); break;
-    case MX_OP_SCALE: mxg_scale(L, op->scale.x, op->scale.count, op->scale.scale); break;
-    case MX_OP_KIND_COUNT: break;
-    }
-}
-
-// Enqueues the records (the place where adjacent records may become one fused kernel).
-static void enqueue_plan(const mxg_launch *L, const mx_plan *plan) {
-    for (int i = 0; i < plan->n_ops; i++) run_record(L, &plan->ops[i]);
-}
-
 static gpu_graph *graph_find(gpu_ctx *c, uint64_t id) {
     for (int i = 0; i < c->n_graphs; i++)
         if (c->graphs[i].plan_id == id) return &c->graphs[i];
@@ -236,18 +184,18 @@ static int gpu_run_plan(mx_backend *be, const mx_plan *plan, mx_error *err) {
     if (c->use_graphs && !g) g = graph_add(c, plan->id);  // NULL (out of memory): run directly
     if (g && g->exec) return mxg_rt_graph_launch(g->exec, c->launch.stream, err);
     if (!g || g->no_graph || g->runs++ == 0) {
-        enqueue_plan(&c->launch, plan);
+        mxg_enqueue_plan(&c->launch, plan, c->fuse);
         return 0;
     }
     mx_error why;
     void *exec = NULL;
     if (mxg_rt_graph_begin(c->launch.stream, &why) == 0) {
-        enqueue_plan(&c->launch, plan);
+        mxg_enqueue_plan(&c->launch, plan, c->fuse);
         if (mxg_rt_graph_end(c->launch.stream, &exec, &why) != 0) exec = NULL;
     }
     if (!exec) {
         g->no_graph = true;
-        enqueue_plan(&c->launch, plan);
+        mxg_enqueue_plan(&c->launch, plan, c->fuse);
         return 0;
     }
     g->exec = exec;
@@ -365,6 +313,12 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.use_mma = !(no_mma && *no_mma && strcmp(no_mma, "0") != 0);
     const char *no_graphs = getenv("MLXCEL_GPU_NO_GRAPHS");
     c->use_graphs = !(no_graphs && *no_graphs && strcmp(no_graphs, "0") != 0);
+    // Programmatic dependent launch of the matrix-vector kernels: measured at +1.5% (0.6B) and -1%
+    // (8B) decode on the H200 (bench/RESULTS.md), so off unless asked for.
+    const char *pdl = getenv("MLXCEL_GPU_PDL");
+    c->launch.dependent_launch = c->info.cc >= 90 && pdl && *pdl && strcmp(pdl, "0") != 0;
+    const char *no_fusion = getenv("MLXCEL_GPU_NO_FUSION");
+    c->fuse = !(no_fusion && *no_fusion && strcmp(no_fusion, "0") != 0);
     const char *mv_rows = getenv("MLXCEL_GPU_MATVEC_ROWS");  // tuning knob for benches: 1, 2 or 4
     c->launch.matvec_rows = mv_rows ? atoi(mv_rows) : 4;
     c->launch.scratch_bytes = mxg_attention_scratch_bytes(c->info.sm_count, 256);
@@ -414,6 +368,8 @@ size_t mx_gpu_describe(char *buf, size_t cap) {
 // ---- tooling (gpu_backend.h) -------------------------------------------------------------------
 
 void mx_gpu_use_graphs(mx_backend *be, bool on) { ctx_of(be)->use_graphs = on; }
+
+void mx_gpu_use_fusion(mx_backend *be, bool on) { ctx_of(be)->fuse = on; }
 
 int mx_gpu_graph_count(mx_backend *be) {
     int n = 0;

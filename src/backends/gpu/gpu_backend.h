@@ -10,6 +10,9 @@
 // Turns graph recording of plans on (the default; MLXCEL_GPU_NO_GRAPHS=1 starts with it off) or
 // off (plans then always run record by record, e.g. to time direct launches).
 void mx_gpu_use_graphs(mx_backend *be, bool on);
+// Turns the fused kernels of the plan runner on (the default; MLXCEL_GPU_NO_FUSION=1 starts with
+// them off) or off (every record runs its own kernel).
+void mx_gpu_use_fusion(mx_backend *be, bool on);
 // Number of plans with a recorded graph right now.
 int mx_gpu_graph_count(mx_backend *be);
 

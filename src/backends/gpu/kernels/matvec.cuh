@@ -39,11 +39,24 @@ __global__ void __launch_bounds__(kMatvecThreads)
     const int64_t r0 = ((int64_t)blockIdx.x * warps + warp) * R;
     const int yi = (int)blockIdx.y + y0;  // token tile (plain) or output row (MoE)
     const int t0 = MOE ? 0 : yi * NT;
-    const int64_t wbase = MOE ? (int64_t)ids[yi] * m.rows : 0;
     const float *xr[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) xr[t] = x + (int64_t)(MOE ? yi / x_div : min(t0 + t, n - 1)) * m.cols;
     const int nchunks = (m.cols + 31) >> 5, n4 = nchunks * 8;
+    // Launched as a dependent kernel (mxg_launch_dep): the weights of the first chunk are loaded
+    // before waiting for the previous kernel (they do not depend on it; MoE rows do, via ids).
+    if (MOE) mxg_grid_wait();
+    const int64_t wbase = MOE ? (int64_t)ids[yi] * m.rows : 0;
+    const bool active = r0 < m.rows;
+    int64_t rows[R];
+#pragma unroll
+    for (int rr = 0; rr < R; rr++) rows[rr] = wbase + min(r0 + rr, m.rows - 1);  // clamped: no divergence
+    typename F::Raw cur[R], nxt[R];
+    if (fast && active && lane < nchunks) {
+#pragma unroll
+        for (int rr = 0; rr < R; rr++) F::load_raw(m, rows[rr], lane, cur[rr]);
+    }
+    if (!MOE) mxg_grid_wait();
     if (stage_x) {
 #pragma unroll
         for (int t = 0; t < NT; t++)
@@ -53,10 +66,7 @@ __global__ void __launch_bounds__(kMatvecThreads)
             }
         __syncthreads();
     }
-    if (r0 >= m.rows) return;  // whole warps leave together; no barrier follows
-    int64_t rows[R];
-#pragma unroll
-    for (int rr = 0; rr < R; rr++) rows[rr] = wbase + min(r0 + rr, m.rows - 1);  // clamped: no divergence
+    if (!active) return;  // whole warps leave together; no barrier follows
     float acc[R][NT];
 #pragma unroll
     for (int rr = 0; rr < R; rr++)
@@ -64,12 +74,7 @@ __global__ void __launch_bounds__(kMatvecThreads)
         for (int t = 0; t < NT; t++) acc[rr][t] = 0.0f;
     if (fast) {
         // Software pipeline: the packed words of the lane's next chunk are in flight while the
-        // current one is multiplied.
-        typename F::Raw cur[R], nxt[R];
-        if (lane < nchunks) {
-#pragma unroll
-            for (int rr = 0; rr < R; rr++) F::load_raw(m, rows[rr], lane, cur[rr]);
-        }
+        // current one is multiplied (the first chunk's were loaded above).
         for (int c = lane; c < nchunks; c += W) {
             if (c + W < nchunks) {
 #pragma unroll
@@ -108,6 +113,7 @@ __global__ void __launch_bounds__(kMatvecThreads)
             }
         }
     }
+    mxg_grid_release();  // the next dependent kernel may start loading its weights
 #pragma unroll
     for (int rr = 0; rr < R; rr++) {
         const int64_t r = r0 + rr;
@@ -150,8 +156,8 @@ void matvec_launch(const mxg_launch *L, float *out, const float *x, const mx_mat
     const int64_t rows_per_block = (int64_t)(kMatvecThreads / W) * R;
     dim3 grid((unsigned)((m.rows + rows_per_block - 1) / rows_per_block), ny);
     dispatch_format(w, [&](auto fmt) {
-        matvec_kernel<W, decltype(fmt), NT, R, MOE><<<grid, kMatvecThreads, stage_x ? xbytes : 0, (gpuStream_t)L->stream>>>(
-            out, x, m, bias, n, ids, x_div, y0, fast, stage_x);
+        mxg_launch_dep(matvec_kernel<W, decltype(fmt), NT, R, MOE>, grid, dim3(kMatvecThreads), stage_x ? xbytes : 0,
+                       (gpuStream_t)L->stream, L->dependent_launch, out, x, m, bias, n, ids, x_div, y0, fast, stage_x);
     });
 }
 

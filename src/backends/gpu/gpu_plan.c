@@ -1,0 +1,189 @@
+// SPDX-License-Identifier: MIT
+// The GPU plan runner. Records run in order; where a run of adjacent records matches a pattern with
+// a fused kernel (kernels_fused.h), that kernel replaces them. The patterns, tried at each record:
+// - RMSNorm of one row followed by 1-3 matrix-vector products of its output (q/k/v; gate/up):
+//   one launch that normalizes while staging the row;
+// - the same products without the norm (matmuls sharing one input row);
+// - gate and up products followed by the SwiGLU of their outputs: the SwiGLU in the epilogue;
+// - a matrix-vector product followed by the residual add of its output: the add in the epilogue;
+// - q/k RMSNorms and the RoPE of q and k (or the two RoPEs alone): one launch.
+// A fused kernel writes every buffer the records write, with the same values up to float32
+// summation order, so a plan's results do not depend on which patterns matched; the conformance
+// test (tests/gpu/test_gpu_conformance.c) runs each pattern against the CPU backend. Anything that
+// does not match (other formats, batches of several tokens, aliasing buffers) runs record by record.
+#include "backends/gpu/gpu_plan.h"
+
+#include "backends/gpu/kernels_fused.h"
+#include "backends/gpu/kernels_sample.h"
+
+static void run_record(const mxg_launch *L, const mx_op *op) {
+    switch (op->kind) {
+    case MX_OP_EMBED: mxg_embed(L, op->embed.out, op->embed.w, op->embed.ids, op->embed.n); break;
+    case MX_OP_MATMUL: mxg_matmul(L, op->matmul.out, op->matmul.x, op->matmul.w, op->matmul.bias, op->matmul.n); break;
+    case MX_OP_RMSNORM:
+        mxg_rmsnorm(L, op->rmsnorm.out, op->rmsnorm.x, op->rmsnorm.w, op->rmsnorm.n, op->rmsnorm.dim, op->rmsnorm.eps);
+        break;
+    case MX_OP_ROPE: mxg_rope(L, op->rope.x, op->rope.pos, op->rope.n, op->rope.n_heads, &op->rope.rope); break;
+    case MX_OP_KV_STORE: {
+        const mx_kv_ref *r = &op->kv_store.kv;
+        mxg_kv_store(L, r->kv, &r->lay, r->layer, op->kv_store.k, op->kv_store.v, r->slot, r->pos, op->kv_store.n);
+        break;
+    }
+    case MX_OP_ATTENTION: {
+        const mx_kv_ref *r = &op->attention.kv;
+        mxg_attention(L, op->attention.out, op->attention.q, r->kv, &r->lay, r->layer, r->slot, r->pos,
+                      op->attention.n, op->attention.n_heads, op->attention.scale, op->attention.window);
+        break;
+    }
+    case MX_OP_SWIGLU: mxg_swiglu(L, op->swiglu.out, op->swiglu.gate, op->swiglu.up, op->swiglu.count); break;
+    case MX_OP_ADD: mxg_add(L, op->add.x, op->add.y, op->add.count); break;
+    case MX_OP_MOE_ROUTE:
+        mxg_moe_route(L, op->moe_route.ids, op->moe_route.weights, op->moe_route.logits, op->moe_route.n,
+                      op->moe_route.n_experts, op->moe_route.k, op->moe_route.norm_topk);
+        break;
+    case MX_OP_MOE_MATMUL:
+        mxg_moe_matmul(L, op->moe_matmul.out, op->moe_matmul.x, op->moe_matmul.w, op->moe_matmul.ids,
+                       op->moe_matmul.m, op->moe_matmul.x_div);
+        break;
+    case MX_OP_MOE_COMBINE:
+        mxg_moe_combine(L, op->moe_combine.out, op->moe_combine.y, op->moe_combine.weights, op->moe_combine.n,
+                        op->moe_combine.k, op->moe_combine.dim);
+        break;
+    case MX_OP_GATHER_ROWS:
+        mxg_gather_rows(L, op->gather_rows.out, op->gather_rows.x, op->gather_rows.rows, op->gather_rows.n,
+                        op->gather_rows.dim);
+        break;
+    case MX_OP_ARGMAX: mxg_argmax(L, op->argmax.ids, op->argmax.logits, op->argmax.n, op->argmax.vocab); break;
+    case MX_OP_SAMPLE:
+        mxg_sample(L, op->sample.out, op->sample.logits, op->sample.n, op->sample.vocab, op->sample.rows,
+                   op->sample.mods);
+        break;
+    case MX_OP_GEGLU: mxg_geglu(L, op->geglu.out, op->geglu.gate, op->geglu.up, op->geglu.count); break;
+    case MX_OP_SCALE: mxg_scale(L, op->scale.x, op->scale.count, op->scale.scale); break;
+    case MX_OP_KIND_COUNT: break;
+    }
+}
+
+enum { kMaxNormFusedRows = 65536 };
+
+static bool is_matvec(const mx_op *op) { return op->kind == MX_OP_MATMUL && op->matmul.n == 1; }
+
+// Matrix-vector records i.. reading x (at most 3, outputs distinct from x and from each other).
+static int shared_input_run(const mx_plan *p, int i, const float *x, const float *avoid) {
+    int k = 0;
+    while (k < 3 && i + k < p->n_ops && is_matvec(&p->ops[i + k]) && p->ops[i + k].matmul.x == x) {
+        const float *o = p->ops[i + k].matmul.out;
+        if (o == x || o == avoid) break;
+        bool clash = false;
+        for (int j = 0; j < k; j++) clash |= p->ops[i + j].matmul.out == o;
+        if (clash) break;
+        k++;
+    }
+    return k;
+}
+
+// Tries the matrix-vector patterns at record i; returns the records consumed (0: no match).
+static int try_matvec(const mxg_launch *L, const mx_plan *p, int i) {
+    const mx_op *op = &p->ops[i];
+    mxg_fused_matvec f = {0};
+    int used = 0;
+    if (op->kind == MX_OP_RMSNORM && op->rmsnorm.n == 1 && op->rmsnorm.out != op->rmsnorm.x) {
+        f.norm_w = op->rmsnorm.w, f.norm_eps = op->rmsnorm.eps, f.norm_out = op->rmsnorm.out;
+        f.x = op->rmsnorm.x;
+        used = 1;
+        f.count = shared_input_run(p, i + 1, op->rmsnorm.out, op->rmsnorm.x);
+        if (f.count == 0 || op->rmsnorm.dim != p->ops[i + 1].matmul.w->cols) return 0;
+    } else if (is_matvec(op)) {
+        f.x = op->matmul.x;
+        f.count = shared_input_run(p, i, op->matmul.x, NULL);
+        if (f.count == 0) return 0;
+    } else {
+        return 0;
+    }
+    int64_t rows = 0;
+    for (int k = 0; k < f.count; k++) {
+        const mx_op *m = &p->ops[i + used + k];
+        f.w[k] = m->matmul.w, f.out[k] = m->matmul.out, f.bias[k] = m->matmul.bias;
+        rows += m->matmul.w->rows;
+    }
+    // Every block of a fused launch re-reads the input row (and the norm weights): worth it for the
+    // layer's projections, not for the output head's vocabulary-sized one.
+    if (f.norm_w && rows > kMaxNormFusedRows) return 0;
+    const mx_op *next = i + used + f.count < p->n_ops ? &p->ops[i + used + f.count] : NULL;
+    // gate, up, swiglu(out, gate, up)
+    if (f.count == 2 && next && next->kind == MX_OP_SWIGLU && next->swiglu.gate == f.out[0] &&
+        next->swiglu.up == f.out[1] && next->swiglu.count == f.w[0]->rows && next->swiglu.out != f.out[1] &&
+        next->swiglu.out != f.x && next->swiglu.out != f.norm_out) {
+        f.act = next->swiglu.out;
+        if (mxg_fused_matvec_ok(&f)) {
+            mxg_run_fused_matvec(L, &f);
+            return used + 3;
+        }
+        f.act = NULL;
+    }
+    // matmul(out), add(res, out)
+    if (f.count == 1 && next && next->kind == MX_OP_ADD && next->add.y == f.out[0] &&
+        next->add.count == f.w[0]->rows && next->add.x != f.out[0] && next->add.x != f.x &&
+        next->add.x != f.norm_out) {
+        f.res = next->add.x;
+        if (mxg_fused_matvec_ok(&f)) {
+            mxg_run_fused_matvec(L, &f);
+            return used + 2;
+        }
+        f.res = NULL;
+    }
+    if (f.count == 1 && !f.norm_w) return 0;  // a single plain product: the one-record kernel
+    // Three products into q/k/v (or two): fewer when the full run has no kernel.
+    if (mxg_fused_matvec_ok(&f)) {
+        mxg_run_fused_matvec(L, &f);
+        return used + f.count;
+    }
+    return 0;
+}
+
+// The fused kernel rotates whole heads with one frequency table.
+static bool plain_rope(const mx_rope *r) {
+    return (r->rot_dim == 0 || r->rot_dim == r->head_dim) && r->long_inv_freq == NULL;
+}
+
+static bool same_rope(const mx_rope *a, const mx_rope *b) {
+    return plain_rope(a) && plain_rope(b) && a->inv_freq == b->inv_freq && a->head_dim == b->head_dim &&
+           a->attn_factor == b->attn_factor;
+}
+
+// [RMSNorm q, RMSNorm k,] RoPE q, RoPE k (in place, per head, same positions): one launch.
+static int try_qk_norm_rope(const mxg_launch *L, const mx_plan *p, int i) {
+    const mx_op *o = &p->ops[i];
+    int norms = 0;
+    if (i + 3 < p->n_ops && o[0].kind == MX_OP_RMSNORM && o[1].kind == MX_OP_RMSNORM && o[2].kind == MX_OP_ROPE)
+        norms = 2;
+    if (i + norms + 1 >= p->n_ops) return 0;
+    const mx_op *rq = &o[norms], *rk = &o[norms + 1];
+    if (rq->kind != MX_OP_ROPE || rk->kind != MX_OP_ROPE || rq->rope.pos != rk->rope.pos ||
+        rq->rope.n != rk->rope.n || rq->rope.x == rk->rope.x || !same_rope(&rq->rope.rope, &rk->rope.rope))
+        return 0;
+    const int n = rq->rope.n, D = rq->rope.rope.head_dim;
+    if (D % 2 != 0 || D > 2048) return 0;
+    if (norms) {
+        const mx_op *nq = &o[0], *nk = &o[1];
+        if (nq->rmsnorm.out != rq->rope.x || nq->rmsnorm.x != rq->rope.x || nk->rmsnorm.out != rk->rope.x ||
+            nk->rmsnorm.x != rk->rope.x || nq->rmsnorm.dim != D || nk->rmsnorm.dim != D ||
+            nq->rmsnorm.n != n * rq->rope.n_heads || nk->rmsnorm.n != n * rk->rope.n_heads ||
+            nq->rmsnorm.eps != nk->rmsnorm.eps)
+            return 0;
+    }
+    mxg_qk_norm_rope(L, rq->rope.x, rk->rope.x, norms ? o[0].rmsnorm.w : NULL, norms ? o[1].rmsnorm.w : NULL,
+                     rq->rope.pos, n, rq->rope.n_heads, rk->rope.n_heads, norms ? o[0].rmsnorm.eps : 0.0f,
+                     &rq->rope.rope);
+    return norms + 2;
+}
+
+void mxg_enqueue_plan(const mxg_launch *L, const mx_plan *plan, bool fuse) {
+    for (int i = 0; i < plan->n_ops;) {
+        int used = 0;
+        if (fuse) used = try_matvec(L, plan, i);
+        if (fuse && !used) used = try_qk_norm_rope(L, plan, i);
+        if (!used) run_record(L, &plan->ops[i]), used = 1;
+        i += used;
+    }
+}

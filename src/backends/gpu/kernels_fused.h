@@ -1,0 +1,44 @@
+// SPDX-License-Identifier: MIT
+// The C interface of the fused kernels (kernels/matvec_fused.cu, kernels/qk_norm_rope.cu) that the
+// plan runner (gpu_plan.c) substitutes for runs of records. Device pointers; each call enqueues on
+// L->stream and returns.
+#ifndef MXG_KERNELS_FUSED_H
+#define MXG_KERNELS_FUSED_H
+
+#include "backends/gpu/kernels.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+// One token through `count` matrices that read the same input row x (same format and cols):
+// out[k][r] = w[k] x + bias[k]. With norm_w: x is first normalized (RMSNorm, eps), and the
+// normalized row is also written to norm_out. With res (count 1): res[r] += out[0][r]. With act
+// (count 2, gate and up of equal rows): act[r] = silu(out[0][r]) * out[1][r].
+typedef struct mxg_fused_matvec {
+    int count;
+    const mx_matrix *w[3];
+    float *out[3];
+    const float *bias[3];
+    const float *x;
+    const float *norm_w;
+    float norm_eps;
+    float *norm_out;
+    float *res;
+    float *act;
+} mxg_fused_matvec;
+
+// Whether a kernel exists for this combination (format, shapes, alignment).
+bool mxg_fused_matvec_ok(const mxg_fused_matvec *f);
+void mxg_run_fused_matvec(const mxg_launch *L, const mxg_fused_matvec *f);
+
+// In place on q [n, n_heads, head_dim] and k [n, n_kv_heads, head_dim]: per-head RMSNorm with
+// q_norm / k_norm [head_dim] (both NULL: none), then RoPE at positions pos[n].
+void mxg_qk_norm_rope(const mxg_launch *L, float *q, float *k, const float *q_norm, const float *k_norm,
+                      const int32_t *pos, int n, int n_heads, int n_kv_heads, float eps, const mx_rope *rope);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

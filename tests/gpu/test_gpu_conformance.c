@@ -1,0 +1,480 @@
+// SPDX-License-Identifier: MIT
+// Conformance of every GPU backend compiled in against the CPU backend, plan by plan: each case
+// builds the same plan (op records over the same random buffers and weights) on both backends, runs
+// it, and compares every buffer afterwards, so a fused kernel that skipped or miswrote any buffer
+// the records write fails, not only the final output. Cases: each fused pattern of the GPU plan
+// runner (src/backends/gpu/gpu_plan.c) in every weight format it fuses and in formats it does not
+// fuse (those run record by record), with and without biases, plus patterns that must not fuse
+// (several tokens, aliasing buffers), a whole decoder layer (decode and prefill-sized), and the
+// records no pattern covers. Each plan runs three times on the GPU (direct, recorded as a graph,
+// replayed) with the input buffers restored in between, and every run must match.
+// Bounds: relative L2 error per buffer of 2e-5 (float32 paths: summation order only); buffers after
+// an attention record 3e-3 (the GPU cache stores f16, the CPU's f32); tensor-core prefill matmuls
+// 1.5e-2 (bf16 inputs, test_gpu_ops.c). Exit 77 when no GPU backend can start.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../unit/check.h"
+#include "backends/gpu/gpu_backend.h"
+#include "backends/gpu_entry.h"
+#include "backends/plan.h"
+#include "gpu_ref.h"
+
+#define MAX_BUFS 24
+#define MAX_MATS 8
+
+static mx_error err;
+
+// A case's data: float buffers and int buffers (host contents), weight matrices (host).
+typedef struct data {
+    int nf, ni, nm;
+    const char *fname[MAX_BUFS];
+    int64_t flen[MAX_BUFS];
+    float *fhost[MAX_BUFS];
+    bool fread_only[MAX_BUFS];
+    int64_t ilen[MAX_BUFS];
+    int32_t *ihost[MAX_BUFS];
+    mx_matrix mat[MAX_MATS];
+    double tol[MAX_BUFS];
+} data;
+
+// The same data in one backend's memory.
+typedef struct side {
+    mx_backend *be;
+    float *f[MAX_BUFS];
+    int32_t *i[MAX_BUFS];
+    mx_matrix m[MAX_MATS];
+    void *kv;
+    mx_kv_layout lay;
+} side;
+
+typedef void (*build_fn)(mx_plan *p, side *s, const void *cfg);
+
+static int add_f(data *d, const char *name, int64_t len, ref_rng *r, float lo, float hi, double tol) {
+    int k = d->nf++;
+    d->fname[k] = name, d->flen[k] = len, d->tol[k] = tol;
+    d->fhost[k] = malloc(sizeof(float) * (size_t)len);
+    ref_fill(r, d->fhost[k], len, lo, hi);
+    return k;
+}
+
+static int add_i(data *d, const int32_t *v, int64_t len) {
+    int k = d->ni++;
+    d->ilen[k] = len;
+    d->ihost[k] = malloc(sizeof(int32_t) * (size_t)len);
+    memcpy(d->ihost[k], v, sizeof(int32_t) * (size_t)len);
+    return k;
+}
+
+static int add_m(data *d, ref_rng *r, mx_quant q, mx_dtype dt, mx_dtype st, int64_t experts, int64_t rows, int64_t cols) {
+    int k = d->nm++;
+    d->mat[k] = ref_matrix_random(r, q, dt, st, experts, rows, cols);
+    return k;
+}
+
+static void data_free(data *d) {
+    for (int k = 0; k < d->nf; k++) free(d->fhost[k]);
+    for (int k = 0; k < d->ni; k++) free(d->ihost[k]);
+    for (int k = 0; k < d->nm; k++) ref_matrix_free(&d->mat[k]);
+}
+
+static void die(const char *what) {
+    fprintf(stderr, "test_gpu_conformance: %s: %s\n", what, err.msg);
+    exit(1);
+}
+
+static void side_upload(side *s, const data *d, const mx_kv_layout *lay) {
+    for (int k = 0; k < d->nf; k++) {
+        if (!s->f[k] && !(s->f[k] = s->be->ops->alloc(s->be, sizeof(float) * (size_t)d->flen[k], &err))) die("alloc");
+        if (s->be->ops->upload(s->be, s->f[k], d->fhost[k], sizeof(float) * (size_t)d->flen[k], &err)) die("upload");
+    }
+    for (int k = 0; k < d->ni; k++) {
+        if (!s->i[k] && !(s->i[k] = s->be->ops->alloc(s->be, sizeof(int32_t) * (size_t)d->ilen[k], &err))) die("alloc");
+        if (s->be->ops->upload(s->be, s->i[k], d->ihost[k], sizeof(int32_t) * (size_t)d->ilen[k], &err)) die("upload");
+    }
+    if (lay && !s->kv) {
+        s->lay = *lay;
+        if (!(s->kv = s->be->ops->alloc(s->be, mx_kv_bytes(lay, s->be->kv_dtype), &err))) die("alloc kv");
+    }
+}
+
+static void side_free(side *s, const data *d) {
+    for (int k = 0; k < d->nf; k++) s->be->ops->release(s->be, s->f[k]);
+    for (int k = 0; k < d->ni; k++) s->be->ops->release(s->be, s->i[k]);
+    for (int k = 0; k < d->nm; k++) s->be->ops->release_matrix(s->be, &s->m[k]);
+    s->be->ops->release(s->be, s->kv);
+}
+
+static float *download_f(side *s, const data *d, int k) {
+    float *h = malloc(sizeof(float) * (size_t)d->flen[k]);
+    if (s->be->ops->download(s->be, h, s->f[k], sizeof(float) * (size_t)d->flen[k], &err)) die("download");
+    return h;
+}
+
+// Runs the case on the CPU and on `gpu` and compares every float buffer (int buffers: exactly).
+static void run_case(const char *label, mx_backend *cpu, mx_backend *gpu, data *d, build_fn build, const void *cfg,
+                     const mx_kv_layout *lay, int compare_ints_from) {
+    side sc = {.be = cpu}, sg = {.be = gpu};
+    for (int k = 0; k < d->nm; k++) {
+        if (cpu->ops->upload_matrix(cpu, &d->mat[k], &sc.m[k], &err)) die("upload_matrix cpu");
+        if (gpu->ops->upload_matrix(gpu, &d->mat[k], &sg.m[k], &err)) die("upload_matrix gpu");
+    }
+    side_upload(&sc, d, lay);
+    side_upload(&sg, d, lay);  // allocates: the plan records point at these buffers
+    mx_plan *pc = mx_plan_create(&err), *pg = mx_plan_create(&err);
+    if (!pc || !pg) die("plan");
+    build(pc, &sc, cfg);
+    build(pg, &sg, cfg);
+    CHECK(pc->n_ops == pg->n_ops);
+    if (mx_plan_run(cpu, pc, &err)) die("run cpu");
+    float *ref[MAX_BUFS];
+    for (int k = 0; k < d->nf; k++) ref[k] = download_f(&sc, d, k);
+    int32_t *iref[MAX_BUFS] = {0};
+    for (int k = compare_ints_from; k < d->ni; k++) {
+        iref[k] = malloc(sizeof(int32_t) * (size_t)d->ilen[k]);
+        if (cpu->ops->download(cpu, iref[k], sc.i[k], sizeof(int32_t) * (size_t)d->ilen[k], &err)) die("download");
+    }
+    double worst = 0.0;
+    for (int run = 0; run < 3; run++) {
+        side_upload(&sg, d, lay);  // restores inputs (in-place records changed them)
+        if (mx_plan_run(gpu, pg, &err)) die("run gpu");
+        for (int k = 0; k < d->nf; k++) {
+            float *got = download_f(&sg, d, k);
+            double e = ref_rel_err(got, ref[k], d->flen[k]);
+            CHECK_MSG(e <= d->tol[k], "%s: buffer %s (run %d): rel err %.3e > %.1e", label, d->fname[k], run, e,
+                      d->tol[k]);
+            worst = e > worst ? e : worst;
+            free(got);
+        }
+        for (int k = compare_ints_from; k < d->ni; k++) {
+            int32_t *got = malloc(sizeof(int32_t) * (size_t)d->ilen[k]);
+            if (gpu->ops->download(gpu, got, sg.i[k], sizeof(int32_t) * (size_t)d->ilen[k], &err)) die("download");
+            CHECK_MSG(memcmp(got, iref[k], sizeof(int32_t) * (size_t)d->ilen[k]) == 0, "%s: int buffer %d differs",
+                      label, k);
+            free(got);
+        }
+    }
+    printf("%-52s %3d records, worst rel err %.2e\n", label, pg->n_ops, worst);
+    for (int k = 0; k < d->nf; k++) free(ref[k]);
+    for (int k = 0; k < d->ni; k++) free(iref[k]);
+    mx_plan_free(cpu, pc);
+    mx_plan_free(gpu, pg);
+    side_free(&sc, d);
+    side_free(&sg, d);
+}
+
+#define ADD(p, KIND, field, ...) mx_plan_add(p, (mx_op){.kind = KIND, .field = {__VA_ARGS__}})
+
+// ---- the projection patterns -----------------------------------------------------------------------
+
+typedef struct proj_cfg {
+    int n, H, QR, KR, I;
+    bool bias;
+    int pattern;
+} proj_cfg;
+
+enum { P_NORM_QKV, P_QKV, P_NORM_GATE_UP, P_GATE_UP, P_RESIDUAL, P_NORM_ONE, P_ALIAS_NORM, P_ALIAS_RES };
+static const char *const pattern_names[] = {"rmsnorm + q/k/v", "q/k/v sharing input", "rmsnorm + gate/up + swiglu",
+                                            "gate/up + swiglu (separate out)", "matmul + residual add",
+                                            "rmsnorm + one matmul", "in-place rmsnorm + matmuls (no fusion)",
+                                            "residual into the input (no fusion)"};
+
+// Buffers: 0 x, 1 h, 2 q, 3 k, 4 v, 5 norm w, 6 bq, 7 bk, 8 bv, 9 act. Matrices: 0 wq/gate/o, 1 wk/up, 2 wv.
+static void build_proj(mx_plan *p, side *s, const void *vc) {
+    const proj_cfg *c = vc;
+    float **b = s->f;
+    const float *bq = c->bias ? b[6] : NULL, *bk = c->bias ? b[7] : NULL, *bv = c->bias ? b[8] : NULL;
+    switch (c->pattern) {
+    case P_NORM_QKV:
+    case P_QKV:
+        if (c->pattern == P_NORM_QKV) ADD(p, MX_OP_RMSNORM, rmsnorm, b[1], b[0], b[5], c->n, c->H, 1e-6f);
+        ADD(p, MX_OP_MATMUL, matmul, b[2], b[1], &s->m[0], bq, c->n);
+        ADD(p, MX_OP_MATMUL, matmul, b[3], b[1], &s->m[1], bk, c->n);
+        ADD(p, MX_OP_MATMUL, matmul, b[4], b[1], &s->m[2], bv, c->n);
+        break;
+    case P_NORM_GATE_UP:
+        ADD(p, MX_OP_RMSNORM, rmsnorm, b[1], b[0], b[5], c->n, c->H, 1e-6f);
+        ADD(p, MX_OP_MATMUL, matmul, b[2], b[1], &s->m[0], bq, c->n);
+        ADD(p, MX_OP_MATMUL, matmul, b[3], b[1], &s->m[1], bk, c->n);
+        ADD(p, MX_OP_SWIGLU, swiglu, b[2], b[2], b[3], (int64_t)c->n * c->I);
+        break;
+    case P_GATE_UP:
+        ADD(p, MX_OP_MATMUL, matmul, b[2], b[1], &s->m[0], bq, c->n);
+        ADD(p, MX_OP_MATMUL, matmul, b[3], b[1], &s->m[1], bk, c->n);
+        ADD(p, MX_OP_SWIGLU, swiglu, b[9], b[2], b[3], (int64_t)c->n * c->I);
+        break;
+    case P_RESIDUAL:
+        ADD(p, MX_OP_MATMUL, matmul, b[4], b[2], &s->m[0], bq, c->n);
+        ADD(p, MX_OP_ADD, add, b[0], b[4], (int64_t)c->n * c->H);
+        break;
+    case P_NORM_ONE:
+        ADD(p, MX_OP_RMSNORM, rmsnorm, b[1], b[0], b[5], c->n, c->H, 1e-6f);
+        ADD(p, MX_OP_MATMUL, matmul, b[2], b[1], &s->m[0], bq, c->n);
+        break;
+    case P_ALIAS_NORM:
+        ADD(p, MX_OP_RMSNORM, rmsnorm, b[1], b[1], b[5], c->n, c->H, 1e-6f);
+        ADD(p, MX_OP_MATMUL, matmul, b[2], b[1], &s->m[0], bq, c->n);
+        ADD(p, MX_OP_MATMUL, matmul, b[3], b[1], &s->m[1], bk, c->n);
+        break;
+    case P_ALIAS_RES:  // x += W x: the product reads the buffer the add writes
+        ADD(p, MX_OP_MATMUL, matmul, b[4], b[1], &s->m[0], bq, c->n);
+        ADD(p, MX_OP_ADD, add, b[1], b[4], (int64_t)c->n * c->H);
+        break;
+    }
+}
+
+typedef struct fmt {
+    mx_quant q;
+    mx_dtype dtype, scale_dtype;
+} fmt;
+
+static void proj_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, const fmt *f, proj_cfg c) {
+    data d = {0};
+    const int64_t n = c.n, H = c.H;
+    const bool gu = c.pattern == P_NORM_GATE_UP || c.pattern == P_GATE_UP;
+    const int64_t R0 = gu ? c.I : c.pattern == P_RESIDUAL || c.pattern == P_ALIAS_RES ? H : c.QR;
+    const int64_t R1 = gu ? c.I : c.KR, C0 = c.pattern == P_RESIDUAL ? c.QR : H;
+    const double tol = n >= 64 ? 1.5e-2 : 2e-5;
+    add_f(&d, "x", n * H, r, -2, 2, 2e-5);
+    add_f(&d, "h", n * (H > c.QR ? H : c.QR), r, -2, 2, 2e-5);
+    add_f(&d, "q/gate", n * (R0 > c.QR ? R0 : c.QR), r, -1, 1, tol);
+    add_f(&d, "k/up", n * R1, r, -1, 1, tol);
+    add_f(&d, "v/out", n * (c.KR > H ? c.KR : H), r, -1, 1, tol);
+    add_f(&d, "norm w", H, r, 0.5f, 1.5f, 0);
+    add_f(&d, "bias q", R0, r, -0.5f, 0.5f, 0);
+    add_f(&d, "bias k", R1, r, -0.5f, 0.5f, 0);
+    add_f(&d, "bias v", c.KR, r, -0.5f, 0.5f, 0);
+    add_f(&d, "act", n * R0, r, -1, 1, tol);
+    if (c.pattern == P_RESIDUAL) d.tol[0] = tol;
+    if (c.pattern == P_ALIAS_RES) d.tol[1] = tol;
+    add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, R0, C0);
+    add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, R1, H);
+    add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, c.KR, H);
+    char label[160], ml[64];
+    snprintf(label, sizeof label, "%s, %s, n=%d%s", pattern_names[c.pattern], ref_matrix_label(&d.mat[0], ml, sizeof ml),
+             c.n, c.bias ? ", bias" : "");
+    run_case(label, cpu, gpu, &d, build_proj, &c, NULL, 0);
+    data_free(&d);
+}
+
+// ---- q/k norm + RoPE ---------------------------------------------------------------------------------
+
+typedef struct rope_cfg {
+    int n, NH, NKV, D;
+    bool norm;
+} rope_cfg;
+
+// Buffers: 0 q, 1 k, 2 qn, 3 kn, 4 inv_freq. Ints: 0 pos.
+static void build_rope(mx_plan *p, side *s, const void *vc) {
+    const rope_cfg *c = vc;
+    float **b = s->f;
+    mx_rope rope = {b[4], c->D, 0.9f};
+    if (c->norm) {
+        ADD(p, MX_OP_RMSNORM, rmsnorm, b[0], b[0], b[2], c->n * c->NH, c->D, 1e-6f);
+        ADD(p, MX_OP_RMSNORM, rmsnorm, b[1], b[1], b[3], c->n * c->NKV, c->D, 1e-6f);
+    }
+    ADD(p, MX_OP_ROPE, rope, b[0], s->i[0], c->n, c->NH, rope);
+    ADD(p, MX_OP_ROPE, rope, b[1], s->i[0], c->n, c->NKV, rope);
+}
+
+static void rope_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, rope_cfg c) {
+    data d = {0};
+    add_f(&d, "q", (int64_t)c.n * c.NH * c.D, r, -2, 2, 2e-5);
+    add_f(&d, "k", (int64_t)c.n * c.NKV * c.D, r, -2, 2, 2e-5);
+    add_f(&d, "q norm", c.D, r, 0.5f, 1.5f, 0);
+    add_f(&d, "k norm", c.D, r, 0.5f, 1.5f, 0);
+    int k = add_f(&d, "inv_freq", c.D / 2, r, 0, 1, 0);
+    for (int j = 0; j < c.D / 2; j++) d.fhost[k][j] = 1.0f / powf(10000.0f, 2.0f * j / c.D);
+    int32_t pos[64];
+    for (int t = 0; t < c.n; t++) pos[t] = (int32_t)(ref_next(r) % 5000);
+    add_i(&d, pos, c.n);
+    char label[128];
+    snprintf(label, sizeof label, "%sRoPE q/k, %d+%d heads of %d, n=%d", c.norm ? "q/k rmsnorm + " : "", c.NH, c.NKV,
+             c.D, c.n);
+    run_case(label, cpu, gpu, &d, build_rope, &c, NULL, 0);
+    data_free(&d);
+}
+
+// ---- a whole decoder layer and the output head ------------------------------------------------------
+
+typedef struct layer_cfg {
+    int n, H, NH, NKV, D, I, V;
+} layer_cfg;
+
+// Buffers: 0 x, 1 h, 2 q, 3 k, 4 v, 5 att, 6 tmp, 7 gate, 8 up, 9 attn norm, 10 ffn norm, 11 q norm,
+// 12 k norm, 13 inv_freq, 14 out_h, 15 logits, 16 final norm. Ints: 0 pos, 1 slot, 2 tokens, 3 rows, 4 ids.
+// Matrices: 0 q, 1 k, 2 v, 3 o, 4 gate, 5 up, 6 down, 7 embed/lm_head.
+static void build_layer(mx_plan *p, side *s, const void *vc) {
+    const layer_cfg *c = vc;
+    float **b = s->f;
+    const int n = c->n;
+    mx_rope rope = {b[13], c->D, 1.0f};
+    mx_kv_ref kv = {s->kv, s->lay, 1, s->i[1], s->i[0]};
+    ADD(p, MX_OP_EMBED, embed, b[0], &s->m[7], s->i[2], n);
+    ADD(p, MX_OP_RMSNORM, rmsnorm, b[1], b[0], b[9], n, c->H, 1e-6f);
+    ADD(p, MX_OP_MATMUL, matmul, b[2], b[1], &s->m[0], NULL, n);
+    ADD(p, MX_OP_MATMUL, matmul, b[3], b[1], &s->m[1], NULL, n);
+    ADD(p, MX_OP_MATMUL, matmul, b[4], b[1], &s->m[2], NULL, n);
+    ADD(p, MX_OP_RMSNORM, rmsnorm, b[2], b[2], b[11], n * c->NH, c->D, 1e-6f);
+    ADD(p, MX_OP_RMSNORM, rmsnorm, b[3], b[3], b[12], n * c->NKV, c->D, 1e-6f);
+    ADD(p, MX_OP_ROPE, rope, b[2], s->i[0], n, c->NH, rope);
+    ADD(p, MX_OP_ROPE, rope, b[3], s->i[0], n, c->NKV, rope);
+    ADD(p, MX_OP_KV_STORE, kv_store, kv, b[3], b[4], n);
+    ADD(p, MX_OP_ATTENTION, attention, b[5], b[2], kv, n, c->NH, 1.0f / sqrtf((float)c->D), 0);
+    ADD(p, MX_OP_MATMUL, matmul, b[6], b[5], &s->m[3], NULL, n);
+    ADD(p, MX_OP_ADD, add, b[0], b[6], (int64_t)n * c->H);
+    ADD(p, MX_OP_RMSNORM, rmsnorm, b[1], b[0], b[10], n, c->H, 1e-6f);
+    ADD(p, MX_OP_MATMUL, matmul, b[7], b[1], &s->m[4], NULL, n);
+    ADD(p, MX_OP_MATMUL, matmul, b[8], b[1], &s->m[5], NULL, n);
+    ADD(p, MX_OP_SWIGLU, swiglu, b[7], b[7], b[8], (int64_t)n * c->I);
+    ADD(p, MX_OP_MATMUL, matmul, b[6], b[7], &s->m[6], NULL, n);
+    ADD(p, MX_OP_ADD, add, b[0], b[6], (int64_t)n * c->H);
+    ADD(p, MX_OP_GATHER_ROWS, gather_rows, b[14], b[0], s->i[3], 2, c->H);
+    ADD(p, MX_OP_RMSNORM, rmsnorm, b[14], b[14], b[16], 2, c->H, 1e-6f);
+    ADD(p, MX_OP_MATMUL, matmul, b[15], b[14], &s->m[7], NULL, 2);
+    ADD(p, MX_OP_ARGMAX, argmax, s->i[4], b[15], 2, c->V);
+}
+
+static void layer_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, const fmt *f, layer_cfg c) {
+    data d = {0};
+    const int64_t n = c.n, H = c.H, QD = (int64_t)c.NH * c.D, KD = (int64_t)c.NKV * c.D;
+    const double pre = n >= 64 ? 1.5e-2 : 2e-5, post = n >= 64 ? 2e-2 : 3e-3;
+    add_f(&d, "x", n * H, r, -1, 1, post);
+    add_f(&d, "h", n * H, r, -1, 1, post);
+    add_f(&d, "q", n * QD, r, -1, 1, pre);
+    add_f(&d, "k", n * KD, r, -1, 1, pre);
+    add_f(&d, "v", n * KD, r, -1, 1, pre);
+    add_f(&d, "att", n * QD, r, -1, 1, post);
+    add_f(&d, "tmp", n * H, r, -1, 1, post);
+    add_f(&d, "gate", n * c.I, r, -1, 1, post);
+    add_f(&d, "up", n * c.I, r, -1, 1, post);
+    add_f(&d, "attn norm", H, r, 0.5f, 1.5f, 0);
+    add_f(&d, "ffn norm", H, r, 0.5f, 1.5f, 0);
+    add_f(&d, "q norm", c.D, r, 0.5f, 1.5f, 0);
+    add_f(&d, "k norm", c.D, r, 0.5f, 1.5f, 0);
+    int kf = add_f(&d, "inv_freq", c.D / 2, r, 0, 1, 0);
+    for (int j = 0; j < c.D / 2; j++) d.fhost[kf][j] = 1.0f / powf(1e6f, 2.0f * j / c.D);
+    add_f(&d, "out_h", 2 * H, r, -1, 1, post);
+    add_f(&d, "logits", 2 * (int64_t)c.V, r, -1, 1, post);
+    add_f(&d, "final norm", H, r, 0.5f, 1.5f, 0);
+    int32_t *pos = malloc(4 * (size_t)n), *slot = malloc(4 * (size_t)n), *tok = malloc(4 * (size_t)n);
+    for (int t = 0; t < c.n; t++) {
+        pos[t] = c.n == 1 ? 37 : t % 40;  // n > 1: two sequences of positions in two slots
+        slot[t] = c.n == 1 ? 2 : t / 40;
+        tok[t] = (int32_t)(ref_next(r) % (uint64_t)c.V);
+    }
+    int32_t rows[2] = {c.n - 1, 0}, ids[2] = {0, 0};
+    add_i(&d, pos, n), add_i(&d, slot, n), add_i(&d, tok, n), add_i(&d, rows, 2), add_i(&d, ids, 2);
+    free(pos), free(slot), free(tok);
+    add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, QD, H);
+    add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, KD, H);
+    add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, KD, H);
+    add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, H, QD);
+    add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, c.I, H);
+    add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, c.I, H);
+    add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, H, c.I);
+    add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, c.V, H);
+    mx_kv_layout lay = {2, 3, 64, c.NKV, c.D};
+    char label[160], ml[64];
+    snprintf(label, sizeof label, "decoder layer + head, %s, n=%d", ref_matrix_label(&d.mat[0], ml, sizeof ml), c.n);
+    // The cache starts as zeros on both sides. The ids are not compared: logits differ by the f16
+    // cache rounding, so near-ties may pick different tokens (argmax has its own exact test).
+    run_case(label, cpu, gpu, &d, build_layer, &c, &lay, d.ni);
+    data_free(&d);
+}
+
+// ---- records no pattern covers (MoE) -----------------------------------------------------------------
+
+typedef struct moe_cfg {
+    int n, H, E, K, I;
+} moe_cfg;
+
+// Buffers: 0 h, 1 router logits, 2 weights, 3 gate, 4 up, 5 y, 6 x. Ints: 0 ids. Matrices: 0 router,
+// 1 gate, 2 up, 3 down.
+static void build_moe(mx_plan *p, side *s, const void *vc) {
+    const moe_cfg *c = vc;
+    float **b = s->f;
+    const int n = c->n, K = c->K;
+    ADD(p, MX_OP_MATMUL, matmul, b[1], b[0], &s->m[0], NULL, n);
+    ADD(p, MX_OP_MOE_ROUTE, moe_route, s->i[0], b[2], b[1], n, c->E, K, true);
+    ADD(p, MX_OP_MOE_MATMUL, moe_matmul, b[3], b[0], &s->m[1], s->i[0], n * K, K);
+    ADD(p, MX_OP_MOE_MATMUL, moe_matmul, b[4], b[0], &s->m[2], s->i[0], n * K, K);
+    ADD(p, MX_OP_SWIGLU, swiglu, b[3], b[3], b[4], (int64_t)n * K * c->I);
+    ADD(p, MX_OP_MOE_MATMUL, moe_matmul, b[5], b[3], &s->m[3], s->i[0], n * K, 1);
+    ADD(p, MX_OP_MOE_COMBINE, moe_combine, b[6], b[5], b[2], n, K, c->H);
+}
+
+static void moe_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, const fmt *f, moe_cfg c) {
+    data d = {0};
+    const int64_t n = c.n, K = c.K;
+    add_f(&d, "h", n * c.H, r, -1, 1, 0);
+    add_f(&d, "router", n * c.E, r, -1, 1, 2e-5);
+    add_f(&d, "weights", n * K, r, 0, 1, 2e-5);
+    add_f(&d, "gate", n * K * c.I, r, -1, 1, 2e-5);
+    add_f(&d, "up", n * K * c.I, r, -1, 1, 2e-5);
+    add_f(&d, "y", n * K * c.H, r, -1, 1, 2e-5);
+    add_f(&d, "x", n * c.H, r, -1, 1, 2e-5);
+    int32_t ids[64] = {0};
+    add_i(&d, ids, n * K);
+    add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, c.E, c.H);
+    add_m(&d, r, f->q, f->dtype, f->scale_dtype, c.E, c.I, c.H);
+    add_m(&d, r, f->q, f->dtype, f->scale_dtype, c.E, c.I, c.H);
+    add_m(&d, r, f->q, f->dtype, f->scale_dtype, c.E, c.H, c.I);
+    char label[160], ml[64];
+    snprintf(label, sizeof label, "MoE block, %s, n=%d", ref_matrix_label(&d.mat[1], ml, sizeof ml), c.n);
+    run_case(label, cpu, gpu, &d, build_moe, &c, NULL, 0);
+    data_free(&d);
+}
+
+int main(void) {
+    mx_backend_options copt = {"cpu", 2, 0}, gopt = {mx_gpu_backend_name(), 0, 0};
+    mx_backend *cpu = mx_backend_create(&copt, &err);
+    if (!cpu) die("cpu backend");
+    mx_backend *gpu = mx_gpu_backend_create(&gopt, &err);
+    if (!gpu) {
+        printf("skipped: %s\n", err.msg);
+        mx_backend_free(cpu);
+        return strstr(err.msg, "GPU found") ? 77 : 1;
+    }
+    printf("cpu vs %s (%s)\n", gpu->ops->name, gpu->device_name);
+    ref_rng rng = {0x2545f4914f6cdd1dull};
+    const fmt fused_fmts[] = {
+        {{MX_QUANT_AFFINE, 4, 64}, MX_DTYPE_U32, MX_DTYPE_BF16},
+        {{MX_QUANT_AFFINE, 4, 32}, MX_DTYPE_U32, MX_DTYPE_F16},
+        {{MX_QUANT_AFFINE, 8, 128}, MX_DTYPE_U32, MX_DTYPE_BF16},
+        {{MX_QUANT_MXFP4, 4, 32}, MX_DTYPE_U32, MX_DTYPE_U8},
+        {{MX_QUANT_NONE, 0, 0}, MX_DTYPE_BF16, MX_DTYPE_BF16},
+    };
+    const fmt other_fmts[] = {
+        {{MX_QUANT_AFFINE, 3, 64}, MX_DTYPE_U32, MX_DTYPE_BF16},
+        {{MX_QUANT_AFFINE, 4, 64}, MX_DTYPE_U32, MX_DTYPE_F32},
+        {{MX_QUANT_NONE, 0, 0}, MX_DTYPE_F32, MX_DTYPE_F32},
+    };
+    for (int p = 0; p <= P_ALIAS_RES; p++) {
+        for (size_t f = 0; f < sizeof fused_fmts / sizeof fused_fmts[0]; f++) {
+            proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 1024, 2048, 512, 3072, false, p});
+            if (f == 0) proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 512, 512, 128, 768, true, p});
+        }
+        proj_case(cpu, gpu, &rng, &other_fmts[p % 3], (proj_cfg){1, 512, 512, 256, 768, p % 2 == 0, p});
+        proj_case(cpu, gpu, &rng, &fused_fmts[0], (proj_cfg){3, 512, 512, 256, 768, false, p});
+    }
+    // Few rows (one block per matrix), and a norm over a long row (the staging limit).
+    proj_case(cpu, gpu, &rng, &fused_fmts[0], (proj_cfg){1, 256, 64, 32, 64, true, P_NORM_QKV});
+    proj_case(cpu, gpu, &rng, &fused_fmts[0], (proj_cfg){1, 12288, 256, 128, 256, false, P_NORM_GATE_UP});
+    rope_case(cpu, gpu, &rng, (rope_cfg){1, 16, 8, 128, true});
+    rope_case(cpu, gpu, &rng, (rope_cfg){5, 32, 8, 128, true});
+    rope_case(cpu, gpu, &rng, (rope_cfg){1, 12, 4, 64, false});
+    rope_case(cpu, gpu, &rng, (rope_cfg){3, 8, 2, 256, true});
+    for (size_t f = 0; f < sizeof fused_fmts / sizeof fused_fmts[0]; f++)
+        layer_case(cpu, gpu, &rng, &fused_fmts[f], (layer_cfg){1, 512, 8, 4, 64, 1024, 1000});
+    layer_case(cpu, gpu, &rng, &other_fmts[0], (layer_cfg){1, 512, 8, 4, 64, 1024, 1000});
+    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){4, 512, 8, 4, 64, 1024, 1000});
+    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){70, 512, 8, 4, 64, 1024, 1000});
+    moe_case(cpu, gpu, &rng, &fused_fmts[0], (moe_cfg){1, 256, 8, 2, 128});
+    moe_case(cpu, gpu, &rng, &fused_fmts[0], (moe_cfg){5, 256, 8, 2, 128});
+    mx_backend_free(gpu);
+    mx_backend_free(cpu);
+    return check_finish();
+}
