@@ -86,4 +86,15 @@ __device__ __forceinline__ float e8m0_to_f32(uint32_t s) {
     return __uint_as_float(s << 23);
 }
 
+// sin and cos of p * f with the product carried in two floats (hi + lo, exact by fmaf), so the
+// angle is as accurate as a double product (the CPU's): at position 5000 a float product alone is
+// off by up to 2.4e-4 rad. First order in lo: sin(hi + lo) = sin hi + lo cos hi.
+__device__ __forceinline__ void rope_sincos(float p, float f, float *s, float *c) {
+    const float hi = p * f, lo = fmaf(p, f, -hi);
+    float sh, ch;
+    sincosf(hi, &sh, &ch);
+    *s = fmaf(lo, ch, sh);
+    *c = fmaf(-lo, sh, ch);
+}
+
 #endif

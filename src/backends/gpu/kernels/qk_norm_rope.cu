@@ -2,7 +2,7 @@
 // The per-head q/k RMSNorm (qwen3) and RoPE of q and k in one launch: one block per (token, head)
 // over the q heads then the k heads, head_dim / 2 threads, each owning the rotate-half pair
 // (j, j + head_dim/2). Same formulas as rmsnorm.cu and rope_kv.cu (norm: x * r * w, r =
-// 1/sqrt(mean(x^2) + eps); rope: angle pos * inv_freq[j], cos/sin times attn_factor), in place.
+// 1/sqrt(mean(x^2) + eps); rope: angle pos * inv_freq[j] as exact as rope_sincos makes it, cos/sin times attn_factor), in place.
 #include "backends/gpu/common.cuh"
 #include "backends/gpu/kernels_fused.h"
 
@@ -29,7 +29,7 @@ __global__ void qk_norm_rope_kernel(float *q, float *k, const float *__restrict_
     }
     if (j >= half) return;
     float s, c;
-    sincosf((float)pos[t] * inv_freq[j], &s, &c);
+    rope_sincos((float)pos[t], inv_freq[j], &s, &c);
     c *= attn_factor;
     s *= attn_factor;
     v[j] = a * c - b * s;

@@ -17,7 +17,7 @@ __global__ void rope_kernel(float *x, const int32_t *__restrict__ pos, int n_hea
     for (int i = threadIdx.x; i < n_heads * half; i += blockDim.x) {
         const int h = i / half, j = i % half;
         float s, c;
-        sincosf(p * inv_freq[j], &s, &c);
+        rope_sincos(p, inv_freq[j], &s, &c);
         c *= attn_factor;
         s *= attn_factor;
         float *v = xt + h * head_dim;
