@@ -264,13 +264,15 @@ static void proj_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, const fmt *f
 typedef struct rope_cfg {
     int n, NH, NKV, D;
     bool norm;
+    int rot_dim;     // 0: whole head; else a partial rotation (must not fuse)
+    bool long_table; // longrope's second table from position 2048 on (must not fuse)
 } rope_cfg;
 
-// Buffers: 0 q, 1 k, 2 qn, 3 kn, 4 inv_freq. Ints: 0 pos.
+// Buffers: 0 q, 1 k, 2 qn, 3 kn, 4 inv_freq, 5 long inv_freq. Ints: 0 pos.
 static void build_rope(mx_plan *p, side *s, const void *vc) {
     const rope_cfg *c = vc;
     float **b = s->f;
-    mx_rope rope = {b[4], c->D, 0.9f};
+    mx_rope rope = {b[4], c->D, 0.9f, c->rot_dim, c->long_table ? b[5] : NULL, 2048};
     if (c->norm) {
         ADD(p, MX_OP_RMSNORM, rmsnorm, b[0], b[0], b[2], c->n * c->NH, c->D, 1e-6f);
         ADD(p, MX_OP_RMSNORM, rmsnorm, b[1], b[1], b[3], c->n * c->NKV, c->D, 1e-6f);
@@ -287,13 +289,34 @@ static void rope_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, rope_cfg c) 
     add_f(&d, "k norm", c.D, r, 0.5f, 1.5f, 0);
     int k = add_f(&d, "inv_freq", c.D / 2, r, 0, 1, 0);
     for (int j = 0; j < c.D / 2; j++) d.fhost[k][j] = 1.0f / powf(10000.0f, 2.0f * j / c.D);
+    k = add_f(&d, "long inv_freq", c.D / 2, r, 0, 1, 0);
+    for (int j = 0; j < c.D / 2; j++) d.fhost[k][j] = 0.5f / powf(10000.0f, 2.0f * j / c.D);
     int32_t pos[64];
     for (int t = 0; t < c.n; t++) pos[t] = (int32_t)(ref_next(r) % 5000);
     add_i(&d, pos, c.n);
     char label[128];
-    snprintf(label, sizeof label, "%sRoPE q/k, %d+%d heads of %d, n=%d", c.norm ? "q/k rmsnorm + " : "", c.NH, c.NKV,
-             c.D, c.n);
+    snprintf(label, sizeof label, "%sRoPE q/k, %d+%d heads of %d%s%s, n=%d", c.norm ? "q/k rmsnorm + " : "", c.NH,
+             c.NKV, c.D, c.rot_dim ? ", partial" : "", c.long_table ? ", long table" : "", c.n);
     run_case(label, cpu, gpu, &d, build_rope, &c, NULL, 0);
+    data_free(&d);
+}
+
+// ---- records no pattern covers (GeGLU, scale) -------------------------------------------------------
+
+// Buffers: 0 gate, 1 up, 2 out.
+static void build_elementwise(mx_plan *p, side *s, const void *vc) {
+    const int kind = *(const int *)vc;
+    float **b = s->f;
+    if (kind == 0) ADD(p, MX_OP_GEGLU, geglu, b[2], b[0], b[1], 3000);
+    if (kind == 1) ADD(p, MX_OP_SCALE, scale, b[0], 3000, 45.25f);
+}
+
+static void elementwise_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, int kind) {
+    data d = {0};
+    add_f(&d, "gate", 3000, r, -4, 4, 1e-5);
+    add_f(&d, "up", 3000, r, -4, 4, 0);
+    add_f(&d, "out", 3000, r, -4, 4, 1e-5);
+    run_case(kind == 0 ? "geglu record" : "scale record", cpu, gpu, &d, build_elementwise, &kind, NULL, 0);
     data_free(&d);
 }
 
@@ -310,7 +333,7 @@ static void build_layer(mx_plan *p, side *s, const void *vc) {
     const layer_cfg *c = vc;
     float **b = s->f;
     const int n = c->n;
-    mx_rope rope = {b[13], c->D, 1.0f};
+    mx_rope rope = {.inv_freq = b[13], .head_dim = c->D, .attn_factor = 1.0f};
     mx_kv_ref kv = {s->kv, s->lay, 1, s->i[1], s->i[0]};
     ADD(p, MX_OP_EMBED, embed, b[0], &s->m[7], s->i[2], n);
     ADD(p, MX_OP_RMSNORM, rmsnorm, b[1], b[0], b[9], n, c->H, 1e-6f);
@@ -463,10 +486,13 @@ int main(void) {
     // Few rows (one block per matrix), and a norm over a long row (the staging limit).
     proj_case(cpu, gpu, &rng, &fused_fmts[0], (proj_cfg){1, 256, 64, 32, 64, true, P_NORM_QKV});
     proj_case(cpu, gpu, &rng, &fused_fmts[0], (proj_cfg){1, 12288, 256, 128, 256, false, P_NORM_GATE_UP});
-    rope_case(cpu, gpu, &rng, (rope_cfg){1, 16, 8, 128, true});
-    rope_case(cpu, gpu, &rng, (rope_cfg){5, 32, 8, 128, true});
-    rope_case(cpu, gpu, &rng, (rope_cfg){1, 12, 4, 64, false});
-    rope_case(cpu, gpu, &rng, (rope_cfg){3, 8, 2, 256, true});
+    rope_case(cpu, gpu, &rng, (rope_cfg){1, 16, 8, 128, true, 0, false});
+    rope_case(cpu, gpu, &rng, (rope_cfg){5, 32, 8, 128, true, 0, false});
+    rope_case(cpu, gpu, &rng, (rope_cfg){1, 12, 4, 64, false, 0, false});
+    rope_case(cpu, gpu, &rng, (rope_cfg){3, 8, 2, 256, true, 0, false});
+    rope_case(cpu, gpu, &rng, (rope_cfg){3, 8, 4, 128, true, 64, false});
+    rope_case(cpu, gpu, &rng, (rope_cfg){4, 8, 4, 96, false, 0, true});
+    for (int kind = 0; kind < 2; kind++) elementwise_case(cpu, gpu, &rng, kind);
     for (size_t f = 0; f < sizeof fused_fmts / sizeof fused_fmts[0]; f++)
         layer_case(cpu, gpu, &rng, &fused_fmts[f], (layer_cfg){1, 512, 8, 4, 64, 1024, 1000});
     layer_case(cpu, gpu, &rng, &other_fmts[0], (layer_cfg){1, 512, 8, 4, 64, 1024, 1000});
