@@ -167,8 +167,8 @@ void ref_rope(float *x, const int32_t *pos, int n, int n_heads, const float *inv
         for (int h = 0; h < n_heads; h++) {
             float *v = x + ((int64_t)t * n_heads + h) * head_dim;
             for (int j = 0; j < half; j++) {
-                float ang = (float)pos[t] * inv_freq[j];  // the angle is a float32 product on both sides
-                double c = cos((double)ang) * attn_factor, s = sin((double)ang) * attn_factor;
+                double ang = (double)pos[t] * inv_freq[j];  // a double product, as the CPU backend's
+                double c = cos(ang) * attn_factor, s = sin(ang) * attn_factor;
                 double a = v[j], b = v[j + half];
                 v[j] = (float)(a * c - b * s);
                 v[j + half] = (float)(b * c + a * s);
