@@ -18,11 +18,11 @@ json_t *srv_usage_json(int n_prompt, int n_generated) {
                      n_prompt + n_generated);
 }
 
-json_t *srv_tool_calls_json(const srv_job *j, const srv_gen_info *info, int from, bool with_index) {
+json_t *srv_tool_calls_json(const srv_job *j, const srv_gen_info *info, int choice, int from, bool with_index) {
     json_t *arr = json_array();
     for (int i = from; i < srv_output_n_tools(j->out); i++) {
         char id[96];
-        snprintf(id, sizeof id, "call_%s_%d", info->id + (strncmp(info->id, "chatcmpl-", 9) == 0 ? 9 : 0), i);
+        snprintf(id, sizeof id, "call_%s_%d_%d", info->id + (strncmp(info->id, "chatcmpl-", 9) == 0 ? 9 : 0), choice, i);
         json_t *t = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function", "function", "name",
                               srv_output_tool_name(j->out, i), "arguments", srv_output_tool_args(j->out, i));
         if (with_index) json_object_set_new(t, "index", json_integer(i));
@@ -96,7 +96,7 @@ static json_t *choice_json(const mx_tokenizer *tok, const srv_job *j, const srv_
         for (size_t i = 0; i < clen && blank; i++) blank = content[i] == '\n' || content[i] == ' ';
         json_object_set_new(msg, "content", !blank || !n_tools ? json_stringn(content, clen) : json_null());
         if (rlen) json_object_set_new(msg, "reasoning_content", json_stringn(reasoning, rlen));
-        if (n_tools) json_object_set_new(msg, "tool_calls", srv_tool_calls_json(j, info, 0, false));
+        if (n_tools) json_object_set_new(msg, "tool_calls", srv_tool_calls_json(j, info, index, 0, false));
         return json_pack("{s:i, s:o, s:o, s:s}", "index", index, "message", msg, "logprobs",
                          srv_logprobs_json(tok, j, info->kind, 0, n_lp), "finish_reason", j->finish);
     }
@@ -226,10 +226,6 @@ enum MHD_Result srv_route_generate(mx_server *s, struct MHD_Connection *c, srv_k
     char msg[1024];
     if (srv_request_parse(body, kind, &s->o.sampling, &r, msg, sizeof msg))
         return srv_respond_error(s, c, 400, "invalid_request", "%s", msg);
-    if (r.stream && r.n > 1) {
-        srv_request_clear(&r);
-        return srv_respond_error(s, c, 400, "invalid_request", "'n' > 1 is not supported with 'stream'");
-    }
     int32_t *ids = NULL;
     size_t n = 0;
     bool think_open;
@@ -244,7 +240,7 @@ enum MHD_Result srv_route_generate(mx_server *s, struct MHD_Connection *c, srv_k
                                  "(prompt + at least 1 generated token must fit; see --ctx)",
                                  n, s->o.ctx);
     }
-    srv_job *jobs[16] = {0};
+    srv_job *jobs[SRV_MAX_CHOICES] = {0};
     int n_jobs = r.n;
     if (!status) status = make_jobs(s, &r, ids, n, think_open, jobs, msg, sizeof msg);
     free(ids);
@@ -273,7 +269,7 @@ enum MHD_Result srv_route_generate(mx_server *s, struct MHD_Connection *c, srv_k
         return srv_respond_error(s, c, 503, "queue_full", "the server is busy (%d requests queued); retry later",
                                  s->o.max_queue);
     }
-    if (stream) return srv_stream_start(s, c, jobs[0], &info);
+    if (stream) return srv_stream_start(s, c, jobs, n_jobs, &info);
 
     for (int i = 0; i < n_jobs; i++) {
         srv_job *j = jobs[i];

@@ -77,12 +77,14 @@ typedef struct srv_gen_info {
     char model[256];
 } srv_gen_info;
 
-// The streaming (SSE) response of a submitted job; takes over the caller's job reference.
-enum MHD_Result srv_stream_start(mx_server *s, struct MHD_Connection *c, srv_job *j, const srv_gen_info *info);
+// The streaming (SSE) response of a request's n submitted jobs (choice i is jobs[i]); takes over the
+// caller's job references.
+enum MHD_Result srv_stream_start(mx_server *s, struct MHD_Connection *c, srv_job **jobs, int n, const srv_gen_info *info);
 
 // Response pieces shared by the JSON and SSE forms (job lock held by the caller).
 json_t *srv_usage_json(int n_prompt, int n_generated);
-json_t *srv_tool_calls_json(const srv_job *j, const srv_gen_info *info, int from, bool with_index);
+// The tool calls from index `from` of choice `choice`; with_index adds each call's index (stream deltas).
+json_t *srv_tool_calls_json(const srv_job *j, const srv_gen_info *info, int choice, int from, bool with_index);
 // Logprobs of tokens [from, to) of j->lp in the chat or completion form; JSON null when off.
 json_t *srv_logprobs_json(const mx_tokenizer *tok, const srv_job *j, srv_kind kind, size_t from, size_t to);
 

@@ -343,7 +343,7 @@ static int parse_fields(json_t *body, srv_request *r, char *msg, size_t cap) {
         }
     }
     long long n = 1, mt = -1;
-    if (get_int(body, "n", 1, 16, &n, NULL, msg, cap)) return -1;
+    if (get_int(body, "n", 1, SRV_MAX_CHOICES, &n, NULL, msg, cap)) return -1;
     r->n = (int)n;
     if (get_int(body, "max_tokens", 1, 1 << 30, &mt, NULL, msg, cap)) return -1;
     if (get_int(body, "max_completion_tokens", 1, 1 << 30, &mt, NULL, msg, cap)) return -1;

@@ -15,6 +15,8 @@
 
 #include "sample/sampler.h"
 
+enum { SRV_MAX_CHOICES = 16 };  // `n` at most
+
 typedef enum srv_kind { SRV_KIND_CHAT, SRV_KIND_COMPLETION } srv_kind;
 
 typedef enum srv_tool_choice {

@@ -1,11 +1,15 @@
 // SPDX-License-Identifier: MIT
 // Server-sent events for streaming requests. libmicrohttpd pulls the body through stream_read on
-// the connection's own thread; the reader blocks on the job until it has something new (a role
-// chunk, reasoning, content, tool calls, the final chunk with finish_reason, usage, [DONE]),
-// checking every 100 ms whether the client is gone (reset) or the server stops. A client is known
-// to be gone only when a write fails, so after 2 s without news a keep-alive comment is written;
-// the job is then cancelled and the scheduler frees its slot at the next step. On shutdown the
-// stream ends with an error event and [DONE]. Nothing is sent for held-back text (stop strings).
+// the connection's own thread; the reader blocks on the request's jobs (one per choice, `n`) until
+// one has something new (role chunks, reasoning, content, tool calls, a choice's final chunk with
+// finish_reason, then usage and [DONE] once every choice is done), checking every 100 ms whether the
+// client is gone (reset) or the server stops. Each chunk carries one choice, named by its `index`.
+// It waits on the condition variable of one running choice (the choices of a request decode in the
+// same steps, so that one wakes it every step) and takes what is new from all of them at each wake.
+// A client is known to be gone only when a write fails, so after 2 s without news a keep-alive
+// comment is written; the jobs are then cancelled and the scheduler frees their slots at the next
+// step. On shutdown the stream ends with an error event and [DONE]. Nothing is sent for held-back
+// text (stop strings).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,16 +20,23 @@
 
 enum { KEEPALIVE_WAITS = 20 };  // 100 ms waits without news before a keep-alive comment (2 s)
 
+// What one choice has sent so far.
+typedef struct sse_choice {
+    srv_job *j;
+    size_t sent_content, sent_reasoning, sent_lp;
+    int sent_tools;
+    bool finished;
+} sse_choice;
+
 typedef struct sse {
     mx_server *s;
     struct MHD_Connection *c;
-    srv_job *j;
+    sse_choice ch[SRV_MAX_CHOICES];
+    int n;
     srv_gen_info info;
     srv_buf out;     // bytes ready to send
     size_t off;      // bytes of `out` already sent
-    size_t sent_content, sent_reasoning, sent_lp;
-    int sent_tools;
-    bool role_sent, finished;
+    bool roles_sent, finished;
 } sse;
 
 static void sse_event(sse *st, json_t *obj) {
@@ -46,8 +57,8 @@ static json_t *chunk(sse *st, json_t *choice) {
                      (json_int_t)st->info.created, "model", st->info.model, "choices", choices);
 }
 
-static json_t *choice(sse *st, json_t *delta_or_text, json_t *logprobs, const char *finish) {
-    json_t *c = json_pack("{s:i}", "index", 0);
+static json_t *choice(sse *st, int index, json_t *delta_or_text, json_t *logprobs, const char *finish) {
+    json_t *c = json_pack("{s:i}", "index", index);
     if (st->info.kind == SRV_KIND_CHAT)
         json_object_set_new(c, "delta", delta_or_text);
     else
@@ -57,9 +68,17 @@ static json_t *choice(sse *st, json_t *delta_or_text, json_t *logprobs, const ch
     return c;
 }
 
-// Formats what is new in the job (lock held). Returns true when something was produced.
-static bool take_new(sse *st) {
-    srv_job *j = st->j;
+// Ends the stream with an error event and [DONE].
+static void fail(sse *st, json_t *error) {
+    sse_event(st, error);
+    srv_buf_puts(&st->out, "data: [DONE]\n\n");
+    st->finished = true;
+}
+
+// Formats what is new in choice i (its job's lock held). Returns true when something was produced.
+static bool take_new(sse *st, int i) {
+    sse_choice *ch = &st->ch[i];
+    srv_job *j = ch->j;
     size_t clen, rlen, n_lp = j->n_lp;
     const char *content = srv_output_content(j->out, &clen);
     const char *reasoning = srv_output_reasoning(j->out, &rlen);
@@ -67,90 +86,124 @@ static bool take_new(sse *st) {
     bool any = false;
     bool chat = st->info.kind == SRV_KIND_CHAT;
     if (j->error_status && j->done) {
-        sse_event(st, srv_error_json((unsigned)j->error_status, NULL, j->error));
-        st->finished = true;
-        srv_buf_puts(&st->out, "data: [DONE]\n\n");
+        fail(st, srv_error_json((unsigned)j->error_status, NULL, j->error));
         return true;
     }
-    if (chat && rlen > st->sent_reasoning) {
-        sse_event(st, chunk(st, choice(st, json_pack("{s:s%}", "reasoning_content", reasoning + st->sent_reasoning,
-                                                     rlen - st->sent_reasoning),
-                                       NULL, NULL)));
-        st->sent_reasoning = rlen;
+    if (chat && rlen > ch->sent_reasoning) {
+        json_t *delta = json_pack("{s:s%}", "reasoning_content", reasoning + ch->sent_reasoning, rlen - ch->sent_reasoning);
+        sse_event(st, chunk(st, choice(st, i, delta, NULL, NULL)));
+        ch->sent_reasoning = rlen;
         any = true;
     }
-    if (clen > st->sent_content) {
-        json_t *lp = j->n_logprobs >= 0 ? srv_logprobs_json(st->s->tok, j, st->info.kind, st->sent_lp, n_lp) : NULL;
-        json_t *piece = json_stringn(content + st->sent_content, clen - st->sent_content);
-        sse_event(st, chunk(st, choice(st, chat ? json_pack("{s:o}", "content", piece) : piece, lp, NULL)));
-        st->sent_content = clen;
-        st->sent_lp = n_lp;
+    if (clen > ch->sent_content) {
+        json_t *lp = j->n_logprobs >= 0 ? srv_logprobs_json(st->s->tok, j, st->info.kind, ch->sent_lp, n_lp) : NULL;
+        json_t *piece = json_stringn(content + ch->sent_content, clen - ch->sent_content);
+        sse_event(st, chunk(st, choice(st, i, chat ? json_pack("{s:o}", "content", piece) : piece, lp, NULL)));
+        ch->sent_content = clen;
+        ch->sent_lp = n_lp;
         any = true;
     }
-    if (chat && n_tools > st->sent_tools) {
-        json_t *delta = json_pack("{s:o}", "tool_calls", srv_tool_calls_json(j, &st->info, st->sent_tools, true));
-        sse_event(st, chunk(st, choice(st, delta, NULL, NULL)));
-        st->sent_tools = n_tools;
+    if (chat && n_tools > ch->sent_tools) {
+        json_t *delta = json_pack("{s:o}", "tool_calls", srv_tool_calls_json(j, &st->info, i, ch->sent_tools, true));
+        sse_event(st, chunk(st, choice(st, i, delta, NULL, NULL)));
+        ch->sent_tools = n_tools;
         any = true;
     }
     if (j->done) {
-        json_t *lp = j->n_logprobs >= 0 && n_lp > st->sent_lp ? srv_logprobs_json(st->s->tok, j, st->info.kind, st->sent_lp, n_lp)
+        json_t *lp = j->n_logprobs >= 0 && n_lp > ch->sent_lp ? srv_logprobs_json(st->s->tok, j, st->info.kind, ch->sent_lp, n_lp)
                                                                : NULL;
-        sse_event(st, chunk(st, choice(st, chat ? json_object() : json_string(""), lp, j->finish)));
-        if (st->info.include_usage) {
-            json_t *u = chunk(st, NULL);
-            json_object_set_new(u, "usage", srv_usage_json(st->info.n_prompt, j->n_generated));
-            sse_event(st, u);
-        }
-        srv_buf_puts(&st->out, "data: [DONE]\n\n");
-        st->finished = true;
+        sse_event(st, chunk(st, choice(st, i, chat ? json_object() : json_string(""), lp, j->finish)));
+        ch->finished = true;
         any = true;
     }
     return any;
 }
 
-// Fills st->out with the next events; false when the client is gone (the job is then cancelled).
+// Takes what is new from every unfinished choice; after the last one, usage and [DONE].
+static bool take_all(sse *st) {
+    bool any = false;
+    int generated = 0, open = 0;
+    for (int i = 0; i < st->n && !st->finished; i++) {
+        sse_choice *ch = &st->ch[i];
+        pthread_mutex_lock(&ch->j->mu);
+        if (!ch->finished) any |= take_new(st, i);
+        generated += ch->j->n_generated;
+        open += !ch->finished;
+        pthread_mutex_unlock(&ch->j->mu);
+    }
+    if (st->finished) return true;  // an error event ended the stream
+    if (open == 0) {
+        if (st->info.include_usage) {
+            json_t *u = chunk(st, NULL);
+            json_object_set_new(u, "usage", srv_usage_json(st->info.n_prompt, generated));
+            sse_event(st, u);
+        }
+        srv_buf_puts(&st->out, "data: [DONE]\n\n");
+        st->finished = true;
+        return true;
+    }
+    return any;
+}
+
+static void cancel_all(sse *st) {
+    for (int i = 0; i < st->n; i++) srv_job_cancel(st->ch[i].j);
+    srv_sched_wake(st->s->sched);
+}
+
+// The choice to wait on: an admitted, unfinished one when there is one (it changes every step).
+static srv_job *wait_job(sse *st) {
+    srv_job *pick = NULL;
+    for (int i = 0; i < st->n; i++) {
+        if (st->ch[i].finished) continue;
+        srv_job *j = st->ch[i].j;
+        pthread_mutex_lock(&j->mu);
+        bool started = j->started;
+        pthread_mutex_unlock(&j->mu);
+        if (!pick || started) pick = j;
+        if (started) break;
+    }
+    return pick;
+}
+
+// Fills st->out with the next events; false when the client is gone (the jobs are then cancelled).
 static bool produce(sse *st) {
-    if (!st->role_sent) {
-        st->role_sent = true;
+    if (!st->roles_sent) {
+        st->roles_sent = true;
         if (st->info.kind == SRV_KIND_CHAT) {
-            sse_event(st, chunk(st, choice(st, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL, NULL)));
+            for (int i = 0; i < st->n; i++)
+                sse_event(st, chunk(st, choice(st, i, json_pack("{s:s, s:s}", "role", "assistant", "content", ""), NULL, NULL)));
             return true;
         }
     }
-    srv_job *j = st->j;
-    pthread_mutex_lock(&j->mu);
-    for (int waits = 0; !take_new(st); waits++) {
+    for (int waits = 0; !take_all(st); waits++) {
         if (waits == KEEPALIVE_WAITS) {
             // An SSE comment: clients ignore it, and writing it is what finds a vanished client
             // (a half-closed one is still reading, so reading alone cannot tell).
             srv_buf_puts(&st->out, ": keep-alive\n\n");
-            break;
+            return true;
         }
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 100 * 1000 * 1000;
-        if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
-        pthread_cond_timedwait(&j->cv, &j->mu, &ts);
-        if (j->done) continue;
+        srv_job *j = wait_job(st);
+        pthread_mutex_lock(&j->mu);
+        if (!j->done) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 100 * 1000 * 1000;
+            if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+            pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+        }
+        pthread_mutex_unlock(&j->mu);
         if (atomic_load(&st->s->stopping)) {
             // Shutdown: the client gets a final error event and [DONE] instead of a cut stream.
-            j->cancelled = true;
-            pthread_mutex_unlock(&j->mu);
-            srv_sched_wake(st->s->sched);
-            sse_event(st, srv_error_json(503, "shutting_down", "the server shut down before the request finished"));
-            srv_buf_puts(&st->out, "data: [DONE]\n\n");
-            st->finished = true;
+            if (take_all(st)) return true;  // finished in the meantime: send that instead
+            cancel_all(st);
+            fail(st, srv_error_json(503, "shutting_down", "the server shut down before the request finished"));
             return true;
         }
         if (srv_client_gone(st->c)) {
-            j->cancelled = true;
-            pthread_mutex_unlock(&j->mu);
-            srv_sched_wake(st->s->sched);
+            cancel_all(st);
             return false;
         }
     }
-    pthread_mutex_unlock(&j->mu);
     return true;
 }
 
@@ -173,29 +226,32 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 
 static void stream_free(void *cls) {
     sse *st = cls;
-    // The response can end early (client gone mid-write): make sure the job stops too.
-    pthread_mutex_lock(&st->j->mu);
-    bool done = st->j->done;
-    pthread_mutex_unlock(&st->j->mu);
-    if (!done) {
-        srv_job_cancel(st->j);
-        srv_sched_wake(st->s->sched);
+    // The response can end early (client gone mid-write): make sure the jobs stop too.
+    bool woke = false;
+    for (int i = 0; i < st->n; i++) {
+        srv_job *j = st->ch[i].j;
+        pthread_mutex_lock(&j->mu);
+        bool done = j->done;
+        pthread_mutex_unlock(&j->mu);
+        if (!done) srv_job_cancel(j), woke = true;
+        srv_job_release(j);
     }
-    srv_job_release(st->j);
+    if (woke) srv_sched_wake(st->s->sched);
     srv_buf_free(&st->out);
     free(st);
 }
 
-enum MHD_Result srv_stream_start(mx_server *s, struct MHD_Connection *c, srv_job *j, const srv_gen_info *info) {
+enum MHD_Result srv_stream_start(mx_server *s, struct MHD_Connection *c, srv_job **jobs, int n, const srv_gen_info *info) {
     sse *st = calloc(1, sizeof *st);
     if (!st) {
-        srv_job_cancel(j);
-        srv_job_release(j);
+        for (int i = 0; i < n; i++) srv_job_cancel(jobs[i]), srv_job_release(jobs[i]);
+        srv_sched_wake(s->sched);
         return MHD_NO;
     }
     st->s = s;
     st->c = c;
-    st->j = j;
+    st->n = n;
+    for (int i = 0; i < n; i++) st->ch[i].j = jobs[i];
     st->info = *info;
     struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, stream_read, st, stream_free);
     if (!r) {

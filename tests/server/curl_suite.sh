@@ -169,6 +169,49 @@ req POST /v1/completions "$SEEDB" "$TMP/r1.json" >/dev/null
 req POST /v1/completions "$SEEDB" "$TMP/r2.json" >/dev/null
 pycheck "same seed, same text" "$TMP/r2.json" "d['choices'][0]['text'] == json.load(open('$TMP/r1.json'))['choices'][0]['text']"
 
+# n > 1 streamed: one choice per chunk, named by its index; each choice streams the text of the
+# same choice of the JSON answer (choice i samples with seed + i); usage counts every choice.
+NB='{"prompt":"Once upon a time","max_tokens":8,"temperature":1.0,"seed":77,"n":3,"ignore_eos":true,"logprobs":1}'
+req POST /v1/completions "$NB" "$TMP/n3.json" >/dev/null
+NBS=$(python3 -c 'import json,sys; b=json.loads(sys.argv[1]); b["stream"]=True; b["stream_options"]={"include_usage":True}; print(json.dumps(b))' "$NB")
+curl -sN --max-time 60 -H "$AUTH" -H "$CT" -d "$NBS" "$SRV_URL/v1/completions" >"$TMP/n3s.txt"
+python3 - "$TMP/n3s.txt" "$TMP/n3.json" <<'PY' && ok "streamed n=3 completion: choices by index equal the JSON answer's, one finish each, usage of all" || bad "streamed n=3 completion"
+import json, sys
+ev = [l[6:] for l in open(sys.argv[1]).read().split("\n") if l.startswith("data: ")]
+ref = json.load(open(sys.argv[2]))
+assert ev[-1] == "[DONE]", ev[-1]
+chunks = [json.loads(e) for e in ev[:-1]]
+assert all(len(c["choices"]) == 1 for c in chunks[:-1]), "one choice per chunk"
+for i in range(3):
+    mine = [c["choices"][0] for c in chunks[:-1] if c["choices"][0]["index"] == i]
+    text = "".join(c["text"] for c in mine)
+    assert text == ref["choices"][i]["text"], (i, text, ref["choices"][i])
+    fin = [c["finish_reason"] for c in mine if c["finish_reason"]]
+    assert fin == [ref["choices"][i]["finish_reason"]] and mine[-1]["finish_reason"], (i, fin)
+    toks = sum((c["logprobs"]["tokens"] for c in mine if c["logprobs"]), [])
+    assert toks == ref["choices"][i]["logprobs"]["tokens"], (i, toks)
+assert len({c["text"] for c in ref["choices"]}) > 1, "the seeds differ"
+assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == ref["usage"] and ref["usage"]["completion_tokens"] == 24, chunks[-1]
+PY
+CN='{"messages":[{"role":"user","content":"Say hello"}],"max_tokens":6,"temperature":0.9,"seed":5,"n":2,"chat_template_kwargs":{"enable_thinking":false}}'
+req POST /v1/chat/completions "$CN" "$TMP/cn.json" >/dev/null
+CNS=$(python3 -c 'import json,sys; b=json.loads(sys.argv[1]); b["stream"]=True; print(json.dumps(b))' "$CN")
+curl -sN --max-time 60 -H "$AUTH" -H "$CT" -d "$CNS" "$SRV_URL/v1/chat/completions" >"$TMP/cns.txt"
+python3 - "$TMP/cns.txt" "$TMP/cn.json" <<'PY' && ok "streamed n=2 chat: a role chunk and the content of each choice, no usage unless asked" || bad "streamed n=2 chat"
+import json, sys
+ev = [l[6:] for l in open(sys.argv[1]).read().split("\n") if l.startswith("data: ")]
+ref = json.load(open(sys.argv[2]))
+assert ev[-1] == "[DONE]"
+chunks = [json.loads(e) for e in ev[:-1]]
+assert all("usage" not in c for c in chunks)
+for i in range(2):
+    mine = [c["choices"][0] for c in chunks if c["choices"][0]["index"] == i]
+    assert mine[0]["delta"].get("role") == "assistant", mine[0]
+    text = "".join(c["delta"].get("content") or "" for c in mine)
+    assert text == ref["choices"][i]["message"]["content"], (i, text, ref["choices"][i])
+    assert [c["finish_reason"] for c in mine if c["finish_reason"]] == [ref["choices"][i]["finish_reason"]]
+PY
+
 # Completion logprobs.
 req POST /v1/completions '{"prompt":"Hello","max_tokens":4,"temperature":0,"logprobs":2}' "$TMP/lp.json" >/dev/null
 pycheck "completion logprobs" "$TMP/lp.json" "len(d['choices'][0]['logprobs']['tokens']) == d['usage']['completion_tokens'] and all(len(t) <= 2 for t in d['choices'][0]['logprobs']['top_logprobs']) and all(x <= 0 for x in d['choices'][0]['logprobs']['token_logprobs'])"

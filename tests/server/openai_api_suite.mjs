@@ -3,8 +3,8 @@
 // against a live mlxcel-server (demo model with the Qwen3 chat template, ephemeral port):
 // response_format json_schema (the answer parses and has the schema's shape), tools with
 // tool_choice "required" and a named function (a valid call of a listed tool, finish_reason
-// tool_calls), n: 3 (three choices, indexes 0..2, distinct seeds), logit_bias +100 on one token with
-// greedy decoding (every token is that token), embeddings (normalized, batched like alone, base64,
+// tool_calls), n: 3 (three choices, indexes 0..2, distinct seeds; streamed, the same choices),
+// logit_bias +100 on one token with greedy decoding (every token is that token), embeddings (normalized, batched like alone, base64,
 // dimensions), and a 400 naming an unsupported field.
 // Usage: node openai_api_suite.mjs MLXCEL_SERVER   (run from the repository root)
 import { spawn } from 'node:child_process';
@@ -102,6 +102,18 @@ try {
      `n: 3 -> ${three.choices.length} choices`);
   ok(new Set(three.choices.map((c) => c.message.content)).size > 1, 'n: 3 choices differ (seed, seed+1, seed+2)');
   ok(three.usage.completion_tokens === 36, `n: 3 usage counts every choice (${three.usage.completion_tokens} of 3 x 12)`);
+
+  // n: 3 streamed: the client's stream helper assembles the choices by index; each equals the same
+  // choice of the answer above (same seeds), and the usage chunk counts every choice
+  const stream3 = client.chat.completions.stream({ model: 'd', messages: [{ role: 'user', content: 'Tell me a story.' }], n: 3,
+    temperature: 1.0, seed: 11, max_tokens: 12, ignore_eos: true, stream_options: { include_usage: true }, ...noThink });
+  const seen = new Set();
+  stream3.on('chunk', (c) => { for (const ch of c.choices) seen.add(ch.index); });
+  const final3 = await stream3.finalChatCompletion();
+  ok(final3.choices.length === 3 && final3.choices.every((c, i) => c.index === i && c.message.content === three.choices[i].message.content &&
+     c.finish_reason === three.choices[i].finish_reason) && seen.size === 3,
+     `n: 3 streamed -> ${JSON.stringify(final3.choices.map((c) => c.message.content))}`);
+  ok(final3.usage?.completion_tokens === 36, `n: 3 streamed usage counts every choice (${final3.usage?.completion_tokens})`);
 
   // logit_bias +100 with greedy decoding
   const target = 14990;  // "hello" in the demo vocabulary
