@@ -248,11 +248,10 @@ static int eval(jctx *c, const jnode *n, jv *out);
 static int exec_body(jctx *c, const jnode *n, jbuf *out);
 
 static int eval_args(jctx *c, const jnode *n, jargs *a) {
-    jv *pos = NULL, *kw = NULL;
-    if (n->n_args) {
-        pos = jinja_arena_alloc(c->ar, n->n_args * sizeof *pos);
-        if (!pos) return jctx_check_memory(c, n->line);
-    }
+    // pos always points at an array (one slot when there are no arguments): filters slice it as
+    // a->pos + k, and offsetting a null pointer is undefined even by zero.
+    jv *pos = jinja_arena_alloc(c->ar, (n->n_args ? n->n_args : 1) * sizeof *pos), *kw = NULL;
+    if (!pos) return jctx_check_memory(c, n->line);
     if (n->n_kw) {
         kw = jinja_arena_alloc(c->ar, n->n_kw * sizeof *kw);
         if (!kw) return jctx_check_memory(c, n->line);

@@ -502,7 +502,7 @@ int jinja_apply_filter(jctx *c, int line, const char *name, jv self, const jargs
     if (F("format")) {
         jv s, args = jv_list_new(c->ar, a->n_pos);
         if (string_value(c, line, self, &s) < 0 || jctx_check_memory(c, line) < 0) return -1;
-        memcpy(args.list->items, a->pos, a->n_pos * sizeof(jv));
+        if (a->n_pos) memcpy(args.list->items, a->pos, a->n_pos * sizeof(jv));
         args.list->n = a->n_pos;
         args.list->tuple = true;
         return jinja_format_percent(c, line, s, args, out);

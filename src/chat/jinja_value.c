@@ -98,26 +98,26 @@ jv jv_string_copy(jinja_arena *a, const char *s, size_t n) {
     return v;
 }
 
+// Lists and dicts always own an array (at least one slot), so copying their n items is valid
+// for every n, zero included (memcpy must never see a null pointer).
 jv jv_list_new(jinja_arena *a, size_t cap) {
     jv_list *l = jinja_arena_alloc(a, sizeof *l);
     if (!l) return jv_undefined("out of memory");
-    if (cap) {
-        l->items = jinja_arena_alloc(a, cap * sizeof(jv));
-        if (!l->items) return jv_undefined("out of memory");
-        l->cap = cap;
-    }
+    if (!cap) cap = 1;
+    l->items = jinja_arena_alloc(a, cap * sizeof(jv));
+    if (!l->items) return jv_undefined("out of memory");
+    l->cap = cap;
     return (jv){.kind = JV_LIST, .list = l};
 }
 
 jv jv_dict_new(jinja_arena *a, size_t cap) {
     jv_dict *d = jinja_arena_alloc(a, sizeof *d);
     if (!d) return jv_undefined("out of memory");
-    if (cap) {
-        d->keys = jinja_arena_alloc(a, cap * sizeof(jv));
-        d->vals = jinja_arena_alloc(a, cap * sizeof(jv));
-        if (!d->keys || !d->vals) return jv_undefined("out of memory");
-        d->cap = cap;
-    }
+    if (!cap) cap = 1;
+    d->keys = jinja_arena_alloc(a, cap * sizeof(jv));
+    d->vals = jinja_arena_alloc(a, cap * sizeof(jv));
+    if (!d->keys || !d->vals) return jv_undefined("out of memory");
+    d->cap = cap;
     return (jv){.kind = JV_DICT, .dict = d};
 }
 
