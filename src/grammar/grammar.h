@@ -39,6 +39,9 @@ char *mx_json_schema_to_gbnf(json_t *schema, mx_error *err);
 // embedded in a larger grammar (tool calls). The rules it defines are `rule`, r0, r1, ..., ws, value,
 // object, array, string, esc, number, integer, boolean and null.
 char *mx_json_schema_to_gbnf_rule(json_t *schema, const char *rule, mx_error *err);
+// Several schemas in one text: schemas[i]'s value is the rule named rules[i] (the helper rules are
+// shared; each schema's $ref resolves within that schema). n == 0 gives only the helper rules.
+char *mx_json_schemas_to_gbnf_rules(json_t *const *schemas, const char *const *rules, int n, mx_error *err);
 
 typedef struct mx_gram_vocab mx_gram_vocab;
 

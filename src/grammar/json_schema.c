@@ -833,3 +833,28 @@ char *mx_json_schema_to_gbnf(json_t *schema, mx_error *err) { return schema_gbnf
 char *mx_json_schema_to_gbnf_rule(json_t *schema, const char *rule, mx_error *err) {
     return schema_gbnf(schema, rule, err);
 }
+
+char *mx_json_schemas_to_gbnf_rules(json_t *const *schemas, const char *const *rules, int n, mx_error *err) {
+    char *text = NULL;
+    size_t len = 0;
+    compiler c = {.err = err};
+    c.out = open_memstream(&text, &len);
+    if (!c.out) return mx_fail(err, "out of memory"), NULL;
+    for (int i = 0; i < n && !c.failed; i++) {
+        // $ref resolves within each schema: the table of resolved references starts empty.
+        for (int k = 0; k < c.n_refs; k++) free(c.refs[k].ref);
+        c.n_refs = 0;
+        c.root = schemas[i];
+        int id = gen(&c, schemas[i], "");
+        if (id >= 0) fprintf(c.out, "%s ::= r%d\n", rules[i], id);
+    }
+    if (!c.failed) fputs(json_base_rules, c.out);
+    fclose(c.out);
+    for (int k = 0; k < c.n_refs; k++) free(c.refs[k].ref);
+    free(c.refs);
+    if (c.failed) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}

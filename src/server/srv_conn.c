@@ -100,6 +100,7 @@ mx_server *mx_server_start(mx_model *m, const mx_tokenizer *tok, const mx_chat_t
     s->model = m;
     s->tok = tok;
     s->tmpl = tmpl;
+    s->calls = srv_calls_detect(tok, tmpl, mx_model_config(m)->model_type);
     s->o = *o;
     s->started = (long)time(NULL);
     if (s->o.max_connections <= 0) s->o.max_connections = DEFAULT_MAX_CONNECTIONS;

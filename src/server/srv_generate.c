@@ -185,12 +185,12 @@ static unsigned check_vocab_fields(mx_server *s, const srv_request *r, char *msg
 static unsigned make_jobs(mx_server *s, const srv_request *r, const int32_t *ids, size_t n, bool think_open,
                           srv_job **jobs, char *msg, size_t cap) {
     unsigned status = 0;
-    char *gbnf = srv_grammar_text(r, think_open, &status, msg, cap);
+    char *gbnf = srv_grammar_text(r, s->calls, think_open, &status, msg, cap);
     if (status) return status;
     bool tools = r->kind == SRV_KIND_CHAT && r->tool_choice != SRV_TOOLS_NONE;
-    // Llama 3.x templates ask for a bare JSON call ({"name", "parameters"}) instead of <tool_call>.
-    bool json_calls = tools && r->tools && strcmp(mx_model_config(s->model)->model_type, "llama") == 0;
-    srv_output_opts oo = {r->stops, r->n_stops, r->kind == SRV_KIND_CHAT, think_open, tools, json_calls};
+    bool mistral = tools && srv_calls_mistral(s->calls);
+    srv_output_opts oo = {r->stops, r->n_stops, r->kind == SRV_KIND_CHAT, think_open, tools,
+                          tools && r->tools && s->calls == SRV_CALLS_JSON, mistral};
     int room = s->o.ctx - (int)n;
     for (int i = 0; i < r->n && !status; i++) {
         srv_job *j = jobs[i] = srv_job_create(ids, (int)n, &oo);
@@ -203,6 +203,7 @@ static unsigned make_jobs(mx_server *s, const srv_request *r, const int32_t *ids
         if (r->sampling.has_seed) j->sampling.seed = r->sampling.seed + (uint64_t)i;
         j->n_logprobs = r->n_logprobs;
         j->ignore_eos = r->ignore_eos;
+        j->keep_special = mistral;  // Mistral's call markers are special tokens
         j->deadline = s->o.timeout > 0 ? mx_now() + s->o.timeout : 0;
         if (r->n_bias) {
             j->bias_ids = malloc(sizeof *j->bias_ids * (size_t)r->n_bias);

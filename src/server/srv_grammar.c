@@ -1,11 +1,15 @@
 // SPDX-License-Identifier: MIT
 // Request constraints as grammars, and the server's grammar cache (see srv_grammar.h).
 //
-// Forced tool calls (tool_choice "required" or a named function) use the <tool_call> format of
-// the Qwen and Hermes templates, which the output parser turns into tool_calls:
-//   <tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call>
+// Forced tool calls (tool_choice "required" or a named function) are written in the model's own
+// format (srv_calls.h), which the output parser turns into tool_calls:
+//   tagged (Qwen, Hermes; also Llama): <tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call>
+//   Mistral, list form:  [TOOL_CALLS][{"name": NAME, "arguments": ARGS}, ...]
+//   Mistral, [ARGS] form: [TOOL_CALLS]NAME[ARGS]ARGS, the whole repeated per call
 // with NAME one of the tools (or the named one) and ARGS valid against that tool's parameters;
-// several calls, separated by newlines, unless parallel_tool_calls is false.
+// several calls unless parallel_tool_calls is false. Grammar elements match text and special tokens
+// never match them, so a forced Mistral call spells its markers with ordinary tokens (the parser
+// reads the text either way).
 #include "server/srv_grammar.h"
 
 #include <pthread.h>
@@ -119,9 +123,67 @@ static json_t *call_schema(json_t *tool) {
                      "additionalProperties", 0);
 }
 
+// Writes s as a GBNF string literal.
+static void put_literal(FILE *f, const char *s) {
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
+        else if (*p < 0x20 || *p == 0x7F) fprintf(f, "\\x%02X", *p);
+        else fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+static bool tool_wanted(const srv_request *r, json_t *tool) {
+    const char *name = json_string_value(json_object_get(json_object_get(tool, "function"), "name"));
+    return r->tool_choice != SRV_TOOLS_NAMED || strcmp(name, r->tool_name) == 0;
+}
+
+// The Mistral [ARGS] form: one rule per tool, `callK ::= "[TOOL_CALLS]" NAME "[ARGS]" argsK`, and
+// `answer` as their alternatives. Returns the rules (malloc'ed) or NULL with err set.
+static char *mistral_args_rules(const srv_request *r, mx_error *err) {
+    size_t n_tools = json_array_size(r->tools), n = 0, i;
+    json_t **schemas = calloc(n_tools + 1, sizeof *schemas);
+    char (*names)[16] = calloc(n_tools + 1, sizeof *names);
+    const char **rules = calloc(n_tools + 1, sizeof *rules);
+    char *text = NULL, *body = NULL;
+    size_t len = 0;
+    json_t *t;
+    if (!schemas || !names || !rules) goto done;
+    json_array_foreach(r->tools, i, t) {
+        if (!tool_wanted(r, t)) continue;
+        json_t *params = json_object_get(json_object_get(t, "function"), "parameters");
+        schemas[n] = params ? json_incref(params) : json_pack("{s:s}", "type", "object");
+        snprintf(names[n], sizeof names[n], "args%zu", n);
+        rules[n] = names[n];
+        n++;
+    }
+    if (!(body = mx_json_schemas_to_gbnf_rules(schemas, rules, (int)n, err))) goto done;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) goto done;
+    fputs(body, f);
+    fputs("answer ::= ", f);
+    n = 0;
+    json_array_foreach(r->tools, i, t) {
+        if (!tool_wanted(r, t)) continue;
+        fprintf(f, "%s\"[TOOL_CALLS]\" ", n ? " | " : "");
+        put_literal(f, json_string_value(json_object_get(json_object_get(t, "function"), "name")));
+        fprintf(f, " \"[ARGS]\" args%zu", n);
+        n++;
+    }
+    fputc('\n', f);
+    fclose(f);
+done:
+    if (!text && !err->msg[0]) mx_fail(err, "out of memory");
+    for (i = 0; schemas && i < n_tools; i++) json_decref(schemas[i]);
+    free(schemas), free(names), free(rules), free(body);
+    return text;
+}
+
 static const char think_rules[] = "think-skip ::= [^<]* ( \"<\" [^/<] [^<]* )* \"</think>\" [\\n ]{0,4}\n";
 
-char *srv_grammar_text(const srv_request *r, bool think_open, unsigned *status, char *msg, size_t cap) {
+char *srv_grammar_text(const srv_request *r, srv_call_format calls, bool think_open, unsigned *status, char *msg,
+                       size_t cap) {
     *status = 0;
     mx_error err = {{0}};
     if (r->grammar) {
@@ -132,19 +194,20 @@ char *srv_grammar_text(const srv_request *r, bool think_open, unsigned *status, 
     bool tools = r->tool_choice == SRV_TOOLS_REQUIRED || r->tool_choice == SRV_TOOLS_NAMED;
     if (!r->json_object && !tools) return NULL;
     json_t *schema = NULL;
-    if (tools) {
-        json_t *alts = json_array();
-        size_t i;
-        json_t *t;
-        json_array_foreach(r->tools, i, t) {
-            const char *name = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
-            if (r->tool_choice == SRV_TOOLS_NAMED && strcmp(name, r->tool_name) != 0) continue;
-            json_array_append_new(alts, call_schema(t));
+    char *body;
+    if (tools && calls == SRV_CALLS_MISTRAL_ARGS) {
+        body = mistral_args_rules(r, &err);
+    } else {
+        if (tools) {
+            json_t *alts = json_array();
+            size_t i;
+            json_t *t;
+            json_array_foreach(r->tools, i, t) if (tool_wanted(r, t)) json_array_append_new(alts, call_schema(t));
+            schema = json_pack("{s:o}", "anyOf", alts);
         }
-        schema = json_pack("{s:o}", "anyOf", alts);
+        body = mx_json_schema_to_gbnf_rule(tools ? schema : r->json_schema, "answer", &err);
+        json_decref(schema);
     }
-    char *body = mx_json_schema_to_gbnf_rule(tools ? schema : r->json_schema, "answer", &err);
-    json_decref(schema);
     if (!body) {
         *status = 400;
         snprintf(msg, cap, "%s%s", tools ? "tools: " : "response_format: ", err.msg);
@@ -163,10 +226,16 @@ char *srv_grammar_text(const srv_request *r, bool think_open, unsigned *status, 
     free(body);
     if (think_open) fputs(think_rules, f);
     const char *pre = think_open ? "think-skip " : "";
-    if (tools) {
+    char more[32] = "";  // the calls after the first
+    if (r->parallel_tool_calls) snprintf(more, sizeof more, "{0,%d}", MAX_PARALLEL_CALLS - 1);
+    bool one = !r->parallel_tool_calls;
+    if (tools && calls == SRV_CALLS_MISTRAL_ARGS) {
+        fprintf(f, "root ::= %sanswer%s%s\n", pre, one ? "" : " answer", more);
+    } else if (tools && calls == SRV_CALLS_MISTRAL_LIST) {
+        fprintf(f, "root ::= %s\"[TOOL_CALLS]\" \" \"? \"[\" answer%s%s \"]\"\n", pre, one ? "" : " ( \", \" answer )", more);
+    } else if (tools) {
         fputs("call ::= \"<tool_call>\\n\" answer \"\\n</tool_call>\"\n", f);
-        if (r->parallel_tool_calls) fprintf(f, "root ::= %scall ( \"\\n\" call ){0,%d}\n", pre, MAX_PARALLEL_CALLS - 1);
-        else fprintf(f, "root ::= %scall\n", pre);
+        fprintf(f, "root ::= %scall%s%s\n", pre, one ? "" : " ( \"\\n\" call )", more);
     } else {
         fprintf(f, "root ::= %sws answer ws\n", pre);
     }

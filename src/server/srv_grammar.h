@@ -10,6 +10,7 @@
 #include <stddef.h>
 
 #include "grammar/grammar.h"
+#include "server/srv_calls.h"
 #include "server/srv_request.h"
 
 typedef struct srv_grammars srv_grammars;
@@ -21,7 +22,9 @@ void srv_grammars_free(srv_grammars *g);
 // The GBNF text of the request's constraint (malloc'ed), or NULL with *status 0 when it has none,
 // or NULL with *status (400/500) and msg set. think_open: the output starts inside <think>, which
 // must be closed before the constrained part.
-char *srv_grammar_text(const srv_request *r, bool think_open, unsigned *status, char *msg, size_t cap);
+// calls: the model's tool-call format, which a forced call follows.
+char *srv_grammar_text(const srv_request *r, srv_call_format calls, bool think_open, unsigned *status, char *msg,
+                       size_t cap);
 // A matcher at the start of gbnf; NULL with msg on a bad grammar (a 400) or out of memory.
 mx_matcher *srv_grammars_matcher(srv_grammars *g, const char *gbnf, char *msg, size_t cap);
 

@@ -24,6 +24,7 @@ struct mx_server {
     srv_sched *sched;
     srv_grammars *grammars;
     srv_embedder *embedder;
+    srv_call_format calls;   // the model's tool-call format
     pthread_mutex_t model_lock;  // one forward pass at a time: the scheduler's steps and embeddings
     mx_server_opts o;
     char model_id[256];

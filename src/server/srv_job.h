@@ -29,6 +29,7 @@ typedef struct srv_job {
     mx_sampling sampling;
     int n_logprobs;        // -1: no logprobs; else top alternatives per token (0..20)
     bool ignore_eos;       // stop tokens are ordinary tokens
+    bool keep_special;     // special tokens stay in the decoded text (tool-call markers that are special tokens)
     double deadline;       // monotonic seconds; 0: none
     mx_matcher *matcher;   // grammar constraint (owned; read and advanced by the scheduler), NULL: none
     int32_t *bias_ids;     // logit_bias (owned): bias_values[i] is added to the logit of bias_ids[i]

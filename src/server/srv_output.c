@@ -29,7 +29,10 @@ struct srv_output {
     int state;
     srv_buf pending;     // text not yet cleared of stop strings
     srv_buf seg;         // released text not yet classified
-    srv_buf tool;        // body of the open <tool_call>
+    srv_buf tool;        // body of the open <tool_call> (Mistral: the text after [TOOL_CALLS])
+    bool mistral;        // calls open with [TOOL_CALLS] (see srv_output.h)
+    bool in_list;        // Mistral: inside the JSON list of calls ('[' taken, ']' not yet)
+    int list_taken;      // Mistral: calls taken from that list
     int json_state;      // JSON calls (Llama 3.x): whether the answer is held as a possible call
     srv_buf json_held;   // the held answer
     srv_buf content, reasoning;
@@ -51,6 +54,7 @@ srv_output *srv_output_create(const srv_output_opts *opt) {
     }
     o->parse_think = opt->parse_think;
     o->parse_tools = opt->parse_tools;
+    o->mistral = opt->mistral_calls;
     o->think_allowed = opt->parse_think && !opt->think_open;
     o->state = opt->parse_think && opt->think_open ? SEG_THINK : SEG_CONTENT;
     o->json_state = opt->json_calls ? JSON_UNDECIDED : JSON_OFF;
@@ -165,6 +169,92 @@ static void finish_json_call(srv_output *o) {
     srv_buf_free(&o->json_held);
 }
 
+static const char MISTRAL_OPEN[] = "[TOOL_CALLS]";
+
+static bool is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
+
+// Parses one JSON value at the start of s[0..n). Returns it (*used: its bytes), or NULL with *more
+// true when s is a prefix of one that has not ended yet.
+static json_t *json_prefix(const char *s, size_t n, size_t *used, bool *more) {
+    json_error_t je;
+    json_t *j = json_loadb(s, n, JSON_DISABLE_EOF_CHECK, &je);
+    *more = !j && (size_t)je.position >= n;  // the error is at the end: more text may fix it
+    if (j) *used = (size_t)je.position;
+    return j;
+}
+
+// Mistral: takes the complete calls at the start of o->tool (the text after [TOOL_CALLS]). Returns
+// false while the calls may still grow; true once they ended, with what follows them moved back to
+// `seg` (it may hold the next [TOOL_CALLS]). Text that is not a call becomes content, marker included.
+static bool mistral_take(srv_output *o, bool at_end) {
+    for (;;) {
+        const char *s = srv_buf_str(&o->tool);
+        size_t n = o->tool.n, i = 0;
+        while (i < n && is_space(s[i])) i++;
+        bool more = i == n, ok = false;
+        size_t used = 0;
+        if (more) {
+            // nothing yet: wait, or at the end fall through to keeping the text
+        } else if (!o->in_list && s[i] == '[') {  // the list form: take the '[' and go on element by element
+            o->in_list = true;
+            o->list_taken = 0;
+            srv_buf_consume(&o->tool, i + 1);
+            continue;
+        }
+        if (o->in_list) {
+            if (s[i] == ',' || s[i] == ']') {
+                bool close = s[i] == ']';
+                srv_buf_consume(&o->tool, i + 1);
+                if (!close) continue;
+                o->in_list = false;
+                srv_buf_append(&o->seg, srv_buf_str(&o->tool), o->tool.n);
+                srv_buf_free(&o->tool);
+                return true;
+            }
+            json_t *j = s[i] == '{' ? json_prefix(s + i, n - i, &used, &more) : NULL;
+            ok = j && add_call(o, j);
+            json_decref(j);
+            if (ok) {
+                srv_buf_consume(&o->tool, i + used);
+                o->list_taken++;
+                continue;
+            }
+        } else {
+            // NAME[ARGS]{...} or NAME[CALL_ID]ID[ARGS]{...}
+            const char *args = find_bytes(s + i, n - i, "[ARGS]");
+            if (args) {
+                const char *name_end = find_bytes(s + i, (size_t)(args - (s + i)), "[CALL_ID]");
+                if (!name_end) name_end = args;
+                size_t name_len = (size_t)(name_end - (s + i));
+                while (name_len && is_space(s[i + name_len - 1])) name_len--;
+                size_t a = (size_t)(args - s) + 6;
+                while (a < n && is_space(s[a])) a++;
+                json_t *j = a < n && name_len > 0 ? json_prefix(s + a, n - a, &used, &more) : NULL;
+                if (a >= n) more = true;
+                json_t *call = j ? json_pack("{s:s%, s:O}", "name", s + i, name_len, "arguments", j) : NULL;
+                ok = call && add_call(o, call);
+                json_decref(call);
+                json_decref(j);
+                if (ok) {
+                    srv_buf_consume(&o->tool, a + used);
+                    srv_buf_append(&o->seg, srv_buf_str(&o->tool), o->tool.n);
+                    srv_buf_free(&o->tool);
+                    return true;
+                }
+            } else {
+                more = n - i < 4096;  // a name still being written
+            }
+        }
+        if (more && !at_end) return false;
+        // Not a call (or cut short): the rest is content, with the marker when nothing was taken yet.
+        if (!o->in_list || !o->list_taken) srv_buf_puts(&o->content, o->in_list ? "[TOOL_CALLS][" : MISTRAL_OPEN);
+        srv_buf_append(&o->content, s, n);
+        srv_buf_free(&o->tool);
+        o->in_list = false;
+        return true;
+    }
+}
+
 // Classifies as much of `seg` as possible; at_end releases partial tags too.
 static void segment(srv_output *o, bool at_end) {
     for (;;) {
@@ -173,7 +263,8 @@ static void segment(srv_output *o, bool at_end) {
         if (!n) return;
         if (o->state == SEG_CONTENT) {
             const char *t_think = o->think_allowed ? find_bytes(s, n, "<think>") : NULL;
-            const char *t_tool = o->parse_tools ? find_bytes(s, n, "<tool_call>") : NULL;
+            const char *open_tag = o->mistral ? MISTRAL_OPEN : "<tool_call>";
+            const char *t_tool = o->parse_tools ? find_bytes(s, n, open_tag) : NULL;
             // <think> only counts at the start (after whitespace).
             if (t_think) {
                 for (const char *q = s; q < t_think; q++)
@@ -190,7 +281,7 @@ static void segment(srv_output *o, bool at_end) {
                 } else {
                     emit_content(o, s, before);
                     o->state = SEG_TOOL;
-                    srv_buf_consume(&o->seg, before + 11);
+                    srv_buf_consume(&o->seg, before + strlen(open_tag));
                 }
                 continue;
             }
@@ -198,7 +289,7 @@ static void segment(srv_output *o, bool at_end) {
             if (!at_end) {
                 if (o->think_allowed) hold = partial_suffix(s, n, "<think>");
                 if (o->parse_tools) {
-                    size_t h = partial_suffix(s, n, "<tool_call>");
+                    size_t h = partial_suffix(s, n, open_tag);
                     if (h > hold) hold = h;
                 }
             }
@@ -211,6 +302,13 @@ static void segment(srv_output *o, bool at_end) {
             emit_content(o, s, n - hold);
             srv_buf_consume(&o->seg, n - hold);
             return;
+        }
+        if (o->state == SEG_TOOL && o->mistral) {
+            srv_buf_append(&o->tool, s, n);
+            srv_buf_consume(&o->seg, n);
+            if (!mistral_take(o, at_end)) return;
+            o->state = SEG_CONTENT;
+            continue;
         }
         const char *close = o->state == SEG_THINK ? "</think>" : "</tool_call>";
         const char *t = find_bytes(s, n, close);
@@ -274,6 +372,11 @@ void srv_output_finish(srv_output *o) {
     if (o->pending.n) srv_buf_append(&o->seg, o->pending.p, o->pending.n);
     srv_buf_free(&o->pending);
     segment(o, true);
+    if (o->state == SEG_TOOL && o->mistral) {
+        mistral_take(o, true);
+        o->state = SEG_CONTENT;
+        segment(o, true);
+    }
     if (o->state == SEG_TOOL) {
         // An unterminated tool call: accept it if its body is complete JSON, else keep it as text.
         json_t *j = json_loadb(srv_buf_str(&o->tool), o->tool.n, 0, NULL);

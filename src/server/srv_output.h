@@ -5,7 +5,10 @@
 //      stop string appears, the text before it is released and everything after is dropped;
 //   2. segmentation (chat only): `<think>...</think>` at the start goes to reasoning, and each
 //      `<tool_call>{"name":..., "arguments":...}</tool_call>` block becomes a tool call; the rest is
-//      content. Partial tags are held back the same way as partial stop strings. With json_calls
+//      content. With mistral_calls, calls follow `[TOOL_CALLS]` in either of Mistral's forms: a JSON
+//      list `[{"name", "arguments"}, ...]` (each call is taken as soon as its object is complete), or
+//      `NAME[ARGS]{...}` (optionally `NAME[CALL_ID]ID[ARGS]{...}`), one call per marker. Partial tags
+//      are held back the same way as partial stop strings. With json_calls
 //      (Llama 3.x templates), an answer whose first visible character opens a JSON object or list is
 //      held to the end and becomes tool calls when it is {"name", "parameters" | "arguments"}.
 // The object owns growing buffers for content and reasoning and a list of tool calls; readers take
@@ -27,6 +30,7 @@ typedef struct srv_output_opts {
     bool parse_tools;          // <tool_call> blocks become tool calls
     bool json_calls;           // (Llama 3.x) an answer that is a JSON object {"name", "parameters"} (or a
                                // list of them) is a tool call: such an answer is held back until the end
+    bool mistral_calls;        // (Mistral) with parse_tools, calls open with [TOOL_CALLS] instead of <tool_call>
 } srv_output_opts;
 
 srv_output *srv_output_create(const srv_output_opts *o);

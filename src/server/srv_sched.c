@@ -97,7 +97,7 @@ static int admit(srv_sched *s, srv_job *j) {
         }
         mx_seq_opts so = {.sampling = sp, .max_new = j->max_tokens, .ignore_eos = j->ignore_eos,
                           .stop_ids = s->stop_ids, .n_stop_ids = s->n_stop_ids, .n_logprobs = j->n_logprobs,
-                          .skip_special = true, .matcher = j->matcher, .on_token = on_token, .user = j};
+                          .skip_special = !j->keep_special, .matcher = j->matcher, .on_token = on_token, .user = j};
         if (!(j->seq = mx_seq_create(s->tok, j->prompt, j->n_prompt, &so, s->max_ctx, &err))) {
             job_finish(j, "stop", 500, err.msg);
             return -1;

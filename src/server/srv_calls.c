@@ -1,0 +1,32 @@
+// SPDX-License-Identifier: MIT
+// Tool-call format detection (see srv_calls.h).
+#include "server/srv_calls.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+// Renders a conversation whose assistant turn is one call, and says whether its text has [ARGS];
+// -1 when the template refuses the probe.
+static int template_writes_args(const mx_chat_template *tmpl) {
+    if (!tmpl) return -1;
+    json_t *msgs = json_pack("[{s:s, s:s}, {s:s, s:s, s:[{s:s, s:s, s:{s:s, s:s}}]}]", "role", "user", "content", "x",
+                             "role", "assistant", "content", "", "tool_calls", "id", "abcdefghi", "type", "function",
+                             "function", "name", "probe", "arguments", "{}");
+    if (!msgs) return -1;
+    mx_error err = {{0}};
+    char *text = mx_chat_template_render(tmpl, msgs, NULL, false, NULL, &err);
+    json_decref(msgs);
+    if (!text) return -1;
+    int has = strstr(text, "[ARGS]") != NULL;
+    free(text);
+    return has;
+}
+
+srv_call_format srv_calls_detect(const mx_tokenizer *tok, const mx_chat_template *tmpl, const char *model_type) {
+    if (mx_tokenizer_token_id(tok, "[TOOL_CALLS]") >= 0) {
+        int args = template_writes_args(tmpl);
+        if (args < 0) args = mx_tokenizer_token_id(tok, "[ARGS]") >= 0;
+        return args ? SRV_CALLS_MISTRAL_ARGS : SRV_CALLS_MISTRAL_LIST;
+    }
+    return model_type && strcmp(model_type, "llama") == 0 ? SRV_CALLS_JSON : SRV_CALLS_TAGGED;
+}

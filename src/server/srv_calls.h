@@ -1,0 +1,26 @@
+// SPDX-License-Identifier: MIT
+// Which tool-call format the model writes, decided once at start-up from its tokenizer and chat
+// template: the output parser reads calls in that format (srv_output.h) and a forced call
+// (tool_choice "required" or named) is a grammar over it (srv_grammar.h).
+#ifndef MX_SERVER_SRV_CALLS_H
+#define MX_SERVER_SRV_CALLS_H
+
+#include "chat/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+typedef enum srv_call_format {
+    SRV_CALLS_TAGGED,        // Qwen / Hermes: <tool_call>\n{"name", "arguments"}\n</tool_call>
+    SRV_CALLS_JSON,          // Llama 3.x: the answer is a bare JSON {"name", "parameters"} (or a list)
+    SRV_CALLS_MISTRAL_LIST,  // Mistral (older templates): [TOOL_CALLS] [{"name", "arguments"}, ...]
+    SRV_CALLS_MISTRAL_ARGS,  // Mistral (newer templates): [TOOL_CALLS]NAME[ARGS]{...}, one call per marker
+} srv_call_format;
+
+// The format of a model: Mistral when the tokenizer has a [TOOL_CALLS] token (the newer form when
+// the template writes an assistant's call with [ARGS], or, when that probe cannot be rendered, when
+// the tokenizer has an [ARGS] token), else JSON for model_type "llama", else tagged.
+srv_call_format srv_calls_detect(const mx_tokenizer *tok, const mx_chat_template *tmpl, const char *model_type);
+
+// Mistral's markers are special tokens, which the decoder drops unless told to keep them.
+static inline bool srv_calls_mistral(srv_call_format f) { return f == SRV_CALLS_MISTRAL_LIST || f == SRV_CALLS_MISTRAL_ARGS; }
+
+#endif
