@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // `mlxcel chat`: an interactive multi-turn chat in the terminal. The whole conversation is rendered
-// through the chat template at each turn, and only the tokens after the longest prefix already in
-// the KV cache are computed (the engine's prefix reuse), so earlier turns are not recomputed. Ctrl-C stops the current answer
-// (the partial answer stays in the history); /reset clears the conversation; /exit or end of input
+// through the chat template at each turn, and only the tokens after the full KV blocks already in the
+// cache are computed (the engine's prefix cache, src/generate/engine.h), so earlier turns are not
+// recomputed. Ctrl-C stops the current answer (the partial answer stays in the history); /reset clears the conversation; /exit or end of input
 // quits. A model without a chat template gets plain "User:/Assistant:" turns.
 #include <jansson.h>
 #include <signal.h>

@@ -19,7 +19,9 @@ static const char serve_usage[] =
     "  --host ADDR             address to listen on (default 127.0.0.1)\n"
     "  --port N                port (default 8080; 0: any free port, printed on stderr)\n"
     "  --api-key KEY           require 'Authorization: Bearer KEY' (all routes but /health)\n"
-    "  --parallel N            sequences decoded together (default 4)\n"
+    "  --parallel N            sequences decoded together at most (default 4)\n"
+    "  --kv-size N             positions in the KV cache pool shared by all sequences (default: what fits in\n"
+    "                          half of the free device/host memory, at most 2 x parallel x ctx; printed)\n"
     "  --max-queue N           requests waiting for a slot at most (default 64; more: 503)\n"
     "  --timeout S             seconds per request (default 600; 0: none)\n"
     "  --max-body BYTES        request body size limit (default 8 MiB)\n"
@@ -72,6 +74,8 @@ int cmd_serve(int argc, char **argv) {
                 return MX_EXIT_USAGE;
         } else if (cli_is(a, NULL, "--no-prefix-cache")) {
             so.no_prefix_cache = true;
+        } else if (cli_is(a, NULL, "--kv-size")) {
+            if (!(v = cli_value(cmd, argc, argv, &i)) || cli_int(cmd, a, v, 1, 1 << 30, &so.kv_size)) return MX_EXIT_USAGE;
         } else if (cli_is(a, NULL, "--timeout")) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || cli_float(cmd, a, v, 0, 1e7, &fv)) return MX_EXIT_USAGE;
             so.timeout = fv;
@@ -141,7 +145,11 @@ int cmd_serve(int argc, char **argv) {
     }
     const char *host = so.host;
     bool v6 = strchr(host, ':') != NULL;
-    fprintf(stderr, "mlxcel-server: model %s, %d slots x %d tokens%s\n", dir, so.parallel, so.ctx,
+    int kv_size = mx_server_kv_size(srv);
+    fprintf(stderr, "mlxcel-server: model %s, up to %d sequences of up to %d tokens, KV pool %d tokens (%.1f MiB%s)%s\n",
+            dir, so.parallel, so.ctx, kv_size,
+            (double)mx_model_kv_block_bytes(m) * (kv_size / MX_KV_BLOCK) / (1024.0 * 1024.0),
+            so.kv_size ? "" : ", default: half of free memory, at most 2 x parallel x ctx",
             tmpl ? "" : " (no chat template: /v1/chat/completions answers 400)");
     fprintf(stderr, "mlxcel-server: listening on http://%s%s%s:%d\n", v6 ? "[" : "", host, v6 ? "]" : "",
             mx_server_port(srv));

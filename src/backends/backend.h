@@ -37,25 +37,40 @@
 
 typedef struct mx_backend mx_backend;
 
-// Geometry of the KV cache; the backend chooses the element type (kv_dtype in mx_backend).
+// Positions per KV block (docs/DESIGN.md, "Paged KV cache": why 16).
+#define MX_KV_BLOCK 16
+
+// Geometry of the KV cache; the backend chooses the element type (kv_dtype in mx_backend). The cache
+// is a pool of blocks of MX_KV_BLOCK positions; a block id names the same block in every layer. The
+// stored width (n_kv_heads x head_dim per position) is the layer's, not necessarily the attention's
+// head count: a family that caches a compressed latent stores one "head" of the latent's width.
 typedef struct mx_kv_layout {
     int n_layers;
-    int n_slots;      // sequences held at once
-    int max_ctx;      // positions per slot
-    int n_kv_heads;
-    int head_dim;
+    int n_slots;      // sequences held at once: rows of the block table
+    int max_ctx;      // positions per sequence (a table row has mx_kv_table_len entries)
+    int n_kv_heads;   // heads stored per position
+    int head_dim;     // width of one stored head
+    int n_blocks;     // blocks in the pool; 0: n_slots x mx_kv_table_len (each slot's own blocks)
 } mx_kv_layout;
 
+static inline int mx_kv_table_len(const mx_kv_layout *lay) { return (lay->max_ctx + MX_KV_BLOCK - 1) / MX_KV_BLOCK; }
+static inline int mx_kv_blocks(const mx_kv_layout *lay) {
+    return lay->n_blocks > 0 ? lay->n_blocks : lay->n_slots * mx_kv_table_len(lay);
+}
+
 // Where the tokens of a kv_store or attention record live in the cache: one layer of `kv`, token t
-// at (slot[t], pos[t]). Everything that decides where a key is stored or read is in this struct,
-// so a different cache organisation (paged blocks with a per-sequence block table) changes this
-// struct and the two kernels that read it, not the records around them.
+// at (slot[t], pos[t]), position p of slot s in block table[s * mx_kv_table_len + p / MX_KV_BLOCK]
+// at offset p % MX_KV_BLOCK. Everything that decides where a key is stored or read is in this
+// struct, read by the kv_store and attention kernels only. The table lives in backend memory and is
+// uploaded before a step, so a recorded graph stays valid when sequences get new blocks.
 typedef struct mx_kv_ref {
     void *kv;
     mx_kv_layout lay;
     int layer;
     const int32_t *slot;  // [n] backend memory
     const int32_t *pos;   // [n] backend memory
+    const int32_t *table; // [n_slots][mx_kv_table_len] backend memory; NULL: slot s owns blocks
+                          // s * mx_kv_table_len .. in order
 } mx_kv_ref;
 
 // RoPE parameters: inv_freq[rot_dim/2] lives in backend memory (computed by the engine, so llama3,
@@ -203,7 +218,8 @@ void mx_backend_free(mx_backend *be);
 // Names of the backends compiled in, comma separated ("cpu,cuda").
 const char *mx_backend_compiled(void);
 
-// KV cache size in bytes for a layout and element type.
+// KV cache size in bytes for a layout and element type: [layer][block][K|V][kv_head][MX_KV_BLOCK][head_dim]
+// elements (plus the CPU's I16 scales).
 size_t mx_kv_bytes(const mx_kv_layout *lay, mx_dtype kv_dtype);
 
 #endif

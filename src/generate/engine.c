@@ -10,11 +10,14 @@
 // sampler (the same rule, core/sample_rows.h) runs the rows over the engine's threads.
 #include "generate/engine.h"
 
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/clock.h"
 #include "core/thread_pool.h"
+#include "generate/kv_pool.h"
 #include "generate/seq_internal.h"
 
 struct mx_engine {
@@ -23,10 +26,15 @@ struct mx_engine {
     int n_slots, max_ctx, chunk, vocab;
     bool prefix_reuse;
     mx_seq **slots;            // [n_slots] admitted sequences
-    int32_t **kept;            // [n_slots][max_ctx] tokens whose KV the slot holds
-    int *n_kept;               // [n_slots]
-    uint64_t *last_used;       // [n_slots] release counter at the last release (LRU among free slots)
-    uint64_t releases;
+    // KV blocks (kv_pool.h): each slot's block table, as the context has it too
+    mx_kv_pool *kvp;
+    int n_blocks, table_len;
+    int32_t **blocks;          // [n_slots][table_len] blocks of positions [i * MX_KV_BLOCK, ...)
+    int *n_held;               // [n_slots] entries of blocks[slot] in use
+    int *reserved;             // [n_slots] blocks the slot's sequence may still take
+    int total_reserved;
+    uint64_t **chain;          // [n_slots][table_len] hash-chain key of each full block
+    int *n_hashed;             // [n_slots] full blocks whose key is in chain (published if prefix_reuse)
     mx_pool *pool;
     // step buffers
     int32_t *b_tok, *b_pos, *b_slot, *b_rows;  // [n_slots + chunk]
@@ -63,9 +71,14 @@ mx_engine *mx_engine_create(mx_model *m, const mx_engine_opts *o, mx_error *err)
     e->pool = mx_pool_create(o->threads);
     int threads = e->pool ? mx_pool_threads(e->pool) : 1;
     e->slots = calloc(ns, sizeof *e->slots);
-    e->kept = calloc(ns, sizeof *e->kept);
-    e->n_kept = calloc(ns, sizeof *e->n_kept);
-    e->last_used = calloc(ns, sizeof *e->last_used);
+    int kv_size = o->kv_size > 0 ? o->kv_size : mx_engine_default_kv_size(m, o->n_slots, o->max_ctx);
+    e->n_blocks = (kv_size + MX_KV_BLOCK - 1) / MX_KV_BLOCK;
+    e->table_len = (e->max_ctx + MX_KV_BLOCK - 1) / MX_KV_BLOCK;
+    e->blocks = calloc(ns, sizeof *e->blocks);
+    e->chain = calloc(ns, sizeof *e->chain);
+    e->n_held = calloc(ns, sizeof *e->n_held);
+    e->reserved = calloc(ns, sizeof *e->reserved);
+    e->n_hashed = calloc(ns, sizeof *e->n_hashed);
     e->b_tok = malloc(4 * nb), e->b_pos = malloc(4 * nb), e->b_slot = malloc(4 * nb), e->b_rows = malloc(4 * nb);
     e->b_end = malloc(sizeof(int) * ns);
     e->row_seq = calloc(ns, sizeof *e->row_seq);
@@ -74,15 +87,19 @@ mx_engine *mx_engine_create(mx_model *m, const mx_engine_opts *o, mx_error *err)
     e->rows = malloc(sizeof *e->rows * ns);
     e->outs = malloc(sizeof *e->outs * ns);
     e->scratch = malloc(MX_SAMPLE_SCRATCH_BYTES(e->vocab) * (size_t)threads);
-    bool ok = e->pool && e->slots && e->kept && e->n_kept && e->last_used && e->b_tok && e->b_pos && e->b_slot &&
-              e->b_rows && e->b_end && e->row_seq && e->logits && e->ids && e->rows && e->outs && e->scratch;
-    for (int i = 0; ok && i < e->n_slots; i++) ok = (e->kept[i] = malloc(sizeof(int32_t) * (size_t)e->max_ctx)) != NULL;
+    bool ok = e->pool && e->slots && e->blocks && e->chain && e->n_held && e->reserved && e->n_hashed && e->b_tok &&
+              e->b_pos && e->b_slot && e->b_rows && e->b_end && e->row_seq && e->logits && e->ids && e->rows && e->outs &&
+              e->scratch;
+    for (int i = 0; ok && i < e->n_slots; i++)
+        ok = (e->blocks[i] = malloc(sizeof(int32_t) * (size_t)e->table_len)) &&
+             (e->chain[i] = malloc(sizeof(uint64_t) * (size_t)e->table_len));
     if (!ok) {
         mx_fail(err, "out of memory");
         mx_engine_free(e);
         return NULL;
     }
-    if (!(e->ctx = mx_ctx_create(m, e->n_slots, e->max_ctx, (int)nb, err))) {
+    if (!(e->kvp = mx_kv_pool_create(e->n_blocks, MX_KV_BLOCK, err)) ||
+        !(e->ctx = mx_ctx_create_pool(m, e->n_slots, e->max_ctx, (int)nb, e->n_blocks, err))) {
         mx_engine_free(e);
         return NULL;
     }
@@ -93,8 +110,10 @@ void mx_engine_free(mx_engine *e) {
     if (!e) return;
     mx_ctx_free(e->ctx);
     mx_pool_free(e->pool);
-    for (int i = 0; e->kept && i < e->n_slots; i++) free(e->kept[i]);
-    free(e->kept), free(e->n_kept), free(e->last_used), free(e->slots);
+    mx_kv_pool_free(e->kvp);
+    for (int i = 0; e->blocks && i < e->n_slots; i++) free(e->blocks[i]);
+    for (int i = 0; e->chain && i < e->n_slots; i++) free(e->chain[i]);
+    free(e->blocks), free(e->chain), free(e->n_held), free(e->reserved), free(e->n_hashed), free(e->slots);
     free(e->b_tok), free(e->b_pos), free(e->b_slot), free(e->b_rows), free(e->b_end), free(e->row_seq);
     free(e->logits), free(e->ids), free(e->rows), free(e->outs), free(e->mods), free(e->scratch);
     free(e);
@@ -102,12 +121,6 @@ void mx_engine_free(mx_engine *e) {
 
 int mx_engine_max_ctx(const mx_engine *e) { return e->max_ctx; }
 int mx_engine_slots(const mx_engine *e) { return e->n_slots; }
-
-static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
-    int k = 0;
-    while (k < na && k < nb && a[k] == b[k]) k++;
-    return k;
-}
 
 // Room for the edits of every admitted sequence at once (grown at admission, never in a step).
 static int reserve_mods(mx_engine *e, mx_error *err) {
@@ -122,38 +135,117 @@ static int reserve_mods(mx_engine *e, mx_error *err) {
     return 0;
 }
 
+int mx_engine_default_kv_size(const mx_model *m, int n_slots, int max_ctx) {
+    int64_t full = (int64_t)n_slots * max_ctx, cap = 2 * full;
+    mx_backend *be = mx_model_backend(m);
+    size_t free_b = 0, total_b = 0;
+    if (be->ops->mem_info && be->ops->mem_info(be, &free_b, &total_b) == 0) {
+        int64_t fit = (int64_t)((double)free_b * MX_ENGINE_KV_SHARE / (double)mx_model_kv_block_bytes(m)) * MX_KV_BLOCK;
+        cap = fit < cap ? fit : cap;
+    }
+    if (cap < max_ctx) cap = max_ctx;  // one full sequence at least (the memory check reports what does not fit)
+    return cap > INT32_MAX / 2 ? INT32_MAX / 2 : (int)cap;
+}
+
+int mx_engine_kv_size(const mx_engine *e) { return e->n_blocks * MX_KV_BLOCK; }
+
+// Positions a sequence may fill: its prompt and every token it may generate but the last (which is
+// never fed back), within the context.
+static int positions_needed(const mx_engine *e, const mx_seq *s) {
+    int64_t n = (int64_t)s->n_prompt + s->max_gen - 1;
+    return n < e->max_ctx ? (int)n : e->max_ctx;
+}
+
+// Gives back every block of a slot and its promised blocks.
+static void drop_blocks(mx_engine *e, int slot) {
+    for (int i = 0; i < e->n_held[slot]; i++) mx_kv_pool_unref(e->kvp, e->blocks[slot][i]);
+    e->total_reserved -= e->reserved[slot];
+    e->n_held[slot] = e->reserved[slot] = e->n_hashed[slot] = 0;
+    mx_ctx_set_blocks(e->ctx, slot, NULL, 0, NULL);
+}
+
+// The prompt's full blocks found in the prefix cache, in order, until the first miss: their blocks go
+// into the slot's table (one reference each), their keys into its chain. Returns how many.
+static int find_prefix(mx_engine *e, int slot, const mx_seq *s) {
+    int hits = 0, full = s->n_prompt / MX_KV_BLOCK;
+    uint64_t parent = MX_KV_HASH_ROOT;
+    while (e->prefix_reuse && hits < full) {
+        const int32_t *toks = s->prompt + (size_t)hits * MX_KV_BLOCK;
+        uint64_t h = mx_kv_hash(parent, toks, MX_KV_BLOCK);
+        int b = mx_kv_pool_lookup(e->kvp, h, toks);
+        if (b < 0) break;
+        e->blocks[slot][hits] = b;
+        e->chain[slot][hits++] = parent = h;
+    }
+    return hits;
+}
+
 int mx_engine_admit(mx_engine *e, mx_seq *s, mx_error *err) {
     if (s->n_prompt + 1 > e->max_ctx)
         return mx_fail(err, "the prompt has %d tokens but a sequence holds %d (prompt + at least 1 generated token)",
                        s->n_prompt, e->max_ctx);
+    int positions = positions_needed(e, s), need = (positions + MX_KV_BLOCK - 1) / MX_KV_BLOCK;
+    if (need > e->n_blocks)
+        return mx_fail(err,
+                       "the request needs KV room for %d positions (%d prompt tokens + up to %d generated) but the KV "
+                       "pool holds %d positions (--kv-size); shorten the prompt or max_tokens",
+                       positions, s->n_prompt, positions - s->n_prompt, e->n_blocks * MX_KV_BLOCK);
     if (mx_seq_prepare(s, e->vocab, err)) return -1;
-    int best = -1, best_len = -1;
-    for (int i = 0; i < e->n_slots; i++) {
-        if (e->slots[i]) continue;
-        int len = e->prefix_reuse ? common_prefix(e->kept[i], e->n_kept[i], s->prompt, s->n_prompt) : 0;
-        if (len > best_len || (len == best_len && e->last_used[i] < e->last_used[best])) best = i, best_len = len;
+    int slot = -1;
+    for (int i = 0; i < e->n_slots && slot < 0; i++)
+        if (!e->slots[i]) slot = i;
+    if (slot < 0) return 1;
+    int hits = find_prefix(e, slot, s);
+    // Every prompt block cached: the last prompt token is computed again (it makes the first row),
+    // so its block, shared, is copied first; if that copy does not fit, its block is computed instead.
+    bool cow = hits > 0 && hits * MX_KV_BLOCK >= s->n_prompt;
+    int avail = mx_kv_pool_available(e->kvp) - e->total_reserved;
+    if (cow && need - hits + 1 > avail) {
+        mx_kv_pool_unref(e->kvp, e->blocks[slot][--hits]);
+        cow = false;
+        avail = mx_kv_pool_available(e->kvp) - e->total_reserved;
     }
-    if (best < 0) return 1;
-    if (best_len >= s->n_prompt) best_len = s->n_prompt - 1;  // the last prompt token makes the first row
-    e->slots[best] = s;
-    if (reserve_mods(e, err)) {
-        e->slots[best] = NULL;
+    e->n_held[slot] = hits;
+    if (need - hits + (cow ? 1 : 0) > avail) {  // waits until blocks are released
+        drop_blocks(e, slot);
+        return 1;
+    }
+    if (cow) {
+        int from, b = mx_kv_pool_writable(e->kvp, e->blocks[slot][hits - 1], &from, err);
+        if (b < 0) {
+            drop_blocks(e, slot);
+            return -1;
+        }
+        e->blocks[slot][hits - 1] = b;
+        if (from >= 0 && mx_ctx_copy_block(e->ctx, from, b, err)) {
+            drop_blocks(e, slot);
+            return -1;
+        }
+    }
+    e->n_hashed[slot] = hits;
+    e->reserved[slot] = need - hits;
+    e->total_reserved += need - hits;
+    e->slots[slot] = s;
+    if (mx_ctx_set_blocks(e->ctx, slot, e->blocks[slot], hits, err) || reserve_mods(e, err)) {
+        drop_blocks(e, slot);
+        e->slots[slot] = NULL;
         return -1;
     }
-    s->slot = best;
-    s->n_fed = s->reused = best_len;
-    e->n_kept[best] = best_len;
+    int reused = cow ? s->n_prompt - 1 : hits * MX_KV_BLOCK;
+    if (e->prefix_reuse) mx_kv_pool_count(e->kvp, hits, s->n_prompt / MX_KV_BLOCK - hits);
+    s->slot = slot;
+    s->n_fed = s->reused = reused;
     s->t_admit = mx_now();
-    e->st.reused_tokens += (uint64_t)best_len;
-    e->st.prompt_tokens += (uint64_t)(s->n_prompt - best_len);
+    e->st.reused_tokens += (uint64_t)reused;
+    e->st.prompt_tokens += (uint64_t)(s->n_prompt - reused);
     return 0;
 }
 
 void mx_engine_release(mx_engine *e, mx_seq *s) {
     if (s->slot < 0) return;
     mx_seq_end(s, MX_FINISH_CANCELLED);
+    drop_blocks(e, s->slot);
     e->slots[s->slot] = NULL;
-    e->last_used[s->slot] = ++e->releases;
     s->slot = -1;
 }
 
@@ -168,22 +260,66 @@ int mx_engine_running(const mx_engine *e) {
     return n;
 }
 
-void mx_engine_forget(mx_engine *e) {
-    for (int i = 0; i < e->n_slots; i++)
-        if (!e->slots[i]) e->n_kept[i] = 0;
-}
+void mx_engine_forget(mx_engine *e) { mx_kv_pool_forget(e->kvp); }
 
-void mx_engine_stats_get(const mx_engine *e, mx_engine_stats *out) { *out = e->st; }
+void mx_engine_stats_get(const mx_engine *e, mx_engine_stats *out) {
+    *out = e->st;
+    mx_kv_pool_stats ps;
+    mx_kv_pool_stats_get(e->kvp, &ps);
+    out->kv_blocks = ps.n_blocks;
+    out->kv_block_size = MX_KV_BLOCK;
+    out->kv_blocks_used = ps.referenced;
+    out->kv_blocks_cached = ps.cached;
+    out->kv_blocks_free = ps.free;
+    out->prefix_hits = ps.hits;
+    out->prefix_misses = ps.misses;
+    out->prefix_evictions = ps.evictions;
+}
 
 static bool plain_greedy(const mx_sample_row *r) { return r->temp <= 0.0f && r->n_mod == 0 && !r->allowed && r->n_top < 0; }
 
-// Appends token `tok` of sequence s at position pos to the batch (and to the slot's kept tokens).
+// Appends token `tok` of sequence s at position pos to the batch.
 static void put(mx_engine *e, int *n, mx_seq *s, int32_t tok, int pos) {
     e->b_tok[*n] = tok;
     e->b_pos[*n] = pos;
     e->b_slot[*n] = s->slot;
-    e->kept[s->slot][pos] = tok;
     (*n)++;
+}
+
+// Gives the slot blocks for positions up to end - 1 (taken from its reservation, so this fails only
+// when a sequence outgrows what it reserved).
+static int grow_blocks(mx_engine *e, int slot, int end, mx_error *err) {
+    bool grown = false;
+    while (e->n_held[slot] * MX_KV_BLOCK < end) {
+        int b = mx_kv_pool_alloc(e->kvp, err);
+        if (b < 0) return -1;
+        e->blocks[slot][e->n_held[slot]++] = b;
+        if (e->reserved[slot] > 0) e->reserved[slot]--, e->total_reserved--;
+        grown = true;
+    }
+    return grown ? mx_ctx_set_blocks(e->ctx, slot, e->blocks[slot], e->n_held[slot], err) : 0;
+}
+
+static void out_of_blocks(mx_seq *s, const mx_error *err) {
+    snprintf(s->error, sizeof s->error, "%s", err->msg);
+    mx_seq_end(s, MX_FINISH_ERROR);
+}
+
+// Token at position p of a sequence's cache: the prompt, then the generated tokens.
+static int32_t token_at(const mx_seq *s, int p) { return p < s->n_prompt ? s->prompt[p] : s->gen[p - s->n_prompt]; }
+
+// Keys the slot's newly filled blocks in the hash chain and publishes them to the prefix cache.
+static void publish_full(mx_engine *e, int slot) {
+    const mx_seq *s = e->slots[slot];
+    while ((e->n_hashed[slot] + 1) * MX_KV_BLOCK <= s->n_fed) {
+        int i = e->n_hashed[slot];
+        int32_t toks[MX_KV_BLOCK];
+        for (int k = 0; k < MX_KV_BLOCK; k++) toks[k] = token_at(s, i * MX_KV_BLOCK + k);
+        uint64_t h = mx_kv_hash(i > 0 ? e->chain[slot][i - 1] : MX_KV_HASH_ROOT, toks, MX_KV_BLOCK);
+        e->chain[slot][i] = h;
+        if (e->prefix_reuse) mx_kv_pool_publish(e->kvp, e->blocks[slot][i], h, toks);
+        e->n_hashed[slot]++;
+    }
 }
 
 int mx_engine_step(mx_engine *e, mx_error *err) {
@@ -196,6 +332,10 @@ int mx_engine_step(mx_engine *e, mx_error *err) {
             int start = s->n_fed, end = (start / e->chunk + 1) * e->chunk;
             if (end > s->n_prompt) end = s->n_prompt;
             if (prefill > 0 && prefill + (end - start) > e->chunk) continue;
+            if (grow_blocks(e, i, end, err)) {
+                out_of_blocks(s, err);
+                continue;
+            }
             for (int t = start; t < end; t++) put(e, &n, s, s->prompt[t], t);
             prefill += end - start;
             e->b_end[i] = end;
@@ -204,6 +344,10 @@ int mx_engine_step(mx_engine *e, mx_error *err) {
                 e->row_seq[n_out++] = s;
             }
         } else {
+            if (grow_blocks(e, i, s->n_fed + 1, err)) {
+                out_of_blocks(s, err);
+                continue;
+            }
             put(e, &n, s, s->last, s->n_fed);
             e->b_end[i] = s->n_fed + 1;
             e->b_rows[n_out] = n - 1;
@@ -234,7 +378,7 @@ int mx_engine_step(mx_engine *e, mx_error *err) {
     for (int i = 0; i < e->n_slots; i++) {
         if (e->b_end[i] < 0) continue;
         e->slots[i]->n_fed = e->b_end[i];
-        e->n_kept[i] = e->b_end[i];
+        publish_full(e, i);
     }
     for (int k = 0; k < n_out; k++) {
         if (greedy) e->outs[k] = (mx_sample_out){.id = e->ids[k]};

@@ -8,11 +8,17 @@
 // independently, each prompt is cut into the same fixed chunks ([k*chunk, (k+1)*chunk)) whatever
 // else runs, and the noise of a sampled token depends only on (seed, position, token).
 //
-// Prefix reuse: a slot keeps the tokens whose keys and values it holds after its sequence is
-// released. A new sequence goes to the free slot whose kept tokens share the longest prefix with
-// its prompt (the least recently used free slot when none shares any), and only the rest of the
-// prompt is computed. `chat` gets its turn-to-turn reuse from this; the server gets shared system
-// prompts and repeated requests.
+// KV memory is a pool of blocks of MX_KV_BLOCK positions (kv_pool.h), kv_size positions in all; a
+// slot is only a row of block tables (n_slots caps the sequences at once, max_ctx one sequence). A
+// sequence gets blocks as its positions fill. At admission it reserves the blocks its prompt and
+// max_new tokens can fill, so a running sequence never runs out; a sequence that does not fit now
+// waits (mx_engine_admit returns 1), one that can never fit is refused with the numbers.
+// Prefix cache: the prompt's full blocks already in the pool (the hash chain of their tokens,
+// kv_pool.h) are shared instead of computed; every block a sequence fills is published when full,
+// so chat turns, shared system prompts and repeated requests skip what was computed before, and
+// unreferenced blocks stay cached until the pool needs them (LRU). When every prompt block is
+// cached, the last prompt token is computed again in a private copy of its block (copy-on-write).
+// Prompts are cut into the same absolute chunks either way, so reuse never changes a result.
 //
 // Threading: one thread calls every function of an engine (the CLI's, or the server's scheduler).
 #ifndef MX_GENERATE_ENGINE_H
@@ -31,12 +37,25 @@ typedef struct mx_engine_opts {
     int prefill_chunk;  // prompt tokens per step over all sequences (0: 256)
     bool prefix_reuse;  // false: every prompt is computed in full
     int threads;        // host threads for token choice (0: the cores available)
+    int kv_size;        // positions in the KV pool (rounded up to blocks); 0: mx_engine_default_kv_size
 } mx_engine_opts;
+
+// Share of the backend's free memory the default KV pool takes.
+#define MX_ENGINE_KV_SHARE 0.5
+// The default pool: what fits in MX_ENGINE_KV_SHARE of the backend's free memory (host memory for the
+// CPU, device memory for a GPU), at most twice n_slots x max_ctx (every slot full, and as much again
+// for cached prefixes), at least max_ctx.
+int mx_engine_default_kv_size(const mx_model *m, int n_slots, int max_ctx);
 
 typedef struct mx_engine_stats {
     uint64_t steps, prompt_tokens, reused_tokens, generated_tokens;
     double busy_seconds;       // time in steps
     double last_tok_per_s;     // tokens chosen per second in the last step
+    // the KV pool: blocks of kv_block_size positions held by sequences, cached (unreferenced, kept
+    // for the prefix cache) and free; prefix-cache hits and misses (full prompt blocks found or
+    // computed) and evictions (cached blocks reused for new contents)
+    int kv_blocks, kv_block_size, kv_blocks_used, kv_blocks_cached, kv_blocks_free;
+    uint64_t prefix_hits, prefix_misses, prefix_evictions;
 } mx_engine_stats;
 
 typedef struct mx_engine mx_engine;
@@ -45,12 +64,13 @@ mx_engine *mx_engine_create(mx_model *m, const mx_engine_opts *o, mx_error *err)
 void mx_engine_free(mx_engine *e);
 int mx_engine_max_ctx(const mx_engine *e);
 int mx_engine_slots(const mx_engine *e);
+int mx_engine_kv_size(const mx_engine *e);  // positions in the KV pool
 
-// Admits a sequence into a free slot. Returns 0 (admitted), 1 (no free slot: try again after a
-// release) or -1 (it can never run: err names the numbers).
+// Admits a sequence into a free slot. Returns 0 (admitted), 1 (no free slot or not enough free KV
+// blocks: try again after a release) or -1 (it can never run: err names the numbers).
 int mx_engine_admit(mx_engine *e, mx_seq *s, mx_error *err);
-// Takes a sequence out; an unfinished one ends as MX_FINISH_CANCELLED. Its slot becomes free and
-// keeps the tokens it computed for prefix reuse.
+// Takes a sequence out; an unfinished one ends as MX_FINISH_CANCELLED. Its slot becomes free and its
+// blocks go back to the pool (its full blocks stay cached for the prefix cache).
 void mx_engine_release(mx_engine *e, mx_seq *s);
 // Ends an admitted sequence now (for example a deadline: MX_FINISH_LENGTH); it stays admitted.
 void mx_engine_end(mx_engine *e, mx_seq *s, mx_finish why);
@@ -62,7 +82,7 @@ int mx_engine_running(const mx_engine *e);
 int mx_engine_step(mx_engine *e, mx_error *err);
 // Runs steps until every admitted sequence has finished.
 int mx_engine_run(mx_engine *e, mx_error *err);
-// Forgets what the free slots keep (chat's /reset).
+// Forgets the cached blocks no sequence holds (chat's /reset).
 void mx_engine_forget(mx_engine *e);
 void mx_engine_stats_get(const mx_engine *e, mx_engine_stats *out);
 

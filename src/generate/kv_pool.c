@@ -162,17 +162,13 @@ static int find(const mx_kv_pool *p, uint64_t hash, const int32_t *tokens) {
 
 int mx_kv_pool_lookup(mx_kv_pool *p, uint64_t hash, const int32_t *tokens) {
     int b = find(p, hash, tokens);
-    if (b < 0) {
-        p->misses++;
-        return -1;
-    }
-    p->hits++;
-    mx_kv_pool_ref(p, b);
+    if (b >= 0) mx_kv_pool_ref(p, b);
     return b;
 }
 
-void mx_kv_pool_count_misses(mx_kv_pool *p, int n) {
-    if (n > 0) p->misses += (uint64_t)n;
+void mx_kv_pool_count(mx_kv_pool *p, int hits, int misses) {
+    p->hits += (uint64_t)(hits > 0 ? hits : 0);
+    p->misses += (uint64_t)(misses > 0 ? misses : 0);
 }
 
 bool mx_kv_pool_publish(mx_kv_pool *p, int block, uint64_t hash, const int32_t *tokens) {

@@ -34,7 +34,7 @@ typedef struct mx_kv_pool_stats {
     int referenced;   // blocks held by at least one sequence
     int cached;       // unreferenced blocks kept for the prefix cache (evictable)
     int free;         // blocks on the free list
-    uint64_t hits;    // prefix-cache lookups that found their block
+    uint64_t hits;    // full prompt blocks found in the prefix cache
     uint64_t misses;  // full prompt blocks that had to be computed
     uint64_t evictions;  // cached blocks taken back for new contents
 } mx_kv_pool_stats;
@@ -66,10 +66,11 @@ int mx_kv_pool_writable(mx_kv_pool *p, int block, int *copy_from, mx_error *err)
 // hash(parent, tokens[0..n)): the key of a block whose tokens follow the prefix `parent` names.
 uint64_t mx_kv_hash(uint64_t parent, const int32_t *tokens, int n);
 // The cached or referenced block published under `hash` with exactly these block_size tokens: takes a
-// reference and returns it (a hit), or returns -1 (a miss). Both are counted.
+// reference and returns it (a hit), or returns -1 (a miss). Not counted: a sequence that cannot be
+// admitted yet gives its blocks back and looks them up again later (mx_kv_pool_count).
 int mx_kv_pool_lookup(mx_kv_pool *p, uint64_t hash, const int32_t *tokens);
-// Counts prompt blocks that were not looked up after the first miss (they are misses too).
-void mx_kv_pool_count_misses(mx_kv_pool *p, int n);
+// Counts the prefix-cache outcome of one admitted prompt: blocks found, full blocks computed.
+void mx_kv_pool_count(mx_kv_pool *p, int hits, int misses);
 // Publishes full block `block` (referenced by the caller) under `hash` with its block_size tokens.
 // Returns false (and publishes nothing) when another block already holds that key or this block is
 // published already.

@@ -42,6 +42,10 @@ struct mx_ctx {
     mx_kv_layout lay;
     void *kv;
     int max_batch;
+    int32_t *table;                      // [n_slots][table_len] host copy of the block tables
+    int32_t *d_table;                    // the same in backend memory (uploaded before a step when changed)
+    bool table_dirty;
+    void *block_stage;                   // host staging for copying one block of one layer
     // backend scratch
     int32_t *d_tokens, *d_pos, *d_slot;  // [B]
     int32_t *d_rows;                     // [LOGIT_ROWS] output rows of a pass
@@ -77,12 +81,25 @@ static void *ctx_alloc(mx_ctx *c, size_t bytes, mx_error *err) {
 }
 
 mx_ctx *mx_ctx_create(mx_model *m, int n_slots, int max_ctx, int max_batch, mx_error *err) {
+    return mx_ctx_create_pool(m, n_slots, max_ctx, max_batch, 0, err);
+}
+
+// Bytes of one block of one layer (K and V, every head), and of its I16 scales (0 for other types).
+static size_t block_elem_bytes(const mx_kv_layout *lay, mx_dtype dt) {
+    return (size_t)2 * lay->n_kv_heads * MX_KV_BLOCK * lay->head_dim * mx_dtype_size(dt);
+}
+static size_t block_scale_bytes(const mx_kv_layout *lay, mx_dtype dt) {
+    return dt == MX_DTYPE_I16 ? (size_t)2 * lay->n_kv_heads * MX_KV_BLOCK * ((lay->head_dim + 15) / 16) * sizeof(float) : 0;
+}
+
+mx_ctx *mx_ctx_create_pool(mx_model *m, int n_slots, int max_ctx, int max_batch, int n_blocks, mx_error *err) {
     const mx_config *cfg = &m->cfg;
-    if (n_slots < 1 || max_ctx < 1 || max_batch < 1) {
+    if (n_slots < 1 || max_ctx < 1 || max_batch < 1 || n_blocks < 0) {
         mx_fail(err, "context needs at least one slot, position and token per step");
         return NULL;
     }
-    if (mx_ctx_memory_check(m, n_slots, max_ctx, max_batch, err)) return NULL;
+    mx_kv_layout want = {cfg->n_layers, n_slots, max_ctx, cfg->n_kv_heads, cfg->head_dim, n_blocks};
+    if (mx_ctx_memory_check(m, &want, max_batch, err)) return NULL;
     mx_ctx *c = calloc(1, sizeof *c);
     if (!c || !(c->bufs = calloc(32, sizeof *c->bufs))) {
         free(c);
@@ -92,13 +109,25 @@ mx_ctx *mx_ctx_create(mx_model *m, int n_slots, int max_ctx, int max_batch, mx_e
     c->m = m;
     c->be = m->be;
     c->max_batch = max_batch;
-    c->lay = (mx_kv_layout){cfg->n_layers, n_slots, max_ctx, cfg->n_kv_heads, cfg->head_dim};
+    c->lay = want;
+    size_t table_len = (size_t)mx_kv_table_len(&c->lay), n_entries = (size_t)n_slots * table_len;
+    if (!(c->table = malloc(4 * n_entries)) ||
+        !(c->block_stage = malloc(block_elem_bytes(&c->lay, c->be->kv_dtype) + block_scale_bytes(&c->lay, c->be->kv_dtype)))) {
+        mx_ctx_free(c);
+        mx_fail(err, "out of memory");
+        return NULL;
+    }
+    // Without a pool size every slot owns its blocks in order; a pool's tables start empty (-1) and
+    // the caller fills them (mx_ctx_set_blocks).
+    for (size_t i = 0; i < n_entries; i++) c->table[i] = n_blocks > 0 ? -1 : (int32_t)i;
+    c->table_dirty = true;
     size_t B = (size_t)max_batch, H = cfg->hidden_size, QD = (size_t)cfg->n_heads * cfg->head_dim,
            KD = (size_t)cfg->n_kv_heads * cfg->head_dim;
     size_t K = cfg->num_experts_per_tok > 0 ? (size_t)cfg->num_experts_per_tok : 1;
     size_t I = (size_t)cfg->intermediate_size, moeI = (size_t)cfg->moe_intermediate_size;
     size_t ff = B * I > B * K * moeI ? B * I : B * K * moeI;
     bool ok = (c->kv = ctx_alloc(c, mx_kv_bytes(&c->lay, c->be->kv_dtype), err)) &&
+              (c->d_table = ctx_alloc(c, 4 * n_entries, err)) &&
               (c->d_tokens = ctx_alloc(c, 4 * B, err)) && (c->d_pos = ctx_alloc(c, 4 * B, err)) &&
               (c->d_slot = ctx_alloc(c, 4 * B, err)) && (c->d_rows = ctx_alloc(c, 4 * LOGIT_ROWS, err)) && (c->x = ctx_alloc(c, 4 * B * H, err)) &&
               (c->h = ctx_alloc(c, 4 * B * H, err)) && (c->tmp = ctx_alloc(c, 4 * B * H, err)) &&
@@ -116,8 +145,8 @@ mx_ctx *mx_ctx_create(mx_model *m, int n_slots, int max_ctx, int max_batch, mx_e
         ok = (c->router = ctx_alloc(c, 4 * B * cfg->num_experts, err)) && (c->moe_ids = ctx_alloc(c, 4 * B * K, err)) &&
              (c->moe_w = ctx_alloc(c, 4 * B * K, err)) && (c->moe_y = ctx_alloc(c, 4 * B * K * H, err));
     if (!ok) {
-        mx_fail_prefix(err, "creating a context (%d slots x %d positions, KV %.1f MB): ", n_slots, max_ctx,
-                       mx_kv_bytes(&c->lay, c->be->kv_dtype) / 1e6);
+        mx_fail_prefix(err, "creating a context (%d slots x %d positions, %d KV blocks, %.1f MB): ", n_slots, max_ctx,
+                       mx_kv_blocks(&c->lay), mx_kv_bytes(&c->lay, c->be->kv_dtype) / 1e6);
         mx_ctx_free(c);
         return NULL;
     }
@@ -129,14 +158,55 @@ void mx_ctx_free(mx_ctx *c) {
     for (int i = 0; i < PLAN_CACHE; i++) mx_plan_free(c->be, c->plans[i].plan);
     for (int i = 0; i < c->n_bufs; i++) c->be->ops->release(c->be, c->bufs[i]);
     free(c->bufs);
+    free(c->table);
+    free(c->block_stage);
     free(c);
 }
 
 int mx_ctx_max_ctx(const mx_ctx *c) { return c->lay.max_ctx; }
 int64_t mx_ctx_kv_bytes(const mx_ctx *c) { return (int64_t)mx_kv_bytes(&c->lay, c->be->kv_dtype); }
 
+int mx_ctx_kv_blocks(const mx_ctx *c) { return mx_kv_blocks(&c->lay); }
+
+int64_t mx_model_kv_block_bytes(const mx_model *m) {
+    const mx_config *cfg = &m->cfg;
+    mx_kv_layout one = {cfg->n_layers, 1, MX_KV_BLOCK, cfg->n_kv_heads, cfg->head_dim, 1};
+    return (int64_t)mx_kv_bytes(&one, m->be->kv_dtype);
+}
+
+int mx_ctx_set_blocks(mx_ctx *c, int slot, const int32_t *blocks, int n, mx_error *err) {
+    int len = mx_kv_table_len(&c->lay), nb = mx_kv_blocks(&c->lay);
+    if (slot < 0 || slot >= c->lay.n_slots || n < 0 || n > len)
+        return mx_fail(err, "block table of slot %d: %d blocks for a row of %d (%d slots)", slot, n, len, c->lay.n_slots);
+    int32_t *row = c->table + (size_t)slot * len;
+    for (int i = 0; i < len; i++) {
+        int32_t b = i < n ? blocks[i] : -1;
+        if (b < -1 || b >= nb) return mx_fail(err, "KV block %d does not exist (%d blocks)", b, nb);
+        if (row[i] != b) row[i] = b, c->table_dirty = true;
+    }
+    return 0;
+}
+
+int mx_ctx_copy_block(mx_ctx *c, int src, int dst, mx_error *err) {
+    int nb = mx_kv_blocks(&c->lay);
+    if (src < 0 || src >= nb || dst < 0 || dst >= nb) return mx_fail(err, "KV block copy %d -> %d: %d blocks", src, dst, nb);
+    const mx_backend_ops *o = c->be->ops;
+    size_t eb = block_elem_bytes(&c->lay, c->be->kv_dtype), sb = block_scale_bytes(&c->lay, c->be->kv_dtype);
+    uint8_t *kv = c->kv, *scales = kv + (size_t)c->lay.n_layers * nb * eb;
+    for (int l = 0; l < c->lay.n_layers; l++) {
+        size_t at = (size_t)l * nb;
+        if (o->download(c->be, c->block_stage, kv + (at + src) * eb, eb, err) ||
+            o->upload(c->be, kv + (at + dst) * eb, c->block_stage, eb, err))
+            return -1;
+        if (sb && (o->download(c->be, c->block_stage, scales + (at + src) * sb, sb, err) ||
+                   o->upload(c->be, scales + (at + dst) * sb, c->block_stage, sb, err)))
+            return -1;
+    }
+    return 0;
+}
+
 size_t mx_kv_bytes(const mx_kv_layout *lay, mx_dtype kv_dtype) {
-    size_t rows = (size_t)lay->n_layers * lay->n_slots * 2 * lay->max_ctx * lay->n_kv_heads;
+    size_t rows = (size_t)lay->n_layers * mx_kv_blocks(lay) * 2 * MX_KV_BLOCK * lay->n_kv_heads;
     // I16 (the CPU backend's cache, see cpu_attention.c): one float scale per 16 elements of a row.
     size_t scales = kv_dtype == MX_DTYPE_I16 ? rows * ((lay->head_dim + 15) / 16) * sizeof(float) : 0;
     return rows * lay->head_dim * mx_dtype_size(kv_dtype) + scales;
@@ -156,7 +226,7 @@ static void add_add(mx_plan *p, float *x, const float *y, int64_t count) {
 
 // Where the n tokens of this step live in layer `layer` of the cache.
 static mx_kv_ref kv_ref(const mx_ctx *c, int layer) {
-    return (mx_kv_ref){.kv = c->kv, .lay = c->lay, .layer = layer, .slot = c->d_slot, .pos = c->d_pos};
+    return (mx_kv_ref){.kv = c->kv, .lay = c->lay, .layer = layer, .slot = c->d_slot, .pos = c->d_pos, .table = c->d_table};
 }
 
 // One transformer block on the n tokens in c->x.
@@ -318,6 +388,8 @@ static int check_batch(const mx_ctx *c, const mx_batch *b, mx_error *err) {
             return mx_fail(err, "position %d is outside the context of %d tokens", b->pos[t], c->lay.max_ctx);
         if (b->slot[t] < 0 || b->slot[t] >= c->lay.n_slots)
             return mx_fail(err, "KV slot %d does not exist (%d slots)", b->slot[t], c->lay.n_slots);
+        if (c->table[(size_t)b->slot[t] * mx_kv_table_len(&c->lay) + b->pos[t] / MX_KV_BLOCK] < 0)
+            return mx_fail(err, "position %d of KV slot %d has no block", b->pos[t], b->slot[t]);
     }
     for (int i = 0; i < b->n_out; i++)
         if (b->out_rows[i] < 0 || b->out_rows[i] >= b->n) return mx_fail(err, "output row %d is not in the batch", b->out_rows[i]);
@@ -328,6 +400,10 @@ static int check_batch(const mx_ctx *c, const mx_batch *b, mx_error *err) {
 static int forward(mx_ctx *c, const mx_batch *b, float *logits, int32_t *ids, float *hidden, mx_error *err) {
     if (check_batch(c, b, err)) return -1;
     const mx_backend_ops *o = c->be->ops;
+    if (c->table_dirty) {
+        if (o->upload(c->be, c->d_table, c->table, 4 * (size_t)c->lay.n_slots * mx_kv_table_len(&c->lay), err)) return -1;
+        c->table_dirty = false;
+    }
     int V = hidden ? c->m->cfg.hidden_size : c->m->cfg.vocab_size;
     if (hidden) logits = NULL, ids = NULL;
     bool outputs = logits || ids || hidden || c->choose_rows;

@@ -12,14 +12,13 @@ enum { LOGIT_ROWS_ESTIMATE = 16 };  // rows of logits a step keeps (LOGIT_ROWS i
 
 static double gib(double b) { return b / (1024.0 * 1024.0 * 1024.0); }
 
-int mx_ctx_memory_check(const mx_model *m, int n_slots, int max_ctx, int max_batch, mx_error *err) {
+int mx_ctx_memory_check(const mx_model *m, const mx_kv_layout *lay, int max_batch, mx_error *err) {
     const mx_config *cfg = &m->cfg;
     mx_backend *be = m->be;
     if (!be->ops->mem_info) return 0;
     size_t free_b = 0, total_b = 0;
     if (be->ops->mem_info(be, &free_b, &total_b) != 0) return 0;
-    mx_kv_layout lay = {cfg->n_layers, n_slots, max_ctx, cfg->n_kv_heads, cfg->head_dim};
-    double kv = (double)mx_kv_bytes(&lay, be->kv_dtype);
+    double kv = (double)mx_kv_bytes(lay, be->kv_dtype);
     double B = max_batch, H = cfg->hidden_size, QD = (double)cfg->n_heads * cfg->head_dim,
            KD = (double)cfg->n_kv_heads * cfg->head_dim;
     double K = cfg->num_experts_per_tok > 0 ? cfg->num_experts_per_tok : 1;
@@ -34,8 +33,8 @@ int mx_ctx_memory_check(const mx_model *m, int n_slots, int max_ctx, int max_bat
                    (be->ops->weights_mapped && weights + need_free > (double)total_b);
     if (!too_big) return 0;
     return mx_fail(err,
-                   "not enough %s memory for %d slot(s) x %d positions: weights %.2f GiB + KV cache %.2f GiB + "
-                   "scratch %.2f GiB = %.2f GiB, but %.2f GiB is free of %.2f GiB; lower --ctx or --parallel",
-                   be->ops->weights_mapped ? "host" : be->ops->name, n_slots, max_ctx, gib(weights), gib(kv),
+                   "not enough %s memory for %d slot(s) x %d positions (%d KV blocks): weights %.2f GiB + KV cache %.2f GiB + "
+                   "scratch %.2f GiB = %.2f GiB, but %.2f GiB is free of %.2f GiB; lower --kv-size, --ctx or --parallel",
+                   be->ops->weights_mapped ? "host" : be->ops->name, lay->n_slots, lay->max_ctx, mx_kv_blocks(lay), gib(weights), gib(kv),
                    gib(scratch), gib(weights + kv + scratch), gib((double)free_b), gib((double)total_b));
 }

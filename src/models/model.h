@@ -47,11 +47,24 @@ typedef struct mx_batch {
     const int32_t *out_rows;
 } mx_batch;
 
-// max_batch: tokens per internal step (larger batches are split, in order).
+// max_batch: tokens per internal step (larger batches are split, in order). Each slot owns the KV
+// blocks for max_ctx positions.
 mx_ctx *mx_ctx_create(mx_model *m, int n_slots, int max_ctx, int max_batch, mx_error *err);
+// A context whose KV cache is a pool of n_blocks blocks of MX_KV_BLOCK positions shared by the slots:
+// every slot's block table starts empty and the caller assigns blocks (mx_ctx_set_blocks) before a
+// step writes or reads a position (a position without a block is an error of mx_ctx_forward).
+mx_ctx *mx_ctx_create_pool(mx_model *m, int n_slots, int max_ctx, int max_batch, int n_blocks, mx_error *err);
 void mx_ctx_free(mx_ctx *c);
 int mx_ctx_max_ctx(const mx_ctx *c);
 int64_t mx_ctx_kv_bytes(const mx_ctx *c);
+int mx_ctx_kv_blocks(const mx_ctx *c);
+// Bytes of one KV block (MX_KV_BLOCK positions of every layer) of this model on its backend.
+int64_t mx_model_kv_block_bytes(const mx_model *m);
+// Sets the block table of `slot`: positions [i * MX_KV_BLOCK, (i + 1) * MX_KV_BLOCK) in block
+// blocks[i] for i < n, none after. Uploaded to the backend before the next step.
+int mx_ctx_set_blocks(mx_ctx *c, int slot, const int32_t *blocks, int n, mx_error *err);
+// Copies the keys and values of block src into block dst in every layer (copy-on-write).
+int mx_ctx_copy_block(mx_ctx *c, int src, int dst, mx_error *err);
 
 // Runs the batch. For each output row, writes the logits (host, [n_out, vocab]) when logits != NULL
 // and/or the argmax (host, [n_out]) when ids != NULL.

@@ -66,6 +66,6 @@ typedef enum mx_rope_table { MX_ROPE_TABLE_MAIN, MX_ROPE_TABLE_LOCAL, MX_ROPE_TA
 void mx_rope_inv_freq(const mx_config *cfg, mx_rope_table table, float *out);
 // Refuses (with the numbers) a context whose KV cache and scratch do not fit the backend's memory
 // next to the weights (mem_check.c). Backends that cannot tell their memory pass.
-int mx_ctx_memory_check(const mx_model *m, int n_slots, int max_ctx, int max_batch, mx_error *err);
+int mx_ctx_memory_check(const mx_model *m, const mx_kv_layout *lay, int max_batch, mx_error *err);
 
 #endif

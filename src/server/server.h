@@ -33,7 +33,8 @@ typedef struct mx_server_opts {
     double conn_timeout;     // seconds an idle connection (or one sending its request) may stay; 0: 30
     const char *cors_origins;  // comma-separated origins allowed cross-site ("*": any); NULL: none
     bool no_special_in_content;  // added tokens written in chat message content are plain text
-    bool no_prefix_cache;    // compute every prompt in full (no reuse of a free slot's kept prefix)
+    bool no_prefix_cache;    // compute every prompt in full (no reuse of cached KV blocks)
+    int kv_size;             // positions in the KV pool; 0: the engine's default (generate/engine.h)
 } mx_server_opts;
 
 typedef struct mx_server mx_server;
@@ -41,6 +42,8 @@ typedef struct mx_server mx_server;
 mx_server *mx_server_start(mx_model *m, const mx_tokenizer *tok, const mx_chat_template *tmpl,
                            const mx_server_opts *o, mx_error *err);
 int mx_server_port(const mx_server *s);
+// Positions in the KV pool the server's engine allocated (--kv-size or its default).
+int mx_server_kv_size(const mx_server *s);
 // Graceful shutdown, first half: stops accepting connections, answers new requests on open
 // connections with 503, and waits up to timeout_s seconds for running requests to finish. Returns
 // the number still running (mx_server_stop then ends them with an error reply).

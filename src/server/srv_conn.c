@@ -128,7 +128,7 @@ mx_server *mx_server_start(mx_model *m, const mx_tokenizer *tok, const mx_chat_t
     if ((id = mx_tokenizer_token_id(tok, "<|im_end|>")) >= 0) stops[n_stops++] = id;
     pthread_mutex_init(&s->model_lock, NULL);
     srv_sched_opts so = {o->parallel, o->ctx, o->max_queue, o->prefill_chunk, stops, n_stops, &s->model_lock,
-                         !o->no_prefix_cache};
+                         !o->no_prefix_cache, o->kv_size};
     // Constrained decoding ends sequences with the same tokens: those above and the model's eos ids.
     int vocab = mx_model_config(m)->vocab_size, n_all = 0;
     int32_t all_stops[66];
@@ -186,6 +186,12 @@ mx_server *mx_server_start(mx_model *m, const mx_tokenizer *tok, const mx_chat_t
 }
 
 int mx_server_port(const mx_server *s) { return s->port; }
+
+int mx_server_kv_size(const mx_server *s) {
+    srv_stats st;
+    srv_sched_stats(s->sched, &st);
+    return st.kv_blocks * st.kv_block_size;
+}
 
 // Waits until no request is running or the deadline passes; returns the number still running.
 static int wait_idle(mx_server *s, double deadline) {

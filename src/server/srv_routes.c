@@ -18,9 +18,12 @@ enum MHD_Result srv_route_models(mx_server *s, struct MHD_Connection *c) {
 enum MHD_Result srv_route_health(mx_server *s, struct MHD_Connection *c) {
     srv_stats st;
     srv_sched_stats(s->sched, &st);
+    json_t *kv = json_pack("{s:i, s:i, s:i, s:i, s:i}", "block_size", st.kv_block_size, "blocks_total", st.kv_blocks,
+                           "blocks_used", st.kv_blocks_used, "blocks_cached", st.kv_blocks_cached, "blocks_free",
+                           st.kv_blocks_free);
     return srv_respond_json(s, c, 200,
-                            json_pack("{s:s, s:i, s:i, s:i}", "status", "ok", "slots_idle", st.n_slots - st.active,
-                                      "slots_processing", st.active, "queue", st.queued));
+                            json_pack("{s:s, s:i, s:i, s:i, s:o}", "status", "ok", "slots_idle", st.n_slots - st.active,
+                                      "slots_processing", st.active, "queue", st.queued, "kv_cache", kv));
 }
 
 static void metric(srv_buf *b, const char *name, const char *type, const char *help, double v) {
@@ -40,6 +43,14 @@ enum MHD_Result srv_route_metrics(mx_server *s, struct MHD_Connection *c) {
            (double)st.reused_tokens);
     metric(&b, "prefix_cache_miss_tokens_total", "counter", "Prompt tokens computed",
            (double)(st.prompt_tokens - st.reused_tokens));
+    metric(&b, "prefix_cache_hits_total", "counter", "Full prompt KV blocks found in the prefix cache",
+           (double)st.prefix_hits);
+    metric(&b, "prefix_cache_misses_total", "counter", "Full prompt KV blocks computed", (double)st.prefix_misses);
+    metric(&b, "prefix_cache_evictions_total", "counter", "Cached KV blocks evicted for new contents",
+           (double)st.prefix_evictions);
+    metric(&b, "kv_blocks_total", "gauge", "KV pool blocks (--kv-size / block size)", st.kv_blocks);
+    metric(&b, "kv_blocks_used", "gauge", "KV blocks held by running sequences", st.kv_blocks_used);
+    metric(&b, "kv_blocks_cached", "gauge", "Unreferenced KV blocks kept for the prefix cache", st.kv_blocks_cached);
     metric(&b, "generated_tokens_total", "counter", "Tokens generated", (double)st.generated_tokens);
     metric(&b, "queue_depth", "gauge", "Requests waiting for a slot", st.queued);
     metric(&b, "slots_processing", "gauge", "Slots generating", st.active);

@@ -108,6 +108,24 @@ static int admit(srv_sched *s, srv_job *j) {
     return rc;
 }
 
+// The engine's counters into the shared stats (scheduler lock held, or before the thread starts).
+static void copy_engine_stats(srv_sched *s) {
+    mx_engine_stats es;
+    mx_engine_stats_get(s->eng, &es);
+    s->st.generated_tokens = es.generated_tokens;
+    s->st.reused_tokens = es.reused_tokens;
+    s->st.busy_seconds = es.busy_seconds;
+    s->st.last_tok_per_s = es.last_tok_per_s;
+    s->st.kv_blocks = es.kv_blocks;
+    s->st.kv_block_size = es.kv_block_size;
+    s->st.kv_blocks_used = es.kv_blocks_used;
+    s->st.kv_blocks_cached = es.kv_blocks_cached;
+    s->st.kv_blocks_free = es.kv_blocks_free;
+    s->st.prefix_hits = es.prefix_hits;
+    s->st.prefix_misses = es.prefix_misses;
+    s->st.prefix_evictions = es.prefix_evictions;
+}
+
 // Queue and slot upkeep between steps (scheduler lock held).
 static void housekeep(srv_sched *s) {
     double now = mx_now();
@@ -154,6 +172,7 @@ static void housekeep(srv_sched *s) {
         j->started = true;
         pthread_mutex_unlock(&j->mu);
     }
+    copy_engine_stats(s);
 }
 
 static void *sched_main(void *arg) {
@@ -174,13 +193,8 @@ static void *sched_main(void *arg) {
         if (s->model_lock) pthread_mutex_lock(s->model_lock);
         int rc = mx_engine_step(s->eng, &err);
         if (s->model_lock) pthread_mutex_unlock(s->model_lock);
-        mx_engine_stats es;
-        mx_engine_stats_get(s->eng, &es);
         pthread_mutex_lock(&s->mu);
-        s->st.generated_tokens = es.generated_tokens;
-        s->st.reused_tokens = es.reused_tokens;
-        s->st.busy_seconds = es.busy_seconds;
-        s->st.last_tok_per_s = es.last_tok_per_s;
+        copy_engine_stats(s);
         if (rc) {
             char msg[256];
             snprintf(msg, sizeof msg, "model error: %s", err.msg);
@@ -219,11 +233,12 @@ srv_sched *srv_sched_create(mx_model *m, const mx_tokenizer *tok, const srv_sche
     s->model_lock = o->model_lock;
     s->st.n_slots = s->n_slots;
     mx_engine_opts eo = {.n_slots = o->n_slots, .max_ctx = o->max_ctx, .prefill_chunk = o->prefill_chunk,
-                         .prefix_reuse = o->prefix_reuse, .threads = 0};
+                         .prefix_reuse = o->prefix_reuse, .threads = 0, .kv_size = o->kv_size};
     if (!(s->eng = mx_engine_create(m, &eo, err))) {
         srv_sched_free(s);
         return NULL;
     }
+    copy_engine_stats(s);
     if (pthread_create(&s->thread, NULL, sched_main, s) != 0) {
         mx_fail(err, "cannot start the scheduler thread");
         srv_sched_free(s);

@@ -27,18 +27,23 @@ typedef struct srv_sched_opts {
     const int32_t *stop_ids; // extra stop tokens besides the model's eos (copied)
     int n_stop_ids;
     pthread_mutex_t *model_lock; // held around each forward step (other users of the model take it too)
-    bool prefix_reuse;       // a new prompt reuses the KV of a free slot that shares its prefix
+    bool prefix_reuse;       // a new prompt shares the cached KV blocks of its prefix
+    int kv_size;             // positions in the KV pool; 0: the engine's default
 } srv_sched_opts;
 
 typedef struct srv_stats {
     int queued, active, n_slots;
     uint64_t requests, prompt_tokens, generated_tokens, cancelled;
-    uint64_t reused_tokens;  // prompt tokens taken from a slot's kept prefix instead of computed
+    uint64_t reused_tokens;  // prompt tokens taken from cached KV blocks instead of computed
     double busy_seconds;     // time spent in forward steps
     double last_tok_per_s;   // decode throughput of the last second-ish window
+    // the KV pool and its prefix cache (mx_engine_stats)
+    int kv_blocks, kv_block_size, kv_blocks_used, kv_blocks_cached, kv_blocks_free;
+    uint64_t prefix_hits, prefix_misses, prefix_evictions;
 } srv_stats;
 
-// Creates the context and starts the thread. The model and tokenizer are borrowed.
+// Creates the context and starts the thread. The model and tokenizer are borrowed. A job that does
+// not fit the KV pool now waits in the queue; one that never can is answered 400 with the numbers.
 srv_sched *srv_sched_create(mx_model *m, const mx_tokenizer *tok, const srv_sched_opts *o, mx_error *err);
 // Stops the thread (active and queued jobs finish as cancelled) and frees everything.
 void srv_sched_free(srv_sched *s);

@@ -98,7 +98,7 @@ static mx_plan *forward_plan(model *m, int n, const int32_t *last_row) {
     ADD(p, MX_OP_EMBED, embed, m->x, &m->embed, m->ids, n);
     for (int l = 0; l < s->layers; l++) {
         layer *L = &m->L[l];
-        mx_kv_ref kv = {m->kv, m->lay, l, m->slot, m->pos};
+        mx_kv_ref kv = {m->kv, m->lay, l, m->slot, m->pos, NULL};
         ADD(p, MX_OP_RMSNORM, rmsnorm, m->h, m->x, L->in_norm, n, s->hidden, 1e-6f);
         ADD(p, MX_OP_MATMUL, matmul, m->q, m->h, &L->q, NULL, n);
         ADD(p, MX_OP_MATMUL, matmul, m->k, m->h, &L->k, NULL, n);
@@ -150,7 +150,7 @@ static void op_times(mx_backend *be, model *m, int n, void *e0, void *e1, void *
     const shape *s = &m->s;
     layer *L = &m->L[0];
     mx_rope rope = {.inv_freq = m->inv_freq, .head_dim = s->head_dim, .attn_factor = 1.0f};
-    mx_kv_ref kv = {m->kv, m->lay, 0, m->slot, m->pos};
+    mx_kv_ref kv = {m->kv, m->lay, 0, m->slot, m->pos, NULL};
     int reps = n == 1 ? 200 : 10;
 #define OP(KIND, field, ...) run_op(be, (mx_op){.kind = KIND, .field = {__VA_ARGS__}})
     printf("per-op times, %d token%s:\n", n, n == 1 ? "" : "s");
@@ -239,7 +239,7 @@ int main(int argc, char **argv) {
     for (int j = 0; j < s->head_dim / 2; j++) inv[j] = 1.0f / (float)pow(1000000.0, 2.0 * j / s->head_dim);
     m.inv_freq = dfrom(be, inv, sizeof(float) * s->head_dim / 2);
     int max_ctx = (ctx > prefill ? ctx : prefill) + 8;
-    m.lay = (mx_kv_layout){s->layers, 1, max_ctx, s->kv_heads, s->head_dim};
+    m.lay = (mx_kv_layout){s->layers, 1, max_ctx, s->kv_heads, s->head_dim, 0};
     m.kv = dalloc(be, mx_kv_bytes(&m.lay, be->kv_dtype));
     size_t cap = (size_t)m.cap;
     m.x = dalloc(be, 4 * cap * s->hidden), m.h = dalloc(be, 4 * cap * s->hidden);

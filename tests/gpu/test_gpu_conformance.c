@@ -334,7 +334,7 @@ static void build_layer(mx_plan *p, side *s, const void *vc) {
     float **b = s->f;
     const int n = c->n;
     mx_rope rope = {.inv_freq = b[13], .head_dim = c->D, .attn_factor = 1.0f};
-    mx_kv_ref kv = {s->kv, s->lay, 1, s->i[1], s->i[0]};
+    mx_kv_ref kv = {s->kv, s->lay, 1, s->i[1], s->i[0], NULL};
     ADD(p, MX_OP_EMBED, embed, b[0], &s->m[7], s->i[2], n);
     ADD(p, MX_OP_RMSNORM, rmsnorm, b[1], b[0], b[9], n, c->H, 1e-6f);
     ADD(p, MX_OP_MATMUL, matmul, b[2], b[1], &s->m[0], NULL, n);
@@ -399,7 +399,7 @@ static void layer_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, const fmt *
     add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, c.I, H);
     add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, H, c.I);
     add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, c.V, H);
-    mx_kv_layout lay = {2, 3, 64, c.NKV, c.D};
+    mx_kv_layout lay = {2, 3, 64, c.NKV, c.D, 0};
     char label[160], ml[64];
     snprintf(label, sizeof label, "decoder layer + head, %s, n=%d", ref_matrix_label(&d.mat[0], ml, sizeof ml), c.n);
     // The cache starts as zeros on both sides. The ids are not compared: logits differ by the f16

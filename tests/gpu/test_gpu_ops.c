@@ -76,15 +76,15 @@ static void op_rmsnorm(mx_backend *be, float *out, const float *x, const float *
 static void op_rope(mx_backend *be, float *x, const int32_t *pos, int n, int n_heads, const mx_rope *rope) {
     run1(be, (mx_op){.kind = MX_OP_ROPE, .rope = {x, pos, n, n_heads, *rope}});
 }
-static void op_kv_store(mx_backend *be, void *kv, const mx_kv_layout *lay, int layer, const float *k, const float *v,
-                        const int32_t *slot, const int32_t *pos, int n) {
-    run1(be, (mx_op){.kind = MX_OP_KV_STORE, .kv_store = {{kv, *lay, layer, slot, pos}, k, v, n}});
+static void op_kv_store(mx_backend *be, void *kv, const mx_kv_layout *lay, const int32_t *table, int layer,
+                        const float *k, const float *v, const int32_t *slot, const int32_t *pos, int n) {
+    run1(be, (mx_op){.kind = MX_OP_KV_STORE, .kv_store = {{kv, *lay, layer, slot, pos, table}, k, v, n}});
 }
 static void op_attention(mx_backend *be, float *out, const float *q, const void *kv, const mx_kv_layout *lay,
-                         int layer, const int32_t *slot, const int32_t *pos, int n, int n_heads, float scale,
-                         int window) {
+                         const int32_t *table, int layer, const int32_t *slot, const int32_t *pos, int n, int n_heads,
+                         float scale, int window) {
     run1(be, (mx_op){.kind = MX_OP_ATTENTION,
-                     .attention = {out, q, {(void *)kv, *lay, layer, slot, pos}, n, n_heads, scale, window}});
+                     .attention = {out, q, {(void *)kv, *lay, layer, slot, pos, table}, n, n_heads, scale, window}});
 }
 static void op_swiglu(mx_backend *be, float *out, const float *gate, const float *up, int64_t count) {
     run1(be, (mx_op){.kind = MX_OP_SWIGLU, .swiglu = {out, gate, up, count}});
@@ -474,10 +474,17 @@ static void test_elementwise(mx_backend *be, ref_rng *rng, group_stat *g) {
 
 static float f16_round(float v) { return mx_f16_to_f32(mx_f32_to_f16(v)); }
 
+// Each head size runs twice: each slot owning its blocks in order (no table), and a pool with spare
+// blocks handed out through scrambled block tables (paged attention).
 static void test_attention(mx_backend *be, ref_rng *rng, group_stat *g) {
     const int hds[4] = {32, 64, 128, 256};
-    for (int hi = 0; hi < 4; hi++) {
-        mx_kv_layout lay = {2, 3, 300, 2, hds[hi]};
+    for (int run = 0; run < 8; run++) {
+        const int hi = run / 2, paged = run % 2;
+        mx_kv_layout lay = {2, 3, 300, 2, hds[hi], paged ? 64 : 0};
+        const int table_len = mx_kv_table_len(&lay);  // 19 blocks per slot, 57 of the pool's 64 used
+        int32_t table[3 * 19];
+        for (int i = 0; i < 3 * table_len; i++) table[i] = (int32_t)((5 * i + 2) % 64);  // 5 is prime to 64
+        int32_t *dtable = paged ? dev_from(be, table, sizeof table) : NULL;
         const int D = lay.head_dim, layer = 1, n_heads = hi == 3 ? 8 : 4;
         const int filled[3] = {260, 120, 300};  // positions stored per slot
         size_t kv_bytes = mx_kv_bytes(&lay, be->kv_dtype);
@@ -498,8 +505,8 @@ static void test_attention(mx_backend *be, ref_rng *rng, group_stat *g) {
             }
             float *dk = dev_from(be, k, sizeof(float) * n * per_pos), *dv = dev_from(be, v, sizeof(float) * n * per_pos);
             int32_t *dslot = dev_from(be, slot, sizeof(int32_t) * n), *dpos = dev_from(be, pos, sizeof(int32_t) * n);
-            op_kv_store(be, dkv, &lay, layer, dk, dv, dslot, dpos, n);
-            op_kv_store(be, dkv, &lay, 0, dv, dk, dslot, dpos, n);  // layer 0 holds other data
+            op_kv_store(be, dkv, &lay, dtable, layer, dk, dv, dslot, dpos, n);
+            op_kv_store(be, dkv, &lay, dtable, 0, dv, dk, dslot, dpos, n);  // layer 0 holds other data
             be->ops->release(be, dk), be->ops->release(be, dv), be->ops->release(be, dslot), be->ops->release(be, dpos);
             free(k), free(v), free(slot), free(pos);
         }
@@ -532,15 +539,16 @@ static void test_attention(mx_backend *be, ref_rng *rng, group_stat *g) {
             float *dq = dev_from(be, q, sizeof(float) * qn), *dout = dev_alloc(be, sizeof(float) * qn);
             int32_t *dslot = dev_from(be, slot, sizeof(int32_t) * n), *dpos = dev_from(be, pos, sizeof(int32_t) * n);
             dev_poison(be, dout, sizeof(float) * qn);
-            op_attention(be, dout, dq, dkv, &lay, layer, dslot, dpos, n, n_heads, scale, cases[c].window);
+            op_attention(be, dout, dq, dkv, &lay, dtable, layer, dslot, dpos, n, n_heads, scale, cases[c].window);
             dev_to(be, got, dout, sizeof(float) * qn);
             double e = ref_rel_err(got, ref, qn);
-            CHECK_MSG(e <= 1e-5, "attention head_dim=%d %s: rel err %.3e", D, cases[c].name, e);
+            CHECK_MSG(e <= 1e-5, "attention head_dim=%d%s %s: rel err %.3e", D, paged ? " paged" : "", cases[c].name, e);
             stat_add(g, e);
             be->ops->release(be, dq), be->ops->release(be, dout), be->ops->release(be, dslot), be->ops->release(be, dpos);
             free(q), free(ref), free(got), free(slot), free(pos);
         }
         be->ops->release(be, dkv);
+        if (dtable) be->ops->release(be, dtable);
         free(kc), free(vc);
     }
 }

@@ -6,7 +6,12 @@
   - prefix reuse: a request sharing a long prefix with a finished one reuses it (/metrics counts the
     hit tokens) and answers exactly what a server without the prefix cache answers;
   - a request that finds no free sequence slot waits in the queue and is then served;
-  - cancellation (client closes a stream) frees the slot at once.
+  - cancellation (client closes a stream) frees the slot at once;
+  - the paged KV pool: block-level prefix-cache hits in /metrics, a prompt whose every block is
+    cached (copy-on-write of its last block) answers like a fresh one, a request that does not fit
+    the pool now waits for blocks, one that never fits gets a 400 naming the numbers, a cancelled
+    stream gives its blocks back (/health), and `--parallel 16 --ctx 4096 --kv-size 8192` serves a
+    3,500-token prompt and 16 concurrent short requests.
 
 usage: engine_suite.py PATH/TO/mlxcel PATH/TO/mlxcel-server   (run from the repository root)"""
 import http.client, json, os, re, subprocess, sys, threading, time
@@ -139,8 +144,89 @@ try:
             break
     check('a cancelled stream frees its slot', first.startswith(b'data:') and busy == 1 and idle, (first, busy, idle))
     check('and the slot serves the next request', plain.complete(prompt=prompt, max_tokens=4, temperature=0))
+
+    # Block-level prefix cache: a prompt of exactly 4 full blocks, sent twice. The second finds every
+    # block cached, so its last token is computed again in a copy of the last block.
+    ids = [(7 * i + 11) % 5000 + 100 for i in range(64)]
+    h0, m0 = srv.metric('prefix_cache_hits_total'), srv.metric('prefix_cache_misses_total')
+    a1 = srv.complete(prompt=ids, max_tokens=10, temperature=0, ignore_eos=True)
+    a2 = srv.complete(prompt=ids, max_tokens=10, temperature=0, ignore_eos=True)
+    h1, m1 = srv.metric('prefix_cache_hits_total'), srv.metric('prefix_cache_misses_total')
+    ref = plain.complete(prompt=ids, max_tokens=10, temperature=0, ignore_eos=True)
+    check('block hits and misses counted', h1 - h0 == 4 and m1 - m0 == 4, (h0, h1, m0, m1))
+    check('a fully cached prompt (copy-on-write) answers like a fresh one', a1 and a1 == a2 == ref, (a1, a2, ref))
+    health = json.loads(srv.request('GET', '/health')[1])
+    kv = health.get('kv_cache', {})
+    check('/health reports the KV pool', kv.get('block_size') == 16 and kv.get('blocks_total', 0) > 0 and
+          kv.get('blocks_used') == 0 and kv.get('blocks_cached', 0) >= 4, health)
+
+    # Cancellation gives the blocks back.
+    c = http.client.HTTPConnection('127.0.0.1', srv.port, timeout=60)
+    c.request('POST', '/v1/completions', json.dumps({'prompt': base, 'max_tokens': 100000, 'ignore_eos': True,
+                                                     'stream': True}), {'Content-Type': 'application/json'})
+    r = c.getresponse()
+    for _ in range(20):
+        if r.fp.readline().startswith(b'data:'):
+            break
+    used_busy = json.loads(srv.request('GET', '/health')[1])['kv_cache']['blocks_used']
+    c.close()
+    used_after = None
+    for _ in range(50):
+        time.sleep(0.1)
+        used_after = json.loads(srv.request('GET', '/health')[1])['kv_cache']['blocks_used']
+        if used_after == 0:
+            break
+    check('a cancelled stream gives its KV blocks back', used_busy > 0 and used_after == 0, (used_busy, used_after))
 finally:
     srv.stop()
     plain.stop()
+
+# A small pool: 16 blocks of 16 positions for 4 sequences of up to 512.
+small = Server('--parallel', '4', '--ctx', '512', '--kv-size', '256', '--backend', 'cpu')
+try:
+    st, data = small.request('POST', '/v1/completions', {'prompt': 'Hello', 'max_tokens': 400})
+    msg = data.decode()
+    check('a request that can never fit the pool: 400 with the numbers',
+          st == 400 and 'KV pool holds 256 positions' in msg and 'prompt' in msg, (st, msg))
+    # Two requests of ~150 positions (10 blocks each) cannot run together: the second waits.
+    long_prompt = ' '.join(['word%d' % i for i in range(40)])
+    alone = small.complete(prompt=long_prompt, max_tokens=100, temperature=0, ignore_eos=True)
+    out, seen_wait = [None, None], [False]
+
+    def run(k):
+        out[k] = small.complete(prompt=long_prompt, max_tokens=100, temperature=0, ignore_eos=True)
+    ts = [threading.Thread(target=run, args=(k,)) for k in range(2)]
+    for t in ts:
+        t.start()
+    while any(t.is_alive() for t in ts):
+        h = json.loads(small.request('GET', '/health')[1])
+        if h['queue'] == 1 and h['slots_processing'] == 1:
+            seen_wait[0] = True
+        time.sleep(0.02)
+    check('a request that does not fit the pool now waits for blocks, then is served',
+          seen_wait[0] and alone and out[0] == alone and out[1] == alone, (seen_wait, out, alone))
+finally:
+    small.stop()
+
+# The issue's shape: 16 sequences, 4,096 positions each at most, 8,192 in the pool.
+big = Server('--parallel', '16', '--ctx', '4096', '--kv-size', '8192', '--backend', 'cpu')
+try:
+    long_ids = [(13 * i + 5) % 5000 + 100 for i in range(3500)]
+    st, data = big.request('POST', '/v1/completions', {'prompt': long_ids, 'max_tokens': 4, 'temperature': 0},
+                           timeout=300)
+    check('a 3,500-token prompt is served with --kv-size 8192', st == 200 and
+          json.loads(data)['usage']['prompt_tokens'] == 3500, (st, data[:200]))
+    answers = [None] * 16
+
+    def short(k):
+        answers[k] = big.complete(prompt='Question %d: what is %d + %d?' % (k, k, k), max_tokens=8, temperature=0)
+    ts = [threading.Thread(target=short, args=(k,)) for k in range(16)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    check('16 concurrent short requests are served', all(a is not None for a in answers), answers)
+finally:
+    big.stop()
 print(f'{passed} passed, {failed} failed')
 sys.exit(1 if failed else 0)

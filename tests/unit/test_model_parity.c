@@ -5,7 +5,8 @@
 // through the KV cache (decode) must be within the tolerance, and, teacher-forced along the
 // reference continuation (prompt + reference greedy ids), the chosen token must equal the
 // reference at every step whose reference margin (top-1 minus top-2 logit) is at least 0.05.
-// A fixture without its reference tensors is a failure.
+// A fixture without its reference tensors is a failure. The KV cache is a block pool read through
+// scrambled block tables, so this is also the parity test of paged attention on every backend.
 //
 // MLXCEL_TEST_BACKEND picks the backend (default cpu). The tolerance follows the precision of the
 // backend's KV cache, the one reduced-precision step of these paths: float32 (the CPU with
@@ -97,9 +98,17 @@ static void check_model(const char *name, const char *dir, mx_backend *be) {
     for (int i = 0; i < n; i++) rows[i] = i;
     double tol = tolerance(be);
 
-    // Prefill: all positions at once (small steps too, to exercise chunking: max_batch 7).
-    mx_ctx *ctx = mx_ctx_create(m, 2, 128, 7, &err);
+    // The KV cache is a pool with more blocks than the two slots need, handed out in a scrambled
+    // order, so every key is read through the block table (paged attention).
+    enum { PER_SLOT = 128 / MX_KV_BLOCK, POOL = 2 * PER_SLOT + 5 };
+    mx_ctx *ctx = mx_ctx_create_pool(m, 2, 128, 7, POOL, &err);
     CHECK_MSG(ctx != NULL, "%s: %s", name, err.msg);
+    for (int s = 0; s < 2 && ctx; s++) {
+        int32_t blocks[PER_SLOT];
+        for (int i = 0; i < PER_SLOT; i++) blocks[i] = (5 * (s * PER_SLOT + i) + 3) % POOL;  // 5 is prime to 21: a permutation
+        CHECK_MSG(mx_ctx_set_blocks(ctx, s, blocks, PER_SLOT, &err) == 0, "%s: %s", name, err.msg);
+    }
+    // Prefill: all positions at once (small steps too, to exercise chunking: max_batch 7).
     mx_batch b = {n, prompt, pos, slot, n, rows};
     int rc = mx_ctx_forward(ctx, &b, logits, NULL, &err);
     CHECK_MSG(rc == 0, "%s: %s", name, err.msg);

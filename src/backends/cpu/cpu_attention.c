@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: MIT
-// CPU KV cache and attention. Cache layout (private to this backend), elements of be->kv_dtype:
-//   kv = [layer][slot][K or V][n_kv_heads][max_ctx][head_dim]
+// CPU KV cache and attention. Cache layout (private to this backend), elements of be->kv_dtype, a
+// pool of blocks of MX_KV_BLOCK positions (backend.h):
+//   kv = [layer][block][K or V][n_kv_heads][MX_KV_BLOCK][head_dim]
 // then, for MX_DTYPE_I16, one float scale per block of CPU_KV_SCALE_BLOCK elements of a row:
-//   scales = [layer][slot][K or V][n_kv_heads][max_ctx][ceil(head_dim / CPU_KV_SCALE_BLOCK)]
-// Head-major, so the keys attention streams for one KV head are contiguous: with all heads of a
-// position side by side, consecutive keys of a head sat 4 KB apart (0.6B, float32), one page
-// each, and decode at 2k context read them at a third of the streaming rate.
+//   scales = [layer][block][K or V][n_kv_heads][MX_KV_BLOCK][ceil(head_dim / CPU_KV_SCALE_BLOCK)]
+// A sequence's position p is in block table[slot][p / MX_KV_BLOCK] (mx_kv_ref), at offset
+// p % MX_KV_BLOCK. Head-major inside a block, so the 16 keys attention streams for one KV head are
+// contiguous (with all heads of a position side by side, consecutive keys of a head sat 4 KB apart,
+// one page each, and decode at 2k context read them at a third of the streaming rate); a block is
+// exactly one 16-key step of the attention kernel, so the table is read once per step.
 // An I16 block holds round(x / s) with s = max|x| / 32767 over the block: 2.25 bytes per element
 // instead of float32's 4 (decode reads the whole cache every token), with an error of at most
 // max|x| / 65534 per element. On the parity fixtures (relative logit error, bound 1e-3) float16 keys
@@ -29,20 +32,27 @@
 
 #define MAX_HEAD_DIM 512
 
-static size_t plane_elems(const mx_kv_layout *lay) { return (size_t)lay->max_ctx * lay->n_kv_heads * lay->head_dim; }
+// Elements of one (block, K or V, KV head): MX_KV_BLOCK rows of head_dim.
+static size_t head_elems(const mx_kv_layout *lay) { return (size_t)MX_KV_BLOCK * lay->head_dim; }
 
-// Start of K (which = 0) or V (which = 1) for a layer and slot, in elements of `es` bytes.
-static uint8_t *kv_plane(const void *kv, const mx_kv_layout *lay, int layer, int slot, int which, size_t es) {
-    size_t plane = plane_elems(lay);
-    return (uint8_t *)kv + (((size_t)layer * lay->n_slots + slot) * 2 + which) * plane * es;
+// Index of (layer, block, K (which = 0) or V (1), KV head) in units of head_elems rows (or, for the
+// scales, of MX_KV_BLOCK rows of scales).
+static size_t head_index(const mx_kv_layout *lay, int layer, int block, int which, int head) {
+    return (((size_t)layer * mx_kv_blocks(lay) + (size_t)block) * 2 + (size_t)which) * lay->n_kv_heads + (size_t)head;
 }
 
-// Scales of the I16 rows: after all the planes; CPU_KV_SCALES(head_dim) floats per (position, KV head).
-static float *kv_scales(const void *kv, const mx_kv_layout *lay, int layer, int slot, int which) {
-    size_t planes = (size_t)lay->n_layers * lay->n_slots * 2;
-    size_t per_plane = (size_t)lay->max_ctx * lay->n_kv_heads * CPU_KV_SCALES(lay->head_dim);
-    float *base = (float *)((uint8_t *)kv + planes * plane_elems(lay) * 2);
-    return base + (((size_t)layer * lay->n_slots + slot) * 2 + which) * per_plane;
+// Scales of the I16 rows: after all the elements.
+static float *kv_scales_base(const void *kv, const mx_kv_layout *lay, size_t es) {
+    size_t heads = (size_t)lay->n_layers * mx_kv_blocks(lay) * 2 * lay->n_kv_heads;
+    return (float *)((uint8_t *)kv + heads * head_elems(lay) * es);
+}
+
+// The block holding position pos of slot `slot`.
+static int block_of(const int32_t *table, const mx_kv_layout *lay, int slot, int pos) {
+    int i = (size_t)slot * mx_kv_table_len(lay) + pos / MX_KV_BLOCK;
+    int b = table ? table[i] : i;
+    MX_ASSERT(b >= 0 && b < mx_kv_blocks(lay));
+    return b;
 }
 
 // Writes one position's rows (n_kv_heads rows of hd) in the cache's element type.
@@ -70,18 +80,21 @@ static void store_rows(uint8_t *dst, float *scales, const float *src, int n_rows
     for (size_t i = 0; i < n; i++) d[i] = dt == MX_DTYPE_F16 ? mx_f32_to_f16(src[i]) : mx_f32_to_bf16(src[i]);
 }
 
-void cpu_kv_store(mx_backend *be, void *kv, const mx_kv_layout *lay, int layer, const float *k, const float *v,
-                  const int32_t *slot, const int32_t *pos, int n) {
+void cpu_kv_store(mx_backend *be, const mx_kv_ref *r, const float *k, const float *v, int n) {
+    const mx_kv_layout *lay = &r->lay;
+    uint8_t *kv = r->kv;
     int nh = lay->n_kv_heads, hd = lay->head_dim;
     size_t row = (size_t)nh * hd, es = mx_dtype_size(be->kv_dtype);
     bool scaled = be->kv_dtype == MX_DTYPE_I16;
+    float *scales = scaled ? kv_scales_base(kv, lay, es) : NULL;
     for (int t = 0; t < n; t++) {
-        MX_ASSERT(slot[t] >= 0 && slot[t] < lay->n_slots && pos[t] >= 0 && pos[t] < lay->max_ctx);
+        MX_ASSERT(r->slot[t] >= 0 && r->slot[t] < lay->n_slots && r->pos[t] >= 0 && r->pos[t] < lay->max_ctx);
+        int block = block_of(r->table, lay, r->slot[t], r->pos[t]), off = r->pos[t] % MX_KV_BLOCK;
         for (int which = 0; which < 2; which++) {
             for (int h = 0; h < nh; h++) {
-                size_t at = (size_t)h * lay->max_ctx + pos[t];  // head-major: [head][position]
-                uint8_t *dst = kv_plane(kv, lay, layer, slot[t], which, es) + at * hd * es;
-                float *sc = scaled ? kv_scales(kv, lay, layer, slot[t], which) + at * CPU_KV_SCALES(hd) : NULL;
+                size_t at = head_index(lay, r->layer, block, which, h) * MX_KV_BLOCK + (size_t)off;  // in rows
+                uint8_t *dst = kv + at * hd * es;
+                float *sc = scaled ? scales + at * CPU_KV_SCALES(hd) : NULL;
                 store_rows(dst, sc, (which ? v : k) + t * row + (size_t)h * hd, 1, hd, be->kv_dtype);
             }
         }
@@ -92,12 +105,11 @@ typedef struct attn_job {
     float *out;
     const float *q;
     const void *kv;
-    const mx_kv_layout *lay;
-    int layer, n_heads, window, n;
+    const mx_kv_ref *r;
+    int n_heads, window, n;
     int tokens, blocks;  // tokens per task, token blocks
     mx_dtype kv_dtype;   // cache element type
     size_t es;           // its size in bytes
-    const int32_t *slot, *pos;
     float scale;
     cpu_ctx *c;
 } attn_job;
@@ -105,14 +117,18 @@ typedef struct attn_job {
 // Task = (KV head, block of `tokens` tokens); tokens of one slot in the block go in one call.
 static void attn_task(void *arg, int task, int thread) {
     const attn_job *j = arg;
-    const mx_kv_layout *lay = j->lay;
+    const mx_kv_layout *lay = &j->r->lay;
+    const int32_t *slot = j->r->slot, *pos = j->r->pos;
     int kvh = task / j->blocks, blk = task % j->blocks;
-    int hd = lay->head_dim, group = j->n_heads / lay->n_kv_heads;
-    size_t head = (size_t)kvh * lay->max_ctx;  // first row of this KV head in a plane
+    int hd = lay->head_dim, group = j->n_heads / lay->n_kv_heads, tl = mx_kv_table_len(lay);
     int t_end = (blk + 1) * j->tokens < j->n ? (blk + 1) * j->tokens : j->n;
+    // Rows of block 0 of this layer and KV head (K and V); block b is b * 2 * n_kv_heads heads further.
+    size_t k0 = head_index(lay, j->r->layer, 0, 0, kvh), v0 = head_index(lay, j->r->layer, 0, 1, kvh);
+    int64_t block_rows = (int64_t)2 * lay->n_kv_heads * MX_KV_BLOCK;
+    const float *scales = j->kv_dtype == MX_DTYPE_I16 ? kv_scales_base(j->kv, lay, j->es) : NULL;
     for (int t0 = blk * j->tokens; t0 < t_end;) {
         int t1 = t0 + 1;
-        while (t1 < t_end && j->slot[t1] == j->slot[t0] && (t1 - t0 + 1) * group <= CPU_ATTN_MAX_ROWS) t1++;
+        while (t1 < t_end && slot[t1] == slot[t0] && (t1 - t0 + 1) * group <= CPU_ATTN_MAX_ROWS) t1++;
         const float *q[CPU_ATTN_MAX_ROWS];
         float *out[CPU_ATTN_MAX_ROWS];
         int first[CPU_ATTN_MAX_ROWS], last[CPU_ATTN_MAX_ROWS], nq = 0;
@@ -121,31 +137,35 @@ static void attn_task(void *arg, int task, int thread) {
                 size_t at = ((size_t)t * j->n_heads + (size_t)kvh * group + g) * hd;
                 q[nq] = j->q + at;
                 out[nq] = j->out + at;
-                last[nq] = j->pos[t];
+                last[nq] = pos[t];
                 first[nq] = j->window > 0 && last[nq] - j->window + 1 > 0 ? last[nq] - j->window + 1 : 0;
             }
         cpu_attn_args a = {.q = q, .out = out, .nq = nq, .first = first, .last = last,
-                           .K = kv_plane(j->kv, lay, j->layer, j->slot[t0], 0, j->es) + head * hd * j->es,
-                           .V = kv_plane(j->kv, lay, j->layer, j->slot[t0], 1, j->es) + head * hd * j->es,
-                           .stride = hd, .kv_dtype = j->kv_dtype, .hd = hd, .scale = j->scale};
-        if (j->kv_dtype == MX_DTYPE_I16) {
-            a.K_scale = kv_scales(j->kv, lay, j->layer, j->slot[t0], 0) + head * CPU_KV_SCALES(hd);
-            a.V_scale = kv_scales(j->kv, lay, j->layer, j->slot[t0], 1) + head * CPU_KV_SCALES(hd);
+                           .K = (const uint8_t *)j->kv + k0 * MX_KV_BLOCK * hd * j->es,
+                           .V = (const uint8_t *)j->kv + v0 * MX_KV_BLOCK * hd * j->es,
+                           .stride = hd, .kv_dtype = j->kv_dtype, .hd = hd, .scale = j->scale,
+                           .blocks = j->r->table ? j->r->table + (size_t)slot[t0] * tl : NULL,
+                           .block0 = j->r->table ? 0 : slot[t0] * tl, .block_stride = block_rows * hd};
+        if (scales) {
+            a.K_scale = scales + k0 * MX_KV_BLOCK * CPU_KV_SCALES(hd);
+            a.V_scale = scales + v0 * MX_KV_BLOCK * CPU_KV_SCALES(hd);
             a.scale_stride = CPU_KV_SCALES(hd);
+            a.scale_block_stride = block_rows * CPU_KV_SCALES(hd);
         }
         cpu_kernels_attn_rows(&a, j->c->scratch[thread]);
         t0 = t1;
     }
 }
 
-void cpu_attention(mx_backend *be, float *out, const float *q, const void *kv, const mx_kv_layout *lay, int layer,
-                   const int32_t *slot, const int32_t *pos, int n, int n_heads, float scale, int window) {
+void cpu_attention(mx_backend *be, float *out, const float *q, const mx_kv_ref *r, int n, int n_heads, float scale,
+                   int window) {
+    const mx_kv_layout *lay = &r->lay;
     MX_ASSERT(lay->head_dim <= MAX_HEAD_DIM && n_heads % lay->n_kv_heads == 0);
     MX_ASSERT(n_heads / lay->n_kv_heads <= CPU_ATTN_MAX_ROWS);
     MX_ASSERT(cpu_of(be)->scratch_floats >= CPU_ATTN_SCRATCH(lay->head_dim));
     cpu_ctx *c = cpu_of(be);
     int tokens = CPU_ATTN_MAX_ROWS / (n_heads / lay->n_kv_heads);
-    attn_job j = {out, q, kv, lay, layer, n_heads, window, n, tokens, (n + tokens - 1) / tokens,
-                  be->kv_dtype, mx_dtype_size(be->kv_dtype), slot, pos, scale, c};
+    attn_job j = {out, q, r->kv, r, n_heads, window, n, tokens, (n + tokens - 1) / tokens,
+                  be->kv_dtype, mx_dtype_size(be->kv_dtype), scale, c};
     mx_pool_run(c->pool, j.blocks * lay->n_kv_heads, attn_task, &j);
 }

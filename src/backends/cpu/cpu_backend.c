@@ -167,14 +167,12 @@ static void cpu_run_op(mx_backend *be, const mx_op *op) {
         break;
     case MX_OP_ROPE: cpu_rope(be, op->rope.x, op->rope.pos, op->rope.n, op->rope.n_heads, &op->rope.rope); break;
     case MX_OP_KV_STORE: {
-        const mx_kv_ref *r = &op->kv_store.kv;
-        cpu_kv_store(be, r->kv, &r->lay, r->layer, op->kv_store.k, op->kv_store.v, r->slot, r->pos, op->kv_store.n);
+        cpu_kv_store(be, &op->kv_store.kv, op->kv_store.k, op->kv_store.v, op->kv_store.n);
         break;
     }
     case MX_OP_ATTENTION: {
-        const mx_kv_ref *r = &op->attention.kv;
-        cpu_attention(be, op->attention.out, op->attention.q, r->kv, &r->lay, r->layer, r->slot, r->pos,
-                      op->attention.n, op->attention.n_heads, op->attention.scale, op->attention.window);
+        cpu_attention(be, op->attention.out, op->attention.q, &op->attention.kv, op->attention.n, op->attention.n_heads,
+                      op->attention.scale, op->attention.window);
         break;
     }
     case MX_OP_SWIGLU: cpu_swiglu(be, op->swiglu.out, op->swiglu.gate, op->swiglu.up, op->swiglu.count); break;

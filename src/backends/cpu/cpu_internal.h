@@ -30,10 +30,9 @@ void *cpu_act_buf(cpu_ctx *c, size_t bytes);
 void cpu_embed(mx_backend *be, float *out, const mx_matrix *w, const int32_t *ids, int n);
 void cpu_matmul(mx_backend *be, float *out, const float *x, const mx_matrix *w, const float *bias, int n);
 void cpu_moe_matmul(mx_backend *be, float *out, const float *x, const mx_matrix *w, const int32_t *ids, int m, int x_div);
-void cpu_kv_store(mx_backend *be, void *kv, const mx_kv_layout *lay, int layer, const float *k, const float *v,
-                  const int32_t *slot, const int32_t *pos, int n);
-void cpu_attention(mx_backend *be, float *out, const float *q, const void *kv, const mx_kv_layout *lay, int layer,
-                   const int32_t *slot, const int32_t *pos, int n, int n_heads, float scale, int window);
+void cpu_kv_store(mx_backend *be, const mx_kv_ref *r, const float *k, const float *v, int n);
+void cpu_attention(mx_backend *be, float *out, const float *q, const mx_kv_ref *r, int n, int n_heads, float scale,
+                   int window);
 void cpu_rmsnorm(mx_backend *be, float *out, const float *x, const float *w, int n, int dim, float eps);
 void cpu_rope(mx_backend *be, float *x, const int32_t *pos, int n, int n_heads, const mx_rope *rope);
 void cpu_swiglu(mx_backend *be, float *out, const float *gate, const float *up, int64_t count);

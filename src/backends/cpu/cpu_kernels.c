@@ -62,9 +62,9 @@ static void scalar_attn_rows(const cpu_attn_args *a, float *scratch) {
         memset(out, 0, sizeof(float) * hd);
         for (int p = a->first[j]; p <= a->last[j]; p++) {
             for (int d = 0; d < hd; d++) {
-                int64_t at = (int64_t)p * a->stride + d;
+                int64_t at = cpu_attn_key(a, p) + d;
                 if (a->kv_dtype == MX_DTYPE_I16) {
-                    int64_t si = (int64_t)p * a->scale_stride + d / CPU_KV_SCALE_BLOCK;
+                    int64_t si = cpu_attn_scale(a, p) + d / CPU_KV_SCALE_BLOCK;
                     kr[d] = (float)((const int16_t *)a->K)[at] * a->K_scale[si];
                     vr[d] = (float)((const int16_t *)a->V)[at] * a->V_scale[si];
                 } else {

@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "backends/backend.h"
 #include "core/quant.h"
 
 // Rows of w one gemm call handles at most.
@@ -45,22 +46,39 @@ void cpu_kernels_attn_head(const float *q, const float *K, const float *V, int64
 
 // Several queries that read the same KV head: for j < nq,
 //   out[j][hd] = softmax(scale * q[j] . K[p]) V  over keys p in [first[j], last[j]],
-// with key p of K and V at p * stride elements of kv_dtype (F32, F16, BF16, or I16: element d of
-// key p times K_scale[p * scale_stride + d / CPU_KV_SCALE_BLOCK], V likewise). Reading the keys once
-// for all the queries is the point.
+// with key p of K and V at cpu_attn_key(a, p) elements of kv_dtype (F32, F16, BF16, or I16: element
+// d of key p times K_scale[cpu_attn_scale(a, p) + d / CPU_KV_SCALE_BLOCK], V likewise). Keys come in
+// blocks of MX_KV_BLOCK rows `stride` elements apart; block i of the sequence is blocks[i] (NULL:
+// block0 + i), block_stride elements from block to block (0: MX_KV_BLOCK * stride, so the rows of
+// consecutive blocks are contiguous). Reading the keys once for all the queries is the point.
 typedef struct cpu_attn_args {
     const float *const *q;  // [nq] pointers to query rows [hd]
     float *const *out;      // [nq] pointers to output rows [hd]
     int nq;                 // 1 .. CPU_ATTN_MAX_ROWS
     const int *first, *last;  // [nq] key ranges, first <= last
-    const void *K, *V;     // key/value rows, `stride` elements apart
+    const void *K, *V;     // rows of block 0
     int64_t stride;
     mx_dtype kv_dtype;
     const float *K_scale, *V_scale;  // I16 only: CPU_KV_SCALES(hd) scales per key
     int64_t scale_stride;
     int hd;
     float scale;
+    const int32_t *blocks;  // the sequence's block table row, or NULL
+    int32_t block0;
+    int64_t block_stride, scale_block_stride;
 } cpu_attn_args;
+
+static inline int64_t cpu_attn_block(const cpu_attn_args *a, int p) {
+    return a->blocks ? a->blocks[p / MX_KV_BLOCK] : a->block0 + p / MX_KV_BLOCK;
+}
+static inline int64_t cpu_attn_key(const cpu_attn_args *a, int p) {
+    int64_t bs = a->block_stride ? a->block_stride : MX_KV_BLOCK * a->stride;
+    return cpu_attn_block(a, p) * bs + (int64_t)(p % MX_KV_BLOCK) * a->stride;
+}
+static inline int64_t cpu_attn_scale(const cpu_attn_args *a, int p) {
+    int64_t bs = a->scale_block_stride ? a->scale_block_stride : MX_KV_BLOCK * a->scale_stride;
+    return cpu_attn_block(a, p) * bs + (int64_t)(p % MX_KV_BLOCK) * a->scale_stride;
+}
 // scratch: CPU_ATTN_SCRATCH(hd) floats.
 void cpu_kernels_attn_rows(const cpu_attn_args *a, float *scratch);
 

@@ -53,10 +53,12 @@ ATTN_INLINE static __m512 reduce16(const __m512 v[16]) {
     return _mm512_add_ps(_mm512_shuffle_f32x4(x0, x1, 0x88), _mm512_shuffle_f32x4(x0, x1, 0xdd));
 }
 
-// One block of up to 16 keys from p0 as float32 rows of hd in dst (keys past nb zeroed); I16
-// elements are multiplied by their block's scale sc[p * sstride + d / CPU_KV_SCALE_BLOCK].
-ATTN_INLINE static void load_block(float *dst, const void *src, mx_dtype dt, int64_t stride, const float *sc,
-                                   int64_t sstride, int p0, int nb, int hd) {
+// One block of up to 16 keys from p0 as float32 rows of hd in dst (keys past nb zeroed); key p at
+// cpu_attn_key(a, p) of src; I16 elements are multiplied by their block's scale
+// sc[cpu_attn_scale(a, p) + d / CPU_KV_SCALE_BLOCK].
+ATTN_INLINE static void load_block(float *dst, const cpu_attn_args *a, const void *src, const float *sc, int p0,
+                                   int nb, int hd) {
+    mx_dtype dt = a->kv_dtype;
     int chunks = (hd + 15) / 16;
     __mmask16 tail = (__mmask16)(hd % 16 ? (1u << (hd % 16)) - 1 : 0xffff);
     for (int i = 0; i < 16; i++) {
@@ -65,14 +67,14 @@ ATTN_INLINE static void load_block(float *dst, const void *src, mx_dtype dt, int
             for (int c = 0; c < chunks; c++) _mm512_store_ps(d + c * 16, _mm512_setzero_ps());
             continue;
         }
-        int64_t at = (int64_t)(p0 + i) * stride;
+        int64_t at = cpu_attn_key(a, p0 + i), sat = dt == MX_DTYPE_I16 ? cpu_attn_scale(a, p0 + i) : 0;
         for (int c = 0; c < chunks; c++) {
             __mmask16 cm = c == chunks - 1 ? tail : 0xffff;
             __m512 v;
             if (dt == MX_DTYPE_I16)
                 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(
                                       _mm256_maskz_loadu_epi16(cm, (const int16_t *)src + at + c * 16))),
-                                  _mm512_set1_ps(sc[(int64_t)(p0 + i) * sstride + c * 16 / CPU_KV_SCALE_BLOCK]));
+                                  _mm512_set1_ps(sc[sat + c * 16 / CPU_KV_SCALE_BLOCK]));
             else if (dt == MX_DTYPE_F16)
                 v = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(cm, (const uint16_t *)src + at + c * 16));
             else if (dt == MX_DTYPE_BF16)
@@ -112,8 +114,8 @@ ATTN_INLINE static void attn_rows_body(const cpu_attn_args *a, float *scratch, i
     }
     for (int p0 = lo; p0 <= hi; p0 += 16) {
         int nb = hi - p0 + 1 < 16 ? hi - p0 + 1 : 16;
-        load_block(Kb, a->K, a->kv_dtype, a->stride, a->K_scale, a->scale_stride, p0, nb, hd);
-        load_block(Vb, a->V, a->kv_dtype, a->stride, a->V_scale, a->scale_stride, p0, nb, hd);
+        load_block(Kb, a, a->K, a->K_scale, p0, nb, hd);
+        load_block(Vb, a, a->V, a->V_scale, p0, nb, hd);
         for (int j = 0; j < nq; j++) {
             // keys of this block inside [first_j, last_j]
             int from = a->first[j] - p0, to = a->last[j] - p0;

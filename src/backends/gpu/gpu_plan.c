@@ -24,17 +24,11 @@ static void run_record(const mxg_launch *L, const mx_op *op) {
         mxg_rmsnorm(L, op->rmsnorm.out, op->rmsnorm.x, op->rmsnorm.w, op->rmsnorm.n, op->rmsnorm.dim, op->rmsnorm.eps);
         break;
     case MX_OP_ROPE: mxg_rope(L, op->rope.x, op->rope.pos, op->rope.n, op->rope.n_heads, &op->rope.rope); break;
-    case MX_OP_KV_STORE: {
-        const mx_kv_ref *r = &op->kv_store.kv;
-        mxg_kv_store(L, r->kv, &r->lay, r->layer, op->kv_store.k, op->kv_store.v, r->slot, r->pos, op->kv_store.n);
+    case MX_OP_KV_STORE: mxg_kv_store(L, &op->kv_store.kv, op->kv_store.k, op->kv_store.v, op->kv_store.n); break;
+    case MX_OP_ATTENTION:
+        mxg_attention(L, op->attention.out, op->attention.q, &op->attention.kv, op->attention.n, op->attention.n_heads,
+                      op->attention.scale, op->attention.window);
         break;
-    }
-    case MX_OP_ATTENTION: {
-        const mx_kv_ref *r = &op->attention.kv;
-        mxg_attention(L, op->attention.out, op->attention.q, r->kv, &r->lay, r->layer, r->slot, r->pos,
-                      op->attention.n, op->attention.n_heads, op->attention.scale, op->attention.window);
-        break;
-    }
     case MX_OP_SWIGLU: mxg_swiglu(L, op->swiglu.out, op->swiglu.gate, op->swiglu.up, op->swiglu.count); break;
     case MX_OP_ADD: mxg_add(L, op->add.x, op->add.y, op->add.count); break;
     case MX_OP_MOE_ROUTE:

@@ -51,12 +51,12 @@ int mxg_matmul_mma(const mxg_launch *L, float *out, const float *x, const mx_mat
 void mxg_rmsnorm(const mxg_launch *L, float *out, const float *x, const float *w, int n, int dim, float eps);
 void mxg_rope(const mxg_launch *L, float *x, const int32_t *pos, int n, int n_heads, const mx_rope *rope);
 
-// The KV cache holds f16 elements laid out [layer][slot][k|v][kv_head][position][head_dim], so one
-// head's keys are contiguous over positions (total size: mx_kv_bytes with MX_DTYPE_F16).
-void mxg_kv_store(const mxg_launch *L, void *kv, const mx_kv_layout *lay, int layer, const float *k,
-                  const float *v, const int32_t *slot, const int32_t *pos, int n);
-void mxg_attention(const mxg_launch *L, float *out, const float *q, const void *kv, const mx_kv_layout *lay,
-                   int layer, const int32_t *slot, const int32_t *pos, int n, int n_heads, float scale,
+// The KV cache holds f16 elements in blocks of MX_KV_BLOCK positions, laid out
+// [layer][block][k|v][kv_head][MX_KV_BLOCK][head_dim] (backend.h; total size: mx_kv_bytes with
+// MX_DTYPE_F16), so one head's keys are contiguous within a block. The block of a token's position
+// comes from the ref's block table (kv_block.cuh).
+void mxg_kv_store(const mxg_launch *L, const mx_kv_ref *r, const float *k, const float *v, int n);
+void mxg_attention(const mxg_launch *L, float *out, const float *q, const mx_kv_ref *r, int n, int n_heads, float scale,
                    int window);
 // Bytes of L->scratch that mxg_attention wants for full split parallelism (it uses fewer splits
 // when given less).

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// Attention over the f16 KV cache for prefill, decode and mixed batches, without materializing the
-// [T, T] score matrix (online softmax, flash-attention style).
+// Attention over the paged f16 KV cache for prefill, decode and mixed batches, without materializing
+// the [T, T] score matrix (online softmax, flash-attention style). Each key row of a tile is found
+// through the slot's block table (kv_block.cuh); a 32-key tile spans two blocks of 16.
 //
 // A block takes ROWS consecutive tokens (one warp each) of one query head, and optionally one of
 // `splits` slices of the key range (split-KV, used when there are too few blocks to fill the GPU,
@@ -14,6 +15,7 @@
 
 #include "backends/gpu/common.cuh"
 #include "backends/gpu/kernels.h"
+#include "backends/gpu/kv_block.cuh"
 
 namespace {
 
@@ -28,7 +30,8 @@ struct AttnArgs {
     const float *q;          // [n, n_heads, D]
     const __half *kv;
     const int32_t *slot, *pos;
-    int n, n_heads, n_kv_heads, head_dim, max_ctx, n_slots, layer, window, splits;
+    KvPages pg;  // where a (slot, position)'s keys are (kv_block.cuh)
+    int n, n_heads, n_kv_heads, head_dim, max_ctx, window, splits;
     float scale;
 };
 
@@ -65,7 +68,6 @@ __global__ void __launch_bounds__(ROWS * 64) attn_kernel(AttnArgs a) {
     const int chunk = (maxhi + a.splits) / a.splits;  // ceil((maxhi + 1) / splits)
     const int sp_lo = split * chunk, sp_hi = min(maxhi, (split + 1) * chunk - 1);
     const int my_lo = s_lo[warp], my_hi = s_hi[warp];
-    const int64_t plane = (int64_t)a.n_kv_heads * a.max_ctx * D;  // K (or V) of one slot and layer
 
     float o[DPL];
 #pragma unroll
@@ -88,8 +90,6 @@ __global__ void __launch_bounds__(ROWS * 64) attn_kernel(AttnArgs a) {
         __syncthreads();
         if (lane == 0 && mine) s_done[warp] = 1;
 
-        const __half *kbase = a.kv + ((int64_t)a.layer * a.n_slots + cur) * 2 * plane + (int64_t)kvh * a.max_ctx * D;
-        const __half *vbase = kbase + plane;
         const int words = D / 2;
         for (int k0 = klo; k0 <= khi; k0 += BK) {
             const int nk = min(BK, khi - k0 + 1);
@@ -97,16 +97,18 @@ __global__ void __launch_bounds__(ROWS * 64) attn_kernel(AttnArgs a) {
                 const int vecs = D / 8;
                 for (int i = threadIdx.x; i < nk * vecs; i += blockDim.x) {
                     const int j = i / vecs, vq = i % vecs;
-                    const uint4 kq = ((const uint4 *)(kbase + (int64_t)(k0 + j) * D))[vq];
+                    const __half *krow = a.kv + kv_row(a.pg, cur, k0 + j, 0, kvh), *vrow = a.kv + kv_row(a.pg, cur, k0 + j, 1, kvh);
+                    const uint4 kq = ((const uint4 *)krow)[vq];
                     uint32_t *kd = (uint32_t *)(ks + j * KST) + 4 * vq;
                     kd[0] = kq.x, kd[1] = kq.y, kd[2] = kq.z, kd[3] = kq.w;
-                    ((uint4 *)(vs + j * D))[vq] = ((const uint4 *)(vbase + (int64_t)(k0 + j) * D))[vq];
+                    ((uint4 *)(vs + j * D))[vq] = ((const uint4 *)vrow)[vq];
                 }
             } else {
                 for (int i = threadIdx.x; i < nk * words; i += blockDim.x) {
                     const int j = i / words, wd = i % words;
-                    ((__half2 *)(ks + j * KST))[wd] = ((const __half2 *)(kbase + (int64_t)(k0 + j) * D))[wd];
-                    ((__half2 *)(vs + j * D))[wd] = ((const __half2 *)(vbase + (int64_t)(k0 + j) * D))[wd];
+                    const __half *krow = a.kv + kv_row(a.pg, cur, k0 + j, 0, kvh), *vrow = a.kv + kv_row(a.pg, cur, k0 + j, 1, kvh);
+                    ((__half2 *)(ks + j * KST))[wd] = ((const __half2 *)krow)[wd];
+                    ((__half2 *)(vs + j * D))[wd] = ((const __half2 *)vrow)[wd];
                 }
             }
             __syncthreads();
@@ -211,16 +213,17 @@ extern "C" size_t mxg_attention_scratch_bytes(int sm_count, int head_dim) {
     return (size_t)ROWS * 4 * (size_t)sm_count * (size_t)(head_dim + 2) * sizeof(float);
 }
 
-extern "C" void mxg_attention(const mxg_launch *L, float *out, const float *q, const void *kv, const mx_kv_layout *lay,
-                              int layer, const int32_t *slot, const int32_t *pos, int n, int n_heads, float scale,
-                              int window) {
+extern "C" void mxg_attention(const mxg_launch *L, float *out, const float *q, const mx_kv_ref *r, int n, int n_heads,
+                              float scale, int window) {
+    const mx_kv_layout *lay = &r->lay;
     const int D = lay->head_dim;
-    MX_ASSERT(D % 2 == 0 && D <= kMaxHeadDim && n_heads % lay->n_kv_heads == 0 && layer < lay->n_layers);
+    MX_ASSERT(D % 2 == 0 && D <= kMaxHeadDim && n_heads % lay->n_kv_heads == 0 && r->layer < lay->n_layers);
     if (n == 0) return;
     AttnArgs a;
-    a.out = out, a.part = (float *)L->scratch, a.q = q, a.kv = (const __half *)kv, a.slot = slot, a.pos = pos;
+    a.out = out, a.part = (float *)L->scratch, a.q = q, a.kv = (const __half *)r->kv, a.slot = r->slot, a.pos = r->pos;
+    a.pg = kv_pages(r);
     a.n = n, a.n_heads = n_heads, a.n_kv_heads = lay->n_kv_heads, a.head_dim = D, a.max_ctx = lay->max_ctx;
-    a.n_slots = lay->n_slots, a.layer = layer, a.window = window, a.scale = scale;
+    a.window = window, a.scale = scale;
     const int row_blocks = (n + ROWS - 1) / ROWS;
     const int64_t blocks = (int64_t)row_blocks * n_heads, target = 2 * (int64_t)L->sm_count;
     int splits = 1;

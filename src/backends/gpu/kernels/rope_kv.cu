@@ -3,6 +3,7 @@
 // inv_freq[i] (the long table from long_from on), cos/sin times attn_factor) in
 // place on [n, heads, head_dim], and the KV-cache write (f16, layout in kernels.h).
 #include "backends/gpu/common.cuh"
+#include "backends/gpu/kv_block.cuh"
 #include "backends/gpu/kernels.h"
 
 namespace {
@@ -28,17 +29,13 @@ __global__ void rope_kernel(float *x, const int32_t *__restrict__ pos, int n_hea
 }
 
 __global__ void kv_store_kernel(__half *kv, const float *__restrict__ k, const float *__restrict__ v,
-                                const int32_t *__restrict__ slot, const int32_t *__restrict__ pos,
-                                int layer, int n_slots, int n_kv_heads, int max_ctx, int head_dim) {
+                                const int32_t *__restrict__ slot, const int32_t *__restrict__ pos, KvPages pg) {
     const int t = blockIdx.x;
-    const int64_t plane = (int64_t)n_kv_heads * max_ctx * head_dim;  // one of k or v of one slot
-    const int64_t base = ((int64_t)layer * n_slots + slot[t]) * 2 * plane + (int64_t)pos[t] * head_dim;
-    const int per_token = n_kv_heads * head_dim;
+    const int per_token = pg.n_kv_heads * pg.head_dim;
     for (int i = threadIdx.x; i < per_token; i += blockDim.x) {
-        const int h = i / head_dim, d = i % head_dim;
-        const int64_t o = base + (int64_t)h * max_ctx * head_dim + d;
-        kv[o] = __float2half_rn(k[(int64_t)t * per_token + i]);
-        kv[o + plane] = __float2half_rn(v[(int64_t)t * per_token + i]);
+        const int h = i / pg.head_dim, d = i % pg.head_dim;
+        kv[kv_row(pg, slot[t], pos[t], 0, h) + d] = __float2half_rn(k[(int64_t)t * per_token + i]);
+        kv[kv_row(pg, slot[t], pos[t], 1, h) + d] = __float2half_rn(v[(int64_t)t * per_token + i]);
     }
 }
 
@@ -56,13 +53,11 @@ extern "C" void mxg_rope(const mxg_launch *L, float *x, const int32_t *pos, int 
                                                                     rope->attn_factor);
 }
 
-extern "C" void mxg_kv_store(const mxg_launch *L, void *kv, const mx_kv_layout *lay, int layer, const float *k,
-                             const float *v, const int32_t *slot, const int32_t *pos, int n) {
-    MX_ASSERT(layer >= 0 && layer < lay->n_layers && n >= 0);
+extern "C" void mxg_kv_store(const mxg_launch *L, const mx_kv_ref *r, const float *k, const float *v, int n) {
+    MX_ASSERT(r->layer >= 0 && r->layer < r->lay.n_layers && n >= 0);
     if (n == 0) return;
-    int threads = lay->n_kv_heads * lay->head_dim;
+    int threads = r->lay.n_kv_heads * r->lay.head_dim;
     threads = threads > 256 ? 256 : (threads + 31) / 32 * 32;
-    kv_store_kernel<<<(unsigned)n, threads, 0, (gpuStream_t)L->stream>>>((__half *)kv, k, v, slot, pos, layer,
-                                                                        lay->n_slots, lay->n_kv_heads, lay->max_ctx,
-                                                                        lay->head_dim);
+    kv_store_kernel<<<(unsigned)n, threads, 0, (gpuStream_t)L->stream>>>((__half *)r->kv, k, v, r->slot, r->pos,
+                                                                        kv_pages(r));
 }
