@@ -4,7 +4,8 @@
 # architecture comes from nvidia-smi, which tests the detection), build, then run the GPU op suite
 # (also under compute-sanitizer memcheck), the GPU ctest group (build contract, model parity on
 # cuda), parity without tensor cores, the demo generation with LD_LIBRARY_PATH unset (compared with
-# --backend cpu), `mlxcel info`, the backend decode/prefill bench and `mlxcel bench`.
+# --backend cpu), `mlxcel info`, the backend decode/prefill bench and `mlxcel bench` (each engine
+# bench also with MLXCEL_GPU_OLD_MATVEC=1: the A/B of the matrix-vector kernels).
 # Every step counts (tests/gpu/steps.sh): the script prints each step's verdict and one line
 # "N passed, M failed", records them with the commit in tests/gpu/LAST_RUN.md (and $OUT/LAST_RUN.md),
 # and exits 1 when any step failed (a GPU test that skips on this machine is a failure here).
@@ -21,7 +22,7 @@ quick=${1:-}
 . tests/gpu/steps.sh
 finish() {
     for f in "$LOGS"/*.log; do printf '\n===== %s\n' "$(basename "$f")"; tail -c 200000 "$f"; done >"$OUT/all.log"
-    cp "$LOGS"/gpu_ops.log "$LOGS"/bench_0.6b_r4.log "$LOGS"/bench_8b_r4.log "$OUT"/ 2>/dev/null
+    cp "$LOGS"/gpu_ops.log "$LOGS"/bench_0.6b_r4.log "$LOGS"/bench_8b_r4.log "$LOGS"/mlxcel_bench_*.log "$OUT"/ 2>/dev/null
     steps_finish run_on_device.sh
 }
 
@@ -50,7 +51,7 @@ step gpu_ops 300 build/cuda/test_gpu_ops
 tail -16 "$LOGS/gpu_ops.log"
 grep -E "check failed" "$LOGS/gpu_ops.log" | head -20
 
-echo "== GPU ctest group (build contract, parity on cuda)"
+echo "== GPU ctest group (build contract, conformance, parity on cuda)"
 step ctest_gpu 400 ctest --test-dir build/cuda -R "^(gpu_|spdx)" -E "gpu_configure" --output-on-failure
 grep -E "tests passed|FAILED|Failed|\*\*\*" "$LOGS/ctest_gpu.log" | head
 if grep -q "Skipped" "$LOGS/ctest_gpu.log"; then  # ctest passes skipped tests; on the device they are failures
@@ -58,6 +59,8 @@ if grep -q "Skipped" "$LOGS/ctest_gpu.log"; then  # ctest passes skipped tests; 
 fi
 step parity_cuda_nomma 300 env MLXCEL_TEST_BACKEND=cuda MLXCEL_GPU_NO_MMA=1 build/cuda/test_model_parity
 tail -2 "$LOGS/parity_cuda_nomma.log"
+step parity_cuda_oldmv 300 env MLXCEL_TEST_BACKEND=cuda MLXCEL_GPU_OLD_MATVEC=1 build/cuda/test_model_parity
+tail -2 "$LOGS/parity_cuda_oldmv.log"
 
 echo "== demo generation (LD_LIBRARY_PATH unset)"
 gen=(generate -m models/qwen3-demo-44m-4bit -p "Hello" -n 50 --temp 0)
@@ -100,15 +103,23 @@ if [ "$quick" != "--quick" ]; then
     done
     step bench_8b_nomma 180 env MLXCEL_GPU_NO_MMA=1 build/cuda/bench_gpu_decode qwen3-8b 512 512 100
     grep -E "^prefill" "$LOGS/bench_8b_nomma.log"
+    step bench_8b_oldmv 180 env MLXCEL_GPU_OLD_MATVEC=1 build/cuda/bench_gpu_decode qwen3-8b 512 512 100
+    grep -E "decode|prefill" "$LOGS/bench_8b_oldmv.log"
+    sed -n '/per-op times, 1 token/,/per-op times, 512/p' "$LOGS/bench_8b_oldmv.log"
     sed -n '/per-op times, 512/,$p' "$LOGS/bench_8b_r4.log"
     sed -n '/per-op times, 1 token/,/per-op times, 512/p' "$LOGS/bench_8b_r4.log"
     sed -n '/per-op times, 1 token/,/per-op times, 512/p' "$LOGS/bench_0.6b_r4.log"
 fi
 step mlxcel_bench_0.6b 240 build/cuda/mlxcel bench --shape qwen3-0.6b -p 512 -n 128 --backend cuda
 tail -4 "$LOGS/mlxcel_bench_0.6b.log"
+# A/B: the previous matrix-vector kernels (no scaled-activation dot, no split-K), same binary.
+step mlxcel_bench_0.6b_oldmv 240 env MLXCEL_GPU_OLD_MATVEC=1 build/cuda/mlxcel bench --shape qwen3-0.6b -p 512 -n 128 --backend cuda
+tail -4 "$LOGS/mlxcel_bench_0.6b_oldmv.log"
 if [ "$quick" != "--quick" ]; then
     step mlxcel_bench_8b 300 build/cuda/mlxcel bench --shape qwen3-8b -p 512 -n 128 --backend cuda
     tail -4 "$LOGS/mlxcel_bench_8b.log"
+    step mlxcel_bench_8b_oldmv 300 env MLXCEL_GPU_OLD_MATVEC=1 build/cuda/mlxcel bench --shape qwen3-8b -p 512 -n 128 --backend cuda
+    tail -4 "$LOGS/mlxcel_bench_8b_oldmv.log"
     if command -v compute-sanitizer >/dev/null; then
         step sanitizer_memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 9 build/cuda/test_gpu_ops
         tail -4 "$LOGS/sanitizer_memcheck.log"

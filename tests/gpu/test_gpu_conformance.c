@@ -6,7 +6,8 @@
 // runner (src/backends/gpu/gpu_plan.c) in every weight format it fuses and in formats it does not
 // fuse (those run record by record), with and without biases, plus patterns that must not fuse
 // (several tokens, aliasing buffers), a whole decoder layer (decode and prefill-sized), and the
-// records no pattern covers. Each plan runs three times on the GPU (direct, recorded as a graph,
+// records no pattern covers; the projection patterns again on a backend with the previous
+// matrix-vector kernels (MLXCEL_GPU_OLD_MATVEC=1). Each plan runs three times on the GPU (direct, recorded as a graph,
 // replayed) with the input buffers restored in between, and every run must match.
 // Bounds: relative L2 error per buffer of 2e-5 (float32 paths: summation order only); buffers after
 // an attention record 3e-3 (the GPU cache stores f16, the CPU's f32); tensor-core prefill matmuls
@@ -451,6 +452,45 @@ static void moe_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, const fmt *f,
     data_free(&d);
 }
 
+static const fmt fused_fmts[] = {
+    {{MX_QUANT_AFFINE, 4, 64}, MX_DTYPE_U32, MX_DTYPE_BF16},
+    {{MX_QUANT_AFFINE, 4, 32}, MX_DTYPE_U32, MX_DTYPE_F16},
+    {{MX_QUANT_AFFINE, 8, 128}, MX_DTYPE_U32, MX_DTYPE_BF16},
+    {{MX_QUANT_MXFP4, 4, 32}, MX_DTYPE_U32, MX_DTYPE_U8},
+    {{MX_QUANT_NONE, 0, 0}, MX_DTYPE_BF16, MX_DTYPE_BF16},
+};
+static const fmt other_fmts[] = {
+    {{MX_QUANT_AFFINE, 3, 64}, MX_DTYPE_U32, MX_DTYPE_BF16},
+    {{MX_QUANT_AFFINE, 4, 64}, MX_DTYPE_U32, MX_DTYPE_F32},
+    {{MX_QUANT_NONE, 0, 0}, MX_DTYPE_F32, MX_DTYPE_F32},
+};
+
+// The projection patterns in each format. `all`: also the patterns that must not fuse and the
+// several-token cases (run once; the second GPU backend repeats only what its switch changes).
+static void proj_cases(mx_backend *cpu, mx_backend *gpu, ref_rng *rng, bool all) {
+    for (int p = 0; p <= P_ALIAS_RES; p++) {
+        for (size_t f = 0; f < sizeof fused_fmts / sizeof fused_fmts[0]; f++) {
+            proj_case(cpu, gpu, rng, &fused_fmts[f], (proj_cfg){1, 1024, 2048, 512, 3072, false, p});
+            if (f == 0) proj_case(cpu, gpu, rng, &fused_fmts[f], (proj_cfg){1, 512, 512, 128, 768, true, p});
+        }
+        if (!all) continue;
+        proj_case(cpu, gpu, rng, &other_fmts[p % 3], (proj_cfg){1, 512, 512, 256, 768, p % 2 == 0, p});
+        proj_case(cpu, gpu, rng, &fused_fmts[0], (proj_cfg){3, 512, 512, 256, 768, false, p});
+    }
+    // Few rows (one block per matrix), and a norm over a long row (the staging limit).
+    proj_case(cpu, gpu, rng, &fused_fmts[0], (proj_cfg){1, 256, 64, 32, 64, true, P_NORM_QKV});
+    proj_case(cpu, gpu, rng, &fused_fmts[0], (proj_cfg){1, 12288, 256, 128, 256, false, P_NORM_GATE_UP});
+    // Few rows over long rows: the split-K launches (two and four warps per row group) of the fused
+    // kernels, in the 4- and 8-bit formats (scaled-activation dot) and bf16; q/k/v of 512 rows over
+    // 2048 columns, gate/up of 256 rows over 4096, a residual product of 256 rows over 4224.
+    for (size_t f = 0; f < sizeof fused_fmts / sizeof fused_fmts[0]; f++) {
+        if (fused_fmts[f].q.mode == MX_QUANT_MXFP4) continue;
+        proj_case(cpu, gpu, rng, &fused_fmts[f], (proj_cfg){1, 2048, 256, 128, 256, f == 0, P_NORM_QKV});
+        proj_case(cpu, gpu, rng, &fused_fmts[f], (proj_cfg){1, 4096, 256, 128, 256, f == 1, P_NORM_GATE_UP});
+        proj_case(cpu, gpu, rng, &fused_fmts[f], (proj_cfg){1, 256, 4224, 128, 256, f == 2, P_RESIDUAL});
+    }
+}
+
 int main(void) {
     mx_backend_options copt = {"cpu", 2, 0}, gopt = {mx_gpu_backend_name(), 0, 0};
     mx_backend *cpu = mx_backend_create(&copt, &err);
@@ -463,29 +503,7 @@ int main(void) {
     }
     printf("cpu vs %s (%s)\n", gpu->ops->name, gpu->device_name);
     ref_rng rng = {0x2545f4914f6cdd1dull};
-    const fmt fused_fmts[] = {
-        {{MX_QUANT_AFFINE, 4, 64}, MX_DTYPE_U32, MX_DTYPE_BF16},
-        {{MX_QUANT_AFFINE, 4, 32}, MX_DTYPE_U32, MX_DTYPE_F16},
-        {{MX_QUANT_AFFINE, 8, 128}, MX_DTYPE_U32, MX_DTYPE_BF16},
-        {{MX_QUANT_MXFP4, 4, 32}, MX_DTYPE_U32, MX_DTYPE_U8},
-        {{MX_QUANT_NONE, 0, 0}, MX_DTYPE_BF16, MX_DTYPE_BF16},
-    };
-    const fmt other_fmts[] = {
-        {{MX_QUANT_AFFINE, 3, 64}, MX_DTYPE_U32, MX_DTYPE_BF16},
-        {{MX_QUANT_AFFINE, 4, 64}, MX_DTYPE_U32, MX_DTYPE_F32},
-        {{MX_QUANT_NONE, 0, 0}, MX_DTYPE_F32, MX_DTYPE_F32},
-    };
-    for (int p = 0; p <= P_ALIAS_RES; p++) {
-        for (size_t f = 0; f < sizeof fused_fmts / sizeof fused_fmts[0]; f++) {
-            proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 1024, 2048, 512, 3072, false, p});
-            if (f == 0) proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 512, 512, 128, 768, true, p});
-        }
-        proj_case(cpu, gpu, &rng, &other_fmts[p % 3], (proj_cfg){1, 512, 512, 256, 768, p % 2 == 0, p});
-        proj_case(cpu, gpu, &rng, &fused_fmts[0], (proj_cfg){3, 512, 512, 256, 768, false, p});
-    }
-    // Few rows (one block per matrix), and a norm over a long row (the staging limit).
-    proj_case(cpu, gpu, &rng, &fused_fmts[0], (proj_cfg){1, 256, 64, 32, 64, true, P_NORM_QKV});
-    proj_case(cpu, gpu, &rng, &fused_fmts[0], (proj_cfg){1, 12288, 256, 128, 256, false, P_NORM_GATE_UP});
+    proj_cases(cpu, gpu, &rng, true);
     rope_case(cpu, gpu, &rng, (rope_cfg){1, 16, 8, 128, true, 0, false});
     rope_case(cpu, gpu, &rng, (rope_cfg){5, 32, 8, 128, true, 0, false});
     rope_case(cpu, gpu, &rng, (rope_cfg){1, 12, 4, 64, false, 0, false});
@@ -500,6 +518,16 @@ int main(void) {
     layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){70, 512, 8, 4, 64, 1024, 1000});
     moe_case(cpu, gpu, &rng, &fused_fmts[0], (moe_cfg){1, 256, 8, 2, 128});
     moe_case(cpu, gpu, &rng, &fused_fmts[0], (moe_cfg){5, 256, 8, 2, 128});
+    mx_backend_free(gpu);
+    // The previous matrix-vector kernels (MLXCEL_GPU_OLD_MATVEC=1, the A/B switch of the benches).
+    setenv("MLXCEL_GPU_OLD_MATVEC", "1", 1);
+    gpu = mx_gpu_backend_create(&gopt, &err);
+    unsetenv("MLXCEL_GPU_OLD_MATVEC");
+    if (!gpu) die("gpu backend with MLXCEL_GPU_OLD_MATVEC=1");
+    printf("cpu vs %s with MLXCEL_GPU_OLD_MATVEC=1\n", gpu->ops->name);
+    proj_cases(cpu, gpu, &rng, false);
+    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){1, 512, 8, 4, 64, 1024, 1000});
+    moe_case(cpu, gpu, &rng, &fused_fmts[0], (moe_cfg){1, 256, 8, 2, 128});
     mx_backend_free(gpu);
     mx_backend_free(cpu);
     return check_finish();

@@ -3,8 +3,10 @@
 // format_ref.h), for every weight format, on fresh random inputs, with outputs poisoned (NaN) before
 // each op so unwritten elements fail. Matmuls run at several batch sizes so each kernel family is
 // hit: matrix-vector (n <= 8), the tensor-core tiled path and the portable float32 tiled path (a
-// second backend made with MLXCEL_GPU_NO_MMA=1). A plan run four times (recorded as a graph, then
-// replayed) closes the run. Exit 77 (ctest: skipped) when the machine has no GPU.
+// second backend made with MLXCEL_GPU_NO_MMA=1); the matrix-vector kernels also at shapes that reach
+// each of their launch choices, on the default path and on the previous one (a third backend made
+// with MLXCEL_GPU_OLD_MATVEC=1). A plan run four times (recorded as a graph, then replayed) closes
+// the run. Exit 77 (ctest: skipped) when the machine has no GPU.
 //
 // Matmul bounds: every output element within its own bound (elem_bound below: float32 rounding of
 // any summation order, plus on the tensor-core path the bf16 rounding of its inputs), and the whole
@@ -194,8 +196,8 @@ static int all_formats(fmt_case *out) {
     return n;
 }
 
-static void test_matmul(mx_backend *be, ref_rng *rng, bool mma_backend, group_stat *g_mv, group_stat *g_tiled,
-                        group_stat *g_f32) {
+static void test_matmul(mx_backend *be, ref_rng *rng, bool mma_backend, bool matvec_only, group_stat *g_mv,
+                        group_stat *g_tiled, group_stat *g_f32) {
     fmt_case fc[80];
     int nf = all_formats(fc);
     const int ns[] = {1, 2, 3, 5, 8, 9, 70};
@@ -216,6 +218,7 @@ static void test_matmul(mx_backend *be, ref_rng *rng, bool mma_backend, group_st
         for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
             int n = ns[ni];
             if (!mma_backend && n <= 8) continue;  // the second backend only re-checks the tiled path
+            if (matvec_only && n > 8) continue;
             bool tiled = n > 8, mma = mma_backend && n >= 64;
             int64_t count = (int64_t)n * rows;
             float *x = fmalloc((int64_t)n * hw.cols), *ref = fmalloc(count), *got = fmalloc(count);
@@ -249,6 +252,72 @@ static void test_matmul(mx_backend *be, ref_rng *rng, bool mma_backend, group_st
         free(bias);
         be->ops->release_matrix(be, &dw);
         ref_matrix_free(&hw);
+    }
+}
+
+// Matrix-vector shapes (n <= 8) that reach every launch choice of the matrix-vector kernels
+// (kernels/matvec.cuh): many rows (four rows per warp), few rows over long rows (split-K over two
+// and four warps), one row, row lengths that are not a multiple of what a warp covers per step; in
+// every affine 4/8-bit format (the scaled-activation dot, kernels/matvec_scaled.cuh) and three
+// formats that keep the generic dot. `path` names the backend's matrix-vector path in messages.
+static void test_matvec_shapes(mx_backend *be, ref_rng *rng, const char *path, group_stat *g) {
+    fmt_case fc[32];
+    int nf = 0;
+    const mx_dtype fl[3] = {MX_DTYPE_BF16, MX_DTYPE_F16, MX_DTYPE_F32};
+    const int bits[2] = {4, 8}, groups[3] = {32, 64, 128};
+    for (int b = 0; b < 2; b++)
+        for (int gi = 0; gi < 3; gi++)
+            for (int si = 0; si < 3; si++)
+                fc[nf++] = (fmt_case){{MX_QUANT_AFFINE, bits[b], groups[gi]}, MX_DTYPE_U32, fl[si], 0};
+    fc[nf++] = (fmt_case){{MX_QUANT_AFFINE, 3, 64}, MX_DTYPE_U32, MX_DTYPE_BF16, 0};
+    fc[nf++] = (fmt_case){{MX_QUANT_MXFP4, 4, 32}, MX_DTYPE_U32, MX_DTYPE_U8, 0};
+    fc[nf++] = (fmt_case){{MX_QUANT_NONE, 0, 0}, MX_DTYPE_BF16, MX_DTYPE_F32, 0};
+    // rows x cols: 4224 rows give four rows per warp on any GPU with up to 264 multiprocessors;
+    // 133 x 4224 (132 chunks) splits over four warps, 7 x 2048 over two; 1 x 1152 is one row.
+    const int shapes[4][2] = {{4224, 512}, {133, 4224}, {7, 2048}, {1, 1152}};
+    const int ns[] = {1, 3, 8};
+    for (int f = 0; f < nf; f++) {
+        for (int sh = 0; sh < 4; sh++) {
+            const int rows = shapes[sh][0], cols = shapes[sh][1];
+            mx_matrix hw = ref_matrix_random(rng, fc[f].q, fc[f].dtype, fc[f].sdtype, 1, rows, cols), dw;
+            char label[64];
+            ref_matrix_label(&hw, label, sizeof label);
+            if (be->ops->upload_matrix(be, &hw, &dw, &err) != 0) {
+                CHECK_MSG(0, "upload_matrix %s: %s", label, err.msg);
+                ref_matrix_free(&hw);
+                continue;
+            }
+            float *bias = fmalloc(rows);
+            ref_fill(rng, bias, rows, -1, 1);
+            float *dbias = dev_from(be, bias, sizeof(float) * rows);
+            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
+                const int n = ns[ni];
+                const int64_t count = (int64_t)n * rows;
+                float *x = fmalloc((int64_t)n * cols), *ref = fmalloc(count), *got = fmalloc(count);
+                ref_scale *sc = malloc(sizeof(ref_scale) * (size_t)count);
+                ref_fill(rng, x, (int64_t)n * cols, -2, 2);
+                const float *b = (ni + (size_t)sh) % 2 ? bias : NULL;
+                ref_matmul(ref, sc, x, &hw, b, n, false);
+                float *dx = dev_from(be, x, sizeof(float) * n * cols), *dout = dev_alloc(be, sizeof(float) * count);
+                dev_poison(be, dout, sizeof(float) * count);
+                op_matmul(be, dout, dx, &dw, b ? dbias : NULL, n);
+                dev_to(be, got, dout, sizeof(float) * count);
+                const double e = ref_rel_err(got, ref, count);
+                char what[160];
+                snprintf(what, sizeof what, "matvec (%s) %s %dx%d n=%d%s", path, label, rows, cols, n, b ? " bias" : "");
+                CHECK_MSG(e <= 2e-5, "%s: rel err %.3e > 2e-5", what, e);
+                int bad = outside_bounds(what, got, ref, sc, count, cols, false, g);
+                CHECK_MSG(bad == 0, "%s: %d of %lld elements outside their bound", what, bad, (long long)count);
+                stat_add(g, e);
+                be->ops->release(be, dx);
+                be->ops->release(be, dout);
+                free(x), free(ref), free(got), free(sc);
+            }
+            be->ops->release(be, dbias);
+            free(bias);
+            be->ops->release_matrix(be, &dw);
+            ref_matrix_free(&hw);
+        }
     }
 }
 
@@ -692,7 +761,9 @@ int main(void) {
     group_stat rope = {"rope", 0, 0, 0}, elt = {"swiglu/geglu/scale/add", 0, 0, 0}, attn = {"kv_store + attention", 0, 0, 0};
     group_stat route = {"moe_route/moe_combine", 0, 0, 0}, rows = {"gather_rows/argmax", 0, 0, 0};
     group_stat graph = {"plan graph record/replay", 0, 0, 0};
-    test_matmul(be, &rng, true, &mv, &tc, &tf);
+    group_stat mvs = {"matrix-vector shapes", 0, 0, 0}, mvo = {"matrix-vector, old path", 0, 0, 0};
+    test_matmul(be, &rng, true, false, &mv, &tc, &tf);
+    test_matvec_shapes(be, &rng, "default", &mvs);
     test_embed(be, &rng, &emb);
     test_moe_matmul(be, &rng, &moe);
     test_rmsnorm(be, &rng, &norm);
@@ -709,10 +780,24 @@ int main(void) {
     be = mx_gpu_backend_create(&opt, &err);
     CHECK_MSG(be != NULL, "second backend: %s", err.msg);
     if (be) {
-        test_matmul(be, &rng, false, &unused, &unused, &tf);
+        test_matmul(be, &rng, false, false, &unused, &unused, &tf);
         mx_backend_free(be);
     }
+    // The previous matrix-vector kernels (MLXCEL_GPU_OLD_MATVEC=1, the A/B switch): every format at
+    // n <= 8 and the shapes above.
+    unsetenv("MLXCEL_GPU_NO_MMA");
+    setenv("MLXCEL_GPU_OLD_MATVEC", "1", 1);
+    be = mx_gpu_backend_create(&opt, &err);
+    CHECK_MSG(be != NULL, "old matrix-vector backend: %s", err.msg);
+    if (be) {
+        test_matmul(be, &rng, true, true, &mvo, &unused, &unused);
+        test_matvec_shapes(be, &rng, "old", &mvo);
+        mx_backend_free(be);
+    }
+    unsetenv("MLXCEL_GPU_OLD_MATVEC");
     stat_print(&mv, 2e-5);
+    stat_print(&mvs, 2e-5);
+    stat_print(&mvo, 2e-5);
     stat_print(&tc, 2e-5);  // plus twice the host-measured bf16 input rounding error, per case
     stat_print(&tf, 2e-5);
     stat_print(&emb, 1e-6);

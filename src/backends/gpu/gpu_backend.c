@@ -321,6 +321,10 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->fuse = !(no_fusion && *no_fusion && strcmp(no_fusion, "0") != 0);
     const char *mv_rows = getenv("MLXCEL_GPU_MATVEC_ROWS");  // tuning knob for benches: 1, 2 or 4
     c->launch.matvec_rows = mv_rows ? atoi(mv_rows) : 4;
+    // MLXCEL_GPU_OLD_MATVEC=1: the matrix-vector kernels of before the scaled-activation 4/8-bit
+    // dot and split-K (kernels/matvec_scaled.cuh), kept for A/B benches and as a fallback.
+    const char *old_mv = getenv("MLXCEL_GPU_OLD_MATVEC");
+    c->launch.matvec_old = old_mv && *old_mv && strcmp(old_mv, "0") != 0;
     c->launch.scratch_bytes = mxg_attention_scratch_bytes(c->info.sm_count, 256);
     if (mxg_rt_malloc(&c->launch.scratch, c->launch.scratch_bytes, c->launch.stream, err) != 0) goto fail;
     c->launch.small_scratch_bytes = 64 * 1024;

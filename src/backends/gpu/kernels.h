@@ -24,6 +24,7 @@ typedef struct mxg_launch {
     int cc;                // CUDA compute capability major*10+minor; 0 on ROCm
     bool use_mma;          // prefill matmuls may use the vendor matrix units (vendor/*)
     int matvec_rows;       // most rows per warp in matrix-vector kernels (1, 2 or 4; tuning knob)
+    bool matvec_old;       // matrix-vector kernels without the scaled 4/8-bit dot and split-K (A/B switch)
     bool dependent_launch; // matrix-vector and fused kernels start while the previous one ends (sm_90+)
     void *scratch;         // device workspace for split attention partials
     size_t scratch_bytes;

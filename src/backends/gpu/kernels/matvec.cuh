@@ -14,12 +14,19 @@
 // (stage_x), the block first copies its token rows into shared memory with coalesced loads, in a
 // layout whose 16-byte slots are XOR-swizzled by chunk (slot q of chunk c at c*8 + (q ^ (c & 7))),
 // so that each lane's reads are conflict-free.
+// Affine 4/8-bit weights with staged activations take the scaled-activation dot (SCALED,
+// kernels/matvec_scaled.cuh: the staged values are pre-multiplied by powers of two so each code is
+// used in place); MLXCEL_GPU_OLD_MATVEC=1 (L->matvec_old) keeps Fmt::dot_raw and no split-K.
+// Split-K (ksplit 2 or 4, new path only): the warps of a block share R rows, warp part p takes chunks
+// p*W + lane, p*W + lane + ksplit*W, ..., and the first warp of the group adds the others' sums
+// from shared memory (placed after the staged activations).
 // The MoE variant gives every output row of the grid's y dimension its own expert and input row.
 #ifndef MXG_MATVEC_CUH
 #define MXG_MATVEC_CUH
 
 #include "backends/gpu/dequant.cuh"
 #include "backends/gpu/kernels.h"
+#include "backends/gpu/kernels/matvec_scaled.cuh"
 
 namespace mxg {
 
@@ -28,21 +35,23 @@ constexpr int kMatvecThreads = 128;
 // Shared memory for staged activations: within every vendor's default per-block limit (48 KB).
 constexpr size_t kMatvecStageBytes = 48 * 1024;
 
-template <int W, class F, int NT, int R, bool MOE>
+template <int W, class F, int NT, int R, bool MOE, bool SCALED>
 __global__ void __launch_bounds__(kMatvecThreads)
     matvec_kernel(float *__restrict__ out, const float *__restrict__ x, MatView m, const float *__restrict__ bias,
-                  int n, const int32_t *__restrict__ ids, int x_div, int y0, bool fast, bool stage_x) {
+                  int n, const int32_t *__restrict__ ids, int x_div, int y0, bool fast, bool stage_x, int ksplit) {
     MXG_WARP_ONLY(W) {
-    extern __shared__ float4 xs4[];  // [NT][nchunks * 8] when stage_x
+    extern __shared__ float4 xs4[];  // [NT][nchunks * 8] when stage_x, then the split-K partials
     constexpr int warps = kMatvecThreads / W;
     const int warp = threadIdx.x / W, lane = threadIdx.x % W;
-    const int64_t r0 = ((int64_t)blockIdx.x * warps + warp) * R;
+    const int kpart = warp % ksplit;  // this warp's share of the chunks (split-K), 0 when ksplit == 1
+    const int64_t r0 = ((int64_t)blockIdx.x * (warps / ksplit) + warp / ksplit) * R;
     const int yi = (int)blockIdx.y + y0;  // token tile (plain) or output row (MoE)
     const int t0 = MOE ? 0 : yi * NT;
     const float *xr[NT];
 #pragma unroll
     for (int t = 0; t < NT; t++) xr[t] = x + (int64_t)(MOE ? yi / x_div : min(t0 + t, n - 1)) * m.cols;
     const int nchunks = (m.cols + 31) >> 5, n4 = nchunks * 8;
+    const int cstep = ksplit * W, cfirst = kpart * W + lane;
     // Launched as a dependent kernel (mxg_launch_dep): the weights of the first chunk are loaded
     // before waiting for the previous kernel (they do not depend on it; MoE rows do, via ids).
     if (MOE) mxg_grid_wait();
@@ -52,9 +61,9 @@ __global__ void __launch_bounds__(kMatvecThreads)
 #pragma unroll
     for (int rr = 0; rr < R; rr++) rows[rr] = wbase + min(r0 + rr, m.rows - 1);  // clamped: no divergence
     typename F::Raw cur[R], nxt[R];
-    if (fast && active && lane < nchunks) {
+    if (fast && active && cfirst < nchunks) {
 #pragma unroll
-        for (int rr = 0; rr < R; rr++) F::load_raw(m, rows[rr], lane, cur[rr]);
+        for (int rr = 0; rr < R; rr++) F::load_raw(m, rows[rr], cfirst, cur[rr]);
     }
     if (!MOE) mxg_grid_wait();
     if (stage_x) {
@@ -62,23 +71,25 @@ __global__ void __launch_bounds__(kMatvecThreads)
         for (int t = 0; t < NT; t++)
             for (int i = threadIdx.x; i < n4; i += blockDim.x) {
                 const int c = i >> 3, q = i & 7;
-                xs4[t * n4 + c * 8 + (q ^ (c & 7))] = ((const float4 *)xr[t])[i];
+                float4 v = ((const float4 *)xr[t])[i];
+                if constexpr (SCALED) v = scaled_slot<F::bits>(v, q);
+                xs4[t * n4 + c * 8 + (q ^ (c & 7))] = v;
             }
         __syncthreads();
     }
-    if (!active) return;  // whole warps leave together; no barrier follows
+    if (!active && ksplit == 1) return;  // whole warps leave together; no barrier follows
     float acc[R][NT];
 #pragma unroll
     for (int rr = 0; rr < R; rr++)
 #pragma unroll
         for (int t = 0; t < NT; t++) acc[rr][t] = 0.0f;
-    if (fast) {
+    if (fast && active) {
         // Software pipeline: the packed words of the lane's next chunk are in flight while the
         // current one is multiplied (the first chunk's were loaded above).
-        for (int c = lane; c < nchunks; c += W) {
-            if (c + W < nchunks) {
+        for (int c = cfirst; c < nchunks; c += cstep) {
+            if (c + cstep < nchunks) {
 #pragma unroll
-                for (int rr = 0; rr < R; rr++) F::load_raw(m, rows[rr], c + W, nxt[rr]);
+                for (int rr = 0; rr < R; rr++) F::load_raw(m, rows[rr], c + cstep, nxt[rr]);
             }
 #pragma unroll
             for (int t = 0; t < NT; t++) {
@@ -89,16 +100,22 @@ __global__ void __launch_bounds__(kMatvecThreads)
                 for (int i = 0; i < 8; i++) {
                     float4 v = stage_x ? xs4[t * n4 + c * 8 + (i ^ (c & 7))] : xp[i];
                     xv[4 * i] = v.x, xv[4 * i + 1] = v.y, xv[4 * i + 2] = v.z, xv[4 * i + 3] = v.w;
-                    xs += (v.x + v.y) + (v.z + v.w);
+                    if constexpr (!SCALED) xs += (v.x + v.y) + (v.z + v.w);
                 }
+                if constexpr (SCALED) {  // stage_x is always true here (matvec_launch)
+                    xs = scaled_sum<F::bits>(xv);
 #pragma unroll
-                for (int rr = 0; rr < R; rr++) acc[rr][t] += F::dot_raw(cur[rr], xv, xs);
+                    for (int rr = 0; rr < R; rr++) acc[rr][t] += scaled_dot<F>(cur[rr], xv, xs);
+                } else {
+#pragma unroll
+                    for (int rr = 0; rr < R; rr++) acc[rr][t] += F::dot_raw(cur[rr], xv, xs);
+                }
             }
 #pragma unroll
             for (int rr = 0; rr < R; rr++) cur[rr] = nxt[rr];
         }
-    } else {
-        for (int c = lane; c < nchunks; c += W) {
+    } else if (active) {
+        for (int c = cfirst; c < nchunks; c += cstep) {
             const int j0 = c * 32;
 #pragma unroll
             for (int rr = 0; rr < R; rr++) {
@@ -115,17 +132,36 @@ __global__ void __launch_bounds__(kMatvecThreads)
     }
     mxg_grid_release();  // the next dependent kernel may start loading its weights
 #pragma unroll
+    for (int rr = 0; rr < R; rr++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[rr][t] = warp_sum<W>(acc[rr][t]);
+    if (ksplit > 1) {  // the first warp of each row group adds the other warps' partial sums
+        float *part = (float *)(xs4 + (stage_x ? NT * n4 : 0));  // [warps][R][NT]
+        if (lane == 0) {
+#pragma unroll
+            for (int rr = 0; rr < R; rr++)
+#pragma unroll
+                for (int t = 0; t < NT; t++) part[(warp * R + rr) * NT + t] = acc[rr][t];
+        }
+        __syncthreads();
+        if (kpart != 0 || !active) return;
+        for (int j = 1; j < ksplit; j++)
+#pragma unroll
+            for (int rr = 0; rr < R; rr++)
+#pragma unroll
+                for (int t = 0; t < NT; t++) acc[rr][t] += part[((warp + j) * R + rr) * NT + t];
+    }
+#pragma unroll
     for (int rr = 0; rr < R; rr++) {
         const int64_t r = r0 + rr;
         const float b = (!MOE && bias && r < m.rows) ? bias[r] : 0.0f;
 #pragma unroll
         for (int t = 0; t < NT; t++) {
-            float s = warp_sum<W>(acc[rr][t]);
             if (lane == 0 && r < m.rows) {
                 if (MOE)
-                    out[(int64_t)yi * m.rows + r] = s;
+                    out[(int64_t)yi * m.rows + r] = acc[rr][t];
                 else if (t0 + t < n)
-                    out[(int64_t)(t0 + t) * m.rows + r] = s + b;
+                    out[(int64_t)(t0 + t) * m.rows + r] = acc[rr][t] + b;
             }
         }
     }
@@ -146,18 +182,46 @@ static inline int matvec_rows_per_warp(const mxg_launch *L, int64_t rows, int ma
     return 1;
 }
 
+// Split-K (new path only): the warps of a block that share its rows, each summing every ksplit-th
+// run of chunks, then adding up in shared memory. Used when the grid would leave multiprocessors
+// with fewer than two blocks (few rows), while every lane still gets a chunk, and only when the
+// partial sums fit next to the staged activations (smem_base bytes) in the default shared memory.
+static inline int matvec_ksplit(const mxg_launch *L, int64_t blocks, int nchunks, size_t smem_base, size_t part_bytes) {
+    const int warps = kMatvecThreads / L->warp;
+    int ks = 1;
+    if (L->matvec_old || smem_base + part_bytes > kMatvecStageBytes) return 1;
+    while (ks * 2 <= warps && blocks * ks < 2 * (int64_t)L->sm_count && nchunks >= ks * 2 * L->warp) ks *= 2;
+    return ks;
+}
+
 template <int W, int NT, int R, bool MOE>
 void matvec_launch(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n,
                    const int32_t *ids, int x_div, int y0, unsigned ny) {
     MatView m = mat_view(w);
     const bool fast = matvec_fast(w, x);
-    const size_t xbytes = (size_t)NT * ((m.cols + 31) / 32) * 128;
+    const int nchunks = (m.cols + 31) / 32;
+    const size_t xbytes = (size_t)NT * nchunks * 128;
     const bool stage_x = fast && xbytes <= kMatvecStageBytes;
-    const int64_t rows_per_block = (int64_t)(kMatvecThreads / W) * R;
+    constexpr int warps = kMatvecThreads / W;
+    const int64_t blocks1 = (m.rows + (int64_t)warps * R - 1) / ((int64_t)warps * R);
+    const size_t part_bytes = sizeof(float) * warps * R * NT;
+    const int ks = stage_x ? matvec_ksplit(L, blocks1 * ny, nchunks, xbytes, part_bytes) : 1;
+    const int64_t rows_per_block = (int64_t)(warps / ks) * R;
     dim3 grid((unsigned)((m.rows + rows_per_block - 1) / rows_per_block), ny);
+    const size_t smem = (stage_x ? xbytes : 0) + (ks > 1 ? part_bytes : 0);
+    const bool scaled = stage_x && !L->matvec_old;
     dispatch_format(w, [&](auto fmt) {
-        mxg_launch_dep(matvec_kernel<W, decltype(fmt), NT, R, MOE>, grid, dim3(kMatvecThreads), stage_x ? xbytes : 0,
-                       (gpuStream_t)L->stream, L->dependent_launch, out, x, m, bias, n, ids, x_div, y0, fast, stage_x);
+        using F = decltype(fmt);
+        if constexpr (Scaled<F>::on) {
+            if (scaled) {
+                mxg_launch_dep(matvec_kernel<W, F, NT, R, MOE, true>, grid, dim3(kMatvecThreads), smem,
+                               (gpuStream_t)L->stream, L->dependent_launch, out, x, m, bias, n, ids, x_div, y0, fast,
+                               stage_x, ks);
+                return;
+            }
+        }
+        mxg_launch_dep(matvec_kernel<W, F, NT, R, MOE, false>, grid, dim3(kMatvecThreads), smem, (gpuStream_t)L->stream,
+                       L->dependent_launch, out, x, m, bias, n, ids, x_div, y0, fast, stage_x, ks);
     });
 }
 

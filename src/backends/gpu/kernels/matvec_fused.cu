@@ -10,7 +10,8 @@
 //   gate[r] and up[r] are written, then act[r] = silu(gate[r]) * up[r] (act may be the gate buffer).
 // Every buffer the fused records write is written, with the values the records would leave (up to
 // float32 summation order). The dot products are those of kernels/matvec.cuh (same Fmt raw path,
-// activations staged swizzled in shared memory), so accuracy is that of the one-record kernels.
+// activations staged swizzled in shared memory, the scaled-activation dot for affine 4/8-bit and
+// split-K for few rows unless MLXCEL_GPU_OLD_MATVEC=1), so accuracy is that of the one-record kernels.
 #include "backends/gpu/kernels/matvec.cuh"
 #include "backends/gpu/kernels_fused.h"
 
@@ -35,15 +36,17 @@ struct FusedArgs {
 
 __device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
-template <int W, class F, int R, int EPI, bool NORM>
-__global__ void __launch_bounds__(kMatvecThreads) fused_matvec_kernel(FusedArgs a) {
+template <int W, class F, int R, int EPI, bool NORM, bool SCALED>
+__global__ void __launch_bounds__(kMatvecThreads) fused_matvec_kernel(FusedArgs a, int ksplit) {
     MXG_WARP_ONLY(W) {
-    extern __shared__ float4 xs4[];  // [nchunks * 8], swizzled as in matvec.cuh
+    extern __shared__ float4 xs4[];  // [nchunks * 8], swizzled as in matvec.cuh, then split-K partials
     float *red = (float *)xs4;        // the norm's reduction scratch, before the row is staged
     constexpr int warps = kMatvecThreads / W;
     constexpr int NM = EPI == EPI_SWIGLU ? 2 : 1;  // matrices per warp
     const int warp = threadIdx.x / W, lane = threadIdx.x % W;
+    const int kpart = warp % ksplit;  // split-K share (matvec.cuh)
     const int cols = a.m[0].cols, nchunks = cols >> 5, n4 = nchunks * 8;
+    const int cstep = ksplit * W, cfirst = kpart * W + lane;
     int mi = 0;
     unsigned b0 = 0;
     if (EPI != EPI_SWIGLU && blockIdx.x >= a.block_end[0]) {
@@ -51,7 +54,7 @@ __global__ void __launch_bounds__(kMatvecThreads) fused_matvec_kernel(FusedArgs 
         b0 = a.block_end[mi - 1];
     }
     const MatView &m = mi == 0 ? a.m[0] : mi == 1 ? a.m[1] : a.m[2];
-    const int64_t r0 = ((int64_t)(blockIdx.x - b0) * warps + warp) * R;
+    const int64_t r0 = ((int64_t)(blockIdx.x - b0) * (warps / ksplit) + warp / ksplit) * R;
     const bool active = r0 < m.rows;
     int64_t rows[R];
 #pragma unroll
@@ -62,11 +65,11 @@ __global__ void __launch_bounds__(kMatvecThreads) fused_matvec_kernel(FusedArgs 
 #pragma unroll
         for (int rr = 0; rr < R; rr++) acc[k][rr] = 0.0f;
     typename F::Raw cur[NM][R], nxt[NM][R];
-    if (active && lane < nchunks) {
+    if (active && cfirst < nchunks) {
 #pragma unroll
         for (int k = 0; k < NM; k++)
 #pragma unroll
-            for (int rr = 0; rr < R; rr++) F::load_raw(NM == 2 ? a.m[k] : m, rows[rr], lane, cur[k][rr]);
+            for (int rr = 0; rr < R; rr++) F::load_raw(NM == 2 ? a.m[k] : m, rows[rr], cfirst, cur[k][rr]);
     }
     mxg_grid_wait();  // launched as a dependent kernel: the weights above did not need the previous one
     const float4 *x4 = (const float4 *)a.x;
@@ -85,16 +88,17 @@ __global__ void __launch_bounds__(kMatvecThreads) fused_matvec_kernel(FusedArgs 
             if (blockIdx.x == 0) ((float4 *)a.norm_out)[i] = v;
         }
         const int c = i >> 3, q = i & 7;
+        if constexpr (SCALED) v = scaled_slot<F::bits>(v, q);
         xs4[c * 8 + (q ^ (c & 7))] = v;
     }
     __syncthreads();
-    if (!active) return;  // whole warps leave together; no barrier follows
-    for (int c = lane; c < nchunks; c += W) {
-        if (c + W < nchunks) {
+    if (!active && ksplit == 1) return;  // whole warps leave together; no barrier follows
+    for (int c = cfirst; active && c < nchunks; c += cstep) {
+        if (c + cstep < nchunks) {
 #pragma unroll
             for (int k = 0; k < NM; k++)
 #pragma unroll
-                for (int rr = 0; rr < R; rr++) F::load_raw(NM == 2 ? a.m[k] : m, rows[rr], c + W, nxt[k][rr]);
+                for (int rr = 0; rr < R; rr++) F::load_raw(NM == 2 ? a.m[k] : m, rows[rr], c + cstep, nxt[k][rr]);
         }
         float xv[32];
         float xs = 0.0f;
@@ -102,12 +106,20 @@ __global__ void __launch_bounds__(kMatvecThreads) fused_matvec_kernel(FusedArgs 
         for (int i = 0; i < 8; i++) {
             const float4 v = xs4[c * 8 + (i ^ (c & 7))];
             xv[4 * i] = v.x, xv[4 * i + 1] = v.y, xv[4 * i + 2] = v.z, xv[4 * i + 3] = v.w;
-            xs += (v.x + v.y) + (v.z + v.w);
+            if constexpr (!SCALED) xs += (v.x + v.y) + (v.z + v.w);
         }
+        if constexpr (SCALED) {
+            xs = scaled_sum<F::bits>(xv);
 #pragma unroll
-        for (int k = 0; k < NM; k++)
+            for (int k = 0; k < NM; k++)
 #pragma unroll
-            for (int rr = 0; rr < R; rr++) acc[k][rr] += F::dot_raw(cur[k][rr], xv, xs);
+                for (int rr = 0; rr < R; rr++) acc[k][rr] += scaled_dot<F>(cur[k][rr], xv, xs);
+        } else {
+#pragma unroll
+            for (int k = 0; k < NM; k++)
+#pragma unroll
+                for (int rr = 0; rr < R; rr++) acc[k][rr] += F::dot_raw(cur[k][rr], xv, xs);
+        }
 #pragma unroll
         for (int k = 0; k < NM; k++)
 #pragma unroll
@@ -115,11 +127,31 @@ __global__ void __launch_bounds__(kMatvecThreads) fused_matvec_kernel(FusedArgs 
     }
     mxg_grid_release();  // the next dependent kernel may start loading its weights
 #pragma unroll
+    for (int k = 0; k < NM; k++)
+#pragma unroll
+        for (int rr = 0; rr < R; rr++) acc[k][rr] = warp_sum<W>(acc[k][rr]);
+    if (ksplit > 1) {  // the first warp of each row group adds the other warps' partial sums
+        float *part = (float *)(xs4 + n4);  // [warps][NM][R]
+        if (lane == 0) {
+#pragma unroll
+            for (int k = 0; k < NM; k++)
+#pragma unroll
+                for (int rr = 0; rr < R; rr++) part[(warp * NM + k) * R + rr] = acc[k][rr];
+        }
+        __syncthreads();
+        if (kpart != 0 || !active) return;
+        for (int j = 1; j < ksplit; j++)
+#pragma unroll
+            for (int k = 0; k < NM; k++)
+#pragma unroll
+                for (int rr = 0; rr < R; rr++) acc[k][rr] += part[((warp + j) * NM + k) * R + rr];
+    }
+#pragma unroll
     for (int rr = 0; rr < R; rr++) {
         const int64_t r = r0 + rr;
         float s[NM];
 #pragma unroll
-        for (int k = 0; k < NM; k++) s[k] = warp_sum<W>(acc[k][rr]);
+        for (int k = 0; k < NM; k++) s[k] = acc[k][rr];
         if (lane != 0 || r >= m.rows) continue;
         if (EPI == EPI_SWIGLU) {
             const float g = s[0] + (a.bias[0] ? a.bias[0][r] : 0.0f);
@@ -179,13 +211,18 @@ void launch(const mxg_launch *L, const mxg_fused_matvec *f, const mx_matrix *w0)
     for (int k = 0; k < f->count; k++) total_rows += f->w[k]->rows;
     const int warps = kMatvecThreads / L->warp;
     // Four rows per warp when that still gives at least one block per multiprocessor.
-    const int r = (EPI == EPI_SWIGLU ? f->w[0]->rows : total_rows) / (warps * 4) >= L->sm_count ? 4 : 1;
+    const int64_t grid_rows = EPI == EPI_SWIGLU ? f->w[0]->rows : total_rows;
+    const int r = grid_rows / (warps * 4) >= L->sm_count ? 4 : 1;
+    const int nm = EPI == EPI_SWIGLU ? 2 : 1;
+    const size_t xbytes = (size_t)(w0->cols / 32) * 128, part_bytes = sizeof(float) * warps * nm * r;
+    const int ks = matvec_ksplit(L, (grid_rows + warps * r - 1) / (warps * r), (int)(w0->cols / 32), xbytes, part_bytes);
+    const int64_t rows_per_block = (int64_t)(warps / ks) * r;
     unsigned blocks = 0;
     for (int k = 0; k < f->count; k++) {
         a.m[k] = mat_view(f->w[k]);
         a.out[k] = f->out[k];
         a.bias[k] = f->bias[k];
-        if (EPI != EPI_SWIGLU || k == 0) blocks += (unsigned)((f->w[k]->rows + (int64_t)warps * r - 1) / ((int64_t)warps * r));
+        if (EPI != EPI_SWIGLU || k == 0) blocks += (unsigned)((f->w[k]->rows + rows_per_block - 1) / rows_per_block);
         a.block_end[k] = blocks;
     }
     for (int k = f->count; k < 3; k++) a.block_end[k] = blocks;
@@ -195,15 +232,27 @@ void launch(const mxg_launch *L, const mxg_fused_matvec *f, const mx_matrix *w0)
     a.norm_out = f->norm_out;
     a.res = f->res;
     a.act = f->act;
-    const size_t smem = (size_t)(w0->cols / 32) * 128;
+    const size_t smem = xbytes + (ks > 1 ? part_bytes : 0);
     dispatch_fused_format(w0, [&](auto fmt) {
+        using F = decltype(fmt);
         MXG_WARP_DISPATCH(L->warp, {
+            if constexpr (Scaled<F>::on) {
+                if (!L->matvec_old) {
+                    if (r == 4)
+                        mxg_launch_dep(fused_matvec_kernel<W, F, 4, EPI, NORM, true>, dim3(blocks), dim3(kMatvecThreads),
+                                       smem, (gpuStream_t)L->stream, L->dependent_launch, a, ks);
+                    else
+                        mxg_launch_dep(fused_matvec_kernel<W, F, 1, EPI, NORM, true>, dim3(blocks), dim3(kMatvecThreads),
+                                       smem, (gpuStream_t)L->stream, L->dependent_launch, a, ks);
+                    return;
+                }
+            }
             if (r == 4)
-                mxg_launch_dep(fused_matvec_kernel<W, decltype(fmt), 4, EPI, NORM>, dim3(blocks), dim3(kMatvecThreads), smem,
-                               (gpuStream_t)L->stream, L->dependent_launch, a);
+                mxg_launch_dep(fused_matvec_kernel<W, F, 4, EPI, NORM, false>, dim3(blocks), dim3(kMatvecThreads), smem,
+                               (gpuStream_t)L->stream, L->dependent_launch, a, ks);
             else
-                mxg_launch_dep(fused_matvec_kernel<W, decltype(fmt), 1, EPI, NORM>, dim3(blocks), dim3(kMatvecThreads), smem,
-                               (gpuStream_t)L->stream, L->dependent_launch, a);
+                mxg_launch_dep(fused_matvec_kernel<W, F, 1, EPI, NORM, false>, dim3(blocks), dim3(kMatvecThreads), smem,
+                               (gpuStream_t)L->stream, L->dependent_launch, a, ks);
         });
     });
 }
