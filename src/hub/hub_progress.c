@@ -3,14 +3,9 @@
 #include "hub/hub_progress.h"
 
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
-double hub_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#include "core/clock.h"
 
 void hub_format_bytes(int64_t n, char *out, size_t cap) {
     static const char *units[] = {"B", "kB", "MB", "GB", "TB"};
@@ -24,7 +19,7 @@ void hub_format_bytes(int64_t n, char *out, size_t cap) {
 }
 
 static void draw(hub_progress *p, bool final) {
-    double now = hub_now(), elapsed = now - p->t_start;
+    double now = mx_now(), elapsed = now - p->t_start;
     double rate = elapsed > 0 ? (double)(p->done - p->resumed) / elapsed : 0;
     int pct = p->total > 0 ? (int)(100.0 * (double)p->done / (double)p->total) : 100;
     char bar[21], done[32], total[32], speed[40], eta[32] = "";
@@ -56,7 +51,7 @@ void hub_progress_begin(hub_progress *p, FILE *out, const char *name, int64_t to
     snprintf(p->name, sizeof p->name, "%s", name);
     p->total = total;
     p->done = p->resumed = already;
-    p->t_start = hub_now();
+    p->t_start = mx_now();
     if (!out) return;
     if (p->bar) {
         draw(p, false);
@@ -74,7 +69,7 @@ void hub_progress_begin(hub_progress *p, FILE *out, const char *name, int64_t to
 
 void hub_progress_advance(hub_progress *p, int64_t bytes) {
     p->done += bytes;
-    if (p->out && p->bar && hub_now() - p->t_drawn >= 0.1) draw(p, false);
+    if (p->out && p->bar && mx_now() - p->t_drawn >= 0.1) draw(p, false);
 }
 
 void hub_progress_rewind(hub_progress *p, int64_t to) {
@@ -93,7 +88,7 @@ void hub_progress_end(hub_progress *p, bool ok) {
         return;
     }
     if (!ok) return;
-    double elapsed = hub_now() - p->t_start;
+    double elapsed = mx_now() - p->t_start;
     char size[32], speed[32];
     hub_format_bytes(p->done - p->resumed, size, sizeof size);
     hub_format_bytes(elapsed > 0 ? (int64_t)((double)(p->done - p->resumed) / elapsed) : 0, speed, sizeof speed);

@@ -27,6 +27,5 @@ void hub_progress_end(hub_progress *p, bool ok);
 
 // "12.3 MB" style sizes (decimal units, as the Hub shows them).
 void hub_format_bytes(int64_t n, char *out, size_t cap);
-double hub_now(void);
 
 #endif

@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "server/srv_internal.h"
 #include "server/srv_text.h"
 
@@ -32,12 +33,6 @@ enum {
     OVER_LIMIT_TIMEOUT_S = 2,    // time a connection above the limit has to send its request
     POOL_BYTES = 64 * 1024,      // per-connection memory for the request line and headers
 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void on_log(void *cls, const char *fmt, va_list ap) {
     (void)cls;
@@ -196,7 +191,7 @@ int mx_server_kv_size(const mx_server *s) {
 // Waits until no request is running or the deadline passes; returns the number still running.
 static int wait_idle(mx_server *s, double deadline) {
     int n;
-    while ((n = atomic_load(&s->n_active)) > 0 && now_s() < deadline) {
+    while ((n = atomic_load(&s->n_active)) > 0 && mx_now() < deadline) {
         struct timespec ts = {0, 20 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
@@ -208,7 +203,7 @@ int mx_server_drain(mx_server *s, double timeout_s) {
     atomic_store(&s->draining, true);
     MHD_socket ls = MHD_quiesce_daemon(s->daemon);
     if (ls != MHD_INVALID_SOCKET) close(ls);
-    return wait_idle(s, now_s() + timeout_s);
+    return wait_idle(s, mx_now() + timeout_s);
 }
 
 void mx_server_stop(mx_server *s) {
@@ -220,7 +215,7 @@ void mx_server_stop(mx_server *s) {
     atomic_store(&s->draining, true);
     atomic_store(&s->stopping, true);
     srv_sched_wake(s->sched);
-    wait_idle(s, now_s() + 3.0);
+    wait_idle(s, mx_now() + 3.0);
     MHD_stop_daemon(s->daemon);
     free_parts(s);
 }

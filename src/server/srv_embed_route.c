@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "server/srv_internal.h"
+#include "server/srv_reply.h"
 
 #define MAX_INPUTS 256
 

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // POST /v1/chat/completions and /v1/completions: validates the request, builds the prompt (chat
-// template for chat), checks it against the context, submits a job to the scheduler and answers
-// with one JSON object, or hands the job to the SSE stream (srv_stream.c). Also the JSON pieces
-// (usage, tool calls, logprobs) shared by both answer forms.
+// template for chat), checks it against the context, submits one job per choice to the scheduler
+// and answers with one JSON object (srv_response.h), or hands the jobs to the SSE stream
+// (srv_stream.c).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,113 +11,9 @@
 #include "core/clock.h"
 #include "server/srv_guard.h"
 #include "server/srv_internal.h"
+#include "server/srv_reply.h"
+#include "server/srv_response.h"
 #include "server/srv_text.h"
-
-json_t *srv_usage_json(int n_prompt, int n_generated) {
-    return json_pack("{s:i, s:i, s:i}", "prompt_tokens", n_prompt, "completion_tokens", n_generated, "total_tokens",
-                     n_prompt + n_generated);
-}
-
-json_t *srv_tool_calls_json(const srv_job *j, const srv_gen_info *info, int choice, int from, bool with_index) {
-    json_t *arr = json_array();
-    for (int i = from; i < srv_output_n_tools(j->out); i++) {
-        char id[96];
-        snprintf(id, sizeof id, "call_%s_%d_%d", info->id + (strncmp(info->id, "chatcmpl-", 9) == 0 ? 9 : 0), choice, i);
-        json_t *t = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function", "function", "name",
-                              srv_output_tool_name(j->out, i), "arguments", srv_output_tool_args(j->out, i));
-        if (with_index) json_object_set_new(t, "index", json_integer(i));
-        json_array_append_new(arr, t);
-    }
-    return arr;
-}
-
-// {token, logprob, bytes} of one token.
-static json_t *token_entry(const mx_tokenizer *tok, int32_t id, double lp) {
-    char *txt = mx_tokenizer_decode(tok, &id, 1, false);
-    json_t *bytes = json_array();
-    for (const unsigned char *p = (const unsigned char *)(txt ? txt : ""); *p; p++)
-        json_array_append_new(bytes, json_integer(*p));
-    json_t *e = json_pack("{s:s, s:f, s:o}", "token", txt ? txt : "", "logprob", lp, "bytes", bytes);
-    free(txt);
-    return e;
-}
-
-// The chat form of one token: {token, logprob, bytes, top_logprobs: [...]}.
-static json_t *logprob_item(const mx_tokenizer *tok, const mx_sample_out *o) {
-    json_t *e = token_entry(tok, o->id, o->logprob);
-    json_t *tops = json_array();
-    for (int i = 0; i < o->n_top; i++) json_array_append_new(tops, token_entry(tok, o->top_id[i], o->top_logprob[i]));
-    json_object_set_new(e, "top_logprobs", tops);
-    return e;
-}
-
-json_t *srv_logprobs_json(const mx_tokenizer *tok, const srv_job *j, srv_kind kind, size_t from, size_t to) {
-    if (j->n_logprobs < 0) return json_null();
-    if (to > j->n_lp) to = j->n_lp;
-    if (kind == SRV_KIND_CHAT) {
-        json_t *content = json_array();
-        for (size_t i = from; i < to; i++) json_array_append_new(content, logprob_item(tok, &j->lp[i]));
-        return json_pack("{s:o}", "content", content);
-    }
-    json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
-    size_t off = 0;
-    for (size_t i = 0; i < to; i++) {
-        const mx_sample_out *o = &j->lp[i];
-        char *t = mx_tokenizer_decode(tok, &o->id, 1, false);
-        if (i >= from) {
-            json_array_append_new(tokens, json_string(t ? t : ""));
-            json_array_append_new(lps, json_real(o->logprob));
-            json_t *m = json_object();
-            for (int k = 0; k < o->n_top; k++) {
-                char *at = mx_tokenizer_decode(tok, &o->top_id[k], 1, false);
-                json_object_set_new(m, at ? at : "", json_real(o->top_logprob[k]));
-                free(at);
-            }
-            json_array_append_new(tops, m);
-            json_array_append_new(offs, json_integer((json_int_t)off));
-        }
-        off += t ? strlen(t) : 0;
-        free(t);
-    }
-    return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs", tops,
-                     "text_offset", offs);
-}
-
-// One choice of a finished job (job lock held).
-static json_t *choice_json(const mx_tokenizer *tok, const srv_job *j, const srv_gen_info *info, int index) {
-    size_t n_lp = j->n_lp;
-    size_t clen, rlen;
-    const char *content = srv_output_content(j->out, &clen);
-    const char *reasoning = srv_output_reasoning(j->out, &rlen);
-    if (info->kind == SRV_KIND_CHAT) {
-        int n_tools = srv_output_n_tools(j->out);
-        json_t *msg = json_pack("{s:s}", "role", "assistant");
-        bool blank = true;  // only the newlines between tool calls
-        for (size_t i = 0; i < clen && blank; i++) blank = content[i] == '\n' || content[i] == ' ';
-        json_object_set_new(msg, "content", !blank || !n_tools ? json_stringn(content, clen) : json_null());
-        if (rlen) json_object_set_new(msg, "reasoning_content", json_stringn(reasoning, rlen));
-        if (n_tools) json_object_set_new(msg, "tool_calls", srv_tool_calls_json(j, info, index, 0, false));
-        return json_pack("{s:i, s:o, s:o, s:s}", "index", index, "message", msg, "logprobs",
-                         srv_logprobs_json(tok, j, info->kind, 0, n_lp), "finish_reason", j->finish);
-    }
-    return json_pack("{s:i, s:s%, s:o, s:s}", "index", index, "text", content, clen, "logprobs",
-                     srv_logprobs_json(tok, j, info->kind, 0, n_lp), "finish_reason", j->finish);
-}
-
-// The whole answer of n finished jobs (takes each job's lock).
-static json_t *final_json(const mx_tokenizer *tok, srv_job **jobs, int n, const srv_gen_info *info) {
-    json_t *choices = json_array();
-    int generated = 0;
-    for (int i = 0; i < n; i++) {
-        pthread_mutex_lock(&jobs[i]->mu);
-        json_array_append_new(choices, choice_json(tok, jobs[i], info, i));
-        generated += jobs[i]->n_generated;
-        pthread_mutex_unlock(&jobs[i]->mu);
-    }
-    return json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", info->id, "object",
-                     info->kind == SRV_KIND_CHAT ? "chat.completion" : "text_completion", "created", (json_int_t)info->created,
-                     "model", info->model, "choices", choices, "usage", srv_usage_json(info->n_prompt, generated));
-}
 
 // Renders and encodes the prompt. Returns 0, or an HTTP status with msg set.
 static unsigned build_prompt(mx_server *s, const srv_request *r, int32_t **ids, size_t *n, bool *think_open, char *msg,
@@ -306,7 +202,7 @@ enum MHD_Result srv_route_generate(mx_server *s, struct MHD_Connection *c, srv_k
         }
         pthread_mutex_unlock(&jobs[i]->mu);
     }
-    if (!resp) resp = final_json(s->tok, jobs, n_jobs, &info);
+    if (!resp) resp = srv_completion_json(s->tok, jobs, n_jobs, &info);
     for (int i = 0; i < n_jobs; i++) srv_job_release(jobs[i]);
     return srv_respond_json(s, c, status, resp);
 }

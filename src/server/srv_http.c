@@ -2,10 +2,8 @@
 // The request side of the HTTP front: collects request bodies within the size limit, checks what
 // every request must satisfy (path and header sizes, no encoded NUL in the path, one Content-Length,
 // an allowed Origin, the API key, a JSON Content-Type on POST) and dispatches to the routes. Every
-// error answer is an OpenAI-style JSON error object whose strings are valid UTF-8 (srv_text.h).
+// error answer is an OpenAI-style JSON error object (srv_reply.h).
 // The daemon itself (threads, connection limits, timeouts, shutdown) is srv_conn.c.
-#include <poll.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +11,7 @@
 
 #include "server/srv_buf.h"
 #include "server/srv_internal.h"
-#include "server/srv_text.h"
+#include "server/srv_reply.h"
 
 // Below libmicrohttpd's own limits (its per-connection memory pool, srv_conn.c), so that too long
 // a path or too many header bytes get a JSON answer here rather than the library's HTML page.
@@ -61,121 +59,6 @@ typedef struct http_req {
     bool replied;       // an error was queued from the headers alone; the body is ignored
 } http_req;
 
-static const char *error_type(unsigned status) {
-    switch (status) {
-    case 401: return "authentication_error";
-    case 403: return "permission_error";
-    case 404: return "not_found_error";
-    case 503: return "server_busy";
-    default: return status >= 500 ? "server_error" : "invalid_request_error";
-    }
-}
-
-json_t *srv_error_json(unsigned status, const char *code, const char *message) {
-    char safe[2048];
-    srv_text_copy(safe, sizeof safe, message, strlen(message));
-    return json_pack("{s:{s:s, s:s, s:o}}", "error", "message", safe, "type", error_type(status), "code",
-                     code ? json_string(code) : json_null());
-}
-
-// True when origin is one of the comma-separated --cors-origin entries (or they allow "*").
-static bool origin_allowed(const mx_server *s, const char *origin) {
-    const char *list = s->o.cors_origins;
-    if (!list || !origin) return false;
-    size_t n = strlen(origin);
-    for (const char *p = list; *p;) {
-        while (*p == ' ' || *p == ',') p++;
-        const char *e = p;
-        while (*e && *e != ',') e++;
-        const char *t = e;
-        while (t > p && t[-1] == ' ') t--;
-        if ((t - p == 1 && *p == '*') || ((size_t)(t - p) == n && strncasecmp(p, origin, n) == 0)) return true;
-        p = e;
-    }
-    return false;
-}
-
-void srv_add_common_headers(mx_server *s, struct MHD_Connection *c, struct MHD_Response *r) {
-    const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
-    if (origin && origin_allowed(s, origin)) {
-        MHD_add_response_header(r, "Access-Control-Allow-Origin", origin);
-        MHD_add_response_header(r, "Vary", "Origin");
-    }
-    if (atomic_load(&s->draining)) MHD_add_response_header(r, "Connection", "close");
-}
-
-static enum MHD_Result queue_text(mx_server *s, struct MHD_Connection *c, unsigned status, char *text, bool close) {
-    struct MHD_Response *r = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        free(text);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, "Content-Type", "application/json");
-    if (status == 503) MHD_add_response_header(r, "Retry-After", "1");
-    if (close) MHD_add_response_header(r, "Connection", "close");
-    srv_add_common_headers(s, c, r);
-    if (status >= 400) atomic_fetch_add(&s->http_errors, 1);
-    enum MHD_Result ret = MHD_queue_response(c, status, r);
-    MHD_destroy_response(r);
-    return ret;
-}
-
-enum MHD_Result srv_respond_json(mx_server *s, struct MHD_Connection *c, unsigned status, json_t *body) {
-    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
-    json_decref(body);
-    if (!text) {
-        // Never drop the reply: the body could not be built (out of memory, or a string the encoder
-        // refused). This fixed text needs no allocation by jansson.
-        static const char fallback[] =
-            "{\"error\":{\"message\":\"the server could not encode its reply\",\"type\":\"server_error\",\"code\":null}}";
-        if (!(text = strdup(fallback))) return MHD_NO;
-        status = 500;
-    }
-    return queue_text(s, c, status, text, false);
-}
-
-static enum MHD_Result respond_error_v(mx_server *s, struct MHD_Connection *c, unsigned status, bool close,
-                                       const char *code, const char *fmt, va_list ap) {
-    char msg[1024];
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    json_t *body = srv_error_json(status, code, msg);
-    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
-    json_decref(body);
-    if (!text) return srv_respond_json(s, c, status, NULL);
-    return queue_text(s, c, status, text, close);
-}
-
-enum MHD_Result srv_respond_error(mx_server *s, struct MHD_Connection *c, unsigned status, const char *code,
-                                  const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    enum MHD_Result r = respond_error_v(s, c, status, false, code, fmt, ap);
-    va_end(ap);
-    return r;
-}
-
-// An error after which the connection closes (the request's framing cannot be trusted, or the
-// server is refusing or draining connections).
-static enum MHD_Result respond_error_close(mx_server *s, struct MHD_Connection *c, unsigned status, const char *code,
-                                           const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-static enum MHD_Result respond_error_close(mx_server *s, struct MHD_Connection *c, unsigned status, const char *code,
-                                           const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    enum MHD_Result r = respond_error_v(s, c, status, true, code, fmt, ap);
-    va_end(ap);
-    return r;
-}
-
-bool srv_client_gone(struct MHD_Connection *c) {
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!ci) return true;
-    // Not POLLRDHUP: end of the client's data is a legal half-close, and it still reads the reply.
-    struct pollfd p = {.fd = ci->connect_fd, .events = 0};
-    if (poll(&p, 1, 0) <= 0) return false;
-    return (p.revents & (POLLHUP | POLLERR | POLLNVAL)) != 0;
-}
-
 static bool auth_ok(mx_server *s, struct MHD_Connection *c) {
     if (!s->o.api_key || !s->o.api_key[0]) return true;
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
@@ -222,7 +105,7 @@ static enum MHD_Result scan_header(void *cls, enum MHD_ValueKind kind, const cha
 // CORS preflight: allowed origins get the methods and headers they may use; others 403.
 static enum MHD_Result preflight(mx_server *s, struct MHD_Connection *c) {
     const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
-    if (!origin_allowed(s, origin))
+    if (!srv_origin_allowed(s, origin))
         return srv_respond_error(s, c, 403, "origin_not_allowed", "cross-origin requests from '%s' are not allowed (see --cors-origin)",
                                  origin ? origin : "(no Origin header)");
     struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
@@ -242,29 +125,29 @@ static enum MHD_Result check_head(mx_server *s, struct MHD_Connection *c, const 
                                   bool *answered) {
     *answered = true;
     if (atomic_load(&s->draining))
-        return respond_error_close(s, c, 503, "shutting_down", "the server is shutting down");
+        return srv_respond_error_close(s, c, 503, "shutting_down", "the server is shutting down");
     if (atomic_load(&s->n_conns) > s->o.max_connections)
-        return respond_error_close(s, c, 503, "too_many_connections",
+        return srv_respond_error_close(s, c, 503, "too_many_connections",
                                    "too many open connections (limit %d, see --max-connections); retry later",
                                    s->o.max_connections);
     if (rq->uri_too_long)
-        return respond_error_close(s, c, 414, "uri_too_long", "the request path exceeds %d bytes", MAX_URI_BYTES);
+        return srv_respond_error_close(s, c, 414, "uri_too_long", "the request path exceeds %d bytes", MAX_URI_BYTES);
     if (rq->uri_has_nul)
-        return respond_error_close(s, c, 400, "invalid_path", "the request path contains an encoded NUL byte (%%00)");
+        return srv_respond_error_close(s, c, 400, "invalid_path", "the request path contains an encoded NUL byte (%%00)");
     header_scan h = {0};
     MHD_get_connection_values(c, MHD_HEADER_KIND, scan_header, &h);
     if (h.bytes > MAX_HEADER_BYTES)
-        return respond_error_close(s, c, 431, "headers_too_large", "the request headers exceed %d bytes", MAX_HEADER_BYTES);
+        return srv_respond_error_close(s, c, 431, "headers_too_large", "the request headers exceed %d bytes", MAX_HEADER_BYTES);
     if (h.length_differs)
-        return respond_error_close(s, c, 400, "invalid_content_length", "the request has conflicting Content-Length headers");
+        return srv_respond_error_close(s, c, 400, "invalid_content_length", "the request has conflicting Content-Length headers");
     const char *origin = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Origin");
     if (strcmp(method, "OPTIONS") == 0) return preflight(s, c);
-    if (origin && !origin_allowed(s, origin))
-        return respond_error_close(s, c, 403, "origin_not_allowed",
+    if (origin && !srv_origin_allowed(s, origin))
+        return srv_respond_error_close(s, c, 403, "origin_not_allowed",
                                    "cross-origin requests from '%s' are not allowed (see --cors-origin)", origin);
     if (h.first_length && strtoull(h.first_length, NULL, 10) > s->o.max_body) {
         rq->too_big = true;
-        return respond_error_close(s, c, 413, "request_too_large", "the request body exceeds %zu bytes", s->o.max_body);
+        return srv_respond_error_close(s, c, 413, "request_too_large", "the request body exceeds %zu bytes", s->o.max_body);
     }
     *answered = false;
     return MHD_YES;

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Private to src/server: the server object shared by the HTTP front (srv_http.c), the generation
-// routes (srv_generate.c, srv_stream.c) and the small routes (srv_routes.c), and the response helpers.
+// routes (srv_generate.c, srv_stream.c), the small routes (srv_routes.c, srv_embed_route.c) and the
+// reply helpers (srv_reply.h). Calls go one way: front -> routes -> stream -> reply helpers and
+// response JSON (srv_response.h), which call none of the others.
 #ifndef MX_SERVER_SRV_INTERNAL_H
 #define MX_SERVER_SRV_INTERNAL_H
 
@@ -14,6 +16,7 @@
 #include "server/srv_grammar.h"
 #include "server/srv_job.h"
 #include "server/srv_request.h"
+#include "server/srv_response.h"
 #include "server/srv_sched.h"
 
 struct mx_server {
@@ -37,20 +40,6 @@ struct mx_server {
     long started;            // unix time, for "created"
 };
 
-// Queues a JSON response (takes the reference to body).
-enum MHD_Result srv_respond_json(mx_server *s, struct MHD_Connection *c, unsigned status, json_t *body);
-// Queues an OpenAI-style error {"error": {"message", "type", "code"}}; code may be NULL (null).
-enum MHD_Result srv_respond_error(mx_server *s, struct MHD_Connection *c, unsigned status, const char *code,
-                                  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
-json_t *srv_error_json(unsigned status, const char *code, const char *message);
-
-// True when the client of this connection is gone for sure (the connection was reset or errored).
-// A client that only shut down its sending side (half-close, legal in HTTP/1.1) still reads.
-bool srv_client_gone(struct MHD_Connection *c);
-
-// Headers every reply carries (CORS for allowed origins); call before MHD_queue_response.
-void srv_add_common_headers(mx_server *s, struct MHD_Connection *c, struct MHD_Response *r);
-
 // The request entry points (srv_http.c) that srv_conn.c registers with libmicrohttpd.
 enum MHD_Result srv_http_on_request(void *cls, struct MHD_Connection *c, const char *url, const char *method,
                                     const char *version, const char *upload, size_t *upload_size, void **con_cls);
@@ -68,25 +57,8 @@ enum MHD_Result srv_route_detokenize(mx_server *s, struct MHD_Connection *c, jso
 enum MHD_Result srv_route_embeddings(mx_server *s, struct MHD_Connection *c, json_t *body);
 enum MHD_Result srv_route_apply_template(mx_server *s, struct MHD_Connection *c, json_t *body);
 
-// What a generation response needs after the request body is gone.
-typedef struct srv_gen_info {
-    srv_kind kind;
-    bool include_usage;
-    int n_prompt;
-    long created;
-    char id[64];
-    char model[256];
-} srv_gen_info;
-
 // The streaming (SSE) response of a request's n submitted jobs (choice i is jobs[i]); takes over the
 // caller's job references.
 enum MHD_Result srv_stream_start(mx_server *s, struct MHD_Connection *c, srv_job **jobs, int n, const srv_gen_info *info);
-
-// Response pieces shared by the JSON and SSE forms (job lock held by the caller).
-json_t *srv_usage_json(int n_prompt, int n_generated);
-// The tool calls from index `from` of choice `choice`; with_index adds each call's index (stream deltas).
-json_t *srv_tool_calls_json(const srv_job *j, const srv_gen_info *info, int choice, int from, bool with_index);
-// Logprobs of tokens [from, to) of j->lp in the chat or completion form; JSON null when off.
-json_t *srv_logprobs_json(const mx_tokenizer *tok, const srv_job *j, srv_kind kind, size_t from, size_t to);
 
 #endif

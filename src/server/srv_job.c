@@ -2,6 +2,7 @@
 // Reference-counted generation jobs (see srv_job.h).
 #include "server/srv_job.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,6 +55,37 @@ void srv_job_release(srv_job *j) {
 void srv_job_cancel(srv_job *j) {
     pthread_mutex_lock(&j->mu);
     j->cancelled = true;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+bool srv_job_on_token(void *job, const mx_token_event *ev) {
+    srv_job *j = job;
+    pthread_mutex_lock(&j->mu);
+    bool stopped = srv_output_push(j->out, ev->text, ev->len);
+    if (ev->id >= 0) j->n_generated++;
+    if (ev->lp) {
+        if (j->n_lp == j->cap_lp) {
+            size_t cap = j->cap_lp ? 2 * j->cap_lp : 64;
+            mx_sample_out *g = realloc(j->lp, sizeof *g * cap);
+            if (g) j->lp = g, j->cap_lp = cap;
+        }
+        if (j->n_lp < j->cap_lp) j->lp[j->n_lp++] = *ev->lp;
+    }
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    return !stopped;
+}
+
+void srv_job_finish(srv_job *j, const char *finish, int error_status, const char *error) {
+    pthread_mutex_lock(&j->mu);
+    srv_output_finish(j->out);
+    if (error_status) {
+        j->error_status = error_status;
+        snprintf(j->error, sizeof j->error, "%s", error);
+    }
+    j->finish = finish;
+    j->done = true;
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
 }

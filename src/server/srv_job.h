@@ -45,7 +45,7 @@ typedef struct srv_job {
     int n_generated;
     bool started;          // admitted into a slot
     bool done;
-    const char *finish;    // "stop", "length", "tool_calls" (set with done)
+    const char *finish;    // "stop", "length", "cancelled" (set with done; see srv_finish_reason)
     int error_status;      // non-zero: the job failed before producing output (HTTP status)
     char error[256];
     bool cancelled;        // the client went away or the server stops
@@ -60,5 +60,13 @@ void srv_job_retain(srv_job *j);
 void srv_job_release(srv_job *j);
 // Sets cancelled (under mu) and wakes waiters.
 void srv_job_cancel(srv_job *j);
+
+// The scheduler's side (it takes neither lock first): the engine's token callback (mx_seq_opts.on_token,
+// with the job as user) moves the text into the output and the logprobs into the job; false once a
+// stop string matched. srv_job_finish ends the output and marks the job done with finish ("stop",
+// "length" or "cancelled"; the response layer names the OpenAI finish_reason) and an optional
+// error (HTTP status and message); both wake the connection.
+bool srv_job_on_token(void *job, const mx_token_event *ev);
+void srv_job_finish(srv_job *j, const char *finish, int error_status, const char *error);
 
 #endif

@@ -8,6 +8,7 @@
 
 #include "server/srv_buf.h"
 #include "server/srv_internal.h"
+#include "server/srv_reply.h"
 
 enum MHD_Result srv_route_models(mx_server *s, struct MHD_Connection *c) {
     json_t *m = json_pack("{s:s, s:s, s:I, s:s}", "id", s->model_id, "object", "model", "created", (json_int_t)s->started,

@@ -31,45 +31,12 @@ struct srv_sched {
     srv_stats st;
 };
 
-// Marks a job done and wakes its connection. Caller holds neither lock.
-static void job_finish(srv_job *j, const char *finish, int error_status, const char *error) {
-    pthread_mutex_lock(&j->mu);
-    srv_output_finish(j->out);
-    if (error_status) {
-        j->error_status = error_status;
-        snprintf(j->error, sizeof j->error, "%s", error);
-    }
-    j->finish = strcmp(finish, "stop") == 0 && srv_output_n_tools(j->out) > 0 ? "tool_calls" : finish;
-    j->done = true;
-    pthread_cond_broadcast(&j->cv);
-    pthread_mutex_unlock(&j->mu);
-}
-
-// The engine hands each generated token here (scheduler thread, no lock held).
-static bool on_token(void *user, const mx_token_event *ev) {
-    srv_job *j = user;
-    pthread_mutex_lock(&j->mu);
-    bool stopped = srv_output_push(j->out, ev->text, ev->len);
-    if (ev->id >= 0) j->n_generated++;
-    if (ev->lp) {
-        if (j->n_lp == j->cap_lp) {
-            size_t cap = j->cap_lp ? 2 * j->cap_lp : 64;
-            mx_sample_out *g = realloc(j->lp, sizeof *g * cap);
-            if (g) j->lp = g, j->cap_lp = cap;
-        }
-        if (j->n_lp < j->cap_lp) j->lp[j->n_lp++] = *ev->lp;
-    }
-    pthread_cond_broadcast(&j->cv);
-    pthread_mutex_unlock(&j->mu);
-    return !stopped;
-}
-
 // Takes active job k out (scheduler lock held): releases its sequence and finishes the job.
 static void drop_active(srv_sched *s, int k, const char *finish, int status, const char *error) {
     srv_job *j = s->active[k];
     s->active[k] = s->active[--s->n_active];
     mx_engine_release(s->eng, j->seq);
-    job_finish(j, finish, status, error);
+    srv_job_finish(j, finish, status, error);
     srv_job_release(j);
 }
 
@@ -88,7 +55,7 @@ static int admit(srv_sched *s, srv_job *j) {
         mx_sampling sp = j->sampling;
         if (j->n_bias > 0) {
             if (!(j->bias = malloc(sizeof *j->bias * (size_t)j->n_bias))) {
-                job_finish(j, "stop", 500, "out of memory");
+                srv_job_finish(j, "stop", 500, "out of memory");
                 return -1;
             }
             for (int i = 0; i < j->n_bias; i++) j->bias[i] = (mx_logit_bias){j->bias_ids[i], j->bias_values[i]};
@@ -97,14 +64,14 @@ static int admit(srv_sched *s, srv_job *j) {
         }
         mx_seq_opts so = {.sampling = sp, .max_new = j->max_tokens, .ignore_eos = j->ignore_eos,
                           .stop_ids = s->stop_ids, .n_stop_ids = s->n_stop_ids, .n_logprobs = j->n_logprobs,
-                          .skip_special = !j->keep_special, .matcher = j->matcher, .on_token = on_token, .user = j};
+                          .skip_special = !j->keep_special, .matcher = j->matcher, .on_token = srv_job_on_token, .user = j};
         if (!(j->seq = mx_seq_create(s->tok, j->prompt, j->n_prompt, &so, s->max_ctx, &err))) {
-            job_finish(j, "stop", 500, err.msg);
+            srv_job_finish(j, "stop", 500, err.msg);
             return -1;
         }
     }
     int rc = mx_engine_admit(s->eng, j->seq, &err);
-    if (rc < 0) job_finish(j, "stop", 400, err.msg);
+    if (rc < 0) srv_job_finish(j, "stop", 400, err.msg);
     return rc;
 }
 
@@ -148,7 +115,7 @@ static void housekeep(srv_sched *s) {
         srv_job *j = s->queue[q];
         bool cancel = job_cancelled(s, j);
         if (cancel || (j->deadline > 0 && now > j->deadline)) {
-            job_finish(j, "cancelled", 503, cancel ? "the request was cancelled" : "timed out waiting for a free slot");
+            srv_job_finish(j, "cancelled", 503, cancel ? "the request was cancelled" : "timed out waiting for a free slot");
             srv_job_release(j);
         } else {
             s->queue[kept++] = j;
@@ -258,7 +225,7 @@ void srv_sched_free(srv_sched *s) {
         pthread_join(s->thread, NULL);
     }
     for (int q = 0; q < s->n_queue; q++) {
-        job_finish(s->queue[q], "cancelled", 503, "the server is shutting down");
+        srv_job_finish(s->queue[q], "cancelled", 503, "the server is shutting down");
         srv_job_release(s->queue[q]);
     }
     mx_engine_free(s->eng);

@@ -17,6 +17,8 @@
 
 #include "server/srv_buf.h"
 #include "server/srv_internal.h"
+#include "server/srv_reply.h"
+#include "server/srv_response.h"
 
 enum { KEEPALIVE_WAITS = 20 };  // 100 ms waits without news before a keep-alive comment (2 s)
 
@@ -49,23 +51,10 @@ static void sse_event(sse *st, json_t *obj) {
     free(text);
 }
 
-static json_t *chunk(sse *st, json_t *choice) {
-    json_t *choices = json_array();
-    if (choice) json_array_append_new(choices, choice);
-    return json_pack("{s:s, s:s, s:I, s:s, s:o}", "id", st->info.id, "object",
-                     st->info.kind == SRV_KIND_CHAT ? "chat.completion.chunk" : "text_completion", "created",
-                     (json_int_t)st->info.created, "model", st->info.model, "choices", choices);
-}
+static json_t *chunk(sse *st, json_t *choice) { return srv_chunk_json(&st->info, choice); }
 
 static json_t *choice(sse *st, int index, json_t *delta_or_text, json_t *logprobs, const char *finish) {
-    json_t *c = json_pack("{s:i}", "index", index);
-    if (st->info.kind == SRV_KIND_CHAT)
-        json_object_set_new(c, "delta", delta_or_text);
-    else
-        json_object_set_new(c, "text", delta_or_text);
-    json_object_set_new(c, "logprobs", logprobs ? logprobs : json_null());
-    json_object_set_new(c, "finish_reason", finish ? json_string(finish) : json_null());
-    return c;
+    return srv_chunk_choice_json(&st->info, index, delta_or_text, logprobs, finish);
 }
 
 // Ends the stream with an error event and [DONE].
@@ -112,7 +101,7 @@ static bool take_new(sse *st, int i) {
     if (j->done) {
         json_t *lp = j->n_logprobs >= 0 && n_lp > ch->sent_lp ? srv_logprobs_json(st->s->tok, j, st->info.kind, ch->sent_lp, n_lp)
                                                                : NULL;
-        sse_event(st, chunk(st, choice(st, i, chat ? json_object() : json_string(""), lp, j->finish)));
+        sse_event(st, chunk(st, choice(st, i, chat ? json_object() : json_string(""), lp, srv_finish_reason(j))));
         ch->finished = true;
         any = true;
     }

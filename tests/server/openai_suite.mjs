@@ -79,7 +79,7 @@ try {
   eq(cut.choices[0].finish_reason, 'stop', 'stop finish_reason');
 
   for (const [what, fn, cls, status] of [
-    ['n=2 with stream', () => client.completions.create({ model: 'd', prompt: 'x', n: 2, stream: true }), OpenAI.BadRequestError, 400],
+    ['n=17 with stream', () => client.completions.create({ model: 'd', prompt: 'x', n: 17, stream: true }), OpenAI.BadRequestError, 400],
     ['missing messages', () => client.chat.completions.create({ model: 'd' }), OpenAI.BadRequestError, 400],
     ['bad temperature', () => client.chat.completions.create({ model: 'd', messages: [{ role: 'user', content: 'x' }], temperature: 'x' }), OpenAI.BadRequestError, 400],
     ['wrong key', () => new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: 'bad', timeout: 30000, maxRetries: 0 }).models.list(), OpenAI.AuthenticationError, 401],
