@@ -35,6 +35,7 @@ struct mx_engine {
     int total_reserved;
     uint64_t **chain;          // [n_slots][table_len] hash-chain key of each full block
     int *n_hashed;             // [n_slots] full blocks whose key is in chain (published if prefix_reuse)
+    bool *fresh;               // [n_slots] admitted, no step yet: its prefix lookup may still grow
     mx_pool *pool;
     // step buffers
     int32_t *b_tok, *b_pos, *b_slot, *b_rows;  // [n_slots + chunk]
@@ -79,6 +80,7 @@ mx_engine *mx_engine_create(mx_model *m, const mx_engine_opts *o, mx_error *err)
     e->n_held = calloc(ns, sizeof *e->n_held);
     e->reserved = calloc(ns, sizeof *e->reserved);
     e->n_hashed = calloc(ns, sizeof *e->n_hashed);
+    e->fresh = calloc(ns, sizeof *e->fresh);
     e->b_tok = malloc(4 * nb), e->b_pos = malloc(4 * nb), e->b_slot = malloc(4 * nb), e->b_rows = malloc(4 * nb);
     e->b_end = malloc(sizeof(int) * ns);
     e->row_seq = calloc(ns, sizeof *e->row_seq);
@@ -87,7 +89,8 @@ mx_engine *mx_engine_create(mx_model *m, const mx_engine_opts *o, mx_error *err)
     e->rows = malloc(sizeof *e->rows * ns);
     e->outs = malloc(sizeof *e->outs * ns);
     e->scratch = malloc(MX_SAMPLE_SCRATCH_BYTES(e->vocab) * (size_t)threads);
-    bool ok = e->pool && e->slots && e->blocks && e->chain && e->n_held && e->reserved && e->n_hashed && e->b_tok &&
+    bool ok = e->pool && e->slots && e->blocks && e->chain && e->n_held && e->reserved && e->n_hashed && e->fresh &&
+              e->b_tok &&
               e->b_pos && e->b_slot && e->b_rows && e->b_end && e->row_seq && e->logits && e->ids && e->rows && e->outs &&
               e->scratch;
     for (int i = 0; ok && i < e->n_slots; i++)
@@ -113,7 +116,7 @@ void mx_engine_free(mx_engine *e) {
     mx_kv_pool_free(e->kvp);
     for (int i = 0; e->blocks && i < e->n_slots; i++) free(e->blocks[i]);
     for (int i = 0; e->chain && i < e->n_slots; i++) free(e->chain[i]);
-    free(e->blocks), free(e->chain), free(e->n_held), free(e->reserved), free(e->n_hashed), free(e->slots);
+    free(e->blocks), free(e->chain), free(e->n_held), free(e->reserved), free(e->n_hashed), free(e->fresh), free(e->slots);
     free(e->b_tok), free(e->b_pos), free(e->b_slot), free(e->b_rows), free(e->b_end), free(e->row_seq);
     free(e->logits), free(e->ids), free(e->rows), free(e->outs), free(e->mods), free(e->scratch);
     free(e);
@@ -164,20 +167,20 @@ static void drop_blocks(mx_engine *e, int slot) {
     mx_ctx_set_blocks(e->ctx, slot, NULL, 0, NULL);
 }
 
-// The prompt's full blocks found in the prefix cache, in order, until the first miss: their blocks go
-// into the slot's table (one reference each), their keys into its chain. Returns how many.
-static int find_prefix(mx_engine *e, int slot, const mx_seq *s) {
-    int hits = 0, full = s->n_prompt / MX_KV_BLOCK;
-    uint64_t parent = MX_KV_HASH_ROOT;
-    while (e->prefix_reuse && hits < full) {
-        const int32_t *toks = s->prompt + (size_t)hits * MX_KV_BLOCK;
+// Extends the slot's table (holding `have` blocks of the prompt) with the prompt's next full blocks
+// found in the prefix cache, in order, until the first miss or `limit` blocks: one reference each,
+// their keys in the slot's chain. Returns the blocks held now.
+static int find_prefix(mx_engine *e, int slot, const mx_seq *s, int have, int limit) {
+    uint64_t parent = have > 0 ? e->chain[slot][have - 1] : MX_KV_HASH_ROOT;
+    while (e->prefix_reuse && have < limit) {
+        const int32_t *toks = s->prompt + (size_t)have * MX_KV_BLOCK;
         uint64_t h = mx_kv_hash(parent, toks, MX_KV_BLOCK);
         int b = mx_kv_pool_lookup(e->kvp, h, toks);
         if (b < 0) break;
-        e->blocks[slot][hits] = b;
-        e->chain[slot][hits++] = parent = h;
+        e->blocks[slot][have] = b;
+        e->chain[slot][have++] = parent = h;
     }
-    return hits;
+    return have;
 }
 
 int mx_engine_admit(mx_engine *e, mx_seq *s, mx_error *err) {
@@ -195,7 +198,7 @@ int mx_engine_admit(mx_engine *e, mx_seq *s, mx_error *err) {
     for (int i = 0; i < e->n_slots && slot < 0; i++)
         if (!e->slots[i]) slot = i;
     if (slot < 0) return 1;
-    int hits = find_prefix(e, slot, s);
+    int hits = find_prefix(e, slot, s, 0, s->n_prompt / MX_KV_BLOCK);
     // Every prompt block cached: the last prompt token is computed again (it makes the first row),
     // so its block, shared, is copied first; if that copy does not fit, its block is computed instead.
     bool cow = hits > 0 && hits * MX_KV_BLOCK >= s->n_prompt;
@@ -232,7 +235,7 @@ int mx_engine_admit(mx_engine *e, mx_seq *s, mx_error *err) {
         return -1;
     }
     int reused = cow ? s->n_prompt - 1 : hits * MX_KV_BLOCK;
-    if (e->prefix_reuse) mx_kv_pool_count(e->kvp, hits, s->n_prompt / MX_KV_BLOCK - hits);
+    e->fresh[slot] = true;
     s->slot = slot;
     s->n_fed = s->reused = reused;
     s->t_admit = mx_now();
@@ -300,6 +303,46 @@ static int grow_blocks(mx_engine *e, int slot, int end, mx_error *err) {
     return grown ? mx_ctx_set_blocks(e->ctx, slot, e->blocks[slot], e->n_held[slot], err) : 0;
 }
 
+// True when another sequence is computing, in a block of its prompt, the block of s's prompt that s
+// would compute next (same tokens from the start): n > 1 choices of one request, or concurrent
+// requests with one system prompt. s waits for it and then finds the block in the prefix cache.
+static bool block_in_flight(const mx_engine *e, int slot) {
+    const mx_seq *s = e->slots[slot];
+    int upto = (s->n_fed / MX_KV_BLOCK + 1) * MX_KV_BLOCK;  // end of s's next block
+    if (!e->prefix_reuse || s->n_fed % MX_KV_BLOCK != 0 || upto > s->n_prompt - 1) return false;
+    for (int j = 0; j < e->n_slots; j++) {
+        const mx_seq *t = e->slots[j];
+        if (j == slot || !t || e->fresh[j] || t->finish != MX_FINISH_NONE || t->n_fed >= upto || t->n_prompt < upto)
+            continue;
+        if (memcmp(t->prompt, s->prompt, sizeof *s->prompt * (size_t)upto) == 0) return true;
+    }
+    return false;
+}
+
+// Before a sequence's first step: looks the prompt up again (blocks published since admission or
+// the last call); returns false while another sequence computes its next prompt block, else
+// counts the prefix-cache outcome and lets it start.
+static bool start_sequence(mx_engine *e, int slot) {
+    mx_seq *s = e->slots[slot];
+    int have = e->n_held[slot];
+    if (s->n_fed == have * MX_KV_BLOCK && e->n_hashed[slot] == have) {  // not after a copy-on-write
+        int now = find_prefix(e, slot, s, have, (s->n_prompt - 1) / MX_KV_BLOCK), more = now - have;
+        if (more > 0) {
+            e->n_held[slot] = e->n_hashed[slot] = now;
+            e->reserved[slot] -= more;
+            e->total_reserved -= more;
+            mx_ctx_set_blocks(e->ctx, slot, e->blocks[slot], now, NULL);
+            s->n_fed = s->reused = now * MX_KV_BLOCK;
+            e->st.reused_tokens += (uint64_t)more * MX_KV_BLOCK;
+            e->st.prompt_tokens -= (uint64_t)more * MX_KV_BLOCK;
+        }
+    }
+    if (block_in_flight(e, slot)) return false;
+    if (e->prefix_reuse) mx_kv_pool_count(e->kvp, e->n_hashed[slot], s->n_prompt / MX_KV_BLOCK - e->n_hashed[slot]);
+    e->fresh[slot] = false;
+    return true;
+}
+
 static void out_of_blocks(mx_seq *s, const mx_error *err) {
     snprintf(s->error, sizeof s->error, "%s", err->msg);
     mx_seq_end(s, MX_FINISH_ERROR);
@@ -328,6 +371,7 @@ int mx_engine_step(mx_engine *e, mx_error *err) {
         mx_seq *s = e->slots[i];
         e->b_end[i] = -1;
         if (!s || s->finish != MX_FINISH_NONE) continue;
+        if (e->fresh[i] && !start_sequence(e, i)) continue;  // waits for another's prompt blocks
         if (s->n_fed < s->n_prompt) {
             int start = s->n_fed, end = (start / e->chunk + 1) * e->chunk;
             if (end > s->n_prompt) end = s->n_prompt;

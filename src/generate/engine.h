@@ -16,7 +16,9 @@
 // Prefix cache: the prompt's full blocks already in the pool (the hash chain of their tokens,
 // kv_pool.h) are shared instead of computed; every block a sequence fills is published when full,
 // so chat turns, shared system prompts and repeated requests skip what was computed before, and
-// unreferenced blocks stay cached until the pool needs them (LRU). When every prompt block is
+// unreferenced blocks stay cached until the pool needs them (LRU). A sequence whose next prompt
+// block another running sequence is computing (n > 1 choices of one prompt, concurrent requests
+// with one system prompt) waits for it before its first step, then takes it from the cache. When every prompt block is
 // cached, the last prompt token is computed again in a private copy of its block (copy-on-write).
 // Prompts are cut into the same absolute chunks either way, so reuse never changes a result.
 //

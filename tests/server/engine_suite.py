@@ -160,6 +160,31 @@ try:
     check('/health reports the KV pool', kv.get('block_size') == 16 and kv.get('blocks_total', 0) > 0 and
           kv.get('blocks_used') == 0 and kv.get('blocks_cached', 0) >= 4, health)
 
+    # n > 1: the choices share the prompt's blocks (the others wait while the first computes them)
+    # and answer what they answer one at a time without the cache.
+    body = dict(prompt=base, max_tokens=8, temperature=0.8, seed=5, n=3, ignore_eos=True)
+    h0 = srv.metric('prefix_cache_hits_total')
+    st, data = srv.request('POST', '/v1/completions', body)
+    h1 = srv.metric('prefix_cache_hits_total')
+    st2, data2 = plain.request('POST', '/v1/completions', body)
+    texts = sorted(c['text'] for c in json.loads(data)['choices']) if st == 200 else None
+    ptexts = sorted(c['text'] for c in json.loads(data2)['choices']) if st2 == 200 else None
+    n_prompt = json.loads(data)['usage']['prompt_tokens'] if st == 200 else 0
+    # base was cached by the requests above: every choice finds its full blocks but the last token's
+    srv2 = Server('--parallel', '4', '--backend', 'cpu')
+    try:
+        g0 = srv2.metric('prefix_cache_hits_total')
+        st3, data3 = srv2.request('POST', '/v1/completions', body)
+        g1 = srv2.metric('prefix_cache_hits_total')
+        texts3 = sorted(c['text'] for c in json.loads(data3)['choices']) if st3 == 200 else None
+    finally:
+        srv2.stop()
+    shared = (n_prompt - 1) // 16
+    check('n > 1 choices share the prompt blocks of the first (fresh server)', g1 - g0 == 2 * shared,
+          (g0, g1, shared))
+    check('n > 1 answers are those without the prefix cache', texts and texts == ptexts == texts3 and
+          len(set(texts)) > 1 and h1 > h0, (texts, ptexts, texts3))
+
     # Cancellation gives the blocks back.
     c = http.client.HTTPConnection('127.0.0.1', srv.port, timeout=60)
     c.request('POST', '/v1/completions', json.dumps({'prompt': base, 'max_tokens': 100000, 'ignore_eos': True,
