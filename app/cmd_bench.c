@@ -220,6 +220,26 @@ static int spec_vector(spec_list *l, const char *name, int64_t n, fill_kind fill
     return spec_add(l, name, "BF16", 1, &n, 16, fill, 0.01f);
 }
 
+// Multi-head latent attention (deepseek_v3) in mlx-lm's layout: q LoRA (or q_proj), the latent
+// projection and norm, embed_q / unembed_out stacked per head, o_proj.
+static int spec_latent(spec_list *l, const mx_config *c, int i) {
+    int64_t H = c->hidden_size, NH = c->n_heads, QD = c->qk_nope_head_dim + c->qk_rope_head_dim,
+            KL = c->kv_lora_rank, QL = c->q_lora_rank;
+    char name[260];
+#define NAME(suffix) (snprintf(name, sizeof name, "model.layers.%d.self_attn.%s", i, suffix), name)
+    if (QL > 0 ? spec_linear(l, c, NAME("q_a_proj"), 0, QL, H) ||
+                     spec_vector(l, NAME("q_a_layernorm.weight"), QL, FILL_ONES) ||
+                     spec_linear(l, c, NAME("q_b_proj"), 0, NH * QD, QL)
+               : spec_linear(l, c, NAME("q_proj"), 0, NH * QD, H))
+        return -1;
+    return spec_linear(l, c, NAME("kv_a_proj_with_mqa"), 0, KL + c->qk_rope_head_dim, H) ||
+           spec_vector(l, NAME("kv_a_layernorm.weight"), KL, FILL_ONES) ||
+           spec_linear(l, c, NAME("embed_q"), NH, KL, c->qk_nope_head_dim) ||
+           spec_linear(l, c, NAME("unembed_out"), NH, c->v_head_dim, KL) ||
+           spec_linear(l, c, NAME("o_proj"), 0, H, NH * c->v_head_dim);
+#undef NAME
+}
+
 // Every tensor the loader expects for this config and family, in file order.
 static int spec_model(spec_list *l, const mx_config *c, const mx_family *fam) {
     int64_t H = c->hidden_size, D = c->head_dim, q_out = (int64_t)c->n_heads * D, kv_out = (int64_t)c->n_kv_heads * D;
@@ -230,13 +250,18 @@ static int spec_model(spec_list *l, const mx_config *c, const mx_family *fam) {
     for (int i = 0; i < c->n_layers; i++) {
 #define NAME(suffix) (snprintf(name, sizeof name, "model.layers.%d.%s", i, suffix), name)
         if (spec_vector(l, NAME("input_layernorm.weight"), H, FILL_ONES) ||
-            spec_vector(l, NAME("post_attention_layernorm.weight"), H, FILL_ONES) ||
-            spec_linear(l, c, NAME("self_attn.o_proj"), 0, H, q_out))
+            spec_vector(l, NAME("post_attention_layernorm.weight"), H, FILL_ONES))
             return -1;
+        if (fam->latent_attention) {
+            if (spec_latent(l, c, i)) return -1;
+        } else if (spec_linear(l, c, NAME("self_attn.o_proj"), 0, H, q_out)) {
+            return -1;
+        }
         if (fam->gemma && (spec_vector(l, NAME("pre_feedforward_layernorm.weight"), H, FILL_ONES) ||
                            spec_vector(l, NAME("post_feedforward_layernorm.weight"), H, FILL_ONES)))
             return -1;
-        if (fam->fused_qkv_gate_up ? spec_linear(l, c, NAME("self_attn.qkv_proj"), 0, q_out + 2 * kv_out, H)
+        if (fam->latent_attention) {
+        } else if (fam->fused_qkv_gate_up ? spec_linear(l, c, NAME("self_attn.qkv_proj"), 0, q_out + 2 * kv_out, H)
                                    : spec_linear(l, c, NAME("self_attn.q_proj"), 0, q_out, H) ||
                                          spec_linear(l, c, NAME("self_attn.k_proj"), 0, kv_out, H) ||
                                          spec_linear(l, c, NAME("self_attn.v_proj"), 0, kv_out, H))
@@ -251,6 +276,12 @@ static int spec_model(spec_list *l, const mx_config *c, const mx_family *fam) {
         if (mx_family_layer_is_moe(fam, c, i)) {
             int64_t E = c->num_experts, I = c->moe_intermediate_size;
             if (spec_linear(l, c, NAME("mlp.gate"), 0, E, H)) return -1;
+            if (c->n_group > 0 && spec_vector(l, NAME("mlp.gate.e_score_correction_bias"), E, FILL_DENSE)) return -1;
+            int64_t IS = I * c->n_shared_experts;
+            if (IS > 0 && (spec_linear(l, c, NAME("mlp.shared_experts.gate_proj"), 0, IS, H) ||
+                           spec_linear(l, c, NAME("mlp.shared_experts.up_proj"), 0, IS, H) ||
+                           spec_linear(l, c, NAME("mlp.shared_experts.down_proj"), 0, H, IS)))
+                return -1;
             const char *proj[3] = {"gate_proj", "up_proj", "down_proj"};
             for (int k = 0; k < 3; k++) {
                 snprintf(p, sizeof p, "model.layers.%d.mlp.switch_mlp.%s", i, proj[k]);

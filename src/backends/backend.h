@@ -105,6 +105,9 @@ typedef enum mx_op_kind {
     MX_OP_SAMPLE,
     MX_OP_GEGLU,
     MX_OP_SCALE,
+    MX_OP_LATENT_STORE,
+    MX_OP_LATENT_ATTENTION,
+    MX_OP_MOE_ROUTE_GROUPED,
     MX_OP_KIND_COUNT
 } mx_op_kind;
 
@@ -150,6 +153,23 @@ typedef struct mx_op {
         struct { float *out; const float *gate, *up; int64_t count; } geglu;
         // x[i] *= scale for i < count (Gemma's embedding scale).
         struct { float *x; int64_t count; float scale; } scale;
+        // Multi-head latent attention (DeepSeek-V3) keeps one latent row of W = kv_lora + rope values
+        // per position instead of per-head keys and values: the cache of kv.lay has one KV head of
+        // head_dim W / 2, whose K row holds the first half of the latent row and whose V row the
+        // second. latent_store writes row [c_kv[t] | k_pe[t]] for token t (c_kv [n, kv_lora], k_pe
+        // [n, rope]) at (slot[t], pos[t]).
+        struct { mx_kv_ref kv; const float *c_kv, *k_pe; int n, kv_lora, rope; } latent_store;
+        // out[n, n_heads, kv_lora] = sum over keys p in 0..pos[t] of slot[t] of
+        // softmax_p(scale * (q_lat[t, h] . c_kv[p] + q_pe[t, h] . k_pe[p])) * c_kv[p], with q_lat
+        // [n, n_heads, kv_lora] and q_pe [n, n_heads, rope]: attention in the absorbed form (the
+        // per-head key up-projection is folded into q_lat, the value one is applied to out later).
+        struct { float *out; const float *q_lat, *q_pe; mx_kv_ref kv; int n, n_heads, kv_lora, rope; float scale; } latent_attention;
+        // DeepSeek-V3 routing (noaux_tc): s = sigmoid(logits[n, n_experts]), c = s + bias[n_experts];
+        // the experts form n_group equal groups ranked by the sum of their two largest c, experts
+        // outside the topk_group best groups get c = 0; the k largest c give ids[n, k] (first index
+        // wins ties), their weights are s (divided by their sum + 1e-20 when norm_topk) * scaling.
+        struct { int32_t *ids; float *weights; const float *logits, *bias; int n, n_experts, k, n_group, topk_group;
+                 bool norm_topk; float scaling; } moe_route_grouped;
     };
 } mx_op;
 

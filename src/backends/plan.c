@@ -63,6 +63,8 @@ const char *mx_op_kind_name(mx_op_kind kind) {
         [MX_OP_MOE_ROUTE] = "moe_route",   [MX_OP_MOE_MATMUL] = "moe_matmul",
         [MX_OP_MOE_COMBINE] = "moe_combine", [MX_OP_GATHER_ROWS] = "gather_rows",
         [MX_OP_ARGMAX] = "argmax",         [MX_OP_SAMPLE] = "sample",
+        [MX_OP_LATENT_STORE] = "latent_store", [MX_OP_LATENT_ATTENTION] = "latent_attention",
+        [MX_OP_MOE_ROUTE_GROUPED] = "moe_route_grouped",
     };
     return kind >= 0 && kind < MX_OP_KIND_COUNT && names[kind] ? names[kind] : "unknown op";
 }

@@ -161,6 +161,42 @@ static int read_longrope(json_t *root, json_t *scaling, mx_config *cfg, const ch
     return 0;
 }
 
+// YaRN's magnitude correction: 0.1 * m * ln(scale) + 1 (1 when the context is not extended).
+static double yarn_mscale(double scale, double m) { return scale <= 1.0 ? 1.0 : 0.1 * m * log(scale) + 1.0; }
+
+// YaRN (transformers' _compute_yarn_parameters): the ramp between beta_fast and beta_slow rotations
+// over the original context, and the attention factor that multiplies cos/sin (explicit, or
+// mscale(factor, mscale) / mscale(factor, mscale_all_dim) when both are set, else mscale(factor)).
+static int read_yarn(json_t *root, json_t *scaling, mx_config *cfg, const char *label, mx_error *err) {
+    cfg->rope_type = MX_ROPE_YARN;
+    double orig = 0, mscale = 0, attn = 0;
+    if (get_num(root, "original_max_position_embeddings", cfg->max_position_embeddings, &orig, label, err) ||
+        get_num(scaling, "original_max_position_embeddings", orig, &orig, label, err) ||
+        get_num(scaling, "beta_fast", 32.0, &cfg->rope_beta_fast, label, err) ||
+        get_num(scaling, "beta_slow", 1.0, &cfg->rope_beta_slow, label, err) ||
+        get_num(scaling, "mscale", 0.0, &mscale, label, err) ||
+        get_num(scaling, "mscale_all_dim", 0.0, &cfg->rope_mscale_all_dim, label, err) ||
+        get_num(scaling, "attention_factor", 0.0, &attn, label, err) ||
+        get_bool(scaling, "truncate", true, &cfg->rope_truncate, NULL, label, err))
+        return -1;
+    if (cfg->rope_beta_fast == 0) cfg->rope_beta_fast = 32.0;  // transformers: `or 32`, `or 1`
+    if (cfg->rope_beta_slow == 0) cfg->rope_beta_slow = 1.0;
+    if (orig < 1) return mx_fail(err, "%s: yarn needs original_max_position_embeddings", label);
+    json_t *f = json_object_get(scaling, "factor");
+    if (!f || json_is_null(f)) cfg->rope_factor = cfg->max_position_embeddings / orig;
+    if (cfg->rope_factor <= 0) return mx_fail(err, "%s: rope_scaling.factor must be positive", label);
+    if (cfg->rope_beta_fast <= 0 || cfg->rope_beta_slow <= 0)
+        return mx_fail(err, "%s: rope_scaling beta_fast and beta_slow must be positive", label);
+    json_t *a = json_object_get(scaling, "attention_factor");
+    if (!a || json_is_null(a))
+        attn = mscale != 0 && cfg->rope_mscale_all_dim != 0
+                   ? yarn_mscale(cfg->rope_factor, mscale) / yarn_mscale(cfg->rope_factor, cfg->rope_mscale_all_dim)
+                   : yarn_mscale(cfg->rope_factor, 1.0);
+    cfg->rope_original_max_pos = orig;
+    cfg->rope_attn_factor = attn;
+    return 0;
+}
+
 static int read_rope(json_t *root, mx_config *cfg, const char *label, mx_error *err) {
     json_t *params = json_object_get(root, "rope_parameters");
     json_t *scaling = json_object_get(root, "rope_scaling");
@@ -195,8 +231,9 @@ static int read_rope(json_t *root, mx_config *cfg, const char *label, mx_error *
         return 0;
     }
     if (strcmp(type, "longrope") == 0 || strcmp(type, "su") == 0) return read_longrope(root, scaling, cfg, label, err);
-    return mx_fail(err, "%s: rope scaling type '%s' is not supported (supported: default, linear, llama3, longrope)", label,
-                   type);
+    if (strcmp(type, "yarn") == 0) return read_yarn(root, scaling, cfg, label, err);
+    return mx_fail(err, "%s: rope scaling type '%s' is not supported (supported: default, linear, llama3, longrope, yarn)",
+                   label, type);
 }
 
 // Gemma 3: attention scale, the sliding-window layers (layer_types, else one global layer every
@@ -229,6 +266,47 @@ static int read_gemma(json_t *root, mx_config *cfg, const char *label, mx_error 
     } else {
         for (int i = 0; i < cfg->n_layers; i++) cfg->layer_sliding[i] = (i + 1) % pattern != 0;
     }
+    return 0;
+}
+
+// DeepSeek-V3's latent attention sizes and routing (defaults: transformers' DeepseekV3Config).
+// q_lora_rank null means queries through q_proj. Heads are qk_nope + qk_rope wide with RoPE on the
+// last qk_rope dimensions, so head_dim and rope_dim are set from them.
+static int read_deepseek(json_t *root, mx_config *cfg, const char *label, mx_error *err) {
+    json_t *ql = json_object_get(root, "q_lora_rank");
+    if (get_int(root, "kv_lora_rank", 512, 1, &cfg->kv_lora_rank, label, err) ||
+        (!json_is_null(ql) && get_int(root, "q_lora_rank", 1536, 1, &cfg->q_lora_rank, label, err)) ||
+        get_int(root, "qk_nope_head_dim", 128, 1, &cfg->qk_nope_head_dim, label, err) ||
+        get_int(root, "qk_rope_head_dim", 64, 2, &cfg->qk_rope_head_dim, label, err) ||
+        get_int(root, "v_head_dim", 128, 1, &cfg->v_head_dim, label, err) ||
+        get_int(root, "n_routed_experts", 256, 1, &cfg->num_experts, label, err) ||
+        get_int(root, "n_group", 8, 1, &cfg->n_group, label, err) ||
+        get_int(root, "topk_group", 4, 1, &cfg->topk_group, label, err) ||
+        get_num(root, "routed_scaling_factor", 2.5, &cfg->routed_scaling_factor, label, err) ||
+        get_int(root, "n_shared_experts", 1, 0, &cfg->n_shared_experts, label, err) ||
+        get_int(root, "first_k_dense_replace", 3, 0, &cfg->first_k_dense_replace, label, err) ||
+        get_int(root, "moe_layer_freq", 1, 1, &cfg->moe_layer_freq, label, err) ||
+        get_bool(root, "norm_topk_prob", true, &cfg->norm_topk_prob, NULL, label, err))
+        return -1;
+    const char *keys[2] = {"scoring_func", "topk_method"}, *want[2] = {"sigmoid", "noaux_tc"};
+    for (int k = 0; k < 2; k++) {
+        json_t *v = json_object_get(root, keys[k]);
+        if (v && !json_is_null(v) && (!json_is_string(v) || strcmp(json_string_value(v), want[k]) != 0))
+            return mx_fail(err, "%s: %s %s is not supported (only \"%s\")", label, keys[k],
+                           json_is_string(v) ? json_string_value(v) : "(not a string)", want[k]);
+    }
+    if (cfg->qk_rope_head_dim % 2 != 0 || cfg->qk_rope_head_dim > 512 || cfg->kv_lora_rank % 2 != 0 ||
+        cfg->kv_lora_rank > 4096)
+        return mx_fail(err, "%s: qk_rope_head_dim (%d) and kv_lora_rank (%d) must be even (at most 512 and 4096)", label,
+                       cfg->qk_rope_head_dim, cfg->kv_lora_rank);
+    int per_group = cfg->num_experts / cfg->n_group;
+    if (cfg->num_experts % cfg->n_group != 0 || per_group < 2 || cfg->topk_group > cfg->n_group ||
+        cfg->num_experts_per_tok > cfg->topk_group * per_group)
+        return mx_fail(err, "%s: n_routed_experts %d in n_group %d groups (at least 2 each), topk_group %d and "
+                            "num_experts_per_tok %d do not fit together", label, cfg->num_experts, cfg->n_group,
+                       cfg->topk_group, cfg->num_experts_per_tok);
+    cfg->head_dim = cfg->qk_nope_head_dim + cfg->qk_rope_head_dim;
+    cfg->rope_dim = cfg->qk_rope_head_dim;
     return 0;
 }
 
@@ -331,7 +409,8 @@ int mx_config_parse(const char *text, const char *gen_text, const char *label, m
         goto done;
     }
     cfg->rope_attn_factor = 1.0;
-    if (read_rope(root, cfg, label, err) || read_eos(top, cfg, label, err) || read_quantization(top, cfg, label, err) ||
+    if ((strcmp(cfg->model_type, "deepseek_v3") == 0 && read_deepseek(root, cfg, label, err)) ||
+        read_rope(root, cfg, label, err) || read_eos(top, cfg, label, err) || read_quantization(top, cfg, label, err) ||
         (gemma && read_gemma(root, cfg, label, err)) ||
         (strcmp(cfg->model_type, "phi3") == 0 && read_phi3_window(root, cfg, label, err)))
         goto done;

@@ -19,6 +19,7 @@ typedef enum mx_rope_type {
     MX_ROPE_LLAMA3,
     MX_ROPE_LINEAR,
     MX_ROPE_LONGROPE,   // Phi-3 "longrope" / "su": per-frequency short and long factors
+    MX_ROPE_YARN,       // YaRN: frequencies blended between interpolated and original by a linear ramp
 } mx_rope_type;
 
 #define MX_MAX_ROPE_FACTORS 256  // longrope factors: one per rotary frequency (rope_dim / 2)
@@ -50,6 +51,9 @@ typedef struct mx_config {
     double rope_attn_factor;   // multiplies cos/sin (longrope's sqrt(1 + ln(factor) / ln(original)))
     float rope_short_factor[MX_MAX_ROPE_FACTORS];  // longrope, [rope_dim / 2]
     float rope_long_factor[MX_MAX_ROPE_FACTORS];   // longrope, used from rope_original_max_pos on
+    double rope_beta_fast, rope_beta_slow;         // yarn: the ramp's ends in rotations (32, 1)
+    double rope_mscale_all_dim;                    // yarn (DeepSeek): attention scale times mscale(factor, this)^2
+    bool rope_truncate;                            // yarn: ramp ends rounded to whole dimensions (default true)
 
     // Gemma 3 (gemma3_text; also the text model of multimodal gemma3 checkpoints)
     double query_pre_attn_scalar;  // attention scale 1/sqrt(this); 0: 1/sqrt(head_dim)
@@ -58,6 +62,20 @@ typedef struct mx_config {
                                    // Phi-3: all when sliding_window is set); NULL: none
     double rope_local_theta;       // RoPE base of the sliding-window layers (rope_local_base_freq)
     char tensor_prefix[32];        // "language_model." for multimodal checkpoints, else ""
+
+    // DeepSeek-V3 (deepseek_v3, also Kimi-K2): multi-head latent attention. head_dim is
+    // qk_nope_head_dim + qk_rope_head_dim and rope_dim qk_rope_head_dim; n_kv_heads is unused.
+    int kv_lora_rank;          // > 0: the model uses multi-head latent attention
+    int q_lora_rank;           // 0: queries through q_proj (config null), else q_a_proj / q_b_proj
+    int qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
+    // DeepSeek-V3 routing: sigmoid scores, experts in n_group groups of which topk_group are kept
+    // (group score: the sum of its two best biased scores), routed weights times routed_scaling_factor;
+    // n_shared_experts always-on experts of moe_intermediate_size * n_shared_experts.
+    int n_group, topk_group;   // n_group 0: softmax routing (qwen3_moe)
+    double routed_scaling_factor;
+    int n_shared_experts;
+    int first_k_dense_replace; // layers before this one have a dense MLP
+    int moe_layer_freq;        // MoE on layers i % moe_layer_freq == 0 (from first_k_dense_replace on)
 
     // Mixture of experts (qwen3_moe)
     int num_experts;

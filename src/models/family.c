@@ -16,7 +16,7 @@ static const mx_family families[] = {
     {.model_type = "phi3", .runs = true, .fused_qkv_gate_up = true},
     {.model_type = "gpt_oss", .moe = true, .n_experts_key = "num_local_experts", .router = "mlp.router",
      .split_gate_up = true},
-    {.model_type = "deepseek_v3", .moe = true, .n_experts_key = "n_routed_experts", .float_module = "mlp.gate",
+    {.model_type = "deepseek_v3", .runs = true, .moe = true, .latent_attention = true, .n_experts_key = "n_routed_experts", .float_module = "mlp.gate",
      .keep_dtype = "e_score_correction_bias", .split_kv_b = true, .drop_extra_layers = true},
 };
 
@@ -50,6 +50,7 @@ const char *mx_family_names(bool runnable_only) {
 
 bool mx_family_layer_is_moe(const mx_family *f, const mx_config *c, int i) {
     if (!f || !f->moe || c->num_experts <= 0) return false;
+    if (i < c->first_k_dense_replace || (c->moe_layer_freq > 1 && i % c->moe_layer_freq != 0)) return false;
     for (int k = 0; k < c->n_mlp_only_layers; k++)
         if (c->mlp_only_layers[k] == i) return false;
     int step = c->decoder_sparse_step > 0 ? c->decoder_sparse_step : 1;

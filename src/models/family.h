@@ -24,6 +24,10 @@ typedef struct mx_family {
     bool gemma;
     // Phi-3: q/k/v in one qkv_proj [q + 2 kv, hidden] and gate/up in one gate_up_proj [2 I, hidden].
     bool fused_qkv_gate_up;
+    // DeepSeek-V3: multi-head latent attention (q_a/q_b or q_proj, kv_a_proj_with_mqa, embed_q and
+    // unembed_out, or kv_b_proj in the Hub layout) with a compressed KV cache (forward_mla.c), and
+    // an MoE with shared experts and grouped sigmoid routing after first_k_dense_replace dense layers.
+    bool latent_attention;
     // Converter rules (mlx-lm's sanitize and quantization predicate for the family):
     const char *n_experts_key;    // config key of the routed expert count, for stacking per-expert tensors
     const char *router;           // module quantized at 8 bits group 64 whatever the default, or NULL

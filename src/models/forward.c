@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "backends/plan.h"
+#include "models/forward_mla.h"
 #include "models/model_internal.h"
 
 #define LOGIT_ROWS 16  // output rows per lm_head pass: bounds the logits buffer to [16, vocab]
@@ -68,6 +69,7 @@ struct mx_ctx {
     const mx_sample_row *choose_rows;
     mx_sample_out *choose_outs;
     mx_sample_row pass_rows[LOGIT_ROWS];
+    mx_mla *mla;                         // latent attention's scratch (deepseek_v3), else NULL
     cached_plan plans[PLAN_CACHE];
     uint64_t uses;
     void **bufs;
@@ -98,7 +100,7 @@ mx_ctx *mx_ctx_create_pool(mx_model *m, int n_slots, int max_ctx, int max_batch,
         mx_fail(err, "context needs at least one slot, position and token per step");
         return NULL;
     }
-    mx_kv_layout want = {cfg->n_layers, n_slots, max_ctx, cfg->n_kv_heads, cfg->head_dim, n_blocks};
+    mx_kv_layout want = mx_model_kv_layout(cfg, n_slots, max_ctx, n_blocks);
     if (mx_ctx_memory_check(m, &want, max_batch, err)) return NULL;
     mx_ctx *c = calloc(1, sizeof *c);
     if (!c || !(c->bufs = calloc(32, sizeof *c->bufs))) {
@@ -126,6 +128,7 @@ mx_ctx *mx_ctx_create_pool(mx_model *m, int n_slots, int max_ctx, int max_batch,
     size_t K = cfg->num_experts_per_tok > 0 ? (size_t)cfg->num_experts_per_tok : 1;
     size_t I = (size_t)cfg->intermediate_size, moeI = (size_t)cfg->moe_intermediate_size;
     size_t ff = B * I > B * K * moeI ? B * I : B * K * moeI;
+    if (B * moeI * (size_t)cfg->n_shared_experts > ff) ff = B * moeI * (size_t)cfg->n_shared_experts;
     bool ok = (c->kv = ctx_alloc(c, mx_kv_bytes(&c->lay, c->be->kv_dtype), err)) &&
               (c->d_table = ctx_alloc(c, 4 * n_entries, err)) &&
               (c->d_tokens = ctx_alloc(c, 4 * B, err)) && (c->d_pos = ctx_alloc(c, 4 * B, err)) &&
@@ -144,6 +147,7 @@ mx_ctx *mx_ctx_create_pool(mx_model *m, int n_slots, int max_ctx, int max_batch,
     if (ok && cfg->num_experts > 0)
         ok = (c->router = ctx_alloc(c, 4 * B * cfg->num_experts, err)) && (c->moe_ids = ctx_alloc(c, 4 * B * K, err)) &&
              (c->moe_w = ctx_alloc(c, 4 * B * K, err)) && (c->moe_y = ctx_alloc(c, 4 * B * K * H, err));
+    if (ok && cfg->kv_lora_rank > 0) ok = (c->mla = mx_mla_create(m, max_batch, err)) != NULL;
     if (!ok) {
         mx_fail_prefix(err, "creating a context (%d slots x %d positions, %d KV blocks, %.1f MB): ", n_slots, max_ctx,
                        mx_kv_blocks(&c->lay), mx_kv_bytes(&c->lay, c->be->kv_dtype) / 1e6);
@@ -157,6 +161,7 @@ void mx_ctx_free(mx_ctx *c) {
     if (!c) return;
     for (int i = 0; i < PLAN_CACHE; i++) mx_plan_free(c->be, c->plans[i].plan);
     for (int i = 0; i < c->n_bufs; i++) c->be->ops->release(c->be, c->bufs[i]);
+    mx_mla_free(c->be, c->mla);
     free(c->bufs);
     free(c->table);
     free(c->block_stage);
@@ -170,7 +175,7 @@ int mx_ctx_kv_blocks(const mx_ctx *c) { return mx_kv_blocks(&c->lay); }
 
 int64_t mx_model_kv_block_bytes(const mx_model *m) {
     const mx_config *cfg = &m->cfg;
-    mx_kv_layout one = {cfg->n_layers, 1, MX_KV_BLOCK, cfg->n_kv_heads, cfg->head_dim, 1};
+    mx_kv_layout one = mx_model_kv_layout(cfg, 1, MX_KV_BLOCK, 1);
     return (int64_t)mx_kv_bytes(&one, m->be->kv_dtype);
 }
 
@@ -229,6 +234,8 @@ static mx_kv_ref kv_ref(const mx_ctx *c, int layer) {
     return (mx_kv_ref){.kv = c->kv, .lay = c->lay, .layer = layer, .slot = c->d_slot, .pos = c->d_pos, .table = c->d_table};
 }
 
+static void mlp_records(mx_plan *p, mx_ctx *c, const mx_layer *L, int n);
+
 // One transformer block on the n tokens in c->x.
 static void block_records(mx_plan *p, mx_ctx *c, const mx_layer *L, int layer, int n) {
     const mx_config *cfg = &c->m->cfg;
@@ -236,6 +243,12 @@ static void block_records(mx_plan *p, mx_ctx *c, const mx_layer *L, int layer, i
     float eps = cfg->rms_norm_eps;
 
     add_rmsnorm(p, c->h, c->x, L->attn_norm, n, H, eps);
+    if (c->mla) {
+        mx_mla_records(p, c->mla, c->m, L, kv_ref(c, layer), c->h, c->tmp, n);
+        add_add(p, c->x, c->tmp, (int64_t)n * H);
+        mlp_records(p, c, L, n);
+        return;
+    }
     add_matmul(p, c->q, c->h, &L->wq, L->bq, n);
     add_matmul(p, c->k, c->h, &L->wk, L->bk, n);
     add_matmul(p, c->v, c->h, &L->wv, L->bv, n);
@@ -255,19 +268,40 @@ static void block_records(mx_plan *p, mx_ctx *c, const mx_layer *L, int layer, i
     add_matmul(p, c->tmp, c->att, &L->wo, L->bo, n);
     if (L->post_attn_norm) add_rmsnorm(p, c->tmp, c->tmp, L->post_attn_norm, n, H, eps);
     add_add(p, c->x, c->tmp, (int64_t)n * H);
+    mlp_records(p, c, L, n);
+}
 
+// The MLP half of a block (norm, dense or MoE MLP, residual add) on the n tokens in c->x.
+static void mlp_records(mx_plan *p, mx_ctx *c, const mx_layer *L, int n) {
+    const mx_config *cfg = &c->m->cfg;
+    int H = cfg->hidden_size;
+    float eps = cfg->rms_norm_eps;
     add_rmsnorm(p, c->h, c->x, L->ffn_norm, n, H, eps);
     if (L->moe) {
         int E = cfg->num_experts, K = cfg->num_experts_per_tok, I = cfg->moe_intermediate_size;
         add_matmul(p, c->router, c->h, &L->router, NULL, n);
-        mx_plan_add(p, (mx_op){.kind = MX_OP_MOE_ROUTE,
-                               .moe_route = {c->moe_ids, c->moe_w, c->router, n, E, K, cfg->norm_topk_prob}});
+        if (L->router_bias)
+            mx_plan_add(p, (mx_op){.kind = MX_OP_MOE_ROUTE_GROUPED,
+                                   .moe_route_grouped = {c->moe_ids, c->moe_w, c->router, L->router_bias, n, E, K,
+                                                         cfg->n_group, cfg->topk_group, cfg->norm_topk_prob,
+                                                         (float)cfg->routed_scaling_factor}});
+        else
+            mx_plan_add(p, (mx_op){.kind = MX_OP_MOE_ROUTE,
+                                   .moe_route = {c->moe_ids, c->moe_w, c->router, n, E, K, cfg->norm_topk_prob}});
         mx_plan_add(p, (mx_op){.kind = MX_OP_MOE_MATMUL, .moe_matmul = {c->gate, c->h, &L->e_gate, c->moe_ids, n * K, K}});
         mx_plan_add(p, (mx_op){.kind = MX_OP_MOE_MATMUL, .moe_matmul = {c->up, c->h, &L->e_up, c->moe_ids, n * K, K}});
         mx_plan_add(p, (mx_op){.kind = MX_OP_SWIGLU, .swiglu = {c->gate, c->gate, c->up, (int64_t)n * K * I}});
         mx_plan_add(p, (mx_op){.kind = MX_OP_MOE_MATMUL,
                                .moe_matmul = {c->moe_y, c->gate, &L->e_down, c->moe_ids, n * K, 1}});
         mx_plan_add(p, (mx_op){.kind = MX_OP_MOE_COMBINE, .moe_combine = {c->x, c->moe_y, c->moe_w, n, K, H}});
+        if (L->s_gate.rows > 0) {  // shared experts (deepseek_v3): a dense MLP on every token
+            int IS = (int)L->s_gate.rows;
+            add_matmul(p, c->gate, c->h, &L->s_gate, NULL, n);
+            add_matmul(p, c->up, c->h, &L->s_up, NULL, n);
+            mx_plan_add(p, (mx_op){.kind = MX_OP_SWIGLU, .swiglu = {c->gate, c->gate, c->up, (int64_t)n * IS}});
+            add_matmul(p, c->tmp, c->gate, &L->s_down, NULL, n);
+            add_add(p, c->x, c->tmp, (int64_t)n * H);
+        }
         return;
     }
     int I = cfg->intermediate_size;

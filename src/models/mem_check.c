@@ -6,6 +6,7 @@
 // The scratch terms mirror the buffers mx_ctx_create allocates (forward.c).
 #include <stdio.h>
 
+#include "models/forward_mla.h"
 #include "models/model_internal.h"
 
 enum { LOGIT_ROWS_ESTIMATE = 16 };  // rows of logits a step keeps (LOGIT_ROWS in forward.c)
@@ -24,9 +25,12 @@ int mx_ctx_memory_check(const mx_model *m, const mx_kv_layout *lay, int max_batc
     double K = cfg->num_experts_per_tok > 0 ? cfg->num_experts_per_tok : 1;
     double ff = B * cfg->intermediate_size > B * K * cfg->moe_intermediate_size ? B * cfg->intermediate_size
                                                                                    : B * K * cfg->moe_intermediate_size;
+    double shared = B * cfg->moe_intermediate_size * cfg->n_shared_experts;
+    if (shared > ff) ff = shared;
     double scratch = 4 * (3 * B + 3 * B * H + 2 * B * QD + 2 * B * KD + 2 * ff +
                           LOGIT_ROWS_ESTIMATE * (H + (double)cfg->vocab_size + 3));
     if (cfg->num_experts > 0) scratch += 4 * (B * cfg->num_experts + 2 * B * K + B * K * H);
+    if (cfg->kv_lora_rank > 0) scratch += (double)mx_mla_scratch_bytes(cfg, max_batch);
     double weights = (double)m->weight_bytes;
     double need_free = kv + scratch;
     bool too_big = need_free > (double)free_b ||

@@ -55,6 +55,9 @@ int64_t mx_model_decode_weight_bytes(const mx_model *m) {
     for (int i = 0; i < c->n_layers; i++) {
         const mx_layer *l = &m->layers[i];
         total += matrix_bytes(&l->wq) + matrix_bytes(&l->wk) + matrix_bytes(&l->wv) + matrix_bytes(&l->wo);
+        total += matrix_bytes(&l->wq_a) + matrix_bytes(&l->wq_nope) + matrix_bytes(&l->wq_pe) + matrix_bytes(&l->wkv_a) +
+                 matrix_bytes(&l->wk_pe) + matrix_bytes(&l->embed_q) + matrix_bytes(&l->unembed_out);
+        total += matrix_bytes(&l->s_gate) + matrix_bytes(&l->s_up) + matrix_bytes(&l->s_down);
         total += matrix_bytes(&l->w_gate) + matrix_bytes(&l->w_up) + matrix_bytes(&l->w_down) + matrix_bytes(&l->router);
         int64_t experts = matrix_bytes(&l->e_gate) + matrix_bytes(&l->e_up) + matrix_bytes(&l->e_down);
         if (experts && c->num_experts > 0) total += experts * c->num_experts_per_tok / c->num_experts;
@@ -73,13 +76,17 @@ void mx_model_describe(const mx_model *m, char *buf, size_t cap) {
             c->tensor_prefix);
     put(buf, cap, "layers: %d, hidden: %d, heads: %d (kv %d), head_dim: %d, vocab: %d\n", c->n_layers, c->hidden_size,
         c->n_heads, c->n_kv_heads, c->head_dim, c->vocab_size);
+    if (c->kv_lora_rank > 0)
+        put(buf, cap, "latent attention: kv_lora %d, q_lora %d, head nope %d + rope %d, v %d\n", c->kv_lora_rank,
+            c->q_lora_rank, c->qk_nope_head_dim, c->qk_rope_head_dim, c->v_head_dim);
     if (c->num_experts)
         put(buf, cap, "experts: %d, active per token: %d, expert intermediate: %d\n", c->num_experts,
             c->num_experts_per_tok, c->moe_intermediate_size);
     else
         put(buf, cap, "intermediate: %d\n", c->intermediate_size);
     put(buf, cap, "rope: theta %g%s, max positions %d\n", c->rope_theta,
-        c->rope_type == MX_ROPE_LLAMA3 ? " (llama3 scaling)" : c->rope_type == MX_ROPE_LINEAR ? " (linear scaling)" : "",
+        c->rope_type == MX_ROPE_LLAMA3 ? " (llama3 scaling)" : c->rope_type == MX_ROPE_LINEAR ? " (linear scaling)"
+        : c->rope_type == MX_ROPE_YARN ? " (yarn scaling)" : c->rope_type == MX_ROPE_LONGROPE ? " (longrope scaling)" : "",
         c->max_position_embeddings);
     put(buf, cap, "parameters: %.2f M\n", m->n_params / 1e6);
     put(buf, cap, "weights in memory: %.1f MB\n", m->weight_bytes / 1e6);
@@ -90,6 +97,12 @@ void mx_model_describe(const mx_model *m, char *buf, size_t cap) {
     describe_group(buf, cap, m, "q_proj", offsetof(mx_layer, wq));
     describe_group(buf, cap, m, "k_proj", offsetof(mx_layer, wk));
     describe_group(buf, cap, m, "v_proj", offsetof(mx_layer, wv));
+    describe_group(buf, cap, m, "q_a_proj", offsetof(mx_layer, wq_a));
+    describe_group(buf, cap, m, "q_b_proj.nope", offsetof(mx_layer, wq_nope));
+    describe_group(buf, cap, m, "q_b_proj.rope", offsetof(mx_layer, wq_pe));
+    describe_group(buf, cap, m, "kv_a_proj", offsetof(mx_layer, wkv_a));
+    describe_group(buf, cap, m, "embed_q", offsetof(mx_layer, embed_q));
+    describe_group(buf, cap, m, "unembed_out", offsetof(mx_layer, unembed_out));
     describe_group(buf, cap, m, "o_proj", offsetof(mx_layer, wo));
     describe_group(buf, cap, m, "gate_proj", offsetof(mx_layer, w_gate));
     describe_group(buf, cap, m, "up_proj", offsetof(mx_layer, w_up));
@@ -98,11 +111,15 @@ void mx_model_describe(const mx_model *m, char *buf, size_t cap) {
     describe_group(buf, cap, m, "experts.gate", offsetof(mx_layer, e_gate));
     describe_group(buf, cap, m, "experts.up", offsetof(mx_layer, e_up));
     describe_group(buf, cap, m, "experts.down", offsetof(mx_layer, e_down));
+    describe_group(buf, cap, m, "shared.gate", offsetof(mx_layer, s_gate));
+    describe_group(buf, cap, m, "shared.up", offsetof(mx_layer, s_up));
+    describe_group(buf, cap, m, "shared.down", offsetof(mx_layer, s_down));
     if (!m->tied) {
         quant_name(&m->lm_head, q, sizeof q);
         put(buf, cap, "  %-14s %s\n", "lm_head", q);
     }
-    double kv_per_token = 2.0 * c->n_layers * c->n_kv_heads * c->head_dim * 4;
+    mx_kv_layout lay = mx_model_kv_layout(c, 1, 1, 0);
+    double kv_per_token = 2.0 * c->n_layers * lay.n_kv_heads * lay.head_dim * 4;
     put(buf, cap, "KV cache: %.1f KB per token (float32), %.1f MB at 4096 tokens\n", kv_per_token / 1e3,
         kv_per_token * 4096 / 1e6);
 }

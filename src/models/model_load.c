@@ -254,23 +254,12 @@ static int load_split(mx_model *m, const char *path, int64_t cols, int n_parts, 
     return 0;
 }
 
-static int load_layer(mx_model *m, const mx_family *fam, int i, mx_error *err) {
+// The attention projections of the families with per-head K/V (everything but latent attention).
+static int load_attention(mx_model *m, const mx_family *fam, const char *p, mx_layer *L, mx_error *err) {
     const mx_config *c = &m->cfg;
-    mx_layer *L = &m->layers[i];
-    char p[256], name[512];
-    snprintf(p, sizeof p, "model.layers.%d", i);
+    char name[512];
     int64_t H = c->hidden_size, q_out = (int64_t)c->n_heads * c->head_dim, kv_out = (int64_t)c->n_kv_heads * c->head_dim;
 #define PATH(suffix) (snprintf(name, sizeof name, "%s.%s", p, suffix), name)
-    if (load_norm(m, PATH("input_layernorm.weight"), H, true, &L->attn_norm, err)) return -1;
-    if (fam->gemma) {
-        if (load_norm(m, PATH("post_attention_layernorm.weight"), H, true, &L->post_attn_norm, err) ||
-            load_norm(m, PATH("pre_feedforward_layernorm.weight"), H, true, &L->ffn_norm, err) ||
-            load_norm(m, PATH("post_feedforward_layernorm.weight"), H, true, &L->post_ffn_norm, err))
-            return -1;
-    } else if (load_norm(m, PATH("post_attention_layernorm.weight"), H, true, &L->ffn_norm, err)) {
-        return -1;
-    }
-    L->sliding = c->layer_sliding && c->layer_sliding[i];
     if (fam->fused_qkv_gate_up) {
         int64_t rows[3] = {q_out, kv_out, kv_out};
         mx_matrix *parts[3] = {&L->wq, &L->wk, &L->wv};
@@ -290,11 +279,155 @@ static int load_layer(mx_model *m, const mx_family *fam, int i, mx_error *err) {
     if (load_norm(m, PATH("self_attn.q_norm.weight"), c->head_dim, fam->qk_norm, &L->q_norm, err) ||
         load_norm(m, PATH("self_attn.k_norm.weight"), c->head_dim, fam->qk_norm, &L->k_norm, err))
         return -1;
+    return 0;
+#undef PATH
+}
+
+// A host copy of rows rows[0..n) of a (non-expert) host matrix, in that order: quantization is per
+// row, so a row's codes, scales and biases move together. The copy lives until the model is freed.
+static int gather_rows(mx_model *m, const mx_matrix *w, const int64_t *rows, int64_t n, mx_matrix *out,
+                       mx_error *err) {
+    size_t rb = (size_t)mx_matrix_row_bytes(w);
+    size_t sb = w->q.mode == MX_QUANT_NONE ? 0 : (size_t)(w->cols / w->q.group_size) * mx_dtype_size(w->scale_dtype);
+    *out = *w;
+    out->rows = n;
+    uint8_t *parts[3] = {NULL, NULL, NULL};
+    const uint8_t *src[3] = {w->data, w->scales, w->biases};
+    size_t width[3] = {rb, sb, sb};
+    for (int k = 0; k < 3; k++) {
+        if (!src[k]) continue;
+        parts[k] = malloc(width[k] * (size_t)n);
+        if (!parts[k] || keep_host(m, parts[k], err)) {
+            free(parts[k]);
+            return mx_fail(err, "out of memory reordering rows");
+        }
+        for (int64_t r = 0; r < n; r++)
+            memcpy(parts[k] + (size_t)r * width[k], src[k] + (size_t)rows[r] * width[k], width[k]);
+    }
+    out->data = parts[0];
+    out->scales = parts[1];
+    out->biases = parts[2];
+    return 0;
+}
+
+// Dimension j of a RoPE block of width r in rotate-half order comes from dimension deinterleave(j)
+// of DeepSeek's interleaved order (pairs (2i, 2i + 1)): the even dimensions first, then the odd ones.
+// transformers applies the same reordering to q and k before its rotate-half RoPE.
+static int64_t deinterleave(int64_t j, int64_t r) { return j < r / 2 ? 2 * j : 2 * (j - r / 2) + 1; }
+
+// Multi-head latent attention (forward_mla.c): q through q_a_proj, q_a_layernorm, q_b_proj (or
+// q_proj), split into its no-RoPE and RoPE parts; kv_a_proj_with_mqa split into the latent c_kv and
+// the shared RoPE key; the per-head up-projections from mlx-lm's embed_q / unembed_out or, in the
+// Hub layout, from kv_b_proj ([heads * (nope + v), kv_lora]: per head nope key rows, then v rows).
+static int load_latent_attention(mx_model *m, const char *p, mx_layer *L, mx_error *err) {
+    const mx_config *c = &m->cfg;
+    int64_t H = c->hidden_size, NH = c->n_heads, nope = c->qk_nope_head_dim, R = c->qk_rope_head_dim,
+            V = c->v_head_dim, KL = c->kv_lora_rank, QL = c->q_lora_rank, QD = nope + R;
+    char name[512];
+#define PATH(suffix) (snprintf(name, sizeof name, "%s.self_attn.%s", p, suffix), name)
+    if (c->attention_bias) return mx_fail(err, "config.json: attention_bias with latent attention is not supported");
+    if (NH < 2) return mx_fail(err, "config.json: latent attention needs at least 2 heads");
+    int64_t q_in = H;
+    const char *q_path = "q_proj";
+    if (QL > 0) {
+        if (load_matrix(m, PATH("q_a_proj"), QL, H, &L->wq_a, err) ||
+            load_norm(m, PATH("q_a_layernorm.weight"), QL, true, &L->q_a_norm, err))
+            return -1;
+        q_in = QL;
+        q_path = "q_b_proj";
+    }
+    int64_t n_rows = NH * QD > KL + R ? NH * QD : KL + R;
+    if (NH * (nope + V) > n_rows) n_rows = NH * (nope + V);
+    int64_t *rows = malloc(sizeof(int64_t) * (size_t)n_rows);
+    if (!rows) return mx_fail(err, "out of memory");
+    mx_matrix host, part;
+    int rc = -1;
+    // Queries: per head [nope | rope] rows.
+    if (describe_matrix(m, PATH(q_path), 1, NH * QD, q_in, &host, err)) goto done;
+    for (int64_t h = 0; h < NH; h++)
+        for (int64_t j = 0; j < nope; j++) rows[h * nope + j] = h * QD + j;
+    if (gather_rows(m, &host, rows, NH * nope, &part, err) || upload(m, &part, &L->wq_nope, err)) goto done;
+    for (int64_t h = 0; h < NH; h++)
+        for (int64_t j = 0; j < R; j++) rows[h * R + j] = h * QD + nope + deinterleave(j, R);
+    if (gather_rows(m, &host, rows, NH * R, &part, err) || upload(m, &part, &L->wq_pe, err)) goto done;
+    // The latent [kv_lora] and the shared RoPE key [rope].
+    if (describe_matrix(m, PATH("kv_a_proj_with_mqa"), 1, KL + R, H, &host, err)) goto done;
+    part = matrix_rows(&host, 0, KL);
+    if (upload(m, &part, &L->wkv_a, err)) goto done;
+    for (int64_t j = 0; j < R; j++) rows[j] = KL + deinterleave(j, R);
+    if (gather_rows(m, &host, rows, R, &part, err) || upload(m, &part, &L->wk_pe, err)) goto done;
+    if (load_norm(m, PATH("kv_a_layernorm.weight"), KL, true, &L->kv_a_norm, err) ||
+        load_matrix(m, PATH("o_proj"), H, NH * V, &L->wo, err))
+        goto done;
+    if (find_tensor(m, PATH("embed_q"), ".weight")) {
+        if (describe_matrix(m, PATH("embed_q"), NH, KL, nope, &host, err) || upload(m, &host, &L->embed_q, err) ||
+            describe_matrix(m, PATH("unembed_out"), NH, V, KL, &host, err) || upload(m, &host, &L->unembed_out, err))
+            goto done;
+    } else {
+        if (describe_matrix(m, PATH("kv_b_proj"), 1, NH * (nope + V), KL, &host, err)) goto done;
+        if (host.q.mode != MX_QUANT_NONE) {
+            mx_fail(err, "'%s': a quantized kv_b_proj must be split into embed_q and unembed_out (mlx-lm's layout)", name);
+            goto done;
+        }
+        // embed_q[h] = (key rows of head h)^T: [kv_lora, nope], transposed element by element.
+        size_t es = mx_dtype_size(host.dtype);
+        uint8_t *t = malloc(es * (size_t)(NH * KL * nope));
+        if (!t || keep_host(m, t, err)) {
+            free(t);
+            mx_fail(err, "out of memory");
+            goto done;
+        }
+        for (int64_t h = 0; h < NH; h++)
+            for (int64_t i = 0; i < KL; i++)
+                for (int64_t j = 0; j < nope; j++)
+                    memcpy(t + (size_t)((h * KL + i) * nope + j) * es,
+                           (const uint8_t *)host.data + (size_t)((h * (nope + V) + j) * KL + i) * es, es);
+        part = host;
+        part.data = t;
+        part.n_experts = NH, part.rows = KL, part.cols = nope;
+        if (upload(m, &part, &L->embed_q, err)) goto done;
+        for (int64_t h = 0; h < NH; h++)
+            for (int64_t v = 0; v < V; v++) rows[h * V + v] = h * (nope + V) + nope + v;
+        if (gather_rows(m, &host, rows, NH * V, &part, err)) goto done;
+        part.n_experts = NH, part.rows = V;
+        if (upload(m, &part, &L->unembed_out, err)) goto done;
+    }
+    rc = 0;
+done:
+    free(rows);
+    return rc;
+#undef PATH
+}
+
+static int load_layer(mx_model *m, const mx_family *fam, int i, mx_error *err) {
+    const mx_config *c = &m->cfg;
+    mx_layer *L = &m->layers[i];
+    char p[256], name[512];
+    snprintf(p, sizeof p, "model.layers.%d", i);
+    int64_t H = c->hidden_size;
+#define PATH(suffix) (snprintf(name, sizeof name, "%s.%s", p, suffix), name)
+    if (load_norm(m, PATH("input_layernorm.weight"), H, true, &L->attn_norm, err)) return -1;
+    if (fam->gemma) {
+        if (load_norm(m, PATH("post_attention_layernorm.weight"), H, true, &L->post_attn_norm, err) ||
+            load_norm(m, PATH("pre_feedforward_layernorm.weight"), H, true, &L->ffn_norm, err) ||
+            load_norm(m, PATH("post_feedforward_layernorm.weight"), H, true, &L->post_ffn_norm, err))
+            return -1;
+    } else if (load_norm(m, PATH("post_attention_layernorm.weight"), H, true, &L->ffn_norm, err)) {
+        return -1;
+    }
+    L->sliding = c->layer_sliding && c->layer_sliding[i];
+    if (fam->latent_attention ? load_latent_attention(m, p, L, err) : load_attention(m, fam, p, L, err)) return -1;
     L->moe = mx_family_layer_is_moe(fam, c, i);
     if (L->moe) {
         char mlp[300];
         snprintf(mlp, sizeof mlp, "%s.mlp", p);
-        int64_t E = c->num_experts, I = c->moe_intermediate_size;
+        int64_t E = c->num_experts, I = c->moe_intermediate_size, IS = I * c->n_shared_experts;
+        if (c->n_group > 0 && load_vector(m, PATH("mlp.gate.e_score_correction_bias"), E, true, &L->router_bias, err))
+            return -1;
+        if (IS > 0 && (load_matrix(m, PATH("mlp.shared_experts.gate_proj"), IS, H, &L->s_gate, err) ||
+                       load_matrix(m, PATH("mlp.shared_experts.up_proj"), IS, H, &L->s_up, err) ||
+                       load_matrix(m, PATH("mlp.shared_experts.down_proj"), H, IS, &L->s_down, err)))
+            return -1;
         return load_matrix(m, PATH("mlp.gate"), E, H, &L->router, err) ||
                load_experts(m, mlp, "gate_proj", E, I, H, &L->e_gate, err) ||
                load_experts(m, mlp, "up_proj", E, I, H, &L->e_up, err) ||
@@ -321,7 +454,10 @@ static int check_config(const mx_config *c, const mx_family *fam, mx_error *err)
     if (fam->moe && (c->num_experts <= 0 || c->num_experts_per_tok <= 0 || c->moe_intermediate_size <= 0 ||
                      c->num_experts_per_tok > c->num_experts || c->num_experts > 1024))
         return mx_fail(err, "config.json: %s needs num_experts (<= 1024), num_experts_per_tok and moe_intermediate_size", fam->model_type);
-    if (!fam->moe && c->intermediate_size <= 0) return mx_fail(err, "config.json: missing 'intermediate_size'");
+    if ((!fam->moe || c->first_k_dense_replace > 0) && c->intermediate_size <= 0)
+        return mx_fail(err, "config.json: missing 'intermediate_size'");
+    if (fam->latent_attention && c->kv_lora_rank <= 0)
+        return mx_fail(err, "config.json: %s needs kv_lora_rank", fam->model_type);
     if (c->head_dim > 512) return mx_fail(err, "config.json: head_dim %d is larger than 512", c->head_dim);
     if (c->rms_norm_eps <= 0) return mx_fail(err, "config.json: rms_norm_eps must be positive");
     if (c->rope_theta <= 0) return mx_fail(err, "config.json: rope_theta must be positive");
@@ -445,12 +581,32 @@ bool mx_model_is_eos(const mx_model *m, int32_t id) {
     return false;
 }
 
+// YaRN's correction range (transformers' find_correction_range): the dimensions whose wavelength
+// makes beta_fast and beta_slow rotations over the original context, floored/ceiled when truncating.
+static void yarn_range(const mx_config *cfg, double *low, double *high) {
+    int d = cfg->rope_dim;
+    double base = cfg->rope_theta, orig = cfg->rope_original_max_pos;
+    double lo = d * log(orig / (cfg->rope_beta_fast * 2 * M_PI)) / (2 * log(base));
+    double hi = d * log(orig / (cfg->rope_beta_slow * 2 * M_PI)) / (2 * log(base));
+    if (cfg->rope_truncate) lo = floor(lo), hi = ceil(hi);
+    *low = lo > 0 ? lo : 0;
+    *high = hi < d - 1 ? hi : d - 1;
+    if (*low == *high) *high += 0.001;  // transformers' guard against a zero-width ramp
+}
+
 void mx_rope_inv_freq(const mx_config *cfg, mx_rope_table table, float *out) {
     int d = cfg->rope_dim;
     double theta = table == MX_ROPE_TABLE_LOCAL ? cfg->rope_local_theta : cfg->rope_theta;
+    double yarn_low = 0, yarn_high = 1;
+    if (cfg->rope_type == MX_ROPE_YARN) yarn_range(cfg, &yarn_low, &yarn_high);
     for (int i = 0; i < d / 2; i++) {
         double inv = pow(theta, -(2.0 * i) / d);
         if (table == MX_ROPE_TABLE_LOCAL) {
+        } else if (cfg->rope_type == MX_ROPE_YARN) {
+            // Blend: extrapolated (original) frequencies below the ramp, interpolated (/ factor) above.
+            double ramp = (i - yarn_low) / (yarn_high - yarn_low);
+            double extrapolate = 1.0 - (ramp < 0 ? 0 : ramp > 1 ? 1 : ramp);
+            inv = inv / cfg->rope_factor * (1.0 - extrapolate) + inv * extrapolate;
         } else if (cfg->rope_type == MX_ROPE_LINEAR && cfg->rope_factor > 0) {
             inv /= cfg->rope_factor;
         } else if (cfg->rope_type == MX_ROPE_LONGROPE) {

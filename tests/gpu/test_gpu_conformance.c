@@ -452,6 +452,123 @@ static void moe_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, const fmt *f,
     data_free(&d);
 }
 
+// ---- multi-head latent attention and grouped routing (deepseek_v3) ----------------------------------
+
+typedef struct mla_cfg {
+    int n, H, NH, QL, nope, R, KL, V;
+} mla_cfg;
+
+// The records of src/models/forward_mla.c. Buffers: 0 h, 1 q_a, 2 q_nope, 3 q_pe, 4 c_kv, 5 k_pe,
+// 6 q_lat, 7 o_lat, 8 att, 9 out, 10 q_a norm, 11 kv_a norm, 12 inv_freq. Ints: 0 pos, 1 slot,
+// 2 head ids. Matrices: 0 q_a, 1 q_nope, 2 q_pe, 3 kv_a, 4 k_pe, 5 embed_q, 6 unembed_out, 7 o.
+static void build_mla(mx_plan *p, side *s, const void *vc) {
+    const mla_cfg *c = vc;
+    float **b = s->f;
+    const int n = c->n;
+    mx_rope rope = {.inv_freq = b[12], .head_dim = c->R, .attn_factor = 1.25f, .rot_dim = c->R};
+    mx_kv_ref kv = {s->kv, s->lay, 1, s->i[1], s->i[0], NULL};
+    ADD(p, MX_OP_MATMUL, matmul, b[1], b[0], &s->m[0], NULL, n);
+    ADD(p, MX_OP_RMSNORM, rmsnorm, b[1], b[1], b[10], n, c->QL, 1e-6f);
+    ADD(p, MX_OP_MATMUL, matmul, b[2], b[1], &s->m[1], NULL, n);
+    ADD(p, MX_OP_MATMUL, matmul, b[3], b[1], &s->m[2], NULL, n);
+    ADD(p, MX_OP_MATMUL, matmul, b[4], b[0], &s->m[3], NULL, n);
+    ADD(p, MX_OP_MATMUL, matmul, b[5], b[0], &s->m[4], NULL, n);
+    ADD(p, MX_OP_RMSNORM, rmsnorm, b[4], b[4], b[11], n, c->KL, 1e-6f);
+    ADD(p, MX_OP_ROPE, rope, b[3], s->i[0], n, c->NH, rope);
+    ADD(p, MX_OP_ROPE, rope, b[5], s->i[0], n, 1, rope);
+    ADD(p, MX_OP_LATENT_STORE, latent_store, kv, b[4], b[5], n, c->KL, c->R);
+    ADD(p, MX_OP_MOE_MATMUL, moe_matmul, b[6], b[2], &s->m[5], s->i[2], n * c->NH, 1);
+    ADD(p, MX_OP_LATENT_ATTENTION, latent_attention, b[7], b[6], b[3], kv, n, c->NH, c->KL, c->R, 0.17f);
+    ADD(p, MX_OP_MOE_MATMUL, moe_matmul, b[8], b[7], &s->m[6], s->i[2], n * c->NH, 1);
+    ADD(p, MX_OP_MATMUL, matmul, b[9], b[8], &s->m[7], NULL, n);
+}
+
+static void mla_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, const fmt *f, mla_cfg c) {
+    data d = {0};
+    const int64_t n = c.n, NH = c.NH;
+    const double post = 3e-3;  // after the latent cache (f16 on the GPU, int16 with scales on the CPU)
+    add_f(&d, "h", n * c.H, r, -1, 1, 0);
+    add_f(&d, "q_a", n * c.QL, r, -1, 1, 2e-5);
+    add_f(&d, "q_nope", n * NH * c.nope, r, -1, 1, 2e-5);
+    add_f(&d, "q_pe", n * NH * c.R, r, -1, 1, 2e-5);
+    add_f(&d, "c_kv", n * c.KL, r, -1, 1, 2e-5);
+    add_f(&d, "k_pe", n * c.R, r, -1, 1, 2e-5);
+    add_f(&d, "q_lat", n * NH * c.KL, r, -1, 1, 2e-5);
+    add_f(&d, "o_lat", n * NH * c.KL, r, -1, 1, post);
+    add_f(&d, "att", n * NH * c.V, r, -1, 1, post);
+    add_f(&d, "out", n * c.H, r, -1, 1, post);
+    add_f(&d, "q_a norm", c.QL, r, 0.5f, 1.5f, 0);
+    add_f(&d, "kv_a norm", c.KL, r, 0.5f, 1.5f, 0);
+    int kf = add_f(&d, "inv_freq", c.R / 2, r, 0, 1, 0);
+    for (int j = 0; j < c.R / 2; j++) d.fhost[kf][j] = 1.0f / powf(1e4f, 2.0f * j / c.R);
+    int32_t *pos = malloc(4 * (size_t)n), *slot = malloc(4 * (size_t)n), *heads = malloc(4 * (size_t)(n * NH));
+    for (int t = 0; t < c.n; t++) {
+        pos[t] = c.n == 1 ? 37 : t % 40;  // n > 1: two sequences of positions in two slots
+        slot[t] = c.n == 1 ? 2 : t / 40;
+    }
+    for (int64_t i = 0; i < n * NH; i++) heads[i] = (int32_t)(i % NH);
+    add_i(&d, pos, n), add_i(&d, slot, n), add_i(&d, heads, n * NH);
+    free(pos), free(slot), free(heads);
+    add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, c.QL, c.H);
+    add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, NH * c.nope, c.QL);
+    add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, NH * c.R, c.QL);
+    add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, c.KL, c.H);
+    add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, c.R, c.H);
+    add_m(&d, r, f->q, f->dtype, f->scale_dtype, NH, c.KL, c.nope);
+    add_m(&d, r, f->q, f->dtype, f->scale_dtype, NH, c.V, c.KL);
+    add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, c.H, NH * c.V);
+    mx_kv_layout lay = {2, 3, 64, 1, (c.KL + c.R) / 2, 0};
+    char label[160], ml[64];
+    snprintf(label, sizeof label, "latent attention, %s, n=%d, kv_lora %d", ref_matrix_label(&d.mat[0], ml, sizeof ml),
+             c.n, c.KL);
+    run_case(label, cpu, gpu, &d, build_mla, &c, &lay, d.ni);
+    data_free(&d);
+}
+
+typedef struct grouped_cfg {
+    int n, H, E, K, I, groups, topk_groups;
+} grouped_cfg;
+
+// build_moe with DeepSeek-V3's routing. Buffers: 0 h, 1 router logits, 2 weights, 3 gate, 4 up, 5 y,
+// 6 x, 7 score correction bias. Ints: 0 ids (compared exactly). Matrices as build_moe.
+static void build_grouped(mx_plan *p, side *s, const void *vc) {
+    const grouped_cfg *c = vc;
+    float **b = s->f;
+    const int n = c->n, K = c->K;
+    ADD(p, MX_OP_MATMUL, matmul, b[1], b[0], &s->m[0], NULL, n);
+    ADD(p, MX_OP_MOE_ROUTE_GROUPED, moe_route_grouped, s->i[0], b[2], b[1], b[7], n, c->E, K, c->groups,
+        c->topk_groups, true, 2.5f);
+    ADD(p, MX_OP_MOE_MATMUL, moe_matmul, b[3], b[0], &s->m[1], s->i[0], n * K, K);
+    ADD(p, MX_OP_MOE_MATMUL, moe_matmul, b[4], b[0], &s->m[2], s->i[0], n * K, K);
+    ADD(p, MX_OP_SWIGLU, swiglu, b[3], b[3], b[4], (int64_t)n * K * c->I);
+    ADD(p, MX_OP_MOE_MATMUL, moe_matmul, b[5], b[3], &s->m[3], s->i[0], n * K, 1);
+    ADD(p, MX_OP_MOE_COMBINE, moe_combine, b[6], b[5], b[2], n, K, c->H);
+}
+
+static void grouped_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, const fmt *f, grouped_cfg c) {
+    data d = {0};
+    const int64_t n = c.n, K = c.K;
+    add_f(&d, "h", n * c.H, r, -1, 1, 0);
+    add_f(&d, "router", n * c.E, r, -1, 1, 2e-5);
+    add_f(&d, "weights", n * K, r, 0, 1, 2e-5);
+    add_f(&d, "gate", n * K * c.I, r, -1, 1, 2e-5);
+    add_f(&d, "up", n * K * c.I, r, -1, 1, 2e-5);
+    add_f(&d, "y", n * K * c.H, r, -1, 1, 2e-5);
+    add_f(&d, "x", n * c.H, r, -1, 1, 2e-5);
+    add_f(&d, "score bias", c.E, r, -0.1f, 0.1f, 0);
+    int32_t ids[256] = {0};
+    add_i(&d, ids, n * K);
+    add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, c.E, c.H);
+    add_m(&d, r, f->q, f->dtype, f->scale_dtype, c.E, c.I, c.H);
+    add_m(&d, r, f->q, f->dtype, f->scale_dtype, c.E, c.I, c.H);
+    add_m(&d, r, f->q, f->dtype, f->scale_dtype, c.E, c.H, c.I);
+    char label[160], ml[64];
+    snprintf(label, sizeof label, "MoE grouped routing, %s, n=%d, %d groups", ref_matrix_label(&d.mat[1], ml, sizeof ml),
+             c.n, c.groups);
+    run_case(label, cpu, gpu, &d, build_grouped, &c, NULL, 0);
+    data_free(&d);
+}
+
 static const fmt fused_fmts[] = {
     {{MX_QUANT_AFFINE, 4, 64}, MX_DTYPE_U32, MX_DTYPE_BF16},
     {{MX_QUANT_AFFINE, 4, 32}, MX_DTYPE_U32, MX_DTYPE_F16},
@@ -518,6 +635,12 @@ int main(void) {
     layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){70, 512, 8, 4, 64, 1024, 1000});
     moe_case(cpu, gpu, &rng, &fused_fmts[0], (moe_cfg){1, 256, 8, 2, 128});
     moe_case(cpu, gpu, &rng, &fused_fmts[0], (moe_cfg){5, 256, 8, 2, 128});
+    grouped_case(cpu, gpu, &rng, &fused_fmts[0], (grouped_cfg){1, 256, 16, 4, 128, 4, 2});
+    grouped_case(cpu, gpu, &rng, &fused_fmts[4], (grouped_cfg){6, 256, 64, 6, 128, 8, 3});
+    // DeepSeek-V3 fixture sizes (decode, two prefilled sequences), and DeepSeek-V3 / Kimi-K2 head sizes.
+    mla_case(cpu, gpu, &rng, &fused_fmts[0], (mla_cfg){1, 128, 4, 64, 64, 32, 64, 64});
+    mla_case(cpu, gpu, &rng, &fused_fmts[0], (mla_cfg){45, 128, 4, 64, 64, 32, 64, 64});
+    mla_case(cpu, gpu, &rng, &fused_fmts[4], (mla_cfg){3, 512, 8, 256, 128, 64, 512, 128});
     mx_backend_free(gpu);
     // The previous matrix-vector kernels (MLXCEL_GPU_OLD_MATVEC=1, the A/B switch of the benches).
     setenv("MLXCEL_GPU_OLD_MATVEC", "1", 1);

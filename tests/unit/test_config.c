@@ -10,6 +10,16 @@
 
 #define BASE "\"model_type\":\"llama\",\"vocab_size\":512,\"hidden_size\":128,\"num_hidden_layers\":2,\"num_attention_heads\":4"
 
+// DeepSeek-V3 with YaRN as published configs write it (the sizes of the deepseek_v3 fixtures).
+#define DEEPSEEK                                                                                             \
+    "\"model_type\":\"deepseek_v3\",\"vocab_size\":512,\"hidden_size\":128,\"num_hidden_layers\":2,"     \
+    "\"num_attention_heads\":4,\"num_key_value_heads\":4,\"kv_lora_rank\":64,\"q_lora_rank\":64,"            \
+    "\"qk_nope_head_dim\":64,\"qk_rope_head_dim\":32,\"v_head_dim\":64,\"n_routed_experts\":8,"              \
+    "\"num_experts_per_tok\":2,\"n_group\":2,\"topk_group\":1,\"moe_intermediate_size\":192,"               \
+    "\"intermediate_size\":256,\"first_k_dense_replace\":1,\"max_position_embeddings\":163840,"                \
+    "\"rope_scaling\":{\"type\":\"yarn\",\"factor\":40,\"beta_fast\":32,\"beta_slow\":1,\"mscale\":1.0,"   \
+    "\"mscale_all_dim\":1.0,\"original_max_position_embeddings\":4096}"
+
 static int parse(const char *json, const char *gen, mx_config *c, mx_error *e) {
     return mx_config_parse(json, gen, "config.json", c, e);
 }
@@ -121,6 +131,24 @@ int main(void) {
     CHECK(parse("{\"model_type\":\"gemma3\",\"vision_config\":{}}", NULL, &c, &e) != 0);
     CHECK_MSG(strstr(e.msg, "text_config") != NULL, "%s", e.msg);
 
+    // DeepSeek-V3: latent sizes, routing, YaRN (mscale / mscale_all_dim = 1: no cos/sin factor).
+    CHECK(parse("{" DEEPSEEK "}", NULL, &c, &e) == 0);
+    CHECK(c.kv_lora_rank == 64 && c.q_lora_rank == 64 && c.head_dim == 96 && c.rope_dim == 32 && c.v_head_dim == 64);
+    CHECK(c.num_experts == 8 && c.n_group == 2 && c.topk_group == 1 && c.first_k_dense_replace == 1 && c.norm_topk_prob);
+    CHECK(c.routed_scaling_factor == 2.5 && c.n_shared_experts == 1);
+    CHECK(c.rope_type == MX_ROPE_YARN && c.rope_factor == 40 && c.rope_original_max_pos == 4096);
+    CHECK_MSG(fabs(c.rope_attn_factor - 1.0) < 1e-12 && c.rope_mscale_all_dim == 1.0, "%g", c.rope_attn_factor);
+    mx_config_free(&c);
+    CHECK(parse("{" DEEPSEEK ",\"q_lora_rank\":null}", NULL, &c, &e) == 0);
+    CHECK(c.q_lora_rank == 0);
+    mx_config_free(&c);
+    // YaRN without mscale: cos/sin times 0.1 ln(factor) + 1; factor from the context ratio when absent.
+    CHECK(parse("{" BASE ",\"max_position_embeddings\":16384,\"rope_scaling\":{\"rope_type\":\"yarn\","
+                "\"original_max_position_embeddings\":4096}}", NULL, &c, &e) == 0);
+    CHECK_MSG(c.rope_factor == 4 && fabs(c.rope_attn_factor - (0.1 * log(4.0) + 1)) < 1e-12 && c.rope_truncate,
+              "%g %g", c.rope_factor, c.rope_attn_factor);
+    mx_config_free(&c);
+
     // Errors name what was wrong.
     CHECK(parse("{" BASE ",\"quantization\":{\"group_size\":64,\"bits\":4,\"mode\":\"nf4\"}}", NULL, &c, &e) != 0);
     CHECK_MSG(strstr(e.msg, "nf4") != NULL, "%s", e.msg);
@@ -133,8 +161,12 @@ int main(void) {
     CHECK_MSG(strstr(e.msg, "eos_token_id") != NULL, "%s", e.msg);
     CHECK(parse("{" BASE ",\"num_key_value_heads\":3}", NULL, &c, &e) != 0);
     CHECK_MSG(strstr(e.msg, "multiple") != NULL, "%s", e.msg);
-    CHECK(parse("{" BASE ",\"rope_scaling\":{\"type\":\"yarn\",\"factor\":4}}", NULL, &c, &e) != 0);
-    CHECK_MSG(strstr(e.msg, "yarn") != NULL, "%s", e.msg);
+    CHECK(parse("{" BASE ",\"rope_scaling\":{\"type\":\"dynamic\",\"factor\":4}}", NULL, &c, &e) != 0);
+    CHECK_MSG(strstr(e.msg, "dynamic") != NULL, "%s", e.msg);
+    CHECK(parse("{" DEEPSEEK ",\"scoring_func\":\"softmax\"}", NULL, &c, &e) != 0);
+    CHECK_MSG(strstr(e.msg, "scoring_func") != NULL, "%s", e.msg);
+    CHECK(parse("{" DEEPSEEK ",\"n_group\":3}", NULL, &c, &e) != 0);
+    CHECK_MSG(strstr(e.msg, "n_group") != NULL, "%s", e.msg);
     CHECK(parse("{" BASE "}", "not json", &c, &e) != 0);
     CHECK_MSG(strstr(e.msg, "generation_config.json") != NULL, "%s", e.msg);
     CHECK(parse("{\"model_type\":\"llama\",\"hidden_size\":128}", NULL, &c, &e) != 0);

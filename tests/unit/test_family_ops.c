@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
-// The CPU reference kernels of the records added for the Gemma 3 and Phi-3 families, against their
-// formulas written out here in double: GeLU-tanh gating (also in place), the scale record, and RoPE
-// with a partial rotary dimension and longrope's long table from a position on. (The GPU kernels of
+// The CPU reference kernels of the records added for the Gemma 3, Phi-3 and DeepSeek-V3 families,
+// against their formulas written out here in double: GeLU-tanh gating (also in place), the scale
+// record, RoPE with a partial rotary dimension and longrope's long table from a position on, the
+// latent cache and latent attention, and grouped routing on a case where the group choice and the
+// score correction bias decide the experts. (The GPU kernels of
 // the same records are checked by tests/gpu/test_gpu_ops.c; the families end to end by
 // test_model_parity.)
 #include <math.h>
@@ -71,7 +73,73 @@ static void test_rope_partial_long(mx_backend *be) {
     CHECK(x[ROT] == sinf(0.37f * ROT) && x[HD - 1] == sinf(0.37f * (HD - 1)));
 }
 
+// Two prefilled sequences; every token attends over its own slot's latent rows 0..pos.
+static void test_latent_attention(mx_backend *be) {
+    enum { NH = 3, KL = 8, R = 4, N = 7, W = KL + R };
+    const int32_t pos[N] = {0, 1, 2, 3, 4, 0, 1}, slot[N] = {0, 0, 0, 0, 0, 1, 1};
+    float c_kv[N * KL], k_pe[N * R], q_lat[N * NH * KL], q_pe[N * NH * R], out[N * NH * KL];
+    for (int i = 0; i < N * KL; i++) c_kv[i] = sinf(0.7f * i);
+    for (int i = 0; i < N * R; i++) k_pe[i] = cosf(1.3f * i);
+    for (int i = 0; i < N * NH * KL; i++) q_lat[i] = sinf(0.37f * i + 1);
+    for (int i = 0; i < N * NH * R; i++) q_pe[i] = cosf(0.91f * i + 2);
+    const float scale = 0.4f;
+    mx_kv_layout lay = {2, 2, 8, 1, W / 2, 0};
+    mx_error err = {{0}};
+    void *kv = be->ops->alloc(be, mx_kv_bytes(&lay, be->kv_dtype), &err);
+    CHECK(kv != NULL);
+    if (!kv) return;
+    mx_kv_ref ref = {kv, lay, 1, slot, pos, NULL};
+    CHECK(mx_run_op(be, (mx_op){.kind = MX_OP_LATENT_STORE, .latent_store = {ref, c_kv, k_pe, N, KL, R}}, &err) == 0);
+    CHECK(mx_run_op(be, (mx_op){.kind = MX_OP_LATENT_ATTENTION,
+                                .latent_attention = {out, q_lat, q_pe, ref, N, NH, KL, R, scale}}, &err) == 0);
+    double want[N * NH * KL];
+    for (int t = 0; t < N; t++)
+        for (int h = 0; h < NH; h++) {
+            const float *ql = q_lat + (t * NH + h) * KL, *qp = q_pe + (t * NH + h) * R;
+            double sc[8], mx = -INFINITY, sum = 0;
+            int first = t - pos[t];  // the token holding position 0 of this slot
+            for (int p = 0; p <= pos[t]; p++) {
+                double d = 0;
+                for (int i = 0; i < KL; i++) d += (double)ql[i] * c_kv[(first + p) * KL + i];
+                for (int i = 0; i < R; i++) d += (double)qp[i] * k_pe[(first + p) * R + i];
+                sc[p] = scale * d;
+                mx = fmax(mx, sc[p]);
+            }
+            for (int p = 0; p <= pos[t]; p++) sum += sc[p] = exp(sc[p] - mx);
+            for (int i = 0; i < KL; i++) {
+                double o = 0;
+                for (int p = 0; p <= pos[t]; p++) o += sc[p] / sum * c_kv[(first + p) * KL + i];
+                want[(t * NH + h) * KL + i] = o;
+            }
+        }
+    double e = max_rel(out, want, N * NH * KL);
+    CHECK_MSG(e < 1e-5, "latent attention rel err %.3g", e);
+    be->ops->release(be, kv);
+}
+
+// Sigmoid scores s (logits = logit(s)); two groups of four. Expert 0 is the best alone, but group 1
+// has the larger sum of its two best biased scores, so the choice is made inside group 1, where the
+// bias (+0.3 on expert 6, -0.3 on expert 5) moves expert 6 ahead of 5. Weights use s, not s + bias.
+static void test_grouped_route(mx_backend *be) {
+    const double s[8] = {0.95, 0.10, 0.10, 0.10, 0.60, 0.55, 0.20, 0.20};
+    float logits[8], bias[8] = {0, 0, 0, 0, 0, -0.3f, 0.3f, 0}, weights[2];
+    for (int e = 0; e < 8; e++) logits[e] = (float)log(s[e] / (1 - s[e]));
+    int32_t ids[2] = {-1, -1};
+    mx_error err = {{0}};
+    CHECK(mx_run_op(be, (mx_op){.kind = MX_OP_MOE_ROUTE_GROUPED,
+                                .moe_route_grouped = {ids, weights, logits, bias, 1, 8, 2, 2, 1, true, 2.5f}}, &err) == 0);
+    CHECK_MSG(ids[0] == 4 && ids[1] == 6, "ids %d %d", ids[0], ids[1]);
+    CHECK_MSG(fabs(weights[0] - 0.6 / 0.8 * 2.5) < 1e-5 && fabs(weights[1] - 0.2 / 0.8 * 2.5) < 1e-5, "weights %g %g",
+              weights[0], weights[1]);
+    // Without renormalization the weights are the scores times the scaling factor.
+    CHECK(mx_run_op(be, (mx_op){.kind = MX_OP_MOE_ROUTE_GROUPED,
+                                .moe_route_grouped = {ids, weights, logits, bias, 1, 8, 2, 2, 1, false, 2.5f}}, &err) == 0);
+    CHECK_MSG(fabs(weights[0] - 0.6 * 2.5) < 1e-5 && fabs(weights[1] - 0.2 * 2.5) < 1e-5, "weights %g %g", weights[0],
+              weights[1]);
+}
+
 int main(void) {
+    setenv("MLXCEL_CPU_KV", "f32", 1);  // a float32 cache: the latent attention check is exact up to summation order
     mx_backend_options opt = {.name = "cpu", .threads = 1};
     mx_error err = {{0}};
     mx_backend *be = mx_backend_create(&opt, &err);
@@ -79,6 +147,8 @@ int main(void) {
     if (!be) return check_finish();
     test_geglu_scale(be);
     test_rope_partial_long(be);
+    test_latent_attention(be);
+    test_grouped_route(be);
     mx_backend_free(be);
     return check_finish();
 }

@@ -169,3 +169,20 @@ void cpu_attention(mx_backend *be, float *out, const float *q, const mx_kv_ref *
                   be->kv_dtype, mx_dtype_size(be->kv_dtype), scale, c};
     mx_pool_run(c->pool, j.blocks * lay->n_kv_heads, attn_task, &j);
 }
+
+// Row access for the latent cache (cpu_latent.c), so the layout above is written once.
+uint8_t *cpu_kv_row(const mx_kv_ref *r, int slot, int pos, int which, int head, size_t es) {
+    size_t at = head_index(&r->lay, r->layer, block_of(r->table, &r->lay, slot, pos), which, head) * MX_KV_BLOCK +
+                (size_t)(pos % MX_KV_BLOCK);  // in rows
+    return (uint8_t *)r->kv + at * r->lay.head_dim * es;
+}
+
+float *cpu_kv_row_scales(const mx_kv_ref *r, int slot, int pos, int which, int head, size_t es) {
+    size_t at = head_index(&r->lay, r->layer, block_of(r->table, &r->lay, slot, pos), which, head) * MX_KV_BLOCK +
+                (size_t)(pos % MX_KV_BLOCK);
+    return kv_scales_base(r->kv, &r->lay, es) + at * CPU_KV_SCALES(r->lay.head_dim);
+}
+
+void cpu_kv_write_row(uint8_t *dst, float *scales, const float *src, int hd, mx_dtype dt) {
+    store_rows(dst, scales, src, 1, hd, dt);
+}

@@ -200,6 +200,22 @@ static void cpu_run_op(mx_backend *be, const mx_op *op) {
         break;
     case MX_OP_GEGLU: cpu_geglu(be, op->geglu.out, op->geglu.gate, op->geglu.up, op->geglu.count); break;
     case MX_OP_SCALE: cpu_scale(be, op->scale.x, op->scale.count, op->scale.scale); break;
+    case MX_OP_LATENT_STORE:
+        cpu_latent_store(be, &op->latent_store.kv, op->latent_store.c_kv, op->latent_store.k_pe, op->latent_store.n,
+                         op->latent_store.kv_lora, op->latent_store.rope);
+        break;
+    case MX_OP_LATENT_ATTENTION:
+        cpu_latent_attention(be, op->latent_attention.out, op->latent_attention.q_lat, op->latent_attention.q_pe,
+                             &op->latent_attention.kv, op->latent_attention.n, op->latent_attention.n_heads,
+                             op->latent_attention.kv_lora, op->latent_attention.rope, op->latent_attention.scale);
+        break;
+    case MX_OP_MOE_ROUTE_GROUPED:
+        cpu_moe_route_grouped(be, op->moe_route_grouped.ids, op->moe_route_grouped.weights,
+                              op->moe_route_grouped.logits, op->moe_route_grouped.bias, op->moe_route_grouped.n,
+                              op->moe_route_grouped.n_experts, op->moe_route_grouped.k, op->moe_route_grouped.n_group,
+                              op->moe_route_grouped.topk_group, op->moe_route_grouped.norm_topk,
+                              op->moe_route_grouped.scaling);
+        break;
     case MX_OP_KIND_COUNT: MX_ASSERT(!"not an op kind"); break;
     }
 }

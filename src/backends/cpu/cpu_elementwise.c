@@ -111,6 +111,55 @@ void cpu_moe_route(mx_backend *be, int32_t *ids, float *weights, const float *lo
     }
 }
 
+// DeepSeek-V3's grouped top-k (backend.h, moe_route_grouped), as transformers computes it.
+void cpu_moe_route_grouped(mx_backend *be, int32_t *ids, float *weights, const float *logits, const float *bias, int n,
+                           int n_experts, int k, int n_group, int topk_group, bool norm_topk, float scaling) {
+    (void)be;
+    float s[1024], choice[1024], group[1024];
+    MX_ASSERT(n_experts <= 1024 && n_group >= 1 && n_experts % n_group == 0 && n_experts / n_group >= 2);
+    MX_ASSERT(topk_group <= n_group && k <= n_experts);
+    int per = n_experts / n_group;
+    for (int t = 0; t < n; t++) {
+        const float *lg = logits + (size_t)t * n_experts;
+        for (int e = 0; e < n_experts; e++) {
+            s[e] = 1.0f / (1.0f + expf(-lg[e]));
+            choice[e] = s[e] + bias[e];
+        }
+        for (int g = 0; g < n_group; g++) {  // the sum of the group's two largest choices
+            float a = -INFINITY, b = -INFINITY;
+            for (int e = g * per; e < (g + 1) * per; e++) {
+                if (choice[e] > a) b = a, a = choice[e];
+                else if (choice[e] > b) b = choice[e];
+            }
+            group[g] = a + b;
+        }
+        bool keep[1024] = {false};
+        for (int j = 0; j < topk_group; j++) {
+            int best = -1;
+            for (int g = 0; g < n_group; g++)
+                if (!keep[g] && (best < 0 || group[g] > group[best])) best = g;
+            keep[best] = true;
+        }
+        for (int e = 0; e < n_experts; e++)
+            if (!keep[e / per]) choice[e] = 0.0f;
+        float chosen_sum = 0.0f;
+        bool taken[1024] = {false};
+        for (int j = 0; j < k; j++) {
+            int best = -1;
+            for (int e = 0; e < n_experts; e++)
+                if (!taken[e] && (best < 0 || choice[e] > choice[best])) best = e;
+            taken[best] = true;
+            ids[t * k + j] = best;
+            weights[t * k + j] = s[best];
+            chosen_sum += s[best];
+        }
+        for (int j = 0; j < k; j++) {
+            if (norm_topk) weights[t * k + j] /= chosen_sum + 1e-20f;
+            weights[t * k + j] *= scaling;
+        }
+    }
+}
+
 void cpu_moe_combine(mx_backend *be, float *out, const float *y, const float *weights, int n, int k, int dim) {
     (void)be;
     for (int t = 0; t < n; t++) {

@@ -33,6 +33,18 @@ void cpu_moe_matmul(mx_backend *be, float *out, const float *x, const mx_matrix 
 void cpu_kv_store(mx_backend *be, const mx_kv_ref *r, const float *k, const float *v, int n);
 void cpu_attention(mx_backend *be, float *out, const float *q, const mx_kv_ref *r, int n, int n_heads, float scale,
                    int window);
+// One row (head, pos) of K (which 0) or V (1) of slot `slot` in the layer of r (cpu_attention.c):
+// its start, its I16 scales (CPU_KV_SCALES(head_dim) floats), and the conversion of a float row into
+// the cache's element type (scales: NULL unless I16).
+uint8_t *cpu_kv_row(const mx_kv_ref *r, int slot, int pos, int which, int head, size_t es);
+float *cpu_kv_row_scales(const mx_kv_ref *r, int slot, int pos, int which, int head, size_t es);
+void cpu_kv_write_row(uint8_t *dst, float *scales, const float *src, int hd, mx_dtype dt);
+void cpu_latent_store(mx_backend *be, const mx_kv_ref *kv, const float *c_kv, const float *k_pe, int n, int kv_lora,
+                      int rope);
+void cpu_latent_attention(mx_backend *be, float *out, const float *q_lat, const float *q_pe, const mx_kv_ref *kv, int n,
+                          int n_heads, int kv_lora, int rope, float scale);
+void cpu_moe_route_grouped(mx_backend *be, int32_t *ids, float *weights, const float *logits, const float *bias, int n,
+                           int n_experts, int k, int n_group, int topk_group, bool norm_topk, float scaling);
 void cpu_rmsnorm(mx_backend *be, float *out, const float *x, const float *w, int n, int dim, float eps);
 void cpu_rope(mx_backend *be, float *x, const int32_t *pos, int n, int n_heads, const mx_rope *rope);
 void cpu_swiglu(mx_backend *be, float *out, const float *gate, const float *up, int64_t count);

@@ -70,6 +70,14 @@ void mxg_geglu(const mxg_launch *L, float *out, const float *gate, const float *
 void mxg_scale(const mxg_launch *L, float *x, int64_t count, float scale);
 void mxg_moe_route(const mxg_launch *L, int32_t *ids, float *weights, const float *logits, int n,
                    int n_experts, int k, bool norm_topk);
+void mxg_moe_route_grouped(const mxg_launch *L, int32_t *ids, float *weights, const float *logits,
+                           const float *bias, int n, int n_experts, int k, int n_group, int topk_group,
+                           bool norm_topk, float scaling);
+// kernels/latent.cu: multi-head latent attention (backend.h: latent_store, latent_attention).
+void mxg_latent_store(const mxg_launch *L, const mx_kv_ref *kv, const float *c_kv, const float *k_pe, int n,
+                      int kv_lora, int rope);
+void mxg_latent_attention(const mxg_launch *L, float *out, const float *q_lat, const float *q_pe,
+                          const mx_kv_ref *kv, int n, int n_heads, int kv_lora, int rope, float scale);
 void mxg_moe_combine(const mxg_launch *L, float *out, const float *y, const float *weights, int n, int k, int dim);
 void mxg_gather_rows(const mxg_launch *L, float *out, const float *x, const int32_t *rows, int n, int dim);
 void mxg_argmax(const mxg_launch *L, int32_t *ids, const float *logits, int n, int vocab);

@@ -68,6 +68,52 @@ __global__ void moe_route_kernel(int32_t *ids, float *weights, const float *__re
     if (norm_topk && threadIdx.x < k) weights[(int64_t)blockIdx.x * k + threadIdx.x] /= picked;
 }
 
+// DeepSeek-V3's grouped top-k (backend.h, moe_route_grouped): the sigmoid scores in parallel, the
+// group and expert choices by thread 0 in the order the CPU backend makes them (first index wins).
+__global__ void moe_route_grouped_kernel(int32_t *ids, float *weights, const float *__restrict__ logits,
+                                         const float *__restrict__ bias, int n_experts, int k, int n_group,
+                                         int topk_group, bool norm_topk, float scaling) {
+    extern __shared__ float sm[];  // s [n_experts], choice [n_experts], group score [n_group], kept [n_group]
+    float *s = sm, *choice = sm + n_experts, *group = choice + n_experts, *kept = group + n_group;
+    const float *l = logits + (int64_t)blockIdx.x * n_experts;
+    for (int e = threadIdx.x; e < n_experts; e += blockDim.x) {
+        s[e] = 1.0f / (1.0f + expf(-l[e]));
+        choice[e] = s[e] + bias[e];
+    }
+    __syncthreads();
+    if (threadIdx.x != 0) return;
+    const int per = n_experts / n_group;
+    for (int g = 0; g < n_group; g++) {
+        float a = -INFINITY, b = -INFINITY;
+        for (int e = g * per; e < (g + 1) * per; e++) {
+            if (choice[e] > a) b = a, a = choice[e];
+            else if (choice[e] > b) b = choice[e];
+        }
+        group[g] = a + b;
+        kept[g] = 0.0f;
+    }
+    for (int j = 0; j < topk_group; j++) {
+        int best = -1;
+        for (int g = 0; g < n_group; g++)
+            if (kept[g] == 0.0f && (best < 0 || group[g] > group[best])) best = g;
+        kept[best] = 1.0f;
+    }
+    for (int e = 0; e < n_experts; e++)
+        if (kept[e / per] == 0.0f) choice[e] = 0.0f;
+    int32_t *id = ids + (int64_t)blockIdx.x * k;
+    float *w = weights + (int64_t)blockIdx.x * k, sum = 0.0f;
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        for (int e = 0; e < n_experts; e++)
+            if (choice[e] != -INFINITY && (best < 0 || choice[e] > choice[best])) best = e;
+        id[j] = best;
+        w[j] = s[best];
+        sum += s[best];
+        choice[best] = -INFINITY;  // taken
+    }
+    for (int j = 0; j < k; j++) w[j] = (norm_topk ? w[j] / (sum + 1e-20f) : w[j]) * scaling;
+}
+
 __global__ void moe_combine_kernel(float *out, const float *__restrict__ y, const float *__restrict__ weights,
                                    int k, int dim) {
     const int t = blockIdx.x;
@@ -88,6 +134,18 @@ extern "C" void mxg_moe_route(const mxg_launch *L, int32_t *ids, float *weights,
         moe_route_kernel<W><<<(unsigned)n, 128, (size_t)n_experts * sizeof(float), (gpuStream_t)L->stream>>>(
             ids, weights, logits, n_experts, k, norm_topk);
     });
+}
+
+extern "C" void mxg_moe_route_grouped(const mxg_launch *L, int32_t *ids, float *weights, const float *logits,
+                                      const float *bias, int n, int n_experts, int k, int n_group, int topk_group,
+                                      bool norm_topk, float scaling) {
+    MX_ASSERT(n_group >= 1 && n_experts % n_group == 0 && n_experts / n_group >= 2 && topk_group <= n_group);
+    MX_ASSERT(k >= 1 && k <= n_experts && n_experts <= 16384);
+    if (n == 0) return;
+    const size_t shared = sizeof(float) * (size_t)(2 * n_experts + 2 * n_group);
+    moe_route_grouped_kernel<<<(unsigned)n, 128, shared, (gpuStream_t)L->stream>>>(ids, weights, logits, bias, n_experts,
+                                                                                  k, n_group, topk_group, norm_topk,
+                                                                                  scaling);
 }
 
 extern "C" void mxg_moe_combine(const mxg_launch *L, float *out, const float *y, const float *weights, int n, int k,
