@@ -362,8 +362,9 @@ check('marker characters written by the client do not change the guarded prompt'
       f'{n_marker_flag} {n_special_flag}')
 
 # --- memory estimate at start-up ------------------------------------------------------------------
-p = subprocess.run([BIN, '-m', model, '--port', '0', '--parallel', '256', '--ctx', '1048576'], capture_output=True,
-                   timeout=120)
+# The default pool is sized from free memory, so ask for one larger than memory explicitly.
+p = subprocess.run([BIN, '-m', model, '--port', '0', '--parallel', '256', '--ctx', '1048576', '--kv-size', '268435456'],
+                   capture_output=True, timeout=120)
 err = p.stderr.decode('utf-8', 'replace')
 check('a KV cache larger than memory is refused at start-up with the numbers',
       p.returncode != 0 and 'not enough' in err and 'KV cache' in err and 'GiB is free' in err, f'rc={p.returncode} {err[-400:]}')
