@@ -69,7 +69,7 @@ check('same seed, same output', rc1 == 0 and rc2 == 0 and out1 == out2 and len(o
 # --- logits against a fixture reference ----------------------------------------------------------
 with tempfile.TemporaryDirectory() as tmp:
     for mode in ('prefill', 'decode'):
-        for fx in ('qwen3-q4g64', 'llama-q4g64', 'qwen3_moe-q4g64'):
+        for fx in ('qwen3-q4g64', 'llama-q4g64', 'qwen3_moe-q4g64', 'deepseek_v3-q4g64'):
             rraw, rn, rh = read_st(f'{FIX}/{fx}/reference.safetensors')
             a, b = rh['prompt_ids']['data_offsets']
             ids = struct.unpack('<20i', rraw[8 + rn + a:8 + rn + b])
@@ -87,10 +87,15 @@ with tempfile.TemporaryDirectory() as tmp:
                 for t in range(20):
                     g, w = got[t * 512:(t + 1) * 512], want[t * 512:(t + 1) * 512]
                     worst = max(worst, max(abs(x - y) for x, y in zip(g, w)) / max(abs(y) for y in w))
-            # The float32 CPU path measures ~1e-6 here (2.7e-6 worst over all fixtures); 1e-3 is the
+            # The float32 CPU path measures ~1e-6 here (3.1e-6 worst over all fixtures); 1e-3 is the
             # user-facing contract, not this bound.
             check(f'logits {fx} {mode} within 2e-5 (worst {worst:.2g})', ok and worst < 2e-5,
                   f'rc={rc} worst={worst} {err[-200:]}')
+
+    # The CPU cache type comes from MLXCEL_CPU_KV; a value it does not know is refused by name.
+    rc, _, err = run(['logits', '-m', f'{FIX}/qwen3-q4g64', '--ids', '1,2', '-o', os.path.join(tmp, 'x.safetensors'),
+                      '--backend', 'cpu'], env={'MLXCEL_CPU_KV': 'f8'})
+    check('MLXCEL_CPU_KV=f8 refused', rc == 1 and "MLXCEL_CPU_KV='f8'" in err, f'rc={rc} err={err[-200:]}')
 
 # --- usage errors: exit 2 ------------------------------------------------------------------------
 for args, needle in ((['generate'], 'prompt is required'), (['generate', '-p', 'x', '-n', 'abc'], "'abc'"),

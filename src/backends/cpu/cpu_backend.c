@@ -299,9 +299,15 @@ mx_backend *mx_cpu_backend_create(int threads, mx_error *err) {
         return NULL;
     }
     // KV cache: int16 with a scale per 16 elements (44% fewer bytes for decode to read per position
-    // than float32; logits within 4e-4 of the parity fixtures), or float32 with MLXCEL_CPU_KV=f32.
+    // than float32; logits within 4e-4 of the parity fixtures), or float32 with MLXCEL_CPU_KV=f32, or
+    // float16 with MLXCEL_CPU_KV=f16 (the GPU's cache element: its rounding measured on the CPU).
     const char *kvt = getenv("MLXCEL_CPU_KV");
-    be->kv_dtype = kvt && !strcmp(kvt, "f32") ? MX_DTYPE_F32 : MX_DTYPE_I16;
+    if (kvt && strcmp(kvt, "f32") != 0 && strcmp(kvt, "f16") != 0 && strcmp(kvt, "i16") != 0) {
+        cpu_destroy(be);
+        mx_fail(err, "MLXCEL_CPU_KV='%s': the CPU KV cache type must be i16 (the default), f32 or f16", kvt);
+        return NULL;
+    }
+    be->kv_dtype = !kvt || !strcmp(kvt, "i16") ? MX_DTYPE_I16 : !strcmp(kvt, "f32") ? MX_DTYPE_F32 : MX_DTYPE_F16;
     snprintf(be->device_name, sizeof be->device_name, "CPU (%d threads)", c->n_threads);
     if (cpu_reserve_scratch(c, 1 << 16) != 0) {
         cpu_destroy(be);
