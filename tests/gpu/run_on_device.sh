@@ -5,7 +5,8 @@
 # (also under compute-sanitizer memcheck), the GPU ctest group (build contract, model parity on
 # cuda), parity without tensor cores, the demo generation with LD_LIBRARY_PATH unset (compared with
 # --backend cpu), `mlxcel info`, the backend decode/prefill bench and `mlxcel bench` (each engine
-# bench also with MLXCEL_GPU_OLD_MATVEC=1: the A/B of the matrix-vector kernels).
+# bench also with MLXCEL_GPU_OLD_MATVEC=1: the A/B of the matrix-vector kernels; the 8B also with
+# MLXCEL_GPU_MMA_SYNC=1: the A/B of the prefill kernels).
 # Every step counts (tests/gpu/steps.sh): the script prints each step's verdict and one line
 # "N passed, M failed", records them with the commit in tests/gpu/LAST_RUN.md (and $OUT/LAST_RUN.md),
 # and exits 1 when any step failed (a GPU test that skips on this machine is a failure here).
@@ -61,6 +62,8 @@ step parity_cuda_nomma 300 env MLXCEL_TEST_BACKEND=cuda MLXCEL_GPU_NO_MMA=1 buil
 tail -2 "$LOGS/parity_cuda_nomma.log"
 step parity_cuda_oldmv 300 env MLXCEL_TEST_BACKEND=cuda MLXCEL_GPU_OLD_MATVEC=1 build/cuda/test_model_parity
 tail -2 "$LOGS/parity_cuda_oldmv.log"
+step parity_cuda_mmasync 300 env MLXCEL_TEST_BACKEND=cuda MLXCEL_GPU_MMA_SYNC=1 build/cuda/test_model_parity
+tail -2 "$LOGS/parity_cuda_mmasync.log"
 
 echo "== demo generation (LD_LIBRARY_PATH unset)"
 gen=(generate -m models/qwen3-demo-44m-4bit -p "Hello" -n 50 --temp 0)
@@ -103,6 +106,9 @@ if [ "$quick" != "--quick" ]; then
     done
     step bench_8b_nomma 180 env MLXCEL_GPU_NO_MMA=1 build/cuda/bench_gpu_decode qwen3-8b 512 512 100
     grep -E "^prefill" "$LOGS/bench_8b_nomma.log"
+    step bench_8b_mmasync 180 env MLXCEL_GPU_MMA_SYNC=1 build/cuda/bench_gpu_decode qwen3-8b 512 512 100
+    grep -E "^prefill" "$LOGS/bench_8b_mmasync.log"
+    sed -n '/per-op times, 512/,$p' "$LOGS/bench_8b_mmasync.log"
     step bench_8b_oldmv 180 env MLXCEL_GPU_OLD_MATVEC=1 build/cuda/bench_gpu_decode qwen3-8b 512 512 100
     grep -E "decode|prefill" "$LOGS/bench_8b_oldmv.log"
     sed -n '/per-op times, 1 token/,/per-op times, 512/p' "$LOGS/bench_8b_oldmv.log"
@@ -120,6 +126,9 @@ if [ "$quick" != "--quick" ]; then
     tail -4 "$LOGS/mlxcel_bench_8b.log"
     step mlxcel_bench_8b_oldmv 300 env MLXCEL_GPU_OLD_MATVEC=1 build/cuda/mlxcel bench --shape qwen3-8b -p 512 -n 128 --backend cuda
     tail -4 "$LOGS/mlxcel_bench_8b_oldmv.log"
+    # A/B of prefill: the mma.sync kernel (opt-in) against the default WMMA one.
+    step mlxcel_bench_8b_mmasync 300 env MLXCEL_GPU_MMA_SYNC=1 build/cuda/mlxcel bench --shape qwen3-8b -p 512 -n 128 --backend cuda
+    tail -4 "$LOGS/mlxcel_bench_8b_mmasync.log"
     if command -v compute-sanitizer >/dev/null; then
         step sanitizer_memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 9 build/cuda/test_gpu_ops
         tail -4 "$LOGS/sanitizer_memcheck.log"

@@ -7,7 +7,8 @@
 // fuse (those run record by record), with and without biases, plus patterns that must not fuse
 // (several tokens, aliasing buffers), a whole decoder layer (decode and prefill-sized), and the
 // records no pattern covers; the projection patterns again on a backend with the previous
-// matrix-vector kernels (MLXCEL_GPU_OLD_MATVEC=1). Each plan runs three times on the GPU (direct, recorded as a graph,
+// matrix-vector kernels (MLXCEL_GPU_OLD_MATVEC=1) and prefill-sized layers on the mma.sync kernel
+// (MLXCEL_GPU_MMA_SYNC=1). Each plan runs three times on the GPU (direct, recorded as a graph,
 // replayed) with the input buffers restored in between, and every run must match.
 // Bounds: relative L2 error per buffer of 2e-5 (float32 paths: summation order only); buffers after
 // an attention record 3e-3 (the GPU cache stores f16, the CPU's f32); tensor-core prefill matmuls
@@ -651,6 +652,16 @@ int main(void) {
     proj_cases(cpu, gpu, &rng, false);
     layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){1, 512, 8, 4, 64, 1024, 1000});
     moe_case(cpu, gpu, &rng, &fused_fmts[0], (moe_cfg){1, 256, 8, 2, 128});
+    mx_backend_free(gpu);
+    // The mma.sync prefill kernel (MLXCEL_GPU_MMA_SYNC=1): prefill-sized layers.
+    setenv("MLXCEL_GPU_MMA_SYNC", "1", 1);
+    gpu = mx_gpu_backend_create(&gopt, &err);
+    unsetenv("MLXCEL_GPU_MMA_SYNC");
+    if (!gpu) die("gpu backend with MLXCEL_GPU_MMA_SYNC=1");
+    printf("cpu vs %s with MLXCEL_GPU_MMA_SYNC=1\n", gpu->ops->name);
+    for (size_t f = 0; f < sizeof fused_fmts / sizeof fused_fmts[0]; f++)
+        layer_case(cpu, gpu, &rng, &fused_fmts[f], (layer_cfg){70, 512, 8, 4, 64, 1024, 1000});
+    layer_case(cpu, gpu, &rng, &other_fmts[0], (layer_cfg){70, 512, 8, 4, 64, 1024, 1000});
     mx_backend_free(gpu);
     mx_backend_free(cpu);
     return check_finish();

@@ -5,7 +5,8 @@
 // hit: matrix-vector (n <= 8), the tensor-core tiled path and the portable float32 tiled path (a
 // second backend made with MLXCEL_GPU_NO_MMA=1); the matrix-vector kernels also at shapes that reach
 // each of their launch choices, on the default path and on the previous one (a third backend made
-// with MLXCEL_GPU_OLD_MATVEC=1). A plan run four times (recorded as a graph, then replayed) closes
+// with MLXCEL_GPU_OLD_MATVEC=1); the tiled sizes again on the mma.sync prefill kernel (a fourth
+// backend, MLXCEL_GPU_MMA_SYNC=1). A plan run four times (recorded as a graph, then replayed) closes
 // the run. Exit 77 (ctest: skipped) when the machine has no GPU.
 //
 // Matmul bounds: every output element within its own bound (elem_bound below: float32 rounding of
@@ -196,11 +197,14 @@ static int all_formats(fmt_case *out) {
     return n;
 }
 
-static void test_matmul(mx_backend *be, ref_rng *rng, bool mma_backend, bool matvec_only, group_stat *g_mv,
+enum { ALL_N, MATVEC_N, TILED_N };
+static const char *backend_switch = "";  // the environment switch of the backend under test, for messages  // which batch sizes test_matmul runs (n <= 8: matrix-vector)
+
+static void test_matmul(mx_backend *be, ref_rng *rng, bool mma_backend, int which_n, group_stat *g_mv,
                         group_stat *g_tiled, group_stat *g_f32) {
     fmt_case fc[80];
     int nf = all_formats(fc);
-    const int ns[] = {1, 2, 3, 5, 8, 9, 70};
+    const int ns[] = {1, 2, 3, 5, 8, 9, 70, 200};
     const int rows = 133;
     for (int f = 0; f < nf; f++) {
         mx_matrix hw = ref_matrix_random(rng, fc[f].q, fc[f].dtype, fc[f].sdtype, 1, rows, fc[f].cols), dw;
@@ -218,7 +222,7 @@ static void test_matmul(mx_backend *be, ref_rng *rng, bool mma_backend, bool mat
         for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
             int n = ns[ni];
             if (!mma_backend && n <= 8) continue;  // the second backend only re-checks the tiled path
-            if (matvec_only && n > 8) continue;
+            if ((which_n == MATVEC_N && n > 8) || (which_n == TILED_N && n <= 8)) continue;
             bool tiled = n > 8, mma = mma_backend && n >= 64;
             int64_t count = (int64_t)n * rows;
             float *x = fmalloc((int64_t)n * hw.cols), *ref = fmalloc(count), *got = fmalloc(count);
@@ -237,8 +241,8 @@ static void test_matmul(mx_backend *be, ref_rng *rng, bool mma_backend, bool mat
                 tol = 2.0 * ref_rel_err(emul, ref, count) + 2e-5;
                 free(emul);
             }
-            char what[128];
-            snprintf(what, sizeof what, "matmul %s n=%d%s", label, n, mma_backend ? "" : " (no mma)");
+            char what[192];
+            snprintf(what, sizeof what, "matmul %s n=%d%s%s", label, n, mma_backend ? "" : " (no mma)", backend_switch);
             CHECK_MSG(e <= tol, "%s: rel err %.3e > %.2e", what, e, tol);
             group_stat *g = mma ? g_tiled : tiled ? g_f32 : g_mv;
             int bad = outside_bounds(what, got, ref, sc, count, hw.cols, mma, g);
@@ -762,7 +766,8 @@ int main(void) {
     group_stat route = {"moe_route/moe_combine", 0, 0, 0}, rows = {"gather_rows/argmax", 0, 0, 0};
     group_stat graph = {"plan graph record/replay", 0, 0, 0};
     group_stat mvs = {"matrix-vector shapes", 0, 0, 0}, mvo = {"matrix-vector, old path", 0, 0, 0};
-    test_matmul(be, &rng, true, false, &mv, &tc, &tf);
+    group_stat tcs = {"matmul tiled, mma.sync", 0, 0, 0};
+    test_matmul(be, &rng, true, ALL_N, &mv, &tc, &tf);
     test_matvec_shapes(be, &rng, "default", &mvs);
     test_embed(be, &rng, &emb);
     test_moe_matmul(be, &rng, &moe);
@@ -780,7 +785,7 @@ int main(void) {
     be = mx_gpu_backend_create(&opt, &err);
     CHECK_MSG(be != NULL, "second backend: %s", err.msg);
     if (be) {
-        test_matmul(be, &rng, false, false, &unused, &unused, &tf);
+        test_matmul(be, &rng, false, ALL_N, &unused, &unused, &tf);
         mx_backend_free(be);
     }
     // The previous matrix-vector kernels (MLXCEL_GPU_OLD_MATVEC=1, the A/B switch): every format at
@@ -790,15 +795,29 @@ int main(void) {
     be = mx_gpu_backend_create(&opt, &err);
     CHECK_MSG(be != NULL, "old matrix-vector backend: %s", err.msg);
     if (be) {
-        test_matmul(be, &rng, true, true, &mvo, &unused, &unused);
+        backend_switch = " (MLXCEL_GPU_OLD_MATVEC=1)";
+        test_matmul(be, &rng, true, MATVEC_N, &mvo, &unused, &unused);
         test_matvec_shapes(be, &rng, "old", &mvo);
         mx_backend_free(be);
     }
     unsetenv("MLXCEL_GPU_OLD_MATVEC");
+    // The mma.sync prefill kernel (MLXCEL_GPU_MMA_SYNC=1, vendor/cuda/matmul_mma_sync.cu): the tiled
+    // batch sizes in every format, the bound of the tensor-core path.
+    setenv("MLXCEL_GPU_MMA_SYNC", "1", 1);
+    be = mx_gpu_backend_create(&opt, &err);
+    CHECK_MSG(be != NULL, "mma.sync backend: %s", err.msg);
+    if (be) {
+        backend_switch = " (MLXCEL_GPU_MMA_SYNC=1)";
+        test_matmul(be, &rng, true, TILED_N, &unused, &tcs, &tf);
+        backend_switch = "";
+        mx_backend_free(be);
+    }
+    unsetenv("MLXCEL_GPU_MMA_SYNC");
     stat_print(&mv, 2e-5);
     stat_print(&mvs, 2e-5);
     stat_print(&mvo, 2e-5);
     stat_print(&tc, 2e-5);  // plus twice the host-measured bf16 input rounding error, per case
+    stat_print(&tcs, 2e-5);
     stat_print(&tf, 2e-5);
     stat_print(&emb, 1e-6);
     stat_print(&moe, 2e-5);

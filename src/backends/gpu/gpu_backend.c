@@ -323,6 +323,10 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.matvec_rows = mv_rows ? atoi(mv_rows) : 4;
     // MLXCEL_GPU_OLD_MATVEC=1: the matrix-vector kernels of before the scaled-activation 4/8-bit
     // dot and split-K (kernels/matvec_scaled.cuh), kept for A/B benches and as a fallback.
+    // MLXCEL_GPU_MMA_SYNC=1: prefill on the mma.sync/ldmatrix kernel (vendor/cuda/matmul_mma_sync.cu)
+    // instead of WMMA; opt-in until measured.
+    const char *mma_sync = getenv("MLXCEL_GPU_MMA_SYNC");
+    c->launch.mma_sync = mma_sync && *mma_sync && strcmp(mma_sync, "0") != 0;
     const char *old_mv = getenv("MLXCEL_GPU_OLD_MATVEC");
     c->launch.matvec_old = old_mv && *old_mv && strcmp(old_mv, "0") != 0;
     c->launch.scratch_bytes = mxg_attention_scratch_bytes(c->info.sm_count, 256);

@@ -23,6 +23,7 @@ typedef struct mxg_launch {
     int sm_count;          // multiprocessors / compute units
     int cc;                // CUDA compute capability major*10+minor; 0 on ROCm
     bool use_mma;          // prefill matmuls may use the vendor matrix units (vendor/*)
+    bool mma_sync;         // CUDA: the mma.sync/ldmatrix prefill kernel instead of WMMA (MLXCEL_GPU_MMA_SYNC=1)
     int matvec_rows;       // most rows per warp in matrix-vector kernels (1, 2 or 4; tuning knob)
     bool matvec_old;       // matrix-vector kernels without the scaled 4/8-bit dot and split-K (A/B switch)
     bool dependent_launch; // matrix-vector and fused kernels start while the previous one ends (sm_90+)

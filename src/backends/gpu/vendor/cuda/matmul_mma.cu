@@ -6,7 +6,8 @@
 // warp touches 4 rows per load. The next tile is loaded into registers while the current one is
 // multiplied from shared memory, then dequantized, rounded to bf16 and stored (two barriers per k
 // step). Activations and dequantized weights are rounded to bf16 (relative error ~2e-3, as MLX's own
-// bf16 path); MLXCEL_GPU_NO_MMA=1 selects the float32 kernel.
+// bf16 path); MLXCEL_GPU_NO_MMA=1 selects the float32 kernel, MLXCEL_GPU_MMA_SYNC=1 the mma.sync
+// kernel of matmul_mma_sync.cu.
 #include <cuda_bf16.h>
 #include <mma.h>
 
@@ -130,9 +131,12 @@ __global__ void __launch_bounds__(kThreads) mma_kernel(float *__restrict__ out, 
 
 }  // namespace
 
+int mxg_matmul_mma_sync(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n);
+
 extern "C" int mxg_matmul_mma(const mxg_launch *L, float *out, const float *x, const mx_matrix *w,
                               const float *bias, int n) {
     if (L->cc < 80 || L->warp != 32) return -1;
+    if (L->mma_sync) return mxg_matmul_mma_sync(L, out, x, w, bias, n);
     MatView m = mat_view(w);
     for (int t0 = 0; t0 < n; t0 += 65535 * BM) {
         int nt = n - t0 < 65535 * BM ? n - t0 : 65535 * BM;
