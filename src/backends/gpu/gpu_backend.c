@@ -329,6 +329,8 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.mma_sync = mma_sync && *mma_sync && strcmp(mma_sync, "0") != 0;
     const char *old_mv = getenv("MLXCEL_GPU_OLD_MATVEC");
     c->launch.matvec_old = old_mv && *old_mv && strcmp(old_mv, "0") != 0;
+    const char *token_rows = getenv("MLXCEL_GPU_ATTN_TOKEN_ROWS");
+    c->launch.attn_token_rows = token_rows && *token_rows && strcmp(token_rows, "0") != 0;
     c->launch.scratch_bytes = mxg_attention_scratch_bytes(c->info.sm_count, 256);
     if (mxg_rt_malloc(&c->launch.scratch, c->launch.scratch_bytes, c->launch.stream, err) != 0) goto fail;
     c->launch.small_scratch_bytes = 64 * 1024;

@@ -26,6 +26,7 @@ typedef struct mxg_launch {
     bool mma_sync;         // CUDA: the mma.sync/ldmatrix prefill kernel instead of WMMA (MLXCEL_GPU_MMA_SYNC=1)
     int matvec_rows;       // most rows per warp in matrix-vector kernels (1, 2 or 4; tuning knob)
     bool matvec_old;       // matrix-vector kernels without the scaled 4/8-bit dot and split-K (A/B switch)
+    bool attn_token_rows;  // attention always in token rows, never head rows for decode (A/B switch)
     bool dependent_launch; // matrix-vector and fused kernels start while the previous one ends (sm_90+)
     void *scratch;         // device workspace for split attention partials
     size_t scratch_bytes;

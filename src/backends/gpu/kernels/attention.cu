@@ -3,9 +3,12 @@
 // the [T, T] score matrix (online softmax, flash-attention style). Each key row of a tile is found
 // through the slot's block table (kv_block.cuh); a 32-key tile spans two blocks of 16.
 //
-// A block takes ROWS consecutive tokens (one warp each) of one query head, and optionally one of
-// `splits` slices of the key range (split-KV, used when there are too few blocks to fill the GPU,
-// i.e. decode; a second kernel merges the partial results). Tokens of a block that share a KV slot
+// A block takes ROWS rows (one warp each) and optionally one of `splits` slices of the key range
+// (split-KV or flash-decoding, used when there are too few blocks to fill the GPU, i.e. decode; a
+// second kernel merges the partial results). Rows are ROWS consecutive tokens of one query head
+// (prefill), or, for steps of at most kHeadRowsMaxTokens tokens with grouped query heads, ROWS query
+// heads of one KV head's group for one token (decode: the group shares each key tile, and all
+// warps compute instead of one). Tokens of a block that share a KV slot
 // (the usual case: a prefill chunk) load each K/V tile into shared memory once for all of them; a
 // block straddling two sequences handles them one after the other. Inside a tile, lane j scores key
 // j (q is broadcast from shared memory), then every lane accumulates its head_dim / W output columns.
@@ -19,7 +22,8 @@
 
 namespace {
 
-constexpr int ROWS = 4;   // tokens (warps) per block
+constexpr int ROWS = 4;   // rows (warps) per block: tokens of one head, or heads of one token
+constexpr int kHeadRowsMaxTokens = 16;  // steps of at most this many tokens use head rows
 constexpr int BK = 32;    // keys per shared-memory tile
 constexpr int kMaxHeadDim = 256;
 constexpr int kMaxSplits = 64;
@@ -32,6 +36,7 @@ struct AttnArgs {
     const int32_t *slot, *pos;
     KvPages pg;  // where a (slot, position)'s keys are (kv_block.cuh)
     int n, n_heads, n_kv_heads, head_dim, max_ctx, window, splits;
+    int head_parts;  // head rows: blocks per KV head's group of query heads; 0: token rows
     float scale;
 };
 
@@ -44,11 +49,20 @@ __global__ void __launch_bounds__(ROWS * 64) attn_kernel(AttnArgs a) {
     __half *vs = ks + BK * KST;             // [BK][D]
     float *qs = (float *)(vs + BK * D);     // [ROWS][D]
     __shared__ int s_slot[ROWS], s_lo[ROWS], s_hi[ROWS], s_done[ROWS];
-    const int warp = threadIdx.x / W, lane = threadIdx.x % W;
-    const int t = blockIdx.x * ROWS + warp, h = blockIdx.y, split = blockIdx.z;
-    const int kvh = h / (a.n_heads / a.n_kv_heads);
+    __shared__ int64_t s_row[BK];  // element offsets of the tile's key rows (values: + vrows)
+    const int warp = threadIdx.x / W, lane = threadIdx.x % W, split = blockIdx.z;
+    const int group = a.n_heads / a.n_kv_heads;
+    int t, h, kvh;
+    bool live;
+    if (a.head_parts == 0) {  // token rows: ROWS consecutive tokens of query head blockIdx.y
+        t = blockIdx.x * ROWS + warp, h = blockIdx.y, kvh = h / group, live = t < a.n;
+    } else {  // head rows: ROWS query heads of one KV head's group, for token blockIdx.x
+        const int g = (int)(blockIdx.y % a.head_parts) * ROWS + warp;
+        t = blockIdx.x, kvh = blockIdx.y / a.head_parts, h = kvh * group + g, live = g < group;
+    }
+    const int64_t vrows = (int64_t)a.n_kv_heads * MX_KV_BLOCK * D;  // a block's V rows follow its K rows
     if (lane == 0) {
-        if (t < a.n) {
+        if (live) {
             const int p = a.pos[t];
             s_slot[warp] = a.slot[t];
             s_hi[warp] = p;
@@ -58,7 +72,7 @@ __global__ void __launch_bounds__(ROWS * 64) attn_kernel(AttnArgs a) {
             s_slot[warp] = -1, s_hi[warp] = -1, s_lo[warp] = 0, s_done[warp] = 1;
         }
     }
-    if (t < a.n)
+    if (live)
         for (int d = lane; d < D; d += W) qs[warp * D + d] = a.q[((int64_t)t * a.n_heads + h) * D + d] * a.scale;
     __syncthreads();
 
@@ -93,11 +107,13 @@ __global__ void __launch_bounds__(ROWS * 64) attn_kernel(AttnArgs a) {
         const int words = D / 2;
         for (int k0 = klo; k0 <= khi; k0 += BK) {
             const int nk = min(BK, khi - k0 + 1);
+            if (threadIdx.x < nk) s_row[threadIdx.x] = kv_row(a.pg, cur, k0 + threadIdx.x, 0, kvh);
+            __syncthreads();
             if ((D & 7) == 0) {  // 16-byte loads (8 halves); K rows are padded, so stored as 4 words
                 const int vecs = D / 8;
                 for (int i = threadIdx.x; i < nk * vecs; i += blockDim.x) {
                     const int j = i / vecs, vq = i % vecs;
-                    const __half *krow = a.kv + kv_row(a.pg, cur, k0 + j, 0, kvh), *vrow = a.kv + kv_row(a.pg, cur, k0 + j, 1, kvh);
+                    const __half *krow = a.kv + s_row[j], *vrow = krow + vrows;
                     const uint4 kq = ((const uint4 *)krow)[vq];
                     uint32_t *kd = (uint32_t *)(ks + j * KST) + 4 * vq;
                     kd[0] = kq.x, kd[1] = kq.y, kd[2] = kq.z, kd[3] = kq.w;
@@ -106,7 +122,7 @@ __global__ void __launch_bounds__(ROWS * 64) attn_kernel(AttnArgs a) {
             } else {
                 for (int i = threadIdx.x; i < nk * words; i += blockDim.x) {
                     const int j = i / words, wd = i % words;
-                    const __half *krow = a.kv + kv_row(a.pg, cur, k0 + j, 0, kvh), *vrow = a.kv + kv_row(a.pg, cur, k0 + j, 1, kvh);
+                    const __half *krow = a.kv + s_row[j], *vrow = krow + vrows;
                     ((__half2 *)(ks + j * KST))[wd] = ((const __half2 *)krow)[wd];
                     ((__half2 *)(vs + j * D))[wd] = ((const __half2 *)vrow)[wd];
                 }
@@ -150,7 +166,7 @@ __global__ void __launch_bounds__(ROWS * 64) attn_kernel(AttnArgs a) {
         }
         __syncthreads();
     }
-    if (t >= a.n) return;
+    if (!live) return;
     if (a.splits == 1) {
         float *orow = a.out + ((int64_t)t * a.n_heads + h) * D;
         const float inv = 1.0f / l;
@@ -224,8 +240,15 @@ extern "C" void mxg_attention(const mxg_launch *L, float *out, const float *q, c
     a.pg = kv_pages(r);
     a.n = n, a.n_heads = n_heads, a.n_kv_heads = lay->n_kv_heads, a.head_dim = D, a.max_ctx = lay->max_ctx;
     a.window = window, a.scale = scale;
-    const int row_blocks = (n + ROWS - 1) / ROWS;
-    const int64_t blocks = (int64_t)row_blocks * n_heads, target = 2 * (int64_t)L->sm_count;
+    // Decode-sized steps with grouped query heads: one block per (token, group of ROWS query heads
+    // of one KV head), so each key tile is loaded once for the group and every warp computes; the
+    // context is split across blocks (flash-decoding) to fill the GPU. Larger steps (prefill): one
+    // block per (ROWS consecutive tokens, query head), sharing tiles between the tokens.
+    const int group = n_heads / lay->n_kv_heads, parts = (group + ROWS - 1) / ROWS;
+    const bool head_rows = group >= 2 && n <= kHeadRowsMaxTokens && !L->attn_token_rows;
+    a.head_parts = head_rows ? parts : 0;
+    const int row_blocks = head_rows ? n : (n + ROWS - 1) / ROWS, col_blocks = head_rows ? lay->n_kv_heads * parts : n_heads;
+    const int64_t blocks = (int64_t)row_blocks * col_blocks, target = 2 * (int64_t)L->sm_count;
     int splits = 1;
     if (blocks < target) {
         int64_t s = (target + blocks - 1) / blocks, by_ctx = (lay->max_ctx + 2 * BK - 1) / (2 * BK);
@@ -236,7 +259,7 @@ extern "C" void mxg_attention(const mxg_launch *L, float *out, const float *q, c
     }
     a.splits = splits;
     const size_t smem = (size_t)BK * (D + 2) * 2 + (size_t)BK * D * 2 + (size_t)ROWS * D * sizeof(float);
-    dim3 grid((unsigned)row_blocks, (unsigned)n_heads, (unsigned)splits);
+    dim3 grid((unsigned)row_blocks, (unsigned)col_blocks, (unsigned)splits);
     MXG_WARP_DISPATCH(L->warp, launch_attn<W>(L, a, grid, smem));
     if (splits > 1) {
         int threads = D > 256 ? 256 : (D + 31) / 32 * 32;
