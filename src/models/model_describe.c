@@ -84,6 +84,9 @@ void mx_model_describe(const mx_model *m, char *buf, size_t cap) {
             c->num_experts_per_tok, c->moe_intermediate_size);
     else
         put(buf, cap, "intermediate: %d\n", c->intermediate_size);
+    if (c->n_group > 0)
+        put(buf, cap, "routing: sigmoid, best %d of %d expert groups, weights x %g; shared experts: %d; dense layers: %d\n",
+            c->topk_group, c->n_group, c->routed_scaling_factor, c->n_shared_experts, c->first_k_dense_replace);
     put(buf, cap, "rope: theta %g%s, max positions %d\n", c->rope_theta,
         c->rope_type == MX_ROPE_LLAMA3 ? " (llama3 scaling)" : c->rope_type == MX_ROPE_LINEAR ? " (linear scaling)"
         : c->rope_type == MX_ROPE_YARN ? " (yarn scaling)" : c->rope_type == MX_ROPE_LONGROPE ? " (longrope scaling)" : "",

@@ -363,6 +363,10 @@ static int load_latent_attention(mx_model *m, const char *p, mx_layer *L, mx_err
         if (describe_matrix(m, PATH("embed_q"), NH, KL, nope, &host, err) || upload(m, &host, &L->embed_q, err) ||
             describe_matrix(m, PATH("unembed_out"), NH, V, KL, &host, err) || upload(m, &host, &L->unembed_out, err))
             goto done;
+    } else if (!find_tensor(m, PATH("kv_b_proj"), ".weight")) {
+        mx_fail(err, "missing tensor '%s%s.self_attn.embed_q.weight' (mlx-lm's layout, with unembed_out) or '%s.weight' "
+                     "(the Hub layout)", m->cfg.tensor_prefix, p, name);
+        goto done;
     } else {
         if (describe_matrix(m, PATH("kv_b_proj"), 1, NH * (nope + V), KL, &host, err)) goto done;
         if (host.q.mode != MX_QUANT_NONE) {

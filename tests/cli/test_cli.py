@@ -215,6 +215,30 @@ with tempfile.TemporaryDirectory() as tmp:
     mutate_header(d, missing_scales)
     expect_load_error('quantized weight without scales', d, "missing tensor 'model.layers.0.mlp.down_proj.scales'")
 
+    # deepseek_v3: the latent up-projections in neither layout, the router's score correction bias
+    # missing, and an odd latent width.
+    def no_embed_q(h, data):
+        del h['model.layers.0.self_attn.embed_q.weight']
+        return data
+    d = copy_fixture(tmp, 'ds_no_embed_q', f'{FIX}/deepseek_v3-q4g64')
+    mutate_header(d, no_embed_q)
+    expect_load_error('deepseek_v3 without embed_q or kv_b_proj', d,
+                      "missing tensor 'model.layers.0.self_attn.embed_q.weight' (mlx-lm's layout, with unembed_out) or "
+                      "'model.layers.0.self_attn.kv_b_proj.weight'")
+
+    def no_bias(h, data):
+        del h['model.layers.1.mlp.gate.e_score_correction_bias']
+        return data
+    d = copy_fixture(tmp, 'ds_no_bias', f'{FIX}/deepseek_v3-q4g64')
+    mutate_header(d, no_bias)
+    expect_load_error('deepseek_v3 without e_score_correction_bias', d,
+                      "missing tensor 'model.layers.1.mlp.gate.e_score_correction_bias'")
+    d = copy_fixture(tmp, 'ds_odd_latent', f'{FIX}/deepseek_v3-q4g64')
+    cfg = json.load(open(os.path.join(d, 'config.json')))
+    cfg['kv_lora_rank'] = 63
+    json.dump(cfg, open(os.path.join(d, 'config.json'), 'w'))
+    expect_load_error('deepseek_v3 with an odd kv_lora_rank', d, 'kv_lora_rank (63) must be even')
+
     # Not regular files: a FIFO would block a reader forever; each is refused by name, at once.
     demo = 'models/qwen3-demo-44m-4bit'
     for fname in ('model.safetensors', 'config.json', 'tokenizer.json', 'tokenizer_config.json'):
