@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
 // Host token choice (see sample_rows.h). Per row: one pass for the raw log-softmax and the top
-// alternatives (only when logprobs are asked), the sparse edits, the best allowed token, one vector
-// pass for exp(l - max), and for top-k/top-p the tokens above max - delta (delta widened until they
-// hold what the filters need: a handful for a peaked distribution) with radix selection over them;
-// then one uniform draw walks the kept tokens' weights in id order.
+// alternatives (only when logprobs are asked), the sparse edits, the mask (banned tokens' logits
+// become -inf, a word of 32 tokens at a time), the best token, one vector pass for exp(l - max),
+// and for top-k/top-p the tokens above max - delta (delta widened until they hold what the filters
+// need: a handful for a peaked distribution) with radix selection over them; then one uniform draw
+// walks the kept tokens' weights in id order.
 #include "core/sample_rows.h"
 
 #include <math.h>
@@ -16,6 +17,26 @@
 #include "core/thread_pool.h"
 
 static inline bool is_allowed(const uint32_t *mask, int i) { return !mask || ((mask[i >> 5] >> (i & 31)) & 1u); }
+
+// Sets the logits of tokens outside mask to -inf a word of 32 tokens at a time: a word of allowed
+// tokens is skipped, a banned word filled, a mixed one visits only its banned bits. Returns false,
+// leaving l unchanged, when no token is allowed.
+static bool mask_logits(float *l, int vocab, const uint32_t *mask) {
+    int words = (vocab + 31) / 32;
+    uint32_t tail = vocab % 32 ? (1u << (vocab % 32)) - 1u : ~0u, any = 0;
+    for (int w = 0; w < words; w++) any |= mask[w] & (w == words - 1 ? tail : ~0u);
+    if (!any) return false;
+    for (int w = 0; w < words; w++) {
+        uint32_t banned = ~mask[w] & (w == words - 1 ? tail : ~0u);
+        float *p = l + (size_t)w * 32;
+        if (banned == ~0u) {
+            for (int k = 0; k < 32; k++) p[k] = -INFINITY;
+        } else {
+            for (; banned; banned &= banned - 1) p[__builtin_ctz(banned)] = -INFINITY;
+        }
+    }
+    return true;
+}
 
 // The chosen token's raw logprob and the n best raw tokens (best first, first index on ties).
 static void raw_logprobs(const float *l, int vocab, int n_top, mx_sample_out *out, double *lse) {
@@ -98,27 +119,20 @@ int32_t mx_sample_row_host(float *l, int vocab, const mx_sample_row *row, const 
         l[id] = x - md[k].sub;
     }
 
-    // Best allowed token (first maximum); without any allowed token the mask is ignored.
-    int32_t best = -1;
-    if (mask) {
-        for (int i = 0; i < vocab; i++)
-            if (is_allowed(mask, i) && (best < 0 || l[i] > l[best])) best = i;
-        if (best < 0) mask = NULL;
-    }
-    if (!mask) {
-        best = 0;
-        for (int i = 1; i < vocab; i++)
-            if (l[i] > l[best]) best = i;
-    }
+    // Tokens outside the mask leave the row as -inf logits (one pass over the mask's words), so the
+    // rest is the unmasked rule; without any allowed token the mask is ignored.
+    if (mask && !mask_logits(l, vocab, mask)) mask = NULL;
+    // Best token (first maximum); an allowed one even if every allowed logit is -inf.
+    int32_t best = 0;
+    for (int i = 1; i < vocab; i++)
+        if (l[i] > l[best]) best = i;
+    if (mask && !is_allowed(mask, best))
+        for (best = 0; !is_allowed(mask, best); best++) {}
     int32_t chosen = best;
     float m = l[best];
     if (row->temp > 0.0f && isfinite(m)) {
         float thr = m - 40.0f * fmaxf(1.0f, row->temp);  // the margin: nothing below is kept
         double z = mx_exp_sum(l, vocab, m, 1.0f, e);
-        if (mask) {
-            z = 0.0;
-            for (int i = 0; i < vocab; i++) z += is_allowed(mask, i) ? e[i] : (e[i] = 0.0f);
-        }
         if (row->min_p > 0.0f) thr = fmaxf(thr, m + logf(row->min_p));
         bool by_k = row->top_k > 0, by_p = row->top_p > 0.0f && row->top_p < 1.0f;
         int nc = -1;  // >= 0: the kept tokens are among cand[0..nc)
@@ -131,7 +145,7 @@ int32_t mx_sample_row_host(float *l, int vocab, const mx_sample_row *row, const 
                 double mass = 0.0;
                 nc = 0;
                 for (int i = 0; i < vocab; i++)
-                    if (l[i] >= t0 && is_allowed(mask, i)) {
+                    if (l[i] >= t0) {
                         cand[nc++] = i;
                         mass += e[i];
                     }
@@ -162,7 +176,7 @@ int32_t mx_sample_row_host(float *l, int vocab, const mx_sample_row *row, const 
             }
         } else {
             mx_exp_sum(l, vocab, m, inv_t, e);
-            for (int i = 0; i < vocab; i++) total += l[i] >= thr && is_allowed(mask, i) ? e[i] : (e[i] = 0.0f);
+            for (int i = 0; i < vocab; i++) total += l[i] >= thr ? e[i] : (e[i] = 0.0f);
             target = mx_uniform_noise(row->seed, row->pos) * total;
             for (int i = 0; i < vocab; i++) {
                 if (e[i] == 0.0f) continue;

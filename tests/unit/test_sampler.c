@@ -150,6 +150,12 @@ static void greedy_and_mask(void) {
     memcpy(l, raw, sizeof l);
     int32_t id = mx_sample_row_host(l, V, &r, NULL, scratch, &o);
     CHECK(id != best && raw[id] <= raw[best]);
+    // A mask with no allowed token is ignored.
+    uint32_t none[2] = {0, 0};
+    r.allowed = none;
+    memcpy(l, raw, sizeof l);
+    CHECK(mx_sample_row_host(l, V, &r, NULL, scratch, &o) == best);
+    r.allowed = mask;
     // A one-token mask decides alone, sampled or not.
     uint32_t only[2] = {0, 1u << (33 % 32)};
     r.allowed = only;
