@@ -60,10 +60,10 @@ if grep -q "Skipped" "$LOGS/ctest_gpu.log"; then  # ctest passes skipped tests; 
 fi
 step parity_cuda_nomma 300 env MLXCEL_TEST_BACKEND=cuda MLXCEL_GPU_NO_MMA=1 build/cuda/test_model_parity
 tail -2 "$LOGS/parity_cuda_nomma.log"
-step parity_cuda_oldmv 300 env MLXCEL_TEST_BACKEND=cuda MLXCEL_GPU_OLD_MATVEC=1 build/cuda/test_model_parity
-tail -2 "$LOGS/parity_cuda_oldmv.log"
-step parity_cuda_mmasync 300 env MLXCEL_TEST_BACKEND=cuda MLXCEL_GPU_MMA_SYNC=1 build/cuda/test_model_parity
-tail -2 "$LOGS/parity_cuda_mmasync.log"
+if [ "$quick" != "--quick" ]; then  # the opt-in prefill kernel on the model fixtures
+    step parity_cuda_mmasync 300 env MLXCEL_TEST_BACKEND=cuda MLXCEL_GPU_MMA_SYNC=1 build/cuda/test_model_parity
+    tail -2 "$LOGS/parity_cuda_mmasync.log"
+fi
 
 echo "== demo generation (LD_LIBRARY_PATH unset)"
 gen=(generate -m models/qwen3-demo-44m-4bit -p "Hello" -n 50 --temp 0)
@@ -106,12 +106,6 @@ if [ "$quick" != "--quick" ]; then
     done
     step bench_8b_nomma 180 env MLXCEL_GPU_NO_MMA=1 build/cuda/bench_gpu_decode qwen3-8b 512 512 100
     grep -E "^prefill" "$LOGS/bench_8b_nomma.log"
-    step bench_8b_mmasync 180 env MLXCEL_GPU_MMA_SYNC=1 build/cuda/bench_gpu_decode qwen3-8b 512 512 100
-    grep -E "^prefill" "$LOGS/bench_8b_mmasync.log"
-    sed -n '/per-op times, 512/,$p' "$LOGS/bench_8b_mmasync.log"
-    step bench_8b_oldmv 180 env MLXCEL_GPU_OLD_MATVEC=1 build/cuda/bench_gpu_decode qwen3-8b 512 512 100
-    grep -E "decode|prefill" "$LOGS/bench_8b_oldmv.log"
-    sed -n '/per-op times, 1 token/,/per-op times, 512/p' "$LOGS/bench_8b_oldmv.log"
     sed -n '/per-op times, 512/,$p' "$LOGS/bench_8b_r4.log"
     sed -n '/per-op times, 1 token/,/per-op times, 512/p' "$LOGS/bench_8b_r4.log"
     sed -n '/per-op times, 1 token/,/per-op times, 512/p' "$LOGS/bench_0.6b_r4.log"
