@@ -20,6 +20,7 @@ ci_runs() {
   case $1 in
     config) echo 3000000 ;;
     jinja) echo 300000 ;;
+    output) echo 350000 ;;
     request) echo 15000000 ;;
     safetensors) echo 6000000 ;;
     tokenizer_codec) echo 400000 ;;

@@ -119,20 +119,21 @@ static bool add_call(srv_output *o, json_t *j) {
     if (!json_is_string(name)) return false;
     json_t *args = json_object_get(j, "arguments");
     if (!args) args = json_object_get(j, "parameters");
+    // Any JSON value is written back as text (ENCODE_ANY: a bare number or list too).
     char *args_s = json_is_string(args) ? strdup(json_string_value(args))
-                   : args              ? json_dumps(args, JSON_COMPACT | JSON_ENSURE_ASCII)
+                   : args              ? json_dumps(args, JSON_COMPACT | JSON_ENSURE_ASCII | JSON_ENCODE_ANY)
                                        : strdup("{}");
-    if (o->n_tools == o->cap_tools) {
+    char *name_s = strdup(json_string_value(name));
+    if (o->n_tools == o->cap_tools && args_s && name_s) {
         int cap = o->cap_tools ? o->cap_tools * 2 : 4;
         out_tool *t = realloc(o->tools, sizeof *t * (size_t)cap);
-        if (!t) {
-            free(args_s);
-            return true;
-        }
-        o->tools = t;
-        o->cap_tools = cap;
+        if (t) o->tools = t, o->cap_tools = cap;
     }
-    o->tools[o->n_tools].name = strdup(json_string_value(name));
+    if (!args_s || !name_s || o->n_tools == o->cap_tools) {  // out of memory: the call is dropped
+        free(args_s), free(name_s);
+        return true;
+    }
+    o->tools[o->n_tools].name = name_s;
     o->tools[o->n_tools].args = args_s;
     o->n_tools++;
     o->think_allowed = false;

@@ -100,6 +100,15 @@ static void test_not_calls(void) {
             CHECK_STR(srv_output_content(o, NULL), cases[k].content);
             srv_output_free(o);
         }
+    // Arguments that are not an object are kept as their JSON text (found by fuzz_output).
+    srv_output *a = srv_output_create(&mistral);
+    feed(a, "[TOOL_CALLS] [{\"name\": \"f\", \"arguments\": 1}, {\"name\": \"g\", \"arguments\": [true]}]", 4);
+    CHECK(srv_output_n_tools(a) == 2);
+    if (srv_output_n_tools(a) == 2) {
+        CHECK_STR(srv_output_tool_args(a, 0), "1");
+        CHECK_STR(srv_output_tool_args(a, 1), "[true]");
+    }
+    srv_output_free(a);
     // Without mistral_calls the marker is plain text.
     srv_output_opts plain = {.parse_tools = true};
     srv_output *o = srv_output_create(&plain);
