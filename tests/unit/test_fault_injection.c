@@ -2,7 +2,8 @@
 // Failure injection (this test's build only): every allocation the library makes goes through the
 // linker's --wrap of malloc/calloc/realloc/strdup/strndup/aligned_alloc/posix_memalign (see
 // tests/cmake/fault_injection.cmake), and the wrapper fails the Nth one. For each N, in a child
-// process, model load, a generation (the engine: context, forward, token choice) and one server request must end
+// process, model load, a generation (the engine: context, forward, token choice), one server request and a
+// DeepSeek-V3 load and forward (latent attention) must end
 // in success or a clean error: a message (load, generate) or an HTTP answer, never a crash, and
 // the server must answer the next request. A second part swaps the backend's ops table for one
 // whose run_plan fails (a device fault as the engine sees it): the forward returns the backend's
@@ -66,6 +67,27 @@ static int op_load(void) {
         fprintf(stderr, "load failed without a message\n");
         abort();
     }
+    mx_model_free(m);
+    mx_backend_free(be);
+    return rc;
+}
+
+// DeepSeek-V3 (the Hub-layout bf16 fixture: kv_b_proj split and transposed, per-expert tensors
+// stacked, rows reordered at load) loaded, with a context (latent cache and scratch) and a forward.
+static int op_deepseek(void) {
+    mx_error err = {{0}};
+    mx_backend_options bo = {.name = "cpu", .threads = 1};
+    mx_backend *be = mx_backend_create(&bo, &err);
+    mx_model *m = be ? mx_model_load("tests/fixtures/models/deepseek_v3-bf16", be, &err) : NULL;
+    mx_ctx *ctx = m ? mx_ctx_create(m, 1, 32, 4, &err) : NULL;
+    int32_t tokens[3] = {5, 17, 300}, pos[3] = {0, 1, 2}, slot[3] = {0, 0, 0}, row = 2, id = -1;
+    mx_batch b = {3, tokens, pos, slot, 1, &row};
+    int rc = ctx && mx_ctx_forward(ctx, &b, NULL, &id, &err) == 0 ? 0 : 1;
+    if (rc && !err.msg[0]) {
+        fprintf(stderr, "deepseek_v3 load or forward failed without a message\n");
+        abort();
+    }
+    mx_ctx_free(ctx);
     mx_model_free(m);
     mx_backend_free(be);
     return rc;
@@ -252,6 +274,7 @@ int main(void) {
     signal(SIGPIPE, SIG_IGN);
     json_set_alloc_funcs(__wrap_malloc, json_free);  // JSON building counts too
     sweep("load", op_load, 300, 29, false);
+    sweep("deepseek_v3 load + forward", op_deepseek, 200, 13, false);
 
     mx_error err = {{0}};
     mx_backend_options bo = {.name = "cpu", .threads = 1};

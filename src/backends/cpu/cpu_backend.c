@@ -293,7 +293,8 @@ mx_backend *mx_cpu_backend_create(int threads, mx_error *err) {
     c->pool = mx_pool_create(threads);
     c->n_threads = c->pool ? mx_pool_threads(c->pool) : 0;
     c->scratch = c->pool ? calloc(c->n_threads, sizeof *c->scratch) : NULL;
-    if (!c->scratch) {
+    c->moe_rows = malloc(2 * CPU_MOE_ROWS * sizeof *c->moe_rows);
+    if (!c->scratch || !c->moe_rows) {
         cpu_destroy(be);
         mx_fail(err, "out of memory");
         return NULL;

@@ -14,11 +14,13 @@ typedef struct cpu_ctx {
     size_t scratch_floats;
     const void **owned;     // weight copies made for alignment, freed by release_matrix
     size_t n_owned, cap_owned;
-    int32_t *moe_rows;      // MoE grouping lists, grown to the largest batch seen
-    size_t moe_cap;
+    int32_t *moe_rows;      // MoE grouping lists: [2][CPU_MOE_ROWS] (input rows, output rows)
     void *act_buf;          // quantized activations of the current matmul (integer kernels), 64-byte aligned
     size_t act_cap;         // bytes; grown only when a bigger batch arrives
 } cpu_ctx;
+
+// Rows of one MoE grouping pass (cpu_moe_matmul takes larger batches in passes of this many rows).
+#define CPU_MOE_ROWS 8192
 
 static inline cpu_ctx *cpu_of(mx_backend *be) { return (cpu_ctx *)be->ctx; }
 

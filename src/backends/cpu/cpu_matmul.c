@@ -193,24 +193,18 @@ void cpu_embed(mx_backend *be, float *out, const mx_matrix *w, const int32_t *id
     mx_pool_run(cpu_of(be)->pool, n, embed_task, &j);
 }
 
-// MoE: group the m output rows by expert, then run one matmul per used expert over its rows.
-void cpu_moe_matmul(mx_backend *be, float *out, const float *x, const mx_matrix *w, const int32_t *ids, int m,
-                    int x_div) {
-    cpu_ctx *c = cpu_of(be);
-    if (c->moe_cap < (size_t)m) {
-        free(c->moe_rows);
-        c->moe_rows = malloc(2 * (size_t)m * sizeof *c->moe_rows);
-        MX_ASSERT(c->moe_rows);
-        c->moe_cap = (size_t)m;
-    }
-    int32_t *x_rows = c->moe_rows, *out_rows = c->moe_rows + m;
+// Rows r0..r1-1 of cpu_moe_matmul.
+static void moe_matmul_rows(cpu_ctx *c, float *out, const float *x, const mx_matrix *w, const int32_t *ids, int r0,
+                            int r1, int x_div) {
+    int32_t *x_rows = c->moe_rows, *out_rows = c->moe_rows + CPU_MOE_ROWS;
+    int m = r1 - r0;
     // Few rows per expert (decode): integer gemv per gathered row; more rows: decode each weight
     // row once and dot it with all of them.
     size_t qb = cpu_kernels_qx_row_bytes(w);
     uint8_t *qx = qb ? cpu_act_buf(c, qb * (size_t)(m < MOE_Q_MAX_ROWS ? m : MOE_Q_MAX_ROWS)) : NULL;
     for (int64_t e = 0; e < w->n_experts; e++) {
         int cnt = 0;
-        for (int r = 0; r < m; r++) {
+        for (int r = r0; r < r1; r++) {
             if (ids[r] != e) continue;
             x_rows[cnt] = r / x_div;
             out_rows[cnt] = r;
@@ -229,4 +223,14 @@ void cpu_moe_matmul(mx_backend *be, float *out, const float *x, const mx_matrix 
         }
         mx_pool_run(c->pool, tasks, matmul_task, &j);
     }
+}
+
+// MoE: group the m output rows by expert, then run one matmul per used expert over its rows. The
+// grouping lists hold CPU_MOE_ROWS rows (allocated with the backend, so a step allocates nothing);
+// larger batches go in chunks of that many rows.
+void cpu_moe_matmul(mx_backend *be, float *out, const float *x, const mx_matrix *w, const int32_t *ids, int m,
+                    int x_div) {
+    cpu_ctx *c = cpu_of(be);
+    for (int r0 = 0; r0 < m; r0 += CPU_MOE_ROWS)
+        moe_matmul_rows(c, out, x, w, ids, r0, m - r0 < CPU_MOE_ROWS ? m : r0 + CPU_MOE_ROWS, x_div);
 }
