@@ -15,7 +15,7 @@
 # If the machine lacks the C libraries (jansson, pcre2, utf8proc, libmicrohttpd, pkg-config), the
 # Debian packages in build/devdeps/*.deb are installed under /usr/local (headers, .pc, libraries).
 # Usage: [MLXCEL_COMMIT=<commit>] tests/gpu/run_on_device.sh [--quick]
-#   --quick: skip the 8B benches and the sanitizer; MLXCEL_COMMIT names the commit when the tree
+#   --quick: skip the 8B benches, the backend bench loops and the 80-real build; MLXCEL_COMMIT names the commit when the tree
 #   was copied without .git. Copy $OUT/LAST_RUN.md back over tests/gpu/LAST_RUN.md and commit it.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -23,7 +23,8 @@ quick=${1:-}
 . tests/gpu/steps.sh
 finish() {
     for f in "$LOGS"/*.log; do printf '\n===== %s\n' "$(basename "$f")"; tail -c 200000 "$f"; done >"$OUT/all.log"
-    cp "$LOGS"/gpu_ops.log "$LOGS"/bench_0.6b_r4.log "$LOGS"/bench_8b_r4.log "$LOGS"/mlxcel_bench_*.log "$OUT"/ 2>/dev/null
+    # A device machine returns at most 8 files: all.log holds every log, LAST_RUN.md the verdicts.
+    cp "$LOGS"/gpu_ops.log "$OUT"/ 2>/dev/null
     steps_finish run_on_device.sh
 }
 
@@ -51,6 +52,8 @@ echo "== GPU op suite"
 step gpu_ops 300 build/cuda/test_gpu_ops
 tail -16 "$LOGS/gpu_ops.log"
 grep -E "check failed" "$LOGS/gpu_ops.log" | head -20
+step gpu_ops_token_rows 300 env MLXCEL_GPU_ATTN_TOKEN_ROWS=1 build/cuda/test_gpu_ops
+tail -2 "$LOGS/gpu_ops_token_rows.log"
 
 echo "== GPU ctest group (build contract, conformance, parity on cuda)"
 step ctest_gpu 400 ctest --test-dir build/cuda -R "^(gpu_|spdx)" -E "gpu_configure" --output-on-failure
@@ -79,22 +82,35 @@ fi
 step info 60 env -u LD_LIBRARY_PATH build/cuda/mlxcel info
 cat "$LOGS/info.log"
 
-echo "== wrong-architecture diagnosis (a build for 80-real only: no code the H200 can run)"
-if step configure_80 120 cmake -S . -B build/cuda80 -DMLXCEL_CUDA=ON -DMLXCEL_CUDA_ARCHITECTURES=80-real \
-        -DMLXCEL_SERVER_TESTS=OFF $(mxg_hub_flag) &&
-    step build_80 300 cmake --build build/cuda80 -j"$(nproc)" --target mlxcel; then
-    env -u LD_LIBRARY_PATH build/cuda80/mlxcel generate -p Hello -n 4 --temp 0 >"$LOGS/wrong_arch.log" 2>&1
-    rc=$?
-    env -u LD_LIBRARY_PATH build/cuda80/mlxcel info >>"$LOGS/wrong_arch.log" 2>&1
-    cat "$LOGS/wrong_arch.log"
-    if [ $rc -eq 1 ] && grep -q "rebuild with -DMLXCEL_CUDA_ARCHITECTURES=90" "$LOGS/wrong_arch.log"; then
-        verdict "wrong architecture diagnosed" OK "exit 1, names the rebuild"
-    else
-        verdict "wrong architecture diagnosed" FAIL "rc $rc"
-    fi
+echo "== memory check of the op suite"
+if command -v compute-sanitizer >/dev/null; then
+    step sanitizer_memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 9 build/cuda/test_gpu_ops
+    tail -4 "$LOGS/sanitizer_memcheck.log"
+else
+    verdict sanitizer_memcheck FAIL "compute-sanitizer not found"
 fi
 
 echo "== benches"
+step mlxcel_bench_0.6b 240 build/cuda/mlxcel bench --shape qwen3-0.6b -p 512 -n 128 --backend cuda
+tail -4 "$LOGS/mlxcel_bench_0.6b.log"
+# A/B: the previous matrix-vector kernels (no scaled-activation dot, no split-K), same binary.
+step mlxcel_bench_0.6b_oldmv 240 env MLXCEL_GPU_OLD_MATVEC=1 build/cuda/mlxcel bench --shape qwen3-0.6b -p 512 -n 128 --backend cuda
+tail -4 "$LOGS/mlxcel_bench_0.6b_oldmv.log"
+if [ "$quick" != "--quick" ]; then
+    step mlxcel_bench_8b 300 build/cuda/mlxcel bench --shape qwen3-8b -p 512 -n 128 --backend cuda
+    tail -4 "$LOGS/mlxcel_bench_8b.log"
+    step mlxcel_bench_8b_oldmv 300 env MLXCEL_GPU_OLD_MATVEC=1 build/cuda/mlxcel bench --shape qwen3-8b -p 512 -n 128 --backend cuda
+    tail -4 "$LOGS/mlxcel_bench_8b_oldmv.log"
+    # Decode at 8k context (issue target: >= 80% of tg128), and the A/B of the decode attention
+    # layout (head rows, default, against token rows).
+    step mlxcel_bench_8b_8k 300 build/cuda/mlxcel bench --shape qwen3-8b -p 8192 -n 128 --backend cuda
+    tail -4 "$LOGS/mlxcel_bench_8b_8k.log"
+    step mlxcel_bench_8b_8k_tokenrows 300 env MLXCEL_GPU_ATTN_TOKEN_ROWS=1 build/cuda/mlxcel bench --shape qwen3-8b -p 8192 -n 128 --backend cuda
+    tail -4 "$LOGS/mlxcel_bench_8b_8k_tokenrows.log"
+    # A/B of prefill: the mma.sync kernel (opt-in) against the default WMMA one.
+    step mlxcel_bench_8b_mmasync 300 env MLXCEL_GPU_MMA_SYNC=1 build/cuda/mlxcel bench --shape qwen3-8b -p 512 -n 128 --backend cuda
+    tail -4 "$LOGS/mlxcel_bench_8b_mmasync.log"
+fi
 for r in 1 2 4; do
     step bench_0.6b_r$r 120 env MLXCEL_GPU_MATVEC_ROWS=$r build/cuda/bench_gpu_decode qwen3-0.6b 512 512 300
     grep -E "decode|prefill" "$LOGS/bench_0.6b_r$r.log"
@@ -110,24 +126,20 @@ if [ "$quick" != "--quick" ]; then
     sed -n '/per-op times, 1 token/,/per-op times, 512/p' "$LOGS/bench_8b_r4.log"
     sed -n '/per-op times, 1 token/,/per-op times, 512/p' "$LOGS/bench_0.6b_r4.log"
 fi
-step mlxcel_bench_0.6b 240 build/cuda/mlxcel bench --shape qwen3-0.6b -p 512 -n 128 --backend cuda
-tail -4 "$LOGS/mlxcel_bench_0.6b.log"
-# A/B: the previous matrix-vector kernels (no scaled-activation dot, no split-K), same binary.
-step mlxcel_bench_0.6b_oldmv 240 env MLXCEL_GPU_OLD_MATVEC=1 build/cuda/mlxcel bench --shape qwen3-0.6b -p 512 -n 128 --backend cuda
-tail -4 "$LOGS/mlxcel_bench_0.6b_oldmv.log"
-if [ "$quick" != "--quick" ]; then
-    step mlxcel_bench_8b 300 build/cuda/mlxcel bench --shape qwen3-8b -p 512 -n 128 --backend cuda
-    tail -4 "$LOGS/mlxcel_bench_8b.log"
-    step mlxcel_bench_8b_oldmv 300 env MLXCEL_GPU_OLD_MATVEC=1 build/cuda/mlxcel bench --shape qwen3-8b -p 512 -n 128 --backend cuda
-    tail -4 "$LOGS/mlxcel_bench_8b_oldmv.log"
-    # A/B of prefill: the mma.sync kernel (opt-in) against the default WMMA one.
-    step mlxcel_bench_8b_mmasync 300 env MLXCEL_GPU_MMA_SYNC=1 build/cuda/mlxcel bench --shape qwen3-8b -p 512 -n 128 --backend cuda
-    tail -4 "$LOGS/mlxcel_bench_8b_mmasync.log"
-    if command -v compute-sanitizer >/dev/null; then
-        step sanitizer_memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 9 build/cuda/test_gpu_ops
-        tail -4 "$LOGS/sanitizer_memcheck.log"
+
+echo "== wrong-architecture diagnosis (a build for 80-real only: no code the H200 can run)"
+if [ "$quick" != "--quick" ] && step configure_80 120 cmake -S . -B build/cuda80 -DMLXCEL_CUDA=ON -DMLXCEL_CUDA_ARCHITECTURES=80-real \
+        -DMLXCEL_SERVER_TESTS=OFF $(mxg_hub_flag) &&
+    step build_80 300 cmake --build build/cuda80 -j"$(nproc)" --target mlxcel; then
+    env -u LD_LIBRARY_PATH build/cuda80/mlxcel generate -p Hello -n 4 --temp 0 >"$LOGS/wrong_arch.log" 2>&1
+    rc=$?
+    env -u LD_LIBRARY_PATH build/cuda80/mlxcel info >>"$LOGS/wrong_arch.log" 2>&1
+    cat "$LOGS/wrong_arch.log"
+    if [ $rc -eq 1 ] && grep -q "rebuild with -DMLXCEL_CUDA_ARCHITECTURES=90" "$LOGS/wrong_arch.log"; then
+        verdict "wrong architecture diagnosed" OK "exit 1, names the rebuild"
     else
-        verdict sanitizer_memcheck FAIL "compute-sanitizer not found"
+        verdict "wrong architecture diagnosed" FAIL "rc $rc"
     fi
 fi
+
 finish

@@ -3,6 +3,8 @@
 # profile_on_device.sh): they are the gate for the GPU code (CI has no GPU, so there the GPU tests
 # are skipped), so every step counts and the script's exit status says whether all passed.
 #   step NAME LIMIT CMD...   runs CMD with a time limit, output to $LOGS/NAME.log; exit 0 passes,
+#                            (MLXCEL_DEVICE_DEADLINE=S: no step runs past S seconds of the run;
+#                            a step left out for it fails as "not run", and the summary is written)
 #                            anything else (77 "skipped" included: on the device it means the GPU
 #                            was not usable) fails. Returns CMD's status.
 #   verdict NAME OK|FAIL DETAIL   records a check the script made itself.
@@ -32,6 +34,14 @@ verdict() {  # verdict NAME OK|FAIL DETAIL
 step() {  # step NAME LIMIT CMD...
     local name=$1 limit=$2 t0=$SECONDS rc
     shift 2
+    if [ "${MLXCEL_DEVICE_DEADLINE:-0}" -gt 0 ]; then  # the whole run's budget, seconds from its start
+        local left=$((MLXCEL_DEVICE_DEADLINE - SECONDS))
+        if [ $left -le 5 ]; then
+            verdict "$name" FAIL "not run: MLXCEL_DEVICE_DEADLINE (${MLXCEL_DEVICE_DEADLINE} s) reached"
+            return 124
+        fi
+        [ $left -lt "$limit" ] && limit=$left
+    fi
     timeout "$limit" "$@" >"$LOGS/$name.log" 2>&1
     rc=$?
     case $rc in
