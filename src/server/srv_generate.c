@@ -84,7 +84,7 @@ static unsigned make_jobs(mx_server *s, const srv_request *r, const int32_t *ids
     char *gbnf = srv_grammar_text(r, s->calls, think_open, &status, msg, cap);
     if (status) return status;
     bool tools = r->kind == SRV_KIND_CHAT && r->tool_choice != SRV_TOOLS_NONE;
-    bool mistral = tools && srv_calls_mistral(s->calls);
+    bool mistral = tools && r->tools && srv_calls_mistral(s->calls);
     srv_output_opts oo = {r->stops, r->n_stops, r->kind == SRV_KIND_CHAT, think_open, tools,
                           tools && r->tools && s->calls == SRV_CALLS_JSON, mistral};
     int room = s->o.ctx - (int)n;
