@@ -86,6 +86,8 @@ echo "== memory check of the op suite"
 if command -v compute-sanitizer >/dev/null; then
     step sanitizer_memcheck 240 compute-sanitizer --tool memcheck --error-exitcode 9 build/cuda/test_gpu_ops
     tail -4 "$LOGS/sanitizer_memcheck.log"
+    step sanitizer_memcheck_conformance 240 compute-sanitizer --tool memcheck --error-exitcode 9 build/cuda/test_gpu_conformance
+    tail -4 "$LOGS/sanitizer_memcheck_conformance.log"
 else
     verdict sanitizer_memcheck FAIL "compute-sanitizer not found"
 fi
