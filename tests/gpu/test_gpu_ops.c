@@ -279,10 +279,12 @@ static void test_matvec_shapes(mx_backend *be, ref_rng *rng, const char *path, g
     fc[nf++] = (fmt_case){{MX_QUANT_NONE, 0, 0}, MX_DTYPE_BF16, MX_DTYPE_F32, 0};
     // rows x cols: 4224 rows give four rows per warp on any GPU with up to 264 multiprocessors;
     // 133 x 4224 (132 chunks) splits over four warps, 7 x 2048 over two; 1 x 1152 is one row.
-    const int shapes[4][2] = {{4224, 512}, {133, 4224}, {7, 2048}, {1, 1152}};
+    // Activations staged by slices: 133 x 4224 and 7 x 2048 at n = 3 and 8 (2-5 slices, the last
+    // partial), 64 x 13312 at every n (one token's row is longer than the 48 KB of staging).
+    const int shapes[5][2] = {{4224, 512}, {133, 4224}, {7, 2048}, {1, 1152}, {64, 13312}};
     const int ns[] = {1, 3, 8};
     for (int f = 0; f < nf; f++) {
-        for (int sh = 0; sh < 4; sh++) {
+        for (int sh = 0; sh < 5; sh++) {
             const int rows = shapes[sh][0], cols = shapes[sh][1];
             mx_matrix hw = ref_matrix_random(rng, fc[f].q, fc[f].dtype, fc[f].sdtype, 1, rows, cols), dw;
             char label[64];

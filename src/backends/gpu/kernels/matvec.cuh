@@ -20,6 +20,10 @@
 // Split-K (ksplit 2 or 4, new path only): the warps of a block share R rows, warp part p takes chunks
 // p*W + lane, p*W + lane + ksplit*W, ..., and the first warp of the group adds the others' sums
 // from shared memory (placed after the staged activations).
+// Staging by slices (new path, scaled formats): when NT rows of activations exceed the 48 KB
+// (server batches of 3-8 on 4096-wide models, or one token over rows longer than 12288), they are
+// staged `slice` chunks at a time (a multiple of W, so each lane's chunk order and the weight
+// prefetch carry on across slices), with a barrier before and after each slice.
 // The MoE variant gives every output row of the grid's y dimension its own expert and input row.
 #ifndef MXG_MATVEC_CUH
 #define MXG_MATVEC_CUH
@@ -38,9 +42,11 @@ constexpr size_t kMatvecStageBytes = 48 * 1024;
 template <int W, class F, int NT, int R, bool MOE, bool SCALED>
 __global__ void __launch_bounds__(kMatvecThreads)
     matvec_kernel(float *__restrict__ out, const float *__restrict__ x, MatView m, const float *__restrict__ bias,
-                  int n, const int32_t *__restrict__ ids, int x_div, int y0, bool fast, bool stage_x, int ksplit) {
+                  int n, const int32_t *__restrict__ ids, int x_div, int y0, bool fast, bool stage_x, int ksplit,
+                  int slice) {
     MXG_WARP_ONLY(W) {
-    extern __shared__ float4 xs4[];  // [NT][nchunks * 8] when stage_x, then the split-K partials
+    extern __shared__ float4 xs4[];  // [NT][nchunks * 8] when stage_x, then the split-K partials; or
+                                     // [NT][slice * 8] when staged by slices
     constexpr int warps = kMatvecThreads / W;
     const int warp = threadIdx.x / W, lane = threadIdx.x % W;
     const int kpart = warp % ksplit;  // this warp's share of the chunks (split-K), 0 when ksplit == 1
@@ -66,6 +72,53 @@ __global__ void __launch_bounds__(kMatvecThreads)
         for (int rr = 0; rr < R; rr++) F::load_raw(m, rows[rr], cfirst, cur[rr]);
     }
     if (!MOE) mxg_grid_wait();
+    float acc[R][NT];
+#pragma unroll
+    for (int rr = 0; rr < R; rr++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[rr][t] = 0.0f;
+    if (SCALED && slice > 0) {
+        // Rows too long to stage whole: `slice` chunks (a multiple of W) at a time, so each lane's
+        // chunks lane, lane + W, ... keep their order across slices and the weight prefetch runs
+        // on across them. Every warp passes every barrier (inactive ones skip only the products).
+        if constexpr (SCALED) {
+            const int sn4 = slice * 8;
+            for (int s0 = 0; s0 < nchunks; s0 += slice) {
+                const int s1 = min(s0 + slice, nchunks);
+                if (s0 > 0) __syncthreads();  // every warp is done with the previous slice
+#pragma unroll
+                for (int t = 0; t < NT; t++)
+                    for (int i = threadIdx.x; i < (s1 - s0) * 8; i += blockDim.x) {
+                        const int c = i >> 3, q = i & 7;
+                        const float4 v = ((const float4 *)xr[t])[s0 * 8 + i];
+                        xs4[t * sn4 + c * 8 + (q ^ (c & 7))] = scaled_slot<F::bits>(v, q);
+                    }
+                __syncthreads();
+                if (!active) continue;
+                for (int c = s0 + lane; c < s1; c += W) {
+                    if (c + W < nchunks) {
+#pragma unroll
+                        for (int rr = 0; rr < R; rr++) F::load_raw(m, rows[rr], c + W, nxt[rr]);
+                    }
+                    const int cl = c - s0;
+#pragma unroll
+                    for (int t = 0; t < NT; t++) {
+                        float xv[32];
+#pragma unroll
+                        for (int i = 0; i < 8; i++) {
+                            const float4 v = xs4[t * sn4 + cl * 8 + (i ^ (cl & 7))];
+                            xv[4 * i] = v.x, xv[4 * i + 1] = v.y, xv[4 * i + 2] = v.z, xv[4 * i + 3] = v.w;
+                        }
+                        const float xs = scaled_sum<F::bits>(xv);
+#pragma unroll
+                        for (int rr = 0; rr < R; rr++) acc[rr][t] += scaled_dot<F>(cur[rr], xv, xs);
+                    }
+#pragma unroll
+                    for (int rr = 0; rr < R; rr++) cur[rr] = nxt[rr];
+                }
+            }
+        }
+    } else {
     if (stage_x) {
 #pragma unroll
         for (int t = 0; t < NT; t++)
@@ -78,11 +131,6 @@ __global__ void __launch_bounds__(kMatvecThreads)
         __syncthreads();
     }
     if (!active && ksplit == 1) return;  // whole warps leave together; no barrier follows
-    float acc[R][NT];
-#pragma unroll
-    for (int rr = 0; rr < R; rr++)
-#pragma unroll
-        for (int t = 0; t < NT; t++) acc[rr][t] = 0.0f;
     if (fast && active) {
         // Software pipeline: the packed words of the lane's next chunk are in flight while the
         // current one is multiplied (the first chunk's were loaded above).
@@ -130,6 +178,7 @@ __global__ void __launch_bounds__(kMatvecThreads)
             }
         }
     }
+    }  // not staged by slices
     mxg_grid_release();  // the next dependent kernel may start loading its weights
 #pragma unroll
     for (int rr = 0; rr < R; rr++)
@@ -202,6 +251,8 @@ void matvec_launch(const mxg_launch *L, float *out, const float *x, const mx_mat
     const int nchunks = (m.cols + 31) / 32;
     const size_t xbytes = (size_t)NT * nchunks * 128;
     const bool stage_x = fast && xbytes <= kMatvecStageBytes;
+    // Too long to stage whole (new path, scaled formats): staged by slices of this many chunks.
+    const int slice = fast && !stage_x && !L->matvec_old ? (int)(kMatvecStageBytes / ((size_t)NT * 128)) / W * W : 0;
     constexpr int warps = kMatvecThreads / W;
     const int64_t blocks1 = (m.rows + (int64_t)warps * R - 1) / ((int64_t)warps * R);
     const size_t part_bytes = sizeof(float) * warps * R * NT;
@@ -213,15 +264,15 @@ void matvec_launch(const mxg_launch *L, float *out, const float *x, const mx_mat
     dispatch_format(w, [&](auto fmt) {
         using F = decltype(fmt);
         if constexpr (Scaled<F>::on) {
-            if (scaled) {
-                mxg_launch_dep(matvec_kernel<W, F, NT, R, MOE, true>, grid, dim3(kMatvecThreads), smem,
-                               (gpuStream_t)L->stream, L->dependent_launch, out, x, m, bias, n, ids, x_div, y0, fast,
-                               stage_x, ks);
+            if (scaled || slice >= W) {  // ks == 1 when staged by slices (stage_x is false then)
+                mxg_launch_dep(matvec_kernel<W, F, NT, R, MOE, true>, grid, dim3(kMatvecThreads),
+                               scaled ? smem : (size_t)NT * slice * 128, (gpuStream_t)L->stream, L->dependent_launch,
+                               out, x, m, bias, n, ids, x_div, y0, fast, stage_x, ks, scaled ? 0 : slice);
                 return;
             }
         }
         mxg_launch_dep(matvec_kernel<W, F, NT, R, MOE, false>, grid, dim3(kMatvecThreads), smem, (gpuStream_t)L->stream,
-                       L->dependent_launch, out, x, m, bias, n, ids, x_div, y0, fast, stage_x, ks);
+                       L->dependent_launch, out, x, m, bias, n, ids, x_div, y0, fast, stage_x, ks, 0);
     });
 }
 
