@@ -6,9 +6,10 @@
 # build/fuzz/corpus/<target>, crash inputs to build/fuzz/artifacts/. Exits non-zero when any target
 # finds a crash, a leak or a timeout: copy the artifact into fuzz/regressions/<target>/ (ctest then
 # replays it in every build) and fix the bug.
-# `--ci` runs a reproducible campaign instead: a fixed seed and a fixed number of inputs per target
-# (about a minute each on a 2-core machine), so the same tree fuzzes the same inputs everywhere and
-# a CI verdict can be reproduced locally; a time limit of 180 s per target only guards a slow machine.
+# `--ci` runs a fixed campaign instead: seed 1 and a fixed number of inputs per target (about a
+# minute each on a 2-core machine) from the committed seeds, so a machine's speed does not change
+# what is fuzzed and a CI verdict can be rerun locally with the same command (libFuzzer's corpus
+# choices still depend a little on timing); a time limit of 180 s per target guards a slow machine.
 # Exploratory runs (time-bounded, random seed) find new inputs; their finds become regressions.
 set -euo pipefail
 cd "$(dirname "$0")/.."
