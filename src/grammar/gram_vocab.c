@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 // The tokenizer's side of constrained decoding (mx_gram_vocab): each id's decoded bytes (borrowed
 // from the tokenizer), a byte trie over them for the matcher's depth-first walks, and the ids that
-// end a sequence. Special tokens (control tokens such as <|im_start|>) never match grammar text;
-// ids with no bytes are never allowed. Also the matcher's incremental UTF-8 reader.
+// end a sequence. Special tokens (control tokens such as <|im_start|>) never match grammar text,
+// except those a vocabulary is made with as text (tool-call markers); ids with no bytes are never
+// allowed. Also the matcher's incremental UTF-8 reader.
 #include <stdlib.h>
 #include <string.h>
 
@@ -68,6 +69,11 @@ static int32_t trie_child(mx_gram_vocab *v, int32_t node, uint8_t b, int32_t *ca
 
 mx_gram_vocab *mx_gram_vocab_create(const mx_tokenizer *tok, int vocab, const int32_t *stop_ids, int n_stop,
                                     mx_error *err) {
+    return mx_gram_vocab_create_with_specials(tok, vocab, stop_ids, n_stop, NULL, 0, err);
+}
+
+mx_gram_vocab *mx_gram_vocab_create_with_specials(const mx_tokenizer *tok, int vocab, const int32_t *stop_ids,
+                                                  int n_stop, const int32_t *specials, int n_specials, mx_error *err) {
     mx_gram_vocab *v = calloc(1, sizeof *v);
     if (!v) return mx_fail(err, "out of memory"), NULL;
     v->vocab = vocab;
@@ -88,7 +94,9 @@ mx_gram_vocab *mx_gram_vocab_create(const mx_tokenizer *tok, int vocab, const in
         v->dup_next[id] = -1;
         size_t len = 0;
         const char *b = id < n_tok ? mx_tokenizer_token_bytes(tok, id, &len) : NULL;
-        if (!b || len == 0 || mx_tokenizer_is_special(tok, id)) continue;
+        bool as_text = false;
+        for (int i = 0; i < n_specials; i++) as_text |= specials[i] == id;
+        if (!b || len == 0 || (mx_tokenizer_is_special(tok, id) && !as_text)) continue;
         bool is_stop = false;
         for (int i = 0; i < v->n_stop; i++) is_stop |= v->stop_ids[i] == id;
         if (is_stop) continue;

@@ -49,6 +49,12 @@ typedef struct mx_gram_vocab mx_gram_vocab;
 // stop_ids: the ids that end a sequence (eos and the template's end of turn).
 mx_gram_vocab *mx_gram_vocab_create(const mx_tokenizer *tok, int vocab, const int32_t *stop_ids, int n_stop,
                                     mx_error *err);
+// The same, except that the special tokens listed in `specials` match grammar text as their content
+// (tool-call markers that are special tokens, such as Mistral's [TOOL_CALLS]: a grammar that writes
+// the marker then lets the model emit its own token). Their text is then part of the output only
+// where the decoder keeps special tokens, so use such a vocabulary for those sequences alone.
+mx_gram_vocab *mx_gram_vocab_create_with_specials(const mx_tokenizer *tok, int vocab, const int32_t *stop_ids,
+                                                  int n_stop, const int32_t *specials, int n_specials, mx_error *err);
 void mx_gram_vocab_free(mx_gram_vocab *v);
 int mx_gram_vocab_size(const mx_gram_vocab *v);
 // uint32 words of one mask: ceil(vocab / 32).

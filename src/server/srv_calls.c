@@ -30,3 +30,13 @@ srv_call_format srv_calls_detect(const mx_tokenizer *tok, const mx_chat_template
     }
     return model_type && strcmp(model_type, "llama") == 0 ? SRV_CALLS_JSON : SRV_CALLS_TAGGED;
 }
+
+int srv_calls_marker_ids(const mx_tokenizer *tok, int32_t ids[3]) {
+    static const char *const names[3] = {"[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"};
+    int n = 0;
+    for (int i = 0; i < 3; i++) {
+        int32_t id = mx_tokenizer_token_id(tok, names[i]);
+        if (id >= 0 && mx_tokenizer_is_special(tok, id)) ids[n++] = id;
+    }
+    return n;
+}

@@ -20,6 +20,10 @@ typedef enum srv_call_format {
 // the tokenizer has an [ARGS] token), else JSON for model_type "llama", else tagged.
 srv_call_format srv_calls_detect(const mx_tokenizer *tok, const mx_chat_template *tmpl, const char *model_type);
 
+// The ids of the tool-call markers that are special tokens ([TOOL_CALLS], [ARGS], [CALL_ID]) into
+// ids[0..3); returns how many the tokenizer has.
+int srv_calls_marker_ids(const mx_tokenizer *tok, int32_t ids[3]);
+
 // Mistral's markers are special tokens, which the decoder drops unless told to keep them.
 static inline bool srv_calls_mistral(srv_call_format f) { return f == SRV_CALLS_MISTRAL_LIST || f == SRV_CALLS_MISTRAL_ARGS; }
 

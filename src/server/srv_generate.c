@@ -112,7 +112,9 @@ static unsigned make_jobs(mx_server *s, const srv_request *r, const int32_t *ids
             memcpy(j->bias_values, r->bias_values, sizeof *j->bias_values * (size_t)r->n_bias);
             j->n_bias = r->n_bias;
         }
-        if (gbnf && !(j->matcher = srv_grammars_matcher(s->grammars, gbnf, msg, cap))) status = 400;
+        // A forced Mistral call may use the marker tokens themselves (the job keeps them in its text).
+        bool markers = mistral && !r->grammar && (r->tool_choice == SRV_TOOLS_REQUIRED || r->tool_choice == SRV_TOOLS_NAMED);
+        if (gbnf && !(j->matcher = srv_grammars_matcher(s->grammars, gbnf, markers, msg, cap))) status = 400;
     }
     free(gbnf);
     return status;

@@ -7,9 +7,10 @@
 //   Mistral, list form:  [TOOL_CALLS][{"name": NAME, "arguments": ARGS}, ...]
 //   Mistral, [ARGS] form: [TOOL_CALLS]NAME[ARGS]ARGS, the whole repeated per call
 // with NAME one of the tools (or the named one) and ARGS valid against that tool's parameters;
-// several calls unless parallel_tool_calls is false. Grammar elements match text and special tokens
-// never match them, so a forced Mistral call spells its markers with ordinary tokens (the parser
-// reads the text either way).
+// several calls unless parallel_tool_calls is false. Grammar elements match text, and special
+// tokens normally never do; a forced Mistral call is matched against a second vocabulary in which
+// the markers' special tokens match their text, so the model writes its own marker tokens (its job
+// keeps special tokens in the decoded text, which the parser reads).
 #include "server/srv_grammar.h"
 
 #include <pthread.h>
@@ -23,6 +24,7 @@
 
 typedef struct cached {
     char *text;
+    bool markers;  // bound to the vocabulary whose tool-call markers match text
     mx_gram_index *ix;
     unsigned long used;
 } cached;
@@ -34,6 +36,7 @@ struct srv_grammars {
     int32_t *stops;
     int n_stop;
     mx_gram_vocab *v;  // built on first use
+    mx_gram_vocab *v_markers;  // the same with the special tool-call markers matching text (first use)
     cached slots[CACHE_SLOTS];
     unsigned long clock;
 };
@@ -61,16 +64,22 @@ void srv_grammars_free(srv_grammars *g) {
         mx_gram_index_release(g->slots[i].ix);
     }
     mx_gram_vocab_free(g->v);
+    mx_gram_vocab_free(g->v_markers);
     free(g->stops);
     pthread_mutex_destroy(&g->mu);
     free(g);
 }
 
-mx_matcher *srv_grammars_matcher(srv_grammars *g, const char *gbnf, char *msg, size_t cap) {
+mx_matcher *srv_grammars_matcher(srv_grammars *g, const char *gbnf, bool markers, char *msg, size_t cap) {
     mx_error err = {{0}};
     pthread_mutex_lock(&g->mu);
     mx_gram_index *ix = NULL;
-    if (!g->v && !(g->v = mx_gram_vocab_create(g->tok, g->vocab, g->stops, g->n_stop, &err))) goto fail;
+    int32_t marker_ids[3];
+    int n_markers = markers ? srv_calls_marker_ids(g->tok, marker_ids) : 0;
+    markers = n_markers > 0;
+    mx_gram_vocab **vp = markers ? &g->v_markers : &g->v;
+    if (!*vp && !(*vp = mx_gram_vocab_create_with_specials(g->tok, g->vocab, g->stops, g->n_stop, marker_ids, n_markers, &err)))
+        goto fail;
     int oldest = 0;
     for (int i = 0; i < CACHE_SLOTS; i++) {  // recursive grammars can reach ever new stacks: bound them
         if (g->slots[i].ix && mx_gram_index_bytes(g->slots[i].ix) > INDEX_BYTES_MAX) {
@@ -80,7 +89,7 @@ mx_matcher *srv_grammars_matcher(srv_grammars *g, const char *gbnf, char *msg, s
         }
     }
     for (int i = 0; i < CACHE_SLOTS && !ix; i++) {
-        if (g->slots[i].text && strcmp(g->slots[i].text, gbnf) == 0) {
+        if (g->slots[i].text && g->slots[i].markers == markers && strcmp(g->slots[i].text, gbnf) == 0) {
             ix = g->slots[i].ix;
             g->slots[i].used = ++g->clock;
         } else if (g->slots[i].used < g->slots[oldest].used) {
@@ -89,12 +98,12 @@ mx_matcher *srv_grammars_matcher(srv_grammars *g, const char *gbnf, char *msg, s
     }
     if (!ix) {
         mx_grammar *gr = mx_grammar_parse(gbnf, &err);
-        if (!gr || !(ix = mx_gram_index_create(gr, g->v, &err))) goto fail;
+        if (!gr || !(ix = mx_gram_index_create(gr, *vp, &err))) goto fail;
         char *text = strdup(gbnf);
         if (text) {
             free(g->slots[oldest].text);
             mx_gram_index_release(g->slots[oldest].ix);
-            g->slots[oldest] = (cached){text, ix, ++g->clock};
+            g->slots[oldest] = (cached){text, markers, ix, ++g->clock};
             mx_gram_index_retain(ix);
         }
         mx_matcher *m = mx_matcher_create(ix, &err);

@@ -25,7 +25,9 @@ void srv_grammars_free(srv_grammars *g);
 // calls: the model's tool-call format, which a forced call follows.
 char *srv_grammar_text(const srv_request *r, srv_call_format calls, bool think_open, unsigned *status, char *msg,
                        size_t cap);
-// A matcher at the start of gbnf; NULL with msg on a bad grammar (a 400) or out of memory.
-mx_matcher *srv_grammars_matcher(srv_grammars *g, const char *gbnf, char *msg, size_t cap);
+// A matcher at the start of gbnf; NULL with msg on a bad grammar (a 400) or out of memory. markers:
+// the tokenizer's special tool-call markers (srv_calls_marker_ids) match grammar text, for
+// sequences whose decoded text keeps special tokens.
+mx_matcher *srv_grammars_matcher(srv_grammars *g, const char *gbnf, bool markers, char *msg, size_t cap);
 
 #endif

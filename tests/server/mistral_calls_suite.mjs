@@ -4,7 +4,8 @@
 // the demo's own, inside its vocabulary) and a small Mistral-style chat template, once writing calls
 // as `[TOOL_CALLS]NAME[ARGS]{...}` and once as `[TOOL_CALLS][{"name", "arguments"}]`. For each:
 // tool_choice "required" and a named tool force a valid call in that form (finish_reason
-// tool_calls, arguments valid against the tool's parameters), streamed as tool_calls deltas; and
+// tool_calls, arguments valid against the tool's parameters), streamed as tool_calls deltas, also
+// when the model writes the marker as its special token; and
 // the [TOOL_CALLS] special token, when generated (forced here by logit_bias), stays in the text of
 // a request with tools (Mistral's markers are special tokens) but not of one without.
 // Usage: node mistral_calls_suite.mjs MLXCEL_SERVER   (run from the repository root)
@@ -96,6 +97,13 @@ try {
     }
     ok(finish === 'tool_calls' && deltas.length === 1 && deltas[0].index === 0 && deltas[0].function.name === 'get_time' && valid(deltas[0]),
        `${form}: named, streamed -> ${JSON.stringify(deltas)} (${finish})`);
+    // A forced call may use the marker token itself (biased here, as the demo model never learned it).
+    const own = await client.chat.completions.create({ model: 'd', messages: msgs, tools, tool_choice: 'required', parallel_tool_calls: false,
+      logit_bias: { [TOOL_CALLS]: 100 }, logprobs: true, temperature: 0.8, seed: 4, max_tokens: 200 });
+    const oc = own.choices[0];
+    ok(oc.logprobs?.content?.[0]?.token === '[TOOL_CALLS]' && oc.finish_reason === 'tool_calls' && oc.message.tool_calls?.length === 1 &&
+       valid(oc.message.tool_calls[0]), `${form}: forced call written with the [TOOL_CALLS] token -> first token ` +
+       `${JSON.stringify(oc.logprobs?.content?.[0]?.token)}, ${JSON.stringify(oc.message.tool_calls?.map((x) => x.function))} (${oc.finish_reason})`);
     // The special token in the text: kept with tools (so the parser sees the marker), dropped without.
     const bias = { logit_bias: { [TOOL_CALLS]: 100 }, temperature: 0, max_tokens: 3 };
     const withTools = await client.chat.completions.create({ model: 'd', messages: msgs, tools, ...bias });
