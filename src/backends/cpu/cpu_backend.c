@@ -224,6 +224,10 @@ static int cpu_run_plan(mx_backend *be, const mx_plan *plan, mx_error *err) {
     for (int i = 0; i < plan->n_ops; i++) {
         if ((unsigned)plan->ops[i].kind >= MX_OP_KIND_COUNT)
             return mx_fail(err, "the cpu backend has no op of kind %d (record %d)", (int)plan->ops[i].kind, i);
+        if (plan->ops[i].kind == MX_OP_MATMUL) {
+            i += cpu_matmul_group(be, &plan->ops[i], plan->n_ops - i) - 1;
+            continue;
+        }
         cpu_run_op(be, &plan->ops[i]);
     }
     return 0;

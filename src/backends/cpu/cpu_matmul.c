@@ -175,6 +175,68 @@ void cpu_matmul(mx_backend *be, float *out, const float *x, const mx_matrix *w, 
     mx_pool_run(c->pool, token_blocks * j.row_blocks, gemm_task, &j);
 }
 
+// Batch-1 products of one x, run as one pool job: the q, k and v projections (and gate and up) of a
+// decode step read the same normalized row, so x is quantized once and the threads take the row
+// blocks of all the matrices from one task list, with one hand-off instead of one per matrix.
+#define MATMUL_GROUP_MAX 4
+typedef struct matmul_group_job {
+    matmul_job jobs[MATMUL_GROUP_MAX];
+    int first_task[MATMUL_GROUP_MAX + 1];  // tasks of jobs[k]: first_task[k] .. first_task[k + 1] - 1
+    int n_jobs;
+} matmul_group_job;
+
+static void matmul_group_task(void *arg, int task, int thread) {
+    matmul_group_job *g = arg;
+    int k = 0;
+    while (task >= g->first_task[k + 1]) k++;
+    matmul_job *j = &g->jobs[k];
+    (j->qx ? gemv_q_task : gemv_task)(j, task - g->first_task[k], thread);
+}
+
+// Whether a and b quantize x the same way (the integer path's prepared row depends on these only).
+static bool same_x_format(const mx_matrix *a, const mx_matrix *b) {
+    return a->cols == b->cols && a->q.mode == b->q.mode && a->q.bits == b->q.bits &&
+           a->q.group_size == b->q.group_size;
+}
+
+// Whether the output of a batch-1 product op overlaps x[cols] (then a later record reading x must
+// wait for it).
+static bool writes_x(const mx_op *op, const float *x, int64_t cols) {
+    const float *out = op->matmul.out;
+    return out < x + cols && x < out + op->matmul.w->rows;
+}
+
+int cpu_matmul_group(mx_backend *be, const mx_op *ops, int n_ops) {
+    const mx_op *op0 = &ops[0];
+    const mx_matrix *w0 = op0->matmul.w;
+    const float *x = op0->matmul.x;
+    int m = 1;
+    if (op0->matmul.n == 1 && !writes_x(op0, x, w0->cols))
+        while (m < n_ops && m < MATMUL_GROUP_MAX && ops[m].kind == MX_OP_MATMUL && ops[m].matmul.n == 1 &&
+               ops[m].matmul.x == x && same_x_format(ops[m].matmul.w, w0) && !writes_x(&ops[m], x, w0->cols))
+            m++;
+    if (m == 1) {
+        cpu_matmul(be, op0->matmul.out, op0->matmul.x, w0, op0->matmul.bias, op0->matmul.n);
+        return 1;
+    }
+    cpu_ctx *c = cpu_of(be);
+    matmul_group_job g = {.n_jobs = m};
+    size_t qb = cpu_kernels_qx_row_bytes(w0);
+    void *qx = NULL;
+    if (qb) {
+        qx = cpu_act_buf(c, qb);
+        cpu_kernels_quantize_x(w0, op0->matmul.x, 1, qx);
+    }
+    for (int k = 0; k < m; k++) {
+        const mx_op *op = &ops[k];
+        g.jobs[k] = (matmul_job){.out = op->matmul.out, .x = op->matmul.x, .w = op->matmul.w,
+                                 .bias = op->matmul.bias, .n = 1, .c = c, .rows = op->matmul.w->rows, .qx = qx};
+        g.first_task[k + 1] = g.first_task[k] + (int)((op->matmul.w->rows + ROWS_PER_TASK - 1) / ROWS_PER_TASK);
+    }
+    mx_pool_run(c->pool, g.first_task[m], matmul_group_task, &g);
+    return m;
+}
+
 typedef struct embed_job {
     float *out;
     const mx_matrix *w;
