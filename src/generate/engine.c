@@ -31,8 +31,10 @@ struct mx_engine {
     int n_blocks, table_len;
     int32_t **blocks;          // [n_slots][table_len] blocks of positions [i * MX_KV_BLOCK, ...)
     int *n_held;               // [n_slots] entries of blocks[slot] in use
-    int *reserved;             // [n_slots] blocks the slot's sequence may still take
-    int total_reserved;
+    uint64_t *age;             // [n_slots] admission order of the slot's sequence (smaller: older)
+    uint64_t n_admitted;
+    bool *preempted;           // [n_slots] its blocks were taken back; waits to recompute its tokens
+    int *order;                // [n_slots] step scratch: occupied slots, oldest first
     uint64_t **chain;          // [n_slots][table_len] hash-chain key of each full block
     int *n_hashed;             // [n_slots] full blocks whose key is in chain (published if prefix_reuse)
     bool *fresh;               // [n_slots] admitted, no step yet: its prefix lookup may still grow
@@ -78,7 +80,9 @@ mx_engine *mx_engine_create(mx_model *m, const mx_engine_opts *o, mx_error *err)
     e->blocks = calloc(ns, sizeof *e->blocks);
     e->chain = calloc(ns, sizeof *e->chain);
     e->n_held = calloc(ns, sizeof *e->n_held);
-    e->reserved = calloc(ns, sizeof *e->reserved);
+    e->age = calloc(ns, sizeof *e->age);
+    e->preempted = calloc(ns, sizeof *e->preempted);
+    e->order = calloc(ns, sizeof *e->order);
     e->n_hashed = calloc(ns, sizeof *e->n_hashed);
     e->fresh = calloc(ns, sizeof *e->fresh);
     e->b_tok = malloc(4 * nb), e->b_pos = malloc(4 * nb), e->b_slot = malloc(4 * nb), e->b_rows = malloc(4 * nb);
@@ -89,7 +93,7 @@ mx_engine *mx_engine_create(mx_model *m, const mx_engine_opts *o, mx_error *err)
     e->rows = malloc(sizeof *e->rows * ns);
     e->outs = malloc(sizeof *e->outs * ns);
     e->scratch = malloc(MX_SAMPLE_SCRATCH_BYTES(e->vocab) * (size_t)threads);
-    bool ok = e->pool && e->slots && e->blocks && e->chain && e->n_held && e->reserved && e->n_hashed && e->fresh &&
+    bool ok = e->pool && e->slots && e->blocks && e->chain && e->n_held && e->age && e->preempted && e->order && e->n_hashed && e->fresh &&
               e->b_tok &&
               e->b_pos && e->b_slot && e->b_rows && e->b_end && e->row_seq && e->logits && e->ids && e->rows && e->outs &&
               e->scratch;
@@ -116,7 +120,7 @@ void mx_engine_free(mx_engine *e) {
     mx_kv_pool_free(e->kvp);
     for (int i = 0; e->blocks && i < e->n_slots; i++) free(e->blocks[i]);
     for (int i = 0; e->chain && i < e->n_slots; i++) free(e->chain[i]);
-    free(e->blocks), free(e->chain), free(e->n_held), free(e->reserved), free(e->n_hashed), free(e->fresh), free(e->slots);
+    free(e->blocks), free(e->chain), free(e->n_held), free(e->age), free(e->preempted), free(e->order), free(e->n_hashed), free(e->fresh), free(e->slots);
     free(e->b_tok), free(e->b_pos), free(e->b_slot), free(e->b_rows), free(e->b_end), free(e->row_seq);
     free(e->logits), free(e->ids), free(e->rows), free(e->outs), free(e->mods), free(e->scratch);
     free(e);
@@ -159,21 +163,44 @@ static int positions_needed(const mx_engine *e, const mx_seq *s) {
     return n < e->max_ctx ? (int)n : e->max_ctx;
 }
 
-// Gives back every block of a slot and its promised blocks.
+static int blocks_for(int positions) { return (positions + MX_KV_BLOCK - 1) / MX_KV_BLOCK; }
+
+// Blocks kept free beyond a new or resumed sequence's first blocks while others run, so that the
+// running ones can grow a while before anyone is preempted.
+static int watermark(const mx_engine *e) {
+    int w = (int)(e->n_blocks * MX_ENGINE_KV_WATERMARK);
+    return w > 0 ? w : 1;
+}
+
+// Tokens a sequence has fed (or must feed again after a preemption) before its next row: the prompt,
+// then every generated token but the last (the last is fed by the next decode step).
+static int fed_target(const mx_seq *s) { return s->n_prompt + (s->n_gen > 0 ? s->n_gen - 1 : 0); }
+
+// Token at position p of a sequence's cache: the prompt, then the generated tokens.
+static int32_t token_at(const mx_seq *s, int p) { return p < s->n_prompt ? s->prompt[p] : s->gen[p - s->n_prompt]; }
+
+// True when a sequence other than `slot` is running (admitted, unfinished, not preempted).
+static bool others_running(const mx_engine *e, int slot) {
+    for (int j = 0; j < e->n_slots; j++)
+        if (j != slot && e->slots[j] && e->slots[j]->finish == MX_FINISH_NONE && !e->preempted[j]) return true;
+    return false;
+}
+
+// Gives back every block of a slot.
 static void drop_blocks(mx_engine *e, int slot) {
     for (int i = 0; i < e->n_held[slot]; i++) mx_kv_pool_unref(e->kvp, e->blocks[slot][i]);
-    e->total_reserved -= e->reserved[slot];
-    e->n_held[slot] = e->reserved[slot] = e->n_hashed[slot] = 0;
+    e->n_held[slot] = e->n_hashed[slot] = 0;
     mx_ctx_set_blocks(e->ctx, slot, NULL, 0, NULL);
 }
 
-// Extends the slot's table (holding `have` blocks of the prompt) with the prompt's next full blocks
-// found in the prefix cache, in order, until the first miss or `limit` blocks: one reference each,
-// their keys in the slot's chain. Returns the blocks held now.
+// Extends the slot's table (holding `have` blocks) with the sequence's next full blocks (prompt, then
+// generated tokens) found in the prefix cache, in order, until the first miss or `limit` blocks: one
+// reference each, their keys in the slot's chain. Returns the blocks held now.
 static int find_prefix(mx_engine *e, int slot, const mx_seq *s, int have, int limit) {
     uint64_t parent = have > 0 ? e->chain[slot][have - 1] : MX_KV_HASH_ROOT;
+    int32_t toks[MX_KV_BLOCK];
     while (e->prefix_reuse && have < limit) {
-        const int32_t *toks = s->prompt + (size_t)have * MX_KV_BLOCK;
+        for (int k = 0; k < MX_KV_BLOCK; k++) toks[k] = token_at(s, have * MX_KV_BLOCK + k);
         uint64_t h = mx_kv_hash(parent, toks, MX_KV_BLOCK);
         int b = mx_kv_pool_lookup(e->kvp, h, toks);
         if (b < 0) break;
@@ -183,12 +210,19 @@ static int find_prefix(mx_engine *e, int slot, const mx_seq *s, int have, int li
     return have;
 }
 
+// True while a preempted sequence waits: new sequences queue behind it.
+static bool any_preempted(const mx_engine *e) {
+    for (int i = 0; i < e->n_slots; i++)
+        if (e->slots[i] && e->preempted[i]) return true;
+    return false;
+}
+
 int mx_engine_admit(mx_engine *e, mx_seq *s, mx_error *err) {
     if (s->n_prompt + 1 > e->max_ctx)
         return mx_fail(err, "the prompt has %d tokens but a sequence holds %d (prompt + at least 1 generated token)",
                        s->n_prompt, e->max_ctx);
-    int positions = positions_needed(e, s), need = (positions + MX_KV_BLOCK - 1) / MX_KV_BLOCK;
-    if (need > e->n_blocks)
+    int positions = positions_needed(e, s);
+    if (blocks_for(positions) > e->n_blocks)
         return mx_fail(err,
                        "the request needs KV room for %d positions (%d prompt tokens + up to %d generated) but the KV "
                        "pool holds %d positions (--kv-size); shorten the prompt or max_tokens",
@@ -197,19 +231,20 @@ int mx_engine_admit(mx_engine *e, mx_seq *s, mx_error *err) {
     int slot = -1;
     for (int i = 0; i < e->n_slots && slot < 0; i++)
         if (!e->slots[i]) slot = i;
-    if (slot < 0) return 1;
+    if (slot < 0 || any_preempted(e)) return 1;
     int hits = find_prefix(e, slot, s, 0, s->n_prompt / MX_KV_BLOCK);
     // Every prompt block cached: the last prompt token is computed again (it makes the first row),
     // so its block, shared, is copied first; if that copy does not fit, its block is computed instead.
     bool cow = hits > 0 && hits * MX_KV_BLOCK >= s->n_prompt;
-    int avail = mx_kv_pool_available(e->kvp) - e->total_reserved;
-    if (cow && need - hits + 1 > avail) {
+    // The prompt's blocks must be free now (plus the watermark while others run); the blocks of the
+    // generated tokens are taken as they fill, preempting the youngest sequence when the pool is out.
+    int margin = others_running(e, -1) ? watermark(e) : 0, prompt_blocks = blocks_for(s->n_prompt);
+    if (cow && 1 + margin > mx_kv_pool_available(e->kvp)) {
         mx_kv_pool_unref(e->kvp, e->blocks[slot][--hits]);
         cow = false;
-        avail = mx_kv_pool_available(e->kvp) - e->total_reserved;
     }
     e->n_held[slot] = hits;
-    if (need - hits + (cow ? 1 : 0) > avail) {  // waits until blocks are released
+    if (prompt_blocks - hits + (cow ? 1 : 0) + margin > mx_kv_pool_available(e->kvp)) {  // waits for blocks
         drop_blocks(e, slot);
         return 1;
     }
@@ -226,8 +261,6 @@ int mx_engine_admit(mx_engine *e, mx_seq *s, mx_error *err) {
         }
     }
     e->n_hashed[slot] = hits;
-    e->reserved[slot] = need - hits;
-    e->total_reserved += need - hits;
     e->slots[slot] = s;
     if (mx_ctx_set_blocks(e->ctx, slot, e->blocks[slot], hits, err) || reserve_mods(e, err)) {
         drop_blocks(e, slot);
@@ -236,6 +269,8 @@ int mx_engine_admit(mx_engine *e, mx_seq *s, mx_error *err) {
     }
     int reused = cow ? s->n_prompt - 1 : hits * MX_KV_BLOCK;
     e->fresh[slot] = true;
+    e->preempted[slot] = false;
+    e->age[slot] = e->n_admitted++;
     s->slot = slot;
     s->n_fed = s->reused = reused;
     s->t_admit = mx_now();
@@ -248,13 +283,21 @@ void mx_engine_release(mx_engine *e, mx_seq *s) {
     if (s->slot < 0) return;
     mx_seq_end(s, MX_FINISH_CANCELLED);
     drop_blocks(e, s->slot);
+    e->preempted[s->slot] = false;
     e->slots[s->slot] = NULL;
     s->slot = -1;
 }
 
+// Gives back the blocks of every finished sequence at once (its full blocks stay in the prefix
+// cache), so that they serve the running ones before the consumer releases it.
+static void drop_finished(mx_engine *e) {
+    for (int i = 0; i < e->n_slots; i++)
+        if (e->slots[i] && e->slots[i]->finish != MX_FINISH_NONE && e->n_held[i] > 0) drop_blocks(e, i);
+}
+
 void mx_engine_end(mx_engine *e, mx_seq *s, mx_finish why) {
-    (void)e;
     mx_seq_end(s, why);
+    drop_finished(e);
 }
 
 int mx_engine_running(const mx_engine *e) {
@@ -289,18 +332,80 @@ static void put(mx_engine *e, int *n, mx_seq *s, int32_t tok, int pos) {
     (*n)++;
 }
 
-// Gives the slot blocks for positions up to end - 1 (taken from its reservation, so this fails only
-// when a sequence outgrows what it reserved).
+// The sequence to preempt when `slot` needs a block and the pool has none: the youngest running
+// sequence (last admitted) that holds blocks, or `slot` itself when it is the youngest. -1 when
+// `slot` is the only running sequence holding blocks (then nothing can be freed for it).
+static int pick_victim(const mx_engine *e, int slot) {
+    int v = slot;
+    bool other = false;
+    for (int j = 0; j < e->n_slots; j++) {
+        const mx_seq *t = e->slots[j];
+        if (j == slot || !t || t->finish != MX_FINISH_NONE || e->preempted[j] || e->n_held[j] == 0) continue;
+        other = true;
+        if (e->age[j] > e->age[v]) v = j;
+    }
+    return other ? v : -1;
+}
+
+// Takes every block of a running sequence back; it keeps its slot, its sampling state and its
+// output, and later recomputes its tokens (resume_preempted). Its full blocks were published as they
+// filled, so with the prefix cache they stay cached and the recompute finds them unless evicted.
+static void preempt(mx_engine *e, int slot) {
+    drop_blocks(e, slot);
+    e->slots[slot]->n_fed = 0;
+    e->preempted[slot] = true;
+    e->fresh[slot] = false;
+    e->st.preemptions++;
+}
+
+// Gives the slot blocks for positions up to end - 1, preempting the youngest running sequences when
+// the pool is out. Returns 0, 1 when the slot's own sequence was preempted, -1 when it cannot grow
+// (err names the numbers).
 static int grow_blocks(mx_engine *e, int slot, int end, mx_error *err) {
     bool grown = false;
     while (e->n_held[slot] * MX_KV_BLOCK < end) {
         int b = mx_kv_pool_alloc(e->kvp, err);
-        if (b < 0) return -1;
+        if (b < 0) {
+            int v = pick_victim(e, slot);
+            if (v < 0) return -1;
+            preempt(e, v);
+            if (v == slot) return 1;
+            continue;
+        }
         e->blocks[slot][e->n_held[slot]++] = b;
-        if (e->reserved[slot] > 0) e->reserved[slot]--, e->total_reserved--;
         grown = true;
     }
     return grown ? mx_ctx_set_blocks(e->ctx, slot, e->blocks[slot], e->n_held[slot], err) : 0;
+}
+
+// Resumes preempted sequences, oldest first, while their cached blocks plus the blocks they must
+// recompute (and the watermark, while others run) fit: each takes its cached full blocks and feeds the
+// rest of its tokens again from there, without rows (its next row is that of its next token). A
+// sequence alone resumes whatever the pool holds (grow_blocks reports what does not fit).
+static void resume_preempted(mx_engine *e) {
+    for (;;) {
+        int slot = -1;
+        for (int i = 0; i < e->n_slots; i++)
+            if (e->slots[i] && e->preempted[i] && e->slots[i]->finish == MX_FINISH_NONE &&
+                (slot < 0 || e->age[i] < e->age[slot]))
+                slot = i;
+        if (slot < 0) return;
+        mx_seq *s = e->slots[slot];
+        int target = fed_target(s);
+        // before its first row the last prompt token is always computed (it makes that row)
+        int limit = s->n_gen > 0 ? target / MX_KV_BLOCK : (s->n_prompt - 1) / MX_KV_BLOCK;
+        int hits = find_prefix(e, slot, s, 0, limit);
+        e->n_held[slot] = hits;
+        bool others = others_running(e, slot);
+        if (others && blocks_for(target + 1) - hits + watermark(e) > mx_kv_pool_available(e->kvp)) {
+            drop_blocks(e, slot);
+            return;  // younger preempted sequences wait behind it
+        }
+        e->n_hashed[slot] = hits;
+        mx_ctx_set_blocks(e->ctx, slot, e->blocks[slot], hits, NULL);
+        s->n_fed = hits * MX_KV_BLOCK;
+        e->preempted[slot] = false;
+    }
 }
 
 // True when another sequence is computing, in a block of its prompt, the block of s's prompt that s
@@ -312,7 +417,7 @@ static bool block_in_flight(const mx_engine *e, int slot) {
     if (!e->prefix_reuse || s->n_fed % MX_KV_BLOCK != 0 || upto > s->n_prompt - 1) return false;
     for (int j = 0; j < e->n_slots; j++) {
         const mx_seq *t = e->slots[j];
-        if (j == slot || !t || e->fresh[j] || t->finish != MX_FINISH_NONE || t->n_fed >= upto || t->n_prompt < upto)
+        if (j == slot || !t || e->fresh[j] || e->preempted[j] || t->finish != MX_FINISH_NONE || t->n_fed >= upto || t->n_prompt < upto)
             continue;
         if (memcmp(t->prompt, s->prompt, sizeof *s->prompt * (size_t)upto) == 0) return true;
     }
@@ -329,8 +434,6 @@ static bool start_sequence(mx_engine *e, int slot) {
         int now = find_prefix(e, slot, s, have, (s->n_prompt - 1) / MX_KV_BLOCK), more = now - have;
         if (more > 0) {
             e->n_held[slot] = e->n_hashed[slot] = now;
-            e->reserved[slot] -= more;
-            e->total_reserved -= more;
             mx_ctx_set_blocks(e->ctx, slot, e->blocks[slot], now, NULL);
             s->n_fed = s->reused = now * MX_KV_BLOCK;
             e->st.reused_tokens += (uint64_t)more * MX_KV_BLOCK;
@@ -348,9 +451,6 @@ static void out_of_blocks(mx_seq *s, const mx_error *err) {
     mx_seq_end(s, MX_FINISH_ERROR);
 }
 
-// Token at position p of a sequence's cache: the prompt, then the generated tokens.
-static int32_t token_at(const mx_seq *s, int p) { return p < s->n_prompt ? s->prompt[p] : s->gen[p - s->n_prompt]; }
-
 // Keys the slot's newly filled blocks in the hash chain and publishes them to the prefix cache.
 static void publish_full(mx_engine *e, int slot) {
     const mx_seq *s = e->slots[slot];
@@ -365,31 +465,51 @@ static void publish_full(mx_engine *e, int slot) {
     }
 }
 
+// Fills e->order with the occupied slots, oldest sequence first; returns their count.
+static int slots_by_age(mx_engine *e) {
+    int n = 0;
+    for (int i = 0; i < e->n_slots; i++) {
+        if (!e->slots[i]) continue;
+        int k = n++;
+        for (; k > 0 && e->age[e->order[k - 1]] > e->age[i]; k--) e->order[k] = e->order[k - 1];
+        e->order[k] = i;
+    }
+    return n;
+}
+
 int mx_engine_step(mx_engine *e, mx_error *err) {
     int n = 0, n_out = 0, prefill = 0;
-    for (int i = 0; i < e->n_slots; i++) {
+    for (int i = 0; i < e->n_slots; i++) e->b_end[i] = -1;
+    resume_preempted(e);
+    // Oldest first: a sequence that needs a block when the pool is out preempts a younger one, which
+    // has put nothing in this step yet.
+    int n_occ = slots_by_age(e);
+    for (int k = 0; k < n_occ; k++) {
+        int i = e->order[k];
         mx_seq *s = e->slots[i];
-        e->b_end[i] = -1;
-        if (!s || s->finish != MX_FINISH_NONE) continue;
+        if (s->finish != MX_FINISH_NONE || e->preempted[i]) continue;
         if (e->fresh[i] && !start_sequence(e, i)) continue;  // waits for another's prompt blocks
-        if (s->n_fed < s->n_prompt) {
+        int target = fed_target(s);
+        if (s->n_fed < target) {  // the prompt, or after a preemption the tokens fed before it
             int start = s->n_fed, end = (start / e->chunk + 1) * e->chunk;
-            if (end > s->n_prompt) end = s->n_prompt;
+            if (end > target) end = target;
             if (prefill > 0 && prefill + (end - start) > e->chunk) continue;
-            if (grow_blocks(e, i, end, err)) {
-                out_of_blocks(s, err);
+            int g = grow_blocks(e, i, end, err);
+            if (g) {
+                if (g < 0) out_of_blocks(s, err);
                 continue;
             }
-            for (int t = start; t < end; t++) put(e, &n, s, s->prompt[t], t);
+            for (int t = start; t < end; t++) put(e, &n, s, token_at(s, t), t);
             prefill += end - start;
             e->b_end[i] = end;
-            if (end == s->n_prompt) {
+            if (end == s->n_prompt && s->n_gen == 0) {
                 e->b_rows[n_out] = n - 1;
                 e->row_seq[n_out++] = s;
             }
         } else {
-            if (grow_blocks(e, i, s->n_fed + 1, err)) {
-                out_of_blocks(s, err);
+            int g = grow_blocks(e, i, s->n_fed + 1, err);
+            if (g) {
+                if (g < 0) out_of_blocks(s, err);
                 continue;
             }
             put(e, &n, s, s->last, s->n_fed);
@@ -398,7 +518,10 @@ int mx_engine_step(mx_engine *e, mx_error *err) {
             e->row_seq[n_out++] = s;
         }
     }
-    if (n == 0) return 0;
+    if (n == 0) {
+        drop_finished(e);  // sequences ended by out_of_blocks
+        return 0;
+    }
     int n_mods = 0;
     bool greedy = true;
     for (int k = 0; k < n_out; k++) {
@@ -417,6 +540,7 @@ int mx_engine_step(mx_engine *e, mx_error *err) {
     if (rc) {
         for (int i = 0; i < e->n_slots; i++)
             if (e->b_end[i] >= 0) mx_seq_end(e->slots[i], MX_FINISH_ERROR);
+        drop_finished(e);
         return -1;
     }
     for (int i = 0; i < e->n_slots; i++) {
@@ -428,6 +552,7 @@ int mx_engine_step(mx_engine *e, mx_error *err) {
         if (greedy) e->outs[k] = (mx_sample_out){.id = e->ids[k]};
         mx_seq_take(e->row_seq[k], e->m, &e->outs[k], e->max_ctx);
     }
+    drop_finished(e);
     e->st.steps++;
     e->st.generated_tokens += (uint64_t)n_out;
     e->st.busy_seconds += dt;

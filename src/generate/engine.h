@@ -10,9 +10,15 @@
 //
 // KV memory is a pool of blocks of MX_KV_BLOCK positions (kv_pool.h), kv_size positions in all; a
 // slot is only a row of block tables (n_slots caps the sequences at once, max_ctx one sequence). A
-// sequence gets blocks as its positions fill. At admission it reserves the blocks its prompt and
-// max_new tokens can fill, so a running sequence never runs out; a sequence that does not fit now
-// waits (mx_engine_admit returns 1), one that can never fit is refused with the numbers.
+// sequence gets blocks as its positions fill. It is admitted when its prompt's blocks fit (plus a
+// watermark of MX_ENGINE_KV_WATERMARK of the pool while others run), else it waits (mx_engine_admit
+// returns 1); one whose prompt and max_new tokens could never fit the pool is refused with the numbers.
+// Preemption: when a running sequence needs a block and the pool has none free or cached, the
+// youngest running sequence (last admitted; possibly the one that needs it) gives all its blocks back
+// and keeps its slot, sampling state and output. It waits ahead of every new sequence and resumes,
+// oldest first, when its blocks fit again: it takes its full blocks still in the prefix cache and
+// recomputes the rest of its prompt and generated tokens (in the same absolute chunks, without
+// choosing tokens), then continues with its next token, so its output is what it would have been.
 // Prefix cache: the prompt's full blocks already in the pool (the hash chain of their tokens,
 // kv_pool.h) are shared instead of computed; every block a sequence fills is published when full,
 // so chat turns, shared system prompts and repeated requests skip what was computed before, and
@@ -42,6 +48,8 @@ typedef struct mx_engine_opts {
     int kv_size;        // positions in the KV pool (rounded up to blocks); 0: mx_engine_default_kv_size
 } mx_engine_opts;
 
+// Share of the pool kept free when admitting or resuming a sequence while others run (at least a block).
+#define MX_ENGINE_KV_WATERMARK 0.01
 // Share of the backend's free memory the default KV pool takes.
 #define MX_ENGINE_KV_SHARE 0.5
 // The default pool: what fits in MX_ENGINE_KV_SHARE of the backend's free memory (host memory for the
@@ -58,6 +66,7 @@ typedef struct mx_engine_stats {
     // computed) and evictions (cached blocks reused for new contents)
     int kv_blocks, kv_block_size, kv_blocks_used, kv_blocks_cached, kv_blocks_free;
     uint64_t prefix_hits, prefix_misses, prefix_evictions;
+    uint64_t preemptions;      // running sequences whose blocks were taken back (engine.h: Preemption)
 } mx_engine_stats;
 
 typedef struct mx_engine mx_engine;
@@ -68,15 +77,16 @@ int mx_engine_max_ctx(const mx_engine *e);
 int mx_engine_slots(const mx_engine *e);
 int mx_engine_kv_size(const mx_engine *e);  // positions in the KV pool
 
-// Admits a sequence into a free slot. Returns 0 (admitted), 1 (no free slot or not enough free KV
-// blocks: try again after a release) or -1 (it can never run: err names the numbers).
+// Admits a sequence into a free slot. Returns 0 (admitted), 1 (no free slot, not enough free KV
+// blocks for its prompt, or a preempted sequence waiting: try again after a step or a release) or
+// -1 (it can never run: err names the numbers).
 int mx_engine_admit(mx_engine *e, mx_seq *s, mx_error *err);
 // Takes a sequence out; an unfinished one ends as MX_FINISH_CANCELLED. Its slot becomes free and its
 // blocks go back to the pool (its full blocks stay cached for the prefix cache).
 void mx_engine_release(mx_engine *e, mx_seq *s);
 // Ends an admitted sequence now (for example a deadline: MX_FINISH_LENGTH); it stays admitted.
 void mx_engine_end(mx_engine *e, mx_seq *s, mx_finish why);
-// Admitted sequences that have not finished.
+// Admitted sequences that have not finished (preempted ones included).
 int mx_engine_running(const mx_engine *e);
 // One step over every admitted unfinished sequence. Finished sequences stay admitted (their
 // finish reason set) until released. Returns -1 (err set) when the model failed; the sequences of

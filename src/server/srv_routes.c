@@ -49,6 +49,8 @@ enum MHD_Result srv_route_metrics(mx_server *s, struct MHD_Connection *c) {
     metric(&b, "prefix_cache_misses_total", "counter", "Full prompt KV blocks computed", (double)st.prefix_misses);
     metric(&b, "prefix_cache_evictions_total", "counter", "Cached KV blocks evicted for new contents",
            (double)st.prefix_evictions);
+    metric(&b, "preemptions_total", "counter", "Running requests whose KV blocks were taken back (resumed later)",
+           (double)st.preemptions);
     metric(&b, "kv_blocks_total", "gauge", "KV pool blocks (--kv-size / block size)", st.kv_blocks);
     metric(&b, "kv_blocks_used", "gauge", "KV blocks held by running sequences", st.kv_blocks_used);
     metric(&b, "kv_blocks_cached", "gauge", "Unreferenced KV blocks kept for the prefix cache", st.kv_blocks_cached);

@@ -91,6 +91,7 @@ static void copy_engine_stats(srv_sched *s) {
     s->st.prefix_hits = es.prefix_hits;
     s->st.prefix_misses = es.prefix_misses;
     s->st.prefix_evictions = es.prefix_evictions;
+    s->st.preemptions = es.preemptions;
 }
 
 // Queue and slot upkeep between steps (scheduler lock held).

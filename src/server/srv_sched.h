@@ -40,10 +40,13 @@ typedef struct srv_stats {
     // the KV pool and its prefix cache (mx_engine_stats)
     int kv_blocks, kv_block_size, kv_blocks_used, kv_blocks_cached, kv_blocks_free;
     uint64_t prefix_hits, prefix_misses, prefix_evictions;
+    uint64_t preemptions;    // running sequences whose KV blocks were taken back (they resume later)
 } srv_stats;
 
-// Creates the context and starts the thread. The model and tokenizer are borrowed. A job that does
-// not fit the KV pool now waits in the queue; one that never can is answered 400 with the numbers.
+// Creates the context and starts the thread. The model and tokenizer are borrowed. A job whose
+// prompt does not fit the KV pool now waits in the queue; one that never can is answered 400 with the
+// numbers. A running job may be preempted by the engine when the pool runs out (engine.h); it stays
+// active (its stream pauses) and resumes ahead of the queue.
 srv_sched *srv_sched_create(mx_model *m, const mx_tokenizer *tok, const srv_sched_opts *o, mx_error *err);
 // Stops the thread (active and queued jobs finish as cancelled) and frees everything.
 void srv_sched_free(srv_sched *s);

@@ -2,7 +2,8 @@
 # Server tests against a live mlxcel-server on an ephemeral port (the unit tests of the output
 # parser and request validation are tests/unit/test_server_output.c):
 #   server_curl    curl + python3: routes, bad requests, streaming, stops, seeds, disconnects, 503;
-#   server_engine  tests/server/engine_suite.py: CLI == server for one seed, prefix reuse, waiting, cancellation;
+#   server_engine  tests/server/engine_suite.py: CLI == server for one seed, prefix reuse, waiting, cancellation,
+#                  preemption in a small KV pool;
 #   server_openai  the official `openai` npm package (installed by server_npm_install into
 #                  tests/server/node_modules): chat/completions, streaming, errors, and 16
 #                  concurrent clients whose temperature-0 answers must equal the answers alone.

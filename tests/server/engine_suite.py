@@ -8,10 +8,12 @@
   - a request that finds no free sequence slot waits in the queue and is then served;
   - cancellation (client closes a stream) frees the slot at once;
   - the paged KV pool: block-level prefix-cache hits in /metrics, a prompt whose every block is
-    cached (copy-on-write of its last block) answers like a fresh one, a request that does not fit
-    the pool now waits for blocks, one that never fits gets a 400 naming the numbers, a cancelled
-    stream gives its blocks back (/health), and `--parallel 16 --ctx 4096 --kv-size 8192` serves a
-    3,500-token prompt and 16 concurrent short requests.
+    cached (copy-on-write of its last block) answers like a fresh one, one that never fits gets a 400
+    naming the numbers, a cancelled stream gives its blocks back (/health), and `--parallel 16 --ctx 4096 --kv-size 8192` serves a
+    3,500-token prompt and 16 concurrent short requests;
+  - preemption: with a pool too small for every running request to reach max_tokens, concurrent
+    requests (greedy, seeded, streamed) all complete with the large pool's answers, /metrics counts
+    the preemptions, and cancelling preempted and queued requests frees every block.
 
 usage: engine_suite.py PATH/TO/mlxcel PATH/TO/mlxcel-server   (run from the repository root)"""
 import http.client, json, os, re, subprocess, sys, threading, time
@@ -206,32 +208,89 @@ finally:
     srv.stop()
     plain.stop()
 
-# A small pool: 16 blocks of 16 positions for 4 sequences of up to 512.
+def sse_text(data):
+    """The text of a completions stream (de-chunked body), and the event count."""
+    events = [l[6:] for l in data.decode().split('\n') if l.startswith('data: ') and l[6:].strip() != '[DONE]']
+    return ''.join(c.get('text', '') for e in events for c in json.loads(e).get('choices', [])), len(events)
+
+
+def wait_until(cond, limit=120):
+    """Polls cond() until it holds (or limit seconds pass); returns its last value."""
+    end, v = time.time() + limit, cond()
+    while not v and time.time() < end:
+        time.sleep(0.05)
+        v = cond()
+    return v
+
+
+# A small pool: 16 blocks of 16 positions for 4 sequences of up to 512; a large one for reference.
 small = Server('--parallel', '4', '--ctx', '512', '--kv-size', '256', '--backend', 'cpu')
+large = Server('--parallel', '4', '--ctx', '512', '--backend', 'cpu')
 try:
     st, data = small.request('POST', '/v1/completions', {'prompt': 'Hello', 'max_tokens': 400})
     msg = data.decode()
     check('a request that can never fit the pool: 400 with the numbers',
           st == 400 and 'KV pool holds 256 positions' in msg and 'prompt' in msg, (st, msg))
-    # Two requests of ~150 positions (10 blocks each) cannot run together: the second waits.
-    long_prompt = ' '.join(['word%d' % i for i in range(40)])
-    alone = small.complete(prompt=long_prompt, max_tokens=100, temperature=0, ignore_eos=True)
-    out, seen_wait = [None, None], [False]
+    # Six requests of ~150 positions (~10 blocks) each: three or four prompts fit at once, their
+    # outputs do not, so running requests are preempted and resume. Greedy and seeded sampling,
+    # streamed and not: every answer is the large pool's, with no text lost or repeated in a stream.
+    bodies = []
+    for k in range(6):
+        body = dict(prompt=' '.join('word%d' % (i + 7 * k) for i in range(40)), max_tokens=100, ignore_eos=True)
+        body.update({'temperature': 0} if k % 2 == 0 else {'temperature': 0.8, 'top_p': 0.9, 'seed': 11 + k})
+        bodies.append(body)
+    refs = [large.complete(**b) for b in bodies]
+    p0 = small.metric('preemptions_total')
+    out, events = [None] * 6, [0] * 6
 
     def run(k):
-        out[k] = small.complete(prompt=long_prompt, max_tokens=100, temperature=0, ignore_eos=True)
-    ts = [threading.Thread(target=run, args=(k,)) for k in range(2)]
+        if k % 2 == 0:
+            out[k] = small.complete(**bodies[k])
+            return
+        st, data = small.request('POST', '/v1/completions', dict(bodies[k], stream=True), timeout=300)
+        if st == 200:
+            out[k], events[k] = sse_text(data)
+    ts = [threading.Thread(target=run, args=(k,)) for k in range(6)]
     for t in ts:
         t.start()
-    while any(t.is_alive() for t in ts):
+    for t in ts:
+        t.join()
+    p1 = small.metric('preemptions_total')
+    check('a pool too small for every request: all of them complete', all(o for o in out), out)
+    check('and running requests were preempted (/metrics)', p0 == 0 and p1 and p1 > 0, (p0, p1))
+    check('preempted answers are the large pool\'s (greedy and seeded)',
+          all(refs) and [out[k] for k in (0, 2, 4)] == [refs[k] for k in (0, 2, 4)], (out, refs))
+    check('preempted streams lose and repeat no text', [out[k] for k in (1, 3, 5)] == [refs[k] for k in (1, 3, 5)]
+          and min(events[k] for k in (1, 3, 5)) >= 50, (out, refs, events))
+    check('the large pool preempted nothing', large.metric('preemptions_total') == 0)
+
+    # Cancelling requests while some are preempted and others queued gives every block back: six
+    # streams of up to 200 tokens (13 blocks each) are opened; once one was preempted, all are closed.
+    g0, c0, p0 = small.metric('generated_tokens_total'), small.metric('requests_cancelled_total'), p1
+    conns = []
+    for k in range(6):
+        c = http.client.HTTPConnection('127.0.0.1', small.port, timeout=120)
+        c.request('POST', '/v1/completions', json.dumps({'prompt': 'Story %d:' % k, 'max_tokens': 200,
+                                                         'ignore_eos': True, 'stream': True}),
+                  {'Content-Type': 'application/json'})
+        conns.append(c)
+    preempted = wait_until(lambda: small.metric('preemptions_total') > p0)
+    queued = json.loads(small.request('GET', '/health')[1])['queue']
+    for c in conns:
+        c.close()
+
+    def idle():
         h = json.loads(small.request('GET', '/health')[1])
-        if h['queue'] == 1 and h['slots_processing'] == 1:
-            seen_wait[0] = True
-        time.sleep(0.02)
-    check('a request that does not fit the pool now waits for blocks, then is served',
-          seen_wait[0] and alone and out[0] == alone and out[1] == alone, (seen_wait, out, alone))
+        return h['queue'] == 0 and h['slots_processing'] == 0 and h['kv_cache']['blocks_used'] == 0
+    freed = wait_until(idle)
+    g1, c1 = small.metric('generated_tokens_total'), small.metric('requests_cancelled_total')
+    check('cancelling preempted and queued requests frees every block and slot',
+          preempted and queued > 0 and freed and c1 - c0 >= 4 and g1 - g0 < 6 * 200,
+          (preempted, queued, freed, c0, c1, g0, g1))
+    check('and the pool serves the next request', small.complete(prompt='Hello', max_tokens=8, temperature=0))
 finally:
     small.stop()
+    large.stop()
 
 # The issue's shape: 16 sequences, 4,096 positions each at most, 8,192 in the pool.
 big = Server('--parallel', '16', '--ctx', '4096', '--kv-size', '8192', '--backend', 'cpu')
