@@ -213,7 +213,7 @@ static int find_prefix(mx_engine *e, int slot, const mx_seq *s, int have, int li
 // True while a preempted sequence waits: new sequences queue behind it.
 static bool any_preempted(const mx_engine *e) {
     for (int i = 0; i < e->n_slots; i++)
-        if (e->slots[i] && e->preempted[i]) return true;
+        if (e->slots[i] && e->preempted[i] && e->slots[i]->finish == MX_FINISH_NONE) return true;
     return false;
 }
 
