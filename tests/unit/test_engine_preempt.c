@@ -5,7 +5,8 @@
 // (greedy and seeded sampling, with and without the prefix cache, so the resume recomputes either
 // from its cached blocks or from nothing); while a sequence is preempted a new one waits; releasing
 // a preempted sequence (a cancelled request) gives every block back; a sequence that can never fit
-// is refused with the numbers.
+// is refused with the numbers; sequences without max_new all start in a pool smaller than their
+// contexts together.
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,10 +15,11 @@
 
 enum { N_SEQ = 4, N_PROMPT = 20, MAX_NEW = 40, CTX = 256 };
 
-static mx_seq *make_seq(int k) {
+// Sequence k: n_prompt tokens, up to max_new generated (-1: until the context is full).
+static mx_seq *make_seq_n(int k, int n_prompt, int max_new, int ctx) {
     int32_t prompt[N_PROMPT];
-    for (int t = 0; t < N_PROMPT; t++) prompt[t] = (int32_t)((37 * k + 11 * t + 5) % 3000 + 200);
-    mx_seq_opts o = {.sampling = mx_sampling_defaults(), .max_new = MAX_NEW, .ignore_eos = true, .n_logprobs = -1};
+    for (int t = 0; t < n_prompt; t++) prompt[t] = (int32_t)((37 * k + 11 * t + 5) % 3000 + 200);
+    mx_seq_opts o = {.sampling = mx_sampling_defaults(), .max_new = max_new, .ignore_eos = true, .n_logprobs = -1};
     if (k % 2) {  // seeded sampling on every other sequence
         o.sampling.temp = 0.8f;
         o.sampling.top_p = 0.9f;
@@ -25,9 +27,42 @@ static mx_seq *make_seq(int k) {
         o.sampling.has_seed = true;
     }
     mx_error err = {{0}};
-    mx_seq *s = mx_seq_create(NULL, prompt, N_PROMPT, &o, CTX, &err);
+    mx_seq *s = mx_seq_create(NULL, prompt, n_prompt, &o, ctx, &err);
     CHECK_MSG(s != NULL, "%s", err.msg);
     return s;
+}
+
+static mx_seq *make_seq(int k) { return make_seq_n(k, N_PROMPT, MAX_NEW, CTX); }
+
+// Sequences without max_new (they may fill the context, 64 positions = 4 blocks) in a pool of 8
+// blocks: all four start at once (a reservation of their whole context would admit two), and each
+// fills its context with the tokens a large pool gives. out: 44 tokens per sequence.
+static uint64_t run_unbounded(mx_model *m, int kv_size, int32_t out[N_SEQ][64]) {
+    mx_error err = {{0}};
+    mx_engine_opts eo = {.n_slots = N_SEQ, .max_ctx = 64, .prefill_chunk = 16, .prefix_reuse = true, .threads = 1,
+                         .kv_size = kv_size};
+    mx_engine *e = mx_engine_create(m, &eo, &err);
+    CHECK_MSG(e != NULL, "%s", err.msg);
+    if (!e) return 0;
+    mx_seq *seqs[N_SEQ];
+    for (int k = 0; k < N_SEQ; k++) {
+        seqs[k] = make_seq_n(k, 12, -1, 64);
+        CHECK_MSG(mx_engine_admit(e, seqs[k], &err) == 0, "sequence %d without max_new waits", k);
+    }
+    CHECK(mx_engine_running(e) == N_SEQ);
+    CHECK_MSG(mx_engine_run(e, &err) == 0, "%s", err.msg);
+    for (int k = 0; k < N_SEQ; k++) {
+        int n = 0;
+        const int32_t *g = mx_seq_generated(seqs[k], &n);
+        CHECK_MSG(n == 64 - 12 && mx_seq_finish_reason(seqs[k]) == MX_FINISH_LENGTH, "sequence %d: %d tokens", k, n);
+        memcpy(out[k], g, sizeof(int32_t) * (size_t)(n < 64 ? n : 64));
+        mx_engine_release(e, seqs[k]);
+        mx_seq_free(seqs[k]);
+    }
+    mx_engine_stats st;
+    mx_engine_stats_get(e, &st);
+    mx_engine_free(e);
+    return st.preemptions;
 }
 
 // Runs N_SEQ sequences together on an engine with a pool of kv_size positions; their generated ids
@@ -113,6 +148,10 @@ int main(void) {
     CHECK_MSG(p2 > 0, "no preemption without the prefix cache");
     CHECK_MSG(memcmp(ref, got, sizeof ref) == 0, "outputs differ after preemption (full recompute)");
     cancel_preempted(m);
+    static int32_t uref[N_SEQ][64], ugot[N_SEQ][64];
+    CHECK(run_unbounded(m, 4096, uref) == 0);
+    CHECK_MSG(run_unbounded(m, 8 * 16, ugot) > 0, "no preemption for sequences without max_new");
+    CHECK_MSG(memcmp(uref, ugot, sizeof uref) == 0, "outputs without max_new differ after preemption");
 
     // A sequence that could never reach max_new in the pool is refused with the numbers.
     mx_engine_opts eo = {.n_slots = 1, .max_ctx = CTX, .prefix_reuse = true, .threads = 1, .kv_size = 2 * 16};
