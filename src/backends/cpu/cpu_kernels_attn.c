@@ -87,24 +87,6 @@ ATTN_INLINE static void load_block(float *dst, const cpu_attn_args *a, const voi
     }
 }
 
-// Software prefetch of the block of up to 16 keys from p0 (rows and, for I16, their scales). In a
-// paged cache a block of one KV head is one 4 KB page (16 keys x head_dim 128 x 2 bytes) and the
-// next block of the sequence is elsewhere (another page, picked by the block table), so the
-// hardware prefetcher, which follows streams within a page, restarts at every block; decode, whose
-// few queries spend little time per block, waits on each page's first lines. Fetching blocks
-// ATTN_PREFETCH_BLOCKS ahead keeps those loads in flight.
-#define ATTN_PREFETCH_BLOCKS 2
-ATTN_INLINE static void prefetch_block(const cpu_attn_args *a, const void *src, const float *sc, int p0, int hi) {
-    if (p0 > hi) return;
-    int nb = hi - p0 + 1 < 16 ? hi - p0 + 1 : 16;
-    size_t es = a->kv_dtype == MX_DTYPE_F32 ? 4 : 2, row = (size_t)a->hd * es;
-    for (int i = 0; i < nb; i++) {
-        const char *k = (const char *)src + cpu_attn_key(a, p0 + i) * (int64_t)es;
-        for (size_t o = 0; o < row; o += 64) _mm_prefetch(k + o, _MM_HINT_T0);
-        if (a->kv_dtype == MX_DTYPE_I16) _mm_prefetch((const char *)(sc + cpu_attn_scale(a, p0 + i)), _MM_HINT_T0);
-    }
-}
-
 // Scores of one query against the 16 keys of a block (rows of `chunks` x 16 floats, zero padded).
 ATTN_INLINE static __m512 block_scores(const float *q, const float *Kb, int chunks, __mmask16 tail) {
     __m512 dots[16];
@@ -132,8 +114,6 @@ ATTN_INLINE static void attn_rows_body(const cpu_attn_args *a, float *scratch, i
     }
     for (int p0 = lo; p0 <= hi; p0 += 16) {
         int nb = hi - p0 + 1 < 16 ? hi - p0 + 1 : 16;
-        prefetch_block(a, a->K, a->K_scale, p0 + 16 * ATTN_PREFETCH_BLOCKS, hi);
-        prefetch_block(a, a->V, a->V_scale, p0 + 16 * ATTN_PREFETCH_BLOCKS, hi);
         load_block(Kb, a, a->K, a->K_scale, p0, nb, hd);
         load_block(Vb, a, a->V, a->V_scale, p0, nb, hd);
         for (int j = 0; j < nq; j++) {
