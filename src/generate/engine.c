@@ -8,6 +8,9 @@
 // own parameters (mx_ctx_forward_choose: only ids and logprobs come back). A backend without that
 // record, or a step with more edits than it takes, downloads the logits and the engine's host
 // sampler (the same rule, core/sample_rows.h) runs the rows over the engine's threads.
+//
+// The KV blocks of the sequences (prefix lookups, growth, preemption, resumption, publishing) are
+// engine_blocks.c's; admission and the step here decide when they are called.
 #include "generate/engine.h"
 
 #include <stdint.h>
@@ -16,42 +19,7 @@
 #include <string.h>
 
 #include "core/clock.h"
-#include "core/thread_pool.h"
-#include "generate/kv_pool.h"
-#include "generate/seq_internal.h"
-
-struct mx_engine {
-    mx_model *m;
-    mx_ctx *ctx;
-    int n_slots, max_ctx, chunk, vocab;
-    bool prefix_reuse;
-    mx_seq **slots;            // [n_slots] admitted sequences
-    // KV blocks (kv_pool.h): each slot's block table, as the context has it too
-    mx_kv_pool *kvp;
-    int n_blocks, table_len;
-    int32_t **blocks;          // [n_slots][table_len] blocks of positions [i * MX_KV_BLOCK, ...)
-    int *n_held;               // [n_slots] entries of blocks[slot] in use
-    uint64_t *age;             // [n_slots] admission order of the slot's sequence (smaller: older)
-    uint64_t n_admitted;
-    bool *preempted;           // [n_slots] its blocks were taken back; waits to recompute its tokens
-    int *order;                // [n_slots] step scratch: occupied slots, oldest first
-    uint64_t **chain;          // [n_slots][table_len] hash-chain key of each full block
-    int *n_hashed;             // [n_slots] full blocks whose key is in chain (published if prefix_reuse)
-    bool *fresh;               // [n_slots] admitted, no step yet: its prefix lookup may still grow
-    mx_pool *pool;
-    // step buffers
-    int32_t *b_tok, *b_pos, *b_slot, *b_rows;  // [n_slots + chunk]
-    int *b_end;                                // [n_slots] tokens fed after this step, -1: none
-    mx_seq **row_seq;                          // [n_slots]
-    float *logits;                             // [n_slots, vocab]
-    int32_t *ids;                              // [n_slots]
-    mx_sample_row *rows;                       // [n_slots]
-    mx_sample_out *outs;                       // [n_slots]
-    mx_logit_mod *mods;                        // [cap_mods]
-    int cap_mods;
-    void *scratch;                             // host sampler scratch, per pool thread
-    mx_engine_stats st;
-};
+#include "generate/engine_internal.h"
 
 mx_engine *mx_engine_create(mx_model *m, const mx_engine_opts *o, mx_error *err) {
     if (o->n_slots < 1 || o->max_ctx < 2) {
@@ -156,73 +124,12 @@ int mx_engine_default_kv_size(const mx_model *m, int n_slots, int max_ctx) {
 
 int mx_engine_kv_size(const mx_engine *e) { return e->n_blocks * MX_KV_BLOCK; }
 
-// Positions a sequence may fill: its prompt and every token it may generate but the last (which is
-// never fed back), within the context.
-static int positions_needed(const mx_engine *e, const mx_seq *s) {
-    int64_t n = (int64_t)s->n_prompt + s->max_gen - 1;
-    return n < e->max_ctx ? (int)n : e->max_ctx;
-}
-
-static int blocks_for(int positions) { return (positions + MX_KV_BLOCK - 1) / MX_KV_BLOCK; }
-
-// Blocks kept free beyond a new or resumed sequence's first blocks while others run, so that the
-// running ones can grow a while before anyone is preempted.
-static int watermark(const mx_engine *e) {
-    int w = (int)(e->n_blocks * MX_ENGINE_KV_WATERMARK);
-    return w > 0 ? w : 1;
-}
-
-// Tokens a sequence has fed (or must feed again after a preemption) before its next row: the prompt,
-// then every generated token but the last (the last is fed by the next decode step).
-static int fed_target(const mx_seq *s) { return s->n_prompt + (s->n_gen > 0 ? s->n_gen - 1 : 0); }
-
-// Token at position p of a sequence's cache: the prompt, then the generated tokens.
-static int32_t token_at(const mx_seq *s, int p) { return p < s->n_prompt ? s->prompt[p] : s->gen[p - s->n_prompt]; }
-
-// True when a sequence other than `slot` is running (admitted, unfinished, not preempted).
-static bool others_running(const mx_engine *e, int slot) {
-    for (int j = 0; j < e->n_slots; j++)
-        if (j != slot && e->slots[j] && e->slots[j]->finish == MX_FINISH_NONE && !e->preempted[j]) return true;
-    return false;
-}
-
-// Gives back every block of a slot.
-static void drop_blocks(mx_engine *e, int slot) {
-    for (int i = 0; i < e->n_held[slot]; i++) mx_kv_pool_unref(e->kvp, e->blocks[slot][i]);
-    e->n_held[slot] = e->n_hashed[slot] = 0;
-    mx_ctx_set_blocks(e->ctx, slot, NULL, 0, NULL);
-}
-
-// Extends the slot's table (holding `have` blocks) with the sequence's next full blocks (prompt, then
-// generated tokens) found in the prefix cache, in order, until the first miss or `limit` blocks: one
-// reference each, their keys in the slot's chain. Returns the blocks held now.
-static int find_prefix(mx_engine *e, int slot, const mx_seq *s, int have, int limit) {
-    uint64_t parent = have > 0 ? e->chain[slot][have - 1] : MX_KV_HASH_ROOT;
-    int32_t toks[MX_KV_BLOCK];
-    while (e->prefix_reuse && have < limit) {
-        for (int k = 0; k < MX_KV_BLOCK; k++) toks[k] = token_at(s, have * MX_KV_BLOCK + k);
-        uint64_t h = mx_kv_hash(parent, toks, MX_KV_BLOCK);
-        int b = mx_kv_pool_lookup(e->kvp, h, toks);
-        if (b < 0) break;
-        e->blocks[slot][have] = b;
-        e->chain[slot][have++] = parent = h;
-    }
-    return have;
-}
-
-// True while a preempted sequence waits: new sequences queue behind it.
-static bool any_preempted(const mx_engine *e) {
-    for (int i = 0; i < e->n_slots; i++)
-        if (e->slots[i] && e->preempted[i] && e->slots[i]->finish == MX_FINISH_NONE) return true;
-    return false;
-}
-
 int mx_engine_admit(mx_engine *e, mx_seq *s, mx_error *err) {
     if (s->n_prompt + 1 > e->max_ctx)
         return mx_fail(err, "the prompt has %d tokens but a sequence holds %d (prompt + at least 1 generated token)",
                        s->n_prompt, e->max_ctx);
-    int positions = positions_needed(e, s);
-    if (blocks_for(positions) > e->n_blocks)
+    int positions = eng_positions_needed(e, s);
+    if (eng_blocks_for(positions) > e->n_blocks)
         return mx_fail(err,
                        "the request needs KV room for %d positions (%d prompt tokens + up to %d generated) but the KV "
                        "pool holds %d positions (--kv-size); shorten the prompt or max_tokens",
@@ -231,39 +138,39 @@ int mx_engine_admit(mx_engine *e, mx_seq *s, mx_error *err) {
     int slot = -1;
     for (int i = 0; i < e->n_slots && slot < 0; i++)
         if (!e->slots[i]) slot = i;
-    if (slot < 0 || any_preempted(e)) return 1;
-    int hits = find_prefix(e, slot, s, 0, s->n_prompt / MX_KV_BLOCK);
+    if (slot < 0 || eng_any_preempted(e)) return 1;
+    int hits = eng_find_prefix(e, slot, s, 0, s->n_prompt / MX_KV_BLOCK);
     // Every prompt block cached: the last prompt token is computed again (it makes the first row),
     // so its block, shared, is copied first; if that copy does not fit, its block is computed instead.
     bool cow = hits > 0 && hits * MX_KV_BLOCK >= s->n_prompt;
     // The prompt's blocks must be free now (plus the watermark while others run); the blocks of the
     // generated tokens are taken as they fill, preempting the youngest sequence when the pool is out.
-    int margin = others_running(e, -1) ? watermark(e) : 0, prompt_blocks = blocks_for(s->n_prompt);
+    int margin = eng_others_running(e, -1) ? eng_watermark(e) : 0, prompt_blocks = eng_blocks_for(s->n_prompt);
     if (cow && 1 + margin > mx_kv_pool_available(e->kvp)) {
         mx_kv_pool_unref(e->kvp, e->blocks[slot][--hits]);
         cow = false;
     }
     e->n_held[slot] = hits;
     if (prompt_blocks - hits + (cow ? 1 : 0) + margin > mx_kv_pool_available(e->kvp)) {  // waits for blocks
-        drop_blocks(e, slot);
+        eng_drop_blocks(e, slot);
         return 1;
     }
     if (cow) {
         int from, b = mx_kv_pool_writable(e->kvp, e->blocks[slot][hits - 1], &from, err);
         if (b < 0) {
-            drop_blocks(e, slot);
+            eng_drop_blocks(e, slot);
             return -1;
         }
         e->blocks[slot][hits - 1] = b;
         if (from >= 0 && mx_ctx_copy_block(e->ctx, from, b, err)) {
-            drop_blocks(e, slot);
+            eng_drop_blocks(e, slot);
             return -1;
         }
     }
     e->n_hashed[slot] = hits;
     e->slots[slot] = s;
     if (mx_ctx_set_blocks(e->ctx, slot, e->blocks[slot], hits, err) || reserve_mods(e, err)) {
-        drop_blocks(e, slot);
+        eng_drop_blocks(e, slot);
         e->slots[slot] = NULL;
         return -1;
     }
@@ -282,22 +189,15 @@ int mx_engine_admit(mx_engine *e, mx_seq *s, mx_error *err) {
 void mx_engine_release(mx_engine *e, mx_seq *s) {
     if (s->slot < 0) return;
     mx_seq_end(s, MX_FINISH_CANCELLED);
-    drop_blocks(e, s->slot);
+    eng_drop_blocks(e, s->slot);
     e->preempted[s->slot] = false;
     e->slots[s->slot] = NULL;
     s->slot = -1;
 }
 
-// Gives back the blocks of every finished sequence at once (its full blocks stay in the prefix
-// cache), so that they serve the running ones before the consumer releases it.
-static void drop_finished(mx_engine *e) {
-    for (int i = 0; i < e->n_slots; i++)
-        if (e->slots[i] && e->slots[i]->finish != MX_FINISH_NONE && e->n_held[i] > 0) drop_blocks(e, i);
-}
-
 void mx_engine_end(mx_engine *e, mx_seq *s, mx_finish why) {
     mx_seq_end(s, why);
-    drop_finished(e);
+    eng_drop_finished(e);
 }
 
 int mx_engine_running(const mx_engine *e) {
@@ -332,137 +232,9 @@ static void put(mx_engine *e, int *n, mx_seq *s, int32_t tok, int pos) {
     (*n)++;
 }
 
-// The sequence to preempt when `slot` needs a block and the pool has none: the youngest running
-// sequence (last admitted) that holds blocks, or `slot` itself when it is the youngest. -1 when
-// `slot` is the only running sequence holding blocks (then nothing can be freed for it).
-static int pick_victim(const mx_engine *e, int slot) {
-    int v = slot;
-    bool other = false;
-    for (int j = 0; j < e->n_slots; j++) {
-        const mx_seq *t = e->slots[j];
-        if (j == slot || !t || t->finish != MX_FINISH_NONE || e->preempted[j] || e->n_held[j] == 0) continue;
-        other = true;
-        if (e->age[j] > e->age[v]) v = j;
-    }
-    return other ? v : -1;
-}
-
-// Takes every block of a running sequence back; it keeps its slot, its sampling state and its
-// output, and later recomputes its tokens (resume_preempted). Its full blocks were published as they
-// filled, so with the prefix cache they stay cached and the recompute finds them unless evicted.
-static void preempt(mx_engine *e, int slot) {
-    drop_blocks(e, slot);
-    e->slots[slot]->n_fed = 0;
-    e->preempted[slot] = true;
-    e->fresh[slot] = false;
-    e->st.preemptions++;
-}
-
-// Gives the slot blocks for positions up to end - 1, preempting the youngest running sequences when
-// the pool is out. Returns 0, 1 when the slot's own sequence was preempted, -1 when it cannot grow
-// (err names the numbers).
-static int grow_blocks(mx_engine *e, int slot, int end, mx_error *err) {
-    bool grown = false;
-    while (e->n_held[slot] * MX_KV_BLOCK < end) {
-        int b = mx_kv_pool_alloc(e->kvp, err);
-        if (b < 0) {
-            int v = pick_victim(e, slot);
-            if (v < 0) return -1;
-            preempt(e, v);
-            if (v == slot) return 1;
-            continue;
-        }
-        e->blocks[slot][e->n_held[slot]++] = b;
-        grown = true;
-    }
-    return grown ? mx_ctx_set_blocks(e->ctx, slot, e->blocks[slot], e->n_held[slot], err) : 0;
-}
-
-// Resumes preempted sequences, oldest first, while their cached blocks plus the blocks they must
-// recompute (and the watermark, while others run) fit: each takes its cached full blocks and feeds the
-// rest of its tokens again from there, without rows (its next row is that of its next token). A
-// sequence alone resumes whatever the pool holds (grow_blocks reports what does not fit).
-static void resume_preempted(mx_engine *e) {
-    for (;;) {
-        int slot = -1;
-        for (int i = 0; i < e->n_slots; i++)
-            if (e->slots[i] && e->preempted[i] && e->slots[i]->finish == MX_FINISH_NONE &&
-                (slot < 0 || e->age[i] < e->age[slot]))
-                slot = i;
-        if (slot < 0) return;
-        mx_seq *s = e->slots[slot];
-        int target = fed_target(s);
-        // before its first row the last prompt token is always computed (it makes that row)
-        int limit = s->n_gen > 0 ? target / MX_KV_BLOCK : (s->n_prompt - 1) / MX_KV_BLOCK;
-        int hits = find_prefix(e, slot, s, 0, limit);
-        e->n_held[slot] = hits;
-        bool others = others_running(e, slot);
-        if (others && blocks_for(target + 1) - hits + watermark(e) > mx_kv_pool_available(e->kvp)) {
-            drop_blocks(e, slot);
-            return;  // younger preempted sequences wait behind it
-        }
-        e->n_hashed[slot] = hits;
-        mx_ctx_set_blocks(e->ctx, slot, e->blocks[slot], hits, NULL);
-        s->n_fed = hits * MX_KV_BLOCK;
-        e->preempted[slot] = false;
-    }
-}
-
-// True when another sequence is computing, in a block of its prompt, the block of s's prompt that s
-// would compute next (same tokens from the start): n > 1 choices of one request, or concurrent
-// requests with one system prompt. s waits for it and then finds the block in the prefix cache.
-static bool block_in_flight(const mx_engine *e, int slot) {
-    const mx_seq *s = e->slots[slot];
-    int upto = (s->n_fed / MX_KV_BLOCK + 1) * MX_KV_BLOCK;  // end of s's next block
-    if (!e->prefix_reuse || s->n_fed % MX_KV_BLOCK != 0 || upto > s->n_prompt - 1) return false;
-    for (int j = 0; j < e->n_slots; j++) {
-        const mx_seq *t = e->slots[j];
-        if (j == slot || !t || e->fresh[j] || e->preempted[j] || t->finish != MX_FINISH_NONE || t->n_fed >= upto || t->n_prompt < upto)
-            continue;
-        if (memcmp(t->prompt, s->prompt, sizeof *s->prompt * (size_t)upto) == 0) return true;
-    }
-    return false;
-}
-
-// Before a sequence's first step: looks the prompt up again (blocks published since admission or
-// the last call); returns false while another sequence computes its next prompt block, else
-// counts the prefix-cache outcome and lets it start.
-static bool start_sequence(mx_engine *e, int slot) {
-    mx_seq *s = e->slots[slot];
-    int have = e->n_held[slot];
-    if (s->n_fed == have * MX_KV_BLOCK && e->n_hashed[slot] == have) {  // not after a copy-on-write
-        int now = find_prefix(e, slot, s, have, (s->n_prompt - 1) / MX_KV_BLOCK), more = now - have;
-        if (more > 0) {
-            e->n_held[slot] = e->n_hashed[slot] = now;
-            mx_ctx_set_blocks(e->ctx, slot, e->blocks[slot], now, NULL);
-            s->n_fed = s->reused = now * MX_KV_BLOCK;
-            e->st.reused_tokens += (uint64_t)more * MX_KV_BLOCK;
-            e->st.prompt_tokens -= (uint64_t)more * MX_KV_BLOCK;
-        }
-    }
-    if (block_in_flight(e, slot)) return false;
-    if (e->prefix_reuse) mx_kv_pool_count(e->kvp, e->n_hashed[slot], s->n_prompt / MX_KV_BLOCK - e->n_hashed[slot]);
-    e->fresh[slot] = false;
-    return true;
-}
-
 static void out_of_blocks(mx_seq *s, const mx_error *err) {
     snprintf(s->error, sizeof s->error, "%s", err->msg);
     mx_seq_end(s, MX_FINISH_ERROR);
-}
-
-// Keys the slot's newly filled blocks in the hash chain and publishes them to the prefix cache.
-static void publish_full(mx_engine *e, int slot) {
-    const mx_seq *s = e->slots[slot];
-    while ((e->n_hashed[slot] + 1) * MX_KV_BLOCK <= s->n_fed) {
-        int i = e->n_hashed[slot];
-        int32_t toks[MX_KV_BLOCK];
-        for (int k = 0; k < MX_KV_BLOCK; k++) toks[k] = token_at(s, i * MX_KV_BLOCK + k);
-        uint64_t h = mx_kv_hash(i > 0 ? e->chain[slot][i - 1] : MX_KV_HASH_ROOT, toks, MX_KV_BLOCK);
-        e->chain[slot][i] = h;
-        if (e->prefix_reuse) mx_kv_pool_publish(e->kvp, e->blocks[slot][i], h, toks);
-        e->n_hashed[slot]++;
-    }
 }
 
 // Fills e->order with the occupied slots, oldest sequence first; returns their count.
@@ -480,7 +252,7 @@ static int slots_by_age(mx_engine *e) {
 int mx_engine_step(mx_engine *e, mx_error *err) {
     int n = 0, n_out = 0, prefill = 0;
     for (int i = 0; i < e->n_slots; i++) e->b_end[i] = -1;
-    resume_preempted(e);
+    eng_resume_preempted(e);
     // Oldest first: a sequence that needs a block when the pool is out preempts a younger one, which
     // has put nothing in this step yet.
     int n_occ = slots_by_age(e);
@@ -488,18 +260,18 @@ int mx_engine_step(mx_engine *e, mx_error *err) {
         int i = e->order[k];
         mx_seq *s = e->slots[i];
         if (s->finish != MX_FINISH_NONE || e->preempted[i]) continue;
-        if (e->fresh[i] && !start_sequence(e, i)) continue;  // waits for another's prompt blocks
-        int target = fed_target(s);
+        if (e->fresh[i] && !eng_start_sequence(e, i)) continue;  // waits for another's prompt blocks
+        int target = eng_fed_target(s);
         if (s->n_fed < target) {  // the prompt, or after a preemption the tokens fed before it
             int start = s->n_fed, end = (start / e->chunk + 1) * e->chunk;
             if (end > target) end = target;
             if (prefill > 0 && prefill + (end - start) > e->chunk) continue;
-            int g = grow_blocks(e, i, end, err);
+            int g = eng_grow_blocks(e, i, end, err);
             if (g) {
                 if (g < 0) out_of_blocks(s, err);
                 continue;
             }
-            for (int t = start; t < end; t++) put(e, &n, s, token_at(s, t), t);
+            for (int t = start; t < end; t++) put(e, &n, s, eng_token_at(s, t), t);
             prefill += end - start;
             e->b_end[i] = end;
             if (end == s->n_prompt && s->n_gen == 0) {
@@ -507,7 +279,7 @@ int mx_engine_step(mx_engine *e, mx_error *err) {
                 e->row_seq[n_out++] = s;
             }
         } else {
-            int g = grow_blocks(e, i, s->n_fed + 1, err);
+            int g = eng_grow_blocks(e, i, s->n_fed + 1, err);
             if (g) {
                 if (g < 0) out_of_blocks(s, err);
                 continue;
@@ -519,7 +291,7 @@ int mx_engine_step(mx_engine *e, mx_error *err) {
         }
     }
     if (n == 0) {
-        drop_finished(e);  // sequences ended by out_of_blocks
+        eng_drop_finished(e);  // sequences ended by out_of_blocks
         return 0;
     }
     int n_mods = 0;
@@ -540,19 +312,19 @@ int mx_engine_step(mx_engine *e, mx_error *err) {
     if (rc) {
         for (int i = 0; i < e->n_slots; i++)
             if (e->b_end[i] >= 0) mx_seq_end(e->slots[i], MX_FINISH_ERROR);
-        drop_finished(e);
+        eng_drop_finished(e);
         return -1;
     }
     for (int i = 0; i < e->n_slots; i++) {
         if (e->b_end[i] < 0) continue;
         e->slots[i]->n_fed = e->b_end[i];
-        publish_full(e, i);
+        eng_publish_full(e, i);
     }
     for (int k = 0; k < n_out; k++) {
         if (greedy) e->outs[k] = (mx_sample_out){.id = e->ids[k]};
         mx_seq_take(e->row_seq[k], e->m, &e->outs[k], e->max_ctx);
     }
-    drop_finished(e);
+    eng_drop_finished(e);
     e->st.steps++;
     e->st.generated_tokens += (uint64_t)n_out;
     e->st.busy_seconds += dt;
