@@ -52,7 +52,7 @@ static int on_merge(void *p, const char *a, size_t alen, const char *b, size_t b
     load_ctx *c = p;
     const mx_tokenizer *tok = c->tok;
     size_t index = c->n_merges++;
-    if (alen + blen > c->concat_cap) {
+    if (!c->concat || alen + blen > c->concat_cap) {  // allocated on the first merge, even an empty one
         size_t cap = (alen + blen) * 2 + 64;
         char *s = realloc(c->concat, cap);
         if (!s) return mx_fail(c->err, "out of memory");
