@@ -12,8 +12,8 @@
 #                            the commit and the machine into $OUT/LAST_RUN.md and
 #                            tests/gpu/LAST_RUN.md (the section of SCRIPT, other sections kept),
 #                            and exits 1 if anything failed, else 0.
-# The commit: `git rev-parse` when the tree is a git checkout, else $MLXCEL_COMMIT (the caller
-# names it when it copies a tree without .git), else "unknown".
+# The commit: $MLXCEL_COMMIT when the caller names it (a tree copied to a device machine may carry
+# no .git or a stale one), else `git rev-parse`, else "unknown".
 OUT=${OUT:-/tmp/mlxcel-device}
 LOGS=${LOGS:-/tmp/mlxcel-logs}
 mkdir -p "$OUT" "$LOGS"
@@ -55,7 +55,9 @@ step() {  # step NAME LIMIT CMD...
 
 steps_commit() {
     local c
-    if c=$(git rev-parse --short HEAD 2>/dev/null); then
+    if [ -n "${MLXCEL_COMMIT:-}" ]; then  # named by the caller: a copied tree's .git may be stale
+        echo "$MLXCEL_COMMIT"
+    elif c=$(git rev-parse --short HEAD 2>/dev/null); then
         git diff --quiet HEAD 2>/dev/null || c="$c (with uncommitted changes)"
         echo "$c"
     else
