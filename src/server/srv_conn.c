@@ -185,7 +185,7 @@ int mx_server_port(const mx_server *s) { return s->port; }
 int mx_server_kv_size(const mx_server *s) {
     srv_stats st;
     srv_sched_stats(s->sched, &st);
-    return st.kv_blocks * st.kv_block_size;
+    return st.engine.kv_blocks * st.engine.kv_block_size;
 }
 
 // Waits until no request is running or the deadline passes; returns the number still running.

@@ -19,9 +19,10 @@ enum MHD_Result srv_route_models(mx_server *s, struct MHD_Connection *c) {
 enum MHD_Result srv_route_health(mx_server *s, struct MHD_Connection *c) {
     srv_stats st;
     srv_sched_stats(s->sched, &st);
-    json_t *kv = json_pack("{s:i, s:i, s:i, s:i, s:i}", "block_size", st.kv_block_size, "blocks_total", st.kv_blocks,
-                           "blocks_used", st.kv_blocks_used, "blocks_cached", st.kv_blocks_cached, "blocks_free",
-                           st.kv_blocks_free);
+    const mx_engine_stats *e = &st.engine;
+    json_t *kv = json_pack("{s:i, s:i, s:i, s:i, s:i}", "block_size", e->kv_block_size, "blocks_total", e->kv_blocks,
+                           "blocks_used", e->kv_blocks_used, "blocks_cached", e->kv_blocks_cached, "blocks_free",
+                           e->kv_blocks_free);
     return srv_respond_json(s, c, 200,
                             json_pack("{s:s, s:i, s:i, s:i, s:o}", "status", "ok", "slots_idle", st.n_slots - st.active,
                                       "slots_processing", st.active, "queue", st.queued, "kv_cache", kv));
@@ -34,6 +35,7 @@ static void metric(srv_buf *b, const char *name, const char *type, const char *h
 enum MHD_Result srv_route_metrics(mx_server *s, struct MHD_Connection *c) {
     srv_stats st;
     srv_sched_stats(s->sched, &st);
+    const mx_engine_stats *e = &st.engine;
     srv_buf b = {0};
     metric(&b, "http_requests_total", "counter", "HTTP requests received", (double)atomic_load(&s->http_requests));
     metric(&b, "http_errors_total", "counter", "HTTP answers with an error status", (double)atomic_load(&s->http_errors));
@@ -41,26 +43,26 @@ enum MHD_Result srv_route_metrics(mx_server *s, struct MHD_Connection *c) {
     metric(&b, "requests_cancelled_total", "counter", "Generations cancelled (client gone)", (double)st.cancelled);
     metric(&b, "prompt_tokens_total", "counter", "Prompt tokens of admitted requests", (double)st.prompt_tokens);
     metric(&b, "prefix_cache_hit_tokens_total", "counter", "Prompt tokens reused from a cached prefix",
-           (double)st.reused_tokens);
+           (double)e->reused_tokens);
     metric(&b, "prefix_cache_miss_tokens_total", "counter", "Prompt tokens computed",
-           (double)(st.prompt_tokens - st.reused_tokens));
+           (double)(st.prompt_tokens - e->reused_tokens));
     metric(&b, "prefix_cache_hits_total", "counter", "Full prompt KV blocks found in the prefix cache",
-           (double)st.prefix_hits);
-    metric(&b, "prefix_cache_misses_total", "counter", "Full prompt KV blocks computed", (double)st.prefix_misses);
+           (double)e->prefix_hits);
+    metric(&b, "prefix_cache_misses_total", "counter", "Full prompt KV blocks computed", (double)e->prefix_misses);
     metric(&b, "prefix_cache_evictions_total", "counter", "Cached KV blocks evicted for new contents",
-           (double)st.prefix_evictions);
+           (double)e->prefix_evictions);
     metric(&b, "preemptions_total", "counter", "Running requests whose KV blocks were taken back (resumed later)",
-           (double)st.preemptions);
-    metric(&b, "kv_blocks_total", "gauge", "KV pool blocks (--kv-size / block size)", st.kv_blocks);
-    metric(&b, "kv_blocks_used", "gauge", "KV blocks held by running sequences", st.kv_blocks_used);
-    metric(&b, "kv_blocks_cached", "gauge", "Unreferenced KV blocks kept for the prefix cache", st.kv_blocks_cached);
-    metric(&b, "generated_tokens_total", "counter", "Tokens generated", (double)st.generated_tokens);
+           (double)e->preemptions);
+    metric(&b, "kv_blocks_total", "gauge", "KV pool blocks (--kv-size / block size)", e->kv_blocks);
+    metric(&b, "kv_blocks_used", "gauge", "KV blocks held by running sequences", e->kv_blocks_used);
+    metric(&b, "kv_blocks_cached", "gauge", "Unreferenced KV blocks kept for the prefix cache", e->kv_blocks_cached);
+    metric(&b, "generated_tokens_total", "counter", "Tokens generated", (double)e->generated_tokens);
     metric(&b, "queue_depth", "gauge", "Requests waiting for a slot", st.queued);
     metric(&b, "slots_processing", "gauge", "Slots generating", st.active);
     metric(&b, "slots_total", "gauge", "Slots (--parallel)", st.n_slots);
     metric(&b, "tokens_per_second", "gauge", "Average tokens per second of forward time (all sequences)",
-           st.busy_seconds > 0 ? (double)st.generated_tokens / st.busy_seconds : 0);
-    metric(&b, "step_tokens_per_second", "gauge", "Sequences advanced per second in the last step", st.last_tok_per_s);
+           e->busy_seconds > 0 ? (double)e->generated_tokens / e->busy_seconds : 0);
+    metric(&b, "step_tokens_per_second", "gauge", "Sequences advanced per second in the last step", e->last_tok_per_s);
     if (b.oom) {
         srv_buf_free(&b);
         return srv_respond_error(s, c, 500, NULL, "out of memory");

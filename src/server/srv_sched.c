@@ -76,23 +76,7 @@ static int admit(srv_sched *s, srv_job *j) {
 }
 
 // The engine's counters into the shared stats (scheduler lock held, or before the thread starts).
-static void copy_engine_stats(srv_sched *s) {
-    mx_engine_stats es;
-    mx_engine_stats_get(s->eng, &es);
-    s->st.generated_tokens = es.generated_tokens;
-    s->st.reused_tokens = es.reused_tokens;
-    s->st.busy_seconds = es.busy_seconds;
-    s->st.last_tok_per_s = es.last_tok_per_s;
-    s->st.kv_blocks = es.kv_blocks;
-    s->st.kv_block_size = es.kv_block_size;
-    s->st.kv_blocks_used = es.kv_blocks_used;
-    s->st.kv_blocks_cached = es.kv_blocks_cached;
-    s->st.kv_blocks_free = es.kv_blocks_free;
-    s->st.prefix_hits = es.prefix_hits;
-    s->st.prefix_misses = es.prefix_misses;
-    s->st.prefix_evictions = es.prefix_evictions;
-    s->st.preemptions = es.preemptions;
-}
+static void copy_engine_stats(srv_sched *s) { mx_engine_stats_get(s->eng, &s->st.engine); }
 
 // Queue and slot upkeep between steps (scheduler lock held).
 static void housekeep(srv_sched *s) {

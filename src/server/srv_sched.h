@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "core/error.h"
+#include "generate/engine.h"
 #include "models/model.h"
 #include "server/srv_job.h"
 #include "tokenizer/tokenizer.h"
@@ -33,14 +34,8 @@ typedef struct srv_sched_opts {
 
 typedef struct srv_stats {
     int queued, active, n_slots;
-    uint64_t requests, prompt_tokens, generated_tokens, cancelled;
-    uint64_t reused_tokens;  // prompt tokens taken from cached KV blocks instead of computed
-    double busy_seconds;     // time spent in forward steps
-    double last_tok_per_s;   // decode throughput of the last second-ish window
-    // the KV pool and its prefix cache (mx_engine_stats)
-    int kv_blocks, kv_block_size, kv_blocks_used, kv_blocks_cached, kv_blocks_free;
-    uint64_t prefix_hits, prefix_misses, prefix_evictions;
-    uint64_t preemptions;    // running sequences whose KV blocks were taken back (they resume later)
+    uint64_t requests, prompt_tokens, cancelled;
+    mx_engine_stats engine;  // the engine's counters: tokens, step rate, the KV pool and prefix cache
 } srv_stats;
 
 // Creates the context and starts the thread. The model and tokenizer are borrowed. A job whose
