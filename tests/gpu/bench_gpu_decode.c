@@ -14,6 +14,7 @@
 #include "backends/gpu/gpu_rt.h"
 #include "backends/gpu_entry.h"
 #include "backends/plan.h"
+#include "../unit/test_rng.h"
 
 typedef struct shape {
     const char *name;
@@ -27,14 +28,8 @@ static const shape shapes[] = {
 };
 
 static mx_error err;
-static uint64_t rng = 0x243f6a8885a308d3ull;
-
-static uint64_t next(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
+static test_rng rng = {0x243f6a8885a308d3ull};
+static uint64_t next(void) { return test_rng_next(&rng); }
 
 static void die(const char *what) {
     fprintf(stderr, "bench_gpu_decode: %s: %s\n", what, err.msg);

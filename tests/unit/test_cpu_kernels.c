@@ -22,17 +22,11 @@
 #include "backends/cpu/cpu_kernels.h"
 #include "check.h"
 #include "format_ref.h"
+#include "test_rng.h"
 
-static uint64_t rng = 0x1234567;
-
-static uint32_t rnd(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 16);
-}
-
-static float rndf(void) { return (float)(rnd() % 20001) / 10000.0f - 1.0f; }
+static test_rng rng = {0x1234567};
+static uint32_t rnd(void) { return test_rng_u32(&rng); }
+static float rndf(void) { return test_rng_unit(&rng); }
 
 // One test matrix; the buffers are allocated with `misalign` extra bytes in front.
 typedef struct tmat {

@@ -14,17 +14,11 @@
 #include "backends/plan.h"
 #include "check.h"
 #include "core/dtype.h"
+#include "test_rng.h"
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-
-static uint32_t rnd(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)(rng >> 16);
-}
-
-static float rndf(void) { return (float)(rnd() % 20001) / 10000.0f - 1.0f; }
+static test_rng rng = {0x9e3779b97f4a7c15ull};
+static uint32_t rnd(void) { return test_rng_u32(&rng); }
+static float rndf(void) { return test_rng_unit(&rng); }
 
 // A random affine matrix with bf16 scales and biases (host memory is the CPU backend's memory).
 static mx_matrix make(int bits, int group, int64_t rows, int64_t cols) {

@@ -10,14 +10,10 @@
 #include "io/hf_config.h"
 #include "io/mapped_file.h"
 #include "io/safetensors.h"
+#include "test_rng.h"
 
-static uint64_t rng = 0x1234567;
-static uint32_t next(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (uint32_t)rng;
-}
+static test_rng rng = {0x1234567};
+static uint32_t next(void) { return (uint32_t)test_rng_next(&rng); }  // the low 32 bits
 
 static void free_parse(mx_st_tensor *t, size_t n, char **meta, size_t n_meta) {
     for (size_t i = 0; i < n; i++) free((char *)t[i].name);
