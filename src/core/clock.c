@@ -3,7 +3,8 @@
 #include "core/clock.h"
 
 #include <stdatomic.h>
-#include <time.h>
+
+#include "core/sample_noise.h"
 
 double mx_now(void) {
     struct timespec ts;
@@ -11,12 +12,20 @@ double mx_now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+struct timespec mx_wall_deadline(double seconds) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long whole = (long)seconds;
+    ts.tv_sec += whole;
+    ts.tv_nsec += (long)((seconds - (double)whole) * 1e9);
+    if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+    return ts;
+}
+
 uint64_t mx_clock_seed(void) {
     static atomic_ullong calls;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t z = ((uint64_t)ts.tv_sec << 32 ^ (uint64_t)ts.tv_nsec) + 0x9e3779b97f4a7c15ull * (atomic_fetch_add(&calls, 1) + 1);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    return mx_noise_mix(z);
 }

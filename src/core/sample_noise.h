@@ -15,6 +15,8 @@
 #define MX_HD
 #endif
 
+// splitmix64's finalizer: every input bit moves every output bit (also the mixer of the KV
+// prefix hash and of the clock seed).
 MX_HD static inline uint64_t mx_noise_mix(uint64_t z) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;

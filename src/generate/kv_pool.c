@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/sample_noise.h"  // mx_noise_mix, the project's 64-bit mixer
+
 struct mx_kv_pool {
     int n, bs;
     int *ref;               // [n] holders of each block
@@ -138,19 +140,11 @@ int mx_kv_pool_writable(mx_kv_pool *p, int block, int *copy_from, mx_error *err)
     return fresh;
 }
 
-// splitmix64's finalizer: every input bit moves every output bit.
-static uint64_t mix64(uint64_t x) {
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    return x ^ (x >> 31);
-}
-
 uint64_t mx_kv_hash(uint64_t parent, const int32_t *tokens, int n) {
-    uint64_t h = mix64(parent ^ 0x9e3779b97f4a7c15ull);
-    for (int i = 0; i < n; i++) h = mix64(h ^ ((uint64_t)(uint32_t)tokens[i] + 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1)));
-    return mix64(h ^ (uint64_t)n);
+    uint64_t h = mx_noise_mix(parent ^ 0x9e3779b97f4a7c15ull);
+    for (int i = 0; i < n; i++)
+        h = mx_noise_mix(h ^ ((uint64_t)(uint32_t)tokens[i] + 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1)));
+    return mx_noise_mix(h ^ (uint64_t)n);
 }
 
 static int find(const mx_kv_pool *p, uint64_t hash, const int32_t *tokens) {

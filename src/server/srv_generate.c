@@ -174,10 +174,7 @@ enum MHD_Result srv_route_generate(mx_server *s, struct MHD_Connection *c, srv_k
         srv_job *j = jobs[i];
         pthread_mutex_lock(&j->mu);
         while (!j->done) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 100 * 1000 * 1000;
-            if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+            struct timespec ts = mx_wall_deadline(0.1);
             pthread_cond_timedwait(&j->cv, &j->mu, &ts);
             bool stopping = atomic_load(&s->stopping);
             if (!j->done && (stopping || srv_client_gone(c))) {

@@ -134,9 +134,7 @@ static void *sched_main(void *arg) {
         housekeep(s);
         if (s->stopping) break;
         if (mx_engine_running(s->eng) == 0) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_sec += 1;
+            struct timespec ts = mx_wall_deadline(1.0);
             pthread_cond_timedwait(&s->cv, &s->mu, &ts);
             continue;
         }

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/clock.h"
 #include "server/srv_buf.h"
 #include "server/srv_internal.h"
 #include "server/srv_reply.h"
@@ -174,10 +175,7 @@ static bool produce(sse *st) {
         srv_job *j = wait_job(st);
         pthread_mutex_lock(&j->mu);
         if (!j->done) {
-            struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 100 * 1000 * 1000;
-            if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+            struct timespec ts = mx_wall_deadline(0.1);
             pthread_cond_timedwait(&j->cv, &j->mu, &ts);
         }
         pthread_mutex_unlock(&j->mu);
