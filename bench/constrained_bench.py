@@ -9,7 +9,7 @@
 # and the server's CPU time per generated token (less disturbed than wall time by other load on a
 # shared machine).
 # usage: constrained_bench.py PATH/TO/mlxcel-server [-m MODEL] [--parallel 4] [--clients 4]
-#        [--tokens 64] [--rounds 5] [--temp 0] [--schema strings|objects]
+#        [--tokens 64] [--rounds 5] [--temp 0] [--schema strings|objects] [--backend cuda]
 import argparse
 import json
 import os
@@ -71,9 +71,12 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--temp", type=float, default=0.0)
     ap.add_argument("--schema", choices=sorted(SCHEMAS), default="strings")
+    ap.add_argument("--backend", help="passed to the server as --backend (default: the server's choice)")
     a = ap.parse_args()
-    proc = subprocess.Popen([a.server, "--port", "0", "-m", a.m, "--parallel", str(a.parallel), "--ctx", "1024"],
-                            stderr=subprocess.PIPE, text=True)
+    cmd = [a.server, "--port", "0", "-m", a.m, "--parallel", str(a.parallel), "--ctx", "1024"]
+    if a.backend:
+        cmd += ["--backend", a.backend]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     port = None
     while port is None:
         line = proc.stderr.readline()

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Server measurements on the GPU machine: builds mlxcel and mlxcel-server with the cuda preset (the
+# C libraries from the carried build/devdeps, as run_on_device.sh does), makes the random-weight
+# Qwen3-0.6B 4-bit model that `mlxcel bench --shape qwen3-0.6b` writes and gives it the demo model's
+# Qwen3 tokenizer, then runs each job named on the command line, logging to $OUT/JOB.log:
+#   constrained     bench/constrained_bench.py at 8 and 32 clients (issue 15's cost on the H200)
+#   table           bench/serve_throughput.py at 1, 8, 32 and 64 streams, greedy and temp 0.7 top-p 0.9
+#   engine          mlxcel bench --batch at 1, 8, 16, 32 and 64 sequences, greedy and sampled
+# usage: bench/server_on_device.sh JOB...
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+. tests/gpu/devdeps.sh
+mxg_install_devdeps || { echo "C libraries missing and no build/devdeps carried"; exit 1; }
+if [ ! -x build/cuda/mlxcel-server ]; then
+    { cmake --preset cuda -DMLXCEL_SERVER_TESTS=OFF $(mxg_hub_flag) &&
+      cmake --build build/cuda -j"$(nproc)" --target mlxcel mlxcel-server; } >"$OUT/build.log" 2>&1 ||
+        { tail -30 "$OUT/build.log"; exit 1; }
+fi
+model=$HOME/.cache/mlxcel/bench/qwen3-0.6b-q4g64
+[ -f "$model/config.json" ] || build/cuda/mlxcel bench --shape qwen3-0.6b -p 1 -n 1 --backend cuda >/dev/null
+cp models/qwen3-demo-44m-4bit/tokenizer*.json "$model/"
+serve() {  # serve PORT ARGS...: starts the server in the background and waits until it answers
+    local port=$1; shift
+    build/cuda/mlxcel-server -m "$model" --backend cuda --port "$port" "$@" 2>>"$OUT/server.log" &
+    for _ in $(seq 120); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && return 0; sleep 0.5; done
+    return 1
+}
+for job in "$@"; do
+    echo "== $job" | tee -a "$OUT/summary.txt"
+    case $job in
+    constrained)
+        for c in 8 32; do
+            timeout 240 python3 bench/constrained_bench.py build/cuda/mlxcel-server -m "$model" --backend cuda \
+                --parallel $c --clients $c --tokens 128 --rounds 3 2>&1 | tee -a "$OUT/constrained.log" | tail -1 |
+                sed "s/^/clients $c: /" | tee -a "$OUT/summary.txt"
+        done ;;
+    table)
+        serve 8090 --parallel 64 --ctx 1024 || { echo "server did not start"; continue; }
+        for t in "--temperature 0" "--temperature 0.7 --top-p 0.9"; do
+            timeout 240 python3 bench/serve_throughput.py --url http://127.0.0.1:8090 -c 1,8,32,64 --max-tokens 128 \
+                --prompt-tokens 32 --rounds 2 $t 2>&1 | tee -a "$OUT/table.log" | tee -a "$OUT/summary.txt"
+        done
+        kill %1; wait ;;
+    engine)
+        for t in 0 0.7; do
+            for b in 1 8 16 32 64; do
+                timeout 120 build/cuda/mlxcel bench -m "$model" --backend cuda --batch $b -p 32 -n 128 --temp $t \
+                    --top-p 0.9 2>&1 | tee -a "$OUT/engine.log" | tail -2 | tee -a "$OUT/summary.txt"
+            done
+        done ;;
+    *) echo "unknown job $job" ;;
+    esac
+done
