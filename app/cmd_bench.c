@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // `mlxcel bench`: prompt-processing (prefill of -p tokens) and generation (-n decode steps) speed,
-// the median of --reps repetitions after one warm-up, and the peak resident memory.
+// the median of --reps repetitions after one warm-up, and the peak resident memory. With --batch B
+// it runs B sequences through the generation engine as the server does instead (app/bench_batch.c).
 //
 // The model is a real folder (-m), or random weights of a named shape (--shape) or of any
 // config.json (--config), so no download is needed. Random models are written once as ordinary
@@ -18,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bench_batch.h"
 #include "cli.h"
 #include "core/clock.h"
 #include "commands.h"
@@ -46,6 +48,11 @@ static void usage(FILE *to) {
             "  --q-mode MODE           random weights: affine, mxfp4 or mxfp8 (default affine)\n"
             "  --bandwidth             CPU backend: also measure the memory read rate with the same threads\n"
             "                          and give decode's share of it\n"
+            "  --batch B               decode B sequences together through the generation engine, as the server's\n"
+            "                          scheduler does (same step, token choice, paged KV cache; no HTTP): prints\n"
+            "                          the aggregate decode tok/s, the mean step time and its phases\n"
+            "  --print-ids             print the generated token ids (of sequence 0 with --batch)\n"
+            "  sampling (--batch only): --temp, --top-p, --top-k, --min-p, --seed and the penalties of `generate`\n"
             "%s"
             "Without -m, --shape or --config the bundled demo model is used. Random models are written\n"
             "once under $XDG_CACHE_HOME/mlxcel/bench (default ~/.cache/mlxcel/bench).\n",
@@ -112,7 +119,7 @@ typedef struct spec_list {
     int n, cap;
 } spec_list;
 
-static uint64_t splitmix(uint64_t x) {
+uint64_t bench_splitmix(uint64_t x) {
     x += 0x9e3779b97f4a7c15ULL;
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
     x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
@@ -135,7 +142,7 @@ static uint16_t bf16_exp_bits(float nominal) {
 static void fill_chunk(const tensor_spec *t, uint64_t key, int64_t off, uint8_t *buf, int64_t n) {
     uint16_t ex = bf16_exp_bits(t->nominal);
     for (int64_t i = 0; i < n; i += 8) {
-        uint64_t r = splitmix(key + (uint64_t)(off + i));
+        uint64_t r = bench_splitmix(key + (uint64_t)(off + i));
         switch (t->fill) {
         case FILL_BITS:
             break;
@@ -377,7 +384,7 @@ static int write_safetensors(const char *path, const spec_list *l) {
     if (fwrite(&n, 8, 1, f) != 1 || fwrite(h, 1, hlen, f) != hlen) goto done;
     for (int i = 0; i < l->n; i++) {
         const tensor_spec *t = &l->v[i];
-        uint64_t key = splitmix(BENCH_SEED ^ hash_str(t->name));
+        uint64_t key = bench_splitmix(BENCH_SEED ^ hash_str(t->name));
         for (int64_t o = 0; o < t->bytes; o += 1 << 22) {
             int64_t len = t->bytes - o < (1 << 22) ? t->bytes - o : (1 << 22);
             fill_chunk(t, key, o, buf, (len + 7) & ~(int64_t)7);
@@ -466,17 +473,20 @@ static double median(double *v, int n) {
 }
 
 // One repetition: prefill n_pp tokens, then n_tg greedy decode steps; returns the seconds of each.
+// ids (NULL: not kept) receives the n_tg + 1 chosen ids.
 static int bench_once(mx_ctx *ctx, const int32_t *prompt, int32_t *pos, int32_t *slot, int n_pp, int n_tg,
-                      double *t_pp, double *t_tg, mx_error *err) {
+                      double *t_pp, double *t_tg, int32_t *ids, mx_error *err) {
     int32_t last = n_pp - 1, id = 0;
     mx_batch b = {n_pp, prompt, pos, slot, 1, &last};
     double t0 = mx_now();
     if (mx_ctx_forward(ctx, &b, NULL, &id, err) != 0) return -1;
     double t1 = mx_now();
+    if (ids) ids[0] = id;
     for (int i = 0; i < n_tg; i++) {
         int32_t p = n_pp + i, zero = 0, row = 0;
         mx_batch step = {1, &id, &p, &zero, 1, &row};
         if (mx_ctx_forward(ctx, &step, NULL, &id, err) != 0) return -1;
+        if (ids) ids[i + 1] = id;
     }
     *t_pp = t1 - t0;
     *t_tg = mx_now() - t1;
@@ -486,12 +496,14 @@ static int bench_once(mx_ctx *ctx, const int32_t *prompt, int32_t *pos, int32_t 
 // ---- Command -----------------------------------------------------------------------------------
 
 int cmd_bench(int argc, char **argv) {
-    int n_pp = 512, n_tg = 128, reps = 3, q_bits = -1, q_group = 64;
+    int n_pp = 512, n_tg = 128, reps = 3, q_bits = -1, q_group = 64, batch = 0;
     const char *shape_name = NULL, *config_file = NULL, *q_mode = "affine";
-    bool probe = false;
+    bool probe = false, print_ids = false, sampling_given = false;
     cli_model_opts mo = {0};
+    mx_sampling sp = mx_sampling_defaults();
     for (int i = 1; i < argc; i++) {
         int r = cli_model_opt(cmd, argc, argv, &i, &mo);
+        if (r == 0 && (r = cli_sampling_opt(cmd, argc, argv, &i, &sp)) > 0) sampling_given = true;
         if (r < 0) return MX_EXIT_USAGE;
         if (r > 0) continue;
         const char *a = argv[i], *v;
@@ -514,6 +526,10 @@ int cmd_bench(int argc, char **argv) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || cli_int(cmd, a, v, 16, 128, &q_group)) return MX_EXIT_USAGE;
         } else if (cli_is(a, NULL, "--bandwidth")) {
             probe = true;
+        } else if (cli_is(a, NULL, "--batch")) {
+            if (!(v = cli_value(cmd, argc, argv, &i)) || cli_int(cmd, a, v, 1, 4096, &batch)) return MX_EXIT_USAGE;
+        } else if (cli_is(a, NULL, "--print-ids")) {
+            print_ids = true;
         } else if (cli_is(a, NULL, "--q-mode")) {
             if (!(q_mode = cli_value(cmd, argc, argv, &i))) return MX_EXIT_USAGE;
         } else {
@@ -521,6 +537,18 @@ int cmd_bench(int argc, char **argv) {
             usage(stderr);
             return MX_EXIT_USAGE;
         }
+    }
+    if (sampling_given && !batch) {
+        cli_error(cmd, "sampling options apply only to --batch (the plain bench decodes greedily)");
+        return MX_EXIT_USAGE;
+    }
+    if (batch && probe) {
+        cli_error(cmd, "--bandwidth applies to the plain bench, not to --batch");
+        return MX_EXIT_USAGE;
+    }
+    if (batch && n_tg < 1) {
+        cli_error(cmd, "--batch measures decoding: -n must be at least 1");
+        return MX_EXIT_USAGE;
     }
     if ((mo.model != NULL) + (shape_name != NULL) + (config_file != NULL) > 1) {
         cli_error(cmd, "give only one of -m, --shape and --config");
@@ -627,7 +655,7 @@ int cmd_bench(int argc, char **argv) {
     mx_model *m = NULL;
     char *mdir = NULL;
     mx_ctx *ctx = NULL;
-    int32_t *prompt = NULL, *pos = NULL, *slot = NULL;
+    int32_t *prompt = NULL, *pos = NULL, *slot = NULL, *ids = NULL;
     double *tpp = NULL, *ttg = NULL;
     mx_error err = {{0}};
     double t_load = mx_now();
@@ -641,6 +669,12 @@ int cmd_bench(int argc, char **argv) {
         goto done;
     }
     if (mo.ctx) max_ctx = mo.ctx;
+    if (batch) {
+        bench_batch_opts bo = {.batch = batch, .n_pp = n_pp, .n_tg = n_tg, .reps = reps, .max_ctx = max_ctx,
+                               .threads = mo.threads, .sampling = sp, .print_ids = print_ids, .prompt_seed = BENCH_SEED};
+        rc = bench_batch(cmd, be, m, mdir, random ? label : mdir, &bo);
+        goto done;
+    }
     if (!(ctx = mx_ctx_create(m, 1, max_ctx, n_pp < 512 ? n_pp : 512, &err))) {
         cli_error(cmd, "%s", err.msg);
         goto done;
@@ -650,12 +684,13 @@ int cmd_bench(int argc, char **argv) {
     slot = calloc((size_t)n_pp, sizeof(int32_t));
     tpp = malloc(sizeof(double) * reps);
     ttg = malloc(sizeof(double) * reps);
-    if (!prompt || !pos || !slot || !tpp || !ttg) {
+    ids = malloc(sizeof(int32_t) * ((size_t)n_tg + 1));
+    if (!prompt || !pos || !slot || !tpp || !ttg || !ids) {
         cli_error(cmd, "out of memory");
         goto done;
     }
     for (int i = 0; i < n_pp; i++) {
-        prompt[i] = (int32_t)(splitmix(BENCH_SEED + (uint64_t)i) % (uint64_t)cfg->vocab_size);
+        prompt[i] = bench_prompt_token(BENCH_SEED, 0, i, cfg->vocab_size);
         pos[i] = i;
     }
     int threads = mo.threads ? mo.threads : mx_cpu_count();
@@ -670,14 +705,19 @@ int cmd_bench(int argc, char **argv) {
         goto done;
     }
     double w_pp, w_tg;
-    if (bench_once(ctx, prompt, pos, slot, n_pp, n_tg < 16 ? n_tg : 16, &w_pp, &w_tg, &err) != 0) {  // warm-up
+    if (bench_once(ctx, prompt, pos, slot, n_pp, n_tg < 16 ? n_tg : 16, &w_pp, &w_tg, NULL, &err) != 0) {  // warm-up
         cli_error(cmd, "%s", err.msg);
         goto done;
     }
     for (int r = 0; r < reps; r++) {
-        if (bench_once(ctx, prompt, pos, slot, n_pp, n_tg, &tpp[r], &ttg[r], &err) != 0) {
+        if (bench_once(ctx, prompt, pos, slot, n_pp, n_tg, &tpp[r], &ttg[r], r == 0 && print_ids ? ids : NULL, &err) != 0) {
             cli_error(cmd, "%s", err.msg);
             goto done;
+        }
+        if (r == 0 && print_ids) {  // the tokens a sequence of -n tokens makes: the prefill's, then n - 1 steps'
+            printf("ids:");
+            for (int k = 0; k < n_tg; k++) printf(" %d", ids[k]);
+            printf("\n");
         }
         tpp[r] = n_pp / tpp[r];
         ttg[r] = n_tg ? n_tg / ttg[r] : 0.0;
@@ -727,6 +767,7 @@ done:
     free(slot);
     free(tpp);
     free(ttg);
+    free(ids);
     free(mdir);
     mx_ctx_free(ctx);
     mx_model_free(m);

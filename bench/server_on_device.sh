@@ -48,7 +48,7 @@ for job in "$@"; do
         for t in 0 0.7; do
             for b in 1 8 16 32 64; do
                 timeout 120 build/cuda/mlxcel bench -m "$model" --backend cuda --batch $b -p 32 -n 128 --temp $t \
-                    --top-p 0.9 2>&1 | tee -a "$OUT/engine.log" | tail -2 | tee -a "$OUT/summary.txt"
+                    --top-p 0.9 2>&1 | tee -a "$OUT/engine.log" | tail -3 | tee -a "$OUT/summary.txt"
             done
         done ;;
     *) echo "unknown job $job" ;;

@@ -50,6 +50,7 @@ mx_engine *mx_engine_create(mx_model *m, const mx_engine_opts *o, mx_error *err)
     e->n_held = calloc(ns, sizeof *e->n_held);
     e->age = calloc(ns, sizeof *e->age);
     e->preempted = calloc(ns, sizeof *e->preempted);
+    e->fed_before = calloc(ns, sizeof *e->fed_before);
     e->order = calloc(ns, sizeof *e->order);
     e->n_hashed = calloc(ns, sizeof *e->n_hashed);
     e->fresh = calloc(ns, sizeof *e->fresh);
@@ -61,7 +62,7 @@ mx_engine *mx_engine_create(mx_model *m, const mx_engine_opts *o, mx_error *err)
     e->rows = malloc(sizeof *e->rows * ns);
     e->outs = malloc(sizeof *e->outs * ns);
     e->scratch = malloc(MX_SAMPLE_SCRATCH_BYTES(e->vocab) * (size_t)threads);
-    bool ok = e->pool && e->slots && e->blocks && e->chain && e->n_held && e->age && e->preempted && e->order && e->n_hashed && e->fresh &&
+    bool ok = e->pool && e->slots && e->blocks && e->chain && e->n_held && e->age && e->preempted && e->fed_before && e->order && e->n_hashed && e->fresh &&
               e->b_tok &&
               e->b_pos && e->b_slot && e->b_rows && e->b_end && e->row_seq && e->logits && e->ids && e->rows && e->outs &&
               e->scratch;
@@ -88,7 +89,7 @@ void mx_engine_free(mx_engine *e) {
     mx_kv_pool_free(e->kvp);
     for (int i = 0; e->blocks && i < e->n_slots; i++) free(e->blocks[i]);
     for (int i = 0; e->chain && i < e->n_slots; i++) free(e->chain[i]);
-    free(e->blocks), free(e->chain), free(e->n_held), free(e->age), free(e->preempted), free(e->order), free(e->n_hashed), free(e->fresh), free(e->slots);
+    free(e->blocks), free(e->chain), free(e->n_held), free(e->age), free(e->preempted), free(e->fed_before), free(e->order), free(e->n_hashed), free(e->fresh), free(e->slots);
     free(e->b_tok), free(e->b_pos), free(e->b_slot), free(e->b_rows), free(e->b_end), free(e->row_seq);
     free(e->logits), free(e->ids), free(e->rows), free(e->outs), free(e->mods), free(e->scratch);
     free(e);
@@ -177,6 +178,7 @@ int mx_engine_admit(mx_engine *e, mx_seq *s, mx_error *err) {
     int reused = cow ? s->n_prompt - 1 : hits * MX_KV_BLOCK;
     e->fresh[slot] = true;
     e->preempted[slot] = false;
+    e->fed_before[slot] = 0;
     e->age[slot] = e->n_admitted++;
     s->slot = slot;
     s->n_fed = s->reused = reused;
@@ -220,6 +222,9 @@ void mx_engine_stats_get(const mx_engine *e, mx_engine_stats *out) {
     out->prefix_hits = ps.hits;
     out->prefix_misses = ps.misses;
     out->prefix_evictions = ps.evictions;
+    out->preempted_now = 0;
+    for (int i = 0; i < e->n_slots; i++)
+        out->preempted_now += e->slots[i] && e->preempted[i] && e->slots[i]->finish == MX_FINISH_NONE;
 }
 
 static bool plain_greedy(const mx_sample_row *r) { return r->temp <= 0.0f && r->n_mod == 0 && !r->allowed && r->n_top < 0; }
@@ -250,6 +255,7 @@ static int slots_by_age(mx_engine *e) {
 }
 
 int mx_engine_step(mx_engine *e, mx_error *err) {
+    double t_start = mx_now();
     int n = 0, n_out = 0, prefill = 0;
     for (int i = 0; i < e->n_slots; i++) e->b_end[i] = -1;
     eng_resume_preempted(e);
@@ -272,6 +278,8 @@ int mx_engine_step(mx_engine *e, mx_error *err) {
                 continue;
             }
             for (int t = start; t < end; t++) put(e, &n, s, eng_token_at(s, t), t);
+            int redo_end = end < e->fed_before[i] ? end : e->fed_before[i];  // computed before a preemption
+            if (redo_end > start) e->st.recomputed_tokens += (uint64_t)(redo_end - start);
             prefill += end - start;
             e->b_end[i] = end;
             if (end == s->n_prompt && s->n_gen == 0) {
@@ -307,8 +315,12 @@ int mx_engine_step(mx_engine *e, mx_error *err) {
     double t0 = mx_now();
     int rc = on_backend ? mx_ctx_forward_choose(e->ctx, &b, e->rows, e->mods, n_mods, e->outs, err)
                         : mx_ctx_forward(e->ctx, &b, host ? e->logits : NULL, host ? NULL : e->ids, err);
+    double t1 = mx_now();
     if (rc == 0 && host) mx_sample_rows_host(e->pool, e->logits, n_out, e->vocab, e->rows, e->mods, e->scratch, e->outs);
-    double dt = mx_now() - t0;
+    double t2 = mx_now(), dt = t2 - t0;
+    e->st.t_prepare += t0 - t_start;
+    e->st.t_forward += t1 - t0;
+    e->st.t_host_choose += t2 - t1;
     if (rc) {
         for (int i = 0; i < e->n_slots; i++)
             if (e->b_end[i] >= 0) mx_seq_end(e->slots[i], MX_FINISH_ERROR);
@@ -325,6 +337,7 @@ int mx_engine_step(mx_engine *e, mx_error *err) {
         mx_seq_take(e->row_seq[k], e->m, &e->outs[k], e->max_ctx);
     }
     eng_drop_finished(e);
+    e->st.t_finish += mx_now() - t2;
     e->st.steps++;
     e->st.generated_tokens += (uint64_t)n_out;
     e->st.busy_seconds += dt;

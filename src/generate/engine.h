@@ -67,6 +67,14 @@ typedef struct mx_engine_stats {
     int kv_blocks, kv_block_size, kv_blocks_used, kv_blocks_cached, kv_blocks_free;
     uint64_t prefix_hits, prefix_misses, prefix_evictions;
     uint64_t preemptions;      // running sequences whose blocks were taken back (engine.h: Preemption)
+    uint64_t recomputed_tokens;  // tokens fed again after preemptions (computed before, blocks taken back)
+    int preempted_now;         // preempted sequences waiting to resume
+    // Seconds in the phases of the steps (the one clock, core/clock.h): host preparation (resumption,
+    // block growth, the batch and the sampling rows), the forward pass with the backend's token choice
+    // (it ends with the backend's sync: the chosen ids are downloaded), the host token choice (only
+    // when the backend cannot choose), and the sequences taking their tokens (stop rules,
+    // detokenization, logprobs, the consumers' callbacks, publishing full blocks).
+    double t_prepare, t_forward, t_host_choose, t_finish;
 } mx_engine_stats;
 
 typedef struct mx_engine mx_engine;

@@ -87,6 +87,7 @@ static int pick_victim(const mx_engine *e, int slot) {
 // filled, so with the prefix cache they stay cached and the recompute finds them unless evicted.
 static void preempt(mx_engine *e, int slot) {
     eng_drop_blocks(e, slot);
+    if (e->slots[slot]->n_fed > e->fed_before[slot]) e->fed_before[slot] = e->slots[slot]->n_fed;
     e->slots[slot]->n_fed = 0;
     e->preempted[slot] = true;
     e->fresh[slot] = false;

@@ -24,6 +24,7 @@ struct mx_engine {
     uint64_t *age;             // [n_slots] admission order of the slot's sequence (smaller: older)
     uint64_t n_admitted;
     bool *preempted;           // [n_slots] its blocks were taken back; waits to recompute its tokens
+    int *fed_before;           // [n_slots] tokens the slot's sequence had fed when last preempted (0: never)
     int *order;                // [n_slots] step scratch: occupied slots, oldest first
     uint64_t **chain;          // [n_slots][table_len] hash-chain key of each full block
     int *n_hashed;             // [n_slots] full blocks whose key is in chain (published if prefix_reuse)

@@ -24,8 +24,10 @@ enum MHD_Result srv_route_health(mx_server *s, struct MHD_Connection *c) {
                            "blocks_used", e->kv_blocks_used, "blocks_cached", e->kv_blocks_cached, "blocks_free",
                            e->kv_blocks_free);
     return srv_respond_json(s, c, 200,
-                            json_pack("{s:s, s:i, s:i, s:i, s:o}", "status", "ok", "slots_idle", st.n_slots - st.active,
-                                      "slots_processing", st.active, "queue", st.queued, "kv_cache", kv));
+                            json_pack("{s:s, s:i, s:i, s:i, s:i, s:I, s:o}", "status", "ok", "slots_idle",
+                                      st.n_slots - st.active, "slots_processing", st.active, "queue", st.queued,
+                                      "slots_preempted", e->preempted_now, "preemptions", (json_int_t)e->preemptions,
+                                      "kv_cache", kv));
 }
 
 static void metric(srv_buf *b, const char *name, const char *type, const char *help, double v) {
@@ -53,6 +55,9 @@ enum MHD_Result srv_route_metrics(mx_server *s, struct MHD_Connection *c) {
            (double)e->prefix_evictions);
     metric(&b, "preemptions_total", "counter", "Running requests whose KV blocks were taken back (resumed later)",
            (double)e->preemptions);
+    metric(&b, "recomputed_tokens_total", "counter", "Tokens computed again after preemptions (their KV blocks were taken back)",
+           (double)e->recomputed_tokens);
+    metric(&b, "sequences_preempted", "gauge", "Preempted requests waiting to resume", e->preempted_now);
     metric(&b, "kv_blocks_total", "gauge", "KV pool blocks (--kv-size / block size)", e->kv_blocks);
     metric(&b, "kv_blocks_used", "gauge", "KV blocks held by running sequences", e->kv_blocks_used);
     metric(&b, "kv_blocks_cached", "gauge", "Unreferenced KV blocks kept for the prefix cache", e->kv_blocks_cached);
@@ -63,6 +68,15 @@ enum MHD_Result srv_route_metrics(mx_server *s, struct MHD_Connection *c) {
     metric(&b, "tokens_per_second", "gauge", "Average tokens per second of forward time (all sequences)",
            e->busy_seconds > 0 ? (double)e->generated_tokens / e->busy_seconds : 0);
     metric(&b, "step_tokens_per_second", "gauge", "Sequences advanced per second in the last step", e->last_tok_per_s);
+    metric(&b, "steps_total", "counter", "Engine steps (one forward pass over every running sequence)", (double)e->steps);
+    metric(&b, "step_prepare_seconds_total", "counter", "Step time preparing the batch and sampling rows on the host",
+           e->t_prepare);
+    metric(&b, "step_forward_seconds_total", "counter", "Step time in the forward pass and the backend's token choice",
+           e->t_forward);
+    metric(&b, "step_host_choose_seconds_total", "counter", "Step time choosing tokens on the host (backend cannot)",
+           e->t_host_choose);
+    metric(&b, "step_finish_seconds_total", "counter",
+           "Step time handing tokens to requests (stop rules, detokenization, output stage)", e->t_finish);
     if (b.oom) {
         srv_buf_free(&b);
         return srv_respond_error(s, c, 500, NULL, "out of memory");

@@ -322,5 +322,39 @@ check('bench reports bytes per token, GB/s and the measured bandwidth',
       0.05 + 100 * 0.005 * (1 / float(fields['bw_gbs']) + float(fields['gbs']) / float(fields['bw_gbs']) ** 2),
       out + err)  # bw_pct from unrounded figures; gbs and bw_gbs are printed to 0.01
 
+# --- bench --batch: B sequences through the generation engine, as the server runs them -----------
+def bench_fields(out):
+    return dict(kv.split('=', 1) for kv in out.split('bench: ', 1)[-1].split() if '=' in kv)
+
+
+def ids_line(out):
+    return [line for line in out.splitlines() if line.startswith('ids:')]
+
+
+rc0, out0, err0 = run(['bench', '-p', '12', '-n', '10', '--reps', '1', '--threads', '2', '--print-ids'])
+rc1, out1, err1 = run(['bench', '--batch', '1', '-p', '12', '-n', '10', '--reps', '1', '--threads', '2', '--print-ids',
+                       '--temp', '0'])
+check('bench --batch 1 greedy makes the plain bench\'s tokens', rc0 == 0 and rc1 == 0 and len(ids_line(out0)) == 1
+      and ids_line(out0) == ids_line(out1) and len(ids_line(out0)[0].split()) == 11, out0 + err0 + out1 + err1)
+rc, out, err = run(['bench', '--batch', '3', '-p', '8', '-n', '6', '--reps', '2', '--threads', '2', '--temp', '0.7',
+                    '--top-p', '0.9', '--seed', '5', '--print-ids'])
+f = bench_fields(out) if rc == 0 else {}
+phases = sum(float(f.get(k, 0)) for k in ('prepare_ms', 'forward_ms', 'host_choose_ms', 'finish_ms'))
+check('bench --batch 3 sampled: decode rate, step time and its phases',
+      rc == 0 and f.get('batch') == '3' and f.get('temp') == '0.70' and f.get('top_p') == '0.90'
+      and float(f.get('tok_s', 0)) > 0 and 0 < phases <= float(f['step_ms']) * 1.05 + 0.01
+      and float(f.get('choose_alone_ms', -1)) > 0 and 'rep 2: 5 decode steps, 15 tokens' in err, out + err)
+rc2, out2, _ = run(['bench', '--batch', '3', '-p', '8', '-n', '6', '--reps', '1', '--threads', '2', '--temp', '0.7',
+                    '--top-p', '0.9', '--seed', '5', '--print-ids'])
+check('bench --batch: a seed gives the same sampled tokens', rc == 0 and rc2 == 0 and ids_line(out) == ids_line(out2)
+      and ids_line(out) != ids_line(out1), (out, out2))
+for args, needle in ((['--batch', '0'], '--batch'), (['--batch', 'abc'], "'abc'"), (['--batch', '5000'], '--batch'),
+                     (['--temp', '0.7'], 'only to --batch'), (['--batch', '2', '--temp', '-1'], '--temp'),
+                     (['--batch', '2', '--top-p', '2'], '--top-p'), (['--batch', '2', '--min-p', 'x'], '--min-p'),
+                     (['--batch', '2', '-n', '0'], '-n must be at least 1'),
+                     (['--batch', '2', '--bandwidth'], '--bandwidth'), (['--batch'], 'needs a value')):
+    rc, out, err = run(['bench', '-p', '4', '-n', '2', '--reps', '1'] + args)
+    check(f'bench usage error {args}', rc == 2 and needle in err, f'rc={rc} err={err!r}')
+
 print(f'{passed} passed, {failed} failed')
 sys.exit(1 if failed else 0)

@@ -266,6 +266,13 @@ try:
     check('preempted streams are the large pool\'s answers, no text lost or repeated (greedy and seeded)',
           all(refs) and out == refs and min(events) >= 32, (out, refs, events))
     check('the large pool preempted nothing', large.metric('preemptions_total') == 0)
+    health = json.loads(small.request('GET', '/health')[1])
+    check('recomputed tokens are counted (/metrics) and /health shows the preemptions',
+          small.metric('recomputed_tokens_total') > 0 and large.metric('recomputed_tokens_total') == 0
+          and health.get('preemptions') == p1 and health.get('slots_preempted') == 0, (health, p1))
+    check('/metrics splits the step time into its phases',
+          small.metric('steps_total') > 0 and small.metric('step_forward_seconds_total') > 0
+          and all(small.metric('step_%s_seconds_total' % k) >= 0 for k in ('prepare', 'host_choose', 'finish')))
 
     # Cancelling requests while some are preempted and others queued gives every block back: six
     # streams of up to 140 tokens (9 blocks each) are opened; once one was preempted, all are closed.
@@ -315,5 +322,20 @@ try:
     check('16 concurrent short requests are served', all(a is not None for a in answers), answers)
 finally:
     big.stop()
+
+# --kv-size: a value that is not a positive count is a usage error naming the flag (exit 2); 1-15
+# positions round up to one block of 16.
+for bad in ('0', 'abc', '-16'):
+    p = subprocess.run([SERVER, '-m', DEMO, '--port', '0', '--kv-size', bad], capture_output=True, text=True, timeout=60)
+    check(f'--kv-size {bad} refused', p.returncode == 2 and '--kv-size' in p.stderr, (p.returncode, p.stderr[-300:]))
+for size in ('1', '15'):
+    tiny = Server('--parallel', '1', '--ctx', '16', '--kv-size', size, '--backend', 'cpu')
+    try:
+        kv = json.loads(tiny.request('GET', '/health')[1])['kv_cache']
+        check(f'--kv-size {size} is one block of 16', kv['blocks_total'] == 1 and kv['block_size'] == 16, kv)
+        check(f'--kv-size {size}: a request that fits is served',
+              tiny.complete(prompt='Hi', max_tokens=4, temperature=0) is not None)
+    finally:
+        tiny.stop()
 print(f'{passed} passed, {failed} failed')
 sys.exit(1 if failed else 0)

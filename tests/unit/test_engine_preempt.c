@@ -92,6 +92,15 @@ static uint64_t run_all(mx_model *m, int kv_size, bool prefix_reuse, int32_t out
     mx_engine_stats st;
     mx_engine_stats_get(e, &st);
     CHECK_MSG(st.kv_blocks_used == 0, "%d blocks still held", st.kv_blocks_used);
+    // Tokens fed again are counted: none without a preemption; without the prefix cache every
+    // preempted sequence had fed at least one token, and feeds it again.
+    CHECK_MSG(st.preemptions > 0 || st.recomputed_tokens == 0, "%llu tokens recomputed without a preemption",
+              (unsigned long long)st.recomputed_tokens);
+    CHECK_MSG(prefix_reuse || st.recomputed_tokens >= st.preemptions,
+              "%llu preemptions but %llu tokens recomputed", (unsigned long long)st.preemptions,
+              (unsigned long long)st.recomputed_tokens);
+    CHECK_MSG(st.t_forward > 0 && st.t_prepare >= 0 && st.t_finish >= 0 && st.t_host_choose >= 0,
+              "step phases %g %g %g %g s", st.t_prepare, st.t_forward, st.t_host_choose, st.t_finish);
     mx_engine_free(e);
     return st.preemptions;
 }
