@@ -2,8 +2,9 @@
 // Every GPU op against a host reference (gpu_ref.c, weights dequantized by the tests' own
 // format_ref.h), for every weight format, on fresh random inputs, with outputs poisoned (NaN) before
 // each op so unwritten elements fail. Matmuls run at several batch sizes so each kernel family is
-// hit: matrix-vector (n <= 8), the tensor-core tiled path and the portable float32 tiled path (a
-// second backend made with MLXCEL_GPU_NO_MMA=1); the matrix-vector kernels also at shapes that reach
+// hit: matrix-vector (n <= 63, in tiles of 8 tokens from n = 9), the tensor-core tiled path and the
+// portable float32 tiled path (a second backend made with MLXCEL_GPU_NO_MMA=1 and
+// MLXCEL_GPU_MATVEC_TOKENS=8, so its tiled path also runs small batches); the matrix-vector kernels also at shapes that reach
 // each of their launch choices, on the default path and on the previous one (a third backend made
 // with MLXCEL_GPU_OLD_MATVEC=1); the tiled sizes again on the mma.sync prefill kernel (a fourth
 // backend, MLXCEL_GPU_MMA_SYNC=1). A plan run four times (recorded as a graph, then replayed) closes
@@ -198,13 +199,14 @@ static int all_formats(fmt_case *out) {
 }
 
 enum { ALL_N, MATVEC_N, TILED_N };
-static const char *backend_switch = "";  // the environment switch of the backend under test, for messages  // which batch sizes test_matmul runs (n <= 8: matrix-vector)
+static const char *backend_switch = "";  // the environment switch of the backend under test, for messages
+static int matvec_tokens = 63;  // the backend's crossover: batches up to this size are matrix-vector
 
 static void test_matmul(mx_backend *be, ref_rng *rng, bool mma_backend, int which_n, group_stat *g_mv,
                         group_stat *g_tiled, group_stat *g_f32) {
     fmt_case fc[80];
     int nf = all_formats(fc);
-    const int ns[] = {1, 2, 3, 5, 8, 9, 70, 200};
+    const int ns[] = {1, 2, 3, 5, 8, 9, 33, 70, 200};
     const int rows = 133;
     for (int f = 0; f < nf; f++) {
         mx_matrix hw = ref_matrix_random(rng, fc[f].q, fc[f].dtype, fc[f].sdtype, 1, rows, fc[f].cols), dw;
@@ -221,10 +223,10 @@ static void test_matmul(mx_backend *be, ref_rng *rng, bool mma_backend, int whic
         float *dbias = dev_from(be, bias, sizeof(float) * rows);
         for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
             int n = ns[ni];
-            if (!mma_backend && n <= 8) continue;  // the second backend only re-checks the tiled path
-            if ((which_n == MATVEC_N && n > 8) || (which_n == TILED_N && n <= 8)) continue;
+            if (!mma_backend && n <= matvec_tokens) continue;  // the second backend only re-checks the tiled path
+            if ((which_n == MATVEC_N && n > matvec_tokens) || (which_n == TILED_N && n <= matvec_tokens)) continue;
             if (n > 128 && which_n != TILED_N) continue;  // several token tiles: the mma.sync backend only
-            bool tiled = n > 8, mma = mma_backend && n >= 64;
+            bool tiled = n > matvec_tokens, mma = mma_backend && n >= 64;
             int64_t count = (int64_t)n * rows;
             float *x = fmalloc((int64_t)n * hw.cols), *ref = fmalloc(count), *got = fmalloc(count);
             ref_scale *sc = malloc(sizeof(ref_scale) * (size_t)count);
@@ -786,12 +788,16 @@ int main(void) {
     mx_backend_free(be);
 
     setenv("MLXCEL_GPU_NO_MMA", "1", 1);
+    setenv("MLXCEL_GPU_MATVEC_TOKENS", "8", 1);
     be = mx_gpu_backend_create(&opt, &err);
     CHECK_MSG(be != NULL, "second backend: %s", err.msg);
     if (be) {
+        matvec_tokens = 8;
         test_matmul(be, &rng, false, ALL_N, &unused, &unused, &tf);
+        matvec_tokens = 63;
         mx_backend_free(be);
     }
+    unsetenv("MLXCEL_GPU_MATVEC_TOKENS");
     // The previous matrix-vector kernels (MLXCEL_GPU_OLD_MATVEC=1, the A/B switch; the default of
     // runs 1-8): the shapes above in the formats whose path the switch changes.
     unsetenv("MLXCEL_GPU_NO_MMA");

@@ -321,6 +321,11 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->fuse = !(no_fusion && *no_fusion && strcmp(no_fusion, "0") != 0);
     const char *mv_rows = getenv("MLXCEL_GPU_MATVEC_ROWS");  // tuning knob for benches: 1, 2 or 4
     c->launch.matvec_rows = mv_rows ? atoi(mv_rows) : 4;
+    // Batches of 2..63 tokens (server decode steps) run the matrix-vector kernels in 8-token tiles:
+    // the tiled kernel's 64 x 64 blocks leave most multiprocessors idle on such batches.
+    // MLXCEL_GPU_MATVEC_TOKENS=N moves the crossover (8: the tiled kernel from 9 tokens on, as before).
+    const char *mv_tokens = getenv("MLXCEL_GPU_MATVEC_TOKENS");
+    c->launch.matvec_max_tokens = mv_tokens && atoi(mv_tokens) >= 1 ? atoi(mv_tokens) : 63;
     // MLXCEL_GPU_OLD_MATVEC=1: the matrix-vector kernels of before the scaled-activation 4/8-bit
     // dot and split-K (kernels/matvec_scaled.cuh), kept for A/B benches and as a fallback.
     // MLXCEL_GPU_MMA_SYNC=1: prefill on the mma.sync/ldmatrix kernel (vendor/cuda/matmul_mma_sync.cu)

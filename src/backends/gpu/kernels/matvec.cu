@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: MIT
 // The matmul entry (picks a kernel family by batch size) and the one-token matrix-vector product of
-// decode; the kernel itself is kernels/matvec.cuh. Batches of 2..8 tokens: matvec_batch.cu; more:
-// the tiled kernels (vendor matrix units from kMinMmaTokens tokens on).
+// decode; the kernel itself is kernels/matvec.cuh. Batches of 2..L->matvec_max_tokens tokens (server
+// decode steps, short prompts): matvec_batch.cu, in tiles of 8 tokens; more: the tiled kernels
+// (vendor matrix units from kMinMmaTokens tokens on).
 #include "backends/gpu/kernels/matvec.cuh"
 
 namespace {
 
-constexpr int kMaxMatvecTokens = 8;
 // Below this many tokens the float32 tiled kernel is used even where matrix units exist: short
 // prompts keep float32 accuracy, and the matrix units only pay off on long ones.
 constexpr int kMinMmaTokens = 64;
@@ -38,7 +38,7 @@ extern "C" void mxg_matmul(const mxg_launch *L, float *out, const float *x, cons
     MX_ASSERT(mxg_matrix_supported(w) && n > 0);
     if (n == 1)
         matvec_one(L, out, x, w, bias);
-    else if (n <= kMaxMatvecTokens)
+    else if (n <= L->matvec_max_tokens)
         mxg::matvec_batch(L, out, x, w, bias, n);
     else if (n < kMinMmaTokens || !L->use_mma || mxg_matmul_mma(L, out, x, w, bias, n) != 0)
         mxg_matmul_tiled(L, out, x, w, bias, n);
