@@ -7,6 +7,7 @@
 #   constrained     bench/constrained_bench.py at 8 and 32 clients (issue 15's cost on the H200)
 #   table           bench/serve_throughput.py at 1, 8, 32 and 64 streams, greedy and temp 0.7 top-p 0.9
 #   engine          mlxcel bench --batch at 1, 8, 16, 32 and 64 sequences, greedy and sampled
+#   crossover       greedy --batch 16, 32, 64 with MLXCEL_GPU_MATVEC_TOKENS 8 (the old crossover), 63, 128
 # usage: bench/server_on_device.sh JOB...
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -49,6 +50,15 @@ for job in "$@"; do
             for b in 1 8 16 32 64; do
                 timeout 120 build/cuda/mlxcel bench -m "$model" --backend cuda --batch $b -p 32 -n 128 --temp $t \
                     --top-p 0.9 2>&1 | tee -a "$OUT/engine.log" | tail -3 | tee -a "$OUT/summary.txt"
+            done
+        done ;;
+    crossover)  # greedy engine steps with the matrix-vector / tiled crossover moved (MLXCEL_GPU_MATVEC_TOKENS)
+        for mv in 8 63 128; do
+            for b in 16 32 64; do
+                echo "MLXCEL_GPU_MATVEC_TOKENS=$mv" | tee -a "$OUT/crossover.log"
+                MLXCEL_GPU_MATVEC_TOKENS=$mv timeout 120 build/cuda/mlxcel bench -m "$model" --backend cuda --batch $b \
+                    -p 32 -n 128 --temp 0 2>&1 | tee -a "$OUT/crossover.log" | tail -3 |
+                    sed "s/^/tokens<=$mv: /" | tee -a "$OUT/summary.txt"
             done
         done ;;
     *) echo "unknown job $job" ;;
