@@ -108,6 +108,8 @@ typedef enum mx_op_kind {
     MX_OP_LATENT_STORE,
     MX_OP_LATENT_ATTENTION,
     MX_OP_MOE_ROUTE_GROUPED,
+    MX_OP_SWIGLU_CLAMPED,
+    MX_OP_EXPERT_BIAS,
     MX_OP_KIND_COUNT
 } mx_op_kind;
 
@@ -126,7 +128,10 @@ typedef struct mx_op {
         struct { mx_kv_ref kv; const float *k, *v; int n; } kv_store;
         // out[n, n_heads, head_dim] = softmax(q k^T * scale) v over keys 0..pos[t] of slot[t] (GQA:
         // query head h reads kv head h / (n_heads / n_kv_heads)). window > 0 keeps the last `window`.
-        struct { float *out; const float *q; mx_kv_ref kv; int n, n_heads; float scale; int window; } attention;
+        // sinks != NULL (gpt_oss): sinks[n_heads] logits, one per query head, join the softmax's
+        // denominator without a value: out = sum_p e^(s_p) v_p / (sum_p e^(s_p) + e^(sinks[h])).
+        struct { float *out; const float *q; mx_kv_ref kv; int n, n_heads; float scale; int window;
+                 const float *sinks; } attention;
         // out[i] = silu(gate[i]) * up[i] for i < count; out may equal gate.
         struct { float *out; const float *gate, *up; int64_t count; } swiglu;
         // x[i] += y[i].
@@ -170,6 +175,12 @@ typedef struct mx_op {
         // wins ties), their weights are s (divided by their sum + 1e-20 when norm_topk) * scaling.
         struct { int32_t *ids; float *weights; const float *logits, *bias; int n, n_experts, k, n_group, topk_group;
                  bool norm_topk; float scaling; } moe_route_grouped;
+        // gpt_oss's clamped SwiGLU: g = min(gate[i], limit), u = clamp(up[i], -limit, limit),
+        // out[i] = g * sigmoid(alpha * g) * (u + 1) for i < count; out may equal gate.
+        struct { float *out; const float *gate, *up; int64_t count; float limit, alpha; } swiglu_clamped;
+        // Per-expert bias of MoE rows: x[r, dim] += bias[ids[r], dim] for r < m (bias [n_experts, dim]),
+        // for the outputs of moe_matmul records whose experts have biases (gpt_oss).
+        struct { float *x; const float *bias; const int32_t *ids; int m, dim; } expert_bias;
     };
 } mx_op;
 

@@ -65,6 +65,7 @@ const char *mx_op_kind_name(mx_op_kind kind) {
         [MX_OP_ARGMAX] = "argmax",         [MX_OP_SAMPLE] = "sample",
         [MX_OP_LATENT_STORE] = "latent_store", [MX_OP_LATENT_ATTENTION] = "latent_attention",
         [MX_OP_MOE_ROUTE_GROUPED] = "moe_route_grouped",
+        [MX_OP_SWIGLU_CLAMPED] = "swiglu_clamped", [MX_OP_EXPERT_BIAS] = "expert_bias",
     };
     return kind >= 0 && kind < MX_OP_KIND_COUNT && names[kind] ? names[kind] : "unknown op";
 }

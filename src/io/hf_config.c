@@ -236,21 +236,9 @@ static int read_rope(json_t *root, mx_config *cfg, const char *label, mx_error *
                    label, type);
 }
 
-// Gemma 3: attention scale, the sliding-window layers (layer_types, else one global layer every
-// sliding_window_pattern layers) and their RoPE base.
-static int read_gemma(json_t *root, mx_config *cfg, const char *label, mx_error *err) {
-    int pattern = 6;
-    if (get_num(root, "query_pre_attn_scalar", 256, &cfg->query_pre_attn_scalar, label, err) ||
-        get_int(root, "sliding_window", 4096, 1, &cfg->sliding_window, label, err) ||
-        get_int(root, "sliding_window_pattern", 6, 1, &pattern, label, err) ||
-        get_num(root, "rope_local_base_freq", 10000.0, &cfg->rope_local_theta, label, err))
-        return -1;
-    if (cfg->query_pre_attn_scalar <= 0) return mx_fail(err, "%s: query_pre_attn_scalar must be positive", label);
-    const char *caps[] = {"attn_logit_softcapping", "final_logit_softcapping"};
-    for (int k = 0; k < 2; k++) {
-        json_t *v = json_object_get(root, caps[k]);
-        if (v && !json_is_null(v)) return mx_fail(err, "%s: %s is not supported (Gemma 3 has none)", label, caps[k]);
-    }
+// Which layers attend to a sliding window: layer_types (transformers' per-layer list), or when it is
+// absent every layer but one in `pattern` (the last of each group of pattern layers attends to all).
+static int read_layer_types(json_t *root, mx_config *cfg, int pattern, const char *label, mx_error *err) {
     cfg->layer_sliding = calloc((size_t)cfg->n_layers, sizeof(bool));
     if (!cfg->layer_sliding) return mx_fail(err, "out of memory");
     json_t *types = json_object_get(root, "layer_types");
@@ -267,6 +255,40 @@ static int read_gemma(json_t *root, mx_config *cfg, const char *label, mx_error 
         for (int i = 0; i < cfg->n_layers; i++) cfg->layer_sliding[i] = (i + 1) % pattern != 0;
     }
     return 0;
+}
+
+// Gemma 3: attention scale, the sliding-window layers (layer_types, else one global layer every
+// sliding_window_pattern layers) and their RoPE base.
+static int read_gemma(json_t *root, mx_config *cfg, const char *label, mx_error *err) {
+    int pattern = 6;
+    if (get_num(root, "query_pre_attn_scalar", 256, &cfg->query_pre_attn_scalar, label, err) ||
+        get_int(root, "sliding_window", 4096, 1, &cfg->sliding_window, label, err) ||
+        get_int(root, "sliding_window_pattern", 6, 1, &pattern, label, err) ||
+        get_num(root, "rope_local_base_freq", 10000.0, &cfg->rope_local_theta, label, err))
+        return -1;
+    if (cfg->query_pre_attn_scalar <= 0) return mx_fail(err, "%s: query_pre_attn_scalar must be positive", label);
+    const char *caps[] = {"attn_logit_softcapping", "final_logit_softcapping"};
+    for (int k = 0; k < 2; k++) {
+        json_t *v = json_object_get(root, caps[k]);
+        if (v && !json_is_null(v)) return mx_fail(err, "%s: %s is not supported (Gemma 3 has none)", label, caps[k]);
+    }
+    return read_layer_types(root, cfg, pattern, label, err);
+}
+
+// gpt_oss (transformers' GptOssConfig): experts of intermediate_size, softmax over the top k router
+// logits (the moe_route record's softmax over all, renormalized over the top k: the same weights),
+// the clamped SwiGLU's limit, and sliding-window layers (every other one, from layer 0, by default).
+static int read_gpt_oss(json_t *root, mx_config *cfg, const char *label, mx_error *err) {
+    if (get_int(root, "num_local_experts", 0, 1, &cfg->num_experts, label, err) ||
+        get_num(root, "swiglu_limit", 7.0, &cfg->swiglu_limit, label, err) ||
+        get_int(root, "sliding_window", 128, 1, &cfg->sliding_window, label, err))
+        return -1;
+    if (cfg->num_experts == 0) return mx_fail(err, "%s: gpt_oss needs num_local_experts", label);
+    if (cfg->intermediate_size <= 0) return mx_fail(err, "%s: missing 'intermediate_size'", label);
+    if (!(cfg->swiglu_limit > 0)) return mx_fail(err, "%s: swiglu_limit must be positive", label);
+    cfg->moe_intermediate_size = cfg->intermediate_size;
+    cfg->norm_topk_prob = true;
+    return read_layer_types(root, cfg, 2, label, err);
 }
 
 // DeepSeek-V3's latent attention sizes and routing (defaults: transformers' DeepseekV3Config).
@@ -412,7 +434,8 @@ int mx_config_parse(const char *text, const char *gen_text, const char *label, m
     if ((strcmp(cfg->model_type, "deepseek_v3") == 0 && read_deepseek(root, cfg, label, err)) ||
         read_rope(root, cfg, label, err) || read_eos(top, cfg, label, err) || read_quantization(top, cfg, label, err) ||
         (gemma && read_gemma(root, cfg, label, err)) ||
-        (strcmp(cfg->model_type, "phi3") == 0 && read_phi3_window(root, cfg, label, err)))
+        (strcmp(cfg->model_type, "phi3") == 0 && read_phi3_window(root, cfg, label, err)) ||
+        (strcmp(cfg->model_type, "gpt_oss") == 0 && read_gpt_oss(root, cfg, label, err)))
         goto done;
     if (gen_text) {
         json_t *gen = mx_json_loads(gen_text, 0, &jerr);

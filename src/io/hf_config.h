@@ -58,10 +58,15 @@ typedef struct mx_config {
     // Gemma 3 (gemma3_text; also the text model of multimodal gemma3 checkpoints)
     double query_pre_attn_scalar;  // attention scale 1/sqrt(this); 0: 1/sqrt(head_dim)
     int sliding_window;            // 0: every layer attends to the whole context
-    bool *layer_sliding;           // [n_layers] sliding-window layer (Gemma: layer_types or the pattern;
-                                   // Phi-3: all when sliding_window is set); NULL: none
+    bool *layer_sliding;           // [n_layers] sliding-window layer (Gemma, gpt_oss: layer_types or the
+                                   // pattern; Phi-3: all when sliding_window is set); NULL: none
     double rope_local_theta;       // RoPE base of the sliding-window layers (rope_local_base_freq)
     char tensor_prefix[32];        // "language_model." for multimodal checkpoints, else ""
+
+    // gpt_oss: experts of intermediate_size (num_local_experts of them, routed by a softmax over the
+    // top num_experts_per_tok logits), their clamped SwiGLU's limit, and sliding_window layers from
+    // layer_types (alternating from a sliding one when absent).
+    double swiglu_limit;
 
     // DeepSeek-V3 (deepseek_v3, also Kimi-K2): multi-head latent attention. head_dim is
     // qk_nope_head_dim + qk_rope_head_dim and rope_dim qk_rope_head_dim; n_kv_heads is unused.

@@ -14,7 +14,8 @@ static const mx_family families[] = {
      .router = "mlp.gate"},
     {.model_type = "gemma3_text", .runs = true, .qk_norm = true, .tied_default = true, .gemma = true},
     {.model_type = "phi3", .runs = true, .fused_qkv_gate_up = true},
-    {.model_type = "gpt_oss", .moe = true, .n_experts_key = "num_local_experts", .router = "mlp.router",
+    {.model_type = "gpt_oss", .runs = true, .qkv_bias = true, .moe = true, .attn_sinks = true, .o_bias = true,
+     .expert_biases = true, .clamped_swiglu = true, .n_experts_key = "num_local_experts", .router = "mlp.router",
      .split_gate_up = true},
     {.model_type = "deepseek_v3", .runs = true, .moe = true, .latent_attention = true, .n_experts_key = "n_routed_experts", .float_module = "mlp.gate",
      .keep_dtype = "e_score_correction_bias", .split_kv_b = true, .drop_extra_layers = true},
@@ -47,6 +48,8 @@ const char *mx_family_names(bool runnable_only) {
     pthread_once(&names_once, build_names);
     return runnable_only ? names_runnable : names_all;
 }
+
+const char *mx_family_router(const mx_family *f) { return f->router ? f->router : "mlp.gate"; }
 
 bool mx_family_layer_is_moe(const mx_family *f, const mx_config *c, int i) {
     if (!f || !f->moe || c->num_experts <= 0) return false;

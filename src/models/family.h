@@ -28,6 +28,14 @@ typedef struct mx_family {
     // unembed_out, or kv_b_proj in the Hub layout) with a compressed KV cache (forward_mla.c), and
     // an MoE with shared experts and grouped sigmoid routing after first_k_dense_replace dense layers.
     bool latent_attention;
+    // gpt_oss: attention sinks (self_attn.sinks [n_heads], backend.h), o_proj with a bias, a router
+    // with a bias and experts with biases (mlx-lm's `mlp.experts.<proj>` stacked, or the Hub's
+    // interleaved gate_up_proj [E, H, 2I] and down_proj [E, I, H] with their _bias tensors), and the
+    // clamped SwiGLU (limit swiglu_limit, alpha 1.702).
+    bool attn_sinks;
+    bool o_bias;
+    bool expert_biases;
+    bool clamped_swiglu;
     // Converter rules (mlx-lm's sanitize and quantization predicate for the family):
     const char *n_experts_key;    // config key of the routed expert count, for stacking per-expert tensors
     const char *router;           // module quantized at 8 bits group 64 whatever the default, or NULL
@@ -43,6 +51,9 @@ const mx_family *mx_family_find(const char *model_type);
 // Supported model_types, comma separated (for messages and `info`): the ones the forward pass runs
 // (runnable_only) or every row (what convert accepts).
 const char *mx_family_names(bool runnable_only);
+// The router's module inside a layer: `router` where the family names one (it is also the module
+// quantized at 8 bits), else "mlp.gate".
+const char *mx_family_router(const mx_family *f);
 // Whether layer `i` of a model of this family and config has a mixture-of-experts MLP.
 bool mx_family_layer_is_moe(const mx_family *f, const mx_config *c, int i);
 

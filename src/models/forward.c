@@ -264,7 +264,8 @@ static void block_records(mx_plan *p, mx_ctx *c, const mx_layer *L, int layer, i
     mx_plan_add(p, (mx_op){.kind = MX_OP_ROPE, .rope = {c->q, c->d_pos, n, NH, *rope}});
     mx_plan_add(p, (mx_op){.kind = MX_OP_ROPE, .rope = {c->k, c->d_pos, n, NKV, *rope}});
     mx_plan_add(p, (mx_op){.kind = MX_OP_KV_STORE, .kv_store = {kv_ref(c, layer), c->k, c->v, n}});
-    mx_plan_add(p, (mx_op){.kind = MX_OP_ATTENTION, .attention = {c->att, c->q, kv_ref(c, layer), n, NH, scale, window}});
+    mx_plan_add(p, (mx_op){.kind = MX_OP_ATTENTION,
+                           .attention = {c->att, c->q, kv_ref(c, layer), n, NH, scale, window, L->sinks}});
     add_matmul(p, c->tmp, c->att, &L->wo, L->bo, n);
     if (L->post_attn_norm) add_rmsnorm(p, c->tmp, c->tmp, L->post_attn_norm, n, H, eps);
     add_add(p, c->x, c->tmp, (int64_t)n * H);
@@ -279,7 +280,7 @@ static void mlp_records(mx_plan *p, mx_ctx *c, const mx_layer *L, int n) {
     add_rmsnorm(p, c->h, c->x, L->ffn_norm, n, H, eps);
     if (L->moe) {
         int E = cfg->num_experts, K = cfg->num_experts_per_tok, I = cfg->moe_intermediate_size;
-        add_matmul(p, c->router, c->h, &L->router, NULL, n);
+        add_matmul(p, c->router, c->h, &L->router, L->router_linear_bias, n);
         if (L->router_bias)
             mx_plan_add(p, (mx_op){.kind = MX_OP_MOE_ROUTE_GROUPED,
                                    .moe_route_grouped = {c->moe_ids, c->moe_w, c->router, L->router_bias, n, E, K,
@@ -290,9 +291,19 @@ static void mlp_records(mx_plan *p, mx_ctx *c, const mx_layer *L, int n) {
                                    .moe_route = {c->moe_ids, c->moe_w, c->router, n, E, K, cfg->norm_topk_prob}});
         mx_plan_add(p, (mx_op){.kind = MX_OP_MOE_MATMUL, .moe_matmul = {c->gate, c->h, &L->e_gate, c->moe_ids, n * K, K}});
         mx_plan_add(p, (mx_op){.kind = MX_OP_MOE_MATMUL, .moe_matmul = {c->up, c->h, &L->e_up, c->moe_ids, n * K, K}});
-        mx_plan_add(p, (mx_op){.kind = MX_OP_SWIGLU, .swiglu = {c->gate, c->gate, c->up, (int64_t)n * K * I}});
+        if (L->e_gate_bias) {  // gpt_oss: expert biases and the clamped SwiGLU
+            mx_plan_add(p, (mx_op){.kind = MX_OP_EXPERT_BIAS, .expert_bias = {c->gate, L->e_gate_bias, c->moe_ids, n * K, I}});
+            mx_plan_add(p, (mx_op){.kind = MX_OP_EXPERT_BIAS, .expert_bias = {c->up, L->e_up_bias, c->moe_ids, n * K, I}});
+            mx_plan_add(p, (mx_op){.kind = MX_OP_SWIGLU_CLAMPED,
+                                   .swiglu_clamped = {c->gate, c->gate, c->up, (int64_t)n * K * I,
+                                                      (float)cfg->swiglu_limit, 1.702f}});
+        } else {
+            mx_plan_add(p, (mx_op){.kind = MX_OP_SWIGLU, .swiglu = {c->gate, c->gate, c->up, (int64_t)n * K * I}});
+        }
         mx_plan_add(p, (mx_op){.kind = MX_OP_MOE_MATMUL,
                                .moe_matmul = {c->moe_y, c->gate, &L->e_down, c->moe_ids, n * K, 1}});
+        if (L->e_down_bias)
+            mx_plan_add(p, (mx_op){.kind = MX_OP_EXPERT_BIAS, .expert_bias = {c->moe_y, L->e_down_bias, c->moe_ids, n * K, H}});
         mx_plan_add(p, (mx_op){.kind = MX_OP_MOE_COMBINE, .moe_combine = {c->x, c->moe_y, c->moe_w, n, K, H}});
         if (L->s_gate.rows > 0) {  // shared experts (deepseek_v3): a dense MLP on every token
             int IS = (int)L->s_gate.rows;

@@ -21,6 +21,7 @@ typedef struct mx_layer {
     mx_matrix wv;            // [n_kv_heads*head_dim, hidden]
     mx_matrix wo;            // [hidden, n_heads*head_dim]
     const float *bq, *bk, *bv, *bo;  // optional biases
+    const float *sinks;      // [n_heads] gpt_oss attention sinks, else NULL
     bool moe;
     mx_matrix w_gate;        // dense MLP: [intermediate, hidden]
     mx_matrix w_up;          // [intermediate, hidden]
@@ -46,6 +47,8 @@ typedef struct mx_layer {
     mx_matrix e_gate;        // [n_experts, moe_intermediate, hidden]
     mx_matrix e_up;          // [n_experts, moe_intermediate, hidden]
     mx_matrix e_down;        // [n_experts, hidden, moe_intermediate]
+    // gpt_oss: the router's Linear bias [n_experts] and the experts' biases [n_experts, out].
+    const float *router_linear_bias, *e_gate_bias, *e_up_bias, *e_down_bias;
 } mx_layer;
 
 struct mx_model {

@@ -143,14 +143,16 @@ static int load_matrix(mx_model *m, const char *path, int64_t rows, int64_t cols
     return upload(m, &host, dst, err);
 }
 
-// Experts: stacked `<mlp>.switch_mlp.<proj>` (MLX) or per-expert `<mlp>.experts.<e>.<proj>` (Hub),
-// which are copied into one stacked host buffer.
+// Experts: stacked `<mlp>.switch_mlp.<proj>` (MLX; gpt_oss: `<mlp>.experts.<proj>`) or per-expert
+// `<mlp>.experts.<e>.<proj>` (Hub), which are copied into one stacked host buffer.
 static int load_experts(mx_model *m, const char *mlp, const char *proj, int64_t n_exp, int64_t rows, int64_t cols,
                         mx_matrix *dst, mx_error *err) {
     char path[512];
-    snprintf(path, sizeof path, "%s.switch_mlp.%s", mlp, proj);
     mx_matrix host;
-    if (find_tensor(m, path, ".weight")) {
+    static const char *const stacks[] = {"switch_mlp", "experts"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(path, sizeof path, "%s.%s.%s", mlp, stacks[k], proj);
+        if (!find_tensor(m, path, ".weight")) continue;
         if (describe_matrix(m, path, n_exp, rows, cols, &host, err)) return -1;
         return upload(m, &host, dst, err);
     }
@@ -220,6 +222,34 @@ static int load_vector(mx_model *m, const char *name, int64_t len, bool required
     return load_vector_add(m, name, len, required, 0.0f, dst, err);
 }
 
+// A float table [rows, cols] (the biases of stacked experts) converted to float32 on the backend.
+// Element (r, c) is read at r * cols * step + c * step + offset of the tensor [rows, cols * step]:
+// step 2 with offset 0 or 1 takes the even or odd columns (the Hub layout's interleaved
+// gate_up_proj_bias of gpt_oss holds gate and up alternately).
+static int load_table(mx_model *m, const char *name, int64_t rows, int64_t cols, int step, int offset, const float **dst,
+                      mx_error *err) {
+    const mx_st_tensor *t = find_tensor(m, name, "");
+    if (!t) return mx_fail(err, "missing tensor '%s%s'", m->cfg.tensor_prefix, name);
+    if (!is_float_dtype(t->dtype))
+        return mx_fail(err, "tensor '%s' has dtype %s, expected BF16, F16 or F32", name, mx_dtype_name(t->dtype));
+    int64_t want[2] = {rows, cols * step};
+    if (check_shape(t, 2, want, err)) return -1;
+    float *host = malloc(sizeof(float) * (size_t)(rows * cols));
+    if (!host) return mx_fail(err, "out of memory");
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < cols; c++) host[r * cols + c] = mx_load_float(t->data, t->dtype, r * cols * step + c * step + offset);
+    size_t bytes = sizeof(float) * (size_t)(rows * cols);
+    float *dev = m->be->ops->alloc(m->be, bytes, err);
+    int rc = dev ? m->be->ops->upload(m->be, dev, host, bytes, err) : -1;
+    free(host);
+    if (!dev) return -1;
+    if (keep_backend(m, dev, err) || rc) return -1;
+    m->n_params += rows * cols;
+    m->weight_bytes += rows * cols * (int64_t)mx_dtype_size(t->dtype);
+    *dst = dev;
+    return 0;
+}
+
 // An RMSNorm weight: (1 + w) for Gemma, w otherwise.
 static int load_norm(mx_model *m, const char *name, int64_t len, bool required, const float **dst, mx_error *err) {
     return load_vector_add(m, name, len, required, m->family->gemma ? 1.0f : 0.0f, dst, err);
@@ -274,8 +304,9 @@ static int load_attention(mx_model *m, const mx_family *fam, const char *p, mx_l
     if (load_vector(m, PATH("self_attn.q_proj.bias"), q_out, need_qkv_bias, &L->bq, err) ||
         load_vector(m, PATH("self_attn.k_proj.bias"), kv_out, need_qkv_bias, &L->bk, err) ||
         load_vector(m, PATH("self_attn.v_proj.bias"), kv_out, need_qkv_bias, &L->bv, err) ||
-        load_vector(m, PATH("self_attn.o_proj.bias"), H, false, &L->bo, err))
+        load_vector(m, PATH("self_attn.o_proj.bias"), H, fam->o_bias, &L->bo, err))
         return -1;
+    if (fam->attn_sinks && load_vector(m, PATH("self_attn.sinks"), c->n_heads, true, &L->sinks, err)) return -1;
     if (load_norm(m, PATH("self_attn.q_norm.weight"), c->head_dim, fam->qk_norm, &L->q_norm, err) ||
         load_norm(m, PATH("self_attn.k_norm.weight"), c->head_dim, fam->qk_norm, &L->k_norm, err))
         return -1;
@@ -403,6 +434,77 @@ done:
 #undef PATH
 }
 
+// gpt_oss experts in the Hub layout (transformers' GptOssExperts, float only): gate_up_proj
+// [E, H, 2I] with gate and up interleaved along its last axis and down_proj [E, I, H], both
+// [in, out]; they are transposed into the stacked [E, out, in] matrices element by element, gate
+// from the even columns and up from the odd ones (mlx-lm's sanitize, which `convert` applies too).
+static int load_hub_gpt_oss_experts(mx_model *m, const char *mlp, int64_t E, int64_t I, int64_t H, mx_layer *L,
+                                    mx_error *err) {
+    char name[512];
+    snprintf(name, sizeof name, "%s.experts.gate_up_proj", mlp);
+    const mx_st_tensor *gu = find_tensor(m, name, "");
+    snprintf(name, sizeof name, "%s.experts.down_proj", mlp);
+    const mx_st_tensor *dn = find_tensor(m, name, "");
+    if (!dn) return mx_fail(err, "missing tensor '%s%s' (next to %s)", m->cfg.tensor_prefix, name, gu->name);
+    const int64_t gu_shape[3] = {E, H, 2 * I}, dn_shape[3] = {E, I, H};
+    if (check_shape(gu, 3, gu_shape, err) || check_shape(dn, 3, dn_shape, err)) return -1;
+    if (!is_float_dtype(gu->dtype) || dn->dtype != gu->dtype)
+        return mx_fail(err, "tensors '%s' and '%s' must be BF16, F16 or F32 of one type (quantized experts need the "
+                            "MLX layout: mlxcel convert)", gu->name, dn->name);
+    size_t es = mx_dtype_size(gu->dtype), n = (size_t)(E * I * H);
+    uint8_t *g = malloc(3 * es * n);
+    if (!g || keep_host(m, g, err)) {
+        free(g);
+        return mx_fail(err, "out of memory transposing the experts of '%s'", mlp);
+    }
+    uint8_t *u = g + es * n, *d = u + es * n;
+    const uint8_t *src = gu->data, *dsrc = dn->data;
+    for (int64_t e = 0; e < E; e++)
+        for (int64_t i = 0; i < I; i++)
+            for (int64_t h = 0; h < H; h++) {
+                size_t at = (size_t)((e * I + i) * H + h), from = (size_t)((e * H + h) * 2 * I + 2 * i);
+                memcpy(g + at * es, src + from * es, es);
+                memcpy(u + at * es, src + (from + 1) * es, es);
+                memcpy(d + (size_t)((e * H + h) * I + i) * es, dsrc + (size_t)((e * I + i) * H + h) * es, es);
+            }
+    mx_matrix host = {.dtype = gu->dtype, .n_experts = E, .rows = I, .cols = H, .data = g};
+    if (upload(m, &host, &L->e_gate, err)) return -1;
+    host.data = u;
+    if (upload(m, &host, &L->e_up, err)) return -1;
+    host = (mx_matrix){.dtype = gu->dtype, .n_experts = E, .rows = H, .cols = I, .data = d};
+    if (upload(m, &host, &L->e_down, err)) return -1;
+    snprintf(name, sizeof name, "%s.experts.gate_up_proj_bias", mlp);
+    if (load_table(m, name, E, I, 2, 0, &L->e_gate_bias, err) || load_table(m, name, E, I, 2, 1, &L->e_up_bias, err))
+        return -1;
+    snprintf(name, sizeof name, "%s.experts.down_proj_bias", mlp);
+    return load_table(m, name, E, H, 1, 0, &L->e_down_bias, err);
+}
+
+// gpt_oss's MoE: the router with its bias, and experts with biases in mlx-lm's layout
+// (`<mlp>.experts.<proj>.weight` / `.bias`, stacked) or the Hub's.
+static int load_gpt_oss_moe(mx_model *m, const mx_family *fam, const char *mlp, mx_layer *L, mx_error *err) {
+    const mx_config *c = &m->cfg;
+    int64_t E = c->num_experts, I = c->moe_intermediate_size, H = c->hidden_size;
+    char name[512];
+    snprintf(name, sizeof name, "%.*s.%s", (int)(strlen(mlp) - strlen(".mlp")), mlp, mx_family_router(fam));
+    if (load_matrix(m, name, E, H, &L->router, err)) return -1;
+    strncat(name, ".bias", sizeof name - strlen(name) - 1);
+    if (load_vector(m, name, E, true, &L->router_linear_bias, err)) return -1;
+    snprintf(name, sizeof name, "%s.experts.gate_up_proj", mlp);
+    if (find_tensor(m, name, "")) return load_hub_gpt_oss_experts(m, mlp, E, I, H, L, err);
+    if (load_experts(m, mlp, "gate_proj", E, I, H, &L->e_gate, err) ||
+        load_experts(m, mlp, "up_proj", E, I, H, &L->e_up, err) ||
+        load_experts(m, mlp, "down_proj", E, H, I, &L->e_down, err))
+        return -1;
+    const char *proj[3] = {"gate_proj", "up_proj", "down_proj"};
+    const float **bias[3] = {&L->e_gate_bias, &L->e_up_bias, &L->e_down_bias};
+    for (int k = 0; k < 3; k++) {
+        snprintf(name, sizeof name, "%s.experts.%s.bias", mlp, proj[k]);
+        if (load_table(m, name, E, k == 2 ? H : I, 1, 0, bias[k], err)) return -1;
+    }
+    return 0;
+}
+
 static int load_layer(mx_model *m, const mx_family *fam, int i, mx_error *err) {
     const mx_config *c = &m->cfg;
     mx_layer *L = &m->layers[i];
@@ -425,6 +527,7 @@ static int load_layer(mx_model *m, const mx_family *fam, int i, mx_error *err) {
     if (L->moe) {
         char mlp[300];
         snprintf(mlp, sizeof mlp, "%s.mlp", p);
+        if (fam->expert_biases) return load_gpt_oss_moe(m, fam, mlp, L, err);
         int64_t E = c->num_experts, I = c->moe_intermediate_size, IS = I * c->n_shared_experts;
         if (c->n_group > 0 && load_vector(m, PATH("mlp.gate.e_score_correction_bias"), E, true, &L->router_bias, err))
             return -1;
@@ -432,7 +535,7 @@ static int load_layer(mx_model *m, const mx_family *fam, int i, mx_error *err) {
                        load_matrix(m, PATH("mlp.shared_experts.up_proj"), IS, H, &L->s_up, err) ||
                        load_matrix(m, PATH("mlp.shared_experts.down_proj"), H, IS, &L->s_down, err)))
             return -1;
-        return load_matrix(m, PATH("mlp.gate"), E, H, &L->router, err) ||
+        return load_matrix(m, PATH(mx_family_router(fam)), E, H, &L->router, err) ||
                load_experts(m, mlp, "gate_proj", E, I, H, &L->e_gate, err) ||
                load_experts(m, mlp, "up_proj", E, I, H, &L->e_up, err) ||
                load_experts(m, mlp, "down_proj", E, H, I, &L->e_down, err);

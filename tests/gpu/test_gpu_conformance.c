@@ -8,7 +8,8 @@
 // (several tokens, aliasing buffers), a whole decoder layer (decode and prefill-sized), and the
 // records no pattern covers; the projection patterns again on a backend with the previous
 // matrix-vector kernels (MLXCEL_GPU_OLD_MATVEC=1) and prefill-sized layers on the mma.sync kernel
-// (MLXCEL_GPU_MMA_SYNC=1). Each plan runs three times on the GPU (direct, recorded as a graph,
+// (MLXCEL_GPU_MMA_SYNC=1); gpt_oss's records (attention sinks, clamped SwiGLU, expert biases) in
+// a block of that family. Each plan runs three times on the GPU (direct, recorded as a graph,
 // replayed) with the input buffers restored in between, and every run must match.
 // Bounds: relative L2 error per buffer of 2e-5 (float32 paths: summation order only); buffers after
 // an attention record 3e-3 (the GPU cache stores f16, the CPU's f32); tensor-core prefill matmuls
@@ -303,22 +304,32 @@ static void rope_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, rope_cfg c) 
     data_free(&d);
 }
 
-// ---- records no pattern covers (GeGLU, scale) -------------------------------------------------------
+// ---- records no pattern covers (GeGLU, scale, gpt_oss's clamped SwiGLU and expert bias) -------------
 
-// Buffers: 0 gate, 1 up, 2 out.
+// Buffers: 0 gate, 1 up, 2 out, 3 expert biases [8, 30]. Ints: 0 expert ids [100].
 static void build_elementwise(mx_plan *p, side *s, const void *vc) {
     const int kind = *(const int *)vc;
     float **b = s->f;
     if (kind == 0) ADD(p, MX_OP_GEGLU, geglu, b[2], b[0], b[1], 3000);
     if (kind == 1) ADD(p, MX_OP_SCALE, scale, b[0], 3000, 45.25f);
+    if (kind == 2) ADD(p, MX_OP_SWIGLU_CLAMPED, swiglu_clamped, b[2], b[0], b[1], 3000, 7.0f, 1.702f);
+    if (kind == 3) ADD(p, MX_OP_SWIGLU_CLAMPED, swiglu_clamped, b[0], b[0], b[1], 3000, 7.0f, 1.702f);  // in place
+    if (kind == 4) ADD(p, MX_OP_EXPERT_BIAS, expert_bias, b[2], b[3], s->i[0], 100, 30);
 }
 
 static void elementwise_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, int kind) {
+    static const char *const labels[] = {"geglu record", "scale record", "swiglu_clamped record",
+                                         "swiglu_clamped record, in place", "expert_bias record"};
     data d = {0};
-    add_f(&d, "gate", 3000, r, -4, 4, 1e-5);
-    add_f(&d, "up", 3000, r, -4, 4, 0);
+    const float span = kind == 2 || kind == 3 ? 12 : 4;  // the clamped SwiGLU on both sides of +-7
+    add_f(&d, "gate", 3000, r, -span, span, 1e-5);
+    add_f(&d, "up", 3000, r, -span, span, 0);
     add_f(&d, "out", 3000, r, -4, 4, 1e-5);
-    run_case(kind == 0 ? "geglu record" : "scale record", cpu, gpu, &d, build_elementwise, &kind, NULL, 0);
+    add_f(&d, "expert biases", 8 * 30, r, -1, 1, 0);
+    int32_t ids[100];
+    for (int i = 0; i < 100; i++) ids[i] = (int32_t)(ref_next(r) % 8);
+    add_i(&d, ids, 100);
+    run_case(labels[kind], cpu, gpu, &d, build_elementwise, &kind, NULL, 0);
     data_free(&d);
 }
 
@@ -570,6 +581,85 @@ static void grouped_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, const fmt
     data_free(&d);
 }
 
+// ---- a gpt_oss block: attention with sinks (sliding window or not), MoE with biases -----------------
+
+typedef struct gptoss_cfg {
+    int n, H, NH, NKV, D, E, K, I, window;
+} gptoss_cfg;
+
+// The records of src/models/forward.c for a gpt_oss layer (without the norms). Buffers: 0 h, 1 q,
+// 2 k, 3 v, 4 att, 5 sinks, 6 router logits, 7 weights, 8 gate, 9 up, 10 y, 11 x, 12 gate bias,
+// 13 up bias, 14 down bias, 15 router bias, 16 inv_freq, 17 q bias. Ints: 0 pos, 1 slot, 2 ids.
+// Matrices: 0 q, 1 k, 2 v, 3 router, 4 gate, 5 up, 6 down.
+static void build_gptoss(mx_plan *p, side *s, const void *vc) {
+    const gptoss_cfg *c = vc;
+    float **b = s->f;
+    const int n = c->n, K = c->K;
+    mx_rope rope = {.inv_freq = b[16], .head_dim = c->D, .attn_factor = 1.35f};
+    mx_kv_ref kv = {s->kv, s->lay, 1, s->i[1], s->i[0], NULL};
+    ADD(p, MX_OP_MATMUL, matmul, b[1], b[0], &s->m[0], b[17], n);
+    ADD(p, MX_OP_MATMUL, matmul, b[2], b[0], &s->m[1], NULL, n);
+    ADD(p, MX_OP_MATMUL, matmul, b[3], b[0], &s->m[2], NULL, n);
+    ADD(p, MX_OP_ROPE, rope, b[1], s->i[0], n, c->NH, rope);
+    ADD(p, MX_OP_ROPE, rope, b[2], s->i[0], n, c->NKV, rope);
+    ADD(p, MX_OP_KV_STORE, kv_store, kv, b[2], b[3], n);
+    ADD(p, MX_OP_ATTENTION, attention, b[4], b[1], kv, n, c->NH, 1.0f / sqrtf((float)c->D), c->window, b[5]);
+    ADD(p, MX_OP_MATMUL, matmul, b[6], b[0], &s->m[3], b[15], n);
+    ADD(p, MX_OP_MOE_ROUTE, moe_route, s->i[2], b[7], b[6], n, c->E, K, true);
+    ADD(p, MX_OP_MOE_MATMUL, moe_matmul, b[8], b[0], &s->m[4], s->i[2], n * K, K);
+    ADD(p, MX_OP_MOE_MATMUL, moe_matmul, b[9], b[0], &s->m[5], s->i[2], n * K, K);
+    ADD(p, MX_OP_EXPERT_BIAS, expert_bias, b[8], b[12], s->i[2], n * K, c->I);
+    ADD(p, MX_OP_EXPERT_BIAS, expert_bias, b[9], b[13], s->i[2], n * K, c->I);
+    ADD(p, MX_OP_SWIGLU_CLAMPED, swiglu_clamped, b[8], b[8], b[9], (int64_t)n * K * c->I, 7.0f, 1.702f);
+    ADD(p, MX_OP_MOE_MATMUL, moe_matmul, b[10], b[8], &s->m[6], s->i[2], n * K, 1);
+    ADD(p, MX_OP_EXPERT_BIAS, expert_bias, b[10], b[14], s->i[2], n * K, c->H);
+    ADD(p, MX_OP_MOE_COMBINE, moe_combine, b[11], b[10], b[7], n, K, c->H);
+}
+
+static void gptoss_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, const fmt *f, const fmt *ef, gptoss_cfg c) {
+    data d = {0};
+    const int64_t n = c.n, K = c.K, QD = (int64_t)c.NH * c.D, KD = (int64_t)c.NKV * c.D;
+    add_f(&d, "h", n * c.H, r, -1, 1, 0);
+    add_f(&d, "q", n * QD, r, -1, 1, 2e-5);
+    add_f(&d, "k", n * KD, r, -1, 1, 2e-5);
+    add_f(&d, "v", n * KD, r, -1, 1, 2e-5);
+    add_f(&d, "att", n * QD, r, -1, 1, 3e-3);  // after the cache (f16 on the GPU)
+    add_f(&d, "sinks", c.NH, r, -1, 3, 0);
+    add_f(&d, "router", n * c.E, r, -1, 1, 2e-5);
+    add_f(&d, "weights", n * K, r, 0, 1, 2e-5);
+    add_f(&d, "gate", n * K * c.I, r, -1, 1, 2e-5);
+    add_f(&d, "up", n * K * c.I, r, -1, 1, 2e-5);
+    add_f(&d, "y", n * K * c.H, r, -1, 1, 2e-5);
+    add_f(&d, "x", n * c.H, r, -1, 1, 2e-5);
+    add_f(&d, "gate bias", c.E * c.I, r, -0.5f, 0.5f, 0);
+    add_f(&d, "up bias", c.E * c.I, r, -0.5f, 0.5f, 0);
+    add_f(&d, "down bias", c.E * c.H, r, -0.5f, 0.5f, 0);
+    add_f(&d, "router bias", c.E, r, -0.5f, 0.5f, 0);
+    int kf = add_f(&d, "inv_freq", c.D / 2, r, 0, 1, 0);
+    for (int j = 0; j < c.D / 2; j++) d.fhost[kf][j] = 1.0f / powf(150000.0f, 2.0f * j / c.D);
+    add_f(&d, "q bias", QD, r, -0.5f, 0.5f, 0);
+    int32_t *pos = malloc(4 * (size_t)n), *slot = malloc(4 * (size_t)n), *ids = calloc((size_t)(n * K), 4);
+    for (int t = 0; t < c.n; t++) {
+        pos[t] = c.n == 1 ? 37 : t % 40;  // n > 1: two sequences of positions in two slots
+        slot[t] = c.n == 1 ? 2 : t / 40;
+    }
+    add_i(&d, pos, n), add_i(&d, slot, n), add_i(&d, ids, n * K);
+    free(pos), free(slot), free(ids);
+    add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, QD, c.H);
+    add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, KD, c.H);
+    add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, KD, c.H);
+    add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, c.E, c.H);
+    add_m(&d, r, ef->q, ef->dtype, ef->scale_dtype, c.E, c.I, c.H);
+    add_m(&d, r, ef->q, ef->dtype, ef->scale_dtype, c.E, c.I, c.H);
+    add_m(&d, r, ef->q, ef->dtype, ef->scale_dtype, c.E, c.H, c.I);
+    mx_kv_layout lay = {2, 3, 64, c.NKV, c.D, 0};
+    char label[160], ml[64];
+    snprintf(label, sizeof label, "gpt_oss block, experts %s, n=%d, window %d", ref_matrix_label(&d.mat[4], ml, sizeof ml),
+             c.n, c.window);
+    run_case(label, cpu, gpu, &d, build_gptoss, &c, &lay, 2);  // the expert ids compared exactly
+    data_free(&d);
+}
+
 static const fmt fused_fmts[] = {
     {{MX_QUANT_AFFINE, 4, 64}, MX_DTYPE_U32, MX_DTYPE_BF16},
     {{MX_QUANT_AFFINE, 4, 32}, MX_DTYPE_U32, MX_DTYPE_F16},
@@ -627,7 +717,7 @@ int main(void) {
     rope_case(cpu, gpu, &rng, (rope_cfg){3, 8, 2, 256, true, 0, false});
     rope_case(cpu, gpu, &rng, (rope_cfg){3, 8, 4, 128, true, 64, false});
     rope_case(cpu, gpu, &rng, (rope_cfg){4, 8, 4, 96, false, 0, true});
-    for (int kind = 0; kind < 2; kind++) elementwise_case(cpu, gpu, &rng, kind);
+    for (int kind = 0; kind < 5; kind++) elementwise_case(cpu, gpu, &rng, kind);
     for (size_t f = 0; f < sizeof fused_fmts / sizeof fused_fmts[0]; f++)
         layer_case(cpu, gpu, &rng, &fused_fmts[f], (layer_cfg){1, 512, 8, 4, 64, 1024, 1000});
     layer_case(cpu, gpu, &rng, &other_fmts[0], (layer_cfg){1, 512, 8, 4, 64, 1024, 1000});
@@ -641,6 +731,14 @@ int main(void) {
     mla_case(cpu, gpu, &rng, &fused_fmts[0], (mla_cfg){1, 128, 4, 64, 64, 32, 64, 64});
     mla_case(cpu, gpu, &rng, &fused_fmts[0], (mla_cfg){45, 128, 4, 64, 64, 32, 64, 64});
     mla_case(cpu, gpu, &rng, &fused_fmts[4], (mla_cfg){3, 512, 8, 256, 128, 64, 512, 128});
+    // gpt_oss: decode (head rows, the context split over blocks: the sinks in the merge) and two
+    // prefilled sequences (token rows), with and without the sliding window; experts mxfp4 and 8-bit.
+    const fmt q8 = {{MX_QUANT_AFFINE, 8, 64}, MX_DTYPE_U32, MX_DTYPE_BF16};
+    for (int window = 0; window <= 8; window += 8) {
+        gptoss_case(cpu, gpu, &rng, &q8, &fused_fmts[3], (gptoss_cfg){1, 256, 8, 2, 64, 8, 2, 128, window});
+        gptoss_case(cpu, gpu, &rng, &q8, &fused_fmts[3], (gptoss_cfg){45, 256, 8, 2, 64, 8, 2, 128, window});
+    }
+    gptoss_case(cpu, gpu, &rng, &fused_fmts[4], &q8, (gptoss_cfg){3, 256, 8, 2, 64, 8, 4, 128, 8});
     mx_backend_free(gpu);
     // The previous matrix-vector kernels (MLXCEL_GPU_OLD_MATVEC=1, the A/B switch of the benches).
     setenv("MLXCEL_GPU_OLD_MATVEC", "1", 1);

@@ -47,6 +47,9 @@ static const pair pairs[] = {
     // deepseek_v3: experts stacked, kv_b_proj split into embed_q/unembed_out, the router left in
     // float and its e_score_correction_bias kept F32 (mlx-lm's sanitize and predicates).
     {"deepseek_v3", "q4g64", AFF(4, 64), -1}, {"deepseek_v3", "q8g64", AFF(8, 64), -1},
+    // gpt_oss: the Hub's interleaved gate_up_proj split into gate_proj/up_proj [E, I, H] (with their
+    // biases), down_proj transposed to [E, H, I], the router quantized at 8 bits group 64.
+    {"gpt_oss", "q4g64", AFF(4, 64), -1}, {"gpt_oss", "q8g64", AFF(8, 64), -1},
 };
 
 // Counts the bytes at which two tensors of equal size differ and reports the first one.

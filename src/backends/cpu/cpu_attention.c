@@ -107,6 +107,7 @@ typedef struct attn_job {
     const void *kv;
     const mx_kv_ref *r;
     int n_heads, window, n;
+    const float *sinks;  // [n_heads] attention sinks or NULL
     int tokens, blocks;  // tokens per task, token blocks
     mx_dtype kv_dtype;   // cache element type
     size_t es;           // its size in bytes
@@ -130,13 +131,14 @@ static void attn_task(void *arg, int task, int thread) {
         int t1 = t0 + 1;
         while (t1 < t_end && slot[t1] == slot[t0] && (t1 - t0 + 1) * group <= CPU_ATTN_MAX_ROWS) t1++;
         const float *q[CPU_ATTN_MAX_ROWS];
-        float *out[CPU_ATTN_MAX_ROWS];
+        float *out[CPU_ATTN_MAX_ROWS], sink[CPU_ATTN_MAX_ROWS];
         int first[CPU_ATTN_MAX_ROWS], last[CPU_ATTN_MAX_ROWS], nq = 0;
         for (int t = t0; t < t1; t++)
             for (int g = 0; g < group; g++, nq++) {
                 size_t at = ((size_t)t * j->n_heads + (size_t)kvh * group + g) * hd;
                 q[nq] = j->q + at;
                 out[nq] = j->out + at;
+                sink[nq] = j->sinks ? j->sinks[kvh * group + g] : -INFINITY;
                 last[nq] = pos[t];
                 first[nq] = j->window > 0 && last[nq] - j->window + 1 > 0 ? last[nq] - j->window + 1 : 0;
             }
@@ -145,7 +147,8 @@ static void attn_task(void *arg, int task, int thread) {
                            .V = (const uint8_t *)j->kv + v0 * MX_KV_BLOCK * hd * j->es,
                            .stride = hd, .kv_dtype = j->kv_dtype, .hd = hd, .scale = j->scale,
                            .blocks = j->r->table ? j->r->table + (size_t)slot[t0] * tl : NULL,
-                           .block0 = j->r->table ? 0 : slot[t0] * tl, .block_stride = block_rows * hd};
+                           .block0 = j->r->table ? 0 : slot[t0] * tl, .block_stride = block_rows * hd,
+                           .sink = j->sinks ? sink : NULL};
         if (scales) {
             a.K_scale = scales + k0 * MX_KV_BLOCK * CPU_KV_SCALES(hd);
             a.V_scale = scales + v0 * MX_KV_BLOCK * CPU_KV_SCALES(hd);
@@ -158,14 +161,14 @@ static void attn_task(void *arg, int task, int thread) {
 }
 
 void cpu_attention(mx_backend *be, float *out, const float *q, const mx_kv_ref *r, int n, int n_heads, float scale,
-                   int window) {
+                   int window, const float *sinks) {
     const mx_kv_layout *lay = &r->lay;
     MX_ASSERT(lay->head_dim <= MAX_HEAD_DIM && n_heads % lay->n_kv_heads == 0);
     MX_ASSERT(n_heads / lay->n_kv_heads <= CPU_ATTN_MAX_ROWS);
     MX_ASSERT(cpu_of(be)->scratch_floats >= CPU_ATTN_SCRATCH(lay->head_dim));
     cpu_ctx *c = cpu_of(be);
     int tokens = CPU_ATTN_MAX_ROWS / (n_heads / lay->n_kv_heads);
-    attn_job j = {out, q, r->kv, r, n_heads, window, n, tokens, (n + tokens - 1) / tokens,
+    attn_job j = {out, q, r->kv, r, n_heads, window, n, sinks, tokens, (n + tokens - 1) / tokens,
                   be->kv_dtype, mx_dtype_size(be->kv_dtype), scale, c};
     mx_pool_run(c->pool, j.blocks * lay->n_kv_heads, attn_task, &j);
 }

@@ -187,7 +187,7 @@ static void cpu_run_op(mx_backend *be, const mx_op *op) {
     }
     case MX_OP_ATTENTION: {
         cpu_attention(be, op->attention.out, op->attention.q, &op->attention.kv, op->attention.n, op->attention.n_heads,
-                      op->attention.scale, op->attention.window);
+                      op->attention.scale, op->attention.window, op->attention.sinks);
         break;
     }
     case MX_OP_SWIGLU: cpu_swiglu(be, op->swiglu.out, op->swiglu.gate, op->swiglu.up, op->swiglu.count); break;
@@ -230,6 +230,14 @@ static void cpu_run_op(mx_backend *be, const mx_op *op) {
                               op->moe_route_grouped.n_experts, op->moe_route_grouped.k, op->moe_route_grouped.n_group,
                               op->moe_route_grouped.topk_group, op->moe_route_grouped.norm_topk,
                               op->moe_route_grouped.scaling);
+        break;
+    case MX_OP_SWIGLU_CLAMPED:
+        cpu_swiglu_clamped(be, op->swiglu_clamped.out, op->swiglu_clamped.gate, op->swiglu_clamped.up,
+                           op->swiglu_clamped.count, op->swiglu_clamped.limit, op->swiglu_clamped.alpha);
+        break;
+    case MX_OP_EXPERT_BIAS:
+        cpu_expert_bias(be, op->expert_bias.x, op->expert_bias.bias, op->expert_bias.ids, op->expert_bias.m,
+                        op->expert_bias.dim);
         break;
     case MX_OP_KIND_COUNT: MX_ASSERT(!"not an op kind"); break;
     }

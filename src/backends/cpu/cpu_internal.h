@@ -38,7 +38,7 @@ int cpu_matmul_group(mx_backend *be, const mx_op *ops, int n_ops);
 void cpu_moe_matmul(mx_backend *be, float *out, const float *x, const mx_matrix *w, const int32_t *ids, int m, int x_div);
 void cpu_kv_store(mx_backend *be, const mx_kv_ref *r, const float *k, const float *v, int n);
 void cpu_attention(mx_backend *be, float *out, const float *q, const mx_kv_ref *r, int n, int n_heads, float scale,
-                   int window);
+                   int window, const float *sinks);
 // One row (head, pos) of K (which 0) or V (1) of slot `slot` in the layer of r (cpu_attention.c):
 // its start, its I16 scales (CPU_KV_SCALES(head_dim) floats), and the conversion of a float row into
 // the cache's element type (scales: NULL unless I16).
@@ -61,6 +61,10 @@ void cpu_moe_route(mx_backend *be, int32_t *ids, float *weights, const float *lo
 void cpu_moe_combine(mx_backend *be, float *out, const float *y, const float *weights, int n, int k, int dim);
 void cpu_gather_rows(mx_backend *be, float *out, const float *x, const int32_t *rows, int n, int dim);
 void cpu_argmax(mx_backend *be, int32_t *ids, const float *logits, int n, int vocab);
+// cpu_gpt_oss.c (backend.h: swiglu_clamped, expert_bias).
+void cpu_swiglu_clamped(mx_backend *be, float *out, const float *gate, const float *up, int64_t count, float limit,
+                        float alpha);
+void cpu_expert_bias(mx_backend *be, float *x, const float *bias, const int32_t *ids, int m, int dim);
 void cpu_sample(mx_backend *be, mx_sample_out *out, float *logits, int n, int vocab, const mx_sample_row *rows,
                 const mx_logit_mod *mods);
 

@@ -83,7 +83,7 @@ static void scalar_attn_rows(const cpu_attn_args *a, float *scratch) {
             l += e;
             for (int d = 0; d < hd; d++) out[d] += e * vr[d];
         }
-        float inv = 1.0f / l;
+        float inv = cpu_attn_inv_denominator(m, l, a->sink ? a->sink[j] : -INFINITY);
         for (int d = 0; d < hd; d++) out[d] *= inv;
     }
 }

@@ -6,6 +6,7 @@
 #ifndef MX_BACKENDS_CPU_KERNELS_H
 #define MX_BACKENDS_CPU_KERNELS_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -51,6 +52,8 @@ void cpu_kernels_attn_head(const float *q, const float *K, const float *V, int64
 // blocks of MX_KV_BLOCK rows `stride` elements apart; block i of the sequence is blocks[i] (NULL:
 // block0 + i), block_stride elements from block to block (0: MX_KV_BLOCK * stride, so the rows of
 // consecutive blocks are contiguous). Reading the keys once for all the queries is the point.
+// sink (NULL: none): query j's attention sink logit (backend.h, attention), which adds e^(sink[j])
+// to its softmax's denominator.
 typedef struct cpu_attn_args {
     const float *const *q;  // [nq] pointers to query rows [hd]
     float *const *out;      // [nq] pointers to output rows [hd]
@@ -66,7 +69,19 @@ typedef struct cpu_attn_args {
     const int32_t *blocks;  // the sequence's block table row, or NULL
     int32_t block0;
     int64_t block_stride, scale_block_stride;
+    const float *sink;      // [nq] or NULL
 } cpu_attn_args;
+
+// The factor that ends an online softmax: 1 / (l + e^(sink - m)) for scores of maximum m whose
+// e^(s - m) sum to l, i.e. 1 / l without a sink (sink -inf). Written so that a sink far above every
+// score cannot overflow.
+static inline float cpu_attn_inv_denominator(float m, float l, float sink) {
+    if (sink > m) {
+        float r = expf(m - sink);
+        return r / (l * r + 1.0f);
+    }
+    return 1.0f / (l + expf(sink - m));
+}
 
 static inline int64_t cpu_attn_block(const cpu_attn_args *a, int p) {
     return a->blocks ? a->blocks[p / MX_KV_BLOCK] : a->block0 + p / MX_KV_BLOCK;

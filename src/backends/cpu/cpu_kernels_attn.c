@@ -146,7 +146,7 @@ ATTN_INLINE static void attn_rows_body(const cpu_attn_args *a, float *scratch, i
         }
     }
     for (int j = 0; j < nq; j++) {
-        float inv = 1.0f / l[j], *out = a->out[j];
+        float inv = cpu_attn_inv_denominator(m[j], l[j], a->sink ? a->sink[j] : -INFINITY), *out = a->out[j];
         for (int d = 0; d < hd; d++) out[d] *= inv;
     }
 }

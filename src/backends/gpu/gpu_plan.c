@@ -27,7 +27,7 @@ static void run_record(const mxg_launch *L, const mx_op *op) {
     case MX_OP_KV_STORE: mxg_kv_store(L, &op->kv_store.kv, op->kv_store.k, op->kv_store.v, op->kv_store.n); break;
     case MX_OP_ATTENTION:
         mxg_attention(L, op->attention.out, op->attention.q, &op->attention.kv, op->attention.n, op->attention.n_heads,
-                      op->attention.scale, op->attention.window);
+                      op->attention.scale, op->attention.window, op->attention.sinks);
         break;
     case MX_OP_SWIGLU: mxg_swiglu(L, op->swiglu.out, op->swiglu.gate, op->swiglu.up, op->swiglu.count); break;
     case MX_OP_ADD: mxg_add(L, op->add.x, op->add.y, op->add.count); break;
@@ -69,6 +69,14 @@ static void run_record(const mxg_launch *L, const mx_op *op) {
                               op->moe_route_grouped.n_experts, op->moe_route_grouped.k, op->moe_route_grouped.n_group,
                               op->moe_route_grouped.topk_group, op->moe_route_grouped.norm_topk,
                               op->moe_route_grouped.scaling);
+        break;
+    case MX_OP_SWIGLU_CLAMPED:
+        mxg_swiglu_clamped(L, op->swiglu_clamped.out, op->swiglu_clamped.gate, op->swiglu_clamped.up,
+                           op->swiglu_clamped.count, op->swiglu_clamped.limit, op->swiglu_clamped.alpha);
+        break;
+    case MX_OP_EXPERT_BIAS:
+        mxg_expert_bias(L, op->expert_bias.x, op->expert_bias.bias, op->expert_bias.ids, op->expert_bias.m,
+                        op->expert_bias.dim);
         break;
     case MX_OP_KIND_COUNT: break;
     }

@@ -61,7 +61,7 @@ void mxg_rope(const mxg_launch *L, float *x, const int32_t *pos, int n, int n_he
 // comes from the ref's block table (kv_block.cuh).
 void mxg_kv_store(const mxg_launch *L, const mx_kv_ref *r, const float *k, const float *v, int n);
 void mxg_attention(const mxg_launch *L, float *out, const float *q, const mx_kv_ref *r, int n, int n_heads, float scale,
-                   int window);
+                   int window, const float *sinks);
 // Bytes of L->scratch that mxg_attention wants for full split parallelism (it uses fewer splits
 // when given less).
 size_t mxg_attention_scratch_bytes(int sm_count, int head_dim);
@@ -81,6 +81,10 @@ void mxg_latent_store(const mxg_launch *L, const mx_kv_ref *kv, const float *c_k
                       int kv_lora, int rope);
 void mxg_latent_attention(const mxg_launch *L, float *out, const float *q_lat, const float *q_pe,
                           const mx_kv_ref *kv, int n, int n_heads, int kv_lora, int rope, float scale);
+// kernels/gpt_oss.cu (backend.h: swiglu_clamped, expert_bias).
+void mxg_swiglu_clamped(const mxg_launch *L, float *out, const float *gate, const float *up, int64_t count, float limit,
+                        float alpha);
+void mxg_expert_bias(const mxg_launch *L, float *x, const float *bias, const int32_t *ids, int m, int dim);
 void mxg_moe_combine(const mxg_launch *L, float *out, const float *y, const float *weights, int n, int k, int dim);
 void mxg_gather_rows(const mxg_launch *L, float *out, const float *x, const int32_t *rows, int n, int dim);
 void mxg_argmax(const mxg_launch *L, int32_t *ids, const float *logits, int n, int vocab);

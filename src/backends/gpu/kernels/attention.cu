@@ -13,7 +13,9 @@
 // block straddling two sequences handles them one after the other. Inside a tile, lane j scores key
 // j (q is broadcast from shared memory), then every lane accumulates its head_dim / W output columns.
 // Causality and the sliding window follow from each token's position. GQA: query head h reads KV head
-// h / (n_heads / n_kv_heads).
+// h / (n_heads / n_kv_heads). Attention sinks (gpt_oss: a logit per query head in the softmax's
+// denominator, with no value) enter where the softmax is normalized: the single-split epilogue or
+// the merge of the splits.
 #include <limits.h>
 
 #include "backends/gpu/common.cuh"
@@ -32,6 +34,7 @@ struct AttnArgs {
     float *out;              // [n, n_heads, D]
     float *part;             // [n, n_heads, splits, D + 2] (m, l, o) when splits > 1
     const float *q;          // [n, n_heads, D]
+    const float *sinks;      // [n_heads] or NULL
     const __half *kv;
     const int32_t *slot, *pos;
     KvPages pg;  // where a (slot, position)'s keys are (kv_block.cuh)
@@ -39,6 +42,16 @@ struct AttnArgs {
     int head_parts;  // head rows: blocks per KV head's group of query heads; 0: token rows
     float scale;
 };
+
+// 1 / (l + e^(sink - m)): the end of an online softmax whose scores have maximum m and
+// e^(s - m) sum l, with an attention sink (sink -inf: none, 1 / l). No overflow for a large sink.
+__device__ __forceinline__ float inv_denominator(float m, float l, float sink) {
+    if (sink > m) {
+        const float r = expf(m - sink);
+        return r / (l * r + 1.0f);
+    }
+    return 1.0f / (l + expf(sink - m));
+}
 
 template <int W, int DPL>
 __global__ void __launch_bounds__(ROWS * 64) attn_kernel(AttnArgs a) {
@@ -169,7 +182,7 @@ __global__ void __launch_bounds__(ROWS * 64) attn_kernel(AttnArgs a) {
     if (!live) return;
     if (a.splits == 1) {
         float *orow = a.out + ((int64_t)t * a.n_heads + h) * D;
-        const float inv = 1.0f / l;
+        const float inv = inv_denominator(m, l, a.sinks ? a.sinks[h] : -INFINITY);
 #pragma unroll
         for (int i = 0; i < DPL; i++) {
             const int d = lane + i * W;
@@ -188,7 +201,8 @@ __global__ void __launch_bounds__(ROWS * 64) attn_kernel(AttnArgs a) {
 }
 
 // Merges the splits of one (token, head): rescale each partial by exp(m_s - M).
-__global__ void attn_combine_kernel(float *out, const float *__restrict__ part, int D, int splits) {
+__global__ void attn_combine_kernel(float *out, const float *__restrict__ part, int D, int splits,
+                                    const float *__restrict__ sinks, int n_heads) {
     const float *pp = part + (int64_t)blockIdx.x * splits * (D + 2);
     float M = -INFINITY;
     for (int s = 0; s < splits; s++) M = fmaxf(M, pp[s * (D + 2)]);
@@ -197,7 +211,7 @@ __global__ void attn_combine_kernel(float *out, const float *__restrict__ part, 
         const float ms = pp[s * (D + 2)];
         if (ms != -INFINITY) Lsum += pp[s * (D + 2) + 1] * expf(ms - M);
     }
-    const float inv = 1.0f / Lsum;
+    const float inv = inv_denominator(M, Lsum, sinks ? sinks[blockIdx.x % n_heads] : -INFINITY);
     for (int d = threadIdx.x; d < D; d += blockDim.x) {
         float acc = 0.0f;
         for (int s = 0; s < splits; s++) {
@@ -230,13 +244,13 @@ extern "C" size_t mxg_attention_scratch_bytes(int sm_count, int head_dim) {
 }
 
 extern "C" void mxg_attention(const mxg_launch *L, float *out, const float *q, const mx_kv_ref *r, int n, int n_heads,
-                              float scale, int window) {
+                              float scale, int window, const float *sinks) {
     const mx_kv_layout *lay = &r->lay;
     const int D = lay->head_dim;
     MX_ASSERT(D % 2 == 0 && D <= kMaxHeadDim && n_heads % lay->n_kv_heads == 0 && r->layer < lay->n_layers);
     if (n == 0) return;
     AttnArgs a;
-    a.out = out, a.part = (float *)L->scratch, a.q = q, a.kv = (const __half *)r->kv, a.slot = r->slot, a.pos = r->pos;
+    a.out = out, a.part = (float *)L->scratch, a.q = q, a.sinks = sinks, a.kv = (const __half *)r->kv, a.slot = r->slot, a.pos = r->pos;
     a.pg = kv_pages(r);
     a.n = n, a.n_heads = n_heads, a.n_kv_heads = lay->n_kv_heads, a.head_dim = D, a.max_ctx = lay->max_ctx;
     a.window = window, a.scale = scale;
@@ -263,6 +277,7 @@ extern "C" void mxg_attention(const mxg_launch *L, float *out, const float *q, c
     MXG_WARP_DISPATCH(L->warp, launch_attn<W>(L, a, grid, smem));
     if (splits > 1) {
         int threads = D > 256 ? 256 : (D + 31) / 32 * 32;
-        attn_combine_kernel<<<(unsigned)(n * n_heads), threads, 0, (gpuStream_t)L->stream>>>(out, a.part, D, splits);
+        attn_combine_kernel<<<(unsigned)(n * n_heads), threads, 0, (gpuStream_t)L->stream>>>(out, a.part, D, splits,
+                                                                                               sinks, n_heads);
     }
 }
