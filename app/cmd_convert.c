@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // `mlxcel convert`: flags as mlx-lm's convert (--hf-path, --mlx-path, -q, --q-bits, --q-group-size,
-// --q-mode, --dtype, --quant-predicate) plus --force, --threads and --max-shard-size. The work is
+// --q-mode, --dtype, --quant-predicate) plus --q-experts-mode, --force, --threads and --max-shard-size. The work is
 // done by the library (src/convert/convert.h); this file parses flags and draws a progress bar on
 // stderr when it is a terminal.
 #include <errno.h>
@@ -35,6 +35,9 @@ static void usage(FILE *to) {
             "  --dtype T                bfloat16, float16 or float32 (default: config torch_dtype)\n"
             "  --quant-predicate R      mixed-bit recipe: mixed_2_6, mixed_3_4, mixed_3_5,\n"
             "                           mixed_3_6, mixed_3_8, mixed_4_6, mixed_4_8\n"
+            "  --q-experts-mode MODE    MoE experts in mxfp4 or mxfp8 (group 32), the rest as the\n"
+            "                           flags above say (gpt-oss as mlx-community ships it:\n"
+            "                           -q --q-bits 8 --q-experts-mode mxfp4)\n"
             "  --force                  replace OUT if it exists\n"
             "  --threads N              worker threads (default: all cores)\n"
             "  --max-shard-size SIZE    bytes per shard, suffix K/M/G allowed (default 5G)\n");
@@ -110,6 +113,13 @@ int cmd_convert(int argc, char **argv) {
             if (!(v = cli_value(CMD, argc, argv, &i))) return MX_EXIT_USAGE;
             if (mx_quant_mode_parse(v, &o.q_mode) != 0 || o.q_mode == MX_QUANT_NVFP4) {
                 cli_error(CMD, "--q-mode must be affine, mxfp4 or mxfp8 (got '%s')", v);
+                return MX_EXIT_USAGE;
+            }
+        } else if (cli_is(a, NULL, "--q-experts-mode")) {
+            if (!(v = cli_value(CMD, argc, argv, &i))) return MX_EXIT_USAGE;
+            if (mx_quant_mode_parse(v, &o.experts_q_mode) != 0 ||
+                (o.experts_q_mode != MX_QUANT_MXFP4 && o.experts_q_mode != MX_QUANT_MXFP8)) {
+                cli_error(CMD, "--q-experts-mode must be mxfp4 or mxfp8 (got '%s')", v);
                 return MX_EXIT_USAGE;
             }
         } else if (cli_is(a, NULL, "--dtype")) {

@@ -30,6 +30,7 @@
 void mx_convert_opts_init(mx_convert_opts *o) {
     memset(o, 0, sizeof(*o));
     o->q_mode = MX_QUANT_AFFINE;
+    o->experts_q_mode = MX_QUANT_NONE;
     o->dtype = -1;
 }
 
@@ -57,6 +58,13 @@ int mx_convert_check_opts(const mx_convert_opts *o, mx_error *err) {
         if (!known) return mx_fail(err, "unknown --quant-predicate '%s'", o->recipe);
         if (!o->quantize) return mx_fail(err, "--quant-predicate needs -q");
         if (o->q_mode != MX_QUANT_AFFINE) return mx_fail(err, "--quant-predicate needs --q-mode affine");
+    }
+    if (o->experts_q_mode != MX_QUANT_NONE) {
+        if (o->experts_q_mode != MX_QUANT_MXFP4 && o->experts_q_mode != MX_QUANT_MXFP8)
+            return mx_fail(err, "--q-experts-mode %s is not supported (mxfp4 or mxfp8)",
+                           mx_quant_mode_name(o->experts_q_mode));
+        if (!o->quantize) return mx_fail(err, "--q-experts-mode needs -q");
+        if (o->recipe) return mx_fail(err, "--q-experts-mode and --quant-predicate do not combine");
     }
     if (o->max_shard_bytes < 0) return mx_fail(err, "the maximum shard size must be positive");
     return 0;
@@ -310,7 +318,9 @@ int mx_convert(const mx_convert_opts *o, mx_error *err) {
     }
     cv_plan plan;
     memset(&plan, 0, sizeof plan);
-    cv_plan_opts po = {o->quantize, resolved_quant(o), dtype, o->recipe};
+    cv_plan_opts po = {o->quantize, resolved_quant(o), dtype, o->recipe, {MX_QUANT_NONE, 0, 0}};
+    if (o->experts_q_mode != MX_QUANT_NONE)
+        po.experts_q = (mx_quant){o->experts_q_mode, o->experts_q_mode == MX_QUANT_MXFP8 ? 8 : 4, 32};
     if (rc == 0) rc = cv_plan_build(st, config, &po, &plan, err);
 
     char tmp[PATH_MAX];

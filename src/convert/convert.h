@@ -30,6 +30,10 @@ typedef struct mx_convert_opts {
     int q_group_size;         // 0: the mode's default (affine 64, mx 32)
     int dtype;                // mx_dtype BF16/F16/F32, or -1: config torch_dtype, else keep
     const char *recipe;       // "mixed_3_6"... or NULL
+    // Stacked MoE experts in this mode instead (MXFP4 or MXFP8 with the mode's bits and group
+    // size; NONE: as everything else), each expert module with its override in config.json:
+    // mlx-community's gpt-oss layout is experts mxfp4, the rest affine 8-bit.
+    mx_quant_mode experts_q_mode;
     bool force;               // replace an existing output folder
     int threads;              // 0: all online cores
     int64_t max_shard_bytes;  // 0: 5 GiB

@@ -246,6 +246,11 @@ static json_t *layer_entry(int group_size, int bits) {
     return json_pack("{s:i, s:i}", "group_size", group_size, "bits", bits);
 }
 
+// A stacked MoE expert module (3-D, under mlp.experts or mlp.switch_mlp), as mlx-lm names them.
+static bool is_expert_stack(const cv_item *it, const char *module) {
+    return it->ndim == 3 && (strstr(module, ".mlp.experts.") || strstr(module, ".mlp.switch_mlp."));
+}
+
 static int choose_quantization(const json_t *config, const cv_plan_opts *o, cv_plan *p,
                                mx_error *err) {
     const mx_family *fam = mx_family_find(json_string_value(json_object_get(config, "model_type")));
@@ -277,6 +282,11 @@ static int choose_quantization(const json_t *config, const cv_plan_opts *o, cv_p
         } else if (fam->router && ends_with(module, fam->router)) {
             it->q = (mx_quant){MX_QUANT_AFFINE, 8, 64};
             json_object_set_new(p->quantization, module, layer_entry(64, 8));
+        } else if (o->experts_q.mode != MX_QUANT_NONE && is_expert_stack(it, module)) {
+            it->q = o->experts_q;
+            json_t *e = layer_entry(it->q.group_size, it->q.bits);
+            json_object_set_new(e, "mode", json_string(mx_quant_mode_name(it->q.mode)));
+            json_object_set_new(p->quantization, module, e);
         } else {
             it->q = o->q;
         }

@@ -51,6 +51,7 @@ typedef struct cv_plan_opts {
     mx_quant q;            // global quantization (valid when quantize)
     int dtype;             // target float dtype (mx_dtype) or -1 to keep each tensor's own
     const char *recipe;    // mixed recipe name or NULL
+    mx_quant experts_q;    // stacked experts' quantization (mode NONE: q, like the rest)
 } cv_plan_opts;
 
 int cv_plan_build(const mx_safetensors *st, const json_t *config, const cv_plan_opts *o,

@@ -50,6 +50,16 @@ if "$BIN" logits -m "$TMP/mixed" --ids "$ids" -o "$TMP/mixed.safetensors" 2>"$TM
 then ok "mixed model loads and computes what the siblings' tensors compute: $(cat "$TMP/cmp")"
 else bad "mixed model logits: $(cat "$TMP/cmp" "$TMP/err")"; fi
 
+# 2b. gpt_oss as mlx-community ships it (-q --q-bits 8 --q-experts-mode mxfp4: experts mxfp4, the
+#     rest affine 8-bit) from the Hugging Face layout: its logits are the gpt_oss-mxfp4 fixture's.
+gids=$(python3 -c "import json;print(','.join(map(str,json.load(open('$FIX/gpt_oss-mxfp4/reference.json'))['prompt_ids'])))")
+"$BIN" convert --hf-path $FIX/gpt_oss-bf16 --mlx-path "$TMP/oss" -q --q-bits 8 --q-experts-mode mxfp4 2>"$TMP/err" ||
+    bad "gpt_oss convert: $(cat "$TMP/err")"
+if grep -q '"mode": "mxfp4"' "$TMP/oss/config.json" &&
+   MLXCEL_CPU_KV=f32 "$BIN" logits -m "$TMP/oss" --ids "$gids" -o "$TMP/oss.safetensors" 2>"$TMP/err" &&
+   python3 tests/convert/st_logits_compare.py "$TMP/oss.safetensors" $FIX/gpt_oss-mxfp4/reference.safetensors 2e-5
+then ok "gpt_oss with mxfp4 experts matches the gpt_oss-mxfp4 reference"; else bad "gpt_oss mxfp4 experts: $(cat "$TMP/err")"; fi
+
 # 3. Bad inputs.
 expect 2 "hf-path" "missing --hf-path" -- --mlx-path "$TMP/x"
 expect 2 "q-bits" "bad --q-bits" -- --hf-path $FIX/qwen3-bf16 --mlx-path "$TMP/x" -q --q-bits 7
@@ -58,6 +68,8 @@ expect 2 "q-mode" "bad --q-mode" -- --hf-path $FIX/qwen3-bf16 --mlx-path "$TMP/x
 expect 2 "mxfp8 needs bits 8" "mxfp8 with 4 bits" -- --hf-path $FIX/qwen3-bf16 --mlx-path "$TMP/x" -q --q-mode mxfp8 --q-bits 4
 expect 2 "dtype" "bad --dtype" -- --hf-path $FIX/qwen3-bf16 --mlx-path "$TMP/x" --dtype int8
 expect 2 "quant-predicate" "bad --quant-predicate" -- --hf-path $FIX/qwen3-bf16 --mlx-path "$TMP/x" -q --quant-predicate mixed_9_9
+expect 2 "q-experts-mode" "bad --q-experts-mode" -- --hf-path $FIX/gpt_oss-bf16 --mlx-path "$TMP/x" -q --q-experts-mode affine
+expect 2 "needs -q" "--q-experts-mode without -q" -- --hf-path $FIX/gpt_oss-bf16 --mlx-path "$TMP/x" --q-experts-mode mxfp4
 expect 2 "unknown option" "unknown flag" -- --hf-path $FIX/qwen3-bf16 --bogus
 expect 1 "not a folder" "missing input folder" -- --hf-path "$TMP/nope" --mlx-path "$TMP/x"
 mkdir -p "$TMP/noconfig" && cp $FIX/qwen3-bf16/model.safetensors "$TMP/noconfig/"

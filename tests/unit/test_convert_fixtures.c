@@ -25,31 +25,35 @@ typedef struct pair {
     const char *arch, *sibling;
     mx_quant q;
     int dtype;  // -1: the source's torch_dtype (bf16), as mlx_lm.convert does without --dtype
+    mx_quant_mode experts;  // --q-experts-mode (MX_QUANT_NONE: experts as the rest)
 } pair;
 
 #define AFF(b, g) {MX_QUANT_AFFINE, b, g}
+#define NONE MX_QUANT_NONE
 
 static const pair pairs[] = {
-    {"qwen3", "q2g64", AFF(2, 64), -1},   {"qwen3", "q3g64", AFF(3, 64), -1},
-    {"qwen3", "q4g64", AFF(4, 64), -1},   {"qwen3", "q5g64", AFF(5, 64), -1},
-    {"qwen3", "q6g64", AFF(6, 64), -1},   {"qwen3", "q8g64", AFF(8, 64), -1},
-    {"qwen3", "q4g32", AFF(4, 32), -1},   {"qwen3", "q4g128", AFF(4, 128), -1},
-    {"qwen3", "q4g64f16", AFF(4, 64), MX_DTYPE_F16},
-    {"qwen3", "mxfp4", {MX_QUANT_MXFP4, 4, 32}, -1},
-    {"qwen3", "mxfp8", {MX_QUANT_MXFP8, 8, 32}, -1},
-    {"llama", "q4g64", AFF(4, 64), -1},   {"llama", "q8g64", AFF(8, 64), -1},
-    {"llama31", "q4g64", AFF(4, 64), -1}, {"llama31", "q8g64", AFF(8, 64), -1},
-    {"mistral", "q4g64", AFF(4, 64), -1}, {"mistral", "q8g64", AFF(8, 64), -1},
-    {"qwen2", "q4g64", AFF(4, 64), -1},   {"qwen2", "q8g64", AFF(8, 64), -1},
-    {"qwen3_moe", "q4g64", AFF(4, 64), -1}, {"qwen3_moe", "q8g64", AFF(8, 64), -1},
-    {"gemma3", "q4g64", AFF(4, 64), -1},  {"gemma3", "q8g64", AFF(8, 64), -1},
-    {"phi3", "q4g64", AFF(4, 64), -1},    {"phi3", "q8g64", AFF(8, 64), -1},
+    {"qwen3", "q2g64", AFF(2, 64), -1, NONE},   {"qwen3", "q3g64", AFF(3, 64), -1, NONE},
+    {"qwen3", "q4g64", AFF(4, 64), -1, NONE},   {"qwen3", "q5g64", AFF(5, 64), -1, NONE},
+    {"qwen3", "q6g64", AFF(6, 64), -1, NONE},   {"qwen3", "q8g64", AFF(8, 64), -1, NONE},
+    {"qwen3", "q4g32", AFF(4, 32), -1, NONE},   {"qwen3", "q4g128", AFF(4, 128), -1, NONE},
+    {"qwen3", "q4g64f16", AFF(4, 64), MX_DTYPE_F16, NONE},
+    {"qwen3", "mxfp4", {MX_QUANT_MXFP4, 4, 32}, -1, NONE},
+    {"qwen3", "mxfp8", {MX_QUANT_MXFP8, 8, 32}, -1, NONE},
+    {"llama", "q4g64", AFF(4, 64), -1, NONE},   {"llama", "q8g64", AFF(8, 64), -1, NONE},
+    {"llama31", "q4g64", AFF(4, 64), -1, NONE}, {"llama31", "q8g64", AFF(8, 64), -1, NONE},
+    {"mistral", "q4g64", AFF(4, 64), -1, NONE}, {"mistral", "q8g64", AFF(8, 64), -1, NONE},
+    {"qwen2", "q4g64", AFF(4, 64), -1, NONE},   {"qwen2", "q8g64", AFF(8, 64), -1, NONE},
+    {"qwen3_moe", "q4g64", AFF(4, 64), -1, NONE}, {"qwen3_moe", "q8g64", AFF(8, 64), -1, NONE},
+    {"gemma3", "q4g64", AFF(4, 64), -1, NONE},  {"gemma3", "q8g64", AFF(8, 64), -1, NONE},
+    {"phi3", "q4g64", AFF(4, 64), -1, NONE},    {"phi3", "q8g64", AFF(8, 64), -1, NONE},
     // deepseek_v3: experts stacked, kv_b_proj split into embed_q/unembed_out, the router left in
     // float and its e_score_correction_bias kept F32 (mlx-lm's sanitize and predicates).
-    {"deepseek_v3", "q4g64", AFF(4, 64), -1}, {"deepseek_v3", "q8g64", AFF(8, 64), -1},
+    {"deepseek_v3", "q4g64", AFF(4, 64), -1, NONE}, {"deepseek_v3", "q8g64", AFF(8, 64), -1, NONE},
     // gpt_oss: the Hub's interleaved gate_up_proj split into gate_proj/up_proj [E, I, H] (with their
     // biases), down_proj transposed to [E, H, I], the router quantized at 8 bits group 64.
-    {"gpt_oss", "q4g64", AFF(4, 64), -1}, {"gpt_oss", "q8g64", AFF(8, 64), -1},
+    {"gpt_oss", "q4g64", AFF(4, 64), -1, NONE}, {"gpt_oss", "q8g64", AFF(8, 64), -1, NONE},
+    // mlx-community's gpt-oss layout: experts mxfp4 (group 32), the rest affine 8-bit group 64.
+    {"gpt_oss", "mxfp4", AFF(8, 64), -1, MX_QUANT_MXFP4},
 };
 
 // Counts the bytes at which two tensors of equal size differ and reports the first one.
@@ -112,6 +116,7 @@ static void run_pair(const pair *p, const char *tmpdir) {
     o.q_bits = p->q.bits;
     o.q_group_size = p->q.group_size;
     o.dtype = p->dtype;
+    o.experts_q_mode = p->experts;
     o.threads = 2;
     mx_error err = {{0}};
     int rc = mx_convert(&o, &err);
