@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // libFuzzer target: generated text through the server's output stage (stop strings, reasoning,
-// tool calls in the tagged, Llama JSON and Mistral formats), as the scheduler feeds it: in pieces.
+// tool calls in the tagged, Llama JSON and Mistral formats, and gpt-oss's harmony channels and calls),
+// as the scheduler feeds it: in pieces.
 // The first byte picks the options, the second the piece size, the rest is the text (a line
 // "STOP:<s>\n" at its start adds a stop string). Every call must have a name and arguments, and
 // the released content and reasoning never exceed what was fed.
@@ -29,7 +30,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
     }
     srv_output_opts o = {stops, stop[0] ? 1 : 0, opts & 1, (opts >> 1) & 1, (opts >> 2) & 1, (opts >> 3) & 1,
-                         (opts >> 4) & 1};
+                         (opts >> 4) & 1, (opts >> 5) & 1};
     srv_output *out = srv_output_create(&o);
     if (!out) return 0;
     for (size_t i = 0; i < n; i += step)

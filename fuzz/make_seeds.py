@@ -132,3 +132,19 @@ for i, b in enumerate([
         {'prompt': 'x', 'n': 2, 'temperature': 'hot', 'max_tokens': -3},
 ]):
     put('request', f'body{i}', json.dumps(b))
+
+# gpt-oss (harmony): the template with two of its fixture contexts, and output-stage inputs (the
+# first byte's bit 5 selects harmony, bit 2 tools; the second byte the piece size).
+harmony = json.load(open('tests/fixtures/gpt_oss_chat_cases.json'))
+harmony_tpl = open('tests/fixtures/gpt_oss_chat_template.jinja').read()
+for i in (6, 8):
+    c = harmony['cases'][i]
+    ctx = dict(c.get('kwargs') or {}, messages=c['messages'], add_generation_prompt=c['add_generation_prompt'])
+    put('jinja', f'gpt_oss_{i}', harmony_tpl + '\0' + json.dumps(ctx))
+for i, (opts, step, text) in enumerate([
+        (0x24, 3, '<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary '
+                  'to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>'),
+        (0x20, 1, '<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>final<|message|>Hi!<|return|>'),
+        (0x24, 5, ' to=functions.f<|channel|>commentary json<|message|>{broken<|start|>assistant<|channel|>final<|message|>x <|en'),
+]):
+    put('output', f'harmony{i}', bytes([opts, step]) + text.encode())

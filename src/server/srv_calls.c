@@ -22,7 +22,17 @@ static int template_writes_args(const mx_chat_template *tmpl) {
     return has;
 }
 
+bool srv_calls_harmony_tokenizer(const mx_tokenizer *tok) {
+    static const char *const names[] = {"<|start|>", "<|channel|>", "<|message|>", "<|end|>"};
+    for (int i = 0; i < 4; i++) {
+        int32_t id = mx_tokenizer_token_id(tok, names[i]);
+        if (id < 0 || !mx_tokenizer_is_special(tok, id)) return false;
+    }
+    return true;
+}
+
 srv_call_format srv_calls_detect(const mx_tokenizer *tok, const mx_chat_template *tmpl, const char *model_type) {
+    if (srv_calls_harmony_tokenizer(tok)) return SRV_CALLS_HARMONY;
     if (mx_tokenizer_token_id(tok, "[TOOL_CALLS]") >= 0) {
         int args = template_writes_args(tmpl);
         if (args < 0) args = mx_tokenizer_token_id(tok, "[ARGS]") >= 0;
@@ -31,10 +41,11 @@ srv_call_format srv_calls_detect(const mx_tokenizer *tok, const mx_chat_template
     return model_type && strcmp(model_type, "llama") == 0 ? SRV_CALLS_JSON : SRV_CALLS_TAGGED;
 }
 
-int srv_calls_marker_ids(const mx_tokenizer *tok, int32_t ids[3]) {
-    static const char *const names[3] = {"[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"};
+int srv_calls_marker_ids(const mx_tokenizer *tok, int32_t ids[SRV_MAX_MARKERS]) {
+    static const char *const names[SRV_MAX_MARKERS] = {"[TOOL_CALLS]", "[ARGS]",      "[CALL_ID]",   "<|start|>",
+                                                       "<|end|>",      "<|message|>", "<|channel|>", "<|constrain|>"};
     int n = 0;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < SRV_MAX_MARKERS; i++) {
         int32_t id = mx_tokenizer_token_id(tok, names[i]);
         if (id >= 0 && mx_tokenizer_is_special(tok, id)) ids[n++] = id;
     }

@@ -114,22 +114,30 @@ mx_server *mx_server_start(mx_model *m, const mx_tokenizer *tok, const mx_chat_t
     atomic_init(&s->http_errors, 0);
     atomic_init(&s->ids, 0);
 
-    // Stop tokens: the model's eos, plus the template's eos token and <|im_end|> when present.
-    int32_t stops[2];
+    // Stop tokens: the model's eos, plus the template's eos token and <|im_end|> when present, and for
+    // harmony <|return|> and <|call|> (a turn ends with either, whatever generation_config lists).
+    int32_t stops[4];
     int n_stops = 0;
     const char *eos = tmpl ? mx_chat_template_eos(tmpl) : NULL;
+    const char *more[3] = {"<|im_end|>", s->calls == SRV_CALLS_HARMONY ? "<|return|>" : NULL,
+                           s->calls == SRV_CALLS_HARMONY ? "<|call|>" : NULL};
     int32_t id;
     if (eos && (id = mx_tokenizer_token_id(tok, eos)) >= 0) stops[n_stops++] = id;
-    if ((id = mx_tokenizer_token_id(tok, "<|im_end|>")) >= 0) stops[n_stops++] = id;
+    for (int i = 0; i < 3; i++)
+        if (more[i] && (id = mx_tokenizer_token_id(tok, more[i])) >= 0 && (n_stops == 0 || stops[0] != id))
+            stops[n_stops++] = id;
     pthread_mutex_init(&s->model_lock, NULL);
     srv_sched_opts so = {o->parallel, o->ctx, o->max_queue, o->prefill_chunk, stops, n_stops, &s->model_lock,
                          !o->no_prefix_cache, o->kv_size};
     // Constrained decoding ends sequences with the same tokens: those above and the model's eos ids.
     int vocab = mx_model_config(m)->vocab_size, n_all = 0;
-    int32_t all_stops[66];
+    int32_t all_stops[68];
     for (int i = 0; i < n_stops; i++) all_stops[n_all++] = stops[i];
-    for (int32_t t = 0; t < vocab && n_all < 66; t++)
-        if (mx_model_is_eos(m, t) && t != stops[0] && (n_stops < 2 || t != stops[1])) all_stops[n_all++] = t;
+    for (int32_t t = 0; t < vocab && n_all < 68; t++) {
+        bool listed = false;
+        for (int i = 0; i < n_stops; i++) listed |= t == stops[i];
+        if (mx_model_is_eos(m, t) && !listed) all_stops[n_all++] = t;
+    }
     if (!(s->embedder = srv_embedder_create(m, o->ctx, o->pooling, &s->model_lock, err))) {
         free_parts(s);
         return NULL;

@@ -10,6 +10,7 @@
 
 #include "core/clock.h"
 #include "server/srv_guard.h"
+#include "server/srv_harmony.h"
 #include "server/srv_internal.h"
 #include "server/srv_reply.h"
 #include "server/srv_response.h"
@@ -39,6 +40,7 @@ static unsigned build_prompt(mx_server *s, const srv_request *r, int32_t **ids, 
             snprintf(msg, cap, "the model has no chat template; use /v1/completions");
             return 400;
         }
+        if (s->calls == SRV_CALLS_HARMONY) srv_harmony_prepare_messages(r->messages);
         if (s->o.no_special_in_content && srv_guard_messages(s->tok, r->messages, &err)) {
             snprintf(msg, cap, "%s", err.msg);
             return 500;
@@ -85,8 +87,9 @@ static unsigned make_jobs(mx_server *s, const srv_request *r, const int32_t *ids
     if (status) return status;
     bool tools = r->kind == SRV_KIND_CHAT && r->tool_choice != SRV_TOOLS_NONE;
     bool mistral = tools && r->tools && srv_calls_mistral(s->calls);
-    srv_output_opts oo = {r->stops, r->n_stops, r->kind == SRV_KIND_CHAT, think_open, tools,
-                          tools && r->tools && s->calls == SRV_CALLS_JSON, mistral};
+    bool harmony = r->kind == SRV_KIND_CHAT && s->calls == SRV_CALLS_HARMONY;  // channels and calls in special tokens
+    srv_output_opts oo = {r->stops, r->n_stops, r->kind == SRV_KIND_CHAT && !harmony, think_open, harmony ? tools && r->tools : tools,
+                          tools && r->tools && s->calls == SRV_CALLS_JSON, mistral, harmony};
     int room = s->o.ctx - (int)n;
     for (int i = 0; i < r->n && !status; i++) {
         srv_job *j = jobs[i] = srv_job_create(ids, (int)n, &oo);
@@ -99,7 +102,7 @@ static unsigned make_jobs(mx_server *s, const srv_request *r, const int32_t *ids
         if (r->sampling.has_seed) j->sampling.seed = r->sampling.seed + (uint64_t)i;
         j->n_logprobs = r->n_logprobs;
         j->ignore_eos = r->ignore_eos;
-        j->keep_special = mistral;  // Mistral's call markers are special tokens
+        j->keep_special = mistral || harmony;  // Mistral's call markers and harmony's are special tokens
         j->deadline = s->o.timeout > 0 ? mx_now() + s->o.timeout : 0;
         if (r->n_bias) {
             j->bias_ids = malloc(sizeof *j->bias_ids * (size_t)r->n_bias);
@@ -113,7 +116,9 @@ static unsigned make_jobs(mx_server *s, const srv_request *r, const int32_t *ids
             j->n_bias = r->n_bias;
         }
         // A forced Mistral call may use the marker tokens themselves (the job keeps them in its text).
-        bool markers = mistral && !r->grammar && (r->tool_choice == SRV_TOOLS_REQUIRED || r->tool_choice == SRV_TOOLS_NAMED);
+        // A forced harmony call or JSON answer is written after the model's own markers.
+        bool forced = r->tool_choice == SRV_TOOLS_REQUIRED || r->tool_choice == SRV_TOOLS_NAMED;
+        bool markers = !r->grammar && ((mistral && forced) || (harmony && (forced || r->json_object)));
         if (gbnf && !(j->matcher = srv_grammars_matcher(s->grammars, gbnf, markers, msg, cap))) status = 400;
     }
     free(gbnf);

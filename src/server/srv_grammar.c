@@ -6,6 +6,9 @@
 //   tagged (Qwen, Hermes; also Llama): <tool_call>\n{"name": NAME, "arguments": ARGS}\n</tool_call>
 //   Mistral, list form:  [TOOL_CALLS][{"name": NAME, "arguments": ARGS}, ...]
 //   Mistral, [ARGS] form: [TOOL_CALLS]NAME[ARGS]ARGS, the whole repeated per call
+//   harmony (gpt-oss):   [analysis message] <|channel|>commentary to=functions.NAME <|constrain|>json<|message|>ARGS,
+//                        one call (the model ends its turn with <|call|>); a response_format answer is
+//                        [analysis message] <|channel|>final<|message|>JSON
 // with NAME one of the tools (or the named one) and ARGS valid against that tool's parameters;
 // several calls unless parallel_tool_calls is false. Grammar elements match text, and special
 // tokens normally never do; a forced Mistral call is matched against a second vocabulary in which
@@ -74,7 +77,7 @@ mx_matcher *srv_grammars_matcher(srv_grammars *g, const char *gbnf, bool markers
     mx_error err = {{0}};
     pthread_mutex_lock(&g->mu);
     mx_gram_index *ix = NULL;
-    int32_t marker_ids[3];
+    int32_t marker_ids[SRV_MAX_MARKERS];
     int n_markers = markers ? srv_calls_marker_ids(g->tok, marker_ids) : 0;
     markers = n_markers > 0;
     mx_gram_vocab **vp = markers ? &g->v_markers : &g->v;
@@ -148,9 +151,11 @@ static bool tool_wanted(const srv_request *r, json_t *tool) {
     return r->tool_choice != SRV_TOOLS_NAMED || strcmp(name, r->tool_name) == 0;
 }
 
-// The Mistral [ARGS] form: one rule per tool, `callK ::= "[TOOL_CALLS]" NAME "[ARGS]" argsK`, and
-// `answer` as their alternatives. Returns the rules (malloc'ed) or NULL with err set.
-static char *mistral_args_rules(const srv_request *r, mx_error *err) {
+// Formats that write a call as PRE NAME MID ARGS: one schema rule per tool (argsK) and `answer`
+// as the alternatives `PRE NAME MID argsK`. Mistral's [ARGS] form: [TOOL_CALLS] NAME [ARGS];
+// harmony: <|channel|>commentary to=functions. NAME " <|constrain|>json<|message|>". Returns the
+// rules (malloc'ed) or NULL with err set.
+static char *named_call_rules(const srv_request *r, const char *pre, const char *mid, mx_error *err) {
     size_t n_tools = json_array_size(r->tools), n = 0, i;
     json_t **schemas = calloc(n_tools + 1, sizeof *schemas);
     char (*names)[16] = calloc(n_tools + 1, sizeof *names);
@@ -175,9 +180,13 @@ static char *mistral_args_rules(const srv_request *r, mx_error *err) {
     n = 0;
     json_array_foreach(r->tools, i, t) {
         if (!tool_wanted(r, t)) continue;
-        fprintf(f, "%s\"[TOOL_CALLS]\" ", n ? " | " : "");
+        fputs(n ? " | " : "", f);
+        put_literal(f, pre);
+        fputc(' ', f);
         put_literal(f, json_string_value(json_object_get(json_object_get(t, "function"), "name")));
-        fprintf(f, " \"[ARGS]\" args%zu", n);
+        fputc(' ', f);
+        put_literal(f, mid);
+        fprintf(f, " args%zu", n);
         n++;
     }
     fputc('\n', f);
@@ -190,6 +199,12 @@ done:
 }
 
 static const char think_rules[] = "think-skip ::= [^<]* ( \"<\" [^/<] [^<]* )* \"</think>\" [\\n ]{0,4}\n";
+// Harmony (gpt-oss): an optional analysis message written freely (no marker inside), then the
+// constrained message. The markers are special tokens; the job's vocabulary lets them match.
+static const char harmony_rules[] =
+    "harmony-free ::= [^<]* ( \"<\"+ [^|<] [^<]* )*\n"
+    "harmony-pre ::= ( \"<|channel|>analysis<|message|>\" harmony-free \"<|end|><|start|>assistant\" )?\n";
+static const char HARMONY_CALL_PRE[] = "<|channel|>commentary to=functions.", HARMONY_CALL_MID[] = " <|constrain|>json<|message|>";
 
 char *srv_grammar_text(const srv_request *r, srv_call_format calls, bool think_open, unsigned *status, char *msg,
                        size_t cap) {
@@ -205,7 +220,9 @@ char *srv_grammar_text(const srv_request *r, srv_call_format calls, bool think_o
     json_t *schema = NULL;
     char *body;
     if (tools && calls == SRV_CALLS_MISTRAL_ARGS) {
-        body = mistral_args_rules(r, &err);
+        body = named_call_rules(r, "[TOOL_CALLS]", "[ARGS]", &err);
+    } else if (tools && calls == SRV_CALLS_HARMONY) {
+        body = named_call_rules(r, HARMONY_CALL_PRE, HARMONY_CALL_MID, &err);
     } else {
         if (tools) {
             json_t *alts = json_array();
@@ -238,7 +255,10 @@ char *srv_grammar_text(const srv_request *r, srv_call_format calls, bool think_o
     char more[32] = "";  // the calls after the first
     if (r->parallel_tool_calls) snprintf(more, sizeof more, "{0,%d}", MAX_PARALLEL_CALLS - 1);
     bool one = !r->parallel_tool_calls;
-    if (tools && calls == SRV_CALLS_MISTRAL_ARGS) {
+    if (calls == SRV_CALLS_HARMONY) {  // one call per turn: <|call|> ends it
+        fputs(harmony_rules, f);
+        fprintf(f, "root ::= harmony-pre %s\n", tools ? "answer" : "\"<|channel|>final<|message|>\" ws answer ws");
+    } else if (tools && calls == SRV_CALLS_MISTRAL_ARGS) {
         fprintf(f, "root ::= %sanswer%s%s\n", pre, one ? "" : " answer", more);
     } else if (tools && calls == SRV_CALLS_MISTRAL_LIST) {
         fprintf(f, "root ::= %s\"[TOOL_CALLS]\" \" \"? \"[\" answer%s%s \"]\"\n", pre, one ? "" : " ( \", \" answer )", more);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "server/srv_buf.h"
+#include "server/srv_harmony.h"
 
 enum { SEG_CONTENT, SEG_THINK, SEG_TOOL };
 
@@ -35,10 +36,15 @@ struct srv_output {
     int list_taken;      // Mistral: calls taken from that list
     int json_state;      // JSON calls (Llama 3.x): whether the answer is held as a possible call
     srv_buf json_held;   // the held answer
+    srv_harmony *harmony;  // harmony (gpt-oss): channels and calls are read by srv_harmony.c instead
     srv_buf content, reasoning;
     out_tool *tools;
     int n_tools, cap_tools;
 };
+
+static void harmony_content(void *u, const char *s, size_t n);
+static void harmony_reasoning(void *u, const char *s, size_t n);
+static void harmony_call(void *u, const char *name, size_t name_len, const char *args, size_t args_len);
 
 srv_output *srv_output_create(const srv_output_opts *opt) {
     srv_output *o = calloc(1, sizeof *o);
@@ -58,6 +64,16 @@ srv_output *srv_output_create(const srv_output_opts *opt) {
     o->think_allowed = opt->parse_think && !opt->think_open;
     o->state = opt->parse_think && opt->think_open ? SEG_THINK : SEG_CONTENT;
     o->json_state = opt->json_calls ? JSON_UNDECIDED : JSON_OFF;
+    if (opt->harmony) {
+        o->think_allowed = false;
+        o->state = SEG_CONTENT;
+        o->json_state = JSON_OFF;
+        srv_harmony_sink sink = {harmony_content, harmony_reasoning, harmony_call, o};
+        if (!(o->harmony = srv_harmony_create(opt->parse_tools, &sink))) {
+            srv_output_free(o);
+            return NULL;
+        }
+    }
     return o;
 }
 
@@ -73,6 +89,7 @@ void srv_output_free(srv_output *o) {
     srv_buf_free(&o->json_held);
     srv_buf_free(&o->content);
     srv_buf_free(&o->reasoning);
+    srv_harmony_free(o->harmony);
     free(o);
 }
 
@@ -138,6 +155,17 @@ static bool add_call(srv_output *o, json_t *j) {
     o->n_tools++;
     o->think_allowed = false;
     return true;
+}
+
+// The harmony reader's sink: its content, reasoning and calls land where the other formats' do.
+static void harmony_content(void *u, const char *s, size_t n) { srv_buf_append(&((srv_output *)u)->content, s, n); }
+static void harmony_reasoning(void *u, const char *s, size_t n) { srv_buf_append(&((srv_output *)u)->reasoning, s, n); }
+static void harmony_call(void *u, const char *name, size_t name_len, const char *args, size_t args_len) {
+    json_t *a = json_loadb(args, args_len, JSON_DECODE_ANY, NULL);
+    json_t *call = a ? json_pack("{s:s%, s:O}", "name", name, name_len, "arguments", a) : NULL;
+    if (call) add_call(u, call);
+    json_decref(call);
+    json_decref(a);
 }
 
 static void add_tool(srv_output *o, const char *body, size_t n) {
@@ -336,6 +364,10 @@ static void segment(srv_output *o, bool at_end) {
 }
 
 static void release(srv_output *o, const char *s, size_t n) {
+    if (o->harmony) {
+        srv_harmony_push(o->harmony, s, n, false);
+        return;
+    }
     srv_buf_append(&o->seg, s, n);
     segment(o, false);
 }
@@ -370,6 +402,11 @@ bool srv_output_push(srv_output *o, const char *text, size_t len) {
 void srv_output_finish(srv_output *o) {
     if (o->finished) return;
     o->finished = true;
+    if (o->harmony) {
+        srv_harmony_push(o->harmony, srv_buf_str(&o->pending), o->pending.n, true);
+        srv_buf_free(&o->pending);
+        return;
+    }
     if (o->pending.n) srv_buf_append(&o->seg, o->pending.p, o->pending.n);
     srv_buf_free(&o->pending);
     segment(o, true);

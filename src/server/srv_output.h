@@ -11,6 +11,8 @@
 //      are held back the same way as partial stop strings. With json_calls
 //      (Llama 3.x templates), an answer whose first visible character opens a JSON object or list is
 //      held to the end and becomes tool calls when it is {"name", "parameters" | "arguments"}.
+//      With harmony (gpt-oss), segmentation is srv_harmony.h's instead: the analysis channel is
+//      reasoning, final is content, messages to a recipient (functions.NAME) are tool calls.
 // The object owns growing buffers for content and reasoning and a list of tool calls; readers take
 // what is new through byte counts (content_len, reasoning_len, n_tools). Not thread-safe: the
 // caller locks. No model or tokenizer knowledge here, so it is unit-tested with scripted text.
@@ -31,6 +33,8 @@ typedef struct srv_output_opts {
     bool json_calls;           // (Llama 3.x) an answer that is a JSON object {"name", "parameters"} (or a
                                // list of them) is a tool call: such an answer is held back until the end
     bool mistral_calls;        // (Mistral) with parse_tools, calls open with [TOOL_CALLS] instead of <tool_call>
+    bool harmony;              // (gpt-oss) the text is harmony messages (special tokens kept); parse_tools
+                               // makes messages to functions.NAME calls; parse_think and json_calls are unused
 } srv_output_opts;
 
 srv_output *srv_output_create(const srv_output_opts *o);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "server/srv_buf.h"
+#include "server/srv_harmony.h"
 #include "server/srv_internal.h"
 #include "server/srv_reply.h"
 
@@ -156,6 +157,7 @@ enum MHD_Result srv_route_apply_template(mx_server *s, struct MHD_Connection *c,
         return srv_respond_error(s, c, 400, "invalid_request", "%s", msg);
     }
     mx_error err = {{0}};
+    if (s->calls == SRV_CALLS_HARMONY) srv_harmony_prepare_messages(r.messages);
     char *text = mx_chat_template_render(s->tmpl, r.messages, r.tools, agp ? json_is_true(agp) : true,
                                          r.template_kwargs, &err);
     srv_request_clear(&r);

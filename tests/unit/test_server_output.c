@@ -25,14 +25,14 @@ static bool feed(srv_output *o, const char *text, size_t step) {
 static void test_stops(void) {
     const char *stops[] = {"STOP", "\n\n"};
     for (size_t step = 1; step <= 5; step++) {
-        srv_output_opts oo = {stops, 2, false, false, false, false, false};
+        srv_output_opts oo = {stops, 2, false, false, false, false, false, false};
         srv_output *o = srv_output_create(&oo);
         CHECK(feed(o, "hello STxSTOP world", step));
         CHECK_STR(srv_output_content(o, NULL), "hello STx");
         srv_output_free(o);
     }
     // Held-back text: while a prefix of a stop string is pending it is not released.
-    srv_output_opts oo = {stops, 2, false, false, false, false, false};
+    srv_output_opts oo = {stops, 2, false, false, false, false, false, false};
     srv_output *o = srv_output_create(&oo);
     CHECK(!srv_output_push(o, "abc ST", 6));
     CHECK_STR(srv_output_content(o, NULL), "abc ");
@@ -55,7 +55,7 @@ static void test_stops(void) {
 
 static void test_think(void) {
     for (size_t step = 1; step <= 7; step += 2) {
-        srv_output_opts oo = {NULL, 0, true, false, true, false, false};
+        srv_output_opts oo = {NULL, 0, true, false, true, false, false, false};
         srv_output *o = srv_output_create(&oo);
         feed(o, "<think>\nLet me think.\n</think>\n\nThe answer is 4.", step);
         CHECK_STR(srv_output_reasoning(o, NULL), "\nLet me think.\n");
@@ -63,14 +63,14 @@ static void test_think(void) {
         srv_output_free(o);
     }
     // The prompt opened <think> already.
-    srv_output_opts oo = {NULL, 0, true, true, true, false, false};
+    srv_output_opts oo = {NULL, 0, true, true, true, false, false, false};
     srv_output *o = srv_output_create(&oo);
     feed(o, "hmm</think>ok", 2);
     CHECK_STR(srv_output_reasoning(o, NULL), "hmm");
     CHECK_STR(srv_output_content(o, NULL), "ok");
     srv_output_free(o);
     // <think> in the middle of content is just text.
-    srv_output_opts o2 = {NULL, 0, true, false, false, false, false};
+    srv_output_opts o2 = {NULL, 0, true, false, false, false, false, false};
     o = srv_output_create(&o2);
     feed(o, "a <think>b</think>", 1);
     CHECK_STR(srv_output_content(o, NULL), "a <think>b</think>");
@@ -83,7 +83,7 @@ static void test_tools(void) {
                        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2}}\n</tool_call>\n"
                        "<tool_call>\n{\"name\": \"now\", \"arguments\": \"{}\"}\n</tool_call>";
     for (size_t step = 1; step <= 9; step += 4) {
-        srv_output_opts oo = {NULL, 0, true, false, true, false, false};
+        srv_output_opts oo = {NULL, 0, true, false, true, false, false, false};
         srv_output *o = srv_output_create(&oo);
         feed(o, text, step);
         CHECK(srv_output_n_tools(o) == 2);
@@ -103,7 +103,7 @@ static void test_tools(void) {
         srv_output_free(o);
     }
     // Not JSON: kept as content.
-    srv_output_opts oo = {NULL, 0, false, false, true, false, false};
+    srv_output_opts oo = {NULL, 0, false, false, true, false, false, false};
     srv_output *o = srv_output_create(&oo);
     feed(o, "x<tool_call>oops</tool_call>y", 3);
     CHECK(srv_output_n_tools(o) == 0);
@@ -116,7 +116,7 @@ static void test_tools(void) {
     srv_output_free(o);
     // Stop string inside the tool-call text stops before it.
     const char *stops[] = {"<tool"};
-    srv_output_opts os = {stops, 1, false, false, true, false, false};
+    srv_output_opts os = {stops, 1, false, false, true, false, false, false};
     o = srv_output_create(&os);
     CHECK(feed(o, "abc<tool_call>{}</tool_call>", 2));
     CHECK_STR(srv_output_content(o, NULL), "abc");
