@@ -161,6 +161,46 @@ int main(void) {
     }
     CHECK_MSG(hits == 64, "vocabulary row, top-k 2: %d of 64 draws in the top 2", hits);
     be->ops->release(be, d_big);
+
+    // Vocabulary-sized rows with the filters the server uses (top-p, top-k, min-p, together), each
+    // row its own logits: a body of small values and a few hundred boosted tokens, so the kept set
+    // is hundreds of tokens and each holds enough mass that float sums in another order rarely move
+    // a draw. Every row is compared with the host reference.
+    enum { BIG_ROWS = 48 };
+    float *rows_big = malloc(sizeof(float) * BIG * BIG_ROWS);
+    mx_sample_row prm_big[BIG_ROWS];
+    mx_sample_out out_big[BIG_ROWS];
+    const mx_sample_row kinds[6] = {
+        {.temp = 0.7f, .top_p = 0.9f}, {.temp = 1.0f, .top_p = 0.5f}, {.temp = 0.8f, .top_p = 1.0f, .top_k = 50},
+        {.temp = 1.0f, .top_p = 0.95f, .top_k = 1000}, {.temp = 0.6f, .top_p = 1.0f, .min_p = 0.05f},
+        {.temp = 1.3f, .top_p = 0.8f, .top_k = 200, .min_p = 0.01f}};
+    for (int r = 0; r < BIG_ROWS; r++) {
+        float *row = rows_big + (size_t)r * BIG;
+        for (int i = 0; i < BIG; i++) {
+            s = s * 1664525u + 1013904223u;
+            row[i] = (float)(s >> 8) / 16777216.0f * 4.0f;
+        }
+        for (int k = 0; k < 300; k++) {
+            s = s * 1664525u + 1013904223u;
+            row[(s >> 8) % BIG] = 8.0f + (float)((s >> 4) & 1023) / 256.0f;
+        }
+        prm_big[r] = kinds[r % 6];
+        prm_big[r].seed = 100 + (uint64_t)r;
+        prm_big[r].pos = 7 * r;
+        prm_big[r].n_top = -1;
+    }
+    d_logits = be->ops->alloc(be, sizeof(float) * BIG * BIG_ROWS, &err);
+    int before = mismatches;
+    run_rows(rows_big, BIG_ROWS, BIG, prm_big, NULL, 0, out_big);
+    int big_mismatches = mismatches - before;
+    if (strcmp(be->ops->name, "cpu") == 0)
+        CHECK_MSG(big_mismatches == 0, "vocabulary rows: %d of %d draws differ from the host reference", big_mismatches,
+                  BIG_ROWS);
+    else
+        CHECK_MSG(big_mismatches * 16 <= BIG_ROWS, "vocabulary rows: %d of %d draws differ from the host reference",
+                  big_mismatches, BIG_ROWS);
+    be->ops->release(be, d_logits);
+    free(rows_big);
     d_logits = be->ops->alloc(be, sizeof(float) * DRAWS * V, &err);
 
     // Edits, a mask and logprobs: token 5 forced by a bias (its logprob stays raw), token 0 masked

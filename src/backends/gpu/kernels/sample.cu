@@ -4,10 +4,18 @@
 // own parameters, edits, allowed-token mask and logprob request, all read from device memory so a
 // recorded graph replays with new values. Steps per row: raw log-softmax and the top alternatives
 // (repeated block-wide maxima), the sparse edits in place, the best allowed token, and for sampled
-// rows the filters as one threshold on the logits (bisection over the float order, each step one
-// block-wide count or sum: no sort) followed by one uniform draw (src/core/sample_noise.h) walking
-// the kept tokens' weights in id order (inverse CDF). The chosen token's raw logit, when an edit
-// touched it, is recovered by inverting the edit (exact up to float rounding).
+// rows the filters as one threshold on the logits followed by one uniform draw
+// (src/core/sample_noise.h) walking the kept tokens' weights in id order (inverse CDF). The chosen
+// token's raw logit, when an edit touched it, is recovered by inverting the edit (exact up to float
+// rounding).
+// Thresholds (top-k: the k-th largest candidate; top-p: where the mass from the top reaches p) are
+// found by radix selection over the 32-bit float order, 8 bits a pass from the top: 4 passes over
+// the row, no sort. A pass histograms the weights of the candidates whose higher bits match the
+// prefix chosen so far, into 256 bins in shared memory (kCopies copies, so fewer threads collide on
+// one bin), and the scan from the top bin picks the bin where the running weight reaches the target.
+// Weights are summed as 64-bit fixed point (exp(l - max) times 2^40, or 1 per candidate for
+// counts): integer sums do not depend on the order of the atomic adds, so a row's threshold, and so
+// its token, is the same on every run, and a bin's weight is exactly the sum of its sub-bins'.
 #include <math.h>
 
 #include "backends/gpu/common.cuh"
@@ -17,6 +25,17 @@
 namespace {
 
 constexpr int kThreads = 1024;
+constexpr int kBins = 256;   // radix digit of 8 bits
+constexpr int kCopies = 8;   // histogram copies (warp w adds into copy w % kCopies)
+constexpr float kFixedOne = 1099511627776.0f;  // 2^40: the fixed-point unit of a mass
+
+// Shared memory of the radix selection.
+struct RadixScratch {
+    unsigned long long hist[kCopies][kBins];
+    unsigned long long bins[kBins];
+    unsigned long long want, above;
+    uint32_t prefix;
+};
 
 // (value, index) order: larger value first, then the smaller index (as argmax on the CPU). Never 0
 // for a real value, so 0 means "none".
@@ -48,6 +67,65 @@ __device__ __forceinline__ bool allowed_at(const uint32_t *mask, int i) {
     return !mask || ((mask[i >> 5] >> (i & 31)) & 1u);
 }
 
+// The largest order key t such that the weight of the candidates (allowed, l >= lo_v) with keys >= t
+// reaches the target: with MASS the weight is exp(l - m) and the target `frac` of the candidates'
+// total mass (top-p), else the weight is 1 and the target `count` (top-k). Radix selection, 8 bits a
+// pass (see the top of the file); returned as the threshold value.
+template <int W, bool MASS>
+__device__ float radix_threshold(const float *l, int vocab, const uint32_t *mask, float lo_v, float m, float frac,
+                                 unsigned long long count, RadixScratch *rs) {
+    const int tid = threadIdx.x, copy = (tid / W) % kCopies;
+    uint32_t prefix = 0;
+    unsigned long long above = 0, want = count;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int i = tid; i < kCopies * kBins; i += blockDim.x) (&rs->hist[0][0])[i] = 0ull;
+        __syncthreads();
+        for (int i = tid; i < vocab; i += blockDim.x) {
+            const float v = l[i];
+            if (!(v >= lo_v) || !allowed_at(mask, i)) continue;
+            const uint32_t key = mx_order_key(v);
+            if (shift < 24 && (key >> (shift + 8)) != (prefix >> (shift + 8))) continue;
+            const unsigned long long w = MASS ? (unsigned long long)(expf(v - m) * kFixedOne) : 1ull;
+            if (w) atomicAdd(&rs->hist[copy][(key >> shift) & (kBins - 1)], w);
+        }
+        __syncthreads();
+        for (int b = tid; b < kBins; b += blockDim.x) {
+            unsigned long long sum = 0;
+            for (int c = 0; c < kCopies; c++) sum += rs->hist[c][b];
+            rs->bins[b] = sum;
+        }
+        __syncthreads();
+        if (tid == 0) {
+            if (MASS && shift == 24) {  // the target from the total, in the same fixed point
+                unsigned long long total = 0;
+                for (int b = 0; b < kBins; b++) total += rs->bins[b];
+                want = (unsigned long long)((double)total * (double)frac);
+                if (want == 0) want = 1;
+            }
+            int b = kBins - 1, lowest = -1;
+            unsigned long long acc = above;
+            for (; b >= 0; b--) {
+                if (rs->bins[b] > 0) lowest = b;
+                if (acc + rs->bins[b] >= want) break;
+                acc += rs->bins[b];
+            }
+            if (b < 0) {  // the candidates do not reach the target: keep them all
+                b = lowest < 0 ? 0 : lowest;
+                acc -= rs->bins[b];
+            }
+            rs->prefix = prefix | ((uint32_t)b << shift);
+            rs->above = acc;
+            rs->want = want;
+        }
+        __syncthreads();
+        prefix = rs->prefix;
+        above = rs->above;
+        want = rs->want;
+        __syncthreads();  // rs is rewritten by the next pass
+    }
+    return mx_order_value(prefix);
+}
+
 template <int W>
 __global__ void __launch_bounds__(kThreads) choose_kernel(mx_sample_out *out, float *logits, int vocab,
                                                           const mx_sample_row *__restrict__ rows,
@@ -57,6 +135,7 @@ __global__ void __launch_bounds__(kThreads) choose_kernel(mx_sample_out *out, fl
     __shared__ float parts[kThreads];
     __shared__ int pick_owner, pick_id;
     __shared__ float pick_rest;
+    __shared__ RadixScratch rs;
     float *l = logits + (int64_t)blockIdx.x * vocab;
     const mx_sample_row r = rows[blockIdx.x];
     mx_sample_out *o = out + blockIdx.x;
@@ -128,46 +207,14 @@ __global__ void __launch_bounds__(kThreads) choose_kernel(mx_sample_out *out, fl
     // an inverse-CDF draw over the kept ones.
     if (r.temp > 0.0f && isfinite(m)) {
         const float lo_v = m - 40.0f * fmaxf(1.0f, r.temp);
-        float mn = m, z = 0.0f, nc = 0.0f;
-        for (int i = tid; i < vocab; i += blockDim.x)
-            if (l[i] >= lo_v && allowed_at(mask, i)) {
-                mn = fminf(mn, l[i]);
-                z += expf(l[i] - m);
-                nc += 1.0f;
-            }
-        mn = -block_max<W>(-mn, fs);
-        z = block_sum<W>(z, fs);
-        nc = block_sum<W>(nc, fs);
         float thr = -INFINITY;
         if (r.min_p > 0.0f) thr = fmaxf(thr, m + logf(r.min_p));
-        if (r.top_k > 0 && (float)r.top_k < nc) {  // largest t with count(l >= t) >= k
-            uint32_t lo = mx_order_key(mn), hi = mx_order_key(m);
-            while (lo < hi) {
-                const uint32_t mid = lo + (hi - lo + 1) / 2;
-                const float t = mx_order_value(mid);
-                float c = 0.0f;
-                for (int i = tid; i < vocab; i += blockDim.x) c += l[i] >= t && allowed_at(mask, i) ? 1.0f : 0.0f;
-                c = block_sum<W>(c, fs);
-                if (c >= (float)r.top_k) lo = mid;
-                else hi = mid - 1;
-            }
-            thr = fmaxf(thr, mx_order_value(lo));
-        }
-        if (r.top_p > 0.0f && r.top_p < 1.0f) {  // largest t with mass(l >= t) >= top_p * z
-            const float want = r.top_p * z;
-            uint32_t lo = mx_order_key(mn), hi = mx_order_key(m);
-            while (lo < hi) {
-                const uint32_t mid = lo + (hi - lo + 1) / 2;
-                const float t = mx_order_value(mid);
-                float s = 0.0f;
-                for (int i = tid; i < vocab; i += blockDim.x)
-                    s += l[i] >= t && l[i] >= lo_v && allowed_at(mask, i) ? expf(l[i] - m) : 0.0f;
-                s = block_sum<W>(s, fs);
-                if (s >= want) lo = mid;
-                else hi = mid - 1;
-            }
-            thr = fmaxf(thr, mx_order_value(lo));
-        }
+        // Largest t with count(l >= t) >= k (k at least the candidates: their smallest, keeping all).
+        if (r.top_k > 0)
+            thr = fmaxf(thr, radix_threshold<W, false>(l, vocab, mask, lo_v, m, 0.0f, (unsigned long long)r.top_k, &rs));
+        // Largest t with mass(l >= t) >= top_p times the candidates' mass.
+        if (r.top_p > 0.0f && r.top_p < 1.0f)
+            thr = fmaxf(thr, radix_threshold<W, true>(l, vocab, mask, lo_v, m, r.top_p, 0ull, &rs));
         thr = fmaxf(thr, lo_v);
         // Inverse CDF in id order: each thread owns a contiguous run of ids; thread 0 finds the run
         // where u * total falls, and that run's thread finds the token.
