@@ -280,9 +280,24 @@ static int spec_model(spec_list *l, const mx_config *c, const mx_family *fam) {
         if (qk_norm && (spec_vector(l, NAME("self_attn.q_norm.weight"), D, FILL_ONES) ||
                         spec_vector(l, NAME("self_attn.k_norm.weight"), D, FILL_ONES)))
             return -1;
+        if (fam->o_bias && spec_vector(l, NAME("self_attn.o_proj.bias"), H, FILL_DENSE)) return -1;
+        if (fam->attn_sinks && spec_vector(l, NAME("self_attn.sinks"), c->n_heads, FILL_DENSE)) return -1;
         if (mx_family_layer_is_moe(fam, c, i)) {
             int64_t E = c->num_experts, I = c->moe_intermediate_size;
-            if (spec_linear(l, c, NAME("mlp.gate"), 0, E, H)) return -1;
+            if (spec_linear(l, c, NAME(mx_family_router(fam)), 0, E, H)) return -1;
+            if (fam->expert_biases) {  // gpt_oss: a router bias, experts stacked under mlp.experts with biases
+                snprintf(p, sizeof p, "model.layers.%d.%s.bias", i, mx_family_router(fam));
+                if (spec_vector(l, p, E, FILL_DENSE)) return -1;
+                const char *proj[3] = {"gate_proj", "up_proj", "down_proj"};
+                for (int k = 0; k < 3; k++) {
+                    int64_t bias_shape[2] = {E, k == 2 ? H : I};
+                    snprintf(p, sizeof p, "model.layers.%d.mlp.experts.%s", i, proj[k]);
+                    if (spec_linear(l, c, p, E, k == 2 ? H : I, k == 2 ? I : H)) return -1;
+                    snprintf(p, sizeof p, "model.layers.%d.mlp.experts.%s.bias", i, proj[k]);
+                    if (spec_add(l, p, "BF16", 2, bias_shape, 16, FILL_DENSE, 0.01f)) return -1;
+                }
+                continue;
+            }
             if (c->n_group > 0 && spec_vector(l, NAME("mlp.gate.e_score_correction_bias"), E, FILL_DENSE)) return -1;
             int64_t IS = I * c->n_shared_experts;
             if (IS > 0 && (spec_linear(l, c, NAME("mlp.shared_experts.gate_proj"), 0, IS, H) ||

@@ -239,6 +239,29 @@ with tempfile.TemporaryDirectory() as tmp:
     json.dump(cfg, open(os.path.join(d, 'config.json'), 'w'))
     expect_load_error('deepseek_v3 with an odd kv_lora_rank', d, 'kv_lora_rank (63) must be even')
 
+    # gpt_oss: no attention sinks, an expert bias missing, the Hub layout without down_proj, and a
+    # config without num_local_experts.
+    def drop(name):
+        def fn(h, data):
+            del h[name]
+            return data
+        return fn
+    d = copy_fixture(tmp, 'oss_no_sinks', f'{FIX}/gpt_oss-q4g64')
+    mutate_header(d, drop('model.layers.0.self_attn.sinks'))
+    expect_load_error('gpt_oss without sinks', d, "missing tensor 'model.layers.0.self_attn.sinks'")
+    d = copy_fixture(tmp, 'oss_no_ebias', f'{FIX}/gpt_oss-mxfp4')
+    mutate_header(d, drop('model.layers.1.mlp.experts.down_proj.bias'))
+    expect_load_error('gpt_oss without an expert bias', d, "missing tensor 'model.layers.1.mlp.experts.down_proj.bias'")
+    d = copy_fixture(tmp, 'oss_hub_no_down', f'{FIX}/gpt_oss-bf16')
+    mutate_header(d, drop('model.layers.0.mlp.experts.down_proj'))
+    expect_load_error('gpt_oss (Hub layout) without down_proj', d,
+                      "missing tensor 'model.layers.0.mlp.experts.down_proj' (next to model.layers.0.mlp.experts.gate_up_proj)")
+    d = copy_fixture(tmp, 'oss_no_experts', f'{FIX}/gpt_oss-q8g64')
+    cfg = json.load(open(os.path.join(d, 'config.json')))
+    del cfg['num_local_experts']
+    json.dump(cfg, open(os.path.join(d, 'config.json'), 'w'))
+    expect_load_error('gpt_oss without num_local_experts', d, 'gpt_oss needs num_local_experts')
+
     # Not regular files: a FIFO would block a reader forever; each is refused by name, at once.
     demo = 'models/qwen3-demo-44m-4bit'
     for fname in ('model.safetensors', 'config.json', 'tokenizer.json', 'tokenizer_config.json'):
@@ -321,6 +344,23 @@ check('bench reports bytes per token, GB/s and the measured bandwidth',
       and abs(float(fields['gbs']) / float(fields['bw_gbs']) * 100 - float(fields['bw_pct'])) <=
       0.05 + 100 * 0.005 * (1 / float(fields['bw_gbs']) + float(fields['gbs']) / float(fields['bw_gbs']) ** 2),
       out + err)  # bw_pct from unrounded figures; gbs and bw_gbs are printed to 0.01
+
+# --- bench --config: random weights of a gpt_oss config.json (sinks, biases, mxfp4 experts) -------
+with tempfile.TemporaryDirectory() as tmp:
+    cfg = json.load(open(f'{FIX}/gpt_oss-mxfp4/config.json'))
+    cfg.update(hidden_size=128, intermediate_size=128, num_local_experts=8, num_hidden_layers=4,
+               layer_types=['sliding_attention', 'full_attention'] * 2)
+    q = {'group_size': 64, 'bits': 4, 'mode': 'affine'}
+    for i in range(4):
+        for proj in ('gate_proj', 'up_proj', 'down_proj'):
+            q[f'model.layers.{i}.mlp.experts.{proj}'] = {'group_size': 32, 'bits': 4, 'mode': 'mxfp4'}
+        q[f'model.layers.{i}.mlp.router'] = {'group_size': 64, 'bits': 8}
+    cfg['quantization'] = cfg['quantization_config'] = q
+    path = os.path.join(tmp, 'config.json')
+    json.dump(cfg, open(path, 'w'))
+    rc, out, err = run(['bench', '--config', path, '-p', '16', '-n', '8', '--reps', '1', '--threads', '2'],
+                       env={'XDG_CACHE_HOME': tmp})
+    check('bench --config of a gpt_oss config runs', rc == 0 and 'bench: ' in out, out + err)
 
 # --- bench --batch: B sequences through the generation engine, as the server runs them -----------
 def bench_fields(out):
