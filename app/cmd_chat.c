@@ -3,13 +3,15 @@
 // through the chat template at each turn, and only the tokens after the full KV blocks already in the
 // cache are computed (the engine's prefix cache, src/generate/engine.h), so earlier turns are not
 // recomputed. Ctrl-C stops the current answer (the partial answer stays in the history); /reset clears the conversation; /exit or end of input
-// quits. A model without a chat template gets plain "User:/Assistant:" turns.
+// quits. A model without a chat template gets plain "User:/Assistant:" turns. A harmony model's
+// (gpt-oss) channels are shown as answer.h describes, and its history keeps the final channel.
 #include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "answer.h"
 #include "chat/chat_template.h"
 #include "cli.h"
 #include "commands.h"
@@ -26,14 +28,14 @@ static void on_sigint(int sig) {
 typedef struct answer {
     char *text;
     size_t len, cap;
+    answer_printer *printer;
 } answer;
 
 static bool collect_and_print(void *user, const mx_token_event *ev) {
     answer *a = user;
     const char *text = ev->text;
     size_t len = ev->len;
-    fwrite(text, 1, len, stdout);
-    fflush(stdout);
+    answer_printer_push(a->printer, text, len);
     if (a->len + len + 1 > a->cap) {
         size_t cap = 2 * (a->len + len + 1);
         char *g = realloc(a->text, cap);
@@ -122,6 +124,8 @@ int cmd_chat(int argc, char **argv) {
     }
     if (!tmpl) fprintf(stderr, "mlxcel chat: this model has no chat template; using plain User:/Assistant: turns\n");
     int32_t turn_end = tmpl && mx_chat_template_eos(tmpl) ? mx_tokenizer_token_id(tok, mx_chat_template_eos(tmpl)) : -1;
+    int32_t stops[3];
+    int n_stops = answer_stop_ids(tok, turn_end, stops);
     const mx_config *cfg = mx_model_config(m);
     int max_ctx = mo.ctx ? mo.ctx : (cfg->max_position_embeddings < 4096 ? cfg->max_position_embeddings : 4096);
     mx_engine_opts eo = {.n_slots = 1, .max_ctx = max_ctx, .prefill_chunk = 512, .prefix_reuse = reuse_cache,
@@ -173,18 +177,27 @@ int cmd_chat(int argc, char **argv) {
             json_array_remove(messages, json_array_size(messages) - 1);
             continue;
         }
-        answer a = {0};
-        mx_seq_opts so = {.sampling = sp, .max_new = max_new, .stop_ids = &turn_end, .n_stop_ids = turn_end >= 0 ? 1 : 0,
+        answer_printer ap;
+        if (answer_printer_init(&ap, tok, stdout) != 0) {
+            cli_error(cmd, "out of memory");
+            free(ids);
+            break;
+        }
+        answer a = {.printer = &ap};
+        mx_seq_opts so = {.sampling = sp, .max_new = max_new, .stop_ids = stops, .n_stop_ids = n_stops,
                           .n_logprobs = -1, .on_token = collect_and_print, .user = &a};
         mx_seq *seq = mx_seq_create(tok, ids, (int)n_ids, &so, max_ctx, &err);
         int grc = !seq || mx_engine_admit(eng, seq, &err) != 0 ? -1 : mx_engine_run(eng, &err);
+        answer_printer_finish(&ap);
         fputc('\n', stdout);
         if (grc != 0) cli_error(cmd, "%s", err.msg);
         if (seq && getenv("MLXCEL_CHAT_DEBUG")) fprintf(stderr, "(reusing %d of %zu tokens)\n", mx_seq_reused(seq), n_ids);
         if (seq && mx_seq_finish_reason(seq) == MX_FINISH_STOP && interrupted) fprintf(stderr, "(stopped)\n");
         if (seq) mx_engine_release(eng, seq);
         mx_seq_free(seq);
-        json_array_append_new(messages, json_pack("{s:s, s:s}", "role", "assistant", "content", a.text ? a.text : ""));
+        const char *said = answer_printer_content(&ap) ? answer_printer_content(&ap) : a.text ? a.text : "";
+        json_array_append_new(messages, json_pack("{s:s, s:s}", "role", "assistant", "content", said));
+        answer_printer_free(&ap);
         free(a.text);
         free(ids);
     }

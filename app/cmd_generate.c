@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: MIT
 // `mlxcel generate`: text from a prompt, streamed to stdout as it is produced, with a stats line on
 // stderr. When the model has a chat template the prompt is sent as a user message (as mlx-lm
-// does); --no-chat-template sends the raw text.
+// does); --no-chat-template sends the raw text. A harmony model's (gpt-oss) channels are shown as
+// answer.h describes.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "answer.h"
 #include "cli.h"
 #include "constrain.h"
 #include "commands.h"
@@ -28,9 +30,7 @@ static void usage(FILE *to) {
 }
 
 static bool print_text(void *user, const mx_token_event *ev) {
-    (void)user;
-    fwrite(ev->text, 1, ev->len, stdout);
-    fflush(stdout);
+    answer_printer_push(user, ev->text, ev->len);
     return true;
 }
 
@@ -84,6 +84,7 @@ int cmd_generate(int argc, char **argv) {
     mx_engine *eng = NULL;
     mx_seq *seq = NULL;
     cli_constraint cons = {0};
+    answer_printer ap = {0};
     int32_t *ids = NULL;
     size_t n_ids = 0;
     mx_error err = {{0}};
@@ -101,15 +102,23 @@ int cmd_generate(int argc, char **argv) {
     }
     mx_engine_opts eo = {.n_slots = 1, .max_ctx = max_ctx, .prefill_chunk = 512, .prefix_reuse = false,
                          .threads = mo.threads};
-    mx_seq_opts so = {.sampling = sp, .max_new = max_new, .ignore_eos = ignore_eos, .stop_ids = &extra_eos,
-                      .n_stop_ids = extra_eos >= 0 ? 1 : 0, .n_logprobs = -1, .on_token = print_text,
+    int32_t stops[3];
+    int n_stops = answer_stop_ids(tok, extra_eos, stops);
+    if (answer_printer_init(&ap, tok, stdout) != 0) {
+        cli_error(cmd, "out of memory");
+        goto done;
+    }
+    mx_seq_opts so = {.sampling = sp, .max_new = max_new, .ignore_eos = ignore_eos, .stop_ids = stops,
+                      .n_stop_ids = n_stops, .n_logprobs = -1, .on_token = print_text, .user = &ap,
                       .matcher = cons.matcher};
     if (!(eng = mx_engine_create(m, &eo, &err)) || !(seq = mx_seq_create(tok, ids, (int)n_ids, &so, max_ctx, &err)) ||
         mx_engine_admit(eng, seq, &err) != 0) {
         cli_error(cmd, "%s", err.msg);
         goto done;
     }
-    if (mx_engine_run(eng, &err) != 0 || mx_seq_finish_reason(seq) == MX_FINISH_ERROR) {
+    int run_rc = mx_engine_run(eng, &err);
+    answer_printer_finish(&ap);
+    if (run_rc != 0 || mx_seq_finish_reason(seq) == MX_FINISH_ERROR) {
         fputc('\n', stdout);
         cli_error(cmd, "%s", err.msg[0] ? err.msg : mx_seq_error(seq));
         goto done;
@@ -137,6 +146,7 @@ done:
     mx_seq_free(seq);
     mx_engine_free(eng);
     cli_constraint_close(&cons);
+    answer_printer_free(&ap);
     mx_tokenizer_free(tok);
     mx_model_free(m);
     mx_backend_free(be);

@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "io/mapped_file.h"
+#include "server/srv_calls.h"
 
 int cli_stop_ids(const mx_model *m, int32_t extra_eos, int32_t *ids, int cap) {
     int n = 0, V = mx_model_config(m)->vocab_size;
@@ -55,7 +56,11 @@ int cli_constraint_open(const char *cmd, const char *schema_path, const char *gr
     }
     int32_t stops[64];
     int n_stop = cli_stop_ids(m, extra_eos, stops, 64);
-    if (!(out->vocab = mx_gram_vocab_create(tok, mx_model_config(m)->vocab_size, stops, n_stop, &err))) {
+    // A harmony model (gpt-oss) writes its channels in special tokens: its grammars may write them.
+    int32_t markers[SRV_MAX_MARKERS];
+    int n_markers = srv_calls_harmony_tokenizer(tok) ? srv_calls_marker_ids(tok, markers) : 0;
+    if (!(out->vocab = mx_gram_vocab_create_with_specials(tok, mx_model_config(m)->vocab_size, stops, n_stop, markers,
+                                                          n_markers, &err))) {
         mx_grammar_free(g);
         cli_error(cmd, "%s", err.msg);
         return -1;

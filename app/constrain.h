@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: MIT
 // `--json-schema FILE` and `--grammar FILE` for the generating commands: reads the file, compiles
 // it (a JSON schema through the schema compiler, GBNF directly) and binds it to the model's
-// vocabulary, giving the matcher the generation loop constrains its tokens with.
+// vocabulary, giving the matcher the generation loop constrains its tokens with. For a harmony model
+// (gpt-oss) the grammar's text may contain the harmony markers (<|channel|>, <|message|>, ...),
+// which match their special tokens.
 #ifndef MX_APP_CONSTRAIN_H
 #define MX_APP_CONSTRAIN_H
 

@@ -46,7 +46,15 @@ static unsigned build_prompt(mx_server *s, const srv_request *r, int32_t **ids, 
             return 500;
         }
         json_t *tools = r->tool_choice == SRV_TOOLS_NONE ? NULL : r->tools;
-        text = mx_chat_template_render(s->tmpl, r->messages, tools, true, r->template_kwargs, &err);
+        if (r->reasoning_effort && s->calls != SRV_CALLS_HARMONY) {  // other templates would ignore it
+            snprintf(msg, cap, "'reasoning_effort' is supported for gpt-oss (harmony) models only");
+            return 400;
+        }
+        bool oom;
+        json_t *kwargs = srv_request_template_vars(r, &oom);
+        if (oom) return snprintf(msg, cap, "out of memory"), 500;
+        text = mx_chat_template_render(s->tmpl, r->messages, tools, true, kwargs, &err);
+        json_decref(kwargs);
         if (!text) {
             snprintf(msg, cap, "rendering the chat template: %s", err.msg);
             return 400;
@@ -116,9 +124,10 @@ static unsigned make_jobs(mx_server *s, const srv_request *r, const int32_t *ids
             j->n_bias = r->n_bias;
         }
         // A forced Mistral call may use the marker tokens themselves (the job keeps them in its text).
-        // A forced harmony call or JSON answer is written after the model's own markers.
+        // Harmony's markers are special tokens that any of its grammars may write (forced calls and
+        // JSON answers come after the model's own headers).
         bool forced = r->tool_choice == SRV_TOOLS_REQUIRED || r->tool_choice == SRV_TOOLS_NAMED;
-        bool markers = !r->grammar && ((mistral && forced) || (harmony && (forced || r->json_object)));
+        bool markers = harmony || (mistral && forced && !r->grammar);
         if (gbnf && !(j->matcher = srv_grammars_matcher(s->grammars, gbnf, markers, msg, cap))) status = 400;
     }
     free(gbnf);

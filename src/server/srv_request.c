@@ -166,8 +166,8 @@ static const char *const chat_fields[] = {
     "model", "messages", "stream", "stream_options", "n", "max_tokens", "max_completion_tokens", "temperature",
     "top_p", "min_p", "top_k", "repetition_penalty", "repetition_context_size", "presence_penalty",
     "frequency_penalty", "seed", "stop", "logprobs", "top_logprobs", "tools", "tool_choice", "parallel_tool_calls",
-    "response_format", "grammar", "logit_bias", "chat_template_kwargs", "ignore_eos", "user", "metadata", "store",
-    "service_tier", NULL};
+    "response_format", "grammar", "logit_bias", "chat_template_kwargs", "reasoning_effort", "ignore_eos", "user",
+    "metadata", "store", "service_tier", NULL};
 static const char *const completion_fields[] = {
     "model", "prompt", "stream", "stream_options", "n", "max_tokens", "temperature", "top_p", "min_p", "top_k",
     "repetition_penalty", "repetition_context_size", "presence_penalty", "frequency_penalty", "seed", "stop",
@@ -378,6 +378,15 @@ static int parse_fields(json_t *body, srv_request *r, char *msg, size_t cap) {
         if (!json_is_object(kw)) return bad(msg, cap, "'chat_template_kwargs' must be an object");
         r->template_kwargs = kw;
     }
+    json_t *effort = json_object_get(body, "reasoning_effort");
+    if (effort && !json_is_null(effort)) {
+        const char *e = json_string_value(effort);
+        if (!e || (strcmp(e, "low") != 0 && strcmp(e, "medium") != 0 && strcmp(e, "high") != 0))
+            return bad(msg, cap, "'reasoning_effort' must be \"low\", \"medium\" or \"high\"");
+        if (json_object_get(kw, "reasoning_effort"))
+            return bad(msg, cap, "'reasoning_effort' is given twice (also in 'chat_template_kwargs')");
+        r->reasoning_effort = e;
+    }
     return 0;
 }
 
@@ -400,4 +409,16 @@ void srv_request_clear(srv_request *r) {
     r->prompt_tokens = NULL;
     r->bias_ids = NULL;
     r->bias_values = NULL;
+}
+
+json_t *srv_request_template_vars(const srv_request *r, bool *oom) {
+    *oom = false;
+    if (!r->reasoning_effort) return r->template_kwargs ? json_incref(r->template_kwargs) : NULL;
+    json_t *v = r->template_kwargs ? json_copy(r->template_kwargs) : json_object();
+    if (!v || json_object_set_new(v, "reasoning_effort", json_string(r->reasoning_effort))) {
+        json_decref(v);
+        *oom = true;
+        return NULL;
+    }
+    return v;
 }

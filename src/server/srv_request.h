@@ -39,6 +39,7 @@ typedef struct srv_request {
     json_t *messages;         // chat: owned copy, content parts joined into strings
     json_t *tools;            // chat: borrowed, NULL when absent
     json_t *template_kwargs;  // chat: borrowed chat_template_kwargs, NULL when absent
+    const char *reasoning_effort;  // chat: "low", "medium" or "high" (borrowed), NULL when absent
     const char *prompt;       // completion: borrowed text (NULL when given as tokens)
     int32_t *prompt_tokens;   // completion: owned, when the prompt is a list of token ids
     int n_prompt_tokens;
@@ -58,5 +59,9 @@ typedef struct srv_request {
 // Returns 0, or -1 with a message in msg. `defaults` gives the sampling of unset fields.
 int srv_request_parse(json_t *body, srv_kind kind, const mx_sampling *defaults, srv_request *r, char *msg, size_t cap);
 void srv_request_clear(srv_request *r);
+
+// The chat template's extra variables: chat_template_kwargs plus reasoning_effort (a new reference,
+// or NULL when there are none; NULL with *oom set when out of memory).
+json_t *srv_request_template_vars(const srv_request *r, bool *oom);
 
 #endif

@@ -132,14 +132,14 @@ enum MHD_Result srv_route_detokenize(mx_server *s, struct MHD_Connection *c, jso
 }
 
 // POST /apply-template (as llama-server): {"messages", "add_generation_prompt"?, "tools"?,
-// "chat_template_kwargs"?} -> {"prompt": the text the model would get}. Messages and tools are
+// "chat_template_kwargs"?, "reasoning_effort"?} -> {"prompt": the text the model would get}. Messages and tools are
 // validated as in /v1/chat/completions.
 enum MHD_Result srv_route_apply_template(mx_server *s, struct MHD_Connection *c, json_t *body) {
     const char *key;
     json_t *v;
     json_object_foreach(body, key, v) {
         if (strcmp(key, "messages") != 0 && strcmp(key, "add_generation_prompt") != 0 && strcmp(key, "tools") != 0 &&
-            strcmp(key, "chat_template_kwargs") != 0 && strcmp(key, "model") != 0)
+            strcmp(key, "chat_template_kwargs") != 0 && strcmp(key, "reasoning_effort") != 0 && strcmp(key, "model") != 0)
             return srv_respond_error(s, c, 400, "invalid_request", "'%s' is not supported by /apply-template", key);
     }
     json_t *agp = json_object_get(body, "add_generation_prompt");
@@ -157,9 +157,17 @@ enum MHD_Result srv_route_apply_template(mx_server *s, struct MHD_Connection *c,
         return srv_respond_error(s, c, 400, "invalid_request", "%s", msg);
     }
     mx_error err = {{0}};
+    if (r.reasoning_effort && s->calls != SRV_CALLS_HARMONY) {
+        srv_request_clear(&r);
+        json_decref(req);
+        return srv_respond_error(s, c, 400, "invalid_request", "'reasoning_effort' is supported for gpt-oss (harmony) models only");
+    }
     if (s->calls == SRV_CALLS_HARMONY) srv_harmony_prepare_messages(r.messages);
-    char *text = mx_chat_template_render(s->tmpl, r.messages, r.tools, agp ? json_is_true(agp) : true,
-                                         r.template_kwargs, &err);
+    bool oom;
+    json_t *vars = srv_request_template_vars(&r, &oom);
+    char *text = oom ? NULL : mx_chat_template_render(s->tmpl, r.messages, r.tools, agp ? json_is_true(agp) : true, vars, &err);
+    if (oom) snprintf(err.msg, sizeof err.msg, "out of memory");
+    json_decref(vars);
     srv_request_clear(&r);
     json_decref(req);
     if (!text) return srv_respond_error(s, c, 400, "invalid_request", "rendering the chat template: %s", err.msg);

@@ -41,6 +41,12 @@ else()
   message(STATUS "mlxcel: server tests left out (MLXCEL_SERVER_TESTS=OFF)")
 endif()
 if(MLXCEL_PY3)
+  # gpt-oss's harmony format (tests/server/harmony_suite.py): the demo model with a harmony tokenizer
+  # and gpt-oss's template, its output scripted by grammars; reasoning_content, content, tool calls
+  # (plain and streamed), JSON answers, reasoning_effort, and `mlxcel generate` against the server.
+  add_test(NAME server_harmony COMMAND ${MLXCEL_PY3} ${PROJECT_SOURCE_DIR}/tests/server/harmony_suite.py
+           $<TARGET_FILE:mlxcel> $<TARGET_FILE:mlxcel-server> WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(server_harmony PROPERTIES TIMEOUT 300)
   add_test(NAME server_engine COMMAND ${MLXCEL_PY3} ${PROJECT_SOURCE_DIR}/tests/server/engine_suite.py
            $<TARGET_FILE:mlxcel> $<TARGET_FILE:mlxcel-server> WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(server_engine PROPERTIES TIMEOUT 300)

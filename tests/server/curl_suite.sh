@@ -78,6 +78,9 @@ pycheck "missing messages is named" "$TMP/e.json" '"messages" in d["error"]["mes
 s=$(req POST /v1/chat/completions '{"messages":[{"role":"user","content":"hi"}],"temperature":"hot"}' "$TMP/e.json")
 expect_status "wrong type" 400 "$s" "$TMP/e.json"
 pycheck "wrong type names the field" "$TMP/e.json" '"temperature" in d["error"]["message"]'
+s=$(req POST /v1/chat/completions '{"messages":[{"role":"user","content":"hi"}],"reasoning_effort":"high"}' "$TMP/e.json")
+expect_status "reasoning_effort on a model that is not gpt-oss" 400 "$s" "$TMP/e.json"
+pycheck "reasoning_effort error names the field" "$TMP/e.json" '"reasoning_effort" in d["error"]["message"]'
 s=$(req POST /v1/completions '{"prompt":"hi","max_tokens":"5"}' "$TMP/e.json")
 expect_status "wrong type (completions)" 400 "$s" "$TMP/e.json"
 s=$(req POST /v1/completions '{"prompt":"hi","n":17}' "$TMP/e.json")
