@@ -9,7 +9,7 @@ if(MLXCEL_FUZZ)
   file(GLOB MLXCEL_FUZZ_LIB_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/io/*.c ${PROJECT_SOURCE_DIR}/src/core/*.c
        ${PROJECT_SOURCE_DIR}/src/tokenizer/*.c ${PROJECT_SOURCE_DIR}/src/chat/*.c ${PROJECT_SOURCE_DIR}/src/sample/*.c
        ${PROJECT_SOURCE_DIR}/src/server/srv_request.c ${PROJECT_SOURCE_DIR}/src/server/srv_output.c
-       ${PROJECT_SOURCE_DIR}/src/server/srv_buf.c)
+       ${PROJECT_SOURCE_DIR}/src/server/srv_harmony.c ${PROJECT_SOURCE_DIR}/src/server/srv_buf.c)
   add_library(mlxcel_fuzz_parsers STATIC EXCLUDE_FROM_ALL ${MLXCEL_FUZZ_LIB_SOURCES})
   target_include_directories(mlxcel_fuzz_parsers PUBLIC ${PROJECT_SOURCE_DIR}/src)
   target_compile_definitions(mlxcel_fuzz_parsers PUBLIC _GNU_SOURCE MLXCEL_VERSION="${PROJECT_VERSION}")
