@@ -5,7 +5,8 @@
 # Qwen3-0.6B 4-bit model that `mlxcel bench --shape qwen3-0.6b` writes and gives it the demo model's
 # Qwen3 tokenizer, then runs each job named on the command line, logging to $OUT/JOB.log:
 #   constrained     bench/constrained_bench.py at 8 and 32 clients (issue 15's cost on the H200)
-#   table           bench/serve_throughput.py at 1, 8, 32 and 64 streams, greedy and temp 0.7 top-p 0.9
+#   table           bench/serve_throughput.py at 1, 8, 32 and 64 streams, greedy and temp 0.7 top-p 0.9,
+#                   then the server's step phases from /metrics (cumulative)
 #   engine          mlxcel bench --batch at 1, 8, 16, 32 and 64 sequences, greedy and sampled
 #   crossover       greedy --batch 16, 32, 64 with MLXCEL_GPU_MATVEC_TOKENS 8 (the old crossover), 63, 128
 # usage: bench/server_on_device.sh JOB...
@@ -43,6 +44,9 @@ for job in "$@"; do
         for t in "--temperature 0" "--temperature 0.7 --top-p 0.9"; do
             timeout 240 python3 bench/serve_throughput.py --url http://127.0.0.1:8090 -c 1,8,32,64 --max-tokens 128 \
                 --prompt-tokens 32 --rounds 2 $t 2>&1 | tee -a "$OUT/table.log" | tee -a "$OUT/summary.txt"
+            # where the server's step time went so far (cumulative): engine phases and the scheduler's gaps
+            curl -sf http://127.0.0.1:8090/metrics | grep -E "^mlxcel_(steps_total|step_.*seconds_total|scheduler_between|generated_tokens_total)" |
+                sed "s/^/after $t: /" | tee -a "$OUT/summary.txt"
         done
         kill %1; wait ;;
     engine)

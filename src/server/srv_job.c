@@ -72,9 +72,15 @@ bool srv_job_on_token(void *job, const mx_token_event *ev) {
         }
         if (j->n_lp < j->cap_lp) j->lp[j->n_lp++] = *ev->lp;
     }
+    pthread_mutex_unlock(&j->mu);
+    j->news = true;
+    return !stopped;
+}
+
+void srv_job_wake(srv_job *j) {
+    pthread_mutex_lock(&j->mu);
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
-    return !stopped;
 }
 
 void srv_job_finish(srv_job *j, const char *finish, int error_status, const char *error) {

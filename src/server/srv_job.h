@@ -52,6 +52,7 @@ typedef struct srv_job {
     int refs;
     // scheduler
     mx_seq *seq;           // the engine's sequence while admitted
+    bool news;             // output arrived since the connection was last woken (srv_sched wakes it after the step)
 } srv_job;
 
 // A job holding a copy of the prompt and an output object made from opts; refs = 1.
@@ -62,11 +63,15 @@ void srv_job_release(srv_job *j);
 void srv_job_cancel(srv_job *j);
 
 // The scheduler's side (it takes neither lock first): the engine's token callback (mx_seq_opts.on_token,
-// with the job as user) moves the text into the output and the logprobs into the job; false once a
-// stop string matched. srv_job_finish ends the output and marks the job done with finish ("stop",
-// "length" or "cancelled"; the response layer names the OpenAI finish_reason) and an optional
-// error (HTTP status and message); both wake the connection.
+// with the job as user) moves the text into the output and the logprobs into the job and sets
+// `news` (it does not wake the connection: a wake-up costs a system call, and the scheduler hands
+// the step's wake-ups to another thread, srv_sched.c); false once a stop string matched.
+// srv_job_finish ends the output and marks the job done with finish ("stop", "length" or
+// "cancelled"; the response layer names the OpenAI finish_reason) and an optional error (HTTP
+// status and message), and wakes the connection.
 bool srv_job_on_token(void *job, const mx_token_event *ev);
 void srv_job_finish(srv_job *j, const char *finish, int error_status, const char *error);
+// Wakes the connection waiting on the job (cv).
+void srv_job_wake(srv_job *j);
 
 #endif

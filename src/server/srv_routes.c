@@ -78,6 +78,9 @@ enum MHD_Result srv_route_metrics(mx_server *s, struct MHD_Connection *c) {
            e->t_host_choose);
     metric(&b, "step_finish_seconds_total", "counter",
            "Step time handing tokens to requests (stop rules, detokenization, output stage)", e->t_finish);
+    metric(&b, "scheduler_between_steps_seconds_total", "counter",
+           "Scheduler time between consecutive steps while requests run (upkeep, admission, lock waits)",
+           st.between_steps_seconds);
     if (b.oom) {
         srv_buf_free(&b);
         return srv_respond_error(s, c, 500, NULL, "out of memory");

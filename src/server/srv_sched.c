@@ -2,6 +2,11 @@
 // Continuous-batching scheduler (see srv_sched.h). Locking: the scheduler mutex guards the queue,
 // the slot table and the stats; a job's own mutex guards its shared fields. When both are held the
 // scheduler mutex is taken first. The engine is touched by the scheduler thread only.
+// Wake-ups: the token callback only marks a job (srv_job.news); after each step the scheduler
+// queues the marked jobs for the notifier thread, which wakes their connections. A wake-up of a
+// waiting thread is a system call (tens of microseconds when the woken thread takes the core), and
+// a step of 64 sequences has 64 of them: done here they would delay the next step, done by the
+// notifier they overlap it (the scheduler thread is then waiting for the backend).
 #include "server/srv_sched.h"
 
 #include <stdlib.h>
@@ -29,7 +34,48 @@ struct srv_sched {
     srv_job **active; // [n_slots] admitted jobs; each owns one reference
     int n_active;
     srv_stats st;
+    // notifier: jobs whose connections must be woken, each holding a reference (nmu guards them)
+    pthread_t notifier;
+    bool notifier_started, notifier_stop;
+    pthread_mutex_t nmu;
+    pthread_cond_t ncv;
+    srv_job **wake, **waking;  // [cap_wake] queued; the notifier's batch being woken
+    int n_wake, cap_wake;
 };
+
+// Queues a wake-up of j's connection for the notifier (or wakes it here when the queue is full).
+static void queue_wake(srv_sched *s, srv_job *j) {
+    pthread_mutex_lock(&s->nmu);
+    if (s->n_wake == s->cap_wake || !s->notifier_started) {
+        pthread_mutex_unlock(&s->nmu);
+        srv_job_wake(j);
+        return;
+    }
+    srv_job_retain(j);
+    s->wake[s->n_wake++] = j;
+    pthread_cond_signal(&s->ncv);
+    pthread_mutex_unlock(&s->nmu);
+}
+
+static void *notify_main(void *arg) {
+    srv_sched *s = arg;
+    pthread_mutex_lock(&s->nmu);
+    for (;;) {
+        while (s->n_wake == 0 && !s->notifier_stop) pthread_cond_wait(&s->ncv, &s->nmu);
+        if (s->n_wake == 0) break;  // stopping, and every queued wake-up done
+        int n = s->n_wake;
+        memcpy(s->waking, s->wake, sizeof *s->wake * (size_t)n);
+        s->n_wake = 0;
+        pthread_mutex_unlock(&s->nmu);
+        for (int i = 0; i < n; i++) {
+            srv_job_wake(s->waking[i]);
+            srv_job_release(s->waking[i]);
+        }
+        pthread_mutex_lock(&s->nmu);
+    }
+    pthread_mutex_unlock(&s->nmu);
+    return NULL;
+}
 
 // Takes active job k out (scheduler lock held): releases its sequence and finishes the job.
 static void drop_active(srv_sched *s, int k, const char *finish, int status, const char *error) {
@@ -129,11 +175,13 @@ static void housekeep(srv_sched *s) {
 
 static void *sched_main(void *arg) {
     srv_sched *s = arg;
+    double last_step_end = 0.0;  // 0: no step since the engine was last idle
     pthread_mutex_lock(&s->mu);
     for (;;) {
         housekeep(s);
         if (s->stopping) break;
         if (mx_engine_running(s->eng) == 0) {
+            last_step_end = 0.0;
             struct timespec ts = mx_wall_deadline(1.0);
             pthread_cond_timedwait(&s->cv, &s->mu, &ts);
             continue;
@@ -141,9 +189,18 @@ static void *sched_main(void *arg) {
         pthread_mutex_unlock(&s->mu);
         mx_error err = {{0}};
         if (s->model_lock) pthread_mutex_lock(s->model_lock);
+        double t0 = mx_now();
         int rc = mx_engine_step(s->eng, &err);
         if (s->model_lock) pthread_mutex_unlock(s->model_lock);
+        double between = last_step_end > 0.0 ? t0 - last_step_end : 0.0;
+        last_step_end = mx_now();
         pthread_mutex_lock(&s->mu);
+        s->st.between_steps_seconds += between;
+        for (int k = 0; k < s->n_active; k++)
+            if (s->active[k]->news) {
+                s->active[k]->news = false;
+                queue_wake(s, s->active[k]);
+            }
         copy_engine_stats(s);
         if (rc) {
             char msg[256];
@@ -170,10 +227,15 @@ srv_sched *srv_sched_create(mx_model *m, const mx_tokenizer *tok, const srv_sche
     s->max_queue = o->max_queue > 0 ? o->max_queue : 1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
+    pthread_mutex_init(&s->nmu, NULL);
+    pthread_cond_init(&s->ncv, NULL);
     s->stop_ids = malloc(sizeof(int32_t) * (size_t)(o->n_stop_ids + 1));
     s->queue = calloc((size_t)s->max_queue, sizeof *s->queue);
     s->active = calloc((size_t)s->n_slots, sizeof *s->active);
-    if (!s->stop_ids || !s->queue || !s->active) {
+    s->cap_wake = 4 * s->n_slots;  // a few steps' worth, should the notifier fall behind
+    s->wake = calloc((size_t)s->cap_wake, sizeof *s->wake);
+    s->waking = calloc((size_t)s->cap_wake, sizeof *s->waking);
+    if (!s->stop_ids || !s->queue || !s->active || !s->wake || !s->waking) {
         mx_fail(err, "out of memory");
         srv_sched_free(s);
         return NULL;
@@ -189,6 +251,12 @@ srv_sched *srv_sched_create(mx_model *m, const mx_tokenizer *tok, const srv_sche
         return NULL;
     }
     copy_engine_stats(s);
+    if (pthread_create(&s->notifier, NULL, notify_main, s) != 0) {
+        mx_fail(err, "cannot start the scheduler's notifier thread");
+        srv_sched_free(s);
+        return NULL;
+    }
+    s->notifier_started = true;
     if (pthread_create(&s->thread, NULL, sched_main, s) != 0) {
         mx_fail(err, "cannot start the scheduler thread");
         srv_sched_free(s);
@@ -207,6 +275,13 @@ void srv_sched_free(srv_sched *s) {
         pthread_mutex_unlock(&s->mu);
         pthread_join(s->thread, NULL);
     }
+    if (s->notifier_started) {  // after the scheduler: it wakes what is still queued, then ends
+        pthread_mutex_lock(&s->nmu);
+        s->notifier_stop = true;
+        pthread_cond_signal(&s->ncv);
+        pthread_mutex_unlock(&s->nmu);
+        pthread_join(s->notifier, NULL);
+    }
     for (int q = 0; q < s->n_queue; q++) {
         srv_job_finish(s->queue[q], "cancelled", 503, "the server is shutting down");
         srv_job_release(s->queue[q]);
@@ -214,7 +289,9 @@ void srv_sched_free(srv_sched *s) {
     mx_engine_free(s->eng);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
-    free(s->stop_ids), free(s->queue), free(s->active);
+    pthread_mutex_destroy(&s->nmu);
+    pthread_cond_destroy(&s->ncv);
+    free(s->stop_ids), free(s->queue), free(s->active), free(s->wake), free(s->waking);
     free(s);
 }
 

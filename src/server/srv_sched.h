@@ -36,6 +36,9 @@ typedef struct srv_stats {
     int queued, active, n_slots;
     uint64_t requests, prompt_tokens, cancelled;
     mx_engine_stats engine;  // the engine's counters: tokens, step rate, the KV pool and prefix cache
+    // Seconds the scheduler thread spent between consecutive steps while sequences were running:
+    // queue and slot upkeep, admission, and waiting for the scheduler lock or the model lock.
+    double between_steps_seconds;
 } srv_stats;
 
 // Creates the context and starts the thread. The model and tokenizer are borrowed. A job whose
