@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // A loaded model: its config, its weights on a backend, and the forward pass shared by every
-// supported family (qwen3, qwen2, llama, mistral, qwen3_moe). A model is read-only after loading
+// supported family (the family table, family.h). A model is read-only after loading
 // and can serve several contexts; a context (mx_ctx) owns a KV cache of n_slots sequences and the
 // activation scratch for batches of up to max_batch tokens.
 #ifndef MX_MODELS_MODEL_H

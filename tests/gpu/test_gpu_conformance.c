@@ -739,6 +739,9 @@ int main(void) {
         gptoss_case(cpu, gpu, &rng, &q8, &fused_fmts[3], (gptoss_cfg){45, 256, 8, 2, 64, 8, 2, 128, window});
     }
     gptoss_case(cpu, gpu, &rng, &fused_fmts[4], &q8, (gptoss_cfg){3, 256, 8, 2, 64, 8, 4, 128, 8});
+    // The gpt_oss fixtures' sizes (hidden 64, head_dim 32, 4 experts of 128): decode and a prompt.
+    gptoss_case(cpu, gpu, &rng, &q8, &fused_fmts[3], (gptoss_cfg){1, 64, 4, 2, 32, 4, 2, 128, 8});
+    gptoss_case(cpu, gpu, &rng, &q8, &fused_fmts[3], (gptoss_cfg){20, 64, 4, 2, 32, 4, 2, 128, 8});
     mx_backend_free(gpu);
     // The previous matrix-vector kernels (MLXCEL_GPU_OLD_MATVEC=1, the A/B switch of the benches).
     setenv("MLXCEL_GPU_OLD_MATVEC", "1", 1);

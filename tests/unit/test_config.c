@@ -20,6 +20,15 @@
     "\"rope_scaling\":{\"type\":\"yarn\",\"factor\":40,\"beta_fast\":32,\"beta_slow\":1,\"mscale\":1.0,"   \
     "\"mscale_all_dim\":1.0,\"original_max_position_embeddings\":4096}"
 
+// gpt-oss-20b's config.json with the fixture's sizes (layer_types and swiglu_limit left out here).
+#define GPT_OSS                                                                                          \
+    "\"model_type\":\"gpt_oss\",\"vocab_size\":512,\"hidden_size\":64,\"num_hidden_layers\":4,"        \
+    "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"head_dim\":32,\"intermediate_size\":128,"       \
+    "\"num_local_experts\":4,\"num_experts_per_tok\":2,\"experts_per_token\":2,\"sliding_window\":8,"     \
+    "\"max_position_embeddings\":131072,\"rope_theta\":150000,\"attention_bias\":true,"                    \
+    "\"rope_scaling\":{\"beta_fast\":32.0,\"beta_slow\":1.0,\"factor\":32.0,"                              \
+    "\"original_max_position_embeddings\":4096,\"rope_type\":\"yarn\",\"truncate\":false}"
+
 static int parse(const char *json, const char *gen, mx_config *c, mx_error *e) {
     return mx_config_parse(json, gen, "config.json", c, e);
 }
@@ -167,6 +176,27 @@ int main(void) {
     CHECK_MSG(strstr(e.msg, "scoring_func") != NULL, "%s", e.msg);
     CHECK(parse("{" DEEPSEEK ",\"n_group\":3}", NULL, &c, &e) != 0);
     CHECK_MSG(strstr(e.msg, "n_group") != NULL, "%s", e.msg);
+    // gpt_oss: experts of intermediate_size, softmax over the top k (norm_topk), swiglu_limit 7 by
+    // default, every other layer sliding from layer 0 without layer_types, YaRN without truncation
+    // and its attention factor 0.1 ln(32) + 1.
+    CHECK(parse("{" GPT_OSS "}", NULL, &c, &e) == 0);
+    CHECK(c.num_experts == 4 && c.num_experts_per_tok == 2 && c.moe_intermediate_size == 128 && c.norm_topk_prob);
+    CHECK(c.swiglu_limit == 7.0 && c.sliding_window == 8 && c.head_dim == 32 && c.attention_bias);
+    CHECK(c.layer_sliding && c.layer_sliding[0] && !c.layer_sliding[1] && c.layer_sliding[2] && !c.layer_sliding[3]);
+    CHECK(c.rope_type == MX_ROPE_YARN && !c.rope_truncate && c.rope_factor == 32 && c.rope_original_max_pos == 4096);
+    CHECK_MSG(fabs(c.rope_attn_factor - (0.1 * log(32.0) + 1.0)) < 1e-12, "%g", c.rope_attn_factor);
+    mx_config_free(&c);
+    CHECK(parse("{" GPT_OSS ",\"swiglu_limit\":5.5,\"layer_types\":[\"full_attention\",\"sliding_attention\","
+                "\"full_attention\",\"full_attention\"]}", NULL, &c, &e) == 0);
+    CHECK(c.swiglu_limit == 5.5 && !c.layer_sliding[0] && c.layer_sliding[1] && !c.layer_sliding[2] && !c.layer_sliding[3]);
+    mx_config_free(&c);
+    CHECK(parse("{" GPT_OSS ",\"num_local_experts\":null}", NULL, &c, &e) != 0);
+    CHECK_MSG(strstr(e.msg, "num_local_experts") != NULL, "%s", e.msg);
+    CHECK(parse("{" GPT_OSS ",\"swiglu_limit\":0}", NULL, &c, &e) != 0);
+    CHECK_MSG(strstr(e.msg, "swiglu_limit") != NULL, "%s", e.msg);
+    CHECK(parse("{" GPT_OSS ",\"layer_types\":[\"full_attention\"]}", NULL, &c, &e) != 0);
+    CHECK_MSG(strstr(e.msg, "layer_types") != NULL, "%s", e.msg);
+
     CHECK(parse("{" BASE "}", "not json", &c, &e) != 0);
     CHECK_MSG(strstr(e.msg, "generation_config.json") != NULL, "%s", e.msg);
     CHECK(parse("{\"model_type\":\"llama\",\"hidden_size\":128}", NULL, &c, &e) != 0);
