@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
-// Chat-template parity for gpt-oss (harmony): the real gpt-oss chat template
-// (tests/fixtures/gpt_oss_chat_template.jinja) rendered by mlxcel must equal jinja2's renderings in
-// tests/fixtures/gpt_oss_chat_cases.json byte for byte (system and developer messages, multi-turn,
+// Chat-template parity for gpt-oss (harmony): the real gpt-oss chat templates (the current one,
+// tests/fixtures/gpt_oss_chat_template.jinja, and the 2025-08-05 release's, whose string literals
+// hold raw newlines) rendered by mlxcel must equal jinja2's renderings in
+// tests/fixtures/gpt_oss_chat_cases.json and gpt_oss_0805_chat_cases.json byte for byte (system and developer messages, multi-turn,
 // reasoning_effort and model_identity, function tools with every schema shape the template's
 // TypeScript rendering knows, built-in tools, tool calls and tool results). Cases where jinja2
 // raises must fail here too, with the template's own raise_exception message. The generator pins
@@ -15,8 +16,10 @@
 #include "chat/chat_template.h"
 #include "check.h"
 
-#define CASES_PATH "tests/fixtures/gpt_oss_chat_cases.json"
-#define TEMPLATE_PATH "tests/fixtures/gpt_oss_chat_template.jinja"
+static const char *const FIXTURES[][2] = {
+    {"tests/fixtures/gpt_oss_chat_template.jinja", "tests/fixtures/gpt_oss_chat_cases.json"},
+    {"tests/fixtures/gpt_oss_chat_template_0805.jinja", "tests/fixtures/gpt_oss_0805_chat_cases.json"},
+};
 
 static char *slurp(const char *path) {
     FILE *f = fopen(path, "rb");
@@ -114,7 +117,7 @@ static int check_case(const mx_chat_template *t, json_t *c, size_t i, const char
 
 // A template from a model folder, as mlxcel loads gpt-oss: chat_template.jinja next to a
 // tokenizer_config.json that names <|return|> as eos_token.
-static void test_folder(json_t *cases, const char *pinned) {
+static void test_folder(const char *template_path, json_t *cases, const char *pinned) {
     char dir[] = "/tmp/mx_harmony_test_XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
     char cfg[256], jinja[256], cmd[600];
@@ -125,7 +128,7 @@ static void test_folder(json_t *cases, const char *pinned) {
         fputs("{\"bos_token\": \"<|startoftext|>\", \"eos_token\": \"<|return|>\", \"pad_token\": \"<|endoftext|>\"}", f);
         fclose(f);
     }
-    snprintf(cmd, sizeof cmd, "cp %s %s", TEMPLATE_PATH, jinja);
+    snprintf(cmd, sizeof cmd, "cp %s %s", template_path, jinja);
     CHECK(system(cmd) == 0);
     mx_error err = {{0}};
     mx_chat_template *t = mx_chat_template_load(dir, &err);
@@ -142,26 +145,29 @@ static void test_folder(json_t *cases, const char *pinned) {
     rmdir(dir);
 }
 
-int main(void) {
+static void test_fixture(const char *template_path, const char *cases_path) {
     json_error_t je;
-    json_t *fixture = json_load_file(CASES_PATH, 0, &je);
-    char *src = slurp(TEMPLATE_PATH);
-    CHECK_MSG(fixture && src, "cannot load the fixtures: %s", fixture ? TEMPLATE_PATH : je.text);
-    if (!fixture || !src) return check_finish();
+    json_t *fixture = json_load_file(cases_path, 0, &je);
+    char *src = slurp(template_path);
+    CHECK_MSG(fixture && src, "cannot load the fixtures: %s", fixture ? template_path : je.text);
     json_t *cases = json_object_get(fixture, "cases");
     const char *pinned = json_string_value(json_object_get(fixture, "date"));
     CHECK(json_array_size(cases) == 17 && pinned);
     mx_error err = {{0}};
-    mx_chat_template *t = mx_chat_template_from_string(src, "<|startoftext|>", "<|return|>", &err);
-    CHECK_MSG(t != NULL, "%s", err.msg);
+    mx_chat_template *t = src ? mx_chat_template_from_string(src, "<|startoftext|>", "<|return|>", &err) : NULL;
+    CHECK_MSG(t != NULL, "%s: %s", template_path, err.msg);
     if (t && pinned) {
         int bad = 0;
         for (size_t i = 0; i < json_array_size(cases); i++) bad += check_case(t, json_array_get(cases, i), i, pinned);
-        CHECK_MSG(bad == 0, "%d of %zu cases differ", bad, json_array_size(cases));
-        test_folder(cases, pinned);
+        CHECK_MSG(bad == 0, "%s: %d of %zu cases differ", template_path, bad, json_array_size(cases));
+        test_folder(template_path, cases, pinned);
     }
     mx_chat_template_free(t);
     free(src);
     json_decref(fixture);
+}
+
+int main(void) {
+    for (size_t i = 0; i < sizeof FIXTURES / sizeof FIXTURES[0]; i++) test_fixture(FIXTURES[i][0], FIXTURES[i][1]);
     return check_finish();
 }
