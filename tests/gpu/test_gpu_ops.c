@@ -262,7 +262,7 @@ static void test_matmul(mx_backend *be, ref_rng *rng, bool mma_backend, int whic
     }
 }
 
-// Matrix-vector shapes (n <= 8) that reach every launch choice of the matrix-vector kernels
+// Matrix-vector shapes (n <= 33) that reach every launch choice of the matrix-vector kernels
 // (kernels/matvec.cuh): many rows (four rows per warp), few rows over long rows (split-K over two
 // and four warps), one row, row lengths that are not a multiple of what a warp covers per step; in
 // every affine 4/8-bit format (the scaled-activation dot, kernels/matvec_scaled.cuh) and three
@@ -285,7 +285,8 @@ static void test_matvec_shapes(mx_backend *be, ref_rng *rng, const char *path, b
     // Activations staged by slices: 133 x 4224 and 7 x 2048 at n = 3 and 8 (2-5 slices, the last
     // partial), 64 x 13312 at every n (one token's row is longer than the 48 KB of staging).
     const int shapes[5][2] = {{4224, 512}, {133, 4224}, {7, 2048}, {1, 1152}, {64, 13312}};
-    const int ns[] = {1, 3, 8};
+    // n = 33: five 8-token tiles; with 4224 rows the 8-token tiles take four rows per warp.
+    const int ns[] = {1, 3, 8, 33};
     for (int f = 0; f < nf; f++) {
         for (int sh = 0; sh < 5; sh++) {
             const int rows = shapes[sh][0], cols = shapes[sh][1];
