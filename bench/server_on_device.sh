@@ -8,6 +8,7 @@
 #   table           bench/serve_throughput.py at 1, 8, 32 and 64 streams, greedy and temp 0.7 top-p 0.9,
 #                   then the server's step phases from /metrics (cumulative)
 #   engine          mlxcel bench --batch at 1, 8, 16, 32 and 64 sequences, greedy and sampled
+#   ops             per-op device times of 8-, 16-, 32- and 64-token steps (bench_gpu_decode), $OUT/ops.tgz
 #   crossover       greedy --batch 16, 32, 64 with MLXCEL_GPU_MATVEC_TOKENS 8 (the old crossover), 63, 128
 # usage: bench/server_on_device.sh JOB...
 set -uo pipefail
@@ -65,6 +66,13 @@ for job in "$@"; do
                     sed "s/^/tokens<=$mv: /" | tee -a "$OUT/summary.txt"
             done
         done ;;
+    ops)  # per-op device times of a Qwen3-0.6B step of N tokens (tests/gpu/bench_gpu_decode's prefill)
+        cmake --build build/cuda -j"$(nproc)" --target bench_gpu_decode >>"$OUT/build.log" 2>&1 || { echo "build failed"; continue; }
+        for n in 8 16 32 64; do
+            timeout 120 build/cuda/bench_gpu_decode qwen3-0.6b 512 $n 50 >"$OUT/ops_$n.log" 2>&1
+            grep -E "^(prefill|decode)" "$OUT/ops_$n.log" | sed "s/^/tokens $n: /" | tee -a "$OUT/summary.txt"
+        done
+        tar czf "$OUT/ops.tgz" -C "$OUT" $(cd "$OUT" && ls ops_*.log) && rm -f "$OUT"/ops_*.log ;;
     *) echo "unknown job $job" ;;
     esac
 done
