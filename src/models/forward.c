@@ -17,7 +17,10 @@
 #include "models/forward_mla.h"
 #include "models/model_internal.h"
 
-#define LOGIT_ROWS 16  // output rows per lm_head pass: bounds the logits buffer to [16, vocab]
+// Output rows per lm_head pass: bounds the logits buffer to [64, vocab] (39 MB for a 151,936-token
+// vocabulary). A server step of up to 64 sequences is one pass: one token-choice launch (whose rows
+// run in parallel blocks) and one download of the results, instead of one of each per 16 rows.
+#define LOGIT_ROWS 64
 #define MAX_EDITS 65536  // logit edits per mx_ctx_forward_choose call (1 MiB of backend memory)
 #define PLAN_CACHE 32  // step shapes kept; the least recently used plan is freed beyond that
 

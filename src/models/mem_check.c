@@ -9,7 +9,7 @@
 #include "models/forward_mla.h"
 #include "models/model_internal.h"
 
-enum { LOGIT_ROWS_ESTIMATE = 16 };  // rows of logits a step keeps (LOGIT_ROWS in forward.c)
+enum { LOGIT_ROWS_ESTIMATE = 64 };  // rows of logits a step keeps (LOGIT_ROWS in forward.c)
 
 static double gib(double b) { return b / (1024.0 * 1024.0 * 1024.0); }
 
