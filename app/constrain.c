@@ -8,6 +8,7 @@
 #include "cli.h"
 #include "io/mapped_file.h"
 #include "server/srv_calls.h"
+#include "server/srv_grammar.h"
 
 int cli_stop_ids(const mx_model *m, int32_t extra_eos, int32_t *ids, int cap) {
     int n = 0, V = mx_model_config(m)->vocab_size;
@@ -41,8 +42,15 @@ int cli_constraint_open(const char *cmd, const char *schema_path, const char *gr
             cli_error(cmd, "%s: not valid JSON (line %d, column %d): %s", path, je.line, je.column, je.text);
             return -1;
         }
-        gbnf = mx_json_schema_to_gbnf(schema, &err);
+        // A harmony model (gpt-oss) may reason first and answers in its final channel, as the server's.
+        bool harmony = srv_calls_harmony_tokenizer(tok);
+        gbnf = harmony ? mx_json_schema_to_gbnf_rule(schema, "answer", &err) : mx_json_schema_to_gbnf(schema, &err);
         json_decref(schema);
+        if (gbnf && harmony) {
+            char *wrapped = srv_grammar_harmony_final(gbnf);
+            free(gbnf);
+            if (!(gbnf = wrapped)) mx_fail(&err, "out of memory");
+        }
         if (!gbnf) {
             cli_error(cmd, "%s: %s", path, err.msg);
             return -1;

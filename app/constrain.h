@@ -3,7 +3,8 @@
 // it (a JSON schema through the schema compiler, GBNF directly) and binds it to the model's
 // vocabulary, giving the matcher the generation loop constrains its tokens with. For a harmony model
 // (gpt-oss) the grammar's text may contain the harmony markers (<|channel|>, <|message|>, ...),
-// which match their special tokens.
+// which match their special tokens, and a JSON schema is answered as the server answers
+// response_format: an optional analysis message, then the JSON in the final channel.
 #ifndef MX_APP_CONSTRAIN_H
 #define MX_APP_CONSTRAIN_H
 

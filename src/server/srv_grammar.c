@@ -204,6 +204,22 @@ static const char think_rules[] = "think-skip ::= [^<]* ( \"<\" [^/<] [^<]* )* \
 static const char harmony_rules[] =
     "harmony-free ::= [^<]* ( \"<\"+ [^|<] [^<]* )*\n"
     "harmony-pre ::= ( \"<|channel|>analysis<|message|>\" harmony-free \"<|end|><|start|>assistant\" )?\n";
+static void put_harmony_root(FILE *f, bool call) {
+    fputs(harmony_rules, f);
+    fprintf(f, "root ::= harmony-pre %s\n", call ? "answer" : "\"<|channel|>final<|message|>\" ws answer ws");
+}
+
+char *srv_grammar_harmony_final(const char *answer_rules) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return NULL;
+    fputs(answer_rules, f);
+    put_harmony_root(f, false);
+    fclose(f);
+    return text;
+}
+
 static const char HARMONY_CALL_PRE[] = "<|channel|>commentary to=functions.", HARMONY_CALL_MID[] = " <|constrain|>json<|message|>";
 
 char *srv_grammar_text(const srv_request *r, srv_call_format calls, bool think_open, unsigned *status, char *msg,
@@ -256,8 +272,7 @@ char *srv_grammar_text(const srv_request *r, srv_call_format calls, bool think_o
     if (r->parallel_tool_calls) snprintf(more, sizeof more, "{0,%d}", MAX_PARALLEL_CALLS - 1);
     bool one = !r->parallel_tool_calls;
     if (calls == SRV_CALLS_HARMONY) {  // one call per turn: <|call|> ends it
-        fputs(harmony_rules, f);
-        fprintf(f, "root ::= harmony-pre %s\n", tools ? "answer" : "\"<|channel|>final<|message|>\" ws answer ws");
+        put_harmony_root(f, tools);
     } else if (tools && calls == SRV_CALLS_MISTRAL_ARGS) {
         fprintf(f, "root ::= %sanswer%s%s\n", pre, one ? "" : " answer", more);
     } else if (tools && calls == SRV_CALLS_MISTRAL_LIST) {

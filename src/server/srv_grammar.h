@@ -25,6 +25,10 @@ void srv_grammars_free(srv_grammars *g);
 // calls: the model's tool-call format, which a forced call follows.
 char *srv_grammar_text(const srv_request *r, srv_call_format calls, bool think_open, unsigned *status, char *msg,
                        size_t cap);
+// gpt-oss (harmony): GBNF whose root is an optional analysis message, then the final channel
+// holding `answer` (defined by answer_rules, with `ws`), as the server constrains a JSON answer.
+// Malloc'ed; NULL when out of memory.
+char *srv_grammar_harmony_final(const char *answer_rules);
 // A matcher at the start of gbnf; NULL with msg on a bad grammar (a 400) or out of memory. markers:
 // the tokenizer's special tool-call markers (srv_calls_marker_ids) match grammar text, for
 // sequences whose decoded text keeps special tokens.

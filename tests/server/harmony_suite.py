@@ -200,6 +200,19 @@ def run(s, model):
     check('mlxcel generate prints <think>reasoning</think> then the final channel, as the server answers',
           p.returncode == 0 and out == want, (out, want, p.stderr.decode()[-400:]))
 
+    # --json-schema is answered as response_format is: the same (free) analysis, cut at the same length.
+    st, r = s.post('/v1/chat/completions', {'messages': [{'role': 'user', 'content': 'hi'}], 'temperature': 0, 'max_tokens': 30,
+                                            'response_format': {'type': 'json_schema', 'json_schema': {'name': 'x', 'schema': schema}}})
+    m = r['choices'][0]['message'] if st == 200 else {}
+    sfile = os.path.join(model, 'schema.json')
+    json.dump(schema, open(sfile, 'w'))
+    p = subprocess.run([MLXCEL, 'generate', '-m', model, '-t', '2', '--backend', 'cpu', '-p', 'hi', '--temp', '0',
+                        '-n', '30', '--json-schema', sfile], capture_output=True, timeout=300)
+    out = p.stdout.decode('utf-8', 'replace')
+    want = '<think>\n%s\n</think>%s\n' % (m.get('reasoning_content'), '\n\n' + m['content'] if m.get('content') else '')
+    check('mlxcel generate --json-schema follows the server\'s harmony JSON grammar', st == 200 and m.get('reasoning_content')
+          and p.returncode == 0 and out == want, (out, want))
+
     # chat: the harmony prompt each turn, the previous answer in the history as a final message.
     p = subprocess.run([MLXCEL, 'chat', '-m', model, '-t', '2', '--backend', 'cpu', '--temp', '0', '-n', '6',
                         '--print-prompt'], input=b'hi\nagain\n', capture_output=True, timeout=300)
