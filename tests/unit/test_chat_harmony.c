@@ -115,19 +115,17 @@ static int check_case(const mx_chat_template *t, json_t *c, size_t i, const char
     return bad;
 }
 
-// A template from a model folder, as mlxcel loads gpt-oss: chat_template.jinja next to a
-// tokenizer_config.json that names <|return|> as eos_token.
+// A template from a model folder, as mlxcel loads gpt-oss: chat_template.jinja next to gpt-oss's
+// own tokenizer_config.json (tests/fixtures/gpt_oss_tokenizer_config.json), whose eos_token is
+// <|return|> and whose model_max_length does not fit 64 bits.
 static void test_folder(const char *template_path, json_t *cases, const char *pinned) {
     char dir[] = "/tmp/mx_harmony_test_XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
     char cfg[256], jinja[256], cmd[600];
     snprintf(cfg, sizeof cfg, "%s/tokenizer_config.json", dir);
     snprintf(jinja, sizeof jinja, "%s/chat_template.jinja", dir);
-    FILE *f = fopen(cfg, "wb");
-    if (f) {
-        fputs("{\"bos_token\": \"<|startoftext|>\", \"eos_token\": \"<|return|>\", \"pad_token\": \"<|endoftext|>\"}", f);
-        fclose(f);
-    }
+    snprintf(cmd, sizeof cmd, "cp tests/fixtures/gpt_oss_tokenizer_config.json %s", cfg);
+    CHECK(system(cmd) == 0);
     snprintf(cmd, sizeof cmd, "cp %s %s", template_path, jinja);
     CHECK(system(cmd) == 0);
     mx_error err = {{0}};
@@ -135,6 +133,7 @@ static void test_folder(const char *template_path, json_t *cases, const char *pi
     CHECK_MSG(t != NULL, "%s", err.msg);
     if (t) {
         CHECK(mx_chat_template_eos(t) && strcmp(mx_chat_template_eos(t), "<|return|>") == 0);
+        CHECK(mx_chat_template_bos(t) && strcmp(mx_chat_template_bos(t), "<|startoftext|>") == 0);
         int bad = 0;
         for (size_t i = 0; i < json_array_size(cases); i++) bad += check_case(t, json_array_get(cases, i), i, pinned);
         CHECK_MSG(bad == 0, "%d of %zu cases differ (folder)", bad, json_array_size(cases));
