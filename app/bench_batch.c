@@ -37,7 +37,7 @@ int32_t bench_prompt_token(uint64_t seed, uint64_t j, int i, int vocab) {
 
 // What one repetition measured over its decode steps.
 typedef struct rep_result {
-    double tok_s, step_ms, prepare_ms, forward_ms, host_choose_ms, finish_ms;
+    double tok_s, step_ms, prepare_ms, forward_ms, host_choose_ms, finish_ms, padding;
     uint64_t steps, tokens;
 } rep_result;
 
@@ -108,6 +108,7 @@ static int run_rep(mx_engine *e, const mx_tokenizer *tok, const bench_batch_opts
                         .forward_ms = (s1.t_forward - s0.t_forward) * per,
                         .host_choose_ms = (s1.t_host_choose - s0.t_host_choose) * per,
                         .finish_ms = (s1.t_finish - s0.t_finish) * per,
+                        .padding = (double)(s1.padding_tokens - s0.padding_tokens) * per / 1e3,
                         .steps = steps,
                         .tokens = s1.generated_tokens - s0.generated_tokens};
     if (print_ids) {
@@ -232,8 +233,9 @@ int bench_batch(const char *cmd, mx_backend *be, mx_model *m, const char *dir, c
             cli_error(cmd, "%s", err.msg);
             goto done;
         }
-        fprintf(stderr, "rep %d: %llu decode steps, %llu tokens, %.2f tok/s, step %.3f ms\n", r + 1,
-                (unsigned long long)res[r].steps, (unsigned long long)res[r].tokens, res[r].tok_s, res[r].step_ms);
+        fprintf(stderr, "rep %d: %llu decode steps, %llu tokens, %.2f tok/s, step %.3f ms, %.1f padding tokens per step\n",
+                r + 1, (unsigned long long)res[r].steps, (unsigned long long)res[r].tokens, res[r].tok_s, res[r].step_ms,
+                res[r].padding);
     }
     double choose_ms = time_choice(be, o, vocab, &err);
     if (choose_ms < 0) {

@@ -38,7 +38,11 @@ mx_engine *mx_engine_create(mx_model *m, const mx_engine_opts *o, mx_error *err)
     e->chunk = o->prefill_chunk > 0 ? o->prefill_chunk : 256;
     e->vocab = mx_model_config(m)->vocab_size;
     e->prefix_reuse = o->prefix_reuse;
-    size_t nb = (size_t)(e->n_slots + e->chunk), ns = (size_t)e->n_slots;
+    bool graphs = strcmp(mx_model_backend(m)->ops->name, "cpu") != 0;
+    e->pad = o->batch_padding > 0 ? o->batch_padding : graphs ? MX_ENGINE_PAD : 1;
+    if (e->pad > MX_KV_BLOCK) e->pad = MX_KV_BLOCK;
+    size_t nb = (size_t)(e->n_slots + e->chunk + e->pad - 1), ns = (size_t)e->n_slots;
+    size_t nr = ns + (size_t)e->pad - 1;
     e->pool = mx_pool_create(o->threads);
     int threads = e->pool ? mx_pool_threads(e->pool) : 1;
     e->slots = calloc(ns, sizeof *e->slots);
@@ -57,10 +61,10 @@ mx_engine *mx_engine_create(mx_model *m, const mx_engine_opts *o, mx_error *err)
     e->b_tok = malloc(4 * nb), e->b_pos = malloc(4 * nb), e->b_slot = malloc(4 * nb), e->b_rows = malloc(4 * nb);
     e->b_end = malloc(sizeof(int) * ns);
     e->row_seq = calloc(ns, sizeof *e->row_seq);
-    e->logits = malloc(sizeof(float) * ns * (size_t)e->vocab);
-    e->ids = malloc(sizeof(int32_t) * ns);
-    e->rows = malloc(sizeof *e->rows * ns);
-    e->outs = malloc(sizeof *e->outs * ns);
+    e->logits = malloc(sizeof(float) * nr * (size_t)e->vocab);
+    e->ids = malloc(sizeof(int32_t) * nr);
+    e->rows = malloc(sizeof *e->rows * nr);
+    e->outs = malloc(sizeof *e->outs * nr);
     e->scratch = malloc(MX_SAMPLE_SCRATCH_BYTES(e->vocab) * (size_t)threads);
     bool ok = e->pool && e->slots && e->blocks && e->chain && e->n_held && e->age && e->preempted && e->fed_before && e->order && e->n_hashed && e->fresh &&
               e->b_tok &&
@@ -74,8 +78,13 @@ mx_engine *mx_engine_create(mx_model *m, const mx_engine_opts *o, mx_error *err)
         mx_engine_free(e);
         return NULL;
     }
+    // With padding the context has one more slot and one more block (after the pool's): the padding
+    // tokens' own, so they never touch a sequence's cache.
+    bool padded = e->pad > 1;
+    int32_t pad_block = e->n_blocks;
     if (!(e->kvp = mx_kv_pool_create(e->n_blocks, MX_KV_BLOCK, err)) ||
-        !(e->ctx = mx_ctx_create_pool(m, e->n_slots, e->max_ctx, (int)nb, e->n_blocks, err))) {
+        !(e->ctx = mx_ctx_create_pool(m, e->n_slots + padded, e->max_ctx, (int)nb, e->n_blocks + padded, err)) ||
+        (padded && mx_ctx_set_blocks(e->ctx, e->n_slots, &pad_block, 1, err))) {
         mx_engine_free(e);
         return NULL;
     }
@@ -254,6 +263,26 @@ static int slots_by_age(mx_engine *e) {
     return n;
 }
 
+// Pads a step of more than MX_ENGINE_PAD tokens to a multiple of e->pad of at most MX_ENGINE_PAD_MAX
+// (engine.h: Padding): tokens
+// of the padding slot, and when the step's rows are its tokens in order (decode steps), a greedy
+// output row for each, so the plan's rows stay in place.
+static void pad_step(mx_engine *e, int *n, int *n_out) {
+    int target = (*n + e->pad - 1) / e->pad * e->pad;
+    if (e->pad <= 1 || *n <= MX_ENGINE_PAD || target > MX_ENGINE_PAD_MAX) return;
+    bool in_place = *n_out == *n;
+    for (int k = 0; in_place && k < *n_out; k++) in_place = e->b_rows[k] == k;
+    e->st.padding_tokens += (uint64_t)(target - *n);
+    for (int j = 0; *n < target; j++, (*n)++) {
+        e->b_tok[*n] = 0;
+        e->b_pos[*n] = j;
+        e->b_slot[*n] = e->n_slots;
+        if (!in_place) continue;
+        e->b_rows[*n_out] = *n;
+        e->rows[(*n_out)++] = (mx_sample_row){.temp = 0.0f, .top_p = 1.0f, .n_top = -1};
+    }
+}
+
 int mx_engine_step(mx_engine *e, mx_error *err) {
     double t_start = mx_now();
     int n = 0, n_out = 0, prefill = 0;
@@ -309,6 +338,8 @@ int mx_engine_step(mx_engine *e, mx_error *err) {
         mx_sampler_row(s->sampler, e->b_pos[e->b_rows[k]], s->o.n_logprobs, &e->rows[k], e->mods, &n_mods);
         greedy = greedy && plain_greedy(&e->rows[k]);
     }
+    int n_real = n_out;  // output rows of sequences; padding rows come after them
+    pad_step(e, &n, &n_out);
     bool on_backend = !greedy && mx_ctx_can_choose(e->ctx) && n_mods <= mx_ctx_max_edits(e->ctx);
     bool host = !greedy && !on_backend;
     mx_batch b = {n, e->b_tok, e->b_pos, e->b_slot, n_out, e->b_rows};
@@ -316,7 +347,7 @@ int mx_engine_step(mx_engine *e, mx_error *err) {
     int rc = on_backend ? mx_ctx_forward_choose(e->ctx, &b, e->rows, e->mods, n_mods, e->outs, err)
                         : mx_ctx_forward(e->ctx, &b, host ? e->logits : NULL, host ? NULL : e->ids, err);
     double t1 = mx_now();
-    if (rc == 0 && host) mx_sample_rows_host(e->pool, e->logits, n_out, e->vocab, e->rows, e->mods, e->scratch, e->outs);
+    if (rc == 0 && host) mx_sample_rows_host(e->pool, e->logits, n_real, e->vocab, e->rows, e->mods, e->scratch, e->outs);
     double t2 = mx_now(), dt = t2 - t0;
     e->st.t_prepare += t0 - t_start;
     e->st.t_forward += t1 - t0;
@@ -332,16 +363,16 @@ int mx_engine_step(mx_engine *e, mx_error *err) {
         e->slots[i]->n_fed = e->b_end[i];
         eng_publish_full(e, i);
     }
-    for (int k = 0; k < n_out; k++) {
+    for (int k = 0; k < n_real; k++) {
         if (greedy) e->outs[k] = (mx_sample_out){.id = e->ids[k]};
         mx_seq_take(e->row_seq[k], e->m, &e->outs[k], e->max_ctx);
     }
     eng_drop_finished(e);
     e->st.t_finish += mx_now() - t2;
     e->st.steps++;
-    e->st.generated_tokens += (uint64_t)n_out;
+    e->st.generated_tokens += (uint64_t)n_real;
     e->st.busy_seconds += dt;
-    e->st.last_tok_per_s = dt > 0 ? n_out / dt : 0.0;
+    e->st.last_tok_per_s = dt > 0 ? n_real / dt : 0.0;
     return 0;
 }
 

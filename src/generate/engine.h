@@ -28,6 +28,11 @@
 // cached, the last prompt token is computed again in a private copy of its block (copy-on-write).
 // Prompts are cut into the same absolute chunks either way, so reuse never changes a result.
 //
+// Padding (mx_engine_opts.batch_padding): a step of 9-56 tokens may be filled up to a multiple of 8
+// with tokens of a reserved slot (its own KV block outside the pool; token 0 at positions 0, 1, ...),
+// and, when every token is an output row, with output rows for them (greedy, discarded). Rows are
+// computed independently, so padding changes no result; it bounds the step shapes a backend records.
+//
 // Threading: one thread calls every function of an engine (the CLI's, or the server's scheduler).
 #ifndef MX_GENERATE_ENGINE_H
 #define MX_GENERATE_ENGINE_H
@@ -46,7 +51,18 @@ typedef struct mx_engine_opts {
     bool prefix_reuse;  // false: every prompt is computed in full
     int threads;        // host threads for token choice (0: the cores available)
     int kv_size;        // positions in the KV pool (rounded up to blocks); 0: mx_engine_default_kv_size
+    // Steps of more than MX_ENGINE_PAD tokens are padded to a multiple of this many (at most
+    // MX_KV_BLOCK) when that is at most MX_ENGINE_PAD_MAX, with tokens of a reserved padding slot, so the step shapes, and the plans and
+    // graphs a backend records for them, are a few buckets instead of one per sequence count.
+    // 0: the backend's choice (MX_ENGINE_PAD on backends that record plans as graphs, 1 on the CPU,
+    // where every padded token costs its compute); 1: no padding.
+    int batch_padding;
 } mx_engine_opts;
+
+#define MX_ENGINE_PAD 8       // the default padding: the matrix-vector kernels' token tile on the GPU
+// Steps of more tokens are not padded: padded they would reach 64 tokens, where the GPU's products
+// move from the float32 matrix-vector tiles to the bf16 matrix units (a different rounding).
+#define MX_ENGINE_PAD_MAX 56
 
 // Share of the pool kept free when admitting or resuming a sequence while others run (at least a block).
 #define MX_ENGINE_KV_WATERMARK 0.01
@@ -69,6 +85,7 @@ typedef struct mx_engine_stats {
     uint64_t preemptions;      // running sequences whose blocks were taken back (engine.h: Preemption)
     uint64_t recomputed_tokens;  // tokens fed again after preemptions (computed before, blocks taken back)
     int preempted_now;         // preempted sequences waiting to resume
+    uint64_t padding_tokens;   // tokens of the padding slot added to steps (mx_engine_opts.batch_padding)
     // Seconds in the phases of the steps (the one clock, core/clock.h): host preparation (resumption,
     // block growth, the batch and the sampling rows), the forward pass with the backend's token choice
     // (it ends with the backend's sync: the chosen ids are downloaded), the host token choice (only

@@ -14,6 +14,7 @@ struct mx_engine {
     mx_model *m;
     mx_ctx *ctx;
     int n_slots, max_ctx, chunk, vocab;
+    int pad;                   // steps of 9..MX_ENGINE_PAD_MAX tokens padded to a multiple (1: none)
     bool prefix_reuse;
     mx_seq **slots;            // [n_slots] admitted sequences
     // KV blocks (kv_pool.h): each slot's block table, as the context has it too
@@ -30,14 +31,14 @@ struct mx_engine {
     int *n_hashed;             // [n_slots] full blocks whose key is in chain (published if prefix_reuse)
     bool *fresh;               // [n_slots] admitted, no step yet: its prefix lookup may still grow
     mx_pool *pool;
-    // step buffers
-    int32_t *b_tok, *b_pos, *b_slot, *b_rows;  // [n_slots + chunk]
+    // step buffers (n_rows = n_slots + pad - 1: the output rows of a padded step)
+    int32_t *b_tok, *b_pos, *b_slot, *b_rows;  // [n_slots + chunk + pad - 1]
     int *b_end;                                // [n_slots] tokens fed after this step, -1: none
     mx_seq **row_seq;                          // [n_slots]
-    float *logits;                             // [n_slots, vocab]
-    int32_t *ids;                              // [n_slots]
-    mx_sample_row *rows;                       // [n_slots]
-    mx_sample_out *outs;                       // [n_slots]
+    float *logits;                             // [n_rows, vocab]
+    int32_t *ids;                              // [n_rows]
+    mx_sample_row *rows;                       // [n_rows]
+    mx_sample_out *outs;                       // [n_rows]
     mx_logit_mod *mods;                        // [cap_mods]
     int cap_mods;
     void *scratch;                             // host sampler scratch, per pool thread

@@ -59,6 +59,8 @@ enum MHD_Result srv_route_metrics(mx_server *s, struct MHD_Connection *c) {
     metric(&b, "recomputed_tokens_total", "counter", "Tokens computed again after preemptions (their KV blocks were taken back)",
            (double)e->recomputed_tokens);
     metric(&b, "sequences_preempted", "gauge", "Preempted requests waiting to resume", e->preempted_now);
+    metric(&b, "padding_tokens_total", "counter", "Tokens of the padding slot added to steps (step shapes in buckets)",
+           (double)e->padding_tokens);
     metric(&b, "kv_blocks_total", "gauge", "KV pool blocks (--kv-size / block size)", e->kv_blocks);
     metric(&b, "kv_blocks_used", "gauge", "KV blocks held by running sequences", e->kv_blocks_used);
     metric(&b, "kv_blocks_cached", "gauge", "Unreferenced KV blocks kept for the prefix cache", e->kv_blocks_cached);

@@ -85,7 +85,8 @@ __device__ float radix_threshold(const float *l, int vocab, const uint32_t *mask
             if (!(v >= lo_v) || !allowed_at(mask, i)) continue;
             const uint32_t key = mx_order_key(v);
             if (shift < 24 && (key >> (shift + 8)) != (prefix >> (shift + 8))) continue;
-            const unsigned long long w = MASS ? (unsigned long long)(expf(v - m) * kFixedOne) : 1ull;
+            // the fast exponential: a threshold's weights need no more than float precision
+            const unsigned long long w = MASS ? (unsigned long long)(__expf(v - m) * kFixedOne) : 1ull;
             if (w) atomicAdd(&rs->hist[copy][(key >> shift) & (kBins - 1)], w);
         }
         __syncthreads();
