@@ -10,6 +10,7 @@
 #   engine          mlxcel bench --batch at 1, 8, 16, 32 and 64 sequences, greedy and sampled
 #   ops             per-op device times of 8-, 16-, 32- and 64-token steps (bench_gpu_decode), $OUT/ops.tgz
 #   crossover       greedy --batch 16, 32, 64 with MLXCEL_GPU_MATVEC_TOKENS 8 (the old crossover), 63, 128
+#   padding         greedy and sampled --batch 13 against 16 (13 runs padded to 16 on the GPU)
 # usage: bench/server_on_device.sh JOB...
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -73,6 +74,13 @@ for job in "$@"; do
             grep -E "^(prefill|decode)" "$OUT/ops_$n.log" | sed "s/^/tokens $n: /" | tee -a "$OUT/summary.txt"
         done
         tar czf "$OUT/ops.tgz" -C "$OUT" $(cd "$OUT" && ls ops_*.log) && rm -f "$OUT"/ops_*.log ;;
+    padding)  # step padding: 13 sequences run as 16 (engine.h), so their steps should cost the same
+        for t in 0 0.7; do
+            for b in 13 16; do
+                timeout 120 build/cuda/mlxcel bench -m "$model" --backend cuda --batch $b -p 32 -n 128 --temp $t \
+                    --top-p 0.9 2>&1 | tee -a "$OUT/padding.log" | tail -3 | tee -a "$OUT/summary.txt"
+            done
+        done ;;
     *) echo "unknown job $job" ;;
     esac
 done
