@@ -96,6 +96,10 @@ static int read_quantization(json_t *root, mx_config *cfg, const char *label, mx
     if (!q || json_is_null(q)) q = json_object_get(root, "quantization_config");
     if (!q || json_is_null(q)) return 0;
     if (!json_is_object(q)) return mx_fail(err, "%s: 'quantization' must be an object", label);
+    // OpenAI's gpt-oss checkpoints: quant_method mxfp4 stands for their `_blocks`/`_scales` experts,
+    // which the loader recognizes by name; everything else in them is float.
+    const char *method = json_string_value(json_object_get(q, "quant_method"));
+    if (method && strcmp(method, "mxfp4") == 0 && strcmp(cfg->model_type, "gpt_oss") == 0) return 0;
     // Hugging Face quantization_config of other tools (bitsandbytes, gptq...) carry quant_method.
     if (json_object_get(q, "quant_method"))
         return mx_fail(err, "%s: quantization method '%s' is not an MLX format", label,

@@ -480,8 +480,64 @@ static int load_hub_gpt_oss_experts(mx_model *m, const char *mlp, int64_t E, int
     return load_table(m, name, E, H, 1, 0, &L->e_down_bias, err);
 }
 
+// One of OpenAI's mxfp4 expert tensors: `<base>_blocks` U8 [E, rows, cols / 32, 16] (32 codes of 4
+// bits per 16 bytes, low nibble first, which is MLX's mxfp4 packing read as U32 words) and
+// `<base>_scales` U8 [E, rows, cols / 32] (E8M0), as a host mxfp4 matrix of rows `rows` of every
+// `step`-th row from `first` (step 2 splits gate_up's interleaved rows; mlx-lm's sanitize does the
+// same). Rows are copied into one host buffer that lives with the model.
+static int describe_openai_mxfp4(mx_model *m, const char *base, int64_t E, int64_t rows, int64_t cols, int step,
+                                 int first, mx_matrix *w, mx_error *err) {
+    char name[512];
+    snprintf(name, sizeof name, "%s_blocks", base);
+    const mx_st_tensor *tb = find_tensor(m, name, "");
+    snprintf(name, sizeof name, "%s_scales", base);
+    const mx_st_tensor *ts = find_tensor(m, name, "");
+    if (!tb || !ts)
+        return mx_fail(err, "missing tensor '%s%s_%s' (OpenAI's mxfp4 experts)", m->cfg.tensor_prefix, base,
+                       tb ? "scales" : "blocks");
+    if (cols % 32) return mx_fail(err, "'%s': input size %lld is not a multiple of 32 (mxfp4)", base, (long long)cols);
+    const int64_t bshape[4] = {E, rows * step, cols / 32, 16}, sshape[3] = {E, rows * step, cols / 32};
+    if (tb->dtype != MX_DTYPE_U8 || ts->dtype != MX_DTYPE_U8)
+        return mx_fail(err, "tensors '%s' and '%s' must be U8 (mxfp4 blocks and E8M0 scales)", tb->name, ts->name);
+    if (check_shape(tb, 4, bshape, err) || check_shape(ts, 3, sshape, err)) return -1;
+    size_t rb = (size_t)cols / 2, sb = (size_t)cols / 32, n = (size_t)(E * rows);
+    uint8_t *buf = malloc(n * (rb + sb));
+    if (!buf || keep_host(m, buf, err)) {
+        free(buf);
+        return mx_fail(err, "out of memory splitting '%s'", base);
+    }
+    for (size_t r = 0; r < n; r++) {  // row r of the result: expert r / rows, row r % rows
+        size_t from = (r / (size_t)rows) * (size_t)(rows * step) + (r % (size_t)rows) * (size_t)step + (size_t)first;
+        memcpy(buf + r * rb, tb->data + from * rb, rb);
+        memcpy(buf + n * rb + r * sb, ts->data + from * sb, sb);
+    }
+    *w = (mx_matrix){.q = {MX_QUANT_MXFP4, 4, 32}, .dtype = MX_DTYPE_U32, .scale_dtype = MX_DTYPE_U8, .n_experts = E,
+                     .rows = rows, .cols = cols, .data = buf, .scales = buf + n * rb};
+    return 0;
+}
+
+// gpt_oss experts as OpenAI publishes them (mxfp4 `gate_up_proj_blocks`/`_scales` [E, 2I, ...] with
+// gate and up interleaved by rows, `down_proj_blocks`/`_scales` [E, H, ...], biases as in the Hub
+// layout): already [E, out, in], so only gate and up are split.
+static int load_openai_gpt_oss_experts(mx_model *m, const char *mlp, int64_t E, int64_t I, int64_t H, mx_layer *L,
+                                       mx_error *err) {
+    char base[512], name[512];
+    mx_matrix host;
+    snprintf(base, sizeof base, "%s.experts.gate_up_proj", mlp);
+    if (describe_openai_mxfp4(m, base, E, I, H, 2, 0, &host, err) || upload(m, &host, &L->e_gate, err) ||
+        describe_openai_mxfp4(m, base, E, I, H, 2, 1, &host, err) || upload(m, &host, &L->e_up, err))
+        return -1;
+    snprintf(base, sizeof base, "%s.experts.down_proj", mlp);
+    if (describe_openai_mxfp4(m, base, E, H, I, 1, 0, &host, err) || upload(m, &host, &L->e_down, err)) return -1;
+    snprintf(name, sizeof name, "%s.experts.gate_up_proj_bias", mlp);
+    if (load_table(m, name, E, I, 2, 0, &L->e_gate_bias, err) || load_table(m, name, E, I, 2, 1, &L->e_up_bias, err))
+        return -1;
+    snprintf(name, sizeof name, "%s.experts.down_proj_bias", mlp);
+    return load_table(m, name, E, H, 1, 0, &L->e_down_bias, err);
+}
+
 // gpt_oss's MoE: the router with its bias, and experts with biases in mlx-lm's layout
-// (`<mlp>.experts.<proj>.weight` / `.bias`, stacked) or the Hub's.
+// (`<mlp>.experts.<proj>.weight` / `.bias`, stacked), the Hub's float one or OpenAI's mxfp4 one.
 static int load_gpt_oss_moe(mx_model *m, const mx_family *fam, const char *mlp, mx_layer *L, mx_error *err) {
     const mx_config *c = &m->cfg;
     int64_t E = c->num_experts, I = c->moe_intermediate_size, H = c->hidden_size;
@@ -492,6 +548,7 @@ static int load_gpt_oss_moe(mx_model *m, const mx_family *fam, const char *mlp, 
     if (load_vector(m, name, E, true, &L->router_linear_bias, err)) return -1;
     snprintf(name, sizeof name, "%s.experts.gate_up_proj", mlp);
     if (find_tensor(m, name, "")) return load_hub_gpt_oss_experts(m, mlp, E, I, H, L, err);
+    if (find_tensor(m, name, "_blocks")) return load_openai_gpt_oss_experts(m, mlp, E, I, H, L, err);
     if (load_experts(m, mlp, "gate_proj", E, I, H, &L->e_gate, err) ||
         load_experts(m, mlp, "up_proj", E, I, H, &L->e_up, err) ||
         load_experts(m, mlp, "down_proj", E, H, I, &L->e_down, err))

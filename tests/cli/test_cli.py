@@ -92,6 +92,66 @@ with tempfile.TemporaryDirectory() as tmp:
             check(f'logits {fx} {mode} within 2e-5 (worst {worst:.2g})', ok and worst < 2e-5,
                   f'rc={rc} worst={worst} {err[-200:]}')
 
+    # gpt_oss in OpenAI's own layout: mxfp4 experts as `_blocks` U8 [E, rows, cols / 32, 16] and
+    # `_scales` [E, rows, cols / 32], gate and up interleaved by rows in gate_up_proj_*, biases as
+    # gate_up_proj_bias (interleaved) and down_proj_bias, quantization_config {quant_method: mxfp4}.
+    # Made from the gpt_oss-mxfp4 fixture's own expert codes (the rest as it is), so it is the same
+    # model: its logits must be that fixture's reference, at the float32 path's bound.
+    def openai_layout(src, dst):
+        os.mkdir(dst)
+        raw, n, h = read_st(f'{src}/model.safetensors')
+        blob = lambda name: raw[8 + n + h[name]['data_offsets'][0]:8 + n + h[name]['data_offsets'][1]]
+        rows = lambda data, count: [data[i * (len(data) // count):(i + 1) * (len(data) // count)] for i in range(count)]
+        out, parts, off = {}, [], 0
+
+        def put(name, dtype, shape, data):
+            nonlocal off
+            out[name] = {'dtype': dtype, 'shape': shape, 'data_offsets': [off, off + len(data)]}
+            parts.append(data)
+            off += len(data)
+        for name, t in h.items():
+            if name != '__metadata__' and '.mlp.experts.' not in name:
+                put(name, t['dtype'], t['shape'], blob(name))
+        for layer in range(2):
+            p = f'model.layers.{layer}.mlp.experts.'
+            E, I, Hw = h[p + 'gate_proj.weight']['shape']
+            for kind, suffix, shape in (('blocks', 'weight', [E, 2 * I, Hw * 8 // 32, 16]),
+                                        ('scales', 'scales', [E, 2 * I, Hw * 8 // 32]), ('bias', 'bias', [E, 2 * I])):
+                g, u = rows(blob(p + 'gate_proj.' + suffix), E * I), rows(blob(p + 'up_proj.' + suffix), E * I)
+                put(p + 'gate_up_proj_' + kind, 'BF16' if kind == 'bias' else 'U8', shape,
+                    b''.join(g[r] + u[r] for r in range(E * I)))
+            d = h[p + 'down_proj.weight']['shape']
+            put(p + 'down_proj_blocks', 'U8', [d[0], d[1], d[2] * 8 // 32, 16], blob(p + 'down_proj.weight'))
+            put(p + 'down_proj_scales', 'U8', h[p + 'down_proj.scales']['shape'], blob(p + 'down_proj.scales'))
+            put(p + 'down_proj_bias', 'BF16', h[p + 'down_proj.bias']['shape'], blob(p + 'down_proj.bias'))
+        write_st(f'{dst}/model.safetensors', out, b''.join(parts))
+        cfg = json.load(open(f'{src}/config.json'))
+        cfg['quantization'] = {k: v for k, v in cfg['quantization'].items() if '.mlp.experts.' not in k}
+        cfg['quantization_config'] = {'quant_method': 'mxfp4', 'modules_to_not_convert': ['model.layers.*.self_attn']}
+        json.dump(cfg, open(f'{dst}/config.json', 'w'))
+    oai = os.path.join(tmp, 'gpt_oss-openai')
+    openai_layout(f'{FIX}/gpt_oss-mxfp4', oai)
+    rraw, rn, rh = read_st(f'{FIX}/gpt_oss-mxfp4/reference.safetensors')
+    a, b = rh['prompt_ids']['data_offsets']
+    ids = struct.unpack('<20i', rraw[8 + rn + a:8 + rn + b])
+    out = os.path.join(tmp, 'oai.safetensors')
+    rc, _, err = run(['logits', '-m', oai, '--ids', ','.join(map(str, ids)), '-o', out, '--backend', 'cpu'],
+                     env={'MLXCEL_CPU_KV': 'f32'})
+    worst = 1.0
+    if rc == 0:
+        raw, n, h = read_st(out)
+        got, want = floats(raw, n, h['logits']), floats(rraw, rn, rh['logits'])
+        worst = max(max(abs(x - y) for x, y in zip(got[t * 512:(t + 1) * 512], want[t * 512:(t + 1) * 512])) /
+                    max(abs(y) for y in want[t * 512:(t + 1) * 512]) for t in range(20))
+    check(f'gpt_oss in OpenAI\'s mxfp4 layout: the gpt_oss-mxfp4 reference within 2e-5 (worst {worst:.2g})',
+          rc == 0 and worst < 2e-5, f'rc={rc} worst={worst} {err[-300:]}')
+    raw, n, h = read_st(f'{oai}/model.safetensors')
+    del h['model.layers.1.mlp.experts.down_proj_scales']
+    write_st(f'{oai}/model.safetensors', h, raw[8 + n:])
+    rc, _, err = run(['logits', '-m', oai, '--ids', '1,2,3', '-o', out])
+    check('gpt_oss OpenAI layout without a _scales tensor', rc == 1 and
+          "missing tensor 'model.layers.1.mlp.experts.down_proj_scales'" in err, f'rc={rc} err={err!r}')
+
     # The CPU cache type comes from MLXCEL_CPU_KV; a value it does not know is refused by name.
     rc, _, err = run(['logits', '-m', f'{FIX}/qwen3-q4g64', '--ids', '1,2', '-o', os.path.join(tmp, 'x.safetensors'),
                       '--backend', 'cpu'], env={'MLXCEL_CPU_KV': 'f8'})

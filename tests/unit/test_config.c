@@ -190,6 +190,15 @@ int main(void) {
                 "\"full_attention\",\"full_attention\"]}", NULL, &c, &e) == 0);
     CHECK(c.swiglu_limit == 5.5 && !c.layer_sliding[0] && c.layer_sliding[1] && !c.layer_sliding[2] && !c.layer_sliding[3]);
     mx_config_free(&c);
+    // OpenAI's own checkpoints: quant_method mxfp4 (the `_blocks` experts) is no MLX quantization;
+    // other families with it are refused by name.
+    CHECK(parse("{" GPT_OSS ",\"quantization_config\":{\"quant_method\":\"mxfp4\",\"modules_to_not_convert\":"
+                "[\"model.layers.*.self_attn\",\"model.layers.*.mlp.router\",\"model.embed_tokens\",\"lm_head\"]}}",
+                NULL, &c, &e) == 0);
+    CHECK(!c.quantized && c.n_overrides == 0);
+    mx_config_free(&c);
+    CHECK(parse("{" BASE ",\"quantization_config\":{\"quant_method\":\"mxfp4\"}}", NULL, &c, &e) != 0);
+    CHECK_MSG(strstr(e.msg, "'mxfp4' is not an MLX format") != NULL, "%s", e.msg);
     CHECK(parse("{" GPT_OSS ",\"num_local_experts\":null}", NULL, &c, &e) != 0);
     CHECK_MSG(strstr(e.msg, "num_local_experts") != NULL, "%s", e.msg);
     CHECK(parse("{" GPT_OSS ",\"swiglu_limit\":0}", NULL, &c, &e) != 0);
