@@ -106,6 +106,9 @@ static void test_scripts(void) {
                  "to=functions.b <|constrain|>json<|message|>{\"x\": \"caf\xc3\xa9\"}<|call|><|start|>assistant<|channel|>"
                  "final<|message|>Both done.<|return|>",
                  true, "Both done.", "", "a({});b({\"x\":\"caf\\u00E9\"});");
+    check_script("a built-in tool's call keeps its full name",
+                 "<|channel|>analysis to=browser.search <|constrain|>json<|message|>{\"query\": \"x\"}<|call|>", true,
+                 "", "", "browser.search({\"query\":\"x\"});");
     check_script("a call without tools is content",
                  "<|channel|>commentary to=functions.f <|constrain|>json<|message|>{\"a\": 1}", false, "{\"a\": 1}", "", "");
     check_script("commentary preamble is content",
