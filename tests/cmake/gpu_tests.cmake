@@ -64,4 +64,6 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
 
   add_executable(bench_gpu_decode ${PROJECT_SOURCE_DIR}/tests/gpu/bench_gpu_decode.c)
   target_link_libraries(bench_gpu_decode PRIVATE mlxcel_lib)
+  add_executable(bench_gpu_matvec ${PROJECT_SOURCE_DIR}/tests/gpu/bench_gpu_matvec.c)
+  target_link_libraries(bench_gpu_matvec PRIVATE mlxcel_lib)
 endif()

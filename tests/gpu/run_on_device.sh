@@ -5,7 +5,8 @@
 # (also under compute-sanitizer memcheck), the GPU ctest group (build contract, model parity on
 # cuda), parity without tensor cores, the demo generation with LD_LIBRARY_PATH unset (compared with
 # --backend cpu), `mlxcel info`, the backend decode/prefill bench and `mlxcel bench` (each engine
-# bench also with MLXCEL_GPU_OLD_MATVEC=1: the A/B of the matrix-vector kernels; the 8B also with
+# bench also with MLXCEL_GPU_NO_STREAM_MATVEC=1 and MLXCEL_GPU_OLD_MATVEC=1: the A/B of the
+# matrix-vector kernels, with bench_gpu_matvec's per-shape times of all three; the 8B also with
 # MLXCEL_GPU_MMA_SYNC=1: the A/B of the prefill kernels).
 # Every step counts (tests/gpu/steps.sh): the script prints each step's verdict and one line
 # "N passed, M failed", records them with the commit in tests/gpu/LAST_RUN.md (and $OUT/LAST_RUN.md),
@@ -24,7 +25,7 @@ quick=${1:-}
 finish() {
     for f in "$LOGS"/*.log; do printf '\n===== %s\n' "$(basename "$f")"; tail -c 200000 "$f"; done >"$OUT/all.log"
     # A device machine returns at most 8 files: all.log holds every log, LAST_RUN.md the verdicts.
-    cp "$LOGS"/gpu_ops.log "$OUT"/ 2>/dev/null
+    cp "$LOGS"/gpu_ops.log "$LOGS"/bench_matvec_8b.log "$OUT"/ 2>/dev/null
     steps_finish run_on_device.sh
 }
 
@@ -95,12 +96,19 @@ fi
 echo "== benches"
 step mlxcel_bench_0.6b 240 build/cuda/mlxcel bench --shape qwen3-0.6b -p 512 -n 128 --backend cuda
 tail -4 "$LOGS/mlxcel_bench_0.6b.log"
-# A/B: the previous matrix-vector kernels (no scaled-activation dot, no split-K), same binary.
+# A/B: without the streaming matrix-vector kernel, and the previous kernels (no scaled-activation
+# dot, no split-K), same binary.
+step mlxcel_bench_0.6b_nostream 240 env MLXCEL_GPU_NO_STREAM_MATVEC=1 build/cuda/mlxcel bench --shape qwen3-0.6b -p 512 -n 128 --backend cuda
+tail -4 "$LOGS/mlxcel_bench_0.6b_nostream.log"
 step mlxcel_bench_0.6b_oldmv 240 env MLXCEL_GPU_OLD_MATVEC=1 build/cuda/mlxcel bench --shape qwen3-0.6b -p 512 -n 128 --backend cuda
 tail -4 "$LOGS/mlxcel_bench_0.6b_oldmv.log"
 if [ "$quick" != "--quick" ]; then
     step mlxcel_bench_8b 300 build/cuda/mlxcel bench --shape qwen3-8b -p 512 -n 128 --backend cuda
     tail -4 "$LOGS/mlxcel_bench_8b.log"
+    step mlxcel_bench_8b_nostream 300 env MLXCEL_GPU_NO_STREAM_MATVEC=1 build/cuda/mlxcel bench --shape qwen3-8b -p 512 -n 128 --backend cuda
+    tail -4 "$LOGS/mlxcel_bench_8b_nostream.log"
+    step bench_matvec_8b 120 build/cuda/bench_gpu_matvec qwen3-8b 20
+    cat "$LOGS/bench_matvec_8b.log"
     step mlxcel_bench_8b_oldmv 300 env MLXCEL_GPU_OLD_MATVEC=1 build/cuda/mlxcel bench --shape qwen3-8b -p 512 -n 128 --backend cuda
     tail -4 "$LOGS/mlxcel_bench_8b_oldmv.log"
     # Decode at 8k context (issue target: >= 80% of tg128), and the A/B of the decode attention

@@ -6,8 +6,9 @@
 // runner (src/backends/gpu/gpu_plan.c) in every weight format it fuses and in formats it does not
 // fuse (those run record by record), with and without biases, plus patterns that must not fuse
 // (several tokens, aliasing buffers), a whole decoder layer (decode and prefill-sized), and the
-// records no pattern covers; the projection patterns again on a backend with the previous
-// matrix-vector kernels (MLXCEL_GPU_OLD_MATVEC=1) and prefill-sized layers on the mma.sync kernel
+// records no pattern covers; the projection patterns again on a backend without the streaming
+// matrix-vector kernel (MLXCEL_GPU_NO_STREAM_MATVEC=1), on one with the previous matrix-vector
+// kernels (MLXCEL_GPU_OLD_MATVEC=1) and prefill-sized layers on the mma.sync kernel
 // (MLXCEL_GPU_MMA_SYNC=1); gpt_oss's records (attention sinks, clamped SwiGLU, expert biases) in
 // a block of that family. Each plan runs three times on the GPU (direct, recorded as a graph,
 // replayed) with the input buffers restored in between, and every run must match.
@@ -687,9 +688,10 @@ static void proj_cases(mx_backend *cpu, mx_backend *gpu, ref_rng *rng) {
     // Few rows (one block per matrix), and a norm over a long row (the staging limit).
     proj_case(cpu, gpu, rng, &fused_fmts[0], (proj_cfg){1, 256, 64, 32, 64, true, P_NORM_QKV});
     proj_case(cpu, gpu, rng, &fused_fmts[0], (proj_cfg){1, 12288, 256, 128, 256, false, P_NORM_GATE_UP});
-    // Few rows over long rows: the split-K launches (two and four warps per row group) of the fused
-    // kernels, in the 4- and 8-bit formats (scaled-activation dot) and bf16; q/k/v of 512 rows over
-    // 2048 columns, gate/up of 256 rows over 4096, a residual product of 256 rows over 4224.
+    // Few rows over long rows: fewer tasks than warps on the streaming kernel (4- and 8-bit), the
+    // split-K launches (two and four warps per row group) of the kernels of matvec_fused.cu for bf16
+    // here and for the others on the backend without the streaming kernel below; q/k/v of 512 rows
+    // over 2048 columns, gate/up of 256 rows over 4096, a residual product of 256 rows over 4224.
     for (size_t f = 0; f < sizeof fused_fmts / sizeof fused_fmts[0]; f++) {
         if (fused_fmts[f].q.mode == MX_QUANT_MXFP4) continue;
         proj_case(cpu, gpu, rng, &fused_fmts[f], (proj_cfg){1, 2048, 256, 128, 256, f == 0, P_NORM_QKV});
@@ -721,6 +723,10 @@ int main(void) {
     for (size_t f = 0; f < sizeof fused_fmts / sizeof fused_fmts[0]; f++)
         layer_case(cpu, gpu, &rng, &fused_fmts[f], (layer_cfg){1, 512, 8, 4, 64, 1024, 1000});
     layer_case(cpu, gpu, &rng, &other_fmts[0], (layer_cfg){1, 512, 8, 4, 64, 1024, 1000});
+    // 1024-wide layers: every product on the streaming kernel (rows of 32 chunks or more), the
+    // head at two tokens included.
+    for (size_t f = 0; f < 4; f++)
+        layer_case(cpu, gpu, &rng, &fused_fmts[f], (layer_cfg){1, 1024, 8, 4, 128, 2048, 1000});
     layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){4, 512, 8, 4, 64, 1024, 1000});
     layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){70, 512, 8, 4, 64, 1024, 1000});
     moe_case(cpu, gpu, &rng, &fused_fmts[0], (moe_cfg){1, 256, 8, 2, 128});
@@ -742,6 +748,23 @@ int main(void) {
     // The gpt_oss fixtures' sizes (hidden 64, head_dim 32, 4 experts of 128): decode and a prompt.
     gptoss_case(cpu, gpu, &rng, &q8, &fused_fmts[3], (gptoss_cfg){1, 64, 4, 2, 32, 4, 2, 128, 8});
     gptoss_case(cpu, gpu, &rng, &q8, &fused_fmts[3], (gptoss_cfg){20, 64, 4, 2, 32, 4, 2, 128, 8});
+    mx_backend_free(gpu);
+    // The kernels of kernels/matvec.cuh for every pattern (MLXCEL_GPU_NO_STREAM_MATVEC=1, the A/B
+    // switch of the streaming kernel): the projection patterns at widths the streaming kernel would
+    // take, with its split-K launches, and a 1024-wide layer.
+    setenv("MLXCEL_GPU_NO_STREAM_MATVEC", "1", 1);
+    gpu = mx_gpu_backend_create(&gopt, &err);
+    unsetenv("MLXCEL_GPU_NO_STREAM_MATVEC");
+    if (!gpu) die("gpu backend with MLXCEL_GPU_NO_STREAM_MATVEC=1");
+    printf("cpu vs %s with MLXCEL_GPU_NO_STREAM_MATVEC=1\n", gpu->ops->name);
+    for (size_t f = 0; f < sizeof fused_fmts / sizeof fused_fmts[0]; f++) {
+        for (int p = P_NORM_QKV; p <= P_RESIDUAL; p++)
+            if (p != P_GATE_UP) proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 1024, 2048, 512, 3072, f == 1, p});
+        if (fused_fmts[f].q.mode == MX_QUANT_MXFP4) continue;
+        proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 2048, 256, 128, 256, f == 0, P_NORM_QKV});
+        proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 256, 4224, 128, 256, f == 2, P_RESIDUAL});
+    }
+    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){1, 1024, 8, 4, 128, 2048, 1000});
     mx_backend_free(gpu);
     // The previous matrix-vector kernels (MLXCEL_GPU_OLD_MATVEC=1, the A/B switch of the benches).
     setenv("MLXCEL_GPU_OLD_MATVEC", "1", 1);

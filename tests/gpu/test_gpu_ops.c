@@ -4,9 +4,11 @@
 // each op so unwritten elements fail. Matmuls run at several batch sizes so each kernel family is
 // hit: matrix-vector (n <= 63, in tiles of 8 tokens from n = 9), the tensor-core tiled path and the
 // portable float32 tiled path (a second backend made with MLXCEL_GPU_NO_MMA=1 and
-// MLXCEL_GPU_MATVEC_TOKENS=8, so its tiled path also runs small batches); the matrix-vector kernels also at shapes that reach
-// each of their launch choices, on the default path and on the previous one (a third backend made
-// with MLXCEL_GPU_OLD_MATVEC=1); the tiled sizes again on the mma.sync prefill kernel (a fourth
+// MLXCEL_GPU_MATVEC_TOKENS=8, so its tiled path also runs small batches); the matrix-vector kernels
+// also at shapes that reach each of their launch choices, on the default path (the streaming kernel
+// where it applies), without the streaming kernel (a third backend, MLXCEL_GPU_NO_STREAM_MATVEC=1)
+// and on the previous path (a fourth, MLXCEL_GPU_OLD_MATVEC=1); the tiled sizes again on the
+// mma.sync prefill kernel (a fifth
 // backend, MLXCEL_GPU_MMA_SYNC=1). A plan run four times (recorded as a graph, then replayed) closes
 // the run. Exit 77 (ctest: skipped) when the machine has no GPU.
 //
@@ -262,12 +264,15 @@ static void test_matmul(mx_backend *be, ref_rng *rng, bool mma_backend, int whic
     }
 }
 
-// Matrix-vector shapes (n <= 33) that reach every launch choice of the matrix-vector kernels
-// (kernels/matvec.cuh): many rows (four rows per warp), few rows over long rows (split-K over two
-// and four warps), one row, row lengths that are not a multiple of what a warp covers per step; in
-// every affine 4/8-bit format (the scaled-activation dot, kernels/matvec_scaled.cuh) and three
-// formats that keep the generic dot (`all_scales` false: bf16 scales only, for the previous path,
-// which these shapes check for the A/B switch). `path` names the backend's path in messages.
+// Matrix-vector shapes (n <= 33) that reach every launch choice of the matrix-vector kernels: the
+// streaming kernel (kernels/matvec_stream.cuh: affine 4/8-bit and mxfp4, 1-8 tokens, rows of at
+// least 32 chunks whose token rows fit the staging) with one and several tasks per warp, partial
+// steps (row lengths that are not a multiple of a step), odd row counts, one to eight tokens; and
+// the kernels of kernels/matvec.cuh: many rows (four rows per warp), few rows over long rows
+// (split-K over two and four warps), one row, rows too long to stage whole, 8-token tiles. In every
+// affine 4/8-bit format (the scaled-activation dot, kernels/matvec_scaled.cuh) and three formats
+// that keep the generic dot (`all_scales` false: bf16 scales only, for the previous paths, which
+// these shapes check for the A/B switches). `path` names the backend's path in messages.
 static void test_matvec_shapes(mx_backend *be, ref_rng *rng, const char *path, bool all_scales, group_stat *g) {
     fmt_case fc[32];
     int nf = 0;
@@ -280,15 +285,28 @@ static void test_matvec_shapes(mx_backend *be, ref_rng *rng, const char *path, b
     fc[nf++] = (fmt_case){{MX_QUANT_AFFINE, 3, 64}, MX_DTYPE_U32, MX_DTYPE_BF16, 0};
     fc[nf++] = (fmt_case){{MX_QUANT_MXFP4, 4, 32}, MX_DTYPE_U32, MX_DTYPE_U8, 0};
     fc[nf++] = (fmt_case){{MX_QUANT_NONE, 0, 0}, MX_DTYPE_BF16, MX_DTYPE_F32, 0};
-    // rows x cols: 4224 rows give four rows per warp on any GPU with up to 264 multiprocessors;
-    // 133 x 4224 (132 chunks) splits over four warps, 7 x 2048 over two; 1 x 1152 is one row.
-    // Activations staged by slices: 133 x 4224 and 7 x 2048 at n = 3 and 8 (2-5 slices, the last
-    // partial), 64 x 13312 at every n (one token's row is longer than the 48 KB of staging).
-    const int shapes[5][2] = {{4224, 512}, {133, 4224}, {7, 2048}, {1, 1152}, {64, 13312}};
-    // n = 33: five 8-token tiles; with 4224 rows the 8-token tiles take four rows per warp.
-    const int ns[] = {1, 3, 8, 33};
+    // rows x cols and the token counts run on it. Streaming kernel (one task = two rows for one
+    // token, one row for several; a step = 4 chunks per lane at 4 bits, 2 at 8 bits):
+    // 133 x 4224 at n = 1 (132 chunks: a full step and one of 4 chunks); 7 x 2048 at 1 and 3 (64
+    // chunks: part of a step); 1 x 1152 at n = 1-8 (one row, the task's second row clamped);
+    // 4401 x 1024 at 1, 2, 8 (more tasks than the 2,112 warps of an H200's grid, so warps take
+    // several, loading the next task's chunks during the last step of the current one); 4500 x 2112
+    // at 1 (several tasks per warp, each with a partial step; two steps at 8 bits); 300 x 12288 at 1
+    // (the 8B down projection's width: 48 KB staged, three steps).
+    // The kernels of matvec.cuh: 4224 x 512 (16 chunks, too short for the streaming kernel: four
+    // rows per warp); 133 x 4224 at n = 3 and 8 and 7 x 2048 at 8 (activations staged by slices,
+    // split-K over four and two warps at one token on the previous-path backends); 64 x 13312 at
+    // every n (one token's row is longer than the 48 KB of staging); n = 33 on the first five:
+    // five 8-token tiles (with 4224 rows the 8-token tiles take four rows per warp).
+    enum { N1 = 1, N2 = 2, N3 = 4, N5 = 8, N8 = 16, N33 = 32 };
+    const int shapes[][3] = {{4224, 512, N1 | N3 | N8 | N33}, {133, 4224, N1 | N3 | N8 | N33},
+                             {7, 2048, N1 | N3 | N8 | N33}, {1, 1152, N1 | N2 | N3 | N5 | N8 | N33},
+                             {64, 13312, N1 | N3 | N8 | N33}, {4401, 1024, N1 | N2 | N8},
+                             {4500, 2112, N1}, {300, 12288, N1}};
+    const int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
+    const int ns[] = {1, 2, 3, 5, 8, 33};
     for (int f = 0; f < nf; f++) {
-        for (int sh = 0; sh < 5; sh++) {
+        for (int sh = 0; sh < nshapes; sh++) {
             const int rows = shapes[sh][0], cols = shapes[sh][1];
             mx_matrix hw = ref_matrix_random(rng, fc[f].q, fc[f].dtype, fc[f].sdtype, 1, rows, cols), dw;
             char label[64];
@@ -303,6 +321,7 @@ static void test_matvec_shapes(mx_backend *be, ref_rng *rng, const char *path, b
             float *dbias = dev_from(be, bias, sizeof(float) * rows);
             for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
                 const int n = ns[ni];
+                if (!(shapes[sh][2] & (1 << ni))) continue;
                 const int64_t count = (int64_t)n * rows;
                 float *x = fmalloc((int64_t)n * cols), *ref = fmalloc(count), *got = fmalloc(count);
                 ref_scale *sc = malloc(sizeof(ref_scale) * (size_t)count);
@@ -773,6 +792,7 @@ int main(void) {
     group_stat route = {"moe_route/moe_combine", 0, 0, 0}, rows = {"gather_rows/argmax", 0, 0, 0};
     group_stat graph = {"plan graph record/replay", 0, 0, 0};
     group_stat mvs = {"matrix-vector shapes", 0, 0, 0}, mvo = {"matrix-vector, old path", 0, 0, 0};
+    group_stat mvn = {"matrix-vector, no streaming kernel", 0, 0, 0};
     group_stat tcs = {"matmul tiled, mma.sync", 0, 0, 0};
     test_matmul(be, &rng, true, ALL_N, &mv, &tc, &tf);
     test_matvec_shapes(be, &rng, "default", true, &mvs);
@@ -799,9 +819,19 @@ int main(void) {
         mx_backend_free(be);
     }
     unsetenv("MLXCEL_GPU_MATVEC_TOKENS");
+    // The matrix-vector kernels of kernels/matvec.cuh for every product (MLXCEL_GPU_NO_STREAM_MATVEC=1,
+    // the A/B switch of the streaming kernel; the default of runs 9-10): the shapes above.
+    unsetenv("MLXCEL_GPU_NO_MMA");
+    setenv("MLXCEL_GPU_NO_STREAM_MATVEC", "1", 1);
+    be = mx_gpu_backend_create(&opt, &err);
+    CHECK_MSG(be != NULL, "backend without the streaming matrix-vector kernel: %s", err.msg);
+    if (be) {
+        test_matvec_shapes(be, &rng, "MLXCEL_GPU_NO_STREAM_MATVEC=1", true, &mvn);
+        mx_backend_free(be);
+    }
+    unsetenv("MLXCEL_GPU_NO_STREAM_MATVEC");
     // The previous matrix-vector kernels (MLXCEL_GPU_OLD_MATVEC=1, the A/B switch; the default of
     // runs 1-8): the shapes above in the formats whose path the switch changes.
-    unsetenv("MLXCEL_GPU_NO_MMA");
     setenv("MLXCEL_GPU_OLD_MATVEC", "1", 1);
     be = mx_gpu_backend_create(&opt, &err);
     CHECK_MSG(be != NULL, "old matrix-vector backend: %s", err.msg);
@@ -824,6 +854,7 @@ int main(void) {
     unsetenv("MLXCEL_GPU_MMA_SYNC");
     stat_print(&mv, 2e-5);
     stat_print(&mvs, 2e-5);
+    stat_print(&mvn, 2e-5);
     stat_print(&mvo, 2e-5);
     stat_print(&tc, 2e-5);  // plus twice the host-measured bf16 input rounding error, per case
     stat_print(&tcs, 2e-5);

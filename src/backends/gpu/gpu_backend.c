@@ -334,6 +334,10 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.mma_sync = mma_sync && *mma_sync && strcmp(mma_sync, "0") != 0;
     const char *old_mv = getenv("MLXCEL_GPU_OLD_MATVEC");
     c->launch.matvec_old = old_mv && *old_mv && strcmp(old_mv, "0") != 0;
+    // MLXCEL_GPU_NO_STREAM_MATVEC=1: decode products on the kernels of kernels/matvec.cuh instead of
+    // the streaming kernel (kernels/matvec_stream.cuh), for A/B benches and as a fallback.
+    const char *no_stream = getenv("MLXCEL_GPU_NO_STREAM_MATVEC");
+    c->launch.matvec_stream = !(no_stream && *no_stream && strcmp(no_stream, "0") != 0);
     const char *token_rows = getenv("MLXCEL_GPU_ATTN_TOKEN_ROWS");
     c->launch.attn_token_rows = token_rows && *token_rows && strcmp(token_rows, "0") != 0;
     c->launch.scratch_bytes = mxg_attention_scratch_bytes(c->info.sm_count, 256);

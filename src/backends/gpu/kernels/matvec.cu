@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
 // The matmul entry (picks a kernel family by batch size) and the one-token matrix-vector product of
-// decode; the kernel itself is kernels/matvec.cuh. Batches of 2..L->matvec_max_tokens tokens (server
-// decode steps, short prompts): matvec_batch.cu, in tiles of 8 tokens; more: the tiled kernels
+// decode. Up to 8 tokens: the streaming kernel (kernels/matvec_stream.cuh) where it applies; else
+// the kernel of kernels/matvec.cuh (one token here; batches of 2..L->matvec_max_tokens tokens, server
+// decode steps and short prompts, in matvec_batch.cu, in tiles of 8 tokens); more: the tiled kernels
 // (vendor matrix units from kMinMmaTokens tokens on).
-#include "backends/gpu/kernels/matvec.cuh"
+#include "backends/gpu/kernels/matvec_stream.cuh"
 
 namespace {
 
@@ -36,6 +37,8 @@ extern "C" bool mxg_matrix_supported(const mx_matrix *w) {
 
 extern "C" void mxg_matmul(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n) {
     MX_ASSERT(mxg_matrix_supported(w) && n > 0);
+    if (mxg::matvec_stream(L, out, x, w, bias, n))  // declines more than 8 tokens
+        return;
     if (n == 1)
         matvec_one(L, out, x, w, bias);
     else if (n <= L->matvec_max_tokens)

@@ -12,14 +12,14 @@
 // float32 summation order). The dot products are those of kernels/matvec.cuh (same Fmt raw path,
 // activations staged swizzled in shared memory, the scaled-activation dot for affine 4/8-bit and
 // split-K for few rows unless MLXCEL_GPU_OLD_MATVEC=1), so accuracy is that of the one-record kernels.
-#include "backends/gpu/kernels/matvec.cuh"
+// Affine 4/8-bit and mxfp4 weights take the streaming kernel (kernels/matvec_stream.cuh, the same
+// epilogues and norm staging) unless MLXCEL_GPU_NO_STREAM_MATVEC=1 or MLXCEL_GPU_OLD_MATVEC=1.
+#include "backends/gpu/kernels/matvec_stream.cuh"
 #include "backends/gpu/kernels_fused.h"
 
 namespace {
 
 using namespace mxg;
-
-enum { EPI_PLAIN, EPI_RESIDUAL, EPI_SWIGLU };
 
 struct FusedArgs {
     MatView m[3];
@@ -33,8 +33,6 @@ struct FusedArgs {
     float *res;             // residual stream (EPI_RESIDUAL)
     float *act;             // silu(gate) * up (EPI_SWIGLU)
 };
-
-__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
 template <int W, class F, int R, int EPI, bool NORM, bool SCALED>
 __global__ void __launch_bounds__(kMatvecThreads) fused_matvec_kernel(FusedArgs a, int ksplit) {
@@ -204,8 +202,39 @@ bool same_format(const mx_matrix *a, const mx_matrix *b) {
 
 bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
+// The streaming kernel for the pattern: two rows per task (one gate and one up row for SwiGLU).
+// False when it declines (format, switch, staging size).
+template <int EPI, bool NORM>
+bool launch_stream(const mxg_launch *L, const mxg_fused_matvec *f, const mx_matrix *w0) {
+    if (!stream_fits(L, w0, f->x, 1)) return false;
+    constexpr int NM = EPI == EPI_SWIGLU ? 2 : 1, R = EPI == EPI_SWIGLU ? 1 : 2;
+    StreamArgs a = {};
+    for (int k = 0; k < f->count; k++) {
+        a.m[k] = mat_view(f->w[k]);
+        a.out[k] = f->out[k];
+        a.bias[k] = f->bias[k];
+    }
+    a.x = f->x;
+    a.n = 1;
+    a.norm_w = f->norm_w;
+    a.norm_eps = f->norm_eps;
+    a.norm_out = f->norm_out;
+    a.res = f->res;
+    a.act = f->act;
+    bool done = false;
+    dispatch_fused_format(w0, [&](auto fmt) {
+        using F = decltype(fmt);
+        if constexpr (Streamed<F, 1>::on) {
+            MXG_WARP_DISPATCH(L->warp, (stream_launch<W, F, 1, NM, R, EPI, NORM>(L, a, f->count)));
+            done = true;
+        }
+    });
+    return done;
+}
+
 template <int EPI, bool NORM>
 void launch(const mxg_launch *L, const mxg_fused_matvec *f, const mx_matrix *w0) {
+    if (launch_stream<EPI, NORM>(L, f, w0)) return;
     FusedArgs a = {};
     int64_t total_rows = 0;
     for (int k = 0; k < f->count; k++) total_rows += f->w[k]->rows;

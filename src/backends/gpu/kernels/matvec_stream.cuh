@@ -1,0 +1,316 @@
+// SPDX-License-Identifier: MIT
+// The streaming matrix-vector kernel of decode: the default for affine 4/8-bit and mxfp4 weights
+// (one-record products of 1-8 tokens in kernels/matvec_stream.cu, the fused one-token patterns in
+// kernels/matvec_fused.cu); MLXCEL_GPU_NO_STREAM_MATVEC=1 gives the previous kernels
+// (kernels/matvec.cuh), which also take every product this one declines.
+//
+// Why: a one-token product is a stream of weights, so its speed is the bytes in flight. At the
+// H200's ~4.3 TB/s and ~0.7-1 us of loaded DRAM latency, Little's law asks for ~3-4 MB in flight
+// over the chip, 25-35 KB per multiprocessor. The previous kernel had 64 bytes per lane in flight
+// (one chunk ahead on four rows), lived for only four chunks per lane on 4096-wide rows, and every
+// block of four warps first staged the whole activation row (16 KB, eight dependent loads per
+// thread) before its first product: a block's life was a handful of serial round trips.
+//
+// How:
+// - Persistent warps: at most kStreamBlocksPerSm blocks of kStreamThreads per multiprocessor; each
+//   block stages the activation rows once (swizzled in shared memory as in matvec.cuh, every
+//   thread's staging loads issued before its stores), then each warp walks tasks (R output rows, or
+//   R gate rows and the same R up rows) task, task + all warps, ...
+// - Deep weight prefetch: a task is read in steps of U chunks per lane (U * 16 bytes per row; U = 4
+//   for 4-bit, 2 for 8-bit: 64 bytes), all in registers (buf[U][rows]); each slot is reloaded with
+//   the next step's chunk, or with the next task's first step, right after its product, so a lane
+//   keeps ~U x rows x 16 bytes in flight at all times (128 bytes with two rows: 64 KB per
+//   multiprocessor at 16 warps), across task boundaries, and the first task's loads are issued
+//   before the staging. Registers: <= 128 per thread (launch bounds), i.e. 16 warps resident.
+// - Two rows per task (R = 2; R = 1 for gate/up, two matrices): each chunk's activations are read
+//   from shared memory once for both rows (128 bytes per 32 bytes of weights; one row would make
+//   shared memory, not DRAM, the limit at 16.5 bytes per clock per multiprocessor). One token over
+//   rows shorter than a step (1024-2560 wide) takes one chunk per lane per step and U x R rows per
+//   task (stream_launch): the same registers and bytes in flight. Several tokens: one row per task.
+// - The dot products are those of the other kernels (kernels/matvec_scaled.cuh for affine 4/8-bit,
+//   Fmt::dot_raw for mxfp4), so the results differ from theirs only in float32 summation order.
+// Requirements (stream_fits): cols a multiple of 32 with aligned rows (matvec_fast), the token rows
+// within the 48 KB of default shared memory, at least one chunk per lane. Lanes past the row's last
+// chunk in a partial step skip their slot; rows past the matrix load a clamped row and are not
+// written.
+#ifndef MXG_MATVEC_STREAM_CUH
+#define MXG_MATVEC_STREAM_CUH
+
+#include "backends/gpu/kernels/matvec.cuh"
+
+namespace mxg {
+
+constexpr int kStreamThreads = 256;
+constexpr int kStreamBlocksPerSm = 2;
+constexpr int kStreamStageLoads = 8;  // staging loads in flight per thread (half with a norm: x and its weights)
+
+// Epilogues (kernels_fused.h): out = dot + bias; also res += out; gate/up with act = silu(g) * u.
+enum { EPI_PLAIN, EPI_RESIDUAL, EPI_SWIGLU };
+
+__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+// Formats the streaming kernel reads (mxfp4 up to 4 tokens: its generic dot spills at 8), and
+// chunks per lane per step: 64 bytes of a row (2 or 1 rows per task); from 4 tokens on (mxfp4:
+// from 2), half that, so the NT rows of activations and the codes fit the 128 registers without
+// spills (ptxas -v).
+template <class F, int NT>
+struct Streamed {
+    static constexpr bool on = Scaled<F>::on || (F::kind == KIND_MXFP4 && NT <= 4);
+    static constexpr int U0 = F::bits == 8 ? 2 : 4;
+    static constexpr int U = NT == 1 || (NT == 2 && Scaled<F>::on) ? U0 : U0 / 2;
+};
+
+// Up to three matrices with the same columns, their tasks numbered one after the other (q, k, v),
+// or (NM = 2) gate and up computed together, task_end counting gate's tasks only.
+struct StreamArgs {
+    MatView m[3];
+    float *out[3];
+    const float *bias[3];
+    int task_end[3];       // cumulative tasks (row groups of R rows) at the end of each matrix (set at launch)
+    const float *x;        // [n, cols]
+    int n;                 // token rows (1..NT); rows past n repeat the last one and are not written
+    const float *norm_w;   // NORM: RMSNorm weight [cols]; block 0 writes the normalized row
+    float norm_eps;
+    float *norm_out;
+    float *res;            // EPI_RESIDUAL
+    float *act;            // EPI_SWIGLU
+};
+
+template <int R>
+__device__ __forceinline__ void stream_task(const StreamArgs &a, int task, int &mi, int64_t &r0) {
+    mi = task >= a.task_end[0] ? (task >= a.task_end[1] ? 2 : 1) : 0;
+    const int t0 = mi == 0 ? 0 : mi == 1 ? a.task_end[0] : a.task_end[1];
+    r0 = (int64_t)(task - t0) * R;
+}
+
+// The packed words (and scales) of chunk c of every weight row of a task: rows r0.. of matrix mi,
+// or (NM = 2) rows r0.. of gate then of up. Rows past the matrix read its last row.
+template <class F, int NM, int R>
+__device__ __forceinline__ void stream_load_slot(const StreamArgs &a, int mi, int64_t r0, int c,
+                                                 typename F::Raw (&b)[NM * R]) {
+#pragma unroll
+    for (int j = 0; j < NM * R; j++) {
+        const MatView &m = NM == 2 ? (j < R ? a.m[0] : a.m[1]) : mi == 0 ? a.m[0] : mi == 1 ? a.m[1] : a.m[2];
+        const int64_t row = min(r0 + (NM == 2 ? j % R : j), m.rows - 1);
+        F::load_raw(m, row, c, b[j]);
+    }
+}
+
+// acc[j][t] += dot(row j's chunk c, token t's chunk c) for every row of the task.
+template <class F, int NT, int RR>
+__device__ __forceinline__ void stream_dot(const float4 *xs4, int n4, int c, const typename F::Raw (&b)[RR],
+                                           float (&acc)[RR][NT]) {
+#pragma unroll
+    for (int t = 0; t < NT; t++) {
+        float xv[32];
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const float4 v = xs4[t * n4 + c * 8 + (i ^ (c & 7))];
+            xv[4 * i] = v.x, xv[4 * i + 1] = v.y, xv[4 * i + 2] = v.z, xv[4 * i + 3] = v.w;
+        }
+        if constexpr (Scaled<F>::on) {
+            const float xs = scaled_sum<F::bits>(xv);
+#pragma unroll
+            for (int j = 0; j < RR; j++) acc[j][t] += scaled_dot<F>(b[j], xv, xs);
+        } else {  // mxfp4: no bias term, so no sum of x
+#pragma unroll
+            for (int j = 0; j < RR; j++) acc[j][t] += F::dot_raw(b[j], xv, 0.0f);
+        }
+    }
+}
+
+// Copies the NT token rows into shared memory (swizzled; pre-scaled for the scaled dot), with
+// kStreamStageLoads loads per thread issued before their stores. NORM (one token): the row is
+// RMS-normalized on the way and block 0 writes the normalized row to norm_out.
+template <int W, class F, int NT, bool NORM>
+__device__ __forceinline__ void stream_stage(const StreamArgs &a, float4 *xs4, int n4) {
+    constexpr int kLoads = NORM ? kStreamStageLoads / 2 : kStreamStageLoads, step = kLoads * kStreamThreads;
+    const int cols = n4 * 4;
+    float scale = 1.0f;
+    if (NORM) {
+        const float4 *x4 = (const float4 *)a.x;
+        float ss = 0.0f;
+        for (int i0 = 0; i0 < n4; i0 += step) {
+            float4 v[kLoads];
+#pragma unroll
+            for (int k = 0; k < kLoads; k++) {
+                const int i = i0 + k * kStreamThreads + (int)threadIdx.x;
+                v[k] = i < n4 ? x4[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+#pragma unroll
+            for (int k = 0; k < kLoads; k++) {
+                ss = fmaf(v[k].x, v[k].x, ss);
+                ss = fmaf(v[k].y, v[k].y, ss);
+                ss = fmaf(v[k].z, v[k].z, ss);
+                ss = fmaf(v[k].w, v[k].w, ss);
+            }
+        }
+        ss = block_sum<W>(ss, (float *)xs4);  // ends with a barrier: the staging may overwrite it
+        scale = 1.0f / sqrtf(ss / (float)cols + a.norm_eps);
+    }
+#pragma unroll 1
+    for (int t = 0; t < NT; t++) {
+        const float4 *src = (const float4 *)(a.x + (int64_t)min(t, a.n - 1) * cols);
+        for (int i0 = 0; i0 < n4; i0 += step) {
+            float4 v[kLoads], w[kLoads];
+#pragma unroll
+            for (int k = 0; k < kLoads; k++) {
+                const int i = i0 + k * kStreamThreads + (int)threadIdx.x;
+                if (i < n4) {
+                    v[k] = src[i];
+                    if (NORM) w[k] = ((const float4 *)a.norm_w)[i];
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < kLoads; k++) {
+                const int i = i0 + k * kStreamThreads + (int)threadIdx.x;
+                if (i >= n4) continue;
+                float4 u = v[k];
+                if (NORM) {
+                    u = make_float4(u.x * scale * w[k].x, u.y * scale * w[k].y, u.z * scale * w[k].z,
+                                    u.w * scale * w[k].w);
+                    if (blockIdx.x == 0) ((float4 *)a.norm_out)[i] = u;
+                }
+                const int c = i >> 3, q = i & 7;
+                if constexpr (Scaled<F>::on) u = scaled_slot<F::bits>(u, q);
+                xs4[t * n4 + c * 8 + (q ^ (c & 7))] = u;
+            }
+        }
+    }
+}
+
+// Sums a task's lane partials and writes its outputs (lane 0).
+template <int W, int NT, int NM, int R, int EPI>
+__device__ __forceinline__ void stream_epilogue(const StreamArgs &a, int mi, int64_t r0, float (&acc)[NM * R][NT]) {
+#pragma unroll
+    for (int j = 0; j < NM * R; j++)
+#pragma unroll
+        for (int t = 0; t < NT; t++) acc[j][t] = warp_sum<W>(acc[j][t]);
+    if (threadIdx.x % W != 0) return;
+    if constexpr (EPI == EPI_SWIGLU) {
+#pragma unroll
+        for (int j = 0; j < R; j++) {
+            const int64_t r = r0 + j;
+            if (r >= a.m[0].rows) continue;
+            const float g = acc[j][0] + (a.bias[0] ? a.bias[0][r] : 0.0f);
+            const float u = acc[R + j][0] + (a.bias[1] ? a.bias[1][r] : 0.0f);
+            a.out[0][r] = g;
+            a.out[1][r] = u;
+            a.act[r] = silu_mul(g, u);
+        }
+    } else {
+        const int64_t rows = mi == 0 ? a.m[0].rows : mi == 1 ? a.m[1].rows : a.m[2].rows;
+        float *out = mi == 0 ? a.out[0] : mi == 1 ? a.out[1] : a.out[2];
+        const float *bias = mi == 0 ? a.bias[0] : mi == 1 ? a.bias[1] : a.bias[2];
+#pragma unroll
+        for (int j = 0; j < R; j++) {
+            const int64_t r = r0 + j;
+            if (r >= rows) continue;
+            const float b = bias ? bias[r] : 0.0f;
+#pragma unroll
+            for (int t = 0; t < NT; t++) {
+                if (t >= a.n) continue;
+                const float v = acc[j][t] + b;
+                out[(int64_t)t * rows + r] = v;
+                if (EPI == EPI_RESIDUAL) a.res[r] += v;
+            }
+        }
+    }
+}
+
+template <int W, class F, int NT, int NM, int R, int U, int EPI, bool NORM>
+__global__ void __launch_bounds__(kStreamThreads, kStreamBlocksPerSm) matvec_stream_kernel(StreamArgs a) {
+    MXG_WARP_ONLY(W) {
+    constexpr int RR = NM * R, warps = kStreamThreads / W, span = W * U;
+    extern __shared__ float4 xs4[];  // [NT][nchunks * 8]
+    const int lane = (int)threadIdx.x % W;
+    const int nchunks = a.m[0].cols >> 5, n4 = nchunks * 8, steps = (nchunks + span - 1) / span;
+    const int ntasks = a.task_end[2], stride = (int)gridDim.x * warps;
+    int task = (int)blockIdx.x * warps + (int)threadIdx.x / W;
+    int mi = 0;
+    int64_t r0 = 0;
+    typename F::Raw buf[U][RR];
+    // The first task's first step: its weights do not depend on the previous kernel.
+    if (task < ntasks) {
+        stream_task<R>(a, task, mi, r0);
+#pragma unroll
+        for (int u = 0; u < U; u++)
+            if (u * W + lane < nchunks) stream_load_slot<F, NM, R>(a, mi, r0, u * W + lane, buf[u]);
+    }
+    mxg_grid_wait();
+    stream_stage<W, F, NT, NORM>(a, xs4, n4);
+    __syncthreads();  // the only barrier: from here on the warps run independently
+    for (; task < ntasks; task += stride) {
+        const int ntask = task + stride;
+        int nmi = 0;
+        int64_t nr0 = 0;
+        if (ntask < ntasks) stream_task<R>(a, ntask, nmi, nr0);
+        float acc[RR][NT];
+#pragma unroll
+        for (int j = 0; j < RR; j++)
+#pragma unroll
+            for (int t = 0; t < NT; t++) acc[j][t] = 0.0f;
+        for (int s = 0; s < steps; s++) {
+            // What each slot loads once its product is done: the next step, or the next task's first.
+            const bool last = s + 1 == steps, more = !last || ntask < ntasks;
+            const int lmi = last ? nmi : mi;
+            const int64_t lr0 = last ? nr0 : r0;
+            const int c0 = s * span, lc0 = last ? 0 : c0 + span;
+#pragma unroll
+            for (int u = 0; u < U; u++) {
+                const int c = c0 + u * W + lane, lc = lc0 + u * W + lane;
+                if (c < nchunks) stream_dot<F, NT, RR>(xs4, n4, c, buf[u], acc);
+                if (more && lc < nchunks) stream_load_slot<F, NM, R>(a, lmi, lr0, lc, buf[u]);
+            }
+        }
+        stream_epilogue<W, NT, NM, R, EPI>(a, mi, r0, acc);
+        mi = nmi, r0 = nr0;
+    }
+    mxg_grid_release();  // the next dependent kernel may start loading its weights
+    }
+}
+
+// Whether the streaming kernel takes NT token rows over w's columns (format checked by the caller).
+static inline bool stream_fits(const mxg_launch *L, const mx_matrix *w, const float *x, int nt) {
+    return L->matvec_stream && !L->matvec_old && matvec_fast(w, x) && (size_t)nt * w->cols * 4 <= kMatvecStageBytes &&
+           w->cols / 32 >= L->warp;
+}
+
+// One launch of R rows per task (per matrix: NM = 2 counts gate's rows only) and U chunks per lane
+// per step: as many blocks as the tasks need, at most kStreamBlocksPerSm per multiprocessor.
+template <int W, class F, int NT, int NM, int R, int U, int EPI, bool NORM>
+void stream_launch_shape(const mxg_launch *L, StreamArgs a, int count) {
+    constexpr int warps = kStreamThreads / W;
+    int tasks = 0;
+    for (int k = 0; k < 3; k++) {
+        if (k < count && (NM == 1 || k == 0)) tasks += (int)((a.m[k].rows + R - 1) / R);
+        a.task_end[k] = tasks;
+    }
+    const int64_t want = (tasks + warps - 1) / warps, cap = (int64_t)L->sm_count * kStreamBlocksPerSm;
+    const unsigned blocks = (unsigned)(want < cap ? want : cap);
+    const size_t smem = (size_t)NT * a.m[0].cols * sizeof(float);
+    mxg_launch_dep(matvec_stream_kernel<W, F, NT, NM, R, U, EPI, NORM>, dim3(blocks), dim3(kStreamThreads), smem,
+                   (gpuStream_t)L->stream, L->dependent_launch, a);
+}
+
+// The launch for `count` matrices (m, out, bias of `a` filled) at R rows per task. One token over
+// rows shorter than a step (fewer than W x U chunks: the 1024-2560-wide models) takes one chunk per
+// lane per step and U times the rows per task instead, the same registers and bytes in flight.
+template <int W, class F, int NT, int NM, int R, int EPI, bool NORM>
+void stream_launch(const mxg_launch *L, const StreamArgs &a, int count) {
+    constexpr int U = Streamed<F, NT>::U;
+    if constexpr (NT == 1 && U > 1) {
+        if (a.m[0].cols / 32 < W * U) {
+            stream_launch_shape<W, F, NT, NM, R * U, 1, EPI, NORM>(L, a, count);
+            return;
+        }
+    }
+    stream_launch_shape<W, F, NT, NM, R, U, EPI, NORM>(L, a, count);
+}
+
+// kernels/matvec_stream.cu: one record of n <= 8 tokens; false when the streaming kernel declines.
+bool matvec_stream(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n);
+
+}  // namespace mxg
+
+#endif
