@@ -8,7 +8,10 @@
 // residual add, the output head), each copy with its own weights so that a replay reads C x the
 // bytes from DRAM (at least 512 MB, several times the L2), recorded as a graph and replayed; the
 // time per product is the replay time / C, GB/s the matrices' bytes (codes, scales, biases) over it.
-// One-record products also run at 2, 4 and 8 tokens (server decode batches).
+// One-record products also run at 2, 4 and 8 tokens (server decode batches). Every path sees the
+// same weights and inputs (the generator restarts per path), so the one-record outputs are also
+// compared: each path within 2e-5 relative L2 error of the default's (float32 summation order
+// only), else the bench fails (exit 1), which checks the kernels at the real model shapes.
 // Usage: bench_gpu_matvec [qwen3-8b|qwen3-0.6b] [replays=20]
 #include <math.h>
 #include <stdio.h>
@@ -103,9 +106,10 @@ static float *dfill(mx_backend *be, int64_t count) {
 
 #define ADD(p, KIND, field, ...) mx_plan_add(p, (mx_op){.kind = KIND, .field = {__VA_ARGS__}})
 
-// Times one case on one backend: returns microseconds per product (pattern) and sets *bytes.
+// Times one case on one backend: returns microseconds per product (pattern) and sets *bytes; a
+// one-record case also downloads its output (n x rows floats) into *result (malloc'ed).
 static double run_case(mx_backend *be, const shape *s, const acts *a, const bench_case *c, const mx_matrix *hm,
-                       int nmat, int replays, double *bytes) {
+                       int nmat, int replays, double *bytes, float **result) {
     double one = 0;
     for (int k = 0; k < nmat; k++) one += matrix_bytes(&hm[k]);
     *bytes = one;
@@ -154,6 +158,12 @@ static double run_case(mx_backend *be, const shape *s, const acts *a, const benc
     if (be->ops->sync(be, &err) != 0) die("sync");
     float ms = 0;
     if (mxg_rt_event_elapsed_ms(e0, e1, &ms, &err) != 0) die("timing");
+    *result = NULL;
+    if (c->kind == C_ONE) {
+        const size_t len = sizeof(float) * (size_t)(c->n * c->rows);
+        *result = malloc(len);
+        if (!*result || be->ops->download(be, *result, a->tmp, len, &err) != 0) die("download");
+    }
     mxg_rt_event_destroy(e0), mxg_rt_event_destroy(e1);
     mx_plan_free(be, p);
     for (int i = 0; i < copies * nmat; i++) be->ops->release_matrix(be, &dm[i]);
@@ -188,9 +198,11 @@ int main(int argc, char **argv) {
     cases[nc++] = (bench_case){"rmsnorm+gate/up+swiglu", C_NORM_GATE_UP, 1, 0, 0};
     cases[nc++] = (bench_case){"down+residual", C_DOWN_RESIDUAL, 1, 0, 0};
 
-    double us[PATHS][MAX_CASES], bytes[MAX_CASES];
+    double us[PATHS][MAX_CASES], bytes[MAX_CASES], worst[PATHS][MAX_CASES] = {{0}};
+    float *first[MAX_CASES] = {NULL};
     char dev[256] = "";
     for (int path = 0; path < PATHS; path++) {
+        rng = (test_rng){0x3243f6a8885a308dull};  // the same weights and inputs on every path
         if (path_env[path]) setenv(path_env[path], "1", 1);
         mx_backend_options opt = {mx_gpu_backend_name(), 0, 0};
         mx_backend *be = mx_gpu_backend_create(&opt, &err);
@@ -218,7 +230,20 @@ int main(int argc, char **argv) {
             case C_NORM_GATE_UP: hm[0] = host_q4(s->inter, H), hm[1] = host_q4(s->inter, H), nmat = 2; break;
             case C_DOWN_RESIDUAL: hm[0] = host_q4(H, s->inter); break;
             }
-            us[path][c] = run_case(be, s, &a, &cases[c], hm, nmat, replays, &bytes[c]);
+            float *res = NULL;
+            us[path][c] = run_case(be, s, &a, &cases[c], hm, nmat, replays, &bytes[c], &res);
+            if (res && path == 0) {
+                first[c] = res;
+            } else if (res) {  // relative L2 error against the default path's output
+                double num = 0, den = 0;
+                for (int64_t i = 0; i < cases[c].n * cases[c].rows; i++) {
+                    const double d = (double)res[i] - first[c][i];
+                    num += d * d, den += (double)first[c][i] * first[c][i];
+                }
+                worst[path][c] = den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0);
+                if (isnan(num)) worst[path][c] = INFINITY;
+                free(res);
+            }
             for (int k = 0; k < nmat; k++) host_free(&hm[k]);
         }
         float *bufs[] = {a.in, a.x, a.h, a.q, a.k, a.v, a.g, a.u, a.tmp, a.norm};
@@ -240,5 +265,19 @@ int main(int argc, char **argv) {
         for (int path = 0; path < PATHS; path++) printf(" | %12.2f %5.0f", us[path][c], bytes[c] / (us[path][c] * 1e3));
         printf("\n");
     }
-    return 0;
+    int bad = 0;
+    for (int c = 0; c < nc; c++) {
+        for (int path = 1; path < PATHS; path++) {
+            if (cases[c].kind != C_ONE) continue;
+            const bool ok = worst[path][c] <= 2e-5;
+            bad += !ok;
+            if (!ok)
+                printf("FAIL: %s %lldx%lld n=%d: %s differs from %s by %.3e (relative L2; bound 2e-5)\n", cases[c].label,
+                       (long long)cases[c].rows, (long long)cases[c].cols, cases[c].n, path_names[path], path_names[0],
+                       worst[path][c]);
+        }
+        free(first[c]);
+    }
+    printf("outputs of the one-record products: %s\n", bad ? "paths differ (see FAIL lines)" : "every path within 2e-5 of the default");
+    return bad ? 1 : 0;
 }

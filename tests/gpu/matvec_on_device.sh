@@ -5,7 +5,7 @@
 # conformance harness: every matrix-vector path against the host reference and the CPU backend),
 # then the A/B of the paths on the same binary: tests/gpu/bench_gpu_matvec (time and GB/s of each
 # decode product shape and fused pattern on the streaming kernel, without it, and on the previous
-# kernels), `mlxcel bench` with and without the streaming kernel (MLXCEL_GPU_NO_STREAM_MATVEC=1)
+# kernels; it fails when the paths' one-record outputs at the model shapes differ), `mlxcel bench` with and without the streaming kernel (MLXCEL_GPU_NO_STREAM_MATVEC=1)
 # and bench_gpu_decode's per-op times. Steps and verdicts as in run_on_device.sh (tests/gpu/steps.sh);
 # the logs go to $OUT (all.log, bench_matvec_*.log).
 # Usage: [MLXCEL_COMMIT=<commit>] [MLXCEL_DEVICE_DEADLINE=<s>] tests/gpu/matvec_on_device.sh
@@ -33,17 +33,21 @@ step gpu_conformance 240 build/cuda/test_gpu_conformance
 grep -E "check failed|FAIL" "$LOGS/gpu_conformance.log" | head -10
 tail -1 "$LOGS/gpu_conformance.log"
 
+# In order of what matters most, so that a deadline (MLXCEL_DEVICE_DEADLINE) cuts the least.
 step bench_matvec_8b 120 build/cuda/bench_gpu_matvec qwen3-8b 20
 cat "$LOGS/bench_matvec_8b.log"
+step mlxcel_bench_qwen3-8b 150 build/cuda/mlxcel bench --shape qwen3-8b -p 512 -n 128 --backend cuda
+tail -3 "$LOGS/mlxcel_bench_qwen3-8b.log"
+step mlxcel_bench_qwen3-8b_nostream 150 env MLXCEL_GPU_NO_STREAM_MATVEC=1 build/cuda/mlxcel bench --shape qwen3-8b \
+    -p 512 -n 128 --backend cuda
+tail -3 "$LOGS/mlxcel_bench_qwen3-8b_nostream.log"
 step bench_matvec_0.6b 90 build/cuda/bench_gpu_matvec qwen3-0.6b 20
 cat "$LOGS/bench_matvec_0.6b.log"
-for shape in qwen3-8b qwen3-0.6b; do
-    step "mlxcel_bench_$shape" 150 build/cuda/mlxcel bench --shape $shape -p 512 -n 128 --backend cuda
-    tail -3 "$LOGS/mlxcel_bench_$shape.log"
-    step "mlxcel_bench_${shape}_nostream" 150 env MLXCEL_GPU_NO_STREAM_MATVEC=1 build/cuda/mlxcel bench --shape $shape \
-        -p 512 -n 128 --backend cuda
-    tail -3 "$LOGS/mlxcel_bench_${shape}_nostream.log"
-done
+step mlxcel_bench_qwen3-0.6b 120 build/cuda/mlxcel bench --shape qwen3-0.6b -p 512 -n 128 --backend cuda
+tail -3 "$LOGS/mlxcel_bench_qwen3-0.6b.log"
+step mlxcel_bench_qwen3-0.6b_nostream 120 env MLXCEL_GPU_NO_STREAM_MATVEC=1 build/cuda/mlxcel bench --shape qwen3-0.6b \
+    -p 512 -n 128 --backend cuda
+tail -3 "$LOGS/mlxcel_bench_qwen3-0.6b_nostream.log"
 step bench_decode_8b 120 build/cuda/bench_gpu_decode qwen3-8b 512 512 100
 sed -n '/^decode/,/per-op times, 512/p' "$LOGS/bench_decode_8b.log"
 finish

@@ -688,6 +688,12 @@ static void proj_cases(mx_backend *cpu, mx_backend *gpu, ref_rng *rng) {
     // Few rows (one block per matrix), and a norm over a long row (the staging limit).
     proj_case(cpu, gpu, rng, &fused_fmts[0], (proj_cfg){1, 256, 64, 32, 64, true, P_NORM_QKV});
     proj_case(cpu, gpu, rng, &fused_fmts[0], (proj_cfg){1, 12288, 256, 128, 256, false, P_NORM_GATE_UP});
+    // More tasks than the 2,112 warps of an H200's streaming grid (warps take several; eight rows
+    // per task over 1024 columns): q/k/v of 20480 + 512 + 512 rows, gate/up of 18000 rows.
+    for (size_t f = 0; f < 3; f += 2) {
+        proj_case(cpu, gpu, rng, &fused_fmts[f], (proj_cfg){1, 1024, 20480, 512, 256, f == 0, P_NORM_QKV});
+        proj_case(cpu, gpu, rng, &fused_fmts[f], (proj_cfg){1, 1024, 256, 128, 18000, f == 2, P_NORM_GATE_UP});
+    }
     // Few rows over long rows: fewer tasks than warps on the streaming kernel (4- and 8-bit), the
     // split-K launches (two and four warps per row group) of the kernels of matvec_fused.cu for bf16
     // here and for the others on the backend without the streaming kernel below; q/k/v of 512 rows

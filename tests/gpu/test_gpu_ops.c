@@ -288,11 +288,12 @@ static void test_matvec_shapes(mx_backend *be, ref_rng *rng, const char *path, b
     // rows x cols and the token counts run on it. Streaming kernel (one task = two rows for one
     // token, one row for several; a step = 4 chunks per lane at 4 bits, 2 at 8 bits):
     // 133 x 4224 at n = 1 (132 chunks: a full step and one of 4 chunks); 7 x 2048 at 1 and 3 (64
-    // chunks: part of a step); 1 x 1152 at n = 1-8 (one row, the task's second row clamped);
-    // 4401 x 1024 at 1, 2, 8 (more tasks than the 2,112 warps of an H200's grid, so warps take
-    // several, loading the next task's chunks during the last step of the current one); 4500 x 2112
-    // at 1 (several tasks per warp, each with a partial step; two steps at 8 bits); 300 x 12288 at 1
-    // (the 8B down projection's width: 48 KB staged, three steps).
+    // chunks, rows shorter than a step: one chunk per lane per step, eight rows per task at 4 bits,
+    // four at 8); 1 x 1152 at n = 1-8 (one row, the task's other rows clamped); 20000 x 1024 at 1
+    // and 2 and 4300 x 4224 at 1 (more tasks than the 2,112 warps of an H200's grid, so warps take
+    // several, loading the next task's chunks during the last step of the current one; 4224: a
+    // partial second step, three steps at 8 bits); 300 x 12288 at 1 (the 8B down projection's
+    // width: 48 KB staged, three steps).
     // The kernels of matvec.cuh: 4224 x 512 (16 chunks, too short for the streaming kernel: four
     // rows per warp); 133 x 4224 at n = 3 and 8 and 7 x 2048 at 8 (activations staged by slices,
     // split-K over four and two warps at one token on the previous-path backends); 64 x 13312 at
@@ -301,8 +302,8 @@ static void test_matvec_shapes(mx_backend *be, ref_rng *rng, const char *path, b
     enum { N1 = 1, N2 = 2, N3 = 4, N5 = 8, N8 = 16, N33 = 32 };
     const int shapes[][3] = {{4224, 512, N1 | N3 | N8 | N33}, {133, 4224, N1 | N3 | N8 | N33},
                              {7, 2048, N1 | N3 | N8 | N33}, {1, 1152, N1 | N2 | N3 | N5 | N8 | N33},
-                             {64, 13312, N1 | N3 | N8 | N33}, {4401, 1024, N1 | N2 | N8},
-                             {4500, 2112, N1}, {300, 12288, N1}};
+                             {64, 13312, N1 | N3 | N8 | N33}, {20000, 1024, N1 | N2}, {4300, 4224, N1},
+                             {300, 12288, N1}};
     const int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
     const int ns[] = {1, 2, 3, 5, 8, 33};
     for (int f = 0; f < nf; f++) {
