@@ -184,18 +184,12 @@ done:
     return ms;
 }
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 // Median of field `off` (a double in rep_result) over n results.
 static double median_of(const rep_result *r, int n, size_t off) {
     double v[64];
     int m = n < 64 ? n : 64;
     for (int i = 0; i < m; i++) memcpy(&v[i], (const char *)&r[i] + off, sizeof(double));
-    qsort(v, (size_t)m, sizeof *v, cmp_double);
-    return m % 2 ? v[m / 2] : 0.5 * (v[m / 2 - 1] + v[m / 2]);
+    return bench_median(v, m);
 }
 
 int bench_batch(const char *cmd, mx_backend *be, mx_model *m, const char *dir, const char *label,

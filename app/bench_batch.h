@@ -26,6 +26,8 @@ typedef struct bench_batch_opts {
 
 // The bench's 64-bit mixer (random weights and prompts).
 uint64_t bench_splitmix(uint64_t x);
+// The median of v[n] (v is sorted in place).
+double bench_median(double *v, int n);
 // Token i of bench prompt j (prompt 0 is the plain bench's prompt).
 int32_t bench_prompt_token(uint64_t seed, uint64_t j, int i, int vocab);
 

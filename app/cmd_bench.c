@@ -482,7 +482,7 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static double median(double *v, int n) {
+double bench_median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
@@ -559,6 +559,10 @@ int cmd_bench(int argc, char **argv) {
     }
     if (batch && probe) {
         cli_error(cmd, "--bandwidth applies to the plain bench, not to --batch");
+        return MX_EXIT_USAGE;
+    }
+    if (batch && reps > 64) {
+        cli_error(cmd, "--batch takes at most 64 repetitions (--reps %d)", reps);
         return MX_EXIT_USAGE;
     }
     if (batch && n_tg < 1) {
@@ -743,7 +747,7 @@ int cmd_bench(int argc, char **argv) {
         lo_pp = fmin(lo_pp, tpp[r]), hi_pp = fmax(hi_pp, tpp[r]);
         lo_tg = fmin(lo_tg, ttg[r]), hi_tg = fmax(hi_tg, ttg[r]);
     }
-    double pp = median(tpp, reps), tg = median(ttg, reps);
+    double pp = bench_median(tpp, reps), tg = bench_median(ttg, reps);
     double peak_mb = cli_peak_rss() / (1024.0 * 1024.0);  // before the probe's buffer
     double bw = 0.0;
     if (probe) {

@@ -452,7 +452,8 @@ for args, needle in ((['--batch', '0'], '--batch'), (['--batch', 'abc'], "'abc'"
                      (['--temp', '0.7'], 'only to --batch'), (['--batch', '2', '--temp', '-1'], '--temp'),
                      (['--batch', '2', '--top-p', '2'], '--top-p'), (['--batch', '2', '--min-p', 'x'], '--min-p'),
                      (['--batch', '2', '-n', '0'], '-n must be at least 1'),
-                     (['--batch', '2', '--bandwidth'], '--bandwidth'), (['--batch'], 'needs a value')):
+                     (['--batch', '2', '--bandwidth'], '--bandwidth'), (['--batch'], 'needs a value'),
+                     (['--batch', '2', '--reps', '65'], 'at most 64 repetitions')):
     rc, out, err = run(['bench', '-p', '4', '-n', '2', '--reps', '1'] + args)
     check(f'bench usage error {args}', rc == 2 and needle in err, f'rc={rc} err={err!r}')
 
