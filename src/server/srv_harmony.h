@@ -10,8 +10,9 @@
 // JSON body) when calls are wanted and the body is JSON, else its body is content. The markers are
 // special tokens, so the text must keep them (the job decodes with special tokens kept). A marker
 // split across pushes is held back, so no part of one is ever released; text that cannot be a
-// harmony header (a newline, or 256 bytes without <|message|>) makes the rest of the output plain
-// content. Not thread-safe; no model knowledge, so it is unit-tested with scripted text.
+// harmony header (it does not start with a marker, "to=" or the role "assistant", or it holds a
+// newline, or reaches 256 bytes before <|message|>) makes the rest of the output plain content.
+// Not thread-safe; no model knowledge, so it is unit-tested with scripted text.
 #ifndef MX_SERVER_SRV_HARMONY_H
 #define MX_SERVER_SRV_HARMONY_H
 
