@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 // Matrix-vector bandwidth per product shape and per kernel, in one run: the decode products of a
-// Qwen3 shape on random affine 4-bit g64 (bf16 scales) weights, timed on three backends, one per
-// matrix-vector path: the default (the streaming kernel, kernels/matvec_stream.cuh), without it
-// (MLXCEL_GPU_NO_STREAM_MATVEC=1: kernels/matvec.cuh with the scaled dot and split-K) and the
-// previous one (MLXCEL_GPU_OLD_MATVEC=1). Each case is a plan of C copies of one product or one
+// Qwen3 shape on random affine 4-bit g64 (bf16 scales) weights, timed on four backends, one per
+// matrix-vector path: the default (the streaming kernel, kernels/matvec_stream.cuh), its other task
+// shape (MLXCEL_GPU_STREAM_ROWS=4), without it (MLXCEL_GPU_NO_STREAM_MATVEC=1: kernels/matvec.cuh
+// with the scaled dot and split-K) and the previous one (MLXCEL_GPU_OLD_MATVEC=1). Each case is a plan of C copies of one product or one
 // fused decode pattern (rmsnorm + q/k/v, o + residual add, rmsnorm + gate/up + SwiGLU, down +
 // residual add, the output head), each copy with its own weights so that a replay reads C x the
 // bytes from DRAM (at least 512 MB, several times the L2), recorded as a graph and replayed; the
@@ -42,9 +42,11 @@ typedef struct bench_case {
     int64_t rows, cols;  // C_ONE
 } bench_case;
 
-enum { PATHS = 3, MAX_CASES = 32 };
-static const char *const path_names[PATHS] = {"stream", "no-stream", "old"};
-static const char *const path_env[PATHS] = {NULL, "MLXCEL_GPU_NO_STREAM_MATVEC", "MLXCEL_GPU_OLD_MATVEC"};
+enum { PATHS = 4, MAX_CASES = 32 };
+static const char *const path_names[PATHS] = {"stream", "stream-r4", "no-stream", "old"};
+static const char *const path_env[PATHS] = {NULL, "MLXCEL_GPU_STREAM_ROWS", "MLXCEL_GPU_NO_STREAM_MATVEC",
+                                            "MLXCEL_GPU_OLD_MATVEC"};
+static const char *const path_value[PATHS] = {NULL, "4", "1", "1"};
 
 static mx_error err;
 static test_rng rng = {0x3243f6a8885a308dull};
@@ -203,7 +205,7 @@ int main(int argc, char **argv) {
     char dev[256] = "";
     for (int path = 0; path < PATHS; path++) {
         rng = (test_rng){0x3243f6a8885a308dull};  // the same weights and inputs on every path
-        if (path_env[path]) setenv(path_env[path], "1", 1);
+        if (path_env[path]) setenv(path_env[path], path_value[path], 1);
         mx_backend_options opt = {mx_gpu_backend_name(), 0, 0};
         mx_backend *be = mx_gpu_backend_create(&opt, &err);
         if (path_env[path]) unsetenv(path_env[path]);

@@ -7,7 +7,8 @@
 // fuse (those run record by record), with and without biases, plus patterns that must not fuse
 // (several tokens, aliasing buffers), a whole decoder layer (decode and prefill-sized), and the
 // records no pattern covers; the projection patterns again on a backend without the streaming
-// matrix-vector kernel (MLXCEL_GPU_NO_STREAM_MATVEC=1), on one with the previous matrix-vector
+// matrix-vector kernel (MLXCEL_GPU_NO_STREAM_MATVEC=1), on one with its other task shape
+// (MLXCEL_GPU_STREAM_ROWS=4), on one with the previous matrix-vector
 // kernels (MLXCEL_GPU_OLD_MATVEC=1) and prefill-sized layers on the mma.sync kernel
 // (MLXCEL_GPU_MMA_SYNC=1); gpt_oss's records (attention sinks, clamped SwiGLU, expert biases) in
 // a block of that family. Each plan runs three times on the GPU (direct, recorded as a graph,
@@ -771,6 +772,20 @@ int main(void) {
         proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 256, 4224, 128, 256, f == 2, P_RESIDUAL});
     }
     layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){1, 1024, 8, 4, 128, 2048, 1000});
+    mx_backend_free(gpu);
+    // The streaming kernel's other task shape over long rows (MLXCEL_GPU_STREAM_ROWS=4: four rows
+    // per task, two for gate/up, half the chunks per step): q/k/v over 4096 columns, gate/up over
+    // 4096, a residual product over 4224 (a partial step), in every format it streams.
+    setenv("MLXCEL_GPU_STREAM_ROWS", "4", 1);
+    gpu = mx_gpu_backend_create(&gopt, &err);
+    unsetenv("MLXCEL_GPU_STREAM_ROWS");
+    if (!gpu) die("gpu backend with MLXCEL_GPU_STREAM_ROWS=4");
+    printf("cpu vs %s with MLXCEL_GPU_STREAM_ROWS=4\n", gpu->ops->name);
+    for (size_t f = 0; f < 4; f++) {
+        proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 4096, 1024, 256, 256, f == 0, P_NORM_QKV});
+        proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 4096, 256, 128, 1024, f == 1, P_NORM_GATE_UP});
+        proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 512, 4224, 128, 256, f == 2, P_RESIDUAL});
+    }
     mx_backend_free(gpu);
     // The previous matrix-vector kernels (MLXCEL_GPU_OLD_MATVEC=1, the A/B switch of the benches).
     setenv("MLXCEL_GPU_OLD_MATVEC", "1", 1);

@@ -7,8 +7,8 @@
 // MLXCEL_GPU_MATVEC_TOKENS=8, so its tiled path also runs small batches); the matrix-vector kernels
 // also at shapes that reach each of their launch choices, on the default path (the streaming kernel
 // where it applies), without the streaming kernel (a third backend, MLXCEL_GPU_NO_STREAM_MATVEC=1)
-// and on the previous path (a fourth, MLXCEL_GPU_OLD_MATVEC=1); the tiled sizes again on the
-// mma.sync prefill kernel (a fifth
+// with its other task shape (MLXCEL_GPU_STREAM_ROWS=4) and on the previous path
+// (MLXCEL_GPU_OLD_MATVEC=1); the tiled sizes again on the mma.sync prefill kernel (another
 // backend, MLXCEL_GPU_MMA_SYNC=1). A plan run four times (recorded as a graph, then replayed) closes
 // the run. Exit 77 (ctest: skipped) when the machine has no GPU.
 //
@@ -272,8 +272,10 @@ static void test_matmul(mx_backend *be, ref_rng *rng, bool mma_backend, int whic
 // (split-K over two and four warps), one row, rows too long to stage whole, 8-token tiles. In every
 // affine 4/8-bit format (the scaled-activation dot, kernels/matvec_scaled.cuh) and three formats
 // that keep the generic dot (`all_scales` false: bf16 scales only, for the previous paths, which
-// these shapes check for the A/B switches). `path` names the backend's path in messages.
-static void test_matvec_shapes(mx_backend *be, ref_rng *rng, const char *path, bool all_scales, group_stat *g) {
+// these shapes check for the A/B switches). `path` names the backend's path in messages; token
+// counts above max_n are left out (switches that change only the smaller ones).
+static void test_matvec_shapes(mx_backend *be, ref_rng *rng, const char *path, bool all_scales, bool stream,
+                               int max_n, group_stat *g) {
     fmt_case fc[32];
     int nf = 0;
     const mx_dtype fl[3] = {MX_DTYPE_BF16, MX_DTYPE_F16, MX_DTYPE_F32};
@@ -292,22 +294,28 @@ static void test_matvec_shapes(mx_backend *be, ref_rng *rng, const char *path, b
     // four at 8); 1 x 1152 at n = 1-8 (one row, the task's other rows clamped); 20000 x 1024 at 1
     // and 2 and 4300 x 4224 at 1 (more tasks than the 2,112 warps of an H200's grid, so warps take
     // several, loading the next task's chunks during the last step of the current one; 4224: a
-    // partial second step, three steps at 8 bits); 300 x 12288 at 1 (the 8B down projection's
-    // width: 48 KB staged, three steps).
+    // partial second step, three steps at 8 bits; 2200 x 1024 at 2: one row per task); 300 x 12288
+    // at 1 (the 8B down projection's width: 48 KB staged, three steps). These four (BIG) only on
+    // the streaming paths (`stream`) and in three formats (4-bit g64 bf16, 8-bit g32 f16 and mxfp4:
+    // both step widths and both dots), to keep the host reference's time down.
     // The kernels of matvec.cuh: 4224 x 512 (16 chunks, too short for the streaming kernel: four
     // rows per warp); 133 x 4224 at n = 3 and 8 and 7 x 2048 at 8 (activations staged by slices,
     // split-K over four and two warps at one token on the previous-path backends); 64 x 13312 at
     // every n (one token's row is longer than the 48 KB of staging); n = 33 on the first five:
     // five 8-token tiles (with 4224 rows the 8-token tiles take four rows per warp).
-    enum { N1 = 1, N2 = 2, N3 = 4, N5 = 8, N8 = 16, N33 = 32 };
+    enum { N1 = 1, N2 = 2, N3 = 4, N5 = 8, N8 = 16, N33 = 32, BIG = 64 };
     const int shapes[][3] = {{4224, 512, N1 | N3 | N8 | N33}, {133, 4224, N1 | N3 | N8 | N33},
                              {7, 2048, N1 | N3 | N8 | N33}, {1, 1152, N1 | N2 | N3 | N5 | N8 | N33},
-                             {64, 13312, N1 | N3 | N8 | N33}, {20000, 1024, N1 | N2}, {4300, 4224, N1},
-                             {300, 12288, N1}};
+                             {64, 13312, N1 | N3 | N8 | N33}, {20000, 1024, N1 | BIG}, {2200, 1024, N2 | BIG},
+                             {4300, 4224, N1 | BIG}, {300, 12288, N1 | BIG}};
     const int nshapes = (int)(sizeof shapes / sizeof shapes[0]);
     const int ns[] = {1, 2, 3, 5, 8, 33};
     for (int f = 0; f < nf; f++) {
+        const bool big_ok = stream && ((fc[f].q.bits == 4 && fc[f].q.group_size == 64 && fc[f].sdtype == MX_DTYPE_BF16) ||
+                                       (fc[f].q.bits == 8 && fc[f].q.group_size == 32 && fc[f].sdtype == MX_DTYPE_F16) ||
+                                       fc[f].q.mode == MX_QUANT_MXFP4);
         for (int sh = 0; sh < nshapes; sh++) {
+            if ((shapes[sh][2] & BIG) && !big_ok) continue;
             const int rows = shapes[sh][0], cols = shapes[sh][1];
             mx_matrix hw = ref_matrix_random(rng, fc[f].q, fc[f].dtype, fc[f].sdtype, 1, rows, cols), dw;
             char label[64];
@@ -322,7 +330,7 @@ static void test_matvec_shapes(mx_backend *be, ref_rng *rng, const char *path, b
             float *dbias = dev_from(be, bias, sizeof(float) * rows);
             for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
                 const int n = ns[ni];
-                if (!(shapes[sh][2] & (1 << ni))) continue;
+                if (!(shapes[sh][2] & (1 << ni)) || n > max_n) continue;
                 const int64_t count = (int64_t)n * rows;
                 float *x = fmalloc((int64_t)n * cols), *ref = fmalloc(count), *got = fmalloc(count);
                 ref_scale *sc = malloc(sizeof(ref_scale) * (size_t)count);
@@ -794,9 +802,10 @@ int main(void) {
     group_stat graph = {"plan graph record/replay", 0, 0, 0};
     group_stat mvs = {"matrix-vector shapes", 0, 0, 0}, mvo = {"matrix-vector, old path", 0, 0, 0};
     group_stat mvn = {"matrix-vector, no streaming kernel", 0, 0, 0};
+    group_stat mv4 = {"matrix-vector, streaming 4 rows per task", 0, 0, 0};
     group_stat tcs = {"matmul tiled, mma.sync", 0, 0, 0};
     test_matmul(be, &rng, true, ALL_N, &mv, &tc, &tf);
-    test_matvec_shapes(be, &rng, "default", true, &mvs);
+    test_matvec_shapes(be, &rng, "default", true, true, 64, &mvs);
     test_embed(be, &rng, &emb);
     test_moe_matmul(be, &rng, &moe);
     test_rmsnorm(be, &rng, &norm);
@@ -821,23 +830,34 @@ int main(void) {
     }
     unsetenv("MLXCEL_GPU_MATVEC_TOKENS");
     // The matrix-vector kernels of kernels/matvec.cuh for every product (MLXCEL_GPU_NO_STREAM_MATVEC=1,
-    // the A/B switch of the streaming kernel; the default of runs 9-10): the shapes above.
+    // the A/B switch of the streaming kernel; the default of runs 9-10): the shapes above up to 8
+    // tokens (the switch changes nothing above).
     unsetenv("MLXCEL_GPU_NO_MMA");
     setenv("MLXCEL_GPU_NO_STREAM_MATVEC", "1", 1);
     be = mx_gpu_backend_create(&opt, &err);
     CHECK_MSG(be != NULL, "backend without the streaming matrix-vector kernel: %s", err.msg);
     if (be) {
-        test_matvec_shapes(be, &rng, "MLXCEL_GPU_NO_STREAM_MATVEC=1", true, &mvn);
+        test_matvec_shapes(be, &rng, "MLXCEL_GPU_NO_STREAM_MATVEC=1", true, false, 8, &mvn);
         mx_backend_free(be);
     }
     unsetenv("MLXCEL_GPU_NO_STREAM_MATVEC");
+    // The streaming kernel's other task shape (MLXCEL_GPU_STREAM_ROWS=4: four rows per task and half
+    // the chunks per step for one token over long rows): the shapes above at one token.
+    setenv("MLXCEL_GPU_STREAM_ROWS", "4", 1);
+    be = mx_gpu_backend_create(&opt, &err);
+    CHECK_MSG(be != NULL, "backend with MLXCEL_GPU_STREAM_ROWS=4: %s", err.msg);
+    if (be) {
+        test_matvec_shapes(be, &rng, "MLXCEL_GPU_STREAM_ROWS=4", true, true, 1, &mv4);
+        mx_backend_free(be);
+    }
+    unsetenv("MLXCEL_GPU_STREAM_ROWS");
     // The previous matrix-vector kernels (MLXCEL_GPU_OLD_MATVEC=1, the A/B switch; the default of
     // runs 1-8): the shapes above in the formats whose path the switch changes.
     setenv("MLXCEL_GPU_OLD_MATVEC", "1", 1);
     be = mx_gpu_backend_create(&opt, &err);
     CHECK_MSG(be != NULL, "old matrix-vector backend: %s", err.msg);
     if (be) {
-        test_matvec_shapes(be, &rng, "MLXCEL_GPU_OLD_MATVEC=1", false, &mvo);
+        test_matvec_shapes(be, &rng, "MLXCEL_GPU_OLD_MATVEC=1", false, false, 64, &mvo);
         mx_backend_free(be);
     }
     unsetenv("MLXCEL_GPU_OLD_MATVEC");
@@ -856,6 +876,7 @@ int main(void) {
     stat_print(&mv, 2e-5);
     stat_print(&mvs, 2e-5);
     stat_print(&mvn, 2e-5);
+    stat_print(&mv4, 2e-5);
     stat_print(&mvo, 2e-5);
     stat_print(&tc, 2e-5);  // plus twice the host-measured bf16 input rounding error, per case
     stat_print(&tcs, 2e-5);

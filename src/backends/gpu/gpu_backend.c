@@ -338,6 +338,10 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     // the streaming kernel (kernels/matvec_stream.cuh), for A/B benches and as a fallback.
     const char *no_stream = getenv("MLXCEL_GPU_NO_STREAM_MATVEC");
     c->launch.matvec_stream = !(no_stream && *no_stream && strcmp(no_stream, "0") != 0);
+    // MLXCEL_GPU_STREAM_ROWS=4: tuning knob of the streaming kernel (4 rows per task, 2 chunks per
+    // lane per step at 4 bits, instead of 2 and 4: half the activation reads per weight, fewer tasks).
+    const char *stream_rows = getenv("MLXCEL_GPU_STREAM_ROWS");
+    c->launch.stream_rows = stream_rows && atoi(stream_rows) == 4 ? 4 : 2;
     const char *token_rows = getenv("MLXCEL_GPU_ATTN_TOKEN_ROWS");
     c->launch.attn_token_rows = token_rows && *token_rows && strcmp(token_rows, "0") != 0;
     c->launch.scratch_bytes = mxg_attention_scratch_bytes(c->info.sm_count, 256);

@@ -295,13 +295,19 @@ void stream_launch_shape(const mxg_launch *L, StreamArgs a, int count) {
 
 // The launch for `count` matrices (m, out, bias of `a` filled) at R rows per task. One token over
 // rows shorter than a step (fewer than W x U chunks: the 1024-2560-wide models) takes one chunk per
-// lane per step and U times the rows per task instead, the same registers and bytes in flight.
+// lane per step and U times the rows per task instead, the same registers and bytes in flight; over
+// long rows, L->stream_rows == 4 (MLXCEL_GPU_STREAM_ROWS=4, tuning knob) takes twice the rows per
+// task and half the chunks per step, which halves the activation reads and sums per weight.
 template <int W, class F, int NT, int NM, int R, int EPI, bool NORM>
 void stream_launch(const mxg_launch *L, const StreamArgs &a, int count) {
     constexpr int U = Streamed<F, NT>::U;
     if constexpr (NT == 1 && U > 1) {
         if (a.m[0].cols / 32 < W * U) {
             stream_launch_shape<W, F, NT, NM, R * U, 1, EPI, NORM>(L, a, count);
+            return;
+        }
+        if (L->stream_rows == 4) {
+            stream_launch_shape<W, F, NT, NM, R * 2, U / 2, EPI, NORM>(L, a, count);
             return;
         }
     }
