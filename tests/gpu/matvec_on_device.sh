@@ -7,7 +7,8 @@
 # decode product shape and fused pattern on the streaming kernel, with its other task shape
 # (MLXCEL_GPU_STREAM_ROWS=4), without it, and on the previous kernels; it fails when the paths'
 # one-record outputs at the model shapes differ), `mlxcel bench` with and without the streaming
-# kernel (MLXCEL_GPU_NO_STREAM_MATVEC=1; the 8B also with MLXCEL_GPU_STREAM_ROWS=4) and
+# kernel (MLXCEL_GPU_NO_STREAM_MATVEC=1; the 8B also with MLXCEL_GPU_STREAM_ROWS=4 and with
+# MLXCEL_GPU_PDL=1, the products' first weights loaded while the previous kernel ends) and
 # bench_gpu_decode's per-op times. Steps and verdicts as in run_on_device.sh (tests/gpu/steps.sh);
 # the logs go to $OUT (all.log, bench_matvec_*.log).
 # Usage: [MLXCEL_COMMIT=<commit>] [MLXCEL_DEVICE_DEADLINE=<s>] tests/gpu/matvec_on_device.sh
@@ -46,6 +47,8 @@ tail -3 "$LOGS/mlxcel_bench_qwen3-8b_nostream.log"
 step mlxcel_bench_qwen3-8b_rows4 150 env MLXCEL_GPU_STREAM_ROWS=4 build/cuda/mlxcel bench --shape qwen3-8b \
     -p 512 -n 128 --backend cuda
 tail -3 "$LOGS/mlxcel_bench_qwen3-8b_rows4.log"
+step mlxcel_bench_qwen3-8b_pdl 150 env MLXCEL_GPU_PDL=1 build/cuda/mlxcel bench --shape qwen3-8b -p 512 -n 128 --backend cuda
+tail -3 "$LOGS/mlxcel_bench_qwen3-8b_pdl.log"
 step bench_matvec_0.6b 90 build/cuda/bench_gpu_matvec qwen3-0.6b 20
 cat "$LOGS/bench_matvec_0.6b.log"
 step mlxcel_bench_qwen3-0.6b 120 build/cuda/mlxcel bench --shape qwen3-0.6b -p 512 -n 128 --backend cuda
