@@ -31,7 +31,10 @@
 // Padding (mx_engine_opts.batch_padding): a step of 9-56 tokens may be filled up to a multiple of 8
 // with tokens of a reserved slot (its own KV block outside the pool; token 0 at positions 0, 1, ...),
 // and, when every token is an output row, with output rows for them (greedy, discarded). Rows are
-// computed independently, so padding changes no result; it bounds the step shapes a backend records.
+// computed independently, so padding changes no result on the CPU (test_engine_padding); on the GPU
+// the attention's split of the context over blocks depends on the step's token count, so, as any
+// change in the number of running sequences, padding may move results at float rounding. It bounds
+// the step shapes a backend records.
 //
 // Threading: one thread calls every function of an engine (the CLI's, or the server's scheduler).
 #ifndef MX_GENERATE_ENGINE_H
