@@ -8,8 +8,8 @@
 // H200's ~4.3 TB/s and ~0.7-1 us of loaded DRAM latency, Little's law asks for ~3-4 MB in flight
 // over the chip, 25-35 KB per multiprocessor. The previous kernel had 64 bytes per lane in flight
 // (one chunk ahead on four rows), lived for only four chunks per lane on 4096-wide rows, and every
-// block of four warps first staged the whole activation row (16 KB, eight dependent loads per
-// thread) before its first product: a block's life was a handful of serial round trips.
+// block of four warps first staged the whole activation row (16 KB: eight loads per thread and a
+// barrier) before its first product: a block's life was a handful of serial round trips.
 //
 // How:
 // - Persistent warps: at most kStreamBlocksPerSm blocks of kStreamThreads per multiprocessor; each
@@ -27,6 +27,8 @@
 //   shared memory, not DRAM, the limit at 16.5 bytes per clock per multiprocessor). One token over
 //   rows shorter than a step (1024-2560 wide) takes one chunk per lane per step and U x R rows per
 //   task (stream_launch): the same registers and bytes in flight. Several tokens: one row per task.
+//   MLXCEL_GPU_STREAM_ROWS=4 (L->stream_rows, tuning knob for A/B) takes 2 x R rows and U / 2
+//   chunks per step over long rows as well.
 // - The dot products are those of the other kernels (kernels/matvec_scaled.cuh for affine 4/8-bit,
 //   Fmt::dot_raw for mxfp4), so the results differ from theirs only in float32 summation order.
 // Requirements (stream_fits): cols a multiple of 32 with aligned rows (matvec_fast), the token rows
