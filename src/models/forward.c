@@ -22,7 +22,9 @@
 // run in parallel blocks) and one download of the results, instead of one of each per 16 rows.
 #define LOGIT_ROWS 64
 #define MAX_EDITS 65536  // logit edits per mx_ctx_forward_choose call (1 MiB of backend memory)
-#define PLAN_CACHE 32  // step shapes kept; the least recently used plan is freed beyond that
+// Step shapes kept; the least recently used plan is freed beyond that. A server on a GPU uses 22
+// decode shapes per token-choice kind (engine.h: padding), greedy and sampled, plus prefill mixes.
+#define PLAN_CACHE 64
 
 // What a plan computes: `n` tokens through the model (0: output head only) and `r` output rows,
 // read in place (rows 0..r-1) or gathered through d_rows; `ids` picks what the head chooses.
