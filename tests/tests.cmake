@@ -17,7 +17,7 @@ set_tests_properties(test_cpu_kernels test_backend_sample PROPERTIES SKIP_RETURN
 # The CPU's float32 KV cache (the default is int16 with scales) keeps its own, tighter parity bound.
 add_test(NAME test_model_parity_kv_f32 COMMAND test_model_parity WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(test_model_parity_kv_f32 PROPERTIES ENVIRONMENT "MLXCEL_CPU_KV=f32")
-# The GPU's float16 KV cache on the CPU: its rounding alone, measured against the GPU's bound (4e-3).
+# The float16 KV cache (the GPU's with MLXCEL_GPU_KV=f16) on the CPU: its rounding alone, against its bound (4e-3).
 add_test(NAME test_model_parity_kv_f16 COMMAND test_model_parity WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(test_model_parity_kv_f16 PROPERTIES ENVIRONMENT "MLXCEL_CPU_KV=f16")
 file(GLOB MLXCEL_TEST_SCRIPTS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/cmake/*.cmake)

@@ -39,6 +39,8 @@ typedef struct mx_backend mx_backend;
 
 // Positions per KV block (docs/DESIGN.md, "Paged KV cache": why 16).
 #define MX_KV_BLOCK 16
+// An I16 cache row (MX_DTYPE_I16) has one float scale per this many elements (mx_kv_bytes).
+#define MX_KV_SCALE_BLOCK 16
 
 // Geometry of the KV cache; the backend chooses the element type (kv_dtype in mx_backend). The cache
 // is a pool of blocks of MX_KV_BLOCK positions; a block id names the same block in every layer. The
@@ -233,7 +235,7 @@ struct mx_backend {
     const mx_backend_ops *ops;
     void *ctx;           // backend-private state
     mx_dtype kv_dtype;   // element type of the KV cache this backend stores (F32, BF16, F16; I16 = int16 with
-                         // one float scale per 16 elements of a row, see mx_kv_bytes)
+                         // one float scale per MX_KV_SCALE_BLOCK elements of a row, see mx_kv_bytes)
     char device_name[128];
 };
 
@@ -250,7 +252,8 @@ void mx_backend_free(mx_backend *be);
 const char *mx_backend_compiled(void);
 
 // KV cache size in bytes for a layout and element type: [layer][block][K|V][kv_head][MX_KV_BLOCK][head_dim]
-// elements (plus the CPU's I16 scales).
+// elements, then for I16 their scales, [layer][block][K|V][kv_head][MX_KV_BLOCK][ceil(head_dim /
+// MX_KV_SCALE_BLOCK)] floats (the same layout and quantization on every backend: cpu_attention.c).
 size_t mx_kv_bytes(const mx_kv_layout *lay, mx_dtype kv_dtype);
 
 #endif

@@ -96,7 +96,9 @@ static size_t block_elem_bytes(const mx_kv_layout *lay, mx_dtype dt) {
     return (size_t)2 * lay->n_kv_heads * MX_KV_BLOCK * lay->head_dim * mx_dtype_size(dt);
 }
 static size_t block_scale_bytes(const mx_kv_layout *lay, mx_dtype dt) {
-    return dt == MX_DTYPE_I16 ? (size_t)2 * lay->n_kv_heads * MX_KV_BLOCK * ((lay->head_dim + 15) / 16) * sizeof(float) : 0;
+    return dt == MX_DTYPE_I16 ? (size_t)2 * lay->n_kv_heads * MX_KV_BLOCK *
+                                    ((lay->head_dim + MX_KV_SCALE_BLOCK - 1) / MX_KV_SCALE_BLOCK) * sizeof(float)
+                              : 0;
 }
 
 mx_ctx *mx_ctx_create_pool(mx_model *m, int n_slots, int max_ctx, int max_batch, int n_blocks, mx_error *err) {
@@ -217,8 +219,10 @@ int mx_ctx_copy_block(mx_ctx *c, int src, int dst, mx_error *err) {
 
 size_t mx_kv_bytes(const mx_kv_layout *lay, mx_dtype kv_dtype) {
     size_t rows = (size_t)lay->n_layers * mx_kv_blocks(lay) * 2 * MX_KV_BLOCK * lay->n_kv_heads;
-    // I16 (the CPU backend's cache, see cpu_attention.c): one float scale per 16 elements of a row.
-    size_t scales = kv_dtype == MX_DTYPE_I16 ? rows * ((lay->head_dim + 15) / 16) * sizeof(float) : 0;
+    // I16 (the default cache of the CPU and GPU backends, see cpu_attention.c): one float scale per
+    // MX_KV_SCALE_BLOCK elements of a row.
+    size_t scales =
+        kv_dtype == MX_DTYPE_I16 ? rows * ((lay->head_dim + MX_KV_SCALE_BLOCK - 1) / MX_KV_SCALE_BLOCK) * sizeof(float) : 0;
     return rows * lay->head_dim * mx_dtype_size(kv_dtype) + scales;
 }
 

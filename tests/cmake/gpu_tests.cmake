@@ -53,6 +53,15 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   add_test(NAME gpu_conformance COMMAND test_gpu_conformance WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(gpu_conformance PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
 
+  # An unknown GPU KV cache type is refused by name, before any device is looked for (so also on
+  # machines without a GPU; the message is printed only on that error's path).
+  add_test(NAME gpu_kv_type_refused
+           COMMAND ${CMAKE_COMMAND} -E env MLXCEL_GPU_KV=f8
+                   $<TARGET_FILE:mlxcel> generate -m models/qwen3-demo-44m-4bit -p Hi -n 1 --backend ${MLXCEL_GPU_RUNTIME_NAME}
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(gpu_kv_type_refused PROPERTIES
+                       PASS_REGULAR_EXPRESSION "MLXCEL_GPU_KV='f8': the GPU KV cache type must be i16 \\(the default\\) or f16")
+
   # The model fixtures through the GPU backend (the parity test reads MLXCEL_TEST_BACKEND).
   if(TARGET test_model_parity)
     add_test(NAME gpu_model_parity

@@ -176,6 +176,22 @@ void ref_rope(float *x, const int32_t *pos, int n, int n_heads, const float *inv
         }
 }
 
+void ref_kv_round(float *row, int hd, mx_dtype dt) {
+    if (dt == MX_DTYPE_I16) {
+        for (int b0 = 0; b0 < hd; b0 += MX_KV_SCALE_BLOCK) {
+            int len = hd - b0 < MX_KV_SCALE_BLOCK ? hd - b0 : MX_KV_SCALE_BLOCK;
+            float amax = 0.0f;
+            for (int i = 0; i < len; i++) amax = fmaxf(amax, fabsf(row[b0 + i]));
+            float inv = amax > 0.0f ? 32767.0f / amax : 0.0f, s = amax / 32767.0f;
+            for (int i = 0; i < len; i++) row[b0 + i] = (float)(int16_t)lrintf(row[b0 + i] * inv) * s;
+        }
+    } else if (dt == MX_DTYPE_F16) {
+        for (int i = 0; i < hd; i++) row[i] = mx_f16_to_f32(mx_f32_to_f16(row[i]));
+    } else if (dt == MX_DTYPE_BF16) {
+        for (int i = 0; i < hd; i++) row[i] = mx_bf16_to_f32(mx_f32_to_bf16(row[i]));
+    }
+}
+
 void ref_attention(float *out, const float *q, const float *k_cache, const float *v_cache, int max_ctx,
                    int n_kv_heads, int head_dim, const int32_t *slot, const int32_t *pos, int n, int n_heads,
                    float scale, int window) {

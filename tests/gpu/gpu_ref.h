@@ -43,6 +43,10 @@ void ref_moe_matmul(float *out, ref_scale *scale, const float *x, const mx_matri
 void ref_embed(float *out, double *mag, const mx_matrix *w, const int32_t *ids, int n);
 void ref_rmsnorm(float *out, const float *x, const float *w, int n, int dim, float eps);
 void ref_rope(float *x, const int32_t *pos, int n, int n_heads, const float *inv_freq, int head_dim, float attn_factor);
+// Rounds one cache row of hd values in place as a cache of element type dt stores it: F16/BF16 to
+// nearest even; I16 (backend.h, mx_kv_bytes) per chunk of MX_KV_SCALE_BLOCK values, s = max|x| /
+// 32767 and x = round(x * (32767 / max|x|)) * s, written here from that description.
+void ref_kv_round(float *row, int hd, mx_dtype dt);
 // k/v_cache: host copies [slot][pos][kv_head][head_dim] (already rounded like the device cache).
 void ref_attention(float *out, const float *q, const float *k_cache, const float *v_cache, int max_ctx,
                    int n_kv_heads, int head_dim, const int32_t *slot, const int32_t *pos, int n, int n_heads,

@@ -7,7 +7,8 @@
 # --backend cpu), `mlxcel info`, the backend decode/prefill bench and `mlxcel bench` (each engine
 # bench also with MLXCEL_GPU_NO_STREAM_MATVEC=1 and MLXCEL_GPU_OLD_MATVEC=1: the A/B of the
 # matrix-vector kernels, with bench_gpu_matvec's per-shape times of all three; the 8B also with
-# MLXCEL_GPU_MMA_SYNC=1: the A/B of the prefill kernels).
+# MLXCEL_GPU_MMA_SYNC=1: the A/B of the prefill kernels; the 8B at 8k also with MLXCEL_GPU_KV=f16:
+# the A/B of the KV cache's element type), parity with the f16 KV cache (MLXCEL_GPU_KV=f16).
 # Every step counts (tests/gpu/steps.sh): the script prints each step's verdict and one line
 # "N passed, M failed", records them with the commit in tests/gpu/LAST_RUN.md (and $OUT/LAST_RUN.md),
 # and exits 1 when any step failed (a GPU test that skips on this machine is a failure here).
@@ -64,6 +65,10 @@ if grep -q "Skipped" "$LOGS/ctest_gpu.log"; then  # ctest passes skipped tests; 
 fi
 step parity_cuda_nomma 300 env MLXCEL_TEST_BACKEND=cuda MLXCEL_GPU_NO_MMA=1 build/cuda/test_model_parity
 tail -2 "$LOGS/parity_cuda_nomma.log"
+# The f16 KV cache (MLXCEL_GPU_KV=f16, the fallback): parity at that cache's bound (4e-3, set by
+# test_model_parity from the backend's cache type); the default I16 cache is held to 1e-3 above.
+step parity_cuda_kv_f16 300 env MLXCEL_TEST_BACKEND=cuda MLXCEL_GPU_KV=f16 build/cuda/test_model_parity
+tail -2 "$LOGS/parity_cuda_kv_f16.log"
 if [ "$quick" != "--quick" ]; then  # the opt-in prefill kernel on the model fixtures
     step parity_cuda_mmasync 300 env MLXCEL_TEST_BACKEND=cuda MLXCEL_GPU_MMA_SYNC=1 build/cuda/test_model_parity
     tail -2 "$LOGS/parity_cuda_mmasync.log"
@@ -117,6 +122,9 @@ if [ "$quick" != "--quick" ]; then
     tail -4 "$LOGS/mlxcel_bench_8b_8k.log"
     step mlxcel_bench_8b_8k_tokenrows 300 env MLXCEL_GPU_ATTN_TOKEN_ROWS=1 build/cuda/mlxcel bench --shape qwen3-8b -p 8192 -n 128 --backend cuda
     tail -4 "$LOGS/mlxcel_bench_8b_8k_tokenrows.log"
+    # A/B of the KV cache's element type at 8k: int16 with scales (default) against f16.
+    step mlxcel_bench_8b_8k_kvf16 300 env MLXCEL_GPU_KV=f16 build/cuda/mlxcel bench --shape qwen3-8b -p 8192 -n 128 --backend cuda
+    tail -4 "$LOGS/mlxcel_bench_8b_8k_kvf16.log"
     # A/B of prefill: the mma.sync kernel (opt-in) against the default WMMA one.
     step mlxcel_bench_8b_mmasync 300 env MLXCEL_GPU_MMA_SYNC=1 build/cuda/mlxcel bench --shape qwen3-8b -p 512 -n 128 --backend cuda
     tail -4 "$LOGS/mlxcel_bench_8b_mmasync.log"

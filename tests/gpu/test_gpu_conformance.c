@@ -14,8 +14,9 @@
 // a block of that family. Each plan runs three times on the GPU (direct, recorded as a graph,
 // replayed) with the input buffers restored in between, and every run must match.
 // Bounds: relative L2 error per buffer of 2e-5 (float32 paths: summation order only); buffers after
-// an attention record 3e-3 (the GPU cache stores f16, the CPU's f32); tensor-core prefill matmuls
-// 1.5e-2 (bf16 inputs, test_gpu_ops.c). Exit 77 when no GPU backend can start.
+// a KV cache read (after_cache_tol: 2e-4 with both caches in I16, the default; 3e-3 with the GPU's
+// f16 cache, MLXCEL_GPU_KV=f16, run again below for the attention cases); tensor-core prefill
+// matmuls 1.5e-2 (bf16 inputs, test_gpu_ops.c). Exit 77 when no GPU backend can start.
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -171,6 +172,15 @@ static void run_case(const char *label, mx_backend *cpu, mx_backend *gpu, data *
 }
 
 #define ADD(p, KIND, field, ...) mx_plan_add(p, (mx_op){.kind = KIND, .field = {__VA_ARGS__}})
+
+// Bound on buffers computed from a KV cache read (attention, latent attention), float32 paths. Both
+// backends in I16 (int16 codes with one scale per 16 values, the default of both) store the same
+// codes for the same values (test_gpu_ops compares the cache bytes); here k and v reach the cache
+// through each backend's own float32 sums (2e-5 apart at most), which can move a code by one unit,
+// 1/32767 of its chunk's largest value: even every code one unit off would be ~5e-5 relative (L2) on
+// uniform values, so 2e-4 leaves 4x. The GPU's f16 cache (MLXCEL_GPU_KV=f16) rounds to 11 bits
+// (2^-11 relative per value at most) against the CPU's int16: 3e-3, the bound of that cache.
+static double after_cache_tol(const mx_backend *gpu) { return gpu->kv_dtype == MX_DTYPE_I16 ? 2e-4 : 3e-3; }
 
 // ---- the projection patterns -----------------------------------------------------------------------
 
@@ -378,7 +388,7 @@ static void build_layer(mx_plan *p, side *s, const void *vc) {
 static void layer_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, const fmt *f, layer_cfg c) {
     data d = {0};
     const int64_t n = c.n, H = c.H, QD = (int64_t)c.NH * c.D, KD = (int64_t)c.NKV * c.D;
-    const double pre = n >= 64 ? 1.5e-2 : 2e-5, post = n >= 64 ? 2e-2 : 3e-3;
+    const double pre = n >= 64 ? 1.5e-2 : 2e-5, post = n >= 64 ? 2e-2 : after_cache_tol(gpu);
     add_f(&d, "x", n * H, r, -1, 1, post);
     add_f(&d, "h", n * H, r, -1, 1, post);
     add_f(&d, "q", n * QD, r, -1, 1, pre);
@@ -417,8 +427,8 @@ static void layer_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, const fmt *
     mx_kv_layout lay = {2, 3, 64, c.NKV, c.D, 0};
     char label[160], ml[64];
     snprintf(label, sizeof label, "decoder layer + head, %s, n=%d", ref_matrix_label(&d.mat[0], ml, sizeof ml), c.n);
-    // The cache starts as zeros on both sides. The ids are not compared: logits differ by the f16
-    // cache rounding, so near-ties may pick different tokens (argmax has its own exact test).
+    // The cache starts as zeros on both sides. The ids are not compared: logits differ by the cache's
+    // rounding, so near-ties may pick different tokens (argmax has its own exact test).
     run_case(label, cpu, gpu, &d, build_layer, &c, &lay, d.ni);
     data_free(&d);
 }
@@ -500,7 +510,7 @@ static void build_mla(mx_plan *p, side *s, const void *vc) {
 static void mla_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, const fmt *f, mla_cfg c) {
     data d = {0};
     const int64_t n = c.n, NH = c.NH;
-    const double post = 3e-3;  // after the latent cache (f16 on the GPU, int16 with scales on the CPU)
+    const double post = after_cache_tol(gpu);  // after the latent cache
     add_f(&d, "h", n * c.H, r, -1, 1, 0);
     add_f(&d, "q_a", n * c.QL, r, -1, 1, 2e-5);
     add_f(&d, "q_nope", n * NH * c.nope, r, -1, 1, 2e-5);
@@ -625,7 +635,7 @@ static void gptoss_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, const fmt 
     add_f(&d, "q", n * QD, r, -1, 1, 2e-5);
     add_f(&d, "k", n * KD, r, -1, 1, 2e-5);
     add_f(&d, "v", n * KD, r, -1, 1, 2e-5);
-    add_f(&d, "att", n * QD, r, -1, 1, 3e-3);  // after the cache (f16 on the GPU)
+    add_f(&d, "att", n * QD, r, -1, 1, after_cache_tol(gpu));
     add_f(&d, "sinks", c.NH, r, -1, 3, 0);
     add_f(&d, "router", n * c.E, r, -1, 1, 2e-5);
     add_f(&d, "weights", n * K, r, 0, 1, 2e-5);
@@ -806,6 +816,21 @@ int main(void) {
     printf("cpu vs %s with MLXCEL_GPU_MMA_SYNC=1\n", gpu->ops->name);
     layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){70, 512, 8, 4, 64, 1024, 1000});
     layer_case(cpu, gpu, &rng, &other_fmts[0], (layer_cfg){70, 512, 8, 4, 64, 1024, 1000});
+    mx_backend_free(gpu);
+    // The f16 KV cache (MLXCEL_GPU_KV=f16, the A/B switch and fallback): every case that reads the
+    // cache, at its own bound.
+    setenv("MLXCEL_GPU_KV", "f16", 1);
+    gpu = mx_gpu_backend_create(&gopt, &err);
+    unsetenv("MLXCEL_GPU_KV");
+    if (!gpu) die("gpu backend with MLXCEL_GPU_KV=f16");
+    CHECK(gpu->kv_dtype == MX_DTYPE_F16);
+    printf("cpu vs %s with MLXCEL_GPU_KV=f16\n", gpu->ops->name);
+    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){1, 512, 8, 4, 64, 1024, 1000});
+    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){4, 512, 8, 4, 64, 1024, 1000});
+    mla_case(cpu, gpu, &rng, &fused_fmts[0], (mla_cfg){45, 128, 4, 64, 64, 32, 64, 64});
+    mla_case(cpu, gpu, &rng, &fused_fmts[4], (mla_cfg){3, 512, 8, 256, 128, 64, 512, 128});
+    gptoss_case(cpu, gpu, &rng, &q8, &fused_fmts[3], (gptoss_cfg){1, 256, 8, 2, 64, 8, 2, 128, 8});
+    gptoss_case(cpu, gpu, &rng, &q8, &fused_fmts[3], (gptoss_cfg){45, 256, 8, 2, 64, 8, 2, 128, 0});
     mx_backend_free(gpu);
     mx_backend_free(cpu);
     return check_finish();

@@ -580,13 +580,14 @@ static void test_elementwise(mx_backend *be, ref_rng *rng, group_stat *g) {
 
 // ---- KV cache and attention ----------------------------------------------------------------------
 
-static float f16_round(float v) { return mx_f16_to_f32(mx_f32_to_f16(v)); }
-
 // Each head size runs twice: each slot owning its blocks in order (no table), and a pool with spare
-// blocks handed out through scrambled block tables (paged attention).
-static void test_attention(mx_backend *be, ref_rng *rng, group_stat *g) {
-    const int hds[4] = {32, 64, 128, 256};
-    for (int run = 0; run < 8; run++) {
+// blocks handed out through scrambled block tables (paged attention). Head sizes 72 and 36 end in a
+// partial I16 chunk (36 also takes the 4-byte tile loads). `cpu` (NULL: none): a CPU backend with
+// the same cache type, whose kv_store of the same values must leave the same cache bytes (the I16
+// codes and scales are the CPU's, bit for bit).
+static void test_attention(mx_backend *be, mx_backend *cpu, ref_rng *rng, group_stat *g) {
+    const int hds[6] = {32, 64, 128, 256, 72, 36};
+    for (int run = 0; run < 12; run++) {
         const int hi = run / 2, paged = run % 2;
         mx_kv_layout lay = {2, 3, 300, 2, hds[hi], paged ? 64 : 0};
         const int table_len = mx_kv_table_len(&lay);  // 19 blocks per slot, 57 of the pool's 64 used
@@ -597,7 +598,8 @@ static void test_attention(mx_backend *be, ref_rng *rng, group_stat *g) {
         const int filled[3] = {260, 120, 300};  // positions stored per slot
         size_t kv_bytes = mx_kv_bytes(&lay, be->kv_dtype);
         void *dkv = dev_alloc(be, kv_bytes);
-        // Host mirror [slot][pos][kv_head][D], rounded to f16 like the device cache.
+        void *ckv = cpu ? dev_alloc(cpu, kv_bytes) : NULL;
+        // Host mirror [slot][pos][kv_head][D], rounded like the device cache.
         int64_t per_pos = (int64_t)lay.n_kv_heads * D;
         float *kc = fmalloc(3 * 300 * per_pos), *vc = fmalloc(3 * 300 * per_pos);
         for (int s = 0; s < 3; s++) {
@@ -607,14 +609,20 @@ static void test_attention(mx_backend *be, ref_rng *rng, group_stat *g) {
             ref_fill(rng, k, n * per_pos, -1, 1);
             ref_fill(rng, v, n * per_pos, -1, 1);
             for (int i = 0; i < n; i++) slot[i] = s, pos[i] = i;
-            for (int64_t i = 0; i < n * per_pos; i++) {
-                kc[(int64_t)s * 300 * per_pos + i] = f16_round(k[i]);
-                vc[(int64_t)s * 300 * per_pos + i] = f16_round(v[i]);
+            memcpy(kc + (int64_t)s * 300 * per_pos, k, sizeof(float) * n * per_pos);
+            memcpy(vc + (int64_t)s * 300 * per_pos, v, sizeof(float) * n * per_pos);
+            for (int64_t r = 0; r < n * lay.n_kv_heads; r++) {
+                ref_kv_round(kc + (int64_t)s * 300 * per_pos + r * D, D, be->kv_dtype);
+                ref_kv_round(vc + (int64_t)s * 300 * per_pos + r * D, D, be->kv_dtype);
             }
             float *dk = dev_from(be, k, sizeof(float) * n * per_pos), *dv = dev_from(be, v, sizeof(float) * n * per_pos);
             int32_t *dslot = dev_from(be, slot, sizeof(int32_t) * n), *dpos = dev_from(be, pos, sizeof(int32_t) * n);
             op_kv_store(be, dkv, &lay, dtable, layer, dk, dv, dslot, dpos, n);
             op_kv_store(be, dkv, &lay, dtable, 0, dv, dk, dslot, dpos, n);  // layer 0 holds other data
+            if (ckv) {  // host memory: the CPU backend's pointers are the host arrays
+                op_kv_store(cpu, ckv, &lay, paged ? table : NULL, layer, k, v, slot, pos, n);
+                op_kv_store(cpu, ckv, &lay, paged ? table : NULL, 0, v, k, slot, pos, n);
+            }
             be->ops->release(be, dk), be->ops->release(be, dv), be->ops->release(be, dslot), be->ops->release(be, dpos);
             free(k), free(v), free(slot), free(pos);
         }
@@ -654,6 +662,17 @@ static void test_attention(mx_backend *be, ref_rng *rng, group_stat *g) {
             stat_add(g, e);
             be->ops->release(be, dq), be->ops->release(be, dout), be->ops->release(be, dslot), be->ops->release(be, dpos);
             free(q), free(ref), free(got), free(slot), free(pos);
+        }
+        if (ckv) {  // the whole cache, both layers, unwritten rows (zero) included
+            unsigned char *got = malloc(kv_bytes);
+            dev_to(be, got, dkv, kv_bytes);
+            size_t diff = 0, first = 0;
+            for (size_t i = kv_bytes; i-- > 0;)
+                if (got[i] != ((unsigned char *)ckv)[i]) diff++, first = i;
+            CHECK_MSG(diff == 0, "kv_store head_dim=%d%s: %zu of %zu cache bytes differ from the CPU backend's (first at %zu)",
+                      D, paged ? " paged" : "", diff, kv_bytes, first);
+            free(got);
+            cpu->ops->release(cpu, ckv);
         }
         be->ops->release(be, dkv);
         if (dtable) be->ops->release(be, dtable);
@@ -798,6 +817,7 @@ int main(void) {
     group_stat tf = {"matmul tiled, float32", 0, 0, 0}, unused = {"", 0, 0, 0};
     group_stat emb = {"embed", 0, 0, 0}, moe = {"moe_matmul", 0, 0, 0}, norm = {"rmsnorm", 0, 0, 0};
     group_stat rope = {"rope", 0, 0, 0}, elt = {"swiglu/geglu/scale/add", 0, 0, 0}, attn = {"kv_store + attention", 0, 0, 0};
+    group_stat attn_f16 = {"kv_store + attention, f16 cache", 0, 0, 0};
     group_stat route = {"moe_route/moe_combine", 0, 0, 0}, rows = {"gather_rows/argmax", 0, 0, 0};
     group_stat graph = {"plan graph record/replay", 0, 0, 0};
     group_stat mvs = {"matrix-vector shapes", 0, 0, 0}, mvo = {"matrix-vector, old path", 0, 0, 0};
@@ -811,7 +831,14 @@ int main(void) {
     test_rmsnorm(be, &rng, &norm);
     test_rope(be, &rng, &rope);
     test_elementwise(be, &rng, &elt);
-    test_attention(be, &rng, &attn);
+    // The CPU backend's cache bytes are compared when it has the GPU's cache type (its default
+    // is I16 like the GPU's; MLXCEL_CPU_KV may change it).
+    mx_backend_options copt = {"cpu", 1, 0};
+    mx_backend *cpu = mx_backend_create(&copt, &err);
+    CHECK_MSG(cpu != NULL, "cpu backend: %s", err.msg);
+    CHECK_MSG(be->kv_dtype == MX_DTYPE_I16 || getenv("MLXCEL_GPU_KV"), "GPU KV cache %s, not the default I16",
+              mx_dtype_name(be->kv_dtype));
+    test_attention(be, cpu && cpu->kv_dtype == be->kv_dtype ? cpu : NULL, &rng, &attn);
     test_moe_route_combine(be, &rng, &route);
     test_rows(be, &rng, &rows);
     test_graph(be, &rng, &graph);
@@ -873,6 +900,23 @@ int main(void) {
         mx_backend_free(be);
     }
     unsetenv("MLXCEL_GPU_MMA_SYNC");
+    // The f16 cache (MLXCEL_GPU_KV=f16, the A/B switch and fallback): kv_store and attention, and an
+    // unknown cache type refused by name.
+    setenv("MLXCEL_GPU_KV", "f16", 1);
+    be = mx_gpu_backend_create(&opt, &err);
+    CHECK_MSG(be != NULL, "f16-cache backend: %s", err.msg);
+    if (be) {
+        CHECK_MSG(be->kv_dtype == MX_DTYPE_F16, "MLXCEL_GPU_KV=f16 gave a %s cache", mx_dtype_name(be->kv_dtype));
+        test_attention(be, NULL, &rng, &attn_f16);
+        mx_backend_free(be);
+    }
+    setenv("MLXCEL_GPU_KV", "f8", 1);
+    be = mx_gpu_backend_create(&opt, &err);
+    CHECK_MSG(be == NULL && strstr(err.msg, "MLXCEL_GPU_KV='f8'"), "MLXCEL_GPU_KV=f8 not refused by name: %s",
+              be ? "accepted" : err.msg);
+    if (be) mx_backend_free(be);
+    unsetenv("MLXCEL_GPU_KV");
+    mx_backend_free(cpu);
     stat_print(&mv, 2e-5);
     stat_print(&mvs, 2e-5);
     stat_print(&mvn, 2e-5);
@@ -887,6 +931,7 @@ int main(void) {
     stat_print(&rope, 1e-5);
     stat_print(&elt, 1e-6);
     stat_print(&attn, 1e-5);
+    stat_print(&attn_f16, 1e-5);
     stat_print(&route, 1e-5);
     stat_print(&rows, 0);
     stat_print(&graph, 0);

@@ -10,14 +10,15 @@
 //
 // MLXCEL_TEST_BACKEND picks the backend (default cpu). The tolerance follows the precision of the
 // backend's KV cache, the one reduced-precision step of these paths: float32 (the CPU with
-// MLXCEL_CPU_KV=f32) 2e-5, measured ~2.7e-6; int16 with a scale per 16 values (the CPU's default)
-// 1e-3 (the fixtures' own bound), measured up to 3.7e-4 (Gemma 3; ~1.1e-4 on the others); float16
-// (the GPU, and the CPU with MLXCEL_CPU_KV=f16) 4e-3: rounding K and V to f16 alone measures up to
-// 3.1e-3 on the Gemma 3 fixtures on the CPU (gemma3-q8g64 3.08e-3, q4g64 2.92e-3, bf16 2.57e-3; K
-// and V each about half of it, no overflow) and at most 1.2e-3 on the others, and the GPU adds its
-// float32 summation order (gemma3-q4g64 3.26e-3); bfloat16 3e-2. MLXCEL_TEST_TOL overrides it. The
-// fixtures' 1e-3 (fixtures/README.md) is the user-facing contract for float32 activations, not
-// these bounds: an f16 cache misses it on Gemma 3.
+// MLXCEL_CPU_KV=f32) 2e-5, measured ~2.7e-6; int16 with a scale per 16 values (the default of the
+// CPU and GPU backends, which store the same codes) 1e-3 (the fixtures' own bound), measured up to
+// 3.7e-4 on the CPU (Gemma 3; ~1.1e-4 on the others); float16 (the GPU with MLXCEL_GPU_KV=f16, and
+// the CPU with MLXCEL_CPU_KV=f16) 4e-3: rounding K and V to f16 alone measures up to 3.1e-3 on the
+// Gemma 3 fixtures on the CPU (gemma3-q8g64 3.08e-3, q4g64 2.92e-3, bf16 2.57e-3; K and V each about
+// half of it, no overflow) and at most 1.2e-3 on the others, and the GPU adds its float32 summation
+// order (gemma3-q4g64 3.26e-3); bfloat16 3e-2. MLXCEL_TEST_TOL overrides it. The fixtures' 1e-3
+// (fixtures/README.md) is the user-facing contract for float32 activations, not these bounds: an
+// f16 cache misses it on Gemma 3.
 #include <dirent.h>
 #include <jansson.h>
 #include <unistd.h>

@@ -36,8 +36,8 @@ void cpu_kernels_gemm(const mx_matrix *w, int64_t r0, int nr, const float *x, in
 void cpu_kernels_attn_head(const float *q, const float *K, const float *V, int64_t stride, int first, int last, int hd,
                            float scale, float *out);
 
-// I16 KV rows: one float scale per block of this many elements.
-#define CPU_KV_SCALE_BLOCK 16
+// I16 KV rows: one float scale per block of this many elements (the layout every backend shares).
+#define CPU_KV_SCALE_BLOCK MX_KV_SCALE_BLOCK
 #define CPU_KV_SCALES(hd) (((hd) + CPU_KV_SCALE_BLOCK - 1) / CPU_KV_SCALE_BLOCK)
 
 // Queries one attn_rows call takes at most (query heads of a GQA group times a few tokens).

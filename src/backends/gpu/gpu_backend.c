@@ -10,7 +10,8 @@
 // embedded PTX is accepted after a probe launch proves a kernel image loads.
 //
 // Owns: one stream, a split-attention workspace, and the device copies made by upload_matrix. The
-// KV cache is f16 (kv_dtype), laid out as kernels.h says.
+// KV cache (kv_dtype) is int16 with one scale per 16 values, the CPU backend's format and rounding,
+// or f16 with MLXCEL_GPU_KV=f16; laid out as kernels.h says.
 #include "backends/gpu/gpu_backend.h"
 
 #include <stdio.h>
@@ -263,6 +264,15 @@ static const char *vendor_word(void) { return strcmp(MXG_RUNTIME_NAME, "cuda") =
 mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) {
     int count = 0, dev = opt ? opt->device_index : 0;
     char why[256] = "";
+    // The KV cache's element type: int16 with one float scale per 16 values (the CPU's default, so
+    // both backends hold the same codes; the fixtures' 1e-3 parity), or f16 with MLXCEL_GPU_KV=f16
+    // (2 bytes per element instead of 2.25, for A/B speed runs and as a fallback).
+    const char *kvt = getenv("MLXCEL_GPU_KV");
+    if (kvt && strcmp(kvt, "i16") != 0 && strcmp(kvt, "f16") != 0) {
+        mx_fail(err, "MLXCEL_GPU_KV='%s': the GPU KV cache type must be i16 (the default) or f16", kvt);
+        return NULL;
+    }
+    const bool kv_i16 = !kvt || !strcmp(kvt, "i16");
     mxg_rt_device_count(&count, why, sizeof why);
     if (count == 0) {
         mx_fail(err, "no %s GPU found (%s runtime: %s)",
@@ -283,7 +293,8 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     }
     be->ops = &gpu_ops;
     be->ctx = c;
-    be->kv_dtype = MX_DTYPE_F16;
+    be->kv_dtype = kv_i16 ? MX_DTYPE_I16 : MX_DTYPE_F16;
+    c->launch.kv_i16 = kv_i16;
     c->device = dev;
     if (mxg_rt_device_info(dev, &c->info, err) != 0) goto fail;
     if (!arch_listed(c->info.arch)) {

@@ -30,6 +30,7 @@ typedef struct mxg_launch {
     bool matvec_stream;    // the streaming matrix-vector kernel where it applies (off: MLXCEL_GPU_NO_STREAM_MATVEC=1)
     int stream_rows;       // its rows per task for one token over long rows: 2, or 4 with half the chunks per step
     bool attn_token_rows;  // attention always in token rows, never head rows for decode (A/B switch)
+    bool kv_i16;           // the KV cache is int16 with scales (MX_DTYPE_I16, default); false: f16 (MLXCEL_GPU_KV=f16)
     bool dependent_launch; // matrix-vector and fused kernels start while the previous one ends (sm_90+)
     void *scratch;         // device workspace for split attention partials
     size_t scratch_bytes;
@@ -57,10 +58,12 @@ int mxg_matmul_mma(const mxg_launch *L, float *out, const float *x, const mx_mat
 void mxg_rmsnorm(const mxg_launch *L, float *out, const float *x, const float *w, int n, int dim, float eps);
 void mxg_rope(const mxg_launch *L, float *x, const int32_t *pos, int n, int n_heads, const mx_rope *rope);
 
-// The KV cache holds f16 elements in blocks of MX_KV_BLOCK positions, laid out
-// [layer][block][k|v][kv_head][MX_KV_BLOCK][head_dim] (backend.h; total size: mx_kv_bytes with
-// MX_DTYPE_F16), so one head's keys are contiguous within a block. The block of a token's position
-// comes from the ref's block table (kv_block.cuh).
+// The KV cache holds, in blocks of MX_KV_BLOCK positions, int16 codes with one float scale per
+// MX_KV_SCALE_BLOCK elements of a row (L->kv_i16, the CPU backend's format and rounding) or f16
+// elements, laid out [layer][block][k|v][kv_head][MX_KV_BLOCK][head_dim] (backend.h; the I16 scales
+// follow in the same order; total size: mx_kv_bytes of the backend's kv_dtype), so one head's keys
+// are contiguous within a block. The block of a token's position comes from the ref's block table,
+// the element format is read and written by kv_block.cuh.
 void mxg_kv_store(const mxg_launch *L, const mx_kv_ref *r, const float *k, const float *v, int n);
 void mxg_attention(const mxg_launch *L, float *out, const float *q, const mx_kv_ref *r, int n, int n_heads, float scale,
                    int window, const float *sinks);

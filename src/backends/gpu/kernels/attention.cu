@@ -1,7 +1,11 @@
 // SPDX-License-Identifier: MIT
-// Attention over the paged f16 KV cache for prefill, decode and mixed batches, without materializing
+// Attention over the paged KV cache for prefill, decode and mixed batches, without materializing
 // the [T, T] score matrix (online softmax, flash-attention style). Each key row of a tile is found
 // through the slot's block table (kv_block.cuh); a 32-key tile spans two blocks of 16.
+// The cache is int16 with one scale per 16 elements of a row (I16, default) or f16: a tile is copied
+// to shared memory as it is stored (2 bytes per element, plus the I16 rows' scales), and dequantized
+// in registers: a key's score sums q . codes over each 16-element chunk, then times the chunk's
+// scale; a value enters the output as p times its scale times its code.
 //
 // A block takes ROWS rows (one warp each) and optionally one of `splits` slices of the key range
 // (split-KV or flash-decoding, used when there are too few blocks to fill the GPU, i.e. decode; a
@@ -35,7 +39,7 @@ struct AttnArgs {
     float *part;             // [n, n_heads, splits, D + 2] (m, l, o) when splits > 1
     const float *q;          // [n, n_heads, D]
     const float *sinks;      // [n_heads] or NULL
-    const __half *kv;
+    const uint16_t *kv;      // int16 codes (I16) or f16 bits
     const int32_t *slot, *pos;
     KvPages pg;  // where a (slot, position)'s keys are (kv_block.cuh)
     int n, n_heads, n_kv_heads, head_dim, max_ctx, window, splits;
@@ -53,16 +57,23 @@ __device__ __forceinline__ float inv_denominator(float m, float l, float sink) {
     return 1.0f / (l + expf(sink - m));
 }
 
-template <int W, int DPL>
+// Odd stride of a tile's rows of I16 scales in shared memory: lane j reading key j's scale of one
+// chunk hits 32 different banks.
+__host__ __device__ __forceinline__ int scale_stride(int n_scales) { return n_scales | 1; }
+
+template <int W, int DPL, bool I16>
 __global__ void __launch_bounds__(ROWS * 64) attn_kernel(AttnArgs a) {
     MXG_WARP_ONLY(W) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int D = a.head_dim, KST = D + 2;  // K rows padded by one word: conflict-free column reads
-    __half *ks = (__half *)smem_raw;        // [BK][D + 2]
-    __half *vs = ks + BK * KST;             // [BK][D]
+    uint16_t *ks = (uint16_t *)smem_raw;    // [BK][D + 2] as stored (int16 codes or f16)
+    uint16_t *vs = ks + BK * KST;           // [BK][D]
     float *qs = (float *)(vs + BK * D);     // [ROWS][D]
+    const int nsc = a.pg.n_scales, SST = scale_stride(nsc);
+    float *kss = qs + ROWS * D;             // I16: [BK][SST] scales of the K rows
+    float *vss = kss + BK * SST;            // I16: [BK][SST] scales of the V rows
     __shared__ int s_slot[ROWS], s_lo[ROWS], s_hi[ROWS], s_done[ROWS];
-    __shared__ int64_t s_row[BK];  // element offsets of the tile's key rows (values: + vrows)
+    __shared__ int64_t s_row[BK];  // row indices (kv_block.cuh) of the tile's key rows (values: + vrows)
     const int warp = threadIdx.x / W, lane = threadIdx.x % W, split = blockIdx.z;
     const int group = a.n_heads / a.n_kv_heads;
     int t, h, kvh;
@@ -73,7 +84,7 @@ __global__ void __launch_bounds__(ROWS * 64) attn_kernel(AttnArgs a) {
         const int g = (int)(blockIdx.y % a.head_parts) * ROWS + warp;
         t = blockIdx.x, kvh = blockIdx.y / a.head_parts, h = kvh * group + g, live = g < group;
     }
-    const int64_t vrows = (int64_t)a.n_kv_heads * MX_KV_BLOCK * D;  // a block's V rows follow its K rows
+    const int64_t vrows = (int64_t)a.n_kv_heads * MX_KV_BLOCK;  // a block's V rows follow its K rows
     if (lane == 0) {
         if (live) {
             const int p = a.pos[t];
@@ -120,13 +131,13 @@ __global__ void __launch_bounds__(ROWS * 64) attn_kernel(AttnArgs a) {
         const int words = D / 2;
         for (int k0 = klo; k0 <= khi; k0 += BK) {
             const int nk = min(BK, khi - k0 + 1);
-            if (threadIdx.x < nk) s_row[threadIdx.x] = kv_row(a.pg, cur, k0 + threadIdx.x, 0, kvh);
+            if (threadIdx.x < nk) s_row[threadIdx.x] = kv_row_index(a.pg, cur, k0 + threadIdx.x, 0, kvh);
             __syncthreads();
-            if ((D & 7) == 0) {  // 16-byte loads (8 halves); K rows are padded, so stored as 4 words
+            if ((D & 7) == 0) {  // 16-byte loads (8 elements); K rows are padded, so stored as 4 words
                 const int vecs = D / 8;
                 for (int i = threadIdx.x; i < nk * vecs; i += blockDim.x) {
                     const int j = i / vecs, vq = i % vecs;
-                    const __half *krow = a.kv + s_row[j], *vrow = krow + vrows;
+                    const uint16_t *krow = a.kv + s_row[j] * D, *vrow = krow + vrows * D;
                     const uint4 kq = ((const uint4 *)krow)[vq];
                     uint32_t *kd = (uint32_t *)(ks + j * KST) + 4 * vq;
                     kd[0] = kq.x, kd[1] = kq.y, kd[2] = kq.z, kd[3] = kq.w;
@@ -135,9 +146,16 @@ __global__ void __launch_bounds__(ROWS * 64) attn_kernel(AttnArgs a) {
             } else {
                 for (int i = threadIdx.x; i < nk * words; i += blockDim.x) {
                     const int j = i / words, wd = i % words;
-                    const __half *krow = a.kv + s_row[j], *vrow = krow + vrows;
-                    ((__half2 *)(ks + j * KST))[wd] = ((const __half2 *)krow)[wd];
-                    ((__half2 *)(vs + j * D))[wd] = ((const __half2 *)vrow)[wd];
+                    const uint16_t *krow = a.kv + s_row[j] * D, *vrow = krow + vrows * D;
+                    ((uint32_t *)(ks + j * KST))[wd] = ((const uint32_t *)krow)[wd];
+                    ((uint32_t *)(vs + j * D))[wd] = ((const uint32_t *)vrow)[wd];
+                }
+            }
+            if constexpr (I16) {  // the tile's scales: row r's at r * nsc (kv_block.cuh)
+                for (int i = threadIdx.x; i < nk * nsc; i += blockDim.x) {
+                    const int j = i / nsc, c = i % nsc;
+                    kss[j * SST + c] = a.pg.scales[s_row[j] * nsc + c];
+                    vss[j * SST + c] = a.pg.scales[(s_row[j] + vrows) * nsc + c];
                 }
             }
             __syncthreads();
@@ -147,12 +165,36 @@ __global__ void __launch_bounds__(ROWS * 64) attn_kernel(AttnArgs a) {
                 float s = -INFINITY;
                 if (valid) {
                     const float *qr = qs + warp * D;
-                    const __half2 *kr = (const __half2 *)(ks + lane * KST);
+                    const uint32_t *kr = (const uint32_t *)(ks + lane * KST);
                     float acc = 0.0f;
-                    for (int d2 = 0; d2 < words; d2++) {
-                        const float2 kf = __half22float2(kr[d2]);
-                        acc = fmaf(qr[2 * d2], kf.x, acc);
-                        acc = fmaf(qr[2 * d2 + 1], kf.y, acc);
+                    if constexpr (I16) {  // per chunk of MX_KV_SCALE_BLOCK / 2 words: q . codes, times its scale
+                        const float *ksc = kss + lane * SST;
+                        constexpr int CW = MX_KV_SCALE_BLOCK / 2;
+                        for (int c = 0; c < nsc; c++) {
+                            float part = 0.0f;
+                            if ((c + 1) * CW <= words) {  // a whole chunk
+#pragma unroll
+                                for (int w = 0; w < CW; w++) {
+                                    const int d2 = c * CW + w;
+                                    const float2 kf = kv_pair<true>(kr[d2]);
+                                    part = fmaf(qr[2 * d2], kf.x, part);
+                                    part = fmaf(qr[2 * d2 + 1], kf.y, part);
+                                }
+                            } else {  // the row's last, partial chunk
+                                for (int d2 = c * CW; d2 < words; d2++) {
+                                    const float2 kf = kv_pair<true>(kr[d2]);
+                                    part = fmaf(qr[2 * d2], kf.x, part);
+                                    part = fmaf(qr[2 * d2 + 1], kf.y, part);
+                                }
+                            }
+                            acc = fmaf(part, ksc[c], acc);
+                        }
+                    } else {
+                        for (int d2 = 0; d2 < words; d2++) {
+                            const float2 kf = kv_pair<false>(kr[d2]);
+                            acc = fmaf(qr[2 * d2], kf.x, acc);
+                            acc = fmaf(qr[2 * d2 + 1], kf.y, acc);
+                        }
                     }
                     s = acc;
                 }
@@ -169,7 +211,13 @@ __global__ void __launch_bounds__(ROWS * 64) attn_kernel(AttnArgs a) {
 #pragma unroll
                         for (int i = 0; i < DPL; i++) {
                             const int d = lane + i * W;
-                            if (d < D) o[i] = fmaf(pj, __half2float(vs[j * D + d]), o[i]);
+                            if (d < D) {
+                                if constexpr (I16)
+                                    o[i] = fmaf(pj * vss[j * SST + d / MX_KV_SCALE_BLOCK],
+                                                (float)(int16_t)vs[j * D + d], o[i]);
+                                else
+                                    o[i] = fmaf(pj, f16_to_f32(vs[j * D + d]), o[i]);
+                            }
                         }
                     }
                     m = mn;
@@ -222,18 +270,18 @@ __global__ void attn_combine_kernel(float *out, const float *__restrict__ part, 
     }
 }
 
-template <int W>
+template <int W, bool I16>
 void launch_attn(const mxg_launch *L, const AttnArgs &a, dim3 grid, size_t smem) {
     const int dpl = (a.head_dim + W - 1) / W;
     gpuStream_t s = (gpuStream_t)L->stream;
     if (dpl <= 1)
-        attn_kernel<W, 1><<<grid, ROWS * W, smem, s>>>(a);
+        attn_kernel<W, 1, I16><<<grid, ROWS * W, smem, s>>>(a);
     else if (dpl <= 2)
-        attn_kernel<W, 2><<<grid, ROWS * W, smem, s>>>(a);
+        attn_kernel<W, 2, I16><<<grid, ROWS * W, smem, s>>>(a);
     else if (dpl <= 4)
-        attn_kernel<W, 4><<<grid, ROWS * W, smem, s>>>(a);
+        attn_kernel<W, 4, I16><<<grid, ROWS * W, smem, s>>>(a);
     else if (W == 32)
-        attn_kernel<W, (W == 32 ? 8 : 4)><<<grid, ROWS * W, smem, s>>>(a);
+        attn_kernel<W, (W == 32 ? 8 : 4), I16><<<grid, ROWS * W, smem, s>>>(a);
 }
 
 }  // namespace
@@ -250,8 +298,8 @@ extern "C" void mxg_attention(const mxg_launch *L, float *out, const float *q, c
     MX_ASSERT(D % 2 == 0 && D <= kMaxHeadDim && n_heads % lay->n_kv_heads == 0 && r->layer < lay->n_layers);
     if (n == 0) return;
     AttnArgs a;
-    a.out = out, a.part = (float *)L->scratch, a.q = q, a.sinks = sinks, a.kv = (const __half *)r->kv, a.slot = r->slot, a.pos = r->pos;
-    a.pg = kv_pages(r);
+    a.out = out, a.part = (float *)L->scratch, a.q = q, a.sinks = sinks, a.kv = (const uint16_t *)r->kv, a.slot = r->slot, a.pos = r->pos;
+    a.pg = kv_pages(r, L->kv_i16);
     a.n = n, a.n_heads = n_heads, a.n_kv_heads = lay->n_kv_heads, a.head_dim = D, a.max_ctx = lay->max_ctx;
     a.window = window, a.scale = scale;
     // Decode-sized steps with grouped query heads: one block per (token, group of ROWS query heads
@@ -272,9 +320,16 @@ extern "C" void mxg_attention(const mxg_launch *L, float *out, const float *q, c
         splits = (int)(s < 1 ? 1 : s);
     }
     a.splits = splits;
-    const size_t smem = (size_t)BK * (D + 2) * 2 + (size_t)BK * D * 2 + (size_t)ROWS * D * sizeof(float);
+    // Shared memory: the K and V tiles as stored (2 bytes per element), the queries, and for I16
+    // the tile's scales (at head_dim 256: 36,992 + 4,352 bytes, under the 48 KB default).
+    const size_t smem = (size_t)BK * (D + 2) * 2 + (size_t)BK * D * 2 + (size_t)ROWS * D * sizeof(float) +
+                        (L->kv_i16 ? (size_t)2 * BK * scale_stride(a.pg.n_scales) * sizeof(float) : 0);
     dim3 grid((unsigned)row_blocks, (unsigned)col_blocks, (unsigned)splits);
-    MXG_WARP_DISPATCH(L->warp, launch_attn<W>(L, a, grid, smem));
+    if (L->kv_i16) {
+        MXG_WARP_DISPATCH(L->warp, launch_attn<W, true>(L, a, grid, smem));
+    } else {
+        MXG_WARP_DISPATCH(L->warp, launch_attn<W, false>(L, a, grid, smem));
+    }
     if (splits > 1) {
         int threads = D > 256 ? 256 : (D + 31) / 32 * 32;
         attn_combine_kernel<<<(unsigned)(n * n_heads), threads, 0, (gpuStream_t)L->stream>>>(out, a.part, D, splits,

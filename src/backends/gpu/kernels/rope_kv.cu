@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // RoPE (rotate-half: pairs (i, i + r/2) within the first r = rot_dim dimensions, angle pos *
 // inv_freq[i] (the long table from long_from on), cos/sin times attn_factor) in
-// place on [n, heads, head_dim], and the KV-cache write (f16, layout in kernels.h).
+// place on [n, heads, head_dim], and the KV-cache write (int16 with scales, or f16; layout in
+// kernels.h, element format in kv_block.cuh).
 #include "backends/gpu/common.cuh"
 #include "backends/gpu/kv_block.cuh"
 #include "backends/gpu/kernels.h"
@@ -28,14 +29,32 @@ __global__ void rope_kernel(float *x, const int32_t *__restrict__ pos, int n_hea
     }
 }
 
-__global__ void kv_store_kernel(__half *kv, const float *__restrict__ k, const float *__restrict__ v,
-                                const int32_t *__restrict__ slot, const int32_t *__restrict__ pos, KvPages pg) {
+__global__ void kv_store_f16_kernel(__half *kv, const float *__restrict__ k, const float *__restrict__ v,
+                                    const int32_t *__restrict__ slot, const int32_t *__restrict__ pos, KvPages pg) {
     const int t = blockIdx.x;
     const int per_token = pg.n_kv_heads * pg.head_dim;
     for (int i = threadIdx.x; i < per_token; i += blockDim.x) {
         const int h = i / pg.head_dim, d = i % pg.head_dim;
-        kv[kv_row(pg, slot[t], pos[t], 0, h) + d] = __float2half_rn(k[(int64_t)t * per_token + i]);
-        kv[kv_row(pg, slot[t], pos[t], 1, h) + d] = __float2half_rn(v[(int64_t)t * per_token + i]);
+        kv[kv_row_index(pg, slot[t], pos[t], 0, h) * pg.head_dim + d] = __float2half_rn(k[(int64_t)t * per_token + i]);
+        kv[kv_row_index(pg, slot[t], pos[t], 1, h) * pg.head_dim + d] = __float2half_rn(v[(int64_t)t * per_token + i]);
+    }
+}
+
+// I16: one thread per chunk of MX_KV_SCALE_BLOCK values of a row (K and V rows of every head of
+// token blockIdx.x), which it quantizes with its scale (kv_put_chunk).
+__global__ void kv_store_i16_kernel(int16_t *kv, const float *__restrict__ k, const float *__restrict__ v,
+                                    const int32_t *__restrict__ slot, const int32_t *__restrict__ pos, KvPages pg) {
+    const int t = blockIdx.x, hd = pg.head_dim, nsc = pg.n_scales;
+    const int per_token = pg.n_kv_heads * hd, chunks = 2 * pg.n_kv_heads * nsc;
+    for (int i = threadIdx.x; i < chunks; i += blockDim.x) {
+        const int which = i / (pg.n_kv_heads * nsc), h = i / nsc % pg.n_kv_heads, c = i % nsc;
+        const int d0 = c * MX_KV_SCALE_BLOCK, len = min(MX_KV_SCALE_BLOCK, hd - d0);
+        const float *src = (which ? v : k) + (int64_t)t * per_token + (int64_t)h * hd + d0;
+        float x[MX_KV_SCALE_BLOCK];
+#pragma unroll
+        for (int j = 0; j < MX_KV_SCALE_BLOCK; j++) x[j] = j < len ? src[j] : 0.0f;
+        const int64_t row = kv_row_index(pg, slot[t], pos[t], which, h);
+        kv_put_chunk(kv + row * hd + d0, pg.scales + row * nsc + c, x, len);
     }
 }
 
@@ -56,8 +75,15 @@ extern "C" void mxg_rope(const mxg_launch *L, float *x, const int32_t *pos, int 
 extern "C" void mxg_kv_store(const mxg_launch *L, const mx_kv_ref *r, const float *k, const float *v, int n) {
     MX_ASSERT(r->layer >= 0 && r->layer < r->lay.n_layers && n >= 0);
     if (n == 0) return;
-    int threads = r->lay.n_kv_heads * r->lay.head_dim;
-    threads = threads > 256 ? 256 : (threads + 31) / 32 * 32;
-    kv_store_kernel<<<(unsigned)n, threads, 0, (gpuStream_t)L->stream>>>((__half *)r->kv, k, v, r->slot, r->pos,
-                                                                        kv_pages(r));
+    const KvPages pg = kv_pages(r, L->kv_i16);
+    gpuStream_t s = (gpuStream_t)L->stream;
+    if (L->kv_i16) {
+        int threads = 2 * pg.n_kv_heads * pg.n_scales;
+        threads = threads > 256 ? 256 : (threads + 31) / 32 * 32;
+        kv_store_i16_kernel<<<(unsigned)n, threads, 0, s>>>((int16_t *)r->kv, k, v, r->slot, r->pos, pg);
+    } else {
+        int threads = r->lay.n_kv_heads * r->lay.head_dim;
+        threads = threads > 256 ? 256 : (threads + 31) / 32 * 32;
+        kv_store_f16_kernel<<<(unsigned)n, threads, 0, s>>>((__half *)r->kv, k, v, r->slot, r->pos, pg);
+    }
 }
