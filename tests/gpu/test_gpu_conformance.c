@@ -700,8 +700,9 @@ static void proj_cases(mx_backend *cpu, mx_backend *gpu, ref_rng *rng) {
     proj_case(cpu, gpu, rng, &fused_fmts[0], (proj_cfg){1, 256, 64, 32, 64, true, P_NORM_QKV});
     proj_case(cpu, gpu, rng, &fused_fmts[0], (proj_cfg){1, 12288, 256, 128, 256, false, P_NORM_GATE_UP});
     // More tasks than the 2,112 warps of an H200's streaming grid (warps take several; eight rows
-    // per task over 1024 columns): q/k/v of 20480 + 512 + 512 rows, gate/up of 18000 rows.
-    for (size_t f = 0; f < 3; f += 2) {
+    // per task over 1024 columns, two in bf16): q/k/v of 20480 + 512 + 512 rows, gate/up of 18000
+    // rows, in 4-bit, 8-bit and bf16.
+    for (size_t f = 0; f < 5; f += 2) {
         proj_case(cpu, gpu, rng, &fused_fmts[f], (proj_cfg){1, 1024, 20480, 512, 256, f == 0, P_NORM_QKV});
         proj_case(cpu, gpu, rng, &fused_fmts[f], (proj_cfg){1, 1024, 256, 128, 18000, f == 2, P_NORM_GATE_UP});
     }
@@ -741,8 +742,8 @@ int main(void) {
         layer_case(cpu, gpu, &rng, &fused_fmts[f], (layer_cfg){1, 512, 8, 4, 64, 1024, 1000});
     layer_case(cpu, gpu, &rng, &other_fmts[0], (layer_cfg){1, 512, 8, 4, 64, 1024, 1000});
     // 1024-wide layers: every product on the streaming kernel (rows of 32 chunks or more), the
-    // head at two tokens included.
-    for (size_t f = 0; f < 4; f++)
+    // head at two tokens too (bf16 there: the kernels of matvec.cuh).
+    for (size_t f = 0; f < sizeof fused_fmts / sizeof fused_fmts[0]; f++)
         layer_case(cpu, gpu, &rng, &fused_fmts[f], (layer_cfg){1, 1024, 8, 4, 128, 2048, 1000});
     layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){4, 512, 8, 4, 64, 1024, 1000});
     layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){70, 512, 8, 4, 64, 1024, 1000});

@@ -265,7 +265,8 @@ static void test_matmul(mx_backend *be, ref_rng *rng, bool mma_backend, int whic
 }
 
 // Matrix-vector shapes (n <= 33) that reach every launch choice of the matrix-vector kernels: the
-// streaming kernel (kernels/matvec_stream.cuh: affine 4/8-bit and mxfp4, 1-8 tokens, rows of at
+// streaming kernel (kernels/matvec_stream.cuh: affine 4/8-bit and mxfp4 at 1-8 tokens, dense bf16
+// at one; rows of at
 // least 32 chunks whose token rows fit the staging) with one and several tasks per warp, partial
 // steps (row lengths that are not a multiple of a step), odd row counts, one to eight tokens; and
 // the kernels of kernels/matvec.cuh: many rows (four rows per warp), few rows over long rows
@@ -296,8 +297,8 @@ static void test_matvec_shapes(mx_backend *be, ref_rng *rng, const char *path, b
     // several, loading the next task's chunks during the last step of the current one; 4224: a
     // partial second step, three steps at 8 bits; 2200 x 1024 at 2: one row per task); 300 x 12288
     // at 1 (the 8B down projection's width: 48 KB staged, three steps). These four (BIG) only on
-    // the streaming paths (`stream`) and in three formats (4-bit g64 bf16, 8-bit g32 f16 and mxfp4:
-    // both step widths and both dots), to keep the host reference's time down.
+    // the streaming paths (`stream`) and in four formats (4-bit g64 bf16, 8-bit g32 f16, mxfp4 and
+    // dense bf16: every step width and dot), to keep the host reference's time down.
     // The kernels of matvec.cuh: 4224 x 512 (16 chunks, too short for the streaming kernel: four
     // rows per warp); 133 x 4224 at n = 3 and 8 and 7 x 2048 at 8 (activations staged by slices,
     // split-K over four and two warps at one token on the previous-path backends); 64 x 13312 at
@@ -313,7 +314,7 @@ static void test_matvec_shapes(mx_backend *be, ref_rng *rng, const char *path, b
     for (int f = 0; f < nf; f++) {
         const bool big_ok = stream && ((fc[f].q.bits == 4 && fc[f].q.group_size == 64 && fc[f].sdtype == MX_DTYPE_BF16) ||
                                        (fc[f].q.bits == 8 && fc[f].q.group_size == 32 && fc[f].sdtype == MX_DTYPE_F16) ||
-                                       fc[f].q.mode == MX_QUANT_MXFP4);
+                                       fc[f].q.mode == MX_QUANT_MXFP4 || fc[f].q.mode == MX_QUANT_NONE);
         for (int sh = 0; sh < nshapes; sh++) {
             if ((shapes[sh][2] & BIG) && !big_ok) continue;
             const int rows = shapes[sh][0], cols = shapes[sh][1];

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The streaming matrix-vector kernel of decode: the default for affine 4/8-bit and mxfp4 weights
-// (one-record products of 1-8 tokens in kernels/matvec_stream.cu, the fused one-token patterns in
+// and, for one token, dense bf16/f16 (one-record products of 1-8 tokens in
+// kernels/matvec_stream.cu, the fused one-token patterns in
 // kernels/matvec_fused.cu); MLXCEL_GPU_NO_STREAM_MATVEC=1 gives the previous kernels
 // (kernels/matvec.cuh), which also take every product this one declines.
 //
@@ -30,7 +31,8 @@
 //   MLXCEL_GPU_STREAM_ROWS=4 (L->stream_rows, tuning knob for A/B) takes 2 x R rows and U / 2
 //   chunks per step over long rows as well.
 // - The dot products are those of the other kernels (kernels/matvec_scaled.cuh for affine 4/8-bit,
-//   Fmt::dot_raw for mxfp4), so the results differ from theirs only in float32 summation order.
+//   Fmt::dot_raw for mxfp4 and dense bf16/f16), so the results differ from theirs only in float32
+//   summation order.
 // Requirements (stream_fits): cols a multiple of 32 with aligned rows (matvec_fast), the token rows
 // within the 48 KB of default shared memory, at least one chunk per lane. Lanes past the row's last
 // chunk in a partial step skip their slot; rows past the matrix load a clamped row and are not
@@ -51,14 +53,15 @@ enum { EPI_PLAIN, EPI_RESIDUAL, EPI_SWIGLU };
 
 __device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 
-// Formats the streaming kernel reads (mxfp4 up to 4 tokens: its generic dot spills at 8), and
-// chunks per lane per step: 64 bytes of a row (2 or 1 rows per task); from 4 tokens on (mxfp4:
-// from 2), half that, so the NT rows of activations and the codes fit the 128 registers without
-// spills (ptxas -v).
+// Formats the streaming kernel reads (mxfp4 up to 4 tokens: its generic dot spills at 8; dense
+// bf16/f16 for one token: a chunk is 64 bytes), and chunks per lane per step: 64 bytes of a row (2
+// or 1 rows per task); from 4 tokens on (mxfp4: from 2), half that, so the NT rows of activations
+// and the codes fit the 128 registers without spills (ptxas -v).
 template <class F, int NT>
 struct Streamed {
-    static constexpr bool on = Scaled<F>::on || (F::kind == KIND_MXFP4 && NT <= 4);
-    static constexpr int U0 = F::bits == 8 ? 2 : 4;
+    static constexpr bool dense = F::kind == KIND_DENSE && F::st != ST_F32 && NT == 1;
+    static constexpr bool on = Scaled<F>::on || (F::kind == KIND_MXFP4 && NT <= 4) || dense;
+    static constexpr int U0 = F::kind == KIND_DENSE ? 1 : F::bits == 8 ? 2 : 4;
     static constexpr int U = NT == 1 || (NT == 2 && Scaled<F>::on) ? U0 : U0 / 2;
 };
 
@@ -114,7 +117,7 @@ __device__ __forceinline__ void stream_dot(const float4 *xs4, int n4, int c, con
             const float xs = scaled_sum<F::bits>(xv);
 #pragma unroll
             for (int j = 0; j < RR; j++) acc[j][t] += scaled_dot<F>(b[j], xv, xs);
-        } else {  // mxfp4: no bias term, so no sum of x
+        } else {  // mxfp4 and dense: no bias term, so no sum of x
 #pragma unroll
             for (int j = 0; j < RR; j++) acc[j][t] += F::dot_raw(b[j], xv, 0.0f);
         }
