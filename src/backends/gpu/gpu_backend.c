@@ -272,7 +272,7 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
         mx_fail(err, "MLXCEL_GPU_KV='%s': the GPU KV cache type must be i16 (the default) or f16", kvt);
         return NULL;
     }
-    const bool kv_i16 = !kvt || !strcmp(kvt, "i16");
+    const bool kv_i16 = !kvt || !strcmp(kvt, "i16");  // the default (unset) is I16
     mxg_rt_device_count(&count, why, sizeof why);
     if (count == 0) {
         mx_fail(err, "no %s GPU found (%s runtime: %s)",
