@@ -720,6 +720,9 @@ static void proj_cases(mx_backend *cpu, mx_backend *gpu, ref_rng *rng) {
 
 int main(void) {
     mx_backend_options copt = {"cpu", 2, 0}, gopt = {mx_gpu_backend_name(), 0, 0};
+    // The streaming matrix-vector kernel on every row length it can take (by default only from 4096
+    // weights on), so the short layers of the cases below reach it too.
+    setenv("MLXCEL_GPU_STREAM_MIN_COLS", "0", 1);
     mx_backend *cpu = mx_backend_create(&copt, &err);
     if (!cpu) die("cpu backend");
     mx_backend *gpu = mx_gpu_backend_create(&gopt, &err);

@@ -349,6 +349,11 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     // the streaming kernel (kernels/matvec_stream.cuh), for A/B benches and as a fallback.
     const char *no_stream = getenv("MLXCEL_GPU_NO_STREAM_MATVEC");
     c->launch.matvec_stream = !(no_stream && *no_stream && strcmp(no_stream, "0") != 0);
+    // ... on rows of at least 4096 weights: on the H200 it streamed the 8B's products faster (tg128
+    // 288 against 236 tok/s) but made the 0.6B's 1024-3072-wide ones slower (650 against 732;
+    // bench/RESULTS.md, run 12). MLXCEL_GPU_STREAM_MIN_COLS=N moves that bound (the GPU tests use 0).
+    const char *stream_min = getenv("MLXCEL_GPU_STREAM_MIN_COLS");
+    c->launch.stream_min_cols = stream_min && *stream_min ? atoi(stream_min) : 4096;
     // MLXCEL_GPU_STREAM_ROWS=4: tuning knob of the streaming kernel (4 rows per task, 2 chunks per
     // lane per step at 4 bits, instead of 2 and 4: half the activation reads per weight, fewer tasks).
     const char *stream_rows = getenv("MLXCEL_GPU_STREAM_ROWS");

@@ -28,6 +28,7 @@ typedef struct mxg_launch {
     int matvec_max_tokens; // batches of up to this many tokens use the matrix-vector kernels
     bool matvec_old;       // matrix-vector kernels without the scaled 4/8-bit dot and split-K (A/B switch)
     bool matvec_stream;    // the streaming matrix-vector kernel where it applies (off: MLXCEL_GPU_NO_STREAM_MATVEC=1)
+    int stream_min_cols;   // ... on rows at least this long (MLXCEL_GPU_STREAM_MIN_COLS; default 4096)
     int stream_rows;       // its rows per task for one token over long rows: 2, or 4 with half the chunks per step
     bool attn_token_rows;  // attention always in token rows, never head rows for decode (A/B switch)
     bool kv_i16;           // the KV cache is int16 with scales (MX_DTYPE_I16, default); false: f16 (MLXCEL_GPU_KV=f16)

@@ -33,7 +33,8 @@
 // - The dot products are those of the other kernels (kernels/matvec_scaled.cuh for affine 4/8-bit,
 //   Fmt::dot_raw for mxfp4 and dense bf16/f16), so the results differ from theirs only in float32
 //   summation order.
-// Requirements (stream_fits): cols a multiple of 32 with aligned rows (matvec_fast), the token rows
+// Requirements (stream_fits): rows of at least L->stream_min_cols weights (4096 by default: slower
+// than kernels/matvec.cuh on the 0.6B's shorter rows, as measured), cols a multiple of 32 with aligned rows (matvec_fast), the token rows
 // within the 48 KB of default shared memory, at least one chunk per lane. Lanes past the row's last
 // chunk in a partial step skip their slot; rows past the matrix load a clamped row and are not
 // written.
@@ -277,8 +278,8 @@ __global__ void __launch_bounds__(kStreamThreads, kStreamBlocksPerSm) matvec_str
 
 // Whether the streaming kernel takes NT token rows over w's columns (format checked by the caller).
 static inline bool stream_fits(const mxg_launch *L, const mx_matrix *w, const float *x, int nt) {
-    return L->matvec_stream && !L->matvec_old && matvec_fast(w, x) && (size_t)nt * w->cols * 4 <= kMatvecStageBytes &&
-           w->cols / 32 >= L->warp;
+    return L->matvec_stream && !L->matvec_old && w->cols >= L->stream_min_cols && matvec_fast(w, x) &&
+           (size_t)nt * w->cols * 4 <= kMatvecStageBytes && w->cols / 32 >= L->warp;
 }
 
 // One launch of R rows per task (per matrix: NM = 2 counts gate's rows only) and U chunks per lane
