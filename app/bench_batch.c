@@ -28,6 +28,7 @@
 #include "commands.h"
 #include "core/clock.h"
 #include "generate/engine.h"
+#include "prompt.h"
 
 #define CHOOSE_RUNS 20  // launches of the token-choice record timed together
 
@@ -202,10 +203,7 @@ int bench_batch(const char *cmd, mx_backend *be, mx_model *m, const char *dir, c
     int reps = o->reps < 64 ? o->reps : 64;
     char path[4200];
     snprintf(path, sizeof path, "%s/tokenizer.json", dir);
-    if (access(path, R_OK) == 0 && !(tok = mx_tokenizer_load(path, &err))) {
-        cli_error(cmd, "%s", err.msg);
-        return MX_EXIT_RUNTIME;
-    }
+    if (access(path, R_OK) == 0 && !(tok = prompt_load_tokenizer(cmd, dir))) return MX_EXIT_RUNTIME;
     mx_engine_opts eo = {.n_slots = o->batch, .max_ctx = o->max_ctx, .prefill_chunk = 256, .prefix_reuse = true,
                          .threads = o->threads};
     if (!(e = mx_engine_create(m, &eo, &err))) {

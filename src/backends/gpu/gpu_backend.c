@@ -261,6 +261,12 @@ const char *mx_gpu_backend_name(void) { return MXG_RUNTIME_NAME; }
 
 static const char *vendor_word(void) { return strcmp(MXG_RUNTIME_NAME, "cuda") == 0 ? "NVIDIA" : "AMD"; }
 
+// An on/off environment switch (MLXCEL_GPU_*): on when set to anything but "" or "0".
+static bool env_switch(const char *name) {
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
 mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) {
     int count = 0, dev = opt ? opt->device_index : 0;
     char why[256] = "";
@@ -320,16 +326,12 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.warp = c->info.warp;
     c->launch.sm_count = c->info.sm_count;
     c->launch.cc = c->info.cc;
-    const char *no_mma = getenv("MLXCEL_GPU_NO_MMA");
-    c->launch.use_mma = !(no_mma && *no_mma && strcmp(no_mma, "0") != 0);
-    const char *no_graphs = getenv("MLXCEL_GPU_NO_GRAPHS");
-    c->use_graphs = !(no_graphs && *no_graphs && strcmp(no_graphs, "0") != 0);
+    c->launch.use_mma = !env_switch("MLXCEL_GPU_NO_MMA");
+    c->use_graphs = !env_switch("MLXCEL_GPU_NO_GRAPHS");
     // Programmatic dependent launch of the matrix-vector kernels: measured at +1.5% (0.6B) and -1%
     // (8B) decode on the H200 (bench/RESULTS.md), so off unless asked for.
-    const char *pdl = getenv("MLXCEL_GPU_PDL");
-    c->launch.dependent_launch = c->info.cc >= 90 && pdl && *pdl && strcmp(pdl, "0") != 0;
-    const char *no_fusion = getenv("MLXCEL_GPU_NO_FUSION");
-    c->fuse = !(no_fusion && *no_fusion && strcmp(no_fusion, "0") != 0);
+    c->launch.dependent_launch = c->info.cc >= 90 && env_switch("MLXCEL_GPU_PDL");
+    c->fuse = !env_switch("MLXCEL_GPU_NO_FUSION");
     const char *mv_rows = getenv("MLXCEL_GPU_MATVEC_ROWS");  // tuning knob for benches: 1, 2 or 4
     c->launch.matvec_rows = mv_rows ? atoi(mv_rows) : 4;
     // Batches of 2..63 tokens (server decode steps) run the matrix-vector kernels in 8-token tiles:
@@ -341,14 +343,11 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     // dot and split-K (kernels/matvec_scaled.cuh), kept for A/B benches and as a fallback.
     // MLXCEL_GPU_MMA_SYNC=1: prefill on the mma.sync/ldmatrix kernel (vendor/cuda/matmul_mma_sync.cu)
     // instead of WMMA; opt-in until measured.
-    const char *mma_sync = getenv("MLXCEL_GPU_MMA_SYNC");
-    c->launch.mma_sync = mma_sync && *mma_sync && strcmp(mma_sync, "0") != 0;
-    const char *old_mv = getenv("MLXCEL_GPU_OLD_MATVEC");
-    c->launch.matvec_old = old_mv && *old_mv && strcmp(old_mv, "0") != 0;
+    c->launch.mma_sync = env_switch("MLXCEL_GPU_MMA_SYNC");
+    c->launch.matvec_old = env_switch("MLXCEL_GPU_OLD_MATVEC");
     // MLXCEL_GPU_NO_STREAM_MATVEC=1: decode products on the kernels of kernels/matvec.cuh instead of
     // the streaming kernel (kernels/matvec_stream.cuh), for A/B benches and as a fallback.
-    const char *no_stream = getenv("MLXCEL_GPU_NO_STREAM_MATVEC");
-    c->launch.matvec_stream = !(no_stream && *no_stream && strcmp(no_stream, "0") != 0);
+    c->launch.matvec_stream = !env_switch("MLXCEL_GPU_NO_STREAM_MATVEC");
     // ... on rows of at least 4096 weights: on the H200 it streamed the 8B's products faster (tg128
     // 288 against 236 tok/s) but made the 0.6B's 1024-3072-wide ones slower (650 against 732;
     // bench/RESULTS.md, run 12). MLXCEL_GPU_STREAM_MIN_COLS=N moves that bound (the GPU tests use 0).
@@ -358,8 +357,7 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     // lane per step at 4 bits, instead of 2 and 4: half the activation reads per weight, fewer tasks).
     const char *stream_rows = getenv("MLXCEL_GPU_STREAM_ROWS");
     c->launch.stream_rows = stream_rows && atoi(stream_rows) == 4 ? 4 : 2;
-    const char *token_rows = getenv("MLXCEL_GPU_ATTN_TOKEN_ROWS");
-    c->launch.attn_token_rows = token_rows && *token_rows && strcmp(token_rows, "0") != 0;
+    c->launch.attn_token_rows = env_switch("MLXCEL_GPU_ATTN_TOKEN_ROWS");
     c->launch.scratch_bytes = mxg_attention_scratch_bytes(c->info.sm_count, 256);
     if (mxg_rt_malloc(&c->launch.scratch, c->launch.scratch_bytes, c->launch.stream, err) != 0) goto fail;
     c->launch.small_scratch_bytes = 64 * 1024;
