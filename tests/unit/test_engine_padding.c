@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "test_demo.h"
 #include "generate/engine.h"
 
 enum { N_SEQ = 12, MAX_PROMPT = 40, MAX_NEW = 24, CTX = 128 };
@@ -65,12 +66,8 @@ static mx_engine_stats run(mx_model *m, int padding, int kv_size, int32_t out[N_
 }
 
 int main(void) {
-    mx_error err = {{0}};
-    mx_backend_options opt = {.name = "cpu"};
-    mx_backend *be = mx_backend_create(&opt, &err);
-    CHECK_MSG(be != NULL, "%s", err.msg);
-    mx_model *m = be ? mx_model_load("models/qwen3-demo-44m-4bit", be, &err) : NULL;
-    CHECK_MSG(m != NULL, "%s", err.msg);
+    mx_backend *be;
+    mx_model *m = test_demo_model(&be);
     if (!m) return check_finish();
     static int32_t ref[N_SEQ][MAX_NEW], got[N_SEQ][MAX_NEW];
     mx_engine_stats s0 = run(m, 1, 4096, ref);

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "test_demo.h"
 #include "generate/engine.h"
 
 enum { N_SEQ = 4, N_PROMPT = 20, MAX_NEW = 40, CTX = 256 };
@@ -140,11 +141,8 @@ static void cancel_preempted(mx_model *m) {
 
 int main(void) {
     mx_error err = {{0}};
-    mx_backend_options opt = {.name = "cpu"};
-    mx_backend *be = mx_backend_create(&opt, &err);
-    CHECK_MSG(be != NULL, "%s", err.msg);
-    mx_model *m = be ? mx_model_load("models/qwen3-demo-44m-4bit", be, &err) : NULL;
-    CHECK_MSG(m != NULL, "%s", err.msg);
+    mx_backend *be;
+    mx_model *m = test_demo_model(&be);
     if (!m) return check_finish();
     static int32_t ref[N_SEQ][MAX_NEW], got[N_SEQ][MAX_NEW];
     // 60 positions (4 blocks) per sequence: 16 blocks for all, 2 for each prompt.

@@ -9,17 +9,15 @@
 #include <string.h>
 
 #include "check.h"
+#include "test_demo.h"
 #include "core/quant.h"
 #include "models/model.h"
 #include "models/model_internal.h"
 
 int main(void) {
     mx_error err = {{0}};
-    mx_backend_options opt = {.name = "cpu"};
-    mx_backend *be = mx_backend_create(&opt, &err);
-    CHECK_MSG(be != NULL, "%s", err.msg);
-    mx_model *m = be ? mx_model_load("models/qwen3-demo-44m-4bit", be, &err) : NULL;
-    CHECK_MSG(m != NULL, "%s", err.msg);
+    mx_backend *be;
+    mx_model *m = test_demo_model(&be);
     if (!m) return check_finish();
     const mx_config *cfg = mx_model_config(m);
     int H = cfg->hidden_size, V = cfg->vocab_size;
