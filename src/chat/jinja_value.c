@@ -200,7 +200,16 @@ double jv_as_double(jv v) {
 
 static bool numeric(jv v) { return v.kind == JV_BOOL || v.kind == JV_INT || v.kind == JV_FLOAT; }
 
-bool jv_equal(jv a, jv b) {
+// Values can hold themselves (`set ns.x = ns`), so every walk over nested values is bounded: the
+// printers show a container already being printed as Python does ([...], {...}), and every walk
+// stops at JV_MAX_DEPTH levels (equality answers false, ordering "not comparable", printing fails).
+#define JV_MAX_DEPTH 256
+
+static bool equal_at(jv a, jv b, int depth);
+
+bool jv_equal(jv a, jv b) { return equal_at(a, b, 0); }
+
+static bool equal_at(jv a, jv b, int depth) {
     if (numeric(a) && numeric(b)) {
         if (a.kind != JV_FLOAT && b.kind != JV_FLOAT) {
             int64_t x = a.kind == JV_BOOL ? a.b : a.i, y = b.kind == JV_BOOL ? b.b : b.i;
@@ -214,16 +223,18 @@ bool jv_equal(jv a, jv b) {
     case JV_NONE: return true;
     case JV_STRING: return a.n == b.n && memcmp(a.s, b.s, a.n) == 0;
     case JV_LIST:
-        if (a.list->n != b.list->n) return false;
+        if (a.list == b.list) return true;
+        if (a.list->n != b.list->n || depth >= JV_MAX_DEPTH) return false;
         for (size_t i = 0; i < a.list->n; i++)
-            if (!jv_equal(a.list->items[i], b.list->items[i])) return false;
+            if (!equal_at(a.list->items[i], b.list->items[i], depth + 1)) return false;
         return true;
     case JV_DICT:
         if (a.dict == b.dict) return true;
         if (a.dict->n != b.dict->n || a.dict->is_namespace || b.dict->is_namespace) return false;
+        if (depth >= JV_MAX_DEPTH) return false;
         for (size_t i = 0; i < a.dict->n; i++) {
             jv *o = jv_dict_find(b.dict, a.dict->keys[i]);
-            if (!o || !jv_equal(a.dict->vals[i], *o)) return false;
+            if (!o || !equal_at(a.dict->vals[i], *o, depth + 1)) return false;
         }
         return true;
     case JV_FUNC: return a.func == b.func;
@@ -232,7 +243,11 @@ bool jv_equal(jv a, jv b) {
     }
 }
 
-int jv_compare(jv a, jv b, int *cmp) {
+static int compare_at(jv a, jv b, int *cmp, int depth);
+
+int jv_compare(jv a, jv b, int *cmp) { return compare_at(a, b, cmp, 0); }
+
+static int compare_at(jv a, jv b, int *cmp, int depth) {
     if (numeric(a) && numeric(b)) {
         if (a.kind != JV_FLOAT && b.kind != JV_FLOAT) {
             int64_t x = a.kind == JV_BOOL ? a.b : a.i, y = b.kind == JV_BOOL ? b.b : b.i;
@@ -251,10 +266,11 @@ int jv_compare(jv a, jv b, int *cmp) {
         return 0;
     }
     if (a.kind == JV_LIST && b.kind == JV_LIST) {
+        if (depth >= JV_MAX_DEPTH) return -1;
         size_t n = a.list->n < b.list->n ? a.list->n : b.list->n;
         for (size_t i = 0; i < n; i++) {
-            if (jv_equal(a.list->items[i], b.list->items[i])) continue;
-            return jv_compare(a.list->items[i], b.list->items[i], cmp);
+            if (equal_at(a.list->items[i], b.list->items[i], depth + 1)) continue;
+            return compare_at(a.list->items[i], b.list->items[i], cmp, depth + 1);
         }
         *cmp = a.list->n < b.list->n ? -1 : a.list->n > b.list->n;
         return 0;
@@ -360,7 +376,61 @@ static int write_str_repr(jbuf *b, const char *s, size_t n) {
     return jbuf_putc(b, q);
 }
 
-static int write_text(jbuf *b, jv v, bool repr) {
+// The containers being printed, outermost first: one met again is a cycle.
+typedef struct print_path {
+    const void *open[JV_MAX_DEPTH];
+    int depth;
+} print_path;
+
+static bool on_path(const print_path *p, const void *container) {
+    for (int i = 0; i < p->depth; i++)
+        if (p->open[i] == container) return true;
+    return false;
+}
+
+static int write_text(jbuf *b, jv v, bool repr, print_path *path);
+
+static int write_list(jbuf *b, const jv_list *l, print_path *path) {
+    if (on_path(path, l)) return jbuf_puts(b, l->tuple ? "(...)" : "[...]");
+    if (path->depth >= JV_MAX_DEPTH) {
+        b->failed = true;
+        return -1;
+    }
+    path->open[path->depth++] = l;
+    jbuf_putc(b, l->tuple ? '(' : '[');
+    for (size_t i = 0; i < l->n && !b->failed; i++) {
+        if (i) jbuf_puts(b, ", ");
+        write_text(b, l->items[i], true, path);
+    }
+    if (l->tuple && l->n == 1) jbuf_putc(b, ',');
+    path->depth--;
+    return jbuf_putc(b, l->tuple ? ')' : ']');
+}
+
+// A namespace prints as jinja2's does, "<Namespace {...}>" around its attributes' dict.
+static int write_dict(jbuf *b, const jv_dict *d, print_path *path) {
+    if (d->is_namespace) jbuf_puts(b, "<Namespace ");
+    if (on_path(path, d)) {
+        jbuf_puts(b, "{...}");
+    } else if (path->depth >= JV_MAX_DEPTH) {
+        b->failed = true;
+        return -1;
+    } else {
+        path->open[path->depth++] = d;
+        jbuf_putc(b, '{');
+        for (size_t i = 0; i < d->n && !b->failed; i++) {
+            if (i) jbuf_puts(b, ", ");
+            write_text(b, d->keys[i], true, path);
+            jbuf_puts(b, ": ");
+            write_text(b, d->vals[i], true, path);
+        }
+        jbuf_putc(b, '}');
+        path->depth--;
+    }
+    return d->is_namespace ? jbuf_putc(b, '>') : 0;
+}
+
+static int write_text(jbuf *b, jv v, bool repr, print_path *path) {
     char num[64];
     switch (v.kind) {
     case JV_UNDEFINED: return 0;
@@ -369,33 +439,28 @@ static int write_text(jbuf *b, jv v, bool repr) {
     case JV_INT: return jbuf_printf(b, "%lld", (long long)v.i);
     case JV_FLOAT: jv_format_float(v.f, num, sizeof num); return jbuf_puts(b, num);
     case JV_STRING: return repr ? write_str_repr(b, v.s, v.n) : jbuf_put(b, v.s, v.n);
-    case JV_LIST:
-        jbuf_putc(b, v.list->tuple ? '(' : '[');
-        for (size_t i = 0; i < v.list->n; i++) {
-            if (i) jbuf_puts(b, ", ");
-            write_text(b, v.list->items[i], true);
-        }
-        if (v.list->tuple && v.list->n == 1) jbuf_putc(b, ',');
-        return jbuf_putc(b, v.list->tuple ? ')' : ']');
-    case JV_DICT:
-        if (v.dict->is_namespace) jbuf_puts(b, "<Namespace ");
-        jbuf_putc(b, '{');
-        for (size_t i = 0; i < v.dict->n; i++) {
-            if (i) jbuf_puts(b, ", ");
-            write_text(b, v.dict->keys[i], true);
-            jbuf_puts(b, ": ");
-            write_text(b, v.dict->vals[i], true);
-        }
-        jbuf_putc(b, '}');
-        return v.dict->is_namespace ? jbuf_putc(b, '>') : 0;
+    case JV_LIST: return write_list(b, v.list, path);
+    case JV_DICT: return write_dict(b, v.dict, path);
     case JV_FUNC: return jbuf_puts(b, "<function>");
     case JV_LOOP: return jbuf_puts(b, "<LoopContext>");
     }
     return 0;
 }
 
-int jv_write_str(jbuf *b, jv v) { return write_text(b, v, false); }
-int jv_write_repr(jbuf *b, jv v) { return write_text(b, v, true); }
+static int write_top(jbuf *b, jv v, bool repr) {
+    print_path *path = malloc(sizeof *path);
+    if (!path) {
+        b->failed = true;
+        return -1;
+    }
+    path->depth = 0;
+    int rc = write_text(b, v, repr, path);
+    free(path);
+    return rc;
+}
+
+int jv_write_str(jbuf *b, jv v) { return write_top(b, v, false); }
+int jv_write_repr(jbuf *b, jv v) { return write_top(b, v, true); }
 
 int jv_to_string(jinja_arena *a, jv v, jv *out) {
     if (v.kind == JV_STRING) {
@@ -403,7 +468,7 @@ int jv_to_string(jinja_arena *a, jv v, jv *out) {
         return 0;
     }
     jbuf b = {0};
-    write_text(&b, v, false);
+    write_top(&b, v, false);
     if (b.failed) {
         jbuf_free(&b);
         return -1;

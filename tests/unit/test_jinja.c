@@ -80,6 +80,13 @@ static const render_case CASES[] = {
     {"{% set ns = namespace(a=1, found=false) %}{% for i in range(3) %}{% set ns.a = ns.a + i %}{% if i == 1 %}{% set ns.found = true %}{% endif %}{% endfor %}{{ ns.a }} {{ ns.found }}",
      "{}",
      "4 True"},
+    // A namespace that holds itself prints as Python does, and compares without endless recursion.
+    {"{% set ns = namespace(x=0) %}{% for i in range(5) %}{% set ns.x = ns %}{% endfor %}{{ ns.x }}",
+     "{}",
+     "<Namespace {'x': <Namespace {...}>}>"},
+    {"{% set ns = namespace(x=0) %}{% set ns.x = [ns, 1] %}{{ ns }} {{ ns.x == ns.x }} {{ [ns] == [ns] }}",
+     "{}",
+     "<Namespace {'x': [<Namespace {...}>, 1]}> True True"},
     {"{{ range(5) | list }} {{ range(1, 10, 3) | list }} {{ range(5, 0, -2) | list }}",
      "{}",
      "[0, 1, 2, 3, 4] [1, 4, 7] [5, 3, 1]"},
@@ -273,6 +280,9 @@ static const error_case ERRORS[] = {
     {"{% include 'x.jinja' %}", NULL, "line 1", "unsupported tag 'include'"},
     {"{% break %}", NULL, "line 1", "'break' outside of a loop"},
     {"{{ 1 @ 2 }}", NULL, "line 1", "unexpected character '@'"},
+    // Nesting past the printers' depth bound is an error, not a stack overflow.
+    {"{% set ns = namespace(x=[]) %}{% for i in range(300) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}", NULL, "line 1", "too large"},
+    {"{% set ns = namespace(x=[]) %}{% for i in range(300) %}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x | tojson }}", NULL, "line 1", "nested too deeply"},
     {"\n\n{{ raise_exception('Only user and assistant roles are supported!') }}", NULL, "line 3",
      "raise_exception: Only user and assistant roles are supported!"},
     {"{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", NULL, "line 1", "recursion too deep"},
