@@ -6,8 +6,11 @@ each turn; the cache really is reused; /reset; --print-prompt; Ctrl-C stops an a
 usage: test_chat.py PATH/TO/mlxcel (from the repository root)"""
 import os, select, shutil, signal, subprocess, sys, tempfile, time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'pylib'))
+from checks import check, finish  # noqa: E402
+from live_server import link_demo_model  # noqa: E402
+
 MLXCEL = os.path.abspath(sys.argv[1])
-passed = failed = 0
 
 
 def read_until(p, done, timeout):
@@ -25,21 +28,9 @@ def read_until(p, done, timeout):
     return out, err, done(out, err)
 
 
-def check(name, ok, detail=''):
-    global passed, failed
-    passed += ok
-    failed += not ok
-    print(('PASS ' if ok else 'FAIL ') + name + ('' if ok else ': ' + detail))
-
-
 tmp = tempfile.mkdtemp()
 model = os.path.join(tmp, 'demo-chat')
-os.makedirs(model)
-demo = os.path.abspath('models/qwen3-demo-44m-4bit')
-for f in os.listdir(demo):
-    if f != 'tokenizer_config.json':
-        os.symlink(os.path.join(demo, f), os.path.join(model, f))
-shutil.copy('tests/fixtures/qwen3_tokenizer_config.json', os.path.join(model, 'tokenizer_config.json'))
+link_demo_model(model, tokenizer_config='tests/fixtures/qwen3_tokenizer_config.json')
 
 script = 'Hello there\nTell me about the city.\nAnd the river?\n/reset\nHello there\n/exit\n'
 args = [MLXCEL, 'chat', '-m', model, '-n', '24', '--temp', '0']
@@ -81,5 +72,4 @@ err = err1 + err2 + err
 check('Ctrl-C stops the answer without quitting', streaming and stopped and alive and p.returncode == 0,
       f'streaming={streaming} stopped={stopped} alive={alive} rc={p.returncode} err={err[-300:]!r}')
 shutil.rmtree(tmp)
-print(f'{passed} passed, {failed} failed')
-sys.exit(1 if failed else 0)
+finish()

@@ -9,26 +9,18 @@ exit 1 with a message naming what was wrong, never crash.
 usage: test_cli.py PATH/TO/mlxcel   (run from the repository root)"""
 import json, os, shutil, struct, subprocess, sys, tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'pylib'))
+from checks import check, finish  # noqa: E402
+
 MLXCEL = os.path.abspath(sys.argv[1])
 DEMO = 'models/qwen3-demo-44m-4bit'
 FIX = 'tests/fixtures/models'
-passed, failed = 0, 0
 
 
 def run(args, stdin=None, timeout=300, env=None):
     p = subprocess.run([MLXCEL] + args, input=stdin, capture_output=True, timeout=timeout,
                        env=dict(os.environ, **env) if env else None)
     return p.returncode, p.stdout.decode('utf-8', 'replace'), p.stderr.decode('utf-8', 'replace')
-
-
-def check(name, ok, detail=''):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f'PASS {name}')
-    else:
-        failed += 1
-        print(f'FAIL {name}: {detail}')
 
 
 def read_st(path):
@@ -457,5 +449,4 @@ for args, needle in ((['--batch', '0'], '--batch'), (['--batch', 'abc'], "'abc'"
     rc, out, err = run(['bench', '-p', '4', '-n', '2', '--reps', '1'] + args)
     check(f'bench usage error {args}', rc == 2 and needle in err, f'rc={rc} err={err!r}')
 
-print(f'{passed} passed, {failed} failed')
-sys.exit(1 if failed else 0)
+finish()

@@ -12,11 +12,10 @@ import json
 import math
 import os
 import re
-import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'pylib'))
+from live_server import DEMO, LiveServer  # noqa: E402
 
 SEEDS = [1, 2, 3]
 
@@ -209,39 +208,19 @@ GRAMMARS = [
 ]
 
 
-def post(url, body):
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=300) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
-
-
 def main():
-    server = sys.argv[1]
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    proc = subprocess.Popen([server, "--port", "0", "-m", os.path.join(root, "models/qwen3-demo-44m-4bit"),
-                             "--parallel", "4", "--ctx", "1024"], stderr=subprocess.PIPE, text=True)
-    port = None
-    deadline = time.time() + 60
-    while time.time() < deadline and port is None:
-        line = proc.stderr.readline()
-        m = re.search(r"listening on http://.*:(\d+)$", line.strip())
-        if m:
-            port = int(m.group(1))
-    if port is None:
-        proc.kill()
-        print("server did not start")
-        return 1
-    url = "http://127.0.0.1:%d/v1/completions" % port
+    srv = LiveServer([sys.argv[1], "-m", DEMO, "--parallel", "4", "--ctx", "1024"])
+
+    def post(body):
+        return srv.post("/v1/completions", body)
+
     failures = 0
     stops = 0
     try:
         for i, schema in enumerate(SCHEMAS + OPEN_SCHEMAS):
             finished = 0
             for seed in SEEDS:
-                status, resp = post(url, {"prompt": "JSON:", "max_tokens": 300, "temperature": 0.9, "seed": seed,
+                status, resp = post({"prompt": "JSON:", "max_tokens": 300, "temperature": 0.9, "seed": seed,
                                           "response_format": {"type": "json_schema",
                                                               "json_schema": {"name": "s", "schema": schema}}})
                 if status != 200:
@@ -266,24 +245,23 @@ def main():
                 print("FAIL schema %d: no seed finished with stop: %s" % (i, json.dumps(schema)))
         for g, rx in GRAMMARS:
             for seed in SEEDS:
-                status, resp = post(url, {"prompt": "Answer:", "max_tokens": 100, "temperature": 0.9, "seed": seed,
+                status, resp = post({"prompt": "Answer:", "max_tokens": 100, "temperature": 0.9, "seed": seed,
                                           "grammar": g})
                 choice = resp.get("choices", [{}])[0]
                 if status != 200 or (choice["finish_reason"] == "stop" and not re.fullmatch(rx, choice["text"])):
                     failures += 1
                     print("FAIL grammar %r seed %d: %s" % (g, seed, resp))
-        status, resp = post(url, {"prompt": "x", "grammar": 'root ::= "a" b'})
+        status, resp = post({"prompt": "x", "grammar": 'root ::= "a" b'})
         if status != 400 or "line 1, column 14: rule 'b' is used but not defined" not in resp["error"]["message"]:
             failures += 1
             print("FAIL bad grammar: %d %s" % (status, resp))
-        status, resp = post(url, {"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {
+        status, resp = post({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {
             "schema": {"type": "object", "properties": {"a": {"type": "string", "format": "email"}}}}}})
         if status != 400 or "#/properties/a" not in resp["error"]["message"]:
             failures += 1
             print("FAIL bad schema: %d %s" % (status, resp))
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        srv.stop()
     print("%d schemas x %d seeds: %d finished with stop and validated; %d failures" % (
         len(SCHEMAS) + len(OPEN_SCHEMAS), len(SEEDS), stops, failures))
     return 1 if failures else 0

@@ -14,22 +14,14 @@ import hashlib, os, pty, select, shutil, socket, subprocess, sys, tempfile, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import hub_server as hs
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'pylib'))
+from checks import check, finish  # noqa: E402
+from live_server import LiveServer, NotListening  # noqa: E402
 
 MLXCEL = os.path.abspath(sys.argv[1])
 DEMO = 'models/qwen3-demo-44m-4bit'
 TINY = 'tests/fixtures/models/qwen3-bf16'
 REPO = 'mlxcel-test/demo'
-passed, failed = 0, 0
-
-
-def check(name, ok, detail=''):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f'PASS {name}', flush=True)
-    else:
-        failed += 1
-        print(f'FAIL {name}: {str(detail)[-1500:]}', flush=True)
 
 
 # --- the stand-in hub ----------------------------------------------------------------------------
@@ -156,24 +148,17 @@ check('chat -m org/name', p.returncode == 0 and not hub.log, p.stderr.decode()[-
 # serve -m org/name on a fresh cache: downloads, then answers /health.
 serve_home = fresh_home('serve')
 hub.clear()
-srv = subprocess.Popen([MLXCEL, 'serve', '-m', REPO, '--port', '0'], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                       env=dict({k: v for k, v in os.environ.items() if not k.startswith('HF_')}, HF_HOME=serve_home,
-                                HF_ENDPOINT=hub.endpoint))
-serve_err, health = b'', None
-deadline = time.time() + 180
-while time.time() < deadline:
-    line = srv.stderr.readline()
-    if not line:
-        break
-    serve_err += line
-    if b'listening on http://' in line:
-        url = line.decode().split('listening on ')[1].split()[0]
-        health = urllib.request.urlopen(url + '/health', timeout=30).status
-        break
-srv.terminate()
-srv.wait(timeout=60)
+try:
+    srv = LiveServer([MLXCEL, 'serve', '-m', REPO], start_timeout=180,
+                     env=dict({k: v for k, v in os.environ.items() if not k.startswith('HF_')}, HF_HOME=serve_home,
+                              HF_ENDPOINT=hub.endpoint))
+    health = urllib.request.urlopen(srv.url + '/health', timeout=30).status
+    srv.stop(timeout=60)
+    serve_err = srv.text()
+except NotListening as e:
+    health, serve_err = None, str(e)
 check('serve -m org/name downloads the model, then serves', health == 200 and
-      b'download: model.safetensors done' in serve_err, serve_err.decode()[-800:])
+      'download: model.safetensors done' in serve_err, serve_err[-800:])
 
 # --- offline mode ------------------------------------------------------------------------------------
 hub.clear()
@@ -437,5 +422,4 @@ check('a progress bar on a terminal (percent, bytes, rate, time left)', os.waits
 
 hub.stop()
 shutil.rmtree(tmp_root, ignore_errors=True)
-print(f'{passed} passed, {failed} failed')
-sys.exit(1 if failed else 0)
+finish()

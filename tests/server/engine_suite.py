@@ -18,42 +18,16 @@
 usage: engine_suite.py PATH/TO/mlxcel PATH/TO/mlxcel-server   (run from the repository root)"""
 import http.client, json, os, re, subprocess, sys, threading, time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'pylib'))
+from checks import check, finish  # noqa: E402
+from live_server import DEMO, LiveServer  # noqa: E402
+
 MLXCEL, SERVER = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
-DEMO = 'models/qwen3-demo-44m-4bit'
-passed, failed = 0, 0
 
 
-def check(name, ok, detail=''):
-    global passed, failed
-    passed, failed = (passed + 1, failed) if ok else (passed, failed + 1)
-    print(('PASS ' if ok else 'FAIL ') + name + ('' if ok else ': ' + str(detail)))
-
-
-class Server:
+class Server(LiveServer):
     def __init__(self, *args):
-        self.p = subprocess.Popen([SERVER, '-m', DEMO, '--port', '0', '-t', '2'] + list(args),
-                                  stderr=subprocess.PIPE, text=True)
-        self.port = None
-        deadline = time.time() + 60
-        while time.time() < deadline and self.port is None:
-            line = self.p.stderr.readline()
-            if not line:
-                break
-            m = re.search(r'listening on http://.*:(\d+)$', line.strip())
-            if m:
-                self.port = int(m.group(1))
-        threading.Thread(target=lambda: self.p.stderr.read(), daemon=True).start()
-        if self.port is None:
-            raise SystemExit('server did not start')
-
-    def request(self, method, path, body=None, timeout=120):
-        c = http.client.HTTPConnection('127.0.0.1', self.port, timeout=timeout)
-        c.request(method, path, json.dumps(body) if body is not None else None,
-                  {'Content-Type': 'application/json'})
-        r = c.getresponse()
-        data = r.read()
-        c.close()
-        return r.status, data
+        super().__init__([SERVER, '-m', DEMO, '-t', '2', *args])
 
     def complete(self, **body):
         st, data = self.request('POST', '/v1/completions', body)
@@ -65,10 +39,6 @@ class Server:
         _, data = self.request('GET', '/metrics')
         m = re.search(r'^mlxcel_%s (\S+)$' % name, data.decode(), re.M)
         return float(m.group(1)) if m else None
-
-    def stop(self):
-        self.p.terminate()
-        self.p.wait(timeout=30)
 
 
 def cli_generate(prompt, n, *flags):
@@ -338,5 +308,4 @@ for size in ('1', '15'):
               tiny.complete(prompt='Hi', max_tokens=4, temperature=0) is not None)
     finally:
         tiny.stop()
-print(f'{passed} passed, {failed} failed')
-sys.exit(1 if failed else 0)
+finish()

@@ -19,61 +19,20 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'pylib'))
+from checks import check, finish  # noqa: E402
+from live_server import LiveServer, link_demo_model  # noqa: E402
+
 BIN = sys.argv[1]
 ROOT = os.getcwd()
-passed = failed = 0
-
-
-def check(name, ok, detail=''):
-    global passed, failed
-    if ok:
-        passed += 1
-        print(f'ok - {name}')
-    else:
-        failed += 1
-        print(f'FAIL - {name}: {detail}')
 
 
 def make_model(d):
-    src = os.path.join(ROOT, 'models/qwen3-demo-44m-4bit')
-    os.makedirs(d)
-    for f in os.listdir(src):
-        if f != 'tokenizer_config.json':
-            os.symlink(os.path.join(src, f), os.path.join(d, f))
-    with open(os.path.join(ROOT, 'tests/fixtures/qwen3_tokenizer_config.json')) as a, \
-            open(os.path.join(d, 'tokenizer_config.json'), 'w') as b:
-        b.write(a.read())
+    link_demo_model(d, tokenizer_config=os.path.join(ROOT, 'tests/fixtures/qwen3_tokenizer_config.json'))
 
 
-class Server:
-    def __init__(self, model, log, *args):
-        self.log = open(log, 'w+')
-        self.p = subprocess.Popen([BIN, '-m', model, '--port', '0', *args], stderr=self.log, stdout=subprocess.DEVNULL)
-        self.port = None
-        for _ in range(600):
-            self.log.seek(0)
-            m = re.search(r'listening on http://.*:(\d+)$', self.log.read(), re.M)
-            if m:
-                self.port = int(m.group(1))
-                break
-            if self.p.poll() is not None:
-                break
-            time.sleep(0.1)
-        if not self.port:
-            self.log.seek(0)
-            raise SystemExit('server did not start: ' + self.log.read())
-
-    def stop(self, sig=signal.SIGTERM, timeout=30):
-        self.p.send_signal(sig)
-        try:
-            return self.p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.p.kill()
-            return self.p.wait()
-
-    def text(self):
-        self.log.seek(0)
-        return self.log.read()
+def start_server(model, log, *args):
+    return LiveServer([BIN, '-m', model, *args], log=log)
 
 
 def raw(port, data, shut_wr=False, timeout=30):
@@ -128,8 +87,6 @@ def json_error(body, code=None):
 
 def sse_events(body):
     text = body.decode('utf-8')
-    if 'chunked' in text[:0]:
-        pass
     return [l[6:] for l in text.split('\n') if l.startswith('data: ')]
 
 
@@ -155,8 +112,8 @@ want = min(hard, 4096) if hard != resource.RLIM_INFINITY else 4096
 if soft < want:
     resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
 N_IDLE = 1150
-srv = Server(model, os.path.join(tmp, 'a.log'), '--parallel', '2', '--ctx', '1024', '--conn-timeout', '60',
-             '--cors-origin', 'http://good.example')
+srv = start_server(model, os.path.join(tmp, 'a.log'), '--parallel', '2', '--ctx', '1024', '--conn-timeout', '60',
+                   '--cors-origin', 'http://good.example')
 idle = []
 try:
     for i in range(N_IDLE):
@@ -244,7 +201,7 @@ for bad in ('AddressSanitizer', 'runtime error', 'LeakSanitizer'):
     check(f'no {bad} report', bad not in srv.text(), srv.text()[-2000:])
 
 # --- idle timeout and the connection limit ---------------------------------------------------------
-srv = Server(model, os.path.join(tmp, 'b.log'), '--conn-timeout', '2', '--max-connections', '20')
+srv = start_server(model, os.path.join(tmp, 'b.log'), '--conn-timeout', '2', '--max-connections', '20')
 s = socket.create_connection(('127.0.0.1', srv.port), timeout=15)
 t0 = time.time()
 try:
@@ -287,7 +244,7 @@ def run_async(fn, *a):
 
 
 # A generous --shutdown-timeout: the sanitizer build on a loaded machine is many times slower.
-srv = Server(model, os.path.join(tmp, 'c.log'), '--parallel', '2', '--shutdown-timeout', '180')
+srv = start_server(model, os.path.join(tmp, 'c.log'), '--parallel', '2', '--shutdown-timeout', '180')
 short = {'prompt': 'Count', 'max_tokens': 24, 'ignore_eos': True}
 t1, o1 = run_async(req, srv.port, 'POST', '/v1/completions', short)
 t2, o2 = run_async(req, srv.port, 'POST', '/v1/completions', dict(short, stream=True))
@@ -313,7 +270,7 @@ check('a running stream finishes during the drain', st == 200 and ev[-1:] == ['[
       (last.get('choices') or [{}])[0].get('finish_reason') == 'length', f'{st} {ev[-3:]}')
 check('exit status 0 after the drain', rc == 0, rc)
 
-srv = Server(model, os.path.join(tmp, 'd.log'), '--parallel', '2', '--ctx', '4096', '--shutdown-timeout', '1')
+srv = start_server(model, os.path.join(tmp, 'd.log'), '--parallel', '2', '--ctx', '4096', '--shutdown-timeout', '1')
 long = {'prompt': 'Count', 'max_tokens': 4000, 'ignore_eos': True}
 t1, o1 = run_async(req, srv.port, 'POST', '/v1/completions', long)
 t2, o2 = run_async(req, srv.port, 'POST', '/v1/completions', dict(long, stream=True))
@@ -345,11 +302,11 @@ def chat_prompt_tokens(port, content):
     return json.loads(body)['usage']['prompt_tokens'] if st == 200 else -st
 
 
-srv = Server(model, os.path.join(tmp, 'e.log'))
+srv = start_server(model, os.path.join(tmp, 'e.log'))
 n_plain_default = chat_prompt_tokens(srv.port, 'Hello there')
 n_special_default = chat_prompt_tokens(srv.port, 'Hello<|im_end|>there')
 srv.stop()
-srv = Server(model, os.path.join(tmp, 'f.log'), '--no-special-in-content')
+srv = start_server(model, os.path.join(tmp, 'f.log'), '--no-special-in-content')
 n_plain_flag = chat_prompt_tokens(srv.port, 'Hello there')
 n_special_flag = chat_prompt_tokens(srv.port, 'Hello<|im_end|>there')
 n_marker_flag = chat_prompt_tokens(srv.port, 'Hello\ufdd0<|im_end|>\ufdd1there')
@@ -369,5 +326,4 @@ err = p.stderr.decode('utf-8', 'replace')
 check('a KV cache larger than memory is refused at start-up with the numbers',
       p.returncode != 0 and 'not enough' in err and 'KV cache' in err and 'GiB is free' in err, f'rc={p.returncode} {err[-400:]}')
 
-print(f'{passed} passed, {failed} failed')
-sys.exit(1 if failed else 0)
+finish()

@@ -19,25 +19,19 @@ grammars (tool_choice, response_format):
     harmony prompts and keeps each answer as a final message.
 
 usage: harmony_suite.py PATH/TO/mlxcel PATH/TO/mlxcel-server   (run from the repository root)"""
-import http.client, json, os, re, shutil, subprocess, sys, tempfile, threading, time
+import json, os, re, shutil, subprocess, sys, tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'pylib'))
+from checks import check, finish  # noqa: E402
+from live_server import DEMO, LiveServer, link_demo_model  # noqa: E402
 
 MLXCEL, SERVER = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
-DEMO = os.path.abspath('models/qwen3-demo-44m-4bit')
 TEMPLATE = os.path.abspath('tests/fixtures/gpt_oss_chat_template.jinja')
 MARKERS = ['<|start|>', '<|end|>', '<|message|>', '<|channel|>', '<|constrain|>', '<|return|>', '<|call|>']
-passed, failed = 0, 0
-
-
-def check(name, ok, detail=''):
-    global passed, failed
-    passed, failed = (passed + 1, failed) if ok else (passed, failed + 1)
-    print(('PASS ' if ok else 'FAIL ') + name + ('' if ok else ': ' + str(detail)))
 
 
 def make_model(dir):
-    for f in os.listdir(DEMO):
-        if f not in ('tokenizer.json', 'tokenizer_config.json', 'chat_template.jinja'):
-            os.symlink(os.path.join(DEMO, f), os.path.join(dir, f))
+    link_demo_model(dir, own=('tokenizer.json', 'tokenizer_config.json', 'chat_template.jinja'))
     tok = json.load(open(os.path.join(DEMO, 'tokenizer.json')))
     for i, m in enumerate(MARKERS):
         tok['added_tokens'].append({'id': 151669 + i, 'content': m, 'single_word': False, 'lstrip': False,
@@ -48,45 +42,8 @@ def make_model(dir):
     shutil.copy(TEMPLATE, os.path.join(dir, 'chat_template.jinja'))
 
 
-class Server:
-    def __init__(self, model):
-        self.p = subprocess.Popen([SERVER, '-m', model, '--port', '0', '-t', '2', '--ctx', '2048', '--parallel', '2'],
-                                  stderr=subprocess.PIPE, text=True)
-        self.port = None
-        deadline = time.time() + 60
-        while time.time() < deadline and self.port is None:
-            line = self.p.stderr.readline()
-            if not line:
-                break
-            m = re.search(r'listening on http://.*:(\d+)$', line.strip())
-            if m:
-                self.port = int(m.group(1))
-        threading.Thread(target=lambda: self.p.stderr.read(), daemon=True).start()
-        if self.port is None:
-            raise SystemExit('server did not start')
-
-    def post(self, path, body):
-        c = http.client.HTTPConnection('127.0.0.1', self.port, timeout=300)
-        c.request('POST', path, json.dumps(body), {'Content-Type': 'application/json'})
-        r = c.getresponse()
-        data = r.read()
-        c.close()
-        return r.status, json.loads(data) if data else None
-
-    def stream(self, body):
-        c = http.client.HTTPConnection('127.0.0.1', self.port, timeout=300)
-        c.request('POST', '/v1/chat/completions', json.dumps(dict(body, stream=True)), {'Content-Type': 'application/json'})
-        r = c.getresponse()
-        chunks = []
-        for line in r.read().decode().split('\n'):
-            if line.startswith('data: ') and line != 'data: [DONE]':
-                chunks.append(json.loads(line[6:]))
-        c.close()
-        return chunks
-
-    def stop(self):
-        self.p.terminate()
-        self.p.wait(timeout=30)
+def start_server(model):
+    return LiveServer([SERVER, '-m', model, '-t', '2', '--ctx', '2048', '--parallel', '2'])
 
 
 def no_marker(s):
@@ -105,15 +62,14 @@ def main():
     tmp = tempfile.mkdtemp(prefix='mlxcel-harmony-')
     try:
         make_model(tmp)
-        s = Server(tmp)
+        s = start_server(tmp)
         try:
             run(s, tmp)
         finally:
             s.stop()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print('%d passed, %d failed' % (passed, failed))
-    sys.exit(1 if failed else 0)
+    finish()
 
 
 def run(s, model):
@@ -137,7 +93,7 @@ def run(s, model):
     rc, c = msg.get('reasoning_content'), msg.get('content')
     check('analysis -> reasoning_content, final -> content', st == 200 and rc and c and
           re.fullmatch('[a-z ]{4,24}', rc) and re.fullmatch('[a-z ]{4,24}', c) and r['choices'][0]['finish_reason'] == 'stop', r)
-    chunks = s.stream(body)
+    chunks = s.stream('/v1/chat/completions', body)
     deltas = [ch['choices'][0]['delta'] for ch in chunks if ch.get('choices')]
     srs = ''.join(d.get('reasoning_content') or '' for d in deltas)
     sc = ''.join(d.get('content') or '' for d in deltas)
@@ -157,7 +113,7 @@ def run(s, model):
         check('tool_choice %s: one harmony call as tool_calls' % json.dumps(choice), st == 200 and args_ok and named and
               calls[0]['function']['name'] in ('get_weather', 'now') and ch['finish_reason'] == 'tool_calls' and
               no_marker(ch['message'].get('content')), r)
-        chunks = s.stream(body)
+        chunks = s.stream('/v1/chat/completions', body)
         deltas = [c2['choices'][0]['delta'] for c2 in chunks if c2.get('choices')]
         streamed = [tc for d in deltas for tc in (d.get('tool_calls') or [])]
         fin = [c2['choices'][0]['finish_reason'] for c2 in chunks if c2.get('choices') and c2['choices'][0].get('finish_reason')]
