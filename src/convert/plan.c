@@ -16,7 +16,6 @@ static bool ends_with(const char *s, const char *suffix) {
     return n >= m && strcmp(s + n - m, suffix) == 0;
 }
 
-static bool is_float(mx_dtype t) { return t == MX_DTYPE_F16 || t == MX_DTYPE_BF16 || t == MX_DTYPE_F32; }
 
 static int push_item(cv_plan *p, size_t *cap, cv_item it, mx_error *err) {
     if (p->n == *cap) {
@@ -183,7 +182,7 @@ static int add_source_items(const mx_safetensors *st, const json_t *config, cons
         if (strstr(t->name, "rotary_emb.inv_freq")) continue;
         if (tied && strcmp(t->name, "lm_head.weight") == 0) continue;
         if (fam->drop_extra_layers && layer_number(t->name) >= n_layers) continue;
-        if (!is_float(t->dtype))
+        if (!mx_dtype_is_float(t->dtype))
             return mx_fail(err, "tensor %s has dtype %s; only F16, BF16 and F32 can be converted",
                            t->name, mx_dtype_name(t->dtype));
         if (ends_with(t->name, ".scales") || ends_with(t->name, ".biases"))

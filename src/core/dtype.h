@@ -4,6 +4,7 @@
 #ifndef MX_CORE_DTYPE_H
 #define MX_CORE_DTYPE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -33,6 +34,8 @@ size_t mx_dtype_size(mx_dtype t);
 const char *mx_dtype_name(mx_dtype t);
 // Parses a safetensors dtype string; returns 0 and sets *out, or -1 if unknown.
 int mx_dtype_parse(const char *s, mx_dtype *out);
+// BF16, F16 or F32: the float types of unquantized weights (and what mx_load_float reads).
+static inline bool mx_dtype_is_float(mx_dtype t) { return t == MX_DTYPE_BF16 || t == MX_DTYPE_F16 || t == MX_DTYPE_F32; }
 
 static inline float mx_bf16_to_f32(uint16_t h) {
     uint32_t u = (uint32_t)h << 16;
