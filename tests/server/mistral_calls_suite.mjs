@@ -9,16 +9,11 @@
 // the [TOOL_CALLS] special token, when generated (forced here by logit_bias), stays in the text of
 // a request with tools (Mistral's markers are special tokens) but not of one without.
 // Usage: node mistral_calls_suite.mjs MLXCEL_SERVER   (run from the repository root)
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
-import os from 'node:os';
 import path from 'node:path';
-import OpenAI from 'openai';
+import { demo, demoCopy, finish, ok, startServer, startWatchdog, stopServer } from './live_server.mjs';
 
 const bin = process.argv[2];
-const root = process.cwd();
-let failures = 0;
-const ok = (c, what) => { if (c) console.log(`ok - ${what}`); else { failures++; console.log(`FAIL - ${what}`); } };
 const TOOL_CALLS = 151669, ARGS = 151670;
 
 const head = "{%- if tools %}[AVAILABLE_TOOLS]{{ tools|tojson }}[/AVAILABLE_TOOLS]{%- endif %}" +
@@ -31,35 +26,17 @@ const templates = {
         "{%- if not loop.last %}, {% endif %}{%- endfor %}]" + tail,
 };
 
-const demo = path.join(root, 'models/qwen3-demo-44m-4bit');
 const tok = JSON.parse(fs.readFileSync(path.join(demo, 'tokenizer.json'), 'utf8'));
 for (const [id, content] of [[TOOL_CALLS, '[TOOL_CALLS]'], [ARGS, '[ARGS]']])
   tok.added_tokens.push({ id, content, single_word: false, lstrip: false, rstrip: false, normalized: false, special: true });
-const dirs = [];
-const servers = [];
-process.on('exit', () => { for (const s of servers) if (s.exitCode === null) s.kill('SIGTERM'); for (const d of dirs) fs.rmSync(d, { recursive: true, force: true }); });
-const watchdog = setTimeout(() => { console.log('FAIL - suite timed out'); process.exit(1); }, 240000);
+startWatchdog(240000);
 
 async function start(form) {
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), `mlxcel-mistral-${form}-`));
-  dirs.push(dir);
-  for (const f of fs.readdirSync(demo)) if (!['tokenizer.json', 'tokenizer_config.json'].includes(f)) fs.symlinkSync(path.join(demo, f), path.join(dir, f));
+  const dir = demoCopy(`mlxcel-mistral-${form}-`, { own: ['tokenizer.json', 'tokenizer_config.json'] });
   fs.writeFileSync(path.join(dir, 'tokenizer.json'), JSON.stringify(tok));
   fs.writeFileSync(path.join(dir, 'tokenizer_config.json'), JSON.stringify({ bos_token: '<s>', eos_token: '<|im_end|>' }));
   fs.writeFileSync(path.join(dir, 'chat_template.jinja'), templates[form]);
-  const server = spawn(bin, ['-m', dir, '--port', '0', '--parallel', '2', '--ctx', '1024'], { stdio: ['ignore', 'ignore', 'pipe'] });
-  servers.push(server);
-  let log = '';
-  const port = await new Promise((resolve, reject) => {
-    const t = setTimeout(() => reject(new Error(`server did not start:\n${log}`)), 30000);
-    server.stderr.on('data', (d) => {
-      log += d;
-      const m = log.match(/listening on http:\/\/[^\s]*:(\d+)\n/);
-      if (m) { clearTimeout(t); resolve(Number(m[1])); }
-    });
-    server.on('exit', (code) => reject(new Error(`server exited (${code}):\n${log}`)));
-  });
-  return { server, client: new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: 'none', timeout: 120000, maxRetries: 0 }), log: () => log };
+  return startServer(bin, ['-m', dir, '--parallel', '2', '--ctx', '1024']);
 }
 
 const tools = [
@@ -76,7 +53,8 @@ const valid = (c) => {
 
 try {
   for (const form of ['args', 'list']) {
-    const { server, client, log } = await start(form);
+    const srv = await start(form);
+    const { client } = srv;
     const msgs = [{ role: 'user', content: 'Weather in Paris?' }];
     let answered = 0;
     for (const seed of [1, 2, 3]) {
@@ -112,14 +90,9 @@ try {
     const without = await client.chat.completions.create({ model: 'd', messages: msgs, ...bias });
     ok(without.choices[0].message.content === '' && without.usage.completion_tokens === 3,
        `${form}: without tools special tokens stay out of the text -> ${JSON.stringify(without.choices[0].message.content)}`);
-    server.kill('SIGTERM');
-    const code = await new Promise((resolve) => server.exitCode !== null ? resolve(server.exitCode) : server.on('exit', (c) => resolve(c)));
-    ok(code === 0, `${form}: server stopped cleanly (exit ${code})`);
-    if (/AddressSanitizer|runtime error|LeakSanitizer/.test(log())) ok(false, `${form}: sanitizer report:\n${log()}`);
+    await stopServer(srv, `${form}: `);
   }
 } catch (e) {
   ok(false, `unexpected error: ${e.stack ?? e}`);
 }
-clearTimeout(watchdog);
-console.log(`${failures} failures`);
-process.exit(failures ? 1 : 0);
+finish();

@@ -4,42 +4,17 @@
 // usage, stop, error classes, and a bounded concurrency test: 16 clients at once, each answer at
 // temperature 0 equal to the answer the same request gets alone.
 // Usage: node openai_suite.mjs MLXCEL_SERVER   (run from the repository root)
-import { spawn } from 'node:child_process';
-import fs from 'node:fs';
-import os from 'node:os';
-import path from 'node:path';
 import OpenAI from 'openai';
+import { demoCopy, finish, ok, qwen3TokenizerConfig, startServer, startWatchdog, stopServer } from './live_server.mjs';
 
 const bin = process.argv[2];
-const root = process.cwd();
-let failures = 0;
-const ok = (c, what) => { if (c) console.log(`ok - ${what}`); else { failures++; console.log(`FAIL - ${what}`); } };
 const eq = (a, b, what) => ok(JSON.stringify(a) === JSON.stringify(b), `${what}${JSON.stringify(a) === JSON.stringify(b) ? '' : `: ${JSON.stringify(a)} != ${JSON.stringify(b)}`}`);
 
+startWatchdog(120000);
 // A chat-capable copy of the demo model.
-const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'mlxcel-openai-'));
-const demo = path.join(root, 'models/qwen3-demo-44m-4bit');
-for (const f of fs.readdirSync(demo)) if (f !== 'tokenizer_config.json') fs.symlinkSync(path.join(demo, f), path.join(tmp, f));
-fs.copyFileSync(path.join(root, 'tests/fixtures/qwen3_tokenizer_config.json'), path.join(tmp, 'tokenizer_config.json'));
-
-const server = spawn(bin, ['-m', tmp, '--port', '0', '--parallel', '4', '--ctx', '512', '--api-key', 'k'],
-                     { stdio: ['ignore', 'ignore', 'pipe'] });
-let log = '';
-const stopServer = () => { if (server.exitCode === null) server.kill('SIGTERM'); };
-process.on('exit', () => { stopServer(); fs.rmSync(tmp, { recursive: true, force: true }); });
-const watchdog = setTimeout(() => { console.log('FAIL - suite timed out'); stopServer(); process.exit(1); }, 120000);
-
-const port = await new Promise((resolve, reject) => {
-  const t = setTimeout(() => reject(new Error(`server did not start:\n${log}`)), 30000);
-  server.stderr.on('data', (d) => {
-    log += d;
-    const m = log.match(/listening on http:\/\/[^\s]*:(\d+)\n/);
-    if (m) { clearTimeout(t); resolve(Number(m[1])); }
-  });
-  server.on('exit', (code) => reject(new Error(`server exited (${code}):\n${log}`)));
-});
-
-const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: 'k', timeout: 30000, maxRetries: 0 });
+const tmp = demoCopy('mlxcel-openai-', { tokenizerConfig: qwen3TokenizerConfig });
+const srv = await startServer(bin, ['-m', tmp, '--parallel', '4', '--ctx', '512', '--api-key', 'k'], { apiKey: 'k', timeout: 30000 });
+const { port, client } = srv;
 const noThink = { chat_template_kwargs: { enable_thinking: false } };
 
 try {
@@ -122,10 +97,5 @@ try {
   ok(false, `unexpected error: ${e.stack ?? e}`);
 }
 
-clearTimeout(watchdog);
-stopServer();
-const code = await new Promise((resolve) => server.exitCode !== null ? resolve(server.exitCode) : server.on('exit', (c) => resolve(c)));
-ok(code === 0, `server stopped cleanly (exit ${code})`);
-if (/AddressSanitizer|runtime error|LeakSanitizer/.test(log)) ok(false, `sanitizer report:\n${log}`);
-console.log(`${failures} failures`);
-process.exit(failures ? 1 : 0);
+await stopServer(srv);
+finish();
