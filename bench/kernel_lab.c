@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Kernel lab: times the CPU kernels of cpu_kernels.h on one thread, on random affine 4-bit weights
 // (group 64, bf16 scales), for the shapes that matter in Qwen3-0.6B. Not part of the build:
-//   cc -O2 -std=c11 -D_GNU_SOURCE -Isrc bench/kernel_lab.c build/perf2/libmlxcel_lib.a -lm -lpthread
+//   cc -O2 -std=c11 -D_GNU_SOURCE -Isrc bench/kernel_lab.c build/cpu/libmlxcel_lib.a -lm -lpthread
+//   ./a.out ROWS COLS TOKENS [KERNEL_SET]
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,5 +64,34 @@ int main(int argc, char **argv) {
         best = t < best ? t : best;
     }
     printf("gemm n=%d: %.3f ms, %.1f GMAC/s\n", n, best * 1e3, (double)rows * cols * n / best / 1e9);
+    // Integer batches (AMX or VNNI sets): prepare x, then token chunks of ~1 MB of prepared x, each
+    // swept by every block of 16 rows, as the backend splits them (cpu_matmul.c).
+    size_t qtb = cpu_kernels_qx_tiles_bytes(&w, n);
+    if (qtb) {
+        int tiles = (n + 15) / 16;
+        size_t tile_bytes = qtb / (size_t)tiles;
+        int chunk = (int)((1 << 20) / tile_bytes);
+        chunk = chunk < 1 ? 1 : chunk;
+        void *qx = aligned_alloc(64, (qtb + 63) & ~(size_t)63);
+        void *scr = aligned_alloc(64, (cpu_kernels_gemm_q_scratch_bytes(&w) + 63) & ~(size_t)63);
+        double bq = 1e9, bg = 1e9;
+        for (int rep = 0; rep < 5; rep++) {
+            double t0 = now();
+            for (int t = 0; t < tiles; t++) cpu_kernels_quantize_x_tiles(&w, x, n, t, qx);
+            double t1 = now();
+            for (int c0 = 0; c0 < tiles; c0 += chunk) {
+                int nt = n - c0 * 16 < chunk * 16 ? n - c0 * 16 : chunk * 16;
+                for (int64_t r = 0; r < rows; r += 16)
+                    cpu_kernels_gemm_q(&w, r, rows - r < 16 ? (int)(rows - r) : 16, (uint8_t *)qx + c0 * tile_bytes, nt,
+                                       out + (int64_t)c0 * 16 * rows, rows, scr);
+            }
+            double t2 = now();
+            bq = t1 - t0 < bq ? t1 - t0 : bq;
+            bg = t2 - t1 < bg ? t2 - t1 : bg;
+        }
+        printf("gemm_q n=%d (integer batch): quantize %.3f ms, products %.3f ms, %.1f GMAC/s\n", n, bq * 1e3,
+               bg * 1e3, (double)rows * cols * n / bg / 1e9);
+        free(qx), free(scr);
+    }
     return 0;
 }

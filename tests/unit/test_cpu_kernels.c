@@ -6,7 +6,7 @@
 // counts, column counts that are not multiples of the vector width (dense), buffers at odd byte
 // offsets, and every gemm tile shape (1-4 rows x 1-13 tokens). Attention heads of several sizes and
 // key ranges are compared with a double-precision softmax, and the integer (VNNI) gemv and integer
-// batched product (AMX tiles) of the sets that have them, for every format they cover: 1 to 40
+// batched product (VNNI or AMX tiles) of the sets that have them, for every format they cover: 1 to 40
 // tokens (partial 16-token tiles), row blocks at odd offsets, and a product over a later token chunk
 // of the prepared activations, as the backend splits them.
 //
@@ -185,7 +185,9 @@ static void compare(const char *set, const char *label, const tmat *t) {
     // Integer batched path: x prepared for n tokens, products over rows [r0, r0 + nr), then over the
     // token chunk that starts at the second 16-token tile (the backend's split).
     int bad_qb = 0;
-    const int ns[] = {1, 13, 16, 40};
+    // Token counts: partial tiles, and every remainder shape of the VNNI kernel's token sweeps
+    // (6, 4, 2, 1 tokens at a time).
+    const int ns[] = {1, 2, 3, 5, 7, 13, 16, 21, 40};
     for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
         int n = ns[ni];
         size_t bytes = cpu_kernels_qx_tiles_bytes(w, n);

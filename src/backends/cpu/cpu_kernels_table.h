@@ -44,6 +44,13 @@ size_t cpu_vnni_qx_row_bytes(const mx_matrix *w);
 void cpu_vnni_quantize_x(const mx_matrix *w, const float *x, int n, void *qx);
 void cpu_vnni_gemv_q(const mx_matrix *w, int64_t r0, int64_t r1, const void *qx, float *out);
 
+// AVX-512 VNNI kernels for batches (cpu_kernels_vnni_gemm.c), for CPUs without AMX.
+size_t cpu_vnni_qx_tiles_bytes(const mx_matrix *w, int n);
+void cpu_vnni_quantize_x_tiles(const mx_matrix *w, const float *x, int n, int tile, void *qx);
+size_t cpu_vnni_gemm_scratch_bytes(const mx_matrix *w);
+void cpu_vnni_gemm_q(const mx_matrix *w, int64_t r0, int nr, const void *qx, int n, float *out, int64_t ldo,
+                     void *scratch);
+
 // AMX tile kernels for batches (cpu_kernels_amx.c).
 int cpu_amx_supported(void);
 size_t cpu_amx_qx_tiles_bytes(const mx_matrix *w, int n);

@@ -376,7 +376,8 @@ static const cpu_kernel_set avx512_set = {
     /* .gemm_q = */ NULL,
 };
 
-// AVX-512 plus the VNNI integer gemv for affine 4/8-bit (cpu_kernels_vnni.c).
+// AVX-512 plus the VNNI integer kernels for affine 4/8-bit: gemv (cpu_kernels_vnni.c) and batches
+// (cpu_kernels_vnni_gemm.c).
 static const cpu_kernel_set avx512vnni_set = {
     /* .name = */ "avx512vnni",
     /* .dequant_row = */ avx2_dequant_row,
@@ -388,10 +389,10 @@ static const cpu_kernel_set avx512vnni_set = {
     /* .qx_row_bytes = */ cpu_vnni_qx_row_bytes,
     /* .quantize_x = */ cpu_vnni_quantize_x,
     /* .gemv_q = */ cpu_vnni_gemv_q,
-    /* .qx_tiles_bytes = */ NULL,
-    /* .quantize_x_tiles = */ NULL,
-    /* .gemm_q_scratch_bytes = */ NULL,
-    /* .gemm_q = */ NULL,
+    /* .qx_tiles_bytes = */ cpu_vnni_qx_tiles_bytes,
+    /* .quantize_x_tiles = */ cpu_vnni_quantize_x_tiles,
+    /* .gemm_q_scratch_bytes = */ cpu_vnni_gemm_scratch_bytes,
+    /* .gemm_q = */ cpu_vnni_gemm_q,
 };
 
 // avx512vnni plus the AMX tile kernels for batches of tokens (cpu_kernels_amx.c).
