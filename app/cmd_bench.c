@@ -26,6 +26,7 @@
 #include "core/mem_bandwidth.h"
 #include "core/thread_pool.h"
 #include "io/hf_config.h"
+#include "io/mapped_file.h"
 #include "models/family.h"
 
 #define BENCH_SEED 0x6d6c7863656cULL  // "mlxcel"
@@ -342,29 +343,10 @@ static int mkdir_p(const char *path) {
     return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
 }
 
+// A whole text file, or NULL when it cannot be read (the callers treat that as absent).
 static char *read_text(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    for (;;) {
-        if (len + 4096 + 1 > cap) {
-            cap = cap ? cap * 2 : 8192;
-            char *g = realloc(buf, cap);
-            if (!g) {
-                free(buf);
-                fclose(f);
-                return NULL;
-            }
-            buf = g;
-        }
-        size_t got = fread(buf + len, 1, 4096, f);
-        len += got;
-        if (got < 4096) break;
-    }
-    fclose(f);
-    buf[len] = 0;
-    return buf;
+    mx_error ignored = {{0}};
+    return mx_read_text_file(path, NULL, &ignored);
 }
 
 static int write_text(const char *path, const char *text) {

@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "chat/jinja.h"
 #include "io/json_text.h"
@@ -58,41 +59,13 @@ mx_chat_template *mx_chat_template_from_string(const char *source, const char *b
     return t;
 }
 
-// Reads a whole file; NULL with errno ENOENT when it does not exist.
+// Reads a whole text file; NULL with err left empty when it does not exist (the template files are
+// optional), NULL with a message naming the path when it cannot be read or holds a NUL byte.
 static char *read_file(const char *path, mx_error *err) {
-    if (mx_file_check_regular(path, err)) return NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (errno != ENOENT) mx_fail(err, "%s: %s", path, strerror(errno));
-        return NULL;
-    }
-    char *buf = NULL;
-    size_t n = 0, cap = 0;
-    for (;;) {
-        if (n + 4096 + 1 > cap) {
-            cap = cap ? cap * 2 : 8192;
-            char *p = realloc(buf, cap);
-            if (!p) {
-                free(buf);
-                fclose(f);
-                mx_fail(err, "%s: out of memory", path);
-                return NULL;
-            }
-            buf = p;
-        }
-        size_t got = fread(buf + n, 1, cap - n - 1, f);
-        n += got;
-        if (got == 0) break;
-    }
-    bool bad = ferror(f);
-    fclose(f);
-    if (bad) {
-        free(buf);
-        mx_fail(err, "%s: read error", path);
-        return NULL;
-    }
-    buf[n] = 0;
-    if (strlen(buf) != n) {
+    if (access(path, F_OK) != 0 && errno == ENOENT) return NULL;
+    size_t n = 0;
+    char *buf = mx_read_text_file(path, &n, err);
+    if (buf && strlen(buf) != n) {
         free(buf);
         mx_fail(err, "%s: contains a NUL byte", path);
         return NULL;

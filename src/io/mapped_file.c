@@ -35,7 +35,6 @@ int mx_mapped_file_open(mx_mapped_file *f, const char *path, mx_error *err) {
     memset(f, 0, sizeof *f);
     int fd = open_regular(path, err);
     if (fd < 0) return -1;
-    if (fd < 0) return mx_fail(err, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
         close(fd);

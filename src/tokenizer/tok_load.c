@@ -102,34 +102,6 @@ static int merges_from_json(load_ctx *c, json_t *merges) {
     return 0;
 }
 
-static int read_file(const char *path, char **out, size_t *len, mx_error *err) {
-    if (mx_file_check_regular(path, err)) return -1;
-    FILE *f = fopen(path, "rb");
-    if (!f) return mx_fail(err, "cannot open: %s", strerror(errno));
-    char *buf = NULL;
-    long size = -1;
-    if (fseek(f, 0, SEEK_END) == 0) size = ftell(f);
-    if (size < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        fclose(f);
-        return mx_fail(err, "cannot determine the file size");
-    }
-    buf = malloc((size_t)size + 1);
-    if (!buf) {
-        fclose(f);
-        return mx_fail(err, "out of memory reading %ld bytes", size);
-    }
-    size_t got = fread(buf, 1, (size_t)size, f);
-    fclose(f);
-    if (got != (size_t)size) {
-        free(buf);
-        return mx_fail(err, "short read (%zu of %ld bytes)", got, size);
-    }
-    buf[got] = '\0';
-    *out = buf;
-    *len = got;
-    return 0;
-}
-
 // Copy of doc with the two spans replaced by "{}" / "[]" plus the newlines they held, so that
 // jansson's line numbers still match the file.
 static char *compact_doc(const char *doc, size_t n, tok_span a, tok_span b, size_t *out_len) {
@@ -451,8 +423,14 @@ mx_tokenizer *mx_tokenizer_load(const char *path, mx_error *err) {
         return NULL;
     }
     tok->unk_id = -1;
-    if (!(tok->path = strdup(path)) || read_file(path, &doc, &n, err) != 0 || load_json(&c, doc, n) != 0) {
+    bool ok = (tok->path = strdup(path)) != NULL;
+    if (!ok) mx_fail(err, "%s: out of memory", path);
+    if (ok) ok = (doc = mx_read_text_file(path, &n, err)) != NULL;  // its messages name the path
+    if (ok && load_json(&c, doc, n) != 0) {
         mx_fail_prefix(err, "%s: ", path);
+        ok = false;
+    }
+    if (!ok) {
         mx_tokenizer_free(tok);
         tok = NULL;
     }
