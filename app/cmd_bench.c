@@ -25,6 +25,7 @@
 #include "commands.h"
 #include "core/mem_bandwidth.h"
 #include "core/thread_pool.h"
+#include "io/folders.h"
 #include "io/hf_config.h"
 #include "io/mapped_file.h"
 #include "models/family.h"
@@ -331,18 +332,6 @@ static int spec_model(spec_list *l, const mx_config *c, const mx_family *fam) {
 
 // ---- Writing the folder ------------------------------------------------------------------------
 
-static int mkdir_p(const char *path) {
-    char buf[4096];
-    snprintf(buf, sizeof buf, "%s", path);
-    for (char *s = buf + 1; *s; s++) {
-        if (*s != '/') continue;
-        *s = 0;
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
-        *s = '/';
-    }
-    return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
-}
-
 // A whole text file, or NULL when it cannot be read (the callers treat that as absent).
 static char *read_text(const char *path) {
     mx_error ignored = {{0}};
@@ -429,8 +418,13 @@ static int ensure_random_model(const char *dir, const char *config_text) {
     int64_t total = 0;
     for (int i = 0; i < l.n; i++) total += l.v[i].bytes;
     fprintf(stderr, "mlxcel bench: writing random weights (%.2f GB) to %s\n", total / 1e9, dir);
+    if (mx_make_dirs(dir, 0755, &err) != 0) {
+        cli_error(cmd, "%s", err.msg);
+        free(l.v);
+        return -1;
+    }
     unlink(cfg_path);  // an interrupted rewrite leaves no config, so it is redone next time
-    if (mkdir_p(dir) != 0 || write_safetensors(tmp_path, &l) != 0 || rename(tmp_path, st_path) != 0 ||
+    if (write_safetensors(tmp_path, &l) != 0 || rename(tmp_path, st_path) != 0 ||
         write_text(cfg_path, config_text) != 0) {
         cli_error(cmd, "writing %s: %s", dir, strerror(errno));
         unlink(tmp_path);

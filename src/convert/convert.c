@@ -20,6 +20,7 @@
 #include "convert/plan.h"
 #include "convert/recipe.h"
 #include "convert/st_writer.h"
+#include "io/folders.h"
 #include "io/json_text.h"
 #include "io/mapped_file.h"
 #include "io/safetensors.h"
@@ -204,25 +205,12 @@ static int copy_side_files(const char *src_dir, const char *dst_dir, mx_error *e
         if (!is_side_file(de->d_name)) continue;
         char *s = path_join(src_dir, de->d_name), *t = path_join(dst_dir, de->d_name);
         if (!s || !t) rc = mx_fail(err, "out of memory");
-        else if (!cv_is_dir(s)) rc = cv_copy_file(s, t, err);
+        else if (!mx_is_dir(s)) rc = cv_copy_file(s, t, err);
         free(s);
         free(t);
     }
     closedir(d);
     return rc;
-}
-
-// Creates the parent folders of path (mkdir -p of its dirname).
-static int make_parents(const char *path, mx_error *err) {
-    char buf[PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return mx_fail(err, "%s: path too long", path);
-    for (char *p = buf + 1; *p; p++) {
-        if (*p != '/') continue;
-        *p = '\0';
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return mx_fail(err, "%s: cannot create: %s", buf, strerror(errno));
-        *p = '/';
-    }
-    return 0;
 }
 
 static int convert_into(const mx_convert_opts *o, mx_safetensors *st, const json_t *config,
@@ -282,7 +270,7 @@ static int convert_into(const mx_convert_opts *o, mx_safetensors *st, const json
 
 int mx_convert(const mx_convert_opts *o, mx_error *err) {
     if (mx_convert_check_opts(o, err) != 0) return -1;
-    if (!cv_is_dir(o->hf_path)) return mx_fail(err, "%s: not a folder", o->hf_path);
+    if (!mx_is_dir(o->hf_path)) return mx_fail(err, "%s: not a folder", o->hf_path);
 
     // The output path without trailing slashes, so that "<out>.tmp-PID" is a sibling.
     char out[PATH_MAX];
@@ -326,7 +314,7 @@ int mx_convert(const mx_convert_opts *o, mx_error *err) {
     char tmp[PATH_MAX];
     snprintf(tmp, sizeof tmp, "%s.tmp-%ld", out, (long)getpid());
     bool made_tmp = false;
-    if (rc == 0) rc = make_parents(out, err);
+    if (rc == 0) rc = mx_make_parent_dirs(out, 0755, err);
     if (rc == 0) {
         cv_remove_tree(tmp, NULL);  // a leftover of an earlier run with our pid
         if (mkdir(tmp, 0755) != 0) rc = mx_fail(err, "%s: cannot create: %s", tmp, strerror(errno));

@@ -16,11 +16,6 @@ bool cv_path_exists(const char *path) {
     return lstat(path, &sb) == 0;
 }
 
-bool cv_is_dir(const char *path) {
-    struct stat sb;
-    return stat(path, &sb) == 0 && S_ISDIR(sb.st_mode);
-}
-
 int cv_copy_file(const char *src, const char *dst, mx_error *err) {
     int in = open(src, O_RDONLY | O_CLOEXEC);
     if (in < 0) return mx_fail(err, "%s: cannot open: %s", src, strerror(errno));

@@ -9,7 +9,6 @@
 #include "core/error.h"
 
 bool cv_path_exists(const char *path);
-bool cv_is_dir(const char *path);
 // Copies src to dst (created exclusively).
 int cv_copy_file(const char *src, const char *dst, mx_error *err);
 // Removes a folder and everything in it (no symlink following). Missing path is not an error.

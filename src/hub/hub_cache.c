@@ -80,31 +80,6 @@ int hub_read_ref(const char *repo_dir, const char *revision, char *commit, size_
     return 0;
 }
 
-int hub_mkdirs(const char *path, mx_error *err) {
-    char tmp[4600];
-    snprintf(tmp, sizeof tmp, "%s", path);
-    for (char *p = tmp + 1; ; p++) {
-        if (*p != '/' && *p != 0) continue;
-        char saved = *p;
-        *p = 0;
-        if (mkdir(tmp, 0777) != 0 && errno != EEXIST) return mx_fail(err, "cannot create folder %s: %s", tmp, strerror(errno));
-        *p = saved;
-        if (!saved) break;
-    }
-    struct stat st;
-    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) return mx_fail(err, "%s exists and is not a folder", path);
-    return 0;
-}
-
-int hub_mkdirs_for_file(const char *file_path, mx_error *err) {
-    char dir[4600];
-    snprintf(dir, sizeof dir, "%s", file_path);
-    char *slash = strrchr(dir, '/');
-    if (!slash || slash == dir) return 0;
-    *slash = 0;
-    return hub_mkdirs(dir, err);
-}
-
 int hub_write_ref(const char *repo_dir, const char *revision, const char *commit, mx_error *err) {
     if (strcmp(revision, commit) == 0) return 0;
     if (!hub_safe_relative_path(revision)) return mx_fail(err, "revision '%s' cannot name a ref file", revision);
@@ -113,7 +88,7 @@ int hub_write_ref(const char *repo_dir, const char *revision, const char *commit
     char path[4600], tmp[4700];
     snprintf(path, sizeof path, "%s/refs/%s", repo_dir, revision);
     snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
-    if (hub_mkdirs_for_file(path, err) != 0) return -1;
+    if (mx_make_parent_dirs(path, HUB_FOLDER_MODE, err) != 0) return -1;
     FILE *f = fopen(tmp, "w");
     if (!f) return mx_fail(err, "cannot write %s: %s", tmp, strerror(errno));
     int bad = fputs(commit, f) < 0;
@@ -138,7 +113,7 @@ int hub_link_snapshot(const char *repo_dir, const char *commit, const char *file
     char link_path[8200], target[4600];
     snprintf(link_path, sizeof link_path, "%s/snapshots/%s/%s", repo_dir, commit, file);
     hub_snapshot_link_target(file, etag, target, sizeof target);
-    if (hub_mkdirs_for_file(link_path, err) != 0) return -1;
+    if (mx_make_parent_dirs(link_path, HUB_FOLDER_MODE, err) != 0) return -1;
     if (unlink(link_path) != 0 && errno != ENOENT)
         return mx_fail(err, "cannot replace %s: %s", link_path, strerror(errno));
     if (symlink(target, link_path) != 0 && errno != EEXIST)
@@ -151,7 +126,7 @@ int hub_lock_blob(const char *cache_dir, const char *repo, const char *etag, FIL
     hub_repo_folder(cache_dir, repo, folder, sizeof folder);
     const char *name = strrchr(folder, '/');
     snprintf(path, sizeof path, "%s/.locks/%s/%s.lock", cache_dir, name ? name + 1 : folder, etag);
-    if (hub_mkdirs_for_file(path, err) != 0) return -1;
+    if (mx_make_parent_dirs(path, HUB_FOLDER_MODE, err) != 0) return -1;
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
     if (fd < 0) return mx_fail(err, "cannot open the lock file %s: %s", path, strerror(errno));
     if (flock(fd, LOCK_EX | LOCK_NB) == 0) return fd;

@@ -17,6 +17,10 @@
 #include <stdio.h>
 
 #include "core/error.h"
+#include "io/folders.h"
+
+// The cache's folders: 0777 less the umask, as huggingface_hub makes them.
+#define HUB_FOLDER_MODE 0777
 
 // True for a full 40-hex-digit commit id.
 bool hub_is_commit_hash(const char *s);
@@ -40,13 +44,9 @@ int hub_link_snapshot(const char *repo_dir, const char *commit, const char *file
 // in file).
 void hub_snapshot_link_target(const char *file, const char *etag, char *out, size_t cap);
 
-// Creates a folder and its parents (mode 0777 less the umask); 0 when it exists.
-int hub_mkdirs(const char *path, mx_error *err);
 // The snapshot folder of a revision (a commit, or a branch or tag through refs/), if it exists.
 int hub_cached_snapshot(const char *cache_dir, const char *repo, const char *revision, char *out, size_t cap);
 
-// Creates the parent folders of a file path.
-int hub_mkdirs_for_file(const char *file_path, mx_error *err);
 // Opens and flock()s <cache>/.locks/models--ORG--NAME/<etag>.lock (as huggingface_hub does), saying
 // on note when another process holds it; returns the fd (close to release) or -1 with a message.
 int hub_lock_blob(const char *cache_dir, const char *repo, const char *etag, FILE *note, mx_error *err);

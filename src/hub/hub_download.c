@@ -85,7 +85,7 @@ static int cache_file(const mx_hub_env *env, const char *repo, const char *repo_
     char blob[4600], partial[4700];
     snprintf(blob, sizeof blob, "%s/blobs/%s", repo_dir, meta.etag);
     snprintf(partial, sizeof partial, "%s.incomplete", blob);
-    if (hub_mkdirs_for_file(blob, err) != 0) return -1;
+    if (mx_make_parent_dirs(blob, HUB_FOLDER_MODE, err) != 0) return -1;
     int lock = hub_lock_blob(env->cache_dir, repo, meta.etag, progress, err);
     if (lock < 0) return -1;
     int rc = 0;
@@ -118,7 +118,7 @@ static int read_local_metadata(const char *path, char *commit, size_t ccap, char
 }
 
 static int write_local_metadata(const char *path, const char *commit, const char *etag, mx_error *err) {
-    if (hub_mkdirs_for_file(path, err) != 0) return -1;
+    if (mx_make_parent_dirs(path, HUB_FOLDER_MODE, err) != 0) return -1;
     FILE *f = fopen(path, "w");
     if (!f) return mx_fail(err, "cannot write %s: %s", path, strerror(errno));
     struct timespec ts;
@@ -131,7 +131,7 @@ static int write_local_metadata(const char *path, const char *commit, const char
 static int local_prepare(const char *dir, mx_error *err) {
     char path[4600];
     snprintf(path, sizeof path, "%s/.cache/huggingface", dir);
-    if (hub_mkdirs(path, err) != 0) return -1;
+    if (mx_make_dirs(path, HUB_FOLDER_MODE, err) != 0) return -1;
     snprintf(path, sizeof path, "%s/.cache/huggingface/.gitignore", dir);
     if (!path_exists(path)) {
         FILE *f = fopen(path, "w");
@@ -162,7 +162,8 @@ static int local_file(const mx_hub_env *env, const char *repo, const char *dir, 
     }
     char partial[8800];
     snprintf(partial, sizeof partial, "%s/.cache/huggingface/download/%s.%s.incomplete", dir, file, meta.etag);
-    if (hub_mkdirs_for_file(partial, err) != 0 || hub_mkdirs_for_file(dest, err) != 0) return -1;
+    if (mx_make_parent_dirs(partial, HUB_FOLDER_MODE, err) != 0 || mx_make_parent_dirs(dest, HUB_FOLDER_MODE, err) != 0)
+        return -1;
     if (fetch_verified(env, &meta, file, partial, dest, progress, err) != 0) return -1;
     t->fetched++;
     t->bytes += meta.size;
@@ -213,7 +214,7 @@ int mx_hub_download(const mx_hub_download_opts *o, char *out, size_t cap, mx_err
     if (o->local_dir) {
         rc = local_prepare(o->local_dir, err);
     } else {
-        rc = hub_mkdirs(repo_dir, err);
+        rc = mx_make_dirs(repo_dir, HUB_FOLDER_MODE, err);
         if (rc == 0) {
             hub_tag_cache_dir(env.cache_dir);
             rc = hub_write_ref(repo_dir, revision, rev.commit, err);

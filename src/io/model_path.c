@@ -9,11 +9,7 @@
 #include <sys/stat.h>
 
 #include "hub/hub.h"
-
-static int is_dir(const char *p) {
-    struct stat st;
-    return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
+#include "io/folders.h"
 
 static int has_config(const char *dir) {
     char p[4200];
@@ -30,7 +26,7 @@ static bool looks_like_repo_id(const char *arg) {
 
 int mx_model_path_resolve(const char *arg, char *out, size_t cap, mx_error *err) {
     if (!arg || !*arg) return mx_fail(err, "no model given");
-    if (is_dir(arg)) {
+    if (mx_is_dir(arg)) {
         if (!has_config(arg)) return mx_fail(err, "%s: not a model folder (no config.json)", arg);
         snprintf(out, cap, "%s", arg);
         return 0;
