@@ -23,6 +23,7 @@
 #include "cli.h"
 #include "core/clock.h"
 #include "commands.h"
+#include "convert/st_writer.h"
 #include "core/mem_bandwidth.h"
 #include "core/thread_pool.h"
 #include "io/folders.h"
@@ -346,41 +347,38 @@ static int write_text(const char *path, const char *text) {
     return (fclose(f) != 0 || bad) ? -1 : 0;
 }
 
-static int write_safetensors(const char *path, const spec_list *l) {
-    size_t hcap = 256 + (size_t)l->n * 320, hlen = 0;
-    char *h = malloc(hcap);
+// The random weights as one safetensors file, streamed tensor by tensor in 4 MiB pieces through
+// convert's writer (st_writer.h).
+static int write_safetensors(const char *path, const spec_list *l, mx_error *err) {
+    cv_st_writer *w = cv_st_writer_new();
     uint8_t *buf = malloc(1 << 22);
-    FILE *f = NULL;
     int rc = -1;
-    if (!h || !buf) goto done;
-    hlen += snprintf(h + hlen, hcap - hlen, "{\"__metadata__\":{\"format\":\"mlx\"}");
-    int64_t off = 0;
+    if (!w || !buf) {
+        mx_fail(err, "out of memory");
+        goto done;
+    }
     for (int i = 0; i < l->n; i++) {
         const tensor_spec *t = &l->v[i];
-        hlen += snprintf(h + hlen, hcap - hlen, ",\"%s\":{\"dtype\":\"%s\",\"shape\":[", t->name, t->dtype);
-        for (int d = 0; d < t->ndim; d++) hlen += snprintf(h + hlen, hcap - hlen, "%s%lld", d ? "," : "", (long long)t->shape[d]);
-        hlen += snprintf(h + hlen, hcap - hlen, "],\"data_offsets\":[%lld,%lld]}", (long long)off,
-                         (long long)(off + t->bytes));
-        off += t->bytes;
+        mx_dtype dt;
+        if (mx_dtype_parse(t->dtype, &dt) != 0) {
+            mx_fail(err, "%s: unknown dtype %s", t->name, t->dtype);
+            goto done;
+        }
+        if (cv_st_writer_declare(w, t->name, dt, t->ndim, t->shape, err) < 0) goto done;
     }
-    hlen += snprintf(h + hlen, hcap - hlen, "}");
-    while (hlen % 8) h[hlen++] = ' ';
-    if (!(f = fopen(path, "wb"))) goto done;
-    uint64_t n = hlen;
-    if (fwrite(&n, 8, 1, f) != 1 || fwrite(h, 1, hlen, f) != hlen) goto done;
+    if (cv_st_writer_open(w, path, err) != 0) goto done;
     for (int i = 0; i < l->n; i++) {
         const tensor_spec *t = &l->v[i];
         uint64_t key = bench_splitmix(BENCH_SEED ^ hash_str(t->name));
         for (int64_t o = 0; o < t->bytes; o += 1 << 22) {
             int64_t len = t->bytes - o < (1 << 22) ? t->bytes - o : (1 << 22);
             fill_chunk(t, key, o, buf, (len + 7) & ~(int64_t)7);
-            if (fwrite(buf, 1, (size_t)len, f) != (size_t)len) goto done;
+            if (cv_st_writer_put(w, (size_t)i, o, buf, (size_t)len, err) != 0) goto done;
         }
     }
-    rc = 0;
+    rc = cv_st_writer_close(w, err);
 done:
-    if (f && fclose(f) != 0) rc = -1;
-    free(h);
+    cv_st_writer_free(w);
     free(buf);
     return rc;
 }
@@ -424,8 +422,13 @@ static int ensure_random_model(const char *dir, const char *config_text) {
         return -1;
     }
     unlink(cfg_path);  // an interrupted rewrite leaves no config, so it is redone next time
-    if (write_safetensors(tmp_path, &l) != 0 || rename(tmp_path, st_path) != 0 ||
-        write_text(cfg_path, config_text) != 0) {
+    if (write_safetensors(tmp_path, &l, &err) != 0) {
+        cli_error(cmd, "%s", err.msg);
+        unlink(tmp_path);
+        free(l.v);
+        return -1;
+    }
+    if (rename(tmp_path, st_path) != 0 || write_text(cfg_path, config_text) != 0) {
         cli_error(cmd, "writing %s: %s", dir, strerror(errno));
         unlink(tmp_path);
         free(l.v);

@@ -6,9 +6,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "cli.h"
 #include "commands.h"
+#include "convert/st_writer.h"
 
 static void usage(FILE *to) {
     fprintf(to, "usage: mlxcel logits [-m MODEL] --ids 1,2,3 [--mode prefill|decode] -o FILE.safetensors\n%s",
@@ -36,19 +39,21 @@ static int parse_ids(const char *s, int32_t **ids, int *n) {
     return *ids && *n > 0 ? 0 : -1;
 }
 
-static int write_logits(const char *path, const float *data, int n, int vocab) {
-    char header[256];
-    size_t bytes = (size_t)n * vocab * sizeof(float);
-    int len = snprintf(header, sizeof header,
-                       "{\"logits\":{\"dtype\":\"F32\",\"shape\":[%d,%d],\"data_offsets\":[0,%zu]}}", n, vocab, bytes);
-    while (len % 8) header[len++] = ' ';
-    FILE *f = fopen(path, "wb");
-    if (!f) return -1;
-    uint64_t hl = (uint64_t)len;
-    unsigned char le[8];
-    for (int i = 0; i < 8; i++) le[i] = (unsigned char)(hl >> (8 * i));
-    int ok = fwrite(le, 1, 8, f) == 8 && fwrite(header, 1, len, f) == (size_t)len && fwrite(data, 1, bytes, f) == bytes;
-    return (fclose(f) == 0 && ok) ? 0 : -1;
+// The logits [n, vocab] as one F32 tensor "logits" in a safetensors file, through convert's writer
+// (st_writer.h), which creates its file: a regular file already there is replaced; anything else
+// at that path is refused with a message naming it.
+static int write_logits(const char *path, const float *data, int n, int vocab, mx_error *err) {
+    cv_st_writer *w = cv_st_writer_new();
+    if (!w) return mx_fail(err, "out of memory");
+    int64_t shape[2] = {n, vocab};
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISREG(st.st_mode)) unlink(path);
+    int rc = -1;
+    if (cv_st_writer_declare(w, "logits", MX_DTYPE_F32, 2, shape, err) >= 0 && cv_st_writer_open(w, path, err) == 0 &&
+        cv_st_writer_put(w, 0, 0, data, (size_t)n * vocab * sizeof(float), err) == 0)
+        rc = cv_st_writer_close(w, err);
+    cv_st_writer_free(w);
+    return rc;
 }
 
 int cmd_logits(int argc, char **argv) {
@@ -121,8 +126,8 @@ int cmd_logits(int argc, char **argv) {
     }
     if (fail) {
         cli_error(cmd, "%s", err.msg);
-    } else if (write_logits(out_path, logits, n, V) != 0) {
-        cli_error(cmd, "%s: cannot write: %s", out_path, strerror(errno));
+    } else if (write_logits(out_path, logits, n, V, &err) != 0) {
+        cli_error(cmd, "%s", err.msg);
     } else {
         rc = MX_EXIT_OK;
     }
