@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
@@ -30,6 +31,8 @@ typedef struct mx_grammar mx_grammar;
 // Parses GBNF text whose start rule is `root`. Errors read "grammar line L, column C: ...".
 mx_grammar *mx_grammar_parse(const char *text, mx_error *err);
 void mx_grammar_free(mx_grammar *g);
+// Writes bytes s[0..n) to f as a GBNF string literal (gbnf_literal.c), for code that writes grammars.
+void mx_gbnf_put_literal(FILE *f, const char *s, size_t n);
 
 // The GBNF text (malloc'ed) accepting exactly the JSON documents that validate against schema
 // (within the documented subset; anything outside it is an error naming the keyword and path).

@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "grammar/grammar.h"
+#include "grammar/gbnf_text.h"
 
 #define STRING_RUN 256
 #define STRING_ESCAPES 32
@@ -56,22 +56,10 @@ static int fail(compiler *c, const char *path, const char *fmt, ...) {
     return mx_fail(c->err, "json schema at '#%s': %s", path, msg);
 }
 
-// Writes s as a GBNF string literal (with quotes).
-static void put_literal(FILE *f, const char *s, size_t n) {
-    fputc('"', f);
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        if (ch == '"' || ch == '\\') fprintf(f, "\\%c", ch);
-        else if (ch < 0x20 || ch == 0x7F) fprintf(f, "\\x%02X", ch);
-        else fputc(ch, f);
-    }
-    fputc('"', f);
-}
-
 // The JSON text of v (compact) as a GBNF literal.
 static void put_json_literal(FILE *f, json_t *v) {
     char *t = json_dumps(v, JSON_COMPACT | JSON_ENCODE_ANY);
-    put_literal(f, t ? t : "", t ? strlen(t) : 0);
+    mx_gbnf_put_literal(f, t ? t : "", t ? strlen(t) : 0);
     free(t);
 }
 
@@ -132,67 +120,6 @@ static int check_keywords(compiler *c, json_t *s, const char *path, const char *
 
 // ---- integers in a range
 
-static int digits_of(long long v) {
-    int d = 1;
-    while (v >= 10) v /= 10, d++;
-    return d;
-}
-
-// Alternatives for the decimal numbers of exactly len digits between a and b (strings).
-static void same_len(FILE *f, const char *a, const char *b, int len) {
-    if (len == 0) {
-        fputs("\"\"", f);
-        return;
-    }
-    if (a[0] == b[0]) {
-        fprintf(f, "\"%c\" ", a[0]);
-        same_len(f, a + 1, b + 1, len - 1);
-        return;
-    }
-    bool low_zero = true, high_nine = true;
-    for (int i = 1; i < len; i++) low_zero &= a[i] == '0', high_nine &= b[i] == '9';
-    if (low_zero && high_nine) {
-        fprintf(f, "[%c-%c]", a[0], b[0]);
-        if (len > 1) fprintf(f, " [0-9]{%d}", len - 1);
-        return;
-    }
-    char nines[24], zeros[24];
-    memset(nines, '9', sizeof nines);
-    memset(zeros, '0', sizeof zeros);
-    fprintf(f, "( \"%c\" ", a[0]);
-    same_len(f, a + 1, nines, len - 1);
-    if (b[0] - a[0] >= 2) {
-        fprintf(f, " | [%c-%c]", a[0] + 1, b[0] - 1);
-        if (len > 1) fprintf(f, " [0-9]{%d}", len - 1);
-    }
-    fprintf(f, " | \"%c\" ", b[0]);
-    same_len(f, zeros, b + 1, len - 1);
-    fputs(" )", f);
-}
-
-// Non-negative integers in [a, b] (b < 0: no upper bound) without leading zeros.
-static void nonneg_range(FILE *f, long long a, long long b) {
-    int dmax = b < 0 ? (digits_of(a) > 16 ? digits_of(a) : 16) : digits_of(b);
-    fputs("( ", f);
-    bool first = true;
-    for (int d = digits_of(a); d <= dmax; d++) {
-        long long lo_d = 1, hi_d;
-        for (int i = 1; i < d; i++) lo_d *= 10;
-        if (d == 1) lo_d = 0;
-        hi_d = d == 1 ? 9 : lo_d * 10 - 1;
-        if (a > lo_d) lo_d = a;
-        if (b >= 0 && b < hi_d) hi_d = b;
-        if (lo_d > hi_d) continue;
-        char sa[24], sb[24];
-        snprintf(sa, sizeof sa, "%lld", lo_d);
-        snprintf(sb, sizeof sb, "%lld", hi_d);
-        if (!first) fputs(" | ", f);
-        first = false;
-        same_len(f, sa, sb, d);
-    }
-    fputs(" )", f);
-}
-
 static int gen_integer(compiler *c, json_t *s, const char *path) {
     static const char *const kw[] = {"type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
     if (check_keywords(c, s, path, kw)) return -1;
@@ -225,168 +152,17 @@ static int gen_integer(compiler *c, json_t *s, const char *path) {
     if (lo < 0) {  // negative part: [lo, min(hi, -1)]
         long long top = hi < 0 ? hi : -1;
         fputs("\"-\" ", b.f);
-        nonneg_range(b.f, -top, lo == -big ? -1 : -lo);
+        mx_gbnf_nonneg_range(b.f, -top, lo == -big ? -1 : -lo);
         any = true;
     }
     if (hi >= 0) {
         if (any) fputs(" | ", b.f);
-        nonneg_range(b.f, lo > 0 ? lo : 0, hi == big ? -1 : hi);
+        mx_gbnf_nonneg_range(b.f, lo > 0 ? lo : 0, hi == big ? -1 : hi);
     }
     return body_close(c, &b);
 }
 
 // ---- strings
-
-static const char *const string_char = "[^\"\\\\\\x00-\\x1F]";
-
-// Translates a regex (subset) into GBNF for the characters of a JSON string's content.
-typedef struct regex_in {
-    const char *p;
-    compiler *c;
-    const char *path;
-} regex_in;
-
-static int regex_alt(regex_in *r, FILE *f, int depth);
-
-// A class member or escape written as GBNF class text; JSON-unsafe characters are dropped.
-static int regex_class_escape(regex_in *r, FILE *f, char e) {
-    switch (e) {
-    case 'd': fputs("0-9", f); return 0;
-    case 'w': fputs("a-zA-Z0-9_", f); return 0;
-    case 's': fputs(" ", f); return 0;  // tab and newline would need JSON escapes
-    case 'n': case 't': case 'r': case 'f': case 'v':
-        return fail(r->c, r->path, "pattern: control characters are not supported");
-    default:
-        if (e == '"' || e == '\\') return fail(r->c, r->path, "pattern: '\\%c' in a class is not supported", e);
-        if (e == ']' || e == '[' || e == '-' || e == '^') fprintf(f, "\\%c", e);
-        else fputc(e, f);
-        return 0;
-    }
-}
-
-static int regex_class(regex_in *r, FILE *f) {
-    r->p++;  // '['
-    bool neg = *r->p == '^';
-    if (neg) r->p++;
-    fputs(neg ? "[^\"\\\\\\x00-\\x1F" : "[", f);
-    bool first = true;
-    while (*r->p != ']' || first) {
-        first = false;
-        char ch = *r->p;
-        if (!ch) return fail(r->c, r->path, "pattern: unterminated '['");
-        if (ch == '\\') {
-            r->p++;
-            char e = *r->p++;
-            if (neg && (e == 'd' || e == 'w' || e == 's')) return fail(r->c, r->path, "pattern: \\%c in [^...] is not supported", e);
-            if (regex_class_escape(r, f, e)) return -1;
-        } else if (ch == '"' || (unsigned char)ch < 0x20) {
-            if (!neg) return fail(r->c, r->path, "pattern: '\"' and control characters are not supported in a class");
-            r->p++;
-        } else {
-            if (ch == '[' || ch == '^') fputc('\\', f);
-            fputc(ch, f);
-            r->p++;
-        }
-    }
-    r->p++;
-    fputc(']', f);
-    return 0;
-}
-
-static int regex_atom(regex_in *r, FILE *f, int depth) {
-    char ch = *r->p;
-    if (ch == '(') {
-        r->p++;
-        if (r->p[0] == '?') {
-            if (r->p[1] != ':') return fail(r->c, r->path, "pattern: lookaround and named groups are not supported");
-            r->p += 2;
-        }
-        fputs("( ", f);
-        if (regex_alt(r, f, depth + 1)) return -1;
-        if (*r->p != ')') return fail(r->c, r->path, "pattern: '(' is not closed");
-        r->p++;
-        fputs(" )", f);
-        return 0;
-    }
-    if (ch == '[') return regex_class(r, f);
-    if (ch == '.') {
-        r->p++;
-        fputs(string_char, f);
-        return 0;
-    }
-    if (ch == '\\') {
-        char e = r->p[1];
-        r->p += 2;
-        if (e == 'd' || e == 'w' || e == 's') {
-            fputc('[', f);
-            regex_class_escape(r, f, e);
-            fputc(']', f);
-            return 0;
-        }
-        if (e == 'D' || e == 'W' || e == 'S') {
-            fputs("[^\"\\\\\\x00-\\x1F", f);
-            regex_class_escape(r, f, (char)(e + 32));
-            if (e == 'S') fputs("\\t\\n\\r", f);
-            fputc(']', f);
-            return 0;
-        }
-        if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z') || (e >= '0' && e <= '9') || !e)
-            return fail(r->c, r->path, "pattern: escape '\\%c' is not supported", e ? e : '0');
-        if (e == '"') fputs("\"\\\\\\\"\"", f);        // a quote is written \" in JSON
-        else if (e == '\\') fputs("\"\\\\\\\\\"", f);  // a backslash is written \\ in JSON
-        else put_literal(f, &e, 1);
-        return 0;
-    }
-    if ((unsigned char)ch < 0x20) return fail(r->c, r->path, "pattern: control characters are not supported");
-    if (ch == '"') {
-        r->p++;
-        fputs("\"\\\\\\\"\"", f);
-        return 0;
-    }
-    if (ch == '*' || ch == '+' || ch == '?' || ch == '{')
-        return fail(r->c, r->path, "pattern: quantifier '%c' without anything before it", ch);
-    size_t n = 1;
-    while ((((unsigned char)r->p[n]) & 0xC0) == 0x80) n++;
-    put_literal(f, r->p, n);
-    r->p += n;
-    return 0;
-}
-
-static int regex_seq(regex_in *r, FILE *f, int depth) {
-    bool empty = true;
-    while (*r->p && *r->p != '|' && *r->p != ')') {
-        if (*r->p == '$' && (r->p[1] == 0 || r->p[1] == ')' || r->p[1] == '|'))
-            return fail(r->c, r->path, "pattern: '$' is only supported at the end");
-        if (*r->p == '^') return fail(r->c, r->path, "pattern: '^' is only supported at the start");
-        if (!empty) fputc(' ', f);
-        empty = false;
-        if (regex_atom(r, f, depth)) return -1;
-        char q = *r->p;
-        if (q == '*' || q == '+' || q == '?') {
-            fputc(q, f);
-            r->p++;
-        } else if (q == '{') {
-            const char *close = strchr(r->p, '}');
-            if (!close) return fail(r->c, r->path, "pattern: '{' is not closed");
-            fprintf(f, "%.*s", (int)(close - r->p + 1), r->p);
-            r->p = close + 1;
-        }
-        if (*r->p == '?') r->p++;  // lazy: same language
-    }
-    if (empty) fputs("\"\"", f);
-    return 0;
-}
-
-static int regex_alt(regex_in *r, FILE *f, int depth) {
-    if (depth > 50) return fail(r->c, r->path, "pattern: groups nested too deeply");
-    if (regex_seq(r, f, depth)) return -1;
-    while (*r->p == '|') {
-        r->p++;
-        fputs(" | ", f);
-        if (regex_seq(r, f, depth)) return -1;
-    }
-    return 0;
-}
 
 static int gen_pattern(compiler *c, const char *pattern, const char *path) {
     size_t n = strlen(pattern);
@@ -397,11 +173,10 @@ static int gen_pattern(compiler *c, const char *pattern, const char *path) {
     body b;
     body_open(&b);
     fputs("\"\\\"\" ", b.f);
-    if (!anchored_start) fprintf(b.f, "%s{0,%d} ", string_char, PATTERN_PAD);
-    regex_in r = {core, c, path};
+    if (!anchored_start) fprintf(b.f, "%s{0,%d} ", GBNF_JSON_STRING_CHAR, PATTERN_PAD);
+    char why[300] = "";
     fputs("( ", b.f);
-    int rc = regex_alt(&r, b.f, 0);
-    if (rc == 0 && *r.p) rc = fail(c, path, "pattern: unexpected '%c'", *r.p);
+    int rc = mx_gbnf_from_regex(core, b.f, why, sizeof why) == 0 ? 0 : fail(c, path, "%s", why);
     fputs(" )", b.f);
     if (rc == 0) {  // the translation must itself be valid GBNF (bad quantifiers, backwards ranges)
         fflush(b.f);
@@ -413,7 +188,7 @@ static int gen_pattern(compiler *c, const char *pattern, const char *path) {
         mx_grammar_free(g);
         free(probe);
     }
-    if (!anchored_end) fprintf(b.f, " %s{0,%d}", string_char, PATTERN_PAD);
+    if (!anchored_end) fprintf(b.f, " %s{0,%d}", GBNF_JSON_STRING_CHAR, PATTERN_PAD);
     fputs(" \"\\\"\"", b.f);
     free(core);
     int id = body_close(c, &b);
@@ -467,7 +242,7 @@ static int gen_string(compiler *c, json_t *s, const char *path) {
             return fail(c, path, "string length bounds must satisfy 0 <= minLength <= maxLength <= 100000");
         }
         // Without escapes each character is one code point, so the bounds are exact.
-        fprintf(b.f, "\"\\\"\" %s{%lld,%lld} \"\\\"\"", string_char, lo, hi);
+        fprintf(b.f, "\"\\\"\" %s{%lld,%lld} \"\\\"\"", GBNF_JSON_STRING_CHAR, lo, hi);
         return body_close(c, &b);
     }
     fputs("string", b.f);

@@ -135,17 +135,6 @@ static json_t *call_schema(json_t *tool) {
                      "additionalProperties", 0);
 }
 
-// Writes s as a GBNF string literal.
-static void put_literal(FILE *f, const char *s) {
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') fprintf(f, "\\%c", *p);
-        else if (*p < 0x20 || *p == 0x7F) fprintf(f, "\\x%02X", *p);
-        else fputc(*p, f);
-    }
-    fputc('"', f);
-}
-
 static bool tool_wanted(const srv_request *r, json_t *tool) {
     const char *name = json_string_value(json_object_get(json_object_get(tool, "function"), "name"));
     return r->tool_choice != SRV_TOOLS_NAMED || strcmp(name, r->tool_name) == 0;
@@ -181,11 +170,12 @@ static char *named_call_rules(const srv_request *r, const char *pre, const char 
     json_array_foreach(r->tools, i, t) {
         if (!tool_wanted(r, t)) continue;
         fputs(n ? " | " : "", f);
-        put_literal(f, pre);
+        const char *name = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
+        mx_gbnf_put_literal(f, pre, strlen(pre));
         fputc(' ', f);
-        put_literal(f, json_string_value(json_object_get(json_object_get(t, "function"), "name")));
+        mx_gbnf_put_literal(f, name, strlen(name));
         fputc(' ', f);
-        put_literal(f, mid);
+        mx_gbnf_put_literal(f, mid, strlen(mid));
         fprintf(f, " args%zu", n);
         n++;
     }
