@@ -1,5 +1,8 @@
 // SPDX-License-Identifier: MIT
-// Printing a streamed answer (see answer.h).
+// Printing a streamed answer (see answer.h): plain text goes straight through; a harmony model's
+// (gpt-oss) output passes the server's output stage, so the reasoning prints between <think> and
+// </think> before the final text. Also the stop ids of an answer: the template's end of turn and
+// harmony's <|return|> and <|call|>.
 #include "answer.h"
 
 #include <string.h>

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
-// Command-line plumbing shared by the subcommands (see cli.h).
+// Command-line plumbing shared by the subcommands (see cli.h): error lines in one format, flag and
+// value parsing with range checks (exit 2 on misuse), the model and sampling options every
+// generating command takes, opening the model on the chosen backend, and the peak-memory figure.
 #include "cli.h"
 
 #include <errno.h>

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// Grammar constraints for the CLI (see constrain.h).
+// Grammar constraints for the CLI (see constrain.h): `--json-schema` and `--grammar` files compiled
+// into one matcher over the model's vocabulary, with the stop ids that end a constrained answer.
 #include "constrain.h"
 
 #include <stdlib.h>

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
-// Prompt reading and encoding for the CLI (see prompt.h).
+// Prompt reading and encoding for the CLI (see prompt.h): `-p TEXT` or `-p -` (standard input), the
+// model folder's tokenizer, and the chat template applied (with an optional system message) unless
+// the command asks for the raw text.
 #include "prompt.h"
 
 #include <stdio.h>

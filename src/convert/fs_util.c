@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// Filesystem helpers (see fs_util.h).
+// Filesystem helpers for convert (see fs_util.h): whether a path exists (without following a final
+// symlink), copying a file into the output folder, and removing a folder tree convert made.
 #include "convert/fs_util.h"
 
 #include <dirent.h>

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// Clock (see clock.h).
+// The project's one clock (see clock.h): CLOCK_MONOTONIC seconds, CLOCK_REALTIME deadlines for
+// timed waits, and a seed mixed from the wall clock for samplers given none.
 #include "core/clock.h"
 
 #include <stdatomic.h>

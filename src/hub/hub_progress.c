@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// Progress reporting for downloads (see hub_progress.h).
+// Progress reporting for downloads (see hub_progress.h): sizes in human units, a redrawn bar with
+// rate and ETA when stderr is a terminal, plain start and end lines otherwise.
 #include "hub/hub_progress.h"
 
 #include <string.h>

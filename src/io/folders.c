@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// Folder tests and mkdir -p (see folders.h).
+// Folder tests and mkdir -p (see folders.h): each prefix of the path made in turn, an existing
+// folder accepted, anything else at the path an error naming it.
 #include "io/folders.h"
 
 #include <errno.h>

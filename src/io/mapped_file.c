@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// mmap-backed file access (see mapped_file.h).
+// Whole files read without ever blocking (see mapped_file.h): regular files only, checked before and
+// after opening; a read-only mapping for weights and a NUL-terminated copy for text files.
 #include "io/mapped_file.h"
 
 #include <errno.h>

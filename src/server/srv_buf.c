@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// Growable NUL-terminated buffer (see srv_buf.h).
+// A growable NUL-terminated byte buffer for building replies and stream chunks (see srv_buf.h):
+// append, printf, and consume from the front; an allocation failure marks it failed, never crashes.
 #include "server/srv_buf.h"
 
 #include <stdarg.h>

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// Tool-call format detection (see srv_calls.h).
+// Tool-call format detection (see srv_calls.h): decided once at start-up from the tokenizer (Mistral's
+// [TOOL_CALLS], gpt-oss's harmony tokens) and the chat template, with the marker ids to watch for.
 #include "server/srv_calls.h"
 
 #include <stdlib.h>

@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
-// Embeddings (see srv_embed.h).
+// Embeddings for /v1/embeddings (see srv_embed.h): inputs run through the model in batches for their
+// final hidden states, pooled (mean or last token: --pooling, else the model folder's pooling
+// config), cut to `dimensions` and L2-normalized.
 #include "server/srv_embed.h"
 
 #include <jansson.h>

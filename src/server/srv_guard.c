@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
-// Plain-text message content for untrusted input (see srv_guard.h).
+// Plain-text message content for untrusted input (see srv_guard.h, --no-special-in-content): added
+// tokens written in messages are wrapped in two noncharacter markers before rendering, and the
+// marked ranges are tokenized as ordinary text after it.
 #include "server/srv_guard.h"
 
 #include <stdlib.h>

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// Reference-counted generation jobs (see srv_job.h).
+// Generation jobs shared by the HTTP thread and the scheduler (see srv_job.h): reference counted,
+// fed token by token through the text stage, cancellable, and finished once with a reason.
 #include "server/srv_job.h"
 
 #include <stdio.h>

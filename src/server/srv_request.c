@@ -1,5 +1,7 @@
 // SPDX-License-Identifier: MIT
-// OpenAI request validation (see srv_request.h).
+// OpenAI request validation (see srv_request.h): every field of a completions or chat request is
+// type- and range-checked into srv_request, unknown or unsupported fields are refused by name, and
+// messages, stops, logprobs, logit_bias, response_format and tools are normalized.
 #include "server/srv_request.h"
 
 #include <math.h>

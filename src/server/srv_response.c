@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// OpenAI response JSON (see srv_response.h).
+// OpenAI response JSON (see srv_response.h): completion and chat objects, their choices and stream
+// chunks, usage, logprobs and tool calls, with finish_reason as OpenAI spells it.
 #include "server/srv_response.h"
 
 #include <stdio.h>
