@@ -12,6 +12,7 @@
 #include "backends/backend.h"
 #include "backends/plan.h"
 #include "check.h"
+#include "test_cpu.h"
 
 static double max_rel(const float *got, const double *want, int n) {
     double md = 0, mw = 0;
@@ -140,10 +141,7 @@ static void test_grouped_route(mx_backend *be) {
 
 int main(void) {
     setenv("MLXCEL_CPU_KV", "f32", 1);  // a float32 cache: the latent attention check is exact up to summation order
-    mx_backend_options opt = {.name = "cpu", .threads = 1};
-    mx_error err = {{0}};
-    mx_backend *be = mx_backend_create(&opt, &err);
-    CHECK_MSG(be != NULL, "%s", err.msg);
+    mx_backend *be = test_cpu_backend(1);
     if (!be) return check_finish();
     test_geglu_scale(be);
     test_rope_partial_long(be);

@@ -14,6 +14,7 @@
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/plan.h"
 #include "check.h"
+#include "test_cpu.h"
 
 static double max_rel(const float *got, const double *want, int n) {
     double md = 0, mw = 0;
@@ -158,10 +159,7 @@ static void test_topk_softmax_route(mx_backend *be) {
 
 int main(void) {
     setenv("MLXCEL_CPU_KV", "f32", 1);  // a float32 cache: attention is exact up to summation order
-    mx_backend_options opt = {.name = "cpu", .threads = 2};
-    mx_error err = {{0}};
-    mx_backend *be = mx_backend_create(&opt, &err);
-    CHECK_MSG(be != NULL, "%s", err.msg);
+    mx_backend *be = test_cpu_backend(2);
     if (!be) return check_finish();
     test_sinks(be);
     test_swiglu_clamped(be);

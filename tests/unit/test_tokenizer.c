@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "check.h"
+#include "test_bytelevel.h"
 #include "tokenizer/tokenizer.h"
 
 #define TOKENIZER_PATH "models/qwen3-demo-44m-4bit/tokenizer.json"
@@ -102,27 +103,9 @@ static void test_queries(const mx_tokenizer *tok) {
 }
 
 // GPT-2 byte-level character of byte b (the test's own derivation of the rule).
-static void byte_char(unsigned b, char out[3]) {
-    unsigned cp = b, extra = 0;
-    bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
-    if (!printable) {
-        for (unsigned x = 0; x < b; x++)
-            extra += !((x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE));
-        cp = 256 + extra;
-    }
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        out[1] = 0;
-    } else {
-        out[0] = (char)(0xC0 | (cp >> 6));
-        out[1] = (char)(0x80 | (cp & 0x3F));
-        out[2] = 0;
-    }
-}
-
 static int32_t byte_id(const mx_tokenizer *tok, unsigned b) {
     char ch[3];
-    byte_char(b, ch);
+    byte_level_char(b, ch);
     return mx_tokenizer_token_id(tok, ch);
 }
 

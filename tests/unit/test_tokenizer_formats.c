@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "test_bytelevel.h"
 #include "tokenizer/tokenizer.h"
 
 static char tmp_path[64];
@@ -77,24 +78,6 @@ static void test_errors(void) {
 
 // ---- a tiny GPT-2 style byte-level tokenizer ---------------------------------------------------
 
-static void byte_char(unsigned b, char out[3]) {
-    unsigned cp = b, extra = 0;
-#define PRINTABLE(x) (((x) >= '!' && (x) <= '~') || ((x) >= 0xA1 && (x) <= 0xAC) || (x) >= 0xAE)
-    if (!PRINTABLE(b)) {
-        for (unsigned x = 0; x < b; x++) extra += !PRINTABLE(x);
-        cp = 256 + extra;
-    }
-#undef PRINTABLE
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        out[1] = 0;
-    } else {
-        out[0] = (char)(0xC0 | (cp >> 6));
-        out[1] = (char)(0x80 | (cp & 0x3F));
-        out[2] = 0;
-    }
-}
-
 static void append(char **buf, size_t *len, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
@@ -119,7 +102,7 @@ static char *byte_level_json(bool ignore_merges) {
     append(&j, &n, "\"model\": {\"type\": \"BPE\", \"ignore_merges\": %s, \"vocab\": {", ignore_merges ? "true" : "false");
     for (unsigned b = 0; b < 256; b++) {
         char ch[3];
-        byte_char(b, ch);
+        byte_level_char(b, ch);
         append(&j, &n, "\"%s%s\": %u, ", ch[0] == '"' || ch[0] == '\\' ? "\\" : "", ch, b);
     }
     append(&j, &n, "\"he\": 256, \"ll\": 257, \"hell\": 258, \"hello\": 259, \"\\u0120h\": 260, \"Ġhello\": 261},\n");
