@@ -20,39 +20,61 @@ double mx_logsumexp_ref(const float *x, int64_t n) {
     return m + log(s);
 }
 
+// Elements [from, n) of mx_exp_sum one at a time, added to s in order: the whole job without AVX2,
+// the tail after the vector loop with it.
+static double exp_sum_scalar(const float *x, int64_t from, int64_t n, float shift, float scale, float *out, double s) {
+    for (int64_t i = from; i < n; i++) {
+        float t = (x[i] - shift) * scale;
+        out[i] = t < -87.0f ? 0.0f : expf(t);
+        s += out[i];
+    }
+    return s;
+}
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-__attribute__((target("avx2,fma"))) static double avx2_logsumexp(const float *x, int64_t n) {
-    float m = max_of(x, n);
-    if (!isfinite(m)) return m;
-    const __m256 vm = _mm256_set1_ps(m), lo = _mm256_set1_ps(-87.0f);
+// e^v for eight v in [-87, 0] (see the top of the file).
+__attribute__((target("avx2,fma"))) static inline __m256 avx2_exp(__m256 v) {
     const __m256 log2e = _mm256_set1_ps(1.44269504088896341f), ln2_hi = _mm256_set1_ps(0.693359375f),
                  ln2_lo = _mm256_set1_ps(-2.12194440e-4f);
     const __m256 c1 = _mm256_set1_ps(1.0f), c2 = _mm256_set1_ps(0.5f), c3 = _mm256_set1_ps(1.66666666e-1f),
                  c4 = _mm256_set1_ps(4.16666667e-2f), c5 = _mm256_set1_ps(8.33333333e-3f),
                  c6 = _mm256_set1_ps(1.38888889e-3f);
-    __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_max_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), lo);
-        __m256 k = _mm256_round_ps(_mm256_mul_ps(v, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        __m256 r = _mm256_fnmadd_ps(k, ln2_hi, v);
-        r = _mm256_fnmadd_ps(k, ln2_lo, r);
-        __m256 p = _mm256_fmadd_ps(c6, r, c5);
-        p = _mm256_fmadd_ps(p, r, c4);
-        p = _mm256_fmadd_ps(p, r, c3);
-        p = _mm256_fmadd_ps(p, r, c2);
-        p = _mm256_fmadd_ps(p, r, c1);
-        p = _mm256_fmadd_ps(p, r, c1);
-        __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
-        __m256 ex = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-        acc0 = _mm256_add_pd(acc0, _mm256_cvtps_pd(_mm256_castps256_ps128(ex)));
-        acc1 = _mm256_add_pd(acc1, _mm256_cvtps_pd(_mm256_extractf128_ps(ex, 1)));
-    }
+    __m256 k = _mm256_round_ps(_mm256_mul_ps(v, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(k, ln2_hi, v);
+    r = _mm256_fnmadd_ps(k, ln2_lo, r);
+    __m256 p = _mm256_fmadd_ps(c6, r, c5);
+    p = _mm256_fmadd_ps(p, r, c4);
+    p = _mm256_fmadd_ps(p, r, c3);
+    p = _mm256_fmadd_ps(p, r, c2);
+    p = _mm256_fmadd_ps(p, r, c1);
+    p = _mm256_fmadd_ps(p, r, c1);
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+// Adds the eight floats of ex to two double accumulators (low and high halves).
+__attribute__((target("avx2,fma"))) static inline void avx2_accumulate(__m256d *acc0, __m256d *acc1, __m256 ex) {
+    *acc0 = _mm256_add_pd(*acc0, _mm256_cvtps_pd(_mm256_castps256_ps128(ex)));
+    *acc1 = _mm256_add_pd(*acc1, _mm256_cvtps_pd(_mm256_extractf128_ps(ex, 1)));
+}
+
+__attribute__((target("avx2,fma"))) static inline double avx2_total(__m256d acc0, __m256d acc1) {
     double lanes[4];
     _mm256_storeu_pd(lanes, _mm256_add_pd(acc0, acc1));
-    double s = lanes[0] + lanes[1] + lanes[2] + lanes[3];
+    return lanes[0] + lanes[1] + lanes[2] + lanes[3];
+}
+
+__attribute__((target("avx2,fma"))) static double avx2_logsumexp(const float *x, int64_t n) {
+    float m = max_of(x, n);
+    if (!isfinite(m)) return m;
+    const __m256 vm = _mm256_set1_ps(m), lo = _mm256_set1_ps(-87.0f);
+    __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        avx2_accumulate(&acc0, &acc1, avx2_exp(_mm256_max_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), lo)));
+    double s = avx2_total(acc0, acc1);
     for (; i < n; i++) s += exp((double)x[i] - m);
     return m + log(s);
 }
@@ -60,51 +82,16 @@ __attribute__((target("avx2,fma"))) static double avx2_logsumexp(const float *x,
 __attribute__((target("avx2,fma"))) static double avx2_exp_sum(const float *x, int64_t n, float shift, float scale,
                                                                float *out) {
     const __m256 vs = _mm256_set1_ps(shift), vsc = _mm256_set1_ps(scale), lo = _mm256_set1_ps(-87.0f);
-    const __m256 log2e = _mm256_set1_ps(1.44269504088896341f), ln2_hi = _mm256_set1_ps(0.693359375f),
-                 ln2_lo = _mm256_set1_ps(-2.12194440e-4f);
-    const __m256 c1 = _mm256_set1_ps(1.0f), c2 = _mm256_set1_ps(0.5f), c3 = _mm256_set1_ps(1.66666666e-1f),
-                 c4 = _mm256_set1_ps(4.16666667e-2f), c5 = _mm256_set1_ps(8.33333333e-3f),
-                 c6 = _mm256_set1_ps(1.38888889e-3f);
     __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
     int64_t i = 0;
     for (; i + 8 <= n; i += 8) {
         __m256 raw = _mm256_mul_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs), vsc);
         __m256 under = _mm256_cmp_ps(raw, lo, _CMP_LT_OQ);
-        __m256 v = _mm256_max_ps(raw, lo);
-        __m256 k = _mm256_round_ps(_mm256_mul_ps(v, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        __m256 r = _mm256_fnmadd_ps(k, ln2_hi, v);
-        r = _mm256_fnmadd_ps(k, ln2_lo, r);
-        __m256 p = _mm256_fmadd_ps(c6, r, c5);
-        p = _mm256_fmadd_ps(p, r, c4);
-        p = _mm256_fmadd_ps(p, r, c3);
-        p = _mm256_fmadd_ps(p, r, c2);
-        p = _mm256_fmadd_ps(p, r, c1);
-        p = _mm256_fmadd_ps(p, r, c1);
-        __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
-        __m256 ex = _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+        __m256 ex = _mm256_andnot_ps(under, avx2_exp(_mm256_max_ps(raw, lo)));
         _mm256_storeu_ps(out + i, ex);
-        acc0 = _mm256_add_pd(acc0, _mm256_cvtps_pd(_mm256_castps256_ps128(ex)));
-        acc1 = _mm256_add_pd(acc1, _mm256_cvtps_pd(_mm256_extractf128_ps(ex, 1)));
+        avx2_accumulate(&acc0, &acc1, ex);
     }
-    double lanes[4];
-    _mm256_storeu_pd(lanes, _mm256_add_pd(acc0, acc1));
-    double s = lanes[0] + lanes[1] + lanes[2] + lanes[3];
-    for (; i < n; i++) {
-        float t = (x[i] - shift) * scale;
-        out[i] = t < -87.0f ? 0.0f : expf(t);
-        s += out[i];
-    }
-    return s;
-}
-
-static double ref_exp_sum(const float *x, int64_t n, float shift, float scale, float *out) {
-    double s = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        float t = (x[i] - shift) * scale;
-        out[i] = t < -87.0f ? 0.0f : expf(t);
-        s += out[i];
-    }
-    return s;
+    return exp_sum_scalar(x, i, n, shift, scale, out, avx2_total(acc0, acc1));
 }
 
 static int have_avx2(void) {
@@ -117,27 +104,14 @@ static int have_avx2(void) {
 }
 
 double mx_exp_sum(const float *x, int64_t n, float shift, float scale, float *out) {
-    return have_avx2() ? avx2_exp_sum(x, n, shift, scale, out) : ref_exp_sum(x, n, shift, scale, out);
+    return have_avx2() ? avx2_exp_sum(x, n, shift, scale, out) : exp_sum_scalar(x, 0, n, shift, scale, out, 0.0);
 }
 
-double mx_logsumexp(const float *x, int64_t n) {
-    static int have = -1;
-    if (have < 0) {
-        __builtin_cpu_init();
-        have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    }
-    return have ? avx2_logsumexp(x, n) : mx_logsumexp_ref(x, n);
-}
+double mx_logsumexp(const float *x, int64_t n) { return have_avx2() ? avx2_logsumexp(x, n) : mx_logsumexp_ref(x, n); }
 #else
 double mx_logsumexp(const float *x, int64_t n) { return mx_logsumexp_ref(x, n); }
 
 double mx_exp_sum(const float *x, int64_t n, float shift, float scale, float *out) {
-    double s = 0.0;
-    for (int64_t i = 0; i < n; i++) {
-        float t = (x[i] - shift) * scale;
-        out[i] = t < -87.0f ? 0.0f : expf(t);
-        s += out[i];
-    }
-    return s;
+    return exp_sum_scalar(x, 0, n, shift, scale, out, 0.0);
 }
 #endif
