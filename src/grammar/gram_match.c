@@ -232,24 +232,32 @@ static bool set_meets(const mx_gram_index *ix, size_t s0, size_t s1, const gram_
     return false;
 }
 
-// True when the set [s0, s1) can consume bytes b[0..n) (a trailing partial character counts when
-// some stack can still take a character it may become). The pool is left as it was.
-static bool simulate(mx_gram_index *ix, size_t s0, size_t s1, const uint8_t *b, size_t n) {
-    size_t top = ix->pool_n;
-    gram_utf8 u = {0};
+// Advances the set [*s0, *s1) over bytes b[0..n), decoding with *u (which carries a partial
+// character from one call to the next). True when every complete character was taken by some
+// stack and, when a partial character is left, some stack can still take a character it may
+// become. New sets are pushed onto the pool; the caller decides whether to keep them.
+static bool consume(mx_gram_index *ix, size_t *s0, size_t *s1, gram_utf8 *u, const uint8_t *b, size_t n) {
     bool ok = true;
     for (size_t k = 0; k < n && ok; k++) {
         uint32_t cp;
-        int r = gram_utf8_feed(&u, b[k], &cp);
+        int r = gram_utf8_feed(u, b[k], &cp);
         if (r < 0) {
             ok = false;
         } else if (r == 1) {
-            s0 = advance(ix, s0, s1, cp);
-            s1 = ix->pool_n;
-            ok = s1 > s0;
+            *s0 = advance(ix, *s0, *s1, cp);
+            *s1 = ix->pool_n;
+            ok = *s1 > *s0;
         }
     }
-    if (ok && u.need) ok = set_meets(ix, s0, s1, &u);
+    return ok && (!u->need || set_meets(ix, *s0, *s1, u));
+}
+
+// True when the set [s0, s1) can consume bytes b[0..n) from a character boundary. The pool is
+// left as it was.
+static bool simulate(mx_gram_index *ix, size_t s0, size_t s1, const uint8_t *b, size_t n) {
+    size_t top = ix->pool_n;
+    gram_utf8 u = {0};
+    bool ok = consume(ix, &s0, &s1, &u, b, n);
     ix->pool_n = top;
     return ok && !ix->oom;
 }
@@ -714,20 +722,7 @@ int mx_matcher_accept(mx_matcher *m, int32_t id, mx_error *err) {
     size_t top = ix->pool_n;
     size_t s0 = matcher_load(m), s1 = ix->pool_n;
     gram_utf8 u = m->u;
-    bool ok = true;
-    for (uint32_t k = 0; k < v->len[id] && ok; k++) {
-        uint32_t cp;
-        int r = gram_utf8_feed(&u, v->bytes[id][k], &cp);
-        if (r < 0) {
-            ok = false;
-        } else if (r == 1) {
-            s0 = advance(ix, s0, s1, cp);
-            s1 = ix->pool_n;
-            ok = s1 > s0;
-        }
-    }
-    if (ok && u.need) ok = set_meets(ix, s0, s1, &u);
-    ok = ok && !ix->oom;
+    bool ok = consume(ix, &s0, &s1, &u, v->bytes[id], v->len[id]) && !ix->oom;
     int rc = ok ? matcher_store(m, s0, s1) : -1;
     if (rc == 0) m->u = u;
     ix->pool_n = top;
