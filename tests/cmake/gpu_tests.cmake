@@ -53,6 +53,12 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   add_test(NAME gpu_conformance COMMAND test_gpu_conformance WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(gpu_conformance PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
 
+  # The sample record split over many blocks per row against one block per row and the host rule.
+  add_executable(test_gpu_sample ${PROJECT_SOURCE_DIR}/tests/gpu/test_gpu_sample.c)
+  target_link_libraries(test_gpu_sample PRIVATE mlxcel_lib)
+  add_test(NAME gpu_sample_split COMMAND test_gpu_sample WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(gpu_sample_split PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
+
   # An unknown GPU KV cache type is refused by name, before any device is looked for (so also on
   # machines without a GPU; the message is printed only on that error's path).
   add_test(NAME gpu_kv_type_refused
@@ -61,6 +67,28 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(gpu_kv_type_refused PROPERTIES
                        PASS_REGULAR_EXPRESSION "MLXCEL_GPU_KV='f8': the GPU KV cache type must be i16 \\(the default\\) or f16")
+
+  # The numeric MLXCEL_GPU_* knobs are parsed strictly, before any device is looked for: a value that
+  # is not a whole number in range is refused naming the variable and the accepted values.
+  function(mlxcel_gpu_knob_refused name setting regex)
+    add_test(NAME gpu_knob_refused_${name}
+             COMMAND ${CMAKE_COMMAND} -E env ${setting}
+                     $<TARGET_FILE:mlxcel> generate -m models/qwen3-demo-44m-4bit -p Hi -n 1 --backend ${MLXCEL_GPU_RUNTIME_NAME}
+             WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+    set_tests_properties(gpu_knob_refused_${name} PROPERTIES PASS_REGULAR_EXPRESSION "${regex}")
+  endfunction()
+  mlxcel_gpu_knob_refused(matvec_tokens_word MLXCEL_GPU_MATVEC_TOKENS=abc
+                          "MLXCEL_GPU_MATVEC_TOKENS='abc': must be a whole number from 1 to 1048576 \\(unset: 63\\)")
+  mlxcel_gpu_knob_refused(matvec_tokens_zero MLXCEL_GPU_MATVEC_TOKENS=0 "MLXCEL_GPU_MATVEC_TOKENS='0': must be a whole number")
+  mlxcel_gpu_knob_refused(stream_min_cols_negative MLXCEL_GPU_STREAM_MIN_COLS=-5
+                          "MLXCEL_GPU_STREAM_MIN_COLS='-5': must be a whole number from 0 to 1073741824")
+  mlxcel_gpu_knob_refused(stream_min_cols_suffix MLXCEL_GPU_STREAM_MIN_COLS=4k "MLXCEL_GPU_STREAM_MIN_COLS='4k': must be")
+  mlxcel_gpu_knob_refused(sample_blocks_range MLXCEL_GPU_SAMPLE_BLOCKS=129
+                          "MLXCEL_GPU_SAMPLE_BLOCKS='129': must be a whole number from 1 to 128 \\(unset: 1\\)")
+  mlxcel_gpu_knob_refused(sample_blocks_space "MLXCEL_GPU_SAMPLE_BLOCKS= 8" "MLXCEL_GPU_SAMPLE_BLOCKS=' 8': must be")
+  mlxcel_gpu_knob_refused(matvec_rows_three MLXCEL_GPU_MATVEC_ROWS=3 "MLXCEL_GPU_MATVEC_ROWS='3': must be 1, 2 or 4")
+  mlxcel_gpu_knob_refused(stream_rows_one MLXCEL_GPU_STREAM_ROWS=1 "MLXCEL_GPU_STREAM_ROWS='1': must be a whole number from 2 to 4")
+  mlxcel_gpu_knob_refused(stream_rows_huge MLXCEL_GPU_STREAM_ROWS=99999999999999999999 "MLXCEL_GPU_STREAM_ROWS='99999999999999999999': must be")
 
   # The model fixtures through the GPU backend (the parity test reads MLXCEL_TEST_BACKEND).
   if(TARGET test_model_parity)

@@ -21,6 +21,7 @@
 #include "backends/gpu/gpu_plan.h"
 #include "backends/gpu/gpu_rt.h"
 #include "backends/gpu/kernels.h"
+#include "backends/gpu/kernels_sample.h"
 #include "backends/gpu_entry.h"
 #include "mlxcel_gpu_config.h"
 
@@ -227,6 +228,7 @@ static void gpu_destroy(mx_backend *be) {
         free(c->graphs);
         mxg_rt_free(c->launch.scratch);
         mxg_rt_free(c->launch.small_scratch);
+        mxg_rt_free(c->launch.sample_scratch);
         mxg_rt_stream_destroy(c->launch.stream);
         free(c);
     }
@@ -267,6 +269,58 @@ static bool env_switch(const char *name) {
     return v && *v && strcmp(v, "0") != 0;
 }
 
+// A numeric environment knob (MLXCEL_GPU_*): unset or empty gives `def`; otherwise the whole value
+// must be a decimal integer in [lo, hi] (no sign but '-', no spaces, no suffix), else the error
+// names the variable, what it held and the accepted range. 0: *out set; -1: err set.
+static int env_int(const char *name, int def, int lo, int hi, int *out, mx_error *err) {
+    const char *v = getenv(name);
+    *out = def;
+    if (!v || !*v) return 0;
+    const char *p = v + (*v == '-');
+    bool digits = *p != 0;
+    long long x = 0;
+    for (; *p && digits; p++) {
+        digits = *p >= '0' && *p <= '9';
+        if (x <= 1000000000000LL) x = x * 10 + (*p - '0');
+    }
+    if (*v == '-') x = -x;
+    if (!digits || x < lo || x > hi)
+        return mx_fail(err, "%s='%s': must be a whole number from %d to %d (unset: %d)", name, v, lo, hi, def);
+    *out = (int)x;
+    return 0;
+}
+
+// The numeric knobs, read before any device is looked for (so a bad value is refused by name also
+// on a machine without a GPU).
+typedef struct gpu_knobs {
+    int matvec_rows, matvec_max_tokens, stream_min_cols, stream_rows, sample_blocks;
+} gpu_knobs;
+
+static int read_knobs(gpu_knobs *k, mx_error *err) {
+    // MLXCEL_GPU_MATVEC_ROWS: most rows per warp of the matrix-vector kernels (1, 2 or 4; benches).
+    // Batches of 2..63 tokens (server decode steps) run the matrix-vector kernels in 8-token tiles:
+    // the tiled kernel's 64 x 64 blocks leave most multiprocessors idle on such batches.
+    // MLXCEL_GPU_MATVEC_TOKENS=N moves the crossover (8: the tiled kernel from 9 tokens on, as before).
+    // The streaming matrix-vector kernel only on rows of at least 4096 weights: on the H200 it
+    // streamed the 8B's products faster (tg128 288 against 236 tok/s) but made the 0.6B's
+    // 1024-3072-wide ones slower (650 against 732; bench/RESULTS.md, run 12).
+    // MLXCEL_GPU_STREAM_MIN_COLS=N moves that bound (the GPU tests use 0). MLXCEL_GPU_STREAM_ROWS=4:
+    // its other task shape (4 rows per task, 2 chunks per lane per step at 4 bits, instead of 2 and 4).
+    // MLXCEL_GPU_SAMPLE_BLOCKS=N: at most N blocks share one row of the sample record
+    // (kernels/sample.cu; 1: one block per row).
+    if (env_int("MLXCEL_GPU_MATVEC_ROWS", 4, 1, 4, &k->matvec_rows, err) ||
+        env_int("MLXCEL_GPU_MATVEC_TOKENS", 63, 1, 1 << 20, &k->matvec_max_tokens, err) ||
+        env_int("MLXCEL_GPU_STREAM_MIN_COLS", 4096, 0, 1 << 30, &k->stream_min_cols, err) ||
+        env_int("MLXCEL_GPU_STREAM_ROWS", 2, 2, 4, &k->stream_rows, err) ||
+        env_int("MLXCEL_GPU_SAMPLE_BLOCKS", 1, 1, MXG_SAMPLE_MAX_BLOCKS, &k->sample_blocks, err))
+        return -1;
+    if (k->matvec_rows == 3)
+        return mx_fail(err, "MLXCEL_GPU_MATVEC_ROWS='%s': must be 1, 2 or 4 (unset: 4)", getenv("MLXCEL_GPU_MATVEC_ROWS"));
+    if (k->stream_rows == 3)
+        return mx_fail(err, "MLXCEL_GPU_STREAM_ROWS='%s': must be 2 or 4 (unset: 2)", getenv("MLXCEL_GPU_STREAM_ROWS"));
+    return 0;
+}
+
 mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) {
     int count = 0, dev = opt ? opt->device_index : 0;
     char why[256] = "";
@@ -279,6 +333,8 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
         return NULL;
     }
     const bool kv_i16 = !kvt || !strcmp(kvt, "i16");  // the default (unset) is I16
+    gpu_knobs knobs;
+    if (read_knobs(&knobs, err) != 0) return NULL;
     mxg_rt_device_count(&count, why, sizeof why);
     if (count == 0) {
         mx_fail(err, "no %s GPU found (%s runtime: %s)",
@@ -332,13 +388,8 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     // (8B) decode on the H200 (bench/RESULTS.md), so off unless asked for.
     c->launch.dependent_launch = c->info.cc >= 90 && env_switch("MLXCEL_GPU_PDL");
     c->fuse = !env_switch("MLXCEL_GPU_NO_FUSION");
-    const char *mv_rows = getenv("MLXCEL_GPU_MATVEC_ROWS");  // tuning knob for benches: 1, 2 or 4
-    c->launch.matvec_rows = mv_rows ? atoi(mv_rows) : 4;
-    // Batches of 2..63 tokens (server decode steps) run the matrix-vector kernels in 8-token tiles:
-    // the tiled kernel's 64 x 64 blocks leave most multiprocessors idle on such batches.
-    // MLXCEL_GPU_MATVEC_TOKENS=N moves the crossover (8: the tiled kernel from 9 tokens on, as before).
-    const char *mv_tokens = getenv("MLXCEL_GPU_MATVEC_TOKENS");
-    c->launch.matvec_max_tokens = mv_tokens && atoi(mv_tokens) >= 1 ? atoi(mv_tokens) : 63;
+    c->launch.matvec_rows = knobs.matvec_rows;
+    c->launch.matvec_max_tokens = knobs.matvec_max_tokens;
     // MLXCEL_GPU_OLD_MATVEC=1: the matrix-vector kernels of before the scaled-activation 4/8-bit
     // dot and split-K (kernels/matvec_scaled.cuh), kept for A/B benches and as a fallback.
     // MLXCEL_GPU_MMA_SYNC=1: prefill on the mma.sync/ldmatrix kernel (vendor/cuda/matmul_mma_sync.cu)
@@ -348,20 +399,21 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     // MLXCEL_GPU_NO_STREAM_MATVEC=1: decode products on the kernels of kernels/matvec.cuh instead of
     // the streaming kernel (kernels/matvec_stream.cuh), for A/B benches and as a fallback.
     c->launch.matvec_stream = !env_switch("MLXCEL_GPU_NO_STREAM_MATVEC");
-    // ... on rows of at least 4096 weights: on the H200 it streamed the 8B's products faster (tg128
-    // 288 against 236 tok/s) but made the 0.6B's 1024-3072-wide ones slower (650 against 732;
-    // bench/RESULTS.md, run 12). MLXCEL_GPU_STREAM_MIN_COLS=N moves that bound (the GPU tests use 0).
-    const char *stream_min = getenv("MLXCEL_GPU_STREAM_MIN_COLS");
-    c->launch.stream_min_cols = stream_min && *stream_min ? atoi(stream_min) : 4096;
-    // MLXCEL_GPU_STREAM_ROWS=4: tuning knob of the streaming kernel (4 rows per task, 2 chunks per
-    // lane per step at 4 bits, instead of 2 and 4: half the activation reads per weight, fewer tasks).
-    const char *stream_rows = getenv("MLXCEL_GPU_STREAM_ROWS");
-    c->launch.stream_rows = stream_rows && atoi(stream_rows) == 4 ? 4 : 2;
+    c->launch.stream_min_cols = knobs.stream_min_cols;
+    c->launch.stream_rows = knobs.stream_rows;
+    c->launch.sample_blocks = knobs.sample_blocks;
     c->launch.attn_token_rows = env_switch("MLXCEL_GPU_ATTN_TOKEN_ROWS");
     c->launch.scratch_bytes = mxg_attention_scratch_bytes(c->info.sm_count, 256);
     if (mxg_rt_malloc(&c->launch.scratch, c->launch.scratch_bytes, c->launch.stream, err) != 0) goto fail;
     c->launch.small_scratch_bytes = 64 * 1024;
     if (mxg_rt_malloc(&c->launch.small_scratch, c->launch.small_scratch_bytes, c->launch.stream, err) != 0) goto fail;
+    // The split sample kernels' records: one per row of a batch that they take (at most one row per
+    // multiprocessor, see mxg_sample_split_blocks); ~45 KB each.
+    if (c->launch.sample_blocks > 1) {
+        c->launch.sample_scratch_bytes = mxg_sample_split_row_bytes() * (size_t)c->info.sm_count;
+        if (mxg_rt_malloc(&c->launch.sample_scratch, c->launch.sample_scratch_bytes, c->launch.stream, err) != 0)
+            goto fail;
+    }
     snprintf(be->device_name, sizeof be->device_name, "%s (%s)", c->info.name, c->info.arch);
     return be;
 fail:

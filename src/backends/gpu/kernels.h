@@ -37,6 +37,9 @@ typedef struct mxg_launch {
     size_t scratch_bytes;
     void *small_scratch;   // device workspace for argmax keys (cleared by the op itself)
     size_t small_scratch_bytes;
+    int sample_blocks;     // most blocks per row of the sample record (MLXCEL_GPU_SAMPLE_BLOCKS; 1: one)
+    void *sample_scratch;  // device workspace of the split sample kernels (NULL when sample_blocks is 1)
+    size_t sample_scratch_bytes;
 } mxg_launch;
 
 // Whether matmul/embed/moe_matmul have a kernel for this weight format.

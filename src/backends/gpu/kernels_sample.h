@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// The C interface of the sampling kernel (kernels/sample.cu), beside kernels.h: backend.h `sample`
-// on the device. Arguments are device pointers; the op enqueues on L->stream and returns.
+// The C interface of the sampling kernels (kernels/sample.cu, kernels/sample_split.cu), beside
+// kernels.h: backend.h `sample` on the device. Arguments are device pointers; the ops enqueue on
+// L->stream and return.
 #ifndef MXG_KERNELS_SAMPLE_H
 #define MXG_KERNELS_SAMPLE_H
 
@@ -15,6 +16,22 @@ extern "C" {
 // `sample` and core/sample_rows.h); the logits are edited in place.
 void mxg_sample(const mxg_launch *L, mx_sample_out *out, float *logits, int n, int vocab, const mx_sample_row *rows,
                 const mx_logit_mod *mods);
+
+// Most blocks that share one row (MLXCEL_GPU_SAMPLE_BLOCKS at most this).
+#define MXG_SAMPLE_MAX_BLOCKS 128
+
+// Blocks per row that mxg_sample gives n rows of `vocab` logits: 1 (one block per row, the kernel of
+// kernels/sample.cu) or g >= 2 (mxg_sample_split): about two blocks per multiprocessor in all, at
+// most L->sample_blocks, at most one per 1,024 tokens, and only with L->sample_scratch.
+int mxg_sample_split_blocks(const mxg_launch *L, int n, int vocab);
+
+// The same choice as mxg_sample's one-block kernel with each row's vocabulary split over `blocks`
+// (2..MXG_SAMPLE_MAX_BLOCKS) blocks: same tokens, thresholds and top ids, logprobs within float
+// rounding. Uses L->sample_scratch (mxg_sample_split_row_bytes per row; rows beyond it run in
+// further launches).
+void mxg_sample_split(const mxg_launch *L, mx_sample_out *out, float *logits, int n, int vocab,
+                      const mx_sample_row *rows, const mx_logit_mod *mods, int blocks);
+size_t mxg_sample_split_row_bytes(void);
 
 #ifdef __cplusplus
 }

@@ -1,45 +1,172 @@
 // SPDX-License-Identifier: MIT
-// The launch, barriers and shuffles of the host emulation (emu.h).
+// The launch, barriers and shuffles of the host emulation (emu.h). A block's threads are fibers
+// run by a round-robin scheduler on the calling thread: a fiber runs until it waits at a barrier
+// (the block's, or its warp's for an exchange) or ends; the last arrival at a barrier releases the
+// waiters; no fiber able to run while some wait is a divergent barrier, reported and aborted. On
+// x86-64 a switch is a few instructions (callee-saved registers and the stack pointer); elsewhere,
+// and under AddressSanitizer (which follows swapcontext), ucontext.
 #include "emu.h"
-thread_local dim3 threadIdx, blockIdx;
-dim3 blockDim, gridDim;
-static std::unique_ptr<std::barrier<>> block_bar;
-static std::vector<std::unique_ptr<std::barrier<>>> warp_bar;
-static std::vector<float> xbuf;
-static std::vector<unsigned char> smem;
-void __syncthreads() { block_bar->arrive_and_wait(); }
-float emu_xchg(float v, int src) {
-    int w = threadIdx.x / 32, l = threadIdx.x % 32;
-    xbuf[w * 32 + l] = v;
-    warp_bar[w]->arrive_and_wait();
-    float r = xbuf[w * 32 + src];
-    warp_bar[w]->arrive_and_wait();
+#include <cstdio>
+#include <cstdlib>
+dim3 threadIdx, blockIdx, blockDim, gridDim;
+
+namespace {
+void fiber_main();
+
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+extern "C" void emu_switch(void **save_sp, void *to_sp);
+asm(R"(
+.pushsection .text
+.globl emu_switch
+.type emu_switch, @function
+emu_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+.size emu_switch, .-emu_switch
+.popsection
+)");
+struct Ctx { void *sp = nullptr; };
+void ctx_make(Ctx *c, char *stack, size_t size) {
+    uintptr_t top = ((uintptr_t)(stack + size)) & ~(uintptr_t)15;
+    void **sp = (void **)(top - 16);
+    sp[0] = (void *)&fiber_main;  // `ret` lands here with the stack as after a call
+    sp -= 6;                      // rbp, rbx, r12-r15
+    for (int i = 0; i < 6; i++) sp[i] = nullptr;
+    c->sp = sp;
+}
+void ctx_swap(Ctx *from, Ctx *to) { emu_switch(&from->sp, to->sp); }
+#else
+}  // namespace
+#include <ucontext.h>
+namespace {
+struct Ctx { ucontext_t uc; };
+void ctx_make(Ctx *c, char *stack, size_t size) {
+    getcontext(&c->uc);
+    c->uc.uc_stack.ss_sp = stack;
+    c->uc.uc_stack.ss_size = size;
+    c->uc.uc_link = nullptr;
+    makecontext(&c->uc, fiber_main, 0);
+}
+void ctx_swap(Ctx *from, Ctx *to) { swapcontext(&from->uc, &to->uc); }
+#endif
+
+enum State { kReady, kAtBlock, kAtWarp, kDone };
+constexpr size_t kStack = 256 * 1024;
+struct Fiber { Ctx ctx; State state; };
+std::vector<Fiber> fibers;
+std::vector<std::unique_ptr<char[]>> stacks;
+std::vector<int> warp_live, warp_waiting;
+std::vector<uint32_t> xbuf;
+std::vector<unsigned char> smem;
+std::function<void()> kernel;
+Ctx sched;
+int cur, live, block_waiting;
+
+void yield() { ctx_swap(&fibers[cur].ctx, &sched); }
+
+void release(State s, int warp) {
+    for (int t = 0; t < (int)fibers.size(); t++)
+        if (fibers[t].state == s && (warp < 0 || t / 32 == warp)) fibers[t].state = kReady;
+}
+
+void fiber_main() {
+    kernel();
+    fibers[cur].state = kDone;
+    live--;
+    warp_live[cur / 32]--;
+    if (block_waiting > 0 && block_waiting == live) block_waiting = 0, release(kAtBlock, -1);
+    int w = cur / 32;
+    if (warp_waiting[w] > 0 && warp_waiting[w] == warp_live[w]) warp_waiting[w] = 0, release(kAtWarp, w);
+    ctx_swap(&fibers[cur].ctx, &sched);
+    abort();  // a finished fiber is never resumed
+}
+
+void warp_barrier() {
+    int w = cur / 32;
+    if (++warp_waiting[w] == warp_live[w]) {
+        warp_waiting[w] = 0;
+        release(kAtWarp, w);
+        return;
+    }
+    fibers[cur].state = kAtWarp;
+    yield();
+}
+
+void run_block(unsigned n) {
+    live = (int)n, block_waiting = 0;
+    warp_live.assign((n + 31) / 32, 0);
+    warp_waiting.assign((n + 31) / 32, 0);
+    for (unsigned t = 0; t < n; t++) {
+        ctx_make(&fibers[t].ctx, stacks[t].get(), kStack);
+        fibers[t].state = kReady;
+        warp_live[t / 32]++;
+    }
+    while (live > 0) {
+        bool ran = false;
+        for (unsigned t = 0; t < n; t++) {
+            if (fibers[t].state != kReady) continue;
+            cur = (int)t;
+            threadIdx = dim3(t);
+            ctx_swap(&sched, &fibers[t].ctx);
+            ran = true;
+        }
+        if (!ran && live > 0) {
+            fprintf(stderr, "emu: block (%u,%u,%u): %d threads wait at barriers that the others never reach\n",
+                    blockIdx.x, blockIdx.y, blockIdx.z, live);
+            abort();
+        }
+    }
+}
+}  // namespace
+
+void __syncthreads() {
+    if (++block_waiting == live) {
+        block_waiting = 0;
+        release(kAtBlock, -1);
+        return;
+    }
+    fibers[cur].state = kAtBlock;
+    yield();
+}
+
+uint32_t emu_xchg(uint32_t v, int src) {
+    int w = cur / 32;
+    xbuf[cur] = v;
+    warp_barrier();
+    uint32_t r = xbuf[w * 32 + src];
+    warp_barrier();
     return r;
 }
+
 unsigned char *emu_smem() { return smem.data(); }
+
 void emu_launch(dim3 g, dim3 b, size_t sm, std::function<void()> k) {
     if (sm > 48 * 1024) { fprintf(stderr, "emu: %zu bytes of shared memory > 48 KB\n", sm); abort(); }
-    if (b.x % 32 || b.y != 1 || b.z != 1) { fprintf(stderr, "emu: block %u x %u x %u\n", b.x, b.y, b.z); abort(); }
+    if (b.x % 32 || b.y != 1 || b.z != 1 || b.x > 1024) { fprintf(stderr, "emu: block %u x %u x %u\n", b.x, b.y, b.z); abort(); }
     gridDim = g, blockDim = b;
-    block_bar = std::make_unique<std::barrier<>>(b.x);
-    warp_bar.clear();
-    for (unsigned w = 0; w < b.x / 32; w++) warp_bar.push_back(std::make_unique<std::barrier<>>(32));
-    xbuf.assign(b.x, 0.0f);
-    // One thread per CUDA thread of a block, reused for every block in turn; shared memory is
-    // refilled with garbage between blocks, so a read before a write shows.
-    std::vector<std::thread> th;
-    for (unsigned t = 0; t < b.x; t++)
-        th.emplace_back([=]() {
-            threadIdx = dim3(t);
-            for (unsigned z = 0; z < g.z; z++)
-                for (unsigned y = 0; y < g.y; y++)
-                    for (unsigned x = 0; x < g.x; x++) {
-                        block_bar->arrive_and_wait();
-                        if (t == 0) smem.assign(sm ? sm : 1, 0xA5);
-                        block_bar->arrive_and_wait();
-                        blockIdx = dim3(x, y, z);
-                        k();
-                    }
-        });
-    for (auto &t : th) t.join();
+    kernel = std::move(k);
+    fibers.resize(std::max(fibers.size(), (size_t)b.x));
+    while (stacks.size() < b.x) stacks.push_back(std::make_unique<char[]>(kStack));
+    xbuf.assign(b.x, 0u);
+    // Shared memory is refilled with garbage between blocks, so a read before a write shows.
+    for (unsigned z = 0; z < g.z; z++)
+        for (unsigned y = 0; y < g.y; y++)
+            for (unsigned x = 0; x < g.x; x++) {
+                smem.assign(sm ? sm : 1, 0xA5);
+                blockIdx = dim3(x, y, z);
+                run_block(b.x);
+            }
 }

@@ -5,7 +5,7 @@
 # test_kv_emulated.cpp against the CPU build's library, and runs it (every cache byte and attention
 # output against the CPU backend). A check of index arithmetic and logic before a device run, not a
 # replacement for it (tests/gpu/run_on_device.sh). Needs g++ (C++20) and the CPU build (made here
-# when build/cpu has no library). Takes a minute or two on two cores.
+# when build/cpu has no library). Takes under a minute on two cores (--asan: several minutes).
 # Usage: tests/gpu/kv_emulation/run.sh [--asan]   (--asan: AddressSanitizer, fewer cases)
 set -eu
 cd "$(dirname "$0")/../../.."

@@ -1,13 +1,15 @@
 // SPDX-License-Identifier: MIT
 // Token choice on the device (backend.h `sample`), the rule of core/sample_rows.h whose host
-// implementation (src/core/sample_rows.c) is the reference: one block per row, each row with its
-// own parameters, edits, allowed-token mask and logprob request, all read from device memory so a
-// recorded graph replays with new values. Steps per row: raw log-softmax and the top alternatives
-// (repeated block-wide maxima), the sparse edits in place, the best allowed token, and for sampled
-// rows the filters as one threshold on the logits followed by one uniform draw
-// (src/core/sample_noise.h) walking the kept tokens' weights in id order (inverse CDF). The chosen
-// token's raw logit, when an edit touched it, is recovered by inverting the edit (exact up to float
-// rounding).
+// implementation (src/core/sample_rows.c) is the reference, each row with its own parameters,
+// edits, allowed-token mask and logprob request, all read from device memory so a recorded graph
+// replays with new values. Two forms of one computation (the shared arithmetic is in
+// sample_rule.cuh): this file's kernel runs one block per row; kernels/sample_split.cu splits each
+// row's vocabulary over many blocks, for batches too small to fill the device (mxg_sample picks,
+// see mxg_sample_split_blocks). Steps per row: raw log-softmax and the top alternatives (repeated
+// block-wide maxima), the sparse edits in place, the best allowed token, and for sampled rows the
+// filters as one threshold on the logits followed by one uniform draw (src/core/sample_noise.h)
+// walking the kept tokens' weights in id order (inverse CDF). The chosen token's raw logit, when an
+// edit touched it, is recovered by inverting the edit (exact up to float rounding).
 // Thresholds (top-k: the k-th largest candidate; top-p: where the mass from the top reaches p) are
 // found by radix selection over the 32-bit float order, 8 bits a pass from the top: 4 passes over
 // the row, no sort. A pass histograms the weights of the candidates whose higher bits match the
@@ -16,18 +18,15 @@
 // Weights are summed as 64-bit fixed point (exp(l - max) times 2^40, or 1 per candidate for
 // counts): integer sums do not depend on the order of the atomic adds, so a row's threshold, and so
 // its token, is the same on every run, and a bin's weight is exactly the sum of its sub-bins'.
-#include <math.h>
-
-#include "backends/gpu/common.cuh"
+#include "backends/gpu/kernels/sample_rule.cuh"
 #include "backends/gpu/kernels_sample.h"
-#include "core/sample_noise.h"
 
 namespace {
 
+using namespace sample_rule;
+
 constexpr int kThreads = 1024;
-constexpr int kBins = 256;   // radix digit of 8 bits
-constexpr int kCopies = 8;   // histogram copies (warp w adds into copy w % kCopies)
-constexpr float kFixedOne = 1099511627776.0f;  // 2^40: the fixed-point unit of a mass
+static_assert(kThreads == kDrawRuns, "one draw run per thread");
 
 // Shared memory of the radix selection.
 struct RadixScratch {
@@ -37,43 +36,13 @@ struct RadixScratch {
     uint32_t prefix;
 };
 
-// (value, index) order: larger value first, then the smaller index (as argmax on the CPU). Never 0
-// for a real value, so 0 means "none".
-__device__ __forceinline__ unsigned long long pick_key(float v, int idx) {
-    return ((unsigned long long)mx_order_key(v) << 32) | (0xffffffffu - (uint32_t)idx);
-}
-__device__ __forceinline__ int32_t key_index(unsigned long long k) { return (int32_t)(0xffffffffu - (uint32_t)(k & 0xffffffffu)); }
-
-template <int W>
-__device__ unsigned long long block_max_key(unsigned long long k, unsigned long long *scratch) {
-    const int lane = threadIdx.x % W, warp = threadIdx.x / W, nw = blockDim.x / W;
-#pragma unroll
-    for (int o = W / 2; o > 0; o >>= 1) {
-        const uint32_t hi = (uint32_t)mxg_shfl_xor<W>((int)(uint32_t)(k >> 32), o);
-        const uint32_t lo = (uint32_t)mxg_shfl_xor<W>((int)(uint32_t)k, o);
-        const unsigned long long other = ((unsigned long long)hi << 32) | lo;
-        k = other > k ? other : k;
-    }
-    __syncthreads();
-    if (lane == 0) scratch[warp] = k;
-    __syncthreads();
-    unsigned long long best = scratch[0];
-    for (int i = 1; i < nw; i++) best = scratch[i] > best ? scratch[i] : best;
-    __syncthreads();
-    return best;
-}
-
-__device__ __forceinline__ bool allowed_at(const uint32_t *mask, int i) {
-    return !mask || ((mask[i >> 5] >> (i & 31)) & 1u);
-}
-
 // The largest order key t such that the weight of the candidates (allowed, l >= lo_v) with keys >= t
 // reaches the target: with MASS the weight is exp(l - m) and the target `frac` of the candidates'
 // total mass (top-p), else the weight is 1 and the target `count` (top-k). Radix selection, 8 bits a
-// pass (see the top of the file); returned as the threshold value.
+// pass (see the top of the file).
 template <int W, bool MASS>
-__device__ float radix_threshold(const float *l, int vocab, const uint32_t *mask, float lo_v, float m, float frac,
-                                 unsigned long long count, RadixScratch *rs) {
+__device__ uint32_t radix_threshold(const float *l, int vocab, const uint32_t *mask, float lo_v, float m, float frac,
+                                    unsigned long long count, RadixScratch *rs) {
     const int tid = threadIdx.x, copy = (tid / W) % kCopies;
     uint32_t prefix = 0;
     unsigned long long above = 0, want = count;
@@ -85,8 +54,7 @@ __device__ float radix_threshold(const float *l, int vocab, const uint32_t *mask
             if (!(v >= lo_v) || !allowed_at(mask, i)) continue;
             const uint32_t key = mx_order_key(v);
             if (shift < 24 && (key >> (shift + 8)) != (prefix >> (shift + 8))) continue;
-            // the fast exponential: a threshold's weights need no more than float precision
-            const unsigned long long w = MASS ? (unsigned long long)(__expf(v - m) * kFixedOne) : 1ull;
+            const unsigned long long w = MASS ? mass_weight(v, m) : 1ull;
             if (w) atomicAdd(&rs->hist[copy][(key >> shift) & (kBins - 1)], w);
         }
         __syncthreads();
@@ -124,7 +92,7 @@ __device__ float radix_threshold(const float *l, int vocab, const uint32_t *mask
         want = rs->want;
         __syncthreads();  // rs is rewritten by the next pass
     }
-    return mx_order_value(prefix);
+    return prefix;
 }
 
 template <int W>
@@ -177,10 +145,7 @@ __global__ void __launch_bounds__(kThreads) choose_kernel(mx_sample_out *out, fl
     const int n_mod = md ? r.n_mod : 0;
     for (int k = tid; k < n_mod; k += blockDim.x) {
         const mx_logit_mod e = md[k];
-        if (e.id < 0 || e.id >= vocab) continue;
-        float x = l[e.id] + e.bias;
-        x = x > 0.0f ? x / e.rep : x * e.rep;
-        l[e.id] = x - e.sub;
+        if (e.id >= 0 && e.id < vocab) apply_edit(l, e);
     }
     __syncthreads();
 
@@ -207,51 +172,24 @@ __global__ void __launch_bounds__(kThreads) choose_kernel(mx_sample_out *out, fl
     // 4. Sampled rows: filters over the candidates (allowed, within the margin of the best), then
     // an inverse-CDF draw over the kept ones.
     if (r.temp > 0.0f && isfinite(m)) {
-        const float lo_v = m - 40.0f * fmaxf(1.0f, r.temp);
-        float thr = -INFINITY;
-        if (r.min_p > 0.0f) thr = fmaxf(thr, m + logf(r.min_p));
+        const float lo_v = margin_floor(r, m);
         // Largest t with count(l >= t) >= k (k at least the candidates: their smallest, keeping all).
-        if (r.top_k > 0)
-            thr = fmaxf(thr, radix_threshold<W, false>(l, vocab, mask, lo_v, m, 0.0f, (unsigned long long)r.top_k, &rs));
+        const uint32_t k_prefix =
+            by_top_k(r) ? radix_threshold<W, false>(l, vocab, mask, lo_v, m, 0.0f, (unsigned long long)r.top_k, &rs) : 0u;
         // Largest t with mass(l >= t) >= top_p times the candidates' mass.
-        if (r.top_p > 0.0f && r.top_p < 1.0f)
-            thr = fmaxf(thr, radix_threshold<W, true>(l, vocab, mask, lo_v, m, r.top_p, 0ull, &rs));
-        thr = fmaxf(thr, lo_v);
-        // Inverse CDF in id order: each thread owns a contiguous run of ids; thread 0 finds the run
-        // where u * total falls, and that run's thread finds the token.
+        const uint32_t p_prefix = by_top_p(r) ? radix_threshold<W, true>(l, vocab, mask, lo_v, m, r.top_p, 0ull, &rs) : 0u;
+        const float thr = filter_threshold(r, m, k_prefix, p_prefix);
+        // Inverse CDF in id order: each thread owns one draw run; thread 0 finds the run where
+        // u * total falls, and that run's thread finds the token.
         const float inv_t = 1.0f / r.temp;
-        const int per = (vocab + blockDim.x - 1) / blockDim.x, i0 = tid * per;
-        const int i1 = i0 + per < vocab ? i0 + per : vocab;
-        float part = 0.0f;
-        for (int i = i0; i < i1; i++)
-            if (l[i] >= thr && allowed_at(mask, i)) part += expf((l[i] - m) * inv_t);
-        parts[tid] = part;
+        int i0, i1;
+        draw_run(vocab, tid, &i0, &i1);
+        parts[tid] = run_mass(l, i0, i1, thr, mask, m, inv_t);
         __syncthreads();
-        if (tid == 0) {
-            float total = 0.0f;
-            for (int t = 0; t < (int)blockDim.x; t++) total += parts[t];
-            const float target = mx_uniform_noise(r.seed, r.pos) * total;
-            float acc = 0.0f;
-            int owner = -1;
-            for (int t = 0; t < (int)blockDim.x; t++) {
-                if (parts[t] <= 0.0f) continue;
-                owner = t;
-                if (acc + parts[t] > target) break;
-                acc += parts[t];
-            }
-            pick_owner = owner;
-            pick_rest = target - acc;
-        }
+        if (tid == 0) pick_owner = parts_pick(parts, mx_uniform_noise(r.seed, r.pos), &pick_rest);
         __syncthreads();
         if (tid == pick_owner) {
-            float acc = 0.0f;
-            int last = -1;
-            for (int i = i0; i < i1; i++) {
-                if (!(l[i] >= thr) || !allowed_at(mask, i)) continue;
-                last = i;
-                acc += expf((l[i] - m) * inv_t);
-                if (acc > pick_rest) break;
-            }
+            const int last = run_pick(l, i0, i1, thr, mask, m, inv_t, pick_rest);
             if (last >= 0) pick_id = last;
         } else if (tid == 0 && pick_owner < 0) {
             pick_id = chosen;
@@ -262,24 +200,29 @@ __global__ void __launch_bounds__(kThreads) choose_kernel(mx_sample_out *out, fl
 
     if (tid == 0) {
         o->id = chosen;
-        if (r.n_top >= 0) {
-            float raw = l[chosen];
-            for (int k = 0; k < n_mod; k++)
-                if (md[k].id == chosen) {
-                    float x = raw + md[k].sub;
-                    x = x > 0.0f ? x * md[k].rep : x / md[k].rep;
-                    raw = x - md[k].bias;
-                }
-            o->logprob = raw - lse;
-        }
+        if (r.n_top >= 0) o->logprob = raw_logit(l[chosen], chosen, md, n_mod) - lse;
     }
 }
 
 }  // namespace
 
+extern "C" int mxg_sample_split_blocks(const mxg_launch *L, int n, int vocab) {
+    if (n <= 0 || L->sample_blocks < 2 || !L->sample_scratch) return 1;
+    int g = 2 * L->sm_count / n;  // about two blocks per multiprocessor in all
+    if (g > L->sample_blocks) g = L->sample_blocks;
+    if (g > vocab / 1024) g = vocab / 1024;  // a block's slice at least 1024 tokens
+    if (g > MXG_SAMPLE_MAX_BLOCKS) g = MXG_SAMPLE_MAX_BLOCKS;
+    return g < 2 ? 1 : g;
+}
+
 extern "C" void mxg_sample(const mxg_launch *L, mx_sample_out *out, float *logits, int n, int vocab,
                            const mx_sample_row *rows, const mx_logit_mod *mods) {
     if (n <= 0) return;
+    const int blocks = mxg_sample_split_blocks(L, n, vocab);
+    if (blocks >= 2) {
+        mxg_sample_split(L, out, logits, n, vocab, rows, mods, blocks);
+        return;
+    }
     MXG_WARP_DISPATCH(L->warp, {
         choose_kernel<W><<<(unsigned)n, kThreads, 0, (gpuStream_t)L->stream>>>(out, logits, vocab, rows, mods);
     });

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# The device check of the split sample kernels (kernels/sample_split.cu), one call of about four
+# minutes with the build: configures the cuda preset for sm_90 only and builds mlxcel,
+# test_gpu_sample and test_backend_sample (not the rest); runs test_gpu_sample (the split form
+# against the one-block form and the host rule on random batches, inside a recorded graph too, and
+# the record's time over 1 and 8 rows of 151,936 logits in both forms) and test_backend_sample with
+# the split form allowed (MLXCEL_GPU_SAMPLE_BLOCKS=128); then `mlxcel bench --batch 1` and `--batch 8`
+# on the random-weight Qwen3-0.6B (made by `mlxcel bench --shape` when missing), greedy and at
+# temperature 0.7 with top-p 0.9, the sampled ones with each form. Every step counts
+# (tests/gpu/steps.sh; MLXCEL_DEVICE_DEADLINE, default 225 s, bounds the whole run so the summary is
+# always written). $OUT gets summary.txt (the timings and bench lines), LAST_RUN.md (the verdicts)
+# and all.log (every log).
+# Usage: MLXCEL_COMMIT=<commit> tests/gpu/sample_on_device.sh
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+export MLXCEL_DEVICE_DEADLINE=${MLXCEL_DEVICE_DEADLINE:-225}
+. tests/gpu/steps.sh
+. tests/gpu/devdeps.sh
+sum() { tee -a "$OUT/summary.txt"; }
+finish() {
+    for f in "$LOGS"/*.log; do printf '\n===== %s\n' "$(basename "$f")"; tail -c 100000 "$f"; done >"$OUT/all.log"
+    steps_finish sample_on_device.sh
+}
+if mxg_install_devdeps; then
+    verdict dependencies OK "C libraries present"
+else
+    verdict dependencies FAIL "C libraries missing and no build/devdeps carried"
+fi
+nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>&1 | sum
+rm -rf build/cuda
+step configure 120 cmake --preset cuda -DMLXCEL_CUDA_ARCHITECTURES=90 -DMLXCEL_WERROR=ON -DMLXCEL_SERVER_TESTS=OFF \
+    $(mxg_hub_flag) || { tail -20 "$LOGS/configure.log"; finish; }
+step build 210 cmake --build build/cuda -j"$(nproc)" --target mlxcel test_gpu_sample test_backend_sample ||
+    { grep -E "error" "$LOGS/build.log" | head -20; finish; }
+
+step gpu_sample_split 90 build/cuda/test_gpu_sample
+grep -E "sample record|differ from|graphs recorded|check failed|passed|failed" "$LOGS/gpu_sample_split.log" | head -30 | sum
+step backend_sample_split 60 env MLXCEL_TEST_BACKEND=cuda MLXCEL_GPU_SAMPLE_BLOCKS=128 build/cuda/test_backend_sample
+tail -3 "$LOGS/backend_sample_split.log" | sum
+
+model=$HOME/.cache/mlxcel/bench/qwen3-0.6b-q4g64
+[ -f "$model/config.json" ] || step make_model 90 build/cuda/mlxcel bench --shape qwen3-0.6b -p 1 -n 1 --backend cuda
+for b in 1 8; do
+    step "bench_b${b}_greedy" 45 build/cuda/mlxcel bench -m "$model" --backend cuda --batch $b -p 32 -n 128 --temp 0
+    for blocks in 1 128; do
+        step "bench_b${b}_sampled_blocks$blocks" 45 env MLXCEL_GPU_SAMPLE_BLOCKS=$blocks build/cuda/mlxcel bench -m "$model" \
+            --backend cuda --batch $b -p 32 -n 128 --temp 0.7 --top-p 0.9
+    done
+    for f in "$LOGS/bench_b${b}_greedy.log" "$LOGS/bench_b${b}_sampled_blocks1.log" "$LOGS/bench_b${b}_sampled_blocks128.log"; do
+        echo "$(basename "$f" .log): $(grep -E '^bench:' "$f" | tail -1)"
+    done | sum
+done
+finish
