@@ -13,12 +13,14 @@
 import argparse
 import json
 import os
-import re
 import statistics
-import subprocess
+import sys
 import threading
 import time
 import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "pylib"))
+from live_server import LiveServer  # noqa: E402
 
 # minItems keeps every answer going to max_tokens, as ignore_eos does for the plain requests.
 # "strings": short strings only (few parser states); "objects": records with a bounded string, an
@@ -73,17 +75,11 @@ def main():
     ap.add_argument("--schema", choices=sorted(SCHEMAS), default="strings")
     ap.add_argument("--backend", help="passed to the server as --backend (default: the server's choice)")
     a = ap.parse_args()
-    cmd = [a.server, "--port", "0", "-m", a.m, "--parallel", str(a.parallel), "--ctx", "1024"]
+    cmd = [a.server, "-m", a.m, "--parallel", str(a.parallel), "--ctx", "1024"]
     if a.backend:
         cmd += ["--backend", a.backend]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-    port = None
-    while port is None:
-        line = proc.stderr.readline()
-        if not line:
-            raise SystemExit("server did not start")
-        m = re.search(r"listening on http://.*:(\d+)$", line.strip())
-        port = int(m.group(1)) if m else None
+    srv = LiveServer(cmd, start_timeout=600)  # a large model may take minutes to load
+    proc, port = srv.p, srv.port
     url = "http://127.0.0.1:%d/v1/completions" % port
     base = {"prompt": "List some words as JSON:", "max_tokens": a.tokens, "temperature": a.temp}
     plain = dict(base, ignore_eos=True)
@@ -108,8 +104,7 @@ def main():
               "CPU per token: plain %.2f ms, constrained %.2f ms, cost %.1f%%" % (
             mp, mc, 100 * (1 - mc / mp), 100 * paired, cp, cc, 100 * (cc / cp - 1)))
     finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+        srv.stop()
 
 
 if __name__ == "__main__":

@@ -10,10 +10,7 @@
 import argparse
 import json
 import os
-import re
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -29,29 +26,15 @@ ap.add_argument('--parallel', type=int, default=4)
 ap.add_argument('--rounds', type=int, default=2, help='the same load this many times (memory after each)')
 args = ap.parse_args()
 
-root = os.getcwd()
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'tests', 'pylib'))
+from live_server import LiveServer, link_demo_model  # noqa: E402
+
 tmp = tempfile.mkdtemp()
 model = os.path.join(tmp, 'model')
-os.makedirs(model)
-src = os.path.join(root, 'models/qwen3-demo-44m-4bit')
-for f in os.listdir(src):
-    if f != 'tokenizer_config.json':
-        os.symlink(os.path.join(src, f), os.path.join(model, f))
-with open('tests/fixtures/qwen3_tokenizer_config.json') as a, open(os.path.join(model, 'tokenizer_config.json'), 'w') as b:
-    b.write(a.read())
-log = open(os.path.join(tmp, 'server.log'), 'w+')
-proc = subprocess.Popen([args.server, '-m', model, '--port', '0', '--parallel', str(args.parallel), '--ctx', '1024'],
-                        stderr=log)
-port = None
-for _ in range(600):
-    log.seek(0)
-    m = re.search(r'listening on http://.*:(\d+)$', log.read(), re.M)
-    if m:
-        port = int(m.group(1))
-        break
-    time.sleep(0.1)
-if not port:
-    sys.exit('server did not start')
+link_demo_model(model, tokenizer_config='tests/fixtures/qwen3_tokenizer_config.json')
+srv = LiveServer([args.server, '-m', model, '--parallel', str(args.parallel), '--ctx', '1024'],
+                 log=os.path.join(tmp, 'server.log'))
+proc, port = srv.p, srv.port
 
 
 def rss_kb():
@@ -139,10 +122,8 @@ for r in range(args.rounds):
     time.sleep(2.0)
     rss.append(rss_kb())
 health = exchange(b'GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n')
-proc.send_signal(signal.SIGTERM)
-rc = proc.wait(60)
-log.seek(0)
-text = log.read()
+rc = srv.stop(timeout=60)
+text = srv.text()
 
 
 def pct(xs, p):
