@@ -15,6 +15,7 @@
 // the `sample` record (or `argmax` for greedy) over B rows of normally distributed logits, timed
 // from the first launch to the backend's sync.
 #include "bench_batch.h"
+#include "bench_model.h"
 
 #include <math.h>
 #include <stddef.h>

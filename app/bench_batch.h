@@ -24,8 +24,6 @@ typedef struct bench_batch_opts {
     uint64_t prompt_seed;  // prompts: token i of prompt j is bench_prompt_token(prompt_seed, j, i)
 } bench_batch_opts;
 
-// The bench's 64-bit mixer (random weights and prompts).
-uint64_t bench_splitmix(uint64_t x);
 // The median of v[n] (v is sorted in place).
 double bench_median(double *v, int n);
 // Token i of bench prompt j (prompt 0 is the plain bench's prompt).
