@@ -21,14 +21,7 @@ static void bytelevel_build(void) {
     for (unsigned b = 0; b < 256; b++) {
         unsigned cp = byte_is_printable(b) ? b : 256 + extra++;
         cp_byte[cp] = (int16_t)b;
-        if (cp < 0x80) {
-            byte_char[b][0] = (char)cp;
-            byte_char[b][1] = '\0';
-        } else {
-            byte_char[b][0] = (char)(0xC0 | (cp >> 6));
-            byte_char[b][1] = (char)(0x80 | (cp & 0x3F));
-            byte_char[b][2] = '\0';
-        }
+        byte_char[b][tok_utf8_encode(cp, byte_char[b])] = '\0';
     }
 }
 

@@ -53,29 +53,6 @@ static int hex4(const char *p, uint32_t *v) {
     return 0;
 }
 
-static size_t put_utf8(char *out, uint32_t cp) {
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        out[0] = (char)(0xC0 | (cp >> 6));
-        out[1] = (char)(0x80 | (cp & 0x3F));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        out[0] = (char)(0xE0 | (cp >> 12));
-        out[1] = (char)(0x80 | ((cp >> 6) & 0x3F));
-        out[2] = (char)(0x80 | (cp & 0x3F));
-        return 3;
-    }
-    out[0] = (char)(0xF0 | (cp >> 18));
-    out[1] = (char)(0x80 | ((cp >> 12) & 0x3F));
-    out[2] = (char)(0x80 | ((cp >> 6) & 0x3F));
-    out[3] = (char)(0x80 | (cp & 0x3F));
-    return 4;
-}
-
 // Decodes the JSON string at c->i into out (capacity >= raw length) and advances past it.
 static int read_string(scan *c, char *out, size_t *out_len) {
     size_t end = string_end(c);
@@ -111,7 +88,7 @@ static int read_string(scan *c, char *out, size_t *out_len) {
             } else if (cp >= 0xD800 && cp <= 0xDFFF) {
                 cp = 0xFFFD; // lone surrogate
             }
-            w += put_utf8(out + w, cp); // never longer than the 6-byte escape it came from
+            w += tok_utf8_encode(cp, out + w); // never longer than the 6-byte escape it came from
             break;
         }
         default: return -1;
