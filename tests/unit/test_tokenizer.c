@@ -10,17 +10,12 @@
 #include <time.h>
 
 #include "check.h"
+#include "core/clock.h"
 #include "test_bytelevel.h"
 #include "tokenizer/tokenizer.h"
 
 #define TOKENIZER_PATH "models/qwen3-demo-44m-4bit/tokenizer.json"
 #define CASES_PATH "tests/fixtures/tokenizer_cases.json"
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 // Streams ids one at a time into a malloc'ed string (cap from mx_detok_cap).
 static char *stream_decode(const mx_tokenizer *tok, const int32_t *ids, size_t n, bool skip) {
@@ -234,12 +229,12 @@ static void bench_1mb(const mx_tokenizer *tok, json_t *cases) {
     int32_t *ids = NULL;
     size_t n = 0;
     mx_error err = {{0}};
-    double t0 = now_s();
+    double t0 = mx_now();
     int rc = mx_tokenizer_encode(tok, text, len, &ids, &n, &err);
-    double t1 = now_s();
+    double t1 = mx_now();
     CHECK_MSG(rc == 0, "%s", err.msg);
     char *back = mx_tokenizer_decode(tok, ids, n, false);
-    double t2 = now_s();
+    double t2 = mx_now();
     CHECK(back && strlen(back) == len && memcmp(back, text, len) == 0); // round trip
     printf("encode %.2f MB English: %.1f ms (%zu tokens, %.1f MB/s); decode %.1f ms\n", len / 1048576.0,
            (t1 - t0) * 1e3, n, len / 1048576.0 / (t1 - t0), (t2 - t1) * 1e3);
@@ -250,9 +245,9 @@ static void bench_1mb(const mx_tokenizer *tok, json_t *cases) {
 
 int main(void) {
     mx_error err = {{0}};
-    double t0 = now_s();
+    double t0 = mx_now();
     mx_tokenizer *tok = mx_tokenizer_load(TOKENIZER_PATH, &err);
-    printf("load %s: %.1f ms\n", TOKENIZER_PATH, (now_s() - t0) * 1e3);
+    printf("load %s: %.1f ms\n", TOKENIZER_PATH, (mx_now() - t0) * 1e3);
     CHECK_MSG(tok != NULL, "%s", err.msg);
     json_error_t jerr;
     json_t *root = json_load_file(CASES_PATH, JSON_ALLOW_NUL, &jerr);
