@@ -3,13 +3,13 @@
 // scratch, compared with what the backend's memory has (mx_backend_ops.mem_info). Refusing here,
 // with the numbers, replaces a failure in the middle of a run: on the host, calloc of a large KV
 // cache succeeds under overcommit and the process is killed later when the pages are touched.
-// The scratch terms mirror the buffers mx_ctx_create allocates (forward.c).
+// The scratch terms mirror the buffers mx_ctx_create allocates (forward_ctx.c).
 #include <stdio.h>
 
 #include "models/forward_mla.h"
 #include "models/model_internal.h"
 
-enum { LOGIT_ROWS_ESTIMATE = 64 };  // rows of logits a step keeps (LOGIT_ROWS in forward.c)
+enum { LOGIT_ROWS_ESTIMATE = 64 };  // rows of logits a step keeps (LOGIT_ROWS in forward_internal.h)
 
 static double gib(double b) { return b / (1024.0 * 1024.0 * 1024.0); }
 
