@@ -21,8 +21,9 @@ void mxg_sample(const mxg_launch *L, mx_sample_out *out, float *logits, int n, i
 #define MXG_SAMPLE_MAX_BLOCKS 128
 
 // Blocks per row that mxg_sample gives n rows of `vocab` logits: 1 (one block per row, the kernel of
-// kernels/sample.cu) or g >= 2 (mxg_sample_split): about two blocks per multiprocessor in all, at
-// most L->sample_blocks, at most one per 1,024 tokens, and only with L->sample_scratch.
+// kernels/sample.cu) or g >= 2 (mxg_sample_split) for n up to the multiprocessor count: four
+// blocks per multiprocessor in all, at most L->sample_blocks, at most one per 1,024 tokens, and only
+// with L->sample_scratch.
 int mxg_sample_split_blocks(const mxg_launch *L, int n, int vocab);
 
 // The same choice as mxg_sample's one-block kernel with each row's vocabulary split over `blocks`

@@ -207,8 +207,12 @@ __global__ void __launch_bounds__(kThreads) choose_kernel(mx_sample_out *out, fl
 }  // namespace
 
 extern "C" int mxg_sample_split_blocks(const mxg_launch *L, int n, int vocab) {
-    if (n <= 0 || L->sample_blocks < 2 || !L->sample_scratch) return 1;
-    int g = 2 * L->sm_count / n;  // about two blocks per multiprocessor in all
+    if (n <= 0 || n > L->sm_count || L->sample_blocks < 2 || !L->sample_scratch ||
+        L->sample_scratch_bytes < mxg_sample_split_row_bytes())
+        return 1;
+    // Four 256-thread blocks per multiprocessor in all: the threads per multiprocessor of one
+    // 1,024-thread block, so a batch of one row per multiprocessor costs what the one-block form does.
+    int g = 4 * L->sm_count / n;
     if (g > L->sample_blocks) g = L->sample_blocks;
     if (g > vocab / 1024) g = vocab / 1024;  // a block's slice at least 1024 tokens
     if (g > MXG_SAMPLE_MAX_BLOCKS) g = MXG_SAMPLE_MAX_BLOCKS;

@@ -327,6 +327,7 @@ extern "C" size_t mxg_sample_split_row_bytes(void) { return sizeof(SplitRow); }
 extern "C" void mxg_sample_split(const mxg_launch *L, mx_sample_out *out, float *logits, int n, int vocab,
                                  const mx_sample_row *rows, const mx_logit_mod *mods, int blocks) {
     const int per_launch = (int)(L->sample_scratch_bytes / sizeof(SplitRow));
+    if (per_launch < 1) return;  // never: mxg_sample_split_blocks asks for scratch of one row at least
     SplitRow *s = (SplitRow *)L->sample_scratch;
     gpuStream_t st = (gpuStream_t)L->stream;
     const unsigned g = (unsigned)blocks;
