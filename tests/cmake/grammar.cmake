@@ -7,14 +7,9 @@
 #                         required / named, n: 3, logit_bias, unsupported fields;
 #   server_mistral_calls  the same client against a Mistral-style tokenizer and template: forced
 #                         calls in both [TOOL_CALLS] forms, streamed, special markers kept in text.
-find_program(MLXCEL_PY3 python3)
-if(MLXCEL_PY3)
-  add_test(NAME grammar_schema_suite COMMAND ${MLXCEL_PY3} ${PROJECT_SOURCE_DIR}/tests/grammar/schema_suite.py
-           $<TARGET_FILE:mlxcel-server> WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
-  set_tests_properties(grammar_schema_suite PROPERTIES TIMEOUT 900)
-else()
-  message(STATUS "grammar_schema_suite skipped: needs python3")
-endif()
+add_test(NAME grammar_schema_suite COMMAND ${MLXCEL_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/grammar/schema_suite.py
+         $<TARGET_FILE:mlxcel-server> WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(grammar_schema_suite PROPERTIES TIMEOUT 900)
 find_program(MLXCEL_NODE node)
 find_program(MLXCEL_NPM npm)
 if(MLXCEL_NODE AND MLXCEL_NPM)

@@ -11,7 +11,6 @@ endif()
 add_executable(test_hub_units ${PROJECT_SOURCE_DIR}/tests/hub/test_hub_units.c)
 target_link_libraries(test_hub_units PRIVATE mlxcel_lib)
 add_test(NAME hub_units COMMAND test_hub_units WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
-find_program(MLXCEL_HUB_PYTHON3 python3 REQUIRED)
-add_test(NAME hub COMMAND ${MLXCEL_HUB_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/hub/test_hub.py $<TARGET_FILE:mlxcel>
+add_test(NAME hub COMMAND ${MLXCEL_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/hub/test_hub.py $<TARGET_FILE:mlxcel>
          WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(hub PROPERTIES TIMEOUT 600)

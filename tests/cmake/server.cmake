@@ -13,7 +13,7 @@
 # GPU device scripts do, as they run only the GPU group).
 option(MLXCEL_SERVER_TESTS "Register the live-server tests (need curl, bash, python3, node, npm)" ON)
 if(MLXCEL_SERVER_TESTS)
-  foreach(tool curl bash python3 node npm)
+  foreach(tool curl bash node npm)  # python3: tests/tests.cmake
     string(TOUPPER ${tool} _var)
     find_program(MLXCEL_TOOL_${_var} ${tool})
     if(NOT MLXCEL_TOOL_${_var})
@@ -34,20 +34,18 @@ if(MLXCEL_SERVER_TESTS)
   set_tests_properties(server_openai PROPERTIES FIXTURES_REQUIRED server_node TIMEOUT 300)
   # Hardening: connection limits and timeouts, UTF-8-safe replies, half-close, CORS, framing,
   # graceful shutdown, --no-special-in-content, the memory check (tests/server/hardening.py).
-  add_test(NAME server_hardening COMMAND ${MLXCEL_TOOL_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/server/hardening.py
+  add_test(NAME server_hardening COMMAND ${MLXCEL_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/server/hardening.py
            $<TARGET_FILE:mlxcel-server> WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(server_hardening PROPERTIES TIMEOUT 300)
 else()
   message(STATUS "mlxcel: server tests left out (MLXCEL_SERVER_TESTS=OFF)")
 endif()
-if(MLXCEL_PY3)
-  # gpt-oss's harmony format (tests/server/harmony_suite.py): the demo model with a harmony tokenizer
-  # and gpt-oss's template, its output scripted by grammars; reasoning_content, content, tool calls
-  # (plain and streamed), JSON answers, reasoning_effort, and `mlxcel generate` against the server.
-  add_test(NAME server_harmony COMMAND ${MLXCEL_PY3} ${PROJECT_SOURCE_DIR}/tests/server/harmony_suite.py
-           $<TARGET_FILE:mlxcel> $<TARGET_FILE:mlxcel-server> WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
-  set_tests_properties(server_harmony PROPERTIES TIMEOUT 300)
-  add_test(NAME server_engine COMMAND ${MLXCEL_PY3} ${PROJECT_SOURCE_DIR}/tests/server/engine_suite.py
-           $<TARGET_FILE:mlxcel> $<TARGET_FILE:mlxcel-server> WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
-  set_tests_properties(server_engine PROPERTIES TIMEOUT 300)
-endif()
+# gpt-oss's harmony format (tests/server/harmony_suite.py): the demo model with a harmony tokenizer
+# and gpt-oss's template, its output scripted by grammars; reasoning_content, content, tool calls
+# (plain and streamed), JSON answers, reasoning_effort, and `mlxcel generate` against the server.
+add_test(NAME server_harmony COMMAND ${MLXCEL_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/server/harmony_suite.py
+         $<TARGET_FILE:mlxcel> $<TARGET_FILE:mlxcel-server> WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(server_harmony PROPERTIES TIMEOUT 300)
+add_test(NAME server_engine COMMAND ${MLXCEL_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/server/engine_suite.py
+         $<TARGET_FILE:mlxcel> $<TARGET_FILE:mlxcel-server> WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(server_engine PROPERTIES TIMEOUT 300)
