@@ -84,7 +84,7 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
                           "MLXCEL_GPU_STREAM_MIN_COLS='-5': must be a whole number from 0 to 1073741824")
   mlxcel_gpu_knob_refused(stream_min_cols_suffix MLXCEL_GPU_STREAM_MIN_COLS=4k "MLXCEL_GPU_STREAM_MIN_COLS='4k': must be")
   mlxcel_gpu_knob_refused(sample_blocks_range MLXCEL_GPU_SAMPLE_BLOCKS=129
-                          "MLXCEL_GPU_SAMPLE_BLOCKS='129': must be a whole number from 1 to 128 \\(unset: 1\\)")
+                          "MLXCEL_GPU_SAMPLE_BLOCKS='129': must be a whole number from 1 to 128")
   mlxcel_gpu_knob_refused(sample_blocks_space "MLXCEL_GPU_SAMPLE_BLOCKS= 8" "MLXCEL_GPU_SAMPLE_BLOCKS=' 8': must be")
   mlxcel_gpu_knob_refused(matvec_rows_three MLXCEL_GPU_MATVEC_ROWS=3 "MLXCEL_GPU_MATVEC_ROWS='3': must be 1, 2 or 4")
   mlxcel_gpu_knob_refused(stream_rows_one MLXCEL_GPU_STREAM_ROWS=1 "MLXCEL_GPU_STREAM_ROWS='1': must be a whole number from 2 to 4")

@@ -307,12 +307,12 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // MLXCEL_GPU_STREAM_MIN_COLS=N moves that bound (the GPU tests use 0). MLXCEL_GPU_STREAM_ROWS=4:
     // its other task shape (4 rows per task, 2 chunks per lane per step at 4 bits, instead of 2 and 4).
     // MLXCEL_GPU_SAMPLE_BLOCKS=N: at most N blocks share one row of the sample record
-    // (kernels/sample.cu; 1: one block per row).
+    // (kernels/sample_split.cu; 1: one block per row; unset: MXG_SAMPLE_DEFAULT_BLOCKS).
     if (env_int("MLXCEL_GPU_MATVEC_ROWS", 4, 1, 4, &k->matvec_rows, err) ||
         env_int("MLXCEL_GPU_MATVEC_TOKENS", 63, 1, 1 << 20, &k->matvec_max_tokens, err) ||
         env_int("MLXCEL_GPU_STREAM_MIN_COLS", 4096, 0, 1 << 30, &k->stream_min_cols, err) ||
         env_int("MLXCEL_GPU_STREAM_ROWS", 2, 2, 4, &k->stream_rows, err) ||
-        env_int("MLXCEL_GPU_SAMPLE_BLOCKS", 1, 1, MXG_SAMPLE_MAX_BLOCKS, &k->sample_blocks, err))
+        env_int("MLXCEL_GPU_SAMPLE_BLOCKS", MXG_SAMPLE_DEFAULT_BLOCKS, 1, MXG_SAMPLE_MAX_BLOCKS, &k->sample_blocks, err))
         return -1;
     if (k->matvec_rows == 3)
         return mx_fail(err, "MLXCEL_GPU_MATVEC_ROWS='%s': must be 1, 2 or 4 (unset: 4)", getenv("MLXCEL_GPU_MATVEC_ROWS"));

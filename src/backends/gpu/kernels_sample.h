@@ -17,8 +17,11 @@ extern "C" {
 void mxg_sample(const mxg_launch *L, mx_sample_out *out, float *logits, int n, int vocab, const mx_sample_row *rows,
                 const mx_logit_mod *mods);
 
-// Most blocks that share one row (MLXCEL_GPU_SAMPLE_BLOCKS at most this).
+// Most blocks that share one row (MLXCEL_GPU_SAMPLE_BLOCKS at most this), and the value of
+// MLXCEL_GPU_SAMPLE_BLOCKS when unset: 1, the one-block form only, until the split form is measured
+// on a device (tests/gpu/sample_on_device.sh); then MXG_SAMPLE_MAX_BLOCKS.
 #define MXG_SAMPLE_MAX_BLOCKS 128
+#define MXG_SAMPLE_DEFAULT_BLOCKS 1
 
 // Blocks per row that mxg_sample gives n rows of `vocab` logits: 1 (one block per row, the kernel of
 // kernels/sample.cu) or g >= 2 (mxg_sample_split) for n up to the multiprocessor count: four
