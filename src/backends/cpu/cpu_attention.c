@@ -80,25 +80,46 @@ static void store_rows(uint8_t *dst, float *scales, const float *src, int n_rows
     for (size_t i = 0; i < n; i++) d[i] = dt == MX_DTYPE_F16 ? mx_f32_to_f16(src[i]) : mx_f32_to_bf16(src[i]);
 }
 
+typedef struct kv_store_job {
+    const mx_kv_ref *r;
+    const float *k, *v;  // [n, n_kv_heads, head_dim]
+    int n;
+    mx_dtype dt;
+} kv_store_job;
+
+// One (K or V, KV head) for every token of the step, in token order (so a position written twice in
+// one step ends as the serial loop would leave it).
+static void kv_store_task(void *arg, int task, int thread) {
+    (void)thread;
+    const kv_store_job *j = arg;
+    const mx_kv_ref *r = j->r;
+    const mx_kv_layout *lay = &r->lay;
+    int nh = lay->n_kv_heads, hd = lay->head_dim, which = task / nh, h = task % nh;
+    size_t row = (size_t)nh * hd, es = mx_dtype_size(j->dt);
+    float *scales = j->dt == MX_DTYPE_I16 ? kv_scales_base(r->kv, lay, es) : NULL;
+    for (int t = 0; t < j->n; t++) {
+        int block = block_of(r->table, lay, r->slot[t], r->pos[t]), off = r->pos[t] % MX_KV_BLOCK;
+        size_t at = head_index(lay, r->layer, block, which, h) * MX_KV_BLOCK + (size_t)off;  // in rows
+        store_rows((uint8_t *)r->kv + at * hd * es, scales ? scales + at * CPU_KV_SCALES(hd) : NULL,
+                   (which ? j->v : j->k) + t * row + (size_t)h * hd, 1, hd, j->dt);
+    }
+}
+
+// Tokens of a step above which the store is split over the pool (a decode step's few rows stay on
+// the calling thread).
+#define KV_STORE_POOL_TOKENS 8
+
 void cpu_kv_store(mx_backend *be, const mx_kv_ref *r, const float *k, const float *v, int n) {
     const mx_kv_layout *lay = &r->lay;
-    uint8_t *kv = r->kv;
-    int nh = lay->n_kv_heads, hd = lay->head_dim;
-    size_t row = (size_t)nh * hd, es = mx_dtype_size(be->kv_dtype);
-    bool scaled = be->kv_dtype == MX_DTYPE_I16;
-    float *scales = scaled ? kv_scales_base(kv, lay, es) : NULL;
-    for (int t = 0; t < n; t++) {
+    for (int t = 0; t < n; t++)
         MX_ASSERT(r->slot[t] >= 0 && r->slot[t] < lay->n_slots && r->pos[t] >= 0 && r->pos[t] < lay->max_ctx);
-        int block = block_of(r->table, lay, r->slot[t], r->pos[t]), off = r->pos[t] % MX_KV_BLOCK;
-        for (int which = 0; which < 2; which++) {
-            for (int h = 0; h < nh; h++) {
-                size_t at = head_index(lay, r->layer, block, which, h) * MX_KV_BLOCK + (size_t)off;  // in rows
-                uint8_t *dst = kv + at * hd * es;
-                float *sc = scaled ? scales + at * CPU_KV_SCALES(hd) : NULL;
-                store_rows(dst, sc, (which ? v : k) + t * row + (size_t)h * hd, 1, hd, be->kv_dtype);
-            }
-        }
+    kv_store_job j = {r, k, v, n, be->kv_dtype};
+    int tasks = 2 * lay->n_kv_heads;
+    if (n < KV_STORE_POOL_TOKENS) {
+        for (int t = 0; t < tasks; t++) kv_store_task(&j, t, 0);
+        return;
     }
+    mx_pool_run(cpu_of(be)->pool, tasks, kv_store_task, &j);
 }
 
 typedef struct attn_job {

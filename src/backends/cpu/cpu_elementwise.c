@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: MIT
 // CPU element-wise and small ops: RMSNorm, RoPE, SwiGLU, residual add, MoE routing and combine,
-// row gathers and argmax. Row-wise ops split their rows over the thread pool; the rest are cheap
-// enough to run on the calling thread.
+// row gathers and argmax. RMSNorm, RoPE and the element-wise ops (SwiGLU, GeGLU, add, scale) split
+// their rows or values over the thread pool when a step has enough of them (prefill: run on the
+// calling thread alone they left the other threads waiting, ~10% of a pp512's CPU samples); a
+// decode step's are small and stay on the calling thread, where a hand-off would cost more. The
+// rest are cheap enough to run on the calling thread.
 #include <math.h>
 #include <string.h>
 
@@ -34,54 +37,115 @@ void cpu_rmsnorm(mx_backend *be, float *out, const float *x, const float *w, int
     mx_pool_run(cpu_of(be)->pool, n, norm_task, &j);
 }
 
-void cpu_rope(mx_backend *be, float *x, const int32_t *pos, int n, int n_heads, const mx_rope *rope) {
-    (void)be;
+// Values per task of the element-wise ops; fewer than two tasks' worth run on the calling thread.
+#define ELEM_CHUNK 8192
+
+// An element-wise op over [0, count): fn computes the values [i0, i1).
+typedef struct elem_job {
+    void (*fn)(const struct elem_job *j, int64_t i0, int64_t i1);
+    float *out;            // [count] (x for add and scale)
+    const float *a, *b;    // [count] inputs (gate, up; y for add)
+    float s;               // scale
+    int64_t count;
+} elem_job;
+
+static void elem_task(void *arg, int task, int thread) {
+    (void)thread;
+    const elem_job *j = arg;
+    int64_t i0 = (int64_t)task * ELEM_CHUNK, i1 = i0 + ELEM_CHUNK < j->count ? i0 + ELEM_CHUNK : j->count;
+    j->fn(j, i0, i1);
+}
+
+static void elem_run(mx_backend *be, const elem_job *j) {
+    if (j->count < 2 * ELEM_CHUNK) {
+        j->fn(j, 0, j->count);
+        return;
+    }
+    mx_pool_run(cpu_of(be)->pool, (int)((j->count + ELEM_CHUNK - 1) / ELEM_CHUNK), elem_task, (void *)j);
+}
+
+typedef struct rope_job {
+    float *x;  // [n, n_heads, head_dim]
+    const int32_t *pos;
+    int n_heads;
+    const mx_rope *rope;
+} rope_job;
+
+// One token's heads.
+static void rope_task(void *arg, int t, int thread) {
+    (void)thread;
+    const rope_job *j = arg;
+    const mx_rope *rope = j->rope;
     int hd = rope->head_dim, half = (rope->rot_dim ? rope->rot_dim : hd) / 2;
     float cs[256], sn[256];
-    MX_ASSERT(half <= 256 && 2 * half <= hd);
-    for (int t = 0; t < n; t++) {
-        const float *inv = rope->long_inv_freq && pos[t] >= rope->long_from ? rope->long_inv_freq : rope->inv_freq;
+    const float *inv = rope->long_inv_freq && j->pos[t] >= rope->long_from ? rope->long_inv_freq : rope->inv_freq;
+    for (int i = 0; i < half; i++) {
+        double ang = (double)j->pos[t] * inv[i];
+        cs[i] = (float)cos(ang) * rope->attn_factor;
+        sn[i] = (float)sin(ang) * rope->attn_factor;
+    }
+    for (int h = 0; h < j->n_heads; h++) {
+        float *v = j->x + ((size_t)t * j->n_heads + h) * hd;
         for (int i = 0; i < half; i++) {
-            double ang = (double)pos[t] * inv[i];
-            cs[i] = (float)cos(ang) * rope->attn_factor;
-            sn[i] = (float)sin(ang) * rope->attn_factor;
+            float a = v[i], b = v[i + half];
+            v[i] = a * cs[i] - b * sn[i];
+            v[i + half] = b * cs[i] + a * sn[i];
         }
-        for (int h = 0; h < n_heads; h++) {
-            float *v = x + ((size_t)t * n_heads + h) * hd;
-            for (int i = 0; i < half; i++) {
-                float a = v[i], b = v[i + half];
-                v[i] = a * cs[i] - b * sn[i];
-                v[i + half] = b * cs[i] + a * sn[i];
-            }
-        }
+    }
+}
+
+void cpu_rope(mx_backend *be, float *x, const int32_t *pos, int n, int n_heads, const mx_rope *rope) {
+    int hd = rope->head_dim, half = (rope->rot_dim ? rope->rot_dim : hd) / 2;
+    MX_ASSERT(half <= 256 && 2 * half <= hd);
+    rope_job j = {x, pos, n_heads, rope};
+    if ((int64_t)n * n_heads * hd < 2 * ELEM_CHUNK) {
+        for (int t = 0; t < n; t++) rope_task(&j, t, 0);
+        return;
+    }
+    mx_pool_run(cpu_of(be)->pool, n, rope_task, &j);
+}
+
+static void swiglu_range(const elem_job *j, int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; i++) {
+        float g = j->a[i];
+        j->out[i] = g / (1.0f + expf(-g)) * j->b[i];
     }
 }
 
 void cpu_swiglu(mx_backend *be, float *out, const float *gate, const float *up, int64_t count) {
-    (void)be;
-    for (int64_t i = 0; i < count; i++) {
-        float g = gate[i];
-        out[i] = g / (1.0f + expf(-g)) * up[i];
+    elem_job j = {.fn = swiglu_range, .out = out, .a = gate, .b = up, .count = count};
+    elem_run(be, &j);
+}
+
+static void geglu_range(const elem_job *j, int64_t i0, int64_t i1) {
+    const float k = 0.7978845608028654f;  // sqrt(2 / pi)
+    for (int64_t i = i0; i < i1; i++) {
+        float g = j->a[i];
+        j->out[i] = 0.5f * g * (1.0f + tanhf(k * (g + 0.044715f * g * g * g))) * j->b[i];
     }
 }
 
 void cpu_geglu(mx_backend *be, float *out, const float *gate, const float *up, int64_t count) {
-    (void)be;
-    const float k = 0.7978845608028654f;  // sqrt(2 / pi)
-    for (int64_t i = 0; i < count; i++) {
-        float g = gate[i];
-        out[i] = 0.5f * g * (1.0f + tanhf(k * (g + 0.044715f * g * g * g))) * up[i];
-    }
+    elem_job j = {.fn = geglu_range, .out = out, .a = gate, .b = up, .count = count};
+    elem_run(be, &j);
+}
+
+static void scale_range(const elem_job *j, int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; i++) j->out[i] *= j->s;
 }
 
 void cpu_scale(mx_backend *be, float *x, int64_t count, float scale) {
-    (void)be;
-    for (int64_t i = 0; i < count; i++) x[i] *= scale;
+    elem_job j = {.fn = scale_range, .out = x, .s = scale, .count = count};
+    elem_run(be, &j);
+}
+
+static void add_range(const elem_job *j, int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; i++) j->out[i] += j->a[i];
 }
 
 void cpu_add(mx_backend *be, float *x, const float *y, int64_t count) {
-    (void)be;
-    for (int64_t i = 0; i < count; i++) x[i] += y[i];
+    elem_job j = {.fn = add_range, .out = x, .a = y, .count = count};
+    elem_run(be, &j);
 }
 
 void cpu_moe_route(mx_backend *be, int32_t *ids, float *weights, const float *logits, int n, int n_experts, int k,

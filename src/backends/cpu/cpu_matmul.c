@@ -14,6 +14,22 @@
 #include "backends/cpu/cpu_kernels.h"
 
 #define ROWS_PER_TASK 16
+// Batch-1 products: a task is a run of consecutive rows, one contiguous stream of weights. Tasks of
+// 16 rows (9 KB at 1024 columns) cut each thread's stream every few KB (the hardware prefetcher
+// starts over, and the kernel's prefetch 4 KB ahead reads the next task, which the other thread
+// usually takes): two threads read 12.8 GB/s where tasks of ~128 KB read 16.6 (RESULTS, step 5.2).
+// Small matrices keep at least GEMV_TASKS_PER_THREAD tasks per thread, so a descheduled thread
+// leaves the others work to take.
+#define GEMV_TASK_BYTES (128 * 1024)
+#define GEMV_TASKS_PER_THREAD 4
+
+static int gemv_task_rows(const mx_matrix *w, int threads) {
+    int64_t row_bytes = mx_matrix_data_bytes(w) / (w->rows * w->n_experts);
+    int64_t r = GEMV_TASK_BYTES / (row_bytes > 0 ? row_bytes : 1);
+    int64_t per = (int64_t)threads * GEMV_TASKS_PER_THREAD, cap = (w->rows + per - 1) / per;
+    r = (r < cap ? r : cap + 3) & ~(int64_t)3;
+    return r < ROWS_PER_TASK ? ROWS_PER_TASK : (int)r;
+}
 #define MOE_Q_MAX_ROWS 4  // MoE experts with at most this many rows use the integer gemv
 // Dense products: a task is a block of GEMM_ROW_BLOCK output rows times a block of tokens small
 // enough that the block of x stays in L2 while each 4-row tile of decoded weights sweeps over it.
@@ -40,6 +56,7 @@ typedef struct matmul_job {
     size_t qx_stride;       // bytes per quantized row (MoE: one per gathered row)
     int chunk_tiles;        // integer batches: 16-token tiles per token chunk
     size_t tile_bytes;      // integer batches: bytes of prepared x per tile
+    int task_rows;          // batch 1: rows per task (gemv_task_rows)
 } matmul_job;
 
 // MoE rows (gathered x and scattered out): decode each weight row once, dot it with every row.
@@ -78,8 +95,8 @@ static void moe_q_task(void *arg, int task, int thread) {
 // Batch 1: fused decode-and-dot over a block of rows.
 static void gemv_task(void *arg, int task, int thread) {
     matmul_job *j = arg;
-    int64_t r0 = (int64_t)task * ROWS_PER_TASK;
-    int64_t r1 = r0 + ROWS_PER_TASK < j->rows ? r0 + ROWS_PER_TASK : j->rows;
+    int64_t r0 = (int64_t)task * j->task_rows;
+    int64_t r1 = r0 + j->task_rows < j->rows ? r0 + j->task_rows : j->rows;
     cpu_kernels_gemv(j->w, r0, r1, j->x, j->out + r0, j->c->scratch[thread]);
     if (j->bias)
         for (int64_t r = r0; r < r1; r++) j->out[r] += j->bias[r];
@@ -89,8 +106,8 @@ static void gemv_task(void *arg, int task, int thread) {
 static void gemv_q_task(void *arg, int task, int thread) {
     (void)thread;
     matmul_job *j = arg;
-    int64_t r0 = (int64_t)task * ROWS_PER_TASK;
-    int64_t r1 = r0 + ROWS_PER_TASK < j->rows ? r0 + ROWS_PER_TASK : j->rows;
+    int64_t r0 = (int64_t)task * j->task_rows;
+    int64_t r1 = r0 + j->task_rows < j->rows ? r0 + j->task_rows : j->rows;
     cpu_kernels_gemv_q(j->w, r0, r1, j->qx, j->out + r0);
     if (j->bias)
         for (int64_t r = r0; r < r1; r++) j->out[r] += j->bias[r];
@@ -156,15 +173,16 @@ void cpu_matmul(mx_backend *be, float *out, const float *x, const mx_matrix *w, 
     cpu_ctx *c = cpu_of(be);
     matmul_job j = {.out = out, .x = x, .w = w, .bias = bias, .n = n, .c = c, .rows = w->rows};
     if (n == 1) {
+        j.task_rows = gemv_task_rows(w, c->n_threads);
         size_t qb = cpu_kernels_qx_row_bytes(w);
         if (qb) {
             void *qx = cpu_act_buf(c, qb);
             cpu_kernels_quantize_x(w, x, 1, qx);
             j.qx = qx;
-            mx_pool_run(c->pool, (int)((w->rows + ROWS_PER_TASK - 1) / ROWS_PER_TASK), gemv_q_task, &j);
+            mx_pool_run(c->pool, (int)((w->rows + j.task_rows - 1) / j.task_rows), gemv_q_task, &j);
             return;
         }
-        mx_pool_run(c->pool, (int)((w->rows + ROWS_PER_TASK - 1) / ROWS_PER_TASK), gemv_task, &j);
+        mx_pool_run(c->pool, (int)((w->rows + j.task_rows - 1) / j.task_rows), gemv_task, &j);
         return;
     }
     if (matmul_q(c, &j)) return;
@@ -231,7 +249,8 @@ int cpu_matmul_group(mx_backend *be, const mx_op *ops, int n_ops) {
         const mx_op *op = &ops[k];
         g.jobs[k] = (matmul_job){.out = op->matmul.out, .x = op->matmul.x, .w = op->matmul.w,
                                  .bias = op->matmul.bias, .n = 1, .c = c, .rows = op->matmul.w->rows, .qx = qx};
-        g.first_task[k + 1] = g.first_task[k] + (int)((op->matmul.w->rows + ROWS_PER_TASK - 1) / ROWS_PER_TASK);
+        g.jobs[k].task_rows = gemv_task_rows(op->matmul.w, c->n_threads);
+        g.first_task[k + 1] = g.first_task[k] + (int)((op->matmul.w->rows + g.jobs[k].task_rows - 1) / g.jobs[k].task_rows);
     }
     mx_pool_run(c->pool, g.first_task[m], matmul_group_task, &g);
     return m;
