@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(kThreads) choose_kernel(mx_sample_out *out, fl
                                                           const mx_logit_mod *__restrict__ mods) {
     __shared__ float fs[kThreads / 32];
     __shared__ unsigned long long ks[kThreads / 32];
-    __shared__ float parts[kThreads];
+    __shared__ float parts[kThreads], gsum[kDrawGroups];
     __shared__ int pick_owner, pick_id;
     __shared__ float pick_rest;
     __shared__ RadixScratch rs;
@@ -180,13 +180,15 @@ __global__ void __launch_bounds__(kThreads) choose_kernel(mx_sample_out *out, fl
         const uint32_t p_prefix = by_top_p(r) ? radix_threshold<W, true>(l, vocab, mask, lo_v, m, r.top_p, 0ull, &rs) : 0u;
         const float thr = filter_threshold(r, m, k_prefix, p_prefix);
         // Inverse CDF in id order: each thread owns one draw run; thread 0 finds the run where
-        // u * total falls, and that run's thread finds the token.
+        // u * total falls (parts_pick), and that run's thread finds the token.
         const float inv_t = 1.0f / r.temp;
         int i0, i1;
         draw_run(vocab, tid, &i0, &i1);
         parts[tid] = run_mass(l, i0, i1, thr, mask, m, inv_t);
         __syncthreads();
-        if (tid == 0) pick_owner = parts_pick(parts, mx_uniform_noise(r.seed, r.pos), &pick_rest);
+        float rest = 0.0f;
+        const int owner = parts_pick(parts, mx_uniform_noise(r.seed, r.pos), &rest, gsum);
+        if (tid == 0) pick_owner = owner, pick_rest = rest;
         __syncthreads();
         if (tid == pick_owner) {
             const int last = run_pick(l, i0, i1, thr, mask, m, inv_t, pick_rest);

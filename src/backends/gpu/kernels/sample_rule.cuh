@@ -5,8 +5,8 @@
 // the draw's run masses and walks live here once, so the two forms choose the same token from the
 // same logits and noise, bit for bit (tests/gpu/sample_emulation checks it on the host).
 // The draw splits the vocabulary into kDrawRuns contiguous id runs whatever the form: a run's mass
-// is a float sum in id order, the runs' total a float sum in run order, so the order of every float
-// addition of the draw is fixed by the vocabulary size alone.
+// is a float sum in id order, a group of 32 runs' a sum in run order, the total a sum of the groups
+// in order, so the order of every float addition of the draw is fixed by the vocabulary size alone.
 #ifndef MXG_KERNELS_SAMPLE_RULE_CUH
 #define MXG_KERNELS_SAMPLE_RULE_CUH
 
@@ -22,6 +22,7 @@ constexpr int kBins = 256;                      // radix digit of 8 bits: passes
 constexpr int kPasses = 4;
 constexpr int kCopies = 8;                      // histogram copies in shared memory (by warp)
 constexpr int kDrawRuns = 1024;                 // contiguous id runs of the draw
+constexpr int kDrawGroups = 32, kGroupRuns = kDrawRuns / kDrawGroups;  // the walk's two levels
 constexpr float kFixedOne = 1099511627776.0f;  // 2^40: the fixed-point unit of a mass
 
 // (value, index) order: larger value first, then the smaller index (as argmax on the CPU). Never 0
@@ -101,20 +102,47 @@ __device__ __forceinline__ float run_mass(const float *l, int i0, int i1, float 
     return part;
 }
 
-// The run where u times the runs' total falls (-1: no kept token) and the weight left to walk in it.
-__device__ __forceinline__ int parts_pick(const float *parts, float u, float *rest) {
-    float total = 0.0f;
-    for (int t = 0; t < kDrawRuns; t++) total += parts[t];
-    const float target = u * total;
-    float acc = 0.0f;
-    int owner = -1;
-    for (int t = 0; t < kDrawRuns; t++) {
-        if (parts[t] <= 0.0f) continue;
-        owner = t;
-        if (acc + parts[t] > target) break;
-        acc += parts[t];
+// The run where u times the runs' total falls (-1: no kept token) and the weight left to walk in it
+// (+inf: take the run's last kept token, where rounding leaves the target unreached). Two levels, so
+// no thread walks more than 32 values in sequence: each group of 32 runs' mass (a sum in run order,
+// one thread per group), the total (a sum of the groups in order), the walk over the groups, then
+// within the chosen group. Every thread of the block calls it (it has a barrier); thread 0 gets the
+// result. gsum: kDrawGroups floats of shared memory.
+__device__ __forceinline__ int parts_pick(const float *parts, float u, float *rest, float *gsum) {
+    const int tid = threadIdx.x;
+    if (tid < kDrawGroups) {
+        float sum = 0.0f;
+        for (int t = tid * kGroupRuns; t < (tid + 1) * kGroupRuns; t++) sum += parts[t];
+        gsum[tid] = sum;
     }
-    *rest = target - acc;
+    __syncthreads();
+    int owner = -1;
+    if (tid == 0) {
+        float total = 0.0f;
+        for (int j = 0; j < kDrawGroups; j++) total += gsum[j];
+        const float target = u * total;
+        float acc = 0.0f;
+        int group = -1;
+        bool reached = false;
+        for (int j = 0; j < kDrawGroups && !reached; j++) {
+            if (gsum[j] <= 0.0f) continue;
+            group = j;
+            if (acc + gsum[j] > target) reached = true;
+            else acc += gsum[j];
+        }
+        if (group >= 0) {
+            const float left = target - acc;
+            float in = 0.0f;
+            bool passed = false;
+            for (int t = group * kGroupRuns; t < (group + 1) * kGroupRuns && !passed; t++) {
+                if (parts[t] <= 0.0f) continue;
+                owner = t;
+                if (reached && in + parts[t] > left) passed = true;
+                else in += parts[t];
+            }
+            *rest = passed ? left - in : INFINITY;
+        }
+    }
     return owner;
 }
 

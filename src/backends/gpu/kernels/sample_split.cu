@@ -260,7 +260,7 @@ __global__ void __launch_bounds__(kSplitThreads) split_finish(mx_sample_out *out
                                                               int g) {
     __shared__ float fs[kSplitThreads / 32];
     __shared__ unsigned long long ks[kSplitThreads / 32];
-    __shared__ float parts[kDrawRuns];
+    __shared__ float parts[kDrawRuns], gsum[kDrawGroups];
     const int row = blockIdx.x, tid = threadIdx.x;
     const mx_sample_row r = rows[row];
     const SplitRow *s = scratch + row;
@@ -302,9 +302,9 @@ __global__ void __launch_bounds__(kSplitThreads) split_finish(mx_sample_out *out
     if (r.temp > 0.0f && isfinite(m)) {
         for (int t = tid; t < kDrawRuns; t += blockDim.x) parts[t] = s->parts[t];
         __syncthreads();
+        float rest = 0.0f;
+        const int owner = parts_pick(parts, mx_uniform_noise(r.seed, r.pos), &rest, gsum);
         if (tid == 0) {
-            float rest;
-            const int owner = parts_pick(parts, mx_uniform_noise(r.seed, r.pos), &rest);
             if (owner >= 0) {
                 int i0, i1;
                 draw_run(vocab, owner, &i0, &i1);
