@@ -41,14 +41,16 @@ tail -3 "$LOGS/backend_sample_split.log" | sum
 
 model=$HOME/.cache/mlxcel/bench/qwen3-0.6b-q4g64
 [ -f "$model/config.json" ] || step make_model 90 build/cuda/mlxcel bench --shape qwen3-0.6b -p 1 -n 1 --backend cuda
+# Most wanted first (the deadline may cut the last): greedy and split at 1 and 8 sequences, then the
+# one-block form again for the A/B in the same run.
+bench() {  # bench NAME BLOCKS BATCH TEMP
+    step "$1" 45 env MLXCEL_GPU_SAMPLE_BLOCKS="$2" build/cuda/mlxcel bench -m "$model" --backend cuda --batch "$3" -p 32 \
+        -n 128 --temp "$4" --top-p 0.9
+    echo "$1: $(grep -E '^bench:' "$LOGS/$1.log" | tail -1)" | sum
+}
 for b in 1 8; do
-    step "bench_b${b}_greedy" 45 build/cuda/mlxcel bench -m "$model" --backend cuda --batch $b -p 32 -n 128 --temp 0
-    for blocks in 1 128; do
-        step "bench_b${b}_sampled_blocks$blocks" 45 env MLXCEL_GPU_SAMPLE_BLOCKS=$blocks build/cuda/mlxcel bench -m "$model" \
-            --backend cuda --batch $b -p 32 -n 128 --temp 0.7 --top-p 0.9
-    done
-    for f in "$LOGS/bench_b${b}_greedy.log" "$LOGS/bench_b${b}_sampled_blocks1.log" "$LOGS/bench_b${b}_sampled_blocks128.log"; do
-        echo "$(basename "$f" .log): $(grep -E '^bench:' "$f" | tail -1)"
-    done | sum
+    bench "bench_b${b}_greedy" 1 $b 0
+    bench "bench_b${b}_sampled_split" 128 $b 0.7
 done
+for b in 1 8; do bench "bench_b${b}_sampled_one_block" 1 $b 0.7; done
 finish
