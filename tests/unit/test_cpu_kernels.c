@@ -5,7 +5,7 @@
 // x scale dtypes bf16/f16/f32, mxfp4, mxfp8, nvfp4, dense bf16/f16/f32. Random data, odd row
 // counts, column counts that are not multiples of the vector width (dense), buffers at odd byte
 // offsets, and every gemm tile shape (1-4 rows x 1-13 tokens). Attention heads of several sizes and
-// key ranges are compared with a double-precision softmax, and the integer (VNNI) gemv and integer
+// key ranges are compared with a double-precision softmax, SwiGLU with a double-precision one, and the integer (VNNI) gemv and integer
 // batched product (VNNI or AMX tiles) of the sets that have them, for every format they cover: 1 to 40
 // tokens (partial 16-token tiles), row blocks at odd offsets, and a product over a later token chunk
 // of the prepared activations, as the backend splits them.
@@ -93,13 +93,14 @@ static int q_tested;  // matrices that went through an integer path
 
 // Worst error seen per kernel set, as a fraction of each check's scale (printed, not a bound).
 typedef struct worst {
-    double deq, dot, q, qb, attn;
+    double deq, dot, q, qb, attn, act;
 } worst;
 static worst seen;
 
 #define DOT_TOL 1e-6                   // float32 dot products, relative to sum |w||x|
 #define DEQ_TOL (4.0 / 16777216.0)     // dequantized values: 4 float32 roundings of their magnitude
 #define ATTN_TOL 2e-6                  // attention outputs, relative to max |v| over the keys
+#define ACT_TOL (8.0 / 16777216.0)     // SwiGLU outputs: 8 float32 roundings of the result's magnitude
 
 // |a - ref| within tol * scale; records the ratio in *w.
 static int within(double a, double ref, double scale, double tol, double *w) {
@@ -338,6 +339,32 @@ static void compare_attention(const char *set) {
     }
 }
 
+// SwiGLU against double precision: gate over [-100, 100] (both tails of the exponential), every
+// tail length of a 16-lane vector, at an odd offset. Outputs below 1e-30 in magnitude (gate < -66)
+// are compared absolutely: the SIMD version caps e^-gate at e^88 there.
+static void compare_swiglu(const char *set) {
+    enum { N = 1000 };
+    float *g = malloc(sizeof(float) * (N + 1)), *u = malloc(sizeof(float) * (N + 1)), *o = malloc(sizeof(float) * (N + 1));
+    for (int i = 0; i <= N; i++) {
+        g[i] = i % 10 == 0 ? (rndf() * 2 - 1) * 100.0f : (rndf() * 2 - 1) * 8.0f;
+        u[i] = rndf() * 4 - 2;
+    }
+    g[1] = 0.0f, g[2] = -0.0f, g[3] = 88.5f, g[4] = -88.5f;
+    CHECK_MSG(cpu_kernels_select(set) == 0, "kernel set %s", set);
+    int bad = 0;
+    for (int count = 1; count <= N; count += count < 40 ? 1 : 480) {
+        for (int i = 0; i <= N; i++) o[i] = NAN;
+        cpu_kernels_swiglu(o + 1, g + 1, u + 1, count);
+        for (int i = 1; i <= count; i++) {
+            double ref = (double)g[i] / (1.0 + exp(-(double)g[i])) * u[i];
+            if (!within(o[i], ref, fabs(ref) > 1e-30 ? fabs(ref) : 1e-30 / ACT_TOL, ACT_TOL, &seen.act)) bad++;
+        }
+        if (!isnan(o[0]) || (count < N && !isnan(o[count + 1]))) bad++;  // nothing written outside
+    }
+    CHECK_MSG(bad == 0, "%s swiglu: %d values differ", set, bad);
+    free(g), free(u), free(o);
+}
+
 // Every format and the attention head through one kernel set.
 static void test_set(const char *set) {
     const mx_dtype sdts[] = {MX_DTYPE_BF16, MX_DTYPE_F16, MX_DTYPE_F32};
@@ -374,9 +401,10 @@ static void test_set(const char *set) {
             tfree(&t);
         }
     compare_attention(set);
+    compare_swiglu(set);
     printf("kernel set %-11s worst error / bound scale: dequant %.2e (bound %.1e), dot %.2e (bound %.0e), "
-           "integer gemv %.2e, integer batch %.2e, attention %.2e (bound %.0e)\n",
-           set, seen.deq, DEQ_TOL, seen.dot, DOT_TOL, seen.q, seen.qb, seen.attn, ATTN_TOL);
+           "integer gemv %.2e, integer batch %.2e, attention %.2e (bound %.0e), swiglu %.2e (bound %.1e)\n",
+           set, seen.deq, DEQ_TOL, seen.dot, DOT_TOL, seen.q, seen.qb, seen.attn, ATTN_TOL, seen.act, ACT_TOL);
 }
 
 int main(void) {

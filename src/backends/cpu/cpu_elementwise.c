@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu_internal.h"
+#include "backends/cpu/cpu_kernels.h"
 
 typedef struct norm_job {
     float *out;
@@ -106,10 +107,7 @@ void cpu_rope(mx_backend *be, float *x, const int32_t *pos, int n, int n_heads, 
 }
 
 static void swiglu_range(const elem_job *j, int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; i++) {
-        float g = j->a[i];
-        j->out[i] = g / (1.0f + expf(-g)) * j->b[i];
-    }
+    cpu_kernels_swiglu(j->out + i0, j->a + i0, j->b + i0, i1 - i0);
 }
 
 void cpu_swiglu(mx_backend *be, float *out, const float *gate, const float *up, int64_t count) {

@@ -96,6 +96,7 @@ static const cpu_kernel_set scalar_set = {
     /* .gemv = */ NULL,
     /* .gemm = */ NULL,
     /* .attn_rows = */ scalar_attn_rows,
+    /* .swiglu = */ NULL,
     /* .qx_row_bytes = */ NULL,
     /* .quantize_x = */ NULL,
     /* .gemv_q = */ NULL,
@@ -176,6 +177,18 @@ void cpu_kernels_attn_head(const float *q, const float *K, const float *V, int64
 void cpu_kernels_attn_rows(const cpu_attn_args *a, float *scratch) {
     const cpu_kernel_set *k = kernels();
     (k->attn_rows ? k->attn_rows : scalar_attn_rows)(a, scratch);
+}
+
+void cpu_kernels_swiglu(float *out, const float *gate, const float *up, int64_t count) {
+    const cpu_kernel_set *k = kernels();
+    if (k->swiglu) {
+        k->swiglu(out, gate, up, count);
+        return;
+    }
+    for (int64_t i = 0; i < count; i++) {
+        float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
 }
 
 size_t cpu_kernels_qx_row_bytes(const mx_matrix *w) {

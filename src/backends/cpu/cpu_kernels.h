@@ -97,6 +97,10 @@ static inline int64_t cpu_attn_scale(const cpu_attn_args *a, int p) {
 // scratch: CPU_ATTN_SCRATCH(hd) floats.
 void cpu_kernels_attn_rows(const cpu_attn_args *a, float *scratch);
 
+// out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + e^-gate[i]) * up[i] for i < count (the scalar
+// version is the reference; SIMD versions within a few float32 roundings of it).
+void cpu_kernels_swiglu(float *out, const float *gate, const float *up, int64_t count);
+
 // Integer path for batch 1 (AVX-512 VNNI, affine 4-bit with group 64/128 and 8-bit with group
 // 32/64/128): the activation row is quantized once per matmul to int16 per weight group, then
 // any number of gemv_q calls (one per row block, from any thread) read it.

@@ -16,27 +16,10 @@
 #include <immintrin.h>
 #include <math.h>
 
+#include "backends/cpu/cpu_simd_exp.h"
+
 #define ATTN_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
 #define ATTN_INLINE __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c"), always_inline)) inline
-
-// exp(x) for 16 lanes, x <= 0 or moderate; about 1 ulp on the range softmax uses (x in [-88, 0]).
-// x = n ln2 + r with |r| <= ln2/2, e^r by a degree-6 polynomial, times 2^n by scalef (which goes
-// to 0 smoothly for very negative n).
-ATTN_INLINE static __m512 exp16(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
-    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187045e-06f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 720.0f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_scalef_ps(p, n);
-}
 
 // Lane i of the result = the sum of the 16 lanes of v[i].
 ATTN_INLINE static __m512 reduce16(const __m512 v[16]) {
@@ -132,7 +115,7 @@ ATTN_INLINE static void attn_rows_body(const cpu_attn_args *a, float *scratch, i
                 corr = m[j] == -INFINITY ? 0.0f : expf(m[j] - bm);
                 m[j] = bm;
             }
-            __m512 e = _mm512_maskz_mov_ps(live, exp16(_mm512_sub_ps(s, _mm512_set1_ps(m[j]))));
+            __m512 e = _mm512_maskz_mov_ps(live, cpu_exp16(_mm512_sub_ps(s, _mm512_set1_ps(m[j]))));
             l[j] = l[j] * corr + _mm512_reduce_add_ps(e);
             _mm512_storeu_ps(p, e);
             __m512 vc = _mm512_set1_ps(corr);

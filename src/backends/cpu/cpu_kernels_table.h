@@ -18,6 +18,7 @@ typedef struct cpu_kernel_set {
     void (*gemm)(const mx_matrix *w, int64_t r0, int nr, const float *x, int n, float *out, int64_t ldo,
                  float *scratch);
     void (*attn_rows)(const cpu_attn_args *a, float *scratch);
+    void (*swiglu)(float *out, const float *gate, const float *up, int64_t count);  // may be NULL
     // Integer path (may be NULL): see cpu_kernels.h, cpu_kernels_qx_row_bytes and after.
     size_t (*qx_row_bytes)(const mx_matrix *w);
     void (*quantize_x)(const mx_matrix *w, const float *x, int n, void *qx);
@@ -37,6 +38,9 @@ const cpu_kernel_set *cpu_kernels_x86_named(const char *name);
 
 // AVX-512 attention for several queries of one KV head (cpu_kernels_attn.c); see cpu_kernels_attn_rows.
 void cpu_avx512_attn_rows(const cpu_attn_args *a, float *scratch);
+
+// AVX-512 SwiGLU (cpu_kernels_swiglu.c); see cpu_kernels_swiglu.
+void cpu_avx512_swiglu(float *out, const float *gate, const float *up, int64_t count);
 
 // AVX-512 VNNI integer kernels (cpu_kernels_vnni.c).
 int cpu_vnni_supported(void);

@@ -1,0 +1,32 @@
+// SPDX-License-Identifier: MIT
+// exp(x) on 16 float lanes with AVX-512, shared by the CPU kernels that need a vector exponential
+// (attention's online softmax, SwiGLU). Private to src/backends/cpu/; include it only from files
+// whose functions carry the AVX-512 target attributes.
+#ifndef MX_BACKENDS_CPU_SIMD_EXP_H
+#define MX_BACKENDS_CPU_SIMD_EXP_H
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+// About 1 ulp for x in [-88, 88]; below -104 the result is 0 (softmax's range is x in [-88, 0]).
+// x = n ln2 + r with |r| <= ln2/2, e^r by a degree-6 polynomial, times 2^n by scalef (which goes
+// to 0 smoothly for very negative n). Callers keep x <= 88 (e^88 is finite in float32).
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c"), always_inline)) static inline __m512
+cpu_exp16(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187045e-06f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 720.0f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_scalef_ps(p, n);
+}
+#endif
+
+#endif
