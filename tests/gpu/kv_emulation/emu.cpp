@@ -68,37 +68,45 @@ constexpr size_t kStack = 256 * 1024;
 struct Fiber { Ctx ctx; State state; };
 std::vector<Fiber> fibers;
 std::vector<std::unique_ptr<char[]>> stacks;
-std::vector<int> warp_live, warp_waiting;
+std::vector<int> warp_waiting;
 std::vector<uint32_t> xbuf;
 std::vector<unsigned char> smem;
 std::function<void()> kernel;
 Ctx sched;
-int cur, live, block_waiting;
+int cur, live, block_waiting, width_used = 32;
 
 void yield() { ctx_swap(&fibers[cur].ctx, &sched); }
 
-void release(State s, int warp) {
-    for (int t = 0; t < (int)fibers.size(); t++)
-        if (fibers[t].state == s && (warp < 0 || t / 32 == warp)) fibers[t].state = kReady;
+void release(State s, int warp, int width) {
+    for (int t = 0; t < (int)blockDim.x; t++)
+        if (fibers[t].state == s && (warp < 0 || t / width == warp)) fibers[t].state = kReady;
+}
+
+// The fibers of warp w (lanes of `width`) that have not ended.
+int warp_live(int w, int width) {
+    int n = 0;
+    for (int t = w * width; t < (w + 1) * width && t < (int)blockDim.x; t++) n += fibers[t].state != kDone;
+    return n;
 }
 
 void fiber_main() {
     kernel();
     fibers[cur].state = kDone;
     live--;
-    warp_live[cur / 32]--;
-    if (block_waiting > 0 && block_waiting == live) block_waiting = 0, release(kAtBlock, -1);
-    int w = cur / 32;
-    if (warp_waiting[w] > 0 && warp_waiting[w] == warp_live[w]) warp_waiting[w] = 0, release(kAtWarp, w);
+    if (block_waiting > 0 && block_waiting == live) block_waiting = 0, release(kAtBlock, -1, 0);
+    int w = cur / width_used;
+    if (warp_waiting[w] > 0 && warp_waiting[w] == warp_live(w, width_used))
+        warp_waiting[w] = 0, release(kAtWarp, w, width_used);
     ctx_swap(&fibers[cur].ctx, &sched);
     abort();  // a finished fiber is never resumed
 }
 
-void warp_barrier() {
-    int w = cur / 32;
-    if (++warp_waiting[w] == warp_live[w]) {
+void warp_barrier(int width) {
+    width_used = width;
+    int w = cur / width;
+    if (++warp_waiting[w] == warp_live(w, width)) {
         warp_waiting[w] = 0;
-        release(kAtWarp, w);
+        release(kAtWarp, w, width);
         return;
     }
     fibers[cur].state = kAtWarp;
@@ -107,12 +115,10 @@ void warp_barrier() {
 
 void run_block(unsigned n) {
     live = (int)n, block_waiting = 0;
-    warp_live.assign((n + 31) / 32, 0);
     warp_waiting.assign((n + 31) / 32, 0);
     for (unsigned t = 0; t < n; t++) {
         ctx_make(&fibers[t].ctx, stacks[t].get(), kStack);
         fibers[t].state = kReady;
-        warp_live[t / 32]++;
     }
     while (live > 0) {
         bool ran = false;
@@ -135,19 +141,20 @@ void run_block(unsigned n) {
 void __syncthreads() {
     if (++block_waiting == live) {
         block_waiting = 0;
-        release(kAtBlock, -1);
+        release(kAtBlock, -1, 0);
         return;
     }
     fibers[cur].state = kAtBlock;
     yield();
 }
 
-uint32_t emu_xchg(uint32_t v, int src) {
-    int w = cur / 32;
+uint32_t emu_xchg(uint32_t v, int src, int width) {
+    if (width != 32 && width != 64) { fprintf(stderr, "emu: a warp of %d lanes\n", width); abort(); }
+    int w = cur / width;
     xbuf[cur] = v;
-    warp_barrier();
-    uint32_t r = xbuf[w * 32 + src];
-    warp_barrier();
+    warp_barrier(width);
+    uint32_t r = xbuf[w * width + src];
+    warp_barrier(width);
     return r;
 }
 

@@ -4,7 +4,7 @@
 // their index arithmetic and their results can be checked on a machine without a GPU: a launch
 // runs the blocks one after another, each CUDA thread a fiber of the calling thread (its own stack,
 // switched in user space) that runs until it reaches a barrier (__syncthreads, or a warp's shuffle,
-// where the warp's lanes trade values), __shared__ variables as statics (one block runs at a time),
+// where the warp's lanes trade values; warps of 32 or, with a launch's warp of 64, AMD's 64 lanes), __shared__ variables as statics (one block runs at a time),
 // atomics as plain read-modify-writes (one fiber runs at a time), global memory shared by every
 // block, f16 conversions from core/dtype.h. Float arithmetic is the host's (glibc expf, fmaf), so
 // results match the device to float32 rounding, not bit for bit; two kernels emulated here with the
@@ -31,7 +31,7 @@ extern "C" {
 #define __launch_bounds__(x)
 #define __align__(x) alignas(x)
 #define MXG_WARP_ONLY(W)
-#define MXG_WARP_DISPATCH(warp, ...) do { (void)(warp); constexpr int W = 32; __VA_ARGS__; } while (0)
+#define MXG_WARP_DISPATCH(warp, ...) do { if ((warp) == 64) { constexpr int W = 64; __VA_ARGS__; } else { constexpr int W = 32; __VA_ARGS__; } } while (0)
 typedef void *gpuStream_t;
 struct dim3 { unsigned x = 1, y = 1, z = 1; dim3() {} dim3(unsigned a, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {} };
 extern dim3 threadIdx, blockIdx;  // set for the running fiber
@@ -52,9 +52,9 @@ template <class T> inline T atomicAdd(T *p, T v) { T old = *p; *p = old + v; ret
 template <class T> inline T atomicMax(T *p, T v) { T old = *p; *p = old > v ? old : v; return old; }
 template <class T> inline T atomicMin(T *p, T v) { T old = *p; *p = old < v ? old : v; return old; }
 void __syncthreads();
-uint32_t emu_xchg(uint32_t v, int src_lane);  // the warp's exchange: v of lane src_lane
-template <int W> inline int mxg_shfl_xor(int v, int mask) { return (int)emu_xchg((uint32_t)v, (int)(threadIdx.x % W) ^ mask); }
-template <int W> inline float mxg_shfl_xor(float v, int mask) { return __uint_as_float(emu_xchg(__float_as_uint(v), (int)(threadIdx.x % W) ^ mask)); }
-template <int W> inline float mxg_shfl(float v, int lane) { return __uint_as_float(emu_xchg(__float_as_uint(v), lane)); }
+uint32_t emu_xchg(uint32_t v, int src_lane, int width);  // a warp of `width` lanes trades: v of src_lane
+template <int W> inline int mxg_shfl_xor(int v, int mask) { return (int)emu_xchg((uint32_t)v, (int)(threadIdx.x % W) ^ mask, W); }
+template <int W> inline float mxg_shfl_xor(float v, int mask) { return __uint_as_float(emu_xchg(__float_as_uint(v), (int)(threadIdx.x % W) ^ mask, W)); }
+template <int W> inline float mxg_shfl(float v, int lane) { return __uint_as_float(emu_xchg(__float_as_uint(v), lane, W)); }
 unsigned char *emu_smem();
 void emu_launch(dim3 g, dim3 b, size_t smem, std::function<void()> k);

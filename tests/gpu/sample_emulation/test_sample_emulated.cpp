@@ -7,7 +7,7 @@
 // together; greedy rows; sparse edits (bias, repetition, presence; ids outside the row too);
 // allowed-token masks (dense, sparse, empty: ignored); logprobs with 0-20 alternatives; the split
 // at the rule's block count and at 2, 3, 7 and 128 blocks, and with scratch for fewer rows than the
-// batch (several launches). The two forms must agree exactly on every token, top id and edited
+// batch (several launches); warps of 32 lanes, and a few batches at AMD's 64. The two forms must agree exactly on every token, top id and edited
 // logit, and within 1e-5 on logprobs; against the host rule, every greedy row and top id must agree
 // and logprobs within 1e-5; a sampled token may differ from the host's only where float sums in
 // another order move a boundary (counted, at most 2% of the sampled rows).
@@ -100,6 +100,8 @@ static bool close(float a, float b) { return (a == b) || fabsf(a - b) <= 1e-5f; 
 
 // Runs the batch through the one-block kernel, the split kernels (blocks 0: the rule's count;
 // scratch_rows: rows of scratch) and the host rule, and compares.
+static int warp = 32;  // the emulated warp width: 32 (NVIDIA) or 64 (AMD's wave64)
+
 static void run_batch(const Batch &b, int blocks, int scratch_rows) {
     const int vocab = b.vocab, n = b.n;
     const mx_logit_mod *mods = b.mods.empty() ? nullptr : b.mods.data();
@@ -107,7 +109,7 @@ static void run_batch(const Batch &b, int blocks, int scratch_rows) {
     std::vector<mx_sample_out> o1(n), o2(n), oh(n);
     mxg_launch L;
     memset(&L, 0, sizeof L);
-    L.warp = 32, L.sm_count = 132, L.sample_blocks = 1;
+    L.warp = warp, L.sm_count = 132, L.sample_blocks = 1;
     mxg_sample(&L, o1.data(), l1.data(), n, vocab, b.rows.data(), mods);
     std::vector<unsigned char> scratch(mxg_sample_split_row_bytes() * (size_t)scratch_rows + 64);
     L.sample_blocks = MXG_SAMPLE_MAX_BLOCKS;
@@ -124,8 +126,8 @@ static void run_batch(const Batch &b, int blocks, int scratch_rows) {
         const mx_sample_row &r = b.rows[t];
         const mx_sample_out &a = o1[t], &c = o2[t], &h = oh[t];
         char what[200];
-        snprintf(what, sizeof what, "vocab %d, %d rows, %d blocks, row %d (temp %.2f top-k %d top-p %.2f min-p %.2f, %d edits, %s, n_top %d)",
-                 vocab, n, g, t, r.temp, r.top_k, r.top_p, r.min_p, r.n_mod, r.allowed ? "mask" : "no mask", r.n_top);
+        snprintf(what, sizeof what, "warp %d, vocab %d, %d rows, %d blocks, row %d (temp %.2f top-k %d top-p %.2f min-p %.2f, %d edits, %s, n_top %d)",
+                 warp, vocab, n, g, t, r.temp, r.top_k, r.top_p, r.min_p, r.n_mod, r.allowed ? "mask" : "no mask", r.n_top);
         rows_total++;
         if (a.id != c.id) FAIL("%s: one block chose %d, split %d", what, a.id, c.id);
         if (r.temp > 0.0f) sampled_rows++;
@@ -165,6 +167,15 @@ int main(int argc, char **argv) {
         printf("vocab %6d, %d rows, blocks %s, scratch %d rows: %d batches done, %d failures so far\n", p.vocab, p.n,
                p.blocks ? std::to_string(p.blocks).c_str() : "by rule", p.scratch_rows, reps, fails);
     }
+    // The same kernels at AMD's warp width of 64 (a few batches: the warp width changes only the
+    // reductions and the histogram copies).
+    warp = 64;
+    for (int k = 0; k < (quick ? 1 : 3); k++) {
+        run_batch(make_batch(151936, 2), 0, 8);
+        run_batch(make_batch(5003, 3), 7, 2);
+        run_batch(make_batch(32000, 8), 0, 8);
+    }
+    printf("warp 64: %d failures so far\n", fails);
     printf("%d rows (%d sampled): split == one block everywhere unless failures below; %d sampled tokens differ from "
            "the host rule (float-sum boundaries)\n", rows_total, sampled_rows, host_diff);
     if (host_diff * 50 > sampled_rows) FAIL("%d of %d sampled rows differ from the host rule", host_diff, sampled_rows);
