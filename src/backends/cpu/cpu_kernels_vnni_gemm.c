@@ -31,6 +31,8 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "backends/cpu/cpu_simd_transpose.h"
+
 #define VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define VNNI_INLINE \
     __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c"), always_inline)) inline
@@ -128,30 +130,6 @@ size_t cpu_vnni_gemm_scratch_bytes(const mx_matrix *w) {
     return (size_t)blocks * W_BLOCK_BYTES + (size_t)groups * 128 + 64;
 }
 
-// r[k] = dword k of every input row (a 16 x 16 transpose of 32-bit elements), in place.
-VNNI_INLINE static void transpose16(__m512i r[16]) {
-    __m512i t[16], u[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-    }
-    // u[4q + e], per 128-bit lane L: element 4L + e of rows 4q..4q+3.
-    for (int q = 0; q < 4; q++) {
-        u[4 * q + 0] = _mm512_unpacklo_epi64(t[4 * q], t[4 * q + 2]);
-        u[4 * q + 1] = _mm512_unpackhi_epi64(t[4 * q], t[4 * q + 2]);
-        u[4 * q + 2] = _mm512_unpacklo_epi64(t[4 * q + 1], t[4 * q + 3]);
-        u[4 * q + 3] = _mm512_unpackhi_epi64(t[4 * q + 1], t[4 * q + 3]);
-    }
-    for (int e = 0; e < 4; e++) {
-        __m512i v0 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0x88), w0 = _mm512_shuffle_i32x4(u[e], u[4 + e], 0xdd);
-        __m512i v1 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0x88), w1 = _mm512_shuffle_i32x4(u[8 + e], u[12 + e], 0xdd);
-        r[e] = _mm512_shuffle_i32x4(v0, v1, 0x88);
-        r[e + 8] = _mm512_shuffle_i32x4(v0, v1, 0xdd);
-        r[e + 4] = _mm512_shuffle_i32x4(w0, w1, 0x88);
-        r[e + 12] = _mm512_shuffle_i32x4(w0, w1, 0xdd);
-    }
-}
-
 // acc += wv (16 lanes x 4 unsigned bytes) . the 4 signed bytes at p, broadcast to every lane. In
 // asm, with the broadcast folded into the instruction: through the intrinsic (GCC 12), the 18
 // accumulators of a sweep were copied between registers and to the stack on every step.
@@ -245,7 +223,7 @@ VNNI void cpu_vnni_gemm_q(const mx_matrix *w, int64_t r0, int nr, const void *qx
                 r[m] = _mm512_loadu_si512(src + b * 64);
             }
         }
-        transpose16(r);
+        cpu_transpose16x16(r);
         for (int k4 = 0; k4 < 16; k4++) _mm512_store_si512(W + b * W_BLOCK_BYTES + k4 * 64, r[k4]);
     }
     for (int64_t g = 0; g < groups; g++)
