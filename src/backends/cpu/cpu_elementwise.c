@@ -23,10 +23,17 @@ static void norm_task(void *arg, int task, int thread) {
     const norm_job *j = arg;
     const float *x = j->x + (size_t)task * j->dim;
     float *o = j->out + (size_t)task * j->dim;
+    // Sixteen float partial sums (the loop vectorizes; one double chain was latency-bound at ~4
+    // cycles per value), added in double.
+    float part[16] = {0};
+    int i = 0;
+    for (; i + 16 <= j->dim; i += 16)
+        for (int k = 0; k < 16; k++) part[k] += x[i + k] * x[i + k];
     double ss = 0.0;
-    for (int i = 0; i < j->dim; i++) ss += (double)x[i] * x[i];
+    for (; i < j->dim; i++) ss += (double)x[i] * x[i];
+    for (int k = 0; k < 16; k++) ss += part[k];
     float r = 1.0f / sqrtf((float)(ss / j->dim) + j->eps);
-    for (int i = 0; i < j->dim; i++) o[i] = x[i] * r * j->w[i];
+    for (i = 0; i < j->dim; i++) o[i] = x[i] * r * j->w[i];
 }
 
 void cpu_rmsnorm(mx_backend *be, float *out, const float *x, const float *w, int n, int dim, float eps) {
