@@ -246,13 +246,54 @@ void cpu_gather_rows(mx_backend *be, float *out, const float *x, const int32_t *
     for (int i = 0; i < n; i++) memmove(out + (size_t)i * dim, x + (size_t)rows[i] * dim, sizeof(float) * dim);
 }
 
+// Argmax over a row split in chunks (the output projection's 151,936 logits took ~0.1 ms of a decode
+// step on the calling thread): each task finds its chunk's first largest value, then the chunks are
+// compared in order, so the result is one pass's (first index of the largest; ties to the lowest).
+#define ARGMAX_CHUNK 16384
+#define ARGMAX_MAX_CHUNKS 64
+
+typedef struct argmax_job {
+    const float *l;  // [vocab]
+    int vocab;
+    int best[ARGMAX_MAX_CHUNKS];
+} argmax_job;
+
+static int argmax_range(const float *l, int i0, int i1) {
+    int best = i0;
+    for (int i = i0 + 1; i < i1; i++)
+        if (l[i] > l[best]) best = i;
+    return best;
+}
+
+// Chunks after the first: the first largest non-NaN value, or -1 (one pass from index 0 never moves
+// to a NaN, and never moves at all when l[0] is NaN: the first chunk keeps that rule).
+static void argmax_task(void *arg, int task, int thread) {
+    (void)thread;
+    argmax_job *j = arg;
+    int i0 = task * ARGMAX_CHUNK, i1 = i0 + ARGMAX_CHUNK < j->vocab ? i0 + ARGMAX_CHUNK : j->vocab;
+    if (task == 0) {
+        j->best[0] = argmax_range(j->l, i0, i1);
+        return;
+    }
+    int best = -1;
+    for (int i = i0; i < i1; i++)
+        if (!isnan(j->l[i]) && (best < 0 || j->l[i] > j->l[best])) best = i;
+    j->best[task] = best;
+}
+
 void cpu_argmax(mx_backend *be, int32_t *ids, const float *logits, int n, int vocab) {
-    (void)be;
+    int chunks = (vocab + ARGMAX_CHUNK - 1) / ARGMAX_CHUNK;
     for (int t = 0; t < n; t++) {
         const float *l = logits + (size_t)t * vocab;
-        int best = 0;
-        for (int i = 1; i < vocab; i++)
-            if (l[i] > l[best]) best = i;
+        if (chunks < 2 || chunks > ARGMAX_MAX_CHUNKS) {
+            ids[t] = argmax_range(l, 0, vocab);
+            continue;
+        }
+        argmax_job j = {.l = l, .vocab = vocab};
+        mx_pool_run(cpu_of(be)->pool, chunks, argmax_task, &j);
+        int best = j.best[0];
+        for (int c = 1; c < chunks; c++)
+            if (j.best[c] >= 0 && l[j.best[c]] > l[best]) best = j.best[c];
         ids[t] = best;
     }
 }
