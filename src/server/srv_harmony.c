@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "server/srv_buf.h"
+#include "server/srv_scan.h"
 
 enum { H_HEADER, H_BODY, H_PLAIN };            // what `in` holds
 enum { R_CONTENT, R_REASONING, R_CALL };       // where the current body goes
@@ -41,16 +42,11 @@ void srv_harmony_free(srv_harmony *h) {
     free(h);
 }
 
-static const char *find(const char *s, size_t n, const char *pat) {
-    size_t m = strlen(pat);
-    return m > n ? NULL : memmem(s, n, pat, m);
-}
-
 // The first marker in s[0..n) (*which: its index), or NULL.
 static const char *first_marker(const char *s, size_t n, int *which) {
     const char *best = NULL;
     for (int i = 0; i < N_MARKERS; i++) {
-        const char *t = find(s, n, MARKERS[i]);
+        const char *t = srv_find(s, n, MARKERS[i]);
         if (t && (!best || t < best)) best = t, *which = i;
     }
     return best;
@@ -58,13 +54,13 @@ static const char *first_marker(const char *s, size_t n, int *which) {
 
 // Length of the longest suffix of s[0..n) that is a proper prefix of a marker.
 static size_t marker_tail(const char *s, size_t n) {
-    for (size_t k = n < 12 ? n : 12; k > 0; k--)
-        for (int i = 0; i < N_MARKERS; i++)
-            if (k < strlen(MARKERS[i]) && memcmp(s + n - k, MARKERS[i], k) == 0) return k;
-    return 0;
+    size_t k = 0;
+    for (int i = 0; i < N_MARKERS; i++) {
+        size_t t = srv_partial_suffix(s, n, MARKERS[i]);
+        if (t > k) k = t;
+    }
+    return k;
 }
-
-static bool is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
 // The word at s (up to a space or a marker), as [*w, *w + *len).
 static void word_at(const char *s, const char *end, const char **w, size_t *len) {
@@ -91,11 +87,11 @@ static void start_message(srv_harmony *h, const char *s, size_t n) {
             strcmp(MARKERS[i], "<|call|>"))
             continue;
         const char *t;
-        while ((t = find(s, (size_t)(end - s), MARKERS[i]))) s = t + strlen(MARKERS[i]);
+        while ((t = srv_find(s, (size_t)(end - s), MARKERS[i]))) s = t + strlen(MARKERS[i]);
     }
     const char *chan = NULL, *to = NULL;
     size_t chan_len = 0, to_len = 0;
-    const char *c = find(s, (size_t)(end - s), "<|channel|>");
+    const char *c = srv_find(s, (size_t)(end - s), "<|channel|>");
     if (c) word_at(c + 11, end, &chan, &chan_len);
     for (const char *p = s; p + 3 <= end; p++)
         if (memcmp(p, "to=", 3) == 0 && (p == s || p[-1] == ' ' || p[-1] == '>')) {
@@ -119,8 +115,8 @@ static void end_message(srv_harmony *h) {
     if (h->route == R_CALL) {
         const char *b = srv_buf_str(&h->body);
         size_t n = h->body.n;
-        while (n && is_space(*b)) b++, n--;
-        while (n && is_space(b[n - 1])) n--;
+        while (n && srv_is_space(*b)) b++, n--;
+        while (n && srv_is_space(b[n - 1])) n--;
         json_t *j = h->calls && n ? json_loadb(b, n, 0, NULL) : NULL;
         if (j) h->sink.call(h->sink.user, srv_buf_str(&h->name), h->name.n, b, n);
         else if (h->body.n) h->sink.content(h->sink.user, srv_buf_str(&h->body), h->body.n);
@@ -136,7 +132,7 @@ static void end_message(srv_harmony *h) {
 static bool plausible_header(const char *s, size_t n) {
     if (n >= HEADER_MAX) return false;
     size_t i = 0;
-    while (i < n && is_space(s[i])) i++;
+    while (i < n && srv_is_space(s[i])) i++;
     if (memchr(s + i, '\n', n - i)) return false;
     static const char *const starts[] = {"<|", "to=", "assistant"};
     for (int k = 0; k < 3; k++) {
@@ -157,7 +153,7 @@ void srv_harmony_push(srv_harmony *h, const char *text, size_t len, bool at_end)
             return;
         }
         if (h->state == H_HEADER) {
-            const char *m = find(s, n, "<|message|>");
+            const char *m = srv_find(s, n, "<|message|>");
             if (!plausible_header(s, m ? (size_t)(m - s) : n)) {  // decided on the header alone, so that
                 h->state = H_PLAIN;                                  // any split of the text decides alike
                 continue;

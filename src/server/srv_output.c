@@ -10,6 +10,7 @@
 
 #include "server/srv_buf.h"
 #include "server/srv_harmony.h"
+#include "server/srv_scan.h"
 
 enum { SEG_CONTENT, SEG_THINK, SEG_TOOL };
 
@@ -91,21 +92,6 @@ void srv_output_free(srv_output *o) {
     srv_buf_free(&o->reasoning);
     srv_harmony_free(o->harmony);
     free(o);
-}
-
-// Length of the longest proper suffix of s[0..n) that is a prefix of pat.
-static size_t partial_suffix(const char *s, size_t n, const char *pat) {
-    size_t m = strlen(pat);
-    size_t k = n < m - 1 ? n : m - 1;
-    for (; k > 0; k--)
-        if (memcmp(s + n - k, pat, k) == 0) return k;
-    return 0;
-}
-
-static const char *find_bytes(const char *s, size_t n, const char *pat) {
-    size_t m = strlen(pat);
-    if (m > n) return NULL;
-    return memmem(s, n, pat, m);
 }
 
 static void emit_content(srv_output *o, const char *s, size_t n) {
@@ -200,7 +186,6 @@ static void finish_json_call(srv_output *o) {
 
 static const char MISTRAL_OPEN[] = "[TOOL_CALLS]";
 
-static bool is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
 // Parses one JSON value at the start of s[0..n). Returns it (*used: its bytes), or NULL with *more
 // true when s is a prefix of one that has not ended yet.
@@ -219,7 +204,7 @@ static bool mistral_take(srv_output *o, bool at_end) {
     for (;;) {
         const char *s = srv_buf_str(&o->tool);
         size_t n = o->tool.n, i = 0;
-        while (i < n && is_space(s[i])) i++;
+        while (i < n && srv_is_space(s[i])) i++;
         bool more = i == n, ok = false;
         size_t used = 0;
         if (more) {
@@ -250,14 +235,14 @@ static bool mistral_take(srv_output *o, bool at_end) {
             }
         } else {
             // NAME[ARGS]{...} or NAME[CALL_ID]ID[ARGS]{...}
-            const char *args = find_bytes(s + i, n - i, "[ARGS]");
+            const char *args = srv_find(s + i, n - i, "[ARGS]");
             if (args) {
-                const char *name_end = find_bytes(s + i, (size_t)(args - (s + i)), "[CALL_ID]");
+                const char *name_end = srv_find(s + i, (size_t)(args - (s + i)), "[CALL_ID]");
                 if (!name_end) name_end = args;
                 size_t name_len = (size_t)(name_end - (s + i));
-                while (name_len && is_space(s[i + name_len - 1])) name_len--;
+                while (name_len && srv_is_space(s[i + name_len - 1])) name_len--;
                 size_t a = (size_t)(args - s) + 6;
-                while (a < n && is_space(s[a])) a++;
+                while (a < n && srv_is_space(s[a])) a++;
                 json_t *j = a < n && name_len > 0 ? json_prefix(s + a, n - a, &used, &more) : NULL;
                 if (a >= n) more = true;
                 json_t *call = j ? json_pack("{s:s%, s:O}", "name", s + i, name_len, "arguments", j) : NULL;
@@ -291,9 +276,9 @@ static void segment(srv_output *o, bool at_end) {
         size_t n = o->seg.n;
         if (!n) return;
         if (o->state == SEG_CONTENT) {
-            const char *t_think = o->think_allowed ? find_bytes(s, n, "<think>") : NULL;
+            const char *t_think = o->think_allowed ? srv_find(s, n, "<think>") : NULL;
             const char *open_tag = o->mistral ? MISTRAL_OPEN : "<tool_call>";
-            const char *t_tool = o->parse_tools ? find_bytes(s, n, open_tag) : NULL;
+            const char *t_tool = o->parse_tools ? srv_find(s, n, open_tag) : NULL;
             // <think> only counts at the start (after whitespace).
             if (t_think) {
                 for (const char *q = s; q < t_think; q++)
@@ -316,9 +301,9 @@ static void segment(srv_output *o, bool at_end) {
             }
             size_t hold = 0;
             if (!at_end) {
-                if (o->think_allowed) hold = partial_suffix(s, n, "<think>");
+                if (o->think_allowed) hold = srv_partial_suffix(s, n, "<think>");
                 if (o->parse_tools) {
-                    size_t h = partial_suffix(s, n, open_tag);
+                    size_t h = srv_partial_suffix(s, n, open_tag);
                     if (h > hold) hold = h;
                 }
             }
@@ -340,7 +325,7 @@ static void segment(srv_output *o, bool at_end) {
             continue;
         }
         const char *close = o->state == SEG_THINK ? "</think>" : "</tool_call>";
-        const char *t = find_bytes(s, n, close);
+        const char *t = srv_find(s, n, close);
         srv_buf *dst = o->state == SEG_THINK ? &o->reasoning : &o->tool;
         if (t) {
             size_t before = (size_t)(t - s);
@@ -356,7 +341,7 @@ static void segment(srv_output *o, bool at_end) {
             srv_buf_consume(&o->seg, before + strlen(close));
             continue;
         }
-        size_t hold = at_end ? 0 : partial_suffix(s, n, close);
+        size_t hold = at_end ? 0 : srv_partial_suffix(s, n, close);
         srv_buf_append(dst, s, n - hold);
         srv_buf_consume(&o->seg, n - hold);
         return;
@@ -379,7 +364,7 @@ bool srv_output_push(srv_output *o, const char *text, size_t len) {
     size_t n = o->pending.n;
     const char *first = NULL;
     for (int i = 0; i < o->n_stops; i++) {
-        const char *t = find_bytes(s, n, o->stops[i]);
+        const char *t = srv_find(s, n, o->stops[i]);
         if (t && (!first || t < first)) first = t;
     }
     if (first) {
@@ -391,7 +376,7 @@ bool srv_output_push(srv_output *o, const char *text, size_t len) {
     }
     size_t hold = 0;
     for (int i = 0; i < o->n_stops; i++) {
-        size_t h = partial_suffix(s, n, o->stops[i]);
+        size_t h = srv_partial_suffix(s, n, o->stops[i]);
         if (h > hold) hold = h;
     }
     release(o, s, n - hold);
