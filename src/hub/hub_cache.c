@@ -15,6 +15,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/mapped_file.h"
+
 bool hub_is_commit_hash(const char *s) {
     size_t n = 0;
     for (; s[n]; n++)
@@ -67,12 +69,12 @@ int hub_read_ref(const char *repo_dir, const char *revision, char *commit, size_
     if (!hub_safe_relative_path(revision)) return -1;
     char path[4600];
     snprintf(path, sizeof path, "%s/refs/%s", repo_dir, revision);
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
-    char buf[128] = "";
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
+    mx_error ignored = {{0}};
+    char *text = mx_read_text_file(path, NULL, &ignored);
+    if (!text) return -1;
+    char buf[128];
+    snprintf(buf, sizeof buf, "%s", text);
+    free(text);
     buf[strcspn(buf, " \t\r\n")] = 0;
     // huggingface_hub writes full commit ids; any single safe name is accepted, as it is there.
     if (!hub_safe_relative_path(buf) || strchr(buf, '/')) return -1;

@@ -9,6 +9,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "io/mapped_file.h"
+
 static const char *env_value(const char *name) {
     const char *v = getenv(name);
     return v && *v ? v : NULL;
@@ -66,11 +68,11 @@ void mx_hub_env_load(mx_hub_env *env) {
         snprintf(env->token_source, sizeof env->token_source, "HF_TOKEN");
         return;
     }
-    FILE *f = fopen(env->token_file, "r");
-    if (!f) return;
-    size_t got = fread(env->token, 1, sizeof env->token - 1, f);
-    fclose(f);
-    env->token[got] = 0;
+    mx_error ignored = {{0}};
+    char *text = mx_read_text_file(env->token_file, NULL, &ignored);
+    if (!text) return;
+    snprintf(env->token, sizeof env->token, "%s", text);
+    free(text);
     trim(env->token);
     if (env->token[0]) snprintf(env->token_source, sizeof env->token_source, "%s", env->token_file);
 }
