@@ -16,7 +16,7 @@
 #define ROWS_PER_TASK 16
 // Batch-1 products: a task is a run of consecutive rows, one contiguous stream of weights. Tasks of
 // 16 rows (9 KB at 1024 columns) cut each thread's stream every few KB (the hardware prefetcher
-// starts over, and the kernel's prefetch 4 KB ahead reads the next task, which the other thread
+// starts over, and the kernel's prefetch, 4 KB ahead then, read the next task, which the other thread
 // usually takes): two threads read 12.8 GB/s where tasks of ~128 KB read 16.6 (RESULTS, step 5.2).
 // Small matrices keep at least GEMV_TASKS_PER_THREAD tasks per thread, so a descheduled thread
 // leaves the others work to take.
