@@ -20,6 +20,7 @@
 #include "io/folders.h"
 #include "io/hf_config.h"
 #include "io/mapped_file.h"
+#include "io/write_file.h"
 #include "models/family.h"
 
 static const char *cmd = "bench";
@@ -296,14 +297,6 @@ static char *read_text(const char *path) {
     return mx_read_text_file(path, NULL, &ignored);
 }
 
-static int write_text(const char *path, const char *text) {
-    FILE *f = fopen(path, "wb");
-    if (!f) return -1;
-    size_t n = strlen(text);
-    int bad = fwrite(text, 1, n, f) != n;
-    return (fclose(f) != 0 || bad) ? -1 : 0;
-}
-
 // The random weights as one safetensors file, streamed tensor by tensor in 4 MiB pieces through
 // convert's writer (st_writer.h).
 static int write_safetensors(const char *path, const spec_list *l, mx_error *err) {
@@ -379,20 +372,16 @@ int bench_random_model(const char *dir, const char *config_text) {
         return -1;
     }
     unlink(cfg_path);  // an interrupted rewrite leaves no config, so it is redone next time
-    if (write_safetensors(tmp_path, &l, &err) != 0) {
+    rc = write_safetensors(tmp_path, &l, &err);
+    if (rc == 0 && rename(tmp_path, st_path) != 0)
+        rc = mx_fail(&err, "cannot rename %s to %s: %s", tmp_path, st_path, strerror(errno));
+    if (rc == 0) rc = mx_write_text_file(cfg_path, config_text, &err);
+    if (rc != 0) {
         cli_error(cmd, "%s", err.msg);
         unlink(tmp_path);
-        free(l.v);
-        return -1;
-    }
-    if (rename(tmp_path, st_path) != 0 || write_text(cfg_path, config_text) != 0) {
-        cli_error(cmd, "writing %s: %s", dir, strerror(errno));
-        unlink(tmp_path);
-        free(l.v);
-        return -1;
     }
     free(l.v);
-    return 0;
+    return rc;
 }
 
 // Appends `"quantization": {...}` (and its copy) to a config's top-level object.

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "io/mapped_file.h"
+#include "io/write_file.h"
 
 bool hub_is_commit_hash(const char *s) {
     size_t n = 0;
@@ -91,11 +92,11 @@ int hub_write_ref(const char *repo_dir, const char *revision, const char *commit
     snprintf(path, sizeof path, "%s/refs/%s", repo_dir, revision);
     snprintf(tmp, sizeof tmp, "%s.%ld.tmp", path, (long)getpid());
     if (mx_make_parent_dirs(path, HUB_FOLDER_MODE, err) != 0) return -1;
-    FILE *f = fopen(tmp, "w");
-    if (!f) return mx_fail(err, "cannot write %s: %s", tmp, strerror(errno));
-    int bad = fputs(commit, f) < 0;
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0) {
+    if (mx_write_text_file(tmp, commit, err) != 0) {
+        unlink(tmp);
+        return -1;
+    }
+    if (rename(tmp, path) != 0) {
         int e = errno;
         unlink(tmp);
         return mx_fail(err, "cannot write %s: %s", path, strerror(e));

@@ -21,6 +21,7 @@
 #include "hub/hub_env.h"
 #include "hub/hub_fetch.h"
 #include "hub/hub_progress.h"
+#include "io/write_file.h"
 
 static bool path_exists(const char *path) {
     struct stat st;
@@ -119,13 +120,11 @@ static int read_local_metadata(const char *path, char *commit, size_t ccap, char
 
 static int write_local_metadata(const char *path, const char *commit, const char *etag, mx_error *err) {
     if (mx_make_parent_dirs(path, HUB_FOLDER_MODE, err) != 0) return -1;
-    FILE *f = fopen(path, "w");
-    if (!f) return mx_fail(err, "cannot write %s: %s", path, strerror(errno));
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    fprintf(f, "%s\n%s\n%.3f\n", commit, etag, (double)ts.tv_sec + ts.tv_nsec * 1e-9);
-    if (fclose(f) != 0) return mx_fail(err, "cannot write %s: %s", path, strerror(errno));
-    return 0;
+    char text[700];
+    snprintf(text, sizeof text, "%s\n%s\n%.3f\n", commit, etag, (double)ts.tv_sec + ts.tv_nsec * 1e-9);
+    return mx_write_text_file(path, text, err);
 }
 
 static int local_prepare(const char *dir, mx_error *err) {
@@ -133,13 +132,8 @@ static int local_prepare(const char *dir, mx_error *err) {
     snprintf(path, sizeof path, "%s/.cache/huggingface", dir);
     if (mx_make_dirs(path, HUB_FOLDER_MODE, err) != 0) return -1;
     snprintf(path, sizeof path, "%s/.cache/huggingface/.gitignore", dir);
-    if (!path_exists(path)) {
-        FILE *f = fopen(path, "w");
-        if (f) {
-            fputs("*\n", f);
-            fclose(f);
-        }
-    }
+    mx_error ignored = {{0}};
+    if (!path_exists(path)) mx_write_text_file(path, "*\n", &ignored);  // best effort, as huggingface_hub
     return 0;
 }
 
