@@ -21,6 +21,7 @@
 #include "hub/hub_env.h"
 #include "hub/hub_fetch.h"
 #include "hub/hub_progress.h"
+#include "io/mapped_file.h"
 #include "io/write_file.h"
 
 static bool path_exists(const char *path) {
@@ -105,11 +106,17 @@ static int cache_file(const mx_hub_env *env, const char *repo, const char *repo_
 
 // DIR/.cache/huggingface/download/<file>.metadata holds "commit\netag\ntimestamp\n".
 static int read_local_metadata(const char *path, char *commit, size_t ccap, char *etag, size_t ecap) {
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
+    mx_error ignored = {{0}};
+    char *text = mx_read_text_file(path, NULL, &ignored);
+    if (!text) return -1;
     char a[256] = "", b[300] = "";
-    bool ok = fgets(a, sizeof a, f) && fgets(b, sizeof b, f);
-    fclose(f);
+    const char *nl = strchr(text, '\n');
+    bool ok = nl && nl[1];
+    if (ok) {
+        snprintf(a, sizeof a, "%.*s", (int)(nl - text), text);
+        snprintf(b, sizeof b, "%s", nl + 1);
+    }
+    free(text);
     a[strcspn(a, "\r\n")] = 0;
     b[strcspn(b, "\r\n")] = 0;
     if (!ok || !a[0] || !b[0]) return -1;
