@@ -12,29 +12,14 @@
 
 #include "chat/chat_template.h"
 #include "cli.h"
+#include "io/mapped_file.h"
 
 char *prompt_read_arg(const char *cmd, const char *arg) {
     if (strcmp(arg, "-") != 0) return strdup(arg);
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
-    size_t got;
-    while (buf && (got = fread(buf + len, 1, cap - len - 1, stdin)) > 0) {
-        len += got;
-        if (len + 1 == cap) {
-            char *g = realloc(buf, cap *= 2);
-            if (!g) {
-                free(buf);
-                buf = NULL;
-            }
-            buf = g;
-        }
-    }
-    if (!buf) {
-        cli_error(cmd, "out of memory reading standard input");
-        return NULL;
-    }
-    buf[len] = 0;
-    return buf;
+    mx_error err = {{0}};
+    char *text = mx_read_stream(stdin, "standard input", NULL, &err);
+    if (!text) cli_error(cmd, "%s", err.msg);
+    return text;
 }
 
 mx_tokenizer *prompt_load_tokenizer(const char *cmd, const char *dir) {

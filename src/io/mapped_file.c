@@ -62,15 +62,7 @@ void mx_mapped_file_close(mx_mapped_file *f) {
     memset(f, 0, sizeof *f);
 }
 
-char *mx_read_text_file(const char *path, size_t *len_out, mx_error *err) {
-    int fd = open_regular(path, err);
-    if (fd < 0) return NULL;
-    FILE *fp = fdopen(fd, "rb");
-    if (!fp) {
-        close(fd);
-        mx_fail(err, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
+char *mx_read_stream(FILE *fp, const char *name, size_t *len_out, mx_error *err) {
     size_t cap = 4096, len = 0;
     char *buf = malloc(cap);
     while (buf) {
@@ -88,14 +80,30 @@ char *mx_read_text_file(const char *path, size_t *len_out, mx_error *err) {
             cap *= 2;
         }
     }
-    int bad = ferror(fp);
-    fclose(fp);
-    if (!buf || bad) {
+    if (!buf) {
+        mx_fail(err, "%s: out of memory", name);
+        return NULL;
+    }
+    if (ferror(fp)) {
         free(buf);
-        mx_fail(err, "%s: read error", path);
+        mx_fail(err, "%s: read error", name);
         return NULL;
     }
     buf[len] = 0;
     if (len_out) *len_out = len;
+    return buf;
+}
+
+char *mx_read_text_file(const char *path, size_t *len_out, mx_error *err) {
+    int fd = open_regular(path, err);
+    if (fd < 0) return NULL;
+    FILE *fp = fdopen(fd, "rb");
+    if (!fp) {
+        close(fd);
+        mx_fail(err, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    char *buf = mx_read_stream(fp, path, len_out, err);
+    fclose(fp);
     return buf;
 }

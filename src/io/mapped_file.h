@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "core/error.h"
 
@@ -24,4 +25,6 @@ int mx_file_check_regular(const char *path, mx_error *err);
 
 // Reads a whole (small) regular file into a malloc'ed NUL-terminated buffer; NULL with a message on failure.
 char *mx_read_text_file(const char *path, size_t *len_out, mx_error *err);
+// Reads fp to its end (standard input, or an opened file) the same way; name is for messages.
+char *mx_read_stream(FILE *fp, const char *name, size_t *len_out, mx_error *err);
 #endif
