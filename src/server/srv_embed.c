@@ -10,6 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "io/json_text.h"
+#include "io/mapped_file.h"
+
 #define EMBED_SLOTS 4
 
 struct srv_embedder {
@@ -24,7 +27,10 @@ struct srv_embedder {
 static srv_pooling pooling_from_model(const mx_model *m) {
     char path[4200];
     snprintf(path, sizeof path, "%s/1_Pooling/config.json", mx_model_dir(m));
-    json_t *j = json_load_file(path, 0, NULL);
+    mx_error ignored = {{0}};  // no readable file: mean pooling
+    char *text = mx_read_text_file(path, NULL, &ignored);
+    json_t *j = text ? mx_json_loads(text, 0, NULL) : NULL;
+    free(text);
     bool last = json_is_true(json_object_get(j, "pooling_mode_lasttoken"));
     json_decref(j);
     return last ? SRV_POOL_LAST : SRV_POOL_MEAN;

@@ -13,14 +13,16 @@
     3,500-token prompt and 16 concurrent short requests;
   - preemption: with a pool too small for every running request to reach max_tokens, concurrent
     requests (greedy, seeded, streamed) all complete with the large pool's answers, /metrics counts
-    the preemptions, and cancelling preempted and queued requests frees every block.
+    the preemptions, and cancelling preempted and queued requests frees every block;
+  - embeddings pool as the model folder's 1_Pooling/config.json says (pooling_mode_lasttoken: the
+    --pooling last vectors, not the mean ones) when --pooling is not given.
 
 usage: engine_suite.py PATH/TO/mlxcel PATH/TO/mlxcel-server   (run from the repository root)"""
-import http.client, json, os, re, subprocess, sys, threading, time
+import http.client, json, os, re, shutil, subprocess, sys, tempfile, threading, time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'pylib'))
 from checks import check, finish  # noqa: E402
-from live_server import DEMO, LiveServer  # noqa: E402
+from live_server import DEMO, LiveServer, link_demo_model  # noqa: E402
 
 MLXCEL, SERVER = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 
@@ -308,4 +310,25 @@ for size in ('1', '15'):
               tiny.complete(prompt='Hi', max_tokens=4, temperature=0) is not None)
     finally:
         tiny.stop()
+
+# Embeddings: without --pooling the model folder's 1_Pooling/config.json decides (last token here).
+pool_dir = tempfile.mkdtemp(prefix='mlxcel-pooling-')
+try:
+    link_demo_model(os.path.join(pool_dir, 'm'))
+    os.makedirs(os.path.join(pool_dir, 'm', '1_Pooling'))
+    with open(os.path.join(pool_dir, 'm', '1_Pooling', 'config.json'), 'w') as f:
+        json.dump({'pooling_mode_lasttoken': True}, f)
+    vectors = {}
+    for name, flags in (('folder', []), ('last', ['--pooling', 'last']), ('mean', ['--pooling', 'mean'])):
+        e = LiveServer([SERVER, '-m', os.path.join(pool_dir, 'm'), '-t', '2', '--backend', 'cpu', *flags])
+        try:
+            st, r = e.post('/v1/embeddings', {'input': 'Hello there friend'})
+            vectors[name] = r['data'][0]['embedding'] if st == 200 else None
+        finally:
+            e.stop()
+    check('embeddings follow 1_Pooling/config.json (last token) without --pooling',
+          vectors['folder'] is not None and vectors['folder'] == vectors['last'] and vectors['folder'] != vectors['mean'],
+          {k: v[:3] if v else v for k, v in vectors.items()})
+finally:
+    shutil.rmtree(pool_dir, ignore_errors=True)
 finish()
