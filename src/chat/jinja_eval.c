@@ -15,6 +15,9 @@
 
 #define JINJA_MAX_STEPS 20000000ULL
 #define JINJA_MAX_CALL_DEPTH 100
+// Evaluations in flight (expressions, statement bodies; macro calls multiply the template's own
+// nesting): bounds the stack a render uses.
+#define JINJA_MAX_EVAL_DEPTH 1000
 #define JINJA_ARENA_LIMIT ((size_t)512 << 20)
 
 enum { JX_OK = 0, JX_BREAK = 1, JX_CONTINUE = 2 };
@@ -53,6 +56,17 @@ int jctx_check_memory(jctx *c, int line) {
     if (c->ar->exhausted)
         return jctx_fail(c, line, "out of memory (template values exceed %zu MiB)", JINJA_ARENA_LIMIT >> 20);
     return 0;
+}
+
+uint64_t jctx_string_cost(jv s) { return s.n / 16; }
+
+int jctx_spend(jctx *c, int line, uint64_t units) {
+    if (c->budget > units) {
+        c->budget -= units;
+        return 0;
+    }
+    c->budget = 0;
+    return jctx_fail(c, line, "template exceeded its step limit (%llu steps)", (unsigned long long)JINJA_MAX_STEPS);
 }
 
 bool jargs_get(const jargs *a, size_t index, const char *name, jv *out) {
@@ -171,13 +185,15 @@ int jinja_get_attr(jctx *c, int line, jv obj, const char *name, size_t n, jv *ou
 int jinja_get_item(jctx *c, int line, jv obj, jv key, jv *out) {
     if (obj.kind == JV_UNDEFINED) return jctx_fail_undefined(c, line, obj);
     if (obj.kind == JV_DICT) {
-        jv *v = jv_dict_find(obj.dict, key);
+        jv *v = jv_dict_find(obj.dict, key, &c->budget);
         if (v) {
             *out = *v;
             return 0;
         }
+        if (jctx_spend(c, line, 0) < 0) return -1;
     }
     bool int_key = key.kind == JV_INT || key.kind == JV_BOOL;
+    if (int_key && obj.kind == JV_STRING && jctx_spend(c, line, jctx_string_cost(obj)) < 0) return -1;
     if (int_key && (obj.kind == JV_LIST || obj.kind == JV_STRING)) {
         int64_t i = key.kind == JV_BOOL ? key.b : key.i;
         int64_t len = obj.kind == JV_LIST ? (int64_t)obj.list->n : (int64_t)jv_utf8_len(obj.s, obj.n);
@@ -199,6 +215,8 @@ int jinja_get_item(jctx *c, int line, jv obj, jv key, jv *out) {
 }
 
 int jinja_iterate(jctx *c, int line, jv v, jv *out) {
+    size_t n = v.kind == JV_LIST ? v.list->n : v.kind == JV_DICT ? v.dict->n : v.kind == JV_STRING ? v.n : 0;
+    if (jctx_spend(c, line, n) < 0) return -1;
     switch (v.kind) {
     case JV_LIST: *out = v; return 0;
     case JV_UNDEFINED: *out = jv_list_new(c->ar, 0); return jctx_check_memory(c, line);
@@ -230,13 +248,14 @@ int jinja_contains(jctx *c, int line, jv needle, jv hay, bool *out) {
     case JV_STRING:
         if (needle.kind != JV_STRING)
             return jctx_fail(c, line, "'in <string>' requires string as left operand, not %s", jv_type_name(needle));
+        if (jctx_spend(c, line, jctx_string_cost(hay)) < 0) return -1;
         *out = needle.n == 0 || memmem(hay.s, hay.n, needle.s, needle.n) != NULL;
         return 0;
     case JV_LIST:
         *out = false;
-        for (size_t i = 0; i < hay.list->n && !*out; i++) *out = jv_equal(hay.list->items[i], needle);
-        return 0;
-    case JV_DICT: *out = jv_dict_find(hay.dict, needle) != NULL; return 0;
+        for (size_t i = 0; i < hay.list->n && !*out; i++) *out = jv_equal(hay.list->items[i], needle, &c->budget);
+        return jctx_spend(c, line, 0);
+    case JV_DICT: *out = jv_dict_find(hay.dict, needle, &c->budget) != NULL; return jctx_spend(c, line, 0);
     default: return jctx_fail(c, line, "argument of type '%s' is not iterable", jv_type_name(hay));
     }
 }
@@ -400,8 +419,8 @@ int jinja_format_percent(jctx *c, int line, jv fmt, jv args, jv *out) {
             }
             v = args;
         }
-        if (spec == 's') jv_write_str(&b, v);
-        else if (spec == 'r') jv_write_repr(&b, v);
+        if (spec == 's') jv_write_str(&b, v, &c->budget);
+        else if (spec == 'r') jv_write_repr(&b, v, &c->budget);
         else if ((spec == 'd' || spec == 'i') && (is_intish(v) || v.kind == JV_FLOAT))
             jbuf_printf(&b, "%lld", (long long)(v.kind == JV_FLOAT ? (int64_t)v.f : as_int(v)));
         else if (spec == 'f' && (is_intish(v) || v.kind == JV_FLOAT)) jbuf_printf(&b, "%f", jv_as_double(v));
@@ -410,7 +429,7 @@ int jinja_format_percent(jctx *c, int line, jv fmt, jv args, jv *out) {
     bool is_tuple = args.kind == JV_LIST && args.list->tuple;
     if (rc == 0 && ((is_tuple && next < args.list->n) || (!is_tuple && args.kind != JV_DICT && next == 0)))
         rc = jctx_fail(c, line, "not all arguments converted during string formatting");
-    if (rc == 0 && b.failed) rc = jctx_fail(c, line, "string too large");
+    if (rc == 0 && b.failed) rc = jctx_spend(c, line, 0) < 0 ? -1 : jctx_fail(c, line, "string too large");
     if (rc == 0) {
         *out = jv_string_copy(c->ar, b.p ? b.p : "", b.n);
         rc = jctx_check_memory(c, line);
@@ -493,11 +512,12 @@ static int binary(jctx *c, int line, int op, jv a, jv b, jv *out) {
         break;
     case JOP_POW:
         if (ints && y >= 0) {
+            // 0, 1 and -1 never overflow (any y); every other base does within 64 factors.
+            if (x == 0 || x == 1) return *out = jv_int(y == 0 ? 1 : x), 0;
+            if (x == -1) return *out = jv_int(y % 2 ? -1 : 1), 0;
             int64_t acc = 1;
-            for (int64_t i = 0; i < y; i++) {
+            for (int64_t i = 0; i < y; i++)
                 if (__builtin_mul_overflow(acc, x, &acc)) return jctx_fail(c, line, "integer overflow");
-                if (acc == 0 || acc == 1) break;
-            }
             return *out = jv_int(acc), 0;
         }
         if (nums) return *out = jv_float(__builtin_pow(fx, fy)), 0;
@@ -510,8 +530,8 @@ static int binary(jctx *c, int line, int op, jv a, jv b, jv *out) {
 static int compare(jctx *c, int line, int op, jv a, jv b, bool *out) {
     int cmp = 0;
     switch (op) {
-    case JOP_EQ: *out = jv_equal(a, b); return 0;
-    case JOP_NE: *out = !jv_equal(a, b); return 0;
+    case JOP_EQ: *out = jv_equal(a, b, &c->budget); return jctx_spend(c, line, 0);
+    case JOP_NE: *out = !jv_equal(a, b, &c->budget); return jctx_spend(c, line, 0);
     case JOP_IN:
     case JOP_NOT_IN:
         if (jinja_contains(c, line, a, b, out) < 0) return -1;
@@ -520,8 +540,8 @@ static int compare(jctx *c, int line, int op, jv a, jv b, bool *out) {
     default:
         if (a.kind == JV_UNDEFINED) return jctx_fail_undefined(c, line, a);
         if (b.kind == JV_UNDEFINED) return jctx_fail_undefined(c, line, b);
-        if (jv_compare(a, b, &cmp) < 0)
-            return jctx_fail(c, line, "'%s' not supported between instances of '%s' and '%s'", op_text(op),
+        if (jv_compare(a, b, &cmp, &c->budget) < 0)
+            return jctx_spend(c, line, 0) < 0 ? -1 : jctx_fail(c, line, "'%s' not supported between instances of '%s' and '%s'", op_text(op),
                              jv_type_name(a), jv_type_name(b));
         *out = op == JOP_LT ? cmp < 0 : op == JOP_LE ? cmp <= 0 : op == JOP_GT ? cmp > 0 : cmp >= 0;
         return 0;
@@ -542,7 +562,19 @@ static int eval_filter(jctx *c, const jnode *n, const jv *base, jv *out) {
     return jinja_apply_filter(c, n->line, n->name, self, &a, out);
 }
 
+static int eval_node(jctx *c, const jnode *n, jv *out);
+
 static int eval(jctx *c, const jnode *n, jv *out) {
+    if (c->nesting >= JINJA_MAX_EVAL_DEPTH)
+        return jctx_fail(c, n->line, "template nested too deeply when rendered (limit %d levels, macro calls included)",
+                         JINJA_MAX_EVAL_DEPTH);
+    c->nesting++;
+    int rc = eval_node(c, n, out);
+    c->nesting--;
+    return rc;
+}
+
+static int eval_node(jctx *c, const jnode *n, jv *out) {
     jv a, b;
     switch (n->kind) {
     case JN_CONST: *out = n->value; return 0;
@@ -570,7 +602,8 @@ static int eval(jctx *c, const jnode *n, jv *out) {
         if (jctx_check_memory(c, n->line) < 0) return -1;
         for (size_t i = 0; i + 1 < n->n_args; i += 2) {
             if (eval(c, n->args[i], &a) < 0 || eval(c, n->args[i + 1], &b) < 0) return -1;
-            if (jv_dict_set(c->ar, out->dict, a, b) < 0) return jctx_check_memory(c, n->line);
+            if (jv_dict_set(c->ar, out->dict, a, b, &c->budget) < 0) return jctx_check_memory(c, n->line);
+            if (jctx_spend(c, n->line, 0) < 0) return -1;
         }
         return 0;
     case JN_ATTR:
@@ -647,12 +680,12 @@ static int eval(jctx *c, const jnode *n, jv *out) {
                 jbuf_free(&buf);
                 return -1;
             }
-            jv_write_str(&buf, a);
+            jv_write_str(&buf, a, &c->budget);
         }
         bool failed = buf.failed;
         *out = jv_string_copy(c->ar, buf.p ? buf.p : "", buf.n);
         jbuf_free(&buf);
-        if (failed) return jctx_fail(c, n->line, "string too large");
+        if (failed) return jctx_spend(c, n->line, 0) < 0 ? -1 : jctx_fail(c, n->line, "string too large");
         return jctx_check_memory(c, n->line);
     }
     default: return jctx_fail(c, n->line, "internal error: statement used as expression");
@@ -703,7 +736,7 @@ static int call_macro(jctx *c, int line, const jv_func *f, const jargs *a, jv *o
 int jinja_call_value(jctx *c, int line, jv fn, const jargs *a, jv *out) {
     if (fn.kind == JV_UNDEFINED) return jctx_fail_undefined(c, line, fn);
     if (fn.kind != JV_FUNC) return jctx_fail(c, line, "'%s' object is not callable", jv_type_name(fn));
-    if (++c->steps > JINJA_MAX_STEPS) return jctx_fail(c, line, "template exceeded its step limit");
+    if (jctx_spend(c, line, 1) < 0) return -1;
     switch (fn.func->kind) {
     case JF_GLOBAL: return jinja_call_global(c, line, fn.func->name, a, out);
     case JF_METHOD: return jinja_call_method(c, line, fn.func->self, fn.func->name, a, out);
@@ -737,9 +770,9 @@ static int assign(jctx *c, int line, const jnode *target, jv v) {
     if (!ns) return jctx_fail(c, line, "'%s' is undefined", target->a->name);
     if (ns->kind != JV_DICT || !ns->dict->is_namespace)
         return jctx_fail(c, line, "cannot assign attribute on non-namespace object '%s'", target->a->name);
-    if (jv_dict_set(c->ar, ns->dict, jv_string(target->name, target->name_n), v) < 0)
+    if (jv_dict_set(c->ar, ns->dict, jv_string(target->name, target->name_n), v, &c->budget) < 0)
         return jctx_check_memory(c, line);
-    return 0;
+    return jctx_spend(c, line, 0);
 }
 
 static int exec_stmt(jctx *c, const jnode *n, jbuf *out);
@@ -777,8 +810,8 @@ static int exec_for(jctx *c, const jnode *n, jbuf *out) {
     if (!iter) return jctx_check_memory(c, n->line);
     int rc = 0;
     for (size_t i = 0; i < items.list->n; i++) {
-        if (++c->steps > JINJA_MAX_STEPS) {
-            rc = jctx_fail(c, n->line, "template exceeded its step limit");
+        if (jctx_spend(c, n->line, 1) < 0) {
+            rc = -1;
             break;
         }
         iter->n = 0;
@@ -814,12 +847,12 @@ static int capture(jctx *c, const jnode *body, int line, jv *out) {
 
 static int exec_stmt(jctx *c, const jnode *n, jbuf *out) {
     jv v;
-    if (++c->steps > JINJA_MAX_STEPS) return jctx_fail(c, n->line, "template exceeded its step limit");
+    if (jctx_spend(c, n->line, 1) < 0) return -1;
     switch (n->kind) {
     case JN_TEXT: jbuf_put(out, n->value.s, n->value.n); break;
     case JN_OUTPUT:
         if (eval(c, n->a, &v) < 0) return -1;
-        jv_write_str(out, v);
+        jv_write_str(out, v, &c->budget);
         break;
     case JN_IF:
         if (eval(c, n->a, &v) < 0) return -1;
@@ -844,21 +877,26 @@ static int exec_stmt(jctx *c, const jnode *n, jbuf *out) {
     case JN_CONTINUE: return JX_CONTINUE;
     case JN_FILTER_BLOCK:
         if (capture(c, n->c, n->line, &v) < 0 || eval_filter(c, n->a, &v, &v) < 0) return -1;
-        jv_write_str(out, v);
+        jv_write_str(out, v, &c->budget);
         break;
     case JN_BODY: return exec_body(c, n, out);
     default: return jctx_fail(c, n->line, "internal error: expression used as statement");
     }
-    if (out->failed) return jctx_fail(c, n->line, "output too large (limit %zu MiB)", JBUF_MAX >> 20);
+    if (out->failed && jctx_spend(c, n->line, 0) == 0)
+        return jctx_fail(c, n->line, "output too large (limit %zu MiB)", JBUF_MAX >> 20);
+    if (out->failed) return -1;
     return 0;
 }
 
 static int exec_body(jctx *c, const jnode *n, jbuf *out) {
-    for (size_t i = 0; i < n->n_args; i++) {
-        int rc = exec_stmt(c, n->args[i], out);
-        if (rc != 0) return rc;
-    }
-    return 0;
+    if (c->nesting >= JINJA_MAX_EVAL_DEPTH)
+        return jctx_fail(c, n->line, "template nested too deeply when rendered (limit %d levels, macro calls included)",
+                         JINJA_MAX_EVAL_DEPTH);
+    c->nesting++;
+    int rc = 0;
+    for (size_t i = 0; i < n->n_args && rc == 0; i++) rc = exec_stmt(c, n->args[i], out);
+    c->nesting--;
+    return rc;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -888,7 +926,7 @@ char *jinja_template_render_vars(const jinja_template *t, const char *const *nam
                                  size_t n_vars, mx_error *err) {
     jinja_arena arena;
     jinja_arena_init(&arena, JINJA_ARENA_LIMIT);
-    jctx c = {.ar = &arena, .err = err};
+    jctx c = {.ar = &arena, .err = err, .budget = JINJA_MAX_STEPS};
     jbuf out = {0};
     char *result = NULL;
     c.globals = scope_push(&c);
@@ -910,6 +948,7 @@ char *jinja_template_render_vars(const jinja_template *t, const char *const *nam
     }
     int rc = exec_body(&c, t->root, &out);
     if (rc > 0) rc = 0; // break/continue are rejected by the parser outside loops
+    if (rc == 0) rc = jctx_spend(&c, 0, 0);
     if (rc == 0 && out.failed) rc = mx_fail(err, "output too large (limit %zu MiB)", JBUF_MAX >> 20);
     if (rc == 0) {
         result = out.p ? out.p : strdup("");

@@ -17,7 +17,8 @@ typedef struct jctx {
     jscope *scope;   // innermost scope
     jscope *globals; // render variables and top-level sets
     int depth;       // macro call depth
-    uint64_t steps;  // statements and loop iterations run so far
+    int nesting;     // evaluations in flight (eval, exec_body)
+    uint64_t budget; // work units left: statements, loop iterations, calls, values walked
 } jctx;
 
 typedef enum jfunc_kind { JF_GLOBAL, JF_METHOD, JF_MACRO } jfunc_kind;
@@ -53,6 +54,12 @@ int jctx_fail(jctx *c, int line, const char *fmt, ...) __attribute__((format(pri
 int jctx_fail_undefined(jctx *c, int line, jv v);
 // Checks arena exhaustion, reporting it at `line`.
 int jctx_check_memory(jctx *c, int line);
+// Spends `units` of the work budget (0: only checks it); fails with the step-limit error once it
+// is spent, also when a value walk (jv_equal and the like, given &c->budget) used it up.
+int jctx_spend(jctx *c, int line, uint64_t units);
+// The units a scan over string s costs (one per 16 bytes): indexing (code points are counted from
+// the start), `in`, and every string method and filter.
+uint64_t jctx_string_cost(jv s);
 
 // obj.name and obj[key] with jinja2's rules (methods first for '.', items first for '[]').
 int jinja_get_attr(jctx *c, int line, jv obj, const char *name, size_t n, jv *out);

@@ -36,13 +36,14 @@ bool jinja_test_known(const char *s, size_t n) { return in_table(TESTS, s, n); }
 // Helpers
 
 static int string_value(jctx *c, int line, jv v, jv *out) {
-    if (jv_to_string(c->ar, v, out) < 0) return jctx_fail(c, line, "out of memory");
+    if (jv_to_string(c->ar, v, out, &c->budget) < 0)
+        return jctx_spend(c, line, 0) < 0 ? -1 : jctx_fail(c, line, "out of memory or result too large");
     return 0;
 }
 
 static int from_buf(jctx *c, int line, jbuf *b, jv *out) {
     int rc;
-    if (b->failed) rc = jctx_fail(c, line, "result too large");
+    if (b->failed) rc = jctx_spend(c, line, 0) < 0 ? -1 : jctx_fail(c, line, "result too large");
     else {
         *out = jv_string_copy(c->ar, b->p ? b->p : "", b->n);
         rc = jctx_check_memory(c, line);
@@ -95,8 +96,8 @@ static int merge_sort(jctx *c, int line, jv *items, jv *keys, size_t n, bool rev
             size_t i = lo, j = mid, o = lo;
             while (i < mid && j < hi) {
                 int cmp;
-                if (jv_compare(keys[j], keys[i], &cmp) < 0)
-                    return jctx_fail(c, line, "'<' not supported between instances of '%s' and '%s'",
+                if (jv_compare(keys[j], keys[i], &cmp, &c->budget) < 0)
+                    return jctx_spend(c, line, 0) < 0 ? -1 : jctx_fail(c, line, "'<' not supported between instances of '%s' and '%s'",
                                      jv_type_name(keys[j]), jv_type_name(keys[i]));
                 bool take_right = reverse ? cmp > 0 : cmp < 0;
                 size_t k = take_right ? j++ : i++;
@@ -203,7 +204,7 @@ static int filter_tojson(jctx *c, int line, jv self, const jargs *a, jv *out) {
         return jctx_fail(c, line, "tojson(): separators= is not supported");
     jbuf b = {0};
     mx_error e = {{0}};
-    if (jv_write_json(&b, self, indent, bool_arg(a, SIZE_MAX, "sort_keys", false), &e) < 0) {
+    if (jv_write_json(&b, self, indent, bool_arg(a, SIZE_MAX, "sort_keys", false), &c->budget, &e) < 0) {
         jbuf_free(&b);
         return jctx_fail(c, line, "tojson: %s", e.msg);
     }
@@ -314,6 +315,7 @@ static int length_of(jctx *c, int line, jv v, jv *out) {
 int jinja_apply_filter(jctx *c, int line, const char *name, jv self, const jargs *a, jv *out) {
     jv x, y, items;
     bool has_x = jargs_get(a, 0, NULL, &x);
+    if (self.kind == JV_STRING && jctx_spend(c, line, jctx_string_cost(self)) < 0) return -1;
     if (F("default") || F("d")) {
         jv def = jv_string("", 0);
         jargs_get(a, 0, "default_value", &def);
@@ -394,7 +396,8 @@ int jinja_apply_filter(jctx *c, int line, const char *name, jv self, const jargs
                 jv k;
                 bool dup = false;
                 if (sort_key(c, line, items.list->items[i], has_attr ? &attr : NULL, cs, &k) < 0) return -1;
-                for (size_t j = 0; j < seen.list->n && !dup; j++) dup = jv_equal(seen.list->items[j], k);
+                for (size_t j = 0; j < seen.list->n && !dup; j++) dup = jv_equal(seen.list->items[j], k, &c->budget);
+                if (jctx_spend(c, line, 0) < 0) return -1;
                 if (dup) continue;
                 if (jv_list_push(c->ar, seen.list, k) < 0 || jv_list_push(c->ar, out->list, items.list->items[i]) < 0)
                     return jctx_check_memory(c, line);
@@ -412,7 +415,8 @@ int jinja_apply_filter(jctx *c, int line, const char *name, jv self, const jargs
             jv k;
             int cmp;
             if (sort_key(c, line, items.list->items[i], has_attr ? &attr : NULL, cs, &k) < 0) return -1;
-            if (jv_compare(k, best_key, &cmp) < 0) return jctx_fail(c, line, "%s(): values are not comparable", name);
+            if (jv_compare(k, best_key, &cmp, &c->budget) < 0)
+                return jctx_spend(c, line, 0) < 0 ? -1 : jctx_fail(c, line, "%s(): values are not comparable", name);
             if (F("min") ? cmp < 0 : cmp > 0) {
                 best = i;
                 best_key = k;
@@ -433,8 +437,8 @@ int jinja_apply_filter(jctx *c, int line, const char *name, jv self, const jargs
                 jbuf_free(&b);
                 return -1;
             }
-            if (i) jv_write_str(&b, sep);
-            jv_write_str(&b, v);
+            if (i) jv_write_str(&b, sep, &c->budget);
+            jv_write_str(&b, v, &c->budget);
         }
         return from_buf(c, line, &b, out);
     }
@@ -564,7 +568,7 @@ int jinja_apply_test(jctx *c, int line, const char *name, jv v, const jargs *a, 
         jv r;
         if (v.kind != JV_STRING) *out = false;
         else if (jinja_str_case(c, line, v, F("lower") ? JCASE_LOWER : JCASE_UPPER, &r) < 0) return -1;
-        else *out = jv_equal(r, v);
+        else *out = jv_equal(r, v, &c->budget);
     } else if (F("odd") || F("even") || F("divisibleby")) {
         if (v.kind != JV_INT && v.kind != JV_BOOL) return jctx_fail(c, line, "test '%s' needs an integer, got %s", name, jv_type_name(v));
         int64_t i = v.kind == JV_BOOL ? v.b : v.i;
@@ -575,14 +579,14 @@ int jinja_apply_test(jctx *c, int line, const char *name, jv v, const jargs *a, 
             *out = (i % 2 != 0) == (name[0] == 'o');
     } else {
         if (!has_x) return jctx_fail(c, line, "test '%s' needs an argument", name);
-        if (F("eq") || F("equalto") || F("==")) *out = jv_equal(v, x);
-        else if (F("ne") || F("!=")) *out = !jv_equal(v, x);
-        else if (F("sameas")) *out = jv_equal(v, x) && v.kind == x.kind;
+        if (F("eq") || F("equalto") || F("==")) *out = jv_equal(v, x, &c->budget);
+        else if (F("ne") || F("!=")) *out = !jv_equal(v, x, &c->budget);
+        else if (F("sameas")) *out = jv_equal(v, x, &c->budget) && v.kind == x.kind;
         else if (F("in")) return jinja_contains(c, line, v, x, out);
         else {
             int cmp;
-            if (jv_compare(v, x, &cmp) < 0)
-                return jctx_fail(c, line, "test '%s': cannot compare %s and %s", name, jv_type_name(v), jv_type_name(x));
+            if (jv_compare(v, x, &cmp, &c->budget) < 0)
+                return jctx_spend(c, line, 0) < 0 ? -1 : jctx_fail(c, line, "test '%s': cannot compare %s and %s", name, jv_type_name(v), jv_type_name(x));
             if (F("lt") || F("<") || F("lessthan")) *out = cmp < 0;
             else if (F("le") || F("<=")) *out = cmp <= 0;
             else if (F("gt") || F(">") || F("greaterthan")) *out = cmp > 0;
@@ -590,5 +594,5 @@ int jinja_apply_test(jctx *c, int line, const char *name, jv v, const jargs *a, 
             else return jctx_fail(c, line, "unknown test '%s'", name);
         }
     }
-    return 0;
+    return jctx_spend(c, line, 0);
 }

@@ -277,12 +277,13 @@ static int str_format(jctx *c, int line, jv fmt, const jargs *a, jv *out) {
             found = jargs_get(a, SIZE_MAX, name, &v);
         }
         if (!found) rc = jctx_fail(c, line, "format(): no argument for field '%.*s'", (int)(fb - fa), fmt.s + fa);
-        else jv_write_str(&b, v);
+        else jv_write_str(&b, v, &c->budget);
         i = fb;
     }
     if (rc == 0) {
         *out = jv_string_copy(c->ar, b.p ? b.p : "", b.n);
-        rc = b.failed ? jctx_fail(c, line, "format(): result too large") : jctx_check_memory(c, line);
+        rc = b.failed ? (jctx_spend(c, line, 0) < 0 ? -1 : jctx_fail(c, line, "format(): result too large"))
+                      : jctx_check_memory(c, line);
     }
     jbuf_free(&b);
     return rc;
@@ -471,7 +472,8 @@ static int call_str_method(jctx *c, int line, jv s, const char *name, const jarg
 int jinja_call_method(jctx *c, int line, jv self, const char *name, const jargs *a, jv *out) {
     jv x;
     bool has_x = jargs_get(a, 0, NULL, &x);
-    if (self.kind == JV_STRING) return call_str_method(c, line, self, name, a, out);
+    if (self.kind == JV_STRING)
+        return jctx_spend(c, line, jctx_string_cost(self)) < 0 ? -1 : call_str_method(c, line, self, name, a, out);
     if (self.kind == JV_LOOP && M("cycle")) {
         if (a->n_pos == 0) return jctx_fail(c, line, "loop.cycle() needs at least one argument");
         *out = a->pos[self.loop->index0 % a->n_pos];
@@ -481,7 +483,8 @@ int jinja_call_method(jctx *c, int line, jv self, const char *name, const jargs 
         const jv_dict *d = self.dict;
         if (M("get")) {
             if (!has_x) return jctx_fail(c, line, "get() takes at least 1 argument");
-            jv *v = jv_dict_find(d, x);
+            jv *v = jv_dict_find(d, x, &c->budget);
+            if (jctx_spend(c, line, 0) < 0) return -1;
             if (v) *out = *v;
             else if (!jargs_get(a, 1, "default", out)) *out = jv_none();
             return 0;
@@ -507,10 +510,11 @@ int jinja_call_method(jctx *c, int line, jv self, const char *name, const jargs 
     if (self.kind == JV_LIST && has_x) {
         int64_t n = 0, first = -1;
         for (size_t i = 0; i < self.list->n; i++)
-            if (jv_equal(self.list->items[i], x)) {
+            if (jv_equal(self.list->items[i], x, &c->budget)) {
                 if (first < 0) first = (int64_t)i;
                 n++;
             }
+        if (jctx_spend(c, line, 0) < 0) return -1;
         if (M("index") && first < 0) return jctx_fail(c, line, "index(): value is not in list");
         *out = jv_int(M("count") ? n : first);
         return 0;
@@ -556,17 +560,18 @@ int jinja_call_global(jctx *c, int line, const char *name, const jargs *a, jv *o
             if (a->pos[i].kind != JV_DICT) return jctx_fail(c, line, "%s() positional argument must be a dict", name);
             const jv_dict *d = a->pos[i].dict;
             for (size_t k = 0; k < d->n; k++)
-                if (jv_dict_set(c->ar, out->dict, d->keys[k], d->vals[k]) < 0) return jctx_check_memory(c, line);
+                if (jv_dict_set(c->ar, out->dict, d->keys[k], d->vals[k], &c->budget) < 0) return jctx_check_memory(c, line);
         }
         for (size_t i = 0; i < a->n_kw; i++)
-            if (jv_dict_set(c->ar, out->dict, jv_cstring(a->kwnames[i]), a->kw[i]) < 0) return jctx_check_memory(c, line);
-        return 0;
+            if (jv_dict_set(c->ar, out->dict, jv_cstring(a->kwnames[i]), a->kw[i], &c->budget) < 0)
+                return jctx_check_memory(c, line);
+        return jctx_spend(c, line, 0);
     }
     if (M("raise_exception")) {
         jv msg;
         if (!jargs_get(a, 0, "message", &msg)) msg = jv_cstring("(no message)");
         jbuf b = {0};
-        jv_write_str(&b, msg);
+        jv_write_str(&b, msg, &c->budget);
         int rc = jctx_fail(c, line, "raise_exception: %s", b.p ? b.p : "");
         jbuf_free(&b);
         return rc;

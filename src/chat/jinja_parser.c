@@ -91,6 +91,15 @@ static int enter(parser *P) {
     return 0;
 }
 
+// Chains (a + b + c, x.a.b, x|f|g, a and b and c) nest their nodes as deeply as they are long, and
+// evaluation recurses as deeply: each link counts as a level of nesting until the chain ends
+// (the caller then gives back its *links levels).
+static int enter_link(parser *P, int *links) {
+    if (enter(P) < 0) return -1;
+    ++*links;
+    return 0;
+}
+
 static jnode *parse_expr(parser *P);
 static jnode *parse_or(parser *P);
 static jnode *parse_unary(parser *P, bool with_filter);
@@ -215,7 +224,9 @@ static jnode *parse_subscript(parser *P, jnode *obj) {
 }
 
 static jnode *parse_postfix(parser *P, jnode *node) {
+    int links = 0;
     while (node) {
+        if ((is_op(P, ".") || is_op(P, "[") || is_op(P, "(")) && enter_link(P, &links) < 0) return NULL;
         if (is_op(P, ".") || is_op(P, "[")) node = parse_subscript(P, node);
         else if (is_op(P, "(")) {
             jnode *c = mk(P, JN_CALL, cur(P)->line);
@@ -226,6 +237,7 @@ static jnode *parse_postfix(parser *P, jnode *node) {
         } else
             break;
     }
+    P->depth -= links;
     return node;
 }
 
@@ -279,7 +291,9 @@ static jnode *parse_test(parser *P, jnode *operand) {
 }
 
 static jnode *parse_filter_expr(parser *P, jnode *node) {
+    int links = 0;
     while (node) {
+        if ((is_op(P, "|") || is_name(P, "is") || is_op(P, "(")) && enter_link(P, &links) < 0) return NULL;
         if (is_op(P, "|")) {
             P->p++;
             node = parse_filter(P, node);
@@ -294,6 +308,7 @@ static jnode *parse_filter_expr(parser *P, jnode *node) {
         } else
             break;
     }
+    P->depth -= links;
     return node;
 }
 
@@ -406,24 +421,31 @@ static jnode *binary(parser *P, int op, jnode *a, jnode *b, int line) {
 
 static jnode *parse_pow(parser *P) {
     jnode *left = parse_unary(P, true);
+    int links = 0;
     while (left && is_op(P, "**")) {
+        if (enter_link(P, &links) < 0) return NULL;
         int line = cur(P)->line;
         P->p++;
         left = binary(P, JOP_POW, left, parse_unary(P, true), line);
     }
+    P->depth -= links;
     return left;
 }
 
 static jnode *parse_math2(parser *P) {
     jnode *left = parse_pow(P);
+    int links = 0;
     for (;;) {
         int op;
         if (is_op(P, "*")) op = JOP_MUL;
         else if (is_op(P, "/")) op = JOP_DIV;
         else if (is_op(P, "//")) op = JOP_FLOORDIV;
         else if (is_op(P, "%")) op = JOP_MOD;
-        else return left;
-        if (!left) return NULL;
+        else {
+            P->depth -= links;
+            return left;
+        }
+        if (!left || enter_link(P, &links) < 0) return NULL;
         int line = cur(P)->line;
         P->p++;
         left = binary(P, op, left, parse_pow(P), line);
@@ -445,11 +467,14 @@ static jnode *parse_concat(parser *P) {
 
 static jnode *parse_math1(parser *P) {
     jnode *left = parse_concat(P);
+    int links = 0;
     while (left && (is_op(P, "+") || is_op(P, "-"))) {
+        if (enter_link(P, &links) < 0) return NULL;
         int op = is_op(P, "+") ? JOP_ADD : JOP_SUB, line = cur(P)->line;
         P->p++;
         left = binary(P, op, left, parse_concat(P), line);
     }
+    P->depth -= links;
     return left;
 }
 
@@ -482,11 +507,13 @@ static jnode *parse_compare(parser *P) {
             n->a = first;
         }
         if (push(P, &n->args, &n->n_args, rhs) < 0) return NULL;
-        int *ops = jinja_arena_alloc(P->ar, (n_ops + 1) * sizeof *ops);
-        if (!ops) return mx_fail(P->err, "out of memory"), NULL;
-        if (n_ops) memcpy(ops, n->ops, n_ops * sizeof *ops);
-        ops[n_ops++] = op;
-        n->ops = ops;
+        if ((n_ops & (n_ops - 1)) == 0) { // capacity: the next power of two, as in push()
+            int *ops = jinja_arena_alloc(P->ar, (n_ops ? n_ops * 2 : 1) * sizeof *ops);
+            if (!ops) return mx_fail(P->err, "out of memory"), NULL;
+            if (n_ops) memcpy(ops, n->ops, n_ops * sizeof *ops);
+            n->ops = ops;
+        }
+        n->ops[n_ops++] = op;
     }
     return n ? n : first;
 }
@@ -508,7 +535,9 @@ static jnode *parse_not(parser *P) {
 
 static jnode *parse_and(parser *P) {
     jnode *left = parse_not(P);
+    int links = 0;
     while (left && is_name(P, "and")) {
+        if (enter_link(P, &links) < 0) return NULL;
         jnode *n = mk(P, JN_AND, cur(P)->line);
         P->p++;
         if (!n) return NULL;
@@ -516,12 +545,15 @@ static jnode *parse_and(parser *P) {
         n->b = parse_not(P);
         left = n->b ? n : NULL;
     }
+    P->depth -= links;
     return left;
 }
 
 static jnode *parse_or(parser *P) {
     jnode *left = parse_and(P);
+    int links = 0;
     while (left && is_name(P, "or")) {
+        if (enter_link(P, &links) < 0) return NULL;
         jnode *n = mk(P, JN_OR, cur(P)->line);
         P->p++;
         if (!n) return NULL;
@@ -529,13 +561,16 @@ static jnode *parse_or(parser *P) {
         n->b = parse_and(P);
         left = n->b ? n : NULL;
     }
+    P->depth -= links;
     return left;
 }
 
 static jnode *parse_expr(parser *P) {
     if (enter(P) < 0) return NULL;
     jnode *expr = parse_or(P);
+    int links = 0;
     while (expr && is_name(P, "if")) {
+        if (enter_link(P, &links) < 0) return NULL;
         jnode *n = mk(P, JN_COND, cur(P)->line);
         P->p++;
         if (!n) return NULL;
@@ -549,7 +584,7 @@ static jnode *parse_expr(parser *P) {
         }
         expr = n;
     }
-    P->depth--;
+    P->depth -= links + 1;
     return expr;
 }
 

@@ -137,9 +137,9 @@ int jv_list_push(jinja_arena *a, jv_list *l, jv v) {
     return 0;
 }
 
-jv *jv_dict_find(const jv_dict *d, jv key) {
-    for (size_t i = 0; i < d->n; i++)
-        if (jv_equal(d->keys[i], key)) return &d->vals[i];
+jv *jv_dict_find(const jv_dict *d, jv key, uint64_t *budget) {
+    for (size_t i = 0; i < d->n && *budget; i++)
+        if (jv_equal(d->keys[i], key, budget)) return &d->vals[i];
     return NULL;
 }
 
@@ -151,8 +151,8 @@ jv *jv_dict_find_str(const jv_dict *d, const char *s, size_t n) {
     return NULL;
 }
 
-int jv_dict_set(jinja_arena *a, jv_dict *d, jv key, jv val) {
-    jv *slot = jv_dict_find(d, key);
+int jv_dict_set(jinja_arena *a, jv_dict *d, jv key, jv val, uint64_t *budget) {
+    jv *slot = jv_dict_find(d, key, budget);
     if (slot) {
         *slot = val;
         return 0;
@@ -205,11 +205,18 @@ static bool numeric(jv v) { return v.kind == JV_BOOL || v.kind == JV_INT || v.ki
 // stops at JV_MAX_DEPTH levels (equality answers false, ordering "not comparable", printing fails).
 #define JV_MAX_DEPTH 256
 
-static bool equal_at(jv a, jv b, int depth);
+static bool equal_at(jv a, jv b, int depth, uint64_t *budget);
 
-bool jv_equal(jv a, jv b) { return equal_at(a, b, 0); }
+bool jv_equal(jv a, jv b, uint64_t *budget) { return equal_at(a, b, 0, budget); }
 
-static bool equal_at(jv a, jv b, int depth) {
+static bool spend(uint64_t *budget) {
+    if (!*budget) return false;
+    --*budget;
+    return true;
+}
+
+static bool equal_at(jv a, jv b, int depth, uint64_t *budget) {
+    if (!spend(budget)) return false;
     if (numeric(a) && numeric(b)) {
         if (a.kind != JV_FLOAT && b.kind != JV_FLOAT) {
             int64_t x = a.kind == JV_BOOL ? a.b : a.i, y = b.kind == JV_BOOL ? b.b : b.i;
@@ -226,15 +233,15 @@ static bool equal_at(jv a, jv b, int depth) {
         if (a.list == b.list) return true;
         if (a.list->n != b.list->n || depth >= JV_MAX_DEPTH) return false;
         for (size_t i = 0; i < a.list->n; i++)
-            if (!equal_at(a.list->items[i], b.list->items[i], depth + 1)) return false;
+            if (!equal_at(a.list->items[i], b.list->items[i], depth + 1, budget)) return false;
         return true;
     case JV_DICT:
         if (a.dict == b.dict) return true;
         if (a.dict->n != b.dict->n || a.dict->is_namespace || b.dict->is_namespace) return false;
         if (depth >= JV_MAX_DEPTH) return false;
         for (size_t i = 0; i < a.dict->n; i++) {
-            jv *o = jv_dict_find(b.dict, a.dict->keys[i]);
-            if (!o || !equal_at(a.dict->vals[i], *o, depth + 1)) return false;
+            jv *o = jv_dict_find(b.dict, a.dict->keys[i], budget);
+            if (!o || !equal_at(a.dict->vals[i], *o, depth + 1, budget)) return false;
         }
         return true;
     case JV_FUNC: return a.func == b.func;
@@ -243,11 +250,12 @@ static bool equal_at(jv a, jv b, int depth) {
     }
 }
 
-static int compare_at(jv a, jv b, int *cmp, int depth);
+static int compare_at(jv a, jv b, int *cmp, int depth, uint64_t *budget);
 
-int jv_compare(jv a, jv b, int *cmp) { return compare_at(a, b, cmp, 0); }
+int jv_compare(jv a, jv b, int *cmp, uint64_t *budget) { return compare_at(a, b, cmp, 0, budget); }
 
-static int compare_at(jv a, jv b, int *cmp, int depth) {
+static int compare_at(jv a, jv b, int *cmp, int depth, uint64_t *budget) {
+    if (!spend(budget)) return -1;
     if (numeric(a) && numeric(b)) {
         if (a.kind != JV_FLOAT && b.kind != JV_FLOAT) {
             int64_t x = a.kind == JV_BOOL ? a.b : a.i, y = b.kind == JV_BOOL ? b.b : b.i;
@@ -269,8 +277,9 @@ static int compare_at(jv a, jv b, int *cmp, int depth) {
         if (depth >= JV_MAX_DEPTH) return -1;
         size_t n = a.list->n < b.list->n ? a.list->n : b.list->n;
         for (size_t i = 0; i < n; i++) {
-            if (equal_at(a.list->items[i], b.list->items[i], depth + 1)) continue;
-            return compare_at(a.list->items[i], b.list->items[i], cmp, depth + 1);
+            if (equal_at(a.list->items[i], b.list->items[i], depth + 1, budget)) continue;
+            if (!*budget) return -1;
+            return compare_at(a.list->items[i], b.list->items[i], cmp, depth + 1, budget);
         }
         *cmp = a.list->n < b.list->n ? -1 : a.list->n > b.list->n;
         return 0;
@@ -376,13 +385,18 @@ static int write_str_repr(jbuf *b, const char *s, size_t n) {
     return jbuf_putc(b, q);
 }
 
-// The containers being printed, outermost first: one met again is a cycle.
+// The containers being printed, outermost first: one met again is a cycle. Lists and dicts
+// cannot change once built and namespaces can, so a cycle always passes through a namespace:
+// while none is open the search is skipped (printing values that share sub-values stays linear).
 typedef struct print_path {
     const void *open[JV_MAX_DEPTH];
     int depth;
+    int namespaces_open;
+    uint64_t *budget;
 } print_path;
 
 static bool on_path(const print_path *p, const void *container) {
+    if (!p->namespaces_open) return false;
     for (int i = 0; i < p->depth; i++)
         if (p->open[i] == container) return true;
     return false;
@@ -417,6 +431,7 @@ static int write_dict(jbuf *b, const jv_dict *d, print_path *path) {
         return -1;
     } else {
         path->open[path->depth++] = d;
+        path->namespaces_open += d->is_namespace;
         jbuf_putc(b, '{');
         for (size_t i = 0; i < d->n && !b->failed; i++) {
             if (i) jbuf_puts(b, ", ");
@@ -425,6 +440,7 @@ static int write_dict(jbuf *b, const jv_dict *d, print_path *path) {
             write_text(b, d->vals[i], true, path);
         }
         jbuf_putc(b, '}');
+        path->namespaces_open -= d->is_namespace;
         path->depth--;
     }
     return d->is_namespace ? jbuf_putc(b, '>') : 0;
@@ -432,6 +448,11 @@ static int write_dict(jbuf *b, const jv_dict *d, print_path *path) {
 
 static int write_text(jbuf *b, jv v, bool repr, print_path *path) {
     char num[64];
+    if (!*path->budget) {
+        b->failed = true;
+        return -1;
+    }
+    --*path->budget;
     switch (v.kind) {
     case JV_UNDEFINED: return 0;
     case JV_NONE: return jbuf_puts(b, "None");
@@ -447,28 +468,29 @@ static int write_text(jbuf *b, jv v, bool repr, print_path *path) {
     return 0;
 }
 
-static int write_top(jbuf *b, jv v, bool repr) {
+static int write_top(jbuf *b, jv v, bool repr, uint64_t *budget) {
     print_path *path = malloc(sizeof *path);
     if (!path) {
         b->failed = true;
         return -1;
     }
-    path->depth = 0;
+    path->depth = path->namespaces_open = 0;
+    path->budget = budget;
     int rc = write_text(b, v, repr, path);
     free(path);
     return rc;
 }
 
-int jv_write_str(jbuf *b, jv v) { return write_top(b, v, false); }
-int jv_write_repr(jbuf *b, jv v) { return write_top(b, v, true); }
+int jv_write_str(jbuf *b, jv v, uint64_t *budget) { return write_top(b, v, false, budget); }
+int jv_write_repr(jbuf *b, jv v, uint64_t *budget) { return write_top(b, v, true, budget); }
 
-int jv_to_string(jinja_arena *a, jv v, jv *out) {
+int jv_to_string(jinja_arena *a, jv v, jv *out, uint64_t *budget) {
     if (v.kind == JV_STRING) {
         *out = v;
         return 0;
     }
     jbuf b = {0};
-    write_top(&b, v, false);
+    write_top(&b, v, false, budget);
     if (b.failed) {
         jbuf_free(&b);
         return -1;
@@ -521,9 +543,13 @@ static int json_key(jbuf *b, jv k, mx_error *err) {
     }
 }
 
-static int write_json(jbuf *b, jv v, int indent, bool sort_keys, int level, mx_error *err) {
+static int write_json(jbuf *b, jv v, int indent, bool sort_keys, int level, uint64_t *budget, mx_error *err) {
     char num[64];
     if (level > 256) return mx_fail(err, "tojson: value nested too deeply");
+    // Shared sub-values can make the text exponentially long: each value printed spends a unit.
+    if (!*budget) return mx_fail(err, "exceeded the template's step limit");
+    --*budget;
+    if (b->failed) return mx_fail(err, "result too large (limit %zu MiB)", JBUF_MAX >> 20);
     switch (v.kind) {
     case JV_NONE: jbuf_puts(b, "null"); return 0;
     case JV_BOOL: jbuf_puts(b, v.b ? "true" : "false"); return 0;
@@ -546,7 +572,7 @@ static int write_json(jbuf *b, jv v, int indent, bool sort_keys, int level, mx_e
         for (size_t i = 0; i < v.list->n; i++) {
             if (i) jbuf_puts(b, indent >= 0 ? "," : ", ");
             if (indent >= 0) json_newline(b, indent, level + 1);
-            if (write_json(b, v.list->items[i], indent, sort_keys, level + 1, err) < 0) return -1;
+            if (write_json(b, v.list->items[i], indent, sort_keys, level + 1, budget, err) < 0) return -1;
         }
         if (indent >= 0) json_newline(b, indent, level);
         jbuf_putc(b, ']');
@@ -567,8 +593,9 @@ static int write_json(jbuf *b, jv v, int indent, bool sort_keys, int level, mx_e
                 size_t x = order[i], j = i;
                 while (j > 0) {
                     int c = 0;
-                    if (jv_compare(d->keys[order[j - 1]], d->keys[x], &c) < 0) {
+                    if (jv_compare(d->keys[order[j - 1]], d->keys[x], &c, budget) < 0) {
                         if (order != order_small) free(order);
+                        if (!*budget) return mx_fail(err, "tojson: sorting keys exceeded the template's step limit");
                         return mx_fail(err, "tojson: cannot sort keys of different types");
                     }
                     if (c <= 0) break;
@@ -586,7 +613,7 @@ static int write_json(jbuf *b, jv v, int indent, bool sort_keys, int level, mx_e
             rc = json_key(b, d->keys[order[i]], err);
             if (rc == 0) {
                 jbuf_puts(b, ": ");
-                rc = write_json(b, d->vals[order[i]], indent, sort_keys, level + 1, err);
+                rc = write_json(b, d->vals[order[i]], indent, sort_keys, level + 1, budget, err);
             }
         }
         if (order != order_small) free(order);
@@ -599,8 +626,8 @@ static int write_json(jbuf *b, jv v, int indent, bool sort_keys, int level, mx_e
     }
 }
 
-int jv_write_json(jbuf *b, jv v, int indent, bool sort_keys, mx_error *err) {
-    return write_json(b, v, indent, sort_keys, 0, err);
+int jv_write_json(jbuf *b, jv v, int indent, bool sort_keys, uint64_t *budget, mx_error *err) {
+    return write_json(b, v, indent, sort_keys, 0, budget, err);
 }
 
 int jv_from_json(jinja_arena *a, json_t *j, jv *out, int depth) {

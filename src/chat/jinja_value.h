@@ -93,30 +93,39 @@ jv jv_string_copy(jinja_arena *a, const char *s, size_t n);
 jv jv_list_new(jinja_arena *a, size_t cap);
 jv jv_dict_new(jinja_arena *a, size_t cap);
 int jv_list_push(jinja_arena *a, jv_list *l, jv v);
+
+// Walks that compare values (equality, ordering, dict key lookup) spend one unit of the render's
+// work budget per value visited: values can share sub-values (forty times `set a = [a, a]` makes
+// 2^40 paths through a few hundred bytes), and a template can repeat a linear lookup millions of
+// times. A walk that finds *budget at zero stops at once with a meaningless answer (not equal,
+// not comparable, not found); the evaluator checks the budget and fails the render.
 // Sets key (replacing an equal key in place, else appending).
-int jv_dict_set(jinja_arena *a, jv_dict *d, jv key, jv val);
-jv *jv_dict_find(const jv_dict *d, jv key);
+int jv_dict_set(jinja_arena *a, jv_dict *d, jv key, jv val, uint64_t *budget);
+jv *jv_dict_find(const jv_dict *d, jv key, uint64_t *budget);
 jv *jv_dict_find_str(const jv_dict *d, const char *s, size_t n);
 
 bool jv_truthy(jv v);
-bool jv_equal(jv a, jv b);
+bool jv_equal(jv a, jv b, uint64_t *budget);
 // Python ordering for numbers, strings and lists: sets *cmp to -1/0/1; -1 when not comparable.
-int jv_compare(jv a, jv b, int *cmp);
+int jv_compare(jv a, jv b, int *cmp, uint64_t *budget);
 const char *jv_type_name(jv v);
 bool jv_is_number(jv v); // int or float, not bool
 double jv_as_double(jv v);
 
 // Python str() (strings as is) and repr() appended to a buffer.
-int jv_write_str(jbuf *b, jv v);
-int jv_write_repr(jbuf *b, jv v);
+// Each value printed spends one unit of *budget (shared sub-values can make the text
+// exponentially long); a spent budget fails the buffer like its size cap does.
+int jv_write_str(jbuf *b, jv v, uint64_t *budget);
+int jv_write_repr(jbuf *b, jv v, uint64_t *budget);
 // str() as a value: strings are returned as is, others are formatted into the arena.
-int jv_to_string(jinja_arena *a, jv v, jv *out);
+int jv_to_string(jinja_arena *a, jv v, jv *out, uint64_t *budget);
 // Python float repr ("1.0", "1e+20", "0.1") into buf (at least 32 bytes).
 void jv_format_float(double f, char *buf, size_t size);
 
 // json.dumps(v, ensure_ascii=False, indent=indent (<0: None), sort_keys=sort_keys), as transformers'
-// tojson filter calls it. Fails (message in err) on undefined values or functions.
-int jv_write_json(jbuf *b, jv v, int indent, bool sort_keys, mx_error *err);
+// tojson filter calls it. Fails (message in err) on undefined values or functions, and when sorting
+// keys exhausts *budget.
+int jv_write_json(jbuf *b, jv v, int indent, bool sort_keys, uint64_t *budget, mx_error *err);
 // Converts JSON (borrowing its strings, which must outlive the render) into a value.
 int jv_from_json(jinja_arena *a, json_t *j, jv *out, int depth);
 

@@ -87,6 +87,13 @@ static const render_case CASES[] = {
     {"{% set ns = namespace(x=0) %}{% set ns.x = [ns, 1] %}{{ ns }} {{ ns.x == ns.x }} {{ [ns] == [ns] }}",
      "{}",
      "<Namespace {'x': [<Namespace {...}>, 1]}> True True"},
+    // The same shared value compares equal at once (Python's identity shortcut); powers of -1, 0, 1.
+    {"{% set ns = namespace(a=[1]) %}{% for i in range(60) %}{% set ns.a = [ns.a, ns.a] %}{% endfor %}{{ ns.a == ns.a }} {{ [ns.a] == [ns.a] }} {{ ns.a in [ns.a] }}",
+     "{}",
+     "True True True"},
+    {"{{ (-1) ** 3 }} {{ (-1) ** 4 }} {{ 0 ** 0 }} {{ 0 ** 5 }} {{ 1 ** 99999999999 }} {{ (-1) ** 99999999999 }} {{ 2 ** 62 }}",
+     "{}",
+     "-1 1 1 0 1 -1 4611686018427387904"},
     {"{{ range(5) | list }} {{ range(1, 10, 3) | list }} {{ range(5, 0, -2) | list }}",
      "{}",
      "[0, 1, 2, 3, 4] [1, 4, 7] [5, 3, 1]"},
@@ -293,6 +300,23 @@ static const error_case ERRORS[] = {
     {"{% set x.y = 1 %}", "{\"x\": {}}", "line 1", "non-namespace"},
     {"{{ range(1000000) | length }}", NULL, "line 1", "range() too big"},
     {"{% set xs = range(100000) %}{% for i in xs %}{% for j in xs %}{% endfor %}{% endfor %}", NULL, "line 1", "step limit"},
+    // Values sharing sub-values: walks over their 2^40 paths, and repeated linear scans, end at
+    // the step limit instead of running for hours; printing them ends at the output cap.
+    {"{% set ns = namespace(a=[1], b=[1]) %}{% for i in range(40) %}{% set ns.a = [ns.a, ns.a] %}{% set ns.b = [ns.b, ns.b] %}{% endfor %}{{ ns.a == ns.b }}", NULL, "line 1", "step limit"},
+    {"{% set ns = namespace(a=[1], b=[1]) %}{% for i in range(40) %}{% set ns.a = [ns.a, ns.a] %}{% set ns.b = [ns.b, ns.b] %}{% endfor %}{{ ns.a < ns.b + [2] }}", NULL, "line 1", "step limit"},
+    {"{% set ns = namespace(a=[1], b=[1]) %}{% for i in range(40) %}{% set ns.a = [ns.a, ns.a] %}{% set ns.b = [ns.b, ns.b] %}{% endfor %}{{ ns.a in [0, ns.b] }}", NULL, "line 1", "step limit"},
+    {"{% set ns = namespace(a=[1], b=[1]) %}{% for i in range(40) %}{% set ns.a = [ns.a, ns.a] %}{% set ns.b = [ns.b, ns.b] %}{% endfor %}{{ {ns.a: 1, ns.b: 2} }}", NULL, "line 1", "step limit"},
+    {"{% set ns = namespace(a=[1], b=[1]) %}{% for i in range(40) %}{% set ns.a = [ns.a, ns.a] %}{% set ns.b = [ns.b, ns.b] %}{% endfor %}{{ [ns.a, ns.b] | unique | list }}", NULL, "line 1", "step limit"},
+    {"{% set ns = namespace(a=[1]) %}{% for i in range(40) %}{% set ns.a = [ns.a, ns.a] %}{% endfor %}{{ ns.a | tojson }}", NULL, "line 1", "step limit"},
+    {"{% set ns = namespace(a=[1]) %}{% for i in range(40) %}{% set ns.a = [ns.a, ns.a] %}{% endfor %}{{ ns.a }}", NULL, "line 1", "step limit"},
+    {"{% set ns = namespace(a=[1]) %}{% for i in range(40) %}{% set ns.a = [ns.a, ns.a] %}{% endfor %}{{ ns.a | string | length }}", NULL, "line 1", "step limit"},
+    {"{% set ns = namespace(a=[1]) %}{% for i in range(40) %}{% set ns.a = [ns.a, ns.a] %}{% endfor %}{{ [ns.a] | join(',') }}", NULL, "line 1", "step limit"},
+    {"{% set ns = namespace(a=[1]) %}{% for i in range(40) %}{% set ns.a = [ns.a, ns.a] %}{% endfor %}{{ '%s' % ns.a }}", NULL, "line 1", "step limit"},
+    {"{% set xs = range(20000) | list %}{% for i in xs %}{{ 19999 in xs }}{% endfor %}", NULL, "line 1", "step limit"},
+    {"{% set s = 'x' * 10000000 %}{% for i in range(50000) %}{{ s[i] }}{% endfor %}", NULL, "line 1", "step limit"},
+    {"{% set s = 'x' * 10000000 %}{% for i in range(50000) %}{{ 'y' in s }}{% endfor %}", NULL, "line 1", "step limit"},
+    {"{% set s = 'x' * 10000000 %}{% for i in range(50000) %}{{ s | length }}{% endfor %}", NULL, "line 1", "step limit"},
+    {"{% set s = 'x' * 10000000 %}{% for i in range(50000) %}{{ s.find('y') }}{% endfor %}", NULL, "line 1", "step limit"},
     {"{{ nothing() }}", NULL, "line 1", "'nothing' is undefined"},
     {"{{ 'x' * 1000000000000 }}", NULL, "line 1", "too large"},
     {"{% for a, b in [[1, 2, 3]] %}{% endfor %}", NULL, "line 1", "unpack"},
@@ -335,6 +359,34 @@ static void test_deep_nesting(void) {
     CHECK_MSG(strstr(err.msg, "nested too deeply") != NULL, "%s", err.msg);
     free(out);
     free(src);
+    // Chains nest their nodes as deeply as they are long (a + b + c ..., x|f|g ..., x.a.b ...).
+    static const char *const links[] = {" + 1", " * 1", " ** 1", "|e", ".a", "[0]", "()", " and 1", " or 1",
+                                        " if 1", " is odd"};
+    for (size_t k = 0; k < sizeof links / sizeof *links; k++) {
+        size_t len = strlen(links[k]), reps = 20000;
+        char *chain = malloc(reps * len + 16);
+        n = 0;
+        memcpy(chain + n, "{{ x", 4), n += 4;
+        for (size_t i = 0; i < reps; i++) memcpy(chain + n, links[k], len), n += len;
+        memcpy(chain + n, " }}", 4);
+        mx_error e2 = {{0}};
+        out = render(chain, "{\"x\": 1}", &e2);
+        CHECK_MSG(out == NULL && strstr(e2.msg, "nested too deeply") != NULL, "chain '%s': %s", links[k], e2.msg);
+        free(out);
+        free(chain);
+    }
+    // A recursive macro multiplies the nesting of its body; rendering bounds the total.
+    for (int body = 0; body < 2; body++) {
+        char *m = malloc(4096);
+        n = (size_t)sprintf(m, "{%% macro f(n) %%}%s{{ f(n + 1)", body ? "{% if 1 %}{% if 1 %}" : "");
+        for (int i = 0; i < 150; i++) n += (size_t)sprintf(m + n, "%s", body ? " + 1" : "|e");
+        sprintf(m + n, " }}%s{%% endmacro %%}{{ f(0) }}", body ? "{% endif %}{% endif %}" : "");
+        mx_error e2 = {{0}};
+        out = render(m, NULL, &e2);
+        CHECK_MSG(out == NULL && strstr(e2.msg, "nested too deeply when rendered") != NULL, "%s", e2.msg);
+        free(out);
+        free(m);
+    }
 }
 
 // Malformed inputs: every prefix of a real-looking template either renders or fails with a message.
