@@ -16,6 +16,10 @@
 
 #include "grammar/gram_internal.h"
 
+// Rules (named and the parser's own for groups and repetitions) in one grammar: far more than
+// any JSON schema or tool-call grammar needs, and every check below stays linear in them.
+#define GBNF_MAX_RULES 1000000
+
 typedef struct elem_vec {
     gram_elem *v;
     int32_t n, cap;
@@ -39,14 +43,23 @@ typedef struct parser {
     gram_class *classes;
     int32_t n_classes, cap_classes;
     int32_t n_aux;
+    int32_t *index;       // rule ids by name hash (open addressing, -1 empty, at most half full)
+    int32_t cap_index;
+    const char *where_at; // the last position where() counted up to, and its line and column
+    int32_t where_line, where_col;
 } parser;
 
-static void where(const parser *ps, const char *at, int32_t *line, int32_t *col) {
-    *line = 1, *col = 1;
-    for (const char *q = ps->src; q < at && *q; q++) {
-        if (*q == '\n') (*line)++, *col = 1;
-        else if ((*q & 0xC0) != 0x80) (*col)++;
+// Line and column of `at`. Positions are asked for in increasing order while parsing (one per
+// rule), so counting continues from the previous answer: a long grammar costs linear time.
+static void where(parser *ps, const char *at, int32_t *line, int32_t *col) {
+    if (!ps->where_at || at < ps->where_at) ps->where_at = ps->src, ps->where_line = 1, ps->where_col = 1;
+    const char *q = ps->where_at;
+    for (; q < at && *q; q++) {
+        if (*q == '\n') ps->where_line++, ps->where_col = 1;
+        else if ((*q & 0xC0) != 0x80) ps->where_col++;
     }
+    ps->where_at = q;
+    *line = ps->where_line, *col = ps->where_col;
 }
 
 static int fail_at(parser *ps, const char *at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -189,13 +202,49 @@ static int read_char(parser *ps, uint32_t *cp) {
 
 // ---- rules
 
+// Rule names are looked up through a hash index (grammars may have a great many rules).
+static uint32_t name_hash(const char *s, size_t n) {
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 16777619u;
+    return h;
+}
+
 static int32_t find_rule(parser *ps, const char *name, size_t len) {
-    for (int32_t i = 0; i < ps->n_rules; i++)
-        if (strlen(ps->rules[i].name) == len && memcmp(ps->rules[i].name, name, len) == 0) return i;
-    return -1;
+    if (!ps->cap_index) return -1;
+    uint32_t mask = (uint32_t)ps->cap_index - 1;
+    for (uint32_t i = name_hash(name, len) & mask;; i = (i + 1) & mask) {
+        int32_t id = ps->index[i];
+        if (id < 0) return -1;
+        if (strlen(ps->rules[id].name) == len && memcmp(ps->rules[id].name, name, len) == 0) return id;
+    }
+}
+
+static void index_put(parser *ps, int32_t id) {
+    uint32_t mask = (uint32_t)ps->cap_index - 1;
+    uint32_t i = name_hash(ps->rules[id].name, strlen(ps->rules[id].name)) & mask;
+    while (ps->index[i] >= 0) i = (i + 1) & mask;
+    ps->index[i] = id;
+}
+
+// Adds rule `id` (the newest) to the index, doubling it when it would be more than half full.
+static int index_rule(parser *ps, int32_t id) {
+    if (2 * (int64_t)(id + 1) <= ps->cap_index) {
+        index_put(ps, id);
+        return 0;
+    }
+    int32_t cap = ps->cap_index ? ps->cap_index * 2 : 64;
+    int32_t *index = malloc(sizeof *index * (size_t)cap);
+    if (!index) return -1;
+    memset(index, 0xff, sizeof *index * (size_t)cap);
+    free(ps->index);
+    ps->index = index;
+    ps->cap_index = cap;
+    for (int32_t r = 0; r <= id; r++) index_put(ps, r);
+    return 0;
 }
 
 static int32_t new_rule(parser *ps, const char *name, size_t len, const char *at) {
+    if (ps->n_rules >= GBNF_MAX_RULES) return fail_at(ps, at, "too many rules (limit %d)", GBNF_MAX_RULES);
     if (grow((void **)&ps->rules, &ps->cap_rules, ps->n_rules + 1, sizeof *ps->rules))
         return fail_at(ps, at, "out of memory");
     build_rule *r = &ps->rules[ps->n_rules];
@@ -203,6 +252,10 @@ static int32_t new_rule(parser *ps, const char *name, size_t len, const char *at
     r->name = strndup(name, len);
     if (!r->name) return fail_at(ps, at, "out of memory");
     where(ps, at, &r->line, &r->col);
+    if (index_rule(ps, ps->n_rules) < 0) {
+        free(r->name);
+        return fail_at(ps, at, "out of memory");
+    }
     return ps->n_rules++;
 }
 
@@ -432,50 +485,104 @@ static bool elem_nullable(const gram_elem *e, const bool *nullable) {
            ((e->type == GRAM_REF || e->type == GRAM_REPREF) && nullable[e->arg]);
 }
 
-static void compute_nullable(const parser *ps, bool *nullable) {
-    for (bool changed = true; changed;) {
-        changed = false;
+// Which rules can match the empty string: an alternative is empty-capable when each of its
+// elements is (a repetition with min 0, or a reference to such a rule). Worklist form: each
+// alternative counts the references still unresolved, and each rule that becomes nullable
+// resolves the alternatives that refer to it, so this is linear in the grammar's size.
+static int compute_nullable(const parser *ps, bool *nullable) {
+    int32_t n_alts = 0, n_refs = 0;
+    for (int32_t r = 0; r < ps->n_rules; r++)
+        for (int32_t i = 0; i < ps->rules[r].body.n; i++) {
+            gram_elem e = ps->rules[r].body.v[i];
+            n_alts += e.type == GRAM_ALT || e.type == GRAM_END;
+            n_refs += (e.type == GRAM_REF || e.type == GRAM_REPREF) && !(e.type == GRAM_REPREF && e.min == 0);
+        }
+    int32_t *alt_rule = malloc(sizeof(int32_t) * (size_t)(n_alts + 1)), *pending = malloc(sizeof(int32_t) * (size_t)(n_alts + 1));
+    int32_t *first_user = calloc((size_t)ps->n_rules + 1, sizeof(int32_t)), *users = malloc(sizeof(int32_t) * (size_t)(n_refs + 1));
+    int32_t *queue = malloc(sizeof(int32_t) * (size_t)(ps->n_rules + 1));
+    int rc = alt_rule && pending && first_user && users && queue ? 0 : -1;
+    int32_t head = 0, tail = 0;
+    for (int pass = 0; pass < 2 && rc == 0; pass++) {
+        // Pass 0 counts each rule's referring alternatives (first_user becomes offsets), pass 1
+        // records them and the alternatives already empty-capable.
+        int32_t a = 0;
         for (int32_t r = 0; r < ps->n_rules; r++) {
-            if (nullable[r]) continue;
             const elem_vec *b = &ps->rules[r].body;
-            bool all = true;
+            bool dead = false;
+            int32_t refs = 0;
             for (int32_t i = 0; i < b->n; i++) {
                 gram_elem e = b->v[i];
                 if (e.type == GRAM_ALT || e.type == GRAM_END) {
-                    if (all) {
-                        nullable[r] = changed = true;
-                        break;
+                    if (pass == 1) {
+                        alt_rule[a] = r;
+                        pending[a] = dead ? -1 : refs;
+                        if (!dead && refs == 0 && !nullable[r]) nullable[r] = true, queue[tail++] = r;
                     }
-                    all = true;
-                } else if (!elem_nullable(&e, nullable)) {
-                    all = false;
+                    a++, dead = false, refs = 0;
+                } else if ((e.type == GRAM_REP || e.type == GRAM_REPREF) && e.min == 0) {
+                    continue;
+                } else if (e.type == GRAM_REF || e.type == GRAM_REPREF) {
+                    refs++;
+                    if (pass == 0) first_user[e.arg + 1]++;
+                    else users[first_user[e.arg]++] = a;
+                } else {
+                    dead = true;
                 }
             }
         }
+        if (pass == 0)
+            for (int32_t r = 0; r < ps->n_rules; r++) first_user[r + 1] += first_user[r];
+        else // pass 1 advanced each start to the next rule's: shift back
+            for (int32_t r = ps->n_rules; r > 0; r--) first_user[r] = first_user[r - 1];
+        if (pass == 1) first_user[0] = 0;
     }
+    while (rc == 0 && head < tail) {
+        int32_t s = queue[head++];
+        for (int32_t k = first_user[s]; k < first_user[s + 1]; k++) {
+            int32_t a = users[k];
+            if (pending[a] <= 0 || --pending[a] > 0 || nullable[alt_rule[a]]) continue;
+            nullable[alt_rule[a]] = true;
+            queue[tail++] = alt_rule[a];
+        }
+    }
+    free(alt_rule), free(pending), free(first_user), free(users), free(queue);
+    return rc;
 }
 
-// Depth-first search over "r can start with s" edges; state 1 = on the path, 2 = done.
-static int32_t find_left_cycle(const parser *ps, int32_t r, const bool *nullable, uint8_t *state) {
-    if (state[r] == 1) return r;
-    if (state[r] == 2) return -1;
-    state[r] = 1;
-    const elem_vec *b = &ps->rules[r].body;
-    bool leading = true;
-    for (int32_t i = 0; i < b->n; i++) {
-        gram_elem e = b->v[i];
-        if (e.type == GRAM_ALT || e.type == GRAM_END) {
-            leading = true;
+// Depth-first search over "r can start with s" edges (state 1 = on the path, 2 = done), with an
+// explicit stack: a chain of rules may be as long as the grammar.
+typedef struct dfs_frame {
+    int32_t rule, next;
+    bool leading;
+} dfs_frame;
+
+static int32_t find_left_cycle(const parser *ps, int32_t start, const bool *nullable, uint8_t *state, dfs_frame *stack) {
+    if (state[start]) return -1;
+    int32_t top = 0;
+    stack[0] = (dfs_frame){start, 0, true};
+    state[start] = 1;
+    while (top >= 0) {
+        dfs_frame *f = &stack[top];
+        const elem_vec *b = &ps->rules[f->rule].body;
+        if (f->next >= b->n) {
+            state[f->rule] = 2;
+            top--;
             continue;
         }
-        if (!leading) continue;
-        if (e.type == GRAM_REF || e.type == GRAM_REPREF) {
-            int32_t c = find_left_cycle(ps, e.arg, nullable, state);
-            if (c >= 0) return c;
+        gram_elem e = b->v[f->next++];
+        if (e.type == GRAM_ALT || e.type == GRAM_END) {
+            f->leading = true;
+            continue;
         }
-        leading = elem_nullable(&e, nullable);
+        if (!f->leading) continue;
+        f->leading = elem_nullable(&e, nullable);
+        if (e.type != GRAM_REF && e.type != GRAM_REPREF) continue;
+        if (state[e.arg] == 1) return e.arg;
+        if (state[e.arg] == 0) {
+            state[e.arg] = 1;
+            stack[++top] = (dfs_frame){e.arg, 0, true};
+        }
     }
-    state[r] = 2;
     return -1;
 }
 
@@ -491,11 +598,11 @@ static int check_rules(parser *ps, int32_t *root) {
     if (*root < 0) return mx_fail(ps->err, "grammar: no 'root' rule (the start rule must be named root)");
     bool *nullable = calloc((size_t)ps->n_rules, sizeof *nullable);
     uint8_t *state = calloc((size_t)ps->n_rules, 1);
+    dfs_frame *stack = malloc(sizeof *stack * (size_t)ps->n_rules);
     int rc = 0;
-    if (!nullable || !state) {
+    if (!nullable || !state || !stack || compute_nullable(ps, nullable) < 0) {
         rc = mx_fail(ps->err, "out of memory");
     } else {
-        compute_nullable(ps, nullable);
         for (int32_t r = 0; r < ps->n_rules && rc == 0; r++) {
             const elem_vec *b = &ps->rules[r].body;
             for (int32_t i = 0; i < b->n && rc == 0; i++) {
@@ -506,7 +613,7 @@ static int check_rules(parser *ps, int32_t *root) {
             }
         }
         for (int32_t r = 0; r < ps->n_rules && rc == 0; r++) {
-            int32_t c = find_left_cycle(ps, r, nullable, state);
+            int32_t c = find_left_cycle(ps, r, nullable, state, stack);
             if (c < 0) continue;
             const build_rule *b = &ps->rules[c];
             if (strncmp(b->name, "aux-", 4) == 0)
@@ -520,6 +627,7 @@ static int check_rules(parser *ps, int32_t *root) {
     }
     free(nullable);
     free(state);
+    free(stack);
     return rc;
 }
 
@@ -564,6 +672,7 @@ mx_grammar *mx_grammar_parse(const char *text, mx_error *err) {
         free(ps.rules[r].body.v);
     }
     free(ps.rules);
+    free(ps.index);
     free(ps.classes);
     free(ps.ranges);
     return g;

@@ -36,6 +36,7 @@ struct gram_frame {
     const gram_frame *key;  // the frame whose mask this stack shares (mask_key), NULL until known
     uint32_t hash;
     int32_t mask;       // entry in ix->entries, -1 until computed
+    size_t pool_at;     // where pool_add last put this frame
 };
 
 typedef struct frame_chunk {
@@ -75,6 +76,9 @@ struct mx_gram_index {
     class_table *tables;  // [n_classes]
     const gram_frame **pool;  // sets under construction: ranges [start, end)
     size_t pool_n, pool_cap;
+    size_t null_at;           // where pool_add last put the complete stack (NULL)
+    const gram_frame **work;  // expand's stack of frames still to expand
+    size_t work_n, work_cap;
     bool oom;
 };
 
@@ -144,9 +148,12 @@ static const gram_frame *cont(mx_gram_index *ix, const gram_frame *f) {
 
 // ---- sets of stacks in the pool
 
+// Adds f to the set [start, pool_n) unless it is there. Only the newest set is ever added to (a
+// set is complete before another is started above it), so the position where f was last added
+// tells in one look whether it is in this set: sets of many stacks stay linear to build.
 static void pool_add(mx_gram_index *ix, size_t start, const gram_frame *f) {
-    for (size_t i = start; i < ix->pool_n; i++)
-        if (ix->pool[i] == f) return;
+    size_t at = f ? f->pool_at : ix->null_at;
+    if (at >= start && at < ix->pool_n && ix->pool[at] == f) return;
     if (ix->pool_n == ix->pool_cap) {
         size_t cap = ix->pool_cap ? ix->pool_cap * 2 : 1024;
         const gram_frame **p = realloc(ix->pool, sizeof *p * cap);
@@ -157,23 +164,32 @@ static void pool_add(mx_gram_index *ix, size_t start, const gram_frame *f) {
         ix->pool = p;
         ix->pool_cap = cap;
     }
+    if (f) ((gram_frame *)f)->pool_at = ix->pool_n;
+    else ix->null_at = ix->pool_n;
     ix->pool[ix->pool_n++] = f;
 }
 
-// Adds to the set starting at start every stack f can be at when its top is a character to match
-// (CHAR or REP) or it is complete (NULL).
-static void expand(mx_gram_index *ix, const gram_frame *f, size_t start) {
-    if (ix->oom) return;
-    if (!f) {
-        pool_add(ix, start, NULL);
-        return;
+static void work_push(mx_gram_index *ix, const gram_frame *f) {
+    if (ix->work_n == ix->work_cap) {
+        size_t cap = ix->work_cap ? ix->work_cap * 2 : 256;
+        const gram_frame **w = realloc(ix->work, sizeof *w * cap);
+        if (!w) {
+            ix->oom = true;
+            return;
+        }
+        ix->work = w;
+        ix->work_cap = cap;
     }
-    const gram_elem *e = &ix->g->elems[f->pos];
-    if (e->type == GRAM_CHAR) {
-        pool_add(ix, start, f);
-    } else if (e->type == GRAM_REP) {
-        if (e->max < 0 || f->count < e->max) pool_add(ix, start, f);
-        if (f->count >= e->min) expand(ix, cont(ix, f), start);
+    ix->work[ix->work_n++] = f;
+}
+
+// Pushes the stacks one step of expansion leads to from f (f's top is not a character), in
+// reverse so that they are expanded in order.
+static void expand_step(mx_gram_index *ix, const gram_frame *f) {
+    size_t first = ix->work_n;
+    const gram_elem *e = &ix->g->elems[f->pos], *el = ix->g->elems;
+    if (e->type == GRAM_REP) {
+        if (f->count >= e->min) work_push(ix, cont(ix, f));
     } else if (e->type == GRAM_REPREF) {
         // One more match of the rule, after which the frame is back here with the count advanced
         // (the rule cannot match the empty string, so this ends); or, past min, what follows.
@@ -181,28 +197,50 @@ static void expand(mx_gram_index *ix, const gram_frame *f, size_t start) {
             int32_t c = f->count + 1;
             if (e->max < 0 && c > e->min) c = e->min;
             const gram_frame *again = intern(ix, f->pos, c, f->parent);
-            const gram_elem *el = ix->g->elems;
             for (int32_t a = ix->g->rule_start[e->arg];;) {
                 MX_ASSERT(!ends_alt(&el[a]));
-                expand(ix, intern(ix, a, 0, again), start);
+                work_push(ix, intern(ix, a, 0, again));
                 while (!ends_alt(&el[a])) a++;
                 if (el[a].type == GRAM_END) break;
                 a++;
             }
         }
-        if (f->count >= e->min) expand(ix, cont(ix, f), start);
+        if (f->count >= e->min) work_push(ix, cont(ix, f));
     } else {
         MX_ASSERT(e->type == GRAM_REF);
         const gram_frame *after = cont(ix, f);
-        const gram_elem *el = ix->g->elems;
         for (int32_t a = ix->g->rule_start[e->arg];;) {
-            if (ends_alt(&el[a])) expand(ix, after, start);
-            else expand(ix, intern(ix, a, 0, after), start);
+            work_push(ix, ends_alt(&el[a]) ? after : intern(ix, a, 0, after));
             while (!ends_alt(&el[a])) a++;
             if (el[a].type == GRAM_END) break;
             a++;
         }
     }
+    if (ix->oom) return;
+    for (size_t lo = first, hi = ix->work_n; lo + 1 < hi; lo++, hi--) {
+        const gram_frame *t = ix->work[lo];
+        ix->work[lo] = ix->work[hi - 1];
+        ix->work[hi - 1] = t;
+    }
+}
+
+// Adds to the set starting at start every stack f can be at when its top is a character to match
+// (CHAR or REP) or it is complete (NULL). Iterative: a chain of rule references may be as long as
+// the grammar.
+static void expand(mx_gram_index *ix, const gram_frame *f, size_t start) {
+    size_t base = ix->work_n;
+    work_push(ix, f);
+    while (ix->work_n > base && !ix->oom) {
+        f = ix->work[--ix->work_n];
+        if (!f) {
+            pool_add(ix, start, NULL);
+            continue;
+        }
+        const gram_elem *e = &ix->g->elems[f->pos];
+        if (e->type == GRAM_CHAR || (e->type == GRAM_REP && (e->max < 0 || f->count < e->max))) pool_add(ix, start, f);
+        if (e->type != GRAM_CHAR) expand_step(ix, f);
+    }
+    ix->work_n = base;
 }
 
 // Appends the set reached from [s0, s1) by code point cp; returns its start.
@@ -601,6 +639,7 @@ void mx_gram_index_release(mx_gram_index *ix) {
     }
     free(ix->buckets);
     free(ix->pool);
+    free(ix->work);
     mx_grammar_free(ix->g);
     pthread_mutex_destroy(&ix->mu);
     free(ix);

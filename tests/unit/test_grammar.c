@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "core/clock.h"
 #include "grammar/grammar.h"
 
 static const char *tok_path = "models/qwen3-demo-44m-4bit/tokenizer.json";
@@ -321,6 +322,51 @@ static void test_schema_errors(void) {
     expect_schema_error("{\"type\":\"string\",\"pattern\":\"^[c-a]$\"}", "pattern '^[c-a]$' is not supported: grammar line 1");
 }
 
+// Grammars as long as a request body allows: a chain of 200000 rules (each checks used to recurse
+// once per rule, overflowing the stack) and 100000 alternatives (rule lookup, nullability and the
+// matcher's stack sets used to be quadratic: minutes) parse and match in well under a second each.
+static char *long_grammar(int kind, int n) {
+    size_t cap = (size_t)n * 40 + 64, len = 0;
+    char *t = malloc(cap);
+    if (kind == 0) {
+        len += (size_t)snprintf(t + len, cap - len, "root ::= a0\n");
+        for (int i = 0; i < n; i++) len += (size_t)snprintf(t + len, cap - len, "a%d ::= a%d\n", i, i + 1);
+        snprintf(t + len, cap - len, "a%d ::= \"xyz\"\n", n);
+    } else if (kind == 1) {
+        len += (size_t)snprintf(t + len, cap - len, "root ::= \"q\"");
+        for (int i = 0; i < n; i++) len += (size_t)snprintf(t + len, cap - len, " | \"w%d\"", i);
+        snprintf(t + len, cap - len, "\n");
+    } else {
+        // Each rule is nullable only through the next one, listed after it.
+        len += (size_t)snprintf(t + len, cap - len, "root ::= c0 \"z\"\n");
+        for (int i = 0; i < n; i++) len += (size_t)snprintf(t + len, cap - len, "c%d ::= c%d | \"a\"\n", i, i + 1);
+        snprintf(t + len, cap - len, "c%d ::= \"\"\n", n);
+    }
+    return t;
+}
+
+static void test_long_grammars(fixture *fx) {
+    static const char *const accepted[] = {"xyz", "w99999", "z"};
+    static const int sizes[] = {200000, 100000, 100000};
+    for (int kind = 0; kind < 3; kind++) {
+        char *text = long_grammar(kind, sizes[kind]);
+        double t0 = mx_now();
+        mx_gram_index *ix = index_for(fx, text);
+        bool complete = false;
+        if (ix) CHECK_MSG(feed_text(fx, ix, accepted[kind], &complete) == 0 && complete, "long grammar %d", kind);
+        double dt = mx_now() - t0;
+        CHECK_MSG(dt < 20.0, "long grammar %d took %.1f s", kind, dt);
+        mx_gram_index_release(ix);
+        free(text);
+    }
+    // A left-recursive cycle closed at the end of a long chain is still found.
+    char *text = long_grammar(0, 100000);
+    char *end = strstr(text, "a100000 ::=");
+    snprintf(end, 32, "a100000 ::= a0 \"x\"\n");
+    expect_parse_error(text, "left-recursive");
+    free(text);
+}
+
 int main(void) {
     test_parse_errors();
     test_schema_errors();
@@ -343,6 +389,7 @@ int main(void) {
     test_mask_exhaustive(&fx, "root ::= \"<\" [a-z ]{0,300} \">\"\n",
                          "<the quick brown fox jumps over the lazy dog and keeps running far away>");
     test_schema_walks(&fx);
+    test_long_grammars(&fx);
     mx_gram_vocab_free(fx.v);
     mx_tokenizer_free(fx.tok);
     return check_finish();
