@@ -8,6 +8,7 @@ if(MLXCEL_FUZZ)
   # The parsers alone (no kernels: the CPU kernels use GCC-only target builtins).
   file(GLOB MLXCEL_FUZZ_LIB_SOURCES CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/io/*.c ${PROJECT_SOURCE_DIR}/src/core/*.c
        ${PROJECT_SOURCE_DIR}/src/tokenizer/*.c ${PROJECT_SOURCE_DIR}/src/chat/*.c ${PROJECT_SOURCE_DIR}/src/sample/*.c
+       ${PROJECT_SOURCE_DIR}/src/grammar/*.c
        ${PROJECT_SOURCE_DIR}/src/server/srv_request.c ${PROJECT_SOURCE_DIR}/src/server/srv_output.c
        ${PROJECT_SOURCE_DIR}/src/server/srv_harmony.c ${PROJECT_SOURCE_DIR}/src/server/srv_buf.c)
   add_library(mlxcel_fuzz_parsers STATIC EXCLUDE_FROM_ALL ${MLXCEL_FUZZ_LIB_SOURCES})

@@ -148,3 +148,33 @@ for i, (opts, step, text) in enumerate([
         (0x24, 5, ' to=functions.f<|channel|>commentary json<|message|>{broken<|start|>assistant<|channel|>final<|message|>x <|en'),
 ]):
     put('output', f'harmony{i}', bytes([opts, step]) + text.encode())
+
+# grammar: GBNF texts and JSON schemas (an input starting with '{'), the shapes the schema suite
+# and the grammar tests use.
+for i, g in enumerate([
+        'root ::= "(" [0-9]{1,3} ( "," [0-9]{1,3} )* ")"\n',
+        'root ::= word ( " " word ){0,4} "."\nword ::= [a-z]{1,8}\n',
+        'root ::= ( "yes" | "no" ) "!"?\n',
+        'root ::= "{" ws pair ( "," ws pair )* ws "}"\npair ::= [a-z]+ ":" ws ( [0-9]{1,4} | "\'" [^\']* "\'" )\n'
+        'ws ::= [ \\n]*\n',
+        'root ::= "é" [α-ω]* "漢" # comment\n',
+        'root ::= a\na ::= b | "x"\nb ::= "(" a ")" .\n',
+]):
+    put('grammar', f'gbnf{i}', g)
+STR = {'type': 'string', 'maxLength': 24}
+for i, s in enumerate([
+        {'type': 'object', 'properties': {'name': STR, 'age': {'type': 'integer', 'minimum': 0, 'maximum': 120}},
+         'required': ['name', 'age']},
+        {'type': 'array', 'items': {'type': 'integer', 'minimum': -50, 'maximum': 50}, 'minItems': 1, 'maxItems': 5},
+        {'anyOf': [{'type': 'number'}, {'type': 'string', 'pattern': '^(yes|no|ma+ybe)$'}, {'type': 'null'}]},
+        {'enum': [1, 'two', None, True, {'a': 1}]},
+        {'$defs': {'node': {'type': 'object', 'properties': {
+            'v': {'type': 'integer', 'exclusiveMinimum': 0, 'maximum': 9},
+            'kids': {'type': 'array', 'maxItems': 2, 'items': {'$ref': '#/$defs/node'}}}, 'required': ['v']}},
+         '$ref': '#/$defs/node'},
+        {'type': 'object', 'properties': {'when': {'type': 'string', 'format': 'date-time'},
+                                          'id': {'type': 'string', 'format': 'uuid'}},
+         'additionalProperties': {'type': 'boolean'}},
+        {'type': ['string', 'null'], 'minLength': 2, 'maxLength': 10},
+]):
+    put('grammar', f'schema{i}', json.dumps(s))

@@ -20,6 +20,7 @@ secs=${1:-${MLXCEL_FUZZ_SECONDS:-60}}
 ci_runs() {
   case $1 in
     config) echo 3000000 ;;
+    grammar) echo 2500000 ;;
     jinja) echo 300000 ;;
     output) echo 350000 ;;
     request) echo 15000000 ;;

@@ -366,12 +366,32 @@ void jv_format_float(double f, char *buf, size_t size) {
     snprintf(buf, size, "%s", out);
 }
 
+// Appends "\\xHH" (Python repr) or "\\u00HH" (JSON) for a control byte, without printf: a string of
+// control characters can be hundreds of MiB.
+static void put_hex_escape(jbuf *b, bool json, unsigned char ch) {
+    static const char hex[] = "0123456789abcdef";
+    char e[6] = {'\\', json ? 'u' : 'x', '0', '0', 0, 0};
+    size_t n = 0;
+    if (json) {
+        e[4] = hex[ch >> 4], e[5] = hex[ch & 15];
+        n = 6;
+    } else {
+        e[2] = hex[ch >> 4], e[3] = hex[ch & 15];
+        n = 4;
+    }
+    jbuf_put(b, e, n);
+}
+
 static int write_str_repr(jbuf *b, const char *s, size_t n) {
     bool has_sq = memchr(s, '\'', n) != NULL, has_dq = memchr(s, '"', n) != NULL;
     char q = (has_sq && !has_dq) ? '"' : '\'';
     jbuf_putc(b, q);
-    for (size_t i = 0; i < n; i++) {
+    size_t run = 0; // start of the bytes not yet written (copied in one piece up to the next escape)
+    for (size_t i = 0; i < n && !b->failed; i++) {
         unsigned char ch = (unsigned char)s[i];
+        if (ch != '\\' && ch != (unsigned char)q && ch >= 0x20 && ch != 0x7f) continue;
+        jbuf_put(b, s + run, i - run);
+        run = i + 1;
         if (ch == '\\') jbuf_puts(b, "\\\\");
         else if (ch == (unsigned char)q) {
             jbuf_putc(b, '\\');
@@ -379,9 +399,9 @@ static int write_str_repr(jbuf *b, const char *s, size_t n) {
         } else if (ch == '\n') jbuf_puts(b, "\\n");
         else if (ch == '\r') jbuf_puts(b, "\\r");
         else if (ch == '\t') jbuf_puts(b, "\\t");
-        else if (ch < 0x20 || ch == 0x7f) jbuf_printf(b, "\\x%02x", ch);
-        else jbuf_putc(b, (char)ch);
+        else put_hex_escape(b, false, ch);
     }
+    jbuf_put(b, s + run, n - run);
     return jbuf_putc(b, q);
 }
 
@@ -506,7 +526,7 @@ int jv_to_string(jinja_arena *a, jv v, jv *out, uint64_t *budget) {
 static void write_json_string(jbuf *b, const char *s, size_t n) {
     jbuf_putc(b, '"');
     size_t run = 0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = 0; i < n && !b->failed; i++) {
         unsigned char ch = (unsigned char)s[i];
         if (ch >= 0x20 && ch != '"' && ch != '\\') continue;
         jbuf_put(b, s + run, i - run);
@@ -519,7 +539,7 @@ static void write_json_string(jbuf *b, const char *s, size_t n) {
         case '\t': jbuf_puts(b, "\\t"); break;
         case '\b': jbuf_puts(b, "\\b"); break;
         case '\f': jbuf_puts(b, "\\f"); break;
-        default: jbuf_printf(b, "\\u%04x", ch); break;
+        default: put_hex_escape(b, true, ch); break;
         }
     }
     jbuf_put(b, s + run, n - run);

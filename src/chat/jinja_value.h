@@ -72,7 +72,7 @@ typedef struct jbuf {
     bool failed;
 } jbuf;
 
-#define JBUF_MAX ((size_t)256 << 20)
+#define JBUF_MAX ((size_t)64 << 20) // output and every string; prompts are far smaller (1M tokens ~ 6 MiB)
 
 int jbuf_put(jbuf *b, const char *s, size_t n);
 int jbuf_puts(jbuf *b, const char *s);

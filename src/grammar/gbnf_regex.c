@@ -55,8 +55,9 @@ static int regex_class(regex_in *r, FILE *f) {
         char ch = *r->p;
         if (!ch) return rx_fail(r, "pattern: unterminated '['");
         if (ch == '\\') {
-            r->p++;
-            char e = *r->p++;
+            char e = r->p[1];
+            if (!e) return rx_fail(r, "pattern: unterminated '['");  // the backslash was the last character
+            r->p += 2;
             if (neg && (e == 'd' || e == 'w' || e == 's')) return rx_fail(r, "pattern: \\%c in [^...] is not supported", e);
             if (regex_class_escape(r, f, e)) return -1;
         } else if (ch == '"' || (unsigned char)ch < 0x20) {
@@ -96,6 +97,7 @@ static int regex_atom(regex_in *r, FILE *f, int depth) {
     }
     if (ch == '\\') {
         char e = r->p[1];
+        if (!e) return rx_fail(r, "pattern: a trailing '\\' escapes nothing");
         r->p += 2;
         if (e == 'd' || e == 'w' || e == 's') {
             fputc('[', f);

@@ -577,6 +577,29 @@ static const char json_base_rules[] =
     "boolean ::= \"true\" | \"false\"\n"
     "null ::= \"null\"\n";
 
+// A $ref can lead back to itself through $ref, anyOf and allOf alone ({"$ref": "#"}, or
+// {"anyOf": [{"$ref": "#"}, ...]}): no object or array consumes input on the way, and the grammar
+// is left-recursive. The GBNF parser finds such cycles; its verdict is reported in the schema's terms.
+static int check_compiled(const char *text, const char *top, mx_error *err) {
+    char *whole = NULL;
+    if (top) {
+        size_t n = strlen(top) + strlen(text) + 16;
+        if (!(whole = malloc(n))) return mx_fail(err, "out of memory");
+        snprintf(whole, n, "root ::= %s\n%s", top, text);
+    }
+    mx_error gerr = {{0}};
+    mx_grammar *g = mx_grammar_parse(whole ? whole : text, &gerr);
+    free(whole);
+    if (g) {
+        mx_grammar_free(g);
+        return 0;
+    }
+    if (strstr(gerr.msg, "left-recursive") || strstr(gerr.msg, "without consuming input"))
+        return mx_fail(err, "json schema: a $ref leads back to itself through $ref/anyOf/oneOf/allOf alone (no object "
+                       "or array in between); such schemas are not supported");
+    return mx_fail(err, "json schema: internal error: the compiled grammar does not parse: %s", gerr.msg);
+}
+
 // The grammar text; the schema's value is rule `top` (NULL: root, with whitespace around it).
 static char *schema_gbnf(json_t *schema, const char *top, mx_error *err) {
     char *text = NULL;
@@ -596,7 +619,7 @@ static char *schema_gbnf(json_t *schema, const char *top, mx_error *err) {
     fclose(c.out);
     for (int i = 0; i < c.n_refs; i++) free(c.refs[i].ref);
     free(c.refs);
-    if (id < 0 || c.failed) {
+    if (id < 0 || c.failed || check_compiled(text, top, err) < 0) {
         free(text);
         return NULL;
     }

@@ -319,6 +319,13 @@ static void test_schema_errors(void) {
     expect_schema_error("{\"type\":\"integer\",\"minimum\":5,\"maximum\":2}", "no integer satisfies the bounds");
     expect_schema_error("{\"type\":\"object\",\"required\":[\"x\"],\"properties\":{}}", "required property 'x'");
     expect_schema_error("{\"type\":\"string\",\"pattern\":\"(?=a)b\"}", "lookaround");
+    // $ref cycles that no object or array interrupts would make a left-recursive grammar.
+    expect_schema_error("{\"$ref\":\"#\"}", "leads back to itself");
+    expect_schema_error("{\"anyOf\":[{\"$ref\":\"#/$defs/a\"},{\"type\":\"null\"}],\"$defs\":{\"a\":{\"$ref\":\"#\"}}}",
+                        "leads back to itself");
+    // A backslash ending the pattern (inside a class it used to step past the string's end).
+    expect_schema_error("{\"type\":\"string\",\"pattern\":\"^[ab\\\\\"}", "pattern: unterminated '['");
+    expect_schema_error("{\"type\":\"string\",\"pattern\":\"ab\\\\\"}", "trailing");
     expect_schema_error("{\"type\":\"string\",\"pattern\":\"^[c-a]$\"}", "pattern '^[c-a]$' is not supported: grammar line 1");
 }
 

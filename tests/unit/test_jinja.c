@@ -94,6 +94,10 @@ static const render_case CASES[] = {
     {"{{ (-1) ** 3 }} {{ (-1) ** 4 }} {{ 0 ** 0 }} {{ 0 ** 5 }} {{ 1 ** 99999999999 }} {{ (-1) ** 99999999999 }} {{ 2 ** 62 }}",
      "{}",
      "-1 1 1 0 1 -1 4611686018427387904"},
+    // Escapes in repr() and tojson (written without printf: strings of control characters can be long).
+    {"{{ ['a\\x01\\x7f\\'\"\\\\\\n\\tb', \"it's\"] }} {{ '\\x01\"\\\\x' | tojson }}",
+     "{}",
+     "['a\\x01\\x7f\\'\"\\\\\\n\\tb', \"it's\"] \"\\u0001\\\"\\\\x\""},
     {"{{ range(5) | list }} {{ range(1, 10, 3) | list }} {{ range(5, 0, -2) | list }}",
      "{}",
      "[0, 1, 2, 3, 4] [1, 4, 7] [5, 3, 1]"},
@@ -317,6 +321,9 @@ static const error_case ERRORS[] = {
     {"{% set s = 'x' * 10000000 %}{% for i in range(50000) %}{{ 'y' in s }}{% endfor %}", NULL, "line 1", "step limit"},
     {"{% set s = 'x' * 10000000 %}{% for i in range(50000) %}{{ s | length }}{% endfor %}", NULL, "line 1", "step limit"},
     {"{% set s = 'x' * 10000000 %}{% for i in range(50000) %}{{ s.find('y') }}{% endfor %}", NULL, "line 1", "step limit"},
+    // Escaping every byte of a long string ends at the output cap in well under a second.
+    {"{{ ('\\x0b' * 20000000,) }}", NULL, "line 1", "too large"},
+    {"{{ ('\\x0b' * 20000000) | tojson }}", NULL, "line 1", "too large"},
     {"{{ nothing() }}", NULL, "line 1", "'nothing' is undefined"},
     {"{{ 'x' * 1000000000000 }}", NULL, "line 1", "too large"},
     {"{% for a, b in [[1, 2, 3]] %}{% endfor %}", NULL, "line 1", "unpack"},
