@@ -129,6 +129,8 @@ static int parse_stop(json_t *body, srv_request *r, char *msg, size_t cap) {
     json_t *s = json_object_get(body, "stop");
     if (!s || json_is_null(s)) return 0;
     if (json_is_string(s)) {
+        if (json_string_length(s) > SRV_MAX_STOP_BYTES)
+            return bad(msg, cap, "'stop' strings hold at most %d bytes", SRV_MAX_STOP_BYTES);
         r->stops[r->n_stops++] = json_string_value(s);
         return 0;
     }
@@ -138,6 +140,8 @@ static int parse_stop(json_t *body, srv_request *r, char *msg, size_t cap) {
     json_t *v;
     json_array_foreach(s, i, v) {
         if (!json_is_string(v)) return bad(msg, cap, "'stop[%zu]' must be a string", i);
+        if (json_string_length(v) > SRV_MAX_STOP_BYTES)
+            return bad(msg, cap, "'stop[%zu]' holds more than %d bytes", i, SRV_MAX_STOP_BYTES);
         r->stops[r->n_stops++] = json_string_value(v);
     }
     return 0;

@@ -16,6 +16,9 @@
 #include "sample/sampler.h"
 
 enum { SRV_MAX_CHOICES = 16 };  // `n` at most
+// Bytes in one stop string at most: every generated token checks how much of the text's end could
+// still grow into each stop string, which costs up to the square of its length.
+enum { SRV_MAX_STOP_BYTES = 512 };
 
 typedef enum srv_kind { SRV_KIND_CHAT, SRV_KIND_COMPLETION } srv_kind;
 

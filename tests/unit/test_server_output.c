@@ -213,6 +213,23 @@ static void test_request(void) {
         CHECK_MSG(parse(bad[i].body, bad[i].kind, &r, msg) != 0, "%s accepted", bad[i].body);
         CHECK_MSG(strstr(msg, bad[i].needle) != NULL, "%s: message '%s' lacks '%s'", bad[i].body, msg, bad[i].needle);
     }
+    // Stop strings are bounded (each token's partial-match check costs up to their length squared).
+    for (int len = SRV_MAX_STOP_BYTES; len <= SRV_MAX_STOP_BYTES + 1; len++) {
+        for (int as_list = 0; as_list < 2; as_list++) {
+            char body[2048];
+            int at = snprintf(body, sizeof body, "{\"prompt\":\"x\",\"stop\":%s\"", as_list ? "[\"y\"," : "");
+            memset(body + at, 'a', (size_t)len);
+            snprintf(body + at + len, sizeof body - (size_t)(at + len), "\"%s}", as_list ? "]" : "");
+            msg[0] = 0;
+            int rc = parse(body, SRV_KIND_COMPLETION, &r, msg);
+            if (len <= SRV_MAX_STOP_BYTES) {
+                CHECK_MSG(rc == 0, "a stop string of %d bytes refused: %s", len, msg);
+                if (rc == 0) srv_request_clear(&r);
+            } else {
+                CHECK_MSG(rc != 0 && strstr(msg, "512 bytes"), "a stop string of %d bytes: '%s'", len, msg);
+            }
+        }
+    }
 }
 
 int main(void) {
