@@ -263,10 +263,18 @@ static int gen_object(compiler *c, json_t *s, const char *path) {
     // required names must be declared (an undeclared required name could never be produced)
     size_t i;
     json_t *rv;
+    json_t *required_set = json_object();  // the names, for one lookup per property
+    if (!required_set) return fail(c, path, "out of memory");
     json_array_foreach(req, i, rv) {
-        if (!json_is_string(rv)) return fail(c, path, "'required[%zu]' must be a string", i);
-        if (!json_object_get(props, json_string_value(rv)))
+        if (!json_is_string(rv)) {
+            json_decref(required_set);
+            return fail(c, path, "'required[%zu]' must be a string", i);
+        }
+        if (!json_object_get(props, json_string_value(rv))) {
+            json_decref(required_set);
             return fail(c, path, "required property '%s' is not in 'properties'", json_string_value(rv));
+        }
+        json_object_set(required_set, json_string_value(rv), json_true());
     }
     int extra = -1;  // rule of additional property values, -1: none
     if (addl && !json_is_false(addl)) {
@@ -275,8 +283,12 @@ static int gen_object(compiler *c, json_t *s, const char *path) {
             fputs("value\n", c->out);
         } else if (json_is_object(addl)) {
             snprintf(sub, sizeof sub, "%s/additionalProperties", path);
-            if ((extra = gen(c, addl, sub)) < 0) return -1;
+            if ((extra = gen(c, addl, sub)) < 0) {
+                json_decref(required_set);
+                return -1;
+            }
         } else {
+            json_decref(required_set);
             return fail(c, path, "'additionalProperties' must be a boolean or a schema");
         }
     } else if (!props && !addl) {
@@ -288,6 +300,7 @@ static int gen_object(compiler *c, json_t *s, const char *path) {
     bool *required = calloc(n + 1, sizeof *required);
     if (!vr || !names || !required) {
         free(vr), free(names), free(required);
+        json_decref(required_set);
         return fail(c, path, "out of memory");
     }
     const char *key;
@@ -297,7 +310,7 @@ static int gen_object(compiler *c, json_t *s, const char *path) {
     json_object_foreach(props, key, pv) {
         snprintf(sub, sizeof sub, "%s/properties/%s", path, key);
         names[k] = key;
-        json_array_foreach(req, i, rv) required[k] |= strcmp(json_string_value(rv), key) == 0;
+        required[k] = json_object_get(required_set, key) != NULL;
         if ((vr[k] = gen(c, pv, sub)) < 0) {
             rc = -1;
             break;
@@ -338,6 +351,7 @@ static int gen_object(compiler *c, json_t *s, const char *path) {
         rc = id;
     }
     free(vr), free(names), free(required);
+    json_decref(required_set);
     return rc;
 }
 

@@ -5,6 +5,7 @@
 // that pick uniformly among the allowed tokens until the grammar completes produce text that
 // parses as JSON, for JSON-schema grammars; schema errors name the keyword and path.
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -365,6 +366,26 @@ static void test_long_grammars(fixture *fx) {
         CHECK_MSG(dt < 20.0, "long grammar %d took %.1f s", kind, dt);
         mx_gram_index_release(ix);
         free(text);
+    }
+    // An object of 200000 required properties (each looked through 'required' once: was quadratic).
+    {
+        int n = 200000;
+        json_t *props = json_object(), *req = json_array();
+        for (int i = 0; i < n; i++) {
+            char name[32];
+            snprintf(name, sizeof name, "p%d", i);
+            json_object_set_new(props, name, json_pack("{s:s}", "type", "boolean"));
+            json_array_append_new(req, json_string(name));
+        }
+        json_t *schema = json_pack("{s:s, s:o, s:o}", "type", "object", "properties", props, "required", req);
+        mx_error err = {{0}};
+        double t0 = mx_now();
+        char *g = mx_json_schema_to_gbnf(schema, &err);
+        double dt = mx_now() - t0;
+        CHECK_MSG(g != NULL, "%s", err.msg);
+        CHECK_MSG(dt < 20.0, "a schema of %d properties took %.1f s", n, dt);
+        free(g);
+        json_decref(schema);
     }
     // A left-recursive cycle closed at the end of a long chain is still found.
     char *text = long_grammar(0, 100000);
