@@ -360,6 +360,7 @@ static int64_t as_int(jv v) { return v.kind == JV_BOOL ? v.b : v.i; }
 
 static int concat_strings(jctx *c, int line, jv a, jv b, jv *out) {
     if (a.n + b.n > JBUF_MAX) return jctx_fail(c, line, "string too large");
+    if (jctx_spend(c, line, (a.n + b.n) / 16) < 0) return -1;
     char *p = jinja_arena_alloc(c->ar, a.n + b.n + 1);
     if (!p) return jctx_check_memory(c, line);
     memcpy(p, a.s, a.n);
@@ -372,13 +373,18 @@ static int repeat(jctx *c, int line, jv seq, int64_t times, jv *out) {
     if (times < 0) times = 0;
     if (seq.kind == JV_STRING) {
         if (seq.n && (uint64_t)times > JBUF_MAX / seq.n) return jctx_fail(c, line, "string too large");
-        char *p = jinja_arena_alloc(c->ar, seq.n * (size_t)times + 1);
+        size_t total = seq.n * (size_t)times;
+        if (jctx_spend(c, line, total / 16) < 0) return -1;
+        char *p = jinja_arena_alloc(c->ar, total + 1);
         if (!p) return jctx_check_memory(c, line);
-        for (int64_t i = 0; i < times; i++) memcpy(p + (size_t)i * seq.n, seq.s, seq.n);
-        *out = jv_string(p, seq.n * (size_t)times);
+        // Doubling copies: a short string repeated millions of times is a few dozen memcpy calls.
+        if (total) memcpy(p, seq.s, seq.n);
+        for (size_t done = seq.n; done && done < total; done *= 2) memcpy(p + done, p, done < total - done ? done : total - done);
+        *out = jv_string(p, total);
         return 0;
     }
     if (seq.list->n && (uint64_t)times > (JBUF_MAX / sizeof(jv)) / seq.list->n) return jctx_fail(c, line, "list too large");
+    if (jctx_spend(c, line, (uint64_t)times * seq.list->n) < 0) return -1;
     *out = jv_list_new(c->ar, seq.list->n * (size_t)times);
     if (jctx_check_memory(c, line) < 0) return -1;
     for (int64_t i = 0; i < times; i++) memcpy(out->list->items + (size_t)i * seq.list->n, seq.list->items, seq.list->n * sizeof(jv));
@@ -565,6 +571,8 @@ static int eval_filter(jctx *c, const jnode *n, const jv *base, jv *out) {
 static int eval_node(jctx *c, const jnode *n, jv *out);
 
 static int eval(jctx *c, const jnode *n, jv *out) {
+    // Every node evaluated spends a unit: one statement can be a call with thousands of arguments.
+    if (jctx_spend(c, n->line, 1) < 0) return -1;
     if (c->nesting >= JINJA_MAX_EVAL_DEPTH)
         return jctx_fail(c, n->line, "template nested too deeply when rendered (limit %d levels, macro calls included)",
                          JINJA_MAX_EVAL_DEPTH);
@@ -701,6 +709,8 @@ static int call_macro(jctx *c, int line, const jv_func *f, const jargs *a, jv *o
         return jctx_fail(c, line, "macro '%s' recursion too deep (limit %d)", m->name, JINJA_MAX_CALL_DEPTH);
     if (a->n_pos > m->n_args)
         return jctx_fail(c, line, "macro '%s' takes not more than %zu argument(s)", m->name, m->n_args);
+    // Matching keywords to parameters compares each pair.
+    if (jctx_spend(c, line, (uint64_t)(a->n_kw + 1) * m->n_args) < 0) return -1;
     for (size_t k = 0; k < a->n_kw; k++) {
         bool found = false;
         for (size_t i = 0; i < m->n_args; i++) found |= strcmp(m->args[i]->name, a->kwnames[k]) == 0;

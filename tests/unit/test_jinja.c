@@ -382,6 +382,22 @@ static void test_deep_nesting(void) {
         free(out);
         free(chain);
     }
+    // A call with thousands of keyword arguments, in a long loop: each evaluated node and each
+    // keyword-parameter comparison spends work units (the loop used to run for a minute).
+    {
+        size_t cap = 3000 * 16 + 256;
+        char *wide = malloc(cap);
+        n = (size_t)snprintf(wide, cap, "{%% macro m(");
+        for (int i = 0; i < 3000; i++) n += (size_t)snprintf(wide + n, cap - n, "%sa%d", i ? "," : "", i);
+        n += (size_t)snprintf(wide + n, cap - n, ") %%}{%% endmacro %%}{%% for i in range(100000) %%}{{ m(");
+        for (int i = 0; i < 3000; i++) n += (size_t)snprintf(wide + n, cap - n, "%sa%d=1", i ? "," : "", i);
+        snprintf(wide + n, cap - n, ") }}{%% endfor %%}");
+        mx_error e2 = {{0}};
+        out = render(wide, NULL, &e2);
+        CHECK_MSG(out == NULL && strstr(e2.msg, "step limit") != NULL, "%s", e2.msg);
+        free(out);
+        free(wide);
+    }
     // A recursive macro multiplies the nesting of its body; rendering bounds the total.
     for (int body = 0; body < 2; body++) {
         char *m = malloc(4096);
