@@ -89,7 +89,13 @@ int mx_seq_prepare(mx_seq *s, int vocab, mx_error *err) {
 
 bool mx_seq_update_mask(mx_seq *s) {
     if (!s->o.matcher || s->finish != MX_FINISH_NONE) return s->finish == MX_FINISH_NONE;
-    if (mx_matcher_mask(s->o.matcher, s->mask) > 0) return true;
+    int allowed = mx_matcher_mask(s->o.matcher, s->mask);
+    if (allowed > 0) return true;
+    if (allowed < 0) {
+        snprintf(s->error, sizeof s->error, "grammar: too ambiguous to constrain within the matcher's work limit");
+        mx_seq_end(s, MX_FINISH_ERROR);
+        return false;
+    }
     mx_seq_end(s, MX_FINISH_STOP);  // the grammar is complete and allows no end token
     return false;
 }

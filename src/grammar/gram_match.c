@@ -27,6 +27,7 @@
 #define MASK_CACHE_BYTES ((size_t)192 << 20)  // masks kept per index before the cache is cleared
 #define FRAME_CHUNK 4096
 #define SHORT_BUDGET 32  // per-class bitsets of "at most k characters" for k up to this
+#define GRAM_MAX_MASK_DEPTH 512  // nested repetition masks (see stack_mask)
 
 typedef struct gram_frame gram_frame;
 struct gram_frame {
@@ -77,6 +78,9 @@ struct mx_gram_index {
     const gram_frame **pool;  // sets under construction: ranges [start, end)
     size_t pool_n, pool_cap;
     size_t null_at;           // where pool_add last put the complete stack (NULL)
+    uint64_t work_left;       // steps left to the current mask or accept (MX_GRAM_MAX_WORK)
+    bool too_complex;         // work_left or mask_depth ran out (oom is set too, so that everything stops)
+    int mask_depth;           // repetition masks being computed, each waiting for the next
     const gram_frame **work;  // expand's stack of frames still to expand
     size_t work_n, work_cap;
     bool oom;
@@ -231,6 +235,11 @@ static void expand(mx_gram_index *ix, const gram_frame *f, size_t start) {
     size_t base = ix->work_n;
     work_push(ix, f);
     while (ix->work_n > base && !ix->oom) {
+        if (!ix->work_left) {
+            ix->too_complex = ix->oom = true;
+            break;
+        }
+        ix->work_left--;
         f = ix->work[--ix->work_n];
         if (!f) {
             pool_add(ix, start, NULL);
@@ -246,6 +255,12 @@ static void expand(mx_gram_index *ix, const gram_frame *f, size_t start) {
 // Appends the set reached from [s0, s1) by code point cp; returns its start.
 static size_t advance(mx_gram_index *ix, size_t s0, size_t s1, uint32_t cp) {
     size_t ns = ix->pool_n;
+    if (ix->work_left < s1 - s0) {
+        ix->work_left = 0;
+        ix->too_complex = ix->oom = true;
+        return ns;
+    }
+    ix->work_left -= s1 - s0;
     for (size_t i = s0; i < s1; i++) {
         const gram_frame *f = ix->pool[i];
         if (!f) continue;
@@ -557,12 +572,20 @@ static int32_t stack_mask(mx_gram_index *ix, const gram_frame *f) {
     gram_frame *key = (gram_frame *)mask_key(ix, f);
     if (!key) return -1;
     if (key->mask >= 0) return key->mask;
+    // A repetition's mask needs its continuation's, which may be another repetition's, and so on
+    // (`[a-z]* [0-9]* [a-z]* ...`): that recursion is bounded like the work.
+    if (ix->mask_depth >= GRAM_MAX_MASK_DEPTH) {
+        ix->too_complex = ix->oom = true;
+        return -1;
+    }
     if (key->mask == -2) return -1;  // already being computed further up (cannot happen without left recursion)
     key->mask = -2;
     uint32_t *out = calloc((size_t)ix->v->words, sizeof *out);
     if (!out) return key->mask = -1, ix->oom = true, -1;
     if (ix->g->elems[key->pos].type == GRAM_REP) {
+        ix->mask_depth++;
         compute_rep(ix, key, out);
+        ix->mask_depth--;
     } else {
         size_t s0 = ix->pool_n;
         pool_add(ix, s0, key);
@@ -674,6 +697,7 @@ mx_matcher *mx_matcher_create(mx_gram_index *ix, mx_error *err) {
     m->ix = ix;
     mx_gram_index_retain(ix);
     pthread_mutex_lock(&ix->mu);
+    ix->work_left = MX_GRAM_MAX_WORK;
     size_t s0 = ix->pool_n;
     // The start: every alternative of root, with nothing after it.
     const gram_elem *el = ix->g->elems;
@@ -685,11 +709,13 @@ mx_matcher *mx_matcher_create(mx_gram_index *ix, mx_error *err) {
         a++;
     }
     int rc = ix->oom ? -1 : matcher_store(m, s0, ix->pool_n);
+    bool too_complex = ix->too_complex;
+    ix->oom = ix->too_complex = false;
     ix->pool_n = s0;
     pthread_mutex_unlock(&ix->mu);
     if (rc) {
         mx_matcher_free(m);
-        mx_fail(err, "out of memory");
+        mx_fail(err, too_complex ? "grammar: too ambiguous to follow within the matcher's work limit" : "out of memory");
         return NULL;
     }
     return m;
@@ -716,6 +742,7 @@ int mx_matcher_mask(mx_matcher *m, uint32_t *mask) {
     memset(mask, 0, sizeof *mask * (size_t)v->words);
     if (m->ended) return 0;
     pthread_mutex_lock(&ix->mu);
+    ix->work_left = MX_GRAM_MAX_WORK;
     if (ix->mask_bytes > MASK_CACHE_BYTES) clear_cache(ix);
     bool complete = false;
     if (m->u.need) {
@@ -732,12 +759,12 @@ int mx_matcher_mask(mx_matcher *m, uint32_t *mask) {
             if (idx >= 0) or_entry(ix, idx, mask);
         }
     }
-    bool oom = ix->oom;
-    ix->oom = false;
+    bool oom = ix->oom, too_complex = ix->too_complex;
+    ix->oom = ix->too_complex = false;
     pthread_mutex_unlock(&ix->mu);
     if (oom) {
         memset(mask, 0, sizeof *mask * (size_t)v->words);
-        return 0;
+        return too_complex ? -1 : 0;
     }
     if (complete)
         for (int i = 0; i < v->n_stop; i++) bit_set(mask, v->stop_ids[i]);
@@ -758,6 +785,7 @@ int mx_matcher_accept(mx_matcher *m, int32_t id, mx_error *err) {
     }
     if (id < 0 || id >= v->vocab || !v->bytes[id]) return mx_fail(err, "grammar: token %d cannot match any grammar text", id);
     pthread_mutex_lock(&ix->mu);
+    ix->work_left = MX_GRAM_MAX_WORK;
     size_t top = ix->pool_n;
     size_t s0 = matcher_load(m), s1 = ix->pool_n;
     gram_utf8 u = m->u;
@@ -765,8 +793,10 @@ int mx_matcher_accept(mx_matcher *m, int32_t id, mx_error *err) {
     int rc = ok ? matcher_store(m, s0, s1) : -1;
     if (rc == 0) m->u = u;
     ix->pool_n = top;
-    ix->oom = false;
+    bool too_complex = ix->too_complex;
+    ix->oom = ix->too_complex = false;
     pthread_mutex_unlock(&ix->mu);
+    if (too_complex) return mx_fail(err, "grammar: too ambiguous to follow within the matcher's work limit");
     if (!ok) return mx_fail(err, "grammar: token %d is not allowed here", id);
     if (rc) return mx_fail(err, "out of memory");
     return 0;

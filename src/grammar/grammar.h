@@ -78,8 +78,13 @@ typedef struct mx_matcher mx_matcher;
 mx_matcher *mx_matcher_create(mx_gram_index *ix, mx_error *err);
 void mx_matcher_free(mx_matcher *m);
 // Writes the allowed tokens of the next step into mask[mx_gram_vocab_mask_words]. Returns how
-// many tokens are allowed (0: the grammar cannot go on; the caller ends the sequence).
+// many tokens are allowed (0: the grammar cannot go on; the caller ends the sequence), or -1 when
+// the grammar is too ambiguous to decide within the matcher's work limit (MX_GRAM_MAX_WORK).
 int mx_matcher_mask(mx_matcher *m, uint32_t *mask);
+// Steps (a stack advanced by one character) one mask or one accepted token may take: grammars
+// whose sets of stacks are large everywhere (`root ::= [a-z]* [0-9]* [a-z]* ...` two hundred
+// times) would otherwise take minutes per step.
+#define MX_GRAM_MAX_WORK 100000000ULL
 // Advances over token id. Returns 0, or -1 (err set) when the token is not allowed here; the
 // matcher is then unchanged.
 int mx_matcher_accept(mx_matcher *m, int32_t id, mx_error *err);

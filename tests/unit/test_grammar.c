@@ -387,6 +387,31 @@ static void test_long_grammars(fixture *fx) {
         free(g);
         json_decref(schema);
     }
+    // Two hundred unbounded repetitions in a row, each allowed empty: every stack set holds them
+    // all and each step used to take a minute; the matcher's work limit answers -1 instead.
+    {
+        size_t cap = 200 * 8 + 64, len = 0;
+        char *g = malloc(cap);
+        len += (size_t)snprintf(g + len, cap - len, "root ::=");
+        for (int i = 0; i < 200; i++) len += (size_t)snprintf(g + len, cap - len, i % 2 ? " [a-z]*" : " [0-9]*");
+        snprintf(g + len, cap - len, " \"x\"\n");
+        mx_gram_index *ix = index_for(fx, g);
+        mx_error err = {{0}};
+        mx_matcher *m = ix ? mx_matcher_create(ix, &err) : NULL;
+        CHECK_MSG(m != NULL, "%s", err.msg);
+        if (m) {
+            uint32_t *mask = malloc(sizeof(uint32_t) * (size_t)mx_gram_vocab_mask_words(fx->v));
+            double t0 = mx_now();
+            int allowed = mx_matcher_mask(m, mask);
+            double dt = mx_now() - t0;
+            CHECK_MSG(allowed == -1, "mask of an over-ambiguous grammar: %d", allowed);
+            CHECK_MSG(dt < 20.0, "the work limit took %.1f s", dt);
+            free(mask);
+        }
+        mx_matcher_free(m);
+        mx_gram_index_release(ix);
+        free(g);
+    }
     // A left-recursive cycle closed at the end of a long chain is still found.
     char *text = long_grammar(0, 100000);
     char *end = strstr(text, "a100000 ::=");
