@@ -30,10 +30,15 @@ typedef struct load_ctx {
     size_t concat_cap;
 } load_ctx;
 
+// Token ids index dense per-id tables, so the largest id sets their size: real vocabularies stay
+// below 300k ids, and an id past this bound would ask for gigabytes.
+#define TOK_MAX_ID ((1 << 22) - 1)
+
 static int on_vocab(void *p, const char *key, size_t len, int64_t id) {
     load_ctx *c = p;
-    if (id < 0 || id > INT32_MAX - 1)
-        return mx_fail(c->err, "model.vocab: id %lld of \"%.*s\" is out of range", (long long)id, (int)len, key);
+    if (id < 0 || id > TOK_MAX_ID)
+        return mx_fail(c->err, "model.vocab: id %lld of \"%.*s\" is out of range (0 to %d)", (long long)id, (int)len, key,
+                       TOK_MAX_ID);
     if (c->n_vocab == c->cap_vocab) {
         size_t cap = c->cap_vocab ? c->cap_vocab * 2 : 1024;
         vocab_entry *v = realloc(c->vocab, cap * sizeof *v);
@@ -162,8 +167,8 @@ static int read_added_tokens(load_ctx *c, json_t *list) {
     json_array_foreach(list, i, t) {
         json_t *jid = json_object_get(t, "id"), *jc = json_object_get(t, "content");
         if (!json_is_integer(jid) || !json_is_string(jc) || json_integer_value(jid) < 0 ||
-            json_integer_value(jid) > INT32_MAX - 1 || json_string_length(jc) == 0)
-            return mx_fail(c->err, "added_tokens[%zu]: needs an integer id >= 0 and non-empty content", i);
+            json_integer_value(jid) > TOK_MAX_ID || json_string_length(jc) == 0)
+            return mx_fail(c->err, "added_tokens[%zu]: needs an integer id from 0 to %d and non-empty content", i, TOK_MAX_ID);
         tok_added a = {
             .id = (int32_t)json_integer_value(jid),
             .special = json_is_true(json_object_get(t, "special")),
