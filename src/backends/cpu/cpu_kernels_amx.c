@@ -31,6 +31,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "backends/cpu/cpu_int8_activations.h"
 #include "backends/cpu/cpu_simd_transpose.h"
 
 #define AMX_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c,amx-tile,amx-int8")))
@@ -38,7 +39,7 @@
 
 #define TILE_BYTES 1024
 #define BLOCK_BYTES (3 * TILE_BYTES + 2 * 64)  // one (token tile, 64-column block) of prepared x
-#define Q_STEP 254.0f
+#define Q_STEP CPU_INT8_Q_STEP
 
 // The tile instructions come as asm macros that do not tell the compiler which memory they read;
 // this barrier keeps ordinary stores to the tile buffers ahead of them.
@@ -50,21 +51,10 @@ typedef struct tile_config {
     uint8_t rows[16];
 } tile_config;
 
-static bool format_ok(const mx_matrix *w) {
-    if (w->q.mode != MX_QUANT_AFFINE || (w->q.bits != 4 && w->q.bits != 8)) return false;
-    if (w->q.group_size != 64 && w->q.group_size != 128) return false;
-    return w->cols > 0 && w->cols % w->q.group_size == 0;
-}
-
 size_t cpu_amx_qx_tiles_bytes(const mx_matrix *w, int n) {
-    if (!format_ok(w) || n < 1) return 0;
+    if (!cpu_int8_format_ok(w) || n < 1) return 0;
     size_t tiles = (size_t)(n + 15) / 16, blocks = (size_t)w->cols / 64;
     return tiles * blocks * BLOCK_BYTES;
-}
-
-// Rounds to nearest and narrows 16 floats (|v| <= 127.5) to 16 signed bytes.
-AMX_INLINE static __m128i to_i8(__m512 v) {
-    return _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
 }
 
 // Splits 64 values (already divided by s; in A-row order) into three byte parts: part i's 64 bytes
@@ -72,15 +62,7 @@ AMX_INLINE static __m128i to_i8(__m512 v) {
 // afterwards).
 AMX_INLINE static void split_row(__m512 a, __m512 b, __m512 c, __m512 d, uint8_t *rows) {
     __m512 v[4] = {a, b, c, d};
-    for (int i = 0; i < 4; i++) {
-        __m512 q0 = _mm512_roundscale_ps(v[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        __m512 r1 = _mm512_mul_ps(_mm512_sub_ps(v[i], q0), _mm512_set1_ps(Q_STEP));
-        __m512 q1 = _mm512_roundscale_ps(r1, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        __m512 r2 = _mm512_mul_ps(_mm512_sub_ps(r1, q1), _mm512_set1_ps(Q_STEP));
-        _mm_storeu_si128((__m128i *)(rows + 16 * i), to_i8(q0));
-        _mm_storeu_si128((__m128i *)(rows + TILE_BYTES + 16 * i), to_i8(q1));
-        _mm_storeu_si128((__m128i *)(rows + 2 * TILE_BYTES + 16 * i), to_i8(r2));
-    }
+    for (int i = 0; i < 4; i++) cpu_int8_split3(v[i], rows + 16 * i, TILE_BYTES);
 }
 
 // Per group, the 16 tokens' scales and sums; per 64-column block, each token's three part rows go
@@ -92,25 +74,13 @@ AMX_AVX512 void cpu_amx_quantize_x_tiles(const mx_matrix *w, const float *x, int
     int gs = w->q.group_size;
     bool perm4 = w->q.bits == 4;
     uint8_t *base = (uint8_t *)qx + (size_t)tile * blocks * BLOCK_BYTES;
-    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
     _Alignas(64) uint8_t rows[3 * TILE_BYTES];  // [part][token][64 bytes]
     for (int64_t g0 = 0; g0 < cols; g0 += gs) {
         float amax[16], sum[16];
         for (int t = 0; t < 16; t++) {
             int tok = tile * 16 + t;
             amax[t] = sum[t] = 0.0f;
-            if (tok >= n) continue;
-            const float *xg = x + (int64_t)tok * cols + g0;
-            __m512 mx = _mm512_setzero_ps(), sm = _mm512_setzero_ps();
-            for (int k = 0; k < gs; k += 16) {
-                __m512 v = _mm512_loadu_ps(xg + k);
-                mx = _mm512_max_ps(mx, _mm512_and_ps(v, absmask));
-                sm = _mm512_add_ps(sm, v);
-            }
-            amax[t] = _mm512_reduce_max_ps(mx);
-            sum[t] = _mm512_reduce_add_ps(sm);
+            if (tok < n) cpu_int8_group_stats(x + (int64_t)tok * cols + g0, gs, &amax[t], &sum[t]);
         }
         for (int64_t k0 = g0; k0 < g0 + gs; k0 += 64) {
             uint8_t *blk = base + (size_t)(k0 / 64) * BLOCK_BYTES;
@@ -128,13 +98,8 @@ AMX_AVX512 void cpu_amx_quantize_x_tiles(const mx_matrix *w, const float *x, int
                     c = _mm512_mul_ps(_mm512_loadu_ps(xr + 32), inv);
                     d = _mm512_mul_ps(_mm512_loadu_ps(xr + 48), inv);
                 }
-                if (perm4) {
-                    __m512 e0 = _mm512_permutex2var_ps(a, ev, b), e1 = _mm512_permutex2var_ps(c, ev, d);
-                    __m512 o0 = _mm512_permutex2var_ps(a, od, b), o1 = _mm512_permutex2var_ps(c, od, d);
-                    split_row(e0, e1, o0, o1, rows + t * 64);
-                } else {
-                    split_row(a, b, c, d, rows + t * 64);
-                }
+                if (perm4) cpu_int8_even_odd(&a, &b, &c, &d);
+                split_row(a, b, c, d, rows + t * 64);
             }
             for (int part = 0; part < 3; part++) {
                 __m512i r[16];

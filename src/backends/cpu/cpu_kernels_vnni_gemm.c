@@ -31,6 +31,7 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "backends/cpu/cpu_int8_activations.h"
 #include "backends/cpu/cpu_simd_transpose.h"
 
 #define VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
@@ -41,34 +42,12 @@
 #define SCALES_AT (16 * TOKEN_BYTES)                // then 16 floats s, 16 floats group sum
 #define BLOCK_BYTES (SCALES_AT + 2 * 16 * 4)        // one (16-token tile, 64-column block)
 #define W_BLOCK_BYTES 1024                          // one block of transposed codes: 16 x (16 rows x 4 bytes)
-#define Q_STEP 254.0f
-
-static bool format_ok(const mx_matrix *w) {
-    if (w->q.mode != MX_QUANT_AFFINE || (w->q.bits != 4 && w->q.bits != 8)) return false;
-    if (w->q.group_size != 64 && w->q.group_size != 128) return false;
-    return w->cols > 0 && w->cols % w->q.group_size == 0;
-}
+#define Q_STEP CPU_INT8_Q_STEP
 
 size_t cpu_vnni_qx_tiles_bytes(const mx_matrix *w, int n) {
-    if (!format_ok(w) || n < 1) return 0;
+    if (!cpu_int8_format_ok(w) || n < 1) return 0;
     size_t tiles = (size_t)(n + 15) / 16, blocks = (size_t)w->cols / 64;
     return tiles * blocks * BLOCK_BYTES;
-}
-
-// Rounds to nearest and narrows 16 floats (|v| <= 127.5) to 16 signed bytes.
-VNNI_INLINE static __m128i to_i8(__m512 v) {
-    return _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
-}
-
-// Splits 16 values (already divided by s) into three byte parts, stored at dst, dst + 64, dst + 128.
-VNNI_INLINE static void split16(__m512 v, uint8_t *dst) {
-    __m512 q0 = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r1 = _mm512_mul_ps(_mm512_sub_ps(v, q0), _mm512_set1_ps(Q_STEP));
-    __m512 q1 = _mm512_roundscale_ps(r1, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r2 = _mm512_mul_ps(_mm512_sub_ps(r1, q1), _mm512_set1_ps(Q_STEP));
-    _mm_storeu_si128((__m128i *)dst, to_i8(q0));
-    _mm_storeu_si128((__m128i *)(dst + 64), to_i8(q1));
-    _mm_storeu_si128((__m128i *)(dst + 128), to_i8(r2));
 }
 
 VNNI void cpu_vnni_quantize_x_tiles(const mx_matrix *w, const float *x, int n, int tile, void *qx) {
@@ -76,24 +55,12 @@ VNNI void cpu_vnni_quantize_x_tiles(const mx_matrix *w, const float *x, int n, i
     int gs = w->q.group_size;
     bool perm4 = w->q.bits == 4;
     uint8_t *base = (uint8_t *)qx + (size_t)tile * blocks * BLOCK_BYTES;
-    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
     for (int t = 0; t < 16; t++) {
         int tok = tile * 16 + t;
         const float *xr = x + (int64_t)tok * cols;
         for (int64_t g0 = 0; g0 < cols; g0 += gs) {
             float amax = 0.0f, sum = 0.0f;
-            if (tok < n) {
-                __m512 mx = _mm512_setzero_ps(), sm = _mm512_setzero_ps();
-                for (int k = 0; k < gs; k += 16) {
-                    __m512 v = _mm512_loadu_ps(xr + g0 + k);
-                    mx = _mm512_max_ps(mx, _mm512_and_ps(v, absmask));
-                    sm = _mm512_add_ps(sm, v);
-                }
-                amax = _mm512_reduce_max_ps(mx);
-                sum = _mm512_reduce_add_ps(sm);
-            }
+            if (tok < n) cpu_int8_group_stats(xr + g0, gs, &amax, &sum);
             __m512 inv = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
             for (int64_t k0 = g0; k0 < g0 + gs; k0 += 64) {
                 uint8_t *blk = base + (size_t)(k0 / 64) * BLOCK_BYTES;
@@ -109,15 +76,11 @@ VNNI void cpu_vnni_quantize_x_tiles(const mx_matrix *w, const float *x, int n, i
                 __m512 b = _mm512_mul_ps(_mm512_loadu_ps(xr + k0 + 16), inv);
                 __m512 c = _mm512_mul_ps(_mm512_loadu_ps(xr + k0 + 32), inv);
                 __m512 d = _mm512_mul_ps(_mm512_loadu_ps(xr + k0 + 48), inv);
-                if (perm4) {
-                    __m512 e0 = _mm512_permutex2var_ps(a, ev, b), e1 = _mm512_permutex2var_ps(c, ev, d);
-                    __m512 o0 = _mm512_permutex2var_ps(a, od, b), o1 = _mm512_permutex2var_ps(c, od, d);
-                    a = e0, b = e1, c = o0, d = o1;
-                }
-                split16(a, dst);
-                split16(b, dst + 16);
-                split16(c, dst + 32);
-                split16(d, dst + 48);
+                if (perm4) cpu_int8_even_odd(&a, &b, &c, &d);
+                cpu_int8_split3(a, dst, 64);
+                cpu_int8_split3(b, dst + 16, 64);
+                cpu_int8_split3(c, dst + 32, 64);
+                cpu_int8_split3(d, dst + 48, 64);
             }
         }
     }

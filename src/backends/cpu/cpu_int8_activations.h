@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: MIT
+// What the two integer batch kernels (cpu_kernels_amx.c on tiles, cpu_kernels_vnni_gemm.c on
+// vector registers) share in preparing activations: which weight formats they take, each
+// group's max|x| and exact sum, the 4-bit column order (even columns, then odd, as the packed
+// nibbles unpack), and the split of values already divided by s = max|x| / 127 into three signed
+// bytes q0 + q1 / 254 + q2 / 254^2. Private to src/backends/cpu/; include it only from files whose
+// functions carry the AVX-512 target attributes.
+#ifndef MX_BACKENDS_CPU_INT8_ACTIVATIONS_H
+#define MX_BACKENDS_CPU_INT8_ACTIVATIONS_H
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/quant.h"
+
+#define CPU_INT8_TARGET target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")
+#define CPU_INT8_Q_STEP 254.0f
+
+// Affine 4- or 8-bit weights in groups of 64 or 128 whole columns.
+static inline bool cpu_int8_format_ok(const mx_matrix *w) {
+    if (w->q.mode != MX_QUANT_AFFINE || (w->q.bits != 4 && w->q.bits != 8)) return false;
+    if (w->q.group_size != 64 && w->q.group_size != 128) return false;
+    return w->cols > 0 && w->cols % w->q.group_size == 0;
+}
+
+// max|x| and the float sum of one group of gs (a multiple of 16) values.
+__attribute__((CPU_INT8_TARGET, always_inline)) static inline void cpu_int8_group_stats(const float *xg, int gs,
+                                                                                       float *amax, float *sum) {
+    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    __m512 mx = _mm512_setzero_ps(), sm = _mm512_setzero_ps();
+    for (int k = 0; k < gs; k += 16) {
+        __m512 v = _mm512_loadu_ps(xg + k);
+        mx = _mm512_max_ps(mx, _mm512_and_ps(v, absmask));
+        sm = _mm512_add_ps(sm, v);
+    }
+    *amax = _mm512_reduce_max_ps(mx);
+    *sum = _mm512_reduce_add_ps(sm);
+}
+
+// 64 columns a..d (16 each) reordered as the 4-bit codes unpack: the 32 even columns, then the 32 odd.
+__attribute__((CPU_INT8_TARGET, always_inline)) static inline void cpu_int8_even_odd(__m512 *a, __m512 *b, __m512 *c,
+                                                                                    __m512 *d) {
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    __m512 e0 = _mm512_permutex2var_ps(*a, ev, *b), e1 = _mm512_permutex2var_ps(*c, ev, *d);
+    __m512 o0 = _mm512_permutex2var_ps(*a, od, *b), o1 = _mm512_permutex2var_ps(*c, od, *d);
+    *a = e0, *b = e1, *c = o0, *d = o1;
+}
+
+// Rounds to nearest and narrows 16 floats (|v| <= 127.5) to 16 signed bytes.
+__attribute__((CPU_INT8_TARGET, always_inline)) static inline __m128i cpu_int8_narrow(__m512 v) {
+    return _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+}
+
+// Splits 16 values (already divided by s) into three byte parts, stored at dst, dst + part_stride
+// and dst + 2 * part_stride.
+__attribute__((CPU_INT8_TARGET, always_inline)) static inline void cpu_int8_split3(__m512 v, uint8_t *dst,
+                                                                                  size_t part_stride) {
+    __m512 q0 = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r1 = _mm512_mul_ps(_mm512_sub_ps(v, q0), _mm512_set1_ps(CPU_INT8_Q_STEP));
+    __m512 q1 = _mm512_roundscale_ps(r1, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r2 = _mm512_mul_ps(_mm512_sub_ps(r1, q1), _mm512_set1_ps(CPU_INT8_Q_STEP));
+    _mm_storeu_si128((__m128i *)dst, cpu_int8_narrow(q0));
+    _mm_storeu_si128((__m128i *)(dst + part_stride), cpu_int8_narrow(q1));
+    _mm_storeu_si128((__m128i *)(dst + 2 * part_stride), cpu_int8_narrow(r2));
+}
+
+#endif
+#endif
