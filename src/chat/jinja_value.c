@@ -488,17 +488,12 @@ static int write_text(jbuf *b, jv v, bool repr, print_path *path) {
     return 0;
 }
 
+// The path lives on the stack (2 KB, once per printed value, not per level).
 static int write_top(jbuf *b, jv v, bool repr, uint64_t *budget) {
-    print_path *path = malloc(sizeof *path);
-    if (!path) {
-        b->failed = true;
-        return -1;
-    }
-    path->depth = path->namespaces_open = 0;
-    path->budget = budget;
-    int rc = write_text(b, v, repr, path);
-    free(path);
-    return rc;
+    print_path path;
+    path.depth = path.namespaces_open = 0;
+    path.budget = budget;
+    return write_text(b, v, repr, &path);
 }
 
 int jv_write_str(jbuf *b, jv v, uint64_t *budget) { return write_top(b, v, false, budget); }
