@@ -664,7 +664,9 @@ char *mx_json_schemas_to_gbnf_rules(json_t *const *schemas, const char *const *r
     fclose(c.out);
     for (int k = 0; k < c.n_refs; k++) free(c.refs[k].ref);
     free(c.refs);
-    if (c.failed) {
+    // The parser checks every rule for left recursion, reachable from root or not, so any one
+    // start rule stands for all the schemas.
+    if (c.failed || check_compiled(text, n > 0 ? rules[0] : "value", err) < 0) {
         free(text);
         return NULL;
     }

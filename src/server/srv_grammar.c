@@ -125,25 +125,17 @@ fail:
     return NULL;
 }
 
-// The JSON schema of one call: {"name": const NAME, "arguments": PARAMETERS}.
-static json_t *call_schema(json_t *tool) {
-    json_t *f = json_object_get(tool, "function");
-    json_t *params = json_object_get(f, "parameters");
-    json_t *args = params ? json_deep_copy(params) : json_pack("{s:s}", "type", "object");
-    return json_pack("{s:s, s:{s:{s:O}, s:o}, s:[s, s], s:b}", "type", "object", "properties", "name", "const",
-                     json_object_get(f, "name"), "arguments", args, "required", "name", "arguments",
-                     "additionalProperties", 0);
-}
-
 static bool tool_wanted(const srv_request *r, json_t *tool) {
     const char *name = json_string_value(json_object_get(json_object_get(tool, "function"), "name"));
     return r->tool_choice != SRV_TOOLS_NAMED || strcmp(name, r->tool_name) == 0;
 }
 
-// Formats that write a call as PRE NAME MID ARGS: one schema rule per tool (argsK) and `answer`
-// as the alternatives `PRE NAME MID argsK`. Mistral's [ARGS] form: [TOOL_CALLS] NAME [ARGS];
-// harmony: <|channel|>commentary to=functions. NAME " <|constrain|>json<|message|>". Returns the
-// rules (malloc'ed) or NULL with err set.
+// One schema rule per tool (argsK: each tool's parameters compile as a schema of their own, so
+// their $ref resolves within them) and `answer` as the alternatives, one per tool. With pre set a
+// call is PRE NAME MID argsK: Mistral's [ARGS] form [TOOL_CALLS] NAME [ARGS]; harmony
+// <|channel|>commentary to=functions. NAME " <|constrain|>json<|message|>". With pre NULL it is the
+// JSON object {"name": NAME, "arguments": argsK} (Qwen/Hermes and Llama 3.x). Returns the rules
+// (malloc'ed) or NULL with err set.
 static char *named_call_rules(const srv_request *r, const char *pre, const char *mid, mx_error *err) {
     size_t n_tools = json_array_size(r->tools), n = 0, i;
     json_t **schemas = calloc(n_tools + 1, sizeof *schemas);
@@ -170,13 +162,27 @@ static char *named_call_rules(const srv_request *r, const char *pre, const char 
     json_array_foreach(r->tools, i, t) {
         if (!tool_wanted(r, t)) continue;
         fputs(n ? " | " : "", f);
-        const char *name = json_string_value(json_object_get(json_object_get(t, "function"), "name"));
-        mx_gbnf_put_literal(f, pre, strlen(pre));
-        fputc(' ', f);
-        mx_gbnf_put_literal(f, name, strlen(name));
-        fputc(' ', f);
-        mx_gbnf_put_literal(f, mid, strlen(mid));
-        fprintf(f, " args%zu", n);
+        json_t *name = json_object_get(json_object_get(t, "function"), "name");
+        if (pre) {
+            mx_gbnf_put_literal(f, pre, strlen(pre));
+            fputc(' ', f);
+            mx_gbnf_put_literal(f, json_string_value(name), json_string_length(name));
+            fputc(' ', f);
+            mx_gbnf_put_literal(f, mid, strlen(mid));
+            fprintf(f, " args%zu", n);
+        } else {
+            char *quoted = json_dumps(name, JSON_ENCODE_ANY);
+            if (!quoted) {
+                fclose(f);
+                free(text);
+                text = NULL;
+                goto done;
+            }
+            fputs("\"{\" ws \"\\\"name\\\"\" ws \":\" ws ", f);
+            mx_gbnf_put_literal(f, quoted, strlen(quoted));
+            fprintf(f, " ws \",\" ws \"\\\"arguments\\\"\" ws \":\" ws args%zu ws \"}\"", n);
+            free(quoted);
+        }
         n++;
     }
     fputc('\n', f);
@@ -223,22 +229,15 @@ char *srv_grammar_text(const srv_request *r, srv_call_format calls, bool think_o
     }
     bool tools = r->tool_choice == SRV_TOOLS_REQUIRED || r->tool_choice == SRV_TOOLS_NAMED;
     if (!r->json_object && !tools) return NULL;
-    json_t *schema = NULL;
     char *body;
     if (tools && calls == SRV_CALLS_MISTRAL_ARGS) {
         body = named_call_rules(r, "[TOOL_CALLS]", "[ARGS]", &err);
     } else if (tools && calls == SRV_CALLS_HARMONY) {
         body = named_call_rules(r, HARMONY_CALL_PRE, HARMONY_CALL_MID, &err);
+    } else if (tools) {
+        body = named_call_rules(r, NULL, NULL, &err);
     } else {
-        if (tools) {
-            json_t *alts = json_array();
-            size_t i;
-            json_t *t;
-            json_array_foreach(r->tools, i, t) if (tool_wanted(r, t)) json_array_append_new(alts, call_schema(t));
-            schema = json_pack("{s:o}", "anyOf", alts);
-        }
-        body = mx_json_schema_to_gbnf_rule(tools ? schema : r->json_schema, "answer", &err);
-        json_decref(schema);
+        body = mx_json_schema_to_gbnf_rule(r->json_schema, "answer", &err);
     }
     if (!body) {
         *status = 400;

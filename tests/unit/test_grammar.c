@@ -324,6 +324,19 @@ static void test_schema_errors(void) {
     expect_schema_error("{\"$ref\":\"#\"}", "leads back to itself");
     expect_schema_error("{\"anyOf\":[{\"$ref\":\"#/$defs/a\"},{\"type\":\"null\"}],\"$defs\":{\"a\":{\"$ref\":\"#\"}}}",
                         "leads back to itself");
+    // The same cycle in one of several schemas compiled together (tool calls) gets the same error,
+    // not the GBNF parser's left-recursion message.
+    json_t *ok = json_loads("{\"type\":\"object\"}", 0, NULL);
+    json_t *cyclic = json_loads("{\"anyOf\":[{\"$ref\":\"#\"},{\"type\":\"null\"}]}", 0, NULL);
+    json_t *const schemas[] = {ok, cyclic};
+    const char *const rules[] = {"args0", "args1"};
+    mx_error err = {{0}};
+    char *text = mx_json_schemas_to_gbnf_rules(schemas, rules, 2, &err);
+    CHECK_MSG(text == NULL && strstr(err.msg, "leads back to itself") != NULL, "schemas with a $ref cycle: '%s'",
+              text ? text : err.msg);
+    free(text);
+    json_decref(ok);
+    json_decref(cyclic);
     // A backslash ending the pattern (inside a class it used to step past the string's end).
     expect_schema_error("{\"type\":\"string\",\"pattern\":\"^[ab\\\\\"}", "pattern: unterminated '['");
     expect_schema_error("{\"type\":\"string\",\"pattern\":\"ab\\\\\"}", "trailing");

@@ -137,11 +137,12 @@ static bool grammar_accepts(fixture *fx, mx_gram_index *ix, const char *text) {
     return ok;
 }
 
+// get_weather's $ref resolves within its parameters, in every call format.
 static const char tools_request[] =
     "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tool_choice\": %s, \"parallel_tool_calls\": %s, \"tools\": ["
     "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"parameters\": {\"type\": \"object\", "
-    "\"properties\": {\"city\": {\"type\": \"string\", \"maxLength\": 10}, \"unit\": {\"enum\": [\"c\", \"f\"]}}, "
-    "\"required\": [\"city\", \"unit\"]}}},"
+    "\"properties\": {\"city\": {\"type\": \"string\", \"maxLength\": 10}, \"unit\": {\"$ref\": \"#/$defs/unit\"}}, "
+    "\"$defs\": {\"unit\": {\"enum\": [\"c\", \"f\"]}}, \"required\": [\"city\", \"unit\"]}}},"
     "{\"type\": \"function\", \"function\": {\"name\": \"now\"}}]}";
 
 typedef struct gcase {
@@ -168,6 +169,11 @@ static void test_forced_grammars(fixture *fx) {
          "[TOOL_CALLS][{\"name\": \"now\", \"arguments\": {}}, {\"name\": \"now\", \"arguments\": {}}]", false, 0},
         {SRV_CALLS_MISTRAL_LIST, "\"required\"", "true", "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}]", false, 0},
         {SRV_CALLS_TAGGED, "\"required\"", "true", "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>", true, 1},
+        {SRV_CALLS_TAGGED, "\"required\"", "true",
+         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\", \"unit\": \"f\"}}\n</tool_call>", true, 1},
+        {SRV_CALLS_TAGGED, "\"required\"", "true",
+         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\", \"unit\": \"k\"}}\n</tool_call>", false, 0},
+        {SRV_CALLS_TAGGED, "\"required\"", "true", "<tool_call>\n{\"name\": \"nope\", \"arguments\": {}}\n</tool_call>", false, 0},
     };
     for (size_t k = 0; k < sizeof cases / sizeof *cases; k++) {
         const gcase *c = &cases[k];
@@ -203,7 +209,33 @@ static void test_forced_grammars(fixture *fx) {
     }
 }
 
+// A tool whose parameters' $ref leads back to itself with no object or array in between is a 400
+// in the schema's terms, in the formats that compile one schema per tool and in the one-schema form.
+static void test_cyclic_tool_schema(void) {
+    static const char body[] =
+        "{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}], \"tool_choice\": \"required\", \"tools\": ["
+        "{\"type\": \"function\", \"function\": {\"name\": \"now\"}},"
+        "{\"type\": \"function\", \"function\": {\"name\": \"loop\", \"parameters\": "
+        "{\"anyOf\": [{\"$ref\": \"#\"}, {\"type\": \"object\"}]}}}]}";
+    static const srv_call_format formats[] = {SRV_CALLS_MISTRAL_ARGS, SRV_CALLS_HARMONY, SRV_CALLS_TAGGED};
+    for (size_t k = 0; k < sizeof formats / sizeof *formats; k++) {
+        char msg[256] = "";
+        json_t *j = json_loads(body, 0, NULL);
+        mx_sampling d = mx_sampling_defaults();
+        srv_request r;
+        CHECK(j && srv_request_parse(j, SRV_KIND_CHAT, &d, &r, msg, sizeof msg) == 0);
+        unsigned status = 0;
+        char *gbnf = srv_grammar_text(&r, formats[k], false, &status, msg, sizeof msg);
+        CHECK_MSG(gbnf == NULL && status == 400 && strstr(msg, "tools: json schema: a $ref leads back to itself"),
+                  "format %zu: status %u, '%s'", k, status, gbnf ? gbnf : msg);
+        free(gbnf);
+        srv_request_clear(&r);
+        json_decref(j);
+    }
+}
+
 int main(void) {
+    test_cyclic_tool_schema();
     test_list_form();
     test_args_form();
     test_not_calls();
