@@ -11,6 +11,7 @@
 #include "server/srv_buf.h"
 #include "server/srv_harmony.h"
 #include "server/srv_scan.h"
+#include "server/srv_stop_match.h"
 
 enum { SEG_CONTENT, SEG_THINK, SEG_TOOL };
 
@@ -22,8 +23,7 @@ typedef struct out_tool {
 enum { JSON_OFF, JSON_UNDECIDED, JSON_HOLD, JSON_CONTENT };  // json_state
 
 struct srv_output {
-    char **stops;
-    int n_stops;
+    srv_stop_match *stops;  // NULL: no stop strings
     bool parse_think, parse_tools;
     bool stopped, finished;
     bool think_allowed;  // <think> may still open (nothing but whitespace released yet)
@@ -50,14 +50,9 @@ static void harmony_call(void *u, const char *name, size_t name_len, const char 
 srv_output *srv_output_create(const srv_output_opts *opt) {
     srv_output *o = calloc(1, sizeof *o);
     if (!o) return NULL;
-    if (opt->n_stops > 0) {
-        o->stops = calloc((size_t)opt->n_stops, sizeof *o->stops);
-        if (!o->stops) {
-            free(o);
-            return NULL;
-        }
-        for (int i = 0; i < opt->n_stops; i++)
-            if (opt->stops[i] && opt->stops[i][0]) o->stops[o->n_stops++] = strdup(opt->stops[i]);
+    if (opt->n_stops > 0 && !(o->stops = srv_stop_match_create(opt->stops, opt->n_stops))) {
+        free(o);
+        return NULL;
     }
     o->parse_think = opt->parse_think;
     o->parse_tools = opt->parse_tools;
@@ -80,8 +75,7 @@ srv_output *srv_output_create(const srv_output_opts *opt) {
 
 void srv_output_free(srv_output *o) {
     if (!o) return;
-    for (int i = 0; i < o->n_stops; i++) free(o->stops[i]);
-    free(o->stops);
+    srv_stop_match_free(o->stops);
     for (int i = 0; i < o->n_tools; i++) free(o->tools[i].name), free(o->tools[i].args);
     free(o->tools);
     srv_buf_free(&o->pending);
@@ -361,24 +355,17 @@ bool srv_output_push(srv_output *o, const char *text, size_t len) {
     if (o->stopped || o->finished) return o->stopped;
     srv_buf_append(&o->pending, text, len);
     const char *s = srv_buf_str(&o->pending);
-    size_t n = o->pending.n;
-    const char *first = NULL;
-    for (int i = 0; i < o->n_stops; i++) {
-        const char *t = srv_find(s, n, o->stops[i]);
-        if (t && (!first || t < first)) first = t;
-    }
-    if (first) {
-        release(o, s, (size_t)(first - s));
+    size_t n = o->pending.n, tail = 0;
+    // pending holds the automata's longest partial match, so a stop string starts within it.
+    if (o->stops && srv_stop_match_feed(o->stops, text, len, &tail)) {
+        release(o, s, tail < n ? n - tail : 0);
         srv_buf_free(&o->pending);
         o->stopped = true;
         srv_output_finish(o);
         return true;
     }
-    size_t hold = 0;
-    for (int i = 0; i < o->n_stops; i++) {
-        size_t h = srv_partial_suffix(s, n, o->stops[i]);
-        if (h > hold) hold = h;
-    }
+    size_t hold = o->stops ? srv_stop_match_partial(o->stops) : 0;
+    if (hold > n) hold = n;  // (pending lost bytes to an allocation failure)
     release(o, s, n - hold);
     srv_buf_consume(&o->pending, n - hold);
     return false;

@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "check.h"
+#include "core/clock.h"
+#include "test_rng.h"
 #include "server/srv_output.h"
 #include "server/srv_request.h"
 
@@ -50,6 +52,107 @@ static void test_stops(void) {
     o = srv_output_create(&oo);
     CHECK(!feed(o, "ends with ST", 3));
     CHECK_STR(srv_output_content(o, NULL), "ends with ST");
+    srv_output_free(o);
+}
+
+// The rule stop strings follow, written the plain way: after each push, the earliest-starting
+// occurrence in the held text ends it; otherwise everything but the longest tail that is a proper
+// prefix of a stop string is released. Returns whether a stop matched; *released grows.
+typedef struct plain_stops {
+    const char *const *stops;
+    int n;
+    char held[4096];
+    size_t n_held;
+} plain_stops;
+
+static bool plain_push(plain_stops *p, const char *s, size_t k, char *released, size_t *n_released) {
+    memcpy(p->held + p->n_held, s, k);
+    p->n_held += k;
+    const char *first = NULL;
+    for (int i = 0; i < p->n; i++) {
+        const char *t = memmem(p->held, p->n_held, p->stops[i], strlen(p->stops[i]));
+        if (t && (!first || t < first)) first = t;
+    }
+    size_t out = p->n_held, hold = 0;
+    if (first) out = (size_t)(first - p->held);
+    for (int i = 0; i < p->n && !first; i++) {
+        size_t m = strlen(p->stops[i]);
+        for (size_t h = m - 1 < p->n_held ? m - 1 : p->n_held; h > hold; h--)
+            if (memcmp(p->held + p->n_held - h, p->stops[i], h) == 0) {
+                hold = h;
+                break;
+            }
+    }
+    out -= first ? 0 : hold;
+    memcpy(released + *n_released, p->held, out);
+    *n_released += out;
+    memmove(p->held, p->held + out, p->n_held - out);
+    p->n_held -= out;
+    return first != NULL;
+}
+
+// Random texts over a small alphabet with overlapping stop strings (borders, one inside another),
+// pushed in random pieces: the released text after every push equals the plain rule's.
+static void test_stops_random(void) {
+    static const char *const sets[][3] = {
+        {"aab", "ab", "ba"}, {"abab", "aba", "bb"}, {"aaaa", "abaab", "b"}, {"abcab", "cabc", "bca"}};
+    test_rng rng = {0x5eed5eedULL};
+    for (int trial = 0; trial < 2000; trial++) {
+        const char *const *stops = sets[trial % 4];
+        int n_stops = 1 + (int)(test_rng_u32(&rng) % 3);
+        char text[200];
+        size_t len = 1 + test_rng_u32(&rng) % (sizeof text - 1);
+        for (size_t i = 0; i < len; i++) text[i] = "abc"[test_rng_u32(&rng) % (trial % 4 == 3 ? 3 : 2)];
+        srv_output_opts oo = {stops, n_stops, false, false, false, false, false, false};
+        srv_output *o = srv_output_create(&oo);
+        plain_stops p = {stops, n_stops, {0}, 0};
+        char want[256];
+        size_t n_want = 0;
+        bool stopped = false;
+        for (size_t i = 0; i < len && !stopped;) {
+            size_t k = 1 + test_rng_u32(&rng) % 7;
+            if (k > len - i) k = len - i;
+            stopped = plain_push(&p, text + i, k, want, &n_want);
+            CHECK_MSG(srv_output_push(o, text + i, k) == stopped, "trial %d: stop at %zu", trial, i);
+            size_t n_got = 0;
+            const char *got = srv_output_content(o, &n_got);
+            CHECK_MSG(n_got == n_want && memcmp(got, want, n_want) == 0, "trial %d at %zu: '%.*s' != '%.*s'", trial,
+                      i, (int)n_got, got, (int)n_want, want);
+            i += k;
+        }
+        srv_output_free(o);
+    }
+}
+
+// A stop string of 512 bytes (the longest a request may give) spanning 512 tokens, after a long
+// text that keeps almost matching it and three stop strings that are its suffixes: it is found
+// whole, the earliest-starting one wins, and the work per token stays bounded (the time limit is
+// far above what a megabyte takes, about 0.05 s, and far below what work growing with the text
+// would take).
+static void test_stop_spanning_tokens(void) {
+    char stop[513];
+    memset(stop, 'a', 512);
+    stop[255] = 'b';  // a's, b, a's: a run of a's matches its first 255 bytes at every position
+    stop[512] = 0;
+    const char *const stops[] = {stop, stop + 1, stop + 2, stop + 3};
+    srv_output_opts oo = {stops, 4, false, false, false, false, false, false};
+    srv_output *o = srv_output_create(&oo);
+    double t0 = mx_now();
+    size_t n_run = 1000000;
+    bool stopped = false;
+    for (size_t i = 0; i < n_run && !stopped; i++) stopped = srv_output_push(o, "a", 1);
+    CHECK(!stopped);
+    const char *lead = "xyz";
+    CHECK(!srv_output_push(o, lead, 3));
+    for (size_t i = 0; i < 512 && !stopped; i++) stopped = srv_output_push(o, stop + i, 1);
+    double secs = mx_now() - t0;
+    CHECK_MSG(stopped, "the 512-byte stop string fed a byte at a time did not stop");
+    size_t n = 0;
+    const char *content = srv_output_content(o, &n);
+    // stop + 3 (509 bytes) starts 3 bytes after the full stop string's start: the full one wins.
+    CHECK_MSG(n == n_run + 3 && memcmp(content + n_run, "xyz", 3) == 0 && content[0] == 'a',
+              "released %zu bytes", n);
+    CHECK_MSG(secs < 5.0, "1 MB of text against four 512-byte stop strings took %.2f s", secs);
     srv_output_free(o);
 }
 
@@ -234,6 +337,8 @@ static void test_request(void) {
 
 int main(void) {
     test_stops();
+    test_stops_random();
+    test_stop_spanning_tokens();
     test_think();
     test_tools();
     test_json_calls();
