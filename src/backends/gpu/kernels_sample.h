@@ -18,10 +18,11 @@ void mxg_sample(const mxg_launch *L, mx_sample_out *out, float *logits, int n, i
                 const mx_logit_mod *mods);
 
 // Most blocks that share one row (MLXCEL_GPU_SAMPLE_BLOCKS at most this), and the value of
-// MLXCEL_GPU_SAMPLE_BLOCKS when unset: 1, the one-block form only, until the split form is measured
-// on a device (tests/gpu/sample_on_device.sh); then MXG_SAMPLE_MAX_BLOCKS.
+// MLXCEL_GPU_SAMPLE_BLOCKS when unset: the split form wherever the rule takes it (measured on the
+// H200 by tests/gpu/sample_on_device.sh: one row of 151,936 logits 0.45 -> 0.05 ms, 8 rows 0.89 ->
+// 0.09 ms; bench/RESULTS.md). MLXCEL_GPU_SAMPLE_BLOCKS=1 keeps the one-block form only.
 #define MXG_SAMPLE_MAX_BLOCKS 128
-#define MXG_SAMPLE_DEFAULT_BLOCKS 1
+#define MXG_SAMPLE_DEFAULT_BLOCKS MXG_SAMPLE_MAX_BLOCKS
 
 // Blocks per row that mxg_sample gives n rows of `vocab` logits: 1 (one block per row, the kernel of
 // kernels/sample.cu) or g >= 2 (mxg_sample_split) for n up to the multiprocessor count: four
