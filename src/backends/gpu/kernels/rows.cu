@@ -4,6 +4,7 @@
 // maximum wins, as on the CPU).
 #include "backends/gpu/common.cuh"
 #include "backends/gpu/kernels.h"
+#include "backends/gpu/kernels/max_key.cuh"
 
 namespace {
 
@@ -14,16 +15,9 @@ __global__ void gather_kernel(float *out, const float *__restrict__ x, const int
 }
 
 // Argmax in one pass over the logits with many blocks per row: each block reduces its slice to a
-// (value, index) pair and merges it into a 64-bit key per row with atomicMax (value bits made
-// order-preserving in the high word, the complemented index in the low word, so equal values prefer
-// the smaller index); the last block of the row to finish (counted with an atomic ticket) writes the
+// (value, index) pair and merges it into a 64-bit key per row (kernels/max_key.cuh: equal values
+// prefer the smaller index) with atomicMax; the last block of the row to finish (counted with an atomic ticket) writes the
 // index. The keys and tickets live in L->small_scratch and are cleared by a memset node first.
-__device__ __forceinline__ unsigned long long argmax_key(float v, int idx) {
-    uint32_t u = __float_as_uint(v);
-    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-    return ((unsigned long long)u << 32) | (0xffffffffu - (uint32_t)idx);
-}
-
 template <int W>
 __global__ void argmax_kernel(int32_t *ids, const float *__restrict__ logits, int vocab,
                               unsigned long long *keys, unsigned int *tickets) {
@@ -34,17 +28,11 @@ __global__ void argmax_kernel(int32_t *ids, const float *__restrict__ logits, in
     const int lo = blockIdx.x * per, hi = min(vocab, lo + per);
     unsigned long long best = 0;
     for (int i = lo + threadIdx.x; i < hi; i += blockDim.x) {
-        unsigned long long k = argmax_key(l[i], i);
+        unsigned long long k = pick_key(l[i], i);
         best = k > best ? k : best;
     }
     const int lane = threadIdx.x % W, warp = threadIdx.x / W, nw = blockDim.x / W;
-#pragma unroll
-    for (int o = W / 2; o > 0; o >>= 1) {
-        const uint32_t hi32 = (uint32_t)mxg_shfl_xor<W>((int)(uint32_t)(best >> 32), o);
-        const uint32_t lo32 = (uint32_t)mxg_shfl_xor<W>((int)(uint32_t)best, o);
-        const unsigned long long other = ((unsigned long long)hi32 << 32) | lo32;
-        best = other > best ? other : best;
-    }
+    best = warp_max_key<W>(best);
     if (lane == 0) sk[warp] = best;
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -53,7 +41,7 @@ __global__ void argmax_kernel(int32_t *ids, const float *__restrict__ logits, in
         __threadfence();
         if (atomicAdd(&tickets[row], 1u) == gridDim.x - 1) {
             const unsigned long long k = atomicMax(&keys[row], 0ull);
-            ids[row] = (int32_t)(0xffffffffu - (uint32_t)(k & 0xffffffffu));
+            ids[row] = key_index(k);
         }
     }
 }

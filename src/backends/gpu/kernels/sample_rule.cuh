@@ -13,6 +13,7 @@
 #include <math.h>
 
 #include "backends/gpu/common.cuh"
+#include "backends/gpu/kernels/max_key.cuh"
 #include "core/sample_noise.h"
 #include "core/sample_rows.h"
 
@@ -25,37 +26,8 @@ constexpr int kDrawRuns = 1024;                 // contiguous id runs of the dra
 constexpr int kDrawGroups = 32, kGroupRuns = kDrawRuns / kDrawGroups;  // the walk's two levels
 constexpr float kFixedOne = 1099511627776.0f;  // 2^40: the fixed-point unit of a mass
 
-// (value, index) order: larger value first, then the smaller index (as argmax on the CPU). Never 0
-// for a real value, so 0 means "none".
-__device__ __forceinline__ unsigned long long pick_key(float v, int idx) {
-    return ((unsigned long long)mx_order_key(v) << 32) | (0xffffffffu - (uint32_t)idx);
-}
-__device__ __forceinline__ int32_t key_index(unsigned long long k) {
-    return (int32_t)(0xffffffffu - (uint32_t)(k & 0xffffffffu));
-}
-
 __device__ __forceinline__ bool allowed_at(const uint32_t *mask, int i) {
     return !mask || ((mask[i >> 5] >> (i & 31)) & 1u);
-}
-
-// The largest key of the block (every thread gets it). scratch: blockDim.x / W entries.
-template <int W>
-__device__ unsigned long long block_max_key(unsigned long long k, unsigned long long *scratch) {
-    const int lane = threadIdx.x % W, warp = threadIdx.x / W, nw = blockDim.x / W;
-#pragma unroll
-    for (int o = W / 2; o > 0; o >>= 1) {
-        const uint32_t hi = (uint32_t)mxg_shfl_xor<W>((int)(uint32_t)(k >> 32), o);
-        const uint32_t lo = (uint32_t)mxg_shfl_xor<W>((int)(uint32_t)k, o);
-        const unsigned long long other = ((unsigned long long)hi << 32) | lo;
-        k = other > k ? other : k;
-    }
-    __syncthreads();
-    if (lane == 0) scratch[warp] = k;
-    __syncthreads();
-    unsigned long long best = scratch[0];
-    for (int i = 1; i < nw; i++) best = scratch[i] > best ? scratch[i] : best;
-    __syncthreads();
-    return best;
 }
 
 // A candidate's weight in the top-p histograms: exp(l - m) in fixed point (the fast exponential: a
