@@ -89,10 +89,12 @@ int mx_seq_prepare(mx_seq *s, int vocab, mx_error *err) {
 
 bool mx_seq_update_mask(mx_seq *s) {
     if (!s->o.matcher || s->finish != MX_FINISH_NONE) return s->finish == MX_FINISH_NONE;
-    int allowed = mx_matcher_mask(s->o.matcher, s->mask);
+    mx_error err = {{0}};
+    int allowed = mx_matcher_mask(s->o.matcher, s->mask, &err);
     if (allowed > 0) return true;
     if (allowed < 0) {
-        snprintf(s->error, sizeof s->error, "grammar: too ambiguous to constrain within the matcher's work limit");
+        snprintf(s->error, sizeof s->error, "%s", err.msg);
+        s->error_is_request = allowed == MX_GRAM_BOUND;
         mx_seq_end(s, MX_FINISH_ERROR);
         return false;
     }
@@ -104,8 +106,10 @@ void mx_seq_take(mx_seq *s, const mx_model *m, const mx_sample_out *out, int max
     int32_t id = out->id;
     if (s->n_gen == 0) s->t_first = mx_now();
     mx_error err = {{0}};
-    if (s->o.matcher && mx_matcher_accept(s->o.matcher, id, &err)) {
+    int refused = s->o.matcher ? mx_matcher_accept(s->o.matcher, id, &err) : 0;
+    if (refused) {
         snprintf(s->error, sizeof s->error, "%s", err.msg);
+        s->error_is_request = refused == MX_GRAM_BOUND;
         mx_seq_end(s, MX_FINISH_ERROR);
         return;
     }
@@ -128,6 +132,7 @@ void mx_seq_take(mx_seq *s, const mx_model *m, const mx_sample_out *out, int max
 }
 
 const char *mx_seq_error(const mx_seq *s) { return s->error; }
+bool mx_seq_error_is_request(const mx_seq *s) { return s->error_is_request; }
 
 mx_finish mx_seq_finish_reason(const mx_seq *s) { return s->finish; }
 int mx_seq_prompt_len(const mx_seq *s) { return s->n_prompt; }

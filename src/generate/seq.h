@@ -10,7 +10,8 @@
 // uint32 words over the vocabulary) that the consumer rewrites from on_token before the next step;
 // or the sequence is given a grammar matcher (mx_seq_opts.matcher), and then it keeps the mask
 // itself: the matcher's mask before every token, the chosen token fed back to it, and the sequence
-// ends (MX_FINISH_STOP) when the grammar allows nothing more.
+// ends (MX_FINISH_STOP) when the grammar allows nothing more, or with MX_FINISH_ERROR when the
+// matcher cannot compute a mask or follow a token (a bound of the matcher, out of memory).
 //
 // A sequence is created by its consumer, run by an engine (engine.h) on the engine's thread, and
 // freed by its consumer after the engine released it. Callbacks run on the engine's thread.
@@ -70,6 +71,9 @@ int mx_seq_prompt_len(const mx_seq *s);
 const int32_t *mx_seq_generated(const mx_seq *s, int *n);
 // Why a sequence ended with MX_FINISH_ERROR ("" otherwise).
 const char *mx_seq_error(const mx_seq *s);
+// True when that error is the request's own: its grammar needs more than the matcher's bounds
+// allow (a server answers 400); false for failures of the engine or of memory (500).
+bool mx_seq_error_is_request(const mx_seq *s);
 // Prompt tokens that were found in the cache and not computed again.
 int mx_seq_reused(const mx_seq *s);
 // Monotonic times (mx_now) of admission, of the first generated token and of the finish.

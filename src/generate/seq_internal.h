@@ -20,6 +20,7 @@ struct mx_seq {
     int n_gen, max_gen;
     mx_finish finish;
     char error[256];
+    bool error_is_request;  // the error is the request's own (its grammar's bounds), not the engine's
     uint32_t *mask;      // [ceil(vocab / 32)] the matcher's allowed tokens for the next step
     // engine state
     int slot;            // -1: not admitted

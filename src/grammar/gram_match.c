@@ -29,6 +29,8 @@
 #define SHORT_BUDGET 32  // per-class bitsets of "at most k characters" for k up to this
 #define GRAM_MAX_MASK_DEPTH 512  // nested repetition masks (see stack_mask)
 
+enum { GRAM_BOUND_NONE, GRAM_BOUND_WORK, GRAM_BOUND_FRAMES };
+
 typedef struct gram_frame gram_frame;
 struct gram_frame {
     int32_t pos, count;
@@ -78,8 +80,11 @@ struct mx_gram_index {
     const gram_frame **pool;  // sets under construction: ranges [start, end)
     size_t pool_n, pool_cap;
     size_t null_at;           // where pool_add last put the complete stack (NULL)
-    uint64_t work_left;       // steps left to the current mask or accept (MX_GRAM_MAX_WORK)
-    bool too_complex;         // work_left or mask_depth ran out (oom is set too, so that everything stops)
+    uint64_t work_left;       // steps left to the current mask or accept (max_work)
+    uint64_t max_work;        // MX_GRAM_MAX_WORK unless a test set it (mx_gram_index_set_limits)
+    size_t max_frames;        // MX_GRAM_MAX_FRAMES likewise
+    int bound;                // GRAM_BOUND_*: which bound stopped the current step (oom is set too,
+                              // so that everything stops)
     int mask_depth;           // repetition masks being computed, each waiting for the next
     const gram_frame **work;  // expand's stack of frames still to expand
     size_t work_n, work_cap;
@@ -126,6 +131,7 @@ static const gram_frame *intern(mx_gram_index *ix, int32_t pos, int32_t count, c
         for (gram_frame *f = ix->buckets[h & (ix->n_buckets - 1)]; f; f = f->chain)
             if (f->hash == h && f->pos == pos && f->count == count && f->parent == parent) return f;
     }
+    if (ix->n_frames >= ix->max_frames) return ix->bound = GRAM_BOUND_FRAMES, ix->oom = true, NULL;
     if (ix->n_frames >= ix->n_buckets && rehash(ix)) return ix->oom = true, NULL;
     if (!ix->chunks || ix->chunks->used == FRAME_CHUNK) {
         frame_chunk *c = malloc(sizeof *c);
@@ -236,7 +242,7 @@ static void expand(mx_gram_index *ix, const gram_frame *f, size_t start) {
     work_push(ix, f);
     while (ix->work_n > base && !ix->oom) {
         if (!ix->work_left) {
-            ix->too_complex = ix->oom = true;
+            ix->bound = GRAM_BOUND_WORK, ix->oom = true;
             break;
         }
         ix->work_left--;
@@ -257,7 +263,7 @@ static size_t advance(mx_gram_index *ix, size_t s0, size_t s1, uint32_t cp) {
     size_t ns = ix->pool_n;
     if (ix->work_left < s1 - s0) {
         ix->work_left = 0;
-        ix->too_complex = ix->oom = true;
+        ix->bound = GRAM_BOUND_WORK, ix->oom = true;
         return ns;
     }
     ix->work_left -= s1 - s0;
@@ -575,7 +581,7 @@ static int32_t stack_mask(mx_gram_index *ix, const gram_frame *f) {
     // A repetition's mask needs its continuation's, which may be another repetition's, and so on
     // (`[a-z]* [0-9]* [a-z]* ...`): that recursion is bounded like the work.
     if (ix->mask_depth >= GRAM_MAX_MASK_DEPTH) {
-        ix->too_complex = ix->oom = true;
+        ix->bound = GRAM_BOUND_WORK, ix->oom = true;
         return -1;
     }
     if (key->mask == -2) return -1;  // already being computed further up (cannot happen without left recursion)
@@ -624,7 +630,36 @@ mx_gram_index *mx_gram_index_create(mx_grammar *g, const mx_gram_vocab *v, mx_er
     ix->refs = 1;
     ix->g = g;
     ix->v = v;
+    ix->max_work = MX_GRAM_MAX_WORK;
+    ix->max_frames = MX_GRAM_MAX_FRAMES;
     return ix;
+}
+
+void mx_gram_index_set_limits(mx_gram_index *ix, uint64_t max_work, size_t max_frames) {
+    pthread_mutex_lock(&ix->mu);
+    ix->max_work = max_work;
+    ix->max_frames = max_frames;
+    pthread_mutex_unlock(&ix->mu);
+}
+
+// The message of a mask or accept that stopped (index lock held): the bound it hit, or an
+// allocation failure. Resets the step's failure state. Returns MX_GRAM_BOUND or MX_GRAM_NO_MEMORY.
+static int step_failed(mx_gram_index *ix, mx_error *err) {
+    int bound = ix->bound;
+    ix->oom = false;
+    ix->bound = GRAM_BOUND_NONE;
+    if (bound == GRAM_BOUND_WORK) {
+        mx_fail(err, "grammar: too ambiguous to follow within the matcher's work limit (%llu steps or %d nested "
+                "repetitions per token)", (unsigned long long)ix->max_work, GRAM_MAX_MASK_DEPTH);
+        return MX_GRAM_BOUND;
+    }
+    if (bound == GRAM_BOUND_FRAMES) {
+        mx_fail(err, "grammar: the matcher's parser stacks passed their limit (%zu frames, %zu MB)", ix->max_frames,
+                ix->max_frames * sizeof(gram_frame) >> 20);
+        return MX_GRAM_BOUND;
+    }
+    mx_fail(err, "grammar: out of memory in the matcher");
+    return MX_GRAM_NO_MEMORY;
 }
 
 void mx_gram_index_retain(mx_gram_index *ix) {
@@ -697,7 +732,7 @@ mx_matcher *mx_matcher_create(mx_gram_index *ix, mx_error *err) {
     m->ix = ix;
     mx_gram_index_retain(ix);
     pthread_mutex_lock(&ix->mu);
-    ix->work_left = MX_GRAM_MAX_WORK;
+    ix->work_left = ix->max_work;
     size_t s0 = ix->pool_n;
     // The start: every alternative of root, with nothing after it.
     const gram_elem *el = ix->g->elems;
@@ -708,14 +743,11 @@ mx_matcher *mx_matcher_create(mx_gram_index *ix, mx_error *err) {
         if (el[a].type == GRAM_END) break;
         a++;
     }
-    int rc = ix->oom ? -1 : matcher_store(m, s0, ix->pool_n);
-    bool too_complex = ix->too_complex;
-    ix->oom = ix->too_complex = false;
+    int rc = ix->oom || matcher_store(m, s0, ix->pool_n) ? step_failed(ix, err) : 0;
     ix->pool_n = s0;
     pthread_mutex_unlock(&ix->mu);
     if (rc) {
         mx_matcher_free(m);
-        mx_fail(err, too_complex ? "grammar: too ambiguous to follow within the matcher's work limit" : "out of memory");
         return NULL;
     }
     return m;
@@ -736,13 +768,13 @@ bool mx_matcher_complete(const mx_matcher *m) {
     return false;
 }
 
-int mx_matcher_mask(mx_matcher *m, uint32_t *mask) {
+int mx_matcher_mask(mx_matcher *m, uint32_t *mask, mx_error *err) {
     mx_gram_index *ix = m->ix;
     const mx_gram_vocab *v = ix->v;
     memset(mask, 0, sizeof *mask * (size_t)v->words);
     if (m->ended) return 0;
     pthread_mutex_lock(&ix->mu);
-    ix->work_left = MX_GRAM_MAX_WORK;
+    ix->work_left = ix->max_work;
     if (ix->mask_bytes > MASK_CACHE_BYTES) clear_cache(ix);
     bool complete = false;
     if (m->u.need) {
@@ -759,12 +791,11 @@ int mx_matcher_mask(mx_matcher *m, uint32_t *mask) {
             if (idx >= 0) or_entry(ix, idx, mask);
         }
     }
-    bool oom = ix->oom, too_complex = ix->too_complex;
-    ix->oom = ix->too_complex = false;
+    int rc = ix->oom ? step_failed(ix, err) : 0;
     pthread_mutex_unlock(&ix->mu);
-    if (oom) {
+    if (rc) {
         memset(mask, 0, sizeof *mask * (size_t)v->words);
-        return too_complex ? -1 : 0;
+        return rc;
     }
     if (complete)
         for (int i = 0; i < v->n_stop; i++) bit_set(mask, v->stop_ids[i]);
@@ -785,20 +816,17 @@ int mx_matcher_accept(mx_matcher *m, int32_t id, mx_error *err) {
     }
     if (id < 0 || id >= v->vocab || !v->bytes[id]) return mx_fail(err, "grammar: token %d cannot match any grammar text", id);
     pthread_mutex_lock(&ix->mu);
-    ix->work_left = MX_GRAM_MAX_WORK;
+    ix->work_left = ix->max_work;
     size_t top = ix->pool_n;
     size_t s0 = matcher_load(m), s1 = ix->pool_n;
     gram_utf8 u = m->u;
-    bool ok = consume(ix, &s0, &s1, &u, v->bytes[id], v->len[id]) && !ix->oom;
-    int rc = ok ? matcher_store(m, s0, s1) : -1;
-    if (rc == 0) m->u = u;
+    bool ok = consume(ix, &s0, &s1, &u, v->bytes[id], v->len[id]);
+    int rc = ix->oom || (ok && matcher_store(m, s0, s1)) ? step_failed(ix, err) : 0;
+    if (ok && rc == 0) m->u = u;
     ix->pool_n = top;
-    bool too_complex = ix->too_complex;
-    ix->oom = ix->too_complex = false;
     pthread_mutex_unlock(&ix->mu);
-    if (too_complex) return mx_fail(err, "grammar: too ambiguous to follow within the matcher's work limit");
-    if (!ok) return mx_fail(err, "grammar: token %d is not allowed here", id);
-    if (rc) return mx_fail(err, "out of memory");
+    if (rc) return rc;
+    if (!ok) return mx_fail(err, "grammar: token %d is not allowed here", id), MX_GRAM_REFUSED;
     return 0;
 }
 

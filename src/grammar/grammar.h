@@ -77,16 +77,30 @@ typedef struct mx_matcher mx_matcher;
 // A matcher at the start of the grammar; holds a reference to ix.
 mx_matcher *mx_matcher_create(mx_gram_index *ix, mx_error *err);
 void mx_matcher_free(mx_matcher *m);
+// Failures of a mask or an accepted token (negative returns, err set).
+enum {
+    MX_GRAM_REFUSED = -1,    // accept: the token is not allowed here
+    MX_GRAM_BOUND = -2,      // the grammar needs more than a bound allows: too ambiguous for the
+                             // work limit (MX_GRAM_MAX_WORK) or stacks past MX_GRAM_MAX_FRAMES
+    MX_GRAM_NO_MEMORY = -3,  // an allocation failed
+};
 // Writes the allowed tokens of the next step into mask[mx_gram_vocab_mask_words]. Returns how
-// many tokens are allowed (0: the grammar cannot go on; the caller ends the sequence), or -1 when
-// the grammar is too ambiguous to decide within the matcher's work limit (MX_GRAM_MAX_WORK).
-int mx_matcher_mask(mx_matcher *m, uint32_t *mask);
+// many tokens are allowed (0: the grammar is complete and cannot go on; the caller ends the
+// sequence normally), or MX_GRAM_BOUND or MX_GRAM_NO_MEMORY with err set: an error of the
+// sequence, never its normal end.
+int mx_matcher_mask(mx_matcher *m, uint32_t *mask, mx_error *err);
 // Steps (a stack advanced by one character) one mask or one accepted token may take: grammars
 // whose sets of stacks are large everywhere (`root ::= [a-z]* [0-9]* [a-z]* ...` two hundred
 // times) would otherwise take minutes per step.
 #define MX_GRAM_MAX_WORK 100000000ULL
-// Advances over token id. Returns 0, or -1 (err set) when the token is not allowed here; the
-// matcher is then unchanged.
+// Parser stacks (48-byte frames) an index may hold, about 0.9 GB with their hash table: a
+// recursive grammar can reach new stacks at every token, and within the work limit one step could
+// make 10^8 of them. The server drops a cached index past 512 MB, so legitimate use stays below.
+#define MX_GRAM_MAX_FRAMES ((size_t)1 << 24)
+// Lowers (or raises) ix's work limit per step and its frame limit, for tests of those bounds.
+void mx_gram_index_set_limits(mx_gram_index *ix, uint64_t max_work, size_t max_frames);
+// Advances over token id. Returns 0, or (err set) MX_GRAM_REFUSED when the token is not allowed
+// here, MX_GRAM_BOUND or MX_GRAM_NO_MEMORY as for mx_matcher_mask; the matcher is then unchanged.
 int mx_matcher_accept(mx_matcher *m, int32_t id, mx_error *err);
 // True when the text so far is a complete sentence of the grammar.
 bool mx_matcher_complete(const mx_matcher *m);

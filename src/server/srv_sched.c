@@ -137,7 +137,8 @@ static void housekeep(srv_sched *s) {
             mx_engine_end(s->eng, j->seq, MX_FINISH_LENGTH);
             drop_active(s, k--, "length", 0, "");
         } else if (why != MX_FINISH_NONE) {
-            drop_active(s, k--, why == MX_FINISH_LENGTH ? "length" : "stop", why == MX_FINISH_ERROR ? 500 : 0,
+            int status = why != MX_FINISH_ERROR ? 0 : mx_seq_error_is_request(j->seq) ? 400 : 500;
+            drop_active(s, k--, why == MX_FINISH_LENGTH ? "length" : "stop", status,
                         mx_seq_error(j->seq)[0] ? mx_seq_error(j->seq) : "model error");
         }
     }

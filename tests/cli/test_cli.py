@@ -58,6 +58,15 @@ rc1, out1, _ = run(['generate', '-p', 'Once upon a time', '-n', '20', '--temp', 
 rc2, out2, _ = run(['generate', '-p', 'Once upon a time', '-n', '20', '--temp', '0.8', '--top-p', '0.9', '--seed', '7'])
 check('same seed, same output', rc1 == 0 and rc2 == 0 and out1 == out2 and len(out1) > 5, f'{out1!r} vs {out2!r}')
 
+# A grammar too ambiguous for the matcher's work limit a few tokens in: the text so far, the
+# message, exit 1 (never a normal end).
+with tempfile.NamedTemporaryFile('w', suffix='.gbnf') as gf:
+    gf.write('root ::= "Hello" ' + ' '.join('[0-9]*' if i % 2 == 0 else '[a-z]*' for i in range(200)) + ' "x"\n')
+    gf.flush()
+    rc, out, err = run(['generate', '-p', 'Say hello', '-n', '20', '--temp', '0', '--grammar', gf.name])
+    check('generate: a grammar past the work limit is an error', rc == 1 and out.startswith('Hello')
+          and 'work limit' in err, f'rc={rc} out={out!r} err={err[-300:]}')
+
 # --- logits against a fixture reference ----------------------------------------------------------
 with tempfile.TemporaryDirectory() as tmp:
     for mode in ('prefill', 'decode'):

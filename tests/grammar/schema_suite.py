@@ -6,7 +6,9 @@
 # against its schema with the validator in this file (written from the JSON Schema spec, independent
 # of the server's schema compiler). Each bounded schema must also finish ("stop") at least once. A few
 # GBNF grammars (the `grammar` field) are checked the same way with Python regexes. Also: a bad
-# schema and a bad grammar answer 400 naming the problem.
+# schema and a bad grammar answer 400 naming the problem, and a grammar too ambiguous for the
+# matcher's work limit, met a few tokens into the answer, ends it with an error (400; a stream sends
+# the text so far, an error event and [DONE]), never with finish_reason "stop".
 # usage: schema_suite.py PATH/TO/mlxcel-server
 import json
 import math
@@ -255,6 +257,21 @@ def main():
         if status != 400 or "line 1, column 14: rule 'b' is used but not defined" not in resp["error"]["message"]:
             failures += 1
             print("FAIL bad grammar: %d %s" % (status, resp))
+        # Two hundred nullable repetitions in a row after "Hello": the masks inside them pass the
+        # matcher's work limit.
+        ambiguous = 'root ::= "Hello" ' + " ".join("[0-9]*" if i % 2 == 0 else "[a-z]*" for i in range(200)) + ' "x"'
+        body = {"prompt": "Say hello", "max_tokens": 20, "temperature": 0, "grammar": ambiguous}
+        status, resp = post(body)
+        if status != 400 or "work limit" not in resp["error"]["message"]:
+            failures += 1
+            print("FAIL over-ambiguous grammar: %d %s" % (status, resp))
+        events = srv.stream("/v1/completions", body)
+        text = "".join(e["choices"][0]["text"] for e in events if e.get("choices"))
+        finishes = [e["choices"][0]["finish_reason"] for e in events if e.get("choices")]
+        if (not events or "work limit" not in events[-1].get("error", {}).get("message", "")
+                or not text.startswith("Hello") or any(finishes)):
+            failures += 1
+            print("FAIL over-ambiguous grammar, streamed: %s" % events)
         status, resp = post({"prompt": "x", "response_format": {"type": "json_schema", "json_schema": {
             "schema": {"type": "object", "properties": {"a": {"type": "string", "format": "email"}}}}}})
         if status != 400 or "#/properties/a" not in resp["error"]["message"]:

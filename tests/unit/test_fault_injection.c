@@ -24,6 +24,7 @@
 #include "backends/backend.h"
 #include "check.h"
 #include "generate/engine.h"
+#include "grammar/grammar.h"
 #include "models/model.h"
 #include "sample/sampler.h"
 #include "server/server.h"
@@ -125,6 +126,59 @@ static int op_generate(void) {
     mx_seq_free(seq);
     mx_engine_free(eng);
     free(ids);
+    return rc;
+}
+
+// A generation constrained by a grammar: an allocation that fails in the matcher (its stacks, its
+// masks) ends the sequence with an error, never as if the grammar had ended it: the tokens of a run
+// that finishes without an error are those of the run without failures.
+static mx_gram_vocab *g_vocab;
+static int32_t g_grammar_ref[16];
+static int g_grammar_ref_n = -1;  // -1 until the first run (no failure) records its tokens
+
+static int op_grammar_generate(void) {
+    mx_error err = {{0}};
+    int32_t prompt[4] = {785, 4226, 374, 25};
+    mx_grammar *g = mx_grammar_parse("root ::= \"{\\\"a\\\": \" [0-9]{1,5} \", \\\"b\\\": \\\"\" [a-z ]{0,40} \"\\\"}\"\n", &err);
+    mx_gram_index *ix = g ? mx_gram_index_create(g, g_vocab, &err) : NULL;
+    mx_matcher *mt = ix ? mx_matcher_create(ix, &err) : NULL;
+    mx_gram_index_release(ix);
+    mx_engine_opts eo = {.n_slots = 1, .max_ctx = 64, .prefill_chunk = 16, .threads = 1};
+    mx_engine *eng = mt ? mx_engine_create(g_model, &eo, &err) : NULL;
+    mx_seq_opts so = {.sampling = mx_sampling_defaults(), .max_new = 16, .n_logprobs = -1, .matcher = mt};
+    so.sampling.temp = 0;
+    mx_seq *seq = eng ? mx_seq_create(g_tok, prompt, 4, &so, 64, &err) : NULL;
+    int rc = 1;
+    if (seq) {
+        bool ran = mx_engine_admit(eng, seq, &err) == 0 && mx_engine_run(eng, &err) == 0;
+        mx_finish why = mx_seq_finish_reason(seq);
+        if (!ran || why == MX_FINISH_ERROR) {
+            if (!err.msg[0] && !mx_seq_error(seq)[0]) {
+                fprintf(stderr, "constrained generation failed without a message\n");
+                abort();
+            }
+        } else {
+            int n = 0;
+            const int32_t *ids = mx_seq_generated(seq, &n);
+            if (g_grammar_ref_n < 0) {
+                g_grammar_ref_n = n < 16 ? n : 16;
+                memcpy(g_grammar_ref, ids, sizeof *ids * (size_t)g_grammar_ref_n);
+            }
+            if (n != g_grammar_ref_n || memcmp(ids, g_grammar_ref, sizeof *ids * (size_t)n) != 0) {
+                fprintf(stderr, "constrained generation finished (%d) with %d tokens instead of %d\n", why, n,
+                        g_grammar_ref_n);
+                abort();
+            }
+            rc = 0;
+        }
+        mx_engine_release(eng, seq);
+    } else if (!err.msg[0]) {
+        fprintf(stderr, "constrained generation set-up failed without a message\n");
+        abort();
+    }
+    mx_seq_free(seq);
+    mx_engine_free(eng);
+    mx_matcher_free(mt);
     return rc;
 }
 
@@ -284,6 +338,10 @@ int main(void) {
     CHECK(g_model && g_tok);
     if (!g_model || !g_tok) return check_finish();
     sweep("generate", op_generate, 200, 7, false);
+    int32_t eos = mx_tokenizer_token_id(g_tok, "<|im_end|>");
+    g_vocab = mx_gram_vocab_create(g_tok, mx_tokenizer_vocab_size(g_tok), &eos, 1, &err);
+    CHECK(g_vocab != NULL);
+    if (g_vocab) sweep("constrained generate", op_grammar_generate, 400, 1, false);
 
     mx_server_opts so = {.port = 0, .parallel = 1, .ctx = 256, .max_queue = 4, .max_body = 65536,
                          .prefill_chunk = 64, .sampling = mx_sampling_defaults(), .model_id = "m"};
@@ -295,6 +353,7 @@ int main(void) {
         device_fault();
         mx_server_stop(srv);
     }
+    mx_gram_vocab_free(g_vocab);
     mx_tokenizer_free(g_tok);
     mx_model_free(g_model);
     mx_backend_free(g_be);

@@ -79,7 +79,7 @@ static int feed_text(fixture *fx, mx_gram_index *ix, const char *text, bool *com
     int rc = 0;
     uint32_t *mask = malloc(sizeof(uint32_t) * (size_t)mx_gram_vocab_mask_words(fx->v));
     for (size_t i = 0; i < n && rc == 0; i++) {
-        mx_matcher_mask(m, mask);
+        mx_matcher_mask(m, mask, &err);
         bool in_mask = (mask[ids[i] >> 5] >> (ids[i] & 31)) & 1;
         rc = mx_matcher_accept(m, ids[i], &err);
         CHECK_MSG(in_mask == (rc == 0), "mask and accept disagree on token %d of '%s'", ids[i], text);
@@ -118,7 +118,7 @@ static void test_mask_exhaustive(fixture *fx, const char *gbnf, const char *pref
     for (size_t step = 0; step <= n; step++) {
         mx_matcher *m = mx_matcher_create(ix, &err);
         for (size_t i = 0; i < step; i++) CHECK(mx_matcher_accept(m, ids[i], &err) == 0);
-        int count = mx_matcher_mask(m, mask);
+        int count = mx_matcher_mask(m, mask, &err);
         int disagree = 0, allowed = 0;
         for (int32_t t = 0; t < V; t++) {
             bool in = (mask[t >> 5] >> (t & 31)) & 1;
@@ -152,7 +152,7 @@ static char *random_walk(fixture *fx, mx_gram_index *ix, int max_steps, bool pre
     *ended = false;
     bool dead = false;
     while (n < max_steps) {
-        int count = mx_matcher_mask(m, mask);
+        int count = mx_matcher_mask(m, mask, &err);
         if (count == 0) {
             dead = true;
             break;
@@ -421,9 +421,9 @@ static void test_long_grammars(fixture *fx) {
         if (m) {
             uint32_t *mask = malloc(sizeof(uint32_t) * (size_t)mx_gram_vocab_mask_words(fx->v));
             double t0 = mx_now();
-            int allowed = mx_matcher_mask(m, mask);
+            int allowed = mx_matcher_mask(m, mask, &err);
             double dt = mx_now() - t0;
-            CHECK_MSG(allowed == -1, "mask of an over-ambiguous grammar: %d", allowed);
+            CHECK_MSG(allowed == MX_GRAM_BOUND && strstr(err.msg, "work limit"), "mask of an over-ambiguous grammar: %d %s", allowed, err.msg);
             CHECK_MSG(dt < 20.0, "the work limit took %.1f s", dt);
             free(mask);
         }
@@ -437,6 +437,47 @@ static void test_long_grammars(fixture *fx) {
     snprintf(end, 32, "a100000 ::= a0 \"x\"\n");
     expect_parse_error(text, "left-recursive");
     free(text);
+}
+
+// The matcher's bounds stop a sequence with an error, never as the grammar's normal end: a
+// recursive grammar whose stacks grow with the text passes a lowered frame limit a few tokens in,
+// and a lowered work limit stops the next step. The mask answers MX_GRAM_BOUND with the bound in the
+// message, accept likewise, and the matcher stays usable for what fits.
+static void test_bounds_mid_sequence(fixture *fx) {
+    mx_gram_index *ix = index_for(fx, "root ::= \"(\" root \")\" | \"x\"\n");
+    if (!ix) return;
+    mx_error err = {{0}};
+    uint32_t *mask = malloc(sizeof(uint32_t) * (size_t)mx_gram_vocab_mask_words(fx->v));
+    mx_gram_index_set_limits(ix, MX_GRAM_MAX_WORK, 40);
+    mx_matcher *m = mx_matcher_create(ix, &err);
+    CHECK_MSG(m != NULL, "%s", err.msg);
+    int32_t open = mx_tokenizer_token_id(fx->tok, "(");
+    int rc = 0, steps = 0;
+    for (; m && steps < 100 && rc >= 0; steps++) {
+        rc = mx_matcher_mask(m, mask, &err);
+        if (rc > 0) rc = mx_matcher_accept(m, open, &err);
+    }
+    CHECK_MSG(rc == MX_GRAM_BOUND && strstr(err.msg, "parser stacks passed their limit (40 frames"),
+              "nested '(' past 40 frames: step %d, %d '%s'", steps, rc, err.msg);
+    CHECK_MSG(steps > 5, "the frame limit stopped the matcher after %d steps", steps);
+    mx_matcher_free(m);
+    mx_gram_index_release(ix);
+
+    ix = index_for(fx, "root ::= [a-z]{0,3} [0-9]* [a-z]* [0-9]* [a-z]* \"x\"\n");
+    m = ix ? mx_matcher_create(ix, &err) : NULL;
+    if (m) {
+        CHECK(mx_matcher_mask(m, mask, &err) > 0);
+        mx_gram_index_set_limits(ix, 10, MX_GRAM_MAX_FRAMES);
+        int32_t a = mx_tokenizer_token_id(fx->tok, "a");
+        rc = mx_matcher_accept(m, a, &err);
+        if (rc == 0) rc = mx_matcher_mask(m, mask, &err);
+        CHECK_MSG(rc == MX_GRAM_BOUND && strstr(err.msg, "work limit (10 steps"), "work limit of 10: %d '%s'", rc, err.msg);
+        mx_gram_index_set_limits(ix, MX_GRAM_MAX_WORK, MX_GRAM_MAX_FRAMES);
+        CHECK(mx_matcher_mask(m, mask, &err) > 0);
+    }
+    mx_matcher_free(m);
+    mx_gram_index_release(ix);
+    free(mask);
 }
 
 int main(void) {
@@ -462,6 +503,7 @@ int main(void) {
                          "<the quick brown fox jumps over the lazy dog and keeps running far away>");
     test_schema_walks(&fx);
     test_long_grammars(&fx);
+    test_bounds_mid_sequence(&fx);
     mx_gram_vocab_free(fx.v);
     mx_tokenizer_free(fx.tok);
     return check_finish();
