@@ -24,6 +24,9 @@ set_tests_properties(test_model_parity_kv_f16 PROPERTIES ENVIRONMENT "MLXCEL_CPU
 # A CPU without it runs its best set instead, with a note on stderr.
 add_test(NAME test_model_parity_avx512vnni COMMAND test_model_parity WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(test_model_parity_avx512vnni PROPERTIES ENVIRONMENT "MLXCEL_CPU_KERNELS=avx512vnni")
+# The weights left in the file mapping (the default copies them onto huge pages): same results.
+add_test(NAME test_model_parity_weights_mapped COMMAND test_model_parity WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(test_model_parity_weights_mapped PROPERTIES ENVIRONMENT "MLXCEL_CPU_WEIGHTS=mapped")
 # python3 runs the CLI, convert, hub, grammar and server suites: one lookup for all of them, and a
 # machine without it fails here.
 find_program(MLXCEL_PYTHON3 python3 REQUIRED)

@@ -12,6 +12,7 @@ typedef struct cpu_ctx {
     int n_threads;
     float **scratch;        // per thread, scratch_floats each
     size_t scratch_floats;
+    struct cpu_weight_arena *weights;  // weights on huge pages (cpu_weight_arena.h)
     const void **owned;     // weight copies made for alignment, freed by release_matrix
     size_t n_owned, cap_owned;
     int32_t *moe_rows;      // MoE grouping lists: [2][CPU_MOE_ROWS] (input rows, output rows)
