@@ -3,15 +3,17 @@
 // Qwen3 shape on random affine 4-bit g64 (bf16 scales) weights, timed on four backends, one per
 // matrix-vector path: the default (the streaming kernel, kernels/matvec_stream.cuh), its other task
 // shape (MLXCEL_GPU_STREAM_ROWS=4), without it (MLXCEL_GPU_NO_STREAM_MATVEC=1: kernels/matvec.cuh
-// with the scaled dot and split-K) and the previous one (MLXCEL_GPU_OLD_MATVEC=1). Each case is a plan of C copies of one product or one
+// with the scaled dot and split-K), the previous one (MLXCEL_GPU_OLD_MATVEC=1) and the tensor-core
+// decode product for batches of 2-64 tokens (MLXCEL_GPU_TC_DECODE=2, vendor/cuda/matvec_mma.cu). Each case is a plan of C copies of one product or one
 // fused decode pattern (rmsnorm + q/k/v, o + residual add, rmsnorm + gate/up + SwiGLU, down +
 // residual add, the output head), each copy with its own weights so that a replay reads C x the
 // bytes from DRAM (at least 512 MB, several times the L2), recorded as a graph and replayed; the
 // time per product is the replay time / C, GB/s the matrices' bytes (codes, scales, biases) over it.
-// One-record products also run at 2, 4 and 8 tokens (server decode batches). Every path sees the
+// One-record products also run at 2, 4, 8, 16, 32 and 64 tokens (server decode batches). Every path sees the
 // same weights and inputs (the generator restarts per path), so the one-record outputs are also
 // compared: each path within 2e-5 relative L2 error of the default's (float32 summation order
-// only), else the bench fails (exit 1), which checks the kernels at the real model shapes.
+// only; 1.5e-2 at 64 tokens, where the default is the bf16 tensor-core prefill kernel), else the
+// bench fails (exit 1), which checks the kernels at the real model shapes.
 // Usage: bench_gpu_matvec [qwen3-8b|qwen3-0.6b] [replays=20]
 #include <math.h>
 #include <stdio.h>
@@ -42,11 +44,11 @@ typedef struct bench_case {
     int64_t rows, cols;  // C_ONE
 } bench_case;
 
-enum { PATHS = 4, MAX_CASES = 32 };
-static const char *const path_names[PATHS] = {"stream", "stream-r4", "no-stream", "old"};
+enum { PATHS = 5, MAX_CASES = 32 };
+static const char *const path_names[PATHS] = {"stream", "stream-r4", "no-stream", "old", "tc-decode"};
 static const char *const path_env[PATHS] = {NULL, "MLXCEL_GPU_STREAM_ROWS", "MLXCEL_GPU_NO_STREAM_MATVEC",
-                                            "MLXCEL_GPU_OLD_MATVEC"};
-static const char *const path_value[PATHS] = {NULL, "4", "1", "1"};
+                                            "MLXCEL_GPU_OLD_MATVEC", "MLXCEL_GPU_TC_DECODE"};
+static const char *const path_value[PATHS] = {NULL, "4", "1", "1", "2"};
 
 static mx_error err;
 static test_rng rng = {0x3243f6a8885a308dull};
@@ -90,7 +92,7 @@ static double matrix_bytes(const mx_matrix *m) {
     return (double)mx_matrix_data_bytes(m) + 2.0 * (double)mx_matrix_scale_bytes(m);
 }
 
-// Device activations, large enough for every case of the shape at 8 tokens: `in` is the input of
+// Device activations, large enough for every case of the shape at up to 64 tokens: `in` is the input of
 // the one-record products, x the residual stream of the patterns.
 typedef struct acts {
     float *in, *x, *h, *q, *k, *v, *g, *u, *tmp, *norm;
@@ -190,8 +192,8 @@ int main(int argc, char **argv) {
                                       {s->inter, H}, {H, s->inter}, {s->vocab, H}};
     const char *const one_names[6] = {"q", "k/v", "o", "gate", "down", "lm_head"};
     for (int i = 0; i < 6; i++) cases[nc++] = (bench_case){one_names[i], C_ONE, 1, one_shapes[i][0], one_shapes[i][1]};
-    const int batch[3] = {2, 4, 8};
-    for (int b = 0; b < 3; b++) {
+    const int batch[6] = {2, 4, 8, 16, 32, 64};
+    for (int b = 0; b < 6; b++) {
         cases[nc++] = (bench_case){"q", C_ONE, batch[b], s->q_rows, H};
         cases[nc++] = (bench_case){"gate", C_ONE, batch[b], s->inter, H};
     }
@@ -271,15 +273,16 @@ int main(int argc, char **argv) {
     for (int c = 0; c < nc; c++) {
         for (int path = 1; path < PATHS; path++) {
             if (cases[c].kind != C_ONE) continue;
-            const bool ok = worst[path][c] <= 2e-5;
+            const double bound = cases[c].n >= 64 ? 1.5e-2 : 2e-5;
+            const bool ok = worst[path][c] <= bound;
             bad += !ok;
             if (!ok)
-                printf("FAIL: %s %lldx%lld n=%d: %s differs from %s by %.3e (relative L2; bound 2e-5)\n", cases[c].label,
+                printf("FAIL: %s %lldx%lld n=%d: %s differs from %s by %.3e (relative L2; bound %.1e)\n", cases[c].label,
                        (long long)cases[c].rows, (long long)cases[c].cols, cases[c].n, path_names[path], path_names[0],
-                       worst[path][c]);
+                       worst[path][c], bound);
         }
         free(first[c]);
     }
-    printf("outputs of the one-record products: %s\n", bad ? "paths differ (see FAIL lines)" : "every path within 2e-5 of the default");
+    printf("outputs of the one-record products: %s\n", bad ? "paths differ (see FAIL lines)" : "every path within its bound of the default");
     return bad ? 1 : 0;
 }

@@ -293,7 +293,7 @@ static int env_int(const char *name, int def, int lo, int hi, int *out, mx_error
 // The numeric knobs, read before any device is looked for (so a bad value is refused by name also
 // on a machine without a GPU).
 typedef struct gpu_knobs {
-    int matvec_rows, matvec_max_tokens, stream_min_cols, stream_rows, sample_blocks;
+    int matvec_rows, matvec_max_tokens, stream_min_cols, stream_rows, sample_blocks, tc_decode_tokens;
 } gpu_knobs;
 
 static int read_knobs(gpu_knobs *k, mx_error *err) {
@@ -308,11 +308,15 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // its other task shape (4 rows per task, 2 chunks per lane per step at 4 bits, instead of 2 and 4).
     // MLXCEL_GPU_SAMPLE_BLOCKS=N: at most N blocks share one row of the sample record
     // (kernels/sample_split.cu; 1: one block per row; unset: MXG_SAMPLE_DEFAULT_BLOCKS).
+    // MLXCEL_GPU_TC_DECODE=N (2..64; 1 counts as 2): batches of N to 64 tokens on the tensor-core decode
+    // product (vendor/cuda/matvec_mma.cu: affine 4/8-bit weights, bf16 hi/lo activations; other
+    // formats keep the float32 kernels); 0 or unset: off until measured on a device.
     if (env_int("MLXCEL_GPU_MATVEC_ROWS", 4, 1, 4, &k->matvec_rows, err) ||
         env_int("MLXCEL_GPU_MATVEC_TOKENS", 63, 1, 1 << 20, &k->matvec_max_tokens, err) ||
         env_int("MLXCEL_GPU_STREAM_MIN_COLS", 4096, 0, 1 << 30, &k->stream_min_cols, err) ||
         env_int("MLXCEL_GPU_STREAM_ROWS", 2, 2, 4, &k->stream_rows, err) ||
-        env_int("MLXCEL_GPU_SAMPLE_BLOCKS", MXG_SAMPLE_DEFAULT_BLOCKS, 1, MXG_SAMPLE_MAX_BLOCKS, &k->sample_blocks, err))
+        env_int("MLXCEL_GPU_SAMPLE_BLOCKS", MXG_SAMPLE_DEFAULT_BLOCKS, 1, MXG_SAMPLE_MAX_BLOCKS, &k->sample_blocks, err) ||
+        env_int("MLXCEL_GPU_TC_DECODE", 0, 0, 64, &k->tc_decode_tokens, err))
         return -1;
     if (k->matvec_rows == 3)
         return mx_fail(err, "MLXCEL_GPU_MATVEC_ROWS='%s': must be 1, 2 or 4 (unset: 4)", getenv("MLXCEL_GPU_MATVEC_ROWS"));
@@ -403,7 +407,12 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.stream_rows = knobs.stream_rows;
     c->launch.sample_blocks = knobs.sample_blocks;
     c->launch.attn_token_rows = env_switch("MLXCEL_GPU_ATTN_TOKEN_ROWS");
+    c->launch.tc_decode_tokens = knobs.tc_decode_tokens == 1 ? 2 : knobs.tc_decode_tokens;
     c->launch.scratch_bytes = mxg_attention_scratch_bytes(c->info.sm_count, 256);
+    // The tensor-core decode product's split-column partial sums: 8 MB holds 32 splits of a 1024-row
+    // product at 64 tokens (it uses fewer splits when they do not fit).
+    if (c->launch.tc_decode_tokens > 0 && c->launch.scratch_bytes < ((size_t)8 << 20))
+        c->launch.scratch_bytes = (size_t)8 << 20;
     if (mxg_rt_malloc(&c->launch.scratch, c->launch.scratch_bytes, c->launch.stream, err) != 0) goto fail;
     c->launch.small_scratch_bytes = 64 * 1024;
     if (mxg_rt_malloc(&c->launch.small_scratch, c->launch.small_scratch_bytes, c->launch.stream, err) != 0) goto fail;

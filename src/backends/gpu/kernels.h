@@ -26,6 +26,8 @@ typedef struct mxg_launch {
     bool mma_sync;         // CUDA: the mma.sync/ldmatrix prefill kernel instead of WMMA (MLXCEL_GPU_MMA_SYNC=1)
     int matvec_rows;       // most rows per warp in matrix-vector kernels (1, 2 or 4; tuning knob)
     int matvec_max_tokens; // batches of up to this many tokens use the matrix-vector kernels
+    int tc_decode_tokens;  // 0, or batches of this many (at least 2) to 64 tokens on the tensor-core
+                           // decode product where it applies (vendor/cuda/matvec_mma.cu; MLXCEL_GPU_TC_DECODE)
     bool matvec_old;       // matrix-vector kernels without the scaled 4/8-bit dot and split-K (A/B switch)
     bool matvec_stream;    // the streaming matrix-vector kernel where it applies (off: MLXCEL_GPU_NO_STREAM_MATVEC=1)
     int stream_min_cols;   // ... on rows at least this long (MLXCEL_GPU_STREAM_MIN_COLS; default 4096)
@@ -53,6 +55,11 @@ void mxg_matmul(const mxg_launch *L, float *out, const float *x, const mx_matrix
 // out[m, w.rows]: row r uses expert ids[r] and input row x[r / x_div].
 void mxg_moe_matmul(const mxg_launch *L, float *out, const float *x, const mx_matrix *w,
                     const int32_t *ids, int m, int x_div);
+// Vendor tensor-core product for decode batches of 2..64 tokens on affine 4/8-bit weights
+// (vendor/cuda/matvec_mma.cu). Returns 0 when it enqueued the product, -1 when it has no kernel for
+// this device, format or batch (the caller then uses the float32 kernels). Uses L->scratch for
+// split-column partial sums.
+int mxg_matvec_mma(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n);
 // The portable tiled product (no matrix units), also used when the vendor path declines.
 void mxg_matmul_tiled(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n);
 // Vendor matrix-unit product (vendor/cuda or vendor/hip). Returns 0 when it enqueued the product,

@@ -158,6 +158,18 @@ uint32_t emu_xchg(uint32_t v, int src, int width) {
     return r;
 }
 
+void emu_warp_gather(const uint32_t *mine, int count, uint32_t *all, int width) {
+    if (count > 16) { fprintf(stderr, "emu: a gather of %d words\n", count); abort(); }
+    static std::vector<uint32_t> gbuf;
+    if (gbuf.size() < (size_t)blockDim.x * 16) gbuf.resize((size_t)blockDim.x * 16);
+    const int w = cur / width;
+    for (int i = 0; i < count; i++) gbuf[(size_t)cur * 16 + i] = mine[i];
+    warp_barrier(width);
+    for (int l = 0; l < width; l++)
+        for (int i = 0; i < count; i++) all[l * count + i] = gbuf[(size_t)(w * width + l) * 16 + i];
+    warp_barrier(width);
+}
+
 unsigned char *emu_smem() { return smem.data(); }
 
 void emu_launch(dim3 g, dim3 b, size_t sm, std::function<void()> k) {

@@ -9,7 +9,10 @@
 // block, f16 conversions from core/dtype.h. Float arithmetic is the host's (glibc expf, fmaf), so
 // results match the device to float32 rounding, not bit for bit; two kernels emulated here with the
 // same arithmetic do agree bit for bit. Not a device: memory errors show only under the host's
-// sanitizers, races between barriers show in one order only, timing means nothing.
+// sanitizers, races between barriers show in one order only, timing means nothing. The tensor-core
+// instruction of vendor/cuda/mma_m16n8k16.cuh is here too (this file defines that header's guard):
+// the warp's fragments gathered and multiplied by the PTX ISA's layout, products exact, sums in
+// float32 in k order (the device's tensor cores sum in another order).
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -39,6 +42,10 @@ extern dim3 blockDim, gridDim;
 struct __half_raw { uint16_t x; };
 struct __half { uint16_t x; __half() {} __half(__half_raw r) : x(r.x) {} operator __half_raw() const { return {x}; } };
 struct uint4 { uint32_t x, y, z, w; };
+struct uint2 { uint32_t x, y; };
+struct float4 { float x, y, z, w; };
+inline uint4 make_uint4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) { return {a, b, c, d}; }
+inline uint2 make_uint2(uint32_t a, uint32_t b) { return {a, b}; }
 struct float2 { float x, y; };
 inline float2 make_float2(float a, float b) { return {a, b}; }
 inline float __half2float(__half h) { return mx_f16_to_f32(h.x); }
@@ -56,5 +63,28 @@ uint32_t emu_xchg(uint32_t v, int src_lane, int width);  // a warp of `width` la
 template <int W> inline int mxg_shfl_xor(int v, int mask) { return (int)emu_xchg((uint32_t)v, (int)(threadIdx.x % W) ^ mask, W); }
 template <int W> inline float mxg_shfl_xor(float v, int mask) { return __uint_as_float(emu_xchg(__float_as_uint(v), (int)(threadIdx.x % W) ^ mask, W)); }
 template <int W> inline float mxg_shfl(float v, int lane) { return __uint_as_float(emu_xchg(__float_as_uint(v), lane, W)); }
+// Every lane of the caller's warp (`width` lanes) gives `count` (<= 16) words; all[lane * count + i]
+// gets lane's word i, for every lane of the warp.
+void emu_warp_gather(const uint32_t *mine, int count, uint32_t *all, int width);
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 (vendor/cuda/mma_m16n8k16.cuh): d += A * B.
+// Fragments by the PTX ISA ("Matrix Fragments for mma.m16n8k16 with floating point type"), lane =
+// 4 g + t: A register r holds row g + 8 (r % 2), columns 2t + 8 (r / 2) and the one after (low
+// half first); B register r holds k rows 2t + 8 r and the one after, column g; d[e] is row g + 8 (e / 2),
+// column 2t + e % 2.
+#define MXG_MMA_M16N8K16_CUH
+inline void mxg_mma_bf16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    const uint32_t mine[6] = {a[0], a[1], a[2], a[3], b0, b1};
+    uint32_t all[32 * 6];
+    emu_warp_gather(mine, 6, all, 32);
+    auto half = [](uint32_t reg, int k) { return __uint_as_float(k % 2 ? reg & 0xffff0000u : reg << 16); };
+    auto A = [&](int row, int k) { return half(all[((row % 8) * 4 + (k % 8) / 2) * 6 + row / 8 + 2 * (k / 8)], k); };
+    auto B = [&](int k, int col) { return half(all[(col * 4 + (k % 8) / 2) * 6 + 4 + k / 8], k); };
+    const int lane = (int)(threadIdx.x % 32), g = lane / 4, t = lane % 4;
+    for (int e = 0; e < 4; e++) {
+        float s = d[e];
+        for (int k = 0; k < 16; k++) s += A(g + 8 * (e / 2), k) * B(k, 2 * t + e % 2);
+        d[e] = s;
+    }
+}
 unsigned char *emu_smem();
 void emu_launch(dim3 g, dim3 b, size_t smem, std::function<void()> k);

@@ -1,0 +1,295 @@
+// SPDX-License-Identifier: MIT
+// NVIDIA tensor-core product for decode batches: out[n, rows] = x[n, cols] @ w^T (+ bias) for 2..64
+// tokens (server steps of many sequences) on affine 4- and 8-bit weights, with mma.sync m16n8k16
+// (vendor/cuda/mma_m16n8k16.cuh; sm_80+). Chosen by MLXCEL_GPU_TC_DECODE (kernels/matvec.cu
+// dispatches); every other format, and batches of one or over 64 tokens, decline (-1) to the
+// float32 kernels. ROCm builds have vendor/hip/matvec_mma.cu, which declines.
+//
+// Why this shape: a decode batch reads every weight once whatever the batch, so the product should
+// cost little more than one token; the float32 matrix-vector kernels instead spend FMAs and shared
+// reads per token. Here the weights are the M operand (16 output rows per tile, two tiles per warp,
+// four warps: 128 rows per block) and the tokens the N operand in tiles of 8 (NT tiles: 8, 16, 32 or
+// 64 tokens, the batch padded with zeros).
+//
+// Precision (the float32 kernels' sums, in another order): the mma multiplies the weights' integer
+// codes q, exact in bf16 (q <= 255), by the activations split in three bf16 parts x = hi + mid + lo
+// (hi = bf16(x), mid = bf16(x - hi), lo = bf16(x - hi - mid): the differences are exact in float32,
+// so |x - hi - mid - lo| <= 2^-24 |x|, float32's own rounding, over float32's range), with float32
+// accumulation (the small parts first). The scale and bias of each 32-column chunk (a chunk never
+// straddles a scale group) are applied after its mma, as the float32 kernels do: out += s * sum(q x)
+// + b * sum(x), with sum(x) the float32 sum of the activations. So a result differs from the float32
+// kernels' by float32 summation order, and the tests keep the float32 paths' bounds for it (2e-5
+// relative L2 in test_gpu_conformance and bench_gpu_matvec); the emulation test
+// (tests/gpu/mma_emulation) holds each output to 1e-6 of sum(|s q x| + |b x|) against a double
+// reference. Two bf16 parts would give 16 bits (up to 2^-16 |x|: ~1.5e-5 relative L2 on random
+// weights, too near those bounds); the third part costs one more mma per two, and the mma is not
+// what bounds this kernel.
+//
+// Work split: a block stages the activations of up to 2 chunks (64 columns) of every token into
+// shared memory as bf16 hi/mid/lo in the order the B fragments read them (each lane's 4 consecutive
+// columns in one 16-byte hi/mid slot and one 8-byte lo slot: two shared loads per token tile and k
+// step, and padded row strides so the loads of a phase hit distinct banks), with each chunk's
+// float32 sum per token. Each
+// lane reads, per chunk, 8 codes of its two rows of each tile (one 4- or 8-byte load, issued before
+// the staging so they overlap it). Blocks cover 128 rows x a range of chunks; when the rows alone
+// give fewer than 2 blocks per multiprocessor (a 1024-row product: 8 blocks), the columns are split
+// into up to 32 ranges whose float32 partial sums go to L->scratch and are added in a fixed order by
+// a second kernel (so results do not depend on timing).
+#include "backends/gpu/dequant.cuh"
+#include "backends/gpu/vendor/cuda/mma_m16n8k16.cuh"
+
+namespace {
+
+constexpr int kWarps = 4, kThreads = kWarps * 32;
+constexpr int kTiles = 2;                           // 16-row tiles per warp
+constexpr int kBlockRows = kWarps * kTiles * 16;    // 128
+constexpr int kSlabChunks = 2;                      // 32-column chunks staged at once
+constexpr int kHmStride = kSlabChunks * 8 + 4;      // 16-byte hi/mid slots per staged token: 320 bytes, 64 mod 128
+constexpr int kLoStride = kSlabChunks * 8 + 4;      // 8-byte lo slots per staged token: 160 bytes, 32 mod 128
+constexpr int kMinChunksPerSplit = 2;
+constexpr int kMaxSplits = 32;
+
+// bf16 bits of f, rounded to nearest even (finite f), in the top half of a word.
+__device__ __forceinline__ uint32_t bf16_top(float f) {
+    uint32_t u = __float_as_uint(f);
+    return (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+}
+
+// Two floats that are exact in bf16 (integer codes, or values rounded by bf16_top) as one register.
+__device__ __forceinline__ uint32_t pack_exact(float lo, float hi) {
+    return (__float_as_uint(lo) >> 16) | (__float_as_uint(hi) & 0xffff0000u);
+}
+
+// Codes j, j+1 (j even) of a lane's 8 codes of a chunk as a bf16 pair.
+template <int BITS>
+__device__ __forceinline__ uint32_t code_pair(const uint32_t (&w)[BITS / 4], int j) {
+    const uint32_t mask = (1u << BITS) - 1u;
+    const uint32_t word = w[(j * BITS) / 32];
+    const int sh = (j * BITS) % 32;
+    const float a = __uint_as_float(0x4b000000u | ((word >> sh) & mask)) - 8388608.0f;
+    const float b = __uint_as_float(0x4b000000u | ((word >> (sh + BITS)) & mask)) - 8388608.0f;
+    return pack_exact(a, b);
+}
+
+// grid (ceil(rows / 128), splits). x [n, cols] 16-byte aligned; out [n, rows] when gridDim.y == 1,
+// else partial [splits][n][rows] (bias added by the sum kernel).
+template <int BITS, int ST, int NT>
+__global__ void __launch_bounds__(kThreads) matvec_mma_kernel(float *__restrict__ out, const float *__restrict__ x,
+                                                              MatView m, const float *__restrict__ bias, int n,
+                                                              int chunks_per_split) {
+    constexpr int kTok = NT * 8;
+    constexpr int kWords = BITS / 4;  // words holding a lane's 8 codes of one chunk
+    // [token][chunk * 8 + step * 4 + t]: hi01, hi23, mid01, mid23 and lo01, lo23 of lane t's k step.
+    __align__(16) __shared__ uint4 xs[kTok][kHmStride];
+    __align__(16) __shared__ uint2 xl[kTok][kLoStride];
+    __align__(16) __shared__ float xsum[kSlabChunks][kTok];  // float32 sum of each chunk's 32 activations
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+    const int64_t row0 = (int64_t)blockIdx.x * kBlockRows + warp * (kTiles * 16);
+    const int total_chunks = m.cols / 32;
+    const int c_begin = blockIdx.y * chunks_per_split;
+    const int c_end = min(total_chunks, c_begin + chunks_per_split);
+
+    // This lane's rows: tile i, half h (row g or g + 8); rows past the end read the last row.
+    int64_t lrow[kTiles][2];
+#pragma unroll
+    for (int i = 0; i < kTiles; i++)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int64_t r = row0 + i * 16 + g + 8 * h;
+            lrow[i][h] = r < m.rows ? r : m.rows - 1;
+        }
+
+    float acc[kTiles][NT][4];
+#pragma unroll
+    for (int i = 0; i < kTiles; i++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
+
+    for (int c0 = c_begin; c0 < c_end; c0 += kSlabChunks) {
+        const int sc = min(kSlabChunks, c_end - c0);
+        // The slab's weights first: codes 8t..8t+7 of each chunk, with the chunk's scale and bias.
+        uint32_t q[kSlabChunks][kTiles][2][kWords];
+        float sb[kSlabChunks][kTiles][2][2];
+#pragma unroll
+        for (int cc = 0; cc < kSlabChunks; cc++) {
+            if (cc >= sc) break;
+            const int c = c0 + cc;
+#pragma unroll
+            for (int i = 0; i < kTiles; i++)
+#pragma unroll
+                for (int h = 0; h < 2; h++) {
+                    const uint8_t *p = m.data + lrow[i][h] * m.row_bytes + (int64_t)c * (4 * BITS) + t * BITS;
+                    if constexpr (BITS == 4) {
+                        q[cc][i][h][0] = *(const uint32_t *)p;
+                    } else {
+                        const uint2 v = *(const uint2 *)p;
+                        q[cc][i][h][0] = v.x, q[cc][i][h][1] = v.y;
+                    }
+                    const int64_t si = lrow[i][h] * m.groups + ((c * 32) >> m.group_shift);
+                    sb[cc][i][h][0] = load_st<ST>(m.scales, si);
+                    sb[cc][i][h][1] = load_st<ST>(m.biases, si);
+                }
+        }
+
+        // Stage the slab's activations. Quad qd (columns 4qd..4qd+3 of a chunk) goes to slot
+        // (qd % 2) * 4 + qd / 2: lane t's step s reads quad 2t + s, matching its codes 8t + 4s...
+        __syncthreads();  // the previous slab's readers are done
+#pragma unroll 1
+        for (int base = 0; base < kTok * kSlabChunks * 8; base += kThreads) {
+            const int i = base + tid, qd = i % 8, cc = (i / 8) % kSlabChunks, tok = i / (8 * kSlabChunks);
+            float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            if (tok < n && cc < sc) {
+                const float4 f = *(const float4 *)(x + (int64_t)tok * m.cols + (c0 + cc) * 32 + qd * 4);
+                v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+            }
+            float s = (v[0] + v[1]) + (v[2] + v[3]);
+            s += mxg_shfl_xor<32>(s, 1);
+            s += mxg_shfl_xor<32>(s, 2);
+            s += mxg_shfl_xor<32>(s, 4);
+            if (qd == 0) xsum[cc][tok] = s;
+            float hi[4], mid[4], lo[4];
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                hi[k] = __uint_as_float(bf16_top(v[k]));
+                mid[k] = __uint_as_float(bf16_top(v[k] - hi[k]));
+                lo[k] = __uint_as_float(bf16_top((v[k] - hi[k]) - mid[k]));
+            }
+            const int slot = cc * 8 + (qd % 2) * 4 + qd / 2;
+            xs[tok][slot] = make_uint4(pack_exact(hi[0], hi[1]), pack_exact(hi[2], hi[3]), pack_exact(mid[0], mid[1]),
+                                       pack_exact(mid[2], mid[3]));
+            xl[tok][slot] = make_uint2(pack_exact(lo[0], lo[1]), pack_exact(lo[2], lo[3]));
+        }
+        __syncthreads();
+
+#pragma unroll
+        for (int cc = 0; cc < kSlabChunks; cc++) {
+            if (cc >= sc) break;
+            // A fragments of both k steps: step s holds codes 4s, 4s+1 (columns 2t, 2t+1 of the
+            // mma) and 4s+2, 4s+3 (columns 2t+8, 2t+9).
+            uint32_t a[kTiles][2][4];
+#pragma unroll
+            for (int i = 0; i < kTiles; i++)
+#pragma unroll
+                for (int s = 0; s < 2; s++) {
+                    a[i][s][0] = code_pair<BITS>(q[cc][i][0], 4 * s);
+                    a[i][s][1] = code_pair<BITS>(q[cc][i][1], 4 * s);
+                    a[i][s][2] = code_pair<BITS>(q[cc][i][0], 4 * s + 2);
+                    a[i][s][3] = code_pair<BITS>(q[cc][i][1], 4 * s + 2);
+                }
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                const uint4 b0 = xs[j * 8 + g][cc * 8 + t], b1 = xs[j * 8 + g][cc * 8 + 4 + t];
+                const uint2 l0 = xl[j * 8 + g][cc * 8 + t], l1 = xl[j * 8 + g][cc * 8 + 4 + t];
+                const float2 xsm = *(const float2 *)&xsum[cc][j * 8 + 2 * t];  // tokens 2t, 2t+1 of tile j
+#pragma unroll
+                for (int i = 0; i < kTiles; i++) {
+                    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    mxg_mma_bf16_m16n8k16(d, a[i][0], l0.x, l0.y);
+                    mxg_mma_bf16_m16n8k16(d, a[i][1], l1.x, l1.y);
+                    mxg_mma_bf16_m16n8k16(d, a[i][0], b0.z, b0.w);
+                    mxg_mma_bf16_m16n8k16(d, a[i][1], b1.z, b1.w);
+                    mxg_mma_bf16_m16n8k16(d, a[i][0], b0.x, b0.y);
+                    mxg_mma_bf16_m16n8k16(d, a[i][1], b1.x, b1.y);
+                    // d[e]: row g + 8 (e / 2), token 2t + e % 2.
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const float *sbe = sb[cc][i][e / 2];
+                        acc[i][j][e] = fmaf(sbe[0], d[e], fmaf(sbe[1], e % 2 ? xsm.y : xsm.x, acc[i][j][e]));
+                    }
+                }
+            }
+        }
+    }
+
+    float *dst = gridDim.y == 1 ? out : out + (int64_t)blockIdx.y * n * m.rows;
+#pragma unroll
+    for (int i = 0; i < kTiles; i++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int64_t r = row0 + i * 16 + g + 8 * (e / 2);
+                const int tok = j * 8 + 2 * t + e % 2;
+                if (r < m.rows && tok < n)
+                    dst[(int64_t)tok * m.rows + r] = acc[i][j][e] + (gridDim.y == 1 && bias ? bias[r] : 0.0f);
+            }
+}
+
+// out[i] = sum over splits of partial[split][i] (in split order) + bias[i % rows].
+__global__ void split_sum_kernel(float *__restrict__ out, const float *__restrict__ partial,
+                                 const float *__restrict__ bias, int64_t rows, int64_t count, int splits) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= count) return;
+    float s = 0.0f;
+    for (int k = 0; k < splits; k++) s += partial[(int64_t)k * count + i];
+    out[i] = s + (bias ? bias[i % rows] : 0.0f);
+}
+
+template <int BITS, int ST>
+void launch_bits_st(const mxg_launch *L, float *dst, const float *x, const MatView &m, const float *bias, int n,
+                    dim3 grid, int cps) {
+    gpuStream_t s = (gpuStream_t)L->stream;
+    if (n <= 8)
+        matvec_mma_kernel<BITS, ST, 1><<<grid, kThreads, 0, s>>>(dst, x, m, bias, n, cps);
+    else if (n <= 16)
+        matvec_mma_kernel<BITS, ST, 2><<<grid, kThreads, 0, s>>>(dst, x, m, bias, n, cps);
+    else if (n <= 32)
+        matvec_mma_kernel<BITS, ST, 4><<<grid, kThreads, 0, s>>>(dst, x, m, bias, n, cps);
+    else
+        matvec_mma_kernel<BITS, ST, 8><<<grid, kThreads, 0, s>>>(dst, x, m, bias, n, cps);
+}
+
+template <int BITS>
+void launch_bits(const mxg_launch *L, float *dst, const float *x, const MatView &m, mx_dtype st, const float *bias,
+                 int n, dim3 grid, int cps) {
+    if (st == MX_DTYPE_F32)
+        launch_bits_st<BITS, ST_F32>(L, dst, x, m, bias, n, grid, cps);
+    else if (st == MX_DTYPE_F16)
+        launch_bits_st<BITS, ST_F16>(L, dst, x, m, bias, n, grid, cps);
+    else
+        launch_bits_st<BITS, ST_BF16>(L, dst, x, m, bias, n, grid, cps);
+}
+
+}  // namespace
+
+// Returns 0 when it enqueued the product, -1 when it has no kernel for this case (kernels.h).
+extern "C" int mxg_matvec_mma(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias,
+                              int n) {
+    if (L->cc < 80 || L->warp != 32 || n < 2 || n > 64) return -1;
+    if (w->q.mode != MX_QUANT_AFFINE || (w->q.bits != 4 && w->q.bits != 8) || w->cols % 32 != 0) return -1;
+    if (w->q.group_size != 32 && w->q.group_size != 64 && w->q.group_size != 128) return -1;
+    if (w->scale_dtype != MX_DTYPE_F32 && w->scale_dtype != MX_DTYPE_F16 && w->scale_dtype != MX_DTYPE_BF16) return -1;
+    if (((uintptr_t)x & 15) != 0) return -1;
+    const MatView m = mat_view(w);
+    const int64_t row_blocks = (m.rows + kBlockRows - 1) / kBlockRows;
+    const int chunks = m.cols / 32;
+    // Split the columns while the rows give fewer than 2 blocks per multiprocessor, keeping at least
+    // kMinChunksPerSplit chunks per split and the partial sums within L->scratch.
+    int splits = 1;
+    const int64_t want = 2 * (int64_t)L->sm_count;
+    if (row_blocks < want) {
+        int64_t s = (want + row_blocks - 1) / row_blocks;
+        s = s < chunks / kMinChunksPerSplit ? s : chunks / kMinChunksPerSplit;
+        s = s < kMaxSplits ? s : kMaxSplits;
+        const int64_t per_split = (int64_t)n * m.rows * (int64_t)sizeof(float);
+        const int64_t fit = L->scratch ? (int64_t)(L->scratch_bytes / (size_t)per_split) : 0;
+        s = s < fit ? s : fit;
+        splits = s > 1 ? (int)s : 1;
+    }
+    const int cps = (chunks + splits - 1) / splits;
+    splits = (chunks + cps - 1) / cps;
+    float *dst = splits > 1 ? (float *)L->scratch : out;
+    const dim3 grid((unsigned)row_blocks, (unsigned)splits);
+    if (w->q.bits == 4)
+        launch_bits<4>(L, dst, x, m, w->scale_dtype, bias, n, grid, cps);
+    else
+        launch_bits<8>(L, dst, x, m, w->scale_dtype, bias, n, grid, cps);
+    if (splits > 1) {
+        const int64_t count = (int64_t)n * m.rows;
+        split_sum_kernel<<<(unsigned)((count + 255) / 256), 256, 0, (gpuStream_t)L->stream>>>(out, dst, bias, m.rows,
+                                                                                             count, splits);
+    }
+    return 0;
+}

@@ -1,0 +1,11 @@
+# SPDX-License-Identifier: MIT
+# The tensor-core decode product's own source (src/backends/gpu/vendor/cuda/matvec_mma.cu) on the
+# host emulation of the CUDA dialect, with an emulated mma.sync m16n8k16, against the CPU's
+# dequantization (tests/gpu/mma_emulation/run.sh): runs in every build, with or without a GPU
+# (gcc and g++ only, ~10 s in its quick form).
+find_program(MLXCEL_GXX g++)
+if(MLXCEL_GXX)
+  add_test(NAME gpu_mma_emulation COMMAND sh ${PROJECT_SOURCE_DIR}/tests/gpu/mma_emulation/run.sh quick
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(gpu_mma_emulation PROPERTIES ENVIRONMENT "MLXCEL_EMU_OUT=${CMAKE_BINARY_DIR}/mma_emulation")
+endif()

@@ -1,0 +1,25 @@
+#!/bin/sh
+# SPDX-License-Identifier: MIT
+# Checks the tensor-core decode product without a GPU: converts vendor/cuda/matvec_mma.cu to host C++
+# (kv_emulation/to_host.py), builds it with the host emulation (kv_emulation/emu.h, which carries an
+# mma.sync m16n8k16 by the PTX ISA's fragment layout) and test_matvec_mma_emulated.cpp against the
+# CPU build's library (the reference dequantization), and runs it. A check of the fragment and index
+# arithmetic before a device run, not a replacement for it (tests/gpu/batch_on_device.sh). Needs gcc
+# and g++ (C++20); links only the two core files it uses (quant.c, dtype.c), so it needs no build.
+# About 10 s on two cores (ctest runs it as gpu_mma_emulation).
+# Usage: tests/gpu/mma_emulation/run.sh [--asan] [quick]   (--asan: AddressSanitizer, fewer cases)
+# The build goes to $MLXCEL_EMU_OUT (default build/mma_emulation).
+set -eu
+cd "$(dirname "$0")/../../.."
+out=${MLXCEL_EMU_OUT:-build/mma_emulation}
+mkdir -p "$out"
+python3 tests/gpu/kv_emulation/to_host.py src/backends/gpu/vendor/cuda/matvec_mma.cu >"$out/matvec_mma.cpp"
+flags="-std=c++20 -O2 -w -Isrc -Iinclude -Itests/gpu/kv_emulation"
+arg=""
+if [ "${1:-}" = --asan ]; then flags="$flags -g -O1 -fsanitize=address"; arg=quick; shift; fi
+[ "${1:-}" = quick ] && arg=quick
+for f in quant dtype; do gcc -std=c11 -O2 -Isrc -Iinclude -c "src/core/$f.c" -o "$out/$f.o"; done
+# shellcheck disable=SC2086
+g++ $flags -o "$out/test_matvec_mma_emulated" tests/gpu/kv_emulation/emu.cpp \
+    tests/gpu/mma_emulation/test_matvec_mma_emulated.cpp "$out/matvec_mma.cpp" "$out/quant.o" "$out/dtype.o" -lm
+exec "$out/test_matvec_mma_emulated" $arg

@@ -1,0 +1,154 @@
+// SPDX-License-Identifier: MIT
+// The tensor-core decode product (vendor/cuda/matvec_mma.cu) run on the host emulation (emu.h, with
+// its mma.sync m16n8k16 by the PTX ISA's fragment layout) against a double-precision reference
+// built from the CPU's dequantization (mx_matrix_dequant_row): affine 4- and 8-bit weights with
+// groups of 32, 64 and 128 and f32/f16/bf16 scales, 2..64 tokens (every tile count, partial tiles),
+// rows that are not a multiple of the block's 128 (1, 17, 129...), columns of 1 to 40 chunks, with
+// and without bias, with the column split at several multiprocessor counts and scratch sizes (no
+// split, a partial last range, 32 ranges). Bound (the kernel file's precision paragraph): |out -
+// ref| <= 1e-6 * (sum_k(|s q_k x_k| + |b x_k|) + 0.1 |bias|); the worst ratio is printed. Also checks
+// that the launcher declines what it has no kernel for (one token, 65 tokens, 3-bit, mxfp4,
+// unaligned x) and writes nothing then.
+// Built and run by run.sh; argument "quick": fewer cases. Exits 1 on any failure.
+#include "emu.h"
+#include <cstdio>
+#include <cstdlib>
+extern "C" {
+#include "core/quant.h"
+}
+#include "backends/gpu/kernels.h"
+
+static uint64_t rs = 0x9e3779b97f4a7c15ull;
+static uint64_t next() { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return rs; }
+static float unit() { return (float)((next() >> 40) * (1.0 / 16777216.0)); }
+static int below(int n) { return (int)(next() % (uint64_t)n); }
+
+static int fails = 0, cases = 0;
+static double worst = 0.0;
+#define FAIL(...) do { printf("FAIL: " __VA_ARGS__); printf("\n"); fails++; } while (0)
+
+static void put_scale(std::vector<uint8_t> &buf, mx_dtype st, size_t i, float v) {
+    if (st == MX_DTYPE_F32) memcpy(&buf[i * 4], &v, 4);
+    else {
+        uint16_t h = st == MX_DTYPE_BF16 ? mx_f32_to_bf16(v) : mx_f32_to_f16(v);
+        memcpy(&buf[i * 2], &h, 2);
+    }
+}
+static float get_scale(const std::vector<uint8_t> &buf, mx_dtype st, size_t i) {
+    if (st == MX_DTYPE_F32) { float v; memcpy(&v, &buf[i * 4], 4); return v; }
+    uint16_t h; memcpy(&h, &buf[i * 2], 2);
+    return st == MX_DTYPE_BF16 ? mx_bf16_to_f32(h) : mx_f16_to_f32(h);
+}
+
+static const char *st_name(mx_dtype st) { return st == MX_DTYPE_F32 ? "f32" : st == MX_DTYPE_F16 ? "f16" : "bf16"; }
+
+// One product; returns false when the launcher declined (expected only where `expect` is false).
+static void run_case(int bits, int gs, mx_dtype st, int rows, int cols, int n, bool with_bias, int sms,
+                     size_t scratch_bytes) {
+    cases++;
+    mx_matrix w{};
+    w.q.mode = MX_QUANT_AFFINE, w.q.bits = bits, w.q.group_size = gs;
+    w.dtype = MX_DTYPE_U32, w.scale_dtype = st, w.n_experts = 1, w.rows = rows, w.cols = cols;
+    const int64_t rb = mx_matrix_row_bytes(&w), groups = cols / gs;
+    std::vector<uint8_t> data((size_t)(rb * rows) + 16), sc((size_t)(rows * groups) * 4), bi((size_t)(rows * groups) * 4);
+    for (auto &b : data) b = (uint8_t)next();
+    for (int64_t i = 0; i < rows * groups; i++) {
+        const float s = (0.002f + 0.02f * unit()) * (unit() < 0.1f ? 30.0f : 1.0f);
+        put_scale(sc, st, (size_t)i, s);
+        put_scale(bi, st, (size_t)i, -s * (float)(1 << (bits - 1)) * (0.5f + unit()));
+    }
+    w.data = data.data(), w.scales = sc.data(), w.biases = bi.data();
+    std::vector<float> x((size_t)n * cols + 4), bias(rows), out((size_t)n * rows, -7.0f);
+    float *xa = x.data();
+    while (((uintptr_t)xa & 15) != 0) xa++;
+    for (int i = 0; i < n * cols; i++) {
+        float g = (unit() + unit() + unit() - 1.5f) * 2.0f;
+        xa[i] = unit() < 0.01f ? g * 300.0f : g;
+    }
+    for (auto &b : bias) b = unit() - 0.5f;
+    std::vector<float> scratch(scratch_bytes / 4 + 1);
+    mxg_launch L{};
+    L.warp = 32, L.sm_count = sms, L.cc = 90, L.scratch = scratch_bytes ? scratch.data() : nullptr;
+    L.scratch_bytes = scratch_bytes;
+    if (mxg_matvec_mma(&L, out.data(), xa, &w, with_bias ? bias.data() : nullptr, n) != 0) {
+        FAIL("declined: %d-bit g%d %s %dx%d n=%d", bits, gs, st_name(st), rows, cols, n);
+        return;
+    }
+    std::vector<float> row(cols);
+    double case_worst = 0.0;
+    int bad = 0;
+    for (int r = 0; r < rows; r++) {
+        mx_matrix_dequant_row(&w, r, row.data());
+        const uint8_t *rp = data.data() + rb * r;
+        for (int tk = 0; tk < n; tk++) {
+            double ref = with_bias ? bias[r] : 0.0, mag = with_bias ? 1e-1 * fabs(bias[r]) : 0.0;
+            for (int k = 0; k < cols; k++) {
+                const double xv = xa[(size_t)tk * cols + k];
+                ref += (double)row[k] * xv;
+                const size_t gi = (size_t)r * groups + k / gs;
+                mag += fabs(get_scale(sc, st, gi) * (double)mx_quant_code(rp, bits, k) * xv) +
+                       fabs(get_scale(bi, st, gi) * xv);
+            }
+            const double err = fabs((double)out[(size_t)tk * rows + r] - ref), ratio = err / (mag > 0 ? mag : 1e-30);
+            if (!(ratio <= 1e-6) && bad++ < 3)
+                FAIL("%d-bit g%d %s %dx%d n=%d bias=%d sms=%d: row %d token %d: %.9g, reference %.9g (err/sum %.3g)",
+                     bits, gs, st_name(st), rows, cols, n, with_bias, sms, r, tk, out[(size_t)tk * rows + r], ref, ratio);
+            if (ratio > case_worst || ratio != ratio) case_worst = ratio != ratio ? 1e9 : ratio;
+        }
+    }
+    worst = case_worst > worst ? case_worst : worst;
+}
+
+static void declines() {
+    mx_matrix w{};
+    w.q.mode = MX_QUANT_AFFINE, w.q.bits = 4, w.q.group_size = 64, w.dtype = MX_DTYPE_U32;
+    w.scale_dtype = MX_DTYPE_BF16, w.n_experts = 1, w.rows = 64, w.cols = 128;
+    std::vector<uint8_t> data(64 * 128), sc(64 * 4 * 2);
+    w.data = data.data(), w.scales = sc.data(), w.biases = sc.data();
+    std::vector<float> x(65 * 128 + 4, 1.0f), out(65 * 64, -7.0f), scratch(1 << 16);
+    float *xa = x.data();
+    while (((uintptr_t)xa & 15) != 0) xa++;
+    mxg_launch L{};
+    L.warp = 32, L.sm_count = 8, L.cc = 90, L.scratch = scratch.data(), L.scratch_bytes = scratch.size() * 4;
+    struct { const char *what; int n; int bits; mx_quant_mode mode; int offset; int cc; } c[] = {
+        {"one token", 1, 4, MX_QUANT_AFFINE, 0, 90}, {"65 tokens", 65, 4, MX_QUANT_AFFINE, 0, 90},
+        {"3-bit", 8, 3, MX_QUANT_AFFINE, 0, 90},     {"mxfp4", 8, 4, MX_QUANT_MXFP4, 0, 90},
+        {"unaligned x", 8, 4, MX_QUANT_AFFINE, 1, 90}, {"sm_75", 8, 4, MX_QUANT_AFFINE, 0, 75},
+    };
+    for (auto &k : c) {
+        w.q.bits = k.bits, w.q.mode = k.mode, L.cc = k.cc;
+        if (mxg_matvec_mma(&L, out.data(), xa + k.offset, &w, nullptr, k.n) != -1) FAIL("did not decline: %s", k.what);
+        for (float v : out)
+            if (v != -7.0f) { FAIL("wrote output while declining: %s", k.what); break; }
+    }
+}
+
+int main(int argc, char **argv) {
+    const bool quick = argc > 1 && !strcmp(argv[1], "quick");
+    declines();
+    const mx_dtype sts[] = {MX_DTYPE_BF16, MX_DTYPE_F16, MX_DTYPE_F32};
+    const int gss[] = {32, 64, 128};
+    const int ns[] = {2, 3, 8, 9, 16, 17, 31, 32, 33, 47, 64};
+    const int rowss[] = {1, 17, 128, 129, 200, 257};
+    // Every format once with the column split and without, then random mixes.
+    for (int bits : {4, 8})
+        for (mx_dtype st : sts)
+            for (int gs : gss) {
+                run_case(bits, gs, st, 129, 256, 17, true, 132, 8 << 20);
+                run_case(bits, gs, st, 40, 384, 33, false, 1, 8 << 20);
+            }
+    for (int n : ns) run_case(4, 64, MX_DTYPE_BF16, 136, 1024, n, true, 132, 8 << 20);
+    const int random_cases = quick ? 20 : 80;
+    for (int i = 0; i < random_cases; i++) {
+        const int bits = below(2) ? 4 : 8, gs = gss[below(3)];
+        const int cols = gs * (1 + below(1280 / gs));
+        const int sms[] = {1, 4, 132};
+        const size_t scr[] = {0, 4096, 8 << 20};
+        run_case(bits, gs, sts[below(3)], rowss[below(6)], cols, ns[below(11)], below(2), sms[below(3)], scr[below(3)]);
+    }
+    if (!quick) run_case(4, 64, MX_DTYPE_BF16, 1024, 1024, 64, false, 132, 8 << 20);  // the 0.6B's shape, 32 splits
+    printf("%d products, worst |err| / sum(|s q x| + |b x|) = %.3g (bound 1e-6)\n", cases, worst);
+    if (fails) printf("%d failed\n", fails);
+    else printf("passed\n");
+    return fails ? 1 : 0;
+}
