@@ -254,6 +254,7 @@ const char *mx_backend_compiled(void);
 // KV cache size in bytes for a layout and element type: [layer][block][K|V][kv_head][MX_KV_BLOCK][head_dim]
 // elements, then for I16 their scales, [layer][block][K|V][kv_head][MX_KV_BLOCK][ceil(head_dim /
 // MX_KV_SCALE_BLOCK)] floats (the same layout and quantization on every backend: cpu_attention.c).
+// SIZE_MAX when the size does not fit a size_t (a context creation refuses it).
 size_t mx_kv_bytes(const mx_kv_layout *lay, mx_dtype kv_dtype);
 
 #endif

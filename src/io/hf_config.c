@@ -6,6 +6,7 @@
 // values are errors naming the field.
 #include "io/hf_config.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +21,10 @@ static int read_eos(json_t *o, mx_config *cfg, const char *label, mx_error *err)
     json_t *v = json_object_get(o, "eos_token_id");
     if (!v || json_is_null(v)) return 0;
     cfg->n_eos = 0;
+    // A token id is an int32 (an id past it would wrap into another token).
     if (json_is_integer(v)) {
+        if (json_integer_value(v) < 0 || json_integer_value(v) > INT32_MAX)
+            return mx_fail(err, "%s: eos_token_id %lld is not a token id", label, (long long)json_integer_value(v));
         cfg->eos_ids[cfg->n_eos++] = (int32_t)json_integer_value(v);
         return 0;
     }
@@ -28,7 +32,8 @@ static int read_eos(json_t *o, mx_config *cfg, const char *label, mx_error *err)
     size_t i;
     json_t *e;
     json_array_foreach(v, i, e) {
-        if (!json_is_integer(e)) return mx_fail(err, "%s: eos_token_id[%zu] is not an integer", label, i);
+        if (!json_is_integer(e) || json_integer_value(e) < 0 || json_integer_value(e) > INT32_MAX)
+            return mx_fail(err, "%s: eos_token_id[%zu] is not a token id", label, i);
         if (cfg->n_eos < MX_MAX_EOS) cfg->eos_ids[cfg->n_eos++] = (int32_t)json_integer_value(e);
     }
     return 0;
@@ -94,15 +99,26 @@ int mx_config_parse(const char *text, const char *gen_text, const char *label, m
         mx_fail(err, "%s: missing '%s'", label, missing);
         goto done;
     }
+    if (cfg->n_layers > MX_CONFIG_MAX_LAYERS) {
+        mx_fail(err, "%s: field 'num_hidden_layers' = %d is more than %d", label, cfg->n_layers, MX_CONFIG_MAX_LAYERS);
+        goto done;
+    }
     cfg->rms_norm_eps = (float)eps;
-    if (cfg->head_dim == 0) cfg->head_dim = cfg->hidden_size / cfg->n_heads;
+    // DeepSeek's heads are sized by its own fields (mx_config_read_deepseek): the checks of head_dim
+    // here are for the other families.
+    bool latent = strcmp(cfg->model_type, "deepseek_v3") == 0;
+    char head_from[96] = "";
+    if (cfg->head_dim == 0) {
+        cfg->head_dim = cfg->hidden_size / cfg->n_heads;
+        snprintf(head_from, sizeof head_from, " (hidden_size %d / num_attention_heads %d)", cfg->hidden_size, cfg->n_heads);
+    }
     if (cfg->n_heads % cfg->n_kv_heads != 0) {
         mx_fail(err, "%s: num_attention_heads (%d) is not a multiple of num_key_value_heads (%d)", label,
                 cfg->n_heads, cfg->n_kv_heads);
         goto done;
     }
-    if (cfg->head_dim % 2 != 0) {
-        mx_fail(err, "%s: head_dim %d is odd (RoPE needs pairs)", label, cfg->head_dim);
+    if (!latent && cfg->head_dim % 2 != 0) {
+        mx_fail(err, "%s: head_dim %d%s is odd (RoPE needs pairs)", label, cfg->head_dim, head_from);
         goto done;
     }
     json_t *mlp_only = json_object_get(root, "mlp_only_layers");
@@ -117,9 +133,9 @@ int mx_config_parse(const char *text, const char *gen_text, const char *label, m
     double partial = 1.0;
     if (mx_config_get_num(root, "partial_rotary_factor", 1.0, &partial, label, err)) goto done;
     cfg->rope_dim = (int)(cfg->head_dim * partial);
-    if (partial <= 0 || partial > 1 || cfg->rope_dim % 2 != 0 || cfg->rope_dim == 0) {
-        mx_fail(err, "%s: partial_rotary_factor %g gives %d rotary dimensions (must be even, 2..head_dim)", label, partial,
-                cfg->rope_dim);
+    if (!latent && (partial <= 0 || partial > 1 || cfg->rope_dim % 2 != 0 || cfg->rope_dim == 0)) {
+        mx_fail(err, "%s: partial_rotary_factor %g of head_dim %d%s gives %d rotary dimensions (must be even, 2..head_dim)",
+                label, partial, cfg->head_dim, head_from, cfg->rope_dim);
         goto done;
     }
     cfg->rope_attn_factor = 1.0;

@@ -13,6 +13,9 @@
 #include "core/quant.h"
 
 #define MX_MAX_EOS 8
+// num_hidden_layers at most this: per-layer tables are allocated from it as the config is read
+// (the largest published models have under 200 layers).
+#define MX_CONFIG_MAX_LAYERS 16384
 
 typedef enum mx_rope_type {
     MX_ROPE_DEFAULT,

@@ -98,6 +98,10 @@ int mx_config_read_deepseek(json_t *root, mx_config *cfg, const char *label, mx_
         return mx_fail(err, "%s: n_routed_experts %d in n_group %d groups (at least 2 each), topk_group %d and "
                             "num_experts_per_tok %d do not fit together", label, cfg->num_experts, cfg->n_group,
                        cfg->topk_group, cfg->num_experts_per_tok);
+    // A head is qk_nope + qk_rope wide (head_dim, at most 512 like every family's).
+    if (cfg->qk_nope_head_dim + cfg->qk_rope_head_dim > 512)
+        return mx_fail(err, "%s: qk_nope_head_dim (%d) + qk_rope_head_dim (%d) is more than 512", label,
+                       cfg->qk_nope_head_dim, cfg->qk_rope_head_dim);
     cfg->head_dim = cfg->qk_nope_head_dim + cfg->qk_rope_head_dim;
     cfg->rope_dim = cfg->qk_rope_head_dim;
     return 0;

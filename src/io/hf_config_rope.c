@@ -11,7 +11,8 @@
 static int read_factors(json_t *scaling, const char *key, int n, float *out, const char *label, mx_error *err) {
     json_t *v = json_object_get(scaling, key);
     if (!json_is_array(v) || (int)json_array_size(v) != n)
-        return mx_fail(err, "%s: rope_scaling.%s must be a list of %d numbers (rotary dimensions / 2)", label, key, n);
+        return mx_fail(err, "%s: rope_scaling.%s must be a list of %d numbers (rotary dimensions / 2, from head_dim and "
+                       "partial_rotary_factor)", label, key, n);
     for (int i = 0; i < n; i++) {
         json_t *e = json_array_get(v, (size_t)i);
         if (!json_is_number(e)) return mx_fail(err, "%s: rope_scaling.%s[%d] is not a number", label, key, i);
@@ -31,8 +32,12 @@ static int read_longrope(json_t *root, json_t *scaling, mx_config *cfg, const ch
         mx_config_get_num(scaling, "factor", 0, &factor, label, err) ||
         mx_config_get_num(scaling, "attention_factor", 0, &attn, label, err))
         return -1;
-    if (orig <= 1) return mx_fail(err, "%s: longrope needs original_max_position_embeddings", label);
-    if (n > MX_MAX_ROPE_FACTORS) return mx_fail(err, "%s: longrope with %d rotary dimensions is too large", label, 2 * n);
+    // A position: the long factors apply from it on (an int in the RoPE record).
+    if (orig <= 1 || orig > 1 << 30)
+        return mx_fail(err, "%s: longrope needs original_max_position_embeddings (2..2^30), not %g", label, orig);
+    if (n > MX_MAX_ROPE_FACTORS)
+        return mx_fail(err, "%s: longrope with %d rotary dimensions (of head_dim %d) is more than %d", label, 2 * n,
+                       cfg->head_dim, 2 * MX_MAX_ROPE_FACTORS);
     if (read_factors(scaling, "short_factor", n, cfg->rope_short_factor, label, err) ||
         read_factors(scaling, "long_factor", n, cfg->rope_long_factor, label, err))
         return -1;

@@ -4,6 +4,7 @@
 // backend buffer a step needs sized for max_batch tokens and LOGIT_ROWS output rows, so a step
 // allocates nothing. Also the block tables' edits and copy-on-write copies of one block, and the
 // KV cache's size in bytes for a layout.
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,6 +37,13 @@ mx_ctx *mx_ctx_create_pool(mx_model *m, int n_slots, int max_ctx, int max_batch,
         return NULL;
     }
     mx_kv_layout want = mx_model_kv_layout(cfg, n_slots, max_ctx, n_blocks);
+    // Block ids are int32 and the cache's bytes a size_t.
+    if ((int64_t)n_slots * (((int64_t)max_ctx + MX_KV_BLOCK - 1) / MX_KV_BLOCK) > INT32_MAX ||
+        mx_kv_bytes(&want, m->be->kv_dtype) == SIZE_MAX) {
+        mx_fail(err, "a KV cache of %d slots x %d positions (%d KV blocks) of %d layers x %d heads x %d is too large", n_slots,
+                max_ctx, n_blocks, want.n_layers, want.n_kv_heads, want.head_dim);
+        return NULL;
+    }
     if (mx_ctx_memory_check(m, &want, max_batch, err)) return NULL;
     mx_ctx *c = calloc(1, sizeof *c);
     if (!c || !(c->bufs = calloc(32, sizeof *c->bufs))) {
@@ -61,7 +69,7 @@ mx_ctx *mx_ctx_create_pool(mx_model *m, int n_slots, int max_ctx, int max_batch,
     size_t B = (size_t)max_batch, H = cfg->hidden_size, QD = (size_t)cfg->n_heads * cfg->head_dim,
            KD = (size_t)cfg->n_kv_heads * cfg->head_dim;
     size_t K = cfg->num_experts_per_tok > 0 ? (size_t)cfg->num_experts_per_tok : 1;
-    size_t I = (size_t)cfg->intermediate_size, moeI = (size_t)cfg->moe_intermediate_size;
+    size_t I = (size_t)mx_model_dense_intermediate(m), moeI = (size_t)cfg->moe_intermediate_size;
     size_t ff = B * I > B * K * moeI ? B * I : B * K * moeI;
     if (B * moeI * (size_t)cfg->n_shared_experts > ff) ff = B * moeI * (size_t)cfg->n_shared_experts;
     bool ok = (c->kv = ctx_alloc(c, mx_kv_bytes(&c->lay, c->be->kv_dtype), err)) &&
@@ -146,10 +154,17 @@ int mx_ctx_copy_block(mx_ctx *c, int src, int dst, mx_error *err) {
 }
 
 size_t mx_kv_bytes(const mx_kv_layout *lay, mx_dtype kv_dtype) {
-    size_t rows = (size_t)lay->n_layers * mx_kv_blocks(lay) * 2 * MX_KV_BLOCK * lay->n_kv_heads;
-    // I16 (the default cache of the CPU and GPU backends, see cpu_attention.c): one float scale per
-    // MX_KV_SCALE_BLOCK elements of a row.
-    size_t scales =
-        kv_dtype == MX_DTYPE_I16 ? rows * ((lay->head_dim + MX_KV_SCALE_BLOCK - 1) / MX_KV_SCALE_BLOCK) * sizeof(float) : 0;
-    return rows * lay->head_dim * mx_dtype_size(kv_dtype) + scales;
+    // rows = layers x blocks x K|V x MX_KV_BLOCK x heads, each of head_dim elements, then for I16
+    // (the default cache of the CPU and GPU backends, see cpu_attention.c) one float scale per
+    // MX_KV_SCALE_BLOCK elements of a row. The factors come from the config and the flags: checked.
+    size_t rows = 1, data, scales = 0, total;
+    size_t factors[5] = {(size_t)lay->n_layers, (size_t)mx_kv_blocks(lay), 2 * MX_KV_BLOCK, (size_t)lay->n_kv_heads, 1};
+    for (int i = 0; i < 4; i++)
+        if (__builtin_mul_overflow(rows, factors[i], &rows)) return SIZE_MAX;
+    if (__builtin_mul_overflow(rows, (size_t)lay->head_dim * mx_dtype_size(kv_dtype), &data)) return SIZE_MAX;
+    if (kv_dtype == MX_DTYPE_I16 &&
+        __builtin_mul_overflow(rows, (size_t)((lay->head_dim + MX_KV_SCALE_BLOCK - 1) / MX_KV_SCALE_BLOCK) * sizeof(float),
+                               &scales))
+        return SIZE_MAX;
+    return __builtin_add_overflow(data, scales, &total) ? SIZE_MAX : total;
 }

@@ -15,6 +15,10 @@ int mx_load_keep_backend(mx_model *m, void *p, mx_error *err);
 // Gemma 3 checkpoints).
 const mx_st_tensor *mx_load_find(const mx_model *m, const char *path, const char *suffix);
 
+// config.json's sizes against the weights' shapes before anything is sized from them (load_check.c):
+// the last layer exists, and the embedding and the first layers' projections agree with the
+// fields, or err names the field and the tensor.
+int mx_load_check_config(const mx_model *m, mx_error *err);
 // Formats (load_format.c): fails naming both shapes unless t has shape want[0..ndim).
 int mx_load_check_shape(const mx_st_tensor *t, int ndim, const int64_t *want, mx_error *err);
 // The tensors of `path` (.weight and, when quantized, .scales/.biases) as a validated host matrix of

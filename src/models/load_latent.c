@@ -61,14 +61,19 @@ int mx_load_latent_attention(mx_model *m, const char *p, mx_layer *L, mx_error *
         q_in = QL;
         q_path = "q_b_proj";
     }
+    // The index table below is sized from the config's widths: the tensors that hold them (q's
+    // rows, the latent's, o_proj's columns) are checked first.
+    mx_matrix host, part, probe;
+    if (mx_load_describe_matrix(m, PATH("kv_a_proj_with_mqa"), 1, KL + R, H, &probe, err) ||
+        mx_load_describe_matrix(m, PATH("o_proj"), 1, H, NH * V, &probe, err) ||
+        mx_load_describe_matrix(m, PATH(q_path), 1, NH * QD, q_in, &host, err))
+        return -1;
     int64_t n_rows = NH * QD > KL + R ? NH * QD : KL + R;
     if (NH * (nope + V) > n_rows) n_rows = NH * (nope + V);
     int64_t *rows = malloc(sizeof(int64_t) * (size_t)n_rows);
     if (!rows) return mx_fail(err, "out of memory");
-    mx_matrix host, part;
     int rc = -1;
     // Queries: per head [nope | rope] rows.
-    if (mx_load_describe_matrix(m, PATH(q_path), 1, NH * QD, q_in, &host, err)) goto done;
     for (int64_t h = 0; h < NH; h++)
         for (int64_t j = 0; j < nope; j++) rows[h * nope + j] = h * QD + j;
     if (gather_rows(m, &host, rows, NH * nope, &part, err) || mx_load_upload(m, &part, &L->wq_nope, err)) goto done;

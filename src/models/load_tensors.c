@@ -73,10 +73,15 @@ int mx_load_experts(mx_model *m, const char *mlp, const char *proj, int64_t n_ex
     }
     mx_matrix one;
     uint8_t *data = NULL, *scales = NULL, *biases = NULL;
+    // Every expert is found and validated before the stacked buffer (n_exp of them) is allocated.
     for (int64_t e = 0; e < n_exp; e++) {
         snprintf(path, sizeof path, "%s.experts.%lld.%s", mlp, (long long)e, proj);
         if (!mx_load_find(m, path, ".weight"))
             return mx_fail(err, "missing tensor '%s.switch_mlp.%s.weight' (or per-expert '%s.weight')", mlp, proj, path);
+        if (mx_load_describe_matrix(m, path, 1, rows, cols, &one, err)) return -1;
+    }
+    for (int64_t e = 0; e < n_exp; e++) {
+        snprintf(path, sizeof path, "%s.experts.%lld.%s", mlp, (long long)e, proj);
         if (mx_load_describe_matrix(m, path, 1, rows, cols, &one, err)) return -1;
         size_t db = (size_t)mx_matrix_data_bytes(&one), sb = (size_t)mx_matrix_scale_bytes(&one);
         if (e == 0) {

@@ -23,8 +23,8 @@ int mx_ctx_memory_check(const mx_model *m, const mx_kv_layout *lay, int max_batc
     double B = max_batch, H = cfg->hidden_size, QD = (double)cfg->n_heads * cfg->head_dim,
            KD = (double)cfg->n_kv_heads * cfg->head_dim;
     double K = cfg->num_experts_per_tok > 0 ? cfg->num_experts_per_tok : 1;
-    double ff = B * cfg->intermediate_size > B * K * cfg->moe_intermediate_size ? B * cfg->intermediate_size
-                                                                                   : B * K * cfg->moe_intermediate_size;
+    double I = (double)mx_model_dense_intermediate(m);
+    double ff = B * I > B * K * cfg->moe_intermediate_size ? B * I : B * K * cfg->moe_intermediate_size;
     double shared = B * cfg->moe_intermediate_size * cfg->n_shared_experts;
     if (shared > ff) ff = shared;
     double scratch = 4 * (3 * B + 3 * B * H + 2 * B * QD + 2 * B * KD + 2 * ff +

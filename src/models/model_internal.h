@@ -91,6 +91,9 @@ static inline mx_kv_layout mx_model_kv_layout(const mx_config *c, int n_slots, i
         return (mx_kv_layout){c->n_layers, n_slots, max_ctx, 1, (c->kv_lora_rank + c->qk_rope_head_dim) / 2, n_blocks};
     return (mx_kv_layout){c->n_layers, n_slots, max_ctx, c->n_kv_heads, c->head_dim, n_blocks};
 }
+// intermediate_size when some layer has a dense MLP, else 0: a model whose layers are all mixtures
+// of experts does not use it (and its weights do not check it), so scratch is not sized by it.
+int64_t mx_model_dense_intermediate(const mx_model *m);
 // Refuses (with the numbers) a context whose KV cache and scratch do not fit the backend's memory
 // next to the weights (mem_check.c). Backends that cannot tell their memory pass.
 int mx_ctx_memory_check(const mx_model *m, const mx_kv_layout *lay, int max_batch, mx_error *err);

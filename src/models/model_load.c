@@ -71,7 +71,9 @@ static int load_layer(mx_model *m, const mx_family *fam, int i, mx_error *err) {
 static int check_config(const mx_config *c, const mx_family *fam, mx_error *err) {
     if (fam->moe && (c->num_experts <= 0 || c->num_experts_per_tok <= 0 || c->moe_intermediate_size <= 0 ||
                      c->num_experts_per_tok > c->num_experts || c->num_experts > 1024))
-        return mx_fail(err, "config.json: %s needs num_experts (<= 1024), num_experts_per_tok and moe_intermediate_size", fam->model_type);
+        return mx_fail(err, "config.json: %s needs %s (1..1024), num_experts_per_tok (1..%s) and moe_intermediate_size",
+                       fam->model_type, fam->n_experts_key ? fam->n_experts_key : "num_experts",
+                       fam->n_experts_key ? fam->n_experts_key : "num_experts");
     if ((!fam->moe || c->first_k_dense_replace > 0) && c->intermediate_size <= 0)
         return mx_fail(err, "config.json: missing 'intermediate_size'");
     if (fam->latent_attention && c->kv_lora_rank <= 0)
@@ -117,7 +119,7 @@ static int model_load_into(mx_model *m, const char *dir, mx_error *err) {
     if (check_config(&m->cfg, fam, err)) return -1;
     m->family = fam;
     m->st = mx_st_open_dir(dir, err);
-    if (!m->st) return -1;
+    if (!m->st || mx_load_check_config(m, err)) return -1;
     const mx_config *c = &m->cfg;
     if (mx_load_matrix(m, "model.embed_tokens", c->vocab_size, c->hidden_size, &m->embed, err) ||
         mx_load_norm(m, "model.norm.weight", c->hidden_size, true, &m->final_norm, err))
@@ -192,6 +194,12 @@ const mx_config *mx_model_config(const mx_model *m) { return &m->cfg; }
 mx_backend *mx_model_backend(const mx_model *m) { return m->be; }
 const char *mx_model_dir(const mx_model *m) { return m->dir; }
 int64_t mx_model_weight_bytes(const mx_model *m) { return m->weight_bytes; }
+
+int64_t mx_model_dense_intermediate(const mx_model *m) {
+    for (int i = 0; i < m->cfg.n_layers; i++)
+        if (!m->layers[i].moe) return m->cfg.intermediate_size;
+    return 0;
+}
 
 bool mx_model_is_eos(const mx_model *m, int32_t id) {
     for (int i = 0; i < m->cfg.n_eos; i++)

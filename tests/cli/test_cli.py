@@ -323,6 +323,63 @@ with tempfile.TemporaryDirectory() as tmp:
     json.dump(cfg, open(os.path.join(d, 'config.json'), 'w'))
     expect_load_error('gpt_oss without num_local_experts', d, 'gpt_oss needs num_local_experts')
 
+    # config.json's sizes against the weights: each disagreement names the field and the tensor.
+    def with_config(name, src, **fields):
+        d = copy_fixture(tmp, name, f'{FIX}/{src}')
+        cfg = json.load(open(os.path.join(d, 'config.json')))
+        cfg.update(fields)
+        json.dump(cfg, open(os.path.join(d, 'config.json'), 'w'))
+        return d
+    for name, src, fields, needle in (
+            ('layers_missing', 'qwen3-q4g64', {'num_hidden_layers': 3},
+             "num_hidden_layers is 3 but the weights have no layer 2 (missing tensor 'model.layers.2.input_layernorm.weight')"),
+            ('layers_extra', 'qwen3-q4g64', {'num_hidden_layers': 1}, 'num_hidden_layers is 1 but the weights have more layers'),
+            ('layers_huge', 'qwen3-q4g64', {'num_hidden_layers': 1 << 30}, "'num_hidden_layers' = 1073741824 is more than 16384"),
+            ('vocab', 'qwen3-q4g64', {'vocab_size': 1024},
+             "config.json: vocab_size is 1024 but tensor 'model.embed_tokens.weight' has 512 rows"),
+            ('hidden', 'qwen3-bf16', {'hidden_size': 1 << 30}, 'hidden_size is 1073741824 but tensor'),
+            ('kv_heads', 'qwen3-q4g64', {'num_key_value_heads': 1},
+             "num_key_value_heads (1) x head_dim (32) is 32 but tensor 'model.layers.0.self_attn.k_proj.weight' has 64 rows"),
+            ('ffn', 'llama-q8g64', {'intermediate_size': 1 << 30}, 'intermediate_size is 1073741824 but tensor'),
+            ('ds_v_head', 'deepseek_v3-q4g64', {'v_head_dim': (1 << 30) - 1},
+             'num_attention_heads (4) x v_head_dim (1073741823) is 4294967292 but tensor'),
+            ('ds_nope', 'deepseek_v3-bf16', {'qk_nope_head_dim': 7},
+             'num_attention_heads (4) x (qk_nope_head_dim (7) + qk_rope_head_dim (32)) is 156'),
+            ('ds_dense', 'deepseek_v3-q4g64', {'first_k_dense_replace': 2}, 'make layer 1 dense, but the weights have no'),
+            ('ds_shared', 'deepseek_v3-q4g64', {'n_shared_experts': 0}, 'n_shared_experts is 0 but the weights have'),
+            ('ds_shared2', 'deepseek_v3-bf16', {'n_shared_experts': 1 << 30},
+             'moe_intermediate_size (192) x n_shared_experts (1073741824) is'),
+            ('moe_experts', 'qwen3_moe-q4g64', {'num_experts': 4}, 'num_experts is 4 but tensor'),
+            ('moe_width', 'qwen3_moe-q4g64', {'moe_intermediate_size': 1 << 30}, 'moe_intermediate_size is 1073741824 but tensor'),
+            ('oss_width', 'gpt_oss-bf16', {'intermediate_size': 7}, '2 x intermediate_size is 14 but tensor'),
+            ('oss_experts', 'gpt_oss-q4g64', {'num_local_experts': 2}, 'num_local_experts is 2 but tensor')):
+        expect_load_error(f'config.json disagrees with the weights: {name}', with_config(name, src, **fields), needle)
+
+    # intermediate_size sizes nothing in a model whose layers are all mixtures of experts: a huge one
+    # changes nothing (it used to size the step's scratch, refused as 4 TiB).
+    ids = ['logits', '--ids', '1,2,3', '-o']
+    d = with_config('moe_unused_ffn', 'qwen3_moe-q4g64', intermediate_size=1 << 30)
+    rc1, _, err1 = run(ids + [os.path.join(d, 'a.safetensors'), '-m', d])
+    rc2, _, err2 = run(ids + [os.path.join(d, 'b.safetensors'), '-m', f'{FIX}/qwen3_moe-q4g64'])
+    same = rc1 == 0 and rc2 == 0 and open(os.path.join(d, 'a.safetensors'), 'rb').read() == \
+        open(os.path.join(d, 'b.safetensors'), 'rb').read()
+    check('an all-MoE model ignores intermediate_size', same, f'rc={rc1},{rc2} {err1[-300:]} {err2[-300:]}')
+
+    # Every integer field of each family's config at 2^30: a clear error or a load, quickly, never an
+    # allocation sized by it (out of memory) or a crash.
+    for src in ('qwen3-q4g64', 'deepseek_v3-q4g64', 'gpt_oss-q4g64', 'gemma3-q4g64', 'phi3-q4g64', 'qwen3_moe-q4g64'):
+        base = json.load(open(f'{FIX}/{src}/config.json'))
+        root = base['text_config'] if base['model_type'] == 'gemma3' else base
+        for key in sorted(k for k, v in root.items() if type(v) is int):
+            d = copy_fixture(tmp, f'huge_{src}_{key}', f'{FIX}/{src}')
+            cfg = json.loads(json.dumps(base))
+            (cfg['text_config'] if cfg['model_type'] == 'gemma3' else cfg)[key] = 1 << 30
+            json.dump(cfg, open(os.path.join(d, 'config.json'), 'w'))
+            rc, out, err = run(ids + [os.path.join(d, 'o.safetensors'), '-m', d], timeout=60)
+            check(f'{src}: {key} = 2^30', rc in (0, 1) and 'out of memory' not in err and 'not enough' not in err,
+                  f'rc={rc} err={err[-300:]}')
+            shutil.rmtree(d)
+
     # Not regular files: a FIFO would block a reader forever; each is refused by name, at once.
     demo = 'models/qwen3-demo-44m-4bit'
     for fname in ('model.safetensors', 'config.json', 'tokenizer.json', 'tokenizer_config.json'):

@@ -206,6 +206,25 @@ int main(void) {
     CHECK(parse("{" GPT_OSS ",\"layer_types\":[\"full_attention\"]}", NULL, &c, &e) != 0);
     CHECK_MSG(strstr(e.msg, "layer_types") != NULL, "%s", e.msg);
 
+    // Fields that size allocations or are cast as the config is read are bounded by name: layer
+    // tables, int32 token ids, a latent head's width, longrope's switch position.
+    CHECK(parse("{\"model_type\":\"gemma3_text\",\"vocab_size\":512,\"hidden_size\":128,\"num_hidden_layers\":16385,"
+                "\"num_attention_heads\":4}", NULL, &c, &e) != 0);
+    CHECK_MSG(strstr(e.msg, "'num_hidden_layers' = 16385 is more than 16384") != NULL, "%s", e.msg);
+    CHECK(parse("{" BASE ",\"eos_token_id\":4294967301}", NULL, &c, &e) != 0);
+    CHECK_MSG(strstr(e.msg, "eos_token_id 4294967301 is not a token id") != NULL, "%s", e.msg);
+    CHECK(parse("{" BASE "}", "{\"eos_token_id\":[2,-7]}", &c, &e) != 0);
+    CHECK_MSG(strstr(e.msg, "generation_config.json: eos_token_id[1] is not a token id") != NULL, "%s", e.msg);
+    CHECK(parse("{" DEEPSEEK ",\"qk_nope_head_dim\":600}", NULL, &c, &e) != 0);
+    CHECK_MSG(strstr(e.msg, "qk_nope_head_dim (600) + qk_rope_head_dim (32) is more than 512") != NULL, "%s", e.msg);
+    CHECK(parse("{" BASE ",\"rope_scaling\":{\"type\":\"longrope\",\"original_max_position_embeddings\":1e20,"
+                "\"short_factor\":[],\"long_factor\":[]}}", NULL, &c, &e) != 0);
+    CHECK_MSG(strstr(e.msg, "original_max_position_embeddings (2..2^30), not 1e+20") != NULL, "%s", e.msg);
+    // A head_dim derived from hidden_size says so.
+    CHECK(parse("{\"model_type\":\"llama\",\"vocab_size\":512,\"hidden_size\":12,\"num_hidden_layers\":2,"
+                "\"num_attention_heads\":4}", NULL, &c, &e) != 0);
+    CHECK_MSG(strstr(e.msg, "head_dim 3 (hidden_size 12 / num_attention_heads 4) is odd") != NULL, "%s", e.msg);
+
     CHECK(parse("{" BASE "}", "not json", &c, &e) != 0);
     CHECK_MSG(strstr(e.msg, "generation_config.json") != NULL, "%s", e.msg);
     CHECK(parse("{\"model_type\":\"llama\",\"hidden_size\":128}", NULL, &c, &e) != 0);
