@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 // config.json's sizes checked against the weights before anything is sized from them: the number
-// of layers (the layer table is allocated from num_hidden_layers), and the shapes of the embedding
-// and of the first layers' projections against vocab_size, hidden_size, the head counts and widths,
-// intermediate_size, the expert count and the latent widths. A wrong or hostile config is reported
+// of layers (the layer table is allocated from num_hidden_layers), which layers are mixtures of
+// experts, and the shapes of the embedding and of the first layers' projections against vocab_size,
+// hidden_size, the head counts and widths, intermediate_size, the expert counts and the latent
+// widths. A wrong or hostile config is reported
 // by the field it got wrong, with the tensor that disagrees, instead of an allocation sized by it.
 // The per-tensor shape checks of the loader (load_format.c) still cover every other tensor.
 #include <stdio.h>
