@@ -39,8 +39,13 @@ ATTN_INLINE static __m512 reduce16(const __m512 v[16]) {
 // One block of up to 16 keys from p0 as float32 rows of hd in dst (keys past nb zeroed); key p at
 // cpu_attn_key(a, p) of src; I16 elements are multiplied by their block's scale
 // sc[cpu_attn_scale(a, p) + d / CPU_KV_SCALE_BLOCK].
+// With each row it prefetches into L2 the same row of the next block (positions up to pf_last) and
+// its scales: a block's rows and scales are four short runs (K, V, and their scales) a block apart
+// in the paged cache, and the hardware prefetcher starts over at each. Spread over the rows, the
+// prefetches keep a steady number of misses in flight; issued all at once at the block's start they
+// gained about half as much (lab, bench/RESULTS.md round 6).
 ATTN_INLINE static void load_block(float *dst, const cpu_attn_args *a, const void *src, const float *sc, int p0,
-                                   int nb, int hd) {
+                                   int nb, int hd, int pf_last) {
     mx_dtype dt = a->kv_dtype;
     int chunks = (hd + 15) / 16;
     __mmask16 tail = (__mmask16)(hd % 16 ? (1u << (hd % 16)) - 1 : 0xffff);
@@ -51,6 +56,11 @@ ATTN_INLINE static void load_block(float *dst, const cpu_attn_args *a, const voi
             continue;
         }
         int64_t at = cpu_attn_key(a, p0 + i), sat = dt == MX_DTYPE_I16 ? cpu_attn_scale(a, p0 + i) : 0;
+        if (p0 + 16 + i <= pf_last) {
+            int64_t es = dt == MX_DTYPE_F32 ? 4 : 2, next = cpu_attn_key(a, p0 + 16 + i);
+            for (int64_t o = 0; o < hd * es; o += 64) _mm_prefetch((const char *)src + next * es + o, _MM_HINT_T1);
+            if (dt == MX_DTYPE_I16) _mm_prefetch((const char *)(sc + cpu_attn_scale(a, p0 + 16 + i)), _MM_HINT_T1);
+        }
         for (int c = 0; c < chunks; c++) {
             __mmask16 cm = c == chunks - 1 ? tail : 0xffff;
             __m512 v;
@@ -66,27 +76,6 @@ ATTN_INLINE static void load_block(float *dst, const cpu_attn_args *a, const voi
             else
                 v = _mm512_maskz_loadu_ps(cm, (const float *)src + at + c * 16);
             _mm512_store_ps(d + c * 16, v);
-        }
-    }
-}
-
-// Starts reading the next block of keys (p: its first position) into L2 while this one is worked
-// on: K and V rows (4 KB each at head_dim 128 in 16-bit) and their I16 scales sit in four places
-// of the paged cache, a block apart, so the hardware prefetcher, which follows one stream within a
-// page, starts over at every block. Decode attention at 2k positions streamed 8.1 -> 8.8 GB/s on
-// one thread with it (lab, bench/RESULTS.md round 6).
-ATTN_INLINE static void prefetch_block(const cpu_attn_args *a, int p) {
-    int64_t es = a->kv_dtype == MX_DTYPE_F32 ? 4 : 2, at = cpu_attn_key(a, p), row_bytes = 16 * a->stride * es;
-    const char *k = (const char *)a->K + at * es, *v = (const char *)a->V + at * es;
-    for (int64_t o = 0; o < row_bytes; o += 64) {
-        _mm_prefetch(k + o, _MM_HINT_T1);
-        _mm_prefetch(v + o, _MM_HINT_T1);
-    }
-    if (a->kv_dtype == MX_DTYPE_I16) {
-        const char *ks = (const char *)(a->K_scale + cpu_attn_scale(a, p)), *vs = (const char *)(a->V_scale + cpu_attn_scale(a, p));
-        for (int64_t o = 0; o < 16 * a->scale_stride * 4; o += 64) {
-            _mm_prefetch(ks + o, _MM_HINT_T1);
-            _mm_prefetch(vs + o, _MM_HINT_T1);
         }
     }
 }
@@ -118,9 +107,8 @@ ATTN_INLINE static void attn_rows_body(const cpu_attn_args *a, float *scratch, i
     }
     for (int p0 = lo; p0 <= hi; p0 += 16) {
         int nb = hi - p0 + 1 < 16 ? hi - p0 + 1 : 16;
-        if (p0 + 31 <= hi) prefetch_block(a, p0 + 16);
-        load_block(Kb, a, a->K, a->K_scale, p0, nb, hd);
-        load_block(Vb, a, a->V, a->V_scale, p0, nb, hd);
+        load_block(Kb, a, a->K, a->K_scale, p0, nb, hd, hi);
+        load_block(Vb, a, a->V, a->V_scale, p0, nb, hd, hi);
         for (int j = 0; j < nq; j++) {
             // keys of this block inside [first_j, last_j]
             int from = a->first[j] - p0, to = a->last[j] - p0;
