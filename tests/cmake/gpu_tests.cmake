@@ -47,17 +47,20 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   add_test(NAME gpu_ops COMMAND test_gpu_ops WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(gpu_ops PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
 
-  # Every fused pattern of the GPU plan runner (and a whole layer) against the CPU backend.
+  # Every fused pattern of the GPU plan runner (and a whole layer) against the CPU backend, by
+  # default (decode batches of 4-64 tokens on the tensor-core decode product, vendor/cuda/matvec_mma.cu,
+  # where it applies: affine 4/8-bit), with that product from 2 tokens, and with it off (the float32
+  # matrix-vector kernels for every batch): all held to the float32 paths' bounds.
   add_executable(test_gpu_conformance ${PROJECT_SOURCE_DIR}/tests/gpu/test_gpu_conformance.c ${PROJECT_SOURCE_DIR}/tests/gpu/gpu_ref.c)
   target_link_libraries(test_gpu_conformance PRIVATE mlxcel_lib)
   add_test(NAME gpu_conformance COMMAND test_gpu_conformance WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(gpu_conformance PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
-
-  # The same with decode batches of 2-64 tokens on the tensor-core decode product
-  # (vendor/cuda/matvec_mma.cu; affine 4/8-bit): held to the float32 paths' bounds.
   add_test(NAME gpu_conformance_tc_decode COMMAND test_gpu_conformance WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(gpu_conformance_tc_decode PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu
                        ENVIRONMENT "MLXCEL_GPU_TC_DECODE=2")
+  add_test(NAME gpu_conformance_tc_off COMMAND test_gpu_conformance WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(gpu_conformance_tc_off PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu
+                       ENVIRONMENT "MLXCEL_GPU_TC_DECODE=0")
 
   # The sample record split over many blocks per row against one block per row and the host rule.
   add_executable(test_gpu_sample ${PROJECT_SOURCE_DIR}/tests/gpu/test_gpu_sample.c)
@@ -93,7 +96,7 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
                           "MLXCEL_GPU_SAMPLE_BLOCKS='129': must be a whole number from 1 to 128")
   mlxcel_gpu_knob_refused(sample_blocks_space "MLXCEL_GPU_SAMPLE_BLOCKS= 8" "MLXCEL_GPU_SAMPLE_BLOCKS=' 8': must be")
   mlxcel_gpu_knob_refused(tc_decode_range MLXCEL_GPU_TC_DECODE=65
-                          "MLXCEL_GPU_TC_DECODE='65': must be a whole number from 0 to 64 \\(unset: 0\\)")
+                          "MLXCEL_GPU_TC_DECODE='65': must be a whole number from 0 to 64 \\(unset: 4\\)")
   mlxcel_gpu_knob_refused(tc_decode_word MLXCEL_GPU_TC_DECODE=on "MLXCEL_GPU_TC_DECODE='on': must be")
   mlxcel_gpu_knob_refused(matvec_rows_three MLXCEL_GPU_MATVEC_ROWS=3 "MLXCEL_GPU_MATVEC_ROWS='3': must be 1, 2 or 4")
   mlxcel_gpu_knob_refused(stream_rows_one MLXCEL_GPU_STREAM_ROWS=1 "MLXCEL_GPU_STREAM_ROWS='1': must be a whole number from 2 to 4")
@@ -107,12 +110,18 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
     set_tests_properties(gpu_model_parity PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu
                          ENVIRONMENT "MLXCEL_TEST_BACKEND=${MLXCEL_GPU_RUNTIME_NAME}")
     # Prompts of 2-64 tokens (prefill through the decode-batch products) on the tensor-core decode
-    # product: the fixtures' bounds unchanged.
+    # product from 2 tokens (the default takes it from 4): the fixtures' bounds unchanged.
     add_test(NAME gpu_model_parity_tc_decode
              COMMAND ${PROJECT_SOURCE_DIR}/tests/gpu/if_gpu.sh $<TARGET_FILE:mlxcel> $<TARGET_FILE:test_model_parity>
              WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
     set_tests_properties(gpu_model_parity_tc_decode PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu
                          ENVIRONMENT "MLXCEL_TEST_BACKEND=${MLXCEL_GPU_RUNTIME_NAME};MLXCEL_GPU_TC_DECODE=2")
+    # ... and with it off: prompts of 2-63 tokens on the float32 matrix-vector kernels.
+    add_test(NAME gpu_model_parity_tc_off
+             COMMAND ${PROJECT_SOURCE_DIR}/tests/gpu/if_gpu.sh $<TARGET_FILE:mlxcel> $<TARGET_FILE:test_model_parity>
+             WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+    set_tests_properties(gpu_model_parity_tc_off PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu
+                         ENVIRONMENT "MLXCEL_TEST_BACKEND=${MLXCEL_GPU_RUNTIME_NAME};MLXCEL_GPU_TC_DECODE=0")
   endif()
 
   add_executable(bench_gpu_decode ${PROJECT_SOURCE_DIR}/tests/gpu/bench_gpu_decode.c)

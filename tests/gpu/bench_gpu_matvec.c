@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Matrix-vector bandwidth per product shape and per kernel, in one run: the decode products of a
 // Qwen3 shape on random affine 4-bit g64 (bf16 scales) weights, timed on four backends, one per
-// matrix-vector path: the default (the streaming kernel, kernels/matvec_stream.cuh), its other task
+// matrix-vector path: the float32 default (the streaming kernel, kernels/matvec_stream.cuh; these
+// four with MLXCEL_GPU_TC_DECODE=0), its other task
 // shape (MLXCEL_GPU_STREAM_ROWS=4), without it (MLXCEL_GPU_NO_STREAM_MATVEC=1: kernels/matvec.cuh
 // with the scaled dot and split-K), the previous one (MLXCEL_GPU_OLD_MATVEC=1) and the tensor-core
 // decode product for batches of 2-64 tokens (MLXCEL_GPU_TC_DECODE=2, vendor/cuda/matvec_mma.cu). Each case is a plan of C copies of one product or one
@@ -207,10 +208,12 @@ int main(int argc, char **argv) {
     char dev[256] = "";
     for (int path = 0; path < PATHS; path++) {
         rng = (test_rng){0x3243f6a8885a308dull};  // the same weights and inputs on every path
+        setenv("MLXCEL_GPU_TC_DECODE", "0", 1);  // the float32 paths (the product is the default from 4 tokens)
         if (path_env[path]) setenv(path_env[path], path_value[path], 1);
         mx_backend_options opt = {mx_gpu_backend_name(), 0, 0};
         mx_backend *be = mx_gpu_backend_create(&opt, &err);
         if (path_env[path]) unsetenv(path_env[path]);
+        unsetenv("MLXCEL_GPU_TC_DECODE");
         if (!be) {
             printf("skipped: %s\n", err.msg);
             return 77;

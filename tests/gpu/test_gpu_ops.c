@@ -6,7 +6,9 @@
 // portable float32 tiled path (a second backend made with MLXCEL_GPU_NO_MMA=1 and
 // MLXCEL_GPU_MATVEC_TOKENS=8, so its tiled path also runs small batches); the matrix-vector kernels
 // also at shapes that reach each of their launch choices, on the default path (the streaming kernel
-// where it applies), without the streaming kernel (a third backend, MLXCEL_GPU_NO_STREAM_MATVEC=1)
+// where it applies; affine 4/8-bit batches of 4-64 tokens on the tensor-core decode product,
+// vendor/cuda/matvec_mma.cu), with that product off (MLXCEL_GPU_TC_DECODE=0, also for the switches
+// that follow), without the streaming kernel (a third backend, MLXCEL_GPU_NO_STREAM_MATVEC=1)
 // with its other task shape (MLXCEL_GPU_STREAM_ROWS=4) and on the previous path
 // (MLXCEL_GPU_OLD_MATVEC=1); the tiled sizes again on the mma.sync prefill kernel (another
 // backend, MLXCEL_GPU_MMA_SYNC=1). A plan run four times (recorded as a graph, then replayed) closes
@@ -826,6 +828,7 @@ int main(void) {
     group_stat graph = {"plan graph record/replay", 0, 0, 0};
     group_stat mvs = {"matrix-vector shapes", 0, 0, 0}, mvo = {"matrix-vector, old path", 0, 0, 0};
     group_stat mvn = {"matrix-vector, no streaming kernel", 0, 0, 0};
+    group_stat mvf = {"matrix-vector, MLXCEL_GPU_TC_DECODE=0", 0, 0, 0};
     group_stat mv4 = {"matrix-vector, streaming 4 rows per task", 0, 0, 0};
     group_stat tcs = {"matmul tiled, mma.sync", 0, 0, 0};
     test_matmul(be, &rng, true, ALL_N, &mv, &tc, &tf);
@@ -858,10 +861,21 @@ int main(void) {
         mx_backend_free(be);
     }
     unsetenv("MLXCEL_GPU_MATVEC_TOKENS");
+    unsetenv("MLXCEL_GPU_NO_MMA");
+    // The float32 matrix-vector kernels for every batch (MLXCEL_GPU_TC_DECODE=0: by default affine
+    // 4/8-bit batches of 4-64 tokens take the tensor-core decode product, checked above), and the
+    // A/B switches of those kernels below, all with that product off.
+    setenv("MLXCEL_GPU_TC_DECODE", "0", 1);
+    be = mx_gpu_backend_create(&opt, &err);
+    CHECK_MSG(be != NULL, "backend with MLXCEL_GPU_TC_DECODE=0: %s", err.msg);
+    if (be) {
+        test_matmul(be, &rng, true, MATVEC_N, &mvf, &unused, &unused);
+        test_matvec_shapes(be, &rng, "MLXCEL_GPU_TC_DECODE=0", true, true, 64, &mvf);
+        mx_backend_free(be);
+    }
     // The matrix-vector kernels of kernels/matvec.cuh for every product (MLXCEL_GPU_NO_STREAM_MATVEC=1,
     // the A/B switch of the streaming kernel; the default of runs 9-10): the shapes above up to 8
     // tokens (the switch changes nothing above).
-    unsetenv("MLXCEL_GPU_NO_MMA");
     setenv("MLXCEL_GPU_NO_STREAM_MATVEC", "1", 1);
     be = mx_gpu_backend_create(&opt, &err);
     CHECK_MSG(be != NULL, "backend without the streaming matrix-vector kernel: %s", err.msg);
@@ -890,6 +904,7 @@ int main(void) {
         mx_backend_free(be);
     }
     unsetenv("MLXCEL_GPU_OLD_MATVEC");
+    unsetenv("MLXCEL_GPU_TC_DECODE");
     // The mma.sync prefill kernel (MLXCEL_GPU_MMA_SYNC=1, vendor/cuda/matmul_mma_sync.cu): the tiled
     // batch sizes in every format, the bound of the tensor-core path.
     setenv("MLXCEL_GPU_MMA_SYNC", "1", 1);
@@ -922,6 +937,7 @@ int main(void) {
     stat_print(&mv, 2e-5);
     stat_print(&mvs, 2e-5);
     stat_print(&mvn, 2e-5);
+    stat_print(&mvf, 2e-5);
     stat_print(&mv4, 2e-5);
     stat_print(&mvo, 2e-5);
     stat_print(&tc, 2e-5);  // plus twice the host-measured bf16 input rounding error, per case

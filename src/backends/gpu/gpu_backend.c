@@ -309,14 +309,16 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // MLXCEL_GPU_SAMPLE_BLOCKS=N: at most N blocks share one row of the sample record
     // (kernels/sample_split.cu; 1: one block per row; unset: MXG_SAMPLE_DEFAULT_BLOCKS).
     // MLXCEL_GPU_TC_DECODE=N (2..64; 1 counts as 2): batches of N to 64 tokens on the tensor-core decode
-    // product (vendor/cuda/matvec_mma.cu: affine 4/8-bit weights, bf16 hi/lo activations; other
-    // formats keep the float32 kernels); 0 or unset: off until measured on a device.
+    // product (vendor/cuda/matvec_mma.cu: affine 4/8-bit weights, bf16 hi/mid/lo activations; other
+    // formats keep the float32 kernels); unset: MXG_TC_DECODE_DEFAULT_TOKENS (4: on the H200 it is
+    // slower than the float32 kernels at 2 tokens, about even at 4 and faster from 8; bench/RESULTS.md);
+    // 0: off, the float32 kernels (also off with MLXCEL_GPU_NO_MMA=1).
     if (env_int("MLXCEL_GPU_MATVEC_ROWS", 4, 1, 4, &k->matvec_rows, err) ||
         env_int("MLXCEL_GPU_MATVEC_TOKENS", 63, 1, 1 << 20, &k->matvec_max_tokens, err) ||
         env_int("MLXCEL_GPU_STREAM_MIN_COLS", 4096, 0, 1 << 30, &k->stream_min_cols, err) ||
         env_int("MLXCEL_GPU_STREAM_ROWS", 2, 2, 4, &k->stream_rows, err) ||
         env_int("MLXCEL_GPU_SAMPLE_BLOCKS", MXG_SAMPLE_DEFAULT_BLOCKS, 1, MXG_SAMPLE_MAX_BLOCKS, &k->sample_blocks, err) ||
-        env_int("MLXCEL_GPU_TC_DECODE", 0, 0, 64, &k->tc_decode_tokens, err))
+        env_int("MLXCEL_GPU_TC_DECODE", MXG_TC_DECODE_DEFAULT_TOKENS, 0, 64, &k->tc_decode_tokens, err))
         return -1;
     if (k->matvec_rows == 3)
         return mx_fail(err, "MLXCEL_GPU_MATVEC_ROWS='%s': must be 1, 2 or 4 (unset: 4)", getenv("MLXCEL_GPU_MATVEC_ROWS"));

@@ -17,6 +17,10 @@ extern "C" {
 #include "backends/backend.h"
 
 // What every launch needs to know about the device it runs on.
+// Batches of at least this many tokens take the tensor-core decode product by default (on the H200
+// it is slower than the float32 kernels at 2 tokens, even at 4, faster from 8: bench/RESULTS.md).
+#define MXG_TC_DECODE_DEFAULT_TOKENS 4
+
 typedef struct mxg_launch {
     void *stream;          // gpuStream_t
     int warp;              // 32 or 64 lanes
@@ -27,7 +31,8 @@ typedef struct mxg_launch {
     int matvec_rows;       // most rows per warp in matrix-vector kernels (1, 2 or 4; tuning knob)
     int matvec_max_tokens; // batches of up to this many tokens use the matrix-vector kernels
     int tc_decode_tokens;  // 0, or batches of this many (at least 2) to 64 tokens on the tensor-core
-                           // decode product where it applies (vendor/cuda/matvec_mma.cu; MLXCEL_GPU_TC_DECODE)
+                           // decode product where it applies (vendor/cuda/matvec_mma.cu; MLXCEL_GPU_TC_DECODE,
+                           // default MXG_TC_DECODE_DEFAULT_TOKENS; taken only with use_mma)
     bool matvec_old;       // matrix-vector kernels without the scaled 4/8-bit dot and split-K (A/B switch)
     bool matvec_stream;    // the streaming matrix-vector kernel where it applies (off: MLXCEL_GPU_NO_STREAM_MATVEC=1)
     int stream_min_cols;   // ... on rows at least this long (MLXCEL_GPU_STREAM_MIN_COLS; default 4096)

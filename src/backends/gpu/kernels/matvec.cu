@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The matmul entry (picks a kernel family by batch size) and the one-token matrix-vector product of
-// decode. With MLXCEL_GPU_TC_DECODE, batches of 2..64 tokens first try the tensor-core decode
-// product (vendor/cuda/matvec_mma.cu). Up to 8 tokens: the streaming kernel (kernels/matvec_stream.cuh) where it applies; else
+// decode. Batches of 4..64 tokens (MLXCEL_GPU_TC_DECODE=N: N..64; 0: none) first try the tensor-core
+// decode product (vendor/cuda/matvec_mma.cu; not with MLXCEL_GPU_NO_MMA=1). Up to 8 tokens: the streaming kernel (kernels/matvec_stream.cuh) where it applies; else
 // the kernel of kernels/matvec.cuh (one token here; batches of 2..L->matvec_max_tokens tokens, server
 // decode steps and short prompts, in matvec_batch.cu, in tiles of 8 tokens); more: the tiled kernels
 // (vendor matrix units from kMinMmaTokens tokens on).
@@ -38,7 +38,7 @@ extern "C" bool mxg_matrix_supported(const mx_matrix *w) {
 
 extern "C" void mxg_matmul(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n) {
     MX_ASSERT(mxg_matrix_supported(w) && n > 0);
-    if (L->tc_decode_tokens > 0 && n >= L->tc_decode_tokens && n >= 2 && mxg_matvec_mma(L, out, x, w, bias, n) == 0)
+    if (L->use_mma && L->tc_decode_tokens > 0 && n >= L->tc_decode_tokens && n >= 2 && mxg_matvec_mma(L, out, x, w, bias, n) == 0)
         return;  // declines past 64 tokens and on formats it has no kernel for
     if (mxg::matvec_stream(L, out, x, w, bias, n))  // declines more than 8 tokens
         return;
