@@ -157,6 +157,19 @@ with tempfile.TemporaryDirectory() as tmp:
     rc, _, err = run(['logits', '-m', f'{FIX}/qwen3-q4g64', '--ids', '1,2', '-o', os.path.join(tmp, 'x.safetensors'),
                       '--backend', 'cpu'], env={'MLXCEL_CPU_KV': 'f8'})
     check('MLXCEL_CPU_KV=f8 refused', rc == 1 and "MLXCEL_CPU_KV='f8'" in err, f'rc={rc} err={err[-200:]}')
+    # The weights' placement (huge pages by default) likewise: mapped gives the same logits, an
+    # unknown value is refused by name.
+    outs = []
+    for mode in ('huge', 'mapped'):
+        path = os.path.join(tmp, f'w_{mode}.safetensors')
+        rc, _, err = run(['logits', '-m', f'{FIX}/qwen3-q4g64', '--ids', '1,2,3', '-o', path, '--backend', 'cpu'],
+                         env={'MLXCEL_CPU_WEIGHTS': mode})
+        check(f'MLXCEL_CPU_WEIGHTS={mode} runs', rc == 0, f'rc={rc} err={err[-200:]}')
+        outs.append(open(path, 'rb').read() if rc == 0 else b'')
+    check('MLXCEL_CPU_WEIGHTS=huge and mapped give the same logits', outs[0] != b'' and outs[0] == outs[1])
+    rc, _, err = run(['logits', '-m', f'{FIX}/qwen3-q4g64', '--ids', '1,2', '-o', os.path.join(tmp, 'x.safetensors'),
+                      '--backend', 'cpu'], env={'MLXCEL_CPU_WEIGHTS': 'fast'})
+    check('MLXCEL_CPU_WEIGHTS=fast refused', rc == 1 and "MLXCEL_CPU_WEIGHTS='fast'" in err, f'rc={rc} err={err[-200:]}')
 
 # --- usage errors: exit 2 ------------------------------------------------------------------------
 for args, needle in ((['generate'], 'prompt is required'), (['generate', '-p', 'x', '-n', 'abc'], "'abc'"),
