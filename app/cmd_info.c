@@ -5,6 +5,7 @@
 
 #include "backends/backend.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_weight_arena.h"
 #include "cli.h"
 #include "commands.h"
 #include "core/thread_pool.h"
@@ -34,6 +35,14 @@ int cmd_info(int argc, char **argv) {
            __builtin_cpu_supports("avx512vnni") ? " avx512vnni" : "");
 #endif
     printf("cpu kernels: %s\n", cpu_kernels_name());
+    mx_error err = {{0}};
+    cpu_weight_arena *arena = cpu_weight_arena_create(&err);
+    if (!arena) {
+        cli_error("info", "%s", err.msg);
+        return MX_EXIT_RUNTIME;
+    }
+    printf("cpu weights: %s\n", cpu_weight_arena_on(arena) ? "copied onto huge pages at load" : "file mapping");
+    cpu_weight_arena_free(arena);
     printf("cpu threads: %d\n", mx_cpu_count());
 #ifdef MLXCEL_HAVE_GPU
     char buf[4096];

@@ -465,6 +465,10 @@ check('inspect describes per-layer quantization', rc == 0 and 'architecture: qwe
       and 'not quantized' in out, out + err)
 rc, out, err = run(['info'])
 check('info', rc == 0 and 'backends: cpu' in out and 'cpu threads:' in out, out + err)
+rc, out, err = run(['info'], env={'MLXCEL_CPU_WEIGHTS': 'mapped'})
+check('info: weights kept in the file mapping', rc == 0 and 'cpu weights: file mapping' in out, out + err)
+rc, out, err = run(['info'], env={'MLXCEL_CPU_WEIGHTS': 'x'})
+check('info: unknown MLXCEL_CPU_WEIGHTS refused', rc == 1 and "MLXCEL_CPU_WEIGHTS='x'" in err, out + err)
 
 # --- bench: bytes per token, effective GB/s and the bandwidth probe --------------------------------
 rc, out, err = run(['bench', '-p', '8', '-n', '4', '--reps', '1', '--threads', '2', '--bandwidth'])
