@@ -124,15 +124,21 @@ int mx_config_parse(const char *text, const char *gen_text, const char *label, m
     json_t *mlp_only = json_object_get(root, "mlp_only_layers");
     if (json_is_array(mlp_only)) {
         cfg->mlp_only_layers = calloc(json_array_size(mlp_only) + 1, sizeof(int));
+        if (!cfg->mlp_only_layers) {
+            mx_fail(err, "out of memory");
+            goto done;
+        }
         size_t i;
         json_t *e;
-        json_array_foreach(mlp_only, i, e) {
-            if (json_is_integer(e)) cfg->mlp_only_layers[cfg->n_mlp_only_layers++] = (int)json_integer_value(e);
+        json_array_foreach(mlp_only, i, e) {  // (a number past the layers names no layer)
+            if (json_is_integer(e) && json_integer_value(e) >= 0 && json_integer_value(e) < cfg->n_layers)
+                cfg->mlp_only_layers[cfg->n_mlp_only_layers++] = (int)json_integer_value(e);
         }
     }
     double partial = 1.0;
     if (mx_config_get_num(root, "partial_rotary_factor", 1.0, &partial, label, err)) goto done;
-    cfg->rope_dim = (int)(cfg->head_dim * partial);
+    // In (0, 1] before the product is made an int (a factor of 1e21 made it undefined).
+    cfg->rope_dim = partial > 0 && partial <= 1 ? (int)(cfg->head_dim * partial) : 0;
     if (!latent && (partial <= 0 || partial > 1 || cfg->rope_dim % 2 != 0 || cfg->rope_dim == 0)) {
         mx_fail(err, "%s: partial_rotary_factor %g of head_dim %d%s gives %d rotary dimensions (must be even, 2..head_dim)",
                 label, partial, cfg->head_dim, head_from, cfg->rope_dim);

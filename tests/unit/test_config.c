@@ -220,6 +220,8 @@ int main(void) {
     CHECK(parse("{" BASE ",\"rope_scaling\":{\"type\":\"longrope\",\"original_max_position_embeddings\":1e20,"
                 "\"short_factor\":[],\"long_factor\":[]}}", NULL, &c, &e) != 0);
     CHECK_MSG(strstr(e.msg, "original_max_position_embeddings (2..2^30), not 1e+20") != NULL, "%s", e.msg);
+    CHECK(parse("{" BASE ",\"partial_rotary_factor\":1e21}", NULL, &c, &e) != 0);
+    CHECK_MSG(strstr(e.msg, "partial_rotary_factor 1e+21 of head_dim 32") != NULL, "%s", e.msg);
     // A head_dim derived from hidden_size says so.
     CHECK(parse("{\"model_type\":\"llama\",\"vocab_size\":512,\"hidden_size\":12,\"num_hidden_layers\":2,"
                 "\"num_attention_heads\":4}", NULL, &c, &e) != 0);
