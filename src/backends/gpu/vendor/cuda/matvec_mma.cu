@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 // NVIDIA tensor-core product for decode batches: out[n, rows] = x[n, cols] @ w^T (+ bias) for 2..64
 // tokens (server steps of many sequences) on affine 4- and 8-bit weights, with mma.sync m16n8k16
-// (vendor/cuda/mma_m16n8k16.cuh; sm_80+). Chosen by MLXCEL_GPU_TC_DECODE (kernels/matvec.cu
-// dispatches); every other format, and batches of one or over 64 tokens, decline (-1) to the
-// float32 kernels. ROCm builds have vendor/hip/matvec_mma.cu, which declines.
+// (vendor/cuda/mma_m16n8k16.cuh; sm_80+). kernels/matvec.cu dispatches batches of 4..64 tokens here
+// by default (MLXCEL_GPU_TC_DECODE=N: N..64; 0: never); every other format, and batches of one or
+// over 64 tokens, decline (-1) to the float32 kernels. ROCm builds have vendor/hip/matvec_mma.cu, which declines.
 //
 // Why this shape: a decode batch reads every weight once whatever the batch, so the product should
 // cost little more than one token; the float32 matrix-vector kernels instead spend FMAs and shared
