@@ -683,6 +683,51 @@ static void test_attention(mx_backend *be, mx_backend *cpu, ref_rng *rng, group_
     }
 }
 
+// Decode at long context (the flash-decoding kernel's many splits; kernels/attn_decode.cu): one slot
+// of Qwen3-8B's attention shape (8 KV heads of 128, 32 query heads) filled to 4,100 positions in a
+// scrambled paged pool, then steps of 1 and 5 tokens at its end, and one with a 1,000-position window.
+static void test_attention_long(mx_backend *be, ref_rng *rng, group_stat *g) {
+    const int ctx = 4100, D = 128, nkv = 8, n_heads = 32, tl = (ctx + MX_KV_BLOCK - 1) / MX_KV_BLOCK;
+    mx_kv_layout lay = {1, 1, ctx, nkv, D, tl + 7};
+    int32_t *table = malloc(sizeof(int32_t) * tl);
+    for (int i = 0; i < tl; i++) table[i] = (int32_t)((int64_t)(tl + 6 - i) * 5 % (tl + 7));  // 5 is prime to 264
+    int32_t *dtable = dev_from(be, table, sizeof(int32_t) * tl);
+    void *dkv = dev_alloc(be, mx_kv_bytes(&lay, be->kv_dtype));
+    const int64_t per_pos = (int64_t)nkv * D;
+    float *kc = fmalloc(ctx * per_pos), *vc = fmalloc(ctx * per_pos);
+    ref_fill(rng, kc, ctx * per_pos, -1, 1);
+    ref_fill(rng, vc, ctx * per_pos, -1, 1);
+    int32_t *slot = malloc(sizeof(int32_t) * ctx), *pos = malloc(sizeof(int32_t) * ctx);
+    for (int i = 0; i < ctx; i++) slot[i] = 0, pos[i] = i;
+    float *dk = dev_from(be, kc, sizeof(float) * ctx * per_pos), *dv = dev_from(be, vc, sizeof(float) * ctx * per_pos);
+    int32_t *dslot = dev_from(be, slot, sizeof(int32_t) * ctx), *dpos = dev_from(be, pos, sizeof(int32_t) * ctx);
+    op_kv_store(be, dkv, &lay, dtable, 0, dk, dv, dslot, dpos, ctx);
+    be->ops->release(be, dk), be->ops->release(be, dv), be->ops->release(be, dslot), be->ops->release(be, dpos);
+    for (int64_t r = 0; r < ctx * nkv; r++) ref_kv_round(kc + r * D, D, be->kv_dtype), ref_kv_round(vc + r * D, D, be->kv_dtype);
+    const struct { const char *name; int n, window; } cases[] = {{"decode", 1, 0}, {"5 tokens", 5, 0}, {"window 1000", 1, 1000}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        const int n = cases[c].n;
+        for (int i = 0; i < n; i++) pos[i] = ctx - n + i;
+        const int64_t qn = (int64_t)n * n_heads * D;
+        float *q = fmalloc(qn), *ref = fmalloc(qn), *got = fmalloc(qn);
+        ref_fill(rng, q, qn, -1, 1);
+        const float scale = 3.0f / sqrtf((float)D);
+        ref_attention(ref, q, kc, vc, ctx, nkv, D, slot, pos, n, n_heads, scale, cases[c].window);
+        float *dq = dev_from(be, q, sizeof(float) * qn), *dout = dev_alloc(be, sizeof(float) * qn);
+        int32_t *ds = dev_from(be, slot, sizeof(int32_t) * n), *dp = dev_from(be, pos, sizeof(int32_t) * n);
+        dev_poison(be, dout, sizeof(float) * qn);
+        op_attention(be, dout, dq, dkv, &lay, dtable, 0, ds, dp, n, n_heads, scale, cases[c].window);
+        dev_to(be, got, dout, sizeof(float) * qn);
+        double e = ref_rel_err(got, ref, qn);
+        CHECK_MSG(e <= 1e-5, "attention at %d positions, %s: rel err %.3e", ctx, cases[c].name, e);
+        stat_add(g, e);
+        be->ops->release(be, dq), be->ops->release(be, dout), be->ops->release(be, ds), be->ops->release(be, dp);
+        free(q), free(ref), free(got);
+    }
+    be->ops->release(be, dkv), be->ops->release(be, dtable);
+    free(kc), free(vc), free(slot), free(pos), free(table);
+}
+
 // ---- MoE routing and combination, gather, argmax ----------------------------------------------------
 
 static void test_moe_route_combine(mx_backend *be, ref_rng *rng, group_stat *g) {
@@ -824,6 +869,7 @@ int main(void) {
     group_stat emb = {"embed", 0, 0, 0}, moe = {"moe_matmul", 0, 0, 0}, norm = {"rmsnorm", 0, 0, 0};
     group_stat rope = {"rope", 0, 0, 0}, elt = {"swiglu/geglu/scale/add", 0, 0, 0}, attn = {"kv_store + attention", 0, 0, 0};
     group_stat attn_f16 = {"kv_store + attention, f16 cache", 0, 0, 0};
+    group_stat attn_old = {"attention, MLXCEL_GPU_ATTN_DECODE=0", 0, 0, 0};
     group_stat route = {"moe_route/moe_combine", 0, 0, 0}, rows = {"gather_rows/argmax", 0, 0, 0};
     group_stat graph = {"plan graph record/replay", 0, 0, 0};
     group_stat mvs = {"matrix-vector shapes", 0, 0, 0}, mvo = {"matrix-vector, old path", 0, 0, 0};
@@ -844,6 +890,7 @@ int main(void) {
     mx_backend *cpu = mx_backend_create(&copt, &err);
     CHECK_MSG(cpu != NULL, "cpu backend: %s", err.msg);
     test_attention(be, cpu && cpu->kv_dtype == be->kv_dtype ? cpu : NULL, &rng, &attn);
+    test_attention_long(be, &rng, &attn);
     test_moe_route_combine(be, &rng, &route);
     test_rows(be, &rng, &rows);
     test_graph(be, &rng, &graph);
@@ -925,8 +972,24 @@ int main(void) {
     if (be) {
         CHECK_MSG(be->kv_dtype == MX_DTYPE_F16, "MLXCEL_GPU_KV=f16 gave a %s cache", mx_dtype_name(be->kv_dtype));
         test_attention(be, NULL, &rng, &attn_f16);
+        test_attention_long(be, &rng, &attn_f16);
         mx_backend_free(be);
     }
+    unsetenv("MLXCEL_GPU_KV");
+    // Decode attention on the general kernel (MLXCEL_GPU_ATTN_DECODE=0, the A/B switch of the
+    // flash-decoding kernel), both cache types.
+    setenv("MLXCEL_GPU_ATTN_DECODE", "0", 1);
+    for (int f16 = 0; f16 <= 1; f16++) {
+        if (f16) setenv("MLXCEL_GPU_KV", "f16", 1);
+        be = mx_gpu_backend_create(&opt, &err);
+        CHECK_MSG(be != NULL, "backend with MLXCEL_GPU_ATTN_DECODE=0: %s", err.msg);
+        if (be) {
+            test_attention(be, NULL, &rng, &attn_old);
+            test_attention_long(be, &rng, &attn_old);
+            mx_backend_free(be);
+        }
+    }
+    unsetenv("MLXCEL_GPU_ATTN_DECODE");
     setenv("MLXCEL_GPU_KV", "f8", 1);
     be = mx_gpu_backend_create(&opt, &err);
     CHECK_MSG(be == NULL && strstr(err.msg, "MLXCEL_GPU_KV='f8'"), "MLXCEL_GPU_KV=f8 not refused by name: %s",
@@ -950,6 +1013,7 @@ int main(void) {
     stat_print(&elt, 1e-6);
     stat_print(&attn, 1e-5);
     stat_print(&attn_f16, 1e-5);
+    stat_print(&attn_old, 1e-5);
     stat_print(&route, 1e-5);
     stat_print(&rows, 0);
     stat_print(&graph, 0);

@@ -38,6 +38,7 @@ typedef struct mxg_launch {
     int stream_min_cols;   // ... on rows at least this long (MLXCEL_GPU_STREAM_MIN_COLS; default 4096)
     int stream_rows;       // its rows per task for one token over long rows: 2, or 4 with half the chunks per step
     bool attn_token_rows;  // attention always in token rows, never head rows for decode (A/B switch)
+    bool attn_decode;      // decode steps on kernels/attn_decode.cu (MLXCEL_GPU_ATTN_DECODE=0: off, A/B switch)
     bool kv_i16;           // the KV cache is int16 with scales (MX_DTYPE_I16, default); false: f16 (MLXCEL_GPU_KV=f16)
     bool dependent_launch; // matrix-vector and fused kernels start while the previous one ends (sm_90+)
     void *scratch;         // device workspace for split attention partials
@@ -83,6 +84,11 @@ void mxg_rope(const mxg_launch *L, float *x, const int32_t *pos, int n, int n_he
 void mxg_kv_store(const mxg_launch *L, const mx_kv_ref *r, const float *k, const float *v, int n);
 void mxg_attention(const mxg_launch *L, float *out, const float *q, const mx_kv_ref *r, int n, int n_heads, float scale,
                    int window, const float *sinks);
+// kernels/attn_decode.cu: the decode form of mxg_attention (flash-decoding: steps of at most 16
+// tokens, head sizes 64, 128, 256). 0 when it enqueued the attention, -1 when the shape is not one
+// it takes (the caller then runs the general kernel). mxg_attention calls it when L->attn_decode.
+int mxg_attention_decode(const mxg_launch *L, float *out, const float *q, const mx_kv_ref *r, int n, int n_heads,
+                         float scale, int window, const float *sinks);
 // Bytes of L->scratch that mxg_attention wants for full split parallelism (it uses fewer splits
 // when given less).
 size_t mxg_attention_scratch_bytes(int sm_count, int head_dim);

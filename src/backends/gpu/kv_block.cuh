@@ -62,6 +62,27 @@ __device__ __forceinline__ float2 kv_pair(uint32_t w) {
     }
 }
 
+// Eight consecutive elements (a 16-byte load of a row) as float32, codes only for I16 (the caller
+// applies the scale: 8 elements aligned to 8 lie in one MX_KV_SCALE_BLOCK chunk). An int16 code c
+// becomes exact float arithmetic without a conversion instruction: the bits 0x4B000000 | (c + 32768)
+// are the float 2^23 + c + 32768, so one integer op and one subtraction per element (conversions
+// issue at a quarter of the rate of adds on NVIDIA parts, and the decode attention runs one per byte).
+template <bool I16>
+__device__ __forceinline__ void kv_unpack8(const uint4 &w, float (&x)[8]) {
+    const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        if constexpr (I16) {
+            const uint32_t u = ws[i] ^ 0x80008000u;  // both codes offset by 32768, now unsigned
+            x[2 * i] = __uint_as_float(0x4B000000u | (u & 0xffffu)) - 8421376.0f;  // 2^23 + 32768
+            x[2 * i + 1] = __uint_as_float(0x4B000000u | (u >> 16)) - 8421376.0f;
+        } else {
+            const float2 f = kv_pair<false>(ws[i]);
+            x[2 * i] = f.x, x[2 * i + 1] = f.y;
+        }
+    }
+}
+
 // Writes one chunk of at most MX_KV_SCALE_BLOCK values of a row: x[0..len) (x[len..] must be 0) as
 // I16 codes at `codes` with their scale at *scale, by the CPU's rule (cpu_attention.c, store_rows):
 // s = max|x| / 32767, code = round-to-nearest-even(x * (32767 / max|x|)), in IEEE float32 (no

@@ -31,7 +31,7 @@ extern "C" {
 #define __host__
 #define __forceinline__ inline
 #define __restrict__ __restrict
-#define __launch_bounds__(x)
+#define __launch_bounds__(...)
 #define __align__(x) alignas(x)
 #define MXG_WARP_ONLY(W)
 #define MXG_WARP_DISPATCH(warp, ...) do { if ((warp) == 64) { constexpr int W = 64; __VA_ARGS__; } else { constexpr int W = 32; __VA_ARGS__; } } while (0)

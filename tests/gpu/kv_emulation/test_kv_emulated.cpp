@@ -6,7 +6,9 @@
 // (relative L2) of the CPU's. Cases: head sizes 32-256 and 72, 36 (partial I16 chunks, 4-byte tile
 // loads), each slot's own blocks and scrambled block tables, prefill chunks, decode (the context
 // split over blocks and merged, on an emulated 132-multiprocessor device), mixed slots, sliding
-// windows, sinks, head rows (groups of 2, 6 and 8 query heads) and token rows, no GQA; latent
+// windows, sinks, head rows (groups of 2, 6 and 8 query heads) and token rows, no GQA; decode steps
+// also on the flash-decoding kernel (kernels/attn_decode.cu), and it at long contexts (1,000-4,100
+// positions, up to 33 splits; groups of 1-8, head sizes 64-256, warps of 32 and 64 lanes); latent
 // caches of DeepSeek-V3's fixture sizes and a chunk that straddles c_kv and k_pe.
 // Built and run by run.sh; exits 1 on any failure.
 #include "emu.h"
@@ -77,11 +79,66 @@ static void attn_case(mx_backend *cpu, mxg_launch *L, int D, int nkv, int nh, in
         mx_kv_ref rg = {gkv, lay, 1, sl.data(), ps.data(), paged ? table : NULL};
         mx_kv_ref rc = {ckv, lay, 1, sl.data(), ps.data(), paged ? table : NULL};
         L->attn_token_rows = token_rows;
-        mxg_attention(L, og.data(), q.data(), &rg, n, nh, scale, c.window, c.sinks ? sinks.data() : NULL);
         run(cpu, (mx_op){.kind = MX_OP_ATTENTION, .attention = {oc.data(), q.data(), rc, n, nh, scale, c.window, c.sinks ? sinks.data() : NULL}});
-        double e = rel(og.data(), oc.data(), qn);
-        printf("   %-14s rel err %.2e%s\n", c.name, e, e > 1e-5 ? "  <-- FAIL" : "");
-        if (!(e <= 1e-5)) fails++;
+        // Decode-sized steps on both decode kernels (kernels/attn_decode.cu, and the general one).
+        for (int flash = token_rows || n > 16 ? 0 : 1; flash >= 0; flash--) {
+            L->attn_decode = flash;
+            std::fill(og.begin(), og.end(), NAN);
+            mxg_attention(L, og.data(), q.data(), &rg, n, nh, scale, c.window, c.sinks ? sinks.data() : NULL);
+            double e = rel(og.data(), oc.data(), qn);
+            printf("   %-14s%s rel err %.2e%s\n", c.name, flash ? " (flash)" : "", e, e > 1e-5 ? "  <-- FAIL" : "");
+            if (!(e <= 1e-5)) fails++;
+        }
+    }
+    free(gkv);
+    cpu->ops->release(cpu, ckv);
+}
+
+// Long contexts on the flash-decoding kernel (many splits, every split's units spread over the
+// warps): one slot filled to ctx positions (scrambled blocks when paged), then steps of 1 and 5
+// tokens at its end, a sliding window, sinks; the same steps on the general kernel once (slow);
+// also at a warp of 64 lanes.
+static void long_case(mx_backend *cpu, mxg_launch *L, int D, int nkv, int nh, int ctx, int paged, bool also_general) {
+    const int tl = (ctx + MX_KV_BLOCK - 1) / MX_KV_BLOCK;
+    mx_kv_layout lay = {1, 1, ctx, nkv, D, paged ? tl + 7 : 0};
+    std::vector<int32_t> table(tl);
+    for (int i = 0; i < tl; i++) table[i] = (int32_t)((int64_t)(tl + 7 - 1 - i) * 5 % (tl + 7));  // distinct where 5 is prime to tl + 7
+    size_t bytes = mx_kv_bytes(&lay, cpu->kv_dtype);
+    unsigned char *gkv = (unsigned char *)calloc(1, bytes);
+    void *ckv = cpu->ops->alloc(cpu, bytes, &err);
+    int per = nkv * D;
+    std::vector<float> k((size_t)ctx * per), v((size_t)ctx * per);
+    fill(k.data(), k.size(), -1, 1), fill(v.data(), v.size(), -1, 1);
+    for (size_t i = 0; i < k.size(); i += 41) k[i] *= 6.0f;
+    std::vector<int32_t> sl(ctx, 0), ps(ctx);
+    for (int i = 0; i < ctx; i++) ps[i] = i;
+    mx_kv_ref rg = {gkv, lay, 0, sl.data(), ps.data(), paged ? table.data() : NULL};
+    mx_kv_ref rc = {ckv, lay, 0, sl.data(), ps.data(), paged ? table.data() : NULL};
+    mxg_kv_store(L, &rg, k.data(), v.data(), ctx);
+    run(cpu, (mx_op){.kind = MX_OP_KV_STORE, .kv_store = {rc, k.data(), v.data(), ctx}});
+    struct { const char *name; int n, window, sinks; } cases[] = {{"long decode", 1, 0, 0}, {"long 5 tok", 5, 0, 1},
+                                                                   {"long window", 1, 1000, 1}};
+    printf("D=%d nkv=%d nh=%d ctx=%d paged=%d %s\n", D, nkv, nh, ctx, paged, mx_dtype_name(cpu->kv_dtype));
+    for (auto &c : cases) {
+        int n = c.n;
+        std::vector<int32_t> s2(n, 0), p2(n);
+        for (int i = 0; i < n; i++) p2[i] = ctx - n + i;
+        size_t qn = (size_t)n * nh * D;
+        std::vector<float> q(qn), og(qn), oc(qn), sinks(nh);
+        fill(q.data(), qn, -1, 1);
+        fill(sinks.data(), nh, -1, 3);
+        float scale = 3.0f / sqrtf((float)D);
+        mx_kv_ref g2 = {gkv, lay, 0, s2.data(), p2.data(), paged ? table.data() : NULL};
+        mx_kv_ref c2 = {ckv, lay, 0, s2.data(), p2.data(), paged ? table.data() : NULL};
+        run(cpu, (mx_op){.kind = MX_OP_ATTENTION, .attention = {oc.data(), q.data(), c2, n, nh, scale, c.window, c.sinks ? sinks.data() : NULL}});
+        for (int flash = 1; flash >= (also_general ? 0 : 1); flash--) {
+            L->attn_decode = flash;
+            std::fill(og.begin(), og.end(), NAN);
+            mxg_attention(L, og.data(), q.data(), &g2, n, nh, scale, c.window, c.sinks ? sinks.data() : NULL);
+            double e = rel(og.data(), oc.data(), qn);
+            printf("   %-14s%s rel err %.2e%s\n", c.name, flash ? " (flash)" : "", e, e > 1e-5 ? "  <-- FAIL" : "");
+            if (!(e <= 1e-5)) fails++;
+        }
     }
     free(gkv);
     cpu->ops->release(cpu, ckv);
@@ -145,6 +202,19 @@ int main(int argc, char **argv) {
         attn_case(cpu, &L, 128, 2, 12, 1, false);  // group 6: partial head part
         attn_case(cpu, &L, 64, 2, 8, 1, true);     // token rows
         attn_case(cpu, &L, 64, 4, 4, 0, false);    // no GQA
+        attn_case(cpu, &L, 128, 2, 14, 1, false);  // group 7: heads parts of 4 and 3
+        // Qwen3-8B's attention shape at 4k context (33 splits on 132 multiprocessors), then others.
+        long_case(cpu, &L, 128, 8, 32, quick ? 1100 : 4100, 1, !quick);  // quick (sanitizer): 18 splits
+        if (!quick) {
+            long_case(cpu, &L, 64, 8, 64, 3000, 0, false);   // gpt-oss's shape: group 8
+            long_case(cpu, &L, 256, 4, 8, 2100, 1, false);   // group 2, D 256
+            long_case(cpu, &L, 128, 4, 4, 1500, 1, false);   // no GQA
+            L.warp = 64;  // AMD's wave of 64: other units (4 and 8 rows at once) and merges
+            long_case(cpu, &L, 128, 8, 32, 2000, 1, false);
+            long_case(cpu, &L, 64, 2, 16, 1000, 0, false);
+            long_case(cpu, &L, 256, 2, 4, 1040, 1, false);
+            L.warp = 32;
+        }
         latent_case(cpu, &L, 64, 64, 4, 1);
         latent_case(cpu, &L, 64, 64, 4, 45);
         latent_case(cpu, &L, 512, 64, 8, 3);

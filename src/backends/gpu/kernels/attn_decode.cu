@@ -1,0 +1,310 @@
+// SPDX-License-Identifier: MIT
+// Decode attention over the paged KV cache (flash-decoding): steps of at most kDecodeMaxTokens
+// tokens, head sizes 64, 128 and 256 (other shapes, and prefill, take kernels/attention.cu). The
+// work is bound by reading the cache, so the kernel is laid out for bytes in flight:
+// - one block per (token, KV head, part of its query-head group, split of the context): the
+//   block's G (1, 2, 4 or 8) query heads of one KV head share every key and value read, so a cache
+//   byte is read once per KV head, not once per query head; the context is split over enough blocks
+//   for one wave (2 per multiprocessor, 1 for groups of 8) to keep every multiprocessor streaming;
+// - no shared-memory tile and no barrier in the loop: a key row is read by D / 8 lanes with one
+//   16-byte load each, straight into registers; a warp reads W / (D / 8) rows at once and C of those
+//   sets per step (a "unit" of positions inside one cache block, so one block-table read per unit),
+//   the values with the keys, all issued before the first use;
+// - each group of D / 8 lanes keeps its own online softmax (scores in log2 units, exp2) over the
+//   keys it read; they are merged in registers across the warp and in shared memory across the
+//   block's warps at the end, and across splits by attn_decode_combine_kernel (the partials are
+//   (m, l, o[D]) per head and split, in L->scratch).
+// I16 codes become floats by integer and add instructions (kv_block.cuh, kv_unpack8); a key's
+// partial dot over its lane's 8 elements is multiplied by that chunk's scale, a value's weight by
+// its row's scale. Positions outside [window start, position] read nothing and weigh 0. Sinks
+// enter at the normalization (single split) or in the combine.
+#include "backends/gpu/common.cuh"
+#include "backends/gpu/kernels.h"
+#include "backends/gpu/kv_block.cuh"
+
+namespace {
+
+constexpr int kDecodeThreads = 256;   // threads per block (8 warps of 32, 4 of 64)
+constexpr int kDecodeMaxTokens = 16;  // steps of at most this many tokens (as the head rows before)
+constexpr int kDecodeMaxSplits = 64;  // splits of one token's context (the combine's block holds them)
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Positions of one unit: W / (D / 8) key rows at once, C times. C: 4, or 2 for 8 heads (their
+// registers), and no more than fits in a cache block of MX_KV_BLOCK positions.
+__host__ __device__ constexpr int decode_rows_at_once(int w, int d) { return w / (d / 8); }
+__host__ __device__ constexpr int decode_sets(int w, int d, int g) {
+    return (g >= 8 ? 2 : 4) * decode_rows_at_once(w, d) <= MX_KV_BLOCK ? (g >= 8 ? 2 : 4)
+                                                                           : MX_KV_BLOCK / decode_rows_at_once(w, d);
+}
+__host__ __device__ constexpr int decode_unit(int w, int d, int g) { return decode_rows_at_once(w, d) * decode_sets(w, d, g); }
+// Blocks resident per multiprocessor, the register bound the kernel is compiled to (at most 128
+// registers for 2 blocks of 256 threads); groups of 8 heads keep 2 x 64 accumulators and take 1.
+__host__ __device__ constexpr int decode_blocks_per_sm(int g) { return g >= 8 ? 1 : 2; }
+
+struct DecodeArgs {
+    float *out;          // [n, n_heads, D]
+    float *part;         // [n, n_heads, splits, D + 2]: (m in log2 units, l, o[D]) when splits > 1
+    const float *q;      // [n, n_heads, D]
+    const float *sinks;  // [n_heads] (natural log units) or NULL
+    const uint16_t *kv;  // int16 codes (I16) or f16 bits
+    const int32_t *slot, *pos;  // [n]
+    KvPages pg;
+    int n_heads, window, splits;
+    int group, parts;  // query heads per KV head; blocks per group (of G heads each)
+    float qscale;      // scale * log2(e): scores in log2 units
+};
+
+// 1 / (l + 2^(sink - m)) for an online softmax in log2 units (sink -inf: none); no overflow.
+__device__ __forceinline__ float inv_denominator2(float m, float l, float sink) {
+    if (sink > m) {
+        const float r = exp2f(m - sink);
+        return r / (l * r + 1.0f);
+    }
+    return 1.0f / (l + exp2f(sink - m));
+}
+
+// Weight of a partial softmax of maximum m in one whose maximum is mx (0 for an empty partial).
+__device__ __forceinline__ float rescale(float m, float mx) { return m == -INFINITY ? 0.0f : exp2f(m - mx); }
+
+template <int W, int D, int G, bool I16>
+__global__ void __launch_bounds__(kDecodeThreads, decode_blocks_per_sm(G)) attn_decode_kernel(DecodeArgs a) {
+    MXG_WARP_ONLY(W) {
+    constexpr int TPK = D / 8;                   // lanes per key row
+    constexpr int KG = W / TPK;                  // key rows a warp reads at once
+    constexpr int C = decode_sets(W, D, G);      // ... times per unit
+    constexpr int UW = KG * C;                   // positions per unit
+    constexpr int NW = kDecodeThreads / W;
+    static_assert(MX_KV_BLOCK % UW == 0 && TPK <= W, "a unit lies in one cache block");
+    __shared__ float s_m[NW][G], s_l[NW][G];
+    __shared__ float s_o[NW][D];
+    const int warp = threadIdx.x / W, lane = threadIdx.x % W, kg = lane / TPK, li = lane % TPK;
+    const int t = blockIdx.x, kvh = blockIdx.y / a.parts, g0 = (int)(blockIdx.y % a.parts) * G;
+    const int split = blockIdx.z, gcount = min(G, a.group - g0), h0 = kvh * a.group + g0;
+    const int hi = a.pos[t], lo = a.window > 0 ? max(0, hi - a.window + 1) : 0, slot = a.slot[t];
+    // This split's units: at least one per warp, so short contexts use few splits.
+    const int u_lo = lo / UW, u_hi = hi / UW, per = max(NW, (u_hi - u_lo + a.splits) / a.splits);
+    const int su0 = u_lo + split * per, su1 = min(u_hi, su0 + per - 1);
+
+    float q[G][8];  // this lane's 8 columns of each head, times scale * log2(e)
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        const float *qr = a.q + ((int64_t)t * a.n_heads + h0 + g) * D + li * 8;
+#pragma unroll
+        for (int e = 0; e < 8; e++) q[g][e] = g < gcount ? qr[e] * a.qscale : 0.0f;
+    }
+    float o[G][8], m[G], l[G];
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        m[g] = -INFINITY, l[g] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; e++) o[g][e] = 0.0f;
+    }
+    const int64_t vrows = (int64_t)a.pg.n_kv_heads * MX_KV_BLOCK;  // a block's V rows follow its K rows
+    const int nsc = a.pg.n_scales;
+
+    for (int u = su0 + warp; u <= su1; u += NW) {  // warp-uniform
+        const int base = u * UW;
+        const int64_t row0 = kv_row_index(a.pg, slot, base, 0, kvh);  // the unit's rows are consecutive
+        uint4 kw[C], vw[C];
+        float ksc[C], vsc[C];
+        bool ok[C];
+#pragma unroll
+        for (int c = 0; c < C; c++) {
+            const int p = base + c * KG + kg;
+            const int64_t row = row0 + c * KG + kg;
+            ok[c] = p >= lo && p <= hi;
+            kw[c] = vw[c] = make_uint4(0u, 0u, 0u, 0u);
+            ksc[c] = vsc[c] = 0.0f;
+            if (ok[c]) {
+                kw[c] = ((const uint4 *)(a.kv + row * D))[li];
+                vw[c] = ((const uint4 *)(a.kv + (row + vrows) * D))[li];
+                if constexpr (I16) {
+                    ksc[c] = a.pg.scales[row * nsc + li * 8 / MX_KV_SCALE_BLOCK];
+                    vsc[c] = a.pg.scales[(row + vrows) * nsc + li * 8 / MX_KV_SCALE_BLOCK];
+                }
+            }
+        }
+        float s[C][G];
+#pragma unroll
+        for (int c = 0; c < C; c++) {
+            float kf[8];
+            kv_unpack8<I16>(kw[c], kf);
+#pragma unroll
+            for (int g = 0; g < G; g++) {
+                float acc = 0.0f;
+#pragma unroll
+                for (int e = 0; e < 8; e++) acc = fmaf(q[g][e], kf[e], acc);
+                s[c][g] = I16 ? acc * ksc[c] : acc;
+            }
+        }
+#pragma unroll
+        for (int off = TPK / 2; off > 0; off >>= 1)  // sum over the row's lanes (every lane gets it)
+#pragma unroll
+            for (int c = 0; c < C; c++)
+#pragma unroll
+                for (int g = 0; g < G; g++) s[c][g] += mxg_shfl_xor<W>(s[c][g], off);
+        // s becomes each value row's weight per head (times its I16 scale), in place (registers).
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int c = 0; c < C; c++) mx = ok[c] ? fmaxf(mx, s[c][g]) : mx;
+            const float mn = fmaxf(m[g], mx), corr = rescale(m[g], mn);
+            l[g] *= corr;
+#pragma unroll
+            for (int e = 0; e < 8; e++) o[g][e] *= corr;
+#pragma unroll
+            for (int c = 0; c < C; c++) {
+                const float p = ok[c] ? exp2f(s[c][g] - mn) : 0.0f;
+                l[g] += p;
+                s[c][g] = I16 ? p * vsc[c] : p;
+            }
+            m[g] = mn;
+        }
+#pragma unroll
+        for (int c = 0; c < C; c++) {
+            float vf[8];
+            kv_unpack8<I16>(vw[c], vf);
+#pragma unroll
+            for (int g = 0; g < G; g++)
+#pragma unroll
+                for (int e = 0; e < 8; e++) o[g][e] = fmaf(s[c][g], vf[e], o[g][e]);
+        }
+    }
+
+    // Merge the warp's row groups (lanes li of every kg) ...
+#pragma unroll
+    for (int off = TPK; off < W; off <<= 1)
+#pragma unroll
+        for (int g = 0; g < G; g++) {
+            const float mo = mxg_shfl_xor<W>(m[g], off), lt = mxg_shfl_xor<W>(l[g], off);
+            const float mn = fmaxf(m[g], mo), f1 = rescale(m[g], mn), f2 = rescale(mo, mn);
+            l[g] = l[g] * f1 + lt * f2;
+#pragma unroll
+            for (int e = 0; e < 8; e++) o[g][e] = o[g][e] * f1 + mxg_shfl_xor<W>(o[g][e], off) * f2;
+            m[g] = mn;
+        }
+    // ... then the block's warps, one head at a time through shared memory.
+    if (lane == 0)
+#pragma unroll
+        for (int g = 0; g < G; g++) s_m[warp][g] = m[g], s_l[warp][g] = l[g];
+    __syncthreads();
+#pragma unroll
+    for (int g = 0; g < G; g++) {
+        if (g >= gcount) break;  // block-uniform
+        float M = -INFINITY, L = 0.0f;
+        for (int w = 0; w < NW; w++) M = fmaxf(M, s_m[w][g]);
+        for (int w = 0; w < NW; w++) L += s_l[w][g] * rescale(s_m[w][g], M);
+        const float f = rescale(m[g], M);
+        if (kg == 0)
+#pragma unroll
+            for (int e = 0; e < 8; e++) s_o[warp][li * 8 + e] = o[g][e] * f;
+        __syncthreads();
+        const int h = h0 + g;
+        if (a.splits == 1) {
+            const float inv = inv_denominator2(M, L, a.sinks ? a.sinks[h] * kLog2e : -INFINITY);
+            for (int d = threadIdx.x; d < D; d += kDecodeThreads) {
+                float acc = 0.0f;
+                for (int w = 0; w < NW; w++) acc += s_o[w][d];
+                a.out[((int64_t)t * a.n_heads + h) * D + d] = acc * inv;
+            }
+        } else {
+            float *pp = a.part + (((int64_t)t * a.n_heads + h) * a.splits + split) * (D + 2);
+            if (threadIdx.x == 0) pp[0] = M, pp[1] = L;
+            for (int d = threadIdx.x; d < D; d += kDecodeThreads) {
+                float acc = 0.0f;
+                for (int w = 0; w < NW; w++) acc += s_o[w][d];
+                pp[2 + d] = acc;
+            }
+        }
+        __syncthreads();
+    }
+    }
+}
+
+// Merges the splits of one (token, head) (blockIdx.x): weights 2^(m_s - M) computed once into
+// shared memory, then each thread sums its columns over the splits. blockDim.x >= splits.
+__global__ void attn_decode_combine_kernel(float *out, const float *__restrict__ part, int D, int splits,
+                                           const float *__restrict__ sinks, int n_heads) {
+    __shared__ float s_m[kDecodeMaxSplits], s_l[kDecodeMaxSplits], s_w[kDecodeMaxSplits];
+    const float *pp = part + (int64_t)blockIdx.x * splits * (D + 2);
+    const int i = threadIdx.x;
+    if (i < splits) s_m[i] = pp[(int64_t)i * (D + 2)], s_l[i] = pp[(int64_t)i * (D + 2) + 1];
+    __syncthreads();
+    float M = -INFINITY;
+    for (int s = 0; s < splits; s++) M = fmaxf(M, s_m[s]);
+    if (i < splits) s_w[i] = rescale(s_m[i], M);
+    __syncthreads();
+    float L = 0.0f;
+    for (int s = 0; s < splits; s++) L += s_l[s] * s_w[s];
+    const float inv = inv_denominator2(M, L, sinks ? sinks[blockIdx.x % n_heads] * kLog2e : -INFINITY);
+    for (int d = i; d < D; d += blockDim.x) {
+        float acc = 0.0f;
+#pragma unroll 8
+        for (int s = 0; s < splits; s++) acc = fmaf(s_w[s], pp[(int64_t)s * (D + 2) + 2 + d], acc);
+        out[(int64_t)blockIdx.x * D + d] = acc * inv;
+    }
+}
+
+template <int W, int D, int G, bool I16>
+void launch_decode(const mxg_launch *L, const DecodeArgs &a, dim3 grid) {
+    attn_decode_kernel<W, D, G, I16><<<grid, kDecodeThreads, 0, (gpuStream_t)L->stream>>>(a);
+}
+
+template <int W, int D, bool I16>
+void launch_decode_g(const mxg_launch *L, const DecodeArgs &a, dim3 grid, int g) {
+    if (g == 1)
+        launch_decode<W, D, 1, I16>(L, a, grid);
+    else if (g == 2)
+        launch_decode<W, D, 2, I16>(L, a, grid);
+    else if (g == 4)
+        launch_decode<W, D, 4, I16>(L, a, grid);
+    else
+        launch_decode<W, D, 8, I16>(L, a, grid);
+}
+
+template <int W, bool I16>
+void launch_decode_d(const mxg_launch *L, const DecodeArgs &a, dim3 grid, int d, int g) {
+    if (d == 64)
+        launch_decode_g<W, 64, I16>(L, a, grid, g);
+    else if (d == 128)
+        launch_decode_g<W, 128, I16>(L, a, grid, g);
+    else
+        launch_decode_g<W, 256, I16>(L, a, grid, g);
+}
+
+}  // namespace
+
+extern "C" int mxg_attention_decode(const mxg_launch *L, float *out, const float *q, const mx_kv_ref *r, int n,
+                                    int n_heads, float scale, int window, const float *sinks) {
+    const mx_kv_layout *lay = &r->lay;
+    const int D = lay->head_dim;
+    if (n < 1 || n > kDecodeMaxTokens || (D != 64 && D != 128 && D != 256) || (L->warp != 32 && L->warp != 64))
+        return -1;
+    const int group = n_heads / lay->n_kv_heads;
+    const int G = group >= 8 ? 8 : group > 2 ? 4 : group;  // heads per block: a power of two, at most 8
+    const int parts = (group + G - 1) / G;
+    DecodeArgs a;
+    a.out = out, a.part = (float *)L->scratch, a.q = q, a.sinks = sinks, a.kv = (const uint16_t *)r->kv;
+    a.slot = r->slot, a.pos = r->pos, a.pg = kv_pages(r, L->kv_i16);
+    a.n_heads = n_heads, a.window = window, a.group = group, a.parts = parts, a.qscale = scale * kLog2e;
+    // Splits: enough blocks for one wave of decode_blocks_per_sm per multiprocessor, no more than the context has units for one
+    // per warp (the kernel's minimum per split), and partials that fit in the scratch.
+    const int64_t blocks = (int64_t)n * lay->n_kv_heads * parts, target = (int64_t)decode_blocks_per_sm(G) * L->sm_count;
+    const int64_t min_split = (int64_t)(kDecodeThreads / L->warp) * decode_unit(L->warp, D, G);
+    int64_t s = (target + blocks - 1) / blocks, by_ctx = (lay->max_ctx + min_split - 1) / min_split;
+    s = s < by_ctx ? s : by_ctx;
+    s = s < kDecodeMaxSplits ? s : kDecodeMaxSplits;
+    while (s > 1 && (size_t)n * n_heads * s * (D + 2) * sizeof(float) > L->scratch_bytes) s--;
+    a.splits = (int)(s < 1 ? 1 : s);
+    dim3 grid((unsigned)n, (unsigned)(lay->n_kv_heads * parts), (unsigned)a.splits);
+    if (L->kv_i16) {
+        MXG_WARP_DISPATCH(L->warp, launch_decode_d<W, true>(L, a, grid, D, G));
+    } else {
+        MXG_WARP_DISPATCH(L->warp, launch_decode_d<W, false>(L, a, grid, D, G));
+    }
+    if (a.splits > 1)
+        attn_decode_combine_kernel<<<(unsigned)(n * n_heads), 128, 0, (gpuStream_t)L->stream>>>(
+            out, a.part, D, a.splits, sinks, n_heads);
+    return 0;
+}
