@@ -3,7 +3,8 @@
 # to misbehave): more than 1,100 idle connections while /health still answers, the idle timeout,
 # the connection limit's 503, UTF-8-safe replies (long multibyte model names, invalid bytes in
 # paths), half-closed clients, JSON Content-Type (415), CORS preflights and origins, HEAD,
-# conflicting Content-Length, encoded NUL in the path, over-long paths and headers, and graceful
+# conflicting Content-Length, encoded NUL in the path, over-long paths and headers, tool schemas whose
+# $ref leads back to itself (400) or into their own $defs (resolved), and graceful
 # shutdown (running requests finish; past --shutdown-timeout they end with an error; exit 0), and
 # the memory estimate that refuses a context larger than memory at start-up.
 # Usage: hardening.py MLXCEL_SERVER
@@ -127,6 +128,22 @@ finally:
     for s in idle:
         s.close()
 check('no FD_SETSIZE complaint in the log', 'FD_SETSIZE' not in srv.text(), srv.text()[-500:])
+
+# --- forced tool calls: each tool's parameters are a schema of their own -------------------------
+def tool_call(params):
+    return {'messages': [{'role': 'user', 'content': 'Hi'}], 'max_tokens': 40, 'temperature': 0,
+            'tool_choice': 'required', 'tools': [{'type': 'function', 'function': {'name': 'f', 'parameters': params}}]}
+st, _, body = req(srv.port, 'POST', '/v1/chat/completions',
+                  tool_call({'anyOf': [{'$ref': '#'}, {'type': 'object'}]}))
+check('a tool whose $ref leads back to itself is a 400 in the schema\'s terms',
+      st == 400 and b'tools: json schema: a $ref leads back to itself' in body, f'{st} {body[:300]!r}')
+st, _, body = req(srv.port, 'POST', '/v1/chat/completions',
+                  tool_call({'type': 'object', 'properties': {'u': {'$ref': '#/$defs/u'}}, 'required': ['u'],
+                             '$defs': {'u': {'enum': ['c', 'f']}}}))
+answer = json.loads(body)['choices'][0]['message'] if st == 200 else {}
+answer = (answer.get('content') or '') + json.dumps(answer.get('tool_calls') or '')
+check('a tool\'s $ref to its own $defs resolves (the call follows it)',
+      st == 200 and re.search(r'\\?"u\\?"\s*:\s*\\?"[cf]\\?"', answer), f'{st} {body[:300]!r}')
 
 # --- UTF-8-safe replies --------------------------------------------------------------------------
 name = 'a' * 254 + '\u00e9\u00e9'
