@@ -80,9 +80,15 @@ typedef struct tensor_spec {
     float nominal;
 } tensor_spec;
 
+// A random model's sizes come from a config file: a tensor or a model past this is refused (and
+// their products stay far from int64's range).
+#define SPEC_MAX_BYTES ((int64_t)1 << 50)
+
 typedef struct spec_list {
     tensor_spec *v;
     int n, cap;
+    int64_t total;        // bytes of the tensors so far
+    char too_large[200];  // the tensor that passed SPEC_MAX_BYTES (alone or in the total), else ""
 } spec_list;
 
 uint64_t bench_splitmix(uint64_t x) { return mx_noise_mix(x + 0x9e3779b97f4a7c15ULL); }
@@ -146,8 +152,16 @@ static int spec_add(spec_list *l, const char *name, const char *dtype, int ndim,
     t->dtype = dtype;
     t->ndim = ndim;
     int64_t numel = 1;
-    for (int i = 0; i < ndim; i++) numel *= t->shape[i] = shape[i];
+    for (int i = 0; i < ndim; i++)
+        if (__builtin_mul_overflow(numel, t->shape[i] = shape[i], &numel) || numel > SPEC_MAX_BYTES) {
+            snprintf(l->too_large, sizeof l->too_large, "%s", name);
+            return -1;
+        }
     t->bytes = numel * elem_bits / 8;
+    if ((l->total += t->bytes) > SPEC_MAX_BYTES) {
+        snprintf(l->too_large, sizeof l->too_large, "%s", name);
+        return -1;
+    }
     t->fill = fill;
     t->nominal = nominal;
     return 0;
@@ -360,7 +374,11 @@ int bench_random_model(const char *dir, const char *config_text) {
     mx_config_free(&cfg);
     if (rc) {
         free(l.v);
-        cli_error(cmd, "out of memory");
+        if (l.too_large[0])
+            cli_error(cmd, "config.json: the model it describes passes %lld TiB at tensor '%s'",
+                      (long long)(SPEC_MAX_BYTES >> 40), l.too_large);
+        else
+            cli_error(cmd, "out of memory");
         return -1;
     }
     int64_t total = 0;

@@ -532,4 +532,15 @@ for args, needle in ((['--batch', '0'], '--batch'), (['--batch', 'abc'], "'abc'"
     rc, out, err = run(['bench', '-p', '4', '-n', '2', '--reps', '1'] + args)
     check(f'bench usage error {args}', rc == 2 and needle in err, f'rc={rc} err={err!r}')
 
+# bench --config: a config describing more than a random model may hold is refused by the tensor
+# that passes it, before anything is written (its sizes multiplied past int64 before).
+with tempfile.TemporaryDirectory() as tmp:
+    cfg = json.load(open(f'{FIX}/qwen3-bf16/config.json'))
+    cfg.update(vocab_size=1 << 30, hidden_size=1 << 30, num_experts=1 << 30)
+    path = os.path.join(tmp, 'config.json')
+    json.dump(cfg, open(path, 'w'))
+    rc, out, err = run(['bench', '--config', path, '-p', '4', '-n', '2', '--reps', '1'], env={'XDG_CACHE_HOME': tmp})
+    check('bench --config: a model past 1024 TiB is refused', rc == 1 and
+          "passes 1024 TiB at tensor 'model.embed_tokens.weight'" in err, f'rc={rc} err={err[-300:]!r}')
+
 finish()
