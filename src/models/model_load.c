@@ -143,6 +143,12 @@ static int model_load_into(mx_model *m, const char *dir, mx_error *err) {
     mx_rope_inv_freq(c, MX_ROPE_TABLE_MAIN, inv);
     bool second = fam->gemma || c->rope_type == MX_ROPE_LONGROPE;
     if (second) mx_rope_inv_freq(c, fam->gemma ? MX_ROPE_TABLE_LOCAL : MX_ROPE_TABLE_LONG, inv + half);
+    // rope_theta, rope_local_base_freq and the scaling factors must give finite positive frequencies
+    // (a base of 1e-300 or a factor of 0 made them infinite, and every activation NaN).
+    for (int i = 0; i < half * (second ? 2 : 1); i++)
+        if (!isfinite(inv[i]) || !(inv[i] > 0))
+            return mx_fail(err, "config.json: RoPE frequency %d is %g (from rope_theta %g%s and rope_scaling; it must be "
+                                "finite and positive)", i, inv[i], c->rope_theta, fam->gemma ? ", rope_local_base_freq" : "");
     size_t bytes = sizeof(float) * (size_t)half * (second ? 2 : 1);
     m->rope_inv_freq = m->be->ops->alloc(m->be, bytes, err);
     if (!m->rope_inv_freq || mx_load_keep_backend(m, m->rope_inv_freq, err)) return -1;

@@ -365,7 +365,8 @@ with tempfile.TemporaryDirectory() as tmp:
             ('moe_experts', 'qwen3_moe-q4g64', {'num_experts': 4}, 'num_experts is 4 but tensor'),
             ('moe_width', 'qwen3_moe-q4g64', {'moe_intermediate_size': 1 << 30}, 'moe_intermediate_size is 1073741824 but tensor'),
             ('oss_width', 'gpt_oss-bf16', {'intermediate_size': 7}, '2 x intermediate_size is 14 but tensor'),
-            ('oss_experts', 'gpt_oss-q4g64', {'num_local_experts': 2}, 'num_local_experts is 2 but tensor')):
+            ('oss_experts', 'gpt_oss-q4g64', {'num_local_experts': 2}, 'num_local_experts is 2 but tensor'),
+            ('rope_base', 'qwen3_moe-q4g64', {'rope_theta': 1e-300}, 'RoPE frequency 3 is inf (from rope_theta 1e-300')):
         expect_load_error(f'config.json disagrees with the weights: {name}', with_config(name, src, **fields), needle)
 
     # intermediate_size sizes nothing in a model whose layers are all mixtures of experts: a huge one

@@ -139,6 +139,17 @@ static void test_grouped_route(mx_backend *be) {
               weights[1]);
 }
 
+// NaN router logits (NaN weights, or a RoPE base that overflows the frequencies) route to real
+// experts: every pass used to skip NaN probabilities, found none, and wrote probs[-1].
+static void test_route_nan(mx_backend *be) {
+    float logits[2][4] = {{NAN, 1.0f, 2.0f, 0.5f}, {NAN, NAN, NAN, NAN}}, weights[4];
+    int32_t ids[4] = {-9, -9, -9, -9};
+    mx_error err = {{0}};
+    CHECK(mx_run_op(be, (mx_op){.kind = MX_OP_MOE_ROUTE, .moe_route = {ids, weights, &logits[0][0], 2, 4, 2, true}}, &err) == 0);
+    for (int i = 0; i < 4; i++) CHECK_MSG(ids[i] >= 0 && ids[i] < 4, "NaN routing: id %d of row %d", ids[i], i / 2);
+    CHECK_MSG(ids[2] != ids[3], "one expert chosen twice: %d", ids[2]);
+}
+
 int main(void) {
     setenv("MLXCEL_CPU_KV", "f32", 1);  // a float32 cache: the latent attention check is exact up to summation order
     mx_backend *be = test_cpu_backend(1);
@@ -147,6 +158,7 @@ int main(void) {
     test_rope_partial_long(be);
     test_latent_attention(be);
     test_grouped_route(be);
+    test_route_nan(be);
     mx_backend_free(be);
     return check_finish();
 }

@@ -167,9 +167,11 @@ void cpu_moe_route(mx_backend *be, int32_t *ids, float *weights, const float *lo
         for (int e = 0; e < n_experts; e++) probs[e] /= sum;
         float chosen_sum = 0.0f;
         for (int j = 0; j < k; j++) {  // k is small: repeated selection of the largest
+            // Taken experts are marked -1; a NaN probability (NaN logits, from NaN weights or a
+            // degenerate RoPE base) is still a candidate, so each pass picks one of the untaken.
             int best = -1;
             for (int e = 0; e < n_experts; e++)
-                if (probs[e] >= 0.0f && (best < 0 || probs[e] > probs[best])) best = e;
+                if (!(probs[e] < 0.0f) && (best < 0 || probs[e] > probs[best])) best = e;
             ids[t * k + j] = best;
             weights[t * k + j] = probs[best];
             chosen_sum += probs[best];
