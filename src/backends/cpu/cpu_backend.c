@@ -284,9 +284,7 @@ static int cpu_run_plan(mx_backend *be, const mx_plan *plan, mx_error *err) {
     return 0;
 }
 
-// Host memory: MemAvailable and MemTotal, capped by the cgroup's limit (containers) when it has one.
-static int cpu_mem_info(mx_backend *be, size_t *free_bytes, size_t *total_bytes) {
-    (void)be;
+int cpu_host_memory(size_t *free_bytes, size_t *total_bytes) {
     FILE *f = fopen("/proc/meminfo", "r");
     if (!f) return -1;
     char line[256];
@@ -315,6 +313,11 @@ static int cpu_mem_info(mx_backend *be, size_t *free_bytes, size_t *total_bytes)
     *free_bytes = (size_t)avail;
     *total_bytes = (size_t)total;
     return 0;
+}
+
+static int cpu_mem_info(mx_backend *be, size_t *free_bytes, size_t *total_bytes) {
+    (void)be;
+    return cpu_host_memory(free_bytes, total_bytes);
 }
 
 static const mx_backend_ops cpu_ops = {

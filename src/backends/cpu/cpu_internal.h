@@ -25,6 +25,10 @@ typedef struct cpu_ctx {
 
 static inline cpu_ctx *cpu_of(mx_backend *be) { return (cpu_ctx *)be->ctx; }
 
+// Host memory free for new allocations and in total: MemAvailable and MemTotal, capped by the
+// cgroup's limit (containers) when it has one. Returns 0, or -1 when /proc/meminfo cannot be read.
+int cpu_host_memory(size_t *free_bytes, size_t *total_bytes);
+
 // Ensures every thread has at least n floats of scratch (called at upload time, never per token).
 int cpu_reserve_scratch(cpu_ctx *c, size_t n);
 // Returns c->act_buf with at least `bytes` bytes (grows it, never shrinks).

@@ -3,6 +3,8 @@
 // each its own 2 MB-aligned anonymous mapping, filled first-fit and unmapped when empty.
 #include "backends/cpu/cpu_weight_arena.h"
 
+#include "backends/cpu/cpu_internal.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,22 +44,18 @@ static bool thp_available(void) {
     return ok;
 }
 
-// Fields of /proc/meminfo: free reserved huge pages (0 unless they are 2 MB ones) and MemAvailable.
-static void read_meminfo(long *hugetlb_free, long long *available) {
-    *hugetlb_free = 0;
-    *available = 0;
+// Free reserved huge pages (/proc/meminfo), 0 unless they are 2 MB ones.
+static long hugetlb_free_pages(void) {
     FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return;
+    if (!f) return 0;
     char line[128];
-    long size_kb = 0, v;
-    long long kb;
+    long free_pages = 0, size_kb = 0, v;
     while (fgets(line, sizeof line, f)) {
-        if (sscanf(line, "HugePages_Free: %ld", &v) == 1) *hugetlb_free = v;
+        if (sscanf(line, "HugePages_Free: %ld", &v) == 1) free_pages = v;
         if (sscanf(line, "Hugepagesize: %ld kB", &v) == 1) size_kb = v;
-        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) *available = kb * 1024;
     }
     fclose(f);
-    if (size_kb != 2048) *hugetlb_free = 0;
+    return size_kb == 2048 ? free_pages : 0;
 }
 
 cpu_weight_arena *cpu_weight_arena_create(mx_error *err) {
@@ -72,10 +70,7 @@ cpu_weight_arena *cpu_weight_arena_create(mx_error *err) {
         return NULL;
     }
     a->thp = thp_available();
-    long hugetlb_free;
-    long long available;
-    read_meminfo(&hugetlb_free, &available);
-    bool huge = a->thp || hugetlb_free > 0;
+    bool huge = a->thp || hugetlb_free_pages() > 0;
     a->mode = env && !strcmp(env, "mapped") ? ARENA_MAPPED : huge ? ARENA_HUGE : ARENA_MAPPED;
     return a;
 }
@@ -99,17 +94,14 @@ const char *cpu_weight_arena_kind(const cpu_weight_arena *a) {
 
 // Memory left free after a new chunk, so that copying weights never pushes the machine into the
 // out-of-memory killer: below it, weights stay in the file mapping.
-#define KEEP_FREE ((long long)512 << 20)
+#define KEEP_FREE ((size_t)512 << 20)
 
 // A 2 MB-aligned anonymous mapping of `size` bytes (a multiple of 2 MB): reserved huge pages when
 // the system has enough free, else (when the kernel offers transparent huge pages and the memory is
 // available) an over-sized mapping trimmed to alignment and advised as huge. NULL when neither.
 static uint8_t *map_chunk(size_t size, bool thp, bool *reserved) {
-    long hugetlb_free;
-    long long available;
-    read_meminfo(&hugetlb_free, &available);
 #ifdef MAP_HUGETLB
-    if ((size_t)hugetlb_free >= size / HUGE_PAGE) {
+    if ((size_t)hugetlb_free_pages() >= size / HUGE_PAGE) {
         void *h = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
         if (h != MAP_FAILED) {
             *reserved = true;
@@ -118,7 +110,8 @@ static uint8_t *map_chunk(size_t size, bool thp, bool *reserved) {
     }
 #endif
     *reserved = false;
-    if (!thp || available < (long long)size + KEEP_FREE) return NULL;
+    size_t available = 0, total = 0;
+    if (!thp || cpu_host_memory(&available, &total) != 0 || available < size + KEEP_FREE) return NULL;
     size_t span = size + HUGE_PAGE;
     uint8_t *p = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return NULL;

@@ -6,7 +6,8 @@
 // chunks: explicit huge pages (MAP_HUGETLB) when the system has reserved enough, else transparent
 // huge pages (MADV_HUGEPAGE). Where neither exists, or with MLXCEL_CPU_WEIGHTS=mapped, the arena is
 // off and the weights stay in the file mapping (no copy); a weight that would leave less than 512 MB
-// of memory available stays mapped too, so loading never fails for the arena's sake.
+// of memory available (cpu_host_memory: a container's limit counts) stays mapped too, so loading
+// never fails for the arena's sake.
 //
 // Ownership: the arena owns its chunks; a chunk is unmapped when the last copy placed in it is
 // released, so a backend that loads and frees models does not grow. Copies are 64-byte aligned and
