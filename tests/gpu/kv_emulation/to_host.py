@@ -4,10 +4,11 @@
 # becomes the emulator's buffer, __shared__ variables statics, and each launch
 # `kernel<<<grid, block, smem, stream>>>(args)` a call emu_launch(grid, block, smem, [=] { kernel(args); }).
 # Usage: to_host.py FILE.cu > FILE.cpp
+import re
 import sys
 src = open(sys.argv[1]).read()
 src = src.replace('extern __shared__ __align__(16) unsigned char smem_raw[];', 'unsigned char *smem_raw = emu_smem();')
-src = src.replace('extern __shared__ float q[];', 'float *q = (float *)emu_smem();')
+src = re.sub(r'extern __shared__ float (\w+)\[\];', r'float *\1 = (float *)emu_smem();', src)
 assert 'extern __shared__' not in src, 'dynamic shared memory in a form to_host.py does not know'
 src = src.replace('__shared__ ', 'static ')
 out = []; i = 0

@@ -8,9 +8,15 @@
 
 namespace {
 
-// (value, index) pair reduction: larger value wins, then smaller index.
+// (value, index) pair reduction: larger value wins, then smaller index. NaN ranks above every number
+// (then smaller index wins among NaNs), a total order, so the reduction's result does not depend on
+// its order. The router's probabilities are all NaN or none (a NaN or infinite logit makes the
+// softmax's sum NaN), and with all NaN each pass takes the first expert not yet taken: the CPU
+// backend's choice (cpu_moe_route), where an index that matches nothing was written before.
 __device__ __forceinline__ bool pair_better(float v, int i, float bv, int bi) {
-    return v > bv || (v == bv && i < bi);
+    const bool v_nan = v != v, b_nan = bv != bv;
+    if (v_nan != b_nan) return v_nan;
+    return v_nan ? i < bi : v > bv || (v == bv && i < bi);
 }
 
 template <int W>
@@ -54,8 +60,8 @@ __global__ void moe_route_kernel(int32_t *ids, float *weights, const float *__re
     for (int j = 0; j < k; j++) {
         float v = -INFINITY;
         int idx = 0x7fffffff;
-        for (int e = threadIdx.x; e < n_experts; e += blockDim.x)
-            if (pair_better(probs[e], e, v, idx)) v = probs[e], idx = e;
+        for (int e = threadIdx.x; e < n_experts; e += blockDim.x)  // taken experts hold -1
+            if (!(probs[e] < 0.0f) && pair_better(probs[e], e, v, idx)) v = probs[e], idx = e;
         block_argmax_pair<W>(v, idx, sv, si);
         if (threadIdx.x == 0) {
             ids[(int64_t)blockIdx.x * k + j] = idx;
