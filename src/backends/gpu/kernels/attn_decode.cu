@@ -49,6 +49,8 @@ struct DecodeArgs {
     const uint16_t *kv;  // int16 codes (I16) or f16 bits
     const int32_t *slot, *pos;  // [n]
     KvPages pg;
+    int *tickets;        // NULL, or [n, n_kv_heads * parts] zeros: the split blocks' finish counters,
+                         // where the last split block of each (token, group part) merges the splits
     int n_heads, window, splits;
     int group, parts;  // query heads per KV head; blocks per group (of G heads each)
     float qscale;      // scale * log2(e): scores in log2 units
@@ -66,7 +68,35 @@ __device__ __forceinline__ float inv_denominator2(float m, float l, float sink) 
 // Weight of a partial softmax of maximum m in one whose maximum is mx (0 for an empty partial).
 __device__ __forceinline__ float rescale(float m, float mx) { return m == -INFINITY ? 0.0f : exp2f(m - mx); }
 
-template <int W, int D, int G, bool I16>
+// Merges the splits of one (token, head): weights 2^(m_s - M) computed once into shared memory (s_m,
+// s_l, s_w: kDecodeMaxSplits each), then each thread sums its columns over the splits in split order.
+// The combine kernel and the in-kernel merge (DecodeArgs::tickets) both run this, so they agree bit for
+// bit; P: const float * there, const volatile float * in the decode kernel, whose partials other blocks
+// of the same launch wrote (read past the caches that may hold old lines). nthreads >= splits.
+template <class P>
+__device__ void combine_splits(float *out, P pp, int D, int splits, float sink2, float *s_m, float *s_l, float *s_w,
+                               int nthreads) {
+    const int i = threadIdx.x;
+    if (i < splits) s_m[i] = pp[(int64_t)i * (D + 2)], s_l[i] = pp[(int64_t)i * (D + 2) + 1];
+    __syncthreads();
+    float M = -INFINITY;
+    for (int s = 0; s < splits; s++) M = fmaxf(M, s_m[s]);
+    if (i < splits) s_w[i] = rescale(s_m[i], M);
+    __syncthreads();
+    float L = 0.0f;
+    for (int s = 0; s < splits; s++) L += s_l[s] * s_w[s];
+    const float inv = inv_denominator2(M, L, sink2);
+    for (int d = i; d < D; d += nthreads) {
+        float acc = 0.0f;
+#pragma unroll 8
+        for (int s = 0; s < splits; s++) acc = fmaf(s_w[s], pp[(int64_t)s * (D + 2) + 2 + d], acc);
+        out[d] = acc * inv;
+    }
+}
+
+// MERGE: the splits merged by the last split block (a.tickets); its own instantiation, so the kernels
+// without it are compiled as before (registers and spills).
+template <int W, int D, int G, bool I16, bool MERGE>
 __global__ void __launch_bounds__(kDecodeThreads, decode_blocks_per_sm(G)) attn_decode_kernel(DecodeArgs a) {
     MXG_WARP_ONLY(W) {
     constexpr int TPK = D / 8;                   // lanes per key row
@@ -219,36 +249,49 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_blocks_per_sm(G)) attn_
         }
         __syncthreads();
     }
+    // MLXCEL_GPU_ATTN_COMBINE_LAST: the last split block of this (token, group part) to finish (a ticket
+    // after a fence that publishes this block's partials) merges the splits of its heads, as the combine
+    // kernel would; it sets the ticket back to 0 for the next launch (graph replays).
+    if (MERGE && a.splits > 1) {
+        __shared__ int s_last;
+        __shared__ float c_m[kDecodeMaxSplits], c_l[kDecodeMaxSplits], c_w[kDecodeMaxSplits];
+        __threadfence();
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int *ticket = a.tickets + (int64_t)t * gridDim.y + blockIdx.y;
+            s_last = atomicAdd(ticket, 1) == a.splits - 1;
+            if (s_last) *ticket = 0;
+        }
+        __syncthreads();
+        if (s_last) {  // block-uniform
+            __threadfence();
+            for (int g = 0; g < gcount; g++) {
+                const int h = h0 + g;
+                const int64_t row = (int64_t)t * a.n_heads + h;
+                const volatile float *pp = a.part + row * a.splits * (D + 2);
+                combine_splits(a.out + row * D, pp, D, a.splits, a.sinks ? a.sinks[h] * kLog2e : -INFINITY, c_m, c_l,
+                               c_w, kDecodeThreads);
+                __syncthreads();
+            }
+        }
+    }
     }
 }
 
-// Merges the splits of one (token, head) (blockIdx.x): weights 2^(m_s - M) computed once into
-// shared memory, then each thread sums its columns over the splits. blockDim.x >= splits.
+// Merges the splits of one (token, head) (blockIdx.x); blockDim.x >= splits.
 __global__ void attn_decode_combine_kernel(float *out, const float *__restrict__ part, int D, int splits,
                                            const float *__restrict__ sinks, int n_heads) {
     __shared__ float s_m[kDecodeMaxSplits], s_l[kDecodeMaxSplits], s_w[kDecodeMaxSplits];
-    const float *pp = part + (int64_t)blockIdx.x * splits * (D + 2);
-    const int i = threadIdx.x;
-    if (i < splits) s_m[i] = pp[(int64_t)i * (D + 2)], s_l[i] = pp[(int64_t)i * (D + 2) + 1];
-    __syncthreads();
-    float M = -INFINITY;
-    for (int s = 0; s < splits; s++) M = fmaxf(M, s_m[s]);
-    if (i < splits) s_w[i] = rescale(s_m[i], M);
-    __syncthreads();
-    float L = 0.0f;
-    for (int s = 0; s < splits; s++) L += s_l[s] * s_w[s];
-    const float inv = inv_denominator2(M, L, sinks ? sinks[blockIdx.x % n_heads] * kLog2e : -INFINITY);
-    for (int d = i; d < D; d += blockDim.x) {
-        float acc = 0.0f;
-#pragma unroll 8
-        for (int s = 0; s < splits; s++) acc = fmaf(s_w[s], pp[(int64_t)s * (D + 2) + 2 + d], acc);
-        out[(int64_t)blockIdx.x * D + d] = acc * inv;
-    }
+    combine_splits(out + (int64_t)blockIdx.x * D, part + (int64_t)blockIdx.x * splits * (D + 2), D, splits,
+                   sinks ? sinks[blockIdx.x % n_heads] * kLog2e : -INFINITY, s_m, s_l, s_w, (int)blockDim.x);
 }
 
 template <int W, int D, int G, bool I16>
 void launch_decode(const mxg_launch *L, const DecodeArgs &a, dim3 grid) {
-    attn_decode_kernel<W, D, G, I16><<<grid, kDecodeThreads, 0, (gpuStream_t)L->stream>>>(a);
+    if (a.tickets)
+        attn_decode_kernel<W, D, G, I16, true><<<grid, kDecodeThreads, 0, (gpuStream_t)L->stream>>>(a);
+    else
+        attn_decode_kernel<W, D, G, I16, false><<<grid, kDecodeThreads, 0, (gpuStream_t)L->stream>>>(a);
 }
 
 template <int W, int D, bool I16>
@@ -298,12 +341,16 @@ extern "C" int mxg_attention_decode(const mxg_launch *L, float *out, const float
     while (s > 1 && (size_t)n * n_heads * s * (D + 2) * sizeof(float) > L->scratch_bytes) s--;
     a.splits = (int)(s < 1 ? 1 : s);
     dim3 grid((unsigned)n, (unsigned)(lay->n_kv_heads * parts), (unsigned)a.splits);
+    // The splits merged by the kernel's last split block where there are tickets for every (token,
+    // group part); otherwise by the combine kernel.
+    a.tickets = L->attn_tickets && a.splits > 1 && (int64_t)grid.x * grid.y <= L->attn_tickets_count ? L->attn_tickets
+                                                                                                     : nullptr;
     if (L->kv_i16) {
         MXG_WARP_DISPATCH(L->warp, launch_decode_d<W, true>(L, a, grid, D, G));
     } else {
         MXG_WARP_DISPATCH(L->warp, launch_decode_d<W, false>(L, a, grid, D, G));
     }
-    if (a.splits > 1)
+    if (a.splits > 1 && !a.tickets)
         attn_decode_combine_kernel<<<(unsigned)(n * n_heads), 128, 0, (gpuStream_t)L->stream>>>(
             out, a.part, D, a.splits, sinks, n_heads);
     return 0;
