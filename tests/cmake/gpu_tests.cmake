@@ -61,6 +61,11 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   add_test(NAME gpu_conformance_tc_off COMMAND test_gpu_conformance WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(gpu_conformance_tc_off PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu
                        ENVIRONMENT "MLXCEL_GPU_TC_DECODE=0")
+  # MLXCEL_GPU_TC_FUSE=1: the split product's partial sums added in the product kernel and the batched
+  # "matmul + residual add" pattern in one launch (vendor/cuda/matvec_mma.cu, gpu_plan.c).
+  add_test(NAME gpu_conformance_tc_fuse COMMAND test_gpu_conformance WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(gpu_conformance_tc_fuse PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu
+                       ENVIRONMENT "MLXCEL_GPU_TC_FUSE=1")
 
   # The sample record split over many blocks per row against one block per row and the host rule.
   add_executable(test_gpu_sample ${PROJECT_SOURCE_DIR}/tests/gpu/test_gpu_sample.c)
@@ -98,6 +103,9 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_knob_refused(tc_decode_range MLXCEL_GPU_TC_DECODE=65
                           "MLXCEL_GPU_TC_DECODE='65': must be a whole number from 0 to 64 \\(unset: 4\\)")
   mlxcel_gpu_knob_refused(tc_decode_word MLXCEL_GPU_TC_DECODE=on "MLXCEL_GPU_TC_DECODE='on': must be")
+  mlxcel_gpu_knob_refused(tc_fuse_two MLXCEL_GPU_TC_FUSE=2
+                          "MLXCEL_GPU_TC_FUSE='2': must be a whole number from 0 to 1 \\(unset: 0\\)")
+  mlxcel_gpu_knob_refused(tc_fuse_word MLXCEL_GPU_TC_FUSE=yes "MLXCEL_GPU_TC_FUSE='yes': must be")
   mlxcel_gpu_knob_refused(attn_decode_two MLXCEL_GPU_ATTN_DECODE=2
                           "MLXCEL_GPU_ATTN_DECODE='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(attn_decode_word MLXCEL_GPU_ATTN_DECODE=off "MLXCEL_GPU_ATTN_DECODE='off': must be")
@@ -128,6 +136,12 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
              WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
     set_tests_properties(gpu_model_parity_tc_off PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu
                          ENVIRONMENT "MLXCEL_TEST_BACKEND=${MLXCEL_GPU_RUNTIME_NAME};MLXCEL_GPU_TC_DECODE=0")
+    # ... and with MLXCEL_GPU_TC_FUSE=1 (in-kernel split sums, batched matmul + residual add).
+    add_test(NAME gpu_model_parity_tc_fuse
+             COMMAND ${PROJECT_SOURCE_DIR}/tests/gpu/if_gpu.sh $<TARGET_FILE:mlxcel> $<TARGET_FILE:test_model_parity>
+             WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+    set_tests_properties(gpu_model_parity_tc_fuse PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu
+                         ENVIRONMENT "MLXCEL_TEST_BACKEND=${MLXCEL_GPU_RUNTIME_NAME};MLXCEL_GPU_TC_FUSE=1")
   endif()
 
   add_executable(bench_gpu_decode ${PROJECT_SOURCE_DIR}/tests/gpu/bench_gpu_decode.c)

@@ -716,6 +716,15 @@ static void proj_cases(mx_backend *cpu, mx_backend *gpu, ref_rng *rng) {
         proj_case(cpu, gpu, rng, &fused_fmts[f], (proj_cfg){1, 4096, 256, 128, 256, f == 1, P_NORM_GATE_UP});
         proj_case(cpu, gpu, rng, &fused_fmts[f], (proj_cfg){1, 256, 4224, 128, 256, f == 2, P_RESIDUAL});
     }
+    // Decode batches on the tensor-core product followed by the residual add (with
+    // MLXCEL_GPU_TC_FUSE=1, ctest gpu_conformance_tc_fuse: one launch, the add in the product's final
+    // writer): 1024 rows (the columns split, the in-kernel sum on four rows per thread), 514 rows (one
+    // row per thread), 8-bit, bias; 4, 17 and 64 tokens.
+    for (int n = 4; n <= 64; n = n == 4 ? 17 : 64) {
+        proj_case(cpu, gpu, rng, &fused_fmts[0], (proj_cfg){n, 1024, 2048, 128, 256, n == 17, P_RESIDUAL});
+        proj_case(cpu, gpu, rng, &fused_fmts[2], (proj_cfg){n, 514, 1024, 128, 256, n != 17, P_RESIDUAL});
+        if (n == 64) break;
+    }
 }
 
 int main(void) {

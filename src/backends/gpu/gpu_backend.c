@@ -230,6 +230,7 @@ static void gpu_destroy(mx_backend *be) {
         mxg_rt_free(c->launch.small_scratch);
         mxg_rt_free(c->launch.sample_scratch);
         mxg_rt_free(c->launch.attn_tickets);
+        mxg_rt_free(c->launch.tc_tickets);
         mxg_rt_stream_destroy(c->launch.stream);
         free(c);
     }
@@ -296,6 +297,7 @@ static int env_int(const char *name, int def, int lo, int hi, int *out, mx_error
 typedef struct gpu_knobs {
     int matvec_rows, matvec_max_tokens, stream_min_cols, stream_rows, sample_blocks, tc_decode_tokens, attn_decode;
     int attn_combine_last;
+    int tc_fuse;
 } gpu_knobs;
 
 static int read_knobs(gpu_knobs *k, mx_error *err) {
@@ -315,6 +317,10 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // formats keep the float32 kernels); unset: MXG_TC_DECODE_DEFAULT_TOKENS (4: on the H200 it is
     // slower than the float32 kernels at 2 tokens, about even at 4 and faster from 8; bench/RESULTS.md);
     // 0: off, the float32 kernels (also off with MLXCEL_GPU_NO_MMA=1).
+    // MLXCEL_GPU_TC_FUSE=1: the tensor-core decode product adds its split-column partial sums in the
+    // product kernel (the last block of each row range, in the split-sum kernel's order: the same
+    // bits) instead of a second launch; unset or 0: the two launches (until a device run shows it
+    // faster; bench/RESULTS.md).
     // MLXCEL_GPU_ATTN_DECODE=0: decode attention on the general kernel (kernels/attention.cu, head
     // rows) instead of the flash-decoding one (kernels/attn_decode.cu), for A/B benches (unset: 1).
     // MLXCEL_GPU_ATTN_COMBINE_LAST=1: that kernel's last split block of each (token, KV head group)
@@ -326,7 +332,8 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_STREAM_MIN_COLS", 4096, 0, 1 << 30, &k->stream_min_cols, err) ||
         env_int("MLXCEL_GPU_STREAM_ROWS", 2, 2, 4, &k->stream_rows, err) ||
         env_int("MLXCEL_GPU_SAMPLE_BLOCKS", MXG_SAMPLE_DEFAULT_BLOCKS, 1, MXG_SAMPLE_MAX_BLOCKS, &k->sample_blocks, err) ||
-        env_int("MLXCEL_GPU_TC_DECODE", MXG_TC_DECODE_DEFAULT_TOKENS, 0, 64, &k->tc_decode_tokens, err))
+        env_int("MLXCEL_GPU_TC_DECODE", MXG_TC_DECODE_DEFAULT_TOKENS, 0, 64, &k->tc_decode_tokens, err) ||
+        env_int("MLXCEL_GPU_TC_FUSE", 0, 0, 1, &k->tc_fuse, err))
         return -1;
     if (k->matvec_rows == 3)
         return mx_fail(err, "MLXCEL_GPU_MATVEC_ROWS='%s': must be 1, 2 or 4 (unset: 4)", getenv("MLXCEL_GPU_MATVEC_ROWS"));
@@ -425,6 +432,25 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     if (c->launch.tc_decode_tokens > 0 && c->launch.scratch_bytes < ((size_t)8 << 20))
         c->launch.scratch_bytes = (size_t)8 << 20;
     if (mxg_rt_malloc(&c->launch.scratch, c->launch.scratch_bytes, c->launch.stream, err) != 0) goto fail;
+    // MLXCEL_GPU_TC_FUSE=1: one ticket per 128-row range of a split product (it splits only below 2
+    // blocks per multiprocessor), zeroed once here; the product's last block sets each back to 0.
+    if (knobs.tc_fuse && c->launch.tc_decode_tokens > 0) {
+        const size_t count = 2 * (size_t)c->info.sm_count + 1;
+        unsigned int *zeros = calloc(count, sizeof *zeros);
+        if (!zeros) {
+            mx_fail(err, "out of host memory for the tensor-core product's tickets");
+            goto fail;
+        }
+        void *tickets = NULL;
+        int rc = mxg_rt_malloc(&tickets, count * sizeof *zeros, c->launch.stream, err);
+        if (rc == 0) {
+            c->launch.tc_tickets = tickets;
+            rc = mxg_rt_upload(tickets, zeros, count * sizeof *zeros, c->launch.stream, err);
+        }
+        free(zeros);
+        if (rc != 0) goto fail;
+        c->launch.tc_ticket_count = (int64_t)count;
+    }
     c->launch.small_scratch_bytes = 64 * 1024;
     if (mxg_rt_malloc(&c->launch.small_scratch, c->launch.small_scratch_bytes, c->launch.stream, err) != 0) goto fail;
     // The flash-decoding kernel's finish tickets (zeroed; each merge sets its own back to 0): one per

@@ -33,6 +33,8 @@ typedef struct mxg_launch {
     int tc_decode_tokens;  // 0, or batches of this many (at least 2) to 64 tokens on the tensor-core
                            // decode product where it applies (vendor/cuda/matvec_mma.cu; MLXCEL_GPU_TC_DECODE,
                            // default MXG_TC_DECODE_DEFAULT_TOKENS; taken only with use_mma)
+    unsigned int *tc_tickets; // NULL, or (MLXCEL_GPU_TC_FUSE=1) zeroed tickets that let the tensor-core decode
+    int64_t tc_ticket_count;  // product add its split-column partial sums itself (one per 128-row range)
     bool matvec_old;       // matrix-vector kernels without the scaled 4/8-bit dot and split-K (A/B switch)
     bool matvec_stream;    // the streaming matrix-vector kernel where it applies (off: MLXCEL_GPU_NO_STREAM_MATVEC=1)
     int stream_min_cols;   // ... on rows at least this long (MLXCEL_GPU_STREAM_MIN_COLS; default 4096)
@@ -68,6 +70,12 @@ void mxg_moe_matmul(const mxg_launch *L, float *out, const float *x, const mx_ma
 // this device, format or batch (the caller then uses the float32 kernels). Uses L->scratch for
 // split-column partial sums.
 int mxg_matvec_mma(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n);
+// The same product followed by res[n, w.rows] += out (the batched "matmul + residual add" pattern of
+// gpu_plan.c; MLXCEL_GPU_TC_FUSE=1): the product's final writer adds, res + out per element as
+// mxg_add does. Also declines (-1, nothing enqueued) where the column split has no tickets
+// (L->tc_tickets) or res is not 16-byte aligned while split. res must not alias out or x.
+int mxg_matvec_mma_add(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n,
+                       float *res);
 // The portable tiled product (no matrix units), also used when the vendor path declines.
 void mxg_matmul_tiled(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n);
 // Vendor matrix-unit product (vendor/cuda or vendor/hip). Returns 0 when it enqueued the product,

@@ -5,6 +5,7 @@
 // waiters; no fiber able to run while some wait is a divergent barrier, reported and aborted. On
 // x86-64 a switch is a few instructions (callee-saved registers and the stack pointer); elsewhere,
 // and under AddressSanitizer (which follows swapcontext), ucontext.
+#include <algorithm>
 #include "emu.h"
 #include <cstdio>
 #include <cstdlib>
@@ -181,11 +182,21 @@ void emu_launch(dim3 g, dim3 b, size_t sm, std::function<void()> k) {
     while (stacks.size() < b.x) stacks.push_back(std::make_unique<char[]>(kStack));
     xbuf.assign(b.x, 0u);
     // Shared memory is refilled with garbage between blocks, so a read before a write shows.
+    std::vector<dim3> order;
     for (unsigned z = 0; z < g.z; z++)
         for (unsigned y = 0; y < g.y; y++)
-            for (unsigned x = 0; x < g.x; x++) {
-                smem.assign(sm ? sm : 1, 0xA5);
-                blockIdx = dim3(x, y, z);
-                run_block(b.x);
-            }
+            for (unsigned x = 0; x < g.x; x++) order.push_back(dim3(x, y, z));
+    if (emu_block_order == 1) std::reverse(order.begin(), order.end());
+    if (emu_block_order == 2)
+        for (size_t i = order.size(); i > 1; i--) {
+            emu_block_seed = emu_block_seed * 1664525u + 1013904223u;
+            std::swap(order[i - 1], order[(emu_block_seed >> 8) % i]);
+        }
+    for (const dim3 &id : order) {
+        smem.assign(sm ? sm : 1, 0xA5);
+        blockIdx = id;
+        run_block(b.x);
+    }
 }
+int emu_block_order = 0;
+unsigned emu_block_seed = 1;

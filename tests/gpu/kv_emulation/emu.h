@@ -30,6 +30,7 @@ extern "C" {
 #define __global__
 #define __host__
 #define __forceinline__ inline
+#define __noinline__
 #define __restrict__ __restrict
 #define __launch_bounds__(...)
 #define __align__(x) alignas(x)
@@ -55,6 +56,7 @@ inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f;
 inline uint32_t __float_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 inline float __expf(float x) { return expf(x); }
 inline void __threadfence() {}
+template <class T> inline T __ldcg(const T *p) { return *p; }
 template <class T> inline T atomicAdd(T *p, T v) { T old = *p; *p = old + v; return old; }
 template <class T> inline T atomicMax(T *p, T v) { T old = *p; *p = old > v ? old : v; return old; }
 template <class T> inline T atomicMin(T *p, T v) { T old = *p; *p = old < v ? old : v; return old; }
@@ -88,3 +90,7 @@ inline void mxg_mma_bf16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_
 }
 unsigned char *emu_smem();
 void emu_launch(dim3 g, dim3 b, size_t smem, std::function<void()> k);
+// The order a launch runs its blocks in: 0 (default) in index order (x fastest), 1 the reverse,
+// 2 a shuffle from emu_block_seed; for kernels whose last block to finish does extra work.
+extern int emu_block_order;
+extern unsigned emu_block_seed;

@@ -8,7 +8,10 @@
 // split, a partial last range, 32 ranges). Bound (the kernel file's precision paragraph): |out -
 // ref| <= 1e-6 * (sum_k(|s q_k x_k| + |b x_k|) + 0.1 |bias|); the worst ratio is printed. Also checks
 // that the launcher declines what it has no kernel for (one token, 65 tokens, 3-bit, mxfp4,
-// unaligned x) and writes nothing then.
+// unaligned x) and writes nothing then. Every product that splits its columns is run again with the
+// in-kernel reduction (MLXCEL_GPU_TC_FUSE=1) in three block orders and must match bit for bit, and
+// a stale ticket (a deliberate fault) must be caught. Every product is also run as the batched
+// "matmul + residual add" (mxg_matvec_mma_add) and must give the product's and the add record's bits.
 // Built and run by run.sh; argument "quick": fewer cases. Exits 1 on any failure.
 #include "emu.h"
 #include <cstdio>
@@ -42,6 +45,81 @@ static float get_scale(const std::vector<uint8_t> &buf, mx_dtype st, size_t i) {
 
 static const char *st_name(mx_dtype st) { return st == MX_DTYPE_F32 ? "f32" : st == MX_DTYPE_F16 ? "f16" : "bf16"; }
 
+// MLXCEL_GPU_TC_FUSE=1: the same product with tickets (the last block of each row range adds the
+// partial sums) in three block orders (index order, reversed, shuffled) must equal the two-launch
+// result `two` bit for bit and leave every ticket at 0. When the product split its columns, also a
+// deliberate fault (one ticket left at 1 by a lost reset) must be caught by that check.
+static int fused_cases = 0, faults_caught = 0;
+static void add_check(mxg_launch L, const std::vector<float> &two, const float *xa, const mx_matrix &w,
+                      const float *bias, int n, std::vector<float> &scratch, bool split);
+static bool fused_once(mxg_launch L, const std::vector<float> &two, const float *xa, const mx_matrix &w,
+                       const float *bias, int n, std::vector<float> &scratch, int order, unsigned stale) {
+    std::vector<unsigned> tickets(1024, 0u);
+    tickets[0] = stale;
+    std::vector<float> out(two.size(), -7.0f);
+    std::fill(scratch.begin(), scratch.end(), 0.0f);
+    L.tc_tickets = tickets.data(), L.tc_ticket_count = (int64_t)tickets.size();
+    emu_block_order = order, emu_block_seed = 12345u + (unsigned)n;
+    const int rc = mxg_matvec_mma(&L, out.data(), xa, &w, bias, n);
+    emu_block_order = 0;
+    if (rc != 0) return false;
+    for (unsigned t : tickets)
+        if (t != 0) return false;
+    return memcmp(out.data(), two.data(), two.size() * sizeof(float)) == 0;
+}
+static void fused_check(const mxg_launch &L, const std::vector<float> &two, const float *xa, const mx_matrix &w,
+                        const float *bias, int n, std::vector<float> &scratch) {
+    // Whether the two-launch product split its columns: it wrote partial sums to the scratch.
+    bool split = false;
+    for (float v : scratch) split |= v != 0.0f;
+    add_check(L, two, xa, w, bias, n, scratch, split);
+    if (!split) return;
+    fused_cases++;
+    for (int order = 0; order < 3; order++)
+        if (!fused_once(L, two, xa, w, bias, n, scratch, order, 0u))
+            FAIL("fused reduction differs from the two launches (or left a ticket set): %dx%d n=%d block order %d",
+                 (int)w.rows, (int)w.cols, n, order);
+    if (fused_once(L, two, xa, w, bias, n, scratch, 2, 1u)) FAIL("a stale ticket was not caught: %dx%d n=%d", (int)w.rows, (int)w.cols, n);
+    else faults_caught++;
+}
+
+// The batched "matmul + residual add" (mxg_matvec_mma_add, MLXCEL_GPU_TC_FUSE=1) in three block
+// orders: out equal to the two-launch `two` bit for bit, res equal to res0 + two per element (the
+// add record's float32 sum), every ticket back at 0. Where the product splits, without tickets it
+// must decline and write nothing.
+static int add_cases = 0;
+static void add_check(mxg_launch L, const std::vector<float> &two, const float *xa, const mx_matrix &w,
+                      const float *bias, int n, std::vector<float> &scratch, bool split) {
+    add_cases++;
+    std::vector<float> res0(two.size());
+    for (auto &v : res0) v = (unit() - 0.5f) * 8.0f;
+    for (int order = 0; order < 3; order++) {
+        std::vector<unsigned> tickets(1024, 0u);
+        std::vector<float> out(two.size(), -7.0f), res = res0;
+        L.tc_tickets = tickets.data(), L.tc_ticket_count = (int64_t)tickets.size();
+        emu_block_order = order, emu_block_seed = 777u + (unsigned)n;
+        const int rc = mxg_matvec_mma_add(&L, out.data(), xa, &w, bias, n, res.data());
+        emu_block_order = 0;
+        bool ok = rc == 0 && memcmp(out.data(), two.data(), two.size() * sizeof(float)) == 0;
+        for (size_t i = 0; ok && i < res.size(); i++) {
+            const float want = res0[i] + two[i];
+            ok = memcmp(&res[i], &want, sizeof want) == 0;
+        }
+        for (unsigned t : tickets) ok &= t == 0;
+        if (!ok) FAIL("matmul + residual add differs from the two records (rc %d): %dx%d n=%d split=%d block order %d", rc,
+                      (int)w.rows, (int)w.cols, n, split, order);
+    }
+    if (split) {
+        std::vector<float> out(two.size(), -7.0f), res = res0;
+        L.tc_tickets = nullptr, L.tc_ticket_count = 0;
+        if (mxg_matvec_mma_add(&L, out.data(), xa, &w, bias, n, res.data()) != -1 || res != res0)
+            FAIL("matmul + residual add without tickets on a split product did not decline cleanly: %dx%d n=%d",
+                 (int)w.rows, (int)w.cols, n);
+        for (float v : out)
+            if (v != -7.0f) { FAIL("declining matmul + residual add wrote out: %dx%d n=%d", (int)w.rows, (int)w.cols, n); break; }
+    }
+}
+
 // One product; returns false when the launcher declined (expected only where `expect` is false).
 static void run_case(int bits, int gs, mx_dtype st, int rows, int cols, int n, bool with_bias, int sms,
                      size_t scratch_bytes) {
@@ -66,7 +144,7 @@ static void run_case(int bits, int gs, mx_dtype st, int rows, int cols, int n, b
         xa[i] = unit() < 0.01f ? g * 300.0f : g;
     }
     for (auto &b : bias) b = unit() - 0.5f;
-    std::vector<float> scratch(scratch_bytes / 4 + 1);
+    std::vector<float> scratch(scratch_bytes / 4 + 1, 0.0f);
     mxg_launch L{};
     L.warp = 32, L.sm_count = sms, L.cc = 90, L.scratch = scratch_bytes ? scratch.data() : nullptr;
     L.scratch_bytes = scratch_bytes;
@@ -97,6 +175,7 @@ static void run_case(int bits, int gs, mx_dtype st, int rows, int cols, int n, b
         }
     }
     worst = case_worst > worst ? case_worst : worst;
+    fused_check(L, out, xa, w, with_bias ? bias.data() : nullptr, n, scratch);
 }
 
 static void declines() {
@@ -147,6 +226,11 @@ int main(int argc, char **argv) {
         run_case(bits, gs, sts[below(3)], rowss[below(6)], cols, ns[below(11)], below(2), sms[below(3)], scr[below(3)]);
     }
     if (!quick) run_case(4, 64, MX_DTYPE_BF16, 1024, 1024, 64, false, 132, 8 << 20);  // the 0.6B's shape, 32 splits
+    printf("%d split products also with the in-kernel reduction in 3 block orders: bit-identical to the two launches, "
+           "%d stale-ticket faults caught\n", fused_cases, faults_caught);
+    printf("%d products also as matmul + residual add in 3 block orders: out and residual bit-identical to the "
+           "two records\n", add_cases);
+    if (fused_cases < 10) FAIL("only %d split products checked with the in-kernel reduction", fused_cases);
     printf("%d products, worst |err| / sum(|s q x| + |b x|) = %.3g (bound 1e-6)\n", cases, worst);
     if (fails) printf("%d failed\n", fails);
     else printf("passed\n");

@@ -37,8 +37,11 @@
 // when the rows alone give fewer than 2 blocks per multiprocessor (a 1024-row product: 8 blocks),
 // the columns are split into up to 32 ranges whose float32 partial sums go to L->scratch and are
 // added in a fixed order by a second kernel (four outputs per thread where the rows allow), so
-// results do not depend on timing. Registers (ptxas, sm_90, 4-bit / 8-bit): 126 / 150 at 8 tokens,
-// 162 / 166 at 16, 218 / 232 at 32, 254 / 255 at 64, no spills.
+// results do not depend on timing; with MLXCEL_GPU_TC_FUSE=1 (L->tc_tickets) the last block of each
+// row range adds them instead, in the same order (reduce_if_last), in kernel instances of their own
+// that also carry the residual add of mxg_matvec_mma_add. Registers of the default instances
+// (ptxas, sm_90, 4-bit / 8-bit): 126 / 150 at 8 tokens, 162 / 166 at 16, 218 / 232 at 32, 254 / 255
+// at 64, no spills (the fused ones: bench/RESULTS.md).
 #include "backends/gpu/dequant.cuh"
 #include "backends/gpu/vendor/cuda/mma_m16n8k16.cuh"
 
@@ -108,12 +111,88 @@ __device__ __forceinline__ void load_slab_weights(SlabWeights<BITS> &W, const Ma
     }
 }
 
+// MLXCEL_GPU_TC_FUSE=1: the split-column partial sums added inside the product. Every block has
+// written its partial sums; the last block of a row range to finish (an atomic ticket per range,
+// after a __threadfence, as kernels/rows.cu's argmax does) adds the ranges' partials of its 128 rows
+// in split order, exactly as split_sum4_kernel / split_sum_kernel do (s = 0; s += partial[k] for k
+// = 0..splits-1; then + bias), so the results equal the two-launch path's bit for bit whatever the
+// order the blocks finish in. It then sets its ticket back to 0, so the next product (and every
+// graph replay) starts from zeros without a memset. With res (the batched "matmul + residual add"
+// pattern of gpu_plan.c) it also adds each sum to the residual, res + out as kernels/elementwise.cu's
+// add does, so res gets the bits the add record would give it. Four rows per thread (float4) where the rows
+// are a multiple of 4 and out is 16-byte aligned, else one.
+__device__ __noinline__ void reduce_if_last(float *__restrict__ out, const float *__restrict__ partial,
+                                            const float *__restrict__ bias, unsigned int *__restrict__ tickets,
+                                            int64_t rows, int n, float *__restrict__ res) {
+    __shared__ unsigned int last;
+    __threadfence();  // this block's partial sums are visible to the block that adds them
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(&tickets[blockIdx.x], 1u) == gridDim.y - 1 ? 1u : 0u;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    const int splits = (int)gridDim.y, tid = (int)threadIdx.x;
+    const int64_t row0 = (int64_t)blockIdx.x * kBlockRows, count = (int64_t)n * rows;
+    if (rows % 4 == 0 && ((uintptr_t)out & 15) == 0) {
+        // Thread: rows row0 + 4 (tid % 32) .. +3, tokens tid / 32, + 4, + 8..., four tokens at a time
+        // (their loads of a split issued together: more loads in flight on the few reducing blocks).
+        constexpr int kStep = kThreads / 32, kTok = 4;
+        const int64_t r = row0 + 4 * (tid % 32);
+        if (r < rows)
+            for (int tok0 = tid / 32; tok0 < n; tok0 += kStep * kTok) {
+                float4 s[kTok];
+#pragma unroll
+                for (int u = 0; u < kTok; u++) s[u] = float4{0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 4
+                for (int k = 0; k < splits; k++) {
+                    float4 p[kTok];
+#pragma unroll
+                    for (int u = 0; u < kTok; u++) {
+                        const int tok = tok0 + u * kStep;
+                        p[u] = tok < n ? __ldcg((const float4 *)(partial + (int64_t)k * count + (int64_t)tok * rows + r))
+                                       : float4{0.0f, 0.0f, 0.0f, 0.0f};
+                    }
+#pragma unroll
+                    for (int u = 0; u < kTok; u++) s[u].x += p[u].x, s[u].y += p[u].y, s[u].z += p[u].z, s[u].w += p[u].w;
+                }
+#pragma unroll
+                for (int u = 0; u < kTok; u++) {
+                    const int tok = tok0 + u * kStep;
+                    if (tok >= n) break;
+                    const int64_t i = (int64_t)tok * rows + r;
+                    float4 v = s[u];
+                    if (bias) v.x += bias[r], v.y += bias[r + 1], v.z += bias[r + 2], v.w += bias[r + 3];
+                    *(float4 *)(out + i) = v;
+                    if (res) {  // (res 16-byte aligned too: the launcher checks)
+                        const float4 a = *(const float4 *)(res + i);
+                        *(float4 *)(res + i) = float4{a.x + v.x, a.y + v.y, a.z + v.z, a.w + v.w};
+                    }
+                }
+            }
+    } else {
+        const int64_t r = row0 + tid;
+        if (r < rows)
+            for (int tok = 0; tok < n; tok++) {
+                const int64_t i = (int64_t)tok * rows + r;
+                float s = 0.0f;
+#pragma unroll 8
+                for (int k = 0; k < splits; k++) s += __ldcg(partial + (int64_t)k * count + i);
+                const float v = bias ? s + bias[r] : s;
+                out[i] = v;
+                if (res) res[i] = res[i] + v;
+            }
+    }
+    if (tid == 0) tickets[blockIdx.x] = 0u;  // ready for the next product
+}
+
 // grid (ceil(rows / 128), splits). x [n, cols] 16-byte aligned; out [n, rows] when gridDim.y == 1,
-// else partial [splits][n][rows] (bias added by the sum kernel).
-template <int BITS, int ST, int NT>
+// else partial [splits][n][rows] (bias added by the sum kernel, or with tickets by the range's last
+// block into final_out). res (NULL, or [n, rows]): res += the product, by whichever writes out.
+template <int BITS, int ST, int NT, bool FUSE>
 __global__ void __launch_bounds__(kThreads) matvec_mma_kernel(float *__restrict__ out, const float *__restrict__ x,
                                                               MatView m, const float *__restrict__ bias, int n,
-                                                              int chunks_per_split) {
+                                                              int chunks_per_split, float *__restrict__ final_out,
+                                                              unsigned int *__restrict__ tickets, float *__restrict__ res) {
     constexpr int kTok = NT * 8;
     constexpr int kWords = BITS / 4;  // words holding a lane's 8 codes of one chunk
     constexpr int kGroup = NT < 4 ? NT : 4;  // activation float4 loads per thread in flight
@@ -257,9 +336,15 @@ __global__ void __launch_bounds__(kThreads) matvec_mma_kernel(float *__restrict_
             for (int e = 0; e < 4; e++) {
                 const int64_t r = row0 + i * 16 + g + 8 * (e / 2);
                 const int tok = j * 8 + 2 * t + e % 2;
-                if (r < m.rows && tok < n)
-                    dst[(int64_t)tok * m.rows + r] = acc[i][j][e] + (gridDim.y == 1 && bias ? bias[r] : 0.0f);
+                if (r < m.rows && tok < n) {
+                    const float v = acc[i][j][e] + (gridDim.y == 1 && bias ? bias[r] : 0.0f);
+                    dst[(int64_t)tok * m.rows + r] = v;
+                    if constexpr (FUSE)
+                        if (res && gridDim.y == 1) res[(int64_t)tok * m.rows + r] += v;  // res + out, as the add record
+                }
             }
+    if constexpr (FUSE)
+        if (tickets && gridDim.y > 1) reduce_if_last(final_out, dst - (int64_t)blockIdx.y * n * m.rows, bias, tickets, m.rows, n, res);
 }
 
 // out[i] = sum over splits of partial[split][i] (in split order) + bias[i % rows].
@@ -270,7 +355,7 @@ __global__ void split_sum_kernel(float *__restrict__ out, const float *__restric
     float s = 0.0f;
 #pragma unroll 8
     for (int k = 0; k < splits; k++) s += partial[(int64_t)k * count + i];
-    out[i] = s + (bias ? bias[i % rows] : 0.0f);
+    out[i] = bias ? s + bias[i % rows] : s;  // (as split_sum4_kernel: an exact zero keeps its sign)
 }
 
 // The same four outputs per thread (rows % 4 == 0 and out 16-byte aligned: the four share a token
@@ -294,34 +379,45 @@ __global__ void split_sum4_kernel(float4 *__restrict__ out, const float4 *__rest
 
 template <int BITS, int ST>
 void launch_bits_st(const mxg_launch *L, float *dst, const float *x, const MatView &m, const float *bias, int n,
-                    dim3 grid, int cps) {
+                    dim3 grid, int cps, float *out, unsigned int *tickets, float *res) {
     gpuStream_t s = (gpuStream_t)L->stream;
-    if (n <= 8)
-        matvec_mma_kernel<BITS, ST, 1><<<grid, kThreads, 0, s>>>(dst, x, m, bias, n, cps);
+    // MLXCEL_GPU_TC_FUSE's epilogues in their own instances: the default kernels stay as they were.
+    const bool fuse = tickets || res;
+    if (fuse && n <= 8)
+        matvec_mma_kernel<BITS, ST, 1, true><<<grid, kThreads, 0, s>>>(dst, x, m, bias, n, cps, out, tickets, res);
+    else if (fuse && n <= 16)
+        matvec_mma_kernel<BITS, ST, 2, true><<<grid, kThreads, 0, s>>>(dst, x, m, bias, n, cps, out, tickets, res);
+    else if (fuse && n <= 32)
+        matvec_mma_kernel<BITS, ST, 4, true><<<grid, kThreads, 0, s>>>(dst, x, m, bias, n, cps, out, tickets, res);
+    else if (fuse)
+        matvec_mma_kernel<BITS, ST, 8, true><<<grid, kThreads, 0, s>>>(dst, x, m, bias, n, cps, out, tickets, res);
+    else if (n <= 8)
+        matvec_mma_kernel<BITS, ST, 1, false><<<grid, kThreads, 0, s>>>(dst, x, m, bias, n, cps, out, tickets, res);
     else if (n <= 16)
-        matvec_mma_kernel<BITS, ST, 2><<<grid, kThreads, 0, s>>>(dst, x, m, bias, n, cps);
+        matvec_mma_kernel<BITS, ST, 2, false><<<grid, kThreads, 0, s>>>(dst, x, m, bias, n, cps, out, tickets, res);
     else if (n <= 32)
-        matvec_mma_kernel<BITS, ST, 4><<<grid, kThreads, 0, s>>>(dst, x, m, bias, n, cps);
+        matvec_mma_kernel<BITS, ST, 4, false><<<grid, kThreads, 0, s>>>(dst, x, m, bias, n, cps, out, tickets, res);
     else
-        matvec_mma_kernel<BITS, ST, 8><<<grid, kThreads, 0, s>>>(dst, x, m, bias, n, cps);
+        matvec_mma_kernel<BITS, ST, 8, false><<<grid, kThreads, 0, s>>>(dst, x, m, bias, n, cps, out, tickets, res);
 }
 
 template <int BITS>
 void launch_bits(const mxg_launch *L, float *dst, const float *x, const MatView &m, mx_dtype st, const float *bias,
-                 int n, dim3 grid, int cps) {
+                 int n, dim3 grid, int cps, float *out, unsigned int *tickets, float *res) {
     if (st == MX_DTYPE_F32)
-        launch_bits_st<BITS, ST_F32>(L, dst, x, m, bias, n, grid, cps);
+        launch_bits_st<BITS, ST_F32>(L, dst, x, m, bias, n, grid, cps, out, tickets, res);
     else if (st == MX_DTYPE_F16)
-        launch_bits_st<BITS, ST_F16>(L, dst, x, m, bias, n, grid, cps);
+        launch_bits_st<BITS, ST_F16>(L, dst, x, m, bias, n, grid, cps, out, tickets, res);
     else
-        launch_bits_st<BITS, ST_BF16>(L, dst, x, m, bias, n, grid, cps);
+        launch_bits_st<BITS, ST_BF16>(L, dst, x, m, bias, n, grid, cps, out, tickets, res);
 }
 
 }  // namespace
 
-// Returns 0 when it enqueued the product, -1 when it has no kernel for this case (kernels.h).
-extern "C" int mxg_matvec_mma(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias,
-                              int n) {
+// Enqueues the product (and with res, res += out); 0, or -1 when it has no kernel for this case
+// (kernels.h). With res it also declines where the sum would need the second kernel (no tickets).
+static int matvec_mma(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n,
+                      float *res) {
     if (L->cc < 80 || L->warp != 32 || n < 2 || n > 64) return -1;
     if (w->q.mode != MX_QUANT_AFFINE || (w->q.bits != 4 && w->q.bits != 8) || w->cols % 32 != 0) return -1;
     if (w->q.group_size != 32 && w->q.group_size != 64 && w->q.group_size != 128) return -1;
@@ -347,11 +443,14 @@ extern "C" int mxg_matvec_mma(const mxg_launch *L, float *out, const float *x, c
     splits = (chunks + cps - 1) / cps;
     float *dst = splits > 1 ? (float *)L->scratch : out;
     const dim3 grid((unsigned)row_blocks, (unsigned)splits);
+    // MLXCEL_GPU_TC_FUSE=1: the last block of each row range adds the partial sums (reduce_if_last).
+    unsigned int *tickets = splits > 1 && L->tc_tickets && row_blocks <= L->tc_ticket_count ? L->tc_tickets : nullptr;
+    if (res && splits > 1 && (!tickets || ((uintptr_t)res & 15) != 0)) return -1;
     if (w->q.bits == 4)
-        launch_bits<4>(L, dst, x, m, w->scale_dtype, bias, n, grid, cps);
+        launch_bits<4>(L, dst, x, m, w->scale_dtype, bias, n, grid, cps, out, tickets, res);
     else
-        launch_bits<8>(L, dst, x, m, w->scale_dtype, bias, n, grid, cps);
-    if (splits > 1) {
+        launch_bits<8>(L, dst, x, m, w->scale_dtype, bias, n, grid, cps, out, tickets, res);
+    if (splits > 1 && !tickets) {
         const int64_t count = (int64_t)n * m.rows;
         gpuStream_t s = (gpuStream_t)L->stream;
         if (m.rows % 4 == 0 && ((uintptr_t)out & 15) == 0)
@@ -361,4 +460,14 @@ extern "C" int mxg_matvec_mma(const mxg_launch *L, float *out, const float *x, c
             split_sum_kernel<<<(unsigned)((count + 255) / 256), 256, 0, s>>>(out, dst, bias, m.rows, count, splits);
     }
     return 0;
+}
+
+extern "C" int mxg_matvec_mma(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias,
+                              int n) {
+    return matvec_mma(L, out, x, w, bias, n, nullptr);
+}
+
+extern "C" int mxg_matvec_mma_add(const mxg_launch *L, float *out, const float *x, const mx_matrix *w,
+                                  const float *bias, int n, float *res) {
+    return matvec_mma(L, out, x, w, bias, n, res);
 }
