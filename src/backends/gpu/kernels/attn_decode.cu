@@ -221,7 +221,7 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_blocks_per_sm(G)) attn_
     __syncthreads();
 #pragma unroll
     for (int g = 0; g < G; g++) {
-        if (g >= gcount) break;  // block-uniform
+        if (g >= gcount) continue;  // block-uniform; continue, not break: clang unrolls no loop that exits early
         float M = -INFINITY, L = 0.0f;
         for (int w = 0; w < NW; w++) M = fmaxf(M, s_m[w][g]);
         for (int w = 0; w < NW; w++) L += s_l[w][g] * rescale(s_m[w][g], M);
