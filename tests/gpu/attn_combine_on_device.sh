@@ -13,30 +13,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 export MLXCEL_DEVICE_DEADLINE=${MLXCEL_DEVICE_DEADLINE:-200}
-. tests/gpu/steps.sh
-. tests/gpu/devdeps.sh
-sum() { tee -a "$OUT/summary.txt"; }
-finish() {
-    for f in "$LOGS"/*.log; do printf '\n===== %s\n' "$(basename "$f")"; tail -c 100000 "$f"; done >"$OUT/all.log"
-    steps_finish attn_combine_on_device.sh
-}
-if mxg_install_devdeps; then
-    verdict dependencies OK "C libraries present"
-else
-    verdict dependencies FAIL "C libraries missing and no build/devdeps carried"
-fi
-nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>&1 | sum
-if [ "${MLXCEL_SKIP_BUILD:-0}" = 1 ]; then  # another device script built build/cuda in this call
-    for t in mlxcel test_gpu_ops; do
-        [ -x "build/cuda/$t" ] || verdict "build/cuda/$t present" FAIL "MLXCEL_SKIP_BUILD=1 but it was not built"
-    done
-else
-    rm -rf build/cuda
-    step configure 60 cmake --preset cuda -DMLXCEL_CUDA_ARCHITECTURES=90 -DMLXCEL_WERROR=ON -DMLXCEL_SERVER_TESTS=OFF \
-        $(mxg_hub_flag) || { tail -20 "$LOGS/configure.log"; finish; }
-    step build 150 cmake --build build/cuda -j"$(nproc)" --target mlxcel test_gpu_ops ||
-        { grep -E "error" "$LOGS/build.log" | head -20; finish; }
-fi
+. tests/gpu/check_script.sh
+check_start attn_combine_on_device.sh
+check_build 150 mlxcel test_gpu_ops
 
 step gpu_ops_combine_last 90 env MLXCEL_GPU_ATTN_COMBINE_LAST=1 build/cuda/test_gpu_ops
 grep -E "attention|COMBINE_LAST|check failed|passed|failed" "$LOGS/gpu_ops_combine_last.log" | head -30 | sum

@@ -16,30 +16,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 export MLXCEL_DEVICE_DEADLINE=${MLXCEL_DEVICE_DEADLINE:-300}
-. tests/gpu/steps.sh
-. tests/gpu/devdeps.sh
-sum() { tee -a "$OUT/summary.txt"; }
-finish() {
-    for f in "$LOGS"/*.log; do printf '\n===== %s\n' "$(basename "$f")"; tail -c 100000 "$f"; done >"$OUT/all.log"
-    steps_finish attn_on_device.sh
-}
-if mxg_install_devdeps; then
-    verdict dependencies OK "C libraries present"
-else
-    verdict dependencies FAIL "C libraries missing and no build/devdeps carried"
-fi
-nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>&1 | sum
-if [ "${MLXCEL_SKIP_BUILD:-0}" = 1 ]; then  # another device script built build/cuda in this call
-    for t in mlxcel test_gpu_ops test_gpu_conformance bench_gpu_decode; do
-        [ -x "build/cuda/$t" ] || verdict "build/cuda/$t present" FAIL "MLXCEL_SKIP_BUILD=1 but it was not built"
-    done
-else
-    rm -rf build/cuda
-    step configure 120 cmake --preset cuda -DMLXCEL_CUDA_ARCHITECTURES=90 -DMLXCEL_WERROR=ON -DMLXCEL_SERVER_TESTS=OFF \
-        $(mxg_hub_flag) || { tail -20 "$LOGS/configure.log"; finish; }
-    step build 200 cmake --build build/cuda -j"$(nproc)" --target mlxcel test_gpu_ops test_gpu_conformance bench_gpu_decode ||
-        { grep -E "error" "$LOGS/build.log" | head -20; finish; }
-fi
+. tests/gpu/check_script.sh
+check_start attn_on_device.sh
+check_build 200 mlxcel test_gpu_ops test_gpu_conformance bench_gpu_decode
 
 step gpu_ops 90 build/cuda/test_gpu_ops
 grep -E "attention|check failed|passed|failed" "$LOGS/gpu_ops.log" | head -30 | sum

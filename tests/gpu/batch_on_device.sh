@@ -18,30 +18,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 export MLXCEL_DEVICE_DEADLINE=${MLXCEL_DEVICE_DEADLINE:-300}
-. tests/gpu/steps.sh
-. tests/gpu/devdeps.sh
-sum() { tee -a "$OUT/summary.txt"; }
-finish() {
-    for f in "$LOGS"/*.log; do printf '\n===== %s\n' "$(basename "$f")"; tail -c 100000 "$f"; done >"$OUT/all.log"
-    steps_finish batch_on_device.sh
-}
-if mxg_install_devdeps; then
-    verdict dependencies OK "C libraries present"
-else
-    verdict dependencies FAIL "C libraries missing and no build/devdeps carried"
-fi
-nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>&1 | sum
-if [ "${MLXCEL_SKIP_BUILD:-0}" = 1 ]; then
-    for t in mlxcel test_gpu_conformance test_model_parity bench_gpu_matvec bench_gpu_decode; do
-        [ -x "build/cuda/$t" ] || verdict "build/cuda/$t present" FAIL "MLXCEL_SKIP_BUILD=1 but it was not built"
-    done
-else
-    rm -rf build/cuda
-    step configure 120 cmake --preset cuda -DMLXCEL_CUDA_ARCHITECTURES=90 -DMLXCEL_WERROR=ON -DMLXCEL_SERVER_TESTS=OFF \
-        $(mxg_hub_flag) || { tail -20 "$LOGS/configure.log"; finish; }
-    step build 210 cmake --build build/cuda -j"$(nproc)" --target mlxcel test_gpu_conformance test_model_parity \
-        bench_gpu_matvec bench_gpu_decode || { grep -E "error" "$LOGS/build.log" | head -20; finish; }
-fi
+. tests/gpu/check_script.sh
+check_start batch_on_device.sh
+check_build 210 mlxcel test_gpu_conformance test_model_parity bench_gpu_matvec bench_gpu_decode
 
 step conformance 90 build/cuda/test_gpu_conformance
 grep -E "passed|failed|FAIL" "$LOGS/conformance.log" | tail -5 | sum

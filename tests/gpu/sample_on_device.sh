@@ -15,24 +15,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
 export MLXCEL_DEVICE_DEADLINE=${MLXCEL_DEVICE_DEADLINE:-225}
-. tests/gpu/steps.sh
-. tests/gpu/devdeps.sh
-sum() { tee -a "$OUT/summary.txt"; }
-finish() {
-    for f in "$LOGS"/*.log; do printf '\n===== %s\n' "$(basename "$f")"; tail -c 100000 "$f"; done >"$OUT/all.log"
-    steps_finish sample_on_device.sh
-}
-if mxg_install_devdeps; then
-    verdict dependencies OK "C libraries present"
-else
-    verdict dependencies FAIL "C libraries missing and no build/devdeps carried"
-fi
-nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>&1 | sum
-rm -rf build/cuda
-step configure 120 cmake --preset cuda -DMLXCEL_CUDA_ARCHITECTURES=90 -DMLXCEL_WERROR=ON -DMLXCEL_SERVER_TESTS=OFF \
-    $(mxg_hub_flag) || { tail -20 "$LOGS/configure.log"; finish; }
-step build 210 cmake --build build/cuda -j"$(nproc)" --target mlxcel test_gpu_sample test_backend_sample ||
-    { grep -E "error" "$LOGS/build.log" | head -20; finish; }
+. tests/gpu/check_script.sh
+check_start sample_on_device.sh
+check_build 210 mlxcel test_gpu_sample test_backend_sample
 
 step gpu_sample_split 90 build/cuda/test_gpu_sample
 grep -E "sample record|differ from|graphs recorded|check failed|passed|failed" "$LOGS/gpu_sample_split.log" | head -30 | sum

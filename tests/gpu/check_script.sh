@@ -1,0 +1,51 @@
+# SPDX-License-Identifier: MIT
+# Sourced by the one-purpose device checks (sample_, batch_, attn_, attn_combine_ and
+# tc_fuse_on_device.sh): what each of them does first and last, written once. Sources
+# tests/gpu/steps.sh (step, verdict, steps_finish) and tests/gpu/devdeps.sh, then gives:
+#   check_start SCRIPT           installs the carried C libraries when the machine lacks them (a
+#                                verdict) and writes the GPU's name into the summary; SCRIPT names
+#                                the script's section of LAST_RUN.md.
+#   check_build LIMIT TARGET...  configures the cuda preset for sm_90 alone and builds the targets,
+#                                the build within LIMIT seconds (a failure ends the script); with
+#                                MLXCEL_SKIP_BUILD=1 it neither removes nor reconfigures build/cuda
+#                                and only checks that the targets are there (another device script
+#                                built them earlier in the same call).
+#   sum                          appends its input to $OUT/summary.txt and prints it.
+#   finish                       writes $OUT/all.log (the tail of every step's log) and ends the
+#                                script through steps_finish.
+. tests/gpu/steps.sh
+. tests/gpu/devdeps.sh
+check_script=device_check
+
+sum() { tee -a "$OUT/summary.txt"; }
+
+finish() {
+    for f in "$LOGS"/*.log; do printf '\n===== %s\n' "$(basename "$f")"; tail -c 100000 "$f"; done >"$OUT/all.log"
+    steps_finish "$check_script"
+}
+
+check_start() {  # check_start SCRIPT
+    check_script=$1
+    if mxg_install_devdeps; then
+        verdict dependencies OK "C libraries present"
+    else
+        verdict dependencies FAIL "C libraries missing and no build/devdeps carried"
+    fi
+    nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>&1 | sum
+}
+
+check_build() {  # check_build LIMIT TARGET...
+    local limit=$1 t
+    shift
+    if [ "${MLXCEL_SKIP_BUILD:-0}" = 1 ]; then
+        for t in "$@"; do
+            [ -x "build/cuda/$t" ] || verdict "build/cuda/$t present" FAIL "MLXCEL_SKIP_BUILD=1 but it was not built"
+        done
+        return 0
+    fi
+    rm -rf build/cuda
+    step configure 120 cmake --preset cuda -DMLXCEL_CUDA_ARCHITECTURES=90 -DMLXCEL_WERROR=ON -DMLXCEL_SERVER_TESTS=OFF \
+        $(mxg_hub_flag) || { tail -20 "$LOGS/configure.log"; finish; }
+    step build "$limit" cmake --build build/cuda -j"$(nproc)" --target "$@" ||
+        { grep -E "error" "$LOGS/build.log" | head -20; finish; }
+}
