@@ -53,19 +53,17 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   # matrix-vector kernels for every batch): all held to the float32 paths' bounds.
   add_executable(test_gpu_conformance ${PROJECT_SOURCE_DIR}/tests/gpu/test_gpu_conformance.c ${PROJECT_SOURCE_DIR}/tests/gpu/gpu_ref.c)
   target_link_libraries(test_gpu_conformance PRIVATE mlxcel_lib)
-  add_test(NAME gpu_conformance COMMAND test_gpu_conformance WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
-  set_tests_properties(gpu_conformance PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
-  add_test(NAME gpu_conformance_tc_decode COMMAND test_gpu_conformance WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
-  set_tests_properties(gpu_conformance_tc_decode PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu
-                       ENVIRONMENT "MLXCEL_GPU_TC_DECODE=2")
-  add_test(NAME gpu_conformance_tc_off COMMAND test_gpu_conformance WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
-  set_tests_properties(gpu_conformance_tc_off PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu
-                       ENVIRONMENT "MLXCEL_GPU_TC_DECODE=0")
+  # mlxcel_gpu_conformance(NAME [SETTING]): the harness with one more setting.
+  function(mlxcel_gpu_conformance name)
+    add_test(NAME ${name} COMMAND test_gpu_conformance WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+    set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu ENVIRONMENT "${ARGN}")
+  endfunction()
+  mlxcel_gpu_conformance(gpu_conformance)
+  mlxcel_gpu_conformance(gpu_conformance_tc_decode MLXCEL_GPU_TC_DECODE=2)
+  mlxcel_gpu_conformance(gpu_conformance_tc_off MLXCEL_GPU_TC_DECODE=0)
   # MLXCEL_GPU_TC_FUSE=1: the split product's partial sums added in the product kernel and the batched
   # "matmul + residual add" pattern in one launch (vendor/cuda/matvec_mma.cu, gpu_plan.c).
-  add_test(NAME gpu_conformance_tc_fuse COMMAND test_gpu_conformance WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
-  set_tests_properties(gpu_conformance_tc_fuse PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu
-                       ENVIRONMENT "MLXCEL_GPU_TC_FUSE=1")
+  mlxcel_gpu_conformance(gpu_conformance_tc_fuse MLXCEL_GPU_TC_FUSE=1)
 
   # The sample record split over many blocks per row against one block per row and the host rule.
   add_executable(test_gpu_sample ${PROJECT_SOURCE_DIR}/tests/gpu/test_gpu_sample.c)
@@ -118,30 +116,22 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
 
   # The model fixtures through the GPU backend (the parity test reads MLXCEL_TEST_BACKEND).
   if(TARGET test_model_parity)
-    add_test(NAME gpu_model_parity
-             COMMAND ${PROJECT_SOURCE_DIR}/tests/gpu/if_gpu.sh $<TARGET_FILE:mlxcel> $<TARGET_FILE:test_model_parity>
-             WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
-    set_tests_properties(gpu_model_parity PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu
-                         ENVIRONMENT "MLXCEL_TEST_BACKEND=${MLXCEL_GPU_RUNTIME_NAME}")
+    # mlxcel_gpu_parity(NAME [SETTING]): the fixtures through the GPU backend with one more setting.
+    function(mlxcel_gpu_parity name)
+      add_test(NAME ${name}
+               COMMAND ${PROJECT_SOURCE_DIR}/tests/gpu/if_gpu.sh $<TARGET_FILE:mlxcel> $<TARGET_FILE:test_model_parity>
+               WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+      set(env "MLXCEL_TEST_BACKEND=${MLXCEL_GPU_RUNTIME_NAME}" ${ARGN})
+      set_tests_properties(${name} PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu ENVIRONMENT "${env}")
+    endfunction()
+    mlxcel_gpu_parity(gpu_model_parity)
     # Prompts of 2-64 tokens (prefill through the decode-batch products) on the tensor-core decode
     # product from 2 tokens (the default takes it from 4): the fixtures' bounds unchanged.
-    add_test(NAME gpu_model_parity_tc_decode
-             COMMAND ${PROJECT_SOURCE_DIR}/tests/gpu/if_gpu.sh $<TARGET_FILE:mlxcel> $<TARGET_FILE:test_model_parity>
-             WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
-    set_tests_properties(gpu_model_parity_tc_decode PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu
-                         ENVIRONMENT "MLXCEL_TEST_BACKEND=${MLXCEL_GPU_RUNTIME_NAME};MLXCEL_GPU_TC_DECODE=2")
+    mlxcel_gpu_parity(gpu_model_parity_tc_decode MLXCEL_GPU_TC_DECODE=2)
     # ... and with it off: prompts of 2-63 tokens on the float32 matrix-vector kernels.
-    add_test(NAME gpu_model_parity_tc_off
-             COMMAND ${PROJECT_SOURCE_DIR}/tests/gpu/if_gpu.sh $<TARGET_FILE:mlxcel> $<TARGET_FILE:test_model_parity>
-             WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
-    set_tests_properties(gpu_model_parity_tc_off PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu
-                         ENVIRONMENT "MLXCEL_TEST_BACKEND=${MLXCEL_GPU_RUNTIME_NAME};MLXCEL_GPU_TC_DECODE=0")
+    mlxcel_gpu_parity(gpu_model_parity_tc_off MLXCEL_GPU_TC_DECODE=0)
     # ... and with MLXCEL_GPU_TC_FUSE=1 (in-kernel split sums, batched matmul + residual add).
-    add_test(NAME gpu_model_parity_tc_fuse
-             COMMAND ${PROJECT_SOURCE_DIR}/tests/gpu/if_gpu.sh $<TARGET_FILE:mlxcel> $<TARGET_FILE:test_model_parity>
-             WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
-    set_tests_properties(gpu_model_parity_tc_fuse PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu
-                         ENVIRONMENT "MLXCEL_TEST_BACKEND=${MLXCEL_GPU_RUNTIME_NAME};MLXCEL_GPU_TC_FUSE=1")
+    mlxcel_gpu_parity(gpu_model_parity_tc_fuse MLXCEL_GPU_TC_FUSE=1)
   endif()
 
   add_executable(bench_gpu_decode ${PROJECT_SOURCE_DIR}/tests/gpu/bench_gpu_decode.c)
