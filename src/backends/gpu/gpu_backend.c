@@ -433,22 +433,12 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
         c->launch.scratch_bytes = (size_t)8 << 20;
     if (mxg_rt_malloc(&c->launch.scratch, c->launch.scratch_bytes, c->launch.stream, err) != 0) goto fail;
     // MLXCEL_GPU_TC_FUSE=1: one ticket per 128-row range of a split product (it splits only below 2
-    // blocks per multiprocessor), zeroed once here; the product's last block sets each back to 0.
+    // blocks per multiprocessor), zeroed by mxg_rt_malloc; the product's last block sets each back to 0.
     if (knobs.tc_fuse && c->launch.tc_decode_tokens > 0) {
         const size_t count = 2 * (size_t)c->info.sm_count + 1;
-        unsigned int *zeros = calloc(count, sizeof *zeros);
-        if (!zeros) {
-            mx_fail(err, "out of host memory for the tensor-core product's tickets");
-            goto fail;
-        }
         void *tickets = NULL;
-        int rc = mxg_rt_malloc(&tickets, count * sizeof *zeros, c->launch.stream, err);
-        if (rc == 0) {
-            c->launch.tc_tickets = tickets;
-            rc = mxg_rt_upload(tickets, zeros, count * sizeof *zeros, c->launch.stream, err);
-        }
-        free(zeros);
-        if (rc != 0) goto fail;
+        if (mxg_rt_malloc(&tickets, count * sizeof(unsigned int), c->launch.stream, err) != 0) goto fail;
+        c->launch.tc_tickets = tickets;
         c->launch.tc_ticket_count = (int64_t)count;
     }
     c->launch.small_scratch_bytes = 64 * 1024;
