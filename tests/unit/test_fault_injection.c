@@ -7,7 +7,10 @@
 // in success or a clean error: a message (load, generate) or an HTTP answer, never a crash, and
 // the server must answer the next request. A second part swaps the backend's ops table for one
 // whose run_plan fails (a device fault as the engine sees it): the forward returns the backend's
-// message, the server answers 500 with it, and the next request succeeds.
+// message, the server answers 500 with it, and the next request succeeds. A third part fails the
+// CPU backend's one allocation inside a step (its activation scratch growing on a fresh backend):
+// the step ends with the backend's out-of-memory message (what the CLI prints before its non-zero
+// exit), the server answers 500 naming it, and the next step or request succeeds.
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -32,6 +35,7 @@
 
 // ---- the allocation hook ------------------------------------------------------------------------
 static long alloc_count, alloc_fail_at;  // fail_at 0: never
+static size_t aligned_fail_from;         // nonzero: every aligned_alloc of at least this many bytes fails
 
 static bool fail_now(void) { return ++alloc_count == alloc_fail_at; }
 
@@ -47,7 +51,9 @@ void *__wrap_calloc(size_t a, size_t b) { return fail_now() ? NULL : __real_call
 void *__wrap_realloc(void *p, size_t n) { return fail_now() ? NULL : __real_realloc(p, n); }
 char *__wrap_strdup(const char *s) { return fail_now() ? NULL : __real_strdup(s); }
 char *__wrap_strndup(const char *s, size_t n) { return fail_now() ? NULL : __real_strndup(s, n); }
-void *__wrap_aligned_alloc(size_t al, size_t n) { return fail_now() ? NULL : __real_aligned_alloc(al, n); }
+void *__wrap_aligned_alloc(size_t al, size_t n) {
+    return fail_now() || (aligned_fail_from && n >= aligned_fail_from) ? NULL : __real_aligned_alloc(al, n);
+}
 int __wrap_posix_memalign(void **p, size_t al, size_t n) { return fail_now() ? 12 : __real_posix_memalign(p, al, n); }
 
 static void arm(long n) {
@@ -322,6 +328,88 @@ static void device_fault(void) {
     g_be->ops = real_ops;
 }
 
+// ---- the CPU backend's activation scratch ---------------------------------------------------------
+// The scratch is allocated on the first step that needs it and grows for bigger batches; the first
+// sampled row takes vocab x 24 bytes per thread (megabytes), while a step's other large memory (KV
+// cache, activations) is allocated with the context. So on a fresh backend, failing every aligned
+// allocation of 1 MB or more during a sampled step fails exactly the scratch (greedy steps choose
+// by argmax, without it).
+#define SCRATCH_FAIL_FROM ((size_t)1 << 20)
+
+static mx_model *fresh_model(mx_backend **be) {
+    mx_error err = {{0}};
+    mx_backend_options bo = {.name = "cpu", .threads = 1};
+    *be = mx_backend_create(&bo, &err);
+    mx_model *m = *be ? mx_model_load(MODEL, *be, &err) : NULL;
+    if (!m) fprintf(stderr, "fresh model: %s\n", err.msg);
+    return m;
+}
+
+// One sampled generation of 2 tokens on eng, with the scratch failing when `fail`. Returns the
+// engine's or the sequence's error message ("" on success) in msg.
+static void generate_on(mx_engine *eng, bool fail, char *msg, size_t cap) {
+    mx_error err = {{0}};
+    int32_t prompt[4] = {785, 4226, 374, 25};
+    mx_seq_opts so = {.sampling = mx_sampling_defaults(), .max_new = 2, .n_logprobs = -1};
+    so.sampling.temp = 0.8f;
+    so.sampling.has_seed = true;
+    mx_seq *seq = mx_seq_create(g_tok, prompt, 4, &so, 64, &err);
+    if (!seq || mx_engine_admit(eng, seq, &err) != 0) {
+        snprintf(msg, cap, "set-up failed: %s", err.msg);
+        mx_seq_free(seq);
+        return;
+    }
+    aligned_fail_from = fail ? SCRATCH_FAIL_FROM : 0;
+    int rc = mx_engine_run(eng, &err);
+    aligned_fail_from = 0;
+    const char *why = rc != 0 ? err.msg : mx_seq_finish_reason(seq) == MX_FINISH_ERROR ? mx_seq_error(seq) : "";
+    snprintf(msg, cap, "%s", rc != 0 && !why[0] ? "failed without a message" : why);
+    mx_engine_release(eng, seq);
+    mx_seq_free(seq);
+}
+
+static void activation_scratch_failure(void) {
+    mx_backend *be = NULL;
+    mx_model *m = fresh_model(&be);
+    mx_error err = {{0}};
+    mx_engine_opts eo = {.n_slots = 1, .max_ctx = 64, .prefill_chunk = 16, .threads = 1};
+    mx_engine *eng = m ? mx_engine_create(m, &eo, &err) : NULL;
+    CHECK(eng != NULL);
+    if (eng) {
+        char msg[512];
+        generate_on(eng, true, msg, sizeof msg);
+        printf("activation scratch, generation: %s\n", msg);
+        CHECK(strstr(msg, "out of memory") && strstr(msg, "activation scratch"));
+        generate_on(eng, false, msg, sizeof msg);
+        CHECK(msg[0] == 0);
+        if (msg[0]) fprintf(stderr, "the generation after the failure: %s\n", msg);
+    }
+    mx_engine_free(eng);
+    mx_model_free(m);
+    mx_backend_free(be);
+
+    m = fresh_model(&be);
+    mx_server_opts so = {.port = 0, .parallel = 1, .ctx = 256, .max_queue = 4, .max_body = 65536,
+                         .prefill_chunk = 64, .sampling = mx_sampling_defaults(), .model_id = "m"};
+    mx_server *srv = m ? mx_server_start(m, g_tok, NULL, &so, &err) : NULL;
+    CHECK(srv != NULL);
+    if (srv) {
+        static char reply[65536];
+        aligned_fail_from = SCRATCH_FAIL_FROM;
+        const char *sampled = "{\"prompt\":\"Hello\",\"max_tokens\":3,\"temperature\":0.8,\"seed\":1}";
+        int st = http_post(mx_server_port(srv), "/v1/completions", sampled, reply, sizeof reply);
+        aligned_fail_from = 0;
+        const char *body = strstr(reply, "\r\n\r\n");
+        printf("activation scratch, server: %d %.300s\n", st, body ? body + 4 : reply);
+        CHECK(st == 500 && strstr(reply, "out of memory") && strstr(reply, "activation scratch"));
+        st = http_post(mx_server_port(srv), "/v1/completions", sampled, reply, sizeof reply);
+        CHECK(st == 200);
+        mx_server_stop(srv);
+    }
+    mx_model_free(m);
+    mx_backend_free(be);
+}
+
 static void json_free(void *p) { free(p); }
 
 int main(void) {
@@ -337,6 +425,7 @@ int main(void) {
     g_tok = mx_tokenizer_load("models/qwen3-demo-44m-4bit/tokenizer.json", &err);
     CHECK(g_model && g_tok);
     if (!g_model || !g_tok) return check_finish();
+    activation_scratch_failure();
     sweep("generate", op_generate, 200, 7, false);
     int32_t eos = mx_tokenizer_token_id(g_tok, "<|im_end|>");
     g_vocab = mx_gram_vocab_create(g_tok, mx_tokenizer_vocab_size(g_tok), &eos, 1, &err);

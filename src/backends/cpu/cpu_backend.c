@@ -4,9 +4,12 @@
 // pages by the weight arena; where it is off they stay in the mapped file when their alignment
 // allows, else one aligned copy), and the plan runner: the reference for
 // every other backend, it runs the records one by one, except runs of batch-1 matmuls of one x
-// (cpu_matmul_group).
+// (cpu_matmul_group). The one allocation a record may make (the activation scratch growing for a
+// bigger batch, cpu_act_buf) can fail: the record then skips its work and the runner ends the plan
+// with an out-of-memory error naming the record, so the step fails and the process goes on.
 #include "backends/cpu/cpu_backend.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +18,7 @@
 #include "backends/cpu/cpu_internal.h"
 #include "backends/cpu/cpu_kernels.h"
 #include "backends/cpu/cpu_weight_arena.h"
+#include "backends/plan.h"
 
 // Allocations of at least this many bytes go on 2 MB-aligned memory advised as huge pages. Decode
 // reads the whole paged KV cache every token, 4 KB block by 4 KB block in table order; on 4 KB
@@ -52,25 +56,38 @@ static int cpu_copy(mx_backend *be, void *dst, const void *src, size_t bytes, mx
     return 0;
 }
 
+// On failure every thread's scratch is gone (scratch_floats 0), so the next call allocates all of them
+// again rather than leaving some threads a NULL buffer counted as large enough.
 int cpu_reserve_scratch(cpu_ctx *c, size_t n) {
     if (n <= c->scratch_floats) return 0;
+    c->scratch_floats = 0;
     for (int t = 0; t < c->n_threads; t++) {
         free(c->scratch[t]);
         c->scratch[t] = aligned_alloc(64, ((n * sizeof(float)) + 63) & ~(size_t)63);
-        if (!c->scratch[t]) return -1;
+    }
+    for (int t = 0; t < c->n_threads; t++) {
+        if (!c->scratch[t]) {
+            for (int u = 0; u < c->n_threads; u++) {
+                free(c->scratch[u]);
+                c->scratch[u] = NULL;
+            }
+            return -1;
+        }
     }
     c->scratch_floats = n;
     return 0;
 }
 
 void *cpu_act_buf(cpu_ctx *c, size_t bytes) {
-    if (bytes > c->act_cap) {
-        free(c->act_buf);
-        size_t cap = (bytes + 4095) & ~(size_t)4095;
-        c->act_buf = aligned_alloc(64, cap);
-        MX_ASSERT(c->act_buf);
-        c->act_cap = cap;
+    if (bytes <= c->act_cap) return c->act_buf;
+    free(c->act_buf);
+    c->act_cap = 0;
+    c->act_buf = bytes <= SIZE_MAX - 4095 ? aligned_alloc(64, (bytes + 4095) & ~(size_t)4095) : NULL;
+    if (!c->act_buf) {
+        c->act_failed = bytes;
+        return NULL;
     }
+    c->act_cap = (bytes + 4095) & ~(size_t)4095;
     return c->act_buf;
 }
 
@@ -275,11 +292,19 @@ static int cpu_run_plan(mx_backend *be, const mx_plan *plan, mx_error *err) {
     for (int i = 0; i < plan->n_ops; i++) {
         if ((unsigned)plan->ops[i].kind >= MX_OP_KIND_COUNT)
             return mx_fail(err, "the cpu backend has no op of kind %d (record %d)", (int)plan->ops[i].kind, i);
-        if (plan->ops[i].kind == MX_OP_MATMUL) {
-            i += cpu_matmul_group(be, &plan->ops[i], plan->n_ops - i) - 1;
-            continue;
+        int ran = 1;
+        if (plan->ops[i].kind == MX_OP_MATMUL)
+            ran = cpu_matmul_group(be, &plan->ops[i], plan->n_ops - i);
+        else
+            cpu_run_op(be, &plan->ops[i]);
+        cpu_ctx *c = cpu_of(be);
+        if (c->act_failed) {
+            size_t bytes = c->act_failed;
+            c->act_failed = 0;
+            return mx_fail(err, "out of memory: the cpu backend could not allocate %zu bytes of activation scratch "
+                                "for record %d (%s)", bytes, i, mx_op_kind_name(plan->ops[i].kind));
         }
-        cpu_run_op(be, &plan->ops[i]);
+        i += ran - 1;
     }
     return 0;
 }

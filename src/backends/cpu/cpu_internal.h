@@ -18,6 +18,7 @@ typedef struct cpu_ctx {
     int32_t *moe_rows;      // MoE grouping lists: [2][CPU_MOE_ROWS] (input rows, output rows)
     void *act_buf;          // quantized activations of the current matmul (integer kernels), 64-byte aligned
     size_t act_cap;         // bytes; grown only when a bigger batch arrives
+    size_t act_failed;      // bytes cpu_act_buf could not allocate during the current record; 0: none
 } cpu_ctx;
 
 // Rows of one MoE grouping pass (cpu_moe_matmul takes larger batches in passes of this many rows).
@@ -31,7 +32,9 @@ int cpu_host_memory(size_t *free_bytes, size_t *total_bytes);
 
 // Ensures every thread has at least n floats of scratch (called at upload time, never per token).
 int cpu_reserve_scratch(cpu_ctx *c, size_t n);
-// Returns c->act_buf with at least `bytes` bytes (grows it, never shrinks).
+// Returns c->act_buf with at least `bytes` bytes (grows it, never shrinks). When growing fails it
+// returns NULL and records the size in c->act_failed: the caller skips its work and returns, and
+// cpu_run_plan ends the plan with an out-of-memory error.
 void *cpu_act_buf(cpu_ctx *c, size_t bytes);
 
 void cpu_embed(mx_backend *be, float *out, const mx_matrix *w, const int32_t *ids, int n);

@@ -159,6 +159,7 @@ static bool matmul_q(cpu_ctx *c, matmul_job *j) {
     MX_ASSERT(cpu_kernels_gemm_q_scratch_bytes(j->w) <= c->scratch_floats * sizeof(float));
     int tiles = (j->n + 15) / 16;
     j->qx = cpu_act_buf(c, bytes);
+    if (!j->qx) return true;  // out of memory: cpu_run_plan reports it
     j->tile_bytes = bytes / (size_t)tiles;
     j->chunk_tiles = (int)(GEMM_Q_CHUNK_BYTES / j->tile_bytes);
     j->chunk_tiles = j->chunk_tiles < 1 ? 1 : j->chunk_tiles;
@@ -177,6 +178,7 @@ void cpu_matmul(mx_backend *be, float *out, const float *x, const mx_matrix *w, 
         size_t qb = cpu_kernels_qx_row_bytes(w);
         if (qb) {
             void *qx = cpu_act_buf(c, qb);
+            if (!qx) return;  // out of memory: cpu_run_plan reports it
             cpu_kernels_quantize_x(w, x, 1, qx);
             j.qx = qx;
             mx_pool_run(c->pool, (int)((w->rows + j.task_rows - 1) / j.task_rows), gemv_q_task, &j);
@@ -243,6 +245,7 @@ int cpu_matmul_group(mx_backend *be, const mx_op *ops, int n_ops) {
     void *qx = NULL;
     if (qb) {
         qx = cpu_act_buf(c, qb);
+        if (!qx) return m;  // out of memory: cpu_run_plan reports it
         cpu_kernels_quantize_x(w0, op0->matmul.x, 1, qx);
     }
     for (int k = 0; k < m; k++) {
@@ -283,6 +286,7 @@ static void moe_matmul_rows(cpu_ctx *c, float *out, const float *x, const mx_mat
     // row once and dot it with all of them.
     size_t qb = cpu_kernels_qx_row_bytes(w);
     uint8_t *qx = qb ? cpu_act_buf(c, qb * (size_t)(m < MOE_Q_MAX_ROWS ? m : MOE_Q_MAX_ROWS)) : NULL;
+    if (qb && !qx) return;  // out of memory: cpu_run_plan reports it
     for (int64_t e = 0; e < w->n_experts; e++) {
         int cnt = 0;
         for (int r = r0; r < r1; r++) {
@@ -312,6 +316,6 @@ static void moe_matmul_rows(cpu_ctx *c, float *out, const float *x, const mx_mat
 void cpu_moe_matmul(mx_backend *be, float *out, const float *x, const mx_matrix *w, const int32_t *ids, int m,
                     int x_div) {
     cpu_ctx *c = cpu_of(be);
-    for (int r0 = 0; r0 < m; r0 += CPU_MOE_ROWS)
+    for (int r0 = 0; r0 < m && !c->act_failed; r0 += CPU_MOE_ROWS)
         moe_matmul_rows(c, out, x, w, ids, r0, m - r0 < CPU_MOE_ROWS ? m : r0 + CPU_MOE_ROWS, x_div);
 }

@@ -9,5 +9,6 @@ void cpu_sample(mx_backend *be, mx_sample_out *out, float *logits, int n, int vo
                 const mx_logit_mod *mods) {
     cpu_ctx *c = cpu_of(be);
     void *scratch = cpu_act_buf(c, MX_SAMPLE_SCRATCH_BYTES(vocab) * (size_t)c->n_threads);
+    if (!scratch) return;  // out of memory: cpu_run_plan reports it
     mx_sample_rows_host(c->pool, logits, n, vocab, rows, mods, scratch, out);
 }
