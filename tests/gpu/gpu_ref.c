@@ -220,26 +220,41 @@ void ref_attention(float *out, const float *q, const float *k_cache, const float
     free(sc);
 }
 
+// The routers' order on (probability, expert): NaN ranks above every number, then the larger value,
+// then the smaller index (also among NaNs). A NaN or infinite logit makes the softmax's sum NaN, so
+// the probabilities are all NaN or none, and with NaN each pass takes the first expert not yet
+// taken: what the CPU backend (cpu_moe_route) and the GPU kernel (moe.cu) choose.
+static bool route_better(double v, int e, double best_v, int best_e) {
+    if (isnan(v) != isnan(best_v)) return isnan(v);
+    if (isnan(v) || v == best_v) return e < best_e;
+    return v > best_v;
+}
+
 void ref_moe_route(int32_t *ids, float *weights, const float *logits, int n, int n_experts, int k, bool norm) {
     double *p = malloc(sizeof(double) * (size_t)n_experts);
+    bool *taken = malloc(sizeof(bool) * (size_t)n_experts);
     for (int t = 0; t < n; t++) {
         const float *l = logits + (int64_t)t * n_experts;
         double mx = -INFINITY, sum = 0.0, picked = 0.0;
         for (int e = 0; e < n_experts; e++) mx = l[e] > mx ? l[e] : mx;
         for (int e = 0; e < n_experts; e++) sum += (p[e] = exp(l[e] - mx));
-        for (int e = 0; e < n_experts; e++) p[e] /= sum;
+        for (int e = 0; e < n_experts; e++) {
+            p[e] /= sum;
+            taken[e] = false;
+        }
         for (int j = 0; j < k; j++) {
             int best = -1;
             for (int e = 0; e < n_experts; e++)
-                if (p[e] >= 0 && (best < 0 || p[e] > p[best])) best = e;
+                if (!taken[e] && (best < 0 || route_better(p[e], e, p[best], best))) best = e;
             ids[t * k + j] = best;
             weights[t * k + j] = (float)p[best];
             picked += p[best];
-            p[best] = -1.0;
+            taken[best] = true;
         }
         if (norm)
             for (int j = 0; j < k; j++) weights[t * k + j] = (float)(weights[t * k + j] / picked);
     }
+    free(taken);
     free(p);
 }
 

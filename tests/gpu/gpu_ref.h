@@ -51,6 +51,9 @@ void ref_kv_round(float *row, int hd, mx_dtype dt);
 void ref_attention(float *out, const float *q, const float *k_cache, const float *v_cache, int max_ctx,
                    int n_kv_heads, int head_dim, const int32_t *slot, const int32_t *pos, int n, int n_heads,
                    float scale, int window);
+// probs = softmax(logits[n, n_experts]) in double; the k best per token into ids[n, k] and weights[n, k]
+// (renormalized when norm). NaN probabilities (from NaN or infinite logits) rank above numbers, so each
+// pass takes the first expert not yet taken, like the backends.
 void ref_moe_route(int32_t *ids, float *weights, const float *logits, int n, int n_experts, int k, bool norm);
 
 // ||a - b|| / ||b|| (NaN anywhere gives +inf), and max |a - b|.

@@ -730,9 +730,23 @@ static void test_attention_long(mx_backend *be, ref_rng *rng, group_stat *g) {
 
 // ---- MoE routing and combination, gather, argmax ----------------------------------------------------
 
-// NaN and infinite router logits (NaN weights, a degenerate RoPE base) against the CPU backend: a NaN or
-// +-inf logit makes every probability NaN and each pass takes the first expert not yet taken (the same
-// experts, NaN weights); -inf alone is probability 0. The kernel used to write expert 0x7fffffff.
+// Whether routing ids/weights [n * k] match the reference's: the same experts, weights within 1e-5
+// and NaN where the reference's are NaN.
+static void check_route(const char *who, const int32_t *ids, const float *w, const int32_t *ids_ref,
+                        const float *w_ref, int n, int k, int norm) {
+    for (int i = 0; i < n * k; i++) {
+        CHECK_MSG(ids[i] == ids_ref[i], "moe_route non-finite (%s) row %d choice %d (norm=%d): expert %d, ref %d", who,
+                  i / k, i % k, norm, ids[i], ids_ref[i]);
+        bool same = isnan(w_ref[i]) ? isnan(w[i]) : fabsf(w[i] - w_ref[i]) <= 1e-5f;
+        CHECK_MSG(same, "moe_route non-finite (%s) row %d choice %d (norm=%d): weight %g, ref %g", who, i / k, i % k,
+                  norm, w[i], w_ref[i]);
+    }
+}
+
+// NaN and infinite router logits (NaN weights, a degenerate RoPE base) against the reference, like the
+// finite cases: a NaN or +-inf logit makes every probability NaN and each pass takes the first expert
+// not yet taken (NaN weights); -inf alone is probability 0. The kernel used to write expert
+// 0x7fffffff. The CPU backend (when given) is held to the same reference, so the GPU routes like it.
 static void test_moe_route_nonfinite(mx_backend *be, mx_backend *cpu, ref_rng *rng) {
     for (int norm = 0; norm <= 1; norm++) {
         const int rows = 9, E = norm ? 128 : 60, k = norm ? 8 : 4;
@@ -748,21 +762,19 @@ static void test_moe_route_nonfinite(mx_backend *be, mx_backend *cpu, ref_rng *r
         for (int e = 0; e < E; e++)                                    // fewer finite than k
             if (e != 11 && e != E - 3) l[7 * E + e] = -INFINITY;
         l[8 * E + 2] = -INFINITY;                                      // one -inf
-        int32_t ids_cpu[72], ids_got[72];
-        float w_cpu[72], w_got[72];
-        op_moe_route(cpu, ids_cpu, w_cpu, l, rows, E, k, norm);
+        int32_t ids_ref[72], ids_got[72];
+        float w_ref[72], w_got[72];
+        ref_moe_route(ids_ref, w_ref, l, rows, E, k, norm);
+        if (cpu) {
+            op_moe_route(cpu, ids_got, w_got, l, rows, E, k, norm);
+            check_route("cpu", ids_got, w_got, ids_ref, w_ref, rows, k, norm);
+        }
         float *dl = dev_from(be, l, sizeof(float) * rows * E), *dw = dev_alloc(be, sizeof(float) * rows * k);
         int32_t *dids = dev_alloc(be, sizeof(int32_t) * rows * k);
         op_moe_route(be, dids, dw, dl, rows, E, k, norm);
         dev_to(be, ids_got, dids, sizeof(int32_t) * rows * k);
         dev_to(be, w_got, dw, sizeof(float) * rows * k);
-        for (int i = 0; i < rows * k; i++) {
-            CHECK_MSG(ids_got[i] == ids_cpu[i], "moe_route non-finite row %d choice %d (norm=%d): expert %d, cpu %d",
-                      i / k, i % k, norm, ids_got[i], ids_cpu[i]);
-            bool same = isnan(w_cpu[i]) ? isnan(w_got[i]) : fabsf(w_got[i] - w_cpu[i]) <= 1e-5f;
-            CHECK_MSG(same, "moe_route non-finite row %d choice %d (norm=%d): weight %g, cpu %g", i / k, i % k, norm,
-                      w_got[i], w_cpu[i]);
-        }
+        check_route(be->ops->name, ids_got, w_got, ids_ref, w_ref, rows, k, norm);
         be->ops->release(be, dl), be->ops->release(be, dw), be->ops->release(be, dids);
         free(l);
     }
@@ -930,7 +942,7 @@ int main(void) {
     test_attention(be, cpu && cpu->kv_dtype == be->kv_dtype ? cpu : NULL, &rng, &attn);
     test_attention_long(be, &rng, &attn);
     test_moe_route_combine(be, &rng, &route);
-    if (cpu) test_moe_route_nonfinite(be, cpu, &rng);
+    test_moe_route_nonfinite(be, cpu, &rng);
     test_rows(be, &rng, &rows);
     test_graph(be, &rng, &graph);
     CHECK_MSG(be->ops->sync(be, &err) == 0, "sync: %s", err.msg);
