@@ -107,9 +107,6 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_knob_refused(attn_decode_two MLXCEL_GPU_ATTN_DECODE=2
                           "MLXCEL_GPU_ATTN_DECODE='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(attn_decode_word MLXCEL_GPU_ATTN_DECODE=off "MLXCEL_GPU_ATTN_DECODE='off': must be")
-  mlxcel_gpu_knob_refused(attn_combine_last_two MLXCEL_GPU_ATTN_COMBINE_LAST=2
-                          "MLXCEL_GPU_ATTN_COMBINE_LAST='2': must be a whole number from 0 to 1 \\(unset: 0\\)")
-  mlxcel_gpu_knob_refused(attn_combine_last_word MLXCEL_GPU_ATTN_COMBINE_LAST=yes "MLXCEL_GPU_ATTN_COMBINE_LAST='yes': must be")
   mlxcel_gpu_knob_refused(matvec_rows_three MLXCEL_GPU_MATVEC_ROWS=3 "MLXCEL_GPU_MATVEC_ROWS='3': must be 1, 2 or 4")
   mlxcel_gpu_knob_refused(stream_rows_one MLXCEL_GPU_STREAM_ROWS=1 "MLXCEL_GPU_STREAM_ROWS='1': must be a whole number from 2 to 4")
   mlxcel_gpu_knob_refused(stream_rows_huge MLXCEL_GPU_STREAM_ROWS=99999999999999999999 "MLXCEL_GPU_STREAM_ROWS='99999999999999999999': must be")

@@ -948,20 +948,6 @@ int main(void) {
     CHECK_MSG(be->ops->sync(be, &err) == 0, "sync: %s", err.msg);
     mx_backend_free(be);
 
-    // MLXCEL_GPU_ATTN_COMBINE_LAST=1: the flash-decoding kernel's last split block merges the splits
-    // (no combine launch); the attention cases again, the long contexts twice (tickets back at 0).
-    setenv("MLXCEL_GPU_ATTN_COMBINE_LAST", "1", 1);
-    be = mx_gpu_backend_create(&opt, &err);
-    CHECK_MSG(be != NULL, "backend with MLXCEL_GPU_ATTN_COMBINE_LAST=1: %s", err.msg);
-    if (be) {
-        test_attention(be, cpu && cpu->kv_dtype == be->kv_dtype ? cpu : NULL, &rng, &attn);
-        test_attention_long(be, &rng, &attn);
-        test_attention_long(be, &rng, &attn);
-        CHECK_MSG(be->ops->sync(be, &err) == 0, "sync (MLXCEL_GPU_ATTN_COMBINE_LAST=1): %s", err.msg);
-        mx_backend_free(be);
-    }
-    unsetenv("MLXCEL_GPU_ATTN_COMBINE_LAST");
-
     setenv("MLXCEL_GPU_NO_MMA", "1", 1);
     setenv("MLXCEL_GPU_MATVEC_TOKENS", "8", 1);
     be = mx_gpu_backend_create(&opt, &err);

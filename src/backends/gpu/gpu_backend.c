@@ -229,7 +229,6 @@ static void gpu_destroy(mx_backend *be) {
         mxg_rt_free(c->launch.scratch);
         mxg_rt_free(c->launch.small_scratch);
         mxg_rt_free(c->launch.sample_scratch);
-        mxg_rt_free(c->launch.attn_tickets);
         mxg_rt_free(c->launch.tc_tickets);
         mxg_rt_stream_destroy(c->launch.stream);
         free(c);
@@ -296,7 +295,6 @@ static int env_int(const char *name, int def, int lo, int hi, int *out, mx_error
 // on a machine without a GPU).
 typedef struct gpu_knobs {
     int matvec_rows, matvec_max_tokens, stream_min_cols, stream_rows, sample_blocks, tc_decode_tokens, attn_decode;
-    int attn_combine_last;
     int tc_fuse;
 } gpu_knobs;
 
@@ -323,11 +321,8 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // faster; bench/RESULTS.md).
     // MLXCEL_GPU_ATTN_DECODE=0: decode attention on the general kernel (kernels/attention.cu, head
     // rows) instead of the flash-decoding one (kernels/attn_decode.cu), for A/B benches (unset: 1).
-    // MLXCEL_GPU_ATTN_COMBINE_LAST=1: that kernel's last split block of each (token, KV head group)
-    // merges the splits (a ticket per group), instead of a second launch of the combine kernel (unset: 0).
     if (env_int("MLXCEL_GPU_MATVEC_ROWS", 4, 1, 4, &k->matvec_rows, err) ||
         env_int("MLXCEL_GPU_ATTN_DECODE", 1, 0, 1, &k->attn_decode, err) ||
-        env_int("MLXCEL_GPU_ATTN_COMBINE_LAST", 0, 0, 1, &k->attn_combine_last, err) ||
         env_int("MLXCEL_GPU_MATVEC_TOKENS", 63, 1, 1 << 20, &k->matvec_max_tokens, err) ||
         env_int("MLXCEL_GPU_STREAM_MIN_COLS", 4096, 0, 1 << 30, &k->stream_min_cols, err) ||
         env_int("MLXCEL_GPU_STREAM_ROWS", 2, 2, 4, &k->stream_rows, err) ||
@@ -443,15 +438,6 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     }
     c->launch.small_scratch_bytes = 64 * 1024;
     if (mxg_rt_malloc(&c->launch.small_scratch, c->launch.small_scratch_bytes, c->launch.stream, err) != 0) goto fail;
-    // The flash-decoding kernel's finish tickets (zeroed; each merge sets its own back to 0): one per
-    // (token, KV head group part) of a step, for 16 tokens of up to 1024 parts (larger steps take the
-    // combine kernel).
-    if (knobs.attn_combine_last && c->launch.attn_decode) {
-        c->launch.attn_tickets_count = 16 * 1024;
-        if (mxg_rt_malloc((void **)&c->launch.attn_tickets, sizeof(int) * (size_t)c->launch.attn_tickets_count,
-                          c->launch.stream, err) != 0)
-            goto fail;
-    }
     // The split sample kernels' records: one per row of a batch that they take (at most one row per
     // multiprocessor, see mxg_sample_split_blocks); ~45 KB each.
     if (c->launch.sample_blocks > 1) {

@@ -41,8 +41,6 @@ typedef struct mxg_launch {
     int stream_rows;       // its rows per task for one token over long rows: 2, or 4 with half the chunks per step
     bool attn_token_rows;  // attention always in token rows, never head rows for decode (A/B switch)
     bool attn_decode;      // decode steps on kernels/attn_decode.cu (MLXCEL_GPU_ATTN_DECODE=0: off, A/B switch)
-    int *attn_tickets;     // NULL, or attn_tickets_count zeroed counters: attn_decode.cu's last split block merges
-    int attn_tickets_count; // the splits, no combine launch (MLXCEL_GPU_ATTN_COMBINE_LAST=1)
     bool kv_i16;           // the KV cache is int16 with scales (MX_DTYPE_I16, default); false: f16 (MLXCEL_GPU_KV=f16)
     bool dependent_launch; // matrix-vector and fused kernels start while the previous one ends (sm_90+)
     void *scratch;         // device workspace for split attention partials

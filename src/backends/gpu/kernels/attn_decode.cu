@@ -49,8 +49,6 @@ struct DecodeArgs {
     const uint16_t *kv;  // int16 codes (I16) or f16 bits
     const int32_t *slot, *pos;  // [n]
     KvPages pg;
-    int *tickets;        // NULL, or [n, n_kv_heads * parts] zeros: the split blocks' finish counters,
-                         // where the last split block of each (token, group part) merges the splits
     int n_heads, window, splits;
     int group, parts;  // query heads per KV head; blocks per group (of G heads each)
     float qscale;      // scale * log2(e): scores in log2 units
@@ -70,12 +68,9 @@ __device__ __forceinline__ float rescale(float m, float mx) { return m == -INFIN
 
 // Merges the splits of one (token, head): weights 2^(m_s - M) computed once into shared memory (s_m,
 // s_l, s_w: kDecodeMaxSplits each), then each thread sums its columns over the splits in split order.
-// The combine kernel and the in-kernel merge (DecodeArgs::tickets) both run this, so they agree bit for
-// bit; P: const float * there, const volatile float * in the decode kernel, whose partials other blocks
-// of the same launch wrote (read past the caches that may hold old lines). nthreads >= splits.
-template <class P>
-__device__ void combine_splits(float *out, P pp, int D, int splits, float sink2, float *s_m, float *s_l, float *s_w,
-                               int nthreads) {
+// nthreads >= splits.
+__device__ void combine_splits(float *out, const float *__restrict__ pp, int D, int splits, float sink2, float *s_m,
+                               float *s_l, float *s_w, int nthreads) {
     const int i = threadIdx.x;
     if (i < splits) s_m[i] = pp[(int64_t)i * (D + 2)], s_l[i] = pp[(int64_t)i * (D + 2) + 1];
     __syncthreads();
@@ -94,9 +89,7 @@ __device__ void combine_splits(float *out, P pp, int D, int splits, float sink2,
     }
 }
 
-// MERGE: the splits merged by the last split block (a.tickets); its own instantiation, so the kernels
-// without it are compiled as before (registers and spills).
-template <int W, int D, int G, bool I16, bool MERGE>
+template <int W, int D, int G, bool I16>
 __global__ void __launch_bounds__(kDecodeThreads, decode_blocks_per_sm(G)) attn_decode_kernel(DecodeArgs a) {
     MXG_WARP_ONLY(W) {
     constexpr int TPK = D / 8;                   // lanes per key row
@@ -249,32 +242,6 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_blocks_per_sm(G)) attn_
         }
         __syncthreads();
     }
-    // MLXCEL_GPU_ATTN_COMBINE_LAST: the last split block of this (token, group part) to finish (a ticket
-    // after a fence that publishes this block's partials) merges the splits of its heads, as the combine
-    // kernel would; it sets the ticket back to 0 for the next launch (graph replays).
-    if (MERGE && a.splits > 1) {
-        __shared__ int s_last;
-        __shared__ float c_m[kDecodeMaxSplits], c_l[kDecodeMaxSplits], c_w[kDecodeMaxSplits];
-        __threadfence();
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            int *ticket = a.tickets + (int64_t)t * gridDim.y + blockIdx.y;
-            s_last = atomicAdd(ticket, 1) == a.splits - 1;
-            if (s_last) *ticket = 0;
-        }
-        __syncthreads();
-        if (s_last) {  // block-uniform
-            __threadfence();
-            for (int g = 0; g < gcount; g++) {
-                const int h = h0 + g;
-                const int64_t row = (int64_t)t * a.n_heads + h;
-                const volatile float *pp = a.part + row * a.splits * (D + 2);
-                combine_splits(a.out + row * D, pp, D, a.splits, a.sinks ? a.sinks[h] * kLog2e : -INFINITY, c_m, c_l,
-                               c_w, kDecodeThreads);
-                __syncthreads();
-            }
-        }
-    }
     }
 }
 
@@ -288,10 +255,7 @@ __global__ void attn_decode_combine_kernel(float *out, const float *__restrict__
 
 template <int W, int D, int G, bool I16>
 void launch_decode(const mxg_launch *L, const DecodeArgs &a, dim3 grid) {
-    if (a.tickets)
-        attn_decode_kernel<W, D, G, I16, true><<<grid, kDecodeThreads, 0, (gpuStream_t)L->stream>>>(a);
-    else
-        attn_decode_kernel<W, D, G, I16, false><<<grid, kDecodeThreads, 0, (gpuStream_t)L->stream>>>(a);
+    attn_decode_kernel<W, D, G, I16><<<grid, kDecodeThreads, 0, (gpuStream_t)L->stream>>>(a);
 }
 
 template <int W, int D, bool I16>
@@ -341,16 +305,12 @@ extern "C" int mxg_attention_decode(const mxg_launch *L, float *out, const float
     while (s > 1 && (size_t)n * n_heads * s * (D + 2) * sizeof(float) > L->scratch_bytes) s--;
     a.splits = (int)(s < 1 ? 1 : s);
     dim3 grid((unsigned)n, (unsigned)(lay->n_kv_heads * parts), (unsigned)a.splits);
-    // The splits merged by the kernel's last split block where there are tickets for every (token,
-    // group part); otherwise by the combine kernel.
-    a.tickets = L->attn_tickets && a.splits > 1 && (int64_t)grid.x * grid.y <= L->attn_tickets_count ? L->attn_tickets
-                                                                                                     : nullptr;
     if (L->kv_i16) {
         MXG_WARP_DISPATCH(L->warp, launch_decode_d<W, true>(L, a, grid, D, G));
     } else {
         MXG_WARP_DISPATCH(L->warp, launch_decode_d<W, false>(L, a, grid, D, G));
     }
-    if (a.splits > 1 && !a.tickets)
+    if (a.splits > 1)
         attn_decode_combine_kernel<<<(unsigned)(n * n_heads), 128, 0, (gpuStream_t)L->stream>>>(
             out, a.part, D, a.splits, sinks, n_heads);
     return 0;
