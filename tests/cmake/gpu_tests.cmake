@@ -61,9 +61,8 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_conformance(gpu_conformance)
   mlxcel_gpu_conformance(gpu_conformance_tc_decode MLXCEL_GPU_TC_DECODE=2)
   mlxcel_gpu_conformance(gpu_conformance_tc_off MLXCEL_GPU_TC_DECODE=0)
-  # MLXCEL_GPU_TC_FUSE=1: the split product's partial sums added in the product kernel and the batched
-  # "matmul + residual add" pattern in one launch (vendor/cuda/matvec_mma.cu, gpu_plan.c).
-  mlxcel_gpu_conformance(gpu_conformance_tc_fuse MLXCEL_GPU_TC_FUSE=1)
+  # The split-sum kernel's path also on sm_90 (the default there is the cluster reduction).
+  mlxcel_gpu_conformance(gpu_conformance_tc_cluster_off MLXCEL_GPU_TC_CLUSTER=0)
 
   # The sample record split over many blocks per row against one block per row and the host rule.
   add_executable(test_gpu_sample ${PROJECT_SOURCE_DIR}/tests/gpu/test_gpu_sample.c)
@@ -101,9 +100,9 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_knob_refused(tc_decode_range MLXCEL_GPU_TC_DECODE=65
                           "MLXCEL_GPU_TC_DECODE='65': must be a whole number from 0 to 64 \\(unset: 4\\)")
   mlxcel_gpu_knob_refused(tc_decode_word MLXCEL_GPU_TC_DECODE=on "MLXCEL_GPU_TC_DECODE='on': must be")
-  mlxcel_gpu_knob_refused(tc_fuse_two MLXCEL_GPU_TC_FUSE=2
-                          "MLXCEL_GPU_TC_FUSE='2': must be a whole number from 0 to 1 \\(unset: 0\\)")
-  mlxcel_gpu_knob_refused(tc_fuse_word MLXCEL_GPU_TC_FUSE=yes "MLXCEL_GPU_TC_FUSE='yes': must be")
+  mlxcel_gpu_knob_refused(tc_cluster_range MLXCEL_GPU_TC_CLUSTER=17
+                          "MLXCEL_GPU_TC_CLUSTER='17': must be a whole number from 0 to 16 \\(unset: 16\\)")
+  mlxcel_gpu_knob_refused(tc_cluster_word MLXCEL_GPU_TC_CLUSTER=on "MLXCEL_GPU_TC_CLUSTER='on': must be")
   mlxcel_gpu_knob_refused(attn_decode_two MLXCEL_GPU_ATTN_DECODE=2
                           "MLXCEL_GPU_ATTN_DECODE='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(attn_decode_word MLXCEL_GPU_ATTN_DECODE=off "MLXCEL_GPU_ATTN_DECODE='off': must be")
@@ -127,8 +126,6 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
     mlxcel_gpu_parity(gpu_model_parity_tc_decode MLXCEL_GPU_TC_DECODE=2)
     # ... and with it off: prompts of 2-63 tokens on the float32 matrix-vector kernels.
     mlxcel_gpu_parity(gpu_model_parity_tc_off MLXCEL_GPU_TC_DECODE=0)
-    # ... and with MLXCEL_GPU_TC_FUSE=1 (in-kernel split sums, batched matmul + residual add).
-    mlxcel_gpu_parity(gpu_model_parity_tc_fuse MLXCEL_GPU_TC_FUSE=1)
   endif()
 
   add_executable(bench_gpu_decode ${PROJECT_SOURCE_DIR}/tests/gpu/bench_gpu_decode.c)

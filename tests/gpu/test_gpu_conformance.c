@@ -716,15 +716,19 @@ static void proj_cases(mx_backend *cpu, mx_backend *gpu, ref_rng *rng) {
         proj_case(cpu, gpu, rng, &fused_fmts[f], (proj_cfg){1, 4096, 256, 128, 256, f == 1, P_NORM_GATE_UP});
         proj_case(cpu, gpu, rng, &fused_fmts[f], (proj_cfg){1, 256, 4224, 128, 256, f == 2, P_RESIDUAL});
     }
-    // Decode batches on the tensor-core product followed by the residual add (with
-    // MLXCEL_GPU_TC_FUSE=1, ctest gpu_conformance_tc_fuse: one launch, the add in the product's final
-    // writer): 1024 rows (the columns split, the in-kernel sum on four rows per thread) and 640 rows in
-    // 8-bit, bias; 4, 17 and 64 tokens (rows that are not a multiple of 4, the one-row-per-thread sum,
-    // are in the mma emulation: this harness's other matrices take the rows as columns).
-    for (int n = 4; n <= 64; n = n == 4 ? 17 : 64) {
+    // Decode batches on the tensor-core product followed by the residual add (gpu_plan.c's
+    // try_tc_residual: the add in the product's writer where the product takes it) at 4, 17, 32 and
+    // 64 tokens: 1024 x 2048 (the columns split: on sm_90 a cluster's reduction, else the split-sum
+    // kernel, four rows per thread) and 640 x 1024 in 8-bit, and 1024 x 64 (two chunks: never split,
+    // the add in the product's own store); with and without bias. (Rows that are not a multiple of
+    // 4, the one-row-per-thread sum, are in the mma emulation: this harness's other matrices take
+    // the rows as columns.)
+    const int tc_batches[] = {4, 17, 32, 64};
+    for (size_t k = 0; k < sizeof tc_batches / sizeof tc_batches[0]; k++) {
+        const int n = tc_batches[k];
         proj_case(cpu, gpu, rng, &fused_fmts[0], (proj_cfg){n, 1024, 2048, 128, 256, n == 17, P_RESIDUAL});
         proj_case(cpu, gpu, rng, &fused_fmts[2], (proj_cfg){n, 640, 1024, 128, 256, n != 17, P_RESIDUAL});
-        if (n == 64) break;
+        proj_case(cpu, gpu, rng, &fused_fmts[0], (proj_cfg){n, 1024, 64, 128, 256, n == 32, P_RESIDUAL});
     }
 }
 

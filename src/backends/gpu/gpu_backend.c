@@ -229,7 +229,6 @@ static void gpu_destroy(mx_backend *be) {
         mxg_rt_free(c->launch.scratch);
         mxg_rt_free(c->launch.small_scratch);
         mxg_rt_free(c->launch.sample_scratch);
-        mxg_rt_free(c->launch.tc_tickets);
         mxg_rt_stream_destroy(c->launch.stream);
         free(c);
     }
@@ -295,7 +294,7 @@ static int env_int(const char *name, int def, int lo, int hi, int *out, mx_error
 // on a machine without a GPU).
 typedef struct gpu_knobs {
     int matvec_rows, matvec_max_tokens, stream_min_cols, stream_rows, sample_blocks, tc_decode_tokens, attn_decode;
-    int tc_fuse;
+    int tc_cluster;
 } gpu_knobs;
 
 static int read_knobs(gpu_knobs *k, mx_error *err) {
@@ -315,10 +314,10 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // formats keep the float32 kernels); unset: MXG_TC_DECODE_DEFAULT_TOKENS (4: on the H200 it is
     // slower than the float32 kernels at 2 tokens, about even at 4 and faster from 8; bench/RESULTS.md);
     // 0: off, the float32 kernels (also off with MLXCEL_GPU_NO_MMA=1).
-    // MLXCEL_GPU_TC_FUSE=1: the tensor-core decode product adds its split-column partial sums in the
-    // product kernel (the last block of each row range, in the split-sum kernel's order: the same
-    // bits) instead of a second launch; unset or 0: the two launches (until a device run shows it
-    // faster; bench/RESULTS.md).
+    // MLXCEL_GPU_TC_CLUSTER=N (0-16): on sm_90 that product's column splits (a product of few rows)
+    // run as one thread-block cluster of at most N blocks that add their partial sums through
+    // distributed shared memory, instead of partial sums in L->scratch and a second kernel; unset:
+    // 16 (8 where the device does not schedule clusters of 16); 0 or 1: the second kernel.
     // MLXCEL_GPU_ATTN_DECODE=0: decode attention on the general kernel (kernels/attention.cu, head
     // rows) instead of the flash-decoding one (kernels/attn_decode.cu), for A/B benches (unset: 1).
     if (env_int("MLXCEL_GPU_MATVEC_ROWS", 4, 1, 4, &k->matvec_rows, err) ||
@@ -328,7 +327,7 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_STREAM_ROWS", 2, 2, 4, &k->stream_rows, err) ||
         env_int("MLXCEL_GPU_SAMPLE_BLOCKS", MXG_SAMPLE_DEFAULT_BLOCKS, 1, MXG_SAMPLE_MAX_BLOCKS, &k->sample_blocks, err) ||
         env_int("MLXCEL_GPU_TC_DECODE", MXG_TC_DECODE_DEFAULT_TOKENS, 0, 64, &k->tc_decode_tokens, err) ||
-        env_int("MLXCEL_GPU_TC_FUSE", 0, 0, 1, &k->tc_fuse, err))
+        env_int("MLXCEL_GPU_TC_CLUSTER", 16, 0, 16, &k->tc_cluster, err))
         return -1;
     if (k->matvec_rows == 3)
         return mx_fail(err, "MLXCEL_GPU_MATVEC_ROWS='%s': must be 1, 2 or 4 (unset: 4)", getenv("MLXCEL_GPU_MATVEC_ROWS"));
@@ -420,6 +419,7 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.sample_blocks = knobs.sample_blocks;
     c->launch.attn_token_rows = env_switch("MLXCEL_GPU_ATTN_TOKEN_ROWS");
     c->launch.tc_decode_tokens = knobs.tc_decode_tokens == 1 ? 2 : knobs.tc_decode_tokens;
+    c->launch.tc_cluster_max = knobs.tc_cluster;
     c->launch.attn_decode = knobs.attn_decode == 1 && !c->launch.attn_token_rows;
     c->launch.scratch_bytes = mxg_attention_scratch_bytes(c->info.sm_count, 256);
     // The tensor-core decode product's split-column partial sums: 8 MB holds 32 splits of a 1024-row
@@ -427,15 +427,6 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     if (c->launch.tc_decode_tokens > 0 && c->launch.scratch_bytes < ((size_t)8 << 20))
         c->launch.scratch_bytes = (size_t)8 << 20;
     if (mxg_rt_malloc(&c->launch.scratch, c->launch.scratch_bytes, c->launch.stream, err) != 0) goto fail;
-    // MLXCEL_GPU_TC_FUSE=1: one ticket per 128-row range of a split product (it splits only below 2
-    // blocks per multiprocessor), zeroed by mxg_rt_malloc; the product's last block sets each back to 0.
-    if (knobs.tc_fuse && c->launch.tc_decode_tokens > 0) {
-        const size_t count = 2 * (size_t)c->info.sm_count + 1;
-        void *tickets = NULL;
-        if (mxg_rt_malloc(&tickets, count * sizeof(unsigned int), c->launch.stream, err) != 0) goto fail;
-        c->launch.tc_tickets = tickets;
-        c->launch.tc_ticket_count = (int64_t)count;
-    }
     c->launch.small_scratch_bytes = 64 * 1024;
     if (mxg_rt_malloc(&c->launch.small_scratch, c->launch.small_scratch_bytes, c->launch.stream, err) != 0) goto fail;
     // The split sample kernels' records: one per row of a batch that they take (at most one row per

@@ -7,8 +7,8 @@
 // - gate and up products followed by the SwiGLU of their outputs: the SwiGLU in the epilogue;
 // - a matrix-vector product followed by the residual add of its output: the add in the epilogue;
 // - q/k RMSNorms and the RoPE of q and k (or the two RoPEs alone): one launch;
-// - MLXCEL_GPU_TC_FUSE=1 (L->tc_tickets set): a product of several tokens on the tensor-core decode
-//   product followed by the residual add of its output: the add in the product's final writer.
+// - a product of several tokens on the tensor-core decode product followed by the residual add of
+//   its output: the add in the product's final writer, where that product takes it (kernels.h).
 // A fused kernel writes every buffer the records write, with the same values up to float32
 // summation order, so a plan's results do not depend on which patterns matched; the conformance
 // test (tests/gpu/test_gpu_conformance.c) runs each pattern against the CPU backend. Anything that
@@ -162,11 +162,11 @@ static int try_matvec(const mxg_launch *L, const mx_plan *p, int i) {
 }
 
 // matmul(out) of n tokens on the tensor-core decode product, add(res, out): one launch
-// (mxg_matvec_mma_add) when the knob gave tickets, with the one-token pattern's checks (the add takes
+// (mxg_matvec_mma_add) where that product takes the add, with the one-token pattern's checks (the add takes
 // the whole output; res is neither the output nor the input). 0: no match, or the product declined.
 static int try_tc_residual(const mxg_launch *L, const mx_plan *p, int i) {
     const mx_op *op = &p->ops[i];
-    if (!L->tc_tickets || !L->use_mma || L->tc_decode_tokens <= 0 || i + 1 >= p->n_ops) return 0;
+    if (!L->use_mma || L->tc_decode_tokens <= 0 || i + 1 >= p->n_ops) return 0;
     if (op->kind != MX_OP_MATMUL || op->matmul.n < 2 || op->matmul.n < L->tc_decode_tokens) return 0;
     const mx_op *next = &p->ops[i + 1];
     if (next->kind != MX_OP_ADD || next->add.y != op->matmul.out ||

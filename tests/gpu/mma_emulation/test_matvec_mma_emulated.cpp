@@ -8,10 +8,15 @@
 // split, a partial last range, 32 ranges). Bound (the kernel file's precision paragraph): |out -
 // ref| <= 1e-6 * (sum_k(|s q_k x_k| + |b x_k|) + 0.1 |bias|); the worst ratio is printed. Also checks
 // that the launcher declines what it has no kernel for (one token, 65 tokens, 3-bit, mxfp4,
-// unaligned x) and writes nothing then. Every product that splits its columns is run again with the
-// in-kernel reduction (MLXCEL_GPU_TC_FUSE=1) in three block orders and must match bit for bit, and
-// a stale ticket (a deliberate fault) must be caught. Every product is also run as the batched
-// "matmul + residual add" (mxg_matvec_mma_add) and must give the product's and the add record's bits.
+// unaligned x) and writes nothing then. Every product runs on the split-sum path (partial sums in
+// the scratch, a second kernel) and on sm_90's cluster path (the splits of a row range as one
+// thread-block cluster adding their partial tiles through each other's shared memory; the
+// emulator runs a cluster's blocks together), each against the reference, and bit for bit against
+// each other where they split alike; also as the batched "matmul + residual add"
+// (mxg_matvec_mma_add), which must give the product's and the add record's bits (or decline on the
+// split-sum path). Two planted faults in the emulated cluster must be caught: one block's tile
+// read twice and another's never (by the reference bound), the partials in reverse order (by the
+// bit comparison).
 // Built and run by run.sh; argument "quick": fewer cases. Exits 1 on any failure.
 #include "emu.h"
 #include <cstdio>
@@ -45,82 +50,44 @@ static float get_scale(const std::vector<uint8_t> &buf, mx_dtype st, size_t i) {
 
 static const char *st_name(mx_dtype st) { return st == MX_DTYPE_F32 ? "f32" : st == MX_DTYPE_F16 ? "f16" : "bf16"; }
 
-// MLXCEL_GPU_TC_FUSE=1: the same product with tickets (the last block of each row range adds the
-// partial sums) in three block orders (index order, reversed, shuffled) must equal the two-launch
-// result `two` bit for bit and leave every ticket at 0. When the product split its columns, also a
-// deliberate fault (one ticket left at 1 by a lost reset) must be caught by that check.
-static int fused_cases = 0, faults_caught = 0;
-static void add_check(mxg_launch L, const std::vector<float> &two, const float *xa, const mx_matrix &w,
-                      const float *bias, int n, std::vector<float> &scratch, bool split);
-static bool fused_once(mxg_launch L, const std::vector<float> &two, const float *xa, const mx_matrix &w,
-                       const float *bias, int n, std::vector<float> &scratch, int order, unsigned stale) {
-    std::vector<unsigned> tickets(1024, 0u);
-    tickets[0] = stale;
-    std::vector<float> out(two.size(), -7.0f);
-    std::fill(scratch.begin(), scratch.end(), 0.0f);
-    L.tc_tickets = tickets.data(), L.tc_ticket_count = (int64_t)tickets.size();
-    emu_block_order = order, emu_block_seed = 12345u + (unsigned)n;
-    const int rc = mxg_matvec_mma(&L, out.data(), xa, &w, bias, n);
-    emu_block_order = 0;
-    if (rc != 0) return false;
-    for (unsigned t : tickets)
-        if (t != 0) return false;
-    return memcmp(out.data(), two.data(), two.size() * sizeof(float)) == 0;
-}
-static void fused_check(const mxg_launch &L, const std::vector<float> &two, const float *xa, const mx_matrix &w,
-                        const float *bias, int n, std::vector<float> &scratch) {
-    // Whether the two-launch product split its columns: it wrote partial sums to the scratch.
-    bool split = false;
-    for (float v : scratch) split |= v != 0.0f;
-    add_check(L, two, xa, w, bias, n, scratch, split);
-    if (!split) return;
-    fused_cases++;
-    for (int order = 0; order < 3; order++)
-        if (!fused_once(L, two, xa, w, bias, n, scratch, order, 0u))
-            FAIL("fused reduction differs from the two launches (or left a ticket set): %dx%d n=%d block order %d",
-                 (int)w.rows, (int)w.cols, n, order);
-    if (fused_once(L, two, xa, w, bias, n, scratch, 2, 1u)) FAIL("a stale ticket was not caught: %dx%d n=%d", (int)w.rows, (int)w.cols, n);
-    else faults_caught++;
-}
-
-// The batched "matmul + residual add" (mxg_matvec_mma_add, MLXCEL_GPU_TC_FUSE=1) in three block
-// orders: out equal to the two-launch `two` bit for bit, res equal to res0 + two per element (the
-// add record's float32 sum), every ticket back at 0. Where the product splits, without tickets it
-// must decline and write nothing.
+// The batched "matmul + residual add" (mxg_matvec_mma_add) on the launch settings of L: out equal
+// to the plain product `two` bit for bit and res equal to res0 + two per element (the add record's
+// float32 sum); where the product splits its columns outside a cluster (the split-sum kernel's
+// path) it must decline and write nothing.
 static int add_cases = 0;
 static void add_check(mxg_launch L, const std::vector<float> &two, const float *xa, const mx_matrix &w,
-                      const float *bias, int n, std::vector<float> &scratch, bool split) {
+                      const float *bias, int n, bool must_decline) {
     add_cases++;
     std::vector<float> res0(two.size());
     for (auto &v : res0) v = (unit() - 0.5f) * 8.0f;
-    for (int order = 0; order < 3; order++) {
-        std::vector<unsigned> tickets(1024, 0u);
-        std::vector<float> out(two.size(), -7.0f), res = res0;
-        L.tc_tickets = tickets.data(), L.tc_ticket_count = (int64_t)tickets.size();
-        emu_block_order = order, emu_block_seed = 777u + (unsigned)n;
-        const int rc = mxg_matvec_mma_add(&L, out.data(), xa, &w, bias, n, res.data());
-        emu_block_order = 0;
-        bool ok = rc == 0 && memcmp(out.data(), two.data(), two.size() * sizeof(float)) == 0;
-        for (size_t i = 0; ok && i < res.size(); i++) {
-            const float want = res0[i] + two[i];
-            ok = memcmp(&res[i], &want, sizeof want) == 0;
-        }
-        for (unsigned t : tickets) ok &= t == 0;
-        if (!ok) FAIL("matmul + residual add differs from the two records (rc %d): %dx%d n=%d split=%d block order %d", rc,
-                      (int)w.rows, (int)w.cols, n, split, order);
-    }
-    if (split) {
-        std::vector<float> out(two.size(), -7.0f), res = res0;
-        L.tc_tickets = nullptr, L.tc_ticket_count = 0;
-        if (mxg_matvec_mma_add(&L, out.data(), xa, &w, bias, n, res.data()) != -1 || res != res0)
-            FAIL("matmul + residual add without tickets on a split product did not decline cleanly: %dx%d n=%d",
-                 (int)w.rows, (int)w.cols, n);
+    std::vector<float> out(two.size(), -7.0f), res = res0;
+    const int rc = mxg_matvec_mma_add(&L, out.data(), xa, &w, bias, n, res.data());
+    if (must_decline) {
+        if (rc != -1 || res != res0) FAIL("matmul + residual add on a split product did not decline cleanly: %dx%d n=%d", (int)w.rows, (int)w.cols, n);
         for (float v : out)
             if (v != -7.0f) { FAIL("declining matmul + residual add wrote out: %dx%d n=%d", (int)w.rows, (int)w.cols, n); break; }
+        return;
     }
+    bool ok = rc == 0 && memcmp(out.data(), two.data(), two.size() * sizeof(float)) == 0;
+    for (size_t i = 0; ok && i < res.size(); i++) {
+        const float want = res0[i] + two[i];
+        ok = memcmp(&res[i], &want, sizeof want) == 0;
+    }
+    if (!ok) FAIL("matmul + residual add differs from the two records (rc %d, cluster max %d): %dx%d n=%d", rc,
+                  L.tc_cluster_max, (int)w.rows, (int)w.cols, n);
 }
 
-// One product; returns false when the launcher declined (expected only where `expect` is false).
+// Cluster counters: products whose splits ran as clusters, those bit-identical to the split-sum
+// path (same split count), and planted faults caught.
+static int cluster_cases = 0, cluster_same_bits = 0, faults_run = 0, faults_caught = 0;
+static bool quick = false;
+
+// One product: the split-sum path (L.tc_cluster_max 0) against the double reference; then, with
+// clusters of at most 16 and of at most 8 blocks, the cluster path (sm_90) against the same
+// reference, bit for bit against the split-sum path wherever both split the same way (the same
+// chunks per split, summed in the same order), and as matmul + residual add. On the first cluster
+// cases two planted faults (emu.h) must be caught: a wrong source block (by the reference bound)
+// and the partials summed in reverse order (by the bit comparison; three or more splits).
 static void run_case(int bits, int gs, mx_dtype st, int rows, int cols, int n, bool with_bias, int sms,
                      size_t scratch_bytes) {
     cases++;
@@ -144,38 +111,86 @@ static void run_case(int bits, int gs, mx_dtype st, int rows, int cols, int n, b
         xa[i] = unit() < 0.01f ? g * 300.0f : g;
     }
     for (auto &b : bias) b = unit() - 0.5f;
-    std::vector<float> scratch(scratch_bytes / 4 + 1, 0.0f);
-    mxg_launch L{};
-    L.warp = 32, L.sm_count = sms, L.cc = 90, L.scratch = scratch_bytes ? scratch.data() : nullptr;
-    L.scratch_bytes = scratch_bytes;
-    if (mxg_matvec_mma(&L, out.data(), xa, &w, with_bias ? bias.data() : nullptr, n) != 0) {
-        FAIL("declined: %d-bit g%d %s %dx%d n=%d", bits, gs, st_name(st), rows, cols, n);
-        return;
-    }
+    const float *bp = with_bias ? bias.data() : nullptr;
+    // The double reference and each output's magnitude sum(|s q x| + |b x|) (+ 0.1 |bias|).
+    std::vector<double> ref((size_t)n * rows), mag((size_t)n * rows);
     std::vector<float> row(cols);
-    double case_worst = 0.0;
-    int bad = 0;
     for (int r = 0; r < rows; r++) {
         mx_matrix_dequant_row(&w, r, row.data());
         const uint8_t *rp = data.data() + rb * r;
         for (int tk = 0; tk < n; tk++) {
-            double ref = with_bias ? bias[r] : 0.0, mag = with_bias ? 1e-1 * fabs(bias[r]) : 0.0;
+            double rf = with_bias ? bias[r] : 0.0, mg = with_bias ? 1e-1 * fabs(bias[r]) : 0.0;
             for (int k = 0; k < cols; k++) {
                 const double xv = xa[(size_t)tk * cols + k];
-                ref += (double)row[k] * xv;
+                rf += (double)row[k] * xv;
                 const size_t gi = (size_t)r * groups + k / gs;
-                mag += fabs(get_scale(sc, st, gi) * (double)mx_quant_code(rp, bits, k) * xv) +
-                       fabs(get_scale(bi, st, gi) * xv);
+                mg += fabs(get_scale(sc, st, gi) * (double)mx_quant_code(rp, bits, k) * xv) + fabs(get_scale(bi, st, gi) * xv);
             }
-            const double err = fabs((double)out[(size_t)tk * rows + r] - ref), ratio = err / (mag > 0 ? mag : 1e-30);
-            if (!(ratio <= 1e-6) && bad++ < 3)
-                FAIL("%d-bit g%d %s %dx%d n=%d bias=%d sms=%d: row %d token %d: %.9g, reference %.9g (err/sum %.3g)",
-                     bits, gs, st_name(st), rows, cols, n, with_bias, sms, r, tk, out[(size_t)tk * rows + r], ref, ratio);
-            if (ratio > case_worst || ratio != ratio) case_worst = ratio != ratio ? 1e9 : ratio;
+            ref[(size_t)tk * rows + r] = rf, mag[(size_t)tk * rows + r] = mg;
         }
     }
-    worst = case_worst > worst ? case_worst : worst;
-    fused_check(L, out, xa, w, with_bias ? bias.data() : nullptr, n, scratch);
+    // Outputs past the bound (the first three reported unless quiet); the worst ratio into `worst`.
+    auto past_bound = [&](const std::vector<float> &o, const char *path, bool quiet) {
+        int bad = 0;
+        for (int r = 0; r < rows; r++)
+            for (int tk = 0; tk < n; tk++) {
+                const size_t i = (size_t)tk * rows + r;
+                const double ratio = fabs((double)o[i] - ref[i]) / (mag[i] > 0 ? mag[i] : 1e-30);
+                if (!(ratio <= 1e-6) && bad++ < 3 && !quiet)
+                    FAIL("%s: %d-bit g%d %s %dx%d n=%d bias=%d sms=%d: row %d token %d: %.9g, reference %.9g (err/sum %.3g)",
+                         path, bits, gs, st_name(st), rows, cols, n, with_bias, sms, r, tk, o[i], ref[i], ratio);
+                if (!quiet) worst = ratio > worst || ratio != ratio ? (ratio != ratio ? 1e9 : ratio) : worst;
+            }
+        return bad;
+    };
+    std::vector<float> scratch(scratch_bytes / 4 + 1, 0.0f);
+    mxg_launch L{};
+    L.warp = 32, L.sm_count = sms, L.cc = 90, L.scratch = scratch_bytes ? scratch.data() : nullptr;
+    L.scratch_bytes = scratch_bytes, L.tc_cluster_max = 0;
+    emu_launches.clear();
+    if (mxg_matvec_mma(&L, out.data(), xa, &w, bp, n) != 0) {
+        FAIL("declined: %d-bit g%d %s %dx%d n=%d", bits, gs, st_name(st), rows, cols, n);
+        return;
+    }
+    const unsigned plain_splits = emu_launches.at(0).grid.y;
+    past_bound(out, "split-sum path", false);
+    add_check(L, out, xa, w, bp, n, plain_splits > 1);
+    for (int cap : {16, 8}) {
+        if (quick && (cap == 8) != (cases % 2 == 1)) continue;  // (quick: one of the two, alternately)
+        L.tc_cluster_max = cap;
+        std::vector<float> o2(out.size(), -7.0f);
+        emu_launches.clear();
+        if (mxg_matvec_mma(&L, o2.data(), xa, &w, bp, n) != 0) {
+            FAIL("declined with clusters: %d-bit g%d %s %dx%d n=%d", bits, gs, st_name(st), rows, cols, n);
+            return;
+        }
+        const emu_launch_record k = emu_launches.at(0);
+        const bool clustered = k.cluster.y > 1;
+        if (clustered != (k.grid.y > 1 && rows % 4 == 0) || (clustered && (k.grid.y > (unsigned)cap || emu_launches.size() != 1)))
+            FAIL("cluster path not taken as it should (grid y %u, cluster y %u, %zu launches, cap %d): %dx%d n=%d",
+                 k.grid.y, k.cluster.y, emu_launches.size(), cap, rows, cols, n);
+        past_bound(o2, "cluster path", false);
+        if (k.grid.y == plain_splits && memcmp(o2.data(), out.data(), out.size() * sizeof(float)) != 0)
+            FAIL("cluster path differs from the split-sum path at the same %u splits: %dx%d n=%d", k.grid.y, rows, cols, n);
+        add_check(L, o2, xa, w, bp, n, k.grid.y > 1 && !clustered);
+        if (!clustered) continue;
+        cluster_cases++;
+        cluster_same_bits += k.grid.y == plain_splits;
+        if (faults_run >= 12) continue;
+        for (int fault = 1; fault <= 2; fault++) {
+            if (fault == 2 && k.grid.y < 3) continue;
+            std::vector<float> o3(out.size(), -7.0f);
+            emu_cluster_fault = fault;
+            mxg_matvec_mma(&L, o3.data(), xa, &w, bp, n);
+            emu_cluster_fault = 0;
+            faults_run++;
+            const bool caught = fault == 1 ? past_bound(o3, "", true) > 0
+                                           : memcmp(o3.data(), o2.data(), o2.size() * sizeof(float)) != 0;
+            faults_caught += caught;
+            if (fault == 1 && !caught)
+                FAIL("a planted fault (wrong source block) passed the reference bound: %dx%d n=%d", rows, cols, n);
+        }
+    }
 }
 
 static void declines() {
@@ -203,7 +218,7 @@ static void declines() {
 }
 
 int main(int argc, char **argv) {
-    const bool quick = argc > 1 && !strcmp(argv[1], "quick");
+    quick = argc > 1 && !strcmp(argv[1], "quick");
     declines();
     const mx_dtype sts[] = {MX_DTYPE_BF16, MX_DTYPE_F16, MX_DTYPE_F32};
     const int gss[] = {32, 64, 128};
@@ -226,11 +241,13 @@ int main(int argc, char **argv) {
         run_case(bits, gs, sts[below(3)], rowss[below(6)], cols, ns[below(11)], below(2), sms[below(3)], scr[below(3)]);
     }
     if (!quick) run_case(4, 64, MX_DTYPE_BF16, 1024, 1024, 64, false, 132, 8 << 20);  // the 0.6B's shape, 32 splits
-    printf("%d split products also with the in-kernel reduction in 3 block orders: bit-identical to the two launches, "
-           "%d stale-ticket faults caught\n", fused_cases, faults_caught);
-    printf("%d products also as matmul + residual add in 3 block orders: out and residual bit-identical to the "
-           "two records\n", add_cases);
-    if (fused_cases < 10) FAIL("only %d split products checked with the in-kernel reduction", fused_cases);
+    printf("%d products also as matmul + residual add: out and residual bit-identical to the two records, "
+           "split-sum ones declined\n", add_cases);
+    printf("%d products on the cluster path (%d bit-identical to the split-sum path at the same splits); "
+           "%d of %d planted faults caught\n", cluster_cases, cluster_same_bits, faults_caught, faults_run);
+    if (cluster_cases < 10 || cluster_same_bits < 5) FAIL("too few cluster products checked");
+    // Every wrong-source fault must be caught (FAIL above); reversed order can tie on a few cases.
+    if (faults_run < 12 || faults_caught < faults_run * 3 / 4) FAIL("planted faults: %d of %d caught", faults_caught, faults_run);
     printf("%d products, worst |err| / sum(|s q x| + |b x|) = %.3g (bound 1e-6)\n", cases, worst);
     if (fails) printf("%d failed\n", fails);
     else printf("passed\n");

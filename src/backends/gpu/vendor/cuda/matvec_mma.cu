@@ -33,16 +33,32 @@
 // 8-byte load). The block's loop over these slabs is software-pipelined: the next slab's codes,
 // scales and biases are loaded into registers before the current slab's mma (so a block waits on
 // DRAM about once, not once per slab), and the activations of a slab are loaded up to four float4
-// per thread at once (one L2 round trip per 32 tokens). Blocks cover 128 rows x a range of chunks;
-// when the rows alone give fewer than 2 blocks per multiprocessor (a 1024-row product: 8 blocks),
-// the columns are split into up to 32 ranges whose float32 partial sums go to L->scratch and are
-// added in a fixed order by a second kernel (four outputs per thread where the rows allow), so
-// results do not depend on timing; with MLXCEL_GPU_TC_FUSE=1 (L->tc_tickets) the last block of each
-// row range adds them instead, in the same order (reduce_if_last), in kernel instances of their own
-// that also carry the residual add of mxg_matvec_mma_add. Registers of the default instances
-// (ptxas, sm_90, 4-bit / 8-bit): 126 / 150 at 8 tokens, 162 / 166 at 16, 218 / 232 at 32, 254 / 255
-// at 64, no spills (the fused ones: bench/RESULTS.md).
+// per thread at once (one L2 round trip per 32 tokens). Blocks cover 128 rows x a range of chunks.
+//
+// Column splits: when the rows alone give fewer than 2 blocks per multiprocessor (a 1024-row product:
+// 8 blocks), the columns are split (at least 2 chunks per split) and the splits' float32 partial
+// sums are added in a fixed order (s = 0; s += partial[k] for k = 0..S-1; then + bias), so results
+// do not depend on timing. On sm_90 the S splits of a row range run as one thread-block cluster
+// (vendor/cuda/cluster.cuh; grid y = S, cluster dims (1, S, 1)): each block leaves its partial tile
+// [tokens x 128 rows] in its own shared memory (over the activation staging space, which it no
+// longer needs: dynamic shared memory of 33 KB at 64 tokens, so two blocks still share a
+// multiprocessor), the cluster synchronizes, and each block adds a 1/S slice of the tile across
+// all S blocks' shared memory (distributed shared memory) and stores it with coalesced float4
+// stores: no partial sums through DRAM/L2 and no second launch. The split count aims at 2 blocks
+// per multiprocessor (264 on an H200) but at most MLXCEL_GPU_TC_CLUSTER (default 16, the
+// non-portable cluster size an H200 schedules; 8, the portable size, where the device refuses 16):
+// the 0.6B's 1024-row products get 8 x 16 = 128 blocks (one slab each over 1024 columns), its
+// 2048-row q product 256 and its 3072-row gate/up 24 x 11; 8 would leave those 1024-row products
+// 64 blocks on 132 multiprocessors. sm_80-89, rows not a multiple of 4, unaligned outputs and
+// MLXCEL_GPU_TC_CLUSTER=0 keep the earlier path: up to 32 splits whose partials go to L->scratch
+// and a second kernel adding them in the same order (four outputs per thread where the rows
+// allow); with the same split count both paths give the same bits (the emulation checks it). The
+// cluster path and an unsplit product can also add their output to a residual (mxg_matvec_mma_add,
+// the batched "matmul + residual add" of gpu_plan.c: res + out per element, as the add record).
+// Registers before the cluster instances (ptxas, sm_90, 4-bit / 8-bit): 126 / 150 at 8 tokens,
+// 162 / 166 at 16, 218 / 232 at 32, 254 / 255 at 64, no spills.
 #include "backends/gpu/dequant.cuh"
+#include "backends/gpu/vendor/cuda/cluster.cuh"
 #include "backends/gpu/vendor/cuda/mma_m16n8k16.cuh"
 
 namespace {
@@ -54,7 +70,18 @@ constexpr int kSlabChunks = 2;                      // 32-column chunks staged a
 constexpr int kHmStride = kSlabChunks * 8 + 4;      // 16-byte hi/mid slots per staged token: 320 bytes, 64 mod 128
 constexpr int kLoStride = kSlabChunks * 8 + 4;      // 8-byte lo slots per staged token: 160 bytes, 32 mod 128
 constexpr int kMinChunksPerSplit = 2;
-constexpr int kMaxSplits = 32;
+constexpr int kMaxSplits = 32;                      // split-sum path (L->scratch)
+constexpr int kTileStride = kBlockRows + 4;         // floats per token of a cluster block's partial tile
+
+// Dynamic shared memory of a block of NT token tiles: the activation staging (xs, xl, xsum) and, in
+// the cluster instances, the partial tile [kTok][kTileStride] over the same bytes afterwards.
+__host__ __device__ constexpr size_t staging_bytes(int nt) {
+    return (size_t)nt * 8 * (kHmStride * 16 + kLoStride * 8) + kSlabChunks * nt * 8 * 4;
+}
+__host__ __device__ constexpr size_t smem_bytes(int nt, bool cluster) {
+    return cluster && (size_t)nt * 8 * kTileStride * 4 > staging_bytes(nt) ? (size_t)nt * 8 * kTileStride * 4
+                                                                         : staging_bytes(nt);
+}
 
 // bf16 bits of f, rounded to nearest even (finite f), in the top half of a word.
 __device__ __forceinline__ uint32_t bf16_top(float f) {
@@ -111,96 +138,58 @@ __device__ __forceinline__ void load_slab_weights(SlabWeights<BITS> &W, const Ma
     }
 }
 
-// MLXCEL_GPU_TC_FUSE=1: the split-column partial sums added inside the product. Every block has
-// written its partial sums; the last block of a row range to finish (an atomic ticket per range,
-// after a __threadfence, as kernels/rows.cu's argmax does) adds the ranges' partials of its 128 rows
-// in split order, exactly as split_sum4_kernel / split_sum_kernel do (s = 0; s += partial[k] for k
-// = 0..splits-1; then + bias), so the results equal the two-launch path's bit for bit whatever the
-// order the blocks finish in. It then sets its ticket back to 0, so the next product (and every
-// graph replay) starts from zeros without a memset. With res (the batched "matmul + residual add"
-// pattern of gpu_plan.c) it also adds each sum to the residual, res + out as kernels/elementwise.cu's
-// add does, so res gets the bits the add record would give it. Four rows per thread (float4) where the rows
-// are a multiple of 4 and out is 16-byte aligned, else one.
-__device__ __noinline__ void reduce_if_last(float *__restrict__ out, const float *__restrict__ partial,
-                                            const float *__restrict__ bias, unsigned int *__restrict__ tickets,
-                                            int64_t rows, int n, float *__restrict__ res) {
-    __shared__ unsigned int last;
-    __threadfence();  // this block's partial sums are visible to the block that adds them
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(&tickets[blockIdx.x], 1u) == gridDim.y - 1 ? 1u : 0u;
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    const int splits = (int)gridDim.y, tid = (int)threadIdx.x;
-    const int64_t row0 = (int64_t)blockIdx.x * kBlockRows, count = (int64_t)n * rows;
-    if (rows % 4 == 0 && ((uintptr_t)out & 15) == 0) {
-        // Thread: rows row0 + 4 (tid % 32) .. +3, tokens tid / 32, + 4, + 8..., four tokens at a time
-        // (their loads of a split issued together: more loads in flight on the few reducing blocks).
-        constexpr int kStep = kThreads / 32, kTok = 4;
-        const int64_t r = row0 + 4 * (tid % 32);
-        if (r < rows)
-            for (int tok0 = tid / 32; tok0 < n; tok0 += kStep * kTok) {
-                float4 s[kTok];
-#pragma unroll
-                for (int u = 0; u < kTok; u++) s[u] = float4{0.0f, 0.0f, 0.0f, 0.0f};
+// The cluster's reduction (CLUSTER instances, after mxg_cluster_sync): the S blocks of one row range
+// (ranks 0..S-1 = splits) each hold their partial tile [tok][row] of 128 rows in shared memory;
+// block `rank` takes its slice of the tile's float4 items (item = tok * 32 + row / 4; slice =
+// items [rank * per, (rank + 1) * per), per = ceil(n * 32 / S)), adds the S partials of each in
+// split order (s = 0; s += partial[k] for k = 0..S-1; then + bias, as split_sum4_kernel), and
+// stores it to out (rows % 4 == 0, out and res 16-byte aligned: the launcher checks); with res,
+// res = res + out as the add record. Consecutive threads take consecutive items: coalesced stores.
+__device__ __forceinline__ void cluster_reduce(float *__restrict__ out, const float *__restrict__ bias,
+                                               float *__restrict__ res, const float *tile, int64_t row0, int64_t rows,
+                                               int n, int S, unsigned rank) {
+    const int items = n * (kBlockRows / 4), per = (items + S - 1) / S;
+    const int end = min(items, ((int)rank + 1) * per);
+    for (int it = (int)rank * per + (int)threadIdx.x; it < end; it += kThreads) {
+        const int tok = it / (kBlockRows / 4), r = 4 * (it % (kBlockRows / 4));
+        const int64_t row = row0 + r;
+        if (row >= rows) continue;
+        const float *mine = tile + tok * kTileStride + r;
+        float4 s = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll 4
-                for (int k = 0; k < splits; k++) {
-                    float4 p[kTok];
-#pragma unroll
-                    for (int u = 0; u < kTok; u++) {
-                        const int tok = tok0 + u * kStep;
-                        p[u] = tok < n ? __ldcg((const float4 *)(partial + (int64_t)k * count + (int64_t)tok * rows + r))
-                                       : float4{0.0f, 0.0f, 0.0f, 0.0f};
-                    }
-#pragma unroll
-                    for (int u = 0; u < kTok; u++) s[u].x += p[u].x, s[u].y += p[u].y, s[u].z += p[u].z, s[u].w += p[u].w;
-                }
-#pragma unroll
-                for (int u = 0; u < kTok; u++) {
-                    const int tok = tok0 + u * kStep;
-                    if (tok >= n) break;
-                    const int64_t i = (int64_t)tok * rows + r;
-                    float4 v = s[u];
-                    if (bias) v.x += bias[r], v.y += bias[r + 1], v.z += bias[r + 2], v.w += bias[r + 3];
-                    *(float4 *)(out + i) = v;
-                    if (res) {  // (res 16-byte aligned too: the launcher checks)
-                        const float4 a = *(const float4 *)(res + i);
-                        *(float4 *)(res + i) = float4{a.x + v.x, a.y + v.y, a.z + v.z, a.w + v.w};
-                    }
-                }
-            }
-    } else {
-        const int64_t r = row0 + tid;
-        if (r < rows)
-            for (int tok = 0; tok < n; tok++) {
-                const int64_t i = (int64_t)tok * rows + r;
-                float s = 0.0f;
-#pragma unroll 8
-                for (int k = 0; k < splits; k++) s += __ldcg(partial + (int64_t)k * count + i);
-                const float v = bias ? s + bias[r] : s;
-                out[i] = v;
-                if (res) res[i] = res[i] + v;
-            }
+        for (int k = 0; k < S; k++) {
+            const float4 p = *(const float4 *)mxg_cluster_map(mine, (unsigned)k);
+            s.x += p.x, s.y += p.y, s.z += p.z, s.w += p.w;
+        }
+        if (bias) s.x += bias[row], s.y += bias[row + 1], s.z += bias[row + 2], s.w += bias[row + 3];
+        const int64_t i = (int64_t)tok * rows + row;
+        *(float4 *)(out + i) = s;
+        if (res) {
+            const float4 a = *(const float4 *)(res + i);
+            *(float4 *)(res + i) = float4{a.x + s.x, a.y + s.y, a.z + s.z, a.w + s.w};
+        }
     }
-    if (tid == 0) tickets[blockIdx.x] = 0u;  // ready for the next product
 }
 
-// grid (ceil(rows / 128), splits). x [n, cols] 16-byte aligned; out [n, rows] when gridDim.y == 1,
-// else partial [splits][n][rows] (bias added by the sum kernel, or with tickets by the range's last
-// block into final_out). res (NULL, or [n, rows]): res += the product, by whichever writes out.
-template <int BITS, int ST, int NT, bool FUSE>
+// grid (ceil(rows / 128), splits). x [n, cols] 16-byte aligned; dynamic shared memory
+// smem_bytes(NT, CLUSTER). Without CLUSTER: out [n, rows] when gridDim.y == 1, else partial
+// [splits][n][rows] (bias added by the sum kernel); res (NULL, or [n, rows]; only unsplit): res +=
+// out, res + out per element as the add record. With CLUSTER (sm_90; cluster dims (1, splits, 1)):
+// out [n, rows], the splits added by cluster_reduce (res as there).
+template <int BITS, int ST, int NT, bool CLUSTER>
 __global__ void __launch_bounds__(kThreads) matvec_mma_kernel(float *__restrict__ out, const float *__restrict__ x,
                                                               MatView m, const float *__restrict__ bias, int n,
-                                                              int chunks_per_split, float *__restrict__ final_out,
-                                                              unsigned int *__restrict__ tickets, float *__restrict__ res) {
+                                                              int chunks_per_split, float *__restrict__ res) {
     constexpr int kTok = NT * 8;
     constexpr int kWords = BITS / 4;  // words holding a lane's 8 codes of one chunk
     constexpr int kGroup = NT < 4 ? NT : 4;  // activation float4 loads per thread in flight
     static_assert(kTok * kSlabChunks * 8 == NT * kThreads, "one float4 per thread per 8 tokens of a slab");
-    // [token][chunk * 8 + step * 4 + t]: hi01, hi23, mid01, mid23 and lo01, lo23 of lane t's k step.
-    __align__(16) __shared__ uint4 xs[kTok][kHmStride];
-    __align__(16) __shared__ uint2 xl[kTok][kLoStride];
-    __align__(16) __shared__ float xsum[kSlabChunks][kTok];  // float32 sum of each chunk's 32 activations
+    // [token][chunk * 8 + step * 4 + t]: hi01, hi23, mid01, mid23 and lo01, lo23 of lane t's k step;
+    // then the float32 sum of each chunk's 32 activations per token.
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    uint4 (*xs)[kHmStride] = reinterpret_cast<uint4 (*)[kHmStride]>(smem_raw);
+    uint2 (*xl)[kLoStride] = reinterpret_cast<uint2 (*)[kLoStride]>(smem_raw + kTok * kHmStride * 16);
+    float (*xsum)[kTok] = reinterpret_cast<float (*)[kTok]>(smem_raw + kTok * (kHmStride * 16 + kLoStride * 8));
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
     const int64_t row0 = (int64_t)blockIdx.x * kBlockRows + warp * (kTiles * 16);
     const int total_chunks = m.cols / 32;
@@ -327,6 +316,23 @@ __global__ void __launch_bounds__(kThreads) matvec_mma_kernel(float *__restrict_
         }
     }
 
+    if constexpr (CLUSTER) {
+        // The partial tile [token][row of the block] over the staging space, then the reduction.
+        float *tile = reinterpret_cast<float *>(smem_raw);
+        __syncthreads();  // the last slab's readers are done with the staging space
+#pragma unroll
+        for (int i = 0; i < kTiles; i++)
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++)
+                    tile[(j * 8 + 2 * t + e % 2) * kTileStride + warp * (kTiles * 16) + i * 16 + g + 8 * (e / 2)] =
+                        acc[i][j][e];
+        mxg_cluster_sync();  // every block's tile is written
+        cluster_reduce(out, bias, res, tile, (int64_t)blockIdx.x * kBlockRows, m.rows, n, (int)gridDim.y, blockIdx.y);
+        mxg_cluster_sync();  // no block leaves while another still reads its tile
+        return;
+    }
     float *dst = gridDim.y == 1 ? out : out + (int64_t)blockIdx.y * n * m.rows;
 #pragma unroll
     for (int i = 0; i < kTiles; i++)
@@ -339,12 +345,9 @@ __global__ void __launch_bounds__(kThreads) matvec_mma_kernel(float *__restrict_
                 if (r < m.rows && tok < n) {
                     const float v = acc[i][j][e] + (gridDim.y == 1 && bias ? bias[r] : 0.0f);
                     dst[(int64_t)tok * m.rows + r] = v;
-                    if constexpr (FUSE)
-                        if (res && gridDim.y == 1) res[(int64_t)tok * m.rows + r] += v;  // res + out, as the add record
+                    if (res) res[(int64_t)tok * m.rows + r] += v;  // res + out, as the add record
                 }
             }
-    if constexpr (FUSE)
-        if (tickets && gridDim.y > 1) reduce_if_last(final_out, dst - (int64_t)blockIdx.y * n * m.rows, bias, tickets, m.rows, n, res);
 }
 
 // out[i] = sum over splits of partial[split][i] (in split order) + bias[i % rows].
@@ -377,45 +380,54 @@ __global__ void split_sum4_kernel(float4 *__restrict__ out, const float4 *__rest
     out[i] = s;
 }
 
-template <int BITS, int ST>
-void launch_bits_st(const mxg_launch *L, float *dst, const float *x, const MatView &m, const float *bias, int n,
-                    dim3 grid, int cps, float *out, unsigned int *tickets, float *res) {
+// The kernel instance for n tokens: NT = 1, 2, 4 or 8 token tiles.
+template <int BITS, int ST, int NT, bool CLUSTER>
+void launch_nt(const mxg_launch *L, float *dst, const float *x, const MatView &m, const float *bias, int n, dim3 grid,
+               int cps, float *res) {
     gpuStream_t s = (gpuStream_t)L->stream;
-    // MLXCEL_GPU_TC_FUSE's epilogues in their own instances: the default kernels stay as they were.
-    const bool fuse = tickets || res;
-    if (fuse && n <= 8)
-        matvec_mma_kernel<BITS, ST, 1, true><<<grid, kThreads, 0, s>>>(dst, x, m, bias, n, cps, out, tickets, res);
-    else if (fuse && n <= 16)
-        matvec_mma_kernel<BITS, ST, 2, true><<<grid, kThreads, 0, s>>>(dst, x, m, bias, n, cps, out, tickets, res);
-    else if (fuse && n <= 32)
-        matvec_mma_kernel<BITS, ST, 4, true><<<grid, kThreads, 0, s>>>(dst, x, m, bias, n, cps, out, tickets, res);
-    else if (fuse)
-        matvec_mma_kernel<BITS, ST, 8, true><<<grid, kThreads, 0, s>>>(dst, x, m, bias, n, cps, out, tickets, res);
-    else if (n <= 8)
-        matvec_mma_kernel<BITS, ST, 1, false><<<grid, kThreads, 0, s>>>(dst, x, m, bias, n, cps, out, tickets, res);
-    else if (n <= 16)
-        matvec_mma_kernel<BITS, ST, 2, false><<<grid, kThreads, 0, s>>>(dst, x, m, bias, n, cps, out, tickets, res);
-    else if (n <= 32)
-        matvec_mma_kernel<BITS, ST, 4, false><<<grid, kThreads, 0, s>>>(dst, x, m, bias, n, cps, out, tickets, res);
+    if constexpr (CLUSTER)
+        mxg_launch_cluster(matvec_mma_kernel<BITS, ST, NT, true>, grid, dim3(kThreads), smem_bytes(NT, true), s,
+                           dim3(1, grid.y, 1), dst, x, m, bias, n, cps, res);
     else
-        matvec_mma_kernel<BITS, ST, 8, false><<<grid, kThreads, 0, s>>>(dst, x, m, bias, n, cps, out, tickets, res);
+        matvec_mma_kernel<BITS, ST, NT, false><<<grid, kThreads, smem_bytes(NT, false), s>>>(dst, x, m, bias, n, cps, res);
 }
 
-template <int BITS>
-void launch_bits(const mxg_launch *L, float *dst, const float *x, const MatView &m, mx_dtype st, const float *bias,
-                 int n, dim3 grid, int cps, float *out, unsigned int *tickets, float *res) {
-    if (st == MX_DTYPE_F32)
-        launch_bits_st<BITS, ST_F32>(L, dst, x, m, bias, n, grid, cps, out, tickets, res);
-    else if (st == MX_DTYPE_F16)
-        launch_bits_st<BITS, ST_F16>(L, dst, x, m, bias, n, grid, cps, out, tickets, res);
+template <int BITS, int ST, bool CLUSTER>
+void launch_bits_st(const mxg_launch *L, float *dst, const float *x, const MatView &m, const float *bias, int n,
+                    dim3 grid, int cps, float *res) {
+    if (n <= 8)
+        launch_nt<BITS, ST, 1, CLUSTER>(L, dst, x, m, bias, n, grid, cps, res);
+    else if (n <= 16)
+        launch_nt<BITS, ST, 2, CLUSTER>(L, dst, x, m, bias, n, grid, cps, res);
+    else if (n <= 32)
+        launch_nt<BITS, ST, 4, CLUSTER>(L, dst, x, m, bias, n, grid, cps, res);
     else
-        launch_bits_st<BITS, ST_BF16>(L, dst, x, m, bias, n, grid, cps, out, tickets, res);
+        launch_nt<BITS, ST, 8, CLUSTER>(L, dst, x, m, bias, n, grid, cps, res);
+}
+
+template <int BITS, bool CLUSTER>
+void launch_bits(const mxg_launch *L, float *dst, const float *x, const MatView &m, mx_dtype st, const float *bias,
+                 int n, dim3 grid, int cps, float *res) {
+    if (st == MX_DTYPE_F32)
+        launch_bits_st<BITS, ST_F32, CLUSTER>(L, dst, x, m, bias, n, grid, cps, res);
+    else if (st == MX_DTYPE_F16)
+        launch_bits_st<BITS, ST_F16, CLUSTER>(L, dst, x, m, bias, n, grid, cps, res);
+    else
+        launch_bits_st<BITS, ST_BF16, CLUSTER>(L, dst, x, m, bias, n, grid, cps, res);
+}
+
+// The largest cluster the device runs this file's kernels in (mxg_cluster_max_blocks of the
+// 64-token instance, the one with the most registers and shared memory), asked once.
+int cluster_max_splits() {
+    static const int max = mxg_cluster_max_blocks(matvec_mma_kernel<4, ST_BF16, 8, true>, smem_bytes(8, true), kThreads);
+    return max;
 }
 
 }  // namespace
 
 // Enqueues the product (and with res, res += out); 0, or -1 when it has no kernel for this case
-// (kernels.h). With res it also declines where the sum would need the second kernel (no tickets).
+// (kernels.h). With res it also declines where the columns split outside a cluster (the split-sum
+// kernel's path).
 static int matvec_mma(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n,
                       float *res) {
     if (L->cc < 80 || L->warp != 32 || n < 2 || n > 64) return -1;
@@ -426,31 +438,42 @@ static int matvec_mma(const mxg_launch *L, float *out, const float *x, const mx_
     const MatView m = mat_view(w);
     const int64_t row_blocks = (m.rows + kBlockRows - 1) / kBlockRows;
     const int chunks = m.cols / 32;
+    // The cluster path (sm_90, float4 stores of out and res) or the split-sum kernel's.
+    const bool aligned = m.rows % 4 == 0 && ((uintptr_t)out & 15) == 0 && ((uintptr_t)res & 15) == 0;
+    int cluster_max = L->cc >= 90 && aligned && L->tc_cluster_max >= 2 ? cluster_max_splits() : 0;
+    cluster_max = cluster_max < L->tc_cluster_max ? cluster_max : L->tc_cluster_max;
     // Split the columns while the rows give fewer than 2 blocks per multiprocessor, keeping at least
-    // kMinChunksPerSplit chunks per split and the partial sums within L->scratch.
+    // kMinChunksPerSplit chunks per split, and at most cluster_max splits (a cluster) or kMaxSplits
+    // whose partial sums fit in L->scratch.
     int splits = 1;
     const int64_t want = 2 * (int64_t)L->sm_count;
     if (row_blocks < want) {
         int64_t s = (want + row_blocks - 1) / row_blocks;
         s = s < chunks / kMinChunksPerSplit ? s : chunks / kMinChunksPerSplit;
-        s = s < kMaxSplits ? s : kMaxSplits;
-        const int64_t per_split = (int64_t)n * m.rows * (int64_t)sizeof(float);
-        const int64_t fit = L->scratch ? (int64_t)(L->scratch_bytes / (size_t)per_split) : 0;
-        s = s < fit ? s : fit;
+        int64_t cap = cluster_max;
+        if (!cluster_max) {
+            const int64_t per_split = (int64_t)n * m.rows * (int64_t)sizeof(float);
+            const int64_t fit = L->scratch ? (int64_t)(L->scratch_bytes / (size_t)per_split) : 0;
+            cap = kMaxSplits < fit ? kMaxSplits : fit;
+        }
+        s = s < cap ? s : cap;
         splits = s > 1 ? (int)s : 1;
     }
     const int cps = (chunks + splits - 1) / splits;
     splits = (chunks + cps - 1) / cps;
-    float *dst = splits > 1 ? (float *)L->scratch : out;
+    const bool cluster = splits > 1 && cluster_max > 0;
+    if (res && splits > 1 && !cluster) return -1;
+    float *dst = splits > 1 && !cluster ? (float *)L->scratch : out;
     const dim3 grid((unsigned)row_blocks, (unsigned)splits);
-    // MLXCEL_GPU_TC_FUSE=1: the last block of each row range adds the partial sums (reduce_if_last).
-    unsigned int *tickets = splits > 1 && L->tc_tickets && row_blocks <= L->tc_ticket_count ? L->tc_tickets : nullptr;
-    if (res && splits > 1 && (!tickets || ((uintptr_t)res & 15) != 0)) return -1;
-    if (w->q.bits == 4)
-        launch_bits<4>(L, dst, x, m, w->scale_dtype, bias, n, grid, cps, out, tickets, res);
+    if (w->q.bits == 4 && cluster)
+        launch_bits<4, true>(L, dst, x, m, w->scale_dtype, bias, n, grid, cps, res);
+    else if (w->q.bits == 4)
+        launch_bits<4, false>(L, dst, x, m, w->scale_dtype, bias, n, grid, cps, res);
+    else if (cluster)
+        launch_bits<8, true>(L, dst, x, m, w->scale_dtype, bias, n, grid, cps, res);
     else
-        launch_bits<8>(L, dst, x, m, w->scale_dtype, bias, n, grid, cps, out, tickets, res);
-    if (splits > 1 && !tickets) {
+        launch_bits<8, false>(L, dst, x, m, w->scale_dtype, bias, n, grid, cps, res);
+    if (splits > 1 && !cluster) {
         const int64_t count = (int64_t)n * m.rows;
         gpuStream_t s = (gpuStream_t)L->stream;
         if (m.rows % 4 == 0 && ((uintptr_t)out & 15) == 0)
