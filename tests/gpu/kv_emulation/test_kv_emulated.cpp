@@ -32,6 +32,19 @@ static double rel(const float *a, const float *b, size_t n) {
 static int fails = 0;
 static void run(mx_backend *be, mx_op op) { if (mx_run_op(be, op, &err)) { printf("cpu op: %s\n", err.msg); exit(1); } }
 
+// The GPU attention of r (on the flash-decoding kernel when L->attn_decode) into og, cleared to NaN
+// first so an output it never writes fails, against the CPU backend's oc: prints the case's line and
+// counts a failure above 1e-5.
+static void attention_vs_cpu(const mxg_launch *L, const char *name, std::vector<float> &og, const std::vector<float> &oc,
+                             const float *q, const mx_kv_ref *r, int n, int nh, float scale, int window,
+                             const float *sinks) {
+    std::fill(og.begin(), og.end(), NAN);
+    mxg_attention(L, og.data(), q, r, n, nh, scale, window, sinks);
+    double e = rel(og.data(), oc.data(), og.size());
+    printf("   %-14s%s rel err %.2e%s\n", name, L->attn_decode ? " (flash)" : "", e, e > 1e-5 ? "  <-- FAIL" : "");
+    if (!(e <= 1e-5)) fails++;
+}
+
 static void attn_case(mx_backend *cpu, mxg_launch *L, int D, int nkv, int nh, int paged, bool token_rows) {
     mx_kv_layout lay = {2, 3, 300, nkv, D, paged ? 64 : 0};
     int tl = mx_kv_table_len(&lay);
@@ -83,11 +96,7 @@ static void attn_case(mx_backend *cpu, mxg_launch *L, int D, int nkv, int nh, in
         // Decode-sized steps on both decode kernels (kernels/attn_decode.cu, and the general one).
         for (int flash = token_rows || n > 16 ? 0 : 1; flash >= 0; flash--) {
             L->attn_decode = flash;
-            std::fill(og.begin(), og.end(), NAN);
-            mxg_attention(L, og.data(), q.data(), &rg, n, nh, scale, c.window, c.sinks ? sinks.data() : NULL);
-            double e = rel(og.data(), oc.data(), qn);
-            printf("   %-14s%s rel err %.2e%s\n", c.name, flash ? " (flash)" : "", e, e > 1e-5 ? "  <-- FAIL" : "");
-            if (!(e <= 1e-5)) fails++;
+            attention_vs_cpu(L, c.name, og, oc, q.data(), &rg, n, nh, scale, c.window, c.sinks ? sinks.data() : NULL);
         }
     }
     free(gkv);
@@ -133,11 +142,7 @@ static void long_case(mx_backend *cpu, mxg_launch *L, int D, int nkv, int nh, in
         run(cpu, (mx_op){.kind = MX_OP_ATTENTION, .attention = {oc.data(), q.data(), c2, n, nh, scale, c.window, c.sinks ? sinks.data() : NULL}});
         for (int flash = 1; flash >= (also_general ? 0 : 1); flash--) {
             L->attn_decode = flash;
-            std::fill(og.begin(), og.end(), NAN);
-            mxg_attention(L, og.data(), q.data(), &g2, n, nh, scale, c.window, c.sinks ? sinks.data() : NULL);
-            double e = rel(og.data(), oc.data(), qn);
-            printf("   %-14s%s rel err %.2e%s\n", c.name, flash ? " (flash)" : "", e, e > 1e-5 ? "  <-- FAIL" : "");
-            if (!(e <= 1e-5)) fails++;
+            attention_vs_cpu(L, c.name, og, oc, q.data(), &g2, n, nh, scale, c.window, c.sinks ? sinks.data() : NULL);
         }
     }
     free(gkv);
