@@ -9,6 +9,7 @@
 #include <utf8proc.h>
 
 #include "chat/jinja_eval.h"
+#include "core/clock.h"
 
 #define JINJA_MAX_RANGE 100000 // jinja2's sandbox limit
 
@@ -584,7 +585,7 @@ int jinja_call_global(jctx *c, int line, const char *name, const jargs *a, jv *o
         if (fmt.n >= sizeof f) return jctx_fail(c, line, "strftime_now(): format too long");
         memcpy(f, fmt.s, fmt.n);
         f[fmt.n] = 0;
-        time_t now = time(NULL);
+        time_t now = (time_t)mx_wall_now();
         struct tm tm;
         localtime_r(&now, &tm);
         size_t n = strftime(buf, sizeof buf, f, &tm);

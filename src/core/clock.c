@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// The project's one clock (see clock.h): CLOCK_MONOTONIC seconds, CLOCK_REALTIME deadlines for
-// timed waits, and a seed mixed from the wall clock for samplers given none.
+// The project's one clock (see clock.h): CLOCK_MONOTONIC seconds, CLOCK_REALTIME seconds and
+// deadlines for timed waits, and a seed mixed from the wall clock for samplers given none.
 #include "core/clock.h"
 
 #include <stdatomic.h>
@@ -10,6 +10,12 @@
 double mx_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double mx_wall_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 

@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "core/clock.h"
 #include "hub/hub_api.h"
 #include "hub/hub_cache.h"
 #include "hub/hub_env.h"
@@ -127,10 +127,8 @@ static int read_local_metadata(const char *path, char *commit, size_t ccap, char
 
 static int write_local_metadata(const char *path, const char *commit, const char *etag, mx_error *err) {
     if (mx_make_parent_dirs(path, HUB_FOLDER_MODE, err) != 0) return -1;
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
     char text[700];
-    snprintf(text, sizeof text, "%s\n%s\n%.3f\n", commit, etag, (double)ts.tv_sec + ts.tv_nsec * 1e-9);
+    snprintf(text, sizeof text, "%s\n%s\n%.3f\n", commit, etag, mx_wall_now());
     return mx_write_text_file(path, text, err);
 }
 

@@ -97,7 +97,7 @@ mx_server *mx_server_start(mx_model *m, const mx_tokenizer *tok, const mx_chat_t
     s->tmpl = tmpl;
     s->calls = srv_calls_detect(tok, tmpl, mx_model_config(m)->model_type);
     s->o = *o;
-    s->started = (long)time(NULL);
+    s->started = (long)mx_wall_now();
     if (s->o.max_connections <= 0) s->o.max_connections = DEFAULT_MAX_CONNECTIONS;
     if (s->o.conn_timeout <= 0) s->o.conn_timeout = 30;
     if (fit_descriptor_limit(&s->o.max_connections, o->max_connections > 0, err)) {

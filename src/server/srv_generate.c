@@ -162,7 +162,7 @@ enum MHD_Result srv_route_generate(mx_server *s, struct MHD_Connection *c, srv_k
         srv_request_clear(&r);
         return srv_respond_error(s, c, status, status == 400 ? "invalid_request" : NULL, "%s", msg);
     }
-    srv_gen_info info = {.kind = kind, .include_usage = r.include_usage, .n_prompt = (int)n, .created = (long)time(NULL)};
+    srv_gen_info info = {.kind = kind, .include_usage = r.include_usage, .n_prompt = (int)n, .created = (long)mx_wall_now()};
     snprintf(info.id, sizeof info.id, "%s-%llx%04llx", kind == SRV_KIND_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long long)s->started, (unsigned long long)atomic_fetch_add(&s->ids, 1));
     const char *model = r.model ? r.model : s->model_id;
