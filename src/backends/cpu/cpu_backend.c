@@ -309,31 +309,42 @@ static int cpu_run_plan(mx_backend *be, const mx_plan *plan, mx_error *err) {
     return 0;
 }
 
-int cpu_host_memory(size_t *free_bytes, size_t *total_bytes) {
+int cpu_meminfo(const char *const *keys, unsigned long long *values, int n) {
+    for (int i = 0; i < n; i++) values[i] = 0;
     FILE *f = fopen("/proc/meminfo", "r");
     if (!f) return -1;
     char line[256];
-    unsigned long long avail = 0, total = 0, v;
     while (fgets(line, sizeof line, f)) {
-        if (sscanf(line, "MemAvailable: %llu kB", &v) == 1) avail = v * 1024;
-        if (sscanf(line, "MemTotal: %llu kB", &v) == 1) total = v * 1024;
+        const char *colon = strchr(line, ':');
+        for (int i = 0; colon && i < n; i++)
+            if ((size_t)(colon - line) == strlen(keys[i]) && memcmp(line, keys[i], strlen(keys[i])) == 0)
+                values[i] = strtoull(colon + 1, NULL, 10);
     }
     fclose(f);
-    if (!total) return -1;
+    return 0;
+}
+
+// The number a one-line file starts with (a cgroup's memory.max or memory.current); false when it
+// cannot be read or holds none ("max": no limit).
+static bool read_number(const char *path, unsigned long long *v) {
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    bool ok = fscanf(f, "%llu", v) == 1;
+    fclose(f);
+    return ok;
+}
+
+int cpu_host_memory(size_t *free_bytes, size_t *total_bytes) {
+    static const char *const keys[] = {"MemAvailable", "MemTotal"};
+    unsigned long long kb[2], limit, used;
+    if (cpu_meminfo(keys, kb, 2) != 0 || !kb[1]) return -1;
+    unsigned long long avail = kb[0] * 1024, total = kb[1] * 1024;
     if (!avail) avail = total;
-    if ((f = fopen("/sys/fs/cgroup/memory.max", "r"))) {
-        if (fscanf(f, "%llu", &v) == 1 && v < total) {
-            total = v;
-            unsigned long long used = 0;
-            FILE *u = fopen("/sys/fs/cgroup/memory.current", "r");
-            if (u) {
-                if (fscanf(u, "%llu", &used) != 1) used = 0;
-                fclose(u);
-            }
-            unsigned long long left = used < v ? v - used : 0;
-            if (left < avail) avail = left;
-        }
-        fclose(f);
+    if (read_number("/sys/fs/cgroup/memory.max", &limit) && limit < total) {
+        total = limit;
+        if (!read_number("/sys/fs/cgroup/memory.current", &used)) used = 0;
+        unsigned long long left = used < limit ? limit - used : 0;
+        if (left < avail) avail = left;
     }
     *free_bytes = (size_t)avail;
     *total_bytes = (size_t)total;

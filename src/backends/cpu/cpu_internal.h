@@ -26,6 +26,9 @@ typedef struct cpu_ctx {
 
 static inline cpu_ctx *cpu_of(mx_backend *be) { return (cpu_ctx *)be->ctx; }
 
+// The numbers of the /proc/meminfo lines named keys[0..n-1] ("MemTotal": kB; "HugePages_Free": a
+// count) into values[0..n-1], 0 for a line not there. Returns 0, or -1 when the file cannot be read.
+int cpu_meminfo(const char *const *keys, unsigned long long *values, int n);
 // Host memory free for new allocations and in total: MemAvailable and MemTotal, capped by the
 // cgroup's limit (containers) when it has one. Returns 0, or -1 when /proc/meminfo cannot be read.
 int cpu_host_memory(size_t *free_bytes, size_t *total_bytes);

@@ -46,16 +46,10 @@ static bool thp_available(void) {
 
 // Free reserved huge pages (/proc/meminfo), 0 unless they are 2 MB ones.
 static long hugetlb_free_pages(void) {
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (!f) return 0;
-    char line[128];
-    long free_pages = 0, size_kb = 0, v;
-    while (fgets(line, sizeof line, f)) {
-        if (sscanf(line, "HugePages_Free: %ld", &v) == 1) free_pages = v;
-        if (sscanf(line, "Hugepagesize: %ld kB", &v) == 1) size_kb = v;
-    }
-    fclose(f);
-    return size_kb == 2048 ? free_pages : 0;
+    static const char *const keys[] = {"HugePages_Free", "Hugepagesize"};
+    unsigned long long v[2];
+    if (cpu_meminfo(keys, v, 2) != 0) return 0;
+    return v[1] == 2048 ? (long)v[0] : 0;
 }
 
 cpu_weight_arena *cpu_weight_arena_create(mx_error *err) {
