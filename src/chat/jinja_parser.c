@@ -533,37 +533,26 @@ static jnode *parse_not(parser *P) {
     return parse_compare(P);
 }
 
-static jnode *parse_and(parser *P) {
-    jnode *left = parse_not(P);
+// A left-associative chain `operand (word operand)*` of one boolean keyword (and, or) as `kind`
+// nodes, each link counted against the nesting depth.
+static jnode *parse_bool_chain(parser *P, const char *word, jnode_kind kind, jnode *(*operand)(parser *)) {
+    jnode *left = operand(P);
     int links = 0;
-    while (left && is_name(P, "and")) {
+    while (left && is_name(P, word)) {
         if (enter_link(P, &links) < 0) return NULL;
-        jnode *n = mk(P, JN_AND, cur(P)->line);
+        jnode *n = mk(P, kind, cur(P)->line);
         P->p++;
         if (!n) return NULL;
         n->a = left;
-        n->b = parse_not(P);
+        n->b = operand(P);
         left = n->b ? n : NULL;
     }
     P->depth -= links;
     return left;
 }
 
-static jnode *parse_or(parser *P) {
-    jnode *left = parse_and(P);
-    int links = 0;
-    while (left && is_name(P, "or")) {
-        if (enter_link(P, &links) < 0) return NULL;
-        jnode *n = mk(P, JN_OR, cur(P)->line);
-        P->p++;
-        if (!n) return NULL;
-        n->a = left;
-        n->b = parse_and(P);
-        left = n->b ? n : NULL;
-    }
-    P->depth -= links;
-    return left;
-}
+static jnode *parse_and(parser *P) { return parse_bool_chain(P, "and", JN_AND, parse_not); }
+static jnode *parse_or(parser *P) { return parse_bool_chain(P, "or", JN_OR, parse_and); }
 
 static jnode *parse_expr(parser *P) {
     if (enter(P) < 0) return NULL;
