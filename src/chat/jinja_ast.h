@@ -68,6 +68,6 @@ struct jnode {
 };
 
 // Parses a template; the tree lives in `arena`. Errors name the line and construct.
-int jinja_parse(const char *src, size_t n, jinja_arena *arena, jnode **root, mx_error *err);
+int jinja_parse(const char *src, size_t n, mx_arena *arena, jnode **root, mx_error *err);
 
 #endif

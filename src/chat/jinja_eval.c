@@ -31,7 +31,7 @@ struct jscope {
 };
 
 struct jinja_template {
-    jinja_arena arena; // the syntax tree and literals
+    mx_arena arena; // the syntax tree and literals
     jnode *root;
 };
 
@@ -84,7 +84,7 @@ bool jargs_get(const jargs *a, size_t index, const char *name, jv *out) {
 }
 
 jv jinja_make_func(jctx *c, jfunc_kind kind, const char *name, jv self) {
-    jv_func *f = jinja_arena_alloc(c->ar, sizeof *f);
+    jv_func *f = mx_arena_alloc(c->ar, sizeof *f);
     if (!f) return jv_undefined("out of memory");
     f->kind = kind;
     f->name = name;
@@ -96,7 +96,7 @@ jv jinja_make_func(jctx *c, jfunc_kind kind, const char *name, jv self) {
 // Scopes
 
 static jscope *scope_push(jctx *c) {
-    jscope *s = jinja_arena_alloc(c->ar, sizeof *s);
+    jscope *s = mx_arena_alloc(c->ar, sizeof *s);
     if (!s) return NULL;
     s->parent = c->scope;
     c->scope = s;
@@ -118,9 +118,9 @@ static int scope_set(jctx *c, jscope *s, const char *name, size_t n, jv v) {
         }
     if (s->n == s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 4;
-        const char **names = jinja_arena_alloc(c->ar, cap * sizeof *names);
-        size_t *lens = jinja_arena_alloc(c->ar, cap * sizeof *lens);
-        jv *vals = jinja_arena_alloc(c->ar, cap * sizeof *vals);
+        const char **names = mx_arena_alloc(c->ar, cap * sizeof *names);
+        size_t *lens = mx_arena_alloc(c->ar, cap * sizeof *lens);
+        jv *vals = mx_arena_alloc(c->ar, cap * sizeof *vals);
         if (!names || !lens || !vals) return -1;
         if (s->n) {
             memcpy(names, s->names, s->n * sizeof *names);
@@ -178,7 +178,7 @@ int jinja_get_attr(jctx *c, int line, jv obj, const char *name, size_t n, jv *ou
             return 0;
         }
     }
-    *out = jv_undefined(jinja_arena_strndup(c->ar, name, n));
+    *out = jv_undefined(mx_arena_strndup(c->ar, name, n));
     return jctx_check_memory(c, line);
 }
 
@@ -269,10 +269,10 @@ static int exec_body(jctx *c, const jnode *n, jbuf *out);
 static int eval_args(jctx *c, const jnode *n, jargs *a) {
     // pos always points at an array (one slot when there are no arguments): filters slice it as
     // a->pos + k, and offsetting a null pointer is undefined even by zero.
-    jv *pos = jinja_arena_alloc(c->ar, (n->n_args ? n->n_args : 1) * sizeof *pos), *kw = NULL;
+    jv *pos = mx_arena_alloc(c->ar, (n->n_args ? n->n_args : 1) * sizeof *pos), *kw = NULL;
     if (!pos) return jctx_check_memory(c, n->line);
     if (n->n_kw) {
-        kw = jinja_arena_alloc(c->ar, n->n_kw * sizeof *kw);
+        kw = mx_arena_alloc(c->ar, n->n_kw * sizeof *kw);
         if (!kw) return jctx_check_memory(c, n->line);
     }
     for (size_t i = 0; i < n->n_args; i++)
@@ -311,7 +311,7 @@ static int eval_slice(jctx *c, int line, jv obj, const jnode *s, jv *out) {
     if (obj.kind == JV_LIST) len = obj.list->n;
     else {
         len = jv_utf8_len(obj.s, obj.n);
-        offs = jinja_arena_alloc(c->ar, (len + 1) * sizeof *offs);
+        offs = mx_arena_alloc(c->ar, (len + 1) * sizeof *offs);
         if (!offs) return jctx_check_memory(c, line);
         size_t k = 0;
         for (size_t i = 0; i < obj.n; k++) {
@@ -361,7 +361,7 @@ static int64_t as_int(jv v) { return v.kind == JV_BOOL ? v.b : v.i; }
 static int concat_strings(jctx *c, int line, jv a, jv b, jv *out) {
     if (a.n + b.n > JBUF_MAX) return jctx_fail(c, line, "string too large");
     if (jctx_spend(c, line, (a.n + b.n) / 16) < 0) return -1;
-    char *p = jinja_arena_alloc(c->ar, a.n + b.n + 1);
+    char *p = mx_arena_alloc(c->ar, a.n + b.n + 1);
     if (!p) return jctx_check_memory(c, line);
     memcpy(p, a.s, a.n);
     memcpy(p + a.n, b.s, b.n);
@@ -375,7 +375,7 @@ static int repeat(jctx *c, int line, jv seq, int64_t times, jv *out) {
         if (seq.n && (uint64_t)times > JBUF_MAX / seq.n) return jctx_fail(c, line, "string too large");
         size_t total = seq.n * (size_t)times;
         if (jctx_spend(c, line, total / 16) < 0) return -1;
-        char *p = jinja_arena_alloc(c->ar, total + 1);
+        char *p = mx_arena_alloc(c->ar, total + 1);
         if (!p) return jctx_check_memory(c, line);
         // Doubling copies: a short string repeated millions of times is a few dozen memcpy calls.
         if (total) memcpy(p, seq.s, seq.n);
@@ -810,7 +810,7 @@ static int exec_for(jctx *c, const jnode *n, jbuf *out) {
         }
         items = kept;
     }
-    jv_loop *loop = jinja_arena_alloc(c->ar, sizeof *loop);
+    jv_loop *loop = mx_arena_alloc(c->ar, sizeof *loop);
     if (!loop) return jctx_check_memory(c, n->line);
     loop->items = items.list;
     // One scope serves every iteration, emptied each time: iterations do not see each other's
@@ -918,7 +918,7 @@ jinja_template *jinja_template_parse(const char *src, size_t n, mx_error *err) {
         mx_fail(err, "out of memory");
         return NULL;
     }
-    jinja_arena_init(&t->arena, (size_t)256 << 20);
+    mx_arena_init(&t->arena, (size_t)256 << 20);
     if (jinja_parse(src, n, &t->arena, &t->root, err) < 0) {
         jinja_template_free(t);
         return NULL;
@@ -928,14 +928,14 @@ jinja_template *jinja_template_parse(const char *src, size_t n, mx_error *err) {
 
 void jinja_template_free(jinja_template *t) {
     if (!t) return;
-    jinja_arena_free(&t->arena);
+    mx_arena_free(&t->arena);
     free(t);
 }
 
 char *jinja_template_render_vars(const jinja_template *t, const char *const *names, json_t *const *values,
                                  size_t n_vars, mx_error *err) {
-    jinja_arena arena;
-    jinja_arena_init(&arena, JINJA_ARENA_LIMIT);
+    mx_arena arena;
+    mx_arena_init(&arena, JINJA_ARENA_LIMIT);
     jctx c = {.ar = &arena, .err = err, .budget = JINJA_MAX_STEPS};
     jbuf out = {0};
     char *result = NULL;
@@ -967,7 +967,7 @@ char *jinja_template_render_vars(const jinja_template *t, const char *const *nam
     }
 done:
     jbuf_free(&out);
-    jinja_arena_free(&arena);
+    mx_arena_free(&arena);
     return result;
 }
 

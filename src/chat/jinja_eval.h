@@ -12,7 +12,7 @@
 typedef struct jscope jscope;
 
 typedef struct jctx {
-    jinja_arena *ar;
+    mx_arena *ar;
     mx_error *err;
     jscope *scope;   // innermost scope
     jscope *globals; // render variables and top-level sets

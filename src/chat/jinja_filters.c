@@ -88,7 +88,7 @@ static int sort_key(jctx *c, int line, jv v, const jv *attr, bool case_sensitive
 // Stable merge sort of items by keys (parallel arrays); fails on keys Python could not compare.
 static int merge_sort(jctx *c, int line, jv *items, jv *keys, size_t n, bool reverse) {
     if (n < 2) return 0;
-    jv *ti = jinja_arena_alloc(c->ar, n * sizeof *ti), *tk = jinja_arena_alloc(c->ar, n * sizeof *tk);
+    jv *ti = mx_arena_alloc(c->ar, n * sizeof *ti), *tk = mx_arena_alloc(c->ar, n * sizeof *tk);
     if (!ti || !tk) return jctx_check_memory(c, line);
     for (size_t width = 1; width < n; width *= 2) {
         for (size_t lo = 0; lo < n; lo += 2 * width) {
@@ -362,7 +362,7 @@ int jinja_apply_filter(jctx *c, int line, const char *name, jv self, const jargs
         jv by = jv_cstring("key");
         jargs_get(a, 1, "by", &by);
         bool by_value = by.kind == JV_STRING && by.n == 5 && memcmp(by.s, "value", 5) == 0;
-        jv *keys = jinja_arena_alloc(c->ar, (items.list->n + 1) * sizeof *keys);
+        jv *keys = mx_arena_alloc(c->ar, (items.list->n + 1) * sizeof *keys);
         if (!keys) return jctx_check_memory(c, line);
         for (size_t i = 0; i < items.list->n; i++)
             if (sort_key(c, line, items.list->items[i].list->items[by_value ? 1 : 0], NULL, cs, &keys[i]) < 0) return -1;
@@ -375,7 +375,7 @@ int jinja_apply_filter(jctx *c, int line, const char *name, jv self, const jargs
         bool rev = bool_arg(a, 0, "reverse", false), cs = bool_arg(a, 1, "case_sensitive", false);
         jv attr;
         bool has_attr = jargs_get(a, 2, "attribute", &attr) && attr.kind != JV_NONE;
-        jv *keys = jinja_arena_alloc(c->ar, (items.list->n + 1) * sizeof *keys);
+        jv *keys = mx_arena_alloc(c->ar, (items.list->n + 1) * sizeof *keys);
         if (!keys) return jctx_check_memory(c, line);
         for (size_t i = 0; i < items.list->n; i++)
             if (sort_key(c, line, items.list->items[i], has_attr ? &attr : NULL, cs, &keys[i]) < 0) return -1;

@@ -15,7 +15,7 @@ typedef struct lexer {
     const char *src; // normalized source
     size_t n, p;
     int line;
-    jinja_arena *arena;
+    mx_arena *arena;
     jtoks *out;
     mx_error *err;
 } lexer;
@@ -98,7 +98,7 @@ static int lex_string(lexer *lx) {
         end++;
     }
     if (end >= lx->n) return mx_fail(lx->err, "line %d: unterminated string literal", line);
-    char *buf = jinja_arena_alloc(lx->arena, end - start + 1);
+    char *buf = mx_arena_alloc(lx->arena, end - start + 1);
     if (!buf) return mx_fail(lx->err, "out of memory");
     size_t o = 0;
     for (size_t i = start; i < end; i++) {
@@ -295,9 +295,9 @@ static bool match_word_tag(const lexer *lx, size_t p, const char *word, char *op
     return true;
 }
 
-int jinja_lex(const char *src_in, size_t n_in, jinja_arena *arena, jtoks *out, mx_error *err) {
+int jinja_lex(const char *src_in, size_t n_in, mx_arena *arena, jtoks *out, mx_error *err) {
     // Normalize newlines and drop one trailing newline, as jinja2 does.
-    char *src = jinja_arena_alloc(arena, n_in + 1);
+    char *src = mx_arena_alloc(arena, n_in + 1);
     if (!src) return mx_fail(err, "out of memory");
     size_t n = 0;
     for (size_t i = 0; i < n_in; i++) {

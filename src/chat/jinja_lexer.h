@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "chat/jinja_arena.h"
+#include "core/arena.h"
 #include "core/error.h"
 
 typedef enum jtok_kind {
@@ -42,6 +42,6 @@ typedef struct jtoks {
 } jtoks;
 
 // Tokenizes src (n bytes); the token array is malloc'ed (free with free(out->v)). Errors name the line.
-int jinja_lex(const char *src, size_t n, jinja_arena *arena, jtoks *out, mx_error *err);
+int jinja_lex(const char *src, size_t n, mx_arena *arena, jtoks *out, mx_error *err);
 
 #endif

@@ -83,7 +83,7 @@ static bool is_cased(int32_t cp) { return utf8proc_toupper(cp) != cp || utf8proc
 
 int jinja_str_case(jctx *c, int line, jv s, jcase mode, jv *out) {
     // Case mapping code point by code point keeps lengths within 4 bytes per character.
-    char *p = jinja_arena_alloc(c->ar, s.n * 4 + 1);
+    char *p = mx_arena_alloc(c->ar, s.n * 4 + 1);
     if (!p) return jctx_check_memory(c, line);
     size_t o = 0;
     bool word_start = true, first = true;

@@ -16,7 +16,7 @@
 typedef struct parser {
     jtok *t;
     size_t n, p;
-    jinja_arena *ar;
+    mx_arena *ar;
     mx_error *err;
     int depth;
     int loop_depth;
@@ -52,7 +52,7 @@ static jnode *fail_at(parser *P, const char *what) {
 }
 
 static jnode *mk(parser *P, jnode_kind kind, int line) {
-    jnode *n = jinja_arena_alloc(P->ar, sizeof *n);
+    jnode *n = mx_arena_alloc(P->ar, sizeof *n);
     if (!n) mx_fail(P->err, "out of memory");
     else {
         n->kind = kind;
@@ -65,7 +65,7 @@ static int push(parser *P, jnode ***items, size_t *n, jnode *x) {
     // Capacity is the next power of two, so growth is implicit in the count.
     if ((*n & (*n - 1)) == 0) {
         size_t cap = *n ? *n * 2 : 1;
-        jnode **v = jinja_arena_alloc(P->ar, cap * sizeof *v);
+        jnode **v = mx_arena_alloc(P->ar, cap * sizeof *v);
         if (!v) return mx_fail(P->err, "out of memory");
         if (*n) memcpy(v, *items, *n * sizeof *v);
         *items = v;
@@ -142,12 +142,12 @@ static int parse_call_args(parser *P, jnode *call) {
             P->p += 2;
             jnode *v = parse_expr(P);
             if (!v) return -1;
-            const char *name = jinja_arena_strndup(P->ar, nt->s, nt->n);
+            const char *name = mx_arena_strndup(P->ar, nt->s, nt->n);
             size_t k = call->n_kw;
             jnode **kw = call->kwargs;
             if (!name || push(P, &kw, &k, v) < 0) return -1;
             // kwnames grows in step with kwargs.
-            const char **names = jinja_arena_alloc(P->ar, k * sizeof *names);
+            const char **names = mx_arena_alloc(P->ar, k * sizeof *names);
             if (!names) return mx_fail(P->err, "out of memory");
             if (call->n_kw) memcpy(names, call->kwnames, call->n_kw * sizeof *names);
             names[k - 1] = name;
@@ -173,7 +173,7 @@ static jnode *parse_subscript(parser *P, jnode *obj) {
             jnode *n = mk(P, JN_ATTR, line);
             if (!n) return NULL;
             n->a = obj;
-            n->name = jinja_arena_strndup(P->ar, t->s, t->n);
+            n->name = mx_arena_strndup(P->ar, t->s, t->n);
             n->name_n = t->n;
             P->p++;
             return n->name ? n : NULL;
@@ -250,7 +250,7 @@ static jnode *parse_filter(parser *P, jnode *operand) {
     // Like jinja2, an unknown filter is an error only if it is reached when rendering.
     f->op = jinja_filter_known(t->s, t->n) ? 0 : -1;
     f->a = operand;
-    f->name = jinja_arena_strndup(P->ar, t->s, t->n);
+    f->name = mx_arena_strndup(P->ar, t->s, t->n);
     f->name_n = t->n;
     P->p++;
     if (is_op(P, "(") && parse_call_args(P, f) < 0) return NULL;
@@ -271,7 +271,7 @@ static jnode *parse_test(parser *P, jnode *operand) {
     if (!n) return NULL;
     n->op = jinja_test_known(t->s, t->n) ? 0 : -1;
     n->a = operand;
-    n->name = jinja_arena_strndup(P->ar, t->s, t->n);
+    n->name = mx_arena_strndup(P->ar, t->s, t->n);
     n->name_n = t->n;
     P->p++;
     jtok *c = cur(P);
@@ -325,7 +325,7 @@ static jnode *parse_primary(parser *P) {
         else if (tok_is(t, JT_NAME, "none") || tok_is(t, JT_NAME, "None")) n->value = jv_none();
         else {
             n->kind = JN_NAME;
-            n->name = jinja_arena_strndup(P->ar, t->s, t->n);
+            n->name = mx_arena_strndup(P->ar, t->s, t->n);
             n->name_n = t->n;
             if (!n->name) return NULL;
         }
@@ -338,7 +338,7 @@ static jnode *parse_primary(parser *P) {
         while (P->t[k].kind == JT_STRING) total += P->t[k++].n;
         if (k == P->p + 1) n->value = jv_string(t->s, t->n);
         else {
-            char *s = jinja_arena_alloc(P->ar, total + 1);
+            char *s = mx_arena_alloc(P->ar, total + 1);
             if (!s) return mx_fail(P->err, "out of memory"), NULL;
             size_t o = 0;
             for (size_t i = P->p; i < k; i++) {
@@ -508,7 +508,7 @@ static jnode *parse_compare(parser *P) {
         }
         if (push(P, &n->args, &n->n_args, rhs) < 0) return NULL;
         if ((n_ops & (n_ops - 1)) == 0) { // capacity: the next power of two, as in push()
-            int *ops = jinja_arena_alloc(P->ar, (n_ops ? n_ops * 2 : 1) * sizeof *ops);
+            int *ops = mx_arena_alloc(P->ar, (n_ops ? n_ops * 2 : 1) * sizeof *ops);
             if (!ops) return mx_fail(P->err, "out of memory"), NULL;
             if (n_ops) memcpy(ops, n->ops, n_ops * sizeof *ops);
             n->ops = ops;
@@ -585,7 +585,7 @@ static jnode *parse_name_node(parser *P) {
     if (t->kind != JT_NAME) return fail_at(P, "expected a name");
     jnode *n = mk(P, JN_NAME, t->line);
     if (!n) return NULL;
-    n->name = jinja_arena_strndup(P->ar, t->s, t->n);
+    n->name = mx_arena_strndup(P->ar, t->s, t->n);
     n->name_n = t->n;
     P->p++;
     return n->name ? n : NULL;
@@ -831,7 +831,7 @@ static jnode *parse_body(parser *P, const char *const *stops, const char *opener
     return body;
 }
 
-int jinja_parse(const char *src, size_t n, jinja_arena *arena, jnode **root, mx_error *err) {
+int jinja_parse(const char *src, size_t n, mx_arena *arena, jnode **root, mx_error *err) {
     jtoks toks = {0};
     if (jinja_lex(src, n, arena, &toks, err) < 0) {
         free(toks.v);

@@ -90,8 +90,8 @@ jv jv_string(const char *s, size_t n) {
 
 jv jv_cstring(const char *s) { return jv_string(s, strlen(s)); }
 
-jv jv_string_copy(jinja_arena *a, const char *s, size_t n) {
-    char *p = jinja_arena_strndup(a, s, n);
+jv jv_string_copy(mx_arena *a, const char *s, size_t n) {
+    char *p = mx_arena_strndup(a, s, n);
     jv v = {.kind = JV_STRING};
     v.s = p ? p : "";
     v.n = p ? n : 0;
@@ -100,30 +100,30 @@ jv jv_string_copy(jinja_arena *a, const char *s, size_t n) {
 
 // Lists and dicts always own an array (at least one slot), so copying their n items is valid
 // for every n, zero included (memcpy must never see a null pointer).
-jv jv_list_new(jinja_arena *a, size_t cap) {
-    jv_list *l = jinja_arena_alloc(a, sizeof *l);
+jv jv_list_new(mx_arena *a, size_t cap) {
+    jv_list *l = mx_arena_alloc(a, sizeof *l);
     if (!l) return jv_undefined("out of memory");
     if (!cap) cap = 1;
-    l->items = jinja_arena_alloc(a, cap * sizeof(jv));
+    l->items = mx_arena_alloc(a, cap * sizeof(jv));
     if (!l->items) return jv_undefined("out of memory");
     l->cap = cap;
     return (jv){.kind = JV_LIST, .list = l};
 }
 
-jv jv_dict_new(jinja_arena *a, size_t cap) {
-    jv_dict *d = jinja_arena_alloc(a, sizeof *d);
+jv jv_dict_new(mx_arena *a, size_t cap) {
+    jv_dict *d = mx_arena_alloc(a, sizeof *d);
     if (!d) return jv_undefined("out of memory");
     if (!cap) cap = 1;
-    d->keys = jinja_arena_alloc(a, cap * sizeof(jv));
-    d->vals = jinja_arena_alloc(a, cap * sizeof(jv));
+    d->keys = mx_arena_alloc(a, cap * sizeof(jv));
+    d->vals = mx_arena_alloc(a, cap * sizeof(jv));
     if (!d->keys || !d->vals) return jv_undefined("out of memory");
     d->cap = cap;
     return (jv){.kind = JV_DICT, .dict = d};
 }
 
-static int grow(jinja_arena *a, jv **items, size_t n, size_t *cap) {
+static int grow(mx_arena *a, jv **items, size_t n, size_t *cap) {
     size_t ncap = *cap ? *cap * 2 : 4;
-    jv *p = jinja_arena_alloc(a, ncap * sizeof(jv));
+    jv *p = mx_arena_alloc(a, ncap * sizeof(jv));
     if (!p) return -1;
     if (n) memcpy(p, *items, n * sizeof(jv));
     *items = p;
@@ -131,7 +131,7 @@ static int grow(jinja_arena *a, jv **items, size_t n, size_t *cap) {
     return 0;
 }
 
-int jv_list_push(jinja_arena *a, jv_list *l, jv v) {
+int jv_list_push(mx_arena *a, jv_list *l, jv v) {
     if (l->n == l->cap && grow(a, &l->items, l->n, &l->cap) < 0) return -1;
     l->items[l->n++] = v;
     return 0;
@@ -151,7 +151,7 @@ jv *jv_dict_find_str(const jv_dict *d, const char *s, size_t n) {
     return NULL;
 }
 
-int jv_dict_set(jinja_arena *a, jv_dict *d, jv key, jv val, uint64_t *budget) {
+int jv_dict_set(mx_arena *a, jv_dict *d, jv key, jv val, uint64_t *budget) {
     jv *slot = jv_dict_find(d, key, budget);
     if (slot) {
         *slot = val;
@@ -499,7 +499,7 @@ static int write_top(jbuf *b, jv v, bool repr, uint64_t *budget) {
 int jv_write_str(jbuf *b, jv v, uint64_t *budget) { return write_top(b, v, false, budget); }
 int jv_write_repr(jbuf *b, jv v, uint64_t *budget) { return write_top(b, v, true, budget); }
 
-int jv_to_string(jinja_arena *a, jv v, jv *out, uint64_t *budget) {
+int jv_to_string(mx_arena *a, jv v, jv *out, uint64_t *budget) {
     if (v.kind == JV_STRING) {
         *out = v;
         return 0;
@@ -645,7 +645,7 @@ int jv_write_json(jbuf *b, jv v, int indent, bool sort_keys, uint64_t *budget, m
     return write_json(b, v, indent, sort_keys, 0, budget, err);
 }
 
-int jv_from_json(jinja_arena *a, json_t *j, jv *out, int depth) {
+int jv_from_json(mx_arena *a, json_t *j, jv *out, int depth) {
     if (depth > 256) return -1;
     switch (json_typeof(j)) {
     case JSON_NULL: *out = jv_none(); return 0;

@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "chat/jinja_arena.h"
+#include "core/arena.h"
 #include "core/error.h"
 
 typedef enum jv_kind {
@@ -88,11 +88,11 @@ jv jv_int(int64_t i);
 jv jv_float(double f);
 jv jv_string(const char *s, size_t n);
 jv jv_cstring(const char *s);
-jv jv_string_copy(jinja_arena *a, const char *s, size_t n);
+jv jv_string_copy(mx_arena *a, const char *s, size_t n);
 // Containers: on arena exhaustion these return an undefined value and a->exhausted is set.
-jv jv_list_new(jinja_arena *a, size_t cap);
-jv jv_dict_new(jinja_arena *a, size_t cap);
-int jv_list_push(jinja_arena *a, jv_list *l, jv v);
+jv jv_list_new(mx_arena *a, size_t cap);
+jv jv_dict_new(mx_arena *a, size_t cap);
+int jv_list_push(mx_arena *a, jv_list *l, jv v);
 
 // Walks that compare values (equality, ordering, dict key lookup) spend one unit of the render's
 // work budget per value visited: values can share sub-values (forty times `set a = [a, a]` makes
@@ -100,7 +100,7 @@ int jv_list_push(jinja_arena *a, jv_list *l, jv v);
 // times. A walk that finds *budget at zero stops at once with a meaningless answer (not equal,
 // not comparable, not found); the evaluator checks the budget and fails the render.
 // Sets key (replacing an equal key in place, else appending).
-int jv_dict_set(jinja_arena *a, jv_dict *d, jv key, jv val, uint64_t *budget);
+int jv_dict_set(mx_arena *a, jv_dict *d, jv key, jv val, uint64_t *budget);
 jv *jv_dict_find(const jv_dict *d, jv key, uint64_t *budget);
 jv *jv_dict_find_str(const jv_dict *d, const char *s, size_t n);
 
@@ -118,7 +118,7 @@ double jv_as_double(jv v);
 int jv_write_str(jbuf *b, jv v, uint64_t *budget);
 int jv_write_repr(jbuf *b, jv v, uint64_t *budget);
 // str() as a value: strings are returned as is, others are formatted into the arena.
-int jv_to_string(jinja_arena *a, jv v, jv *out, uint64_t *budget);
+int jv_to_string(mx_arena *a, jv v, jv *out, uint64_t *budget);
 // Python float repr ("1.0", "1e+20", "0.1") into buf (at least 32 bytes).
 void jv_format_float(double f, char *buf, size_t size);
 
@@ -127,7 +127,7 @@ void jv_format_float(double f, char *buf, size_t size);
 // keys exhausts *budget.
 int jv_write_json(jbuf *b, jv v, int indent, bool sort_keys, uint64_t *budget, mx_error *err);
 // Converts JSON (borrowing its strings, which must outlive the render) into a value.
-int jv_from_json(jinja_arena *a, json_t *j, jv *out, int depth);
+int jv_from_json(mx_arena *a, json_t *j, jv *out, int depth);
 
 // UTF-8 helpers: code points in s[0..n), and the byte offset of code point `index` (clamped to n).
 size_t jv_utf8_len(const char *s, size_t n);

@@ -12,17 +12,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/arena.h"
 #include "core/error.h"
 #include "tokenizer/tokenizer.h"
-
-// ---- arena: stable storage for token strings (blocks never move) -------------------------------
-typedef struct tok_arena_block tok_arena_block;
-typedef struct tok_arena {
-    tok_arena_block *head;
-} tok_arena;
-// Copies n bytes and a NUL; NULL when out of memory.
-char *tok_arena_strndup(tok_arena *a, const char *s, size_t n);
-void tok_arena_free(tok_arena *a);
 
 // ---- string -> id map (open addressing; keys are borrowed and must outlive the map) -------------
 typedef struct tok_str_slot {
@@ -154,7 +146,7 @@ enum {
 
 struct mx_tokenizer {
     char *path;
-    tok_arena arena;
+    mx_arena arena;  // token strings (core/arena.h: they never move), no limit
 
     int32_t n_ids;           // max id + 1
     const char **id_str;     // [n_ids] raw token string, NULL for unused ids

@@ -46,7 +46,7 @@ static int on_vocab(void *p, const char *key, size_t len, int64_t id) {
         c->vocab = v;
         c->cap_vocab = cap;
     }
-    char *s = tok_arena_strndup(&c->tok->arena, key, len);
+    char *s = mx_arena_strndup(&c->tok->arena, key, len);
     if (!s || tok_strmap_put(&c->tok->vocab, s, len, (int32_t)id) != 0) return mx_fail(c->err, "out of memory");
     c->vocab[c->n_vocab++] = (vocab_entry){s, (uint32_t)len, (int32_t)id};
     if (id > c->max_id) c->max_id = (int32_t)id;
@@ -177,7 +177,7 @@ static int read_added_tokens(load_ctx *c, json_t *list) {
             .normalized = json_is_true(json_object_get(t, "normalized")),
             .single_word = json_is_true(json_object_get(t, "single_word")),
         };
-        const char *content = tok_arena_strndup(&tok->arena, json_string_value(jc), json_string_length(jc));
+        const char *content = mx_arena_strndup(&tok->arena, json_string_value(jc), json_string_length(jc));
         if (!content || tok_strmap_put(&tok->added_map, content, json_string_length(jc), a.id) != 0)
             return mx_fail(c->err, "out of memory");
         a.content = content;
@@ -186,7 +186,7 @@ static int read_added_tokens(load_ctx *c, json_t *list) {
             size_t len;
             char *norm = tok_normalize(tok, content, a.len, &len, c->err);
             if (!norm) return -1;
-            a.content = tok_arena_strndup(&tok->arena, norm, len);
+            a.content = mx_arena_strndup(&tok->arena, norm, len);
             a.len = (uint32_t)len;
             free(norm);
             if (!a.content) return mx_fail(c->err, "out of memory");
@@ -280,7 +280,7 @@ static int build_token_text(load_ctx *c, int32_t id, char *scratch) {
             s = scratch;
         }
     }
-    char *t = tok_arena_strndup(&tok->arena, s, n);
+    char *t = mx_arena_strndup(&tok->arena, s, n);
     if (!t) return mx_fail(c->err, "out of memory");
     tok->id_text[id] = t;
     tok->id_text_len[id] = (uint32_t)n;
@@ -427,6 +427,7 @@ mx_tokenizer *mx_tokenizer_load(const char *path, mx_error *err) {
         mx_fail(err, "%s: out of memory", path);
         return NULL;
     }
+    mx_arena_init(&tok->arena, SIZE_MAX);
     tok->unk_id = -1;
     bool ok = (tok->path = strdup(path)) != NULL;
     if (!ok) mx_fail(err, "%s: out of memory", path);
@@ -468,7 +469,7 @@ void mx_tokenizer_free(mx_tokenizer *tok) {
     tok_strmap_free(&tok->vocab);
     tok_strmap_free(&tok->added_map);
     tok_pairmap_free(&tok->merges);
-    tok_arena_free(&tok->arena);
+    mx_arena_free(&tok->arena);
     free(tok->path);
     free(tok);
 }

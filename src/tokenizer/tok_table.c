@@ -1,48 +1,12 @@
 // SPDX-License-Identifier: MIT
-// Storage for the tokenizer's tables: an arena whose blocks never move (token strings are pointed
-// at from several tables), a string -> id hash map and a (left, right) -> merge hash map. Both maps
-// use open addressing with linear probing over power-of-two tables kept at most half full; they are
-// filled at load time and only read afterwards. Also the doubling array growth every scratch uses.
+// Storage for the tokenizer's tables (their strings live in the tokenizer's core/arena.h arena): a
+// string -> id hash map and a (left, right) -> merge hash map. Both maps use open addressing with
+// linear probing over power-of-two tables kept at most half full; they are filled at load time and
+// only read afterwards. Also the doubling array growth every scratch uses.
 #include <stdlib.h>
 #include <string.h>
 
 #include "tokenizer/tok_internal.h"
-
-struct tok_arena_block {
-    tok_arena_block *next;
-    size_t used, cap;
-    char data[];
-};
-
-enum { TOK_ARENA_BLOCK = 1 << 20 };
-
-char *tok_arena_strndup(tok_arena *a, const char *s, size_t n) {
-    tok_arena_block *b = a->head;
-    if (!b || b->cap - b->used < n + 1) {
-        size_t cap = n + 1 > TOK_ARENA_BLOCK ? n + 1 : TOK_ARENA_BLOCK;
-        b = malloc(sizeof *b + cap);
-        if (!b) return NULL;
-        b->next = a->head;
-        b->used = 0;
-        b->cap = cap;
-        a->head = b;
-    }
-    char *p = b->data + b->used;
-    if (n) memcpy(p, s, n);
-    p[n] = '\0';
-    b->used += n + 1;
-    return p;
-}
-
-void tok_arena_free(tok_arena *a) {
-    tok_arena_block *b = a->head;
-    while (b) {
-        tok_arena_block *next = b->next;
-        free(b);
-        b = next;
-    }
-    a->head = NULL;
-}
 
 // FNV-1a over 32 bits, then a finalizer so the low bits (used for the slot index) mix well.
 uint32_t tok_hash_bytes(const void *p, size_t n) {
