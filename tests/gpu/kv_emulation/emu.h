@@ -110,6 +110,7 @@ extern std::vector<emu_launch_record> emu_launches;
 inline void mxg_cluster_sync() { emu_cluster_sync(); }
 template <class T> inline T *mxg_cluster_map(T *p, unsigned rank) { return (T *)emu_cluster_map((void *)p, rank); }
 template <class... P> inline int mxg_cluster_max_blocks(void (*)(P...), size_t, int) { return 16; }
+template <class... P> inline bool mxg_cluster_allow_large(void (*)(P...)) { return true; }
 template <class... P, class... A>
 inline void mxg_launch_cluster(void (*k)(P...), dim3 grid, dim3 block, size_t smem, gpuStream_t, dim3 cluster, A... args) {
     emu_launch_cluster(grid, block, smem, cluster, [=]() { k((P)args...); });

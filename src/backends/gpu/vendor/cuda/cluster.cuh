@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// Thread-block clusters (sm_90+): what vendor/cuda/matvec_mma.cu needs of them, in four functions,
+// Thread-block clusters (sm_90+): what vendor/cuda/matvec_mma.cu needs of them, in five functions,
 // so that the host emulation (tests/gpu/kv_emulation/emu.h, which defines this header's guard) can
 // put its own in their place. A cluster's blocks run at once on one GPU processing cluster and can
 // read each other's shared memory (distributed shared memory). Device code for sm_80-89 compiles
@@ -31,6 +31,16 @@ __device__ __forceinline__ T *mxg_cluster_map(T *p, unsigned rank) {
 #endif
 }
 
+// Lets `kernel` run in clusters of more than 8 blocks (the non-portable sizes, up to 16 on an H100
+// or H200): a per-kernel attribute, so each kernel launched that way sets it once before its first
+// launch. false where the device refuses it.
+template <class... P>
+bool mxg_cluster_allow_large(void (*kernel)(P...)) {
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess) return true;
+    (void)cudaGetLastError();
+    return false;
+}
+
 // The largest cluster of `kernel` (launched with `smem` bytes of dynamic shared memory and `threads`
 // per block) this device schedules: 16 where it allows that non-portable size and has room for at
 // least one such cluster, else 8; 0 where the kernel's binary is not sm_90 code (an sm_80 build
@@ -39,10 +49,7 @@ template <class... P>
 int mxg_cluster_max_blocks(void (*kernel)(P...), size_t smem, int threads) {
     cudaFuncAttributes attr;
     if (cudaFuncGetAttributes(&attr, kernel) != cudaSuccess || attr.binaryVersion < 90) return 0;
-    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return 8;
-    }
+    if (!mxg_cluster_allow_large(kernel)) return 8;
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute at[1];
     at[0].id = cudaLaunchAttributeClusterDimension;

@@ -385,10 +385,14 @@ template <int BITS, int ST, int NT, bool CLUSTER>
 void launch_nt(const mxg_launch *L, float *dst, const float *x, const MatView &m, const float *bias, int n, dim3 grid,
                int cps, float *res) {
     gpuStream_t s = (gpuStream_t)L->stream;
-    if constexpr (CLUSTER)
+    if constexpr (CLUSTER) {
+        // Clusters of 9-16 blocks need this instance's attribute set (once); cluster_max_splits
+        // allowed them only where the device took it for the 64-token instance.
+        static const bool large = mxg_cluster_allow_large(matvec_mma_kernel<BITS, ST, NT, true>);
+        (void)large;
         mxg_launch_cluster(matvec_mma_kernel<BITS, ST, NT, true>, grid, dim3(kThreads), smem_bytes(NT, true), s,
                            dim3(1, grid.y, 1), dst, x, m, bias, n, cps, res);
-    else
+    } else
         matvec_mma_kernel<BITS, ST, NT, false><<<grid, kThreads, smem_bytes(NT, false), s>>>(dst, x, m, bias, n, cps, res);
 }
 
