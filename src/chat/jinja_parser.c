@@ -223,18 +223,22 @@ static jnode *parse_subscript(parser *P, jnode *obj) {
     return n;
 }
 
+// `callee(args)` at '(': a call node, or NULL (message in P->err).
+static jnode *parse_call(parser *P, jnode *callee) {
+    jnode *c = mk(P, JN_CALL, cur(P)->line);
+    if (!c) return NULL;
+    c->a = callee;
+    return parse_call_args(P, c) < 0 ? NULL : c;
+}
+
 static jnode *parse_postfix(parser *P, jnode *node) {
     int links = 0;
     while (node) {
         if ((is_op(P, ".") || is_op(P, "[") || is_op(P, "(")) && enter_link(P, &links) < 0) return NULL;
         if (is_op(P, ".") || is_op(P, "[")) node = parse_subscript(P, node);
-        else if (is_op(P, "(")) {
-            jnode *c = mk(P, JN_CALL, cur(P)->line);
-            if (!c) return NULL;
-            c->a = node;
-            if (parse_call_args(P, c) < 0) return NULL;
-            node = c;
-        } else
+        else if (is_op(P, "("))
+            node = parse_call(P, node);
+        else
             break;
     }
     P->depth -= links;
@@ -299,13 +303,9 @@ static jnode *parse_filter_expr(parser *P, jnode *node) {
             node = parse_filter(P, node);
         } else if (is_name(P, "is"))
             node = parse_test(P, node);
-        else if (is_op(P, "(")) {
-            jnode *c = mk(P, JN_CALL, cur(P)->line);
-            if (!c) return NULL;
-            c->a = node;
-            if (parse_call_args(P, c) < 0) return NULL;
-            node = c;
-        } else
+        else if (is_op(P, "("))
+            node = parse_call(P, node);
+        else
             break;
     }
     P->depth -= links;
