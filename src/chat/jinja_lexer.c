@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/utf8.h"
+
 typedef struct lexer {
     const char *src; // normalized source
     size_t n, p;
@@ -134,52 +136,24 @@ static int lex_string(lexer *lx) {
                     k++;
                 }
                 i--;
-                char tmp[4];
-                size_t len = 0;
                 // Octal escapes above 0x7f are code points, like Python.
-                if (v < 0x80) tmp[len++] = (char)v;
-                else {
-                    tmp[0] = (char)(0xC0 | (v >> 6));
-                    tmp[1] = (char)(0x80 | (v & 0x3F));
-                    len = 2;
-                }
-                memcpy(buf + o, tmp, len);
-                o += len;
+                o += mx_utf8_encode((uint32_t)v, buf + o);
             } else {
                 buf[o++] = '\\';
                 buf[o++] = e;
             }
         }
         if (digits) {
-            int32_t cp = 0;
+            uint32_t cp = 0;  // 8 hex digits may pass INT32_MAX before the range check
             for (int k = 0; k < digits; k++) {
                 int h = i + 1 + (size_t)k < end ? hexval(lx->src[i + 1 + k]) : -1;
                 if (h < 0) return mx_fail(lx->err, "line %d: bad \\%c escape in string literal", line, e);
-                cp = cp * 16 + h;
+                cp = cp * 16 + (uint32_t)h;
             }
             if (cp > 0x10FFFF) return mx_fail(lx->err, "line %d: bad \\%c escape in string literal", line, e);
             i += (size_t)digits;
             // Each escape is at most 10 source bytes and encodes to at most 4.
-            unsigned char *u = (unsigned char *)buf + o;
-            if (cp < 0x80) {
-                u[0] = (unsigned char)cp;
-                o += 1;
-            } else if (cp < 0x800) {
-                u[0] = (unsigned char)(0xC0 | (cp >> 6));
-                u[1] = (unsigned char)(0x80 | (cp & 0x3F));
-                o += 2;
-            } else if (cp < 0x10000) {
-                u[0] = (unsigned char)(0xE0 | (cp >> 12));
-                u[1] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-                u[2] = (unsigned char)(0x80 | (cp & 0x3F));
-                o += 3;
-            } else {
-                u[0] = (unsigned char)(0xF0 | (cp >> 18));
-                u[1] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F));
-                u[2] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F));
-                u[3] = (unsigned char)(0x80 | (cp & 0x3F));
-                o += 4;
-            }
+            o += mx_utf8_encode(cp, buf + o);
         }
     }
     buf[o] = 0;

@@ -10,6 +10,7 @@
 
 #include "chat/jinja_eval.h"
 #include "core/clock.h"
+#include "core/utf8.h"
 
 #define JINJA_MAX_RANGE 100000 // jinja2's sandbox limit
 
@@ -110,7 +111,7 @@ int jinja_str_case(jctx *c, int line, jv s, jcase mode, jv *out) {
         if (len == 1 && (unsigned char)s.s[i] >= 0x80) {
             p[o++] = s.s[i]; // invalid byte: keep as is
         } else
-            o += jv_utf8_encode(m, p + o);
+            o += mx_utf8_encode((uint32_t)m, p + o);
         i += len;
     }
     *out = jv_string(p, o);

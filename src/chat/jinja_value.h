@@ -134,7 +134,5 @@ size_t jv_utf8_len(const char *s, size_t n);
 size_t jv_utf8_offset(const char *s, size_t n, size_t index);
 // Decodes one code point at s (n > 0); sets *len to its byte length (1 for invalid bytes).
 int32_t jv_utf8_decode(const char *s, size_t n, size_t *len);
-// Encodes a code point into out (4 bytes); returns the length.
-size_t jv_utf8_encode(int32_t cp, char *out);
 
 #endif

@@ -5,6 +5,7 @@
 // from that rule on first use (thread-safe via pthread_once) rather than written out.
 #include <pthread.h>
 
+#include "core/utf8.h"
 #include "tokenizer/tok_internal.h"
 
 static char byte_char[256][3];  // UTF-8 of the character for each byte
@@ -21,7 +22,7 @@ static void bytelevel_build(void) {
     for (unsigned b = 0; b < 256; b++) {
         unsigned cp = byte_is_printable(b) ? b : 256 + extra++;
         cp_byte[cp] = (int16_t)b;
-        byte_char[b][tok_utf8_encode(cp, byte_char[b])] = '\0';
+        byte_char[b][mx_utf8_encode(cp, byte_char[b])] = '\0';
     }
 }
 

@@ -66,8 +66,6 @@ bool tok_utf8_valid(const unsigned char *p, size_t n);
 // Copy of s with each maximal invalid subpart (and an incomplete tail) replaced by U+FFFD.
 char *tok_utf8_sanitize(const char *s, size_t n, size_t *out_len);
 
-// Writes code point cp (at most U+10FFFF) as UTF-8 into out (4 bytes of room); returns its length.
-size_t tok_utf8_encode(uint32_t cp, char *out);
 // Unicode whitespace (controls 9-13 and 0x85, categories Zs/Zl/Zp), as char::is_whitespace.
 bool tok_utf8_is_space(uint32_t cp);
 

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/utf8.h"
 #include "tokenizer/tok_internal.h"
 
 typedef struct scan {
@@ -88,7 +89,7 @@ static int read_string(scan *c, char *out, size_t *out_len) {
             } else if (cp >= 0xD800 && cp <= 0xDFFF) {
                 cp = 0xFFFD; // lone surrogate
             }
-            w += tok_utf8_encode(cp, out + w); // never longer than the 6-byte escape it came from
+            w += mx_utf8_encode(cp, out + w); // never longer than the 6-byte escape it came from
             break;
         }
         default: return -1;
