@@ -12,6 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/write_file.h"
+
 bool cv_path_exists(const char *path) {
     struct stat sb;
     return lstat(path, &sb) == 0;
@@ -35,16 +37,10 @@ int cv_copy_file(const char *src, const char *dst, mx_error *err) {
             break;
         }
         if (k == 0) break;
-        for (ssize_t done = 0; done < k;) {
-            ssize_t w = write(out, buf + done, (size_t)(k - done));
-            if (w < 0 && errno == EINTR) continue;
-            if (w < 0) {
-                rc = mx_fail(err, "%s: write failed: %s", dst, strerror(errno));
-                break;
-            }
-            done += w;
+        if (mx_write_all(out, buf, (size_t)k, -1) != 0) {
+            rc = mx_fail(err, "%s: write failed: %s", dst, strerror(errno));
+            break;
         }
-        if (rc) break;
     }
     close(in);
     if (close(out) != 0 && rc == 0) rc = mx_fail(err, "%s: write failed: %s", dst, strerror(errno));

@@ -10,6 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "io/write_file.h"
+
 typedef struct st_entry {
     char *name;
     mx_dtype dtype;
@@ -103,21 +105,6 @@ static char *build_header(const cv_st_writer *w) {
     return s;
 }
 
-static int write_all(int fd, const void *buf, size_t len, int64_t at) {
-    const uint8_t *p = buf;
-    while (len > 0) {
-        ssize_t k = pwrite(fd, p, len, (off_t)at);
-        if (k < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        p += k;
-        len -= (size_t)k;
-        at += k;
-    }
-    return 0;
-}
-
 int cv_st_writer_open(cv_st_writer *w, const char *path, mx_error *err) {
     char *hdr = build_header(w);
     if (!hdr) return mx_fail(err, "%s: cannot build the header", path);
@@ -140,7 +127,7 @@ int cv_st_writer_open(cv_st_writer *w, const char *path, mx_error *err) {
     }
     w->path = strdup(path);
     w->data_start = 8 + (int64_t)padded;
-    int rc = write_all(w->fd, buf, 8 + padded, 0);
+    int rc = mx_write_all(w->fd, buf, 8 + padded, 0);
     free(buf);
     if (rc != 0 || ftruncate(w->fd, (off_t)(w->data_start + w->data_bytes)) != 0)
         return mx_fail(err, "%s: write failed: %s", path, strerror(errno));
@@ -152,7 +139,7 @@ int cv_st_writer_put(cv_st_writer *w, size_t i, int64_t at, const void *buf, siz
     MX_ASSERT(w->fd >= 0 && i < w->n);
     const st_entry *t = &w->e[i];
     MX_ASSERT(at >= 0 && at + (int64_t)len <= t->nbytes);
-    if (write_all(w->fd, buf, len, w->data_start + t->offset + at) != 0)
+    if (mx_write_all(w->fd, buf, len, w->data_start + t->offset + at) != 0)
         return mx_fail(err, "%s: write of %s failed: %s", w->path, t->name, strerror(errno));
     return 0;
 }

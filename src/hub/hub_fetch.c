@@ -17,6 +17,7 @@
 #include "hub/hub_http.h"
 #include "hub/hub_progress.h"
 #include "hub/sha256.h"
+#include "io/write_file.h"
 
 enum {
     WINDOW = 8,                       // ranged requests in flight
@@ -46,15 +47,9 @@ static int write_out(fetch_state *st, const char *data, size_t n) {
         st->too_long = true;
         return -1;
     }
-    size_t off = 0;
-    while (off < n) {
-        ssize_t w = write(st->fd, data + off, n - off);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            st->write_errno = w < 0 ? errno : ENOSPC;
-            return -1;
-        }
-        off += (size_t)w;
+    if (mx_write_all(st->fd, data, n, -1) != 0) {
+        st->write_errno = errno;
+        return -1;
     }
     if (st->job->sha256) mx_sha256_update(&st->hash, data, n);
     st->written += (int64_t)n;
