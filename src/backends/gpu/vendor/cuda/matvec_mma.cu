@@ -45,8 +45,8 @@
 // multiprocessor), the cluster synchronizes, and each block adds a 1/S slice of the tile across
 // all S blocks' shared memory (distributed shared memory) and stores it with coalesced float4
 // stores: no partial sums through DRAM/L2 and no second launch. The split count aims at 2 blocks
-// per multiprocessor (264 on an H200) but at most MLXCEL_GPU_TC_CLUSTER (default 16, the
-// non-portable cluster size an H200 schedules; 8, the portable size, where the device refuses 16):
+// per multiprocessor (264 on an H200) but at most MLXCEL_GPU_TC_CLUSTER (default 16, the largest
+// non-portable cluster of sm_90, where the device takes it; else 8, the portable size):
 // the 0.6B's 1024-row products get 8 x 16 = 128 blocks (one slab each over 1024 columns), its
 // 2048-row q product 256 and its 3072-row gate/up 24 x 11; 8 would leave those 1024-row products
 // 64 blocks on 132 multiprocessors. sm_80-89, rows not a multiple of 4, unaligned outputs and
@@ -55,8 +55,9 @@
 // allow); with the same split count both paths give the same bits (the emulation checks it). The
 // cluster path and an unsplit product can also add their output to a residual (mxg_matvec_mma_add,
 // the batched "matmul + residual add" of gpu_plan.c: res + out per element, as the add record).
-// Registers before the cluster instances (ptxas, sm_90, 4-bit / 8-bit): 126 / 150 at 8 tokens,
-// 162 / 166 at 16, 218 / 232 at 32, 254 / 255 at 64, no spills.
+// Registers (ptxas, sm_90, 4-bit / 8-bit, no spills): the split-sum instances 126 / 150 at 8
+// tokens, 162 / 166 at 16, 218 / 232 at 32, 254 / 255 at 64; the cluster instances 124-127 /
+// 149-151, 160-161 / 166-167, 168-218 / 242-250, 168-255 / 255 (168: bf16 scales, 4-bit).
 #include "backends/gpu/dequant.cuh"
 #include "backends/gpu/vendor/cuda/cluster.cuh"
 #include "backends/gpu/vendor/cuda/mma_m16n8k16.cuh"
@@ -72,6 +73,7 @@ constexpr int kLoStride = kSlabChunks * 8 + 4;      // 8-byte lo slots per stage
 constexpr int kMinChunksPerSplit = 2;
 constexpr int kMaxSplits = 32;                      // split-sum path (L->scratch)
 constexpr int kTileStride = kBlockRows + 4;         // floats per token of a cluster block's partial tile
+                                                    // (+4: a warp's stores of one accumulator hit 32 banks)
 
 // Dynamic shared memory of a block of NT token tiles: the activation staging (xs, xl, xsum) and, in
 // the cluster instances, the partial tile [kTok][kTileStride] over the same bytes afterwards.
