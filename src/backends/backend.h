@@ -39,6 +39,10 @@ typedef struct mx_backend mx_backend;
 
 // Positions per KV block (docs/DESIGN.md, "Paged KV cache": why 16).
 #define MX_KV_BLOCK 16
+// The most tokens of one KV slot in a step whose attention records are marked `decode` (mx_op): a
+// decode step has one per sequence, and the engine's padding slot up to 7 at its default padding
+// (generate/engine.h).
+#define MX_DECODE_SLOT_TOKENS 8
 // An I16 cache row (MX_DTYPE_I16) has one float scale per this many elements (mx_kv_bytes).
 #define MX_KV_SCALE_BLOCK 16
 
@@ -132,8 +136,11 @@ typedef struct mx_op {
         // query head h reads kv head h / (n_heads / n_kv_heads)). window > 0 keeps the last `window`.
         // sinks != NULL (gpt_oss): sinks[n_heads] logits, one per query head, join the softmax's
         // denominator without a value: out = sum_p e^(s_p) v_p / (sum_p e^(s_p) + e^(sinks[h])).
+        // decode: a hint, true when no KV slot has more than MX_DECODE_SLOT_TOKENS tokens in the
+        // step (a decode step of several sequences, each token attending to its own context); the
+        // attention is the same either way (up to float rounding), a backend may pick its kernel by it.
         struct { float *out; const float *q; mx_kv_ref kv; int n, n_heads; float scale; int window;
-                 const float *sinks; } attention;
+                 const float *sinks; bool decode; } attention;
         // out[i] = silu(gate[i]) * up[i] for i < count; out may equal gate.
         struct { float *out; const float *gate, *up; int64_t count; } swiglu;
         // x[i] += y[i].

@@ -34,8 +34,8 @@ static mx_kv_ref kv_ref(const mx_ctx *c, int layer) {
 
 static void mlp_records(mx_plan *p, mx_ctx *c, const mx_layer *L, int n);
 
-// One transformer block on the n tokens in c->x.
-static void block_records(mx_plan *p, mx_ctx *c, const mx_layer *L, int layer, int n) {
+// One transformer block on the n tokens in c->x (decode: the attention's hint, plan_key).
+static void block_records(mx_plan *p, mx_ctx *c, const mx_layer *L, int layer, int n, bool decode) {
     const mx_config *cfg = &c->m->cfg;
     int H = cfg->hidden_size, D = cfg->head_dim, NH = cfg->n_heads, NKV = cfg->n_kv_heads;
     float eps = cfg->rms_norm_eps;
@@ -63,7 +63,7 @@ static void block_records(mx_plan *p, mx_ctx *c, const mx_layer *L, int layer, i
     mx_plan_add(p, (mx_op){.kind = MX_OP_ROPE, .rope = {c->k, c->d_pos, n, NKV, *rope}});
     mx_plan_add(p, (mx_op){.kind = MX_OP_KV_STORE, .kv_store = {kv_ref(c, layer), c->k, c->v, n}});
     mx_plan_add(p, (mx_op){.kind = MX_OP_ATTENTION,
-                           .attention = {c->att, c->q, kv_ref(c, layer), n, NH, scale, window, L->sinks}});
+                           .attention = {c->att, c->q, kv_ref(c, layer), n, NH, scale, window, L->sinks, decode}});
     add_matmul(p, c->tmp, c->att, &L->wo, L->bo, n);
     if (L->post_attn_norm) add_rmsnorm(p, c->tmp, c->tmp, L->post_attn_norm, n, H, eps);
     add_add(p, c->x, c->tmp, (int64_t)n * H);
@@ -152,7 +152,7 @@ static mx_plan *build_plan(mx_ctx *c, plan_key k, mx_error *err) {
         if (c->m->embed_scale != 1.0f)
             mx_plan_add(p, (mx_op){.kind = MX_OP_SCALE,
                                    .scale = {c->x, (int64_t)k.n * c->m->cfg.hidden_size, c->m->embed_scale}});
-        for (int l = 0; l < c->m->cfg.n_layers; l++) block_records(p, c, &c->m->layers[l], l, k.n);
+        for (int l = 0; l < c->m->cfg.n_layers; l++) block_records(p, c, &c->m->layers[l], l, k.n, k.decode);
     }
     if (k.r > 0) head_records(p, c, k.r, k.gathered, k.ids);
     return p;
@@ -163,7 +163,8 @@ static mx_plan *plan_for(mx_ctx *c, plan_key k, mx_error *err) {
     cached_plan *slot = &c->plans[0];
     for (int i = 0; i < PLAN_CACHE; i++) {
         cached_plan *e = &c->plans[i];
-        if (e->plan && e->key.n == k.n && e->key.r == k.r && e->key.gathered == k.gathered && e->key.ids == k.ids) {
+        if (e->plan && e->key.n == k.n && e->key.r == k.r && e->key.gathered == k.gathered && e->key.ids == k.ids &&
+            e->key.decode == k.decode) {
             e->last_use = ++c->uses;
             return e->plan;
         }
@@ -199,15 +200,15 @@ static int upload_choice(mx_ctx *c, int first, int r, mx_error *err) {
 
 // Runs the step of `n` tokens (0: none, the body already ran) with outputs for the r rows `rows`
 // (indices into the step; r <= LOGIT_ROWS), then copies the outputs into the caller's arrays.
-static int run_step(mx_ctx *c, int n, const int32_t *rows, int r, float *logits, int32_t *ids, float *hidden,
-                    int first_out, mx_error *err) {
+static int run_step(mx_ctx *c, int n, bool decode, const int32_t *rows, int r, float *logits, int32_t *ids,
+                    float *hidden, int first_out, mx_error *err) {
     const mx_backend_ops *o = c->be->ops;
     bool gathered = false;
     for (int i = 0; i < r; i++) gathered |= rows[i] != i;
     if (gathered && o->upload(c->be, c->d_rows, rows, sizeof(int32_t) * (size_t)r, err)) return -1;
     bool choose = c->choose_rows && r > 0 && !hidden;
     if (choose && upload_choice(c, first_out, r, err)) return -1;
-    plan_key k = {n, r, gathered, hidden ? IDS_HIDDEN : choose ? IDS_SAMPLE : ids ? IDS_ARGMAX : IDS_NONE};
+    plan_key k = {n, r, gathered, hidden ? IDS_HIDDEN : choose ? IDS_SAMPLE : ids ? IDS_ARGMAX : IDS_NONE, n > 0 && decode};
     mx_plan *p = plan_for(c, k, err);
     if (!p || mx_plan_run(c->be, p, err)) return -1;
     if (choose && o->download(c->be, c->choose_outs + first_out, c->d_outs, sizeof(mx_sample_out) * (size_t)r, err))
@@ -220,6 +221,17 @@ static int run_step(mx_ctx *c, int n, const int32_t *rows, int r, float *logits,
         o->download(c->be, logits, c->logits, sizeof(float) * (size_t)r * c->m->cfg.vocab_size, err))
         return -1;
     return 0;
+}
+
+// Whether no slot has more than MX_DECODE_SLOT_TOKENS of the n tokens (the attention records' decode
+// hint). No memory; a prefill chunk is told after a few comparisons, a decode step takes n x n.
+static bool few_per_slot(const int32_t *slot, int n) {
+    for (int i = 0; i < n; i++) {
+        int same = 0;
+        for (int j = 0; j < n && same <= MX_DECODE_SLOT_TOKENS; j++) same += slot[j] == slot[i];
+        if (same > MX_DECODE_SLOT_TOKENS) return false;
+    }
+    return true;
 }
 
 static int check_batch(const mx_ctx *c, const mx_batch *b, mx_error *err) {
@@ -258,6 +270,7 @@ static int forward(mx_ctx *c, const mx_batch *b, float *logits, int32_t *ids, fl
             o->upload(c->be, c->d_pos, b->pos + start, 4 * (size_t)n, err) ||
             o->upload(c->be, c->d_slot, b->slot + start, 4 * (size_t)n, err))
             return -1;
+        const bool decode = few_per_slot(b->slot + start, n);
         // Output rows that fall in this step, in the caller's order, LOGIT_ROWS per pass; the first
         // pass shares the plan of the step's body (one plan per decode step).
         int body = n;
@@ -269,7 +282,7 @@ static int forward(mx_ctx *c, const mx_batch *b, float *logits, int32_t *ids, fl
                 cnt++;
             }
             if (body == 0 && cnt == 0) break;
-            if (run_step(c, body, local, cnt, logits ? logits + (size_t)out_done * V : NULL,
+            if (run_step(c, body, decode, local, cnt, logits ? logits + (size_t)out_done * V : NULL,
                          ids ? ids + out_done : NULL, hidden ? hidden + (size_t)out_done * V : NULL, out_done, err))
                 return -1;
             out_done += cnt;

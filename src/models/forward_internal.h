@@ -21,11 +21,13 @@
 // What a plan computes: `n` tokens through the model (0: output head only) and `r` output rows,
 // read in place (rows 0..r-1) or gathered through d_rows; `ids` picks what the head chooses.
 // IDS_HIDDEN: the head stops after the final norm (hidden states for embeddings, no lm_head).
+// decode: no KV slot has more than MX_DECODE_SLOT_TOKENS of the n tokens (the attention records' hint).
 typedef enum { IDS_NONE, IDS_ARGMAX, IDS_SAMPLE, IDS_HIDDEN } ids_kind;
 typedef struct plan_key {
     int n, r;
     bool gathered;
     ids_kind ids;
+    bool decode;
 } plan_key;
 
 typedef struct cached_plan {

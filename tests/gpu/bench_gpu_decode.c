@@ -3,8 +3,10 @@
 // of a Qwen3 shape on the device and times the backend ops of one decode token (captured in a graph
 // and replayed, and launched directly) at a given context, and of a prefill batch. It issues the
 // same op sequence as a Qwen3 forward pass (the engine's model code is the reference for that), so
-// its tok/s is the GPU backend's share of `mlxcel bench`.
-// Usage: bench_gpu_decode [qwen3-0.6b|qwen3-8b] [context=512] [prefill=512] [replays=200]
+// its tok/s is the GPU backend's share of `mlxcel bench`. With a batch B > 0, last: a batched decode
+// step of B sequences (token i the position `context` of slot i, the attention's decode hint on, as
+// the engine's server steps), timed as a graph, and its per-op times.
+// Usage: bench_gpu_decode [qwen3-0.6b|qwen3-8b] [context=512] [prefill=512] [replays=200] [batch=0]
 #include <stdio.h>
 #include <stdlib.h>
 #include <math.h>
@@ -85,7 +87,8 @@ typedef struct model {
 #define ADD(p, KIND, field, ...) mx_plan_add(p, (mx_op){.kind = KIND, .field = {__VA_ARGS__}})
 
 // The records of one step of n tokens, then the logits and argmax of row *last_row (device).
-static mx_plan *forward_plan(model *m, int n, const int32_t *last_row) {
+// decode: the attention records' hint (each token in its own slot).
+static mx_plan *forward_plan(model *m, int n, const int32_t *last_row, bool decode) {
     const shape *s = &m->s;
     mx_rope rope = {.inv_freq = m->inv_freq, .head_dim = s->head_dim, .attn_factor = 1.0f};
     mx_plan *p = mx_plan_create(&err);
@@ -103,7 +106,7 @@ static mx_plan *forward_plan(model *m, int n, const int32_t *last_row) {
         ADD(p, MX_OP_ROPE, rope, m->q, m->pos, n, s->heads, rope);
         ADD(p, MX_OP_ROPE, rope, m->k, m->pos, n, s->kv_heads, rope);
         ADD(p, MX_OP_KV_STORE, kv_store, kv, m->k, m->v, n);
-        ADD(p, MX_OP_ATTENTION, attention, m->att, m->q, kv, n, s->heads, 0.08838834764f, 0);
+        ADD(p, MX_OP_ATTENTION, attention, m->att, m->q, kv, n, s->heads, 0.08838834764f, 0, NULL, decode);
         ADD(p, MX_OP_MATMUL, matmul, m->tmp, m->att, &L->o, NULL, n);
         ADD(p, MX_OP_ADD, add, m->x, m->tmp, (int64_t)n * s->hidden);
         ADD(p, MX_OP_RMSNORM, rmsnorm, m->h, m->x, L->post_norm, n, s->hidden, 1e-6f);
@@ -140,22 +143,33 @@ static float time_ms(void *e0, void *e1);
         printf("  %-22s n=%-4d %9.2f us\n", label, n_tok, 1e3 * time_ms(e0, e1) / (reps)); \
     } while (0)
 
-// Per-op device times of layer 0 (and the output projection) for a batch of n tokens.
-static void op_times(mx_backend *be, model *m, int n, void *e0, void *e1, void *stream) {
+// Per-op device times of layer 0 (and the output projection) for a batch of n tokens (decode: a
+// batched decode step, the attention's hint on), and of the q/k norm + RoPE + KV store records as the
+// plan runner fuses them into one launch.
+static void op_times(mx_backend *be, model *m, int n, bool decode, void *e0, void *e1, void *stream) {
     const shape *s = &m->s;
     layer *L = &m->L[0];
     mx_rope rope = {.inv_freq = m->inv_freq, .head_dim = s->head_dim, .attn_factor = 1.0f};
     mx_kv_ref kv = {m->kv, m->lay, 0, m->slot, m->pos, NULL};
     int reps = n == 1 ? 200 : 10;
 #define OP(KIND, field, ...) run_op(be, (mx_op){.kind = KIND, .field = {__VA_ARGS__}})
-    printf("per-op times, %d token%s:\n", n, n == 1 ? "" : "s");
+    printf("per-op times, %d token%s%s:\n", n, n == 1 ? "" : "s", decode ? " (batched decode)" : "");
     TIME_OP("rmsnorm", n, reps, OP(MX_OP_RMSNORM, rmsnorm, m->h, m->x, L->in_norm, n, s->hidden, 1e-6f));
     TIME_OP("matmul q", n, reps, OP(MX_OP_MATMUL, matmul, m->q, m->h, &L->q, NULL, n));
     TIME_OP("matmul k", n, reps, OP(MX_OP_MATMUL, matmul, m->k, m->h, &L->k, NULL, n));
     TIME_OP("q/k norm", n, reps, OP(MX_OP_RMSNORM, rmsnorm, m->q, m->q, L->q_norm, n * s->heads, s->head_dim, 1e-6f));
     TIME_OP("rope q", n, reps, OP(MX_OP_ROPE, rope, m->q, m->pos, n, s->heads, rope));
     TIME_OP("kv_store", n, reps, OP(MX_OP_KV_STORE, kv_store, kv, m->k, m->v, n));
-    TIME_OP("attention", n, reps, OP(MX_OP_ATTENTION, attention, m->att, m->q, kv, n, s->heads, 0.0883883f, 0));
+    TIME_OP("attention", n, reps, OP(MX_OP_ATTENTION, attention, m->att, m->q, kv, n, s->heads, 0.0883883f, 0, NULL, decode));
+    mx_plan *qk = mx_plan_create(&err);
+    if (!qk) die("plan");
+    ADD(qk, MX_OP_RMSNORM, rmsnorm, m->q, m->q, L->q_norm, n * s->heads, s->head_dim, 1e-6f);
+    ADD(qk, MX_OP_RMSNORM, rmsnorm, m->k, m->k, L->k_norm, n * s->kv_heads, s->head_dim, 1e-6f);
+    ADD(qk, MX_OP_ROPE, rope, m->q, m->pos, n, s->heads, rope);
+    ADD(qk, MX_OP_ROPE, rope, m->k, m->pos, n, s->kv_heads, rope);
+    ADD(qk, MX_OP_KV_STORE, kv_store, kv, m->k, m->v, n);
+    TIME_OP("q/k norm+rope+kv fused", n, reps, run_plan(be, qk));
+    mx_plan_free(be, qk);
     TIME_OP("matmul o", n, reps, OP(MX_OP_MATMUL, matmul, m->tmp, m->att, &L->o, NULL, n));
     TIME_OP("add", n, reps, OP(MX_OP_ADD, add, m->x, m->tmp, (int64_t)n * s->hidden));
     TIME_OP("matmul gate", n, reps, OP(MX_OP_MATMUL, matmul, m->g, m->h, &L->gate, NULL, n));
@@ -177,7 +191,7 @@ static float time_ms(void *e0, void *e1) {
 int main(int argc, char **argv) {
     const char *name = argc > 1 ? argv[1] : "qwen3-0.6b";
     int ctx = argc > 2 ? atoi(argv[2]) : 512, prefill = argc > 3 ? atoi(argv[3]) : 512;
-    int replays = argc > 4 ? atoi(argv[4]) : 200;
+    int replays = argc > 4 ? atoi(argv[4]) : 200, batch = argc > 5 ? atoi(argv[5]) : 0;
     const shape *s = NULL;
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
         if (strcmp(shapes[i].name, name) == 0) s = &shapes[i];
@@ -194,7 +208,8 @@ int main(int argc, char **argv) {
     model m;
     memset(&m, 0, sizeof m);
     m.s = *s;
-    m.cap = prefill > 1 ? prefill : 1;
+    m.cap = prefill > batch ? prefill : batch;
+    if (m.cap < 1) m.cap = 1;
     int qd = s->heads * s->head_dim, kd = s->kv_heads * s->head_dim;
     mx_matrix hq = host_q4(qd, s->hidden), hk = host_q4(kd, s->hidden), ho = host_q4(s->hidden, qd);
     mx_matrix hg = host_q4(s->inter, s->hidden), hd = host_q4(s->hidden, s->inter), he = host_q4(s->vocab, s->hidden);
@@ -234,7 +249,7 @@ int main(int argc, char **argv) {
     for (int j = 0; j < s->head_dim / 2; j++) inv[j] = 1.0f / (float)pow(1000000.0, 2.0 * j / s->head_dim);
     m.inv_freq = dfrom(be, inv, sizeof(float) * s->head_dim / 2);
     int max_ctx = (ctx > prefill ? ctx : prefill) + 8;
-    m.lay = (mx_kv_layout){s->layers, 1, max_ctx, s->kv_heads, s->head_dim, 0};
+    m.lay = (mx_kv_layout){s->layers, batch > 1 ? batch : 1, max_ctx, s->kv_heads, s->head_dim, 0};
     m.kv = dalloc(be, mx_kv_bytes(&m.lay, be->kv_dtype));
     size_t cap = (size_t)m.cap;
     m.x = dalloc(be, 4 * cap * s->hidden), m.h = dalloc(be, 4 * cap * s->hidden);
@@ -256,7 +271,7 @@ int main(int argc, char **argv) {
 
     // Prefill: n tokens at positions 0..n-1 (fills the cache), direct launches, best of 3.
     mx_gpu_use_graphs(be, false);
-    mx_plan *prefill_plan = forward_plan(&m, prefill, m.last_row);
+    mx_plan *prefill_plan = forward_plan(&m, prefill, m.last_row, false);
     float best = 1e30f;
     for (int rep = 0; rep < 3; rep++) {
         mxg_rt_event_record(e0, stream, &err);
@@ -271,7 +286,7 @@ int main(int argc, char **argv) {
     // Decode: one token at position ctx.
     int32_t p = ctx;
     be->ops->upload(be, m.pos, &p, 4, &err);
-    mx_plan *decode_plan = forward_plan(&m, 1, m.last_row + 1);
+    mx_plan *decode_plan = forward_plan(&m, 1, m.last_row + 1, false);
     for (int i = 0; i < 3; i++) run_plan(be, decode_plan);
     mxg_rt_event_record(e0, stream, &err);
     for (int i = 0; i < replays / 4; i++) run_plan(be, decode_plan);
@@ -289,13 +304,34 @@ int main(int argc, char **argv) {
            ctx, graphed, 1e3 / graphed, (wbytes + kvb) / (graphed / 1e3) / 1e9, direct, 1e3 / direct);
     mx_plan_free(be, decode_plan);
     mx_plan_free(be, prefill_plan);
-    op_times(be, &m, 1, e0, e1, stream);
+    mx_gpu_use_graphs(be, false);  // op_times' fused q/k plan: direct launches, as its single records
+    op_times(be, &m, 1, false, e0, e1, stream);
     int32_t *mid = malloc(sizeof(int32_t) * (size_t)prefill);
     for (int i = 0; i < prefill; i++) mid[i] = i;
     be->ops->upload(be, m.pos, mid, sizeof(int32_t) * (size_t)prefill, &err);
     free(mid);
-    op_times(be, &m, prefill, e0, e1, stream);
+    op_times(be, &m, prefill, false, e0, e1, stream);
     if (be->ops->sync(be, &err) != 0) die("op times");
+    if (batch > 0) {  // token i at position ctx of slot i (the cache holds what the runs above left)
+        int32_t *bpos = malloc(sizeof(int32_t) * (size_t)batch), *bslot = malloc(sizeof(int32_t) * (size_t)batch);
+        for (int i = 0; i < batch; i++) bpos[i] = ctx, bslot[i] = i;
+        be->ops->upload(be, m.pos, bpos, sizeof(int32_t) * (size_t)batch, &err);
+        be->ops->upload(be, m.slot, bslot, sizeof(int32_t) * (size_t)batch, &err);
+        free(bpos), free(bslot);
+        mx_plan *step = forward_plan(&m, batch, m.last_row + 1, true);
+        mx_gpu_use_graphs(be, true);
+        for (int i = 0; i < 5; i++) run_plan(be, step);  // recorded on the second run (graphs on)
+        mxg_rt_event_record(e0, stream, &err);
+        for (int i = 0; i < replays / 4; i++) run_plan(be, step);
+        mxg_rt_event_record(e1, stream, &err);
+        const float ms = time_ms(e0, e1) / (replays / 4);
+        printf("batched decode step of %d sequences at context %d: %.3f ms graph (%.0f tok/s)\n", batch, ctx, ms,
+               batch * 1e3 / ms);
+        mx_plan_free(be, step);
+        mx_gpu_use_graphs(be, false);
+        op_times(be, &m, batch, true, e0, e1, stream);
+        if (be->ops->sync(be, &err) != 0) die("batched decode");
+    }
     mxg_rt_event_destroy(e0), mxg_rt_event_destroy(e1);
     mx_backend_free(be);
     return 0;

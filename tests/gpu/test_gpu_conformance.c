@@ -5,7 +5,9 @@
 // the records write fails, not only the final output. Cases: each fused pattern of the GPU plan
 // runner (src/backends/gpu/gpu_plan.c) in every weight format it fuses and in formats it does not
 // fuse (those run record by record), with and without biases, plus patterns that must not fuse
-// (several tokens, aliasing buffers), a whole decoder layer (decode and prefill-sized), and the
+// (several tokens, aliasing buffers), a whole decoder layer (decode, batched decode of 24-56
+// sequences with the attention's decode hint, and prefill-sized; its q/k norms, RoPEs and KV store
+// one fused launch), and the
 // records no pattern covers; the projection patterns again on a backend without the streaming
 // matrix-vector kernel (MLXCEL_GPU_NO_STREAM_MATVEC=1), on one with its other task shape
 // (MLXCEL_GPU_STREAM_ROWS=4), on one with the previous matrix-vector
@@ -349,6 +351,7 @@ static void elementwise_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, int k
 
 typedef struct layer_cfg {
     int n, H, NH, NKV, D, I, V;
+    bool decode;  // a batched decode step: token t the next position of slot t, the attention's decode hint
 } layer_cfg;
 
 // Buffers: 0 x, 1 h, 2 q, 3 k, 4 v, 5 att, 6 tmp, 7 gate, 8 up, 9 attn norm, 10 ffn norm, 11 q norm,
@@ -370,7 +373,7 @@ static void build_layer(mx_plan *p, side *s, const void *vc) {
     ADD(p, MX_OP_ROPE, rope, b[2], s->i[0], n, c->NH, rope);
     ADD(p, MX_OP_ROPE, rope, b[3], s->i[0], n, c->NKV, rope);
     ADD(p, MX_OP_KV_STORE, kv_store, kv, b[3], b[4], n);
-    ADD(p, MX_OP_ATTENTION, attention, b[5], b[2], kv, n, c->NH, 1.0f / sqrtf((float)c->D), 0);
+    ADD(p, MX_OP_ATTENTION, attention, b[5], b[2], kv, n, c->NH, 1.0f / sqrtf((float)c->D), 0, NULL, c->decode);
     ADD(p, MX_OP_MATMUL, matmul, b[6], b[5], &s->m[3], NULL, n);
     ADD(p, MX_OP_ADD, add, b[0], b[6], (int64_t)n * c->H);
     ADD(p, MX_OP_RMSNORM, rmsnorm, b[1], b[0], b[10], n, c->H, 1e-6f);
@@ -409,8 +412,8 @@ static void layer_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, const fmt *
     add_f(&d, "final norm", H, r, 0.5f, 1.5f, 0);
     int32_t *pos = malloc(4 * (size_t)n), *slot = malloc(4 * (size_t)n), *tok = malloc(4 * (size_t)n);
     for (int t = 0; t < c.n; t++) {
-        pos[t] = c.n == 1 ? 37 : t % 40;  // n > 1: two sequences of positions in two slots
-        slot[t] = c.n == 1 ? 2 : t / 40;
+        pos[t] = c.n == 1 ? 37 : c.decode ? 5 + t * 37 % 200 : t % 40;  // n > 1: two sequences in two slots,
+        slot[t] = c.n == 1 ? 2 : c.decode ? t : t / 40;                  // or (decode) one token in each of n
         tok[t] = (int32_t)(ref_next(r) % (uint64_t)c.V);
     }
     int32_t rows[2] = {c.n - 1, 0}, ids[2] = {0, 0};
@@ -424,9 +427,10 @@ static void layer_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, const fmt *
     add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, c.I, H);
     add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, H, c.I);
     add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, c.V, H);
-    mx_kv_layout lay = {2, 3, 64, c.NKV, c.D, 0};
+    mx_kv_layout lay = {2, c.n > 3 && c.decode ? c.n : 3, c.decode ? 256 : 64, c.NKV, c.D, 0};
     char label[160], ml[64];
-    snprintf(label, sizeof label, "decoder layer + head, %s, n=%d", ref_matrix_label(&d.mat[0], ml, sizeof ml), c.n);
+    snprintf(label, sizeof label, "decoder layer + head, %s, n=%d%s", ref_matrix_label(&d.mat[0], ml, sizeof ml), c.n,
+             c.decode ? " (batched decode)" : "");
     // The cache starts as zeros on both sides. The ids are not compared: logits differ by the cache's
     // rounding, so near-ties may pick different tokens (argmax has its own exact test).
     run_case(label, cpu, gpu, &d, build_layer, &c, &lay, d.ni);
@@ -756,14 +760,19 @@ int main(void) {
     rope_case(cpu, gpu, &rng, (rope_cfg){4, 8, 4, 96, false, 0, true});
     for (int kind = 0; kind < 5; kind++) elementwise_case(cpu, gpu, &rng, kind);
     for (size_t f = 0; f < sizeof fused_fmts / sizeof fused_fmts[0]; f++)
-        layer_case(cpu, gpu, &rng, &fused_fmts[f], (layer_cfg){1, 512, 8, 4, 64, 1024, 1000});
-    layer_case(cpu, gpu, &rng, &other_fmts[0], (layer_cfg){1, 512, 8, 4, 64, 1024, 1000});
+        layer_case(cpu, gpu, &rng, &fused_fmts[f], (layer_cfg){1, 512, 8, 4, 64, 1024, 1000, false});
+    layer_case(cpu, gpu, &rng, &other_fmts[0], (layer_cfg){1, 512, 8, 4, 64, 1024, 1000, false});
     // 1024-wide layers: every product on the streaming kernel (rows of 32 chunks or more), the
     // head at two tokens too (bf16 there: the kernels of matvec.cuh).
     for (size_t f = 0; f < sizeof fused_fmts / sizeof fused_fmts[0]; f++)
-        layer_case(cpu, gpu, &rng, &fused_fmts[f], (layer_cfg){1, 1024, 8, 4, 128, 2048, 1000});
-    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){4, 512, 8, 4, 64, 1024, 1000});
-    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){70, 512, 8, 4, 64, 1024, 1000});
+        layer_case(cpu, gpu, &rng, &fused_fmts[f], (layer_cfg){1, 1024, 8, 4, 128, 2048, 1000, false});
+    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){4, 512, 8, 4, 64, 1024, 1000, false});
+    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){70, 512, 8, 4, 64, 1024, 1000, false});
+    // Batched decode steps (server steps of 17-64 sequences: the flash-decoding kernel by the
+    // record's hint; on 132 multiprocessors 4 KV heads in groups of 2 split the context below 50
+    // tokens, here in 2, and not above).
+    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){24, 512, 8, 4, 64, 1024, 1000, true});
+    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){56, 512, 8, 4, 128, 1024, 1000, true});
     moe_case(cpu, gpu, &rng, &fused_fmts[0], (moe_cfg){1, 256, 8, 2, 128});
     moe_case(cpu, gpu, &rng, &fused_fmts[0], (moe_cfg){5, 256, 8, 2, 128});
     grouped_case(cpu, gpu, &rng, &fused_fmts[0], (grouped_cfg){1, 256, 16, 4, 128, 4, 2});
@@ -799,7 +808,7 @@ int main(void) {
         proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 2048, 256, 128, 256, f == 0, P_NORM_QKV});
         proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 256, 4224, 128, 256, f == 2, P_RESIDUAL});
     }
-    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){1, 1024, 8, 4, 128, 2048, 1000});
+    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){1, 1024, 8, 4, 128, 2048, 1000, false});
     mx_backend_free(gpu);
     // The streaming kernel's other task shape over long rows (MLXCEL_GPU_STREAM_ROWS=4: four rows
     // per task, two for gate/up, half the chunks per step): q/k/v over 4096 columns, gate/up over
@@ -824,7 +833,7 @@ int main(void) {
     for (size_t f = 0; f < sizeof fused_fmts / sizeof fused_fmts[0]; f++)
         for (int p = P_NORM_QKV; p <= P_RESIDUAL; p++)
             if (p != P_GATE_UP) proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 1024, 2048, 512, 3072, f == 0, p});
-    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){1, 512, 8, 4, 64, 1024, 1000});
+    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){1, 512, 8, 4, 64, 1024, 1000, false});
     mx_backend_free(gpu);
     // The mma.sync prefill kernel (MLXCEL_GPU_MMA_SYNC=1): prefill-sized layers.
     setenv("MLXCEL_GPU_MMA_SYNC", "1", 1);
@@ -832,8 +841,8 @@ int main(void) {
     unsetenv("MLXCEL_GPU_MMA_SYNC");
     if (!gpu) die("gpu backend with MLXCEL_GPU_MMA_SYNC=1");
     printf("cpu vs %s with MLXCEL_GPU_MMA_SYNC=1\n", gpu->ops->name);
-    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){70, 512, 8, 4, 64, 1024, 1000});
-    layer_case(cpu, gpu, &rng, &other_fmts[0], (layer_cfg){70, 512, 8, 4, 64, 1024, 1000});
+    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){70, 512, 8, 4, 64, 1024, 1000, false});
+    layer_case(cpu, gpu, &rng, &other_fmts[0], (layer_cfg){70, 512, 8, 4, 64, 1024, 1000, false});
     mx_backend_free(gpu);
     // The f16 KV cache (MLXCEL_GPU_KV=f16, the A/B switch and fallback): every case that reads the
     // cache, at its own bound.
@@ -843,8 +852,9 @@ int main(void) {
     if (!gpu) die("gpu backend with MLXCEL_GPU_KV=f16");
     CHECK(gpu->kv_dtype == MX_DTYPE_F16);
     printf("cpu vs %s with MLXCEL_GPU_KV=f16\n", gpu->ops->name);
-    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){1, 512, 8, 4, 64, 1024, 1000});
-    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){4, 512, 8, 4, 64, 1024, 1000});
+    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){1, 512, 8, 4, 64, 1024, 1000, false});
+    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){4, 512, 8, 4, 64, 1024, 1000, false});
+    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){40, 512, 8, 4, 128, 1024, 1000, true});
     mla_case(cpu, gpu, &rng, &fused_fmts[0], (mla_cfg){45, 128, 4, 64, 64, 32, 64, 64});
     mla_case(cpu, gpu, &rng, &fused_fmts[4], (mla_cfg){3, 512, 8, 256, 128, 64, 512, 128});
     gptoss_case(cpu, gpu, &rng, &q8, &fused_fmts[3], (gptoss_cfg){1, 256, 8, 2, 64, 8, 2, 128, 8});

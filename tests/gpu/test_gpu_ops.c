@@ -11,8 +11,11 @@
 // that follow), without the streaming kernel (a third backend, MLXCEL_GPU_NO_STREAM_MATVEC=1)
 // with its other task shape (MLXCEL_GPU_STREAM_ROWS=4) and on the previous path
 // (MLXCEL_GPU_OLD_MATVEC=1); the tiled sizes again on the mma.sync prefill kernel (another
-// backend, MLXCEL_GPU_MMA_SYNC=1). A plan run four times (recorded as a graph, then replayed) closes
-// the run. Exit 77 (ctest: skipped) when the machine has no GPU.
+// backend, MLXCEL_GPU_MMA_SYNC=1). Attention: prefill chunks, decode, mixed slots, windows, long
+// contexts, batched decode steps of 17-64 sequences with the record's decode hint, on both cache
+// types and on the general kernel (MLXCEL_GPU_ATTN_DECODE=0); the fused q/k norm + RoPE + KV store
+// launch against the kv_store record, byte for byte. A plan run four times (recorded as a graph,
+// then replayed) closes the run. Exit 77 (ctest: skipped) when the machine has no GPU.
 //
 // Matmul bounds: every output element within its own bound (elem_bound below: float32 rounding of
 // any summation order, plus on the tensor-core path the bf16 rounding of its inputs), and the whole
@@ -90,9 +93,9 @@ static void op_kv_store(mx_backend *be, void *kv, const mx_kv_layout *lay, const
 }
 static void op_attention(mx_backend *be, float *out, const float *q, const void *kv, const mx_kv_layout *lay,
                          const int32_t *table, int layer, const int32_t *slot, const int32_t *pos, int n, int n_heads,
-                         float scale, int window) {
-    run1(be, (mx_op){.kind = MX_OP_ATTENTION,
-                     .attention = {out, q, {(void *)kv, *lay, layer, slot, pos, table}, n, n_heads, scale, window}});
+                         float scale, int window, bool decode) {
+    run1(be, (mx_op){.kind = MX_OP_ATTENTION, .attention = {out, q, {(void *)kv, *lay, layer, slot, pos, table}, n,
+                                                            n_heads, scale, window, NULL, decode}});
 }
 static void op_swiglu(mx_backend *be, float *out, const float *gate, const float *up, int64_t count) {
     run1(be, (mx_op){.kind = MX_OP_SWIGLU, .swiglu = {out, gate, up, count}});
@@ -658,7 +661,8 @@ static void test_attention(mx_backend *be, mx_backend *cpu, ref_rng *rng, group_
             float *dq = dev_from(be, q, sizeof(float) * qn), *dout = dev_alloc(be, sizeof(float) * qn);
             int32_t *dslot = dev_from(be, slot, sizeof(int32_t) * n), *dpos = dev_from(be, pos, sizeof(int32_t) * n);
             dev_poison(be, dout, sizeof(float) * qn);
-            op_attention(be, dout, dq, dkv, &lay, dtable, layer, dslot, dpos, n, n_heads, scale, cases[c].window);
+            op_attention(be, dout, dq, dkv, &lay, dtable, layer, dslot, dpos, n, n_heads, scale, cases[c].window,
+                         false);
             dev_to(be, got, dout, sizeof(float) * qn);
             double e = ref_rel_err(got, ref, qn);
             CHECK_MSG(e <= 1e-5, "attention head_dim=%d%s %s: rel err %.3e", D, paged ? " paged" : "", cases[c].name, e);
@@ -716,7 +720,7 @@ static void test_attention_long(mx_backend *be, ref_rng *rng, group_stat *g) {
         float *dq = dev_from(be, q, sizeof(float) * qn), *dout = dev_alloc(be, sizeof(float) * qn);
         int32_t *ds = dev_from(be, slot, sizeof(int32_t) * n), *dp = dev_from(be, pos, sizeof(int32_t) * n);
         dev_poison(be, dout, sizeof(float) * qn);
-        op_attention(be, dout, dq, dkv, &lay, dtable, 0, ds, dp, n, n_heads, scale, cases[c].window);
+        op_attention(be, dout, dq, dkv, &lay, dtable, 0, ds, dp, n, n_heads, scale, cases[c].window, false);
         dev_to(be, got, dout, sizeof(float) * qn);
         double e = ref_rel_err(got, ref, qn);
         CHECK_MSG(e <= 1e-5, "attention at %d positions, %s: rel err %.3e", ctx, cases[c].name, e);
@@ -726,6 +730,131 @@ static void test_attention_long(mx_backend *be, ref_rng *rng, group_stat *g) {
     }
     be->ops->release(be, dkv), be->ops->release(be, dtable);
     free(kc), free(vc), free(slot), free(pos), free(table);
+}
+
+// Batched decode steps (a server step: each token the next position of its own slot) with the
+// record's decode hint: 17-64 tokens over 72 slots of 1-120 positions in a scrambled paged pool, the
+// last 7 tokens of some steps in one padding slot at positions 0-6 (as the engine pads), one with a
+// 50-position window; Qwen3-0.6B's attention shape (8 KV heads of 128, 16 query heads: the context
+// split below 25 tokens on 132 multiprocessors, one split from 25 on) and groups of 8 on 2 KV heads
+// of 64 (split below 50 tokens).
+static void test_attention_batch(mx_backend *be, ref_rng *rng, group_stat *g) {
+    const struct { int D, nkv, n_heads; } shapes[] = {{128, 8, 16}, {64, 2, 16}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+        const int D = shapes[si].D, nkv = shapes[si].nkv, n_heads = shapes[si].n_heads, S = 72, ctx = 128;
+        const int tl = ctx / MX_KV_BLOCK, nb = S * tl + 5;
+        mx_kv_layout lay = {1, S, ctx, nkv, D, nb};
+        int32_t *table = malloc(sizeof(int32_t) * S * tl);
+        for (int i = 0; i < S * tl; i++) table[i] = (int32_t)((int64_t)(S * tl + 4 - i) * 7 % nb);  // 7 is prime to 581
+        int32_t *dtable = dev_from(be, table, sizeof(int32_t) * S * tl);
+        void *dkv = dev_alloc(be, mx_kv_bytes(&lay, be->kv_dtype));
+        const int64_t per_pos = (int64_t)nkv * D;
+        float *kc = fmalloc(S * ctx * per_pos), *vc = fmalloc(S * ctx * per_pos);
+        int filled[72], total = 0;
+        for (int s = 0; s < S; s++) filled[s] = s == S - 1 ? 7 : 1 + (int)(ref_next(rng) % 120), total += filled[s];
+        float *k = fmalloc(total * per_pos), *v = fmalloc(total * per_pos);
+        int32_t *slot = malloc(sizeof(int32_t) * total), *pos = malloc(sizeof(int32_t) * total);
+        ref_fill(rng, k, total * per_pos, -1, 1);
+        ref_fill(rng, v, total * per_pos, -1, 1);
+        for (int s = 0, t = 0; s < S; s++)
+            for (int p = 0; p < filled[s]; p++, t++) {
+                slot[t] = s, pos[t] = p;
+                memcpy(kc + ((int64_t)s * ctx + p) * per_pos, k + t * per_pos, sizeof(float) * per_pos);
+                memcpy(vc + ((int64_t)s * ctx + p) * per_pos, v + t * per_pos, sizeof(float) * per_pos);
+                for (int h = 0; h < nkv; h++) {
+                    ref_kv_round(kc + ((int64_t)s * ctx + p) * per_pos + h * D, D, be->kv_dtype);
+                    ref_kv_round(vc + ((int64_t)s * ctx + p) * per_pos + h * D, D, be->kv_dtype);
+                }
+            }
+        float *dk = dev_from(be, k, sizeof(float) * total * per_pos), *dv = dev_from(be, v, sizeof(float) * total * per_pos);
+        int32_t *dslot = dev_from(be, slot, sizeof(int32_t) * total), *dpos = dev_from(be, pos, sizeof(int32_t) * total);
+        op_kv_store(be, dkv, &lay, dtable, 0, dk, dv, dslot, dpos, total);
+        be->ops->release(be, dk), be->ops->release(be, dv), be->ops->release(be, dslot), be->ops->release(be, dpos);
+        const struct { int n, window, pad; } cases[] = {{17, 0, 0}, {24, 0, 7}, {32, 0, 0}, {40, 50, 7}, {48, 0, 0},
+                                                        {56, 0, 7}, {64, 0, 0}};
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            const int n = cases[c].n, pad = cases[c].pad;
+            for (int i = 0; i < n; i++) {
+                const bool is_pad = i >= n - pad;
+                slot[i] = is_pad ? S - 1 : (i * 5 + 3) % (S - 1);
+                pos[i] = is_pad ? i - (n - pad) : filled[slot[i]] - 1;
+            }
+            const int64_t qn = (int64_t)n * n_heads * D;
+            float *q = fmalloc(qn), *ref = fmalloc(qn), *got = fmalloc(qn);
+            ref_fill(rng, q, qn, -1, 1);
+            const float scale = 3.0f / sqrtf((float)D);
+            ref_attention(ref, q, kc, vc, ctx, nkv, D, slot, pos, n, n_heads, scale, cases[c].window);
+            float *dq = dev_from(be, q, sizeof(float) * qn), *dout = dev_alloc(be, sizeof(float) * qn);
+            int32_t *ds = dev_from(be, slot, sizeof(int32_t) * n), *dp = dev_from(be, pos, sizeof(int32_t) * n);
+            dev_poison(be, dout, sizeof(float) * qn);
+            op_attention(be, dout, dq, dkv, &lay, dtable, 0, ds, dp, n, n_heads, scale, cases[c].window, true);
+            dev_to(be, got, dout, sizeof(float) * qn);
+            double e = ref_rel_err(got, ref, qn);
+            CHECK_MSG(e <= 1e-5, "batched decode attention, %d KV heads of %d, %d tokens%s%s: rel err %.3e", nkv, D, n,
+                      pad ? " (7 padding)" : "", cases[c].window ? " (window)" : "", e);
+            stat_add(g, e);
+            be->ops->release(be, dq), be->ops->release(be, dout), be->ops->release(be, ds), be->ops->release(be, dp);
+            free(q), free(ref), free(got);
+        }
+        be->ops->release(be, dkv), be->ops->release(be, dtable);
+        free(kc), free(vc), free(k), free(v), free(slot), free(pos), free(table);
+    }
+}
+
+// The plan's q/k norm + RoPE + KV store pattern (one fused launch, kernels/qk_norm_rope.cu): the
+// cache it writes must hold exactly the bytes the kv_store record writes from the k it leaves and
+// v (run alone into a second cache), for a decode step of 5 slots and a 37-token chunk of two, paged.
+static void test_qk_norm_rope_store(mx_backend *be, ref_rng *rng) {
+    const int D = 128, nkv = 8, n_heads = 16, S = 6, ctx = 64, tl = ctx / MX_KV_BLOCK, nb = S * tl + 3;
+    mx_kv_layout lay = {2, S, ctx, nkv, D, nb};
+    int32_t table[6 * 4];
+    for (int i = 0; i < S * tl; i++) table[i] = (int32_t)((i * 5 + 1) % nb);
+    int32_t *dtable = dev_from(be, table, sizeof table);
+    const size_t kv_bytes = mx_kv_bytes(&lay, be->kv_dtype);
+    float *inv = fmalloc(D / 2), *qw = fmalloc(D), *kw = fmalloc(D);
+    for (int j = 0; j < D / 2; j++) inv[j] = 1.0f / powf(1e6f, 2.0f * j / D);
+    ref_fill(rng, qw, D, 0.5f, 1.5f);
+    ref_fill(rng, kw, D, 0.5f, 1.5f);
+    float *dinv = dev_from(be, inv, sizeof(float) * D / 2), *dqw = dev_from(be, qw, sizeof(float) * D);
+    float *dkw = dev_from(be, kw, sizeof(float) * D);
+    const mx_rope rope = {.inv_freq = dinv, .head_dim = D, .attn_factor = 1.0f};
+    for (int c = 0; c < 2; c++) {
+        const int n = c == 0 ? 5 : 37;
+        int32_t slot[37], pos[37];
+        for (int t = 0; t < n; t++) slot[t] = c == 0 ? t : t / 20, pos[t] = c == 0 ? 9 * t + 2 : 7 + t % 20;
+        const int64_t qn = (int64_t)n * n_heads * D, kn = (int64_t)n * nkv * D;
+        float *q = fmalloc(qn), *k = fmalloc(kn), *v = fmalloc(kn);
+        ref_fill(rng, q, qn, -2, 2), ref_fill(rng, k, kn, -2, 2), ref_fill(rng, v, kn, -1, 1);
+        float *dq = dev_from(be, q, sizeof(float) * qn), *dk = dev_from(be, k, sizeof(float) * kn);
+        float *dv = dev_from(be, v, sizeof(float) * kn);
+        int32_t *ds = dev_from(be, slot, sizeof(int32_t) * n), *dp = dev_from(be, pos, sizeof(int32_t) * n);
+        void *fused = dev_alloc(be, kv_bytes), *plain = dev_alloc(be, kv_bytes);
+        unsigned char *zero = calloc(1, kv_bytes), *hf = malloc(kv_bytes), *hp = malloc(kv_bytes);
+        be->ops->upload(be, fused, zero, kv_bytes, &err), be->ops->upload(be, plain, zero, kv_bytes, &err);
+        const mx_kv_ref rf = {fused, lay, 1, ds, dp, dtable}, rp = {plain, lay, 1, ds, dp, dtable};
+        mx_plan *p = mx_plan_create(&err);
+        CHECK(p != NULL);
+        if (!p) return;
+        mx_plan_add(p, (mx_op){.kind = MX_OP_RMSNORM, .rmsnorm = {dq, dq, dqw, n * n_heads, D, 1e-6f}});
+        mx_plan_add(p, (mx_op){.kind = MX_OP_RMSNORM, .rmsnorm = {dk, dk, dkw, n * nkv, D, 1e-6f}});
+        mx_plan_add(p, (mx_op){.kind = MX_OP_ROPE, .rope = {dq, dp, n, n_heads, rope}});
+        mx_plan_add(p, (mx_op){.kind = MX_OP_ROPE, .rope = {dk, dp, n, nkv, rope}});
+        mx_plan_add(p, (mx_op){.kind = MX_OP_KV_STORE, .kv_store = {rf, dk, dv, n}});
+        CHECK_MSG(mx_plan_run(be, p, &err) == 0, "q/k norm + rope + kv store plan: %s", err.msg);
+        run1(be, (mx_op){.kind = MX_OP_KV_STORE, .kv_store = {rp, dk, dv, n}});
+        dev_to(be, hf, fused, kv_bytes);
+        dev_to(be, hp, plain, kv_bytes);
+        size_t diff = 0, written = 0;
+        for (size_t i = 0; i < kv_bytes; i++) diff += hf[i] != hp[i], written += hp[i] != 0;
+        CHECK_MSG(diff == 0 && written > 0, "fused q/k norm + rope + kv store, %d tokens: %zu of %zu cache bytes differ "
+                  "from the kv_store record's (%zu written)", n, diff, kv_bytes, written);
+        mx_plan_free(be, p);
+        be->ops->release(be, dq), be->ops->release(be, dk), be->ops->release(be, dv), be->ops->release(be, ds);
+        be->ops->release(be, dp), be->ops->release(be, fused), be->ops->release(be, plain);
+        free(q), free(k), free(v), free(zero), free(hf), free(hp);
+    }
+    be->ops->release(be, dtable), be->ops->release(be, dinv), be->ops->release(be, dqw), be->ops->release(be, dkw);
+    free(inv), free(qw), free(kw);
 }
 
 // ---- MoE routing and combination, gather, argmax ----------------------------------------------------
@@ -941,6 +1070,8 @@ int main(void) {
     CHECK_MSG(cpu != NULL, "cpu backend: %s", err.msg);
     test_attention(be, cpu && cpu->kv_dtype == be->kv_dtype ? cpu : NULL, &rng, &attn);
     test_attention_long(be, &rng, &attn);
+    test_attention_batch(be, &rng, &attn);
+    test_qk_norm_rope_store(be, &rng);
     test_moe_route_combine(be, &rng, &route);
     test_moe_route_nonfinite(be, cpu, &rng);
     test_rows(be, &rng, &rows);
@@ -1024,6 +1155,8 @@ int main(void) {
         CHECK_MSG(be->kv_dtype == MX_DTYPE_F16, "MLXCEL_GPU_KV=f16 gave a %s cache", mx_dtype_name(be->kv_dtype));
         test_attention(be, NULL, &rng, &attn_f16);
         test_attention_long(be, &rng, &attn_f16);
+        test_attention_batch(be, &rng, &attn_f16);
+        test_qk_norm_rope_store(be, &rng);
         mx_backend_free(be);
     }
     unsetenv("MLXCEL_GPU_KV");
@@ -1037,6 +1170,7 @@ int main(void) {
         if (be) {
             test_attention(be, NULL, &rng, &attn_old);
             test_attention_long(be, &rng, &attn_old);
+            test_attention_batch(be, &rng, &attn_old);
             mx_backend_free(be);
         }
     }

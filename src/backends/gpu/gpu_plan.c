@@ -6,7 +6,8 @@
 // - the same products without the norm (matmuls sharing one input row);
 // - gate and up products followed by the SwiGLU of their outputs: the SwiGLU in the epilogue;
 // - a matrix-vector product followed by the residual add of its output: the add in the epilogue;
-// - q/k RMSNorms and the RoPE of q and k (or the two RoPEs alone): one launch;
+// - q/k RMSNorms and the RoPE of q and k (or the two RoPEs alone), and the KV-cache store of the
+//   rotated k and of v that follows them: one launch;
 // - a product of several tokens on the tensor-core decode product followed by the residual add of
 //   its output: the add in the product's final writer, where that product takes it (kernels.h).
 // A fused kernel writes every buffer the records write, with the same values up to float32
@@ -29,7 +30,7 @@ static void run_record(const mxg_launch *L, const mx_op *op) {
     case MX_OP_KV_STORE: mxg_kv_store(L, &op->kv_store.kv, op->kv_store.k, op->kv_store.v, op->kv_store.n); break;
     case MX_OP_ATTENTION:
         mxg_attention(L, op->attention.out, op->attention.q, &op->attention.kv, op->attention.n, op->attention.n_heads,
-                      op->attention.scale, op->attention.window, op->attention.sinks);
+                      op->attention.scale, op->attention.window, op->attention.sinks, op->attention.decode);
         break;
     case MX_OP_SWIGLU: mxg_swiglu(L, op->swiglu.out, op->swiglu.gate, op->swiglu.up, op->swiglu.count); break;
     case MX_OP_ADD: mxg_add(L, op->add.x, op->add.y, op->add.count); break;
@@ -189,7 +190,17 @@ static bool same_rope(const mx_rope *a, const mx_rope *b) {
            a->attn_factor == b->attn_factor;
 }
 
-// [RMSNorm q, RMSNorm k,] RoPE q, RoPE k (in place, per head, same positions): one launch.
+// Whether record `s` stores the rotated k of the q/k pattern (rope record rk) with a v that the
+// fused launch may read while it writes q (rope record rq) and k: the same tokens and head shape,
+// v neither q nor k.
+static bool stores_rotated_k(const mx_op *s, const mx_op *rq, const mx_op *rk) {
+    return s->kind == MX_OP_KV_STORE && s->kv_store.k == rk->rope.x && s->kv_store.n == rk->rope.n &&
+           s->kv_store.kv.lay.n_kv_heads == rk->rope.n_heads && s->kv_store.kv.lay.head_dim == rk->rope.rope.head_dim &&
+           s->kv_store.v != NULL && s->kv_store.v != rk->rope.x && s->kv_store.v != rq->rope.x;
+}
+
+// [RMSNorm q, RMSNorm k,] RoPE q, RoPE k (in place, per head, same positions)[, KV store of k and v]:
+// one launch.
 static int try_qk_norm_rope(const mxg_launch *L, const mx_plan *p, int i) {
     const mx_op *o = &p->ops[i];
     int norms = 0;
@@ -210,10 +221,12 @@ static int try_qk_norm_rope(const mxg_launch *L, const mx_plan *p, int i) {
             nq->rmsnorm.eps != nk->rmsnorm.eps)
             return 0;
     }
+    const mx_op *st = i + norms + 2 < p->n_ops ? &o[norms + 2] : NULL;
+    const bool store = st && stores_rotated_k(st, rq, rk);
     mxg_qk_norm_rope(L, rq->rope.x, rk->rope.x, norms ? o[0].rmsnorm.w : NULL, norms ? o[1].rmsnorm.w : NULL,
                      rq->rope.pos, n, rq->rope.n_heads, rk->rope.n_heads, norms ? o[0].rmsnorm.eps : 0.0f,
-                     &rq->rope.rope);
-    return norms + 2;
+                     &rq->rope.rope, store ? &st->kv_store.kv : NULL, store ? st->kv_store.v : NULL);
+    return norms + 2 + (store ? 1 : 0);
 }
 
 void mxg_enqueue_plan(const mxg_launch *L, const mx_plan *plan, bool fuse) {

@@ -91,13 +91,15 @@ void mxg_rope(const mxg_launch *L, float *x, const int32_t *pos, int n, int n_he
 // are contiguous within a block. The block of a token's position comes from the ref's block table,
 // the element format is read and written by kv_block.cuh.
 void mxg_kv_store(const mxg_launch *L, const mx_kv_ref *r, const float *k, const float *v, int n);
+// decode: the record's hint (mx_op attention: no slot has more than MX_DECODE_SLOT_TOKENS tokens).
 void mxg_attention(const mxg_launch *L, float *out, const float *q, const mx_kv_ref *r, int n, int n_heads, float scale,
-                   int window, const float *sinks);
+                   int window, const float *sinks, bool decode);
 // kernels/attn_decode.cu: the decode form of mxg_attention (flash-decoding: steps of at most 16
-// tokens, head sizes 64, 128, 256). 0 when it enqueued the attention, -1 when the shape is not one
-// it takes (the caller then runs the general kernel). mxg_attention calls it when L->attn_decode.
+// tokens, or of at most 64 with the decode hint; head sizes 64, 128, 256). 0 when it enqueued the
+// attention, -1 when the shape is not one it takes (the caller then runs the general kernel).
+// mxg_attention calls it when L->attn_decode.
 int mxg_attention_decode(const mxg_launch *L, float *out, const float *q, const mx_kv_ref *r, int n, int n_heads,
-                         float scale, int window, const float *sinks);
+                         float scale, int window, const float *sinks, bool decode);
 // Bytes of L->scratch that mxg_attention wants for full split parallelism (it uses fewer splits
 // when given less).
 size_t mxg_attention_scratch_bytes(int sm_count, int head_dim);

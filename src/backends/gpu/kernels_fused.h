@@ -33,9 +33,13 @@ bool mxg_fused_matvec_ok(const mxg_fused_matvec *f);
 void mxg_run_fused_matvec(const mxg_launch *L, const mxg_fused_matvec *f);
 
 // In place on q [n, n_heads, head_dim] and k [n, n_kv_heads, head_dim]: per-head RMSNorm with
-// q_norm / k_norm [head_dim] (both NULL: none), then RoPE at positions pos[n].
+// q_norm / k_norm [head_dim] (both NULL: none), then RoPE at positions pos[n]. kv != NULL: then
+// also the kv_store record of the rotated k and v [n, n_kv_heads, head_dim] into the cache at kv
+// (its own slots and positions), the bytes mxg_kv_store would write from those buffers; v must not
+// overlap q or k.
 void mxg_qk_norm_rope(const mxg_launch *L, float *q, float *k, const float *q_norm, const float *k_norm,
-                      const int32_t *pos, int n, int n_heads, int n_kv_heads, float eps, const mx_rope *rope);
+                      const int32_t *pos, int n, int n_heads, int n_kv_heads, float eps, const mx_rope *rope,
+                      const mx_kv_ref *kv, const float *v);
 
 #ifdef __cplusplus
 }

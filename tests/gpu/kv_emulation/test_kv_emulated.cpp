@@ -8,8 +8,11 @@
 // split over blocks and merged, on an emulated 132-multiprocessor device), mixed slots, sliding
 // windows, sinks, head rows (groups of 2, 6 and 8 query heads) and token rows, no GQA; decode steps
 // also on the flash-decoding kernel (kernels/attn_decode.cu), and it at long contexts (1,000-4,100
-// positions, up to 33 splits; groups of 1-8, head sizes 64-256, warps of 32 and 64 lanes); latent
-// caches of DeepSeek-V3's fixture sizes and a chunk that straddles c_kv and k_pe.
+// positions, up to 33 splits; groups of 1-8, head sizes 64-256, warps of 32 and 64 lanes); batched
+// decode steps of 17-64 tokens in their own slots (the record's decode hint; one split and several,
+// told by the scratch); the q/k norm + RoPE launch with the KV store fused in (its cache bytes equal
+// to the kv_store kernel's); latent caches of DeepSeek-V3's fixture sizes and a chunk that straddles
+// c_kv and k_pe.
 // Built and run by run.sh; exits 1 on any failure.
 #include "emu.h"
 #include <cstdio>
@@ -18,7 +21,7 @@ extern "C" {
 #include "backends/backend.h"
 #include "backends/plan.h"
 }
-#include "backends/gpu/kernels.h"
+#include "backends/gpu/kernels_fused.h"
 
 static mx_error err;
 static uint64_t rs = 0x9e3779b97f4a7c15ull;
@@ -39,7 +42,7 @@ static void attention_vs_cpu(const mxg_launch *L, const char *name, std::vector<
                              const float *q, const mx_kv_ref *r, int n, int nh, float scale, int window,
                              const float *sinks) {
     std::fill(og.begin(), og.end(), NAN);
-    mxg_attention(L, og.data(), q, r, n, nh, scale, window, sinks);
+    mxg_attention(L, og.data(), q, r, n, nh, scale, window, sinks, false);
     double e = rel(og.data(), oc.data(), og.size());
     printf("   %-14s%s rel err %.2e%s\n", name, L->attn_decode ? " (flash)" : "", e, e > 1e-5 ? "  <-- FAIL" : "");
     if (!(e <= 1e-5)) fails++;
@@ -149,6 +152,118 @@ static void long_case(mx_backend *cpu, mxg_launch *L, int D, int nkv, int nh, in
     cpu->ops->release(cpu, ckv);
 }
 
+// Batched decode steps (the engine's server steps): 17-64 tokens, each the next position of its own
+// slot (contexts of 1-120 positions), the last 7 of some steps in one padding slot at positions 0-6
+// (generate/engine.c), with the record's decode hint; on the flash-decoding kernel (which takes them
+// only with the hint), and three of them on the general kernel too (slow here), against the CPU backend. The split choice is
+// checked through the scratch, poisoned first: a step whose blocks fill 3/4 of a wave (0.6B's 8 KV
+// heads from 25 tokens on, groups of 8 on 2 KV heads from 50) writes no partials, a smaller one
+// splits the context and writes them.
+static void batch_case(mx_backend *cpu, mxg_launch *L, int D, int nkv, int nh, int paged) {
+    const int S = 72, ctx = 128, tl = ctx / MX_KV_BLOCK;
+    mx_kv_layout lay = {1, S, ctx, nkv, D, paged ? S * tl + 5 : 0};
+    std::vector<int32_t> table(S * tl);
+    for (int i = 0; i < S * tl; i++) table[i] = (int32_t)((int64_t)(S * tl + 4 - i) * 7 % (S * tl + 5));  // 7 prime to 581
+    size_t bytes = mx_kv_bytes(&lay, cpu->kv_dtype);
+    unsigned char *gkv = (unsigned char *)calloc(1, bytes);
+    void *ckv = cpu->ops->alloc(cpu, bytes, &err);
+    std::vector<int> filled(S);
+    int total = 0;
+    for (int s = 0; s < S; s++) filled[s] = s == S - 1 ? 7 : 1 + (int)rnd(0, 119.99f), total += filled[s];
+    const int per = nkv * D;
+    std::vector<float> k((size_t)total * per), v((size_t)total * per);
+    fill(k.data(), k.size(), -1, 1), fill(v.data(), v.size(), -1, 1);
+    std::vector<int32_t> sl(total), ps(total);
+    for (int s = 0, t = 0; s < S; s++)
+        for (int p = 0; p < filled[s]; p++, t++) sl[t] = s, ps[t] = p;
+    mx_kv_ref rg = {gkv, lay, 0, sl.data(), ps.data(), paged ? table.data() : NULL};
+    mx_kv_ref rc = {ckv, lay, 0, sl.data(), ps.data(), paged ? table.data() : NULL};
+    mxg_kv_store(L, &rg, k.data(), v.data(), total);
+    run(cpu, (mx_op){.kind = MX_OP_KV_STORE, .kv_store = {rc, k.data(), v.data(), total}});
+    printf("batched decode D=%d nkv=%d nh=%d paged=%d %s\n", D, nkv, nh, paged, mx_dtype_name(cpu->kv_dtype));
+    struct { int n, window, sinks, pad; } cases[] = {{17, 0, 0, 0}, {24, 0, 1, 7}, {32, 0, 0, 0}, {40, 50, 1, 7},
+                                                    {48, 0, 0, 0}, {56, 0, 1, 7}, {64, 0, 0, 0}};
+    for (auto &c : cases) {
+        const int n = c.n;
+        std::vector<int32_t> s2(n), p2(n);
+        for (int i = 0; i < n; i++) {
+            const bool pad = i >= n - c.pad;
+            s2[i] = pad ? S - 1 : (i * 5 + 3) % (S - 1), p2[i] = pad ? i - (n - c.pad) : filled[s2[i]] - 1;
+        }
+        size_t qn = (size_t)n * nh * D;
+        std::vector<float> q(qn), og(qn), oc(qn), sinks(nh);
+        fill(q.data(), qn, -1, 1);
+        fill(sinks.data(), nh, -1, 3);
+        float scale = 3.0f / sqrtf((float)D);
+        mx_kv_ref g2 = {gkv, lay, 0, s2.data(), p2.data(), paged ? table.data() : NULL};
+        mx_kv_ref c2 = {ckv, lay, 0, s2.data(), p2.data(), paged ? table.data() : NULL};
+        const float *sk = c.sinks ? sinks.data() : NULL;
+        run(cpu, (mx_op){.kind = MX_OP_ATTENTION, .attention = {oc.data(), q.data(), c2, n, nh, scale, c.window, sk, true}});
+        const int G = nh / nkv >= 8 ? 8 : nh / nkv > 2 ? 4 : nh / nkv, parts = (nh / nkv + G - 1) / G;
+        const int64_t blocks = (int64_t)n * nkv * parts, wave = (int64_t)(G >= 8 ? 1 : 2) * L->sm_count;
+        const bool split = 4 * blocks < 3 * wave;  // kernels/attn_decode.cu's rule
+        for (int flash = 1; flash >= (n == 17 || c.window || n == 64 ? 0 : 1); flash--) {
+            L->attn_decode = flash;
+            std::fill(og.begin(), og.end(), NAN);
+            std::fill((float *)L->scratch, (float *)L->scratch + L->scratch_bytes / sizeof(float), NAN);
+            mxg_attention(L, og.data(), q.data(), &g2, n, nh, scale, c.window, sk, true);
+            double e = rel(og.data(), oc.data(), qn);
+            bool wrote = false;
+            for (size_t i = 0; i < L->scratch_bytes / sizeof(float) && !wrote; i++) wrote = !std::isnan(((float *)L->scratch)[i]);
+            const bool ok = e <= 1e-5 && (!flash || wrote == split);
+            printf("   %2d tokens%s%s%s%s rel err %.2e, %s%s\n", n, c.window ? ", window" : "", c.sinks ? ", sinks" : "",
+                   c.pad ? ", 7 padding" : "", flash ? " (flash)" : "", e, wrote ? "split" : "one split",
+                   ok ? "" : "  <-- FAIL");
+            if (!ok) fails++;
+        }
+    }
+    free(gkv);
+    cpu->ops->release(cpu, ckv);
+}
+
+// The q/k RMSNorm + RoPE launch with the KV store fused in (kernels/qk_norm_rope.cu, the plan's
+// norm, norm, rope, rope, kv_store pattern): q and k against the CPU backend's records (float32
+// summation order apart), and the cache it writes byte for byte equal to the kv_store kernel's
+// (rope_kv.cu) from the k it leaves and v, into a second cache; with and without the norms, paged or
+// not, tokens of several slots (a prefill chunk's and a decode step's), head sizes with a partial
+// I16 chunk.
+static void qk_store_case(mx_backend *cpu, mxg_launch *L, int D, int nkv, int nh, int n, int paged, bool norm) {
+    const int S = 4, ctx = 64, tl = ctx / MX_KV_BLOCK;
+    mx_kv_layout lay = {2, S, ctx, nkv, D, paged ? S * tl + 3 : 0};
+    std::vector<int32_t> table(S * tl);
+    for (int i = 0; i < S * tl; i++) table[i] = (int32_t)((i * 5 + 1) % (S * tl + 3));
+    size_t bytes = mx_kv_bytes(&lay, cpu->kv_dtype);
+    std::vector<unsigned char> fused(bytes, 0), plain(bytes, 0);
+    std::vector<int32_t> sl(n), ps(n);
+    for (int t = 0; t < n; t++) sl[t] = n > S ? t * S / n : t, ps[t] = n > S ? 20 + t % (n / S + 1) : 3 + 11 * t;
+    const size_t qn = (size_t)n * nh * D, kn = (size_t)n * nkv * D;
+    std::vector<float> q(qn), k(kn), v(kn), qw(D), kw(D), inv(D / 2);
+    fill(q.data(), qn, -2, 2), fill(k.data(), kn, -2, 2), fill(v.data(), kn, -1, 1);
+    fill(qw.data(), D, 0.5f, 1.5f), fill(kw.data(), D, 0.5f, 1.5f);
+    for (int j = 0; j < D / 2; j++) inv[j] = 1.0f / powf(1e6f, 2.0f * j / D);
+    std::vector<float> qc = q, kc = k, qg = q, kg = k;
+    mx_rope rope = {inv.data(), D, 0.9f, 0, NULL, 0};
+    if (norm) {
+        run(cpu, (mx_op){.kind = MX_OP_RMSNORM, .rmsnorm = {qc.data(), qc.data(), qw.data(), n * nh, D, 1e-6f}});
+        run(cpu, (mx_op){.kind = MX_OP_RMSNORM, .rmsnorm = {kc.data(), kc.data(), kw.data(), n * nkv, D, 1e-6f}});
+    }
+    run(cpu, (mx_op){.kind = MX_OP_ROPE, .rope = {qc.data(), ps.data(), n, nh, rope}});
+    run(cpu, (mx_op){.kind = MX_OP_ROPE, .rope = {kc.data(), ps.data(), n, nkv, rope}});
+    mx_kv_ref rf = {fused.data(), lay, 1, sl.data(), ps.data(), paged ? table.data() : NULL};
+    mx_kv_ref rp = {plain.data(), lay, 1, sl.data(), ps.data(), paged ? table.data() : NULL};
+    mxg_qk_norm_rope(L, qg.data(), kg.data(), norm ? qw.data() : NULL, norm ? kw.data() : NULL, ps.data(), n, nh, nkv,
+                     1e-6f, &rope, &rf, v.data());
+    mxg_kv_store(L, &rp, kg.data(), v.data(), n);
+    size_t diff = 0;
+    for (size_t i = 0; i < bytes; i++) diff += fused[i] != plain[i];
+    const double eq = rel(qg.data(), qc.data(), qn), ek = rel(kg.data(), kc.data(), kn);
+    const bool ok = diff == 0 && eq <= 1e-6 && ek <= 1e-6;
+    printf("q/k %srope + kv store D=%d nkv=%d nh=%d n=%d paged=%d %s: q %.2e, k %.2e, cache bytes differing from "
+           "kv_store's %zu%s\n", norm ? "norm + " : "", D, nkv, nh, n, paged, mx_dtype_name(cpu->kv_dtype), eq, ek, diff,
+           ok ? "" : "  <-- FAIL");
+    if (!ok) fails++;
+}
+
 static void latent_case(mx_backend *cpu, mxg_launch *L, int KL, int R, int nh, int n) {
     mx_kv_layout lay = {2, 3, 64, 1, (KL + R) / 2, 0};
     size_t bytes = mx_kv_bytes(&lay, cpu->kv_dtype);
@@ -220,6 +335,18 @@ int main(int argc, char **argv) {
             long_case(cpu, &L, 256, 2, 4, 1040, 1, false);
             L.warp = 32;
         }
+        batch_case(cpu, &L, 128, 8, 16, 1);       // Qwen3-0.6B's attention: splits 2 at 17 and 24 tokens, then 1
+        if (!quick && !f16) {
+            batch_case(cpu, &L, 64, 2, 16, 0);    // groups of 8: split below 50 tokens
+            batch_case(cpu, &L, 256, 4, 8, 1);    // group 2, D 256: split below 50
+            L.warp = 64;
+            batch_case(cpu, &L, 128, 8, 32, 1);   // the 8B's shape on a wave of 64: split below 25
+            L.warp = 32;
+        }
+        qk_store_case(cpu, &L, 128, 8, 16, 1, 1, true);
+        qk_store_case(cpu, &L, 128, 8, 16, 37, 0, true);
+        qk_store_case(cpu, &L, 72, 2, 6, 5, 1, false);  // a partial I16 chunk, no norms
+        qk_store_case(cpu, &L, 256, 4, 8, 3, 1, true);
         latent_case(cpu, &L, 64, 64, 4, 1);
         latent_case(cpu, &L, 64, 64, 4, 45);
         latent_case(cpu, &L, 512, 64, 8, 3);

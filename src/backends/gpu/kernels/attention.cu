@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 // Attention over the paged KV cache for prefill, decode and mixed batches, without materializing
 // the [T, T] score matrix (online softmax, flash-attention style). Decode steps whose shape
-// kernels/attn_decode.cu takes go there (unless MLXCEL_GPU_ATTN_DECODE=0); this kernel does the
-// rest. Each key row of a tile is found through the slot's block table (kv_block.cuh); a 32-key
+// kernels/attn_decode.cu takes go there (unless MLXCEL_GPU_ATTN_DECODE=0: steps of at most 16
+// tokens, and of at most 64 when the record's decode hint says no slot has more than a few of
+// them); this kernel does the rest: prefill chunks, whose tokens of one slot share each key tile. Each key row of a tile is found through the slot's block table (kv_block.cuh); a 32-key
 // tile spans two blocks of 16.
 // The cache is int16 with one scale per 16 elements of a row (I16, default) or f16: a tile is copied
 // to shared memory as it is stored (2 bytes per element, plus the I16 rows' scales), and dequantized
@@ -294,12 +295,12 @@ extern "C" size_t mxg_attention_scratch_bytes(int sm_count, int head_dim) {
 }
 
 extern "C" void mxg_attention(const mxg_launch *L, float *out, const float *q, const mx_kv_ref *r, int n, int n_heads,
-                              float scale, int window, const float *sinks) {
+                              float scale, int window, const float *sinks, bool decode) {
     const mx_kv_layout *lay = &r->lay;
     const int D = lay->head_dim;
     MX_ASSERT(D % 2 == 0 && D <= kMaxHeadDim && n_heads % lay->n_kv_heads == 0 && r->layer < lay->n_layers);
     if (n == 0) return;
-    if (L->attn_decode && mxg_attention_decode(L, out, q, r, n, n_heads, scale, window, sinks) == 0) return;
+    if (L->attn_decode && mxg_attention_decode(L, out, q, r, n, n_heads, scale, window, sinks, decode) == 0) return;
     AttnArgs a;
     a.out = out, a.part = (float *)L->scratch, a.q = q, a.sinks = sinks, a.kv = (const uint16_t *)r->kv, a.slot = r->slot, a.pos = r->pos;
     a.pg = kv_pages(r, L->kv_i16);

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: MIT
 // Decode attention over the paged KV cache (flash-decoding): steps of at most kDecodeMaxTokens
-// tokens, head sizes 64, 128 and 256 (other shapes, and prefill, take kernels/attention.cu). The
+// tokens, or kDecodeHintMaxTokens when the record's decode hint says each token (but a few) is its
+// own sequence's, head sizes 64, 128 and 256 (other shapes, and prefill, take kernels/attention.cu).
+// Each token attends to its own slot and positions, so the two differ only in speed: a prefill
+// chunk's tokens share key tiles in the general kernel, a batched decode step's tokens share nothing. The
 // work is bound by reading the cache, so the kernel is laid out for bytes in flight:
 // - one block per (token, KV head, part of its query-head group, split of the context): the
 //   block's G (1, 2, 4 or 8) query heads of one KV head share every key and value read, so a cache
@@ -25,7 +28,8 @@
 namespace {
 
 constexpr int kDecodeThreads = 256;   // threads per block (8 warps of 32, 4 of 64)
-constexpr int kDecodeMaxTokens = 16;  // steps of at most this many tokens (as the head rows before)
+constexpr int kDecodeMaxTokens = 16;  // steps of at most this many tokens (as the head rows before) ...
+constexpr int kDecodeHintMaxTokens = 64;  // ... or this many with the decode hint (a token per sequence)
 constexpr int kDecodeMaxSplits = 64;  // splits of one token's context (the combine's block holds them)
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -283,10 +287,11 @@ void launch_decode_d(const mxg_launch *L, const DecodeArgs &a, dim3 grid, int d,
 }  // namespace
 
 extern "C" int mxg_attention_decode(const mxg_launch *L, float *out, const float *q, const mx_kv_ref *r, int n,
-                                    int n_heads, float scale, int window, const float *sinks) {
+                                    int n_heads, float scale, int window, const float *sinks, bool decode) {
     const mx_kv_layout *lay = &r->lay;
     const int D = lay->head_dim;
-    if (n < 1 || n > kDecodeMaxTokens || (D != 64 && D != 128 && D != 256) || (L->warp != 32 && L->warp != 64))
+    if (n < 1 || n > (decode ? kDecodeHintMaxTokens : kDecodeMaxTokens) || (D != 64 && D != 128 && D != 256) ||
+        (L->warp != 32 && L->warp != 64))
         return -1;
     const int group = n_heads / lay->n_kv_heads;
     const int G = group >= 8 ? 8 : group > 2 ? 4 : group;  // heads per block: a power of two, at most 8
@@ -296,10 +301,13 @@ extern "C" int mxg_attention_decode(const mxg_launch *L, float *out, const float
     a.slot = r->slot, a.pos = r->pos, a.pg = kv_pages(r, L->kv_i16);
     a.n_heads = n_heads, a.window = window, a.group = group, a.parts = parts, a.qscale = scale * kLog2e;
     // Splits: enough blocks for one wave of decode_blocks_per_sm per multiprocessor, no more than the context has units for one
-    // per warp (the kernel's minimum per split), and partials that fit in the scratch.
+    // per warp (the kernel's minimum per split), and partials that fit in the scratch. None where the
+    // step's blocks already fill 3/4 of that wave (batched decode: 32 sequences of 8 KV heads on 132
+    // multiprocessors): splitting would make a second, partial wave and a combine launch.
     const int64_t blocks = (int64_t)n * lay->n_kv_heads * parts, target = (int64_t)decode_blocks_per_sm(G) * L->sm_count;
     const int64_t min_split = (int64_t)(kDecodeThreads / L->warp) * decode_unit(L->warp, D, G);
-    int64_t s = (target + blocks - 1) / blocks, by_ctx = (lay->max_ctx + min_split - 1) / min_split;
+    int64_t s = 4 * blocks >= 3 * target ? 1 : (target + blocks - 1) / blocks;
+    const int64_t by_ctx = (lay->max_ctx + min_split - 1) / min_split;
     s = s < by_ctx ? s : by_ctx;
     s = s < kDecodeMaxSplits ? s : kDecodeMaxSplits;
     while (s > 1 && (size_t)n * n_heads * s * (D + 2) * sizeof(float) > L->scratch_bytes) s--;

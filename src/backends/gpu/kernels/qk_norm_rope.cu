@@ -3,16 +3,33 @@
 // over the q heads then the k heads, head_dim / 2 threads, each owning the rotate-half pair
 // (j, j + head_dim/2). Same formulas as rmsnorm.cu and rope_kv.cu (norm: x * r * w, r =
 // 1/sqrt(mean(x^2) + eps); rope: angle pos * inv_freq[j] as exact as rope_sincos makes it, cos/sin times attn_factor), in place.
+// Optionally the KV-cache write that follows (the kv_store record of k and v): each k head's block
+// also writes its rotated row and the token's v row of that head into the cache, from the same
+// float32 values it leaves in k, by the element rules of kv_block.cuh (I16: one thread per chunk of
+// MX_KV_SCALE_BLOCK values, kv_put_chunk; f16: round to nearest), so the cache holds the bytes
+// rope_kv.cu's kv_store kernels would write from those buffers.
 #include "backends/gpu/common.cuh"
 #include "backends/gpu/kernels_fused.h"
+#include "backends/gpu/kv_block.cuh"
 
 namespace {
 
-template <int W>
+enum Store { kStoreNone, kStoreI16, kStoreF16 };
+
+// The cache write of a k head's block (STORE != kStoreNone).
+struct KvWrite {
+    void *kv;                    // the cache: int16 codes (I16) or f16
+    const float *v;              // [n, n_kv_heads, head_dim]
+    const int32_t *slot, *pos;   // [n] of the kv_store record
+    KvPages pg;
+};
+
+template <int W, int STORE>
 __global__ void qk_norm_rope_kernel(float *q, float *k, const float *__restrict__ qw, const float *__restrict__ kw,
                                     const int32_t *__restrict__ pos, int n_heads, int n_kv_heads, float eps,
-                                    const float *__restrict__ inv_freq, int head_dim, float attn_factor) {
+                                    const float *__restrict__ inv_freq, int head_dim, float attn_factor, KvWrite st) {
     __shared__ float red[1024 / W];
+    extern __shared__ float krow[];  // I16 store: [head_dim] the rotated k row, read back by chunks
     const int t = blockIdx.y, h = blockIdx.x, half = head_dim / 2;
     const bool is_q = h < n_heads;
     float *v = is_q ? q + ((int64_t)t * n_heads + h) * head_dim : k + ((int64_t)t * n_kv_heads + (h - n_heads)) * head_dim;
@@ -27,25 +44,78 @@ __global__ void qk_norm_rope_kernel(float *q, float *k, const float *__restrict_
         const float r = 1.0f / sqrtf(ss / (float)head_dim + eps);
         if (j < half) a = a * r * w[j], b = b * r * w[j + half];
     }
-    if (j >= half) return;
-    float s, c;
-    rope_sincos((float)pos[t], inv_freq[j], &s, &c);
-    c *= attn_factor;
-    s *= attn_factor;
-    v[j] = a * c - b * s;
-    v[j + half] = b * c + a * s;
+    if (j < half) {
+        float s, c;
+        rope_sincos((float)pos[t], inv_freq[j], &s, &c);
+        c *= attn_factor;
+        s *= attn_factor;
+        const float x0 = a * c - b * s, x1 = b * c + a * s;
+        v[j] = x0;
+        v[j + half] = x1;
+        a = x0, b = x1;
+    }
+    if constexpr (STORE != kStoreNone) {
+        if (is_q) return;  // block-uniform
+        const int hk = h - n_heads, D = head_dim;
+        const int64_t krow_i = kv_row_index(st.pg, st.slot[t], st.pos[t], 0, hk);
+        const int64_t vrow_i = kv_row_index(st.pg, st.slot[t], st.pos[t], 1, hk);
+        const float *vsrc = st.v + ((int64_t)t * n_kv_heads + hk) * D;
+        if constexpr (STORE == kStoreF16) {
+            __half *kv = (__half *)st.kv;
+            if (j < half) {
+                kv[krow_i * D + j] = __float2half_rn(a);
+                kv[krow_i * D + j + half] = __float2half_rn(b);
+            }
+            for (int d = j; d < D; d += blockDim.x) kv[vrow_i * D + d] = __float2half_rn(vsrc[d]);
+        } else {
+            if (j < half) krow[j] = a, krow[j + half] = b;
+            __syncthreads();
+            const int nsc = st.pg.n_scales;
+            for (int i = j; i < 2 * nsc; i += blockDim.x) {
+                const int which = i / nsc, c = i % nsc;
+                const int d0 = c * MX_KV_SCALE_BLOCK, len = min(MX_KV_SCALE_BLOCK, D - d0);
+                const float *src = which ? vsrc + d0 : krow + d0;
+                float x[MX_KV_SCALE_BLOCK];
+#pragma unroll
+                for (int e = 0; e < MX_KV_SCALE_BLOCK; e++) x[e] = e < len ? src[e] : 0.0f;
+                const int64_t row = which ? vrow_i : krow_i;
+                kv_put_chunk((int16_t *)st.kv + row * D + d0, st.pg.scales + row * nsc + c, x, len);
+            }
+        }
+    }
 }
 
 }  // namespace
 
 extern "C" void mxg_qk_norm_rope(const mxg_launch *L, float *q, float *k, const float *q_norm, const float *k_norm,
                                  const int32_t *pos, int n, int n_heads, int n_kv_heads, float eps,
-                                 const mx_rope *rope) {
+                                 const mx_rope *rope, const mx_kv_ref *kv, const float *v) {
     MX_ASSERT(n > 0 && rope->head_dim % 2 == 0 && rope->head_dim <= 2048 && (q_norm == NULL) == (k_norm == NULL));
+    KvWrite st = {NULL, v, NULL, NULL, {}};
+    int store = kStoreNone;
+    size_t smem = 0;
+    if (kv) {
+        MX_ASSERT(v != NULL && kv->lay.n_kv_heads == n_kv_heads && kv->lay.head_dim == rope->head_dim &&
+                  kv->layer >= 0 && kv->layer < kv->lay.n_layers);
+        st.kv = kv->kv, st.slot = kv->slot, st.pos = kv->pos, st.pg = kv_pages(kv, L->kv_i16);
+        store = L->kv_i16 ? kStoreI16 : kStoreF16;
+        smem = L->kv_i16 ? sizeof(float) * (size_t)rope->head_dim : 0;
+    }
+    const dim3 grid((unsigned)(n_heads + n_kv_heads), (unsigned)n);
+    gpuStream_t s = (gpuStream_t)L->stream;
     MXG_WARP_DISPATCH(L->warp, {
         int threads = (rope->head_dim / 2 + W - 1) / W * W;
-        qk_norm_rope_kernel<W><<<dim3((unsigned)(n_heads + n_kv_heads), (unsigned)n), threads, 0,
-                                 (gpuStream_t)L->stream>>>(q, k, q_norm, k_norm, pos, n_heads, n_kv_heads, eps,
-                                                           rope->inv_freq, rope->head_dim, rope->attn_factor);
+        if (store == kStoreI16)
+            qk_norm_rope_kernel<W, kStoreI16><<<grid, threads, smem, s>>>(q, k, q_norm, k_norm, pos, n_heads, n_kv_heads,
+                                                                          eps, rope->inv_freq, rope->head_dim,
+                                                                          rope->attn_factor, st);
+        else if (store == kStoreF16)
+            qk_norm_rope_kernel<W, kStoreF16><<<grid, threads, smem, s>>>(q, k, q_norm, k_norm, pos, n_heads, n_kv_heads,
+                                                                          eps, rope->inv_freq, rope->head_dim,
+                                                                          rope->attn_factor, st);
+        else
+            qk_norm_rope_kernel<W, kStoreNone><<<grid, threads, smem, s>>>(q, k, q_norm, k_norm, pos, n_heads,
+                                                                           n_kv_heads, eps, rope->inv_freq,
+                                                                           rope->head_dim, rope->attn_factor, st);
     });
 }

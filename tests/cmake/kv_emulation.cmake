@@ -1,0 +1,13 @@
+# SPDX-License-Identifier: MIT
+# The GPU's KV cache and attention kernels (kv_store, the fused q/k norm + RoPE + store, attention,
+# flash-decoding, latent) on the host emulation of the CUDA dialect against the CPU backend
+# (tests/gpu/kv_emulation/run.sh, its quick form: I16 cache, half the head sizes, ~30 s). Only in a
+# CPU build without sanitizers: it links this build's library beside the emulated kernels, which a
+# GPU build already holds compiled for the device.
+find_program(MLXCEL_GXX g++)
+if(MLXCEL_GXX AND NOT MLXCEL_CUDA AND NOT MLXCEL_ROCM AND NOT MLXCEL_SANITIZE AND MLXCEL_HUB)
+  add_test(NAME gpu_kv_emulation COMMAND sh ${PROJECT_SOURCE_DIR}/tests/gpu/kv_emulation/run.sh quick
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(gpu_kv_emulation PROPERTIES
+    ENVIRONMENT "MLXCEL_EMU_LIB=${CMAKE_BINARY_DIR};MLXCEL_EMU_OUT=${CMAKE_BINARY_DIR}/kv_emulation")
+endif()
