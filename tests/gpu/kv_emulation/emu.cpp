@@ -230,12 +230,6 @@ void emu_launch_cluster(dim3 g, dim3 b, size_t sm, dim3 c, std::function<void()>
     for (unsigned z = 0; z < g.z; z += c.z)
         for (unsigned y = 0; y < g.y; y += c.y)
             for (unsigned x = 0; x < g.x; x += c.x) order.push_back(dim3(x, y, z));
-    if (emu_block_order == 1) std::reverse(order.begin(), order.end());
-    if (emu_block_order == 2)
-        for (size_t i = order.size(); i > 1; i--) {
-            emu_block_seed = emu_block_seed * 1664525u + 1013904223u;
-            std::swap(order[i - 1], order[(emu_block_seed >> 8) % i]);
-        }
     for (const dim3 &id : order) {
         group_ids.clear();
         for (unsigned z = 0; z < c.z; z++)
@@ -246,7 +240,5 @@ void emu_launch_cluster(dim3 g, dim3 b, size_t sm, dim3 c, std::function<void()>
 }
 
 void emu_launch(dim3 g, dim3 b, size_t sm, std::function<void()> k) { emu_launch_cluster(g, b, sm, dim3(1, 1, 1), std::move(k)); }
-int emu_block_order = 0;
-unsigned emu_block_seed = 1;
 int emu_cluster_fault = 0;
 std::vector<emu_launch_record> emu_launches;

@@ -115,7 +115,3 @@ template <class... P, class... A>
 inline void mxg_launch_cluster(void (*k)(P...), dim3 grid, dim3 block, size_t smem, gpuStream_t, dim3 cluster, A... args) {
     emu_launch_cluster(grid, block, smem, cluster, [=]() { k((P)args...); });
 }
-// The order a launch runs its blocks in: 0 (default) in index order (x fastest), 1 the reverse,
-// 2 a shuffle from emu_block_seed; for kernels whose last block to finish does extra work.
-extern int emu_block_order;
-extern unsigned emu_block_seed;
