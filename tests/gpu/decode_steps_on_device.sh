@@ -6,15 +6,16 @@
 # KV store fused in (kernels/qk_norm_rope.cu). One call of about five minutes with the build:
 # configures the cuda preset for sm_90 only and builds mlxcel, test_gpu_conformance, test_gpu_ops,
 # test_model_parity and bench_gpu_decode (not the rest); with MLXCEL_SKIP_BUILD=1 it builds nothing
-# (another device script built them). Runs, most wanted first (the deadline may cut the last): the
-# conformance harness (batched-decode layers, the fused pattern in every layer), the op suite (the
-# batched decode attention cases on both cache types and on the general kernel, the fused store
-# against the kv_store record byte for byte); `mlxcel bench --batch B -p 32 -n 128 --temp 0` on the
-# random-weight Qwen3-0.6B (made by `mlxcel bench --shape` when missing) for B in 64 32 16 1;
-# bench_gpu_decode's 0.6B batched decode step of 64 and 32 sequences at context 96 (the step's
-# time as a graph and its per-op device times: attention, the fused q/k norm + RoPE + KV store);
-# the model fixtures on cuda; then B = 64 with the general attention kernel
-# (MLXCEL_GPU_ATTN_DECODE=0) and with fusion off (MLXCEL_GPU_NO_FUSION=1) for comparison. Every step
+# (another device script built them, test_gpu_ops among them). Runs, most wanted first (the deadline
+# may cut the last; the gate runs the op suite and parity anyway): `mlxcel bench --batch B -p 32 -n
+# 128 --temp 0` on the random-weight Qwen3-0.6B (made by `mlxcel bench --shape` when missing) for B
+# = 64, 32; bench_gpu_decode's 0.6B batched decode step of 64 sequences at context 96 (the step's
+# time as a graph and its per-op device times: attention, the fused q/k norm + RoPE + KV store); the
+# conformance harness (batched-decode layers, the fused pattern in every layer); B = 16, 1; B = 64
+# with the general attention kernel (MLXCEL_GPU_ATTN_DECODE=0, for comparison); the 32-sequence
+# step; the op suite (batched decode attention on both cache types and on the general kernel, the
+# fused store against the kv_store record byte for byte); the model fixtures on cuda; B = 64 with
+# fusion off (MLXCEL_GPU_NO_FUSION=1). Every step
 # counts (tests/gpu/steps.sh; MLXCEL_DEVICE_DEADLINE, default 300 s, bounds the whole run so the
 # summary is always written). $OUT gets summary.txt (the bench lines and step times), LAST_RUN.md
 # (the verdicts) and all.log (every log).
@@ -24,12 +25,7 @@ cd "$(dirname "$0")/../.." || exit 1
 export MLXCEL_DEVICE_DEADLINE=${MLXCEL_DEVICE_DEADLINE:-300}
 . tests/gpu/check_script.sh
 check_start decode_steps_on_device.sh
-check_build 180 mlxcel test_gpu_conformance test_gpu_ops test_model_parity bench_gpu_decode
-
-step conformance 60 build/cuda/test_gpu_conformance
-grep -E "batched decode|passed|failed|FAIL" "$LOGS/conformance.log" | tail -8 | sum
-step gpu_ops 90 build/cuda/test_gpu_ops
-grep -E "attention|check failed|passed|failed" "$LOGS/gpu_ops.log" | head -20 | sum
+check_build 210 mlxcel test_gpu_conformance test_gpu_ops test_model_parity bench_gpu_decode
 
 model=$HOME/.cache/mlxcel/bench/qwen3-0.6b-q4g64
 [ -f "$model/config.json" ] || step make_model 90 build/cuda/mlxcel bench --shape qwen3-0.6b -p 1 -n 1 --backend cuda
@@ -39,16 +35,22 @@ bench() {  # bench NAME BATCH ENV...: one bench line into the summary
     step "$name" 45 env "$@" build/cuda/mlxcel bench -m "$model" --backend cuda --batch "$b" -p 32 -n 128 --temp 0
     echo "$name: $(grep -E '^bench:' "$LOGS/$name.log" | tail -1)" | sum
 }
+stepped() {  # stepped BATCH: bench_gpu_decode's batched decode step of the 0.6B, its per-op times
+    step "step_$1" 45 build/cuda/bench_gpu_decode qwen3-0.6b 96 64 40 "$1"
+    grep -E "^batched|^per-op|attention|q/k norm|kv_store|rmsnorm|swiglu|rope" "$LOGS/step_$1.log" | sed "s/^/step $1: /" | sum
+}
 bench bench_b64 64
 bench bench_b32 32
-step step_64 45 build/cuda/bench_gpu_decode qwen3-0.6b 96 64 40 64
-grep -E "^batched|attention|q/k norm|kv_store|rmsnorm|swiglu|rope" "$LOGS/step_64.log" | sed 's/^/step 64: /' | sum
+stepped 64
+step conformance 60 build/cuda/test_gpu_conformance
+grep -E "batched decode|passed|failed|FAIL" "$LOGS/conformance.log" | tail -8 | sum
 bench bench_b16 16
 bench bench_b1 1
+bench bench_b64_general_attn 64 MLXCEL_GPU_ATTN_DECODE=0
+stepped 32
+step gpu_ops 90 build/cuda/test_gpu_ops
+grep -E "attention|check failed|passed|failed" "$LOGS/gpu_ops.log" | head -20 | sum
 step parity 90 env MLXCEL_TEST_BACKEND=cuda tests/gpu/if_gpu.sh build/cuda/mlxcel build/cuda/test_model_parity
 tail -3 "$LOGS/parity.log" | sum
-step step_32 45 build/cuda/bench_gpu_decode qwen3-0.6b 96 64 40 32
-grep -E "^batched|attention|q/k norm" "$LOGS/step_32.log" | sed 's/^/step 32: /' | sum
-bench bench_b64_general_attn 64 MLXCEL_GPU_ATTN_DECODE=0
 bench bench_b64_no_fusion 64 MLXCEL_GPU_NO_FUSION=1
 finish
