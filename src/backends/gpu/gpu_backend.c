@@ -419,7 +419,12 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.sample_blocks = knobs.sample_blocks;
     c->launch.attn_token_rows = env_switch("MLXCEL_GPU_ATTN_TOKEN_ROWS");
     c->launch.tc_decode_tokens = knobs.tc_decode_tokens == 1 ? 2 : knobs.tc_decode_tokens;
-    c->launch.tc_cluster_max = knobs.tc_cluster;
+    // The largest cluster the device runs the product's kernels in, asked here (outside any graph
+    // capture) and capped by MLXCEL_GPU_TC_CLUSTER; 0 where the device has none (before sm_90).
+    if (c->launch.tc_decode_tokens > 0 && c->info.cc >= 90 && knobs.tc_cluster >= 2) {
+        const int device_max = mxg_matvec_mma_cluster_max();
+        c->launch.tc_cluster_max = device_max < knobs.tc_cluster ? device_max : knobs.tc_cluster;
+    }
     c->launch.attn_decode = knobs.attn_decode == 1 && !c->launch.attn_token_rows;
     c->launch.scratch_bytes = mxg_attention_scratch_bytes(c->info.sm_count, 256);
     // The tensor-core decode product's split-column partial sums: 8 MB holds 32 splits of a 1024-row

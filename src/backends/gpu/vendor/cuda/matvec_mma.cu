@@ -45,8 +45,9 @@
 // multiprocessor), the cluster synchronizes, and each block adds a 1/S slice of the tile across
 // all S blocks' shared memory (distributed shared memory) and stores it with coalesced float4
 // stores: no partial sums through DRAM/L2 and no second launch. The split count aims at 2 blocks
-// per multiprocessor (264 on an H200) but at most MLXCEL_GPU_TC_CLUSTER (default 16, the largest
-// non-portable cluster of sm_90, where the device takes it; else 8, the portable size):
+// per multiprocessor (264 on an H200) but at most L->tc_cluster_max (MLXCEL_GPU_TC_CLUSTER, default
+// 16, the largest non-portable cluster of sm_90, where the device takes it; else 8, the portable
+// size; asked once at start-up by mxg_matvec_mma_cluster_max, outside graph capture):
 // the 0.6B's 1024-row products get 8 x 16 = 128 blocks (one slab each over 1024 columns), its
 // 2048-row q product 256 and its 3072-row gate/up 24 x 11; 8 would leave those 1024-row products
 // 64 blocks on 132 multiprocessors. sm_80-89, rows not a multiple of 4, unaligned outputs and
@@ -387,14 +388,10 @@ template <int BITS, int ST, int NT, bool CLUSTER>
 void launch_nt(const mxg_launch *L, float *dst, const float *x, const MatView &m, const float *bias, int n, dim3 grid,
                int cps, float *res) {
     gpuStream_t s = (gpuStream_t)L->stream;
-    if constexpr (CLUSTER) {
-        // Clusters of 9-16 blocks need this instance's attribute set (once); cluster_max_splits
-        // allowed them only where the device took it for the 64-token instance.
-        static const bool large = mxg_cluster_allow_large(matvec_mma_kernel<BITS, ST, NT, true>);
-        (void)large;
+    if constexpr (CLUSTER)
         mxg_launch_cluster(matvec_mma_kernel<BITS, ST, NT, true>, grid, dim3(kThreads), smem_bytes(NT, true), s,
                            dim3(1, grid.y, 1), dst, x, m, bias, n, cps, res);
-    } else
+    else
         matvec_mma_kernel<BITS, ST, NT, false><<<grid, kThreads, smem_bytes(NT, false), s>>>(dst, x, m, bias, n, cps, res);
 }
 
@@ -422,11 +419,14 @@ void launch_bits(const mxg_launch *L, float *dst, const float *x, const MatView 
         launch_bits_st<BITS, ST_BF16, CLUSTER>(L, dst, x, m, bias, n, grid, cps, res);
 }
 
-// The largest cluster the device runs this file's kernels in (mxg_cluster_max_blocks of the
-// 64-token instance, the one with the most registers and shared memory), asked once.
-int cluster_max_splits() {
-    static const int max = mxg_cluster_max_blocks(matvec_mma_kernel<4, ST_BF16, 8, true>, smem_bytes(8, true), kThreads);
-    return max;
+// Lets every cluster instance of one bit width and scale type take clusters of 9-16 blocks; false
+// where one of them is refused.
+template <int BITS, int ST>
+bool allow_large_clusters() {
+    return mxg_cluster_allow_large(matvec_mma_kernel<BITS, ST, 1, true>) &&
+           mxg_cluster_allow_large(matvec_mma_kernel<BITS, ST, 2, true>) &&
+           mxg_cluster_allow_large(matvec_mma_kernel<BITS, ST, 4, true>) &&
+           mxg_cluster_allow_large(matvec_mma_kernel<BITS, ST, 8, true>);
 }
 
 }  // namespace
@@ -446,8 +446,7 @@ static int matvec_mma(const mxg_launch *L, float *out, const float *x, const mx_
     const int chunks = m.cols / 32;
     // The cluster path (sm_90, float4 stores of out and res) or the split-sum kernel's.
     const bool aligned = m.rows % 4 == 0 && ((uintptr_t)out & 15) == 0 && ((uintptr_t)res & 15) == 0;
-    int cluster_max = L->cc >= 90 && aligned && L->tc_cluster_max >= 2 ? cluster_max_splits() : 0;
-    cluster_max = cluster_max < L->tc_cluster_max ? cluster_max : L->tc_cluster_max;
+    const int cluster_max = L->cc >= 90 && aligned && L->tc_cluster_max >= 2 ? L->tc_cluster_max : 0;
     // Split the columns while the rows give fewer than 2 blocks per multiprocessor, keeping at least
     // kMinChunksPerSplit chunks per split, and at most cluster_max splits (a cluster) or kMaxSplits
     // whose partial sums fit in L->scratch.
@@ -494,6 +493,17 @@ static int matvec_mma(const mxg_launch *L, float *out, const float *x, const mx_
 extern "C" int mxg_matvec_mma(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias,
                               int n) {
     return matvec_mma(L, out, x, w, bias, n, nullptr);
+}
+
+// The cluster size query of the 64-token instance (the most registers and shared memory), after
+// every cluster instance was allowed clusters above 8 (16 only where all of them were).
+extern "C" int mxg_matvec_mma_cluster_max(void) {
+    const int max = mxg_cluster_max_blocks(matvec_mma_kernel<4, ST_BF16, 8, true>, smem_bytes(8, true), kThreads);
+    if (max <= 8) return max;
+    const bool large = allow_large_clusters<4, ST_F32>() && allow_large_clusters<4, ST_F16>() &&
+                       allow_large_clusters<4, ST_BF16>() && allow_large_clusters<8, ST_F32>() &&
+                       allow_large_clusters<8, ST_F16>() && allow_large_clusters<8, ST_BF16>();
+    return large ? max : 8;
 }
 
 extern "C" int mxg_matvec_mma_add(const mxg_launch *L, float *out, const float *x, const mx_matrix *w,
