@@ -382,6 +382,14 @@ static void test_set(const char *set) {
                 compare(set, label, &t);
                 tfree(&t);
             }
+    // Rows of more than 16 groups (the integer gemv walks groups in blocks of 16) and an odd group
+    // count (a last half 128-column chunk for 4-bit g64).
+    for (int g = 1; g < 3; g++) {
+        tmat t = make((mx_quant){MX_QUANT_AFFINE, 4, groups[g]}, MX_DTYPE_U32, MX_DTYPE_BF16, 9, groups[g] * 37, g);
+        snprintf(label, sizeof label, "affine 4-bit g%d bf16, 37 groups", groups[g]);
+        compare(set, label, &t);
+        tfree(&t);
+    }
     struct {
         mx_quant q;
         const char *name;
