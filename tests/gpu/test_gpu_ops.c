@@ -745,7 +745,7 @@ static void test_attention_batch(mx_backend *be, ref_rng *rng, group_stat *g) {
         const int tl = ctx / MX_KV_BLOCK, nb = S * tl + 5;
         mx_kv_layout lay = {1, S, ctx, nkv, D, nb};
         int32_t *table = malloc(sizeof(int32_t) * S * tl);
-        for (int i = 0; i < S * tl; i++) table[i] = (int32_t)((int64_t)(S * tl + 4 - i) * 7 % nb);  // 7 is prime to 581
+        for (int i = 0; i < S * tl; i++) table[i] = (int32_t)((int64_t)(S * tl + 4 - i) * 5 % nb);  // distinct: 5 is prime to 581 = 7 * 83
         int32_t *dtable = dev_from(be, table, sizeof(int32_t) * S * tl);
         void *dkv = dev_alloc(be, mx_kv_bytes(&lay, be->kv_dtype));
         const int64_t per_pos = (int64_t)nkv * D;

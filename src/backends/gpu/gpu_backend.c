@@ -315,9 +315,10 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // slower than the float32 kernels at 2 tokens, about even at 4 and faster from 8; bench/RESULTS.md);
     // 0: off, the float32 kernels (also off with MLXCEL_GPU_NO_MMA=1).
     // MLXCEL_GPU_TC_CLUSTER=N (0-16): on sm_90 that product's column splits (a product of few rows)
-    // run as one thread-block cluster of at most N blocks that add their partial sums through
-    // distributed shared memory, instead of partial sums in L->scratch and a second kernel; unset:
-    // 16 (8 where the device does not schedule clusters of 16); 0 or 1: the second kernel.
+    // run as one thread-block cluster of at most N blocks (8 where the device does not schedule
+    // clusters of 16) that add their partial sums through distributed shared memory, instead of
+    // partial sums in L->scratch and a second kernel; unset, 0 or 1: the second kernel (measured
+    // faster on the H200; bench/RESULTS.md).
     // MLXCEL_GPU_ATTN_DECODE=0: decode attention on the general kernel (kernels/attention.cu, head
     // rows) instead of the flash-decoding one (kernels/attn_decode.cu), for A/B benches (unset: 1).
     if (env_int("MLXCEL_GPU_MATVEC_ROWS", 4, 1, 4, &k->matvec_rows, err) ||
@@ -327,7 +328,7 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_STREAM_ROWS", 2, 2, 4, &k->stream_rows, err) ||
         env_int("MLXCEL_GPU_SAMPLE_BLOCKS", MXG_SAMPLE_DEFAULT_BLOCKS, 1, MXG_SAMPLE_MAX_BLOCKS, &k->sample_blocks, err) ||
         env_int("MLXCEL_GPU_TC_DECODE", MXG_TC_DECODE_DEFAULT_TOKENS, 0, 64, &k->tc_decode_tokens, err) ||
-        env_int("MLXCEL_GPU_TC_CLUSTER", 16, 0, 16, &k->tc_cluster, err))
+        env_int("MLXCEL_GPU_TC_CLUSTER", 0, 0, 16, &k->tc_cluster, err))
         return -1;
     if (k->matvec_rows == 3)
         return mx_fail(err, "MLXCEL_GPU_MATVEC_ROWS='%s': must be 1, 2 or 4 (unset: 4)", getenv("MLXCEL_GPU_MATVEC_ROWS"));

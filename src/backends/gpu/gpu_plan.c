@@ -162,9 +162,10 @@ static int try_matvec(const mxg_launch *L, const mx_plan *p, int i) {
     return 0;
 }
 
-// matmul(out) of n tokens on the tensor-core decode product, add(res, out): one launch
-// (mxg_matvec_mma_add) where that product takes the add, with the one-token pattern's checks (the add takes
-// the whole output; res is neither the output nor the input). 0: no match, or the product declined.
+// matmul(out) of n tokens on the tensor-core decode product, add(res, out): the add done by the
+// product's final writer (mxg_matvec_mma_add: its store, or the kernel adding its column splits),
+// with the one-token pattern's checks (the add takes the whole output; res is neither the output
+// nor the input). 0: no match, or the product declined.
 static int try_tc_residual(const mxg_launch *L, const mx_plan *p, int i) {
     const mx_op *op = &p->ops[i];
     if (!L->use_mma || L->tc_decode_tokens <= 0 || i + 1 >= p->n_ops) return 0;

@@ -34,7 +34,7 @@ typedef struct mxg_launch {
                            // decode product where it applies (vendor/cuda/matvec_mma.cu; MLXCEL_GPU_TC_DECODE,
                            // default MXG_TC_DECODE_DEFAULT_TOKENS; taken only with use_mma)
     int tc_cluster_max;    // its column splits as one thread-block cluster of at most this many blocks (sm_90:
-                           // MLXCEL_GPU_TC_CLUSTER, default 16, capped by mxg_matvec_mma_cluster_max);
+                           // MLXCEL_GPU_TC_CLUSTER, default 0, capped by mxg_matvec_mma_cluster_max);
                            // below 2: the split-sum kernel's path
     bool matvec_old;       // matrix-vector kernels without the scaled 4/8-bit dot and split-K (A/B switch)
     bool matvec_stream;    // the streaming matrix-vector kernel where it applies (off: MLXCEL_GPU_NO_STREAM_MATVEC=1)
@@ -71,9 +71,8 @@ void mxg_moe_matmul(const mxg_launch *L, float *out, const float *x, const mx_ma
 // through L->scratch to a second kernel.
 int mxg_matvec_mma(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n);
 // The same product followed by res[n, w.rows] += out (the batched "matmul + residual add" pattern of
-// gpu_plan.c): the product's final writer adds, res + out per element as mxg_add does. Also
-// declines (-1, nothing enqueued) where the product splits its columns outside a cluster (the
-// split-sum kernel's path). res must not alias out or x.
+// gpu_plan.c): the product's final writer (its store, the cluster's reduction or the split-sum
+// kernel) adds, res + out per element as mxg_add does. res must not alias out or x.
 // The largest thread-block cluster (0, 8 or 16 blocks) the current device runs the product's
 // kernels in: 0 before sm_90, on ROCm, or where the binary has no sm_90 code. Also lets each
 // kernel take clusters above 8 where that is what it returns. Call once at start-up, outside

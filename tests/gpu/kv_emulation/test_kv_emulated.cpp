@@ -163,7 +163,7 @@ static void batch_case(mx_backend *cpu, mxg_launch *L, int D, int nkv, int nh, i
     const int S = 72, ctx = 128, tl = ctx / MX_KV_BLOCK;
     mx_kv_layout lay = {1, S, ctx, nkv, D, paged ? S * tl + 5 : 0};
     std::vector<int32_t> table(S * tl);
-    for (int i = 0; i < S * tl; i++) table[i] = (int32_t)((int64_t)(S * tl + 4 - i) * 7 % (S * tl + 5));  // 7 prime to 581
+    for (int i = 0; i < S * tl; i++) table[i] = (int32_t)((int64_t)(S * tl + 4 - i) * 5 % (S * tl + 5));  // distinct: 5 is prime to 581 = 7 * 83
     size_t bytes = mx_kv_bytes(&lay, cpu->kv_dtype);
     unsigned char *gkv = (unsigned char *)calloc(1, bytes);
     void *ckv = cpu->ops->alloc(cpu, bytes, &err);

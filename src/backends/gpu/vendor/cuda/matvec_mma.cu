@@ -38,24 +38,23 @@
 // Column splits: when the rows alone give fewer than 2 blocks per multiprocessor (a 1024-row product:
 // 8 blocks), the columns are split (at least 2 chunks per split) and the splits' float32 partial
 // sums are added in a fixed order (s = 0; s += partial[k] for k = 0..S-1; then + bias), so results
-// do not depend on timing. On sm_90 the S splits of a row range run as one thread-block cluster
-// (vendor/cuda/cluster.cuh; grid y = S, cluster dims (1, S, 1)): each block leaves its partial tile
-// [tokens x 128 rows] in its own shared memory (over the activation staging space, which it no
-// longer needs: dynamic shared memory of 33 KB at 64 tokens, so two blocks still share a
-// multiprocessor), the cluster synchronizes, and each block adds a 1/S slice of the tile across
-// all S blocks' shared memory (distributed shared memory) and stores it with coalesced float4
-// stores: no partial sums through DRAM/L2 and no second launch. The split count aims at 2 blocks
-// per multiprocessor (264 on an H200) but at most L->tc_cluster_max (MLXCEL_GPU_TC_CLUSTER, default
-// 16, the largest non-portable cluster of sm_90, where the device takes it; else 8, the portable
-// size; asked once at start-up by mxg_matvec_mma_cluster_max, outside graph capture):
-// the 0.6B's 1024-row products get 8 x 16 = 128 blocks (one slab each over 1024 columns), its
-// 2048-row q product 256 and its 3072-row gate/up 24 x 11; 8 would leave those 1024-row products
-// 64 blocks on 132 multiprocessors. sm_80-89, rows not a multiple of 4, unaligned outputs and
-// MLXCEL_GPU_TC_CLUSTER=0 keep the earlier path: up to 32 splits whose partials go to L->scratch
-// and a second kernel adding them in the same order (four outputs per thread where the rows
-// allow); with the same split count both paths give the same bits (the emulation checks it). The
-// cluster path and an unsplit product can also add their output to a residual (mxg_matvec_mma_add,
-// the batched "matmul + residual add" of gpu_plan.c: res + out per element, as the add record).
+// do not depend on timing: up to 32 splits whose partials go to L->scratch and a second kernel
+// adding them in that order (four outputs per thread where the rows allow), which with res also
+// adds the sum to the residual (mxg_matvec_mma_add, the batched "matmul + residual add" of
+// gpu_plan.c: res + out per element, as the add record; an unsplit product does it in its store).
+// On sm_90, MLXCEL_GPU_TC_CLUSTER=N (2-16; default 0: off) runs the S <= N splits of a row range as
+// one thread-block cluster instead (vendor/cuda/cluster.cuh; grid y = S, cluster dims (1, S, 1)):
+// each block leaves its partial tile [tokens x 128 rows] in its own shared memory (over the
+// activation staging space: dynamic shared memory of 33 KB at 64 tokens), the cluster
+// synchronizes, and each block adds a 1/S slice of the tile across all S blocks' shared memory
+// (distributed shared memory) in the same order and stores it: no partials through L2 and no
+// second launch, and with the same split count the same bits as the split-sum path (the emulation
+// checks it). It is off by default because it measured slower on the H200 (bench/RESULTS.md: the
+// 0.6B's 64-sequence step 4.11 ms with clusters of 16, 4.35 with 8, 3.93 with the split-sum
+// kernel): the cluster cap leaves the 1024-row products 128 blocks of one slab each, and a
+// cluster's blocks wait for each other. The cap is asked once at start-up
+// (mxg_matvec_mma_cluster_max, outside graph capture); rows not a multiple of 4 and unaligned
+// outputs keep the split-sum path.
 // Registers (ptxas, sm_90, 4-bit / 8-bit, no spills): the split-sum instances 126 / 150 at 8
 // tokens, 162 / 166 at 16, 218 / 232 at 32, 254 / 255 at 64; the cluster instances 124-127 /
 // 149-151, 160-161 / 166-167, 168-218 / 242-250, 168-255 / 255 (168: bf16 scales, 4-bit).
@@ -353,21 +352,26 @@ __global__ void __launch_bounds__(kThreads) matvec_mma_kernel(float *__restrict_
             }
 }
 
-// out[i] = sum over splits of partial[split][i] (in split order) + bias[i % rows].
+// out[i] = sum over splits of partial[split][i] (in split order) + bias[i % rows]; with res (the
+// batched "matmul + residual add"), res[i] = res[i] + out[i], as the add record.
 __global__ void split_sum_kernel(float *__restrict__ out, const float *__restrict__ partial,
-                                 const float *__restrict__ bias, int64_t rows, int64_t count, int splits) {
+                                 const float *__restrict__ bias, int64_t rows, int64_t count, int splits,
+                                 float *__restrict__ res) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= count) return;
     float s = 0.0f;
 #pragma unroll 8
     for (int k = 0; k < splits; k++) s += partial[(int64_t)k * count + i];
-    out[i] = bias ? s + bias[i % rows] : s;  // (as split_sum4_kernel: an exact zero keeps its sign)
+    const float v = bias ? s + bias[i % rows] : s;  // (as split_sum4_kernel: an exact zero keeps its sign)
+    out[i] = v;
+    if (res) res[i] = res[i] + v;
 }
 
-// The same four outputs per thread (rows % 4 == 0 and out 16-byte aligned: the four share a token
-// and a bias float4): a quarter of the loads and threads.
+// The same four outputs per thread (rows % 4 == 0 and out, res 16-byte aligned: the four share a
+// token and a bias float4): a quarter of the loads and threads.
 __global__ void split_sum4_kernel(float4 *__restrict__ out, const float4 *__restrict__ partial,
-                                  const float *__restrict__ bias, int64_t rows, int64_t count4, int splits) {
+                                  const float *__restrict__ bias, int64_t rows, int64_t count4, int splits,
+                                  float4 *__restrict__ res) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= count4) return;
     float4 s = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -381,6 +385,10 @@ __global__ void split_sum4_kernel(float4 *__restrict__ out, const float4 *__rest
         s.x += bias[r], s.y += bias[r + 1], s.z += bias[r + 2], s.w += bias[r + 3];
     }
     out[i] = s;
+    if (res) {
+        const float4 a = res[i];
+        res[i] = float4{a.x + s.x, a.y + s.y, a.z + s.z, a.w + s.w};
+    }
 }
 
 // The kernel instance for n tokens: NT = 1, 2, 4 or 8 token tiles.
@@ -431,9 +439,9 @@ bool allow_large_clusters() {
 
 }  // namespace
 
-// Enqueues the product (and with res, res += out); 0, or -1 when it has no kernel for this case
-// (kernels.h). With res it also declines where the columns split outside a cluster (the split-sum
-// kernel's path).
+// Enqueues the product (and with res, res += out: in the product's store when unsplit, in the
+// cluster's reduction, or in the split-sum kernel); 0, or -1 when it has no kernel for this case
+// (kernels.h).
 static int matvec_mma(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n,
                       float *res) {
     if (L->cc < 80 || L->warp != 32 || n < 2 || n > 64) return -1;
@@ -467,25 +475,26 @@ static int matvec_mma(const mxg_launch *L, float *out, const float *x, const mx_
     const int cps = (chunks + splits - 1) / splits;
     splits = (chunks + cps - 1) / cps;
     const bool cluster = splits > 1 && cluster_max > 0;
-    if (res && splits > 1 && !cluster) return -1;
-    float *dst = splits > 1 && !cluster ? (float *)L->scratch : out;
+    const bool split_sum = splits > 1 && !cluster;
+    float *dst = split_sum ? (float *)L->scratch : out;
+    float *kernel_res = split_sum ? nullptr : res;  // (the split-sum kernel adds the residual)
     const dim3 grid((unsigned)row_blocks, (unsigned)splits);
     if (w->q.bits == 4 && cluster)
-        launch_bits<4, true>(L, dst, x, m, w->scale_dtype, bias, n, grid, cps, res);
+        launch_bits<4, true>(L, dst, x, m, w->scale_dtype, bias, n, grid, cps, kernel_res);
     else if (w->q.bits == 4)
-        launch_bits<4, false>(L, dst, x, m, w->scale_dtype, bias, n, grid, cps, res);
+        launch_bits<4, false>(L, dst, x, m, w->scale_dtype, bias, n, grid, cps, kernel_res);
     else if (cluster)
-        launch_bits<8, true>(L, dst, x, m, w->scale_dtype, bias, n, grid, cps, res);
+        launch_bits<8, true>(L, dst, x, m, w->scale_dtype, bias, n, grid, cps, kernel_res);
     else
-        launch_bits<8, false>(L, dst, x, m, w->scale_dtype, bias, n, grid, cps, res);
-    if (splits > 1 && !cluster) {
+        launch_bits<8, false>(L, dst, x, m, w->scale_dtype, bias, n, grid, cps, kernel_res);
+    if (split_sum) {
         const int64_t count = (int64_t)n * m.rows;
         gpuStream_t s = (gpuStream_t)L->stream;
-        if (m.rows % 4 == 0 && ((uintptr_t)out & 15) == 0)
-            split_sum4_kernel<<<(unsigned)((count / 4 + 255) / 256), 256, 0, s>>>((float4 *)out, (const float4 *)dst,
-                                                                                 bias, m.rows, count / 4, splits);
+        if (aligned)
+            split_sum4_kernel<<<(unsigned)((count / 4 + 255) / 256), 256, 0, s>>>(
+                (float4 *)out, (const float4 *)dst, bias, m.rows, count / 4, splits, (float4 *)res);
         else
-            split_sum_kernel<<<(unsigned)((count + 255) / 256), 256, 0, s>>>(out, dst, bias, m.rows, count, splits);
+            split_sum_kernel<<<(unsigned)((count + 255) / 256), 256, 0, s>>>(out, dst, bias, m.rows, count, splits, res);
     }
     return 0;
 }
