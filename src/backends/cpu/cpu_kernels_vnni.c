@@ -44,7 +44,9 @@
 
 // Bytes ahead in each weight row stream, fetched into L2 (T1): 8 KB into L2 read 4-6% faster than
 // 4 KB into L1 (lab at 1 and 2 threads, bench/RESULTS.md step 5.9); the L1 fill buffers are fewer
-// than the L2's outstanding misses, and a stream from DRAM needs many in flight.
+// than the L2's outstanding misses, and a stream from DRAM needs many in flight. The 4-bit kernel
+// also fetches each line into L1 (T0) one pass of NR rows ahead: once its products cost 13
+// instructions per 64 bytes, the loads waited on L2 (RESULTS round 7, step 7.2).
 #ifndef VNNI_PREFETCH
 #define VNNI_PREFETCH 8192
 #endif
@@ -213,6 +215,7 @@ VNNI_INLINE static void q4_rows(const mx_matrix *w, int64_t r, int NR, int GS, c
             for (int i = 0; i < NR; i++) {
                 const uint8_t *p = d[i] + c * 64;
                 _mm_prefetch((const char *)(p + VNNI_PREFETCH), _MM_HINT_T1);
+                _mm_prefetch((const char *)(p + NR * row_bytes), _MM_HINT_T0);  // this row of the next pass
                 __m512i v = whole ? _mm512_loadu_si512(p) : _mm512_maskz_loadu_epi8(0xffffffffull, p);
                 __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
                 __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, x0e);
