@@ -74,6 +74,19 @@ VNNI_INLINE static void put16(int16_t *dst, int64_t cols, __m512 v, __m512 inv) 
     _mm256_storeu_si256((__m256i *)(dst + cols), _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(r)));
 }
 
+// The largest |x| of one weight group's activations (gs a multiple of 16) and, in *sum, their float sum.
+VNNI_INLINE static float group_absmax_sum(const float *xg, int gs, float *sum) {
+    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    __m512 mx = _mm512_setzero_ps(), sm = _mm512_setzero_ps();
+    for (int k = 0; k < gs; k += 16) {
+        __m512 v = _mm512_loadu_ps(xg + k);
+        mx = _mm512_max_ps(mx, _mm512_and_ps(v, absmask));
+        sm = _mm512_add_ps(sm, v);
+    }
+    *sum = _mm512_reduce_add_ps(sm);
+    return _mm512_reduce_max_ps(mx);
+}
+
 // 16 values already divided by sx (|t| <= 127) as three signed byte parts at dst, dst + 128 and
 // dst + 256: T = round(t * 65536) (exact in float: |T| < 2^23) written in base 256 with digits in
 // [-128, 127], T = p0 * 65536 + p1 * 256 + p2; |p0| <= 127 because |T| <= 127 * 65536. Splitting the
@@ -93,19 +106,11 @@ VNNI_INLINE static void quantize_row4(const mx_matrix *w, const float *xr, uint8
     int gs = w->q.group_size;
     const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
-    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
     float *sx = (float *)(dst + chunks * 384), *gsum = sx + pg;
     memset(dst, 0, (size_t)(chunks * 384 + pg * 8));
     for (int64_t g = 0; g < cols / gs; g++) {
         const float *xg = xr + g * gs;
-        __m512 mx = _mm512_setzero_ps(), sm = _mm512_setzero_ps();
-        for (int k = 0; k < gs; k += 16) {
-            __m512 v = _mm512_loadu_ps(xg + k);
-            mx = _mm512_max_ps(mx, _mm512_and_ps(v, absmask));
-            sm = _mm512_add_ps(sm, v);
-        }
-        float amax = _mm512_reduce_max_ps(mx);
-        gsum[g] = _mm512_reduce_add_ps(sm);
+        float amax = group_absmax_sum(xg, gs, &gsum[g]);
         sx[g] = amax / 127.0f / 65536.0f;
         __m512 inv = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
         for (int k = 0; k < gs; k += 32) {
@@ -127,7 +132,6 @@ VNNI void cpu_vnni_quantize_x(const mx_matrix *w, const float *x, int n, void *q
         for (int t = 0; t < n; t++) quantize_row4(w, x + (int64_t)t * cols, (uint8_t *)qx + (size_t)t * row_bytes);
         return;
     }
-    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
     for (int t = 0; t < n; t++) {
         const float *xr = x + (int64_t)t * cols;
         uint8_t *dst = (uint8_t *)qx + (size_t)t * row_bytes;
@@ -135,14 +139,7 @@ VNNI void cpu_vnni_quantize_x(const mx_matrix *w, const float *x, int n, void *q
         float *sx = (float *)(dst + cols * 4), *gsum = sx + groups;
         for (int64_t g = 0; g < groups; g++) {
             const float *xg = xr + g * gs;
-            __m512 mx = _mm512_setzero_ps(), sm = _mm512_setzero_ps();
-            for (int k = 0; k < gs; k += 16) {
-                __m512 v = _mm512_loadu_ps(xg + k);
-                mx = _mm512_max_ps(mx, _mm512_and_ps(v, absmask));
-                sm = _mm512_add_ps(sm, v);
-            }
-            float amax = _mm512_reduce_max_ps(mx);
-            gsum[g] = _mm512_reduce_add_ps(sm);
+            float amax = group_absmax_sum(xg, gs, &gsum[g]);
             sx[g] = amax / 32767.0f;
             __m512 inv = _mm512_set1_ps(amax > 0.0f ? 32767.0f / amax : 0.0f);
             for (int k = 0; k < gs; k += 16) put16(q + g * gs + k, cols, _mm512_loadu_ps(xg + k), inv);
