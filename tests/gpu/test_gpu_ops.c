@@ -687,6 +687,29 @@ static void test_attention(mx_backend *be, mx_backend *cpu, ref_rng *rng, group_
     }
 }
 
+// One attention record of n tokens (their slots and positions; random q, scale 3/sqrt(D)) on the
+// device cache dkv (layout lay, block table dtable) against ref_attention over the host copies kc and
+// vc of that cache ([slot][lay->max_ctx][heads][D]); returns the relative error.
+static double attention_vs_ref(mx_backend *be, ref_rng *rng, void *dkv, const mx_kv_layout *lay, const int32_t *dtable,
+                               const float *kc, const float *vc, const int32_t *slot, const int32_t *pos, int n,
+                               int n_heads, int window, bool decode) {
+    const int D = lay->head_dim;
+    const int64_t qn = (int64_t)n * n_heads * D;
+    float *q = fmalloc(qn), *ref = fmalloc(qn), *got = fmalloc(qn);
+    ref_fill(rng, q, qn, -1, 1);
+    const float scale = 3.0f / sqrtf((float)D);
+    ref_attention(ref, q, kc, vc, lay->max_ctx, lay->n_kv_heads, D, slot, pos, n, n_heads, scale, window);
+    float *dq = dev_from(be, q, sizeof(float) * qn), *dout = dev_alloc(be, sizeof(float) * qn);
+    int32_t *ds = dev_from(be, slot, sizeof(int32_t) * n), *dp = dev_from(be, pos, sizeof(int32_t) * n);
+    dev_poison(be, dout, sizeof(float) * qn);
+    op_attention(be, dout, dq, dkv, lay, dtable, 0, ds, dp, n, n_heads, scale, window, decode);
+    dev_to(be, got, dout, sizeof(float) * qn);
+    const double e = ref_rel_err(got, ref, qn);
+    be->ops->release(be, dq), be->ops->release(be, dout), be->ops->release(be, ds), be->ops->release(be, dp);
+    free(q), free(ref), free(got);
+    return e;
+}
+
 // Decode at long context (the flash-decoding kernel's many splits; kernels/attn_decode.cu): one slot
 // of Qwen3-8B's attention shape (8 KV heads of 128, 32 query heads) filled to 4,100 positions in a
 // scrambled paged pool, then steps of 1 and 5 tokens at its end, and one with a 1,000-position window.
@@ -712,21 +735,9 @@ static void test_attention_long(mx_backend *be, ref_rng *rng, group_stat *g) {
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         const int n = cases[c].n;
         for (int i = 0; i < n; i++) pos[i] = ctx - n + i;
-        const int64_t qn = (int64_t)n * n_heads * D;
-        float *q = fmalloc(qn), *ref = fmalloc(qn), *got = fmalloc(qn);
-        ref_fill(rng, q, qn, -1, 1);
-        const float scale = 3.0f / sqrtf((float)D);
-        ref_attention(ref, q, kc, vc, ctx, nkv, D, slot, pos, n, n_heads, scale, cases[c].window);
-        float *dq = dev_from(be, q, sizeof(float) * qn), *dout = dev_alloc(be, sizeof(float) * qn);
-        int32_t *ds = dev_from(be, slot, sizeof(int32_t) * n), *dp = dev_from(be, pos, sizeof(int32_t) * n);
-        dev_poison(be, dout, sizeof(float) * qn);
-        op_attention(be, dout, dq, dkv, &lay, dtable, 0, ds, dp, n, n_heads, scale, cases[c].window, false);
-        dev_to(be, got, dout, sizeof(float) * qn);
-        double e = ref_rel_err(got, ref, qn);
+        const double e = attention_vs_ref(be, rng, dkv, &lay, dtable, kc, vc, slot, pos, n, n_heads, cases[c].window, false);
         CHECK_MSG(e <= 1e-5, "attention at %d positions, %s: rel err %.3e", ctx, cases[c].name, e);
         stat_add(g, e);
-        be->ops->release(be, dq), be->ops->release(be, dout), be->ops->release(be, ds), be->ops->release(be, dp);
-        free(q), free(ref), free(got);
     }
     be->ops->release(be, dkv), be->ops->release(be, dtable);
     free(kc), free(vc), free(slot), free(pos), free(table);
@@ -779,22 +790,10 @@ static void test_attention_batch(mx_backend *be, ref_rng *rng, group_stat *g) {
                 slot[i] = is_pad ? S - 1 : (i * 5 + 3) % (S - 1);
                 pos[i] = is_pad ? i - (n - pad) : filled[slot[i]] - 1;
             }
-            const int64_t qn = (int64_t)n * n_heads * D;
-            float *q = fmalloc(qn), *ref = fmalloc(qn), *got = fmalloc(qn);
-            ref_fill(rng, q, qn, -1, 1);
-            const float scale = 3.0f / sqrtf((float)D);
-            ref_attention(ref, q, kc, vc, ctx, nkv, D, slot, pos, n, n_heads, scale, cases[c].window);
-            float *dq = dev_from(be, q, sizeof(float) * qn), *dout = dev_alloc(be, sizeof(float) * qn);
-            int32_t *ds = dev_from(be, slot, sizeof(int32_t) * n), *dp = dev_from(be, pos, sizeof(int32_t) * n);
-            dev_poison(be, dout, sizeof(float) * qn);
-            op_attention(be, dout, dq, dkv, &lay, dtable, 0, ds, dp, n, n_heads, scale, cases[c].window, true);
-            dev_to(be, got, dout, sizeof(float) * qn);
-            double e = ref_rel_err(got, ref, qn);
+            const double e = attention_vs_ref(be, rng, dkv, &lay, dtable, kc, vc, slot, pos, n, n_heads, cases[c].window, true);
             CHECK_MSG(e <= 1e-5, "batched decode attention, %d KV heads of %d, %d tokens%s%s: rel err %.3e", nkv, D, n,
                       pad ? " (7 padding)" : "", cases[c].window ? " (window)" : "", e);
             stat_add(g, e);
-            be->ops->release(be, dq), be->ops->release(be, dout), be->ops->release(be, ds), be->ops->release(be, dp);
-            free(q), free(ref), free(got);
         }
         be->ops->release(be, dkv), be->ops->release(be, dtable);
         free(kc), free(vc), free(k), free(v), free(slot), free(pos), free(table);
