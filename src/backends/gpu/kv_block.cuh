@@ -99,4 +99,15 @@ __device__ __forceinline__ void kv_put_chunk(int16_t *codes, float *scale, const
     *scale = amax / 32767.0f;
 }
 
+// Writes chunk c of cache row `row` (layout p) from the row's float32 values src[0..head_dim): its
+// MX_KV_SCALE_BLOCK values (fewer at the row's end, zero-padded) by kv_put_chunk.
+__device__ __forceinline__ void kv_store_chunk(int16_t *kv, const KvPages &p, int64_t row, int c,
+                                               const float *__restrict__ src) {
+    const int d0 = c * MX_KV_SCALE_BLOCK, len = min(MX_KV_SCALE_BLOCK, p.head_dim - d0);
+    float x[MX_KV_SCALE_BLOCK];
+#pragma unroll
+    for (int j = 0; j < MX_KV_SCALE_BLOCK; j++) x[j] = j < len ? src[d0 + j] : 0.0f;
+    kv_put_chunk(kv + row * p.head_dim + d0, p.scales + row * p.n_scales + c, x, len);
+}
+
 #endif

@@ -72,14 +72,8 @@ __global__ void qk_norm_rope_kernel(float *q, float *k, const float *__restrict_
             __syncthreads();
             const int nsc = st.pg.n_scales;
             for (int i = j; i < 2 * nsc; i += blockDim.x) {
-                const int which = i / nsc, c = i % nsc;
-                const int d0 = c * MX_KV_SCALE_BLOCK, len = min(MX_KV_SCALE_BLOCK, D - d0);
-                const float *src = which ? vsrc + d0 : krow + d0;
-                float x[MX_KV_SCALE_BLOCK];
-#pragma unroll
-                for (int e = 0; e < MX_KV_SCALE_BLOCK; e++) x[e] = e < len ? src[e] : 0.0f;
-                const int64_t row = which ? vrow_i : krow_i;
-                kv_put_chunk((int16_t *)st.kv + row * D + d0, st.pg.scales + row * nsc + c, x, len);
+                const int which = i / nsc;
+                kv_store_chunk((int16_t *)st.kv, st.pg, which ? vrow_i : krow_i, i % nsc, which ? vsrc : krow);
             }
         }
     }

@@ -48,13 +48,8 @@ __global__ void kv_store_i16_kernel(int16_t *kv, const float *__restrict__ k, co
     const int per_token = pg.n_kv_heads * hd, chunks = 2 * pg.n_kv_heads * nsc;
     for (int i = threadIdx.x; i < chunks; i += blockDim.x) {
         const int which = i / (pg.n_kv_heads * nsc), h = i / nsc % pg.n_kv_heads, c = i % nsc;
-        const int d0 = c * MX_KV_SCALE_BLOCK, len = min(MX_KV_SCALE_BLOCK, hd - d0);
-        const float *src = (which ? v : k) + (int64_t)t * per_token + (int64_t)h * hd + d0;
-        float x[MX_KV_SCALE_BLOCK];
-#pragma unroll
-        for (int j = 0; j < MX_KV_SCALE_BLOCK; j++) x[j] = j < len ? src[j] : 0.0f;
-        const int64_t row = kv_row_index(pg, slot[t], pos[t], which, h);
-        kv_put_chunk(kv + row * hd + d0, pg.scales + row * nsc + c, x, len);
+        const float *src = (which ? v : k) + (int64_t)t * per_token + (int64_t)h * hd;
+        kv_store_chunk(kv, pg, kv_row_index(pg, slot[t], pos[t], which, h), c, src);
     }
 }
 
