@@ -26,6 +26,8 @@ static const char serve_usage[] =
     "  --timeout S             seconds per request (default 600; 0: none)\n"
     "  --max-body BYTES        request body size limit (default 8 MiB)\n"
     "  --prefill-chunk N       prompt tokens per sequence per step (default 256)\n"
+    "  --batch-tokens N        prompt tokens per step over all sequences (default 2048 on a GPU, the\n"
+    "                          prefill chunk on the CPU; at least one chunk)\n"
     "  --pooling mean|last     embeddings: mean of the tokens' hidden states, or the last token's\n"
     "                          (default: last when the model's 1_Pooling/config.json asks for it, else mean)\n"
     "  --max-connections N     open connections at most (default 2048; more: 503 and close)\n"
@@ -71,6 +73,9 @@ int cmd_serve(int argc, char **argv) {
                 return MX_EXIT_USAGE;
         } else if (cli_is(a, NULL, "--prefill-chunk")) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || cli_int(cmd, a, v, 1, 1 << 16, &so.prefill_chunk))
+                return MX_EXIT_USAGE;
+        } else if (cli_is(a, NULL, "--batch-tokens")) {
+            if (!(v = cli_value(cmd, argc, argv, &i)) || cli_int(cmd, a, v, 1, 1 << 16, &so.batch_tokens))
                 return MX_EXIT_USAGE;
         } else if (cli_is(a, NULL, "--no-prefix-cache")) {
             so.no_prefix_cache = true;

@@ -7,7 +7,10 @@ token-id lists (`--prompt-tokens` random ids, a different prompt per request), a
 asks for exactly `--max-tokens` tokens (ignore_eos), so lengths do not depend on the weights.
 Prints, per concurrency: aggregate completion tokens per second (all tokens / wall time), time to
 first token and inter-token latency (time between streamed events; each carries one token unless
-the detokenizer held text back) as p50 / p99, and a JSON line for scripts.
+the detokenizer held text back) as p50 / p99, and a JSON line for scripts. When the server has
+mlxcel's /metrics, each level also prints where the server's time went during it: engine steps, the
+seconds of each step phase, and the busy share of the level's wall time (the rest is the server
+waiting for requests, HTTP and the client).
 
 --shared-prefix N measures prefix reuse instead: one request with an N-token prompt, then a second
 whose prompt is the same N tokens plus 16 more; prints both times to first token.
@@ -59,6 +62,30 @@ def stream_completion(url, body, timeout=600):
     return ttft, times, tokens, None
 
 
+SERVER_PHASES = ('steps_total', 'step_prepare_seconds_total', 'step_forward_seconds_total',
+                 'step_host_choose_seconds_total', 'step_finish_seconds_total',
+                 'scheduler_between_steps_seconds_total', 'prompt_tokens_total', 'generated_tokens_total')
+
+
+def server_counters(url):
+    """mlxcel's cumulative step counters from /metrics, or None when the server has none."""
+    u = urllib.parse.urlparse(url)
+    try:
+        c = http.client.HTTPConnection(u.hostname, u.port or 80, timeout=10)
+        c.request('GET', '/metrics')
+        r = c.getresponse()
+        text = r.read().decode('utf-8', 'replace') if r.status == 200 else ''
+        c.close()
+    except OSError:
+        return None
+    vals = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0].startswith('mlxcel_') and parts[0][7:] in SERVER_PHASES:
+            vals[parts[0][7:]] = float(parts[1])
+    return vals if len(vals) == len(SERVER_PHASES) else None
+
+
 def run_level(args, conc, vocab_lo, vocab_hi):
     rng = random.Random(1234 + conc)
     lock = threading.Lock()
@@ -84,18 +111,31 @@ def run_level(args, conc, vocab_lo, vocab_hi):
                 total_tokens[0] += tokens
 
     threads = [threading.Thread(target=worker, args=(k,)) for k in range(conc)]
+    before = server_counters(args.url)
     t0 = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
+    after = server_counters(args.url)
     res = {'concurrency': conc, 'requests': len(ttfts), 'errors': len(errors), 'tokens': total_tokens[0],
            'wall_s': round(wall, 3), 'tok_per_s': round(total_tokens[0] / wall, 1) if wall > 0 else 0,
            'ttft_p50_ms': round(1000 * pct(ttfts, 50), 1), 'ttft_p99_ms': round(1000 * pct(ttfts, 99), 1),
            'itl_p50_ms': round(1000 * pct(itls, 50), 2), 'itl_p99_ms': round(1000 * pct(itls, 99), 2),
            'temperature': args.temperature, 'top_p': args.top_p, 'prompt_tokens': args.prompt_tokens,
            'max_tokens': args.max_tokens}
+    if before and after:
+        d = {k: after[k] - before[k] for k in SERVER_PHASES}
+        busy = sum(d[k] for k in SERVER_PHASES if k.startswith('step_') and k.endswith('_seconds_total'))
+        res['server'] = {'steps': int(d['steps_total']), 'prompt_tokens': int(d['prompt_tokens_total']),
+                         'generated_tokens': int(d['generated_tokens_total']),
+                         'prepare_s': round(d['step_prepare_seconds_total'], 4),
+                         'forward_s': round(d['step_forward_seconds_total'], 4),
+                         'host_choose_s': round(d['step_host_choose_seconds_total'], 4),
+                         'finish_s': round(d['step_finish_seconds_total'], 4),
+                         'between_steps_s': round(d['scheduler_between_steps_seconds_total'], 4),
+                         'busy_share': round(busy / wall, 3) if wall > 0 else 0}
     if errors:
         print('errors (first): ' + errors[0], file=sys.stderr)
     return res
@@ -141,6 +181,11 @@ def main():
               f"TTFT p50 {res['ttft_p50_ms']} ms p99 {res['ttft_p99_ms']} ms  "
               f"ITL p50 {res['itl_p50_ms']} ms p99 {res['itl_p99_ms']} ms  ({res['requests']} requests, "
               f"{res['errors']} errors, {res['wall_s']} s)")
+        if 'server' in res:
+            sv = res['server']
+            print(f"      server: {sv['steps']} steps, forward {sv['forward_s']} s, prepare {sv['prepare_s']} s, "
+                  f"host choice {sv['host_choose_s']} s, finish {sv['finish_s']} s, between steps "
+                  f"{sv['between_steps_s']} s; busy {100 * sv['busy_share']:.1f}% of the wall time")
         print('JSON ' + json.dumps(res))
         sys.stdout.flush()
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // Engine (see engine.h). Every buffer of a step is sized at creation (n_slots output rows, n_slots +
-// chunk batch tokens), except the edits array, which grows at admission when a sequence may need
+// step_tokens batch tokens), except the edits array, which grows at admission when a sequence may need
 // more edits than the others; a step allocates nothing.
 //
 // Token choice: when every row of a step is plain greedy (no edits, no mask, no logprobs) the
@@ -39,9 +39,11 @@ mx_engine *mx_engine_create(mx_model *m, const mx_engine_opts *o, mx_error *err)
     e->vocab = mx_model_config(m)->vocab_size;
     e->prefix_reuse = o->prefix_reuse;
     bool graphs = strcmp(mx_model_backend(m)->ops->name, "cpu") != 0;
+    e->step_tokens = o->step_tokens > 0 ? o->step_tokens : graphs ? MX_ENGINE_STEP_TOKENS : e->chunk;
+    if (e->step_tokens < e->chunk) e->step_tokens = e->chunk;
     e->pad = o->batch_padding > 0 ? o->batch_padding : graphs ? MX_ENGINE_PAD : 1;
     if (e->pad > MX_KV_BLOCK) e->pad = MX_KV_BLOCK;
-    size_t nb = (size_t)(e->n_slots + e->chunk + e->pad - 1), ns = (size_t)e->n_slots;
+    size_t nb = (size_t)(e->n_slots + e->step_tokens + e->pad - 1), ns = (size_t)e->n_slots;
     size_t nr = ns + (size_t)e->pad - 1;
     e->pool = mx_pool_create(o->threads);
     int threads = e->pool ? mx_pool_threads(e->pool) : 1;
@@ -300,7 +302,7 @@ int mx_engine_step(mx_engine *e, mx_error *err) {
         if (s->n_fed < target) {  // the prompt, or after a preemption the tokens fed before it
             int start = s->n_fed, end = (start / e->chunk + 1) * e->chunk;
             if (end > target) end = target;
-            if (prefill > 0 && prefill + (end - start) > e->chunk) continue;
+            if (prefill > 0 && prefill + (end - start) > e->step_tokens) continue;
             int g = eng_grow_blocks(e, i, end, err);
             if (g) {
                 if (g < 0) out_of_blocks(s, err);

@@ -50,7 +50,9 @@
 typedef struct mx_engine_opts {
     int n_slots;        // sequences at once
     int max_ctx;        // positions per sequence (prompt + generated)
-    int prefill_chunk;  // prompt tokens per step over all sequences (0: 256)
+    int prefill_chunk;  // prompt tokens of one sequence per step, and its chunk boundaries (0: 256)
+    int step_tokens;    // prompt tokens of one step over all sequences (0: MX_ENGINE_STEP_TOKENS on backends
+                        // that record plans as graphs, prefill_chunk on the CPU); at least one chunk
     bool prefix_reuse;  // false: every prompt is computed in full
     int threads;        // host threads for token choice (0: the cores available)
     int kv_size;        // positions in the KV pool (rounded up to blocks); 0: mx_engine_default_kv_size
@@ -62,6 +64,10 @@ typedef struct mx_engine_opts {
     int batch_padding;
 } mx_engine_opts;
 
+// The default prompt tokens per step on a GPU: the prompts of many sequences that arrive together go
+// in a few large steps, whose products fill the device (a 256-token step fills a sixth of an H200's
+// multiprocessors on the 0.6B), at the cost of one longer step for the sequences already decoding.
+#define MX_ENGINE_STEP_TOKENS 2048
 #define MX_ENGINE_PAD 8       // the default padding: the matrix-vector kernels' token tile on the GPU
 // Steps of more tokens are not padded: padded they would reach 64 tokens, where the GPU's products
 // move from the float32 matrix-vector tiles to the bf16 matrix units (a different rounding).

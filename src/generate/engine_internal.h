@@ -13,7 +13,7 @@
 struct mx_engine {
     mx_model *m;
     mx_ctx *ctx;
-    int n_slots, max_ctx, chunk, vocab;
+    int n_slots, max_ctx, chunk, step_tokens, vocab;
     int pad;                   // steps of 9..MX_ENGINE_PAD_MAX tokens padded to a multiple (1: none)
     bool prefix_reuse;
     mx_seq **slots;            // [n_slots] admitted sequences
@@ -32,7 +32,7 @@ struct mx_engine {
     bool *fresh;               // [n_slots] admitted, no step yet: its prefix lookup may still grow
     mx_pool *pool;
     // step buffers (n_rows = n_slots + pad - 1: the output rows of a padded step)
-    int32_t *b_tok, *b_pos, *b_slot, *b_rows;  // [n_slots + chunk + pad - 1]
+    int32_t *b_tok, *b_pos, *b_slot, *b_rows;  // [n_slots + step_tokens + pad - 1]
     int *b_end;                                // [n_slots] tokens fed after this step, -1: none
     mx_seq **row_seq;                          // [n_slots]
     float *logits;                             // [n_rows, vocab]

@@ -224,14 +224,13 @@ static int run_step(mx_ctx *c, int n, bool decode, const int32_t *rows, int r, f
 }
 
 // Whether no slot has more than MX_DECODE_SLOT_TOKENS of the n tokens (the attention records' decode
-// hint). No memory; a prefill chunk is told after a few comparisons, a decode step takes n x n.
-static bool few_per_slot(const int32_t *slot, int n) {
-    for (int i = 0; i < n; i++) {
-        int same = 0;
-        for (int j = 0; j < n && same <= MX_DECODE_SLOT_TOKENS; j++) same += slot[j] == slot[i];
-        if (same > MX_DECODE_SLOT_TOKENS) return false;
-    }
-    return true;
+// hint): one count per slot in the context's counters (check_batch has checked the slots), cleared
+// again before returning.
+static bool few_per_slot(mx_ctx *c, const int32_t *slot, int n) {
+    bool few = true;
+    for (int i = 0; i < n; i++) few = ++c->slot_tokens[slot[i]] <= MX_DECODE_SLOT_TOKENS && few;
+    for (int i = 0; i < n; i++) c->slot_tokens[slot[i]] = 0;
+    return few;
 }
 
 static int check_batch(const mx_ctx *c, const mx_batch *b, mx_error *err) {
@@ -270,7 +269,7 @@ static int forward(mx_ctx *c, const mx_batch *b, float *logits, int32_t *ids, fl
             o->upload(c->be, c->d_pos, b->pos + start, 4 * (size_t)n, err) ||
             o->upload(c->be, c->d_slot, b->slot + start, 4 * (size_t)n, err))
             return -1;
-        const bool decode = few_per_slot(b->slot + start, n);
+        const bool decode = few_per_slot(c, b->slot + start, n);
         // Output rows that fall in this step, in the caller's order, LOGIT_ROWS per pass; the first
         // pass shares the plan of the step's body (one plan per decode step).
         int body = n;

@@ -56,7 +56,7 @@ mx_ctx *mx_ctx_create_pool(mx_model *m, int n_slots, int max_ctx, int max_batch,
     c->max_batch = max_batch;
     c->lay = want;
     size_t table_len = (size_t)mx_kv_table_len(&c->lay), n_entries = (size_t)n_slots * table_len;
-    if (!(c->table = malloc(4 * n_entries)) ||
+    if (!(c->table = malloc(4 * n_entries)) || !(c->slot_tokens = calloc((size_t)n_slots, sizeof *c->slot_tokens)) ||
         !(c->block_stage = malloc(block_elem_bytes(&c->lay, c->be->kv_dtype) + block_scale_bytes(&c->lay, c->be->kv_dtype)))) {
         mx_ctx_free(c);
         mx_fail(err, "out of memory");
@@ -107,6 +107,7 @@ void mx_ctx_free(mx_ctx *c) {
     mx_mla_free(c->be, c->mla);
     free(c->bufs);
     free(c->table);
+    free(c->slot_tokens);
     free(c->block_stage);
     free(c);
 }

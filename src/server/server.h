@@ -26,6 +26,7 @@ typedef struct mx_server_opts {
     double timeout;          // seconds per request (0: none)
     size_t max_body;         // request body bytes at most (more: 413)
     int prefill_chunk;       // prompt tokens per sequence per step
+    int batch_tokens;        // prompt tokens per step over all sequences; 0: the engine's default
     mx_sampling sampling;    // defaults for fields the request leaves out
     const char *model_id;    // name reported by /v1/models and in responses
     const char *pooling;     // embeddings: "mean", "last", NULL: from the model folder (else mean)

@@ -127,8 +127,8 @@ mx_server *mx_server_start(mx_model *m, const mx_tokenizer *tok, const mx_chat_t
         if (more[i] && (id = mx_tokenizer_token_id(tok, more[i])) >= 0 && (n_stops == 0 || stops[0] != id))
             stops[n_stops++] = id;
     pthread_mutex_init(&s->model_lock, NULL);
-    srv_sched_opts so = {o->parallel, o->ctx, o->max_queue, o->prefill_chunk, stops, n_stops, &s->model_lock,
-                         !o->no_prefix_cache, o->kv_size};
+    srv_sched_opts so = {o->parallel, o->ctx, o->max_queue, o->prefill_chunk, o->batch_tokens, stops, n_stops,
+                         &s->model_lock, !o->no_prefix_cache, o->kv_size};
     // Constrained decoding ends sequences with the same tokens: those above and the model's eos ids.
     int vocab = mx_model_config(m)->vocab_size, n_all = 0;
     int32_t all_stops[68];

@@ -246,7 +246,7 @@ srv_sched *srv_sched_create(mx_model *m, const mx_tokenizer *tok, const srv_sche
     s->model_lock = o->model_lock;
     s->st.n_slots = s->n_slots;
     mx_engine_opts eo = {.n_slots = o->n_slots, .max_ctx = o->max_ctx, .prefill_chunk = o->prefill_chunk,
-                         .prefix_reuse = o->prefix_reuse, .threads = 0, .kv_size = o->kv_size};
+                         .step_tokens = o->batch_tokens,                         .prefix_reuse = o->prefix_reuse, .threads = 0, .kv_size = o->kv_size};
     if (!(s->eng = mx_engine_create(m, &eo, err))) {
         srv_sched_free(s);
         return NULL;

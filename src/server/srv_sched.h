@@ -25,6 +25,7 @@ typedef struct srv_sched_opts {
     int max_ctx;             // positions per sequence
     int max_queue;           // jobs waiting for a slot at most
     int prefill_chunk;       // prompt tokens per sequence per step
+    int batch_tokens;        // prompt tokens per step over all sequences; 0: the engine's default
     const int32_t *stop_ids; // extra stop tokens besides the model's eos (copied)
     int n_stop_ids;
     pthread_mutex_t *model_lock; // held around each forward step (other users of the model take it too)

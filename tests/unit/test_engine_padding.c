@@ -4,7 +4,8 @@
 // after the others, so steps mix prompt chunks with decode rows and the number of rows changes as
 // sequences end) give exactly the tokens of the same run without padding, also in a pool small
 // enough to preempt; and the padding slot's block lies outside the pool (the pool's counters are
-// those of the unpadded engine).
+// those of the unpadded engine). A step budget of four chunks (mx_engine_opts.step_tokens) also gives
+// the same tokens, in fewer steps.
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,11 +35,11 @@ static mx_seq *make_seq(int k) {
 
 // Runs the twelve sequences with the given padding and pool; out[k] gets sequence k's tokens
 // (zero-filled after its end). Returns the engine's stats.
-static mx_engine_stats run(mx_model *m, int padding, int kv_size, int32_t out[N_SEQ][MAX_NEW]) {
+static mx_engine_stats run(mx_model *m, int padding, int kv_size, int step_tokens, int32_t out[N_SEQ][MAX_NEW]) {
     mx_error err = {{0}};
     mx_engine_stats st = {0};
     mx_engine_opts eo = {.n_slots = N_SEQ, .max_ctx = CTX, .prefill_chunk = 16, .prefix_reuse = true, .threads = 1,
-                         .kv_size = kv_size, .batch_padding = padding};
+                         .kv_size = kv_size, .batch_padding = padding, .step_tokens = step_tokens};
     mx_engine *e = mx_engine_create(m, &eo, &err);
     CHECK_MSG(e != NULL, "%s", err.msg);
     if (!e) return st;
@@ -70,8 +71,8 @@ int main(void) {
     mx_model *m = test_demo_model(&be);
     if (!m) return check_finish();
     static int32_t ref[N_SEQ][MAX_NEW], got[N_SEQ][MAX_NEW];
-    mx_engine_stats s0 = run(m, 1, 4096, ref);
-    mx_engine_stats s1 = run(m, 8, 4096, got);
+    mx_engine_stats s0 = run(m, 1, 4096, 16, ref);
+    mx_engine_stats s1 = run(m, 8, 4096, 16, got);
     CHECK_MSG(memcmp(ref, got, sizeof ref) == 0, "padding to 8 changed the tokens");
     CHECK_MSG(s0.padding_tokens == 0 && s1.padding_tokens > 0, "padding tokens: %llu unpadded, %llu padded",
               (unsigned long long)s0.padding_tokens, (unsigned long long)s1.padding_tokens);
@@ -80,12 +81,17 @@ int main(void) {
               "padded engine: %d blocks (unpadded %d), %d used, %llu tokens in %llu steps (unpadded %llu in %llu)",
               s1.kv_blocks, s0.kv_blocks, s1.kv_blocks_used, (unsigned long long)s1.generated_tokens,
               (unsigned long long)s1.steps, (unsigned long long)s0.generated_tokens, (unsigned long long)s0.steps);
-    run(m, 16, 4096, got);
+    run(m, 16, 4096, 16, got);
     CHECK_MSG(memcmp(ref, got, sizeof ref) == 0, "padding to 16 changed the tokens");
     // A pool of 24 blocks for twelve sequences of up to 4 blocks: preemptions while padded.
-    mx_engine_stats sp = run(m, 8, 24 * 16, got);
+    mx_engine_stats sp = run(m, 8, 24 * 16, 16, got);
     CHECK_MSG(sp.preemptions > 0, "no preemption in a pool of 24 blocks");
     CHECK_MSG(memcmp(ref, got, sizeof ref) == 0, "padding with preemptions changed the tokens");
+    // Prompt chunks of several sequences in one step: same tokens, fewer steps.
+    mx_engine_stats sb = run(m, 1, 4096, 64, got);
+    CHECK_MSG(memcmp(ref, got, sizeof ref) == 0, "a step budget of 64 prompt tokens changed the tokens");
+    CHECK_MSG(sb.steps < s0.steps, "a step budget of 64 prompt tokens took %llu steps (16: %llu)",
+              (unsigned long long)sb.steps, (unsigned long long)s0.steps);
     mx_model_free(m);
     mx_backend_free(be);
     return check_finish();
