@@ -55,7 +55,7 @@ void srv_job_release(srv_job *j) {
 
 void srv_job_cancel(srv_job *j) {
     pthread_mutex_lock(&j->mu);
-    j->cancelled = true;
+    atomic_store(&j->cancelled, true);
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
 }

@@ -4,13 +4,16 @@
 // job is queued or active); srv_job_release frees on the last. Fields are in three groups:
 //   - request: written by the connection before submit, read-only afterwards;
 //   - shared: guarded by `mu`; the scheduler appends output and sets `done`, the connection reads
-//     and may set `cancelled`; `cv` is broadcast on every change;
+//     and may set `cancelled` (atomic too: the scheduler checks every active job between steps
+//     without taking `mu`, which the connection holds while it formats events); `cv` is broadcast
+//     on every change;
 //   - scheduler: private to the scheduler thread.
 #ifndef MX_SERVER_SRV_JOB_H
 #define MX_SERVER_SRV_JOB_H
 
 #include <jansson.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -48,7 +51,7 @@ typedef struct srv_job {
     const char *finish;    // "stop", "length", "cancelled" (set with done; see srv_finish_reason)
     int error_status;      // non-zero: the job failed before producing output (HTTP status)
     char error[256];
-    bool cancelled;        // the client went away or the server stops
+    atomic_bool cancelled; // the client went away or the server stops
     int refs;
     // scheduler
     mx_seq *seq;           // the engine's sequence while admitted

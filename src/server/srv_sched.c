@@ -86,12 +86,9 @@ static void drop_active(srv_sched *s, int k, const char *finish, int status, con
     srv_job_release(j);
 }
 
-static bool job_cancelled(srv_sched *s, srv_job *j) {
-    pthread_mutex_lock(&j->mu);
-    bool c = j->cancelled || s->stopping;
-    pthread_mutex_unlock(&j->mu);
-    return c;
-}
+// (Scheduler lock held.) Reads the flag without the job's lock: after every step all connections
+// take theirs at once to format the new events, and waiting for each would stall the next step.
+static bool job_cancelled(srv_sched *s, srv_job *j) { return atomic_load(&j->cancelled) || s->stopping; }
 
 // Creates the job's sequence and admits it. Returns 0 (admitted), 1 (no free slot), -1 (failed:
 // the job is finished with an error).
