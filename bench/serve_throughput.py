@@ -64,7 +64,8 @@ def stream_completion(url, body, timeout=600):
 
 SERVER_PHASES = ('steps_total', 'step_prepare_seconds_total', 'step_forward_seconds_total',
                  'step_host_choose_seconds_total', 'step_finish_seconds_total',
-                 'scheduler_between_steps_seconds_total', 'prompt_tokens_total', 'generated_tokens_total')
+                 'scheduler_between_steps_seconds_total', 'scheduler_upkeep_seconds_total', 'prompt_tokens_total',
+                 'generated_tokens_total')
 
 
 def server_counters(url):
@@ -135,6 +136,7 @@ def run_level(args, conc, vocab_lo, vocab_hi):
                          'host_choose_s': round(d['step_host_choose_seconds_total'], 4),
                          'finish_s': round(d['step_finish_seconds_total'], 4),
                          'between_steps_s': round(d['scheduler_between_steps_seconds_total'], 4),
+                         'upkeep_s': round(d['scheduler_upkeep_seconds_total'], 4),
                          'busy_share': round(busy / wall, 3) if wall > 0 else 0}
     if errors:
         print('errors (first): ' + errors[0], file=sys.stderr)
@@ -185,7 +187,7 @@ def main():
             sv = res['server']
             print(f"      server: {sv['steps']} steps, forward {sv['forward_s']} s, prepare {sv['prepare_s']} s, "
                   f"host choice {sv['host_choose_s']} s, finish {sv['finish_s']} s, between steps "
-                  f"{sv['between_steps_s']} s; busy {100 * sv['busy_share']:.1f}% of the wall time")
+                  f"{sv['between_steps_s']} s (upkeep {sv['upkeep_s']} s); busy {100 * sv['busy_share']:.1f}% of the wall time")
         print('JSON ' + json.dumps(res))
         sys.stdout.flush()
 

@@ -83,6 +83,9 @@ enum MHD_Result srv_route_metrics(mx_server *s, struct MHD_Connection *c) {
     metric(&b, "scheduler_between_steps_seconds_total", "counter",
            "Scheduler time between consecutive steps while requests run (upkeep, admission, lock waits)",
            st.between_steps_seconds);
+    metric(&b, "scheduler_upkeep_seconds_total", "counter",
+           "The part of the time between steps in queue and slot upkeep (admission, finished and cancelled requests)",
+           st.upkeep_seconds);
     if (b.oom) {
         srv_buf_free(&b);
         return srv_respond_error(s, c, 500, NULL, "out of memory");

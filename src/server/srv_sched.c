@@ -174,12 +174,15 @@ static void housekeep(srv_sched *s) {
 static void *sched_main(void *arg) {
     srv_sched *s = arg;
     double last_step_end = 0.0;  // 0: no step since the engine was last idle
+    double upkeep = 0.0;         // housekeeping since the last step (counted with the gap it is part of)
     pthread_mutex_lock(&s->mu);
     for (;;) {
+        double t_upkeep = mx_now();
         housekeep(s);
+        upkeep += mx_now() - t_upkeep;
         if (s->stopping) break;
         if (mx_engine_running(s->eng) == 0) {
-            last_step_end = 0.0;
+            last_step_end = 0.0, upkeep = 0.0;
             struct timespec ts = mx_wall_deadline(1.0);
             pthread_cond_timedwait(&s->cv, &s->mu, &ts);
             continue;
@@ -194,6 +197,8 @@ static void *sched_main(void *arg) {
         last_step_end = mx_now();
         pthread_mutex_lock(&s->mu);
         s->st.between_steps_seconds += between;
+        if (between > 0.0) s->st.upkeep_seconds += upkeep;
+        upkeep = 0.0;
         for (int k = 0; k < s->n_active; k++)
             if (s->active[k]->news) {
                 s->active[k]->news = false;

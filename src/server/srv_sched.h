@@ -40,6 +40,7 @@ typedef struct srv_stats {
     // Seconds the scheduler thread spent between consecutive steps while sequences were running:
     // queue and slot upkeep, admission, and waiting for the scheduler lock or the model lock.
     double between_steps_seconds;
+    double upkeep_seconds;  // the part of it spent in queue and slot upkeep (the rest: lock waits)
 } srv_stats;
 
 // Creates the context and starts the thread. The model and tokenizer are borrowed. A job whose

@@ -245,7 +245,7 @@ try:
     check('/metrics splits the step time into its phases',
           small.metric('steps_total') > 0 and small.metric('step_forward_seconds_total') > 0
           and all(small.metric('step_%s_seconds_total' % k) >= 0 for k in ('prepare', 'host_choose', 'finish'))
-          and small.metric('scheduler_between_steps_seconds_total') >= 0)
+          and small.metric('scheduler_between_steps_seconds_total') >= small.metric('scheduler_upkeep_seconds_total') >= 0)
 
     # Cancelling requests while some are preempted and others queued gives every block back: six
     # streams of up to 140 tokens (9 blocks each) are opened; once one was preempted, all are closed.
