@@ -68,5 +68,21 @@ __attribute__((CPU_INT8_TARGET, always_inline)) static inline void cpu_int8_spli
     _mm_storeu_si128((__m128i *)(dst + 2 * part_stride), cpu_int8_narrow(r2));
 }
 
+// 16 values already divided by s (|t| <= 127) as three signed byte parts at dst, dst + part_stride
+// and dst + 2 * part_stride: T = round(t * 65536) (exact in float: |T| < 2^23) written in base 256
+// with digits in [-128, 127], T = p0 * 65536 + p1 * 256 + p2; |p0| <= 127 because |T| <= 127 *
+// 65536. Splitting the rounded integer (rather than rounding each float residual) keeps every digit
+// in its byte. Power-of-two digit weights let a kernel combine the parts' sums with shifts and
+// exponent adds instead of multiplications.
+__attribute__((CPU_INT8_TARGET, always_inline)) static inline void cpu_int8_split3_base256(__m512 t, uint8_t *dst,
+                                                                                          size_t part_stride) {
+    __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(t, _mm512_set1_ps(65536.0f)));
+    _mm_storeu_si128((__m128i *)(dst + 2 * part_stride), _mm512_cvtepi32_epi8(v));  // low byte, read as signed
+    v = _mm512_srai_epi32(_mm512_sub_epi32(v, _mm512_srai_epi32(_mm512_slli_epi32(v, 24), 24)), 8);
+    _mm_storeu_si128((__m128i *)(dst + part_stride), _mm512_cvtepi32_epi8(v));
+    v = _mm512_srai_epi32(_mm512_sub_epi32(v, _mm512_srai_epi32(_mm512_slli_epi32(v, 24), 24)), 8);
+    _mm_storeu_si128((__m128i *)dst, _mm512_cvtepi32_epi8(v));
+}
+
 #endif
 #endif

@@ -34,6 +34,8 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "backends/cpu/cpu_int8_activations.h"
+
 #define VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define VNNI_INLINE \
     __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c"), always_inline)) inline
@@ -87,19 +89,6 @@ VNNI_INLINE static float group_absmax_sum(const float *xg, int gs, float *sum) {
     return _mm512_reduce_max_ps(mx);
 }
 
-// 16 values already divided by sx (|t| <= 127) as three signed byte parts at dst, dst + 128 and
-// dst + 256: T = round(t * 65536) (exact in float: |T| < 2^23) written in base 256 with digits in
-// [-128, 127], T = p0 * 65536 + p1 * 256 + p2; |p0| <= 127 because |T| <= 127 * 65536. Splitting the
-// rounded integer (rather than rounding each float residual) keeps every digit in its byte.
-VNNI_INLINE static void split3_pow2(__m512 t, uint8_t *dst) {
-    __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(t, _mm512_set1_ps(65536.0f)));
-    _mm_storeu_si128((__m128i *)(dst + 256), _mm512_cvtepi32_epi8(v));  // low byte, read as signed
-    v = _mm512_srai_epi32(_mm512_sub_epi32(v, _mm512_srai_epi32(_mm512_slli_epi32(v, 24), 24)), 8);
-    _mm_storeu_si128((__m128i *)(dst + 128), _mm512_cvtepi32_epi8(v));
-    v = _mm512_srai_epi32(_mm512_sub_epi32(v, _mm512_srai_epi32(_mm512_slli_epi32(v, 24), 24)), 8);
-    _mm_storeu_si128((__m128i *)dst, _mm512_cvtepi32_epi8(v));
-}
-
 // One row of x for 4-bit weights (layout in the file comment).
 VNNI_INLINE static void quantize_row4(const mx_matrix *w, const float *xr, uint8_t *dst) {
     int64_t cols = w->cols, chunks = q4_chunks(w), pg = q4_padded_groups(w);
@@ -117,8 +106,8 @@ VNNI_INLINE static void quantize_row4(const mx_matrix *w, const float *xr, uint8
             int64_t e = g * gs + k;  // 32 columns: 16 even ones at byte e % 128 / 2 of the chunk's even block
             uint8_t *c = dst + e / 128 * 384 + e % 128 / 2;
             __m512 lo = _mm512_loadu_ps(xg + k), hi = _mm512_loadu_ps(xg + k + 16);
-            split3_pow2(_mm512_mul_ps(_mm512_permutex2var_ps(lo, ev, hi), inv), c);
-            split3_pow2(_mm512_mul_ps(_mm512_permutex2var_ps(lo, od, hi), inv), c + 64);
+            cpu_int8_split3_base256(_mm512_mul_ps(_mm512_permutex2var_ps(lo, ev, hi), inv), c, 128);
+            cpu_int8_split3_base256(_mm512_mul_ps(_mm512_permutex2var_ps(lo, od, hi), inv), c + 64, 128);
         }
     }
 }

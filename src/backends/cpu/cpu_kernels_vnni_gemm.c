@@ -5,23 +5,20 @@
 // for vector registers: a lane is a weight row, so one register holds 4 columns of 16 rows and
 // one instruction adds 64 products for one token.
 //
-// Precision, as in the AMX kernels: weight codes are exact; each activation is split per (token,
-// group of 64 columns) into three signed bytes, with s = max|x| / 127,
-//   x = s * (q0 + q1 / 254 + q2 / 254^2) + e,   |q_i| <= 127,   |e| <= ~6e-8 max|x|,
-// each part accumulates in int32 over a weight group (at most 128 x 255 x 127, no overflow), and
-// per group the three sums are converted, combined and scaled by w_scale * s; the affine bias enters
-// as w_bias * (exact float sum of x over the group).
+// Precision: weight codes are exact; each activation is split per (token, group) into three signed
+// bytes in base 256, with s = 2^e the smallest power of two >= max|x| / 127,
+//   x = s * (p0 + p1 / 256 + p2 / 65536) + err,   |p0| <= 127, |p1|, |p2| <= 128,
+//   |err| <= s / 131072 <= max|x| / 8.3e6 (x / s is exact, then rounded to 1/65536),
+// each part accumulates in int32 over a weight group (at most 128 x 255 x 128, no overflow), and
+// per group the sums A0, A1, A2 are combined as 2^e * A0 + 2^(e-16) * (A1 * 256 + A2): the last two
+// in the integer lanes (below 2^31), the powers of two by `vscalefps`, then one FMA with w_scale.
+// The affine bias enters as w_bias * (exact float sum of x over the group), a second FMA. So a
+// token's group costs two FMAs besides its `vpdpbusd`s; shifts, conversions, adds and `vscalefps`
+// issue beside `vpdpbusd`, while FMAs and multiplies compete with it for the same pipes (measured on
+// Zen 4; the former epilogue in base 254 took five multiply-class instructions, bench/RESULTS.md
+// CPU round 8).
 //
-// Layouts. Prepared activations (cpu_vnni_quantize_x_tiles), per tile of 16 tokens and per block of
-// 64 columns: for each token, the three parts' 64 bytes (192 bytes), then 16 floats s (one per
-// token) and 16 floats of the group sum (nonzero only in a group's first block). For 4-bit weights
-// the 64 columns of a block are taken in the order of the packed bytes' nibbles (the 32 even
-// columns, then the 32 odd ones), so a packed row unpacks with an AND and a shift. A task
-// (cpu_vnni_gemm_q) takes up to 16 weight rows: it unpacks their codes into scratch, transposed so
-// that register k of a block holds columns 4k..4k+3 of all 16 rows (lane m: row m), converts their
-// scales and biases by group, then sweeps the tokens a few at a time: per block step one weight
-// register load and, per token and part, one `vpdpbusd` whose 4 activation bytes are broadcast from
-// memory. A token's 16 outputs are one row-contiguous store.
+#include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <string.h>
@@ -39,10 +36,26 @@
     __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c"), always_inline)) inline
 
 #define TOKEN_BYTES (3 * 64)                        // one token's three parts of one block
-#define SCALES_AT (16 * TOKEN_BYTES)                // then 16 floats s, 16 floats group sum
-#define BLOCK_BYTES (SCALES_AT + 2 * 16 * 4)        // one (16-token tile, 64-column block)
+#define SCALES_AT (16 * TOKEN_BYTES)                // then 16 floats e, 16 floats e - 16, 16 floats group sum
+#define BLOCK_BYTES (SCALES_AT + 3 * 16 * 4)        // one (16-token tile, 64-column block)
 #define W_BLOCK_BYTES 1024                          // one block of transposed codes: 16 x (16 rows x 4 bytes)
-#define Q_STEP CPU_INT8_Q_STEP
+
+// The exponent e of the smallest power of two >= amax / 127 (0 when amax is 0). If the float
+// quotient rounded down onto a power of two, |x| / 2^e may exceed 127 by one part in 2^23, which
+// still leaves |p0| <= 127.
+static int scale_exponent(float amax) {
+    float r = amax / 127.0f;
+    if (!(r > 0.0f)) return 0;
+    uint32_t bits;
+    memcpy(&bits, &r, sizeof bits);
+    int biased = (int)(bits >> 23 & 0xff);
+    if (biased == 0) {  // subnormal quotient
+        int e;
+        float m = frexpf(r, &e);  // r = m * 2^e, m in [0.5, 1)
+        return m == 0.5f ? e - 1 : e;
+    }
+    return biased - 127 + ((bits & 0x7fffff) != 0);  // 2^(biased - 127) <= r, equal iff no mantissa bits
+}
 
 size_t cpu_vnni_qx_tiles_bytes(const mx_matrix *w, int n) {
     if (!cpu_int8_format_ok(w) || n < 1) return 0;
@@ -61,26 +74,28 @@ VNNI void cpu_vnni_quantize_x_tiles(const mx_matrix *w, const float *x, int n, i
         for (int64_t g0 = 0; g0 < cols; g0 += gs) {
             float amax = 0.0f, sum = 0.0f;
             if (tok < n) cpu_int8_group_stats(xr + g0, gs, &amax, &sum);
-            __m512 inv = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
+            int e = scale_exponent(amax);
+            __m512 neg_e = _mm512_set1_ps((float)-e);  // x / 2^e, exact
             for (int64_t k0 = g0; k0 < g0 + gs; k0 += 64) {
                 uint8_t *blk = base + (size_t)(k0 / 64) * BLOCK_BYTES;
-                float *sx = (float *)(blk + SCALES_AT), *gsum = sx + 16;
-                sx[t] = amax / 127.0f;
+                float *ehi = (float *)(blk + SCALES_AT), *elo = ehi + 16, *gsum = ehi + 32;
+                ehi[t] = (float)e;
+                elo[t] = (float)(e - 16);
                 gsum[t] = k0 == g0 ? sum : 0.0f;  // the group's sum enters once, at its first block
                 uint8_t *dst = blk + t * TOKEN_BYTES;
                 if (tok >= n) {
                     for (int p = 0; p < 3; p++) _mm512_storeu_si512(dst + p * 64, _mm512_setzero_si512());
                     continue;
                 }
-                __m512 a = _mm512_mul_ps(_mm512_loadu_ps(xr + k0), inv);
-                __m512 b = _mm512_mul_ps(_mm512_loadu_ps(xr + k0 + 16), inv);
-                __m512 c = _mm512_mul_ps(_mm512_loadu_ps(xr + k0 + 32), inv);
-                __m512 d = _mm512_mul_ps(_mm512_loadu_ps(xr + k0 + 48), inv);
+                __m512 a = _mm512_scalef_ps(_mm512_loadu_ps(xr + k0), neg_e);
+                __m512 b = _mm512_scalef_ps(_mm512_loadu_ps(xr + k0 + 16), neg_e);
+                __m512 c = _mm512_scalef_ps(_mm512_loadu_ps(xr + k0 + 32), neg_e);
+                __m512 d = _mm512_scalef_ps(_mm512_loadu_ps(xr + k0 + 48), neg_e);
                 if (perm4) cpu_int8_even_odd(&a, &b, &c, &d);
-                cpu_int8_split3(a, dst, 64);
-                cpu_int8_split3(b, dst + 16, 64);
-                cpu_int8_split3(c, dst + 32, 64);
-                cpu_int8_split3(d, dst + 48, 64);
+                cpu_int8_split3_base256(a, dst, 64);
+                cpu_int8_split3_base256(b, dst + 16, 64);
+                cpu_int8_split3_base256(c, dst + 32, 64);
+                cpu_int8_split3_base256(d, dst + 48, 64);
             }
         }
     }
@@ -108,13 +123,13 @@ size_t cpu_vnni_gemm_scratch_bytes(const mx_matrix *w) {
         DPBUSD_BCAST(a##t##1, wv, xp + 64);                                                \
         DPBUSD_BCAST(a##t##2, wv, xp + 128);                                               \
     }
-#define ACC_END(t)                                                                         \
-    if (T > t) {                                                                           \
-        __m512 d = _mm512_cvtepi32_ps(a##t##0);                                            \
-        d = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a##t##1), step1, d);                        \
-        d = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a##t##2), step2, d);                        \
-        res##t = _mm512_fmadd_ps(d, _mm512_mul_ps(ws, _mm512_set1_ps(sx[t])), res##t);     \
-        res##t = _mm512_fmadd_ps(wbias, _mm512_set1_ps(gsum[t]), res##t);                  \
+#define ACC_END(t)                                                                             \
+    if (T > t) {                                                                               \
+        __m512i m = _mm512_add_epi32(_mm512_slli_epi32(a##t##1, 8), a##t##2);                  \
+        __m512 d = _mm512_add_ps(_mm512_scalef_ps(_mm512_cvtepi32_ps(a##t##0), _mm512_set1_ps(ehi[t])), \
+                                 _mm512_scalef_ps(_mm512_cvtepi32_ps(m), _mm512_set1_ps(elo[t]))); \
+        res##t = _mm512_fmadd_ps(d, ws, res##t);                                               \
+        res##t = _mm512_fmadd_ps(wbias, _mm512_set1_ps(gsum[t]), res##t);                      \
     }
 #define RES_STORE(t) \
     if (T > t) _mm512_mask_storeu_ps(out + (int64_t)(t0 + t) * ldo, rmask, res##t)
@@ -123,7 +138,6 @@ size_t cpu_vnni_gemm_scratch_bytes(const mx_matrix *w) {
 // all groups of the row block, results stored to out[t * ldo + i] for the rows i in rmask.
 VNNI_INLINE static void sweep(const uint8_t *W, const float *sb, const uint8_t *xt, int t0, int T, int64_t groups,
                               int bpg, float *out, int64_t ldo, __mmask16 rmask) {
-    const __m512 step1 = _mm512_set1_ps(1.0f / Q_STEP), step2 = _mm512_set1_ps(1.0f / (Q_STEP * Q_STEP));
     const __m512i zero = _mm512_setzero_si512();
     __m512 res0 = _mm512_setzero_ps(), res1 = res0, res2 = res0, res3 = res0, res4 = res0, res5 = res0;
     for (int64_t g = 0; g < groups; g++) {
@@ -146,7 +160,7 @@ VNNI_INLINE static void sweep(const uint8_t *W, const float *sb, const uint8_t *
                 ACC_STEP(5)
             }
         }
-        const float *sx = (const float *)(xt + g * bpg * BLOCK_BYTES + SCALES_AT) + t0, *gsum = sx + 16;
+        const float *ehi = (const float *)(xt + g * bpg * BLOCK_BYTES + SCALES_AT) + t0, *elo = ehi + 16, *gsum = ehi + 32;
         __m512 ws = _mm512_load_ps(sb + g * 32), wbias = _mm512_load_ps(sb + g * 32 + 16);
         ACC_END(0)
         ACC_END(1)
