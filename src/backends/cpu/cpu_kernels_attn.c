@@ -18,6 +18,8 @@
 
 #include "backends/cpu/cpu_simd_exp.h"
 
+#define MAX_CHUNKS 32  // 16-float chunks of a row: head_dim up to 512 (cpu_attention.c)
+
 #define ATTN_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
 #define ATTN_INLINE __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c"), always_inline)) inline
 
@@ -128,14 +130,18 @@ ATTN_INLINE static void attn_rows_body(const cpu_attn_args *a, float *scratch, i
             __m512 e = _mm512_maskz_mov_ps(live, cpu_exp16(_mm512_sub_ps(s, _mm512_set1_ps(m[j]))));
             l[j] = l[j] * corr + _mm512_reduce_add_ps(e);
             _mm512_storeu_ps(p, e);
-            __m512 vc = _mm512_set1_ps(corr);
-            for (int c = 0; c < chunks; c++) {
-                __mmask16 cm = c == chunks - 1 ? tail : 0xffff;
-                __m512 acc = _mm512_mul_ps(_mm512_maskz_loadu_ps(cm, out + c * 16), vc);
-                for (int i = 0; i < 16; i++)
-                    acc = _mm512_fmadd_ps(_mm512_set1_ps(p[i]), _mm512_load_ps(Vb + (i * chunks + c) * 16), acc);
-                _mm512_mask_storeu_ps(out + c * 16, cm, acc);
+            // Keys outer, chunks inner: each chunk's sum is its own chain (the same order of
+            // additions as one chunk at a time), so `chunks` FMAs are independent at every step;
+            // one chunk at a time was a chain of 16 dependent FMAs each.
+            __m512 vc = _mm512_set1_ps(corr), acc[MAX_CHUNKS];
+            for (int c = 0; c < chunks; c++)
+                acc[c] = _mm512_mul_ps(_mm512_maskz_loadu_ps(c == chunks - 1 ? tail : 0xffff, out + c * 16), vc);
+            for (int i = 0; i < 16; i++) {
+                __m512 pi = _mm512_set1_ps(p[i]);
+                for (int c = 0; c < chunks; c++)
+                    acc[c] = _mm512_fmadd_ps(pi, _mm512_load_ps(Vb + (i * chunks + c) * 16), acc[c]);
             }
+            for (int c = 0; c < chunks; c++) _mm512_mask_storeu_ps(out + c * 16, c == chunks - 1 ? tail : 0xffff, acc[c]);
         }
     }
     for (int j = 0; j < nq; j++) {
