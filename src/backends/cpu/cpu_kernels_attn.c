@@ -99,7 +99,8 @@ ATTN_INLINE static void attn_rows_body(const cpu_attn_args *a, float *scratch, i
     int hd = a->hd, nq = a->nq;
     __mmask16 tail = (__mmask16)(hd % 16 ? (1u << (hd % 16)) - 1 : 0xffff);
     float *Kb = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63), *Vb = Kb + 16 * chunks * 16;
-    float m[CPU_ATTN_MAX_ROWS], l[CPU_ATTN_MAX_ROWS], p[16];
+    float m[CPU_ATTN_MAX_ROWS], l[CPU_ATTN_MAX_ROWS], corr[CPU_ATTN_MAX_ROWS];
+    float sp[CPU_ATTN_MAX_ROWS][16] __attribute__((aligned(64)));  // a block's scores, then exponentials
     int lo = a->first[0], hi = a->last[0];
     for (int j = 0; j < nq; j++) {
         m[j] = -INFINITY, l[j] = 0.0f;
@@ -111,29 +112,43 @@ ATTN_INLINE static void attn_rows_body(const cpu_attn_args *a, float *scratch, i
         int nb = hi - p0 + 1 < 16 ? hi - p0 + 1 : 16;
         load_block(Kb, a, a->K, a->K_scale, p0, nb, hd, hi);
         load_block(Vb, a, a->V, a->V_scale, p0, nb, hd, hi);
-        for (int j = 0; j < nq; j++) {
-            // keys of this block inside [first_j, last_j]
+        // Three passes over the queries, each query's work in a pass independent of the others'
+        // (so their latency chains overlap): the block's scores, the online-softmax update, and
+        // the P.V update. One query at a time, its scores -> max -> exp -> sum chain stalled the
+        // next query's work. The arithmetic of each query is the same as in one pass.
+        __mmask16 live[CPU_ATTN_MAX_ROWS];
+        for (int j = 0; j < nq; j++) {  // keys of this block inside [first_j, last_j]
             int from = a->first[j] - p0, to = a->last[j] - p0;
+            live[j] = 0;
             if (to < 0 || from > 15) continue;
             from = from < 0 ? 0 : from;
             to = to > 15 ? 15 : to;
-            __mmask16 live = (__mmask16)(((1u << (to + 1)) - 1) & ~((1u << from) - 1));
-            const float *q = a->q[j];
-            float *out = a->out[j];
-            __m512 s = _mm512_mask_blend_ps(live, _mm512_set1_ps(-INFINITY),
-                                            _mm512_mul_ps(block_scores(q, Kb, chunks, tail), _mm512_set1_ps(a->scale)));
-            float bm = _mm512_reduce_max_ps(s), corr = 1.0f;
+            live[j] = (__mmask16)(((1u << (to + 1)) - 1) & ~((1u << from) - 1));
+            _mm512_store_ps(sp[j], _mm512_mask_blend_ps(live[j], _mm512_set1_ps(-INFINITY),
+                                                        _mm512_mul_ps(block_scores(a->q[j], Kb, chunks, tail),
+                                                                      _mm512_set1_ps(a->scale))));
+        }
+        for (int j = 0; j < nq; j++) {
+            if (!live[j]) continue;
+            __m512 s = _mm512_load_ps(sp[j]);
+            float bm = _mm512_reduce_max_ps(s);
+            corr[j] = 1.0f;
             if (bm > m[j]) {
-                corr = m[j] == -INFINITY ? 0.0f : expf(m[j] - bm);
+                corr[j] = m[j] == -INFINITY ? 0.0f : expf(m[j] - bm);
                 m[j] = bm;
             }
-            __m512 e = _mm512_maskz_mov_ps(live, cpu_exp16(_mm512_sub_ps(s, _mm512_set1_ps(m[j]))));
-            l[j] = l[j] * corr + _mm512_reduce_add_ps(e);
-            _mm512_storeu_ps(p, e);
+            __m512 e = _mm512_maskz_mov_ps(live[j], cpu_exp16(_mm512_sub_ps(s, _mm512_set1_ps(m[j]))));
+            l[j] = l[j] * corr[j] + _mm512_reduce_add_ps(e);
+            _mm512_store_ps(sp[j], e);
+        }
+        for (int j = 0; j < nq; j++) {
+            if (!live[j]) continue;
+            const float *p = sp[j];
+            float *out = a->out[j];
             // Keys outer, chunks inner: each chunk's sum is its own chain (the same order of
             // additions as one chunk at a time), so `chunks` FMAs are independent at every step;
             // one chunk at a time was a chain of 16 dependent FMAs each.
-            __m512 vc = _mm512_set1_ps(corr), acc[MAX_CHUNKS];
+            __m512 vc = _mm512_set1_ps(corr[j]), acc[MAX_CHUNKS];
             for (int c = 0; c < chunks; c++)
                 acc[c] = _mm512_mul_ps(_mm512_maskz_loadu_ps(c == chunks - 1 ? tail : 0xffff, out + c * 16), vc);
             for (int i = 0; i < 16; i++) {
