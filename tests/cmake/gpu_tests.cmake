@@ -61,8 +61,6 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_conformance(gpu_conformance)
   mlxcel_gpu_conformance(gpu_conformance_tc_decode MLXCEL_GPU_TC_DECODE=2)
   mlxcel_gpu_conformance(gpu_conformance_tc_off MLXCEL_GPU_TC_DECODE=0)
-  # The split-sum kernel's path also on sm_90 (the default there is the cluster reduction).
-  mlxcel_gpu_conformance(gpu_conformance_tc_cluster MLXCEL_GPU_TC_CLUSTER=16)
 
   # The sample record split over many blocks per row against one block per row and the host rule.
   add_executable(test_gpu_sample ${PROJECT_SOURCE_DIR}/tests/gpu/test_gpu_sample.c)
@@ -100,9 +98,6 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_knob_refused(tc_decode_range MLXCEL_GPU_TC_DECODE=65
                           "MLXCEL_GPU_TC_DECODE='65': must be a whole number from 0 to 64 \\(unset: 4\\)")
   mlxcel_gpu_knob_refused(tc_decode_word MLXCEL_GPU_TC_DECODE=on "MLXCEL_GPU_TC_DECODE='on': must be")
-  mlxcel_gpu_knob_refused(tc_cluster_range MLXCEL_GPU_TC_CLUSTER=17
-                          "MLXCEL_GPU_TC_CLUSTER='17': must be a whole number from 0 to 16 \\(unset: 0\\)")
-  mlxcel_gpu_knob_refused(tc_cluster_word MLXCEL_GPU_TC_CLUSTER=on "MLXCEL_GPU_TC_CLUSTER='on': must be")
   mlxcel_gpu_knob_refused(attn_decode_two MLXCEL_GPU_ATTN_DECODE=2
                           "MLXCEL_GPU_ATTN_DECODE='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(attn_decode_word MLXCEL_GPU_ATTN_DECODE=off "MLXCEL_GPU_ATTN_DECODE='off': must be")

@@ -722,11 +722,10 @@ static void proj_cases(mx_backend *cpu, mx_backend *gpu, ref_rng *rng) {
     }
     // Decode batches on the tensor-core product followed by the residual add (gpu_plan.c's
     // try_tc_residual: the add in the product's writer where the product takes it) at 4, 17, 32 and
-    // 64 tokens: 1024 x 2048 (the columns split: on sm_90 a cluster's reduction, else the split-sum
-    // kernel, four rows per thread) and 640 x 1024 in 8-bit, and 1024 x 64 (two chunks: never split,
-    // the add in the product's own store); with and without bias. (Rows that are not a multiple of
-    // 4, the one-row-per-thread sum, are in the mma emulation: this harness's other matrices take
-    // the rows as columns.)
+    // 64 tokens: 1024 x 2048 (the columns split: the split-sum kernel, four rows per thread) and
+    // 640 x 1024 in 8-bit, and 1024 x 64 (two chunks: never split, the add in the product's own
+    // store); with and without bias. (Rows that are not a multiple of 4, the one-row-per-thread sum,
+    // are in the mma emulation: this harness's other matrices take the rows as columns.)
     const int tc_batches[] = {4, 17, 32, 64};
     for (size_t k = 0; k < sizeof tc_batches / sizeof tc_batches[0]; k++) {
         const int n = tc_batches[k];

@@ -33,9 +33,6 @@ typedef struct mxg_launch {
     int tc_decode_tokens;  // 0, or batches of this many (at least 2) to 64 tokens on the tensor-core
                            // decode product where it applies (vendor/cuda/matvec_mma.cu; MLXCEL_GPU_TC_DECODE,
                            // default MXG_TC_DECODE_DEFAULT_TOKENS; taken only with use_mma)
-    int tc_cluster_max;    // its column splits as one thread-block cluster of at most this many blocks (sm_90:
-                           // MLXCEL_GPU_TC_CLUSTER, default 0, capped by mxg_matvec_mma_cluster_max);
-                           // below 2: the split-sum kernel's path
     bool matvec_old;       // matrix-vector kernels without the scaled 4/8-bit dot and split-K (A/B switch)
     bool matvec_stream;    // the streaming matrix-vector kernel where it applies (off: MLXCEL_GPU_NO_STREAM_MATVEC=1)
     int stream_min_cols;   // ... on rows at least this long (MLXCEL_GPU_STREAM_MIN_COLS; default 4096)
@@ -67,17 +64,11 @@ void mxg_moe_matmul(const mxg_launch *L, float *out, const float *x, const mx_ma
 // Vendor tensor-core product for decode batches of 2..64 tokens on affine 4/8-bit weights
 // (vendor/cuda/matvec_mma.cu). Returns 0 when it enqueued the product, -1 when it has no kernel for
 // this device, format or batch (the caller then uses the float32 kernels). Split-column partial
-// sums stay in a thread-block cluster's shared memory on sm_90 (L->tc_cluster_max), else go
-// through L->scratch to a second kernel.
+// sums go through L->scratch to a second kernel.
 int mxg_matvec_mma(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n);
 // The same product followed by res[n, w.rows] += out (the batched "matmul + residual add" pattern of
-// gpu_plan.c): the product's final writer (its store, the cluster's reduction or the split-sum
-// kernel) adds, res + out per element as mxg_add does. res must not alias out or x.
-// The largest thread-block cluster (0, 8 or 16 blocks) the current device runs the product's
-// kernels in: 0 before sm_90, on ROCm, or where the binary has no sm_90 code. Also lets each
-// kernel take clusters above 8 where that is what it returns. Call once at start-up, outside
-// graph capture (it sets kernel attributes and asks the occupancy calculator).
-int mxg_matvec_mma_cluster_max(void);
+// gpu_plan.c): the product's final writer (its store or the split-sum kernel) adds, res + out
+// per element as mxg_add does. res must not alias out or x.
 int mxg_matvec_mma_add(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n,
                        float *res);
 // The portable tiled product (no matrix units), also used when the vendor path declines.

@@ -12,11 +12,7 @@
 // sanitizers, races between barriers show in one order only, timing means nothing. The tensor-core
 // instruction of vendor/cuda/mma_m16n8k16.cuh is here too (this file defines that header's guard):
 // the warp's fragments gathered and multiplied by the PTX ISA's layout, products exact, sums in
-// float32 in k order (the device's tensor cores sum in another order). Thread-block clusters
-// (vendor/cuda/cluster.cuh, whose guard this file defines too): a cluster's blocks run together,
-// all their threads fibers of one scheduler, each block with its own dynamic shared memory (a
-// cluster kernel must keep its shared memory there: __shared__ statics are one per launch), a
-// cluster barrier, and another block's shared memory at the same offset.
+// float32 in k order (the device's tensor cores sum in another order).
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -94,24 +90,3 @@ inline void mxg_mma_bf16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_
 }
 unsigned char *emu_smem();
 void emu_launch(dim3 g, dim3 b, size_t smem, std::function<void()> k);
-// Clusters of `cluster` blocks (the grid a multiple of it; rank = x + y cx + z cx cy within it).
-void emu_launch_cluster(dim3 g, dim3 b, size_t smem, dim3 cluster, std::function<void()> k);
-void emu_cluster_sync();
-void *emu_cluster_map(void *p, unsigned rank);
-// A planted fault for the tests that check the checks: 0 none; 1 rank S - 1 maps to block 0 (one
-// block's shared memory read twice, another's never); 2 rank r maps to block S - 1 - r (the
-// partials summed in reverse order).
-extern int emu_cluster_fault;
-// Every launch's grid and cluster dims (cluster 1 x 1 x 1 for a plain launch), appended in order;
-// tests clear it.
-struct emu_launch_record { dim3 grid, cluster; };
-extern std::vector<emu_launch_record> emu_launches;
-#define MXG_CLUSTER_CUH
-inline void mxg_cluster_sync() { emu_cluster_sync(); }
-template <class T> inline T *mxg_cluster_map(T *p, unsigned rank) { return (T *)emu_cluster_map((void *)p, rank); }
-template <class... P> inline int mxg_cluster_max_blocks(void (*)(P...), size_t, int) { return 16; }
-template <class... P> inline bool mxg_cluster_allow_large(void (*)(P...)) { return true; }
-template <class... P, class... A>
-inline void mxg_launch_cluster(void (*k)(P...), dim3 grid, dim3 block, size_t smem, gpuStream_t, dim3 cluster, A... args) {
-    emu_launch_cluster(grid, block, smem, cluster, [=]() { k((P)args...); });
-}

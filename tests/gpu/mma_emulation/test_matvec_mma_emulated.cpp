@@ -8,14 +8,9 @@
 // split, a partial last range, 32 ranges). Bound (the kernel file's precision paragraph): |out -
 // ref| <= 1e-6 * (sum_k(|s q_k x_k| + |b x_k|) + 0.1 |bias|); the worst ratio is printed. Also checks
 // that the launcher declines what it has no kernel for (one token, 65 tokens, 3-bit, mxfp4,
-// unaligned x) and writes nothing then. Every product runs on the split-sum path (partial sums in
-// the scratch, a second kernel) and on sm_90's cluster path (the splits of a row range as one
-// thread-block cluster adding their partial tiles through each other's shared memory; the
-// emulator runs a cluster's blocks together), each against the reference, and bit for bit against
-// each other where they split alike; also as the batched "matmul + residual add"
-// (mxg_matvec_mma_add), which must give the product's and the add record's bits on both paths. Two planted faults in the emulated cluster must be caught: one block's tile
-// read twice and another's never (by the reference bound), the partials in reverse order (by the
-// bit comparison).
+// unaligned x) and writes nothing then. A split product's partial sums go through the scratch to a
+// second kernel. Every product also runs as the batched "matmul + residual add"
+// (mxg_matvec_mma_add), which must give the product's and the add record's bits.
 // Built and run by run.sh; argument "quick": fewer cases. Exits 1 on any failure.
 #include "emu.h"
 #include <cstdio>
@@ -51,7 +46,7 @@ static const char *st_name(mx_dtype st) { return st == MX_DTYPE_F32 ? "f32" : st
 
 // The batched "matmul + residual add" (mxg_matvec_mma_add) on the launch settings of L: out equal
 // to the plain product `two` bit for bit and res equal to res0 + two per element (the add record's
-// float32 sum), whether the product's store, the cluster's reduction or the split-sum kernel adds.
+// float32 sum), whether the product's store or the split-sum kernel adds.
 static int add_cases = 0;
 static void add_check(mxg_launch L, const std::vector<float> &two, const float *xa, const mx_matrix &w,
                       const float *bias, int n) {
@@ -65,21 +60,11 @@ static void add_check(mxg_launch L, const std::vector<float> &two, const float *
         const float want = res0[i] + two[i];
         ok = memcmp(&res[i], &want, sizeof want) == 0;
     }
-    if (!ok) FAIL("matmul + residual add differs from the two records (rc %d, cluster max %d): %dx%d n=%d", rc,
-                  L.tc_cluster_max, (int)w.rows, (int)w.cols, n);
+    if (!ok) FAIL("matmul + residual add differs from the two records (rc %d): %dx%d n=%d", rc, (int)w.rows,
+                  (int)w.cols, n);
 }
 
-// Cluster counters: products whose splits ran as clusters, those bit-identical to the split-sum
-// path (same split count), and planted faults caught.
-static int cluster_cases = 0, cluster_same_bits = 0, faults_run = 0, faults_caught = 0;
-static bool quick = false;
-
-// One product: the split-sum path (L.tc_cluster_max 0) against the double reference; then, with
-// clusters of at most 16 and of at most 8 blocks, the cluster path (sm_90) against the same
-// reference, bit for bit against the split-sum path wherever both split the same way (the same
-// chunks per split, summed in the same order), and as matmul + residual add. On the first cluster
-// cases two planted faults (emu.h) must be caught: a wrong source block (by the reference bound)
-// and the partials summed in reverse order (by the bit comparison; three or more splits).
+// One product against the double reference, then as matmul + residual add.
 static void run_case(int bits, int gs, mx_dtype st, int rows, int cols, int n, bool with_bias, int sms,
                      size_t scratch_bytes) {
     cases++;
@@ -121,68 +106,26 @@ static void run_case(int bits, int gs, mx_dtype st, int rows, int cols, int n, b
             ref[(size_t)tk * rows + r] = rf, mag[(size_t)tk * rows + r] = mg;
         }
     }
-    // Outputs past the bound (the first three reported unless quiet); the worst ratio into `worst`.
-    auto past_bound = [&](const std::vector<float> &o, const char *path, bool quiet) {
-        int bad = 0;
-        for (int r = 0; r < rows; r++)
-            for (int tk = 0; tk < n; tk++) {
-                const size_t i = (size_t)tk * rows + r;
-                const double ratio = fabs((double)o[i] - ref[i]) / (mag[i] > 0 ? mag[i] : 1e-30);
-                if (!(ratio <= 1e-6) && bad++ < 3 && !quiet)
-                    FAIL("%s: %d-bit g%d %s %dx%d n=%d bias=%d sms=%d: row %d token %d: %.9g, reference %.9g (err/sum %.3g)",
-                         path, bits, gs, st_name(st), rows, cols, n, with_bias, sms, r, tk, o[i], ref[i], ratio);
-                if (!quiet) worst = ratio > worst || ratio != ratio ? (ratio != ratio ? 1e9 : ratio) : worst;
-            }
-        return bad;
-    };
     std::vector<float> scratch(scratch_bytes / 4 + 1, 0.0f);
     mxg_launch L{};
     L.warp = 32, L.sm_count = sms, L.cc = 90, L.scratch = scratch_bytes ? scratch.data() : nullptr;
-    L.scratch_bytes = scratch_bytes, L.tc_cluster_max = 0;
-    emu_launches.clear();
+    L.scratch_bytes = scratch_bytes;
     if (mxg_matvec_mma(&L, out.data(), xa, &w, bp, n) != 0) {
         FAIL("declined: %d-bit g%d %s %dx%d n=%d", bits, gs, st_name(st), rows, cols, n);
         return;
     }
-    const unsigned plain_splits = emu_launches.at(0).grid.y;
-    past_bound(out, "split-sum path", false);
+    // Outputs past the bound (the first three reported); the worst ratio into `worst`.
+    int bad = 0;
+    for (int r = 0; r < rows; r++)
+        for (int tk = 0; tk < n; tk++) {
+            const size_t i = (size_t)tk * rows + r;
+            const double ratio = fabs((double)out[i] - ref[i]) / (mag[i] > 0 ? mag[i] : 1e-30);
+            if (!(ratio <= 1e-6) && bad++ < 3)
+                FAIL("%d-bit g%d %s %dx%d n=%d bias=%d sms=%d: row %d token %d: %.9g, reference %.9g (err/sum %.3g)",
+                     bits, gs, st_name(st), rows, cols, n, with_bias, sms, r, tk, out[i], ref[i], ratio);
+            worst = ratio > worst || ratio != ratio ? (ratio != ratio ? 1e9 : ratio) : worst;
+        }
     add_check(L, out, xa, w, bp, n);
-    for (int cap : {16, 8}) {
-        if (quick && (cap == 8) != (cases % 2 == 1)) continue;  // (quick: one of the two, alternately)
-        L.tc_cluster_max = cap;
-        std::vector<float> o2(out.size(), -7.0f);
-        emu_launches.clear();
-        if (mxg_matvec_mma(&L, o2.data(), xa, &w, bp, n) != 0) {
-            FAIL("declined with clusters: %d-bit g%d %s %dx%d n=%d", bits, gs, st_name(st), rows, cols, n);
-            return;
-        }
-        const emu_launch_record k = emu_launches.at(0);
-        const bool clustered = k.cluster.y > 1;
-        if (clustered != (k.grid.y > 1 && rows % 4 == 0) || (clustered && (k.grid.y > (unsigned)cap || emu_launches.size() != 1)))
-            FAIL("cluster path not taken as it should (grid y %u, cluster y %u, %zu launches, cap %d): %dx%d n=%d",
-                 k.grid.y, k.cluster.y, emu_launches.size(), cap, rows, cols, n);
-        past_bound(o2, "cluster path", false);
-        if (k.grid.y == plain_splits && memcmp(o2.data(), out.data(), out.size() * sizeof(float)) != 0)
-            FAIL("cluster path differs from the split-sum path at the same %u splits: %dx%d n=%d", k.grid.y, rows, cols, n);
-        add_check(L, o2, xa, w, bp, n);
-        if (!clustered) continue;
-        cluster_cases++;
-        cluster_same_bits += k.grid.y == plain_splits;
-        if (faults_run >= 12) continue;
-        for (int fault = 1; fault <= 2; fault++) {
-            if (fault == 2 && k.grid.y < 3) continue;
-            std::vector<float> o3(out.size(), -7.0f);
-            emu_cluster_fault = fault;
-            mxg_matvec_mma(&L, o3.data(), xa, &w, bp, n);
-            emu_cluster_fault = 0;
-            faults_run++;
-            const bool caught = fault == 1 ? past_bound(o3, "", true) > 0
-                                           : memcmp(o3.data(), o2.data(), o2.size() * sizeof(float)) != 0;
-            faults_caught += caught;
-            if (fault == 1 && !caught)
-                FAIL("a planted fault (wrong source block) passed the reference bound: %dx%d n=%d", rows, cols, n);
-        }
-    }
 }
 
 static void declines() {
@@ -210,7 +153,7 @@ static void declines() {
 }
 
 int main(int argc, char **argv) {
-    quick = argc > 1 && !strcmp(argv[1], "quick");
+    const bool quick = argc > 1 && !strcmp(argv[1], "quick");
     declines();
     const mx_dtype sts[] = {MX_DTYPE_BF16, MX_DTYPE_F16, MX_DTYPE_F32};
     const int gss[] = {32, 64, 128};
@@ -234,12 +177,7 @@ int main(int argc, char **argv) {
     }
     if (!quick) run_case(4, 64, MX_DTYPE_BF16, 1024, 1024, 64, false, 132, 8 << 20);  // the 0.6B's shape, 32 splits
     printf("%d products also as matmul + residual add: out and residual bit-identical to the two records "
-           "(store, cluster or split-sum kernel)\n", add_cases);
-    printf("%d products on the cluster path (%d bit-identical to the split-sum path at the same splits); "
-           "%d of %d planted faults caught\n", cluster_cases, cluster_same_bits, faults_caught, faults_run);
-    if (cluster_cases < 10 || cluster_same_bits < 5) FAIL("too few cluster products checked");
-    // Every wrong-source fault must be caught (FAIL above); reversed order can tie on a few cases.
-    if (faults_run < 12 || faults_caught < faults_run * 3 / 4) FAIL("planted faults: %d of %d caught", faults_caught, faults_run);
+           "(store or split-sum kernel)\n", add_cases);
     printf("%d products, worst |err| / sum(|s q x| + |b x|) = %.3g (bound 1e-6)\n", cases, worst);
     if (fails) printf("%d failed\n", fails);
     else printf("passed\n");

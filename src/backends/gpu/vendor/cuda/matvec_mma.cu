@@ -42,24 +42,11 @@
 // adding them in that order (four outputs per thread where the rows allow), which with res also
 // adds the sum to the residual (mxg_matvec_mma_add, the batched "matmul + residual add" of
 // gpu_plan.c: res + out per element, as the add record; an unsplit product does it in its store).
-// On sm_90, MLXCEL_GPU_TC_CLUSTER=N (2-16; default 0: off) runs the S <= N splits of a row range as
-// one thread-block cluster instead (vendor/cuda/cluster.cuh; grid y = S, cluster dims (1, S, 1)):
-// each block leaves its partial tile [tokens x 128 rows] in its own shared memory (over the
-// activation staging space: dynamic shared memory of 33 KB at 64 tokens), the cluster
-// synchronizes, and each block adds a 1/S slice of the tile across all S blocks' shared memory
-// (distributed shared memory) in the same order and stores it: no partials through L2 and no
-// second launch, and with the same split count the same bits as the split-sum path (the emulation
-// checks it). It is off by default because it measured slower on the H200 (bench/RESULTS.md: the
-// 0.6B's 64-sequence step 4.11 ms with clusters of 16, 4.35 with 8, 3.93 with the split-sum
-// kernel): the cluster cap leaves the 1024-row products 128 blocks of one slab each, and a
-// cluster's blocks wait for each other. The cap is asked once at start-up
-// (mxg_matvec_mma_cluster_max, outside graph capture); rows not a multiple of 4 and unaligned
-// outputs keep the split-sum path.
-// Registers (ptxas, sm_90, 4-bit / 8-bit, no spills): the split-sum instances 126 / 150 at 8
-// tokens, 162 / 166 at 16, 218 / 232 at 32, 254 / 255 at 64; the cluster instances 124-127 /
-// 149-151, 160-161 / 166-167, 168-218 / 242-250, 168-255 / 255 (168: bf16 scales, 4-bit).
+// (An sm_90 variant that added the splits in a thread-block cluster's distributed shared memory
+// instead of the second launch measured slower on the H200 and was removed: bench/RESULTS.md.)
+// Registers (ptxas, sm_90, 4-bit / 8-bit, no spills): 126 / 150 at 8 tokens, 162 / 166 at 16,
+// 218 / 232 at 32, 254 / 255 at 64.
 #include "backends/gpu/dequant.cuh"
-#include "backends/gpu/vendor/cuda/cluster.cuh"
 #include "backends/gpu/vendor/cuda/mma_m16n8k16.cuh"
 
 namespace {
@@ -71,18 +58,11 @@ constexpr int kSlabChunks = 2;                      // 32-column chunks staged a
 constexpr int kHmStride = kSlabChunks * 8 + 4;      // 16-byte hi/mid slots per staged token: 320 bytes, 64 mod 128
 constexpr int kLoStride = kSlabChunks * 8 + 4;      // 8-byte lo slots per staged token: 160 bytes, 32 mod 128
 constexpr int kMinChunksPerSplit = 2;
-constexpr int kMaxSplits = 32;                      // split-sum path (L->scratch)
-constexpr int kTileStride = kBlockRows + 4;         // floats per token of a cluster block's partial tile
-                                                    // (+4: a warp's stores of one accumulator hit 32 banks)
+constexpr int kMaxSplits = 32;                      // partial sums in L->scratch
 
-// Dynamic shared memory of a block of NT token tiles: the activation staging (xs, xl, xsum) and, in
-// the cluster instances, the partial tile [kTok][kTileStride] over the same bytes afterwards.
-__host__ __device__ constexpr size_t staging_bytes(int nt) {
+// Dynamic shared memory of a block of NT token tiles: the activation staging (xs, xl, xsum).
+__host__ __device__ constexpr size_t smem_bytes(int nt) {
     return (size_t)nt * 8 * (kHmStride * 16 + kLoStride * 8) + kSlabChunks * nt * 8 * 4;
-}
-__host__ __device__ constexpr size_t smem_bytes(int nt, bool cluster) {
-    return cluster && (size_t)nt * 8 * kTileStride * 4 > staging_bytes(nt) ? (size_t)nt * 8 * kTileStride * 4
-                                                                         : staging_bytes(nt);
 }
 
 // bf16 bits of f, rounded to nearest even (finite f), in the top half of a word.
@@ -140,45 +120,11 @@ __device__ __forceinline__ void load_slab_weights(SlabWeights<BITS> &W, const Ma
     }
 }
 
-// The cluster's reduction (CLUSTER instances, after mxg_cluster_sync): the S blocks of one row range
-// (ranks 0..S-1 = splits) each hold their partial tile [tok][row] of 128 rows in shared memory;
-// block `rank` takes its slice of the tile's float4 items (item = tok * 32 + row / 4; slice =
-// items [rank * per, (rank + 1) * per), per = ceil(n * 32 / S)), adds the S partials of each in
-// split order (s = 0; s += partial[k] for k = 0..S-1; then + bias, as split_sum4_kernel), and
-// stores it to out (rows % 4 == 0, out and res 16-byte aligned: the launcher checks); with res,
-// res = res + out as the add record. Consecutive threads take consecutive items: coalesced stores.
-__device__ __forceinline__ void cluster_reduce(float *__restrict__ out, const float *__restrict__ bias,
-                                               float *__restrict__ res, const float *tile, int64_t row0, int64_t rows,
-                                               int n, int S, unsigned rank) {
-    const int items = n * (kBlockRows / 4), per = (items + S - 1) / S;
-    const int end = min(items, ((int)rank + 1) * per);
-    for (int it = (int)rank * per + (int)threadIdx.x; it < end; it += kThreads) {
-        const int tok = it / (kBlockRows / 4), r = 4 * (it % (kBlockRows / 4));
-        const int64_t row = row0 + r;
-        if (row >= rows) continue;
-        const float *mine = tile + tok * kTileStride + r;
-        float4 s = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 4
-        for (int k = 0; k < S; k++) {
-            const float4 p = *(const float4 *)mxg_cluster_map(mine, (unsigned)k);
-            s.x += p.x, s.y += p.y, s.z += p.z, s.w += p.w;
-        }
-        if (bias) s.x += bias[row], s.y += bias[row + 1], s.z += bias[row + 2], s.w += bias[row + 3];
-        const int64_t i = (int64_t)tok * rows + row;
-        *(float4 *)(out + i) = s;
-        if (res) {
-            const float4 a = *(const float4 *)(res + i);
-            *(float4 *)(res + i) = float4{a.x + s.x, a.y + s.y, a.z + s.z, a.w + s.w};
-        }
-    }
-}
-
 // grid (ceil(rows / 128), splits). x [n, cols] 16-byte aligned; dynamic shared memory
-// smem_bytes(NT, CLUSTER). Without CLUSTER: out [n, rows] when gridDim.y == 1, else partial
-// [splits][n][rows] (bias added by the sum kernel); res (NULL, or [n, rows]; only unsplit): res +=
-// out, res + out per element as the add record. With CLUSTER (sm_90; cluster dims (1, splits, 1)):
-// out [n, rows], the splits added by cluster_reduce (res as there).
-template <int BITS, int ST, int NT, bool CLUSTER>
+// smem_bytes(NT). out [n, rows] when gridDim.y == 1, else partial [splits][n][rows] (bias added by
+// the sum kernel); res (NULL, or [n, rows]; only unsplit): res += out, res + out per element as the
+// add record.
+template <int BITS, int ST, int NT>
 __global__ void __launch_bounds__(kThreads) matvec_mma_kernel(float *__restrict__ out, const float *__restrict__ x,
                                                               MatView m, const float *__restrict__ bias, int n,
                                                               int chunks_per_split, float *__restrict__ res) {
@@ -318,23 +264,6 @@ __global__ void __launch_bounds__(kThreads) matvec_mma_kernel(float *__restrict_
         }
     }
 
-    if constexpr (CLUSTER) {
-        // The partial tile [token][row of the block] over the staging space, then the reduction.
-        float *tile = reinterpret_cast<float *>(smem_raw);
-        __syncthreads();  // the last slab's readers are done with the staging space
-#pragma unroll
-        for (int i = 0; i < kTiles; i++)
-#pragma unroll
-            for (int j = 0; j < NT; j++)
-#pragma unroll
-                for (int e = 0; e < 4; e++)
-                    tile[(j * 8 + 2 * t + e % 2) * kTileStride + warp * (kTiles * 16) + i * 16 + g + 8 * (e / 2)] =
-                        acc[i][j][e];
-        mxg_cluster_sync();  // every block's tile is written
-        cluster_reduce(out, bias, res, tile, (int64_t)blockIdx.x * kBlockRows, m.rows, n, (int)gridDim.y, blockIdx.y);
-        mxg_cluster_sync();  // no block leaves while another still reads its tile
-        return;
-    }
     float *dst = gridDim.y == 1 ? out : out + (int64_t)blockIdx.y * n * m.rows;
 #pragma unroll
     for (int i = 0; i < kTiles; i++)
@@ -392,55 +321,41 @@ __global__ void split_sum4_kernel(float4 *__restrict__ out, const float4 *__rest
 }
 
 // The kernel instance for n tokens: NT = 1, 2, 4 or 8 token tiles.
-template <int BITS, int ST, int NT, bool CLUSTER>
+template <int BITS, int ST, int NT>
 void launch_nt(const mxg_launch *L, float *dst, const float *x, const MatView &m, const float *bias, int n, dim3 grid,
                int cps, float *res) {
     gpuStream_t s = (gpuStream_t)L->stream;
-    if constexpr (CLUSTER)
-        mxg_launch_cluster(matvec_mma_kernel<BITS, ST, NT, true>, grid, dim3(kThreads), smem_bytes(NT, true), s,
-                           dim3(1, grid.y, 1), dst, x, m, bias, n, cps, res);
-    else
-        matvec_mma_kernel<BITS, ST, NT, false><<<grid, kThreads, smem_bytes(NT, false), s>>>(dst, x, m, bias, n, cps, res);
+    matvec_mma_kernel<BITS, ST, NT><<<grid, kThreads, smem_bytes(NT), s>>>(dst, x, m, bias, n, cps, res);
 }
 
-template <int BITS, int ST, bool CLUSTER>
+template <int BITS, int ST>
 void launch_bits_st(const mxg_launch *L, float *dst, const float *x, const MatView &m, const float *bias, int n,
                     dim3 grid, int cps, float *res) {
     if (n <= 8)
-        launch_nt<BITS, ST, 1, CLUSTER>(L, dst, x, m, bias, n, grid, cps, res);
+        launch_nt<BITS, ST, 1>(L, dst, x, m, bias, n, grid, cps, res);
     else if (n <= 16)
-        launch_nt<BITS, ST, 2, CLUSTER>(L, dst, x, m, bias, n, grid, cps, res);
+        launch_nt<BITS, ST, 2>(L, dst, x, m, bias, n, grid, cps, res);
     else if (n <= 32)
-        launch_nt<BITS, ST, 4, CLUSTER>(L, dst, x, m, bias, n, grid, cps, res);
+        launch_nt<BITS, ST, 4>(L, dst, x, m, bias, n, grid, cps, res);
     else
-        launch_nt<BITS, ST, 8, CLUSTER>(L, dst, x, m, bias, n, grid, cps, res);
+        launch_nt<BITS, ST, 8>(L, dst, x, m, bias, n, grid, cps, res);
 }
 
-template <int BITS, bool CLUSTER>
+template <int BITS>
 void launch_bits(const mxg_launch *L, float *dst, const float *x, const MatView &m, mx_dtype st, const float *bias,
                  int n, dim3 grid, int cps, float *res) {
     if (st == MX_DTYPE_F32)
-        launch_bits_st<BITS, ST_F32, CLUSTER>(L, dst, x, m, bias, n, grid, cps, res);
+        launch_bits_st<BITS, ST_F32>(L, dst, x, m, bias, n, grid, cps, res);
     else if (st == MX_DTYPE_F16)
-        launch_bits_st<BITS, ST_F16, CLUSTER>(L, dst, x, m, bias, n, grid, cps, res);
+        launch_bits_st<BITS, ST_F16>(L, dst, x, m, bias, n, grid, cps, res);
     else
-        launch_bits_st<BITS, ST_BF16, CLUSTER>(L, dst, x, m, bias, n, grid, cps, res);
-}
-
-// Lets every cluster instance of one bit width and scale type take clusters of 9-16 blocks; false
-// where one of them is refused.
-template <int BITS, int ST>
-bool allow_large_clusters() {
-    return mxg_cluster_allow_large(matvec_mma_kernel<BITS, ST, 1, true>) &&
-           mxg_cluster_allow_large(matvec_mma_kernel<BITS, ST, 2, true>) &&
-           mxg_cluster_allow_large(matvec_mma_kernel<BITS, ST, 4, true>) &&
-           mxg_cluster_allow_large(matvec_mma_kernel<BITS, ST, 8, true>);
+        launch_bits_st<BITS, ST_BF16>(L, dst, x, m, bias, n, grid, cps, res);
 }
 
 }  // namespace
 
-// Enqueues the product (and with res, res += out: in the product's store when unsplit, in the
-// cluster's reduction, or in the split-sum kernel); 0, or -1 when it has no kernel for this case
+// Enqueues the product (and with res, res += out: in the product's store when unsplit, else in the
+// split-sum kernel); 0, or -1 when it has no kernel for this case
 // (kernels.h).
 static int matvec_mma(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n,
                       float *res) {
@@ -452,44 +367,34 @@ static int matvec_mma(const mxg_launch *L, float *out, const float *x, const mx_
     const MatView m = mat_view(w);
     const int64_t row_blocks = (m.rows + kBlockRows - 1) / kBlockRows;
     const int chunks = m.cols / 32;
-    // The cluster path (sm_90, float4 stores of out and res) or the split-sum kernel's.
-    const bool aligned = m.rows % 4 == 0 && ((uintptr_t)out & 15) == 0 && ((uintptr_t)res & 15) == 0;
-    const int cluster_max = L->cc >= 90 && aligned && L->tc_cluster_max >= 2 ? L->tc_cluster_max : 0;
     // Split the columns while the rows give fewer than 2 blocks per multiprocessor, keeping at least
-    // kMinChunksPerSplit chunks per split, and at most cluster_max splits (a cluster) or kMaxSplits
-    // whose partial sums fit in L->scratch.
+    // kMinChunksPerSplit chunks per split, and at most kMaxSplits whose partial sums fit in L->scratch.
     int splits = 1;
     const int64_t want = 2 * (int64_t)L->sm_count;
     if (row_blocks < want) {
         int64_t s = (want + row_blocks - 1) / row_blocks;
         s = s < chunks / kMinChunksPerSplit ? s : chunks / kMinChunksPerSplit;
-        int64_t cap = cluster_max;
-        if (!cluster_max) {
-            const int64_t per_split = (int64_t)n * m.rows * (int64_t)sizeof(float);
-            const int64_t fit = L->scratch ? (int64_t)(L->scratch_bytes / (size_t)per_split) : 0;
-            cap = kMaxSplits < fit ? kMaxSplits : fit;
-        }
+        const int64_t per_split = (int64_t)n * m.rows * (int64_t)sizeof(float);
+        const int64_t fit = L->scratch ? (int64_t)(L->scratch_bytes / (size_t)per_split) : 0;
+        const int64_t cap = kMaxSplits < fit ? kMaxSplits : fit;
         s = s < cap ? s : cap;
         splits = s > 1 ? (int)s : 1;
     }
     const int cps = (chunks + splits - 1) / splits;
     splits = (chunks + cps - 1) / cps;
-    const bool cluster = splits > 1 && cluster_max > 0;
-    const bool split_sum = splits > 1 && !cluster;
+    const bool split_sum = splits > 1;
     float *dst = split_sum ? (float *)L->scratch : out;
     float *kernel_res = split_sum ? nullptr : res;  // (the split-sum kernel adds the residual)
     const dim3 grid((unsigned)row_blocks, (unsigned)splits);
-    if (w->q.bits == 4 && cluster)
-        launch_bits<4, true>(L, dst, x, m, w->scale_dtype, bias, n, grid, cps, kernel_res);
-    else if (w->q.bits == 4)
-        launch_bits<4, false>(L, dst, x, m, w->scale_dtype, bias, n, grid, cps, kernel_res);
-    else if (cluster)
-        launch_bits<8, true>(L, dst, x, m, w->scale_dtype, bias, n, grid, cps, kernel_res);
+    if (w->q.bits == 4)
+        launch_bits<4>(L, dst, x, m, w->scale_dtype, bias, n, grid, cps, kernel_res);
     else
-        launch_bits<8, false>(L, dst, x, m, w->scale_dtype, bias, n, grid, cps, kernel_res);
+        launch_bits<8>(L, dst, x, m, w->scale_dtype, bias, n, grid, cps, kernel_res);
     if (split_sum) {
         const int64_t count = (int64_t)n * m.rows;
         gpuStream_t s = (gpuStream_t)L->stream;
+        // Four outputs per thread where they share a token and a bias float4 (float4 stores).
+        const bool aligned = m.rows % 4 == 0 && ((uintptr_t)out & 15) == 0 && ((uintptr_t)res & 15) == 0;
         if (aligned)
             split_sum4_kernel<<<(unsigned)((count / 4 + 255) / 256), 256, 0, s>>>(
                 (float4 *)out, (const float4 *)dst, bias, m.rows, count / 4, splits, (float4 *)res);
@@ -502,17 +407,6 @@ static int matvec_mma(const mxg_launch *L, float *out, const float *x, const mx_
 extern "C" int mxg_matvec_mma(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias,
                               int n) {
     return matvec_mma(L, out, x, w, bias, n, nullptr);
-}
-
-// The cluster size query of the 64-token instance (the most registers and shared memory), after
-// every cluster instance was allowed clusters above 8 (16 only where all of them were).
-extern "C" int mxg_matvec_mma_cluster_max(void) {
-    const int max = mxg_cluster_max_blocks(matvec_mma_kernel<4, ST_BF16, 8, true>, smem_bytes(8, true), kThreads);
-    if (max <= 8) return max;
-    const bool large = allow_large_clusters<4, ST_F32>() && allow_large_clusters<4, ST_F16>() &&
-                       allow_large_clusters<4, ST_BF16>() && allow_large_clusters<8, ST_F32>() &&
-                       allow_large_clusters<8, ST_F16>() && allow_large_clusters<8, ST_BF16>();
-    return large ? max : 8;
 }
 
 extern "C" int mxg_matvec_mma_add(const mxg_launch *L, float *out, const float *x, const mx_matrix *w,

@@ -11,8 +11,6 @@ extern "C" int mxg_matvec_mma(const mxg_launch *L, float *out, const float *x, c
     return -1;
 }
 
-extern "C" int mxg_matvec_mma_cluster_max(void) { return 0; }
-
 extern "C" int mxg_matvec_mma_add(const mxg_launch *L, float *out, const float *x, const mx_matrix *w,
                                   const float *bias, int n, float *res) {
     (void)L, (void)out, (void)x, (void)w, (void)bias, (void)n, (void)res;
