@@ -35,15 +35,35 @@ static double rel(const float *a, const float *b, size_t n) {
 static int fails = 0;
 static void run(mx_backend *be, mx_op op) { if (mx_run_op(be, op, &err)) { printf("cpu op: %s\n", err.msg); exit(1); } }
 
-// The GPU attention of r (on the flash-decoding kernel when L->attn_decode) into og, cleared to NaN
-// first so an output it never writes fails, against the CPU backend's oc: prints the case's line and
-// counts a failure above 1e-5.
-static void attention_vs_cpu(const mxg_launch *L, const char *name, std::vector<float> &og, const std::vector<float> &oc,
-                             const float *q, const mx_kv_ref *r, int n, int nh, float scale, int window,
-                             const float *sinks) {
-    std::fill(og.begin(), og.end(), NAN);
-    mxg_attention(L, og.data(), q, r, n, nh, scale, window, sinks, false);
-    double e = rel(og.data(), oc.data(), og.size());
+// One attention case's inputs and the CPU backend's answer: q [n, nh, D] in [-1, 1] and sinks [nh]
+// in [-1, 3] (drawn in that order), scale 3 / sqrt(D), and oc [n, nh, D] from the CPU's attention
+// record on rc (sinks only when `with_sinks`; `decode`: the record's decode hint).
+struct attn_case_data {
+    std::vector<float> q, sinks, oc;
+    float scale;
+    bool with_sinks;
+    const float *sinks_arg() const { return with_sinks ? sinks.data() : NULL; }  // the records' sinks argument
+};
+static attn_case_data cpu_attention(mx_backend *cpu, const mx_kv_ref &rc, int n, int nh, int D, int window,
+                                    bool with_sinks, bool decode) {
+    const size_t qn = (size_t)n * nh * D;
+    attn_case_data a{std::vector<float>(qn), std::vector<float>(nh), std::vector<float>(qn), 3.0f / sqrtf((float)D),
+                     with_sinks};
+    fill(a.q.data(), qn, -1, 1);
+    fill(a.sinks.data(), nh, -1, 3);
+    run(cpu, (mx_op){.kind = MX_OP_ATTENTION,
+                     .attention = {a.oc.data(), a.q.data(), rc, n, nh, a.scale, window, a.sinks_arg(), decode}});
+    return a;
+}
+
+// The GPU attention of r (on the flash-decoding kernel when L->attn_decode; no decode hint) into an
+// output set to NaN first, so an output it never writes fails, against the CPU backend's a.oc:
+// prints the case's line and counts a failure above 1e-5.
+static void attention_vs_cpu(const mxg_launch *L, const char *name, const attn_case_data &a, const mx_kv_ref *r, int n,
+                             int nh, int window) {
+    std::vector<float> og(a.oc.size(), NAN);
+    mxg_attention(L, og.data(), a.q.data(), r, n, nh, a.scale, window, a.sinks_arg(), false);
+    double e = rel(og.data(), a.oc.data(), og.size());
     printf("   %-14s%s rel err %.2e%s\n", name, L->attn_decode ? " (flash)" : "", e, e > 1e-5 ? "  <-- FAIL" : "");
     if (!(e <= 1e-5)) fails++;
 }
@@ -87,19 +107,14 @@ static void attn_case(mx_backend *cpu, mxg_launch *L, int D, int nkv, int nh, in
             if (c.mixed) { sl[i] = (int)(rnd(0, 3)); if (sl[i] > 2) sl[i] = 2; ps[i] = (int)rnd(0, filled[sl[i]]); if (ps[i] >= filled[sl[i]]) ps[i] = filled[sl[i]] - 1; }
             else sl[i] = c.slot0, ps[i] = c.pos0 + i;
         }
-        size_t qn = (size_t)n * nh * D;
-        std::vector<float> q(qn), og(qn, NAN), oc(qn), sinks(nh);
-        fill(q.data(), qn, -1, 1);
-        fill(sinks.data(), nh, -1, 3);
-        float scale = 3.0f / sqrtf((float)D);
         mx_kv_ref rg = {gkv, lay, 1, sl.data(), ps.data(), paged ? table : NULL};
         mx_kv_ref rc = {ckv, lay, 1, sl.data(), ps.data(), paged ? table : NULL};
+        const attn_case_data a = cpu_attention(cpu, rc, n, nh, D, c.window, c.sinks, false);
         L->attn_token_rows = token_rows;
-        run(cpu, (mx_op){.kind = MX_OP_ATTENTION, .attention = {oc.data(), q.data(), rc, n, nh, scale, c.window, c.sinks ? sinks.data() : NULL}});
         // Decode-sized steps on both decode kernels (kernels/attn_decode.cu, and the general one).
         for (int flash = token_rows || n > 16 ? 0 : 1; flash >= 0; flash--) {
             L->attn_decode = flash;
-            attention_vs_cpu(L, c.name, og, oc, q.data(), &rg, n, nh, scale, c.window, c.sinks ? sinks.data() : NULL);
+            attention_vs_cpu(L, c.name, a, &rg, n, nh, c.window);
         }
     }
     free(gkv);
@@ -135,17 +150,12 @@ static void long_case(mx_backend *cpu, mxg_launch *L, int D, int nkv, int nh, in
         int n = c.n;
         std::vector<int32_t> s2(n, 0), p2(n);
         for (int i = 0; i < n; i++) p2[i] = ctx - n + i;
-        size_t qn = (size_t)n * nh * D;
-        std::vector<float> q(qn), og(qn), oc(qn), sinks(nh);
-        fill(q.data(), qn, -1, 1);
-        fill(sinks.data(), nh, -1, 3);
-        float scale = 3.0f / sqrtf((float)D);
         mx_kv_ref g2 = {gkv, lay, 0, s2.data(), p2.data(), paged ? table.data() : NULL};
         mx_kv_ref c2 = {ckv, lay, 0, s2.data(), p2.data(), paged ? table.data() : NULL};
-        run(cpu, (mx_op){.kind = MX_OP_ATTENTION, .attention = {oc.data(), q.data(), c2, n, nh, scale, c.window, c.sinks ? sinks.data() : NULL}});
+        const attn_case_data a = cpu_attention(cpu, c2, n, nh, D, c.window, c.sinks, false);
         for (int flash = 1; flash >= (also_general ? 0 : 1); flash--) {
             L->attn_decode = flash;
-            attention_vs_cpu(L, c.name, og, oc, q.data(), &g2, n, nh, scale, c.window, c.sinks ? sinks.data() : NULL);
+            attention_vs_cpu(L, c.name, a, &g2, n, nh, c.window);
         }
     }
     free(gkv);
@@ -190,15 +200,10 @@ static void batch_case(mx_backend *cpu, mxg_launch *L, int D, int nkv, int nh, i
             const bool pad = i >= n - c.pad;
             s2[i] = pad ? S - 1 : (i * 5 + 3) % (S - 1), p2[i] = pad ? i - (n - c.pad) : filled[s2[i]] - 1;
         }
-        size_t qn = (size_t)n * nh * D;
-        std::vector<float> q(qn), og(qn), oc(qn), sinks(nh);
-        fill(q.data(), qn, -1, 1);
-        fill(sinks.data(), nh, -1, 3);
-        float scale = 3.0f / sqrtf((float)D);
         mx_kv_ref g2 = {gkv, lay, 0, s2.data(), p2.data(), paged ? table.data() : NULL};
         mx_kv_ref c2 = {ckv, lay, 0, s2.data(), p2.data(), paged ? table.data() : NULL};
-        const float *sk = c.sinks ? sinks.data() : NULL;
-        run(cpu, (mx_op){.kind = MX_OP_ATTENTION, .attention = {oc.data(), q.data(), c2, n, nh, scale, c.window, sk, true}});
+        const attn_case_data a = cpu_attention(cpu, c2, n, nh, D, c.window, c.sinks, true);
+        std::vector<float> og(a.oc.size());
         const int G = nh / nkv >= 8 ? 8 : nh / nkv > 2 ? 4 : nh / nkv, parts = (nh / nkv + G - 1) / G;
         const int64_t blocks = (int64_t)n * nkv * parts, wave = (int64_t)(G >= 8 ? 1 : 2) * L->sm_count;
         const bool split = 4 * blocks < 3 * wave;  // kernels/attn_decode.cu's rule
@@ -206,8 +211,8 @@ static void batch_case(mx_backend *cpu, mxg_launch *L, int D, int nkv, int nh, i
             L->attn_decode = flash;
             std::fill(og.begin(), og.end(), NAN);
             std::fill((float *)L->scratch, (float *)L->scratch + L->scratch_bytes / sizeof(float), NAN);
-            mxg_attention(L, og.data(), q.data(), &g2, n, nh, scale, c.window, sk, true);
-            double e = rel(og.data(), oc.data(), qn);
+            mxg_attention(L, og.data(), a.q.data(), &g2, n, nh, a.scale, c.window, a.sinks_arg(), true);
+            double e = rel(og.data(), a.oc.data(), og.size());
             bool wrote = false;
             for (size_t i = 0; i < L->scratch_bytes / sizeof(float) && !wrote; i++) wrote = !std::isnan(((float *)L->scratch)[i]);
             const bool ok = e <= 1e-5 && (!flash || wrote == split);
