@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-# Sourced by the one-purpose device checks (sample_, batch_, attn_ and decode_steps_on_device.sh):
+# Sourced by the one-purpose device checks (sample_, batch_ and attn_on_device.sh):
 # what each of them does first and last, written once. Sources tests/gpu/steps.sh (step, verdict,
 # steps_finish) and tests/gpu/devdeps.sh, then gives:
 #   check_start SCRIPT           installs the carried C libraries when the machine lacks them (a
