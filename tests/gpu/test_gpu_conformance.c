@@ -437,20 +437,26 @@ static void layer_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, const fmt *
     data_free(&d);
 }
 
-// ---- records no pattern covers (MoE) -----------------------------------------------------------------
+// ---- records no pattern covers (MoE, plain and DeepSeek-V3's grouped routing) ------------------------
 
+// groups 0: the moe_route record; else DeepSeek-V3's grouped routing (moe_route_grouped: the best
+// topk_groups of `groups` expert groups, with a score correction bias).
 typedef struct moe_cfg {
-    int n, H, E, K, I;
+    int n, H, E, K, I, groups, topk_groups;
 } moe_cfg;
 
-// Buffers: 0 h, 1 router logits, 2 weights, 3 gate, 4 up, 5 y, 6 x. Ints: 0 ids. Matrices: 0 router,
-// 1 gate, 2 up, 3 down.
+// Buffers: 0 h, 1 router logits, 2 weights, 3 gate, 4 up, 5 y, 6 x, 7 score correction bias
+// (grouped routing only). Ints: 0 ids (compared exactly). Matrices: 0 router, 1 gate, 2 up, 3 down.
 static void build_moe(mx_plan *p, side *s, const void *vc) {
     const moe_cfg *c = vc;
     float **b = s->f;
     const int n = c->n, K = c->K;
     ADD(p, MX_OP_MATMUL, matmul, b[1], b[0], &s->m[0], NULL, n);
-    ADD(p, MX_OP_MOE_ROUTE, moe_route, s->i[0], b[2], b[1], n, c->E, K, true);
+    if (c->groups)
+        ADD(p, MX_OP_MOE_ROUTE_GROUPED, moe_route_grouped, s->i[0], b[2], b[1], b[7], n, c->E, K, c->groups,
+            c->topk_groups, true, 2.5f);
+    else
+        ADD(p, MX_OP_MOE_ROUTE, moe_route, s->i[0], b[2], b[1], n, c->E, K, true);
     ADD(p, MX_OP_MOE_MATMUL, moe_matmul, b[3], b[0], &s->m[1], s->i[0], n * K, K);
     ADD(p, MX_OP_MOE_MATMUL, moe_matmul, b[4], b[0], &s->m[2], s->i[0], n * K, K);
     ADD(p, MX_OP_SWIGLU, swiglu, b[3], b[3], b[4], (int64_t)n * K * c->I);
@@ -468,19 +474,24 @@ static void moe_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, const fmt *f,
     add_f(&d, "up", n * K * c.I, r, -1, 1, 2e-5);
     add_f(&d, "y", n * K * c.H, r, -1, 1, 2e-5);
     add_f(&d, "x", n * c.H, r, -1, 1, 2e-5);
-    int32_t ids[64] = {0};
+    if (c.groups) add_f(&d, "score bias", c.E, r, -0.1f, 0.1f, 0);
+    int32_t ids[256] = {0};
     add_i(&d, ids, n * K);
     add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, c.E, c.H);
     add_m(&d, r, f->q, f->dtype, f->scale_dtype, c.E, c.I, c.H);
     add_m(&d, r, f->q, f->dtype, f->scale_dtype, c.E, c.I, c.H);
     add_m(&d, r, f->q, f->dtype, f->scale_dtype, c.E, c.H, c.I);
     char label[160], ml[64];
-    snprintf(label, sizeof label, "MoE block, %s, n=%d", ref_matrix_label(&d.mat[1], ml, sizeof ml), c.n);
+    if (c.groups)
+        snprintf(label, sizeof label, "MoE grouped routing, %s, n=%d, %d groups",
+                 ref_matrix_label(&d.mat[1], ml, sizeof ml), c.n, c.groups);
+    else
+        snprintf(label, sizeof label, "MoE block, %s, n=%d", ref_matrix_label(&d.mat[1], ml, sizeof ml), c.n);
     run_case(label, cpu, gpu, &d, build_moe, &c, NULL, 0);
     data_free(&d);
 }
 
-// ---- multi-head latent attention and grouped routing (deepseek_v3) ----------------------------------
+// ---- multi-head latent attention (deepseek_v3) ------------------------------------------------------
 
 typedef struct mla_cfg {
     int n, H, NH, QL, nope, R, KL, V;
@@ -550,50 +561,6 @@ static void mla_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, const fmt *f,
     snprintf(label, sizeof label, "latent attention, %s, n=%d, kv_lora %d", ref_matrix_label(&d.mat[0], ml, sizeof ml),
              c.n, c.KL);
     run_case(label, cpu, gpu, &d, build_mla, &c, &lay, d.ni);
-    data_free(&d);
-}
-
-typedef struct grouped_cfg {
-    int n, H, E, K, I, groups, topk_groups;
-} grouped_cfg;
-
-// build_moe with DeepSeek-V3's routing. Buffers: 0 h, 1 router logits, 2 weights, 3 gate, 4 up, 5 y,
-// 6 x, 7 score correction bias. Ints: 0 ids (compared exactly). Matrices as build_moe.
-static void build_grouped(mx_plan *p, side *s, const void *vc) {
-    const grouped_cfg *c = vc;
-    float **b = s->f;
-    const int n = c->n, K = c->K;
-    ADD(p, MX_OP_MATMUL, matmul, b[1], b[0], &s->m[0], NULL, n);
-    ADD(p, MX_OP_MOE_ROUTE_GROUPED, moe_route_grouped, s->i[0], b[2], b[1], b[7], n, c->E, K, c->groups,
-        c->topk_groups, true, 2.5f);
-    ADD(p, MX_OP_MOE_MATMUL, moe_matmul, b[3], b[0], &s->m[1], s->i[0], n * K, K);
-    ADD(p, MX_OP_MOE_MATMUL, moe_matmul, b[4], b[0], &s->m[2], s->i[0], n * K, K);
-    ADD(p, MX_OP_SWIGLU, swiglu, b[3], b[3], b[4], (int64_t)n * K * c->I);
-    ADD(p, MX_OP_MOE_MATMUL, moe_matmul, b[5], b[3], &s->m[3], s->i[0], n * K, 1);
-    ADD(p, MX_OP_MOE_COMBINE, moe_combine, b[6], b[5], b[2], n, K, c->H);
-}
-
-static void grouped_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, const fmt *f, grouped_cfg c) {
-    data d = {0};
-    const int64_t n = c.n, K = c.K;
-    add_f(&d, "h", n * c.H, r, -1, 1, 0);
-    add_f(&d, "router", n * c.E, r, -1, 1, 2e-5);
-    add_f(&d, "weights", n * K, r, 0, 1, 2e-5);
-    add_f(&d, "gate", n * K * c.I, r, -1, 1, 2e-5);
-    add_f(&d, "up", n * K * c.I, r, -1, 1, 2e-5);
-    add_f(&d, "y", n * K * c.H, r, -1, 1, 2e-5);
-    add_f(&d, "x", n * c.H, r, -1, 1, 2e-5);
-    add_f(&d, "score bias", c.E, r, -0.1f, 0.1f, 0);
-    int32_t ids[256] = {0};
-    add_i(&d, ids, n * K);
-    add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, c.E, c.H);
-    add_m(&d, r, f->q, f->dtype, f->scale_dtype, c.E, c.I, c.H);
-    add_m(&d, r, f->q, f->dtype, f->scale_dtype, c.E, c.I, c.H);
-    add_m(&d, r, f->q, f->dtype, f->scale_dtype, c.E, c.H, c.I);
-    char label[160], ml[64];
-    snprintf(label, sizeof label, "MoE grouped routing, %s, n=%d, %d groups", ref_matrix_label(&d.mat[1], ml, sizeof ml),
-             c.n, c.groups);
-    run_case(label, cpu, gpu, &d, build_grouped, &c, NULL, 0);
     data_free(&d);
 }
 
@@ -772,10 +739,10 @@ int main(void) {
     // tokens, here in 2, and not above).
     layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){24, 512, 8, 4, 64, 1024, 1000, true});
     layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){56, 512, 8, 4, 128, 1024, 1000, true});
-    moe_case(cpu, gpu, &rng, &fused_fmts[0], (moe_cfg){1, 256, 8, 2, 128});
-    moe_case(cpu, gpu, &rng, &fused_fmts[0], (moe_cfg){5, 256, 8, 2, 128});
-    grouped_case(cpu, gpu, &rng, &fused_fmts[0], (grouped_cfg){1, 256, 16, 4, 128, 4, 2});
-    grouped_case(cpu, gpu, &rng, &fused_fmts[4], (grouped_cfg){6, 256, 64, 6, 128, 8, 3});
+    moe_case(cpu, gpu, &rng, &fused_fmts[0], (moe_cfg){1, 256, 8, 2, 128, 0, 0});
+    moe_case(cpu, gpu, &rng, &fused_fmts[0], (moe_cfg){5, 256, 8, 2, 128, 0, 0});
+    moe_case(cpu, gpu, &rng, &fused_fmts[0], (moe_cfg){1, 256, 16, 4, 128, 4, 2});
+    moe_case(cpu, gpu, &rng, &fused_fmts[4], (moe_cfg){6, 256, 64, 6, 128, 8, 3});
     // DeepSeek-V3 fixture sizes (decode, two prefilled sequences), and DeepSeek-V3 / Kimi-K2 head sizes.
     mla_case(cpu, gpu, &rng, &fused_fmts[0], (mla_cfg){1, 128, 4, 64, 64, 32, 64, 64});
     mla_case(cpu, gpu, &rng, &fused_fmts[0], (mla_cfg){45, 128, 4, 64, 64, 32, 64, 64});
