@@ -1027,6 +1027,15 @@ static void test_graph(mx_backend *be, ref_rng *rng, group_stat *g) {
     free(x), free(nw), free(direct), free(replay);
 }
 
+// The GPU backend made with `var`=`value` set (left set: the caller unsets it), or NULL after a
+// failed check naming the setting.
+static mx_backend *backend_with(const mx_backend_options *opt, const char *var, const char *value) {
+    setenv(var, value, 1);
+    mx_backend *be = mx_gpu_backend_create(opt, &err);
+    CHECK_MSG(be != NULL, "backend with %s=%s: %s", var, value, err.msg);
+    return be;
+}
+
 int main(void) {
     char desc[2048];
     mx_gpu_describe(desc, sizeof desc);
@@ -1079,9 +1088,7 @@ int main(void) {
     mx_backend_free(be);
 
     setenv("MLXCEL_GPU_NO_MMA", "1", 1);
-    setenv("MLXCEL_GPU_MATVEC_TOKENS", "8", 1);
-    be = mx_gpu_backend_create(&opt, &err);
-    CHECK_MSG(be != NULL, "second backend: %s", err.msg);
+    be = backend_with(&opt, "MLXCEL_GPU_MATVEC_TOKENS", "8");
     if (be) {
         matvec_tokens = 8;
         test_matmul(be, &rng, false, ALL_N, &unused, &unused, &tf);
@@ -1093,9 +1100,7 @@ int main(void) {
     // The float32 matrix-vector kernels for every batch (MLXCEL_GPU_TC_DECODE=0: by default affine
     // 4/8-bit batches of 4-64 tokens take the tensor-core decode product, checked above), and the
     // A/B switches of those kernels below, all with that product off.
-    setenv("MLXCEL_GPU_TC_DECODE", "0", 1);
-    be = mx_gpu_backend_create(&opt, &err);
-    CHECK_MSG(be != NULL, "backend with MLXCEL_GPU_TC_DECODE=0: %s", err.msg);
+    be = backend_with(&opt, "MLXCEL_GPU_TC_DECODE", "0");
     if (be) {
         test_matmul(be, &rng, true, MATVEC_N, &mvf, &unused, &unused);
         test_matvec_shapes(be, &rng, "MLXCEL_GPU_TC_DECODE=0", true, true, 64, &mvf);
@@ -1104,9 +1109,7 @@ int main(void) {
     // The matrix-vector kernels of kernels/matvec.cuh for every product (MLXCEL_GPU_NO_STREAM_MATVEC=1,
     // the A/B switch of the streaming kernel; the default of runs 9-10): the shapes above up to 8
     // tokens (the switch changes nothing above).
-    setenv("MLXCEL_GPU_NO_STREAM_MATVEC", "1", 1);
-    be = mx_gpu_backend_create(&opt, &err);
-    CHECK_MSG(be != NULL, "backend without the streaming matrix-vector kernel: %s", err.msg);
+    be = backend_with(&opt, "MLXCEL_GPU_NO_STREAM_MATVEC", "1");
     if (be) {
         test_matvec_shapes(be, &rng, "MLXCEL_GPU_NO_STREAM_MATVEC=1", true, false, 8, &mvn);
         mx_backend_free(be);
@@ -1114,9 +1117,7 @@ int main(void) {
     unsetenv("MLXCEL_GPU_NO_STREAM_MATVEC");
     // The streaming kernel's other task shape (MLXCEL_GPU_STREAM_ROWS=4: four rows per task and half
     // the chunks per step for one token over long rows): the shapes above at one token.
-    setenv("MLXCEL_GPU_STREAM_ROWS", "4", 1);
-    be = mx_gpu_backend_create(&opt, &err);
-    CHECK_MSG(be != NULL, "backend with MLXCEL_GPU_STREAM_ROWS=4: %s", err.msg);
+    be = backend_with(&opt, "MLXCEL_GPU_STREAM_ROWS", "4");
     if (be) {
         test_matvec_shapes(be, &rng, "MLXCEL_GPU_STREAM_ROWS=4", true, true, 1, &mv4);
         mx_backend_free(be);
@@ -1124,9 +1125,7 @@ int main(void) {
     unsetenv("MLXCEL_GPU_STREAM_ROWS");
     // The previous matrix-vector kernels (MLXCEL_GPU_OLD_MATVEC=1, the A/B switch; the default of
     // runs 1-8): the shapes above in the formats whose path the switch changes.
-    setenv("MLXCEL_GPU_OLD_MATVEC", "1", 1);
-    be = mx_gpu_backend_create(&opt, &err);
-    CHECK_MSG(be != NULL, "old matrix-vector backend: %s", err.msg);
+    be = backend_with(&opt, "MLXCEL_GPU_OLD_MATVEC", "1");
     if (be) {
         test_matvec_shapes(be, &rng, "MLXCEL_GPU_OLD_MATVEC=1", false, false, 64, &mvo);
         mx_backend_free(be);
@@ -1135,9 +1134,7 @@ int main(void) {
     unsetenv("MLXCEL_GPU_TC_DECODE");
     // The mma.sync prefill kernel (MLXCEL_GPU_MMA_SYNC=1, vendor/cuda/matmul_mma_sync.cu): the tiled
     // batch sizes in every format, the bound of the tensor-core path.
-    setenv("MLXCEL_GPU_MMA_SYNC", "1", 1);
-    be = mx_gpu_backend_create(&opt, &err);
-    CHECK_MSG(be != NULL, "mma.sync backend: %s", err.msg);
+    be = backend_with(&opt, "MLXCEL_GPU_MMA_SYNC", "1");
     if (be) {
         backend_switch = " (MLXCEL_GPU_MMA_SYNC=1)";
         test_matmul(be, &rng, true, TILED_N, &unused, &tcs, &tf);
@@ -1147,9 +1144,7 @@ int main(void) {
     unsetenv("MLXCEL_GPU_MMA_SYNC");
     // The f16 cache (MLXCEL_GPU_KV=f16, the A/B switch and fallback): kv_store and attention, and an
     // unknown cache type refused by name.
-    setenv("MLXCEL_GPU_KV", "f16", 1);
-    be = mx_gpu_backend_create(&opt, &err);
-    CHECK_MSG(be != NULL, "f16-cache backend: %s", err.msg);
+    be = backend_with(&opt, "MLXCEL_GPU_KV", "f16");
     if (be) {
         CHECK_MSG(be->kv_dtype == MX_DTYPE_F16, "MLXCEL_GPU_KV=f16 gave a %s cache", mx_dtype_name(be->kv_dtype));
         test_attention(be, NULL, &rng, &attn_f16);
@@ -1161,11 +1156,9 @@ int main(void) {
     unsetenv("MLXCEL_GPU_KV");
     // Decode attention on the general kernel (MLXCEL_GPU_ATTN_DECODE=0, the A/B switch of the
     // flash-decoding kernel), both cache types.
-    setenv("MLXCEL_GPU_ATTN_DECODE", "0", 1);
     for (int f16 = 0; f16 <= 1; f16++) {
         if (f16) setenv("MLXCEL_GPU_KV", "f16", 1);
-        be = mx_gpu_backend_create(&opt, &err);
-        CHECK_MSG(be != NULL, "backend with MLXCEL_GPU_ATTN_DECODE=0: %s", err.msg);
+        be = backend_with(&opt, "MLXCEL_GPU_ATTN_DECODE", "0");
         if (be) {
             test_attention(be, NULL, &rng, &attn_old);
             test_attention_long(be, &rng, &attn_old);
