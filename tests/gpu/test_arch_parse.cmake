@@ -14,42 +14,36 @@ function(expect what got want)
   endif()
 endfunction()
 
-foreach(case
+# expect_samples(PARSER CASE...): each CASE "FILE=WANT" (WANT a comma-separated list, maybe empty)
+# checks that PARSER (mlxcel_parse_rocminfo or mlxcel_parse_nvidia_smi) finds WANT in the recorded
+# output tests/gpu/samples/FILE.
+function(expect_samples parser)
+  foreach(case IN LISTS ARGN)
+    string(REPLACE "=" ";" parts "${case}")
+    list(GET parts 0 file)
+    list(LENGTH parts n)
+    set(want "")
+    if(n GREATER 1)
+      list(GET parts 1 want)
+      string(REPLACE "," ";" want "${want}")
+    endif()
+    file(READ ${SRC}/tests/gpu/samples/${file} text)
+    cmake_language(CALL ${parser} "${text}" got)
+    expect("${file}" "${got}" "${want}")
+  endforeach()
+endfunction()
+
+expect_samples(mlxcel_parse_rocminfo
     "rocminfo_gfx1151.txt=gfx1151"
     "rocminfo_gfx942_mi300x.txt=gfx942"
     "rocminfo_gfx90a.txt=gfx90a"
     "rocminfo_cpu_first_two_gpus.txt=gfx1100,gfx1030"
     "rocminfo_cpu_only.txt=")
-  string(REPLACE "=" ";" parts "${case}")
-  list(GET parts 0 file)
-  list(LENGTH parts n)
-  set(want "")
-  if(n GREATER 1)
-    list(GET parts 1 want)
-    string(REPLACE "," ";" want "${want}")
-  endif()
-  file(READ ${SRC}/tests/gpu/samples/${file} text)
-  mlxcel_parse_rocminfo("${text}" got)
-  expect("${file}" "${got}" "${want}")
-endforeach()
-
-foreach(case
+expect_samples(mlxcel_parse_nvidia_smi
     "nvidia_smi_h200.txt=90"
     "nvidia_smi_multi.txt=80,86,89"
     "nvidia_smi_no_device.txt="
     "nvidia_smi_driver_failed.txt=")
-  string(REPLACE "=" ";" parts "${case}")
-  list(GET parts 0 file)
-  list(LENGTH parts n)
-  set(want "")
-  if(n GREATER 1)
-    list(GET parts 1 want)
-    string(REPLACE "," ";" want "${want}")
-  endif()
-  file(READ ${SRC}/tests/gpu/samples/${file} text)
-  mlxcel_parse_nvidia_smi("${text}" got)
-  expect("${file}" "${got}" "${want}")
-endforeach()
 
 # User-given lists.
 mlxcel_normalize_cuda_archs("9.0;80,86 90" got err)
