@@ -15,15 +15,7 @@
 #include "backends/plan.h"
 #include "check.h"
 #include "test_cpu.h"
-
-static double max_rel(const float *got, const double *want, int n) {
-    double md = 0, mw = 0;
-    for (int i = 0; i < n; i++) {
-        md = fmax(md, fabs(got[i] - want[i]));
-        mw = fmax(mw, fabs(want[i]));
-    }
-    return mw > 0 ? md / mw : md;
-}
+#include "test_formula.h"
 
 enum { NH = 4, NKV = 2, HD = 32, N = 9, CTX = 32 };
 
