@@ -702,6 +702,19 @@ static void proj_cases(mx_backend *cpu, mx_backend *gpu, ref_rng *rng) {
     }
 }
 
+// The GPU backend made with `var`=`value` set for its creation only (exits naming the setting when it
+// cannot be made), after the line that heads the cases run on it.
+static mx_backend *gpu_with(const mx_backend_options *gopt, const char *var, const char *value) {
+    setenv(var, value, 1);
+    mx_backend *gpu = mx_gpu_backend_create(gopt, &err);
+    unsetenv(var);
+    char what[128];
+    snprintf(what, sizeof what, "gpu backend with %s=%s", var, value);
+    if (!gpu) die(what);
+    printf("cpu vs %s with %s=%s\n", gpu->ops->name, var, value);
+    return gpu;
+}
+
 int main(void) {
     mx_backend_options copt = {"cpu", 2, 0}, gopt = {mx_gpu_backend_name(), 0, 0};
     // The streaming matrix-vector kernel on every row length it can take (by default only from 4096
@@ -762,11 +775,7 @@ int main(void) {
     // The kernels of kernels/matvec.cuh for every pattern (MLXCEL_GPU_NO_STREAM_MATVEC=1, the A/B
     // switch of the streaming kernel): the projection patterns at widths the streaming kernel would
     // take, with its split-K launches, and a 1024-wide layer.
-    setenv("MLXCEL_GPU_NO_STREAM_MATVEC", "1", 1);
-    gpu = mx_gpu_backend_create(&gopt, &err);
-    unsetenv("MLXCEL_GPU_NO_STREAM_MATVEC");
-    if (!gpu) die("gpu backend with MLXCEL_GPU_NO_STREAM_MATVEC=1");
-    printf("cpu vs %s with MLXCEL_GPU_NO_STREAM_MATVEC=1\n", gpu->ops->name);
+    gpu = gpu_with(&gopt, "MLXCEL_GPU_NO_STREAM_MATVEC", "1");
     for (size_t f = 0; f < sizeof fused_fmts / sizeof fused_fmts[0]; f++) {
         for (int p = P_NORM_QKV; p <= P_RESIDUAL; p++)
             if (p != P_GATE_UP) proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 1024, 2048, 512, 3072, f == 1, p});
@@ -779,11 +788,7 @@ int main(void) {
     // The streaming kernel's other task shape over long rows (MLXCEL_GPU_STREAM_ROWS=4: four rows
     // per task, two for gate/up, half the chunks per step): q/k/v over 4096 columns, gate/up over
     // 4096, a residual product over 4224 (a partial step), in every format it streams.
-    setenv("MLXCEL_GPU_STREAM_ROWS", "4", 1);
-    gpu = mx_gpu_backend_create(&gopt, &err);
-    unsetenv("MLXCEL_GPU_STREAM_ROWS");
-    if (!gpu) die("gpu backend with MLXCEL_GPU_STREAM_ROWS=4");
-    printf("cpu vs %s with MLXCEL_GPU_STREAM_ROWS=4\n", gpu->ops->name);
+    gpu = gpu_with(&gopt, "MLXCEL_GPU_STREAM_ROWS", "4");
     for (size_t f = 0; f < 4; f++) {
         proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 4096, 1024, 256, 256, f == 0, P_NORM_QKV});
         proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 4096, 256, 128, 1024, f == 1, P_NORM_GATE_UP});
@@ -791,33 +796,21 @@ int main(void) {
     }
     mx_backend_free(gpu);
     // The previous matrix-vector kernels (MLXCEL_GPU_OLD_MATVEC=1, the A/B switch of the benches).
-    setenv("MLXCEL_GPU_OLD_MATVEC", "1", 1);
-    gpu = mx_gpu_backend_create(&gopt, &err);
-    unsetenv("MLXCEL_GPU_OLD_MATVEC");
-    if (!gpu) die("gpu backend with MLXCEL_GPU_OLD_MATVEC=1");
-    printf("cpu vs %s with MLXCEL_GPU_OLD_MATVEC=1\n", gpu->ops->name);
+    gpu = gpu_with(&gopt, "MLXCEL_GPU_OLD_MATVEC", "1");
     for (size_t f = 0; f < sizeof fused_fmts / sizeof fused_fmts[0]; f++)
         for (int p = P_NORM_QKV; p <= P_RESIDUAL; p++)
             if (p != P_GATE_UP) proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 1024, 2048, 512, 3072, f == 0, p});
     layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){1, 512, 8, 4, 64, 1024, 1000, false});
     mx_backend_free(gpu);
     // The mma.sync prefill kernel (MLXCEL_GPU_MMA_SYNC=1): prefill-sized layers.
-    setenv("MLXCEL_GPU_MMA_SYNC", "1", 1);
-    gpu = mx_gpu_backend_create(&gopt, &err);
-    unsetenv("MLXCEL_GPU_MMA_SYNC");
-    if (!gpu) die("gpu backend with MLXCEL_GPU_MMA_SYNC=1");
-    printf("cpu vs %s with MLXCEL_GPU_MMA_SYNC=1\n", gpu->ops->name);
+    gpu = gpu_with(&gopt, "MLXCEL_GPU_MMA_SYNC", "1");
     layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){70, 512, 8, 4, 64, 1024, 1000, false});
     layer_case(cpu, gpu, &rng, &other_fmts[0], (layer_cfg){70, 512, 8, 4, 64, 1024, 1000, false});
     mx_backend_free(gpu);
     // The f16 KV cache (MLXCEL_GPU_KV=f16, the A/B switch and fallback): every case that reads the
     // cache, at its own bound.
-    setenv("MLXCEL_GPU_KV", "f16", 1);
-    gpu = mx_gpu_backend_create(&gopt, &err);
-    unsetenv("MLXCEL_GPU_KV");
-    if (!gpu) die("gpu backend with MLXCEL_GPU_KV=f16");
+    gpu = gpu_with(&gopt, "MLXCEL_GPU_KV", "f16");
     CHECK(gpu->kv_dtype == MX_DTYPE_F16);
-    printf("cpu vs %s with MLXCEL_GPU_KV=f16\n", gpu->ops->name);
     layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){1, 512, 8, 4, 64, 1024, 1000, false});
     layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){4, 512, 8, 4, 64, 1024, 1000, false});
     layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){40, 512, 8, 4, 128, 1024, 1000, true});
