@@ -414,6 +414,8 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.attn_token_rows = env_switch("MLXCEL_GPU_ATTN_TOKEN_ROWS");
     c->launch.tc_decode_tokens = knobs.tc_decode_tokens == 1 ? 2 : knobs.tc_decode_tokens;
     c->launch.attn_decode = knobs.attn_decode == 1 && !c->launch.attn_token_rows;
+    // MLXCEL_GPU_ATTN_MMA=1: prefill attention on tensor cores (vendor/cuda/attn_mma.cu); opt-in until measured.
+    c->launch.attn_mma = env_switch("MLXCEL_GPU_ATTN_MMA");
     c->launch.scratch_bytes = mxg_attention_scratch_bytes(c->info.sm_count, 256);
     // The tensor-core decode product's split-column partial sums: 8 MB holds 32 splits of a 1024-row
     // product at 64 tokens (it uses fewer splits when they do not fit).

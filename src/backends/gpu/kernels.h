@@ -39,6 +39,7 @@ typedef struct mxg_launch {
     int stream_rows;       // its rows per task for one token over long rows: 2, or 4 with half the chunks per step
     bool attn_token_rows;  // attention always in token rows, never head rows for decode (A/B switch)
     bool attn_decode;      // decode steps on kernels/attn_decode.cu (MLXCEL_GPU_ATTN_DECODE=0: off, A/B switch)
+    bool attn_mma;         // prefill attention on the tensor-core kernel (vendor/cuda/attn_mma.cu; MLXCEL_GPU_ATTN_MMA=1)
     bool kv_i16;           // the KV cache is int16 with scales (MX_DTYPE_I16, default); false: f16 (MLXCEL_GPU_KV=f16)
     bool dependent_launch; // matrix-vector and fused kernels start while the previous one ends (sm_90+)
     void *scratch;         // device workspace for split attention partials
@@ -96,6 +97,11 @@ void mxg_attention(const mxg_launch *L, float *out, const float *q, const mx_kv_
 // mxg_attention calls it when L->attn_decode.
 int mxg_attention_decode(const mxg_launch *L, float *out, const float *q, const mx_kv_ref *r, int n, int n_heads,
                          float scale, int window, const float *sinks, bool decode);
+// vendor/cuda/attn_mma.cu: the prefill form of mxg_attention on tensor cores (sm_80+, head sizes
+// 64 and 128, warps of 32). 0 when it enqueued the attention, -1 when it has no kernel for this
+// device or shape (the caller then runs the general kernel). mxg_attention calls it when L->attn_mma.
+int mxg_attention_mma(const mxg_launch *L, float *out, const float *q, const mx_kv_ref *r, int n, int n_heads,
+                      float scale, int window, const float *sinks);
 // Bytes of L->scratch that mxg_attention wants for full split parallelism (it uses fewer splits
 // when given less).
 size_t mxg_attention_scratch_bytes(int sm_count, int head_dim);

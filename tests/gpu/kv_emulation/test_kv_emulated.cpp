@@ -68,6 +68,38 @@ static void attention_vs_cpu(const mxg_launch *L, const char *name, const attn_c
     if (!(e <= 1e-5)) fails++;
 }
 
+// The tensor-core prefill kernel (vendor/cuda/attn_mma.cu, f16 operands) on the same record,
+// called directly on an emulated sm_90 device: it must take head sizes 64 and 128 (and decline the
+// others), and its output must be within 2e-3 (relative L2) of the CPU's. Records of 64 tokens or
+// more also go through mxg_attention's dispatch with L->attn_mma set.
+static int mma_cases = 0;
+static double mma_worst = 0.0;
+static void mma_vs_cpu(const mxg_launch *L, const char *name, std::vector<float> &og, const std::vector<float> &oc,
+                       const float *q, const mx_kv_ref *r, int n, int nh, float scale, int window, const float *sinks) {
+    mxg_launch L2 = *L;
+    L2.cc = 90, L2.attn_mma = true;
+    const int D = r->lay.head_dim;
+    const bool takes = D == 64 || D == 128;
+    for (int via_dispatch = 0; via_dispatch <= (takes && n >= 64 ? 1 : 0); via_dispatch++) {
+        std::fill(og.begin(), og.end(), NAN);
+        emu_launches.clear();
+        int rc = 0;
+        if (via_dispatch) mxg_attention(&L2, og.data(), q, r, n, nh, scale, window, sinks, false);
+        else rc = mxg_attention_mma(&L2, og.data(), q, r, n, nh, scale, window, sinks);
+        if (!takes) {
+            if (rc != -1 || !emu_launches.empty()) printf("   %-14s (mma) should decline D=%d  <-- FAIL\n", name, D), fails++;
+            return;
+        }
+        const double e = rel(og.data(), oc.data(), og.size());
+        const bool mma_ran = emu_launches.size() == 1 && emu_launches[0].grid.x == (unsigned)((n + 63) / 64);
+        mma_cases++;
+        mma_worst = e > mma_worst || e != e ? e : mma_worst;
+        printf("   %-14s (mma%s) rel err %.2e%s\n", name, via_dispatch ? ", dispatched" : "", e,
+               e > 2e-3 || rc != 0 || !mma_ran ? "  <-- FAIL" : "");
+        if (!(e <= 2e-3) || rc != 0 || !mma_ran) fails++;
+    }
+}
+
 static void attn_case(mx_backend *cpu, mxg_launch *L, int D, int nkv, int nh, int paged, bool token_rows) {
     mx_kv_layout lay = {2, 3, 300, nkv, D, paged ? 64 : 0};
     int tl = mx_kv_table_len(&lay);
@@ -99,7 +131,8 @@ static void attn_case(mx_backend *cpu, mxg_launch *L, int D, int nkv, int nh, in
     struct { const char *name; int n, window, slot0, pos0, mixed, sinks; } cases[] = {
         {"prefill 37", 37, 0, 1, 0, 0, 0}, {"decode", 1, 0, 0, 259, 0, 0}, {"decode 2", 1, 0, 2, 17, 0, 1},
         {"mixed", 9, 0, 0, 0, 1, 0}, {"window 16", 37, 16, 1, 80, 0, 1}, {"decode window", 1, 40, 2, 299, 0, 1},
-        {"decode 3 tok", 3, 0, 2, 250, 0, 0}};
+        {"decode 3 tok", 3, 0, 2, 250, 0, 0}, {"prefill 150", 150, 0, 0, 100, 0, 1},
+        {"window 150", 150, 40, 2, 120, 0, 0}, {"mixed 70", 70, 0, 0, 0, 1, 1}};
     for (auto &c : cases) {
         int n = c.n;
         std::vector<int32_t> sl(n), ps(n);
@@ -116,6 +149,8 @@ static void attn_case(mx_backend *cpu, mxg_launch *L, int D, int nkv, int nh, in
             L->attn_decode = flash;
             attention_vs_cpu(L, c.name, a, &rg, n, nh, c.window);
         }
+        L->attn_decode = false;
+        mma_vs_cpu(L, c.name, og, oc, q.data(), &rg, n, nh, scale, c.window, c.sinks ? sinks.data() : NULL);
     }
     free(gkv);
     cpu->ops->release(cpu, ckv);
@@ -359,6 +394,8 @@ int main(int argc, char **argv) {
         free(L.scratch);
         mx_backend_free(cpu);
     }
+    printf("tensor-core prefill attention: %d runs, worst rel err %.2e (bound 2e-3)\n", mma_cases, mma_worst);
+    if (mma_cases == 0) fails++;
     printf("%d failures\n", fails);
     return fails != 0;
 }

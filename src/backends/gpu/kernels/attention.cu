@@ -3,7 +3,9 @@
 // the [T, T] score matrix (online softmax, flash-attention style). Decode steps whose shape
 // kernels/attn_decode.cu takes go there (unless MLXCEL_GPU_ATTN_DECODE=0: steps of at most 16
 // tokens, and of at most 64 when the record's decode hint says no slot has more than a few of
-// them); this kernel does the rest: prefill chunks, whose tokens of one slot share each key tile. Each key row of a tile is found through the slot's block table (kv_block.cuh); a 32-key
+// them); with MLXCEL_GPU_ATTN_MMA=1, records of at least 64 tokens without the decode hint go to
+// the tensor-core kernel (vendor/cuda/attn_mma.cu) where it takes them; this kernel does the rest:
+// prefill chunks, whose tokens of one slot share each key tile. Each key row of a tile is found through the slot's block table (kv_block.cuh); a 32-key
 // tile spans two blocks of 16.
 // The cache is int16 with one scale per 16 elements of a row (I16, default) or f16: a tile is copied
 // to shared memory as it is stored (2 bytes per element, plus the I16 rows' scales), and dequantized
@@ -36,6 +38,7 @@ constexpr int kHeadRowsMaxTokens = 16;  // steps of at most this many tokens use
 constexpr int BK = 32;    // keys per shared-memory tile
 constexpr int kMaxHeadDim = 256;
 constexpr int kMaxSplits = 64;
+constexpr int kMmaMinTokens = 64;  // records of at least this many tokens may take the tensor-core kernel
 
 struct AttnArgs {
     float *out;              // [n, n_heads, D]
@@ -301,6 +304,10 @@ extern "C" void mxg_attention(const mxg_launch *L, float *out, const float *q, c
     MX_ASSERT(D % 2 == 0 && D <= kMaxHeadDim && n_heads % lay->n_kv_heads == 0 && r->layer < lay->n_layers);
     if (n == 0) return;
     if (L->attn_decode && mxg_attention_decode(L, out, q, r, n, n_heads, scale, window, sinks, decode) == 0) return;
+    // Prefill-shaped records (at least kMmaMinTokens tokens, no decode hint) on tensor cores when asked
+    // (MLXCEL_GPU_ATTN_MMA=1, vendor/cuda/attn_mma.cu; it declines shapes and devices it has no kernel for).
+    if (L->attn_mma && !decode && n >= kMmaMinTokens && mxg_attention_mma(L, out, q, r, n, n_heads, scale, window, sinks) == 0)
+        return;
     AttnArgs a;
     a.out = out, a.part = (float *)L->scratch, a.q = q, a.sinks = sinks, a.kv = (const uint16_t *)r->kv, a.slot = r->slot, a.pos = r->pos;
     a.pg = kv_pages(r, L->kv_i16);

@@ -26,4 +26,18 @@ __device__ __forceinline__ void mxg_mma_bf16_m16n8k16(float (&d)[4], const uint3
 #endif
 }
 
+// The same with f16 inputs (same fragment layout, two f16 values per register): 11-bit significands
+// where bf16 has 8, for operands of a bounded range (attention's scaled queries, keys, values and
+// probabilities: vendor/cuda/attn_mma.cu).
+__device__ __forceinline__ void mxg_mma_f16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    (void)d, (void)a, (void)b0, (void)b1;
+#endif
+}
+
 #endif
