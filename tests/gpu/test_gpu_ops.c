@@ -11,7 +11,8 @@
 // that follow), without the streaming kernel (a third backend, MLXCEL_GPU_NO_STREAM_MATVEC=1)
 // with its other task shape (MLXCEL_GPU_STREAM_ROWS=4) and on the previous path
 // (MLXCEL_GPU_OLD_MATVEC=1); the tiled sizes again on the mma.sync prefill kernel (another
-// backend, MLXCEL_GPU_MMA_SYNC=1). Attention: prefill chunks, decode, mixed slots, windows, long
+// backend, MLXCEL_GPU_MMA_SYNC=1) and on the other prefill kernels (MLXCEL_GPU_PREFILL_KERNEL=wmma128,
+// pipe, pipe1), with prefill-sized shapes that reach each kernel's block tiles. Attention: prefill chunks, decode, mixed slots, windows, long
 // contexts, batched decode steps of 17-64 sequences with the record's decode hint, on both cache
 // types and on the general kernel (MLXCEL_GPU_ATTN_DECODE=0), and prefill records on the
 // tensor-core kernel (MLXCEL_GPU_ATTN_MMA=1, also prefill chunks at long context; its own bound);
@@ -210,6 +211,40 @@ enum { ALL_N, MATVEC_N, TILED_N };
 static const char *backend_switch = "";  // the environment switch of the backend under test, for messages
 static int matvec_tokens = 63;  // the backend's crossover: batches up to this size are matrix-vector
 
+// One product of n tokens on the uploaded matrix dw (host copy hw, bias or NULL and its device
+// copy) against the host reference, within the bounds of its path (mma: the tensor-core path).
+static void matmul_case(mx_backend *be, ref_rng *rng, const mx_matrix *hw, const mx_matrix *dw, const float *b,
+                        float *dbias, int n, bool mma_backend, bool mma, group_stat *g) {
+    const int64_t rows = hw->rows, count = (int64_t)n * rows;
+    char label[64];
+    ref_matrix_label(hw, label, sizeof label);
+    float *x = fmalloc((int64_t)n * hw->cols), *ref = fmalloc(count), *got = fmalloc(count);
+    ref_scale *sc = malloc(sizeof(ref_scale) * (size_t)count);
+    ref_fill(rng, x, (int64_t)n * hw->cols, -1, 1);
+    ref_matmul(ref, sc, x, hw, b, n, false);
+    float *dx = dev_from(be, x, sizeof(float) * n * hw->cols), *dout = dev_alloc(be, sizeof(float) * count);
+    dev_poison(be, dout, sizeof(float) * count);
+    op_matmul(be, dout, dx, dw, b ? dbias : NULL, n);
+    dev_to(be, got, dout, sizeof(float) * count);
+    double e = ref_rel_err(got, ref, count), tol = 2e-5;
+    if (mma) {  // the error that rounding the inputs to bf16 gives, measured on the host
+        float *emul = fmalloc(count);
+        ref_matmul(emul, NULL, x, hw, b, n, true);
+        tol = 2.0 * ref_rel_err(emul, ref, count) + 2e-5;
+        free(emul);
+    }
+    char what[192];
+    snprintf(what, sizeof what, "matmul %s %lldx%lld n=%d%s%s", label, (long long)rows, (long long)hw->cols, n,
+             mma_backend ? "" : " (no mma)", backend_switch);
+    CHECK_MSG(e <= tol, "%s: rel err %.3e > %.2e", what, e, tol);
+    int bad = outside_bounds(what, got, ref, sc, count, hw->cols, mma, g);
+    CHECK_MSG(bad == 0, "%s: %d of %lld elements outside their bound", what, bad, (long long)count);
+    stat_add(g, e);
+    be->ops->release(be, dx);
+    be->ops->release(be, dout);
+    free(x), free(ref), free(got), free(sc);
+}
+
 static void test_matmul(mx_backend *be, ref_rng *rng, bool mma_backend, int which_n, group_stat *g_mv,
                         group_stat *g_tiled, group_stat *g_f32) {
     fmt_case fc[80];
@@ -235,34 +270,39 @@ static void test_matmul(mx_backend *be, ref_rng *rng, bool mma_backend, int whic
             if ((which_n == MATVEC_N && n > matvec_tokens) || (which_n == TILED_N && n <= matvec_tokens)) continue;
             if (n > 128 && which_n != TILED_N) continue;  // several token tiles: the mma.sync backend only
             bool tiled = n > matvec_tokens, mma = mma_backend && n >= 64;
-            int64_t count = (int64_t)n * rows;
-            float *x = fmalloc((int64_t)n * hw.cols), *ref = fmalloc(count), *got = fmalloc(count);
-            ref_scale *sc = malloc(sizeof(ref_scale) * (size_t)count);
-            ref_fill(rng, x, (int64_t)n * hw.cols, -1, 1);
-            const float *b = (ni % 2) ? bias : NULL;
-            ref_matmul(ref, sc, x, &hw, b, n, false);
-            float *dx = dev_from(be, x, sizeof(float) * n * hw.cols), *dout = dev_alloc(be, sizeof(float) * count);
-            dev_poison(be, dout, sizeof(float) * count);
-            op_matmul(be, dout, dx, &dw, b ? dbias : NULL, n);
-            dev_to(be, got, dout, sizeof(float) * count);
-            double e = ref_rel_err(got, ref, count), tol = 2e-5;
-            if (mma) {  // the error that rounding the inputs to bf16 gives, measured on the host
-                float *emul = fmalloc(count);
-                ref_matmul(emul, NULL, x, &hw, b, n, true);
-                tol = 2.0 * ref_rel_err(emul, ref, count) + 2e-5;
-                free(emul);
-            }
-            char what[192];
-            snprintf(what, sizeof what, "matmul %s n=%d%s%s", label, n, mma_backend ? "" : " (no mma)", backend_switch);
-            CHECK_MSG(e <= tol, "%s: rel err %.3e > %.2e", what, e, tol);
-            group_stat *g = mma ? g_tiled : tiled ? g_f32 : g_mv;
-            int bad = outside_bounds(what, got, ref, sc, count, hw.cols, mma, g);
-            CHECK_MSG(bad == 0, "%s: %d of %lld elements outside their bound", what, bad, (long long)count);
-            stat_add(g, e);
-            be->ops->release(be, dx);
-            be->ops->release(be, dout);
-            free(x), free(ref), free(got), free(sc);
+            matmul_case(be, rng, &hw, &dw, (ni % 2) ? bias : NULL, dbias, n, mma_backend, mma,
+                        mma ? g_tiled : tiled ? g_f32 : g_mv);
         }
+        be->ops->release(be, dbias);
+        free(bias);
+        be->ops->release_matrix(be, &dw);
+        ref_matrix_free(&hw);
+    }
+}
+
+// Prefill-sized products whose tile counts reach each block tile of the tensor-core kernels on a
+// 132-multiprocessor device (the H200; elsewhere other choices): 4224 rows x 512 tokens gives 132
+// tiles of 128 x 128 (the WMMA kernel's and the pipelined kernel's 128-token tiles), 4096 x 512
+// gives 128 (WMMA: 64 x 128; pipelined: 64 tokens), 1024 x 300 gives 24 (WMMA: 64 x 64). Few
+// columns keep the host reference short; the formats: the pipelined kernel's (affine 4-bit, bf16
+// and f16 scales, groups 64 and 32) and one it declines (8-bit).
+static void test_matmul_tiles(mx_backend *be, ref_rng *rng, group_stat *g) {
+    const struct { int bits, group; mx_dtype sdtype; int rows, cols, n; } c[] = {
+        {4, 64, MX_DTYPE_BF16, 4224, 128, 512}, {4, 64, MX_DTYPE_BF16, 4096, 192, 512},
+        {4, 32, MX_DTYPE_F16, 1024, 256, 300},  {8, 64, MX_DTYPE_BF16, 4096, 128, 512},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        mx_quant q = {MX_QUANT_AFFINE, c[i].bits, c[i].group};
+        mx_matrix hw = ref_matrix_random(rng, q, MX_DTYPE_U32, c[i].sdtype, 1, c[i].rows, c[i].cols), dw;
+        if (be->ops->upload_matrix(be, &hw, &dw, &err) != 0) {
+            CHECK_MSG(0, "upload_matrix %dx%d: %s", c[i].rows, c[i].cols, err.msg);
+            ref_matrix_free(&hw);
+            continue;
+        }
+        float *bias = fmalloc(c[i].rows);
+        ref_fill(rng, bias, c[i].rows, -1, 1);
+        float *dbias = dev_from(be, bias, sizeof(float) * c[i].rows);
+        matmul_case(be, rng, &hw, &dw, i % 2 ? bias : NULL, dbias, c[i].n, true, true, g);
         be->ops->release(be, dbias);
         free(bias);
         be->ops->release_matrix(be, &dw);
@@ -1084,7 +1124,9 @@ int main(void) {
     group_stat mvf = {"matrix-vector, MLXCEL_GPU_TC_DECODE=0", 0, 0, 0};
     group_stat mv4 = {"matrix-vector, streaming 4 rows per task", 0, 0, 0};
     group_stat tcs = {"matmul tiled, mma.sync", 0, 0, 0};
+    group_stat tcp = {"matmul tiled, wmma128 / pipe / pipe1", 0, 0, 0};
     test_matmul(be, &rng, true, ALL_N, &mv, &tc, &tf);
+    test_matmul_tiles(be, &rng, &tc);
     test_matvec_shapes(be, &rng, "default", true, true, 64, &mvs);
     test_embed(be, &rng, &emb);
     test_moe_matmul(be, &rng, &moe);
@@ -1162,6 +1204,28 @@ int main(void) {
         mx_backend_free(be);
     }
     unsetenv("MLXCEL_GPU_MMA_SYNC");
+    // The other tensor-core prefill products (MLXCEL_GPU_PREFILL_KERNEL, kernels.h): WMMA always on
+    // 128 x 128 tiles, and the pipelined kernel (vendor/cuda/matmul_pipe.cu; affine 4-bit, the rest
+    // on WMMA) at two blocks and at one block per multiprocessor: the tiled batch sizes in every
+    // format and the prefill-sized shapes.
+    const char *const prefill_kernels[] = {"wmma128", "pipe", "pipe1"};
+    for (int k = 0; k < 3; k++) {
+        be = backend_with(&opt, "MLXCEL_GPU_PREFILL_KERNEL", prefill_kernels[k]);
+        if (be) {
+            char sw[64];
+            snprintf(sw, sizeof sw, " (MLXCEL_GPU_PREFILL_KERNEL=%s)", prefill_kernels[k]);
+            backend_switch = sw;
+            test_matmul(be, &rng, true, TILED_N, &unused, &tcp, &tf);
+            test_matmul_tiles(be, &rng, &tcp);
+            backend_switch = "";
+            mx_backend_free(be);
+        }
+    }
+    setenv("MLXCEL_GPU_PREFILL_KERNEL", "nonsense", 1);
+    be = mx_gpu_backend_create(&opt, &err);
+    CHECK_MSG(be == NULL && strstr(err.msg, "MLXCEL_GPU_PREFILL_KERNEL"), "MLXCEL_GPU_PREFILL_KERNEL=nonsense not refused by name");
+    if (be) mx_backend_free(be);
+    unsetenv("MLXCEL_GPU_PREFILL_KERNEL");
     // The f16 cache (MLXCEL_GPU_KV=f16, the A/B switch and fallback): kv_store and attention, and an
     // unknown cache type refused by name.
     be = backend_with(&opt, "MLXCEL_GPU_KV", "f16");
@@ -1225,6 +1289,7 @@ int main(void) {
     stat_print(&mvo, 2e-5);
     stat_print(&tc, 2e-5);  // plus twice the host-measured bf16 input rounding error, per case
     stat_print(&tcs, 2e-5);
+    stat_print(&tcp, 2e-5);
     stat_print(&tf, 2e-5);
     stat_print(&emb, 1e-6);
     stat_print(&moe, 2e-5);

@@ -294,6 +294,7 @@ static int env_int(const char *name, int def, int lo, int hi, int *out, mx_error
 // on a machine without a GPU).
 typedef struct gpu_knobs {
     int matvec_rows, matvec_max_tokens, stream_min_cols, stream_rows, sample_blocks, tc_decode_tokens, attn_decode;
+    int prefill_kernel;
 } gpu_knobs;
 
 static int read_knobs(gpu_knobs *k, mx_error *err) {
@@ -323,6 +324,15 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_SAMPLE_BLOCKS", MXG_SAMPLE_DEFAULT_BLOCKS, 1, MXG_SAMPLE_MAX_BLOCKS, &k->sample_blocks, err) ||
         env_int("MLXCEL_GPU_TC_DECODE", MXG_TC_DECODE_DEFAULT_TOKENS, 0, 64, &k->tc_decode_tokens, err))
         return -1;
+    static const char *const prefill_names[] = {"wmma", "wmma128", "sync", "pipe", "pipe1"};  // MXG_PREFILL_* order
+    const char *pk = getenv("MLXCEL_GPU_PREFILL_KERNEL");
+    k->prefill_kernel = env_switch("MLXCEL_GPU_MMA_SYNC") ? MXG_PREFILL_SYNC : MXG_PREFILL_WMMA;
+    if (pk && *pk) {
+        int i = 0, names = (int)(sizeof prefill_names / sizeof prefill_names[0]);
+        while (i < names && strcmp(pk, prefill_names[i]) != 0) i++;
+        if (i == names) return mx_fail(err, "MLXCEL_GPU_PREFILL_KERNEL='%s': must be wmma, wmma128, sync, pipe or pipe1 (unset: wmma)", pk);
+        k->prefill_kernel = i;
+    }
     if (k->matvec_rows == 3)
         return mx_fail(err, "MLXCEL_GPU_MATVEC_ROWS='%s': must be 1, 2 or 4 (unset: 4)", getenv("MLXCEL_GPU_MATVEC_ROWS"));
     if (k->stream_rows == 3)
@@ -401,9 +411,9 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.matvec_max_tokens = knobs.matvec_max_tokens;
     // MLXCEL_GPU_OLD_MATVEC=1: the matrix-vector kernels of before the scaled-activation 4/8-bit
     // dot and split-K (kernels/matvec_scaled.cuh), kept for A/B benches and as a fallback.
-    // MLXCEL_GPU_MMA_SYNC=1: prefill on the mma.sync/ldmatrix kernel (vendor/cuda/matmul_mma_sync.cu)
-    // instead of WMMA; opt-in until measured.
-    c->launch.mma_sync = env_switch("MLXCEL_GPU_MMA_SYNC");
+    // MLXCEL_GPU_PREFILL_KERNEL (kernels.h, MXG_PREFILL_*): the tensor-core prefill product; the
+    // others are opt-in until measured faster. MLXCEL_GPU_MMA_SYNC=1 (older spelling): sync.
+    c->launch.prefill_kernel = knobs.prefill_kernel;
     c->launch.matvec_old = env_switch("MLXCEL_GPU_OLD_MATVEC");
     // MLXCEL_GPU_NO_STREAM_MATVEC=1: decode products on the kernels of kernels/matvec.cuh instead of
     // the streaming kernel (kernels/matvec_stream.cuh), for A/B benches and as a fallback.
@@ -421,6 +431,11 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     // product at 64 tokens (it uses fewer splits when they do not fit).
     if (c->launch.tc_decode_tokens > 0 && c->launch.scratch_bytes < ((size_t)8 << 20))
         c->launch.scratch_bytes = (size_t)8 << 20;
+    // The pipelined prefill product's bf16 activations (vendor/cuda/matmul_pipe.cu): 32 MB holds
+    // 1365 tokens of 12288 columns (the 8B's down projection) per launch pair.
+    if ((c->launch.prefill_kernel == MXG_PREFILL_PIPE || c->launch.prefill_kernel == MXG_PREFILL_PIPE1) &&
+        c->launch.scratch_bytes < ((size_t)32 << 20))
+        c->launch.scratch_bytes = (size_t)32 << 20;
     if (mxg_rt_malloc(&c->launch.scratch, c->launch.scratch_bytes, c->launch.stream, err) != 0) goto fail;
     c->launch.small_scratch_bytes = 64 * 1024;
     if (mxg_rt_malloc(&c->launch.small_scratch, c->launch.small_scratch_bytes, c->launch.stream, err) != 0) goto fail;

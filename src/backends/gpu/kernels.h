@@ -21,13 +21,21 @@ extern "C" {
 // it is slower than the float32 kernels at 2 tokens, even at 4, faster from 8: bench/RESULTS.md).
 #define MXG_TC_DECODE_DEFAULT_TOKENS 4
 
+// The CUDA tensor-core prefill products (vendor/cuda/matmul_mma*.cu), chosen by
+// MLXCEL_GPU_PREFILL_KERNEL: wmma (default: WMMA, the tile picked to fill the device), wmma128 (WMMA,
+// always 128 x 128 tiles: the kernel before the tile choice), sync (mma.sync/ldmatrix; also
+// MLXCEL_GPU_MMA_SYNC=1), pipe (cp.async pipeline, vendor/cuda/matmul_pipe.cu, affine 4-bit; other
+// formats on wmma), pipe1 (the same with its 128-token tiles at one block per multiprocessor and
+// up to 255 registers instead of two and 128).
+enum { MXG_PREFILL_WMMA, MXG_PREFILL_WMMA128, MXG_PREFILL_SYNC, MXG_PREFILL_PIPE, MXG_PREFILL_PIPE1 };
+
 typedef struct mxg_launch {
     void *stream;          // gpuStream_t
     int warp;              // 32 or 64 lanes
     int sm_count;          // multiprocessors / compute units
     int cc;                // CUDA compute capability major*10+minor; 0 on ROCm
     bool use_mma;          // prefill matmuls may use the vendor matrix units (vendor/*)
-    bool mma_sync;         // CUDA: the mma.sync/ldmatrix prefill kernel instead of WMMA (MLXCEL_GPU_MMA_SYNC=1)
+    int prefill_kernel;    // CUDA: which tensor-core prefill product (MXG_PREFILL_*; MLXCEL_GPU_PREFILL_KERNEL)
     int matvec_rows;       // most rows per warp in matrix-vector kernels (1, 2 or 4; tuning knob)
     int matvec_max_tokens; // batches of up to this many tokens use the matrix-vector kernels
     int tc_decode_tokens;  // 0, or batches of this many (at least 2) to 64 tokens on the tensor-core

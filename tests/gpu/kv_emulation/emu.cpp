@@ -174,7 +174,8 @@ void emu_warp_gather(const uint32_t *mine, int count, uint32_t *all, int width) 
 unsigned char *emu_smem() { return smem.data(); }
 
 void emu_launch(dim3 g, dim3 b, size_t sm, std::function<void()> k) {
-    if (sm > 48 * 1024) { fprintf(stderr, "emu: %zu bytes of shared memory > 48 KB\n", sm); abort(); }
+    if (sm > emu_smem_max) { fprintf(stderr, "emu: %zu bytes of shared memory > %zu\n", sm, emu_smem_max); abort(); }
+    emu_grids.push_back(g);
     if (b.x % 32 || b.y != 1 || b.z != 1 || b.x > 1024) { fprintf(stderr, "emu: block %u x %u x %u\n", b.x, b.y, b.z); abort(); }
     gridDim = g, blockDim = b;
     kernel = std::move(k);
@@ -190,3 +191,5 @@ void emu_launch(dim3 g, dim3 b, size_t sm, std::function<void()> k) {
                 run_block(b.x);
             }
 }
+size_t emu_smem_max = 48 * 1024;
+std::vector<dim3> emu_grids;

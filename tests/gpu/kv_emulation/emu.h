@@ -105,3 +105,8 @@ inline void mxg_mma_f16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t
 }
 unsigned char *emu_smem();
 void emu_launch(dim3 g, dim3 b, size_t smem, std::function<void()> k);
+// The most dynamic shared memory a launch may ask for: 48 KB, the device's default; a test of a
+// kernel that raises its own limit (cudaFuncSetAttribute) raises this (up to sm_90's 227 KB).
+extern size_t emu_smem_max;
+// Every launch's grid, appended in order; tests clear it.
+extern std::vector<dim3> emu_grids;

@@ -1,0 +1,178 @@
+// SPDX-License-Identifier: MIT
+// The pipelined tensor-core prefill product (vendor/cuda/matmul_pipe.cu) run on the host emulation
+// (kv_emulation/emu.h with its mma.sync m16n8k16 by the PTX ISA's fragment layout, and emu_pipe.h:
+// cp.async copies that land only at their wait, packed bf16 FMAs rounded once) on affine 4-bit
+// weights with groups of 32, 64 and 128 and bf16/f16/f32 scales, against two references built from
+// the CPU's dequantization (mx_quant_code, the scale and bias arrays; mx_matrix_dequant_row):
+//   - exact inputs: the same bf16 roundings as the kernel (x to bf16; w = bf16(s q + b) rounded once
+//     on the bf16-scale path, bf16(float32 s q + b) else), products summed in double. Every output
+//     within (cols + 16) 2^-24 sum|wb xb| of it: only float32 accumulation may differ, so a code,
+//     scale or activation in the wrong k slot, a stale pipeline stage or a wrong row fails here.
+//   - the float32 product: within the tensor-core bound of test_gpu_ops (elem_bound: 2^-7 (1 + 2^-9)
+//     sum|w x| plus the float32 term).
+// Shapes: 1..300 tokens (partial token tiles, both block heights: 128 where the tiles fill the
+// multiprocessor count given, 64 else), rows not a multiple of 128 (1, 8, 72, 129, 200), odd
+// row counts (scalar stores), 64 to 640 columns (1 to 10 k steps: fewer than the 4 pipeline
+// stages too), with and without bias, and a scratch that holds only 64 tokens (several launch
+// pairs). Also checks that the launcher declines (and writes nothing) what it has no kernel for.
+// Built and run by run.sh; argument "quick": fewer cases. Exits 1 on any failure.
+#include "emu_pipe.h"
+#include <cstdio>
+#include <cstdlib>
+extern "C" {
+#include "core/quant.h"
+}
+#include "backends/gpu/kernels.h"
+
+int mxg_matmul_pipe(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n);
+
+static uint64_t rs = 0x2545f4914f6cdd1dull;
+static uint64_t next() { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return rs; }
+static float unit() { return (float)((next() >> 40) * (1.0 / 16777216.0)); }
+static int below(int n) { return (int)(next() % (uint64_t)n); }
+
+static int fails = 0, cases = 0;
+static double worst_exact = 0.0, worst_tc = 0.0;
+#define FAIL(...) do { printf("FAIL: " __VA_ARGS__); printf("\n"); fails++; } while (0)
+
+static void put_scale(std::vector<uint8_t> &buf, mx_dtype st, size_t i, float v) {
+    if (st == MX_DTYPE_F32) memcpy(&buf[i * 4], &v, 4);
+    else {
+        uint16_t h = st == MX_DTYPE_BF16 ? mx_f32_to_bf16(v) : mx_f32_to_f16(v);
+        memcpy(&buf[i * 2], &h, 2);
+    }
+}
+static float get_scale(const std::vector<uint8_t> &buf, mx_dtype st, size_t i) {
+    if (st == MX_DTYPE_F32) { float v; memcpy(&v, &buf[i * 4], 4); return v; }
+    uint16_t h; memcpy(&h, &buf[i * 2], 2);
+    return st == MX_DTYPE_BF16 ? mx_bf16_to_f32(h) : mx_f16_to_f32(h);
+}
+static const char *st_name(mx_dtype st) { return st == MX_DTYPE_F32 ? "f32" : st == MX_DTYPE_F16 ? "f16" : "bf16"; }
+static double bf16_of(double v) { return emu_bf16_val(emu_bf16_rn(v), 0); }
+
+static void run_case(int gs, mx_dtype st, int rows, int cols, int n, bool with_bias, int sms, size_t scratch_tokens) {
+    cases++;
+    mx_matrix w{};
+    w.q.mode = MX_QUANT_AFFINE, w.q.bits = 4, w.q.group_size = gs;
+    w.dtype = MX_DTYPE_U32, w.scale_dtype = st, w.n_experts = 1, w.rows = rows, w.cols = cols;
+    const int64_t rb = mx_matrix_row_bytes(&w), groups = cols / gs;
+    std::vector<uint8_t> data((size_t)(rb * rows) + 16), sc((size_t)(rows * groups) * 4 + 16), bi(sc.size());
+    for (auto &b : data) b = (uint8_t)next();
+    for (int64_t i = 0; i < rows * groups; i++) {
+        const float s = (0.002f + 0.02f * unit()) * (unit() < 0.1f ? 30.0f : 1.0f);
+        put_scale(sc, st, (size_t)i, s);
+        put_scale(bi, st, (size_t)i, -s * 8.0f * (0.5f + unit()));
+    }
+    w.data = data.data(), w.scales = sc.data(), w.biases = bi.data();
+    std::vector<float> x((size_t)n * cols + 4), bias(rows), out((size_t)n * rows, -7.0f);
+    float *xa = x.data();
+    while (((uintptr_t)xa & 15) != 0) xa++;
+    for (int i = 0; i < n * cols; i++) {
+        float g = (unit() + unit() + unit() - 1.5f) * 2.0f;
+        xa[i] = unit() < 0.01f ? g * 300.0f : g;
+    }
+    for (auto &b : bias) b = unit() - 0.5f;
+    const float *bp = with_bias ? bias.data() : nullptr;
+
+    std::vector<float> scratch(scratch_tokens * cols / 2 + 8, 0.0f);
+    mxg_launch L{};
+    L.warp = 32, L.sm_count = sms, L.cc = 90, L.scratch = scratch.data(), L.scratch_bytes = scratch_tokens * cols * 2;
+    emu_copies().clear();
+    if (mxg_matmul_pipe(&L, out.data(), xa, &w, bp, n) != 0) {
+        FAIL("declined: g%d %s %dx%d n=%d", gs, st_name(st), rows, cols, n);
+        return;
+    }
+    for (auto &kv : emu_copies())
+        if (!kv.second.open.empty()) { FAIL("copies issued but never committed"); break; }
+
+    std::vector<float> wrow(cols);
+    std::vector<double> wb(cols);
+    int bad_exact = 0, bad_tc = 0;
+    for (int r = 0; r < rows; r++) {
+        mx_matrix_dequant_row(&w, r, wrow.data());
+        const uint8_t *rp = data.data() + rb * r;
+        for (int k = 0; k < cols; k++) {
+            const size_t gi = (size_t)r * groups + k / gs;
+            const double s = get_scale(sc, st, gi), b = get_scale(bi, st, gi), q = mx_quant_code(rp, 4, k);
+            wb[k] = st == MX_DTYPE_BF16 ? bf16_of(s * q + b) : bf16_of(fmaf((float)s, (float)q, (float)b));
+        }
+        for (int tk = 0; tk < n; tk++) {
+            const float *xr = xa + (size_t)tk * cols;
+            double ex = with_bias ? bias[r] : 0.0, exm = with_bias ? fabs(bias[r]) : 0.0;
+            double rf = ex, rfm = exm;
+            for (int k = 0; k < cols; k++) {
+                const double xb = bf16_of(xr[k]);
+                ex += wb[k] * xb, exm += fabs(wb[k] * xb);
+                rf += (double)wrow[k] * xr[k], rfm += fabs((double)wrow[k] * xr[k]);
+            }
+            const double got = out[(size_t)tk * rows + r];
+            const double f32 = (cols + 16) * (1.0 / 16777216.0);
+            const double e1 = fabs(got - ex) / (f32 * exm), e2 = fabs(got - rf) / ((1.0 / 128.0) * (1.0 + 1.0 / 512.0) * rfm + 1.01 * f32 * rfm);
+            if (!(e1 <= 1.0) && bad_exact++ < 3)
+                FAIL("vs exact inputs: g%d %s %dx%d n=%d bias=%d sms=%d: row %d token %d: %.9g, reference %.9g (%.3g of bound)",
+                     gs, st_name(st), rows, cols, n, with_bias, sms, r, tk, got, ex, e1);
+            if (!(e2 <= 1.0) && bad_tc++ < 3)
+                FAIL("vs float32: g%d %s %dx%d n=%d: row %d token %d: %.9g, reference %.9g (%.3g of bound)", gs,
+                     st_name(st), rows, cols, n, r, tk, got, rf, e2);
+            worst_exact = e1 > worst_exact || e1 != e1 ? (e1 != e1 ? 1e9 : e1) : worst_exact;
+            worst_tc = e2 > worst_tc || e2 != e2 ? (e2 != e2 ? 1e9 : e2) : worst_tc;
+        }
+    }
+}
+
+static void declines() {
+    mx_matrix w{};
+    w.q.mode = MX_QUANT_AFFINE, w.q.bits = 4, w.q.group_size = 64, w.dtype = MX_DTYPE_U32;
+    w.scale_dtype = MX_DTYPE_BF16, w.n_experts = 1, w.rows = 64, w.cols = 128;
+    std::vector<uint8_t> data(64 * 128 + 16), sc(64 * 4 * 2 + 16);
+    uint8_t *da = data.data();
+    while (((uintptr_t)da & 15) != 0) da++;
+    w.data = da, w.scales = sc.data(), w.biases = sc.data();
+    std::vector<float> x(70 * 128 + 8, 1.0f), out(70 * 64, -7.0f), scratch(1 << 16);
+    float *xa = x.data();
+    while (((uintptr_t)xa & 15) != 0) xa++;
+    mxg_launch L{};
+    L.warp = 32, L.sm_count = 8, L.cc = 90, L.scratch = scratch.data(), L.scratch_bytes = scratch.size() * 4;
+    struct { const char *what; int bits; mx_quant_mode mode; int cols; int xoff; int cc; size_t scratch; } c[] = {
+        {"8-bit", 8, MX_QUANT_AFFINE, 128, 0, 90, 1 << 18},   {"3-bit", 3, MX_QUANT_AFFINE, 128, 0, 90, 1 << 18},
+        {"mxfp4", 4, MX_QUANT_MXFP4, 128, 0, 90, 1 << 18},    {"96 columns", 4, MX_QUANT_AFFINE, 96, 0, 90, 1 << 18},
+        {"unaligned x", 4, MX_QUANT_AFFINE, 128, 1, 90, 1 << 18}, {"sm_75", 4, MX_QUANT_AFFINE, 128, 0, 75, 1 << 18},
+        {"scratch under 64 tokens", 4, MX_QUANT_AFFINE, 128, 0, 90, 63 * 128 * 2},
+    };
+    for (auto &k : c) {
+        w.q.bits = k.bits, w.q.mode = k.mode, w.cols = k.cols, w.q.group_size = k.mode == MX_QUANT_MXFP4 ? 32 : 32;
+        L.cc = k.cc, L.scratch_bytes = k.scratch;
+        if (mxg_matmul_pipe(&L, out.data(), xa + k.xoff, &w, nullptr, 70) != -1) FAIL("did not decline: %s", k.what);
+        for (float v : out)
+            if (v != -7.0f) { FAIL("wrote output while declining: %s", k.what); break; }
+    }
+}
+
+int main(int argc, char **argv) {
+    const bool quick = argc > 1 && !strcmp(argv[1], "quick");
+    declines();
+    const mx_dtype sts[] = {MX_DTYPE_BF16, MX_DTYPE_F16, MX_DTYPE_F32};
+    const int gss[] = {32, 64, 128};
+    // Every scale format and group once on each block height (sms 1: 128 tokens; 132: 64).
+    for (mx_dtype st : sts)
+        for (int gs : gss) {
+            run_case(gs, st, 129, 256, 70, true, 1, 4096);
+            run_case(gs, st, 72, 384, 33, false, 132, 4096);
+        }
+    run_case(64, MX_DTYPE_BF16, 200, 640, 150, true, 1, 64);   // three launch pairs of 64 tokens
+    run_case(64, MX_DTYPE_BF16, 1, 128, 1, false, 1, 4096);     // one row, one token
+    run_case(32, MX_DTYPE_BF16, 8, 64, 300, true, 132, 4096);   // one k step, 5 token blocks of 64
+    run_case(128, MX_DTYPE_F16, 133, 512, 129, true, 1, 4096);  // odd rows: scalar stores
+    const int random_cases = quick ? 4 : 24;
+    for (int i = 0; i < random_cases; i++) {
+        const int gs = gss[below(3)], cols = gs == 128 ? 128 * (1 + below(5)) : 64 * (1 + below(10));
+        const int rowss[] = {1, 8, 72, 129, 200, 133};
+        run_case(gs, sts[below(3)], rowss[below(6)], cols, 1 + below(200), below(2), below(2) ? 1 : 132,
+                 below(4) ? 4096 : 64);
+    }
+    printf("%d products, worst error as a fraction of its bound: %.3g (exact bf16 inputs, float32 sums), "
+           "%.3g (tensor-core bound against float32)\n", cases, worst_exact, worst_tc);
+    if (fails) printf("%d failed\n", fails);
+    else printf("passed\n");
+    return fails ? 1 : 0;
+}
