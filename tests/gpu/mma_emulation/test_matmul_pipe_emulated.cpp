@@ -10,8 +10,8 @@
 //     scale or activation in the wrong k slot, a stale pipeline stage or a wrong row fails here.
 //   - the float32 product: within the tensor-core bound of test_gpu_ops (elem_bound: 2^-7 (1 + 2^-9)
 //     sum|w x| plus the float32 term).
-// Shapes: 1..300 tokens (partial token tiles, both block heights: 128 where the tiles fill the
-// multiprocessor count given, 64 else), rows not a multiple of 128 (1, 8, 72, 129, 200), odd
+// Shapes: 1..300 tokens (partial token tiles; each block tile: 128 x 128, 64 x 128, 64 x 64 by the
+// multiprocessor count given), rows not a multiple of 128 (1, 8, 72, 129, 200), odd
 // row counts (scalar stores), 64 to 640 columns (1 to 10 k steps: fewer than the 4 pipeline
 // stages too), with and without bias, and a scratch that holds only 64 tokens (several launch
 // pairs). Also checks that the launcher declines (and writes nothing) what it has no kernel for.
@@ -31,7 +31,7 @@ static uint64_t next() { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return r
 static float unit() { return (float)((next() >> 40) * (1.0 / 16777216.0)); }
 static int below(int n) { return (int)(next() % (uint64_t)n); }
 
-static int fails = 0, cases = 0;
+static int fails = 0, cases = 0, tile_cases[3];  // launches per block tile: 128 x 128, 64 x 128, 64 x 64
 static double worst_exact = 0.0, worst_tc = 0.0;
 #define FAIL(...) do { printf("FAIL: " __VA_ARGS__); printf("\n"); fails++; } while (0)
 
@@ -78,9 +78,23 @@ static void run_case(int gs, mx_dtype st, int rows, int cols, int n, bool with_b
     mxg_launch L{};
     L.warp = 32, L.sm_count = sms, L.cc = 90, L.scratch = scratch.data(), L.scratch_bytes = scratch_tokens * cols * 2;
     emu_copies().clear();
+    emu_grids.clear();
     if (mxg_matmul_pipe(&L, out.data(), xa, &w, bp, n) != 0) {
         FAIL("declined: g%d %s %dx%d n=%d", gs, st_name(st), rows, cols, n);
         return;
+    }
+    // One launch pair per run of tokens that fits the scratch; the block tile the largest that
+    // gives every multiprocessor a block (128 x 128, 64 x 128, 64 x 64).
+    auto tiles = [&](int nt, int bm, int bn) { return (long)((rows + bn - 1) / bn) * ((nt + bm - 1) / bm); };
+    const int run = (int)scratch_tokens, pairs = (n + run - 1) / run;
+    if (emu_grids.size() != (size_t)(2 * pairs)) FAIL("%zu launches for %d runs of tokens", emu_grids.size(), pairs);
+    for (int p = 0; p < pairs && (size_t)(2 * p + 1) < emu_grids.size(); p++) {
+        const int nt = n - p * run < run ? n - p * run : run;
+        const int bm = tiles(nt, 128, 128) >= sms ? 128 : 64, bn = bm == 128 || tiles(nt, 64, 128) >= sms ? 128 : 64;
+        const dim3 gd = emu_grids[2 * p + 1];
+        if (gd.x != (unsigned)((rows + bn - 1) / bn) || gd.y != (unsigned)((nt + bm - 1) / bm))
+            FAIL("grid %u x %u, want tiles %d x %d: %dx%d n=%d sms=%d", gd.x, gd.y, bm, bn, rows, cols, n, sms);
+        tile_cases[bm == 128 ? 0 : bn == 128 ? 1 : 2]++;
     }
     for (auto &kv : emu_copies())
         if (!kv.second.open.empty()) { FAIL("copies issued but never committed"); break; }
@@ -153,23 +167,28 @@ int main(int argc, char **argv) {
     declines();
     const mx_dtype sts[] = {MX_DTYPE_BF16, MX_DTYPE_F16, MX_DTYPE_F32};
     const int gss[] = {32, 64, 128};
-    // Every scale format and group once on each block height (sms 1: 128 tokens; 132: 64).
+    // Every scale format and group on each block tile (multiprocessors 1: 128 x 128; 132: 64 x 64;
+    // 5 with 2 row blocks x 3 token blocks of 64: 64 x 128).
     for (mx_dtype st : sts)
         for (int gs : gss) {
             run_case(gs, st, 129, 256, 70, true, 1, 4096);
             run_case(gs, st, 72, 384, 33, false, 132, 4096);
+            run_case(gs, st, 200, 128, 150, gs == 64, 5, 4096);
         }
     run_case(64, MX_DTYPE_BF16, 200, 640, 150, true, 1, 64);   // three launch pairs of 64 tokens
     run_case(64, MX_DTYPE_BF16, 1, 128, 1, false, 1, 4096);     // one row, one token
     run_case(32, MX_DTYPE_BF16, 8, 64, 300, true, 132, 4096);   // one k step, 5 token blocks of 64
+    run_case(64, MX_DTYPE_BF16, 1024, 128, 64, false, 132, 4096);  // 16 row blocks of 64
     run_case(128, MX_DTYPE_F16, 133, 512, 129, true, 1, 4096);  // odd rows: scalar stores
     const int random_cases = quick ? 4 : 24;
     for (int i = 0; i < random_cases; i++) {
         const int gs = gss[below(3)], cols = gs == 128 ? 128 * (1 + below(5)) : 64 * (1 + below(10));
         const int rowss[] = {1, 8, 72, 129, 200, 133};
-        run_case(gs, sts[below(3)], rowss[below(6)], cols, 1 + below(200), below(2), below(2) ? 1 : 132,
-                 below(4) ? 4096 : 64);
+        const int sms[] = {1, 5, 132};
+        run_case(gs, sts[below(3)], rowss[below(6)], cols, 1 + below(200), below(2), sms[below(3)], below(4) ? 4096 : 64);
     }
+    printf("block tiles launched: %d of 128 x 128, %d of 64 x 128, %d of 64 x 64\n", tile_cases[0], tile_cases[1], tile_cases[2]);
+    if (tile_cases[0] < 5 || tile_cases[1] < 5 || tile_cases[2] < 5) FAIL("a block tile checked fewer than 5 times");
     printf("%d products, worst error as a fraction of its bound: %.3g (exact bf16 inputs, float32 sums), "
            "%.3g (tensor-core bound against float32)\n", cases, worst_exact, worst_tc);
     if (fails) printf("%d failed\n", fails);

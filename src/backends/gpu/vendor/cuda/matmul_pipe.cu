@@ -7,11 +7,12 @@
 //
 // Two launches per product. First the activations are rounded to bf16 once (not once per block
 // column) into L->scratch, each run of 8 columns stored in the order 0 4 1 5 2 6 3 7 (below: why).
-// Then the product: block tile BM (128, or 64 where 128 gives fewer blocks than multiprocessors)
-// tokens x 128 rows, k step 64, 8 warps (2 x 4) each owning BM/2 tokens x 32 rows as m16n8k16
-// mma.sync tiles (vendor/cuda/mma_m16n8k16.cuh) with float32 accumulators. A 4-stage ring in
-// dynamic shared memory holds, per k step, the bf16 activations [BM][64], the packed codes as
-// stored [128 rows][32 bytes], and each row's scale and bias words [128][2 halves]: all three are
+// Then the product: block tile BM tokens x BN rows, 128 x 128 where that gives every
+// multiprocessor a block, else 64 x 128, else 64 x 64 (as the WMMA kernel picks), k step 64, 8 warps
+// (2 x 4) each owning BM/2 tokens x BN/4 rows as m16n8k16 mma.sync tiles
+// (vendor/cuda/mma_m16n8k16.cuh) with float32 accumulators. A 4-stage ring in dynamic shared
+// memory holds, per k step, the bf16 activations [BM][64], the packed codes as stored [BN
+// rows][32 bytes], and each row's scale and bias words [BN][2 halves]: all three are
 // copied with cp.async (vendor/cuda/cp_async.cuh) three steps ahead, so one barrier per k step
 // suffices and no thread holds loads in registers. The codes are dequantized from shared memory
 // straight into the mma's B registers, with no dequantized tile.
@@ -42,18 +43,19 @@
 
 namespace {
 
-constexpr int BN = 128, BK = 64, kStages = 4, kThreads = 256, kWarpsN = 4;
+constexpr int BK = 64, kStages = 4, kThreads = 256, kWarpsN = 4;
 constexpr int kMinScratchTokens = 64;
 
-template <int BM>
+template <int BM, int BN>
 struct PipeTile {
     static constexpr int FM = BM / 2 / 16;                   // m16 tiles per warp (2 warps over tokens)
-    static constexpr int NT = BN / kWarpsN / 8;              // n8 tiles per warp: 4
+    static constexpr int NT = BN / kWarpsN / 8;              // n8 tiles per warp: 4 or 2
+    static constexpr int WR = BN / kWarpsN;                  // rows per warp: 32 or 16
     static constexpr int a_bytes = BM * BK * 2;              // bf16 [BM][64], swizzled chunks
     static constexpr int b_bytes = BN * BK / 2;              // codes [BN][32 bytes]
     static constexpr int sb_bytes = BN * 2 * 2 * 4;          // words [BN][2 halves][scale, bias]
     static constexpr int stage_bytes = a_bytes + b_bytes + sb_bytes;
-    static constexpr int smem_bytes = kStages * stage_bytes; // 90112 (BM 128), 57344 (BM 64)
+    static constexpr int smem_bytes = kStages * stage_bytes; // 90112 (128 x 128), 57344 (64 x 128), 45056 (64 x 64)
 };
 
 // xb[t][k] = bf16(x[t][k]) for tokens [0, n), each run of 8 columns in the order 0 4 1 5 2 6 3 7.
@@ -82,14 +84,14 @@ __device__ __forceinline__ float sb_value(uint32_t word, int par) {
 
 // out [n, m.rows], xb [n, m.cols] (bf16, runs reordered), bias [m.rows] or NULL. MB: blocks per
 // multiprocessor the registers must allow (2: at most 128 registers; 1: up to 255).
-template <int ST, int BM, int MB>
+template <int ST, int BM, int BN, int MB>
 __global__ void __launch_bounds__(kThreads, MB) pipe_kernel(float *__restrict__ out, const uint16_t *__restrict__ xb,
                                                          MatView m, const float *__restrict__ bias, int n) {
-    using T = PipeTile<BM>;
+    using T = PipeTile<BM, BN>;
     constexpr int FM = T::FM, NT = T::NT;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-    const int wm = warp / kWarpsN, wn = warp % kWarpsN;  // warp tile: tokens wm * BM/2.., rows wn * 32..
+    const int wm = warp / kWarpsN, wn = warp % kWarpsN;  // warp tile: tokens wm * BM/2.., rows wn * WR..
     const int g = lane / 4, t = lane % 4;
     const int t0 = blockIdx.y * BM;
     const int64_t r0 = (int64_t)blockIdx.x * BN;
@@ -99,7 +101,8 @@ __global__ void __launch_bounds__(kThreads, MB) pipe_kernel(float *__restrict__ 
     // Issues the copies of k step kt into ring stage st. Rows past the matrix and tokens past n
     // read the last one (their results are never stored). Each thread copies from one token row (BM
     // 128: its 4 chunks of 8 activations; BM 64: 2), one weight row (one 16-byte chunk of codes) and
-    // the scale or the bias word(s) of one weight row, so it keeps three source pointers.
+    // the scale or the bias word(s) of one weight row (the first 2 BN threads), so it keeps three
+    // source pointers.
     constexpr int kAChunks = BM * 8 / kThreads;
     const int arow = tid / (8 / kAChunks), achunk = (tid % (8 / kAChunks)) * kAChunks;
     const uint16_t *asrc = xb + (int64_t)(t0 + arow < n ? t0 + arow : n - 1) * m.cols + achunk * 8;
@@ -116,6 +119,7 @@ __global__ void __launch_bounds__(kThreads, MB) pipe_kernel(float *__restrict__ 
             const int c = achunk + i;
             mxg_cp_async16(stage + arow * 128 + ((c ^ (arow & 1)) * 16), asrc + k0 + i * 8);
         }
+        if (BN * 2 < kThreads && tid >= BN * 2) return;
         mxg_cp_async16(stage + T::a_bytes + brow * 32 + bchunk * 16, bsrc + k0 / 2);
 #pragma unroll
         for (int hh = 0; hh < 2; hh++) {  // scale or bias words [row][half][scale, bias]
@@ -139,7 +143,7 @@ __global__ void __launch_bounds__(kThreads, MB) pipe_kernel(float *__restrict__ 
     int rowpar = 0;
 #pragma unroll
     for (int j = 0; j < NT; j++) {
-        const int64_t r = r0 + wn * 32 + j * 8 + g;
+        const int64_t r = r0 + wn * T::WR + j * 8 + g;
         rowpar |= (int)(((r < m.rows ? r : m.rows - 1) * m.groups) & 1) << j;
     }
 
@@ -164,7 +168,7 @@ __global__ void __launch_bounds__(kThreads, MB) pipe_kernel(float *__restrict__ 
             uint32_t b[NT][2][2];  // [tile][mma of the pair][b0, b1]: code pairs (0,4) (1,5) | (2,6) (3,7)
 #pragma unroll
             for (int j = 0; j < NT; j++) {
-                const int rl = wn * 32 + j * 8 + g;
+                const int rl = wn * T::WR + j * 8 + g;
                 const uint32_t wd = *(const uint32_t *)(stage + T::a_bytes + rl * 32 + t * 8 + P * 4);
                 const uint32_t *sbw = (const uint32_t *)(stage + T::a_bytes + T::b_bytes) + (rl * 2 + h) * 2;
                 const int par = ((rowpar >> j) & 1) ^ gpar;  // which half of a 2-byte scale's word
@@ -209,7 +213,7 @@ __global__ void __launch_bounds__(kThreads, MB) pipe_kernel(float *__restrict__ 
 #pragma unroll
             for (int e2 = 0; e2 < 2; e2++) {
                 const int tt = t0 + wm * (BM / 2) + i * 16 + g + 8 * e2;
-                const int64_t rr = r0 + wn * 32 + j * 8 + 2 * t;
+                const int64_t rr = r0 + wn * T::WR + j * 8 + 2 * t;
                 if (tt >= n || rr >= m.rows) continue;
                 float v0 = acc[i][j][2 * e2], v1 = acc[i][j][2 * e2 + 1];
                 float *o = out + (int64_t)tt * m.rows + rr;
@@ -224,28 +228,32 @@ __global__ void __launch_bounds__(kThreads, MB) pipe_kernel(float *__restrict__ 
             }
 }
 
-template <int ST, int BM, int MB>
+template <int ST, int BM, int BN, int MB>
 void launch(const mxg_launch *L, float *out, const uint16_t *xb, const MatView &m, const float *bias, int n) {
+    using T = PipeTile<BM, BN>;
     static bool allowed = false;  // the attribute once per instance (host code, one thread per backend)
     if (!allowed) {
-        mxg_allow_smem(pipe_kernel<ST, BM, MB>, PipeTile<BM>::smem_bytes);
+        mxg_allow_smem(pipe_kernel<ST, BM, BN, MB>, T::smem_bytes);
         allowed = true;
     }
     const dim3 grid((unsigned)((m.rows + BN - 1) / BN), (unsigned)((n + BM - 1) / BM));
-    pipe_kernel<ST, BM, MB><<<grid, kThreads, PipeTile<BM>::smem_bytes, (cudaStream_t)L->stream>>>(out, xb, m, bias, n);
+    pipe_kernel<ST, BM, BN, MB><<<grid, kThreads, T::smem_bytes, (cudaStream_t)L->stream>>>(out, xb, m, bias, n);
 }
 
-// The block height for nt tokens (128 where that gives every multiprocessor a block, else 64) and
-// the 128 instance's register budget.
+int64_t tiles(int64_t rows, int n, int bm, int bn) { return ((rows + bn - 1) / bn) * (((int64_t)n + bm - 1) / bm); }
+
+// The block tile for nt tokens: the largest of 128 x 128, 64 x 128 and 64 x 64 that gives every
+// multiprocessor a block; and the 128 x 128 instance's register budget.
 template <int ST>
 void launch_fmt(const mxg_launch *L, float *out, const uint16_t *xb, const MatView &m, const float *bias, int nt) {
     const int64_t fill = L->sm_count > 0 ? L->sm_count : 1;
-    if (((m.rows + BN - 1) / BN) * (((int64_t)nt + 127) / 128) < fill)
-        launch<ST, 64, 2>(L, out, xb, m, bias, nt);
-    else if (L->prefill_kernel == MXG_PREFILL_PIPE1)
-        launch<ST, 128, 1>(L, out, xb, m, bias, nt);
+    if (tiles(m.rows, nt, 128, 128) >= fill)
+        L->prefill_kernel == MXG_PREFILL_PIPE1 ? launch<ST, 128, 128, 1>(L, out, xb, m, bias, nt)
+                                               : launch<ST, 128, 128, 2>(L, out, xb, m, bias, nt);
+    else if (tiles(m.rows, nt, 64, 128) >= fill)
+        launch<ST, 64, 128, 2>(L, out, xb, m, bias, nt);
     else
-        launch<ST, 128, 2>(L, out, xb, m, bias, nt);
+        launch<ST, 64, 64, 2>(L, out, xb, m, bias, nt);
 }
 
 }  // namespace
