@@ -7,12 +7,12 @@
 # kernel), then the A/B on the same binary: `mlxcel bench` pp512 of the 8B and the 0.6B shapes on
 # each prefill kernel (wmma: the default, tiles picked to fill the device; wmma128: the fixed
 # 128 x 128 tiles of before; pipe and pipe1: the cp.async kernel of vendor/cuda/matmul_pipe.cu at
-# two and one blocks per multiprocessor), then the 0.6B at 2048 prompt tokens (the server's prefill
-# of 64 prompts). Steps and verdicts as in run_on_device.sh (tests/gpu/steps.sh); the logs go to
+# two and one blocks per multiprocessor), then the 0.6B at 2048 prompt tokens (in forwards of 512:
+# prefill over a growing context). Steps and verdicts as in run_on_device.sh (tests/gpu/steps.sh); the logs go to
 # $OUT (all.log); the table of pp tok/s is the last lines of the output.
 # Usage: [MLXCEL_COMMIT=<commit>] [MLXCEL_DEVICE_DEADLINE=<s>] tests/gpu/prefill_on_device.sh
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 . tests/gpu/steps.sh
 finish() {
     for f in "$LOGS"/*.log; do printf '\n===== %s\n' "$(basename "$f")"; tail -c 100000 "$f"; done >"$OUT/all.log"
@@ -23,6 +23,7 @@ nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader | t
 . tests/gpu/devdeps.sh
 mxg_install_devdeps || verdict dependencies FAIL "C libraries missing and no build/devdeps carried"
 rm -rf build/cuda
+# shellcheck disable=SC2046,SC2015  # the hub flag may be empty or one word; build runs only after configure
 step configure 240 cmake --preset cuda -DMLXCEL_WERROR=ON -DMLXCEL_SERVER_TESTS=OFF $(mxg_hub_flag) &&
     step build 420 cmake --build build/cuda -j"$(nproc)" --target mlxcel test_gpu_ops test_gpu_conformance ||
     { tail -30 "$LOGS/build.log"; finish; }
