@@ -821,6 +821,30 @@ int main(void) {
         layer_case(cpu, gpu, &rng, &other_fmts[1], (layer_cfg){130, 512, 8, 4, 64, 1024, 1000, false});
         mx_backend_free(gpu);
     }
+    // The fused MoE decode kernels (MLXCEL_GPU_MOE_FUSED=1, kernels/moe_stream.cu: gate/up + SwiGLU
+    // and down + combine, each one launch; 2: the routing in the gate/up launch too): every format
+    // they take (affine 4-bit g64 bf16 and g32 f16, 8-bit g128, mxfp4), 1-8 experts per token, 1-5
+    // tokens, short rows (fewer chunks than lanes) and the 30B-A3B's widths (hidden 2048, experts
+    // of 768, 8 active; 16 experts here); and shapes they decline (dense bf16 experts; k x I too
+    // wide to stage for the down kernel, whose gate/up still fuse; grouped routing, which level 2
+    // does not fold), which must give the same results through the records. The routing's ids are
+    // compared exactly with the CPU's.
+    for (int level = 1; level <= 2; level++) {
+        gpu = gpu_with(&gopt, "MLXCEL_GPU_MOE_FUSED", level == 1 ? "1" : "2");
+        moe_case(cpu, gpu, &rng, &fused_fmts[0], (moe_cfg){1, 256, 8, 2, 128, 0, 0});
+        moe_case(cpu, gpu, &rng, &fused_fmts[0], (moe_cfg){5, 256, 8, 2, 128, 0, 0});
+        moe_case(cpu, gpu, &rng, &fused_fmts[0], (moe_cfg){1, 2048, 16, 8, 768, 0, 0});
+        moe_case(cpu, gpu, &rng, &fused_fmts[0], (moe_cfg){2, 2048, 16, 8, 768, 0, 0});
+        moe_case(cpu, gpu, &rng, &fused_fmts[1], (moe_cfg){3, 512, 16, 8, 256, 0, 0});
+        moe_case(cpu, gpu, &rng, &fused_fmts[2], (moe_cfg){2, 512, 16, 8, 384, 0, 0});
+        moe_case(cpu, gpu, &rng, &fused_fmts[3], (moe_cfg){1, 256, 8, 4, 192, 0, 0});
+        moe_case(cpu, gpu, &rng, &fused_fmts[4], (moe_cfg){1, 256, 8, 2, 128, 0, 0});
+        moe_case(cpu, gpu, &rng, &fused_fmts[0], (moe_cfg){1, 256, 8, 8, 2048, 0, 0});
+        moe_case(cpu, gpu, &rng, &fused_fmts[0], (moe_cfg){1, 256, 16, 4, 128, 4, 2});
+        moe_case(cpu, gpu, &rng, &fused_fmts[0], (moe_cfg){6, 256, 64, 6, 128, 8, 3});
+        gptoss_case(cpu, gpu, &rng, &q8, &fused_fmts[3], (gptoss_cfg){1, 256, 8, 2, 64, 8, 2, 128, 8});
+        mx_backend_free(gpu);
+    }
     // The f16 KV cache (MLXCEL_GPU_KV=f16, the A/B switch and fallback): every case that reads the
     // cache, at its own bound.
     gpu = gpu_with(&gopt, "MLXCEL_GPU_KV", "f16");

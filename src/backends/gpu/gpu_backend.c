@@ -294,7 +294,7 @@ static int env_int(const char *name, int def, int lo, int hi, int *out, mx_error
 // on a machine without a GPU).
 typedef struct gpu_knobs {
     int matvec_rows, matvec_max_tokens, stream_min_cols, stream_rows, sample_blocks, tc_decode_tokens, attn_decode;
-    int prefill_kernel;
+    int prefill_kernel, moe_fused;
 } gpu_knobs;
 
 static int read_knobs(gpu_knobs *k, mx_error *err) {
@@ -314,6 +314,9 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // formats keep the float32 kernels); unset: MXG_TC_DECODE_DEFAULT_TOKENS (4: on the H200 it is
     // slower than the float32 kernels at 2 tokens, about even at 4 and faster from 8; bench/RESULTS.md);
     // 0: off, the float32 kernels (also off with MLXCEL_GPU_NO_MMA=1).
+    // MLXCEL_GPU_MOE_FUSED=1: MoE decode's expert products in two fused launches (gate/up + SwiGLU,
+    // down + combine; kernels/moe_stream.cu) instead of five records; 2: the routing record in the
+    // first of them too; unset or 0: the records (opt-in until measured).
     // MLXCEL_GPU_ATTN_DECODE=0: decode attention on the general kernel (kernels/attention.cu, head
     // rows) instead of the flash-decoding one (kernels/attn_decode.cu), for A/B benches (unset: 1).
     if (env_int("MLXCEL_GPU_MATVEC_ROWS", 4, 1, 4, &k->matvec_rows, err) ||
@@ -322,7 +325,8 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_STREAM_MIN_COLS", 4096, 0, 1 << 30, &k->stream_min_cols, err) ||
         env_int("MLXCEL_GPU_STREAM_ROWS", 2, 2, 4, &k->stream_rows, err) ||
         env_int("MLXCEL_GPU_SAMPLE_BLOCKS", MXG_SAMPLE_DEFAULT_BLOCKS, 1, MXG_SAMPLE_MAX_BLOCKS, &k->sample_blocks, err) ||
-        env_int("MLXCEL_GPU_TC_DECODE", MXG_TC_DECODE_DEFAULT_TOKENS, 0, 64, &k->tc_decode_tokens, err))
+        env_int("MLXCEL_GPU_TC_DECODE", MXG_TC_DECODE_DEFAULT_TOKENS, 0, 64, &k->tc_decode_tokens, err) ||
+        env_int("MLXCEL_GPU_MOE_FUSED", 0, 0, 2, &k->moe_fused, err))
         return -1;
     static const char *const prefill_names[] = {"wmma", "wmma128", "sync", "pipe", "pipe1"};  // MXG_PREFILL_* order
     const char *pk = getenv("MLXCEL_GPU_PREFILL_KERNEL");
@@ -407,6 +411,7 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     // (8B) decode on the H200 (bench/RESULTS.md), so off unless asked for.
     c->launch.dependent_launch = c->info.cc >= 90 && env_switch("MLXCEL_GPU_PDL");
     c->fuse = !env_switch("MLXCEL_GPU_NO_FUSION");
+    c->launch.moe_fused = knobs.moe_fused;
     c->launch.matvec_rows = knobs.matvec_rows;
     c->launch.matvec_max_tokens = knobs.matvec_max_tokens;
     // MLXCEL_GPU_OLD_MATVEC=1: the matrix-vector kernels of before the scaled-activation 4/8-bit

@@ -10,6 +10,9 @@
 //   rotated k and of v that follows them: one launch;
 // - a product of several tokens on the tensor-core decode product followed by the residual add of
 //   its output: the add in the product's final writer, where that product takes it (kernels.h).
+// - MoE decode (L->moe_fused): the gate and up expert products followed by the SwiGLU of their
+//   outputs (at level 2 with the routing before them), one launch; the down expert product
+//   followed by the combine of its output, one launch (kernels/moe_stream.cu).
 // A fused kernel writes every buffer the records write, with the same values up to float32
 // summation order, so a plan's results do not depend on which patterns matched; the conformance
 // test (tests/gpu/test_gpu_conformance.c) runs each pattern against the CPU backend. Anything that
@@ -181,6 +184,66 @@ static int try_tc_residual(const mxg_launch *L, const mx_plan *p, int i) {
                : 0;
 }
 
+// [moe_route,] moe_matmul gate, moe_matmul up (same input, ids, rows and shapes), swiglu(act, gate,
+// up): one launch (the routing only at L->moe_fused 2, its ids those of the products, k their
+// x_div); or moe_matmul down (x_div 1), moe_combine(out, y = its output): one launch. No output may
+// be a buffer the launch reads (x; the router's logits; the combine's weights).
+static int try_moe_gate_up(const mxg_launch *L, const mx_plan *p, int i) {
+    const mx_op *r = p->ops[i].kind == MX_OP_MOE_ROUTE ? &p->ops[i] : NULL;
+    const int g = r ? i + 1 : i;
+    if (g + 2 >= p->n_ops || p->ops[g].kind != MX_OP_MOE_MATMUL || p->ops[g + 1].kind != MX_OP_MOE_MATMUL ||
+        p->ops[g + 2].kind != MX_OP_SWIGLU)
+        return 0;
+    const mx_op *a = &p->ops[g], *b = &p->ops[g + 1], *sw = &p->ops[g + 2];
+    const float *x = a->moe_matmul.x;
+    if (b->moe_matmul.x != x || b->moe_matmul.ids != a->moe_matmul.ids || b->moe_matmul.m != a->moe_matmul.m ||
+        b->moe_matmul.x_div != a->moe_matmul.x_div || a->moe_matmul.out == x || b->moe_matmul.out == x ||
+        a->moe_matmul.out == b->moe_matmul.out || sw->swiglu.gate != a->moe_matmul.out ||
+        sw->swiglu.up != b->moe_matmul.out || sw->swiglu.out == b->moe_matmul.out || sw->swiglu.out == x ||
+        sw->swiglu.count != (int64_t)a->moe_matmul.m * a->moe_matmul.w->rows)
+        return 0;
+    mxg_moe_route_fold fold = {0};
+    if (r) {
+        const float *outs[4] = {a->moe_matmul.out, b->moe_matmul.out, sw->swiglu.out, r->moe_route.weights};
+        if (r->moe_route.ids != a->moe_matmul.ids || r->moe_route.k != a->moe_matmul.x_div ||
+            (int64_t)r->moe_route.n * r->moe_route.k != a->moe_matmul.m || r->moe_route.weights == x)
+            return 0;
+        for (int k = 0; k < 4; k++)
+            if (outs[k] == r->moe_route.logits || (k < 3 && outs[k] == r->moe_route.weights)) return 0;
+        fold = (mxg_moe_route_fold){r->moe_route.ids, r->moe_route.weights, r->moe_route.logits,
+                                    r->moe_route.n_experts, r->moe_route.norm_topk};
+    }
+    if (!mxg_moe_gate_up_ok(L, a->moe_matmul.w, b->moe_matmul.w, x, a->moe_matmul.m, a->moe_matmul.x_div,
+                            fold.n_experts))
+        return 0;
+    mxg_moe_gate_up(L, a->moe_matmul.out, b->moe_matmul.out, sw->swiglu.out, x, a->moe_matmul.w, b->moe_matmul.w,
+                    a->moe_matmul.ids, a->moe_matmul.m, a->moe_matmul.x_div, r ? &fold : NULL);
+    return r ? 4 : 3;
+}
+
+static int try_moe(const mxg_launch *L, const mx_plan *p, int i) {
+    if (!L->moe_fused || i + 1 >= p->n_ops) return 0;
+    if (p->ops[i].kind == MX_OP_MOE_ROUTE && L->moe_fused >= 2) {
+        const int used = try_moe_gate_up(L, p, i);
+        if (used) return used;
+    }
+    if (p->ops[i].kind != MX_OP_MOE_MATMUL) return 0;
+    const mx_op *a = &p->ops[i], *b = &p->ops[i + 1];
+    if (b->kind == MX_OP_MOE_MATMUL) return try_moe_gate_up(L, p, i);
+    if (b->kind == MX_OP_MOE_COMBINE) {
+        float *y = a->moe_matmul.out, *out = b->moe_combine.out;
+        const float *x = a->moe_matmul.x, *wts = b->moe_combine.weights;
+        const int n = b->moe_combine.n, k = b->moe_combine.k;
+        if (a->moe_matmul.x_div != 1 || b->moe_combine.y != y || (int64_t)n * k != a->moe_matmul.m ||
+            b->moe_combine.dim != a->moe_matmul.w->rows || y == x || out == y || out == x || wts == y || wts == out ||
+            !mxg_moe_down_combine_ok(L, a->moe_matmul.w, x, n, k))
+            return 0;
+        mxg_moe_down_combine(L, y, out, x, a->moe_matmul.w, a->moe_matmul.ids, wts, n, k);
+        return 2;
+    }
+    return 0;
+}
+
 // The fused kernel rotates whole heads with one frequency table.
 static bool plain_rope(const mx_rope *r) {
     return (r->rot_dim == 0 || r->rot_dim == r->head_dim) && r->long_inv_freq == NULL;
@@ -236,6 +299,7 @@ void mxg_enqueue_plan(const mxg_launch *L, const mx_plan *plan, bool fuse) {
         if (fuse) used = try_matvec(L, plan, i);
         if (fuse && !used) used = try_qk_norm_rope(L, plan, i);
         if (fuse && !used) used = try_tc_residual(L, plan, i);
+        if (fuse && !used) used = try_moe(L, plan, i);
         if (!used) run_record(L, &plan->ops[i]), used = 1;
         i += used;
     }

@@ -50,6 +50,8 @@ typedef struct mxg_launch {
     bool attn_mma;         // prefill attention on the tensor-core kernel (vendor/cuda/attn_mma.cu; MLXCEL_GPU_ATTN_MMA=1)
     bool kv_i16;           // the KV cache is int16 with scales (MX_DTYPE_I16, default); false: f16 (MLXCEL_GPU_KV=f16)
     bool dependent_launch; // matrix-vector and fused kernels start while the previous one ends (sm_90+)
+    int moe_fused;         // decode MoE expert products on kernels/moe_stream.cu (MLXCEL_GPU_MOE_FUSED=1;
+                           // 2: with the routing in the gate/up launch; 0: the records)
     void *scratch;         // device workspace for split attention partials
     size_t scratch_bytes;
     void *small_scratch;   // device workspace for argmax keys (cleared by the op itself)

@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// The C interface of the fused kernels (kernels/matvec_fused.cu, kernels/qk_norm_rope.cu) that the
+// The C interface of the fused kernels (kernels/matvec_fused.cu, kernels/qk_norm_rope.cu,
+// kernels/moe_stream.cu) that the
 // plan runner (gpu_plan.c) substitutes for runs of records. Device pointers; each call enqueues on
 // L->stream and returns.
 #ifndef MXG_KERNELS_FUSED_H
@@ -40,6 +41,30 @@ void mxg_run_fused_matvec(const mxg_launch *L, const mxg_fused_matvec *f);
 void mxg_qk_norm_rope(const mxg_launch *L, float *q, float *k, const float *q_norm, const float *k_norm,
                       const int32_t *pos, int n, int n_heads, int n_kv_heads, float eps, const mx_rope *rope,
                       const mx_kv_ref *kv, const float *v);
+
+// MoE decode (MLXCEL_GPU_MOE_FUSED=1 or 2, L->moe_fused): the records moe_matmul gate, moe_matmul up
+// (m rows: row i uses expert ids[i] and input row x[i / x_div]) and swiglu(act, gate, up) in one
+// launch, writing gate [m, rows], up and act (act may be gate); and the records moe_matmul down
+// (x_div 1: y[i] = w_ids[i] x[i]) and moe_combine(out, y, weights, n, k) in one launch, writing y
+// [n * k, rows] and out[t] += sum_j weights[t, j] y[t * k + j] (in that order). The _ok functions
+// say whether a kernel takes the shapes and formats (else the caller runs the records).
+// With the routing folded in (L->moe_fused 2; route != NULL, n_experts > 0 for _ok): the moe_route
+// record (route->ids [m / x_div, x_div] and route->weights from route->logits [m / x_div,
+// n_experts], k = x_div) runs in the same launch, and its ids are those the products use.
+typedef struct mxg_moe_route_fold {
+    int32_t *ids;
+    float *weights;
+    const float *logits;
+    int n_experts;
+    bool norm_topk;
+} mxg_moe_route_fold;
+bool mxg_moe_gate_up_ok(const mxg_launch *L, const mx_matrix *wg, const mx_matrix *wu, const float *x, int m,
+                        int x_div, int n_experts);
+void mxg_moe_gate_up(const mxg_launch *L, float *gate, float *up, float *act, const float *x, const mx_matrix *wg,
+                     const mx_matrix *wu, const int32_t *ids, int m, int x_div, const mxg_moe_route_fold *route);
+bool mxg_moe_down_combine_ok(const mxg_launch *L, const mx_matrix *w, const float *x, int n, int k);
+void mxg_moe_down_combine(const mxg_launch *L, float *y, float *out, const float *x, const mx_matrix *w,
+                          const int32_t *ids, const float *weights, int n, int k);
 
 #ifdef __cplusplus
 }

@@ -37,6 +37,9 @@ extern "C" {
 #define MXG_WARP_ONLY(W)
 #define MXG_WARP_DISPATCH(warp, ...) do { if ((warp) == 64) { constexpr int W = 64; __VA_ARGS__; } else { constexpr int W = 32; __VA_ARGS__; } } while (0)
 typedef void *gpuStream_t;
+// The dynamic shared memory declared in included headers (kernels/matvec.cuh) by kernels the
+// emulated file does not instantiate (to_host.py rewrites the file's own declarations).
+#define __shared__
 struct dim3 { unsigned x = 1, y = 1, z = 1; dim3() {} dim3(unsigned a, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {} };
 extern dim3 threadIdx, blockIdx;  // set for the running fiber
 extern dim3 blockDim, gridDim;
@@ -49,6 +52,7 @@ inline uint4 make_uint4(uint32_t a, uint32_t b, uint32_t c, uint32_t d) { return
 inline uint2 make_uint2(uint32_t a, uint32_t b) { return {a, b}; }
 struct float2 { float x, y; };
 inline float2 make_float2(float a, float b) { return {a, b}; }
+inline float4 make_float4(float a, float b, float c, float d) { return {a, b, c, d}; }
 inline float __half2float(__half h) { return mx_f16_to_f32(h.x); }
 inline __half __float2half_rn(float f) { __half h; h.x = mx_f32_to_f16(f); return h; }
 inline int __float2int_rn(float f) { return (int)lrintf(f); }
@@ -110,3 +114,11 @@ void emu_launch(dim3 g, dim3 b, size_t smem, std::function<void()> k);
 extern size_t emu_smem_max;
 // Every launch's grid, appended in order; tests clear it.
 extern std::vector<dim3> emu_grids;
+
+// Programmatic dependent launch (compat.h): a plain launch; the waits have nothing to wait for.
+inline void mxg_grid_wait() {}
+inline void mxg_grid_release() {}
+template <class... P, class... A>
+inline void mxg_launch_dep(void (*k)(P...), dim3 grid, dim3 block, size_t smem, gpuStream_t, bool, A... args) {
+    emu_launch(grid, block, smem, [=]() { k((P)args...); });
+}

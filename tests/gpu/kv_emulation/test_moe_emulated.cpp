@@ -5,6 +5,17 @@
 // and 64), ties, and router logits that are NaN or infinite (NaN weights, a degenerate RoPE base): a
 // NaN or +-inf logit makes every probability NaN and each pass takes the first expert not yet taken,
 // and -inf alone gives probability 0. The kernel before this check wrote index 0x7fffffff there.
+// Then the fused decode kernels (kernels/moe_stream.cu, MLXCEL_GPU_MOE_FUSED=1): gate/up + SwiGLU
+// and down + combine against the double-precision reference of the records (tests/gpu/gpu_ref.c:
+// its own dequantizer, ref_moe_matmul), relative error (L2) <= 1e-5 for gate, up, the SwiGLU and
+// the down products; the combined output bit for bit equal to the combine record's arithmetic
+// (out + sum_j fmaf(w_j, y_j), experts in order) on the kernel's own products; the SwiGLU written
+// into the gate buffer (the records' aliasing) bit for bit equal to a separate one; with the
+// routing folded in (level 2), the routing record's ids and weights (kernels/moe.cu) and the same
+// product bits. Formats affine
+// 4-bit g64 bf16 / g32 f16, 8-bit g128, mxfp4; 1-8 experts per token, 1-3 tokens, rows shorter than
+// a warp's chunks, the 30B-A3B's widths (2048, 768; 16 experts); warps of 32 and 64. And what the
+// launchers must decline (dense experts, 9 experts per token, staging over 48 KB, the switch off).
 // Built and run by run.sh; exits 1 on any failure.
 #include "emu.h"
 #include <cmath>
@@ -14,8 +25,10 @@
 extern "C" {
 #include "backends/backend.h"
 #include "backends/plan.h"
+#include "gpu_ref.h"
 }
 #include "backends/gpu/kernels.h"
+#include "backends/gpu/kernels_fused.h"
 
 static int fails = 0;
 
@@ -48,6 +61,131 @@ static uint64_t rs = 0x2545f4914f6cdd1dull;
 static float rnd(float lo, float hi) {
     rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
     return lo + (hi - lo) * (float)((rs >> 40) * (1.0 / 16777216.0));
+}
+
+static double rel(const std::vector<float> &a, const std::vector<float> &b) {
+    return ref_rel_err(a.data(), b.data(), (int64_t)a.size());
+}
+
+static void fused_case(mx_quant q, mx_dtype dt, mx_dtype st, int n, int H, int E, int K, int I, int warp) {
+    ref_rng r = {0x9e3779b97f4a7c15ull ^ (uint64_t)(n * 131 + H * 7 + K * 3 + I + warp)};
+    mx_matrix wg = ref_matrix_random(&r, q, dt, st, E, I, H), wu = ref_matrix_random(&r, q, dt, st, E, I, H);
+    mx_matrix wd = ref_matrix_random(&r, q, dt, st, E, H, I);
+    const int m = n * K;
+    std::vector<float> x(n * H), wts(m), res0(n * H);
+    ref_fill(&r, x.data(), n * H, -1, 1);
+    ref_fill(&r, wts.data(), m, 0, 1);
+    ref_fill(&r, res0.data(), n * H, -2, 2);
+    std::vector<int32_t> ids(m);
+    for (int t = 0; t < n; t++)  // distinct experts per token, in random order
+        for (int j = 0; j < K; j++) {
+            int e;
+            bool dup;
+            do {
+                e = (int)(ref_next(&r) % (uint64_t)E);
+                dup = false;
+                for (int i = 0; i < j; i++) dup |= ids[t * K + i] == e;
+            } while (dup);
+            ids[t * K + j] = e;
+        }
+    mxg_launch L;
+    memset(&L, 0, sizeof L);
+    L.warp = warp, L.sm_count = 132, L.moe_fused = 1;
+    char label[96], ml[64];
+    snprintf(label, sizeof label, "%s n=%d H=%d E=%d K=%d I=%d warp %d", ref_matrix_label(&wg, ml, sizeof ml), n, H, E,
+             K, I, warp);
+    if (!mxg_moe_gate_up_ok(&L, &wg, &wu, x.data(), m, K, 0) || !mxg_moe_down_combine_ok(&L, &wd, x.data(), n, K)) {
+        printf("moe fused %s: FAIL (declined)\n", label);
+        fails++;
+        return;
+    }
+    std::vector<float> gate(m * I, 7.0f), up(m * I, 7.0f), act(m * I, 7.0f), gate2(m * I, 7.0f), up2(m * I);
+    mxg_moe_gate_up(&L, gate.data(), up.data(), act.data(), x.data(), &wg, &wu, ids.data(), m, K, NULL);
+    mxg_moe_gate_up(&L, gate2.data(), up2.data(), gate2.data(), x.data(), &wg, &wu, ids.data(), m, K, NULL);  // act = gate
+    // Level 2: the routing in the same launch, from logits whose top K are the ids above (each
+    // token's experts in order get the K largest logits; the rest lower): the record's ids and
+    // weights (kernels/moe.cu, the same block size) and the products bit for bit.
+    bool route_ok = true;
+    {
+        std::vector<float> logits((size_t)n * E);
+        for (int t = 0; t < n; t++) {
+            for (int e = 0; e < E; e++) logits[(size_t)t * E + e] = -4.0f + (float)(ref_next(&r) % 1000) * 1e-3f;
+            for (int j = 0; j < K; j++) logits[(size_t)t * E + ids[t * K + j]] = 4.0f - 0.25f * (float)j;
+        }
+        std::vector<int32_t> rid(m, -1), rid_rec(m, -2);
+        std::vector<float> rw(m, -1.0f), rw_rec(m, -2.0f), g3(m * I), u3(m * I), a3(m * I);
+        mxg_moe_route(&L, rid_rec.data(), rw_rec.data(), logits.data(), n, E, K, true);
+        L.moe_fused = 2;
+        const mxg_moe_route_fold fold = {rid.data(), rw.data(), logits.data(), E, true};
+        if (!mxg_moe_gate_up_ok(&L, &wg, &wu, x.data(), m, K, E)) {
+            route_ok = false;
+        } else {
+            mxg_moe_gate_up(&L, g3.data(), u3.data(), a3.data(), x.data(), &wg, &wu, NULL, m, K, &fold);
+            route_ok = rid == rid_rec && rid == ids && memcmp(rw.data(), rw_rec.data(), sizeof(float) * m) == 0 &&
+                       memcmp(g3.data(), gate.data(), sizeof(float) * g3.size()) == 0 &&
+                       memcmp(u3.data(), up.data(), sizeof(float) * u3.size()) == 0 &&
+                       memcmp(a3.data(), act.data(), sizeof(float) * a3.size()) == 0;
+        }
+        L.moe_fused = 1;
+    }
+    std::vector<float> gref(m * I), uref(m * I), aref(m * I);
+    ref_moe_matmul(gref.data(), NULL, x.data(), &wg, ids.data(), m, K);
+    ref_moe_matmul(uref.data(), NULL, x.data(), &wu, ids.data(), m, K);
+    for (int i = 0; i < m * I; i++) aref[i] = (float)((double)gate[i] / (1.0 + exp(-(double)gate[i])) * up[i]);
+    const double eg = rel(gate, gref), eu = rel(up, uref), ea = rel(act, aref);
+    const bool alias_ok = memcmp(gate2.data(), act.data(), sizeof(float) * act.size()) == 0 &&
+                          memcmp(up2.data(), up.data(), sizeof(float) * up.size()) == 0;
+    std::vector<float> y(m * H, 7.0f), out = res0, yref(m * H);
+    mxg_moe_down_combine(&L, y.data(), out.data(), act.data(), &wd, ids.data(), wts.data(), n, K);
+    ref_moe_matmul(yref.data(), NULL, act.data(), &wd, ids.data(), m, 1);
+    const double ey = rel(y, yref);
+    bool comb_ok = true;
+    for (int t = 0; t < n; t++)
+        for (int d = 0; d < H; d++) {
+            float acc = 0.0f;
+            for (int j = 0; j < K; j++) acc = fmaf(wts[t * K + j], y[((int64_t)t * K + j) * H + d], acc);
+            const float want = res0[t * H + d] + acc;
+            comb_ok &= memcmp(&want, &out[t * H + d], sizeof want) == 0;
+        }
+    const bool ok = eg <= 1e-5 && eu <= 1e-5 && ea <= 1e-5 && ey <= 1e-5 && alias_ok && comb_ok && route_ok;
+    printf("moe fused %s: gate %.1e up %.1e act %.1e y %.1e%s%s%s: %s\n", label, eg, eu, ea, ey,
+           alias_ok ? "" : ", act in gate differs", comb_ok ? "" : ", combine differs",
+           route_ok ? "" : ", routing folded in differs", ok ? "ok" : "FAIL");
+    fails += !ok;
+    ref_matrix_free(&wg);
+    ref_matrix_free(&wu);
+    ref_matrix_free(&wd);
+}
+
+// What the launchers must decline (the plan then runs the records).
+static void fused_declines() {
+    ref_rng r = {42};
+    const mx_quant q4 = {MX_QUANT_AFFINE, 4, 64}, dense = {MX_QUANT_NONE, 0, 0};
+    mx_matrix w4 = ref_matrix_random(&r, q4, MX_DTYPE_U32, MX_DTYPE_BF16, 4, 64, 256);
+    mx_matrix wb = ref_matrix_random(&r, dense, MX_DTYPE_BF16, MX_DTYPE_BF16, 4, 64, 256);
+    mx_matrix wide = ref_matrix_random(&r, q4, MX_DTYPE_U32, MX_DTYPE_BF16, 4, 64, 2048);
+    std::vector<float> x(16 * 2048);
+    mxg_launch L;
+    memset(&L, 0, sizeof L);
+    L.warp = 32, L.sm_count = 132, L.moe_fused = 1;
+    bool ok = mxg_moe_gate_up_ok(&L, &w4, &w4, x.data(), 4, 2, 0) && mxg_moe_down_combine_ok(&L, &w4, x.data(), 2, 8);
+    ok &= !mxg_moe_gate_up_ok(&L, &wb, &wb, x.data(), 4, 2, 0) && !mxg_moe_down_combine_ok(&L, &wb, x.data(), 2, 2);
+    ok &= !mxg_moe_down_combine_ok(&L, &w4, x.data(), 1, 9);      // more experts than registers
+    ok &= !mxg_moe_down_combine_ok(&L, &wide, x.data(), 1, 8);    // 8 x 2048 floats: 64 KB to stage
+    ok &= !mxg_moe_gate_up_ok(&L, &w4, &wide, x.data(), 4, 2, 0);    // gate and up of different shapes
+    ok &= !mxg_moe_gate_up_ok(&L, &w4, &w4, x.data() + 1, 4, 2, 0);  // unaligned input
+    ok &= !mxg_moe_gate_up_ok(&L, &w4, &w4, x.data(), 4, 2, 4);  // routing folded in: level 2 only
+    L.moe_fused = 2;
+    ok &= mxg_moe_gate_up_ok(&L, &w4, &w4, x.data(), 4, 2, 4);
+    ok &= !mxg_moe_gate_up_ok(&L, &w4, &w4, x.data(), 4, 2, 1);      // fewer experts than chosen
+    ok &= !mxg_moe_gate_up_ok(&L, &w4, &w4, x.data(), 4, 2, 12200);  // probabilities past the staging
+    L.moe_fused = 0;
+    ok &= !mxg_moe_gate_up_ok(&L, &w4, &w4, x.data(), 4, 2, 0) && !mxg_moe_down_combine_ok(&L, &w4, x.data(), 2, 2);
+    printf("moe fused declines: %s\n", ok ? "ok" : "FAIL");
+    fails += !ok;
+    ref_matrix_free(&w4);
+    ref_matrix_free(&wb);
+    ref_matrix_free(&wide);
 }
 
 int main() {
@@ -90,6 +228,17 @@ int main() {
         }
     }
     mx_backend_free(cpu);
+    const mx_quant q4 = {MX_QUANT_AFFINE, 4, 64}, q4s = {MX_QUANT_AFFINE, 4, 32}, q8 = {MX_QUANT_AFFINE, 8, 128};
+    const mx_quant fp4 = {MX_QUANT_MXFP4, 4, 32};
+    for (int warp = 32; warp <= 64; warp += 32) {
+        fused_case(q4, MX_DTYPE_U32, MX_DTYPE_BF16, 1, 256, 8, 2, 128, warp);
+        fused_case(q4, MX_DTYPE_U32, MX_DTYPE_BF16, 3, 512, 16, 8, 192, warp);
+        fused_case(q4s, MX_DTYPE_U32, MX_DTYPE_F16, 2, 256, 8, 4, 96, warp);
+        fused_case(q8, MX_DTYPE_U32, MX_DTYPE_BF16, 2, 384, 8, 6, 256, warp);
+        fused_case(fp4, MX_DTYPE_U32, MX_DTYPE_U8, 1, 256, 8, 4, 192, warp);
+    }
+    fused_case(q4, MX_DTYPE_U32, MX_DTYPE_BF16, 1, 2048, 16, 8, 768, 32);
+    fused_declines();
     printf("%d failures\n", fails);
     return fails != 0;
 }

@@ -8,7 +8,7 @@ import re
 import sys
 src = open(sys.argv[1]).read()
 src = src.replace('extern __shared__ __align__(16) unsigned char smem_raw[];', 'unsigned char *smem_raw = emu_smem();')
-src = re.sub(r'extern __shared__ float (\w+)\[\];', r'float *\1 = (float *)emu_smem();', src)
+src = re.sub(r'extern __shared__ (float4?) (\w+)\[\];', r'\1 *\2 = (\1 *)emu_smem();', src)
 assert 'extern __shared__' not in src, 'dynamic shared memory in a form to_host.py does not know'
 src = src.replace('__shared__ ', 'static ')
 out = []; i = 0

@@ -2,40 +2,13 @@
 // Mixture-of-experts routing and combination. Routing: per token, softmax over the expert logits
 // (float32), the k largest probabilities (first index wins ties), optionally renormalized to sum 1.
 // Combination: out[t] += sum_j weights[t, j] * y[t * k + j]. The per-expert matmuls themselves are
-// mxg_moe_matmul (kernels/matvec.cu).
+// mxg_moe_matmul (kernels/moe_matvec.cu). The routing of one token is moe_route_row
+// (kernels/moe_route.cuh), which the fused MoE decode launch (kernels/moe_stream.cu) also runs.
 #include "backends/gpu/common.cuh"
 #include "backends/gpu/kernels.h"
+#include "backends/gpu/kernels/moe_route.cuh"
 
 namespace {
-
-// (value, index) pair reduction: larger value wins, then smaller index. NaN ranks above every number
-// (then smaller index wins among NaNs), a total order, so the reduction's result does not depend on
-// its order. The router's probabilities are all NaN or none (a NaN or infinite logit makes the
-// softmax's sum NaN), and with all NaN each pass takes the first expert not yet taken: the CPU
-// backend's choice (cpu_moe_route), where an index that matches nothing was written before.
-__device__ __forceinline__ bool pair_better(float v, int i, float bv, int bi) {
-    const bool v_nan = v != v, b_nan = bv != bv;
-    if (v_nan != b_nan) return v_nan;
-    return v_nan ? i < bi : v > bv || (v == bv && i < bi);
-}
-
-template <int W>
-__device__ void block_argmax_pair(float &v, int &idx, float *sv, int *si) {
-    const int lane = threadIdx.x % W, warp = threadIdx.x / W, nw = blockDim.x / W;
-#pragma unroll
-    for (int o = W / 2; o > 0; o >>= 1) {
-        float ov = mxg_shfl_xor<W>(v, o);
-        int oi = mxg_shfl_xor<W>(idx, o);
-        if (pair_better(ov, oi, v, idx)) v = ov, idx = oi;
-    }
-    __syncthreads();
-    if (lane == 0) sv[warp] = v, si[warp] = idx;
-    __syncthreads();
-    v = sv[0], idx = si[0];
-    for (int w = 1; w < nw; w++)
-        if (pair_better(sv[w], si[w], v, idx)) v = sv[w], idx = si[w];
-    __syncthreads();
-}
 
 template <int W>
 __global__ void moe_route_kernel(int32_t *ids, float *weights, const float *__restrict__ logits, int n_experts,
@@ -43,35 +16,8 @@ __global__ void moe_route_kernel(int32_t *ids, float *weights, const float *__re
     extern __shared__ float probs[];  // [n_experts]
     __shared__ float sv[1024 / W];
     __shared__ int si[1024 / W];
-    const float *l = logits + (int64_t)blockIdx.x * n_experts;
-    float mx = -INFINITY;
-    for (int e = threadIdx.x; e < n_experts; e += blockDim.x) mx = fmaxf(mx, l[e]);
-    mx = block_max<W>(mx, sv);
-    float sum = 0.0f;
-    for (int e = threadIdx.x; e < n_experts; e += blockDim.x) {
-        float p = expf(l[e] - mx);
-        probs[e] = p;
-        sum += p;
-    }
-    sum = block_sum<W>(sum, sv);
-    for (int e = threadIdx.x; e < n_experts; e += blockDim.x) probs[e] /= sum;
-    __syncthreads();
-    float picked = 0.0f;
-    for (int j = 0; j < k; j++) {
-        float v = -INFINITY;
-        int idx = 0x7fffffff;
-        for (int e = threadIdx.x; e < n_experts; e += blockDim.x)  // taken experts hold -1
-            if (!(probs[e] < 0.0f) && pair_better(probs[e], e, v, idx)) v = probs[e], idx = e;
-        block_argmax_pair<W>(v, idx, sv, si);
-        if (threadIdx.x == 0) {
-            ids[(int64_t)blockIdx.x * k + j] = idx;
-            weights[(int64_t)blockIdx.x * k + j] = v;
-            probs[idx] = -1.0f;
-        }
-        picked += v;
-        __syncthreads();
-    }
-    if (norm_topk && threadIdx.x < k) weights[(int64_t)blockIdx.x * k + threadIdx.x] /= picked;
+    mxg::moe_route_row<W>(ids + (int64_t)blockIdx.x * k, weights + (int64_t)blockIdx.x * k,
+                     logits + (int64_t)blockIdx.x * n_experts, n_experts, k, norm_topk, probs, sv, si);
 }
 
 // DeepSeek-V3's grouped top-k (backend.h, moe_route_grouped): the sigmoid scores in parallel, the
@@ -137,7 +83,7 @@ extern "C" void mxg_moe_route(const mxg_launch *L, int32_t *ids, float *weights,
     MX_ASSERT(k >= 1 && k <= n_experts && n_experts <= 16384 && k <= 128);
     if (n == 0) return;
     MXG_WARP_DISPATCH(L->warp, {
-        moe_route_kernel<W><<<(unsigned)n, 128, (size_t)n_experts * sizeof(float), (gpuStream_t)L->stream>>>(
+        moe_route_kernel<W><<<(unsigned)n, mxg::kMoeRouteThreads, (size_t)n_experts * sizeof(float), (gpuStream_t)L->stream>>>(
             ids, weights, logits, n_experts, k, norm_topk);
     });
 }

@@ -1,0 +1,352 @@
+// SPDX-License-Identifier: MIT
+// Fused MoE expert products for decode steps (the plan runner, gpu_plan.c, finds the record
+// patterns; MLXCEL_GPU_MOE_FUSED=1, L->moe_fused): two launches instead of five records (=2: and
+// the routing record folded into the first: six records, two launches).
+// - gate/up + SwiGLU: moe_matmul gate, moe_matmul up (same ids, input and shape), swiglu of their
+//   outputs. Each warp takes moe_rows() rows of one (token, expert) slot's gate matrix and the same
+//   rows of its up matrix; its block stages the slot's input row once (swizzled, pre-scaled for
+//   the scaled 4/8-bit dot, as in kernels/matvec_stream.cuh). The epilogue writes gate, up and
+//   silu(gate) * up (the swiglu record's output may be the gate buffer). Level 2 also folds the
+//   moe_route record before them: every block routes its token (kernels/moe_route.cuh, blocks of
+//   the routing kernel's 128 threads: the same bits) after staging the input row, the first block
+//   of each token writes the record's ids and weights, and the weight loads start after the
+//   routing instead of before the staging.
+// - down + combine: moe_matmul down (x_div 1) and moe_combine of its output into the residual
+//   stream. Each warp takes one output row of one token for all k of the token's experts (up to
+//   kMoeMaxK rows, each with its own staged input row: the token's k SwiGLU rows); the epilogue
+//   writes the k products (the moe_matmul record's buffer) and adds their weighted sum to the
+//   output in the combine kernel's order (kernels/moe.cu), so the output's values are those of
+//   the records given the same products.
+// The record path runs a grid row per (token, expert) row on kernels/matvec.cuh with one or two
+// chunks per lane per launch; here every block's weight loads (the whole task's first chunk of
+// every row, before the activation staging) are in flight at once and the ~2,000 warps of a
+// 30B-A3B layer cover the H200 in one wave. Each warp owns one task (no persistent loop: the
+// tasks fit the device). Formats: affine 4/8-bit (scaled dot) and mxfp4; the dot products are
+// those of the other matrix-vector kernels, so results differ from the records' only in float32
+// summation order. Anything else (other formats, more than kMoeMaxK experts per token, more than
+// kMoeMaxTokens tokens, rows that do not fit the staging) runs record by record.
+#include "backends/gpu/kernels/matvec_stream.cuh"
+#include "backends/gpu/kernels/moe_route.cuh"
+#include "backends/gpu/kernels_fused.h"
+
+namespace {
+
+using namespace mxg;
+
+// Block sizes: gate/up in blocks of 4 warps (384 per token on the 30B-A3B, 4 resident per
+// multiprocessor at <= 128 registers: the wave spreads evenly), down in blocks of 8 (each block
+// stages its token's k input rows, 24 KB there: fewer, larger blocks stage less).
+constexpr int kGateUpThreads = kMoeRouteThreads;  // 128: the routing's bits are the record's
+constexpr int kDownThreads = 256;
+// Gate rows (and as many up rows) per warp: 4 at 4 bits, 2 at 8 (the same registers).
+template <class F>
+constexpr int moe_rows() {
+    return F::bits == 8 ? 2 : 4;
+}
+constexpr int kMoeMaxK = 8;        // experts per token held in registers by the down kernel
+constexpr int kMoeMaxTokens = 64;  // decode steps; longer batches keep the records
+
+struct GateUpArgs {
+    MatView g, u;
+    float *gate, *up, *act;
+    const float *x;
+    const int32_t *ids;
+    int x_div;
+    int blocks_per_slot;
+    // ROUTE: the moe_route record folded in: ids and weights [tokens, x_div] written from logits
+    // [tokens, n_experts] (by the first block of each token; every block routes its token).
+    int32_t *route_ids;
+    float *route_weights;
+    const float *logits;
+    int n_experts;
+    bool norm_topk;
+};
+
+struct DownArgs {
+    MatView w;
+    float *y, *out;
+    const float *x, *weights;
+    const int32_t *ids;
+    int k;
+    int blocks_per_token;
+};
+
+template <class F>
+constexpr bool moe_format() {
+    return Scaled<F>::on || F::kind == KIND_MXFP4;
+}
+
+// Copies `rows` consecutive rows of n4 float4s from x into shared memory, each row swizzled by chunk
+// (slot q of chunk c at c * 8 + (q ^ (c & 7))) and pre-scaled for the scaled dot; four loads per
+// thread issued before their stores.
+template <class F, int T>
+__device__ __forceinline__ void moe_stage(float4 *xs4, const float *x, int rows, int n4) {
+    const float4 *src = (const float4 *)x;
+    const int total = rows * n4;
+    for (int i0 = 0; i0 < total; i0 += 4 * T) {
+        float4 v[4];
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int i = i0 + k * T + (int)threadIdx.x;
+            if (i < total) v[k] = src[i];
+        }
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int i = i0 + k * T + (int)threadIdx.x;
+            if (i >= total) continue;
+            const int row = i / n4, j = i - row * n4, c = j >> 3, q = j & 7;
+            float4 u = v[k];
+            if constexpr (Scaled<F>::on) u = scaled_slot<F::bits>(u, q);
+            xs4[row * n4 + c * 8 + (q ^ (c & 7))] = u;
+        }
+    }
+}
+
+// The staged chunk c of a row (xs4 at the row's start) and, for the scaled dot, its sum.
+template <class F>
+__device__ __forceinline__ float moe_chunk(const float4 *xs4, int c, float (&xv)[32]) {
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const float4 v = xs4[c * 8 + (i ^ (c & 7))];
+        xv[4 * i] = v.x, xv[4 * i + 1] = v.y, xv[4 * i + 2] = v.z, xv[4 * i + 3] = v.w;
+    }
+    if constexpr (Scaled<F>::on) return scaled_sum<F::bits>(xv);
+    return 0.0f;
+}
+
+template <class F>
+__device__ __forceinline__ float moe_dot(const typename F::Raw &b, const float (&xv)[32], float xs) {
+    if constexpr (Scaled<F>::on) return scaled_dot<F>(b, xv, xs);
+    else return F::dot_raw(b, xv, 0.0f);
+}
+
+template <int W, class F, bool ROUTE>
+__global__ void __launch_bounds__(kGateUpThreads, 4) moe_gate_up_kernel(GateUpArgs a) {
+    MXG_WARP_ONLY(W) {
+    constexpr int warps = kGateUpThreads / W, R = moe_rows<F>(), RR = 2 * R;
+    extern __shared__ float4 xs4[];  // [nchunks * 8]: the slot's input row; ROUTE: then the routing's
+    __shared__ float sv[1024 / W];   // probabilities [n_experts], ids [k] and weights [k]
+    __shared__ int si[1024 / W];
+    const int lane = (int)threadIdx.x % W;
+    const int nchunks = a.g.cols >> 5, n4 = nchunks * 8, steps = (nchunks + W - 1) / W;
+    const int slot = (int)blockIdx.x / a.blocks_per_slot, t = slot / a.x_div;
+    const int64_t r0 = ((int64_t)((int)blockIdx.x % a.blocks_per_slot) * warps + (int)threadIdx.x / W) * R;
+    const bool active = r0 < a.g.rows;
+    mxg_grid_wait();  // the ids (or the router's logits) come from the previous record
+    int expert;
+    if constexpr (ROUTE) {
+        // The token's routing (the record's arithmetic and block size), the input row staged first.
+        float *probs = (float *)(xs4 + n4);
+        int32_t *ids = (int32_t *)(probs + a.n_experts);
+        float *w = (float *)(ids + a.x_div);
+        moe_stage<F, kGateUpThreads>(xs4, a.x + (int64_t)t * a.g.cols, 1, n4);
+        moe_route_row<W>(ids, w, a.logits + (int64_t)t * a.n_experts, a.n_experts, a.x_div, a.norm_topk, probs, sv, si);
+        if ((int)blockIdx.x % (a.blocks_per_slot * a.x_div) == 0 && (int)threadIdx.x < a.x_div) {
+            a.route_ids[(int64_t)t * a.x_div + threadIdx.x] = ids[threadIdx.x];
+            a.route_weights[(int64_t)t * a.x_div + threadIdx.x] = w[threadIdx.x];
+        }
+        expert = ids[slot - t * a.x_div];
+    } else {
+        expert = a.ids[slot];
+    }
+    // Rows across experts (32-bit: moe_fits bounds them), clamped past the matrix (not written).
+    const int base = expert * (int)a.g.rows;
+    int rows[R];
+#pragma unroll
+    for (int j = 0; j < R; j++) rows[j] = base + (int)min(r0 + j, a.g.rows - 1);
+    typename F::Raw b[RR];
+    if (active && lane < nchunks) {
+#pragma unroll
+        for (int j = 0; j < RR; j++) F::load_raw(j < R ? a.g : a.u, rows[j % R], lane, b[j]);
+    }
+    if constexpr (!ROUTE) {
+        moe_stage<F, kGateUpThreads>(xs4, a.x + (int64_t)t * a.g.cols, 1, n4);
+        __syncthreads();  // the only barrier
+    }
+    if (!active) return;
+    float acc[RR];
+#pragma unroll
+    for (int j = 0; j < RR; j++) acc[j] = 0.0f;
+    for (int s = 0; s < steps; s++) {
+        const int c = s * W + lane;
+        if (c >= nchunks) break;
+        float xv[32];
+        const float xs = moe_chunk<F>(xs4, c, xv);
+#pragma unroll
+        for (int j = 0; j < RR; j++) {
+            acc[j] += moe_dot<F>(b[j], xv, xs);
+            if (c + W < nchunks) F::load_raw(j < R ? a.g : a.u, rows[j % R], c + W, b[j]);
+        }
+    }
+    mxg_grid_release();
+#pragma unroll
+    for (int j = 0; j < RR; j++) acc[j] = warp_sum<W>(acc[j]);
+    if (lane != 0) return;
+#pragma unroll
+    for (int j = 0; j < R; j++) {
+        const int64_t r = r0 + j;
+        if (r >= a.g.rows) continue;
+        const int64_t o = (int64_t)slot * a.g.rows + r;
+        const float g = acc[j], u = acc[R + j];
+        a.gate[o] = g;
+        a.up[o] = u;
+        a.act[o] = silu_mul(g, u);
+    }
+    }
+}
+
+template <int W, class F>
+__global__ void __launch_bounds__(kDownThreads, 2) moe_down_combine_kernel(DownArgs a) {
+    MXG_WARP_ONLY(W) {
+    constexpr int warps = kDownThreads / W;
+    extern __shared__ float4 xs4[];  // [k][nchunks * 8]: the token's k input rows
+    const int lane = (int)threadIdx.x % W;
+    const int nchunks = a.w.cols >> 5, n4 = nchunks * 8, steps = (nchunks + W - 1) / W;
+    const int t = (int)blockIdx.x / a.blocks_per_token, k = a.k;
+    const int64_t r = (int64_t)((int)blockIdx.x % a.blocks_per_token) * warps + (int)threadIdx.x / W;
+    const bool active = r < a.w.rows;
+    mxg_grid_wait();  // the ids, weights and input rows come from the previous records
+    int rows[kMoeMaxK];  // across experts (32-bit: moe_fits bounds them), clamped past the matrix
+#pragma unroll
+    for (int j = 0; j < kMoeMaxK; j++) rows[j] = j < k ? a.ids[t * k + j] * (int)a.w.rows + (int)min(r, a.w.rows - 1) : 0;
+    typename F::Raw b[kMoeMaxK];
+    if (active && lane < nchunks) {
+#pragma unroll
+        for (int j = 0; j < kMoeMaxK; j++)
+            if (j < k) F::load_raw(a.w, rows[j], lane, b[j]);
+    }
+    moe_stage<F, kDownThreads>(xs4, a.x + (int64_t)t * k * a.w.cols, k, n4);
+    __syncthreads();  // the only barrier
+    if (!active) return;
+    float acc[kMoeMaxK];
+#pragma unroll
+    for (int j = 0; j < kMoeMaxK; j++) acc[j] = 0.0f;
+    for (int s = 0; s < steps; s++) {
+        const int c = s * W + lane;
+        if (c >= nchunks) break;
+#pragma unroll
+        for (int j = 0; j < kMoeMaxK; j++) {
+            if (j >= k) continue;
+            float xv[32];
+            const float xs = moe_chunk<F>(xs4 + j * n4, c, xv);
+            acc[j] += moe_dot<F>(b[j], xv, xs);
+            if (c + W < nchunks) F::load_raw(a.w, rows[j], c + W, b[j]);
+        }
+    }
+    mxg_grid_release();
+#pragma unroll
+    for (int j = 0; j < kMoeMaxK; j++)
+        if (j < k) acc[j] = warp_sum<W>(acc[j]);
+    if (lane != 0) return;
+    float sum = 0.0f;  // kernels/moe.cu's combine: in expert order, then added to the output
+#pragma unroll
+    for (int j = 0; j < kMoeMaxK; j++) {
+        if (j >= k) continue;
+        const int64_t s = (int64_t)t * k + j;
+        a.y[s * a.w.rows + r] = acc[j];
+        sum = fmaf(a.weights[s], acc[j], sum);
+    }
+    a.out[(int64_t)t * a.w.rows + r] += sum;
+    }
+}
+
+// Calls fn(Fmt<...>{}) for the formats these kernels take; false for the others.
+template <class Fn>
+bool dispatch_moe_format(const mx_matrix *w, Fn &&fn) {
+    bool taken = false;
+    dispatch_format(w, [&](auto fmt) {
+        using F = decltype(fmt);
+        if constexpr (moe_format<F>()) {
+            fn(fmt);
+            taken = true;
+        }
+    });
+    return taken;
+}
+
+bool same_shape(const mx_matrix *a, const mx_matrix *b) {
+    return a->q.mode == b->q.mode && a->q.bits == b->q.bits && a->q.group_size == b->q.group_size &&
+           a->dtype == b->dtype && a->scale_dtype == b->scale_dtype && a->rows == b->rows && a->cols == b->cols &&
+           a->n_experts == b->n_experts;
+}
+
+// What both kernels need: the switch, the format, aligned whole chunks, `rows` staged input rows
+// within the default shared memory, rows across experts counted in 32 bits.
+bool moe_fits(const mxg_launch *L, const mx_matrix *w, const float *x, int rows) {
+    return L->moe_fused && !L->matvec_old && dispatch_moe_format(w, [](auto) {}) && matvec_fast(w, x) &&
+           w->cols >= 32 && (size_t)rows * w->cols * sizeof(float) <= kMatvecStageBytes &&
+           w->rows * w->n_experts < INT32_MAX;
+}
+
+}  // namespace
+
+extern "C" bool mxg_moe_gate_up_ok(const mxg_launch *L, const mx_matrix *wg, const mx_matrix *wu, const float *x,
+                                   int m, int x_div, int n_experts) {
+    // Routing folded in: its k within the block's threads, its scratch after the staged row.
+    const size_t route_bytes = (size_t)(n_experts + 2 * x_div) * sizeof(float);
+    if (n_experts > 0 && (L->moe_fused < 2 || x_div > kGateUpThreads || n_experts < x_div ||
+                          (size_t)wg->cols * sizeof(float) + route_bytes > kMatvecStageBytes))
+        return false;
+    return m > 0 && x_div > 0 && m % x_div == 0 && m / x_div <= kMoeMaxTokens && same_shape(wg, wu) &&
+           moe_fits(L, wg, x, 1) && moe_fits(L, wu, x, 1);
+}
+
+extern "C" void mxg_moe_gate_up(const mxg_launch *L, float *gate, float *up, float *act, const float *x,
+                                const mx_matrix *wg, const mx_matrix *wu, const int32_t *ids, int m, int x_div,
+                                const mxg_moe_route_fold *route) {
+    MX_ASSERT(mxg_moe_gate_up_ok(L, wg, wu, x, m, x_div, route ? route->n_experts : 0));
+    GateUpArgs a = {};
+    a.g = mat_view(wg);
+    a.u = mat_view(wu);
+    a.gate = gate, a.up = up, a.act = act;
+    a.x = x;
+    a.ids = ids;
+    a.x_div = x_div;
+    size_t smem = (size_t)wg->cols * sizeof(float);
+    if (route) {
+        a.route_ids = route->ids;
+        a.route_weights = route->weights;
+        a.logits = route->logits;
+        a.n_experts = route->n_experts;
+        a.norm_topk = route->norm_topk;
+        smem += (size_t)(route->n_experts + 2 * x_div) * sizeof(float);
+    }
+    dispatch_moe_format(wg, [&](auto fmt) {
+        using F = decltype(fmt);
+        const int64_t rows_per_block = (int64_t)(kGateUpThreads / L->warp) * moe_rows<F>();
+        a.blocks_per_slot = (int)((wg->rows + rows_per_block - 1) / rows_per_block);
+        const unsigned blocks = (unsigned)((int64_t)a.blocks_per_slot * m);
+        MXG_WARP_DISPATCH(L->warp, {
+            if (route)
+                mxg_launch_dep(moe_gate_up_kernel<W, F, true>, dim3(blocks), dim3(kGateUpThreads), smem,
+                               (gpuStream_t)L->stream, L->dependent_launch, a);
+            else
+                mxg_launch_dep(moe_gate_up_kernel<W, F, false>, dim3(blocks), dim3(kGateUpThreads), smem,
+                               (gpuStream_t)L->stream, L->dependent_launch, a);
+        });
+    });
+}
+
+extern "C" bool mxg_moe_down_combine_ok(const mxg_launch *L, const mx_matrix *w, const float *x, int n, int k) {
+    return n > 0 && n <= kMoeMaxTokens && k >= 1 && k <= kMoeMaxK && moe_fits(L, w, x, k);
+}
+
+extern "C" void mxg_moe_down_combine(const mxg_launch *L, float *y, float *out, const float *x, const mx_matrix *w,
+                                     const int32_t *ids, const float *weights, int n, int k) {
+    MX_ASSERT(mxg_moe_down_combine_ok(L, w, x, n, k));
+    DownArgs a = {};
+    a.w = mat_view(w);
+    a.y = y, a.out = out;
+    a.x = x, a.weights = weights;
+    a.ids = ids;
+    a.k = k;
+    const int warps = kDownThreads / L->warp;
+    a.blocks_per_token = (int)((w->rows + warps - 1) / warps);
+    const unsigned blocks = (unsigned)((int64_t)a.blocks_per_token * n);
+    const size_t smem = (size_t)k * w->cols * sizeof(float);
+    dispatch_moe_format(w, [&](auto fmt) {
+        using F = decltype(fmt);
+        MXG_WARP_DISPATCH(L->warp, mxg_launch_dep(moe_down_combine_kernel<W, F>, dim3(blocks), dim3(kDownThreads), smem,
+                                                  (gpuStream_t)L->stream, L->dependent_launch, a));
+    });
+}
