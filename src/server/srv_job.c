@@ -21,25 +21,18 @@ srv_job *srv_job_create(const int32_t *prompt, int n_prompt, const srv_output_op
     if (n_prompt > 0) memcpy(j->prompt, prompt, sizeof(int32_t) * (size_t)n_prompt);
     j->n_prompt = n_prompt;
     j->n_logprobs = -1;
-    j->refs = 1;
+    atomic_init(&j->refs, 1);
     j->sampling = mx_sampling_defaults();
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     return j;
 }
 
-void srv_job_retain(srv_job *j) {
-    pthread_mutex_lock(&j->mu);
-    j->refs++;
-    pthread_mutex_unlock(&j->mu);
-}
+void srv_job_retain(srv_job *j) { atomic_fetch_add(&j->refs, 1); }
 
 void srv_job_release(srv_job *j) {
     if (!j) return;
-    pthread_mutex_lock(&j->mu);
-    int left = --j->refs;
-    pthread_mutex_unlock(&j->mu);
-    if (left > 0) return;
+    if (atomic_fetch_sub(&j->refs, 1) > 1) return;
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     srv_output_free(j->out);
@@ -93,6 +86,5 @@ void srv_job_finish(srv_job *j, const char *finish, int error_status, const char
     }
     j->finish = finish;
     j->done = true;
-    pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
 }

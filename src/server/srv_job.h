@@ -52,7 +52,7 @@ typedef struct srv_job {
     int error_status;      // non-zero: the job failed before producing output (HTTP status)
     char error[256];
     atomic_bool cancelled; // the client went away or the server stops
-    int refs;
+    atomic_int refs;       // atomic, not under `mu`: the scheduler retains every job it wakes after each step
     // scheduler
     mx_seq *seq;           // the engine's sequence while admitted
     bool news;             // output arrived since the connection was last woken (srv_sched wakes it after the step)
@@ -71,7 +71,8 @@ void srv_job_cancel(srv_job *j);
 // the step's wake-ups to another thread, srv_sched.c); false once a stop string matched.
 // srv_job_finish ends the output and marks the job done with finish ("stop", "length" or
 // "cancelled"; the response layer names the OpenAI finish_reason) and an optional error (HTTP
-// status and message), and wakes the connection.
+// status and message); the caller then wakes the connection (srv_job_wake, or the scheduler's
+// notifier thread: a wake-up can hand the scheduler's core to the woken thread for a millisecond).
 bool srv_job_on_token(void *job, const mx_token_event *ev);
 void srv_job_finish(srv_job *j, const char *finish, int error_status, const char *error);
 // Wakes the connection waiting on the job (cv).

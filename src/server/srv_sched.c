@@ -77,12 +77,18 @@ static void *notify_main(void *arg) {
     return NULL;
 }
 
+// Finishes a job and has the notifier wake its connection.
+static void finish_job(srv_sched *s, srv_job *j, const char *finish, int status, const char *error) {
+    srv_job_finish(j, finish, status, error);
+    queue_wake(s, j);
+}
+
 // Takes active job k out (scheduler lock held): releases its sequence and finishes the job.
 static void drop_active(srv_sched *s, int k, const char *finish, int status, const char *error) {
     srv_job *j = s->active[k];
     s->active[k] = s->active[--s->n_active];
     mx_engine_release(s->eng, j->seq);
-    srv_job_finish(j, finish, status, error);
+    finish_job(s, j, finish, status, error);
     srv_job_release(j);
 }
 
@@ -98,7 +104,7 @@ static int admit(srv_sched *s, srv_job *j) {
         mx_sampling sp = j->sampling;
         if (j->n_bias > 0) {
             if (!(j->bias = malloc(sizeof *j->bias * (size_t)j->n_bias))) {
-                srv_job_finish(j, "stop", 500, "out of memory");
+                finish_job(s, j, "stop", 500, "out of memory");
                 return -1;
             }
             for (int i = 0; i < j->n_bias; i++) j->bias[i] = (mx_logit_bias){j->bias_ids[i], j->bias_values[i]};
@@ -109,12 +115,12 @@ static int admit(srv_sched *s, srv_job *j) {
                           .stop_ids = s->stop_ids, .n_stop_ids = s->n_stop_ids, .n_logprobs = j->n_logprobs,
                           .skip_special = !j->keep_special, .matcher = j->matcher, .on_token = srv_job_on_token, .user = j};
         if (!(j->seq = mx_seq_create(s->tok, j->prompt, j->n_prompt, &so, s->max_ctx, &err))) {
-            srv_job_finish(j, "stop", 500, err.msg);
+            finish_job(s, j, "stop", 500, err.msg);
             return -1;
         }
     }
     int rc = mx_engine_admit(s->eng, j->seq, &err);
-    if (rc < 0) srv_job_finish(j, "stop", 400, err.msg);
+    if (rc < 0) finish_job(s, j, "stop", 400, err.msg);
     return rc;
 }
 
@@ -144,7 +150,7 @@ static void housekeep(srv_sched *s) {
         srv_job *j = s->queue[q];
         bool cancel = job_cancelled(s, j);
         if (cancel || (j->deadline > 0 && now > j->deadline)) {
-            srv_job_finish(j, "cancelled", 503, cancel ? "the request was cancelled" : "timed out waiting for a free slot");
+            finish_job(s, j, "cancelled", 503, cancel ? "the request was cancelled" : "timed out waiting for a free slot");
             srv_job_release(j);
         } else {
             s->queue[kept++] = j;
@@ -287,6 +293,7 @@ void srv_sched_free(srv_sched *s) {
     }
     for (int q = 0; q < s->n_queue; q++) {
         srv_job_finish(s->queue[q], "cancelled", 503, "the server is shutting down");
+        srv_job_wake(s->queue[q]);  // the notifier has ended
         srv_job_release(s->queue[q]);
     }
     mx_engine_free(s->eng);
