@@ -427,7 +427,9 @@ static void layer_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, const fmt *
     add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, c.I, H);
     add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, H, c.I);
     add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, c.V, H);
-    mx_kv_layout lay = {2, c.n > 3 && c.decode ? c.n : 3, c.decode ? 256 : 64, c.NKV, c.D, 0};
+    // Slots: one per token in a batched decode, else one per 40 tokens (at least 3 either way).
+    const int prefill_slots = (c.n + 39) / 40, n_slots = c.decode ? c.n : prefill_slots;
+    mx_kv_layout lay = {2, n_slots > 3 ? n_slots : 3, c.decode ? 256 : 64, c.NKV, c.D, 0};
     char label[160], ml[64];
     snprintf(label, sizeof label, "decoder layer + head, %s, n=%d%s", ref_matrix_label(&d.mat[0], ml, sizeof ml), c.n,
              c.decode ? " (batched decode)" : "");
