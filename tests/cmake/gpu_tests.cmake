@@ -104,11 +104,13 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
                           "MLXCEL_GPU_ATTN_DECODE='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(attn_decode_word MLXCEL_GPU_ATTN_DECODE=off "MLXCEL_GPU_ATTN_DECODE='off': must be")
   mlxcel_gpu_knob_refused(moe_fused_three MLXCEL_GPU_MOE_FUSED=3
-                          "MLXCEL_GPU_MOE_FUSED='3': must be a whole number from 0 to 2 \\(unset: 0\\)")
+                          "MLXCEL_GPU_MOE_FUSED='3': must be a whole number from 0 to 2 \\(unset: 1\\)")
+  mlxcel_gpu_knob_refused(attn_mma_two MLXCEL_GPU_ATTN_MMA=2
+                          "MLXCEL_GPU_ATTN_MMA='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(matvec_rows_three MLXCEL_GPU_MATVEC_ROWS=3 "MLXCEL_GPU_MATVEC_ROWS='3': must be 1, 2 or 4")
   mlxcel_gpu_knob_refused(stream_rows_one MLXCEL_GPU_STREAM_ROWS=1 "MLXCEL_GPU_STREAM_ROWS='1': must be a whole number from 2 to 4")
   mlxcel_gpu_knob_refused(prefill_kernel_word MLXCEL_GPU_PREFILL_KERNEL=fast
-                          "MLXCEL_GPU_PREFILL_KERNEL='fast': must be wmma, wmma128, sync, pipe or pipe1 \\(unset: wmma\\)")
+                          "MLXCEL_GPU_PREFILL_KERNEL='fast': must be wmma, wmma128, sync, pipe or pipe1 \\(unset: pipe\\)")
   mlxcel_gpu_knob_refused(stream_rows_huge MLXCEL_GPU_STREAM_ROWS=99999999999999999999 "MLXCEL_GPU_STREAM_ROWS='99999999999999999999': must be")
 
   # The model fixtures through the GPU backend (the parity test reads MLXCEL_TEST_BACKEND).

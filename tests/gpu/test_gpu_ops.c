@@ -629,9 +629,9 @@ static void test_elementwise(mx_backend *be, ref_rng *rng, group_stat *g) {
 
 // Bound of an attention record of n tokens: 1e-5, or 2e-3 (the emulation test's bound; it measures
 // up to 7e-4) on the tensor-core prefill kernel, which takes records of 64 tokens or more when
-// MLXCEL_GPU_ATTN_MMA=1 (vendor/cuda/attn_mma.cu: f16 queries, keys, values and probabilities).
-// attn_mma: the backend under test has the switch on (main sets it from the environment, and for
-// its own backend of that switch).
+// the tensor-core kernel is on (vendor/cuda/attn_mma.cu: f16 queries, keys, values and
+// probabilities; the default, off with MLXCEL_GPU_ATTN_MMA=0). attn_mma: the backend under test has
+// it on (main sets it from the environment, and for its own backend of the other setting).
 static bool attn_mma = false;
 static double attn_tol(int n) { return attn_mma && n >= 64 ? 2e-3 : 1e-5; }
 
@@ -1109,14 +1109,17 @@ int main(void) {
     printf("device: %s, KV cache %s\n", be->device_name, mx_dtype_name(be->kv_dtype));
     ref_rng rng = {0x9e3779b97f4a7c15ull};
     const char *mma_env = getenv("MLXCEL_GPU_ATTN_MMA");
-    attn_mma = mma_env && *mma_env && strcmp(mma_env, "0") != 0;  // gpu_backend.c's env_switch
+    const bool mma_set = mma_env != NULL;
+    char mma_saved[32] = "";  // (setenv may move the variable's string)
+    if (mma_set) snprintf(mma_saved, sizeof mma_saved, "%s", mma_env);
+    attn_mma = !(mma_set && strcmp(mma_saved, "0") == 0);  // gpu_backend.c: on unless 0 (unset or empty: 1)
     group_stat mv = {"matmul matrix-vector (n<=8)", 0, 0, 0}, tc = {"matmul tiled, matrix units", 0, 0, 0};
     group_stat tf = {"matmul tiled, float32", 0, 0, 0}, unused = {"", 0, 0, 0};
     group_stat emb = {"embed", 0, 0, 0}, moe = {"moe_matmul", 0, 0, 0}, norm = {"rmsnorm", 0, 0, 0};
     group_stat rope = {"rope", 0, 0, 0}, elt = {"swiglu/geglu/scale/add", 0, 0, 0}, attn = {"kv_store + attention", 0, 0, 0};
     group_stat attn_f16 = {"kv_store + attention, f16 cache", 0, 0, 0};
     group_stat attn_old = {"attention, MLXCEL_GPU_ATTN_DECODE=0", 0, 0, 0};
-    group_stat attn_tc = {"attention, MLXCEL_GPU_ATTN_MMA=1", 0, 0, 0};
+    group_stat attn_tc = {"attention, the other MLXCEL_GPU_ATTN_MMA setting", 0, 0, 0};
     group_stat route = {"moe_route/moe_combine", 0, 0, 0}, rows = {"gather_rows/argmax", 0, 0, 0};
     group_stat graph = {"plan graph record/replay", 0, 0, 0};
     group_stat mvs = {"matrix-vector shapes", 0, 0, 0}, mvo = {"matrix-vector, old path", 0, 0, 0};
@@ -1251,15 +1254,16 @@ int main(void) {
         }
     }
     unsetenv("MLXCEL_GPU_ATTN_DECODE");
-    // Prefill attention on the tensor-core kernel (MLXCEL_GPU_ATTN_MMA=1, vendor/cuda/attn_mma.cu;
-    // records of 64 tokens or more at head sizes 64 and 128), both cache types: the attention cases
-    // above and prefill chunks at long context, at its bound (attn_tol).
+    // The other setting of the tensor-core prefill attention (vendor/cuda/attn_mma.cu; records of 64
+    // tokens or more at head sizes 64 and 128) than the one above (by default on, so here the SIMT
+    // kernel), both cache types: the attention cases above and prefill chunks at long context, each
+    // at its bound (attn_tol).
     const bool mma_before = attn_mma;
-    attn_mma = true;
+    attn_mma = !mma_before;
     unsetenv("MLXCEL_GPU_KV");  // (left at f16 by the loop above)
     for (int f16 = 0; f16 <= 1; f16++) {
         if (f16) setenv("MLXCEL_GPU_KV", "f16", 1);
-        be = backend_with(&opt, "MLXCEL_GPU_ATTN_MMA", "1");
+        be = backend_with(&opt, "MLXCEL_GPU_ATTN_MMA", attn_mma ? "1" : "0");
         if (be) {
             test_attention(be, NULL, &rng, &attn_tc);
             test_attention_long(be, &rng, &attn_tc, true);
@@ -1268,8 +1272,8 @@ int main(void) {
         }
         unsetenv("MLXCEL_GPU_KV");
     }
-    if (mma_before) {
-        setenv("MLXCEL_GPU_ATTN_MMA", "1", 1);
+    if (mma_set) {
+        setenv("MLXCEL_GPU_ATTN_MMA", mma_saved, 1);
     } else {
         unsetenv("MLXCEL_GPU_ATTN_MMA");
     }

@@ -294,7 +294,7 @@ static int env_int(const char *name, int def, int lo, int hi, int *out, mx_error
 // on a machine without a GPU).
 typedef struct gpu_knobs {
     int matvec_rows, matvec_max_tokens, stream_min_cols, stream_rows, sample_blocks, tc_decode_tokens, attn_decode;
-    int prefill_kernel, moe_fused;
+    int prefill_kernel, moe_fused, attn_mma;
 } gpu_knobs;
 
 static int read_knobs(gpu_knobs *k, mx_error *err) {
@@ -314,9 +314,14 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // formats keep the float32 kernels); unset: MXG_TC_DECODE_DEFAULT_TOKENS (4: on the H200 it is
     // slower than the float32 kernels at 2 tokens, about even at 4 and faster from 8; bench/RESULTS.md);
     // 0: off, the float32 kernels (also off with MLXCEL_GPU_NO_MMA=1).
-    // MLXCEL_GPU_MOE_FUSED=1: MoE decode's expert products in two fused launches (gate/up + SwiGLU,
-    // down + combine; kernels/moe_stream.cu) instead of five records; 2: the routing record in the
-    // first of them too; unset or 0: the records (opt-in until measured).
+    // MLXCEL_GPU_MOE_FUSED: 1 (unset: the default) MoE decode's expert products in two fused launches
+    // (gate/up + SwiGLU, down + combine; kernels/moe_stream.cu) instead of five records; 2: the
+    // routing record in the first of them too; 0: the records. On the H200 the 30B-A3B shape decoded
+    // 254.9 / 305.1 / 309.3 tok/s at 0 / 1 / 2 and prefilled 32 tokens at 956 / 1,391 / 1,065
+    // (bench/RESULTS.md, run 21).
+    // MLXCEL_GPU_ATTN_MMA=0: prefill attention on the SIMT kernel (kernels/attention.cu) instead of
+    // the tensor-core one (vendor/cuda/attn_mma.cu; unset: 1; run 20: the 8B's pp8192 1,672 against
+    // 5,069 tok/s).
     // MLXCEL_GPU_ATTN_DECODE=0: decode attention on the general kernel (kernels/attention.cu, head
     // rows) instead of the flash-decoding one (kernels/attn_decode.cu), for A/B benches (unset: 1).
     if (env_int("MLXCEL_GPU_MATVEC_ROWS", 4, 1, 4, &k->matvec_rows, err) ||
@@ -326,15 +331,16 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_STREAM_ROWS", 2, 2, 4, &k->stream_rows, err) ||
         env_int("MLXCEL_GPU_SAMPLE_BLOCKS", MXG_SAMPLE_DEFAULT_BLOCKS, 1, MXG_SAMPLE_MAX_BLOCKS, &k->sample_blocks, err) ||
         env_int("MLXCEL_GPU_TC_DECODE", MXG_TC_DECODE_DEFAULT_TOKENS, 0, 64, &k->tc_decode_tokens, err) ||
-        env_int("MLXCEL_GPU_MOE_FUSED", 0, 0, 2, &k->moe_fused, err))
+        env_int("MLXCEL_GPU_MOE_FUSED", 1, 0, 2, &k->moe_fused, err) ||
+        env_int("MLXCEL_GPU_ATTN_MMA", 1, 0, 1, &k->attn_mma, err))
         return -1;
     static const char *const prefill_names[] = {"wmma", "wmma128", "sync", "pipe", "pipe1"};  // MXG_PREFILL_* order
     const char *pk = getenv("MLXCEL_GPU_PREFILL_KERNEL");
-    k->prefill_kernel = env_switch("MLXCEL_GPU_MMA_SYNC") ? MXG_PREFILL_SYNC : MXG_PREFILL_WMMA;
+    k->prefill_kernel = env_switch("MLXCEL_GPU_MMA_SYNC") ? MXG_PREFILL_SYNC : MXG_PREFILL_PIPE;
     if (pk && *pk) {
         int i = 0, names = (int)(sizeof prefill_names / sizeof prefill_names[0]);
         while (i < names && strcmp(pk, prefill_names[i]) != 0) i++;
-        if (i == names) return mx_fail(err, "MLXCEL_GPU_PREFILL_KERNEL='%s': must be wmma, wmma128, sync, pipe or pipe1 (unset: wmma)", pk);
+        if (i == names) return mx_fail(err, "MLXCEL_GPU_PREFILL_KERNEL='%s': must be wmma, wmma128, sync, pipe or pipe1 (unset: pipe)", pk);
         k->prefill_kernel = i;
     }
     if (k->matvec_rows == 3)
@@ -416,8 +422,9 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.matvec_max_tokens = knobs.matvec_max_tokens;
     // MLXCEL_GPU_OLD_MATVEC=1: the matrix-vector kernels of before the scaled-activation 4/8-bit
     // dot and split-K (kernels/matvec_scaled.cuh), kept for A/B benches and as a fallback.
-    // MLXCEL_GPU_PREFILL_KERNEL (kernels.h, MXG_PREFILL_*): the tensor-core prefill product; the
-    // others are opt-in until measured faster. MLXCEL_GPU_MMA_SYNC=1 (older spelling): sync.
+    // MLXCEL_GPU_PREFILL_KERNEL (kernels.h, MXG_PREFILL_*): the tensor-core prefill product; pipe by
+    // default (run 20: pp512 0.6B 31.6k -> 38.4k, 8B 5.6k -> 7.8k tok/s against wmma).
+    // MLXCEL_GPU_MMA_SYNC=1 (older spelling): sync.
     c->launch.prefill_kernel = knobs.prefill_kernel;
     c->launch.matvec_old = env_switch("MLXCEL_GPU_OLD_MATVEC");
     // MLXCEL_GPU_NO_STREAM_MATVEC=1: decode products on the kernels of kernels/matvec.cuh instead of
@@ -429,8 +436,7 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.attn_token_rows = env_switch("MLXCEL_GPU_ATTN_TOKEN_ROWS");
     c->launch.tc_decode_tokens = knobs.tc_decode_tokens == 1 ? 2 : knobs.tc_decode_tokens;
     c->launch.attn_decode = knobs.attn_decode == 1 && !c->launch.attn_token_rows;
-    // MLXCEL_GPU_ATTN_MMA=1: prefill attention on tensor cores (vendor/cuda/attn_mma.cu); opt-in until measured.
-    c->launch.attn_mma = env_switch("MLXCEL_GPU_ATTN_MMA");
+    c->launch.attn_mma = knobs.attn_mma == 1;
     c->launch.scratch_bytes = mxg_attention_scratch_bytes(c->info.sm_count, 256);
     // The tensor-core decode product's split-column partial sums: 8 MB holds 32 splits of a 1024-row
     // product at 64 tokens (it uses fewer splits when they do not fit).

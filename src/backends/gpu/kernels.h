@@ -22,7 +22,7 @@ extern "C" {
 #define MXG_TC_DECODE_DEFAULT_TOKENS 4
 
 // The CUDA tensor-core prefill products (vendor/cuda/matmul_mma*.cu), chosen by
-// MLXCEL_GPU_PREFILL_KERNEL: wmma (default: WMMA, the tile picked to fill the device), wmma128 (WMMA,
+// MLXCEL_GPU_PREFILL_KERNEL: pipe (default, below), wmma (WMMA, the tile picked to fill the device), wmma128 (WMMA,
 // always 128 x 128 tiles: the kernel before the tile choice), sync (mma.sync/ldmatrix; also
 // MLXCEL_GPU_MMA_SYNC=1), pipe (cp.async pipeline, vendor/cuda/matmul_pipe.cu, affine 4-bit; other
 // formats on wmma), pipe1 (the same with its 128-token tiles at one block per multiprocessor and
@@ -47,11 +47,11 @@ typedef struct mxg_launch {
     int stream_rows;       // its rows per task for one token over long rows: 2, or 4 with half the chunks per step
     bool attn_token_rows;  // attention always in token rows, never head rows for decode (A/B switch)
     bool attn_decode;      // decode steps on kernels/attn_decode.cu (MLXCEL_GPU_ATTN_DECODE=0: off, A/B switch)
-    bool attn_mma;         // prefill attention on the tensor-core kernel (vendor/cuda/attn_mma.cu; MLXCEL_GPU_ATTN_MMA=1)
+    bool attn_mma;         // prefill attention on the tensor-core kernel (vendor/cuda/attn_mma.cu; off: MLXCEL_GPU_ATTN_MMA=0)
     bool kv_i16;           // the KV cache is int16 with scales (MX_DTYPE_I16, default); false: f16 (MLXCEL_GPU_KV=f16)
     bool dependent_launch; // matrix-vector and fused kernels start while the previous one ends (sm_90+)
-    int moe_fused;         // decode MoE expert products on kernels/moe_stream.cu (MLXCEL_GPU_MOE_FUSED=1;
-                           // 2: with the routing in the gate/up launch; 0: the records)
+    int moe_fused;         // decode MoE expert products on kernels/moe_stream.cu (MLXCEL_GPU_MOE_FUSED: 1,
+                           // the default; 2: with the routing in the gate/up launch; 0: the records)
     void *scratch;         // device workspace for split attention partials
     size_t scratch_bytes;
     void *small_scratch;   // device workspace for argmax keys (cleared by the op itself)
