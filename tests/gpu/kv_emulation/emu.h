@@ -78,11 +78,12 @@ void emu_warp_gather(const uint32_t *mine, int count, uint32_t *all, int width);
 // half first); B register r holds k rows 2t + 8 r and the one after, column g; d[e] is row g + 8 (e / 2),
 // column 2t + e % 2.
 #define MXG_MMA_M16N8K16_CUH
-inline void mxg_mma_bf16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+// One warp's product with `half` decoding element k's 16 bits of a register (bf16 or f16).
+template <class Half>
+inline void emu_mma_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, Half half) {
     const uint32_t mine[6] = {a[0], a[1], a[2], a[3], b0, b1};
     uint32_t all[32 * 6];
     emu_warp_gather(mine, 6, all, 32);
-    auto half = [](uint32_t reg, int k) { return __uint_as_float(k % 2 ? reg & 0xffff0000u : reg << 16); };
     auto A = [&](int row, int k) { return half(all[((row % 8) * 4 + (k % 8) / 2) * 6 + row / 8 + 2 * (k / 8)], k); };
     auto B = [&](int k, int col) { return half(all[(col * 4 + (k % 8) / 2) * 6 + 4 + k / 8], k); };
     const int lane = (int)(threadIdx.x % 32), g = lane / 4, t = lane % 4;
@@ -92,20 +93,12 @@ inline void mxg_mma_bf16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_
         d[e] = s;
     }
 }
+inline void mxg_mma_bf16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    emu_mma_m16n8k16(d, a, b0, b1, [](uint32_t reg, int k) { return __uint_as_float(k % 2 ? reg & 0xffff0000u : reg << 16); });
+}
 // The f16 form (mxg_mma_f16_m16n8k16): the same layout, each half an IEEE f16.
 inline void mxg_mma_f16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    const uint32_t mine[6] = {a[0], a[1], a[2], a[3], b0, b1};
-    uint32_t all[32 * 6];
-    emu_warp_gather(mine, 6, all, 32);
-    auto half = [](uint32_t reg, int k) { return mx_f16_to_f32((uint16_t)(k % 2 ? reg >> 16 : reg & 0xffffu)); };
-    auto A = [&](int row, int k) { return half(all[((row % 8) * 4 + (k % 8) / 2) * 6 + row / 8 + 2 * (k / 8)], k); };
-    auto B = [&](int k, int col) { return half(all[(col * 4 + (k % 8) / 2) * 6 + 4 + k / 8], k); };
-    const int lane = (int)(threadIdx.x % 32), g = lane / 4, t = lane % 4;
-    for (int e = 0; e < 4; e++) {
-        float s = d[e];
-        for (int k = 0; k < 16; k++) s += A(g + 8 * (e / 2), k) * B(k, 2 * t + e % 2);
-        d[e] = s;
-    }
+    emu_mma_m16n8k16(d, a, b0, b1, [](uint32_t reg, int k) { return mx_f16_to_f32((uint16_t)(k % 2 ? reg >> 16 : reg & 0xffffu)); });
 }
 unsigned char *emu_smem();
 void emu_launch(dim3 g, dim3 b, size_t smem, std::function<void()> k);
