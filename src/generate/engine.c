@@ -41,6 +41,8 @@ mx_engine *mx_engine_create(mx_model *m, const mx_engine_opts *o, mx_error *err)
     bool graphs = strcmp(mx_model_backend(m)->ops->name, "cpu") != 0;
     e->step_tokens = o->step_tokens > 0 ? o->step_tokens : graphs ? MX_ENGINE_STEP_TOKENS : e->chunk;
     if (e->step_tokens < e->chunk) e->step_tokens = e->chunk;
+    // A sequence puts at most one chunk into a step, so a larger budget would only size buffers.
+    if ((long)e->step_tokens > (long)e->n_slots * e->chunk) e->step_tokens = e->n_slots * e->chunk;
     e->pad = o->batch_padding > 0 ? o->batch_padding : graphs ? MX_ENGINE_PAD : 1;
     if (e->pad > MX_KV_BLOCK) e->pad = MX_KV_BLOCK;
     size_t nb = (size_t)(e->n_slots + e->step_tokens + e->pad - 1), ns = (size_t)e->n_slots;

@@ -52,7 +52,8 @@ typedef struct mx_engine_opts {
     int max_ctx;        // positions per sequence (prompt + generated)
     int prefill_chunk;  // prompt tokens of one sequence per step, and its chunk boundaries (0: 256)
     int step_tokens;    // prompt tokens of one step over all sequences (0: MX_ENGINE_STEP_TOKENS on backends
-                        // that record plans as graphs, prefill_chunk on the CPU); at least one chunk
+                        // that record plans as graphs, prefill_chunk on the CPU); at least one chunk, at
+                        // most n_slots chunks
     bool prefix_reuse;  // false: every prompt is computed in full
     int threads;        // host threads for token choice (0: the cores available)
     int kv_size;        // positions in the KV pool (rounded up to blocks); 0: mx_engine_default_kv_size
