@@ -27,7 +27,7 @@ static const char serve_usage[] =
     "  --max-body BYTES        request body size limit (default 8 MiB)\n"
     "  --prefill-chunk N       prompt tokens per sequence per step (default 256)\n"
     "  --batch-tokens N        prompt tokens per step over all sequences (default 2048 on a GPU, the\n"
-    "                          prefill chunk on the CPU; at least one chunk)\n"
+    "                          prefill chunk on the CPU; at least one chunk, at most --parallel chunks)\n"
     "  --pooling mean|last     embeddings: mean of the tokens' hidden states, or the last token's\n"
     "                          (default: last when the model's 1_Pooling/config.json asks for it, else mean)\n"
     "  --max-connections N     open connections at most (default 2048; more: 503 and close)\n"
