@@ -17,6 +17,7 @@
 // pairs). Also checks that the launcher declines (and writes nothing) what it has no kernel for.
 // Built and run by run.sh; argument "quick": fewer cases. Exits 1 on any failure.
 #include "emu_pipe.h"
+#include "emu_scales.h"
 #include <cstdio>
 #include <cstdlib>
 extern "C" {
@@ -35,19 +36,6 @@ static int fails = 0, cases = 0, tile_cases[3];  // launches per block tile: 128
 static double worst_exact = 0.0, worst_tc = 0.0;
 #define FAIL(...) do { printf("FAIL: " __VA_ARGS__); printf("\n"); fails++; } while (0)
 
-static void put_scale(std::vector<uint8_t> &buf, mx_dtype st, size_t i, float v) {
-    if (st == MX_DTYPE_F32) memcpy(&buf[i * 4], &v, 4);
-    else {
-        uint16_t h = st == MX_DTYPE_BF16 ? mx_f32_to_bf16(v) : mx_f32_to_f16(v);
-        memcpy(&buf[i * 2], &h, 2);
-    }
-}
-static float get_scale(const std::vector<uint8_t> &buf, mx_dtype st, size_t i) {
-    if (st == MX_DTYPE_F32) { float v; memcpy(&v, &buf[i * 4], 4); return v; }
-    uint16_t h; memcpy(&h, &buf[i * 2], 2);
-    return st == MX_DTYPE_BF16 ? mx_bf16_to_f32(h) : mx_f16_to_f32(h);
-}
-static const char *st_name(mx_dtype st) { return st == MX_DTYPE_F32 ? "f32" : st == MX_DTYPE_F16 ? "f16" : "bf16"; }
 static double bf16_of(double v) { return emu_bf16_val(emu_bf16_rn(v), 0); }
 
 static void run_case(int gs, mx_dtype st, int rows, int cols, int n, bool with_bias, int sms, size_t scratch_tokens) {

@@ -13,6 +13,7 @@
 // (mxg_matvec_mma_add), which must give the product's and the add record's bits.
 // Built and run by run.sh; argument "quick": fewer cases. Exits 1 on any failure.
 #include "emu.h"
+#include "emu_scales.h"
 #include <cstdio>
 #include <cstdlib>
 extern "C" {
@@ -29,20 +30,6 @@ static int fails = 0, cases = 0;
 static double worst = 0.0;
 #define FAIL(...) do { printf("FAIL: " __VA_ARGS__); printf("\n"); fails++; } while (0)
 
-static void put_scale(std::vector<uint8_t> &buf, mx_dtype st, size_t i, float v) {
-    if (st == MX_DTYPE_F32) memcpy(&buf[i * 4], &v, 4);
-    else {
-        uint16_t h = st == MX_DTYPE_BF16 ? mx_f32_to_bf16(v) : mx_f32_to_f16(v);
-        memcpy(&buf[i * 2], &h, 2);
-    }
-}
-static float get_scale(const std::vector<uint8_t> &buf, mx_dtype st, size_t i) {
-    if (st == MX_DTYPE_F32) { float v; memcpy(&v, &buf[i * 4], 4); return v; }
-    uint16_t h; memcpy(&h, &buf[i * 2], 2);
-    return st == MX_DTYPE_BF16 ? mx_bf16_to_f32(h) : mx_f16_to_f32(h);
-}
-
-static const char *st_name(mx_dtype st) { return st == MX_DTYPE_F32 ? "f32" : st == MX_DTYPE_F16 ? "f16" : "bf16"; }
 
 // The batched "matmul + residual add" (mxg_matvec_mma_add) on the launch settings of L: out equal
 // to the plain product `two` bit for bit and res equal to res0 + two per element (the add record's
