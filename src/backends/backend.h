@@ -212,6 +212,11 @@ typedef struct mx_backend_ops {
     void (*release)(mx_backend *be, void *ptr);
     int (*upload)(mx_backend *be, void *dst, const void *src, size_t bytes, mx_error *err);
     int (*download)(mx_backend *be, void *dst, const void *src, size_t bytes, mx_error *err);
+    // Copies `count` runs of `bytes` within backend memory, run i from src + i * stride to
+    // dst + i * stride (runs do not overlap). Queued in order with the plans, like upload; the KV
+    // cache copies one block of every layer with it (a copy-on-write of a shared block).
+    int (*copy_runs)(mx_backend *be, void *dst, const void *src, size_t bytes, size_t count, size_t stride,
+                     mx_error *err);
     // Makes a backend copy of a host matrix (host pointers in `host`); out gets backend pointers.
     // The CPU backend may keep pointing at the mapped file when alignment allows.
     int (*upload_matrix)(mx_backend *be, const mx_matrix *host, mx_matrix *out, mx_error *err);

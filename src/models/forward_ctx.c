@@ -56,8 +56,7 @@ mx_ctx *mx_ctx_create_pool(mx_model *m, int n_slots, int max_ctx, int max_batch,
     c->max_batch = max_batch;
     c->lay = want;
     size_t table_len = (size_t)mx_kv_table_len(&c->lay), n_entries = (size_t)n_slots * table_len;
-    if (!(c->table = malloc(4 * n_entries)) || !(c->slot_tokens = calloc((size_t)n_slots, sizeof *c->slot_tokens)) ||
-        !(c->block_stage = malloc(block_elem_bytes(&c->lay, c->be->kv_dtype) + block_scale_bytes(&c->lay, c->be->kv_dtype)))) {
+    if (!(c->table = malloc(4 * n_entries)) || !(c->slot_tokens = calloc((size_t)n_slots, sizeof *c->slot_tokens))) {
         mx_ctx_free(c);
         mx_fail(err, "out of memory");
         return NULL;
@@ -108,7 +107,6 @@ void mx_ctx_free(mx_ctx *c) {
     free(c->bufs);
     free(c->table);
     free(c->slot_tokens);
-    free(c->block_stage);
     free(c);
 }
 
@@ -141,16 +139,12 @@ int mx_ctx_copy_block(mx_ctx *c, int src, int dst, mx_error *err) {
     if (src < 0 || src >= nb || dst < 0 || dst >= nb) return mx_fail(err, "KV block copy %d -> %d: %d blocks", src, dst, nb);
     const mx_backend_ops *o = c->be->ops;
     size_t eb = block_elem_bytes(&c->lay, c->be->kv_dtype), sb = block_scale_bytes(&c->lay, c->be->kv_dtype);
-    uint8_t *kv = c->kv, *scales = kv + (size_t)c->lay.n_layers * nb * eb;
-    for (int l = 0; l < c->lay.n_layers; l++) {
-        size_t at = (size_t)l * nb;
-        if (o->download(c->be, c->block_stage, kv + (at + src) * eb, eb, err) ||
-            o->upload(c->be, kv + (at + dst) * eb, c->block_stage, eb, err))
-            return -1;
-        if (sb && (o->download(c->be, c->block_stage, scales + (at + src) * sb, sb, err) ||
-                   o->upload(c->be, scales + (at + dst) * sb, c->block_stage, sb, err)))
-            return -1;
-    }
+    size_t layers = (size_t)c->lay.n_layers;
+    uint8_t *kv = c->kv, *scales = kv + layers * nb * eb;
+    // Block b of layer l is run l of a stride of nb blocks: one copy of n_layers runs for the
+    // elements, one for the scales, queued on the backend (no round trip through the host).
+    if (o->copy_runs(c->be, kv + (size_t)dst * eb, kv + (size_t)src * eb, eb, layers, nb * eb, err)) return -1;
+    if (sb && o->copy_runs(c->be, scales + (size_t)dst * sb, scales + (size_t)src * sb, sb, layers, nb * sb, err)) return -1;
     return 0;
 }
 

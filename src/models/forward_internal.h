@@ -45,7 +45,6 @@ struct mx_ctx {
     int32_t *table;                      // [n_slots][table_len] host copy of the block tables
     int32_t *d_table;                    // the same in backend memory (uploaded before a step when changed)
     bool table_dirty;
-    void *block_stage;                   // host staging for copying one block of one layer
     int32_t *slot_tokens;                // [n_slots] host counts of a step's tokens per slot (zero between steps)
     // backend scratch
     int32_t *d_tokens, *d_pos, *d_slot;  // [B]

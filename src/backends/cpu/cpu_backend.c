@@ -56,6 +56,14 @@ static int cpu_copy(mx_backend *be, void *dst, const void *src, size_t bytes, mx
     return 0;
 }
 
+static int cpu_copy_runs(mx_backend *be, void *dst, const void *src, size_t bytes, size_t count, size_t stride,
+                         mx_error *err) {
+    (void)be;
+    (void)err;
+    for (size_t i = 0; i < count; i++) memcpy((char *)dst + i * stride, (const char *)src + i * stride, bytes);
+    return 0;
+}
+
 // On failure every thread's scratch is gone (scratch_floats 0), so the next call allocates all of them
 // again rather than leaving some threads a NULL buffer counted as large enough.
 int cpu_reserve_scratch(cpu_ctx *c, size_t n) {
@@ -363,6 +371,7 @@ static const mx_backend_ops cpu_ops = {
     .release = cpu_release,
     .upload = cpu_copy,
     .download = cpu_copy,
+    .copy_runs = cpu_copy_runs,
     .upload_matrix = cpu_upload_matrix,
     .release_matrix = cpu_release_matrix,
     .supports = cpu_supports,

@@ -110,6 +110,11 @@ static int gpu_download(mx_backend *be, void *dst, const void *src, size_t bytes
     return mxg_rt_download(dst, src, bytes, ctx_of(be)->launch.stream, err);
 }
 
+static int gpu_copy_runs(mx_backend *be, void *dst, const void *src, size_t bytes, size_t count, size_t stride,
+                         mx_error *err) {
+    return mxg_rt_copy_runs(dst, src, bytes, count, stride, ctx_of(be)->launch.stream, err);
+}
+
 static void gpu_release_matrix(mx_backend *be, mx_matrix *m) {
     (void)be;
     mxg_rt_free((void *)m->data);
@@ -247,6 +252,7 @@ static const mx_backend_ops gpu_ops = {
     .release = gpu_release,
     .upload = gpu_upload,
     .download = gpu_download,
+    .copy_runs = gpu_copy_runs,
     .upload_matrix = gpu_upload_matrix,
     .release_matrix = gpu_release_matrix,
     .supports = gpu_supports,

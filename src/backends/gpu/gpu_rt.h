@@ -43,6 +43,9 @@ void mxg_rt_free(void *p);
 // Host -> device. The source may be reused as soon as the call returns.
 int mxg_rt_upload(void *dst, const void *src, size_t bytes, void *stream, mx_error *err);
 // Device -> host, synchronous (waits for queued work first).
+// `count` runs of `bytes` from src + i * stride to dst + i * stride, device to device, queued on the
+// stream (one 2D copy).
+int mxg_rt_copy_runs(void *dst, const void *src, size_t bytes, size_t count, size_t stride, void *stream, mx_error *err);
 int mxg_rt_download(void *dst, const void *src, size_t bytes, void *stream, mx_error *err);
 // Waits for the stream; reports launch and execution errors.
 int mxg_rt_sync(void *stream, mx_error *err);

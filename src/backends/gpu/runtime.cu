@@ -138,6 +138,14 @@ extern "C" int mxg_rt_upload(void *dst, const void *src, size_t bytes, void *str
     return 0;
 }
 
+extern "C" int mxg_rt_copy_runs(void *dst, const void *src, size_t bytes, size_t count, size_t stride, void *stream,
+                                mx_error *err) {
+    if (bytes && count)
+        RT_CHECK(gpuMemcpy2DAsync(dst, stride, src, stride, bytes, count, gpuMemcpyDeviceToDevice, (gpuStream_t)stream),
+                 "copying within the device");
+    return 0;
+}
+
 extern "C" int mxg_rt_download(void *dst, const void *src, size_t bytes, void *stream, mx_error *err) {
     if (bytes) RT_CHECK(gpuMemcpyAsync(dst, src, bytes, gpuMemcpyDeviceToHost, (gpuStream_t)stream), "copying from the device");
     RT_CHECK(gpuStreamSynchronize((gpuStream_t)stream), "waiting for the device");
