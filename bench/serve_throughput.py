@@ -3,7 +3,9 @@
 """Load generator for a running mlxcel-server (or any OpenAI-compatible /v1/completions server).
 
 N concurrent streams each send `--rounds` streaming completions one after another. Prompts are
-token-id lists (`--prompt-tokens` random ids, a different prompt per request), and every request
+token-id lists (`--prompt-tokens` random ids, a different prompt per request: drawn from
+`--prompt-seed` and the level, a fresh seed per run unless given, so a later run against the same
+server does not find its prompts in the prefix cache), and every request
 asks for exactly `--max-tokens` tokens (ignore_eos), so lengths do not depend on the weights.
 Prints, per concurrency: aggregate completion tokens per second (all tokens / wall time), time to
 first token and inter-token latency (time between streamed events; each carries one token unless
@@ -17,7 +19,7 @@ whose prompt is the same N tokens plus 16 more; prints both times to first token
 
 Standard library only.
 usage: bench/serve_throughput.py --url http://127.0.0.1:8080 [-c 1,8,32] [--prompt-tokens 32] [--max-tokens 128]
-                     [--temperature 0] [--top-p 1] [--rounds 2] [--shared-prefix N]"""
+                     [--temperature 0] [--top-p 1] [--rounds 2] [--prompt-seed S] [--shared-prefix N]"""
 import argparse, http.client, json, random, sys, threading, time, urllib.parse
 
 
@@ -88,7 +90,7 @@ def server_counters(url):
 
 
 def run_level(args, conc, vocab_lo, vocab_hi):
-    rng = random.Random(1234 + conc)
+    rng = random.Random(f'{args.prompt_seed}:{conc}')
     lock = threading.Lock()
     ttfts, itls, total_tokens, errors = [], [], [0], []
 
@@ -144,7 +146,7 @@ def run_level(args, conc, vocab_lo, vocab_hi):
 
 
 def shared_prefix(args, vocab_lo, vocab_hi):
-    rng = random.Random(99)
+    rng = random.Random(f'{args.prompt_seed}:prefix')
     prefix = [rng.randrange(vocab_lo, vocab_hi) for _ in range(args.shared_prefix)]
     out = {}
     for name, prompt in (('first', prefix), ('second', prefix + [rng.randrange(vocab_lo, vocab_hi) for _ in range(16)])):
@@ -168,9 +170,13 @@ def main():
     ap.add_argument('--top-p', type=float, default=1.0)
     ap.add_argument('--rounds', type=int, default=2)
     ap.add_argument('--shared-prefix', type=int, default=0)
+    ap.add_argument('--prompt-seed', type=int, default=None,
+                    help='seed of the prompts (default: a fresh one per run, printed)')
     ap.add_argument('--vocab-range', default='1000,30000', help='prompt token ids are drawn from [lo, hi)')
     args = ap.parse_args()
     lo, hi = (int(x) for x in args.vocab_range.split(','))
+    if args.prompt_seed is None:
+        args.prompt_seed = random.SystemRandom().randrange(1 << 31)
     if args.shared_prefix > 0:
         res = shared_prefix(args, lo, hi)
         print(f"shared prefix {res['prefix_tokens']} tokens: first TTFT {res['first_ttft_ms']} ms, "
@@ -179,6 +185,7 @@ def main():
         return
     for conc in [int(x) for x in args.concurrency.split(',')]:
         res = run_level(args, conc, lo, hi)
+        res['prompt_seed'] = args.prompt_seed
         print(f"c={conc:3d} temp={args.temperature} top_p={args.top_p}: {res['tok_per_s']:8.1f} tok/s  "
               f"TTFT p50 {res['ttft_p50_ms']} ms p99 {res['ttft_p99_ms']} ms  "
               f"ITL p50 {res['itl_p50_ms']} ms p99 {res['itl_p99_ms']} ms  ({res['requests']} requests, "

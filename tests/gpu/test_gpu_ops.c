@@ -1048,6 +1048,24 @@ static void test_rows(mx_backend *be, ref_rng *rng, group_stat *g) {
 
 // A plan of three records run four times: directly, recorded then replayed, replayed twice; every
 // replay must equal the direct run. After plan_release the backend holds no graph for it.
+// copy_runs (the KV cache's copy-on-write of a block in every layer): each run lands at its place,
+// byte for byte, and nothing between the runs or around the destination changes.
+static void test_copy_runs(mx_backend *be, ref_rng *rng) {
+    const size_t bytes = 4608, stride = 7 * bytes, count = 28, total = stride * count;
+    uint8_t *h = malloc(total), *got = malloc(total), *want = malloc(total);
+    for (size_t i = 0; i < total; i++) h[i] = (uint8_t)(ref_next(rng) >> 56);
+    void *d = dev_from(be, h, total);
+    const size_t src = 2 * bytes, dst = 5 * bytes;
+    CHECK_MSG(be->ops->copy_runs(be, (uint8_t *)d + dst, (uint8_t *)d + src, bytes, count, stride, &err) == 0,
+              "copy_runs: %s", err.msg);
+    dev_to(be, got, d, total);
+    memcpy(want, h, total);
+    for (size_t r = 0; r < count; r++) memcpy(want + r * stride + dst, h + r * stride + src, bytes);
+    CHECK_MSG(memcmp(got, want, total) == 0, "copy_runs: %zu runs of %zu bytes differ from the expected memory", count, bytes);
+    be->ops->release(be, d);
+    free(h), free(got), free(want);
+}
+
 static void test_graph(mx_backend *be, ref_rng *rng, group_stat *g) {
     const int dim = 512, rows = 512;
     mx_matrix hw = ref_matrix_random(rng, (mx_quant){MX_QUANT_AFFINE, 4, 64}, MX_DTYPE_U32, MX_DTYPE_BF16, 1, rows, dim), dw;
@@ -1148,6 +1166,7 @@ int main(void) {
     test_moe_route_combine(be, &rng, &route);
     test_moe_route_nonfinite(be, cpu, &rng);
     test_rows(be, &rng, &rows);
+    test_copy_runs(be, &rng);
     test_graph(be, &rng, &graph);
     CHECK_MSG(be->ops->sync(be, &err) == 0, "sync: %s", err.msg);
     mx_backend_free(be);
