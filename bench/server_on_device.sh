@@ -11,6 +11,12 @@
 #   ops             per-op device times of 8-, 16-, 32- and 64-token steps (bench_gpu_decode), $OUT/ops.tgz
 #   crossover       greedy --batch 16, 32, 64 with MLXCEL_GPU_MATVEC_TOKENS 8 (the old crossover), 63, 128
 #   padding         greedy and sampled --batch 13 against 16 (13 runs padded to 16 on the GPU)
+#   rounds4         the 1- and 64-stream levels with 4 requests per stream (the engine never idles
+#                   between a stream's requests), greedy and temp 0.7 top-p 0.9
+#   prefix          `--parallel 16 --ctx 4096`: a 2,000-token prompt, then the same plus 16 tokens
+#                   (serve_throughput.py --shared-prefix 2000): both times to first token
+#   kvsize          `--parallel 16 --ctx 4096 --kv-size 8192`: one 3,500-token prompt, then 16
+#                   concurrent 128-token requests at temp 0.7 top-p 0.9, both served
 # usage: bench/server_on_device.sh JOB...
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -81,6 +87,29 @@ for job in "$@"; do
                     --top-p 0.9 2>&1 | tee -a "$OUT/padding.log" | tail -3 | tee -a "$OUT/summary.txt"
             done
         done ;;
+    rounds4)
+        serve 8090 --parallel 64 --ctx 1024 || { echo "server did not start"; continue; }
+        for t in "--temperature 0" "--temperature 0.7 --top-p 0.9"; do
+            timeout 120 python3 bench/serve_throughput.py --url http://127.0.0.1:8090 -c 1,64 --max-tokens 128 \
+                --prompt-tokens 32 --rounds 4 $t 2>&1 | tee -a "$OUT/rounds4.log" | grep -v '^JSON' | tee -a "$OUT/summary.txt"
+        done
+        kill %1; wait ;;
+    prefix)
+        serve 8091 --parallel 16 --ctx 4096 || { echo "server did not start"; continue; }
+        timeout 120 python3 bench/serve_throughput.py --url http://127.0.0.1:8091 --shared-prefix 2000 2>&1 |
+            tee -a "$OUT/prefix.log" | grep -v '^JSON' | tee -a "$OUT/summary.txt"
+        curl -sf http://127.0.0.1:8091/metrics | grep -E "^mlxcel_prefix_cache" | tee -a "$OUT/summary.txt"
+        kill %1; wait ;;
+    kvsize)
+        serve 8092 --parallel 16 --ctx 4096 --kv-size 8192 || { echo "server did not start"; continue; }
+        timeout 120 python3 bench/serve_throughput.py --url http://127.0.0.1:8092 -c 1 --prompt-tokens 3500 \
+            --max-tokens 16 --rounds 1 2>&1 | tee -a "$OUT/kvsize.log" | grep -v '^JSON' | sed 's/^/3500-token prompt: /' |
+            tee -a "$OUT/summary.txt"
+        timeout 120 python3 bench/serve_throughput.py --url http://127.0.0.1:8092 -c 16 --prompt-tokens 32 \
+            --max-tokens 128 --rounds 1 --temperature 0.7 --top-p 0.9 2>&1 | tee -a "$OUT/kvsize.log" | grep -v '^JSON' |
+            sed 's/^/16 concurrent: /' | tee -a "$OUT/summary.txt"
+        curl -sf http://127.0.0.1:8092/health | tee -a "$OUT/summary.txt"; echo | tee -a "$OUT/summary.txt"
+        kill %1; wait ;;
     *) echo "unknown job $job" ;;
     esac
 done
