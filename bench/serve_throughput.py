@@ -70,6 +70,13 @@ SERVER_PHASES = ('steps_total', 'step_prepare_seconds_total', 'step_forward_seco
                  'generated_tokens_total')
 
 
+# The parts of the upkeep between steps (servers before them have none: printed when present).
+UPKEEP_PARTS = (('admit', 'scheduler_admit_seconds_total'), ('release', 'scheduler_release_seconds_total'),
+                ('cpu', 'scheduler_upkeep_cpu_seconds_total'), ('preempted', 'scheduler_upkeep_preemptions_total'),
+                ('blocked', 'scheduler_upkeep_blocks_total'), ('lock wait', 'scheduler_upkeep_lock_wait_seconds_total'),
+                ('step lock wait', 'scheduler_step_lock_wait_seconds_total'))
+
+
 def server_counters(url):
     """mlxcel's cumulative step counters from /metrics, or None when the server has none."""
     u = urllib.parse.urlparse(url)
@@ -84,9 +91,9 @@ def server_counters(url):
     vals = {}
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) == 2 and parts[0].startswith('mlxcel_') and parts[0][7:] in SERVER_PHASES:
+        if len(parts) == 2 and parts[0].startswith('mlxcel_'):
             vals[parts[0][7:]] = float(parts[1])
-    return vals if len(vals) == len(SERVER_PHASES) else None
+    return vals if all(k in vals for k in SERVER_PHASES) else None
 
 
 def run_level(args, conc, vocab_lo, vocab_hi):
@@ -140,6 +147,8 @@ def run_level(args, conc, vocab_lo, vocab_hi):
                          'between_steps_s': round(d['scheduler_between_steps_seconds_total'], 4),
                          'upkeep_s': round(d['scheduler_upkeep_seconds_total'], 4),
                          'busy_share': round(busy / wall, 3) if wall > 0 else 0}
+        res['server']['upkeep_parts'] = {name: round(after[k] - before[k], 4) for name, k in UPKEEP_PARTS
+                                         if k in before and k in after}
     if errors:
         print('errors (first): ' + errors[0], file=sys.stderr)
     return res
@@ -195,6 +204,9 @@ def main():
             print(f"      server: {sv['steps']} steps, forward {sv['forward_s']} s, prepare {sv['prepare_s']} s, "
                   f"host choice {sv['host_choose_s']} s, finish {sv['finish_s']} s, between steps "
                   f"{sv['between_steps_s']} s (upkeep {sv['upkeep_s']} s); busy {100 * sv['busy_share']:.1f}% of the wall time")
+            if sv['upkeep_parts']:
+                print('      upkeep: ' + ', '.join(f'{k} {v:g}' + ('' if k in ('preempted', 'blocked') else ' s')
+                                               for k, v in sv['upkeep_parts'].items()))
         print('JSON ' + json.dumps(res))
         sys.stdout.flush()
 

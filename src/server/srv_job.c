@@ -7,6 +7,26 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h"
+
+// Seconds this thread waited for contended job locks in srv_job_on_token and srv_job_finish (the
+// scheduler's side), until srv_job_lock_wait_take reads them.
+static _Thread_local double lock_wait;
+
+// Takes j->mu, counting the wait when another thread holds it (an uncontended lock costs no clock read).
+static void lock_counted(srv_job *j) {
+    if (pthread_mutex_trylock(&j->mu) == 0) return;
+    double t = mx_now();
+    pthread_mutex_lock(&j->mu);
+    lock_wait += mx_now() - t;
+}
+
+double srv_job_lock_wait_take(void) {
+    double w = lock_wait;
+    lock_wait = 0.0;
+    return w;
+}
+
 srv_job *srv_job_create(const int32_t *prompt, int n_prompt, const srv_output_opts *opts) {
     srv_job *j = calloc(1, sizeof *j);
     if (!j) return NULL;
@@ -55,7 +75,7 @@ void srv_job_cancel(srv_job *j) {
 
 bool srv_job_on_token(void *job, const mx_token_event *ev) {
     srv_job *j = job;
-    pthread_mutex_lock(&j->mu);
+    lock_counted(j);
     bool stopped = srv_output_push(j->out, ev->text, ev->len);
     if (ev->id >= 0) j->n_generated++;
     if (ev->lp) {
@@ -77,8 +97,14 @@ void srv_job_wake(srv_job *j) {
     pthread_mutex_unlock(&j->mu);
 }
 
+void srv_job_set_started(srv_job *j) {
+    lock_counted(j);
+    j->started = true;
+    pthread_mutex_unlock(&j->mu);
+}
+
 void srv_job_finish(srv_job *j, const char *finish, int error_status, const char *error) {
-    pthread_mutex_lock(&j->mu);
+    lock_counted(j);
     srv_output_finish(j->out);
     if (error_status) {
         j->error_status = error_status;

@@ -77,5 +77,10 @@ bool srv_job_on_token(void *job, const mx_token_event *ev);
 void srv_job_finish(srv_job *j, const char *finish, int error_status, const char *error);
 // Wakes the connection waiting on the job (cv).
 void srv_job_wake(srv_job *j);
+// Marks the job admitted into a slot (the scheduler's side).
+void srv_job_set_started(srv_job *j);
+// Seconds the calling thread waited for job locks held by other threads in srv_job_on_token,
+// srv_job_finish and srv_job_set_started since its last call (per thread; the scheduler's counter).
+double srv_job_lock_wait_take(void);
 
 #endif

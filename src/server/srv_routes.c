@@ -86,6 +86,25 @@ enum MHD_Result srv_route_metrics(mx_server *s, struct MHD_Connection *c) {
     metric(&b, "scheduler_upkeep_seconds_total", "counter",
            "The part of the time between steps in queue and slot upkeep (admission, finished and cancelled requests)",
            st.upkeep_seconds);
+    metric(&b, "scheduler_admit_seconds_total", "counter",
+           "The part of the upkeep admitting queued requests into slots (sequence creation, engine admission)",
+           st.admit_seconds);
+    metric(&b, "scheduler_release_seconds_total", "counter",
+           "The part of the upkeep dropping finished, cancelled and expired requests (engine release, their end)",
+           st.release_seconds);
+    metric(&b, "scheduler_upkeep_cpu_seconds_total", "counter",
+           "CPU time of the scheduler thread in the upkeep (the rest of the upkeep it was preempted or blocked)",
+           st.upkeep_cpu_seconds);
+    metric(&b, "scheduler_upkeep_preemptions_total", "counter",
+           "Involuntary context switches of the scheduler thread in the upkeep (preempted by other threads)",
+           (double)st.upkeep_preemptions);
+    metric(&b, "scheduler_upkeep_blocks_total", "counter",
+           "Voluntary context switches of the scheduler thread in the upkeep (blocked on a lock)", (double)st.upkeep_blocks);
+    metric(&b, "scheduler_upkeep_lock_wait_seconds_total", "counter",
+           "The part of the upkeep waiting for request locks held by connection threads", st.upkeep_lock_wait_seconds);
+    metric(&b, "scheduler_step_lock_wait_seconds_total", "counter",
+           "Step time waiting for request locks held by connection threads (handing tokens to requests)",
+           st.step_lock_wait_seconds);
     if (b.oom) {
         srv_buf_free(&b);
         return srv_respond_error(s, c, 500, NULL, "out of memory");

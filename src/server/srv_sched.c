@@ -11,6 +11,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "core/clock.h"
@@ -127,8 +128,23 @@ static int admit(srv_sched *s, srv_job *j) {
 // The engine's counters into the shared stats (scheduler lock held, or before the thread starts).
 static void copy_engine_stats(srv_sched *s) { mx_engine_stats_get(s->eng, &s->st.engine); }
 
-// Queue and slot upkeep between steps (scheduler lock held).
-static void housekeep(srv_sched *s) {
+// What one or more upkeep passes cost, counted into the stats with the gap between steps they were part of.
+typedef struct upkeep_cost {
+    double wall, admit, release, cpu, lock_wait;
+    uint64_t preemptions, blocks;
+} upkeep_cost;
+
+// The calling thread's CPU seconds and context switches so far.
+static void thread_usage(double *cpu, uint64_t *involuntary, uint64_t *voluntary) {
+    struct rusage ru;
+    if (getrusage(RUSAGE_THREAD, &ru) != 0) memset(&ru, 0, sizeof ru);
+    *cpu = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+    *involuntary = (uint64_t)ru.ru_nivcsw;
+    *voluntary = (uint64_t)ru.ru_nvcsw;
+}
+
+// Queue and slot upkeep between steps (scheduler lock held); adds its parts' times to c.
+static void housekeep(srv_sched *s, upkeep_cost *c) {
     double now = mx_now();
     for (int k = 0; k < s->n_active; k++) {
         srv_job *j = s->active[k];
@@ -157,6 +173,8 @@ static void housekeep(srv_sched *s) {
         }
     }
     s->n_queue = kept;
+    double t_admit = mx_now();
+    c->release += t_admit - now;
     while (s->n_queue > 0 && s->n_active < s->n_slots) {
         srv_job *j = s->queue[0];
         int rc = admit(s, j);
@@ -170,25 +188,32 @@ static void housekeep(srv_sched *s) {
         s->active[s->n_active++] = j;
         s->st.requests++;
         s->st.prompt_tokens += (uint64_t)j->n_prompt;
-        pthread_mutex_lock(&j->mu);
-        j->started = true;
-        pthread_mutex_unlock(&j->mu);
+        srv_job_set_started(j);
     }
+    c->admit += mx_now() - t_admit;
     copy_engine_stats(s);
 }
 
 static void *sched_main(void *arg) {
     srv_sched *s = arg;
     double last_step_end = 0.0;  // 0: no step since the engine was last idle
-    double upkeep = 0.0;         // housekeeping since the last step (counted with the gap it is part of)
+    upkeep_cost upkeep = {0};    // housekeeping since the last step (counted with the gap it is part of)
     pthread_mutex_lock(&s->mu);
     for (;;) {
-        double t_upkeep = mx_now();
-        housekeep(s);
-        upkeep += mx_now() - t_upkeep;
+        double t_upkeep = mx_now(), cpu0, cpu1;
+        uint64_t inv0, inv1, vol0, vol1;
+        thread_usage(&cpu0, &inv0, &vol0);
+        srv_job_lock_wait_take();  // waits before this pass (none: every lock is in the callback or here)
+        housekeep(s, &upkeep);
+        upkeep.lock_wait += srv_job_lock_wait_take();
+        thread_usage(&cpu1, &inv1, &vol1);
+        upkeep.wall += mx_now() - t_upkeep;
+        upkeep.cpu += cpu1 - cpu0;
+        upkeep.preemptions += inv1 - inv0;
+        upkeep.blocks += vol1 - vol0;
         if (s->stopping) break;
         if (mx_engine_running(s->eng) == 0) {
-            last_step_end = 0.0, upkeep = 0.0;
+            last_step_end = 0.0, upkeep = (upkeep_cost){0};
             struct timespec ts = mx_wall_deadline(1.0);
             pthread_cond_timedwait(&s->cv, &s->mu, &ts);
             continue;
@@ -199,12 +224,22 @@ static void *sched_main(void *arg) {
         double t0 = mx_now();
         int rc = mx_engine_step(s->eng, &err);
         if (s->model_lock) pthread_mutex_unlock(s->model_lock);
+        double step_lock_wait = srv_job_lock_wait_take();
         double between = last_step_end > 0.0 ? t0 - last_step_end : 0.0;
         last_step_end = mx_now();
         pthread_mutex_lock(&s->mu);
         s->st.between_steps_seconds += between;
-        if (between > 0.0) s->st.upkeep_seconds += upkeep;
-        upkeep = 0.0;
+        s->st.step_lock_wait_seconds += step_lock_wait;
+        if (between > 0.0) {
+            s->st.upkeep_seconds += upkeep.wall;
+            s->st.admit_seconds += upkeep.admit;
+            s->st.release_seconds += upkeep.release;
+            s->st.upkeep_cpu_seconds += upkeep.cpu;
+            s->st.upkeep_preemptions += upkeep.preemptions;
+            s->st.upkeep_blocks += upkeep.blocks;
+            s->st.upkeep_lock_wait_seconds += upkeep.lock_wait;
+        }
+        upkeep = (upkeep_cost){0};
         for (int k = 0; k < s->n_active; k++)
             if (s->active[k]->news) {
                 s->active[k]->news = false;

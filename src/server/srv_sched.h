@@ -41,6 +41,16 @@ typedef struct srv_stats {
     // queue and slot upkeep, admission, and waiting for the scheduler lock or the model lock.
     double between_steps_seconds;
     double upkeep_seconds;  // the part of it spent in queue and slot upkeep (the rest: lock waits)
+    // Parts of upkeep_seconds: admitting queued jobs (sequence creation, engine admission); dropping
+    // finished, cancelled and expired jobs (engine release, handing the job's end to the notifier).
+    double admit_seconds, release_seconds;
+    // The scheduler thread in upkeep_seconds: its CPU time (the rest it was off the CPU: preempted or
+    // blocked), its involuntary context switches (preempted) and voluntary ones (blocked on a lock).
+    double upkeep_cpu_seconds;
+    uint64_t upkeep_preemptions, upkeep_blocks;
+    // The scheduler thread waiting for job locks held by connection threads (contended acquisitions
+    // only): in upkeep, and in the token callback during steps (which delays the step).
+    double upkeep_lock_wait_seconds, step_lock_wait_seconds;
 } srv_stats;
 
 // Creates the context and starts the thread. The model and tokenizer are borrowed. A job whose
