@@ -186,13 +186,17 @@ enum MHD_Result srv_route_generate(mx_server *s, struct MHD_Connection *c, srv_k
 
     for (int i = 0; i < n_jobs; i++) {
         srv_job *j = jobs[i];
-        pthread_mutex_lock(&j->mu);
-        while (!j->done) {
-            struct timespec ts = mx_wall_deadline(0.1);
-            pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+        for (;;) {  // the job's lock only around the wait: the scheduler takes it for every token
+            pthread_mutex_lock(&j->mu);
+            if (!j->done) {
+                struct timespec ts = mx_wall_deadline(0.1);
+                pthread_cond_timedwait(&j->cv, &j->mu, &ts);
+            }
+            bool done = j->done;
+            pthread_mutex_unlock(&j->mu);
+            if (done) break;
             bool stopping = atomic_load(&s->stopping);
-            if (!j->done && (stopping || srv_client_gone(c))) {
-                pthread_mutex_unlock(&j->mu);
+            if (stopping || srv_client_gone(c)) {
                 for (int k = 0; k < n_jobs; k++) {
                     srv_job_cancel(jobs[k]);
                     srv_job_release(jobs[k]);
@@ -203,7 +207,6 @@ enum MHD_Result srv_route_generate(mx_server *s, struct MHD_Connection *c, srv_k
                 return MHD_NO;
             }
         }
-        pthread_mutex_unlock(&j->mu);
     }
     json_t *resp = NULL;
     status = 200;

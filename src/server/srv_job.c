@@ -42,6 +42,7 @@ srv_job *srv_job_create(const int32_t *prompt, int n_prompt, const srv_output_op
     j->n_prompt = n_prompt;
     j->n_logprobs = -1;
     atomic_init(&j->refs, 1);
+    atomic_init(&j->started, false);
     j->sampling = mx_sampling_defaults();
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
@@ -94,12 +95,6 @@ bool srv_job_on_token(void *job, const mx_token_event *ev) {
 void srv_job_wake(srv_job *j) {
     pthread_mutex_lock(&j->mu);
     pthread_cond_broadcast(&j->cv);
-    pthread_mutex_unlock(&j->mu);
-}
-
-void srv_job_set_started(srv_job *j) {
-    lock_counted(j);
-    j->started = true;
     pthread_mutex_unlock(&j->mu);
 }
 

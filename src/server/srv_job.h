@@ -3,10 +3,11 @@
 // Ownership: reference counted (the connection holds one reference, the scheduler one while the
 // job is queued or active); srv_job_release frees on the last. Fields are in three groups:
 //   - request: written by the connection before submit, read-only afterwards;
-//   - shared: guarded by `mu`; the scheduler appends output and sets `done`, the connection reads
-//     and may set `cancelled` (atomic too: the scheduler checks every active job between steps
-//     without taking `mu`, which the connection holds while it formats events); `cv` is broadcast
-//     on every change;
+//   - shared: guarded by `mu`; the scheduler appends output and (through its notifier thread) sets
+//     `done`, the connection reads and may set `cancelled` (atomic too: the scheduler checks every
+//     active job between steps without taking `mu`); `cv` is broadcast on every change. The
+//     scheduler thread takes `mu` for every token, so a connection holds it only to copy what is
+//     new (srv_stream.c) or to wait on `cv`, and formats JSON after releasing it;
 //   - scheduler: private to the scheduler thread.
 #ifndef MX_SERVER_SRV_JOB_H
 #define MX_SERVER_SRV_JOB_H
@@ -46,7 +47,7 @@ typedef struct srv_job {
     mx_sample_out *lp;     // [n_lp] logprobs of the generated tokens (when n_logprobs >= 0)
     size_t n_lp, cap_lp;
     int n_generated;
-    bool started;          // admitted into a slot
+    atomic_bool started;   // admitted into a slot (atomic, not under `mu`: the scheduler sets it)
     bool done;
     const char *finish;    // "stop", "length", "cancelled" (set with done; see srv_finish_reason)
     int error_status;      // non-zero: the job failed before producing output (HTTP status)
@@ -71,16 +72,17 @@ void srv_job_cancel(srv_job *j);
 // the step's wake-ups to another thread, srv_sched.c); false once a stop string matched.
 // srv_job_finish ends the output and marks the job done with finish ("stop", "length" or
 // "cancelled"; the response layer names the OpenAI finish_reason) and an optional error (HTTP
-// status and message); the caller then wakes the connection (srv_job_wake, or the scheduler's
-// notifier thread: a wake-up can hand the scheduler's core to the woken thread for a millisecond).
+// status and message). It does not wake the connection: the caller then calls srv_job_wake. The
+// scheduler hands both to its notifier thread (srv_sched.c: the lock may be held by the connection,
+// and a wake-up can hand the core to the woken thread for a millisecond), or does both itself when
+// the notifier cannot take them (its queue full, or at shutdown after it ended). Nothing changes a
+// job once it is done.
 bool srv_job_on_token(void *job, const mx_token_event *ev);
 void srv_job_finish(srv_job *j, const char *finish, int error_status, const char *error);
 // Wakes the connection waiting on the job (cv).
 void srv_job_wake(srv_job *j);
-// Marks the job admitted into a slot (the scheduler's side).
-void srv_job_set_started(srv_job *j);
-// Seconds the calling thread waited for job locks held by other threads in srv_job_on_token,
-// srv_job_finish and srv_job_set_started since its last call (per thread; the scheduler's counter).
+// Seconds the calling thread waited for job locks held by other threads in srv_job_on_token and
+// srv_job_finish since its last call (per thread; the scheduler's counters).
 double srv_job_lock_wait_take(void);
 
 #endif

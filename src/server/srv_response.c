@@ -16,16 +16,19 @@ json_t *srv_usage_json(int n_prompt, int n_generated) {
                      n_prompt + n_generated);
 }
 
+json_t *srv_tool_call_json(const srv_gen_info *info, int choice, int i, const char *name, const char *args, bool with_index) {
+    char id[96];
+    snprintf(id, sizeof id, "call_%s_%d_%d", info->id + (strncmp(info->id, "chatcmpl-", 9) == 0 ? 9 : 0), choice, i);
+    json_t *t = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function", "function", "name", name, "arguments", args);
+    if (with_index) json_object_set_new(t, "index", json_integer(i));
+    return t;
+}
+
 json_t *srv_tool_calls_json(const srv_job *j, const srv_gen_info *info, int choice, int from, bool with_index) {
     json_t *arr = json_array();
-    for (int i = from; i < srv_output_n_tools(j->out); i++) {
-        char id[96];
-        snprintf(id, sizeof id, "call_%s_%d_%d", info->id + (strncmp(info->id, "chatcmpl-", 9) == 0 ? 9 : 0), choice, i);
-        json_t *t = json_pack("{s:s, s:s, s:{s:s, s:s}}", "id", id, "type", "function", "function", "name",
-                              srv_output_tool_name(j->out, i), "arguments", srv_output_tool_args(j->out, i));
-        if (with_index) json_object_set_new(t, "index", json_integer(i));
-        json_array_append_new(arr, t);
-    }
+    for (int i = from; i < srv_output_n_tools(j->out); i++)
+        json_array_append_new(arr, srv_tool_call_json(info, choice, i, srv_output_tool_name(j->out, i),
+                                                      srv_output_tool_args(j->out, i), with_index));
     return arr;
 }
 
@@ -49,40 +52,40 @@ static json_t *logprob_item(const mx_tokenizer *tok, const mx_sample_out *o) {
     return e;
 }
 
-json_t *srv_logprobs_json(const mx_tokenizer *tok, const srv_job *j, srv_kind kind, size_t from, size_t to) {
-    if (j->n_logprobs < 0) return json_null();
-    if (to > j->n_lp) to = j->n_lp;
+json_t *srv_logprobs_json(const mx_tokenizer *tok, const mx_sample_out *lp, size_t n, srv_kind kind, size_t *text_offset) {
     if (kind == SRV_KIND_CHAT) {
         json_t *content = json_array();
-        for (size_t i = from; i < to; i++) json_array_append_new(content, logprob_item(tok, &j->lp[i]));
+        for (size_t i = 0; i < n; i++) json_array_append_new(content, logprob_item(tok, &lp[i]));
         return json_pack("{s:o}", "content", content);
     }
     json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
-    size_t off = 0;
-    for (size_t i = 0; i < to; i++) {
-        const mx_sample_out *o = &j->lp[i];
+    for (size_t i = 0; i < n; i++) {
+        const mx_sample_out *o = &lp[i];
         char *t = mx_tokenizer_decode(tok, &o->id, 1, false);
-        if (i >= from) {
-            json_array_append_new(tokens, json_string(t ? t : ""));
-            json_array_append_new(lps, json_real(o->logprob));
-            json_t *m = json_object();
-            for (int k = 0; k < o->n_top; k++) {
-                char *at = mx_tokenizer_decode(tok, &o->top_id[k], 1, false);
-                json_object_set_new(m, at ? at : "", json_real(o->top_logprob[k]));
-                free(at);
-            }
-            json_array_append_new(tops, m);
-            json_array_append_new(offs, json_integer((json_int_t)off));
+        json_array_append_new(tokens, json_string(t ? t : ""));
+        json_array_append_new(lps, json_real(o->logprob));
+        json_t *m = json_object();
+        for (int k = 0; k < o->n_top; k++) {
+            char *at = mx_tokenizer_decode(tok, &o->top_id[k], 1, false);
+            json_object_set_new(m, at ? at : "", json_real(o->top_logprob[k]));
+            free(at);
         }
-        off += t ? strlen(t) : 0;
+        json_array_append_new(tops, m);
+        json_array_append_new(offs, json_integer((json_int_t)*text_offset));
+        *text_offset += t ? strlen(t) : 0;
         free(t);
     }
     return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs", tops,
                      "text_offset", offs);
 }
 
+// The logprobs of a whole answer; JSON null when the request asked for none.
+static json_t *job_logprobs_json(const mx_tokenizer *tok, const srv_job *j, srv_kind kind) {
+    size_t off = 0;
+    return j->n_logprobs >= 0 ? srv_logprobs_json(tok, j->lp, j->n_lp, kind, &off) : json_null();
+}
+
 json_t *srv_choice_json(const mx_tokenizer *tok, const srv_job *j, const srv_gen_info *info, int index) {
-    size_t n_lp = j->n_lp;
     size_t clen, rlen;
     const char *content = srv_output_content(j->out, &clen);
     const char *reasoning = srv_output_reasoning(j->out, &rlen);
@@ -95,20 +98,18 @@ json_t *srv_choice_json(const mx_tokenizer *tok, const srv_job *j, const srv_gen
         if (rlen) json_object_set_new(msg, "reasoning_content", json_stringn(reasoning, rlen));
         if (n_tools) json_object_set_new(msg, "tool_calls", srv_tool_calls_json(j, info, index, 0, false));
         return json_pack("{s:i, s:o, s:o, s:s}", "index", index, "message", msg, "logprobs",
-                         srv_logprobs_json(tok, j, info->kind, 0, n_lp), "finish_reason", srv_finish_reason(j));
+                         job_logprobs_json(tok, j, info->kind), "finish_reason", srv_finish_reason(j));
     }
     return json_pack("{s:i, s:s%, s:o, s:s}", "index", index, "text", content, clen, "logprobs",
-                     srv_logprobs_json(tok, j, info->kind, 0, n_lp), "finish_reason", srv_finish_reason(j));
+                     job_logprobs_json(tok, j, info->kind), "finish_reason", srv_finish_reason(j));
 }
 
 json_t *srv_completion_json(const mx_tokenizer *tok, srv_job **jobs, int n, const srv_gen_info *info) {
     json_t *choices = json_array();
     int generated = 0;
     for (int i = 0; i < n; i++) {
-        pthread_mutex_lock(&jobs[i]->mu);
         json_array_append_new(choices, srv_choice_json(tok, jobs[i], info, i));
         generated += jobs[i]->n_generated;
-        pthread_mutex_unlock(&jobs[i]->mu);
     }
     return json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", info->id, "object",
                      info->kind == SRV_KIND_CHAT ? "chat.completion" : "text_completion", "created", (json_int_t)info->created,

@@ -3,7 +3,8 @@
 // running jobs (their output split into content / reasoning / tool calls, their logprobs): the
 // whole chat.completion / text_completion object, and the pieces of streamed chunks. The scheduler
 // and the jobs hold no JSON; the OpenAI finish_reason is named here. Job locks are taken by the
-// caller unless said otherwise.
+// caller unless said otherwise; the pieces that take plain values (logprobs, one tool call) need no
+// job, so a stream formats its copies of a job's new output outside the job's lock.
 #ifndef MX_SERVER_SRV_RESPONSE_H
 #define MX_SERVER_SRV_RESPONSE_H
 
@@ -28,13 +29,18 @@ typedef struct srv_gen_info {
 // The OpenAI finish_reason of a finished job: its finish, "tool_calls" when it stopped after calls.
 const char *srv_finish_reason(const srv_job *j);
 json_t *srv_usage_json(int n_prompt, int n_generated);
-// The tool calls from index `from` of choice `choice`; with_index adds each call's index (stream deltas).
+// Tool call i of choice `choice` (its name and JSON arguments text); with_index adds the call's index
+// (stream deltas).
+json_t *srv_tool_call_json(const srv_gen_info *info, int choice, int i, const char *name, const char *args, bool with_index);
+// The tool calls from index `from` of choice `choice` of a job.
 json_t *srv_tool_calls_json(const srv_job *j, const srv_gen_info *info, int choice, int from, bool with_index);
-// Logprobs of tokens [from, to) of j->lp in the chat or completion form; JSON null when off.
-json_t *srv_logprobs_json(const mx_tokenizer *tok, const srv_job *j, srv_kind kind, size_t from, size_t to);
+// Logprobs of n generated tokens in the chat or completion form. text_offset: the completion form's
+// offset of the first token's text in the generated text, advanced past the n tokens' texts.
+json_t *srv_logprobs_json(const mx_tokenizer *tok, const mx_sample_out *lp, size_t n, srv_kind kind, size_t *text_offset);
 // Choice `index` of a finished job: message (chat) or text, logprobs, finish_reason.
 json_t *srv_choice_json(const mx_tokenizer *tok, const srv_job *j, const srv_gen_info *info, int index);
-// The whole answer of n finished jobs, choice i from jobs[i], with usage (takes each job's lock).
+// The whole answer of n finished jobs, choice i from jobs[i], with usage. Takes no lock: the caller
+// has seen each job done under its lock, and nothing changes a job after that.
 json_t *srv_completion_json(const mx_tokenizer *tok, srv_job **jobs, int n, const srv_gen_info *info);
 
 // A streamed chunk carrying one choice (or none: choice NULL, e.g. the usage chunk).

@@ -2,11 +2,16 @@
 // Continuous-batching scheduler (see srv_sched.h). Locking: the scheduler mutex guards the queue,
 // the slot table and the stats; a job's own mutex guards its shared fields. When both are held the
 // scheduler mutex is taken first. The engine is touched by the scheduler thread only.
-// Wake-ups: the token callback only marks a job (srv_job.news); after each step the scheduler
-// queues the marked jobs for the notifier thread, which wakes their connections. A wake-up of a
-// waiting thread is a system call (tens of microseconds when the woken thread takes the core), and
-// a step of 64 sequences has 64 of them: done here they would delay the next step, done by the
-// notifier they overlap it (the scheduler thread is then waiting for the backend).
+// Wake-ups and ends: the token callback only marks a job (srv_job.news); after each step the
+// scheduler queues the marked jobs for the notifier thread, which wakes their connections. A wake-up
+// of a waiting thread is a system call (tens of microseconds when the woken thread takes the core),
+// and a step of 64 sequences has 64 of them: done here they would delay the next step, done by the
+// notifier they overlap it (the scheduler thread is then waiting for the backend). A job that ends
+// (finished, cancelled, expired, failed) is handed to the notifier the same way, which ends its
+// output (srv_job_finish, under the job's lock) and then wakes its connection: so the scheduler
+// thread takes a job's lock only in the token callback, and never waits between steps for a
+// connection thread that holds one. Only when the notifier's queue is full (or the notifier is not
+// running) does the scheduler do both itself.
 #include "server/srv_sched.h"
 
 #include <stdlib.h>
@@ -16,6 +21,14 @@
 
 #include "core/clock.h"
 #include "generate/engine.h"
+
+// One job for the notifier: end it first when finish is set (srv_job_finish), then wake its connection.
+typedef struct wake_item {
+    srv_job *j;
+    const char *finish;  // NULL: only wake
+    int status;
+    char *error;         // owned; NULL when status is 0
+} wake_item;
 
 struct srv_sched {
     mx_model *m;
@@ -35,28 +48,44 @@ struct srv_sched {
     srv_job **active; // [n_slots] admitted jobs; each owns one reference
     int n_active;
     srv_stats st;
-    // notifier: jobs whose connections must be woken, each holding a reference (nmu guards them)
+    // notifier: jobs to end and whose connections must be woken, each holding a reference (nmu guards them)
     pthread_t notifier;
     bool notifier_started, notifier_stop;
     pthread_mutex_t nmu;
     pthread_cond_t ncv;
-    srv_job **wake, **waking;  // [cap_wake] queued; the notifier's batch being woken
+    wake_item *wake, *waking;  // [cap_wake] queued; the notifier's batch being handled
     int n_wake, cap_wake;
 };
 
-// Queues a wake-up of j's connection for the notifier (or wakes it here when the queue is full).
-static void queue_wake(srv_sched *s, srv_job *j) {
+// Ends (finish set: srv_job_finish's arguments) and wakes the job on this thread.
+static void end_and_wake(srv_job *j, const char *finish, int status, const char *error) {
+    if (finish) srv_job_finish(j, finish, status, error);
+    srv_job_wake(j);
+}
+
+// Hands j to the notifier: ends it when finish is set, then wakes its connection (done here when
+// the notifier's queue is full or it is not running).
+static void hand_over(srv_sched *s, srv_job *j, const char *finish, int status, const char *error) {
+    char *err = NULL;
+    if (finish && status && !(err = strdup(error ? error : ""))) {
+        end_and_wake(j, finish, status, error);
+        return;
+    }
     pthread_mutex_lock(&s->nmu);
     if (s->n_wake == s->cap_wake || !s->notifier_started) {
         pthread_mutex_unlock(&s->nmu);
-        srv_job_wake(j);
+        free(err);
+        end_and_wake(j, finish, status, error);
         return;
     }
     srv_job_retain(j);
-    s->wake[s->n_wake++] = j;
-    pthread_cond_signal(&s->ncv);
+    s->wake[s->n_wake++] = (wake_item){j, finish, status, err};
+    if (s->n_wake == 1) pthread_cond_signal(&s->ncv);  // it waits only on an empty queue
     pthread_mutex_unlock(&s->nmu);
 }
+
+// Queues a wake-up of j's connection for the notifier.
+static void queue_wake(srv_sched *s, srv_job *j) { hand_over(s, j, NULL, 0, NULL); }
 
 static void *notify_main(void *arg) {
     srv_sched *s = arg;
@@ -69,8 +98,10 @@ static void *notify_main(void *arg) {
         s->n_wake = 0;
         pthread_mutex_unlock(&s->nmu);
         for (int i = 0; i < n; i++) {
-            srv_job_wake(s->waking[i]);
-            srv_job_release(s->waking[i]);
+            wake_item *w = &s->waking[i];
+            end_and_wake(w->j, w->finish, w->status, w->error ? w->error : "");
+            free(w->error);
+            srv_job_release(w->j);
         }
         pthread_mutex_lock(&s->nmu);
     }
@@ -78,18 +109,12 @@ static void *notify_main(void *arg) {
     return NULL;
 }
 
-// Finishes a job and has the notifier wake its connection.
-static void finish_job(srv_sched *s, srv_job *j, const char *finish, int status, const char *error) {
-    srv_job_finish(j, finish, status, error);
-    queue_wake(s, j);
-}
-
 // Takes active job k out (scheduler lock held): releases its sequence and finishes the job.
 static void drop_active(srv_sched *s, int k, const char *finish, int status, const char *error) {
     srv_job *j = s->active[k];
     s->active[k] = s->active[--s->n_active];
     mx_engine_release(s->eng, j->seq);
-    finish_job(s, j, finish, status, error);
+    hand_over(s, j, finish, status, error);
     srv_job_release(j);
 }
 
@@ -105,7 +130,7 @@ static int admit(srv_sched *s, srv_job *j) {
         mx_sampling sp = j->sampling;
         if (j->n_bias > 0) {
             if (!(j->bias = malloc(sizeof *j->bias * (size_t)j->n_bias))) {
-                finish_job(s, j, "stop", 500, "out of memory");
+                hand_over(s, j, "stop", 500, "out of memory");
                 return -1;
             }
             for (int i = 0; i < j->n_bias; i++) j->bias[i] = (mx_logit_bias){j->bias_ids[i], j->bias_values[i]};
@@ -116,12 +141,12 @@ static int admit(srv_sched *s, srv_job *j) {
                           .stop_ids = s->stop_ids, .n_stop_ids = s->n_stop_ids, .n_logprobs = j->n_logprobs,
                           .skip_special = !j->keep_special, .matcher = j->matcher, .on_token = srv_job_on_token, .user = j};
         if (!(j->seq = mx_seq_create(s->tok, j->prompt, j->n_prompt, &so, s->max_ctx, &err))) {
-            finish_job(s, j, "stop", 500, err.msg);
+            hand_over(s, j, "stop", 500, err.msg);
             return -1;
         }
     }
     int rc = mx_engine_admit(s->eng, j->seq, &err);
-    if (rc < 0) finish_job(s, j, "stop", 400, err.msg);
+    if (rc < 0) hand_over(s, j, "stop", 400, err.msg);
     return rc;
 }
 
@@ -134,11 +159,14 @@ typedef struct upkeep_cost {
     uint64_t preemptions, blocks;
 } upkeep_cost;
 
-// The calling thread's CPU seconds and context switches so far.
+// The calling thread's CPU seconds (its own clock: getrusage's times are in scheduler ticks) and
+// context switches so far.
 static void thread_usage(double *cpu, uint64_t *involuntary, uint64_t *voluntary) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    *cpu = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
     struct rusage ru;
     if (getrusage(RUSAGE_THREAD, &ru) != 0) memset(&ru, 0, sizeof ru);
-    *cpu = (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
     *involuntary = (uint64_t)ru.ru_nivcsw;
     *voluntary = (uint64_t)ru.ru_nvcsw;
 }
@@ -166,7 +194,7 @@ static void housekeep(srv_sched *s, upkeep_cost *c) {
         srv_job *j = s->queue[q];
         bool cancel = job_cancelled(s, j);
         if (cancel || (j->deadline > 0 && now > j->deadline)) {
-            finish_job(s, j, "cancelled", 503, cancel ? "the request was cancelled" : "timed out waiting for a free slot");
+            hand_over(s, j, "cancelled", 503, cancel ? "the request was cancelled" : "timed out waiting for a free slot");
             srv_job_release(j);
         } else {
             s->queue[kept++] = j;
@@ -188,7 +216,7 @@ static void housekeep(srv_sched *s, upkeep_cost *c) {
         s->active[s->n_active++] = j;
         s->st.requests++;
         s->st.prompt_tokens += (uint64_t)j->n_prompt;
-        srv_job_set_started(j);
+        atomic_store(&j->started, true);
     }
     c->admit += mx_now() - t_admit;
     copy_engine_stats(s);
@@ -326,9 +354,8 @@ void srv_sched_free(srv_sched *s) {
         pthread_mutex_unlock(&s->nmu);
         pthread_join(s->notifier, NULL);
     }
-    for (int q = 0; q < s->n_queue; q++) {
-        srv_job_finish(s->queue[q], "cancelled", 503, "the server is shutting down");
-        srv_job_wake(s->queue[q]);  // the notifier has ended
+    for (int q = 0; q < s->n_queue; q++) {  // the notifier has ended: end and wake them here
+        end_and_wake(s->queue[q], "cancelled", 503, "the server is shutting down");
         srv_job_release(s->queue[q]);
     }
     mx_engine_free(s->eng);

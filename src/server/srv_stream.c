@@ -5,7 +5,10 @@
 // finish_reason, then usage and [DONE] once every choice is done), checking every 100 ms whether the
 // client is gone (reset) or the server stops. Each chunk carries one choice, named by its `index`.
 // It waits on the condition variable of one running choice (the choices of a request decode in the
-// same steps, so that one wakes it every step) and takes what is new from all of them at each wake.
+// same steps, so that one wakes it every step) and takes what is new from all of them at each wake:
+// under a job's lock it only copies the new text, tool calls and logprobs (sse_snap), and formats
+// the events after releasing it, so the scheduler thread (which takes the lock for every token)
+// never waits for JSON formatting.
 // A client is known to be gone only when a write fails, so after 2 s without news a keep-alive
 // comment is written; the jobs are then cancelled and the scheduler frees their slots at the next
 // step. On shutdown the stream ends with an error event and [DONE]. Nothing is sent for held-back
@@ -27,9 +30,28 @@ enum { KEEPALIVE_WAITS = 20 };  // 100 ms waits without news before a keep-alive
 typedef struct sse_choice {
     srv_job *j;
     size_t sent_content, sent_reasoning, sent_lp;
+    size_t lp_offset;  // completion logprobs: text offset of the next token
     int sent_tools;
+    int generated;     // tokens generated so far (the last copy's count)
     bool finished;
 } sse_choice;
+
+// A copy of what is new in one choice, taken under its job's lock. The copy is all that happens
+// under the lock: the scheduler thread takes it for every token and when the job ends, and must not
+// wait while a connection thread formats JSON (or is preempted doing so). The buffers are reused
+// from choice to choice and event to event, so once grown the copy allocates nothing.
+typedef struct sse_snap {
+    srv_buf content, reasoning;  // new released text
+    srv_buf tools;               // new tool calls: name NUL arguments NUL for each
+    int n_tools;                 // the job's tool calls so far
+    mx_sample_out *lp;           // new logprobs [n_lp] (sent with new content or the final chunk)
+    size_t n_lp, cap_lp;
+    int generated;
+    bool done;
+    const char *finish;          // the OpenAI finish_reason (with done)
+    int error_status;            // with done: the job failed (HTTP status, error)
+    char error[256];
+} sse_snap;
 
 typedef struct sse {
     mx_server *s;
@@ -37,6 +59,7 @@ typedef struct sse {
     sse_choice ch[SRV_MAX_CHOICES];
     int n;
     srv_gen_info info;
+    sse_snap snap;
     srv_buf out;     // bytes ready to send
     size_t off;      // bytes of `out` already sent
     bool roles_sent, finished;
@@ -65,44 +88,90 @@ static void fail(sse *st, json_t *error) {
     st->finished = true;
 }
 
-// Formats what is new in choice i (its job's lock held). Returns true when something was produced.
-static bool take_new(sse *st, int i) {
+// Copies what is new in choice i into st->snap (its job's lock held; see sse_snap).
+static void snapshot(sse *st, int i) {
     sse_choice *ch = &st->ch[i];
     srv_job *j = ch->j;
-    size_t clen, rlen, n_lp = j->n_lp;
+    sse_snap *sn = &st->snap;
+    size_t clen, rlen;
     const char *content = srv_output_content(j->out, &clen);
     const char *reasoning = srv_output_reasoning(j->out, &rlen);
-    int n_tools = srv_output_n_tools(j->out);
+    sn->content.n = sn->reasoning.n = sn->tools.n = 0;
+    sn->n_lp = 0;
+    sn->done = j->done;
+    sn->generated = j->n_generated;
+    sn->error_status = sn->done ? j->error_status : 0;
+    if (sn->error_status) {
+        memcpy(sn->error, j->error, sizeof sn->error);
+        return;
+    }
+    if (clen > ch->sent_content) srv_buf_append(&sn->content, content + ch->sent_content, clen - ch->sent_content);
+    if (rlen > ch->sent_reasoning) srv_buf_append(&sn->reasoning, reasoning + ch->sent_reasoning, rlen - ch->sent_reasoning);
+    sn->n_tools = srv_output_n_tools(j->out);
+    for (int t = ch->sent_tools; t < sn->n_tools; t++) {
+        const char *name = srv_output_tool_name(j->out, t), *args = srv_output_tool_args(j->out, t);
+        srv_buf_append(&sn->tools, name, strlen(name) + 1);
+        srv_buf_append(&sn->tools, args, strlen(args) + 1);
+    }
+    if (j->n_logprobs >= 0 && j->n_lp > ch->sent_lp && (clen > ch->sent_content || sn->done)) {
+        size_t n = j->n_lp - ch->sent_lp;
+        if (n > sn->cap_lp) {
+            mx_sample_out *g = realloc(sn->lp, sizeof *g * n);
+            if (g) sn->lp = g, sn->cap_lp = n;
+        }
+        if (n <= sn->cap_lp) {
+            memcpy(sn->lp, j->lp + ch->sent_lp, sizeof *sn->lp * n);
+            sn->n_lp = n;
+        } else {
+            st->out.oom = true;  // ends the stream as on any allocation failure
+        }
+    }
+    sn->finish = sn->done ? srv_finish_reason(j) : NULL;
+}
+
+// Formats the events of choice i from st->snap (no lock held). Returns true when something was produced.
+static bool take_new(sse *st, int i) {
+    sse_choice *ch = &st->ch[i];
+    const sse_snap *sn = &st->snap;
     bool any = false;
     bool chat = st->info.kind == SRV_KIND_CHAT;
-    if (j->error_status && j->done) {
-        fail(st, srv_error_json((unsigned)j->error_status, NULL, j->error));
+    bool logprobs = ch->j->n_logprobs >= 0;  // request field: read-only after submit
+    if (sn->error_status) {
+        fail(st, srv_error_json((unsigned)sn->error_status, NULL, sn->error));
         return true;
     }
-    if (chat && rlen > ch->sent_reasoning) {
-        json_t *delta = json_pack("{s:s%}", "reasoning_content", reasoning + ch->sent_reasoning, rlen - ch->sent_reasoning);
+    if (chat && sn->reasoning.n) {
+        json_t *delta = json_pack("{s:s%}", "reasoning_content", srv_buf_str(&sn->reasoning), sn->reasoning.n);
         sse_event(st, chunk(st, choice(st, i, delta, NULL, NULL)));
-        ch->sent_reasoning = rlen;
         any = true;
     }
-    if (clen > ch->sent_content) {
-        json_t *lp = j->n_logprobs >= 0 ? srv_logprobs_json(st->s->tok, j, st->info.kind, ch->sent_lp, n_lp) : NULL;
-        json_t *piece = json_stringn(content + ch->sent_content, clen - ch->sent_content);
+    ch->sent_reasoning += sn->reasoning.n;
+    size_t lp_left = sn->n_lp;  // copied logprobs not sent yet
+    if (sn->content.n) {
+        json_t *lp = logprobs ? srv_logprobs_json(st->s->tok, sn->lp, lp_left, st->info.kind, &ch->lp_offset) : NULL;
+        json_t *piece = json_stringn(srv_buf_str(&sn->content), sn->content.n);
         sse_event(st, chunk(st, choice(st, i, chat ? json_pack("{s:o}", "content", piece) : piece, lp, NULL)));
-        ch->sent_content = clen;
-        ch->sent_lp = n_lp;
+        ch->sent_content += sn->content.n;
+        ch->sent_lp += lp_left;
+        lp_left = 0;
         any = true;
     }
-    if (chat && n_tools > ch->sent_tools) {
-        json_t *delta = json_pack("{s:o}", "tool_calls", srv_tool_calls_json(j, &st->info, i, ch->sent_tools, true));
-        sse_event(st, chunk(st, choice(st, i, delta, NULL, NULL)));
-        ch->sent_tools = n_tools;
+    if (chat && sn->n_tools > ch->sent_tools) {
+        json_t *calls = json_array();
+        const char *p = srv_buf_str(&sn->tools);
+        for (int t = ch->sent_tools; t < sn->n_tools; t++) {
+            const char *name = p, *args = name + strlen(name) + 1;
+            p = args + strlen(args) + 1;
+            json_array_append_new(calls, srv_tool_call_json(&st->info, i, t, name, args, true));
+        }
+        sse_event(st, chunk(st, choice(st, i, json_pack("{s:o}", "tool_calls", calls), NULL, NULL)));
         any = true;
     }
-    if (j->done) {
-        json_t *lp = j->n_logprobs >= 0 && n_lp > ch->sent_lp ? srv_logprobs_json(st->s->tok, j, st->info.kind, ch->sent_lp, n_lp)
-                                                               : NULL;
-        sse_event(st, chunk(st, choice(st, i, chat ? json_object() : json_string(""), lp, srv_finish_reason(j))));
+    ch->sent_tools = sn->n_tools;
+    if (sn->done) {
+        json_t *lp = logprobs && lp_left ? srv_logprobs_json(st->s->tok, sn->lp, lp_left, st->info.kind, &ch->lp_offset) : NULL;
+        sse_event(st, chunk(st, choice(st, i, chat ? json_object() : json_string(""), lp, sn->finish)));
+        ch->sent_lp += lp_left;
         ch->finished = true;
         any = true;
     }
@@ -115,11 +184,15 @@ static bool take_all(sse *st) {
     int generated = 0, open = 0;
     for (int i = 0; i < st->n && !st->finished; i++) {
         sse_choice *ch = &st->ch[i];
-        pthread_mutex_lock(&ch->j->mu);
-        if (!ch->finished) any |= take_new(st, i);
-        generated += ch->j->n_generated;
+        if (!ch->finished) {
+            pthread_mutex_lock(&ch->j->mu);
+            snapshot(st, i);
+            pthread_mutex_unlock(&ch->j->mu);
+            ch->generated = st->snap.generated;
+            any |= take_new(st, i);
+        }
+        generated += ch->generated;
         open += !ch->finished;
-        pthread_mutex_unlock(&ch->j->mu);
     }
     if (st->finished) return true;  // an error event ended the stream
     if (open == 0) {
@@ -146,9 +219,7 @@ static srv_job *wait_job(sse *st) {
     for (int i = 0; i < st->n; i++) {
         if (st->ch[i].finished) continue;
         srv_job *j = st->ch[i].j;
-        pthread_mutex_lock(&j->mu);
-        bool started = j->started;
-        pthread_mutex_unlock(&j->mu);
+        bool started = atomic_load(&j->started);
         if (!pick || started) pick = j;
         if (started) break;
     }
@@ -225,6 +296,8 @@ static void stream_free(void *cls) {
     }
     if (woke) srv_sched_wake(st->s->sched);
     srv_buf_free(&st->out);
+    srv_buf_free(&st->snap.content), srv_buf_free(&st->snap.reasoning), srv_buf_free(&st->snap.tools);
+    free(st->snap.lp);
     free(st);
 }
 

@@ -178,7 +178,7 @@ NB='{"prompt":"Once upon a time","max_tokens":8,"temperature":1.0,"seed":77,"n":
 req POST /v1/completions "$NB" "$TMP/n3.json" >/dev/null
 NBS=$(python3 -c 'import json,sys; b=json.loads(sys.argv[1]); b["stream"]=True; b["stream_options"]={"include_usage":True}; print(json.dumps(b))' "$NB")
 curl -sN --max-time 60 -H "$AUTH" -H "$CT" -d "$NBS" "$SRV_URL/v1/completions" >"$TMP/n3s.txt"
-python3 - "$TMP/n3s.txt" "$TMP/n3.json" <<'PY' && ok "streamed n=3 completion: choices by index equal the JSON answer's, one finish each, usage of all" || bad "streamed n=3 completion"
+python3 - "$TMP/n3s.txt" "$TMP/n3.json" <<'PY' && ok "streamed n=3 completion: choices by index equal the JSON answer's (text, logprob tokens and their text offsets), one finish each, usage of all" || bad "streamed n=3 completion"
 import json, sys
 ev = [l[6:] for l in open(sys.argv[1]).read().split("\n") if l.startswith("data: ")]
 ref = json.load(open(sys.argv[2]))
@@ -193,6 +193,9 @@ for i in range(3):
     assert fin == [ref["choices"][i]["finish_reason"]] and mine[-1]["finish_reason"], (i, fin)
     toks = sum((c["logprobs"]["tokens"] for c in mine if c["logprobs"]), [])
     assert toks == ref["choices"][i]["logprobs"]["tokens"], (i, toks)
+    # Text offsets run on across chunks (the values may differ in the last bits: other batches).
+    offs = sum((c["logprobs"]["text_offset"] for c in mine if c["logprobs"]), [])
+    assert offs == ref["choices"][i]["logprobs"]["text_offset"], (i, offs)
 assert len({c["text"] for c in ref["choices"]}) > 1, "the seeds differ"
 assert chunks[-1]["choices"] == [] and chunks[-1]["usage"] == ref["usage"] and ref["usage"]["completion_tokens"] == 24, chunks[-1]
 PY
