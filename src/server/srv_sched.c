@@ -6,7 +6,10 @@
 // scheduler queues the marked jobs for the notifier thread, which wakes their connections. A wake-up
 // of a waiting thread is a system call (tens of microseconds when the woken thread takes the core),
 // and a step of 64 sequences has 64 of them: done here they would delay the next step, done by the
-// notifier they overlap it (the scheduler thread is then waiting for the backend). A job that ends
+// notifier they overlap it (the scheduler thread is then waiting for the backend). The notifier is
+// signalled once per step, after the upkeep that follows it and just before the next step starts,
+// so the woken connection threads do not preempt the upkeep (on a host with more busy threads than
+// cores the thread that keeps the GPU fed would otherwise wait behind them). A job that ends
 // (finished, cancelled, expired, failed) is handed to the notifier the same way, which ends its
 // output (srv_job_finish, under the job's lock) and then wakes its connection: so the scheduler
 // thread takes a job's lock only in the token callback, and never waits between steps for a
@@ -80,7 +83,13 @@ static void hand_over(srv_sched *s, srv_job *j, const char *finish, int status, 
     }
     srv_job_retain(j);
     s->wake[s->n_wake++] = (wake_item){j, finish, status, err};
-    if (s->n_wake == 1) pthread_cond_signal(&s->ncv);  // it waits only on an empty queue
+    pthread_mutex_unlock(&s->nmu);
+}
+
+// Lets the notifier handle what was handed over since the last call (one signal for a whole step).
+static void release_wakes(srv_sched *s) {
+    pthread_mutex_lock(&s->nmu);
+    if (s->n_wake > 0) pthread_cond_signal(&s->ncv);
     pthread_mutex_unlock(&s->nmu);
 }
 
@@ -239,6 +248,9 @@ static void *sched_main(void *arg) {
         upkeep.cpu += cpu1 - cpu0;
         upkeep.preemptions += inv1 - inv0;
         upkeep.blocks += vol1 - vol0;
+        // Only now are the connections woken (the last step's news, the jobs that ended): woken
+        // earlier, 64 of them would compete for the cores with this thread's upkeep and preempt it.
+        release_wakes(s);
         if (s->stopping) break;
         if (mx_engine_running(s->eng) == 0) {
             last_step_end = 0.0, upkeep = (upkeep_cost){0};
@@ -283,6 +295,7 @@ static void *sched_main(void *arg) {
     }
     while (s->n_active > 0) drop_active(s, 0, "cancelled", 0, "");
     pthread_mutex_unlock(&s->mu);
+    release_wakes(s);
     return NULL;
 }
 
