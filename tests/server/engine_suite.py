@@ -246,6 +246,17 @@ try:
           small.metric('steps_total') > 0 and small.metric('step_forward_seconds_total') > 0
           and all(small.metric('step_%s_seconds_total' % k) >= 0 for k in ('prepare', 'host_choose', 'finish'))
           and small.metric('scheduler_between_steps_seconds_total') >= small.metric('scheduler_upkeep_seconds_total') >= 0)
+    _, mtext = small.request('GET', '/metrics')  # one snapshot: the counters may still move between requests
+    mvals = dict(re.findall(r'^mlxcel_(\S+) (\S+)$', mtext.decode(), re.M))
+    up = {k: float(mvals.get('scheduler_' + k, 'nan')) for k in ('upkeep_seconds_total', 'admit_seconds_total', 'release_seconds_total',
+                                                      'upkeep_cpu_seconds_total', 'upkeep_preemptions_total',
+                                                      'upkeep_blocks_total', 'upkeep_lock_wait_seconds_total',
+                                                      'step_lock_wait_seconds_total')}
+    check('/metrics splits the upkeep: admission and release within it, the thread\'s CPU time not above it',
+          all(v >= 0 for v in up.values())  # NaN (missing) fails
+          and up['admit_seconds_total'] + up['release_seconds_total'] <= up['upkeep_seconds_total'] + 1e-9
+          and up['upkeep_cpu_seconds_total'] <= up['upkeep_seconds_total'] + 1e-6
+          and up['upkeep_lock_wait_seconds_total'] <= up['upkeep_seconds_total'] + 1e-9, up)
 
     # Cancelling requests while some are preempted and others queued gives every block back: six
     # streams of up to 140 tokens (9 blocks each) are opened; once one was preempted, all are closed.
@@ -310,6 +321,23 @@ for size in ('1', '15'):
               tiny.complete(prompt='Hi', max_tokens=4, temperature=0) is not None)
     finally:
         tiny.stop()
+
+# --batch-tokens: anything but an integer in [1, 65536] is a usage error naming the flag (exit 2);
+# the smallest budget (one prompt token per step) still serves prompts of many tokens.
+for bad in ('0', '-1', '-2048', 'abc', '12x', '', '65537', '99999999999'):
+    p = subprocess.run([SERVER, '-m', DEMO, '--port', '0', '--batch-tokens', bad], capture_output=True, text=True, timeout=60)
+    check(f'--batch-tokens {bad!r} refused', p.returncode == 2 and '--batch-tokens' in p.stderr and 'Traceback' not in p.stderr,
+          (p.returncode, p.stderr[-300:]))
+p = subprocess.run([SERVER, '-m', DEMO, '--port', '0', '--batch-tokens'], capture_output=True, text=True, timeout=60)
+check('--batch-tokens without a value refused', p.returncode == 2 and '--batch-tokens' in p.stderr, (p.returncode, p.stderr[-300:]))
+one = Server('--parallel', '2', '--batch-tokens', '1', '--backend', 'cpu')
+try:
+    fox = 'The quick brown fox jumps over the lazy dog'
+    got = one.complete(prompt=fox, max_tokens=8, temperature=0, ignore_eos=True)
+    want = cli_generate(fox, 8).replace('<|endoftext|>', '').replace('<|im_end|>', '')  # the server skips special tokens
+    check('--batch-tokens 1: a 10-token prompt is served as mlxcel generate answers it', got == want, (got, want))
+finally:
+    one.stop()
 
 # Embeddings: without --pooling the model folder's 1_Pooling/config.json decides (last token here).
 pool_dir = tempfile.mkdtemp(prefix='mlxcel-pooling-')
