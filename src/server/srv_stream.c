@@ -123,10 +123,11 @@ static void snapshot(sse *st, int i) {
             memcpy(sn->lp, j->lp + ch->sent_lp, sizeof *sn->lp * n);
             sn->n_lp = n;
         } else {
-            st->out.oom = true;  // ends the stream as on any allocation failure
+            st->out.oom = true;  // ends the stream, as any allocation failure does
         }
     }
     sn->finish = sn->done ? srv_finish_reason(j) : NULL;
+    if (sn->content.oom || sn->reasoning.oom || sn->tools.oom) st->out.oom = true;  // ends the stream
 }
 
 // Formats the events of choice i from st->snap (no lock held). Returns true when something was produced.
