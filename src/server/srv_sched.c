@@ -9,7 +9,8 @@
 // notifier they overlap it (the scheduler thread is then waiting for the backend). The notifier is
 // signalled once per step, after the upkeep that follows it and just before the next step starts,
 // so the woken connection threads do not preempt the upkeep (on a host with more busy threads than
-// cores the thread that keeps the GPU fed would otherwise wait behind them). A job that ends
+// cores the thread that keeps the GPU fed would otherwise wait behind them); MLXCEL_SERVER_WAKE_EARLY=1
+// signals it right after the step instead, as before, to compare the two on a host. A job that ends
 // (finished, cancelled, expired, failed) is handed to the notifier the same way, which ends its
 // output (srv_job_finish, under the job's lock) and then wakes its connection: so the scheduler
 // thread takes a job's lock only in the token callback, and never waits between steps for a
@@ -46,6 +47,7 @@ struct srv_sched {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool stopping;
+    bool wake_early;  // MLXCEL_SERVER_WAKE_EARLY=1: signal the notifier right after each step (before the upkeep)
     srv_job **queue;  // FIFO [max_queue]
     int n_queue;
     srv_job **active; // [n_slots] admitted jobs; each owns one reference
@@ -286,6 +288,7 @@ static void *sched_main(void *arg) {
                 queue_wake(s, s->active[k]);
             }
         copy_engine_stats(s);
+        if (s->wake_early) release_wakes(s);  // the order before the upkeep moved first (for comparison)
         if (rc) {
             char msg[256];
             snprintf(msg, sizeof msg, "model error: %s", err.msg);
@@ -328,6 +331,8 @@ srv_sched *srv_sched_create(mx_model *m, const mx_tokenizer *tok, const srv_sche
     if (o->n_stop_ids > 0) memcpy(s->stop_ids, o->stop_ids, sizeof(int32_t) * (size_t)o->n_stop_ids);
     s->n_stop_ids = o->n_stop_ids;
     s->model_lock = o->model_lock;
+    const char *early = getenv("MLXCEL_SERVER_WAKE_EARLY");
+    s->wake_early = early && strcmp(early, "1") == 0;
     s->st.n_slots = s->n_slots;
     mx_engine_opts eo = {.n_slots = o->n_slots, .max_ctx = o->max_ctx, .prefill_chunk = o->prefill_chunk,
                          .step_tokens = o->batch_tokens,                         .prefix_reuse = o->prefix_reuse, .threads = 0, .kv_size = o->kv_size};
