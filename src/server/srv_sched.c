@@ -120,7 +120,8 @@ static void *notify_main(void *arg) {
     return NULL;
 }
 
-// Takes active job k out (scheduler lock held): releases its sequence and finishes the job.
+// Takes active job k out (scheduler lock held): releases its sequence and hands the job to the
+// notifier, which ends it.
 static void drop_active(srv_sched *s, int k, const char *finish, int status, const char *error) {
     srv_job *j = s->active[k];
     s->active[k] = s->active[--s->n_active];
