@@ -53,7 +53,7 @@ for job in "$@"; do
             timeout 240 python3 bench/serve_throughput.py --url http://127.0.0.1:8090 -c 1,8,32,64 --max-tokens 128 \
                 --prompt-tokens 32 --rounds 2 $t 2>&1 | tee -a "$OUT/table.log" | tee -a "$OUT/summary.txt"
             # where the server's step time went so far (cumulative): engine phases and the scheduler's gaps
-            curl -sf http://127.0.0.1:8090/metrics | grep -E "^mlxcel_(steps_total|step_.*seconds_total|scheduler_between|generated_tokens_total)" |
+            curl -sf http://127.0.0.1:8090/metrics | grep -E "^mlxcel_(steps_total|step_.*seconds_total|scheduler_|generated_tokens_total)" |
                 sed "s/^/after $t: /" | tee -a "$OUT/summary.txt"
         done
         kill %1; wait ;;

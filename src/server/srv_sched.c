@@ -7,10 +7,7 @@
 // of a waiting thread is a system call (tens of microseconds when the woken thread takes the core),
 // and a step of 64 sequences has 64 of them: done here they would delay the next step, done by the
 // notifier they overlap it (the scheduler thread is then waiting for the backend). The notifier is
-// signalled once per step, after the upkeep that follows it and just before the next step starts,
-// so the woken connection threads do not preempt the upkeep (on a host with more busy threads than
-// cores the thread that keeps the GPU fed would otherwise wait behind them); MLXCEL_SERVER_WAKE_EARLY=1
-// signals it right after the step instead, as before, to compare the two on a host. A job that ends
+// signalled once per batch: after a step's news are queued, and after an upkeep pass. A job that ends
 // (finished, cancelled, expired, failed) is handed to the notifier the same way, which ends its
 // output (srv_job_finish, under the job's lock) and then wakes its connection: so the scheduler
 // thread takes a job's lock only in the token callback, and never waits between steps for a
@@ -47,7 +44,6 @@ struct srv_sched {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool stopping;
-    bool wake_early;  // MLXCEL_SERVER_WAKE_EARLY=1: signal the notifier right after each step (before the upkeep)
     srv_job **queue;  // FIFO [max_queue]
     int n_queue;
     srv_job **active; // [n_slots] admitted jobs; each owns one reference
@@ -251,9 +247,7 @@ static void *sched_main(void *arg) {
         upkeep.cpu += cpu1 - cpu0;
         upkeep.preemptions += inv1 - inv0;
         upkeep.blocks += vol1 - vol0;
-        // Only now are the connections woken (the last step's news, the jobs that ended): woken
-        // earlier, 64 of them would compete for the cores with this thread's upkeep and preempt it.
-        release_wakes(s);
+        release_wakes(s);  // the jobs that ended
         if (s->stopping) break;
         if (mx_engine_running(s->eng) == 0) {
             last_step_end = 0.0, upkeep = (upkeep_cost){0};
@@ -288,8 +282,8 @@ static void *sched_main(void *arg) {
                 s->active[k]->news = false;
                 queue_wake(s, s->active[k]);
             }
+        release_wakes(s);
         copy_engine_stats(s);
-        if (s->wake_early) release_wakes(s);  // the order before the upkeep moved first (for comparison)
         if (rc) {
             char msg[256];
             snprintf(msg, sizeof msg, "model error: %s", err.msg);
@@ -332,8 +326,6 @@ srv_sched *srv_sched_create(mx_model *m, const mx_tokenizer *tok, const srv_sche
     if (o->n_stop_ids > 0) memcpy(s->stop_ids, o->stop_ids, sizeof(int32_t) * (size_t)o->n_stop_ids);
     s->n_stop_ids = o->n_stop_ids;
     s->model_lock = o->model_lock;
-    const char *early = getenv("MLXCEL_SERVER_WAKE_EARLY");
-    s->wake_early = early && strcmp(early, "1") == 0;
     s->st.n_slots = s->n_slots;
     mx_engine_opts eo = {.n_slots = o->n_slots, .max_ctx = o->max_ctx, .prefill_chunk = o->prefill_chunk,
                          .step_tokens = o->batch_tokens,                         .prefix_reuse = o->prefix_reuse, .threads = 0, .kv_size = o->kv_size};

@@ -28,8 +28,8 @@ MLXCEL, SERVER = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 
 
 class Server(LiveServer):
-    def __init__(self, *args, env=None):
-        super().__init__([SERVER, '-m', DEMO, '-t', '2', *args], env=env)
+    def __init__(self, *args):
+        super().__init__([SERVER, '-m', DEMO, '-t', '2', *args])
 
     def complete(self, **body):
         st, data = self.request('POST', '/v1/completions', body)
@@ -195,10 +195,9 @@ def wait_until(cond, limit=120):
     return v
 
 
-# A small pool: 10 blocks of 16 positions for 4 sequences of up to 512; a large one for reference,
-# which wakes its connections right after each step (MLXCEL_SERVER_WAKE_EARLY=1, the other order).
+# A small pool: 10 blocks of 16 positions for 4 sequences of up to 512; a large one for reference.
 small = Server('--parallel', '4', '--ctx', '512', '--kv-size', '160', '--backend', 'cpu')
-large = Server('--parallel', '4', '--ctx', '512', '--backend', 'cpu', env=dict(os.environ, MLXCEL_SERVER_WAKE_EARLY='1'))
+large = Server('--parallel', '4', '--ctx', '512', '--backend', 'cpu')
 try:
     st, data = small.request('POST', '/v1/completions', {'prompt': 'Hello', 'max_tokens': 400})
     msg = data.decode()
