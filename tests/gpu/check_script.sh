@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
-# Sourced by the one-purpose device checks (sample_, batch_ and attn_on_device.sh):
-# what each of them does first and last, written once. Sources tests/gpu/steps.sh (step, verdict,
-# steps_finish) and tests/gpu/devdeps.sh, then gives:
+# shellcheck shell=bash
+# Sourced by the one-purpose device checks (sample_, batch_ and ab_on_device.sh): what each of
+# them does first and last, and the A/B step of a knob, written once. Sources tests/gpu/steps.sh
+# (step, verdict, steps_finish) and tests/gpu/devdeps.sh, then gives:
 #   check_start SCRIPT           installs the carried C libraries when the machine lacks them (a
 #                                verdict) and writes the GPU's name into the summary; SCRIPT names
 #                                the script's section of LAST_RUN.md.
@@ -10,6 +11,14 @@
 #                                MLXCEL_SKIP_BUILD=1 it neither removes nor reconfigures build/cuda
 #                                and only checks that the targets are there (another device script
 #                                built them earlier in the same call).
+#   check_run NAME LIMIT PATTERN [VAR=VALUE...] -- CMD...
+#                                step NAME: CMD with the variables set (env), within LIMIT
+#                                seconds; the log's lines matching PATTERN (grep -E, the first 40)
+#                                and its last line go into the summary, each as "NAME: line".
+#   check_bench NAME LIMIT [VAR=VALUE...] -- ARGS...
+#                                check_run of `build/cuda/mlxcel bench ARGS --backend cuda`: its
+#                                rep, pp, tg and bench lines into the summary. An A/B of a knob is
+#                                one check_bench per value.
 #   sum                          appends its input to $OUT/summary.txt and prints it.
 #   finish                       writes $OUT/all.log (the tail of every step's log) and ends the
 #                                script through steps_finish.
@@ -44,8 +53,39 @@ check_build() {  # check_build LIMIT TARGET...
         return 0
     fi
     rm -rf build/cuda
+    # shellcheck disable=SC2046  # the hub flag is nothing or one word
     step configure 120 cmake --preset cuda -DMLXCEL_CUDA_ARCHITECTURES=90 -DMLXCEL_WERROR=ON -DMLXCEL_SERVER_TESTS=OFF \
         $(mxg_hub_flag) || { tail -20 "$LOGS/configure.log"; finish; }
     step build "$limit" cmake --build build/cuda -j"$(nproc)" --target "$@" ||
         { grep -E "error" "$LOGS/build.log" | head -20; finish; }
+}
+
+check_run() {  # check_run NAME LIMIT PATTERN [VAR=VALUE...] -- CMD...
+    local name=$1 limit=$2 pattern=$3 vars=() rc
+    shift 3
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do
+        vars+=("$1")
+        shift
+    done
+    if [ $# -lt 2 ]; then
+        verdict "$name" FAIL "script error: check_run wants VAR=VALUE... -- CMD..."
+        return 2
+    fi
+    shift
+    rm -f "$LOGS/$name.log"  # a step left out for the deadline writes none: no stale lines
+    step "$name" "$limit" env ${vars[@]+"${vars[@]}"} "$@"
+    rc=$?
+    [ -f "$LOGS/$name.log" ] &&
+        { grep -E "$pattern" "$LOGS/$name.log" | head -40; tail -1 "$LOGS/$name.log"; } | awk '!seen[$0]++' |
+        sed "s/^/$name: /" | sum
+    return $rc
+}
+
+check_bench() {  # check_bench NAME LIMIT [VAR=VALUE...] -- ARGS...
+    local name=$1 limit=$2 a args=()
+    shift 2
+    for a in "$@"; do
+        if [ "$a" = -- ]; then args+=(-- build/cuda/mlxcel bench); else args+=("$a"); fi
+    done
+    check_run "$name" "$limit" 'pp[0-9]+|tg[0-9]+|^bench' "${args[@]}" --backend cuda
 }

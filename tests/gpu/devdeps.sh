@@ -1,4 +1,5 @@
 # SPDX-License-Identifier: MIT
+# shellcheck shell=bash
 # Sourced by the device scripts (run_on_device.sh, profile_on_device.sh,
 # check_sampling_on_device.sh). mxg_install_devdeps: when the machine lacks the C libraries the
 # build needs (jansson, pcre2, utf8proc, libmicrohttpd, pkg-config), installs the Debian packages
@@ -13,6 +14,7 @@ mxg_install_devdeps() {
     cp -a /tmp/devdeps/usr/lib/x86_64-linux-gnu/. /usr/local/lib/
     cp -a /tmp/devdeps/usr/bin/. /usr/local/bin/
     mkdir -p /usr/local/lib/pkgconfig
+    # shellcheck disable=SC2016  # ${prefix} is pkg-config's, written as is
     for pc in /usr/local/lib/pkgconfig/*.pc; do sed -i 's|^prefix=.*|prefix=/usr/local|; s|^libdir=.*|libdir=${prefix}/lib|' "$pc"; done
     # libmicrohttpd.pc names gnutls (Requires.private); the runtime library is the system's.
     pkg-config --exists gnutls 2>/dev/null ||

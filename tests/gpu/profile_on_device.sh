@@ -7,11 +7,12 @@
 # profile is a step (tests/gpu/steps.sh): "N passed, M failed" at the end, recorded in
 # tests/gpu/LAST_RUN.md; exit 1 when any failed.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 . tests/gpu/steps.sh
 if [ ! -x build/cuda/bench_gpu_decode ]; then
     . tests/gpu/devdeps.sh
     mxg_install_devdeps || verdict dependencies FAIL "C libraries missing and no build/devdeps carried"
+    # shellcheck disable=SC2046,SC2015  # the hub flag is nothing or one word; the build runs after configure
     step configure 300 cmake --preset cuda -DMLXCEL_SERVER_TESTS=OFF $(mxg_hub_flag) &&
         step build 420 cmake --build build/cuda -j"$(nproc)" --target bench_gpu_decode ||
         steps_finish profile_on_device.sh
@@ -24,20 +25,17 @@ for k in mma_kernel matvec_kernel attn_kernel; do
         build/cuda/bench_gpu_decode qwen3-8b 512 512 5
     { echo "===== $k"; grep -vE "^==PROF==|^(prefill|decode|per-op|  [a-z])" "$LOGS/ncu_$k.log"; } >>"$OUT/ncu.txt"
 done
-cat "$OUT/ncu.txt" | grep -E "=====|Duration|Throughput|Registers|Achieved Occupancy|Theoretical Occupancy|Issued Warp|No Eligible|Stall|Warp Cycles Per Issued|One or More|Block Limit|Dynamic Shared|Bank" | head -120
+grep -E "=====|Duration|Throughput|Registers|Achieved Occupancy|Theoretical Occupancy|Issued Warp|No Eligible|Stall|Warp Cycles Per Issued|One or More|Block Limit|Dynamic Shared|Bank" "$OUT/ncu.txt" | head -120
 # Instruction mix of the 4-bit (bf16 scales) instantiations, from the compiled objects.
-obj=$(find build/cuda -name 'matmul_mma.cu.o' | head -1)
-if [ -n "$obj" ] && command -v cuobjdump >/dev/null; then
-    echo "===== SASS instruction mix, mma_kernel<affine 4-bit, bf16 scales>" | tee -a "$OUT/ncu.txt"
-    cuobjdump -sass "$obj" | awk '/Function : .*mma_kernel.*Fmt.*Li1ELi4ELi2E/{f=1;next} /Function : /{f=0} f' |
+sass_mix() {  # sass_mix OBJECT FUNCTION-REGEX TITLE: the 25 commonest SASS instructions of the functions matched
+    local obj
+    obj=$(find build/cuda -name "$1" | head -1)
+    { [ -n "$obj" ] && command -v cuobjdump >/dev/null; } || return 0
+    echo "===== SASS instruction mix, $3" | tee -a "$OUT/ncu.txt"
+    cuobjdump -sass "$obj" | awk -v re="Function : .*$2" '$0 ~ re {f=1;next} /Function : /{f=0} f' |
         grep -oE '^\s+/\*[0-9a-f]{4}\*/\s+[A-Z][A-Z0-9_]*' | awk '{print $2}' | sort | uniq -c | sort -rn | head -25 |
         tee -a "$OUT/ncu.txt"
-fi
-obj=$(find build/cuda -name 'matvec.cu.o' | head -1)
-if [ -n "$obj" ] && command -v cuobjdump >/dev/null; then
-    echo "===== SASS instruction mix, matvec_kernel<affine 4-bit, bf16, NT 1, R 4>" | tee -a "$OUT/ncu.txt"
-    cuobjdump -sass "$obj" | awk '/Function : .*matvec_kernel.*Li1ELi4ELi2EEELi1ELi4ELb0/{f=1;next} /Function : /{f=0} f' |
-        grep -oE '^\s+/\*[0-9a-f]{4}\*/\s+[A-Z][A-Z0-9_]*' | awk '{print $2}' | sort | uniq -c | sort -rn | head -25 |
-        tee -a "$OUT/ncu.txt"
-fi
+}
+sass_mix matmul_mma.cu.o 'mma_kernel.*Fmt.*Li1ELi4ELi2E' "mma_kernel<affine 4-bit, bf16 scales>"
+sass_mix matvec.cu.o 'matvec_kernel.*Li1ELi4ELi2EEELi1ELi4ELb0' "matvec_kernel<affine 4-bit, bf16, NT 1, R 4>"
 steps_finish profile_on_device.sh

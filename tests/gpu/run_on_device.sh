@@ -20,7 +20,7 @@
 #   --quick: skip the 8B benches, the backend bench loops and the 80-real build; MLXCEL_COMMIT names the commit when the tree
 #   was copied without .git. Copy $OUT/LAST_RUN.md back over tests/gpu/LAST_RUN.md and commit it.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 quick=${1:-}
 . tests/gpu/steps.sh
 finish() {
@@ -46,6 +46,7 @@ fi
 
 echo "== configure + build"
 rm -rf build/cuda
+# shellcheck disable=SC2046  # the hub flag is nothing or one word
 step configure 300 cmake --preset cuda -DMLXCEL_WERROR=ON -DMLXCEL_SERVER_TESTS=OFF $(mxg_hub_flag) &&
     grep -E "mlxcel:" "$LOGS/configure.log"
 step build 420 cmake --build build/cuda -j"$(nproc)" || { tail -30 "$LOGS/build.log"; finish; }
@@ -146,6 +147,7 @@ if [ "$quick" != "--quick" ]; then
 fi
 
 echo "== wrong-architecture diagnosis (a build for 80-real only: no code the H200 can run)"
+# shellcheck disable=SC2046  # the hub flag is nothing or one word
 if [ "$quick" != "--quick" ] && step configure_80 120 cmake -S . -B build/cuda80 -DMLXCEL_CUDA=ON -DMLXCEL_CUDA_ARCHITECTURES=80-real \
         -DMLXCEL_SERVER_TESTS=OFF $(mxg_hub_flag) &&
     step build_80 300 cmake --build build/cuda80 -j"$(nproc)" --target mlxcel; then

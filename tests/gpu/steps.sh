@@ -1,4 +1,5 @@
 # SPDX-License-Identifier: MIT
+# shellcheck shell=bash
 # Sourced by the device scripts (run_on_device.sh, check_sampling_on_device.sh, check_script.sh,
 # profile_on_device.sh): they are the gate for the GPU code (CI has no GPU, so there the GPU tests
 # are skipped), so every step counts and the script's exit status says whether all passed.

@@ -1,0 +1,156 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# The A/B device checks of the GPU kernels' knobs, one suite per call on a machine with an NVIDIA
+# GPU: configures the cuda preset for sm_90 only and builds what the suite runs (not the rest;
+# with MLXCEL_SKIP_BUILD=1 it builds nothing and checks that the targets are there: another device
+# script built them earlier in the same call), runs the suite's correctness steps, then `mlxcel
+# bench` (random-weight models made in ~/.cache/mlxcel/bench when missing: the first bench of a
+# shape has the longer limit) and the per-op benches with each value of the knob on the same
+# binary, most wanted first. Every step counts (tests/gpu/steps.sh; MLXCEL_DEVICE_DEADLINE, the
+# suite's default below, bounds the whole run so the summary is always written; a step it cuts
+# fails as "not run"). $OUT gets summary.txt (the timings, bench lines and test verdict lines),
+# LAST_RUN.md (the verdicts, in the section "ab_on_device.sh SUITE") and all.log (every log).
+# Helpers: check_start, check_build, check_run, check_bench (tests/gpu/check_script.sh).
+#
+# Usage: MLXCEL_COMMIT=<commit> [MLXCEL_SKIP_BUILD=1] [MLXCEL_DEVICE_DEADLINE=<s>] tests/gpu/ab_on_device.sh SUITE
+#   attn      flash-decoding attention (kernels/attn_decode.cu, MLXCEL_GPU_ATTN_DECODE), ~5 min,
+#             deadline 300 s: the op suite (attention cases, the 4,100-position decode cases, both
+#             decode kernels and cache types); the 8B shape at 8k context (`-p 8192 -n 128`) with
+#             the new kernel and the previous one (=0), I16 cache and f16 (MLXCEL_GPU_KV=f16);
+#             `bench_gpu_decode qwen3-8b 8192 512 50` (the attention op's time at 8k and the whole
+#             decode token) with each kernel; the conformance harness.
+#   attn_mma  tensor-core prefill attention (vendor/cuda/attn_mma.cu, MLXCEL_GPU_ATTN_MMA), ~8 min,
+#             deadline 540 s: the op suite (the attention cases and prefill chunks at 4,100
+#             positions on both cache types, bound 3e-3); model parity on cuda with the switch (the
+#             fixtures' head size 32 makes the kernel decline: the dispatch changes nothing else);
+#             layer 0's prefill attention time of the 8B at 512 tokens (bench_gpu_decode) with and
+#             without the switch; the 8B's pp512 and pp8192 (`-n 32`) with and without it, I16 cache
+#             then f16; the attention op at 8,192 tokens.
+#   prefill   tensor-core prefill products (MLXCEL_GPU_PREFILL_KERNEL), ~6 min, deadline 540 s: the
+#             op suite (every prefill kernel against the host reference) and the conformance harness
+#             (prefill-sized layers on the pipelined kernel); pp512 (`-n 8`) of the 8B and the 0.6B
+#             on wmma (tiles picked to fill the device), wmma128 (fixed 128 x 128 tiles), pipe and
+#             pipe1 (vendor/cuda/matmul_pipe.cu at two and one blocks per multiprocessor); the 0.6B
+#             at 2048 prompt tokens (`--ctx 4096`: forwards of 512 over a growing context) on wmma,
+#             wmma128 and pipe.
+#   moe       fused MoE decode (kernels/moe_stream.cu, MLXCEL_GPU_MOE_FUSED), ~5-7 min, deadline
+#             480 s: `--shape qwen3-30b-a3b -p 32 -n 64` (48 layers x 128 experts, 8 active) at 0
+#             (the records), 1 (expert products fused) and 2 (the routing folded in too), twice in
+#             turn; the conformance harness (its MOE_FUSED section: the fused launches against the
+#             CPU backend); model parity on cuda at 2 (the qwen3_moe fixtures); the conformance
+#             harness and the op suite at 2.
+#   matvec    decode matrix-vector products, ~5 min, deadline 540 s: the op suite and the
+#             conformance harness (every matrix-vector path against the host reference and the CPU
+#             backend); bench_gpu_matvec of the 8B and the 0.6B (time and GB/s of each decode
+#             product shape and fused pattern on each path; it fails when the paths' outputs at the
+#             model shapes differ; the logs also go to $OUT); `-p 512 -n 128` of the 8B with the
+#             streaming kernel, without it (MLXCEL_GPU_NO_STREAM_MATVEC=1), with
+#             MLXCEL_GPU_STREAM_ROWS=4 and with MLXCEL_GPU_PDL=1; the same of the 0.6B with and
+#             without the streaming kernel; bench_gpu_decode's per-op decode times of the 8B.
+# (The suites were attn_on_device.sh, attn_mma_on_device.sh, prefill_on_device.sh,
+# moe_on_device.sh and matvec_on_device.sh, which bench/RESULTS.md names.)
+# shellcheck disable=SC2317  # the suite functions are called as "suite_$suite"
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+suite=${1:-}
+case $suite in
+attn) deadline=300 ;;
+attn_mma | prefill | matvec) deadline=540 ;;
+moe) deadline=480 ;;
+*)
+    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|matvec (the suites: the top of this file)" >&2
+    exit 2
+    ;;
+esac
+export MLXCEL_DEVICE_DEADLINE=${MLXCEL_DEVICE_DEADLINE:-$deadline}
+. tests/gpu/check_script.sh
+
+suite_attn() {
+    check_build 200 mlxcel test_gpu_ops test_gpu_conformance bench_gpu_decode
+    check_run gpu_ops 90 "attention|check failed|passed|failed" -- build/cuda/test_gpu_ops
+    local b=(-- --shape qwen3-8b -p 8192 -n 128) d=(-- build/cuda/bench_gpu_decode qwen3-8b 8192 512 50)
+    local p="attention|decode|token"
+    check_bench bench_8k_i16_flash 180 MLXCEL_GPU_ATTN_DECODE=1 "${b[@]}"
+    check_bench bench_8k_i16_old 90 MLXCEL_GPU_ATTN_DECODE=0 "${b[@]}"
+    check_bench bench_8k_f16_flash 90 MLXCEL_GPU_KV=f16 "${b[@]}"
+    check_run decode_8k_i16_flash 60 "$p" MLXCEL_GPU_ATTN_DECODE=1 "${d[@]}"
+    check_run decode_8k_i16_old 60 "$p" MLXCEL_GPU_ATTN_DECODE=0 "${d[@]}"
+    check_run gpu_conformance 60 "check failed|FAIL" -- build/cuda/test_gpu_conformance
+    check_bench bench_8k_f16_old 90 MLXCEL_GPU_KV=f16 MLXCEL_GPU_ATTN_DECODE=0 "${b[@]}"
+    check_run decode_8k_f16_flash 60 "$p" MLXCEL_GPU_KV=f16 "${d[@]}"
+}
+
+suite_attn_mma() {
+    check_build 240 mlxcel test_gpu_ops test_model_parity bench_gpu_decode
+    check_run gpu_ops 120 "attention|check failed|passed|failed" -- build/cuda/test_gpu_ops
+    check_run parity_attn_mma 120 "passed|failed" MLXCEL_TEST_BACKEND=cuda MLXCEL_GPU_ATTN_MMA=1 -- \
+        build/cuda/test_model_parity
+    local v name=(simt mma)  # MLXCEL_GPU_ATTN_MMA=0, =1
+    for v in 0 1; do
+        check_run "op512_${name[v]}" 90 "^prefill|attention +n=512" MLXCEL_GPU_ATTN_MMA="$v" -- \
+            build/cuda/bench_gpu_decode qwen3-8b 512 512 5
+    done
+    check_bench pp512_simt 180 MLXCEL_GPU_ATTN_MMA=0 -- --shape qwen3-8b -p 512 -n 32  # makes the 8B model
+    check_bench pp512_mma 60 MLXCEL_GPU_ATTN_MMA=1 -- --shape qwen3-8b -p 512 -n 32
+    for v in 0 1; do check_bench "pp8192_${name[v]}" 60 MLXCEL_GPU_ATTN_MMA="$v" -- --shape qwen3-8b -p 8192 -n 32; done
+    for v in 1 0; do
+        check_bench "pp8192_f16_${name[v]}" 60 MLXCEL_GPU_KV=f16 MLXCEL_GPU_ATTN_MMA="$v" -- --shape qwen3-8b -p 8192 -n 32
+    done
+    for v in 1 0; do
+        check_run "op8k_${name[v]}" 90 "^prefill|attention +n=8192" MLXCEL_GPU_ATTN_MMA="$v" -- \
+            build/cuda/bench_gpu_decode qwen3-8b 8192 8192 5
+    done
+}
+
+suite_prefill() {
+    check_build 420 mlxcel test_gpu_ops test_gpu_conformance
+    check_run gpu_ops 300 "check failed|matmul tiled" -- build/cuda/test_gpu_ops
+    check_run gpu_conformance 240 "check failed|FAIL" -- build/cuda/test_gpu_conformance
+    local shape k
+    for shape in qwen3-8b qwen3-0.6b; do
+        for k in wmma wmma128 pipe pipe1; do
+            check_bench "pp512_${shape}_$k" 120 MLXCEL_GPU_PREFILL_KERNEL="$k" -- --shape "$shape" -p 512 -n 8
+        done
+    done
+    for k in wmma wmma128 pipe; do
+        check_bench "pp2048_qwen3-0.6b_$k" 120 MLXCEL_GPU_PREFILL_KERNEL="$k" -- --shape qwen3-0.6b -p 2048 -n 8 --ctx 4096
+    done
+}
+
+suite_moe() {
+    check_build 240 mlxcel test_gpu_ops test_gpu_conformance test_model_parity
+    local i b=(-- --shape qwen3-30b-a3b -p 32 -n 64)
+    for i in 1 2; do
+        check_bench "bench_30b_records_$i" 200 MLXCEL_GPU_MOE_FUSED=0 "${b[@]}"  # the first makes the model
+        check_bench "bench_30b_fused1_$i" 90 MLXCEL_GPU_MOE_FUSED=1 "${b[@]}"
+        check_bench "bench_30b_fused2_$i" 90 MLXCEL_GPU_MOE_FUSED=2 "${b[@]}"
+    done
+    check_run gpu_conformance 90 "MOE_FUSED|MoE|check failed" -- build/cuda/test_gpu_conformance
+    check_run parity_cuda_moe_fused2 120 "[Mm]o[Ee]|[Ff][Aa][Ii][Ll]" MLXCEL_TEST_BACKEND=cuda MLXCEL_GPU_MOE_FUSED=2 -- \
+        build/cuda/test_model_parity
+    check_run gpu_conformance_fused2 90 "check failed" MLXCEL_GPU_MOE_FUSED=2 -- build/cuda/test_gpu_conformance
+    check_run gpu_ops_moe_fused2 90 "check failed|passed|failed" MLXCEL_GPU_MOE_FUSED=2 -- build/cuda/test_gpu_ops
+}
+
+suite_matvec() {
+    check_build 360 mlxcel test_gpu_ops test_gpu_conformance bench_gpu_matvec bench_gpu_decode
+    check_run gpu_ops 240 "check failed|matrix-vector|matmul matrix" -- build/cuda/test_gpu_ops
+    check_run gpu_conformance 240 "check failed|FAIL" -- build/cuda/test_gpu_conformance
+    check_run bench_matvec_8b 120 "." -- build/cuda/bench_gpu_matvec qwen3-8b 20
+    local b=(-- --shape qwen3-8b -p 512 -n 128)
+    check_bench mlxcel_bench_qwen3-8b 150 "${b[@]}"
+    check_bench mlxcel_bench_qwen3-8b_nostream 150 MLXCEL_GPU_NO_STREAM_MATVEC=1 "${b[@]}"
+    check_bench mlxcel_bench_qwen3-8b_rows4 150 MLXCEL_GPU_STREAM_ROWS=4 "${b[@]}"
+    check_bench mlxcel_bench_qwen3-8b_pdl 150 MLXCEL_GPU_PDL=1 "${b[@]}"
+    check_run bench_matvec_0.6b 90 "." -- build/cuda/bench_gpu_matvec qwen3-0.6b 20
+    b=(-- --shape qwen3-0.6b -p 512 -n 128)
+    check_bench mlxcel_bench_qwen3-0.6b 120 "${b[@]}"
+    check_bench mlxcel_bench_qwen3-0.6b_nostream 120 MLXCEL_GPU_NO_STREAM_MATVEC=1 "${b[@]}"
+    cp "$LOGS"/bench_matvec_*.log "$OUT"/ 2>/dev/null
+    step bench_decode_8b 120 build/cuda/bench_gpu_decode qwen3-8b 512 512 100
+    sed -n '/^decode/,/per-op times, 512/p' "$LOGS/bench_decode_8b.log" | sed 's/^/bench_decode_8b: /' | sum
+}
+
+check_start "ab_on_device.sh $suite"
+"suite_$suite"
+finish
