@@ -448,11 +448,9 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     // product at 64 tokens (it uses fewer splits when they do not fit).
     if (c->launch.tc_decode_tokens > 0 && c->launch.scratch_bytes < ((size_t)8 << 20))
         c->launch.scratch_bytes = (size_t)8 << 20;
-    // The pipelined prefill product's bf16 activations (vendor/cuda/matmul_pipe.cu): 32 MB holds
-    // 1365 tokens of 12288 columns (the 8B's down projection) per launch pair.
-    if ((c->launch.prefill_kernel == MXG_PREFILL_PIPE || c->launch.prefill_kernel == MXG_PREFILL_PIPE1) &&
-        c->launch.scratch_bytes < ((size_t)32 << 20))
-        c->launch.scratch_bytes = (size_t)32 << 20;
+    // The pipelined prefill product's bf16 activations (CUDA only: 0 from the ROCm stub).
+    const size_t pipe_bytes = mxg_matmul_pipe_scratch_bytes(c->launch.prefill_kernel);
+    if (c->launch.scratch_bytes < pipe_bytes) c->launch.scratch_bytes = pipe_bytes;
     if (mxg_rt_malloc(&c->launch.scratch, c->launch.scratch_bytes, c->launch.stream, err) != 0) goto fail;
     c->launch.small_scratch_bytes = 64 * 1024;
     if (mxg_rt_malloc(&c->launch.small_scratch, c->launch.small_scratch_bytes, c->launch.stream, err) != 0) goto fail;

@@ -87,6 +87,10 @@ void mxg_matmul_tiled(const mxg_launch *L, float *out, const float *x, const mx_
 // Vendor matrix-unit product (vendor/cuda or vendor/hip). Returns 0 when it enqueued the product,
 // -1 when this device/format has no such path (the caller then uses mxg_matmul_tiled).
 int mxg_matmul_mma(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n);
+// Bytes of L->scratch the vendor's pipelined prefill product wants when `prefill_kernel`
+// (MXG_PREFILL_*) selects it (vendor/cuda/matmul_pipe.cu); 0 when it is not selected or the vendor
+// has none (vendor/hip), so a ROCm backend allocates nothing for it.
+size_t mxg_matmul_pipe_scratch_bytes(int prefill_kernel);
 
 void mxg_rmsnorm(const mxg_launch *L, float *out, const float *x, const float *w, int n, int dim, float eps);
 void mxg_rope(const mxg_launch *L, float *x, const int32_t *pos, int n, int n_heads, const mx_rope *rope);

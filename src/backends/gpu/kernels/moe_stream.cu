@@ -278,6 +278,13 @@ bool moe_fits(const mxg_launch *L, const mx_matrix *w, const float *x, int rows)
            w->rows * w->n_experts < INT32_MAX;
 }
 
+// The launch of either kernel on the plan's stream, dependent when the plan asks for it (both
+// kernels wait for the grid before they read what an earlier kernel wrote).
+template <class Args>
+void moe_launch(const mxg_launch *L, void (*kernel)(Args), unsigned blocks, int threads, size_t smem, const Args &a) {
+    mxg_launch_dep(kernel, dim3(blocks), dim3(threads), smem, (gpuStream_t)L->stream, L->dependent_launch, a);
+}
+
 }  // namespace
 
 extern "C" bool mxg_moe_gate_up_ok(const mxg_launch *L, const mx_matrix *wg, const mx_matrix *wu, const float *x,
@@ -316,14 +323,9 @@ extern "C" void mxg_moe_gate_up(const mxg_launch *L, float *gate, float *up, flo
         const int64_t rows_per_block = (int64_t)(kGateUpThreads / L->warp) * moe_rows<F>();
         a.blocks_per_slot = (int)((wg->rows + rows_per_block - 1) / rows_per_block);
         const unsigned blocks = (unsigned)((int64_t)a.blocks_per_slot * m);
-        MXG_WARP_DISPATCH(L->warp, {
-            if (route)
-                mxg_launch_dep(moe_gate_up_kernel<W, F, true>, dim3(blocks), dim3(kGateUpThreads), smem,
-                               (gpuStream_t)L->stream, L->dependent_launch, a);
-            else
-                mxg_launch_dep(moe_gate_up_kernel<W, F, false>, dim3(blocks), dim3(kGateUpThreads), smem,
-                               (gpuStream_t)L->stream, L->dependent_launch, a);
-        });
+        MXG_WARP_DISPATCH(L->warp, moe_launch(L, route ? moe_gate_up_kernel<W, F, true>
+                                                       : moe_gate_up_kernel<W, F, false>,
+                                              blocks, kGateUpThreads, smem, a));
     });
 }
 
@@ -346,7 +348,6 @@ extern "C" void mxg_moe_down_combine(const mxg_launch *L, float *y, float *out, 
     const size_t smem = (size_t)k * w->cols * sizeof(float);
     dispatch_moe_format(w, [&](auto fmt) {
         using F = decltype(fmt);
-        MXG_WARP_DISPATCH(L->warp, mxg_launch_dep(moe_down_combine_kernel<W, F>, dim3(blocks), dim3(kDownThreads), smem,
-                                                  (gpuStream_t)L->stream, L->dependent_launch, a));
+        MXG_WARP_DISPATCH(L->warp, moe_launch(L, moe_down_combine_kernel<W, F>, blocks, kDownThreads, smem, a));
     });
 }

@@ -258,6 +258,12 @@ void launch_fmt(const mxg_launch *L, float *out, const uint16_t *xb, const MatVi
 
 }  // namespace
 
+// 32 MB holds 1365 tokens of 12288 columns (the 8B's down projection) per launch pair; with less,
+// mxg_matmul_pipe runs more launch pairs (it declines below kMinScratchTokens tokens).
+extern "C" size_t mxg_matmul_pipe_scratch_bytes(int prefill_kernel) {
+    return prefill_kernel == MXG_PREFILL_PIPE || prefill_kernel == MXG_PREFILL_PIPE1 ? (size_t)32 << 20 : 0;
+}
+
 // Called by mxg_matmul_mma (matmul_mma.cu) for MXG_PREFILL_PIPE; same contract, -1 when declined
 // (nothing enqueued).
 int mxg_matmul_pipe(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n) {
