@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: MIT
 // NVIDIA tensor-core prefill product on affine 4-bit weights with a cp.async pipeline (sm_80+),
-// compiled only in CUDA builds: out[n, rows] = x[n, cols] @ w^T (+ bias). Opt-in
-// (MLXCEL_GPU_PREFILL_KERNEL=pipe, kernels.h) until measured faster than the WMMA kernel of
-// matmul_mma.cu, which dispatches here and takes back what this declines (-1): other formats, cols
-// not a multiple of 64, unaligned pointers, a scratch too small for 64 tokens.
+// compiled only in CUDA builds: out[n, rows] = x[n, cols] @ w^T (+ bias). The default prefill
+// product (MLXCEL_GPU_PREFILL_KERNEL=pipe, kernels.h; faster than the WMMA kernel in run 20) where
+// it applies: matmul_mma.cu dispatches here and takes back what this declines (-1): other formats,
+// cols not a multiple of 64, unaligned pointers, a scratch too small for 64 tokens.
 //
 // Two launches per product. First the activations are rounded to bf16 once (not once per block
 // column) into L->scratch, each run of 8 columns stored in the order 0 4 1 5 2 6 3 7 (below: why).
