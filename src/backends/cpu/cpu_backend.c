@@ -17,6 +17,7 @@
 
 #include "backends/cpu/cpu_internal.h"
 #include "backends/cpu/cpu_kernels.h"
+#include "backends/cpu/cpu_profile.h"
 #include "backends/cpu/cpu_weight_arena.h"
 #include "backends/plan.h"
 
@@ -219,6 +220,7 @@ static void cpu_destroy(mx_backend *be) {
         cpu_weight_arena_free(c->weights);
         free(c->moe_rows);
         free(c->act_buf);
+        cpu_profile_free(c->profile);
         free(c);
     }
     free(be);
@@ -300,12 +302,14 @@ static int cpu_run_plan(mx_backend *be, const mx_plan *plan, mx_error *err) {
     for (int i = 0; i < plan->n_ops; i++) {
         if ((unsigned)plan->ops[i].kind >= MX_OP_KIND_COUNT)
             return mx_fail(err, "the cpu backend has no op of kind %d (record %d)", (int)plan->ops[i].kind, i);
+        cpu_ctx *c = cpu_of(be);
+        double t0 = c->profile ? cpu_profile_now() : 0;
         int ran = 1;
         if (plan->ops[i].kind == MX_OP_MATMUL)
             ran = cpu_matmul_group(be, &plan->ops[i], plan->n_ops - i);
         else
             cpu_run_op(be, &plan->ops[i]);
-        cpu_ctx *c = cpu_of(be);
+        if (c->profile) cpu_profile_add(c->profile, &plan->ops[i], ran, cpu_profile_now() - t0);
         if (c->act_failed) {
             size_t bytes = c->act_failed;
             c->act_failed = 0;
@@ -417,6 +421,7 @@ mx_backend *mx_cpu_backend_create(int threads, mx_error *err) {
     }
     be->kv_dtype = !kvt || !strcmp(kvt, "i16") ? MX_DTYPE_I16 : !strcmp(kvt, "f32") ? MX_DTYPE_F32 : MX_DTYPE_F16;
     snprintf(be->device_name, sizeof be->device_name, "CPU (%d threads)", c->n_threads);
+    c->profile = cpu_profile_create();
     if (cpu_reserve_scratch(c, 1 << 16) != 0) {
         cpu_destroy(be);
         mx_fail(err, "out of memory");

@@ -19,6 +19,7 @@ typedef struct cpu_ctx {
     void *act_buf;          // quantized activations of the current matmul (integer kernels), 64-byte aligned
     size_t act_cap;         // bytes; grown only when a bigger batch arrives
     size_t act_failed;      // bytes cpu_act_buf could not allocate during the current record; 0: none
+    struct cpu_profile *profile;  // per-record timing (MLXCEL_CPU_PROFILE), or NULL
 } cpu_ctx;
 
 // Rows of one MoE grouping pass (cpu_moe_matmul takes larger batches in passes of this many rows).
