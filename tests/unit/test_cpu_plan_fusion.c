@@ -4,8 +4,9 @@
 // records one by one gives, bit for bit (same kernels, same prepared x). Checked for: an
 // integer-path format (affine 4-bit g64) with and without a bias, a float-path format (affine
 // 3-bit), a mixed run (the format changes inside it: it must split), a chain (a record reading the
-// previous one's output), batch-2 records (never grouped), and five records in a row (more than
-// one group).
+// previous one's output), batch-2 records (grouped where the kernel set has integer tile kernels),
+// five records in a row (more than one group), and batches of 200 tokens of 2048 columns (prepared
+// x in two chunks, so the tasks of the group go chunk by chunk), with a chain that must split.
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,7 +44,7 @@ static void drop(mx_matrix *m) {
 }
 
 #define N_BUF 8
-#define BUF_FLOATS 4096
+#define BUF_FLOATS (1 << 19)
 
 // Runs ops[n] as one plan on bufs a, and one record at a time on bufs b (same initial contents);
 // every buffer must come out identical.
@@ -99,7 +100,17 @@ int main(void) {
                     mm(a[4], a[0], &q4b, NULL, 1), mm(a[5], a[0], &q4a, NULL, 1)};
     check_plan(be, "five in a row", five, 5, a, b);
 
-    mx_matrix *ms[] = {&q4a, &q4b, &q4c, &q4sq, &q3, &q3b, &q4g128};
+    mx_matrix w1 = make(4, 64, 136, 2048), w2 = make(4, 64, 72, 2048), w3 = make(4, 64, 40, 2048);
+    mx_op wide[] = {mm(a[1], a[0], &w1, NULL, 200), mm(a[2], a[0], &w2, bias, 200), mm(a[3], a[0], &w3, NULL, 200)};
+    check_plan(be, "q, k, v, batch of 200 x 2048 columns", wide, 3, a, b);
+    // The second record writes into x (in place): the group must end before it, and the third
+    // record reads what it wrote.
+    mx_op wide_chain[] = {mm(a[1], a[0], &w1, NULL, 200), mm(a[0], a[0], &w3, NULL, 200), mm(a[2], a[0], &w2, NULL, 200)};
+    check_plan(be, "batch of 200, x rewritten inside the run", wide_chain, 3, a, b);
+    mx_op odd[] = {mm(a[1], a[0], &q4a, NULL, 37), mm(a[2], a[0], &q4b, bias, 37), mm(a[3], a[0], &q4c, NULL, 37)};
+    check_plan(be, "q, k, v, batch of 37", odd, 3, a, b);
+
+    mx_matrix *ms[] = {&q4a, &q4b, &q4c, &q4sq, &q3, &q3b, &q4g128, &w1, &w2, &w3};
     for (size_t i = 0; i < sizeof ms / sizeof *ms; i++) drop(ms[i]);
     for (int i = 0; i < N_BUF; i++) free(a[i]), free(b[i]);
     free(bias);

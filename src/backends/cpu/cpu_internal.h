@@ -43,9 +43,10 @@ void *cpu_act_buf(cpu_ctx *c, size_t bytes);
 
 void cpu_embed(mx_backend *be, float *out, const mx_matrix *w, const int32_t *ids, int n);
 void cpu_matmul(mx_backend *be, float *out, const float *x, const mx_matrix *w, const float *bias, int n);
-// Runs ops[0] (an MX_OP_MATMUL) and, when it is a batch-1 product, the records right after it that
-// multiply the same x by matrices of the same column format, in one pool job; returns how many
-// records it ran (>= 1).
+// Runs ops[0] (an MX_OP_MATMUL) and, when it is a batch-1 product or a batch on the integer tile
+// kernels, the records right after it that multiply the same x (same batch) by matrices of the same
+// column format, with x prepared once and one pool job for their products; returns how many records
+// it ran (>= 1).
 int cpu_matmul_group(mx_backend *be, const mx_op *ops, int n_ops);
 void cpu_moe_matmul(mx_backend *be, float *out, const float *x, const mx_matrix *w, const int32_t *ids, int m, int x_div);
 void cpu_kv_store(mx_backend *be, const mx_kv_ref *r, const float *k, const float *v, int n);

@@ -195,13 +195,16 @@ void cpu_matmul(mx_backend *be, float *out, const float *x, const mx_matrix *w, 
     mx_pool_run(c->pool, token_blocks * j.row_blocks, gemm_task, &j);
 }
 
-// Batch-1 products of one x, run as one pool job: the q, k and v projections (and gate and up) of a
-// decode step read the same normalized row, so x is quantized once and the threads take the row
-// blocks of all the matrices from one task list, with one hand-off instead of one per matrix.
+// Products of one x, run as one pool job: the q, k and v projections (and gate and up) read the
+// same normalized rows, so x is quantized once and the threads take the row blocks of all the
+// matrices from one task list, with one hand-off instead of one per matrix. Batch 1: the gemv tasks
+// of every matrix in turn. Batches on the integer tile kernels: the prepared tiles are shared, and
+// the tasks go chunk by chunk, each chunk's row blocks of every matrix in turn, so a chunk of x is
+// read by all the matrices while it is in L2.
 #define MATMUL_GROUP_MAX 4
 typedef struct matmul_group_job {
     matmul_job jobs[MATMUL_GROUP_MAX];
-    int first_task[MATMUL_GROUP_MAX + 1];  // tasks of jobs[k]: first_task[k] .. first_task[k + 1] - 1
+    int first_task[MATMUL_GROUP_MAX + 1];  // tasks of jobs[k] (batches: per chunk): first_task[k] .. first_task[k + 1] - 1
     int n_jobs;
 } matmul_group_job;
 
@@ -213,26 +216,63 @@ static void matmul_group_task(void *arg, int task, int thread) {
     (j->qx ? gemv_q_task : gemv_task)(j, task - g->first_task[k], thread);
 }
 
+// Batches: task = chunk * (tasks of one chunk) + the task's place among the chunk's row blocks.
+static void matmul_group_q_task(void *arg, int task, int thread) {
+    matmul_group_job *g = arg;
+    int per_chunk = g->first_task[g->n_jobs], chunk = task / per_chunk, k = 0;
+    task %= per_chunk;
+    while (task >= g->first_task[k + 1]) k++;
+    matmul_job *j = &g->jobs[k];
+    gemm_q_task(j, chunk * j->row_blocks + task - g->first_task[k], thread);
+}
+
 // Whether a and b quantize x the same way (the integer path's prepared row depends on these only).
 static bool same_x_format(const mx_matrix *a, const mx_matrix *b) {
     return a->cols == b->cols && a->q.mode == b->q.mode && a->q.bits == b->q.bits &&
            a->q.group_size == b->q.group_size;
 }
 
-// Whether the output of a batch-1 product op overlaps x[cols] (then a later record reading x must
-// wait for it).
+// Whether the output of a product op overlaps its x ([n, cols]) (then a later record reading x
+// must wait for it).
 static bool writes_x(const mx_op *op, const float *x, int64_t cols) {
     const float *out = op->matmul.out;
-    return out < x + cols && x < out + op->matmul.w->rows;
+    int64_t n = op->matmul.n;
+    return out < x + n * cols && x < out + n * op->matmul.w->rows;
+}
+
+// Batches of a group (m matrices of one x format, on the integer tile kernels): x prepared once.
+static void matmul_group_q(cpu_ctx *c, const mx_op *ops, int m) {
+    const mx_matrix *w0 = ops[0].matmul.w;
+    int n = ops[0].matmul.n, tiles = (n + 15) / 16;
+    size_t bytes = cpu_kernels_qx_tiles_bytes(w0, n);
+    void *qx = cpu_act_buf(c, bytes);
+    if (!qx) return;  // out of memory: cpu_run_plan reports it
+    size_t tile_bytes = bytes / (size_t)tiles;
+    int chunk_tiles = (int)(GEMM_Q_CHUNK_BYTES / tile_bytes);
+    chunk_tiles = chunk_tiles < 1 ? 1 : chunk_tiles;
+    matmul_group_job g = {.n_jobs = m};
+    for (int k = 0; k < m; k++) {
+        const mx_op *op = &ops[k];
+        MX_ASSERT(cpu_kernels_gemm_q_scratch_bytes(op->matmul.w) <= c->scratch_floats * sizeof(float));
+        g.jobs[k] = (matmul_job){.out = op->matmul.out, .x = op->matmul.x, .w = op->matmul.w, .bias = op->matmul.bias,
+                                 .n = n, .c = c, .rows = op->matmul.w->rows, .qx = qx, .tile_bytes = tile_bytes,
+                                 .chunk_tiles = chunk_tiles};
+        g.jobs[k].row_blocks = (int)((g.jobs[k].rows + CPU_KERNELS_GEMM_Q_ROWS - 1) / CPU_KERNELS_GEMM_Q_ROWS);
+        g.first_task[k + 1] = g.first_task[k] + g.jobs[k].row_blocks;
+    }
+    mx_pool_run(c->pool, tiles, quantize_tiles_task, &g.jobs[0]);
+    int chunks = (tiles + chunk_tiles - 1) / chunk_tiles;
+    mx_pool_run(c->pool, chunks * g.first_task[m], matmul_group_q_task, &g);
 }
 
 int cpu_matmul_group(mx_backend *be, const mx_op *ops, int n_ops) {
     const mx_op *op0 = &ops[0];
     const mx_matrix *w0 = op0->matmul.w;
     const float *x = op0->matmul.x;
-    int m = 1;
-    if (op0->matmul.n == 1 && !writes_x(op0, x, w0->cols))
-        while (m < n_ops && m < MATMUL_GROUP_MAX && ops[m].kind == MX_OP_MATMUL && ops[m].matmul.n == 1 &&
+    int n = op0->matmul.n, m = 1;
+    // Batches group only on the integer tile kernels (the float path has no prepared x to share).
+    if ((n == 1 || cpu_kernels_qx_tiles_bytes(w0, n)) && !writes_x(op0, x, w0->cols))
+        while (m < n_ops && m < MATMUL_GROUP_MAX && ops[m].kind == MX_OP_MATMUL && ops[m].matmul.n == n &&
                ops[m].matmul.x == x && same_x_format(ops[m].matmul.w, w0) && !writes_x(&ops[m], x, w0->cols))
             m++;
     if (m == 1) {
@@ -240,6 +280,10 @@ int cpu_matmul_group(mx_backend *be, const mx_op *ops, int n_ops) {
         return 1;
     }
     cpu_ctx *c = cpu_of(be);
+    if (n > 1) {
+        matmul_group_q(c, ops, m);
+        return m;
+    }
     matmul_group_job g = {.n_jobs = m};
     size_t qb = cpu_kernels_qx_row_bytes(w0);
     void *qx = NULL;
