@@ -312,8 +312,8 @@ static void compare_attention(const char *set) {
                         }
                     }
             }
-            // 6 queries (a decode step's GQA group: the per-query path) and 19 (a prefill's tokens x
-            // heads: keys transposed, eight queries per pass, and three left for the per-query path).
+            // 6 queries (a decode step's GQA group: one query at a time) and 19 (a prefill's tokens x
+            // heads: P.V eight queries per pass, and three left for the one-query loop).
             enum { MAXQ = 19 };
             static float qs[MAXQ * 256], outs[MAXQ * 256];
             const float *qp[MAXQ];

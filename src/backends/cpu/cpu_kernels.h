@@ -41,8 +41,8 @@ void cpu_kernels_attn_head(const float *q, const float *K, const float *V, int64
 #define CPU_KV_SCALES(hd) (((hd) + CPU_KV_SCALE_BLOCK - 1) / CPU_KV_SCALE_BLOCK)
 
 // Queries one attn_rows call takes at most (query heads of a GQA group times a few tokens). Each
-// block of keys is converted (and, from 8 queries, transposed) once per call, so a prefill's calls
-// take many queries: 64 instead of 16 ran the attention lab 12% faster (bench/RESULTS.md round 9).
+// block of keys is converted once per call, so a prefill's calls take many queries: 64 instead of 16
+// ran the attention lab 11% faster (bench/RESULTS.md CPU round 9).
 #define CPU_ATTN_MAX_ROWS 64
 // Floats of scratch attn_rows needs for head_dim hd (two 16-key blocks, 64-byte aligned inside).
 #define CPU_ATTN_SCRATCH(hd) ((size_t)32 * (((hd) + 15) / 16 * 16) + 16)

@@ -18,7 +18,6 @@
 #include <stdbool.h>
 
 #include "backends/cpu/cpu_simd_exp.h"
-#include "backends/cpu/cpu_simd_transpose.h"
 
 #define MAX_CHUNKS 32  // 16-float chunks of a row: head_dim up to 512 (cpu_attention.c)
 
@@ -85,45 +84,6 @@ ATTN_INLINE static void load_block(float *dst, const cpu_attn_args *a, const voi
     }
 }
 
-// One block of K as in load_block, stored transposed: dst[d * 16 + i] = element d of key p0 + i
-// (keys past nb zero), so the scores of a query against the block's 16 keys are one vector,
-// sum over d of q[d] times row d, with no reduction across lanes. The prefetches of the next
-// block's rows go one line per row and chunk, spread over the first chunks.
-ATTN_INLINE static void load_block_t(float *dst, const cpu_attn_args *a, const void *src, const float *sc, int p0,
-                                     int nb, int hd, int pf_last) {
-    mx_dtype dt = a->kv_dtype;
-    int chunks = (hd + 15) / 16;
-    int64_t es = dt == MX_DTYPE_F32 ? 4 : 2, lines = (hd * es + 63) / 64;
-    __mmask16 tail = (__mmask16)(hd % 16 ? (1u << (hd % 16)) - 1 : 0xffff);
-    int64_t at[16], sat[16], next[16];
-    int npf = 0;
-    for (int i = 0; i < nb; i++) {
-        at[i] = cpu_attn_key(a, p0 + i);
-        sat[i] = dt == MX_DTYPE_I16 ? cpu_attn_scale(a, p0 + i) : 0;
-        if (p0 + 16 + i <= pf_last) {
-            next[i] = cpu_attn_key(a, p0 + 16 + i);
-            if (dt == MX_DTYPE_I16) _mm_prefetch((const char *)(sc + cpu_attn_scale(a, p0 + 16 + i)), _MM_HINT_T1);
-            npf = i + 1;
-        }
-    }
-    for (int c = 0; c < chunks; c++) {
-        __mmask16 cm = c == chunks - 1 ? tail : 0xffff;
-        __m512i r[16];
-        for (int i = 0; i < 16; i++) {
-            if (i >= nb) {
-                r[i] = _mm512_setzero_si512();
-                continue;
-            }
-            if (c < lines && i < npf) _mm_prefetch((const char *)src + next[i] * es + c * 64, _MM_HINT_T1);
-            r[i] = _mm512_castps_si512(load_chunk(dt, src, sc, at[i], sat[i], c, cm));
-        }
-        cpu_transpose16x16(r);
-        for (int k = 0; k < 16 && c * 16 + k < hd; k++) _mm512_store_si512(dst + (c * 16 + k) * 16, r[k]);
-    }
-    for (int64_t l = chunks; l < lines; l++)  // rows longer than `chunks` lines (float32 caches)
-        for (int i = 0; i < npf; i++) _mm_prefetch((const char *)src + next[i] * es + l * 64, _MM_HINT_T1);
-}
-
 // Scores of one query against the 16 keys of a block (rows of `chunks` x 16 floats, zero padded).
 ATTN_INLINE static __m512 block_scores(const float *q, const float *Kb, int chunks, __mmask16 tail) {
     __m512 dots[16];
@@ -133,29 +93,6 @@ ATTN_INLINE static __m512 block_scores(const float *q, const float *Kb, int chun
         for (int i = 0; i < 16; i++) dots[i] = _mm512_fmadd_ps(qv, _mm512_load_ps(Kb + (i * chunks + c) * 16), dots[i]);
     }
     return reduce16(dots);
-}
-
-// Scores of the queries q[0..7] against the 16 keys of a block stored transposed (load_block_t):
-// lane i of res[j] = q[j] . key i. Each row of Kt is loaded once for the eight queries (eight
-// independent FMA chains), where block_scores loads every key chunk once per query and ends with a
-// cross-lane reduction per query. Each 16 values of d are summed on their own and then added to
-// the total (one chain over all of d lost up to 2e-5 of the output at head size 256 in
-// test_cpu_kernels, against 2e-6 for the per-query path's 16-lane tree).
-ATTN_INLINE static void block_scores_t(const float *const q[8], const float *Kt, int hd, __m512 res[8]) {
-    __m512 acc[8];
-#pragma GCC unroll 8
-    for (int j = 0; j < 8; j++) res[j] = _mm512_setzero_ps();
-    for (int d0 = 0; d0 < hd; d0 += 16) {
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; j++) acc[j] = _mm512_setzero_ps();
-        for (int d = d0; d < d0 + 16 && d < hd; d++) {
-            __m512 k = _mm512_load_ps(Kt + d * 16);
-#pragma GCC unroll 8
-            for (int j = 0; j < 8; j++) acc[j] = _mm512_fmadd_ps(_mm512_set1_ps(q[j][d]), k, acc[j]);
-        }
-#pragma GCC unroll 8
-        for (int j = 0; j < 8; j++) res[j] = _mm512_add_ps(res[j], acc[j]);
-    }
 }
 
 // The P.V update of eight queries (rows the block does not reach, live[k] == 0, are left as they
@@ -210,16 +147,9 @@ ATTN_INLINE static void attn_rows_body(const cpu_attn_args *a, float *scratch, i
         lo = a->first[j] < lo ? a->first[j] : lo;
         hi = a->last[j] > hi ? a->last[j] : hi;
     }
-    // Eight queries or more (a prefill's tokens times the group's heads): keys transposed once per
-    // block, scores eight queries per pass (block_scores_t). Fewer (decode): per query, with the
-    // reduction (the transpose would cost more than the reductions it saves).
-    bool transposed = nq >= 8;
     for (int p0 = lo; p0 <= hi; p0 += 16) {
         int nb = hi - p0 + 1 < 16 ? hi - p0 + 1 : 16;
-        if (transposed)
-            load_block_t(Kb, a, a->K, a->K_scale, p0, nb, hd, hi);
-        else
-            load_block(Kb, a, a->K, a->K_scale, p0, nb, hd, hi);
+        load_block(Kb, a, a->K, a->K_scale, p0, nb, hd, hi);
         load_block(Vb, a, a->V, a->V_scale, p0, nb, hd, hi);
         // Three passes over the queries, each query's work in a pass independent of the others'
         // (so their latency chains overlap): the block's scores, the online-softmax update, and
@@ -233,25 +163,9 @@ ATTN_INLINE static void attn_rows_body(const cpu_attn_args *a, float *scratch, i
             from = from < 0 ? 0 : from;
             to = to > 15 ? 15 : to;
             live[j] = (__mmask16)(((1u << (to + 1)) - 1) & ~((1u << from) - 1));
-            if (!transposed)
-                _mm512_store_ps(sp[j], _mm512_mask_blend_ps(live[j], _mm512_set1_ps(-INFINITY),
-                                                            _mm512_mul_ps(block_scores(a->q[j], Kb, chunks, tail),
-                                                                          _mm512_set1_ps(a->scale))));
-        }
-        for (int j0 = 0; transposed && j0 < nq; j0 += 8) {
-            const float *q8[8];
-            __m512 s8[8];
-            bool any = false;
-            for (int k = 0; k < 8; k++) {  // past nq: query j0 again, its scores unused
-                q8[k] = a->q[j0 + k < nq ? j0 + k : j0];
-                any = any || (j0 + k < nq && live[j0 + k]);
-            }
-            if (!any) continue;
-            block_scores_t(q8, Kb, hd, s8);
-            for (int k = 0; k < 8 && j0 + k < nq; k++)
-                if (live[j0 + k])
-                    _mm512_store_ps(sp[j0 + k], _mm512_mask_blend_ps(live[j0 + k], _mm512_set1_ps(-INFINITY),
-                                                                     _mm512_mul_ps(s8[k], _mm512_set1_ps(a->scale))));
+            _mm512_store_ps(sp[j], _mm512_mask_blend_ps(live[j], _mm512_set1_ps(-INFINITY),
+                                                        _mm512_mul_ps(block_scores(a->q[j], Kb, chunks, tail),
+                                                                      _mm512_set1_ps(a->scale))));
         }
         for (int j = 0; j < nq; j++) {
             if (!live[j]) continue;
@@ -266,8 +180,12 @@ ATTN_INLINE static void attn_rows_body(const cpu_attn_args *a, float *scratch, i
             l[j] = l[j] * corr[j] + _mm512_reduce_add_ps(e);
             _mm512_store_ps(sp[j], e);
         }
+        // Eight queries at a time where there are eight (a prefill's), each V chunk loaded once for
+        // them (pv_update8); the rest one at a time. Same arithmetic either way, so a query's output
+        // does not depend on which queries share its call (test_engine_padding: a step of 64 prompt
+        // tokens gives the tokens of steps of 16).
         int j = 0;
-        for (; transposed && j + 8 <= nq; j += 8) {
+        for (; j + 8 <= nq; j += 8) {
             bool any = false;
             for (int k = 0; k < 8; k++) any = any || live[j + k];
             if (any) pv_update8(a->out + j, sp + j, corr + j, live + j, Vb, chunks, tail);
