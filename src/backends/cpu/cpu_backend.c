@@ -221,6 +221,7 @@ static void cpu_destroy(mx_backend *be) {
         free(c->moe_rows);
         free(c->act_buf);
         cpu_profile_free(c->profile);
+        cpu_rope_cache_free(c->rope_cache);
         free(c);
     }
     free(be);

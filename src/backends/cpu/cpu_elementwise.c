@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
-// CPU element-wise and small ops: RMSNorm, RoPE, SwiGLU, residual add, MoE routing and combine,
-// row gathers and argmax. RMSNorm, RoPE and the element-wise ops (SwiGLU, GeGLU, add, scale) split
+// CPU element-wise and small ops: RMSNorm, SwiGLU, residual add, MoE routing and combine,
+// row gathers and argmax (RoPE: cpu_rope.c). RMSNorm and the element-wise ops (SwiGLU, GeGLU, add, scale) split
 // their rows or values over the thread pool when a step has enough of them (prefill: run on the
 // calling thread alone they left the other threads waiting, ~10% of a pp512's CPU samples); a
 // decode step's are small and stay on the calling thread, where a hand-off would cost more. The
@@ -70,47 +70,6 @@ static void elem_run(mx_backend *be, const elem_job *j) {
         return;
     }
     mx_pool_run(cpu_of(be)->pool, (int)((j->count + ELEM_CHUNK - 1) / ELEM_CHUNK), elem_task, (void *)j);
-}
-
-typedef struct rope_job {
-    float *x;  // [n, n_heads, head_dim]
-    const int32_t *pos;
-    int n_heads;
-    const mx_rope *rope;
-} rope_job;
-
-// One token's heads.
-static void rope_task(void *arg, int t, int thread) {
-    (void)thread;
-    const rope_job *j = arg;
-    const mx_rope *rope = j->rope;
-    int hd = rope->head_dim, half = (rope->rot_dim ? rope->rot_dim : hd) / 2;
-    float cs[256], sn[256];
-    const float *inv = rope->long_inv_freq && j->pos[t] >= rope->long_from ? rope->long_inv_freq : rope->inv_freq;
-    for (int i = 0; i < half; i++) {
-        double ang = (double)j->pos[t] * inv[i];
-        cs[i] = (float)cos(ang) * rope->attn_factor;
-        sn[i] = (float)sin(ang) * rope->attn_factor;
-    }
-    for (int h = 0; h < j->n_heads; h++) {
-        float *v = j->x + ((size_t)t * j->n_heads + h) * hd;
-        for (int i = 0; i < half; i++) {
-            float a = v[i], b = v[i + half];
-            v[i] = a * cs[i] - b * sn[i];
-            v[i + half] = b * cs[i] + a * sn[i];
-        }
-    }
-}
-
-void cpu_rope(mx_backend *be, float *x, const int32_t *pos, int n, int n_heads, const mx_rope *rope) {
-    int hd = rope->head_dim, half = (rope->rot_dim ? rope->rot_dim : hd) / 2;
-    MX_ASSERT(half <= 256 && 2 * half <= hd);
-    rope_job j = {x, pos, n_heads, rope};
-    if ((int64_t)n * n_heads * hd < 2 * ELEM_CHUNK) {
-        for (int t = 0; t < n; t++) rope_task(&j, t, 0);
-        return;
-    }
-    mx_pool_run(cpu_of(be)->pool, n, rope_task, &j);
 }
 
 static void swiglu_range(const elem_job *j, int64_t i0, int64_t i1) {

@@ -20,6 +20,7 @@ typedef struct cpu_ctx {
     size_t act_cap;         // bytes; grown only when a bigger batch arrives
     size_t act_failed;      // bytes cpu_act_buf could not allocate during the current record; 0: none
     struct cpu_profile *profile;  // per-record timing (MLXCEL_CPU_PROFILE), or NULL
+    struct cpu_rope_cache *rope_cache;  // cos/sin of the current step's positions (cpu_rope.c), or NULL
 } cpu_ctx;
 
 // Rows of one MoE grouping pass (cpu_moe_matmul takes larger batches in passes of this many rows).
@@ -66,6 +67,7 @@ void cpu_moe_route_grouped(mx_backend *be, int32_t *ids, float *weights, const f
                            int n_experts, int k, int n_group, int topk_group, bool norm_topk, float scaling);
 void cpu_rmsnorm(mx_backend *be, float *out, const float *x, const float *w, int n, int dim, float eps);
 void cpu_rope(mx_backend *be, float *x, const int32_t *pos, int n, int n_heads, const mx_rope *rope);
+void cpu_rope_cache_free(struct cpu_rope_cache *c);  // NULL is a no-op
 void cpu_swiglu(mx_backend *be, float *out, const float *gate, const float *up, int64_t count);
 void cpu_geglu(mx_backend *be, float *out, const float *gate, const float *up, int64_t count);
 void cpu_scale(mx_backend *be, float *x, int64_t count, float scale);
