@@ -20,6 +20,7 @@
 #include "backends/cpu/cpu_profile.h"
 #include "backends/cpu/cpu_weight_arena.h"
 #include "backends/plan.h"
+#include "core/clock.h"
 
 // Allocations of at least this many bytes go on 2 MB-aligned memory advised as huge pages. Decode
 // reads the whole paged KV cache every token, 4 KB block by 4 KB block in table order; on 4 KB
@@ -304,13 +305,13 @@ static int cpu_run_plan(mx_backend *be, const mx_plan *plan, mx_error *err) {
         if ((unsigned)plan->ops[i].kind >= MX_OP_KIND_COUNT)
             return mx_fail(err, "the cpu backend has no op of kind %d (record %d)", (int)plan->ops[i].kind, i);
         cpu_ctx *c = cpu_of(be);
-        double t0 = c->profile ? cpu_profile_now() : 0;
+        double t0 = c->profile ? mx_now() : 0;
         int ran = 1;
         if (plan->ops[i].kind == MX_OP_MATMUL)
             ran = cpu_matmul_group(be, &plan->ops[i], plan->n_ops - i);
         else
             cpu_run_op(be, &plan->ops[i]);
-        if (c->profile) cpu_profile_add(c->profile, &plan->ops[i], ran, cpu_profile_now() - t0);
+        if (c->profile) cpu_profile_add(c->profile, &plan->ops[i], ran, mx_now() - t0);
         if (c->act_failed) {
             size_t bytes = c->act_failed;
             c->act_failed = 0;

@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "backends/plan.h"
 
@@ -34,12 +33,6 @@ cpu_profile *cpu_profile_create(void) {
     const char *e = getenv("MLXCEL_CPU_PROFILE");
     if (!e || !*e || !strcmp(e, "0")) return NULL;
     return calloc(1, sizeof(cpu_profile));
-}
-
-double cpu_profile_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 void cpu_profile_add(cpu_profile *p, const mx_op *op, int ran, double seconds) {
