@@ -13,6 +13,12 @@ double mx_now(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
+double mx_thread_cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
 double mx_wall_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);

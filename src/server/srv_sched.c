@@ -167,12 +167,10 @@ typedef struct upkeep_cost {
     uint64_t preemptions, blocks;
 } upkeep_cost;
 
-// The calling thread's CPU seconds (its own clock: getrusage's times are in scheduler ticks) and
-// context switches so far.
+// The calling thread's CPU seconds (mx_thread_cpu_now: getrusage's times are in scheduler ticks)
+// and context switches so far.
 static void thread_usage(double *cpu, uint64_t *involuntary, uint64_t *voluntary) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    *cpu = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    *cpu = mx_thread_cpu_now();
     struct rusage ru;
     if (getrusage(RUSAGE_THREAD, &ru) != 0) memset(&ru, 0, sizeof ru);
     *involuntary = (uint64_t)ru.ru_nivcsw;
