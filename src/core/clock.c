@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// The project's one clock (see clock.h): CLOCK_MONOTONIC seconds, CLOCK_REALTIME seconds and
-// deadlines for timed waits, and a seed mixed from the wall clock for samplers given none.
+// The project's one clock (see clock.h): CLOCK_MONOTONIC seconds, thread and process CPU seconds,
+// CLOCK_REALTIME seconds and deadlines for timed waits, and a seed mixed from the wall clock for
+// samplers given none.
 #include "core/clock.h"
 
 #include <stdatomic.h>
@@ -16,6 +17,12 @@ double mx_now(void) {
 double mx_thread_cpu_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+double mx_process_cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 

@@ -305,13 +305,14 @@ static int cpu_run_plan(mx_backend *be, const mx_plan *plan, mx_error *err) {
         if ((unsigned)plan->ops[i].kind >= MX_OP_KIND_COUNT)
             return mx_fail(err, "the cpu backend has no op of kind %d (record %d)", (int)plan->ops[i].kind, i);
         cpu_ctx *c = cpu_of(be);
-        double t0 = c->profile ? mx_now() : 0;
+        double t0 = c->profile ? mx_now() : 0, cpu0 = c->profile ? mx_process_cpu_now() : 0;
         int ran = 1;
         if (plan->ops[i].kind == MX_OP_MATMUL)
             ran = cpu_matmul_group(be, &plan->ops[i], plan->n_ops - i);
         else
             cpu_run_op(be, &plan->ops[i]);
-        if (c->profile) cpu_profile_add(c->profile, &plan->ops[i], ran, mx_now() - t0);
+        if (c->profile)
+            cpu_profile_add(c->profile, &plan->ops[i], ran, mx_now() - t0, mx_process_cpu_now() - cpu0);
         if (c->act_failed) {
             size_t bytes = c->act_failed;
             c->act_failed = 0;

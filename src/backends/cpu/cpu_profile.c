@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: MIT
-// Per-record timing of the CPU plan runner, on with MLXCEL_CPU_PROFILE=1: wall time of each record
-// (or group of batch-1 matmuls, cpu_matmul_group) summed by kind, matmuls also by shape and by
-// batch-1 or batch, printed to stderr when the backend is destroyed. Finding where a prefill's or a
-// decode step's time goes without perf; off, the runner reads no clock. The table is fixed (a
+// Per-record timing of the CPU plan runner, on with MLXCEL_CPU_PROFILE=1: wall time and the
+// process's CPU time of each record (or group of matmuls, cpu_matmul_group) summed by kind, matmuls
+// also by shape and by batch-1 or batch, printed to stderr when the backend is destroyed. The CPU
+// time (all threads) is the figure to read when other processes share the cores: wall time then
+// counts the time a thread was descheduled, CPU time does not (it does count a thread spinning at a
+// hand-off). Finding where a prefill's or a decode step's time goes without perf; off, the runner
+// reads no clock. The table is fixed (a
 // model has a handful of shapes); keys past its end are summed under "other".
 #include "backends/cpu/cpu_profile.h"
 
@@ -24,6 +27,7 @@ typedef struct profile_key {
 struct cpu_profile {
     profile_key keys[PROFILE_KEYS];
     double seconds[PROFILE_KEYS];
+    double cpu_seconds[PROFILE_KEYS];  // CPU seconds of all threads
     long long calls[PROFILE_KEYS];
     long long items[PROFILE_KEYS];  // tokens (matmul n) summed, for per-token figures
     int n;
@@ -35,7 +39,7 @@ cpu_profile *cpu_profile_create(void) {
     return calloc(1, sizeof(cpu_profile));
 }
 
-void cpu_profile_add(cpu_profile *p, const mx_op *op, int ran, double seconds) {
+void cpu_profile_add(cpu_profile *p, const mx_op *op, int ran, double seconds, double cpu_seconds) {
     profile_key k = {.kind = (int)op->kind};
     long long items = 0;
     if (op->kind == MX_OP_MATMUL) {
@@ -54,15 +58,16 @@ void cpu_profile_add(cpu_profile *p, const mx_op *op, int ran, double seconds) {
         p->keys[i] = (profile_key){.kind = -1};
     }
     p->seconds[i] += seconds;
+    p->cpu_seconds[i] += cpu_seconds;
     p->calls[i]++;
     p->items[i] += items;
 }
 
 void cpu_profile_free(cpu_profile *p) {
     if (!p) return;
-    double total = 0;
-    for (int i = 0; i < PROFILE_KEYS; i++) total += p->seconds[i];
-    fprintf(stderr, "cpu profile: %.3f s in records\n", total);
+    double total = 0, cpu_total = 0;
+    for (int i = 0; i < PROFILE_KEYS; i++) total += p->seconds[i], cpu_total += p->cpu_seconds[i];
+    fprintf(stderr, "cpu profile: %.3f s in records, %.3f CPU-s (all threads)\n", total, cpu_total);
     for (int i = 0; i < PROFILE_KEYS; i++) {
         if (!p->calls[i]) continue;
         const profile_key *k = &p->keys[i];
@@ -73,9 +78,12 @@ void cpu_profile_free(cpu_profile *p) {
                                                                 : "");
         else
             snprintf(name, sizeof name, "%s", k->kind < 0 ? "other" : mx_op_kind_name((mx_op_kind)k->kind));
-        fprintf(stderr, "  %-34s %8.3f s %5.1f%%  %8lld calls  %10.1f us/call", name, p->seconds[i],
-                total > 0 ? 100.0 * p->seconds[i] / total : 0.0, p->calls[i], 1e6 * p->seconds[i] / (double)p->calls[i]);
-        if (p->items[i] && k->batch) fprintf(stderr, "  %8.2f us/token", 1e6 * p->seconds[i] / (double)p->items[i]);
+        fprintf(stderr, "  %-34s %8.3f s %5.1f%% %8.3f CPU-s  %8lld calls  %10.1f us/call", name, p->seconds[i],
+                total > 0 ? 100.0 * p->seconds[i] / total : 0.0, p->cpu_seconds[i], p->calls[i],
+                1e6 * p->seconds[i] / (double)p->calls[i]);
+        if (p->items[i] && k->batch)
+            fprintf(stderr, "  %8.2f us/token  %8.2f CPU-us/token", 1e6 * p->seconds[i] / (double)p->items[i],
+                    1e6 * p->cpu_seconds[i] / (double)p->items[i]);
         fprintf(stderr, "\n");
     }
     free(p);

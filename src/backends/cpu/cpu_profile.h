@@ -9,8 +9,9 @@ typedef struct cpu_profile cpu_profile;
 
 // NULL unless MLXCEL_CPU_PROFILE is set (and not "0"), or when it cannot be allocated.
 cpu_profile *cpu_profile_create(void);
-// Adds `seconds` to the entry of op (which ran together with ran - 1 records after it).
-void cpu_profile_add(cpu_profile *p, const mx_op *op, int ran, double seconds);
+// Adds `seconds` (wall) and `cpu_seconds` (all threads) to the entry of op (which ran together with
+// ran - 1 records after it).
+void cpu_profile_add(cpu_profile *p, const mx_op *op, int ran, double seconds, double cpu_seconds);
 // Prints the table to stderr and frees it; NULL is a no-op.
 void cpu_profile_free(cpu_profile *p);
 
