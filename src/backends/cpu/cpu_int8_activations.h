@@ -3,8 +3,9 @@
 // vector registers) share in preparing activations: which weight formats they take, each
 // group's max|x| and exact sum, the 4-bit column order (even columns, then odd, as the packed
 // nibbles unpack), and the split of values already divided by s = max|x| / 127 into three signed
-// bytes q0 + q1 / 254 + q2 / 254^2. Private to src/backends/cpu/; include it only from files whose
-// functions carry the AVX-512 target attributes.
+// bytes q0 + q1 / 254 + q2 / 254^2; and, for them and the VNNI gemv (cpu_kernels_vnni.c), 16 of a
+// row's weight scales (or biases) loaded as floats. Private to src/backends/cpu/; include it only
+// from files whose functions carry the AVX-512 target attributes.
 #ifndef MX_BACKENDS_CPU_INT8_ACTIVATIONS_H
 #define MX_BACKENDS_CPU_INT8_ACTIVATIONS_H
 
@@ -82,6 +83,20 @@ __attribute__((CPU_INT8_TARGET, always_inline)) static inline void cpu_int8_spli
     _mm_storeu_si128((__m128i *)(dst + part_stride), _mm512_cvtepi32_epi8(v));
     v = _mm512_srai_epi32(_mm512_sub_epi32(v, _mm512_srai_epi32(_mm512_slli_epi32(v, 24), 24)), 8);
     _mm_storeu_si128((__m128i *)dst, _mm512_cvtepi32_epi8(v));
+}
+
+// 16 scales (or biases) of one row from index i, as floats; lanes past `m` are zero.
+__attribute__((CPU_INT8_TARGET, always_inline)) static inline __m512 cpu_int8_load16(const void *p, mx_dtype dt,
+                                                                                    int64_t i, __mmask16 m) {
+    if (dt == MX_DTYPE_BF16)
+        return _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i)), 16));
+    if (dt == MX_DTYPE_F16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i));
+    if (dt == MX_DTYPE_F32) return _mm512_maskz_loadu_ps(m, (const float *)p + i);
+    float tmp[16] = {0};
+    for (int k = 0; k < 16; k++)
+        if (m >> k & 1) tmp[k] = mx_load_float(p, dt, i + k);
+    return _mm512_loadu_ps(tmp);
 }
 
 #endif

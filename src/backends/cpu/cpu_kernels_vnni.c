@@ -136,19 +136,6 @@ VNNI void cpu_vnni_quantize_x(const mx_matrix *w, const float *x, int n, void *q
     }
 }
 
-// 16 scales (or biases) of one row from index i, as floats; lanes past `m` are zero.
-VNNI_INLINE static __m512 load16(const void *p, mx_dtype dt, int64_t i, __mmask16 m) {
-    if (dt == MX_DTYPE_BF16)
-        return _mm512_castsi512_ps(
-            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i)), 16));
-    if (dt == MX_DTYPE_F16) return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i));
-    if (dt == MX_DTYPE_F32) return _mm512_maskz_loadu_ps(m, (const float *)p + i);
-    float tmp[16] = {0};
-    for (int k = 0; k < 16; k++)
-        if (m >> k & 1) tmp[k] = mx_load_float(p, dt, i + k);
-    return _mm512_loadu_ps(tmp);
-}
-
 // The scale and bias streams are 16-32x thinner than the weights; without a prefetch of their own
 // their misses showed up as the hottest instruction (perf). Fetches the scales and biases of the NR
 // rows that the weight prefetch (VNNI_PREFETCH bytes ahead) is reaching.
@@ -187,8 +174,8 @@ VNNI_INLINE static void q4_rows(const mx_matrix *w, int64_t r, int NR, int GS, c
         __m512 vsx = _mm512_maskz_loadu_ps(m, sx + g0), vgs = _mm512_maskz_loadu_ps(m, gsum + g0);
         for (int i = 0; i < NR; i++) {
             int64_t si = (r + i) * groups + g0;
-            sc[i] = _mm512_mul_ps(load16(w->scales, w->scale_dtype, si, m), vsx);
-            bacc[i] = _mm512_fmadd_ps(load16(w->biases, w->scale_dtype, si, m), vgs, bacc[i]);
+            sc[i] = _mm512_mul_ps(cpu_int8_load16(w->scales, w->scale_dtype, si, m), vsx);
+            bacc[i] = _mm512_fmadd_ps(cpu_int8_load16(w->biases, w->scale_dtype, si, m), vgs, bacc[i]);
         }
         __m512i idx = idx0;
         int64_t c0 = g0 / per_chunk, c1 = (g0 + nb + per_chunk - 1) / per_chunk;
@@ -238,8 +225,8 @@ VNNI_INLINE static void q8_rows(const mx_matrix *w, int64_t r, int NR, int GS, c
         __m512 vsx = _mm512_maskz_loadu_ps(m, sx + g0), vgs = _mm512_maskz_loadu_ps(m, gsum + g0);
         for (int i = 0; i < NR; i++) {
             int64_t si = (r + i) * groups + g0;
-            _mm512_storeu_ps(sc[i], _mm512_mul_ps(load16(w->scales, w->scale_dtype, si, m), vsx));
-            bacc[i] = _mm512_fmadd_ps(load16(w->biases, w->scale_dtype, si, m), vgs, bacc[i]);
+            _mm512_storeu_ps(sc[i], _mm512_mul_ps(cpu_int8_load16(w->scales, w->scale_dtype, si, m), vsx));
+            bacc[i] = _mm512_fmadd_ps(cpu_int8_load16(w->biases, w->scale_dtype, si, m), vgs, bacc[i]);
         }
         for (int gi = 0; gi < nb; gi++) {
             int64_t g = g0 + gi;

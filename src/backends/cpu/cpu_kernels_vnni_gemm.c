@@ -114,8 +114,18 @@ size_t cpu_vnni_gemm_scratch_bytes(const mx_matrix *w) {
 #define DPBUSD_BCAST(acc, wv, p) \
     __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(wv), "m"(*(const int32_t *)(const void *)(p)))
 
+// Zeroes a register with the zeroing idiom, which the core resolves at rename. Written as
+// `= _mm512_setzero_si512()`, GCC 12 zeroed one register and copied it into the 18 accumulators of
+// every group, 18 `vmovdqa64` per 288 `vpdpbusd` that took issue slots of their own (lab +1.3%
+// without them, bench/RESULTS.md CPU round 10). Volatile, so that GCC does not merge the 18 into one.
+#define ZERO(a) __asm__ volatile("vpxord %0, %0, %0" : "=v"(a))
+
 // The accumulators are named variables (a<token><part>), so that each can stay in a register.
-#define ACC_DECL(t) __m512i a##t##0 = zero, a##t##1 = zero, a##t##2 = zero
+#define ACC_DECL(t)                \
+    __m512i a##t##0, a##t##1, a##t##2; \
+    ZERO(a##t##0);                     \
+    ZERO(a##t##1);                     \
+    ZERO(a##t##2)
 #define ACC_STEP(t)                                                                        \
     if (T > t) {                                                                           \
         const uint8_t *xp = xb + t * TOKEN_BYTES + k4 * 4;                                 \
@@ -138,7 +148,6 @@ size_t cpu_vnni_gemm_scratch_bytes(const mx_matrix *w) {
 // all groups of the row block, results stored to out[t * ldo + i] for the rows i in rmask.
 VNNI_INLINE static void sweep(const uint8_t *W, const float *sb, const uint8_t *xt, int t0, int T, int64_t groups,
                               int bpg, float *out, int64_t ldo, __mmask16 rmask) {
-    const __m512i zero = _mm512_setzero_si512();
     __m512 res0 = _mm512_setzero_ps(), res1 = res0, res2 = res0, res3 = res0, res4 = res0, res5 = res0;
     for (int64_t g = 0; g < groups; g++) {
         ACC_DECL(0);
@@ -203,11 +212,20 @@ VNNI void cpu_vnni_gemm_q(const mx_matrix *w, int64_t r0, int nr, const void *qx
         cpu_transpose16x16(r);
         for (int k4 = 0; k4 < 16; k4++) _mm512_store_si512(W + b * W_BLOCK_BYTES + k4 * 64, r[k4]);
     }
-    for (int64_t g = 0; g < groups; g++)
-        for (int m = 0; m < 16; m++) {
-            sb[g * 32 + m] = m < nr ? mx_load_float(w->scales, w->scale_dtype, (r0 + m) * groups + g) : 0.0f;
-            sb[g * 32 + 16 + m] = m < nr ? mx_load_float(w->biases, w->scale_dtype, (r0 + m) * groups + g) : 0.0f;
+    // Scales, then biases, 16 groups at a time: row m's values in r[m], transposed to one vector per group.
+    for (int half = 0; half < 2; half++) {
+        const void *src = half ? w->biases : w->scales;
+        for (int64_t g0 = 0; g0 < groups; g0 += 16) {
+            int nb = groups - g0 < 16 ? (int)(groups - g0) : 16;
+            __mmask16 gm = (__mmask16)((1u << nb) - 1);
+            __m512i r[16];
+            for (int m = 0; m < 16; m++)
+                r[m] = m < nr ? _mm512_castps_si512(cpu_int8_load16(src, w->scale_dtype, (r0 + m) * groups + g0, gm))
+                              : _mm512_setzero_si512();
+            cpu_transpose16x16(r);
+            for (int k = 0; k < nb; k++) _mm512_store_si512(sb + (g0 + k) * 32 + half * 16, r[k]);
         }
+    }
     __mmask16 rmask = (__mmask16)((1u << nr) - 1);
     int tiles = (n + 15) / 16;
     for (int tt = 0; tt < tiles; tt++) {
