@@ -5,7 +5,8 @@
 // x scale dtypes bf16/f16/f32, mxfp4, mxfp8, nvfp4, dense bf16/f16/f32. Random data, odd row
 // counts, column counts that are not multiples of the vector width (dense), buffers at odd byte
 // offsets, and every gemm tile shape (1-4 rows x 1-13 tokens). Attention heads of several sizes and
-// key ranges are compared with a double-precision softmax, SwiGLU with a double-precision one, and the integer (VNNI) gemv and integer
+// key ranges are compared with a double-precision softmax, SwiGLU with a double-precision one, the I16
+// KV row conversion bit for bit with the scalar one, and the integer (VNNI) gemv and integer
 // batched product (VNNI or AMX tiles) of the sets that have them, for every format they cover: 1 to 40
 // tokens (partial 16-token tiles), row blocks at odd offsets, and a product over a later token chunk
 // of the prepared activations, as the backend splits them.
@@ -376,6 +377,42 @@ static void compare_swiglu(const char *set) {
     free(g), free(u), free(o);
 }
 
+// The I16 KV row conversion against the scalar reference, bit for bit (rows and scales): head sizes
+// with a short last block, a zero block, signed zeros, one large value per block, and values that
+// land exactly halfway between two integers (max|x| 32767: the multiplier is 1), which rounding
+// away from zero or toward zero would get wrong. Nothing may be written past the row.
+static void compare_kv_i16(const char *set) {
+    enum { MAXD = 264 };
+    const int hds[] = {16, 40, 64, 72, 100, 128, 256};
+    float src[MAXD], ref_s[MAXD / 16 + 2], got_s[MAXD / 16 + 2];
+    int16_t ref[MAXD + 8], got[MAXD + 8];
+    int bad = 0;
+    for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++)
+        for (int rep = 0; rep < 6; rep++) {
+            int hd = hds[h];
+            for (int i = 0; i < hd; i++) {
+                float mag = rep == 0 ? 1e-3f : rep == 1 ? 1.0f : rep == 2 ? 50.0f : 3e4f;
+                src[i] = (rndf() * 2 - 1) * mag;
+                if (i % 16 == 5) src[i] *= 40.0f;  // one large value per block
+            }
+            if (rep == 3)  // ties: max|x| = 32767 gives the multiplier 1
+                for (int i = 0; i < hd; i++) src[i] = i % 16 == 0 ? 32767.0f : (float)((int)(rndf() * 2000) - 1000) + 0.5f;
+            if (rep == 4)
+                for (int i = 0; i < hd && i < 16; i++) src[i] = i % 2 ? 0.0f : -0.0f;  // a zero block
+            for (int pass = 0; pass < 2; pass++) {
+                int16_t *d = pass ? got : ref;
+                float *sc = pass ? got_s : ref_s;
+                for (int i = 0; i < MAXD + 8; i++) d[i] = 0x5a5a;
+                for (int i = 0; i < MAXD / 16 + 2; i++) sc[i] = -1.0f;
+                CHECK_MSG(cpu_kernels_select(pass ? set : "scalar") == 0, "kernel set %s", set);
+                cpu_kernels_kv_i16_row(d, sc, src, hd);
+            }
+            if (memcmp(ref, got, sizeof ref) != 0 || memcmp(ref_s, got_s, sizeof ref_s) != 0) bad++;
+            if (got[hd] != 0x5a5a || got_s[CPU_KV_SCALES(hd)] != -1.0f) bad++;
+        }
+    CHECK_MSG(bad == 0, "%s kv i16 rows: %d rows differ from the scalar reference", set, bad);
+}
+
 // Every format and the attention head through one kernel set.
 static void test_set(const char *set) {
     const mx_dtype sdts[] = {MX_DTYPE_BF16, MX_DTYPE_F16, MX_DTYPE_F32};
@@ -421,6 +458,7 @@ static void test_set(const char *set) {
         }
     compare_attention(set);
     compare_swiglu(set);
+    compare_kv_i16(set);
     printf("kernel set %-11s worst error / bound scale: dequant %.2e (bound %.1e), dot %.2e (bound %.0e), "
            "integer gemv %.2e, integer batch %.2e, attention %.2e (bound %.0e), swiglu %.2e (bound %.1e)\n",
            set, seen.deq, DEQ_TOL, seen.dot, DOT_TOL, seen.q, seen.qb, seen.attn, ATTN_TOL, seen.act, ACT_TOL);

@@ -64,20 +64,8 @@ static void store_rows(uint8_t *dst, float *scales, const float *src, int n_rows
     }
     if (dt == MX_DTYPE_I16) {
         for (int r = 0; r < n_rows; r++)
-            for (int b0 = 0, b = 0; b0 < hd; b0 += CPU_KV_SCALE_BLOCK, b++) {
-                const float *x = src + (size_t)r * hd + b0;
-                int16_t *d = (int16_t *)dst + (size_t)r * hd + b0;
-                int len = hd - b0 < CPU_KV_SCALE_BLOCK ? hd - b0 : CPU_KV_SCALE_BLOCK;
-                float amax = 0.0f;
-                for (int i = 0; i < len; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
-                float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
-                // Round half to even (lrintf's rule in the default rounding mode) by adding and
-                // subtracting 1.5 * 2^23: exact for |v| < 2^22 (here |v| <= 32767), and the loop
-                // vectorizes where a call to lrintf per value did not (checked equal to lrintf for
-                // every float of magnitude <= 32768).
-                for (int i = 0; i < len; i++) d[i] = (int16_t)((x[i] * inv + 12582912.0f) - 12582912.0f);
-                scales[(size_t)r * CPU_KV_SCALES(hd) + b] = amax / 32767.0f;
-            }
+            cpu_kernels_kv_i16_row((int16_t *)dst + (size_t)r * hd, scales + (size_t)r * CPU_KV_SCALES(hd),
+                                   src + (size_t)r * hd, hd);
         return;
     }
     uint16_t *d = (uint16_t *)dst;

@@ -39,6 +39,10 @@ void cpu_kernels_attn_head(const float *q, const float *K, const float *V, int64
 // I16 KV rows: one float scale per block of this many elements (the layout every backend shares).
 #define CPU_KV_SCALE_BLOCK MX_KV_SCALE_BLOCK
 #define CPU_KV_SCALES(hd) (((hd) + CPU_KV_SCALE_BLOCK - 1) / CPU_KV_SCALE_BLOCK)
+// One row of hd floats in the I16 layout: per block b of CPU_KV_SCALE_BLOCK values (the last may be
+// shorter), scales[b] = max|x| / 32767 and dst = x * (32767 / max|x|) rounded half to even (0 where
+// max|x| is 0). The SIMD versions are bit-identical to the scalar reference.
+void cpu_kernels_kv_i16_row(int16_t *dst, float *scales, const float *src, int hd);
 
 // Queries one attn_rows call takes at most (query heads of a GQA group times a few tokens). Each
 // block of keys is converted once per call, so a prefill's calls take many queries: 64 instead of 16
