@@ -39,6 +39,21 @@ __device__ __forceinline__ float load_st(const void *base, int64_t i) {
     return ST == ST_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
 }
 
+// The 4-byte word around the 2-byte (or the 4-byte) element i of a scale or bias array: what the
+// cp.async products (vendor/cuda/matmul_pipe.cu, matvec_mma.cu) copy (the array 4-byte aligned).
+template <int ST>
+__device__ __forceinline__ const void *sb_word(const void *base, int64_t i) {
+    return ST == ST_F32 ? (const void *)((const float *)base + i) : (const void *)((const uint16_t *)base + (i & ~1));
+}
+
+// The scale or bias as a float from its copied word (par: the parity of the element's index).
+template <int ST>
+__device__ __forceinline__ float sb_value(uint32_t word, int par) {
+    if (ST == ST_F32) return __uint_as_float(word);
+    const uint16_t h = (uint16_t)(word >> (16 * par));
+    return ST == ST_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
+}
+
 // The BITS u32 words of one 32-element chunk, with vector loads where alignment is guaranteed
 // (row_bytes = cols * BITS / 8 with cols a multiple of 32).
 template <int BITS>

@@ -23,7 +23,7 @@ if [ "${1:-}" = --asan ]; then flags="$flags -g -O1 -fsanitize=address"; arg=qui
 [ "${1:-}" = quick ] && arg=quick
 for f in quant dtype; do gcc -std=c11 -O2 -Isrc -Iinclude -c "src/core/$f.c" -o "$out/$f.o"; done
 # shellcheck disable=SC2086
-g++ $flags -o "$out/test_matvec_mma_emulated" tests/gpu/kv_emulation/emu.cpp \
+g++ $flags -include tests/gpu/mma_emulation/emu_pipe.h -o "$out/test_matvec_mma_emulated" tests/gpu/kv_emulation/emu.cpp \
     tests/gpu/mma_emulation/test_matvec_mma_emulated.cpp "$out/matvec_mma.cpp" "$out/quant.o" "$out/dtype.o" -lm
 # shellcheck disable=SC2086
 g++ $flags -include tests/gpu/mma_emulation/emu_pipe.h -o "$out/test_matmul_pipe_emulated" tests/gpu/kv_emulation/emu.cpp \

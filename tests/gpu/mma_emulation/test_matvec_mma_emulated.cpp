@@ -14,6 +14,7 @@
 // Built and run by run.sh; argument "quick": fewer cases. Exits 1 on any failure.
 #include "emu.h"
 #include "emu_scales.h"
+#include "emu_pipe.h"
 #include <cstdio>
 #include <cstdlib>
 extern "C" {
@@ -26,8 +27,8 @@ static uint64_t next() { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return r
 static float unit() { return (float)((next() >> 40) * (1.0 / 16777216.0)); }
 static int below(int n) { return (int)(next() % (uint64_t)n); }
 
-static int fails = 0, cases = 0;
-static double worst = 0.0;
+static int fails = 0, cases = 0, pipe_cases = 0, same_cases = 0;
+static double worst = 0.0, worst_pipe = 0.0;
 #define FAIL(...) do { printf("FAIL: " __VA_ARGS__); printf("\n"); fails++; } while (0)
 
 
@@ -97,22 +98,41 @@ static void run_case(int bits, int gs, mx_dtype st, int rows, int cols, int n, b
     mxg_launch L{};
     L.warp = 32, L.sm_count = sms, L.cc = 90, L.scratch = scratch_bytes ? scratch.data() : nullptr;
     L.scratch_bytes = scratch_bytes;
-    if (mxg_matvec_mma(&L, out.data(), xa, &w, bp, n) != 0) {
-        FAIL("declined: %d-bit g%d %s %dx%d n=%d", bits, gs, st_name(st), rows, cols, n);
-        return;
-    }
-    // Outputs past the bound (the first three reported); the worst ratio into `worst`.
-    int bad = 0;
-    for (int r = 0; r < rows; r++)
-        for (int tk = 0; tk < n; tk++) {
-            const size_t i = (size_t)tk * rows + r;
-            const double ratio = fabs((double)out[i] - ref[i]) / (mag[i] > 0 ? mag[i] : 1e-30);
-            if (!(ratio <= 1e-6) && bad++ < 3)
-                FAIL("%d-bit g%d %s %dx%d n=%d bias=%d sms=%d: row %d token %d: %.9g, reference %.9g (err/sum %.3g)",
-                     bits, gs, st_name(st), rows, cols, n, with_bias, sms, r, tk, out[i], ref[i], ratio);
-            worst = ratio > worst || ratio != ratio ? (ratio != ratio ? 1e9 : ratio) : worst;
+    // Each form: the kernel with its slabs (pipe 0), then the pipelined form (pipe 2: every batch).
+    std::vector<float> plain;
+    for (int pipe : {0, 2}) {
+        L.tc_pipe_tokens = pipe;
+        if (pipe) pipe_cases++;
+        std::fill(out.begin(), out.end(), -7.0f);
+        emu_copies().clear();
+        if (mxg_matvec_mma(&L, out.data(), xa, &w, bp, n) != 0) {
+            FAIL("declined: %d-bit g%d %s %dx%d n=%d pipe=%d", bits, gs, st_name(st), rows, cols, n, pipe);
+            return;
         }
-    add_check(L, out, xa, w, bp, n);
+        // Outputs past the bound (the first three reported); the worst ratio into `worst`.
+        int bad = 0;
+        for (int r = 0; r < rows; r++)
+            for (int tk = 0; tk < n; tk++) {
+                const size_t i = (size_t)tk * rows + r;
+                const double ratio = fabs((double)out[i] - ref[i]) / (mag[i] > 0 ? mag[i] : 1e-30);
+                if (!(ratio <= 1e-6) && bad++ < 3)
+                    FAIL("%d-bit g%d %s %dx%d n=%d bias=%d sms=%d pipe=%d: row %d token %d: %.9g, reference %.9g "
+                         "(err/sum %.3g)",
+                         bits, gs, st_name(st), rows, cols, n, with_bias, sms, pipe, r, tk, out[i], ref[i], ratio);
+                double &wr = pipe ? worst_pipe : worst;
+                wr = ratio > wr || ratio != ratio ? (ratio != ratio ? 1e9 : ratio) : wr;
+            }
+        // Both forms unsplit (one multiprocessor wants 2 blocks: rows past 128 give them): the same bits.
+        if (pipe && sms == 1 && rows > 128 && scratch_bytes >= (size_t)(8 << 20)) {
+            same_cases++;
+            if (memcmp(out.data(), plain.data(), out.size() * sizeof(float)) != 0)
+                FAIL("pipelined form differs from the slab kernel, both unsplit: %d-bit g%d %s %dx%d n=%d", bits, gs,
+                     st_name(st), rows, cols, n);
+        }
+        if (!pipe) plain = out;
+        emu_copies().clear();
+        add_check(L, out, xa, w, bp, n);
+    }
 }
 
 static void declines() {
@@ -154,6 +174,13 @@ int main(int argc, char **argv) {
                 run_case(bits, gs, st, 40, 384, 33, false, 1, 8 << 20);
             }
     for (int n : ns) run_case(4, 64, MX_DTYPE_BF16, 136, 1024, n, true, 132, 8 << 20);
+    // The pipelined form against the slab kernel, both unsplit (one multiprocessor), at the batch
+    // sizes of a server step (1-8, 9-16, 17-32, 33-64 tokens: each token-group shape), 4- and 8-bit,
+    // every scale type; then split (132 multiprocessors: several ranges per token group).
+    for (int n : {2, 8, 17, 32, 33, 64})
+        for (int bits : {4, 8})
+            for (mx_dtype st : sts) run_case(bits, bits == 4 ? 64 : 32, st, 200, 512, n, true, 1, 8 << 20);
+    for (int n : {8, 17, 33, 64}) run_case(4, 128, MX_DTYPE_BF16, 300, 1024, n, false, 132, 8 << 20);
     const int random_cases = quick ? 20 : 80;
     for (int i = 0; i < random_cases; i++) {
         const int bits = below(2) ? 4 : 8, gs = gss[below(3)];
@@ -166,6 +193,8 @@ int main(int argc, char **argv) {
     printf("%d products also as matmul + residual add: out and residual bit-identical to the two records "
            "(store or split-sum kernel)\n", add_cases);
     printf("%d products, worst |err| / sum(|s q x| + |b x|) = %.3g (bound 1e-6)\n", cases, worst);
+    printf("%d products on the pipelined form (MLXCEL_GPU_TC_PIPE), worst %.3g (bound 1e-6); %d of them "
+           "unsplit in both forms: bit-identical to the slab kernel\n", pipe_cases, worst_pipe, same_cases);
     if (fails) printf("%d failed\n", fails);
     else printf("passed\n");
     return fails ? 1 : 0;

@@ -68,20 +68,6 @@ __global__ void to_bf16_kernel(uint4 *__restrict__ xb, const float4 *__restrict_
                        mxg_pack_bf16x2(a.w, b.w));
 }
 
-// The 4-byte word around the 2-byte (or the 4-byte) element i of a scale or bias array.
-template <int ST>
-__device__ __forceinline__ const void *sb_word(const void *base, int64_t i) {
-    return ST == ST_F32 ? (const void *)((const float *)base + i) : (const void *)((const uint16_t *)base + (i & ~1));
-}
-
-// The scale or bias as a float from its copied word (par: the parity of the element's index).
-template <int ST>
-__device__ __forceinline__ float sb_value(uint32_t word, int par) {
-    if (ST == ST_F32) return __uint_as_float(word);
-    const uint16_t h = (uint16_t)(word >> (16 * par));
-    return ST == ST_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
-}
-
 // out [n, m.rows], xb [n, m.cols] (bf16, runs reordered), bias [m.rows] or NULL. MB: blocks per
 // multiprocessor the registers must allow (2: at most 128 registers; 1: up to 255).
 template <int ST, int BM, int BN, int MB>
