@@ -1,14 +1,15 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# Checks the tensor-core decode product and the pipelined prefill product without a GPU: converts
+# Checks the tensor-core decode product (both forms: its slab kernel and, MLXCEL_GPU_TC_PIPE, its
+# cp.async pipelined form) and the pipelined prefill product without a GPU: converts
 # vendor/cuda/matvec_mma.cu and matmul_pipe.cu to host C++ (kv_emulation/to_host.py), builds each
 # with the host emulation (kv_emulation/emu.h, which carries an mma.sync m16n8k16 by the PTX ISA's
-# fragment layout; emu_pipe.h: cp.async and packed bf16 math) and its test
+# fragment layout; emu_pipe.h: cp.async and packed bf16 math, for both files) and its test
 # (test_matvec_mma_emulated.cpp, test_matmul_pipe_emulated.cpp) against the CPU build's library
 # (the reference dequantization), and runs both. A check of the fragment and index
 # arithmetic before a device run, not a replacement for it (tests/gpu/batch_on_device.sh). Needs gcc
 # and g++ (C++20); links only the two core files it uses (quant.c, dtype.c), so it needs no build.
-# About 10 s on two cores (ctest runs it as gpu_mma_emulation).
+# About 30 s on two cores, quick form (ctest runs it as gpu_mma_emulation).
 # Usage: tests/gpu/mma_emulation/run.sh [--asan] [quick]   (--asan: AddressSanitizer, fewer cases)
 # The build goes to $MLXCEL_EMU_OUT (default build/mma_emulation).
 set -eu

@@ -8,9 +8,11 @@
 // split, a partial last range, 32 ranges). Bound (the kernel file's precision paragraph): |out -
 // ref| <= 1e-6 * (sum_k(|s q_k x_k| + |b x_k|) + 0.1 |bias|); the worst ratio is printed. Also checks
 // that the launcher declines what it has no kernel for (one token, 65 tokens, 3-bit, mxfp4,
-// unaligned x) and writes nothing then. A split product's partial sums go through the scratch to a
-// second kernel. Every product also runs as the batched "matmul + residual add"
-// (mxg_matvec_mma_add), which must give the product's and the add record's bits.
+// unaligned x) and writes nothing then. Every product runs twice: on the slab kernel and on the
+// pipelined form (MLXCEL_GPU_TC_PIPE; bit-identical where both are unsplit). A split product's
+// partial sums go through the scratch to a second kernel. Every product also runs as the batched
+// "matmul + residual add" (mxg_matvec_mma_add), which must give the product's and the add record's
+// bits.
 // Built and run by run.sh; argument "quick": fewer cases. Exits 1 on any failure.
 #include "emu.h"
 #include "emu_scales.h"
@@ -151,12 +153,14 @@ static void declines() {
         {"3-bit", 8, 3, MX_QUANT_AFFINE, 0, 90},     {"mxfp4", 8, 4, MX_QUANT_MXFP4, 0, 90},
         {"unaligned x", 8, 4, MX_QUANT_AFFINE, 1, 90}, {"sm_75", 8, 4, MX_QUANT_AFFINE, 0, 75},
     };
-    for (auto &k : c) {
-        w.q.bits = k.bits, w.q.mode = k.mode, L.cc = k.cc;
-        if (mxg_matvec_mma(&L, out.data(), xa + k.offset, &w, nullptr, k.n) != -1) FAIL("did not decline: %s", k.what);
-        for (float v : out)
-            if (v != -7.0f) { FAIL("wrote output while declining: %s", k.what); break; }
-    }
+    for (int pipe : {0, 2})  // the slab kernel, and with its pipelined form on (every batch)
+        for (auto &k : c) {
+            w.q.bits = k.bits, w.q.mode = k.mode, L.cc = k.cc, L.tc_pipe_tokens = pipe;
+            if (mxg_matvec_mma(&L, out.data(), xa + k.offset, &w, nullptr, k.n) != -1)
+                FAIL("did not decline: %s (pipe %d)", k.what, pipe);
+            for (float v : out)
+                if (v != -7.0f) { FAIL("wrote output while declining: %s (pipe %d)", k.what, pipe); break; }
+        }
 }
 
 int main(int argc, char **argv) {

@@ -4,6 +4,8 @@
 // (vendor/cuda/mma_m16n8k16.cuh; sm_80+). kernels/matvec.cu dispatches batches of 4..64 tokens here
 // by default (MLXCEL_GPU_TC_DECODE=N: N..64; 0: never); every other format, and batches of one or
 // over 64 tokens, decline (-1) to the float32 kernels. ROCm builds have vendor/hip/matvec_mma.cu, which declines.
+// MLXCEL_GPU_TC_PIPE=N (default off) runs batches of N..64 tokens on a cp.async pipelined form of
+// the same arithmetic instead (the paragraph "The pipelined form" below: its design).
 //
 // Why this shape: a decode batch reads every weight once whatever the batch, so the product should
 // cost little more than one token; the float32 matrix-vector kernels instead spend FMAs and shared
@@ -45,7 +47,8 @@
 // (An sm_90 variant that added the splits in a thread-block cluster's distributed shared memory
 // instead of the second launch measured slower on the H200 and was removed: bench/RESULTS.md.)
 // Registers (ptxas, sm_90, 4-bit / 8-bit, no spills): 126 / 150 at 8 tokens, 162 / 166 at 16,
-// 218 / 232 at 32, 254 / 255 at 64.
+// 218 / 232 at 32, 254 / 255 at 64; the pipelined form (over the scale types) 93-100 / 103-111 at 1
+// token tile per block, 117-121 / 127-129 at 2, 164 / 167-168 at 4 (3 blocks per multiprocessor).
 #include "backends/gpu/dequant.cuh"
 #include "backends/gpu/vendor/cuda/cp_async.cuh"
 #include "backends/gpu/vendor/cuda/mma_m16n8k16.cuh"
