@@ -301,7 +301,7 @@ static int env_int(const char *name, int def, int lo, int hi, int *out, mx_error
 typedef struct gpu_knobs {
     int matvec_rows, matvec_max_tokens, stream_min_cols, stream_rows, sample_blocks, tc_decode_tokens, attn_decode;
     int tc_pipe_tokens;
-    int prefill_kernel, moe_fused, attn_mma;
+    int prefill_kernel, moe_fused, attn_mma, sample_fast;
 } gpu_knobs;
 
 static int read_knobs(gpu_knobs *k, mx_error *err) {
@@ -316,6 +316,8 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // its other task shape (4 rows per task, 2 chunks per lane per step at 4 bits, instead of 2 and 4).
     // MLXCEL_GPU_SAMPLE_BLOCKS=N: at most N blocks share one row of the sample record
     // (kernels/sample_split.cu; 1: one block per row; unset: MXG_SAMPLE_DEFAULT_BLOCKS).
+    // MLXCEL_GPU_SAMPLE_FAST=1: the split form's threshold from the keys near each row's best where
+    // that settles it, the radix passes elsewhere (same tokens; kernels/sample_split.cu; unset: 0).
     // MLXCEL_GPU_TC_DECODE=N (2..64; 1 counts as 2): batches of N to 64 tokens on the tensor-core decode
     // product (vendor/cuda/matvec_mma.cu: affine 4/8-bit weights, bf16 hi/mid/lo activations; other
     // formats keep the float32 kernels); unset: MXG_TC_DECODE_DEFAULT_TOKENS (4: on the H200 it is
@@ -341,6 +343,7 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_STREAM_MIN_COLS", 4096, 0, 1 << 30, &k->stream_min_cols, err) ||
         env_int("MLXCEL_GPU_STREAM_ROWS", 2, 2, 4, &k->stream_rows, err) ||
         env_int("MLXCEL_GPU_SAMPLE_BLOCKS", MXG_SAMPLE_DEFAULT_BLOCKS, 1, MXG_SAMPLE_MAX_BLOCKS, &k->sample_blocks, err) ||
+        env_int("MLXCEL_GPU_SAMPLE_FAST", 0, 0, 1, &k->sample_fast, err) ||
         env_int("MLXCEL_GPU_TC_DECODE", MXG_TC_DECODE_DEFAULT_TOKENS, 0, 64, &k->tc_decode_tokens, err) ||
         env_int("MLXCEL_GPU_TC_PIPE", 0, 0, 64, &k->tc_pipe_tokens, err) ||
         env_int("MLXCEL_GPU_MOE_FUSED", 1, 0, 2, &k->moe_fused, err) ||
@@ -445,6 +448,7 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.stream_min_cols = knobs.stream_min_cols;
     c->launch.stream_rows = knobs.stream_rows;
     c->launch.sample_blocks = knobs.sample_blocks;
+    c->launch.sample_fast = knobs.sample_fast == 1;
     c->launch.attn_token_rows = env_switch("MLXCEL_GPU_ATTN_TOKEN_ROWS");
     c->launch.tc_decode_tokens = knobs.tc_decode_tokens == 1 ? 2 : knobs.tc_decode_tokens;
     c->launch.tc_pipe_tokens = knobs.tc_pipe_tokens == 1 ? 2 : knobs.tc_pipe_tokens;
@@ -462,9 +466,10 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.small_scratch_bytes = 64 * 1024;
     if (mxg_rt_malloc(&c->launch.small_scratch, c->launch.small_scratch_bytes, c->launch.stream, err) != 0) goto fail;
     // The split sample kernels' records: one per row of a batch that they take (at most one row per
-    // multiprocessor, see mxg_sample_split_blocks); ~45 KB each.
+    // multiprocessor, see mxg_sample_split_blocks); ~45 KB each, ~95 KB with the fast form.
     if (c->launch.sample_blocks > 1) {
-        c->launch.sample_scratch_bytes = mxg_sample_split_row_bytes() * (size_t)c->info.sm_count;
+        const size_t row_bytes = mxg_sample_split_row_bytes() + (c->launch.sample_fast ? mxg_sample_fast_row_bytes() : 0);
+        c->launch.sample_scratch_bytes = row_bytes * (size_t)c->info.sm_count;
         if (mxg_rt_malloc(&c->launch.sample_scratch, c->launch.sample_scratch_bytes, c->launch.stream, err) != 0)
             goto fail;
     }

@@ -61,6 +61,7 @@ typedef struct mxg_launch {
     int sample_blocks;     // most blocks per row of the sample record (MLXCEL_GPU_SAMPLE_BLOCKS; 1: one)
     void *sample_scratch;  // device workspace of the split sample kernels (NULL when sample_blocks is 1)
     size_t sample_scratch_bytes;
+    bool sample_fast;      // the split form's fast threshold (MLXCEL_GPU_SAMPLE_FAST=1; off by default)
 } mxg_launch;
 
 // Whether matmul/embed/moe_matmul have a kernel for this weight format.

@@ -26,10 +26,16 @@ static float unit() { return (float)((next() >> 40) * (1.0 / 16777216.0)); }
 static int below(int n) { return (int)(next() % (uint64_t)n); }
 template <class T, size_t N> static T pick(const T (&a)[N]) { return a[below((int)N)]; }
 
-static int fails = 0, host_diff = 0, sampled_rows = 0, rows_total = 0;
+static int fails = 0, host_diff = 0, sampled_rows = 0, rows_total = 0, fast_rows = 0, fallback_rows = 0;
 #define FAIL(...) do { printf("FAIL: " __VA_ARGS__); printf("\n"); fails++; } while (0)
 
 static void fill_row(float *l, int vocab, int kind) {
+    if (kind == 4) {  // like a language model's: a bulk far below a few leading tokens
+        const float lead = 6.0f + unit() * 14.0f;
+        for (int i = 0; i < vocab; i++) l[i] = (unit() + unit() + unit() + unit() - 2.0f) * 5.196f;  // ~N(0, 3)
+        for (int k = 0, n = 1 + below(30); k < n; k++) l[below(vocab)] = 8.0f + lead - unit() * (below(2) ? 3.0f : 12.0f);
+        return;
+    }
     for (int i = 0; i < vocab; i++) {
         float g = (unit() + unit() + unit() + unit() - 2.0f) * 3.4641f;  // ~N(0, 2)
         switch (kind) {
@@ -49,17 +55,24 @@ struct Batch {
     std::vector<mx_sample_row> rows;
     std::vector<mx_logit_mod> mods;
     std::vector<std::vector<uint32_t>> masks;
+    std::vector<char> nan;  // rows with NaN logits
 };
 
-static Batch make_batch(int vocab, int n) {
+// nan: a few NaN logits in some rows (negative ones, which no filter keeps, and rarely a positive
+// one, which every form takes as the row's best); such batches are not compared with the host rule.
+static Batch make_batch(int vocab, int n, bool nan = false) {
     Batch b{vocab, n, std::vector<float>((size_t)vocab * n), std::vector<mx_sample_row>(n), {}, {}};
     b.masks.resize(n);
+    b.nan.assign(n, 0);
     const float temps[] = {0.0f, 0.3f, 0.7f, 1.0f, 1.5f, 2.5f};
     const float top_ps[] = {1.0f, 1.0f, 0.9f, 0.5f, 0.99f, 0.2f};
     const float min_ps[] = {0.0f, 0.0f, 0.05f, 0.3f};
     const int n_tops[] = {-1, -1, 0, 3, 20};
     for (int t = 0; t < n; t++) {
-        fill_row(&b.logits[(size_t)t * vocab], vocab, below(4));
+        fill_row(&b.logits[(size_t)t * vocab], vocab, below(5));
+        if (nan && below(3) == 0 && (b.nan[t] = 1))
+            for (int k = 0, c = 1 + below(20); k < c; k++)
+                b.logits[(size_t)t * vocab + below(vocab)] = below(25) ? -NAN : NAN;
         mx_sample_row &r = b.rows[t];
         r = mx_sample_row{};
         r.temp = below(4) == 0 ? 0.0f : pick(temps);
@@ -102,7 +115,7 @@ static bool close(float a, float b) { return (a == b) || fabsf(a - b) <= 1e-5f; 
 // scratch_rows: rows of scratch) and the host rule, and compares.
 static int warp = 32;  // the emulated warp width: 32 (NVIDIA) or 64 (AMD's wave64)
 
-static void run_batch(const Batch &b, int blocks, int scratch_rows) {
+static void run_batch(const Batch &b, int blocks, int scratch_rows, bool host = true) {
     const int vocab = b.vocab, n = b.n;
     const mx_logit_mod *mods = b.mods.empty() ? nullptr : b.mods.data();
     std::vector<float> l1 = b.logits, l2 = b.logits, lh = b.logits;
@@ -118,8 +131,38 @@ static void run_batch(const Batch &b, int blocks, int scratch_rows) {
     int g = blocks ? blocks : mxg_sample_split_blocks(&L, n, vocab);
     if (g < 2) { FAIL("vocab %d, %d rows: the rule gives %d blocks per row", vocab, n, g); return; }
     mxg_sample_split(&L, o2.data(), l2.data(), n, vocab, b.rows.data(), mods, g);
+    // The fast form (L.sample_fast) on the same rows and blocks: equal to the split form bit for bit
+    // (outputs, edited logits, and each sampled row's threshold and draw-run masses).
+    std::vector<float> l3 = b.logits;
+    std::vector<mx_sample_out> o3(n);
+    const size_t fast_row = mxg_sample_split_row_bytes() + mxg_sample_fast_row_bytes();
+    std::vector<unsigned char> fscratch(fast_row * (size_t)scratch_rows + 64);
+    mxg_launch F = L;
+    F.sample_fast = true, F.sample_scratch = fscratch.data(), F.sample_scratch_bytes = fast_row * (size_t)scratch_rows;
+    mxg_sample_split(&F, o3.data(), l3.data(), n, vocab, b.rows.data(), mods, g);
+    if (memcmp(l2.data(), l3.data(), sizeof(float) * l2.size()) != 0) FAIL("vocab %d g %d: fast form's edited logits differ", vocab, g);
+    for (int t = 0; t < n; t++) {
+        const mx_sample_out &c = o2[t], &d = o3[t];
+        bool same = c.id == d.id && c.n_top == d.n_top;
+        if (b.rows[t].n_top >= 0)
+            for (int k = 0; same && k < c.n_top; k++)
+                same = c.top_id[k] == d.top_id[k] && !memcmp(&c.top_logprob[k], &d.top_logprob[k], sizeof(float));
+        if (same && b.rows[t].n_top >= 0) same = !memcmp(&c.logprob, &d.logprob, sizeof(float));
+        if (!same) FAIL("vocab %d, %d rows, %d blocks, row %d: fast form chose %d, split %d (or top ids / logprobs differ)", vocab, n, g, t, d.id, c.id);
+        if (n > scratch_rows || !(b.rows[t].temp > 0.0f)) continue;
+        float thr2, thr3;
+        static float parts2[1024], parts3[1024];
+        int st2, st3;
+        mxg_sample_split_peek(&L, t, &thr2, parts2, &st2);
+        mxg_sample_split_peek(&F, t, &thr3, parts3, &st3);
+        if (st2 != -1 || (st3 != 0 && st3 != 1)) FAIL("row %d: fast form outcomes %d / %d", t, st2, st3);
+        st3 == 1 ? fast_rows++ : fallback_rows++;
+        if (memcmp(&thr2, &thr3, sizeof thr2) || memcmp(parts2, parts3, sizeof parts2))
+            FAIL("vocab %d, %d rows, %d blocks, row %d (%s; top-k %d top-p %.2f min-p %.2f): fast form's threshold %.9g, split's %.9g, or draw runs differ",
+                 vocab, n, g, t, st3 ? "from the list" : "radix passes", b.rows[t].top_k, b.rows[t].top_p, b.rows[t].min_p, thr3, thr2);
+    }
     std::vector<uint64_t> hs(MX_SAMPLE_SCRATCH_BYTES(vocab) / 8 + 1);
-    for (int t = 0; t < n; t++)
+    for (int t = 0; t < n && host; t++)
         mx_sample_row_host(&lh[(size_t)t * vocab], vocab, &b.rows[t], mods, hs.data(), &oh[t]);
     if (memcmp(l1.data(), l2.data(), sizeof(float) * l1.size()) != 0) FAIL("vocab %d g %d: edited logits differ", vocab, g);
     for (int t = 0; t < n; t++) {
@@ -131,7 +174,7 @@ static void run_batch(const Batch &b, int blocks, int scratch_rows) {
         rows_total++;
         if (a.id != c.id) FAIL("%s: one block chose %d, split %d", what, a.id, c.id);
         if (r.temp > 0.0f) sampled_rows++;
-        if (c.id != h.id) {
+        if (host && c.id != h.id) {
             if (r.temp <= 0.0f) FAIL("%s: greedy row, split chose %d, host %d", what, c.id, h.id);
             else {
                 host_diff++;
@@ -140,13 +183,14 @@ static void run_batch(const Batch &b, int blocks, int scratch_rows) {
             }
         }
         if (r.n_top < 0) continue;
-        if (a.n_top != c.n_top || c.n_top != h.n_top) FAIL("%s: n_top %d / %d / host %d", what, a.n_top, c.n_top, h.n_top);
-        if (!close(a.logprob, c.logprob)) FAIL("%s: logprob one block %.7f, split %.7f", what, a.logprob, c.logprob);
-        if (c.id == h.id && !close(c.logprob, h.logprob)) FAIL("%s: logprob split %.7f, host %.7f", what, c.logprob, h.logprob);
-        for (int k = 0; k < c.n_top && k < h.n_top; k++) {
-            if (a.top_id[k] != c.top_id[k] || c.top_id[k] != h.top_id[k])
+        if (a.n_top != c.n_top || (host && c.n_top != h.n_top)) FAIL("%s: n_top %d / %d / host %d", what, a.n_top, c.n_top, h.n_top);
+        // Logprobs of rows with NaN logits are not compared (NaN in the one-block form, a number in the split).
+        if (!b.nan[t] && !close(a.logprob, c.logprob)) FAIL("%s: logprob one block %.7f, split %.7f", what, a.logprob, c.logprob);
+        if (host && c.id == h.id && !close(c.logprob, h.logprob)) FAIL("%s: logprob split %.7f, host %.7f", what, c.logprob, h.logprob);
+        for (int k = 0; k < c.n_top && (!host || k < h.n_top); k++) {
+            if (a.top_id[k] != c.top_id[k] || (host && c.top_id[k] != h.top_id[k]))
                 FAIL("%s: top %d id %d / %d / host %d", what, k, a.top_id[k], c.top_id[k], h.top_id[k]);
-            if (!close(a.top_logprob[k], c.top_logprob[k]) || !close(c.top_logprob[k], h.top_logprob[k]))
+            if (!b.nan[t] && !close(a.top_logprob[k], c.top_logprob[k]) || (host && !close(c.top_logprob[k], h.top_logprob[k])))
                 FAIL("%s: top %d logprob %.7f / %.7f / host %.7f", what, k, a.top_logprob[k], c.top_logprob[k], h.top_logprob[k]);
         }
     }
@@ -176,6 +220,21 @@ int main(int argc, char **argv) {
         run_batch(make_batch(32000, 8), 0, 8);
     }
     printf("warp 64: %d failures so far\n", fails);
+    // Many rows (the server's batches; the rule's 8 blocks per row at 64 rows of 151,936), and rows
+    // with NaN logits (the forms against each other only).
+    warp = 32;
+    struct { int vocab, n, blocks, scratch_rows, reps; bool nan; } many[] = {
+        {151936, 64, 0, 64, 1, false}, {151936, 24, 0, 24, 1, true}, {32000, 64, 0, 64, 2, false},
+        {32000, 48, 0, 20, 1, false}, {32000, 32, 0, 32, 2, true}, {5003, 64, 0, 64, 3, false}, {5003, 40, 0, 40, 2, true},
+    };
+    for (auto &p : many) {
+        int reps = quick ? 1 : p.reps;
+        for (int k = 0; k < reps; k++) run_batch(make_batch(p.vocab, p.n, p.nan), p.blocks, p.scratch_rows, !p.nan);
+        printf("vocab %6d, %d rows%s, scratch %d rows: %d batches done, %d failures so far\n", p.vocab, p.n,
+               p.nan ? " with NaN logits" : "", p.scratch_rows, reps, fails);
+    }
+    printf("fast form: %d sampled rows settled from the list, %d by the radix passes\n", fast_rows, fallback_rows);
+    if (fast_rows == 0 || fallback_rows == 0) FAIL("the fast form did not take both ways");
     printf("%d rows (%d sampled): split == one block everywhere unless failures below; %d sampled tokens differ from "
            "the host rule (float-sum boundaries)\n", rows_total, sampled_rows, host_diff);
     if (host_diff * 50 > sampled_rows) FAIL("%d of %d sampled rows differ from the host rule", host_diff, sampled_rows);

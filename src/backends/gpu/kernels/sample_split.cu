@@ -19,8 +19,25 @@
 // waits for another, so the launches are ordinary kernels a graph records, with every parameter
 // read from device memory. The logsumexp merges slices (max and rescaled sums), so logprobs match
 // the one-block kernel to float rounding; tokens, thresholds and top ids are the same bit for bit.
+// The fast form (L->sample_fast, MLXCEL_GPU_SAMPLE_FAST=1; off by default) finds the threshold from
+// the few keys near the row's best m instead of four radix passes over every slice, whose 64-bit
+// shared-memory atomics on the two or three bins that hold nearly all keys cost most of the time:
+//   F1. mass: each slice's candidates (allowed, l >= margin floor) by count and top-p weight in all
+//       (the radix passes' total, integer sums in registers, no atomics) and above kCuts cuts
+//       m - depth (1 to 20 nats);
+//   F2. cut: every block picks, from the row's sums, the highest cut that provably holds the kept
+//       tokens (top-p: the weight above it reaches want; top-k: k keys above it, or all; min-p: its
+//       bound above it) with at most kFastCap keys, and copies the keys above it to the row's list;
+//   F3. select (one block per row): sorts the list, takes the k-th key and the key where the weight
+//       from the top reaches want (the radix passes' definitions), checks that the threshold is at or
+//       above the cut (a filter not settled in the list is below the cut, so it cannot raise it), and
+//       sums the draw runs' masses from the kept keys sorted by id (the same additions in order).
+// A row that fails a check (no cut fits, or the threshold lands below it) runs the radix passes and
+// the draw as before; for the others those launches return at once (the row's status).
 #include "backends/gpu/kernels/sample_rule.cuh"
 #include "backends/gpu/kernels_sample.h"
+
+#include <string.h>
 
 namespace {
 
@@ -41,6 +58,53 @@ struct SplitRow {
     float parts[kDrawRuns];                                        // each draw run's mass
     float thr;                                                     // the kept tokens' threshold
 };
+
+// The fast form's record of a row (global memory, after the launch's SplitRows).
+constexpr int kCuts = 8;          // cuts at m - cut_depth(j)
+constexpr int kFastCap = 4096;    // most keys in a row's list
+constexpr int kSelectThreads = 1024;
+static_assert(kSelectThreads == kDrawRuns, "select sums one draw run per thread");
+static_assert(kFastCap % kSelectThreads == 0, "the list's scan gives each thread the same number of keys");
+struct FastRow {
+    int status;                    // 1: threshold and draw runs from the list; 0: the radix passes run
+    int cut;                       // the cut taken (-1: none)
+    unsigned long long n, n_all, want;  // keys in the list, candidates, top-p target
+    unsigned long long blk_total[kMaxBlocks], blk_all[kMaxBlocks];       // per slice: weight, count
+    unsigned long long blk_cnt[kMaxBlocks][kCuts], blk_w[kMaxBlocks][kCuts];  // ... at or above cut j
+    unsigned long long keys[kFastCap];  // pick_key of the candidates at or above the cut, any order
+};
+
+__device__ __forceinline__ float cut_depth(int j) {
+    switch (j) {
+    case 0: return 1.0f;
+    case 1: return 2.0f;
+    case 2: return 4.0f;
+    case 3: return 6.0f;
+    case 4: return 9.0f;
+    case 5: return 12.0f;
+    case 6: return 16.0f;
+    default: return 20.0f;
+    }
+}
+
+// Sum of a 64-bit integer over the block (every thread gets it). scratch: blockDim.x / W entries.
+template <int W>
+__device__ unsigned long long block_sum_u64(unsigned long long v, unsigned long long *scratch) {
+#pragma unroll
+    for (int o = W / 2; o > 0; o >>= 1) {
+        const uint32_t hi = (uint32_t)mxg_shfl_xor<W>((int)(uint32_t)(v >> 32), o);
+        const uint32_t lo = (uint32_t)mxg_shfl_xor<W>((int)(uint32_t)v, o);
+        v += ((unsigned long long)hi << 32) | lo;
+    }
+    const int lane = threadIdx.x % W, warp = threadIdx.x / W, nw = blockDim.x / W;
+    __syncthreads();
+    if (lane == 0) scratch[warp] = v;
+    __syncthreads();
+    unsigned long long t = 0;
+    for (int i = 0; i < nw; i++) t += scratch[i];
+    __syncthreads();
+    return t;
+}
 
 __device__ __forceinline__ void slice_of(int vocab, int g, int b, int *lo, int *hi) {
     const int per = (vocab + g - 1) / g;
@@ -166,11 +230,247 @@ __global__ void __launch_bounds__(kSplitThreads) split_stats(float *logits, int 
     }
 }
 
+// F1. Each slice's candidates by count and top-p weight (mass_weight, as the radix passes add them):
+// in all, and at or above each cut. Registers and one block sum each, no atomics.
+template <int W>
+__global__ void __launch_bounds__(kSplitThreads) split_mass(const float *logits, int vocab,
+                                                            const mx_sample_row *__restrict__ rows,
+                                                            const SplitRow *scratch, FastRow *fast) {
+    __shared__ unsigned long long ks[kSplitThreads / 32];
+    const int row = blockIdx.y, g = gridDim.x, b = blockIdx.x, tid = threadIdx.x;
+    const mx_sample_row r = rows[row];
+    if (!(r.temp > 0.0f)) return;
+    const SplitRow *s = scratch + row;
+    FastRow *f = fast + row;
+    const float *l = logits + (int64_t)row * vocab;
+    const uint32_t *mask = r.allowed;
+    const float m = l[key_index(row_best<W>(s, g, &mask, ks))];
+    if (!isfinite(m)) return;
+    const float lo_v = margin_floor(r, m);
+    float cut[kCuts];
+    unsigned long long w_at[kCuts];
+    unsigned n_at[kCuts];
+#pragma unroll
+    for (int j = 0; j < kCuts; j++) cut[j] = m - cut_depth(j), w_at[j] = 0ull, n_at[j] = 0u;
+    unsigned long long total = 0ull, n_all = 0ull;
+    int lo, hi;
+    slice_of(vocab, g, b, &lo, &hi);
+    for (int i = lo + tid; i < hi; i += blockDim.x) {
+        const float v = l[i];
+        if (!(v >= lo_v) || !allowed_at(mask, i)) continue;
+        const unsigned long long w = mass_weight(v, m);
+        total += w;
+        n_all++;
+#pragma unroll
+        for (int j = 0; j < kCuts; j++)
+            if (v >= cut[j]) n_at[j]++, w_at[j] += w;
+    }
+    total = block_sum_u64<W>(total, ks);
+    n_all = block_sum_u64<W>(n_all, ks);
+#pragma unroll
+    for (int j = 0; j < kCuts; j++) {
+        const unsigned long long n = block_sum_u64<W>(n_at[j], ks), w = block_sum_u64<W>(w_at[j], ks);
+        if (tid == 0) f->blk_cnt[b][j] = n, f->blk_w[b][j] = w;
+    }
+    if (tid == 0) f->blk_total[b] = total, f->blk_all[b] = n_all;
+}
+
+// F2. The row's cut, the same in every block (integer sums of F1's records, in block order): the
+// highest cut with at most kFastCap keys at or above it that settles a filter there (top-p: the
+// weight at or above it reaches want, the radix passes' target; top-k: k candidates at or above it,
+// or every candidate when there are no more than k; min-p: its bound at or above it), so the kept
+// tokens all lie in the list. Then the slice's keys at or above it go to the row's list, each block
+// at its own offset (the counts of the blocks before it).
+template <int W>
+__global__ void __launch_bounds__(kSplitThreads) split_cut(const float *logits, int vocab,
+                                                           const mx_sample_row *__restrict__ rows,
+                                                           const SplitRow *scratch, FastRow *fast) {
+    __shared__ unsigned long long ks[kSplitThreads / 32];
+    __shared__ unsigned long long at_n[kCuts], at_w[kCuts], sum_total, sum_all, base;
+    __shared__ int cut_sh;
+    __shared__ unsigned count;
+    const int row = blockIdx.y, g = gridDim.x, b = blockIdx.x, tid = threadIdx.x;
+    const mx_sample_row r = rows[row];
+    if (!(r.temp > 0.0f)) return;
+    const SplitRow *s = scratch + row;
+    FastRow *f = fast + row;
+    const float *l = logits + (int64_t)row * vocab;
+    const uint32_t *mask = r.allowed;
+    const float m = l[key_index(row_best<W>(s, g, &mask, ks))];
+    if (!isfinite(m)) return;
+    if (tid < kCuts) {
+        unsigned long long n = 0, w = 0;
+        for (int c = 0; c < g; c++) n += f->blk_cnt[c][tid], w += f->blk_w[c][tid];
+        at_n[tid] = n, at_w[tid] = w;
+    } else if (tid == kCuts) {
+        unsigned long long t = 0, a = 0;
+        for (int c = 0; c < g; c++) t += f->blk_total[c], a += f->blk_all[c];
+        sum_total = t, sum_all = a;
+    }
+    __syncthreads();
+    if (tid == 0) {
+        unsigned long long want = (unsigned long long)((double)sum_total * (double)r.top_p);
+        if (want == 0) want = 1;
+        const unsigned long long k = by_top_k(r) ? (unsigned long long)r.top_k : 0ull;
+        int cut = -1;
+        for (int j = 0; j < kCuts && at_n[j] <= (unsigned long long)kFastCap; j++) {
+            const bool p_ok = by_top_p(r) && at_w[j] >= want;
+            const bool k_ok = by_top_k(r) && (sum_all > k ? at_n[j] >= k : at_n[j] == sum_all);
+            const bool min_ok = r.min_p > 0.0f && m + logf(r.min_p) >= m - cut_depth(j);
+            if (p_ok || k_ok || min_ok) {
+                cut = j;
+                break;
+            }
+        }
+        unsigned long long before = 0;
+        if (cut >= 0)
+            for (int c = 0; c < b; c++) before += f->blk_cnt[c][cut];
+        cut_sh = cut, base = before, count = 0u;
+        if (b == 0) f->cut = cut, f->n = cut >= 0 ? at_n[cut] : 0ull, f->n_all = sum_all, f->want = want;
+    }
+    __syncthreads();
+    const int cut = cut_sh;
+    if (cut < 0) return;
+    const float c = m - cut_depth(cut), lo_v = margin_floor(r, m);
+    int lo, hi;
+    slice_of(vocab, g, b, &lo, &hi);
+    for (int i = lo + tid; i < hi; i += blockDim.x) {
+        const float v = l[i];
+        if (!(v >= lo_v) || !(v >= c) || !allowed_at(mask, i)) continue;
+        const unsigned long long at = base + atomicAdd(&count, 1u);
+        if (at < (unsigned long long)kFastCap) f->keys[at] = pick_key(v, i);
+    }
+}
+
+// Sorts a[0, size) (size a power of two) in descending order: a bitonic network, every thread of
+// the block taking part.
+__device__ void sort_desc(unsigned long long *a, int size) {
+    for (int k = 2; k <= size; k <<= 1)
+        for (int j = k >> 1; j > 0; j >>= 1) {
+            for (int i = threadIdx.x; i < size; i += blockDim.x) {
+                const int x = i ^ j;
+                if (x > i) {
+                    const unsigned long long u = a[i], v = a[x];
+                    if (((i & k) == 0) == (u < v)) a[i] = v, a[x] = u;
+                }
+            }
+            __syncthreads();
+        }
+}
+
+// F3 for one row: the threshold and the draw runs' masses from the list (true), or false when the
+// row must take the radix passes. Every thread of the block calls it and gets the same answer.
+template <int W>
+__device__ bool select_row(const float *l, int vocab, const mx_sample_row &r, SplitRow *s, const FastRow *f, int g,
+                           unsigned long long *keys, unsigned long long *sums, unsigned long long *ks, uint32_t *p_key,
+                           int *n_kept) {
+    const int tid = threadIdx.x;
+    if (!(r.temp > 0.0f)) return false;
+    const uint32_t *mask = r.allowed;
+    const float m = l[key_index(row_best<W>(s, g, &mask, ks))];
+    if (!isfinite(m) || f->cut < 0) return false;
+    const int n = (int)f->n;  // at most kFastCap (the cut's choice)
+    int size = 1;
+    while (size < n) size <<= 1;
+    for (int i = tid; i < size; i += blockDim.x) keys[i] = i < n ? f->keys[i] : 0ull;
+    __syncthreads();
+    sort_desc(keys, size);
+
+    // Each filter's key where the list settles it; a filter it does not settle lies below the cut.
+    mx_sample_row q = r;
+    uint32_t k_prefix = 0u, p_prefix = 0u;
+    if (by_top_k(r)) {  // the k-th largest key, or the smallest when there are no more than k
+        const unsigned long long k = (unsigned long long)r.top_k;
+        const bool all = f->n_all <= k;
+        if (all ? f->n == f->n_all : f->n >= k) k_prefix = (uint32_t)(keys[all ? n - 1 : (int)k - 1] >> 32);
+        else q.top_k = 0;
+    }
+    if (by_top_p(r)) {  // the key where the weight from the top first reaches want
+        constexpr int kPer = kFastCap / kSelectThreads;
+        unsigned long long w[kPer], mine = 0ull;
+#pragma unroll
+        for (int e = 0; e < kPer; e++) {
+            const int i = tid * kPer + e;
+            w[e] = i < n ? mass_weight(mx_order_value((uint32_t)(keys[i] >> 32)), m) : 0ull;
+            mine += w[e];
+        }
+        if (tid == 0) *p_key = 0u;
+        sums[tid] = mine;
+        __syncthreads();
+        for (int o = 1; o < (int)blockDim.x; o <<= 1) {  // sums[t] = mine of threads 0..t
+            const unsigned long long add = tid >= o ? sums[tid - o] : 0ull;
+            __syncthreads();
+            sums[tid] += add;
+            __syncthreads();
+        }
+        const unsigned long long total = sums[blockDim.x - 1], want = f->want;
+        unsigned long long acc = sums[tid] - mine;
+#pragma unroll
+        for (int e = 0; e < kPer; e++) {
+            const unsigned long long before = acc;
+            acc += w[e];
+            if (before < want && acc >= want) *p_key = (uint32_t)(keys[tid * kPer + e] >> 32);
+        }
+        __syncthreads();
+        if (total >= want) p_prefix = *p_key;
+        else q.top_p = 1.0f;
+    }
+    const float thr = filter_threshold(q, m, k_prefix, p_prefix);
+    if (!(thr >= m - cut_depth(f->cut))) return false;
+
+    // The kept keys (l >= thr) are a prefix of the sorted list; sorted again by id, each draw run's
+    // kept tokens follow one another, and thread t sums run t's as run_mass does.
+    if (tid == 0) *n_kept = 0;
+    __syncthreads();
+    int mine_kept = 0;
+    for (int i = tid; i < n; i += blockDim.x) mine_kept += mx_order_value((uint32_t)(keys[i] >> 32)) >= thr;
+    if (mine_kept) atomicAdd(n_kept, mine_kept);
+    __syncthreads();
+    const int kept = *n_kept;
+    int size2 = 1;
+    while (size2 < kept) size2 <<= 1;
+    for (int i = tid; i < size2; i += blockDim.x) keys[i] = i < kept ? (keys[i] << 32) | (keys[i] >> 32) : 0ull;
+    __syncthreads();
+    sort_desc(keys, size2);
+    int i0, i1;
+    draw_run(vocab, tid, &i0, &i1);
+    int a = 0, z = kept;  // the first kept id >= i0
+    while (a < z) {
+        const int mid = (a + z) / 2;
+        if (key_index(keys[mid] >> 32) < i0) a = mid + 1;
+        else z = mid;
+    }
+    const float inv_t = 1.0f / r.temp;
+    float part = 0.0f;
+    for (int i = a; i < kept && key_index(keys[i] >> 32) < i1; i++)
+        part += expf((mx_order_value((uint32_t)keys[i]) - m) * inv_t);
+    s->parts[tid] = part;
+    if (tid == 0) s->thr = thr;
+    return true;
+}
+
+// F3. One block per row: the row's status, and for status 1 its threshold and draw runs (split_draw's
+// outputs, which the finish reads).
+template <int W>
+__global__ void __launch_bounds__(kSelectThreads) split_select(const float *logits, int vocab,
+                                                               const mx_sample_row *__restrict__ rows,
+                                                               SplitRow *scratch, FastRow *fast, int g) {
+    __shared__ unsigned long long keys[kFastCap];
+    __shared__ unsigned long long sums[kSelectThreads];
+    __shared__ unsigned long long ks[kSelectThreads / 32];
+    __shared__ uint32_t p_key;
+    __shared__ int n_kept;
+    const int row = blockIdx.x;
+    const bool ok = select_row<W>(logits + (int64_t)row * vocab, vocab, rows[row], scratch + row, fast + row, g, keys,
+                                  sums, ks, &p_key, &n_kept);
+    if (threadIdx.x == 0) fast[row].status = ok ? 1 : 0;
+}
+
 // 2-5. Radix pass `pass` of the sampled rows' top-k and top-p selections.
 template <int W>
 __global__ void __launch_bounds__(kSplitThreads) split_radix(const float *logits, int vocab,
                                                              const mx_sample_row *__restrict__ rows, SplitRow *scratch,
-                                                             int pass) {
+                                                             const FastRow *fast, int pass) {
     __shared__ unsigned long long hist[2][kCopies][kBins];
     __shared__ unsigned long long sums[kBins];
     __shared__ unsigned long long ks[kSplitThreads / 32];
@@ -178,7 +478,7 @@ __global__ void __launch_bounds__(kSplitThreads) split_radix(const float *logits
     const int row = blockIdx.y, g = gridDim.x, b = blockIdx.x, tid = threadIdx.x;
     const mx_sample_row r = rows[row];
     const bool use_k = by_top_k(r), use_p = by_top_p(r);
-    if (!(r.temp > 0.0f) || (!use_k && !use_p)) return;
+    if (!(r.temp > 0.0f) || (!use_k && !use_p) || (fast && fast[row].status)) return;
     SplitRow *s = scratch + row;
     const float *l = logits + (int64_t)row * vocab;
     const uint32_t *mask = r.allowed;
@@ -229,13 +529,13 @@ __global__ void __launch_bounds__(kSplitThreads) split_radix(const float *logits
 template <int W>
 __global__ void __launch_bounds__(kSplitThreads) split_draw(const float *logits, int vocab,
                                                             const mx_sample_row *__restrict__ rows, SplitRow *scratch,
-                                                            int g) {
+                                                            const FastRow *fast, int g) {
     __shared__ unsigned long long sums[kBins];
     __shared__ unsigned long long ks[kSplitThreads / 32];
     __shared__ RadixState st_out;
     const int row = blockIdx.y, tid = threadIdx.x;
     const mx_sample_row r = rows[row];
-    if (!(r.temp > 0.0f)) return;
+    if (!(r.temp > 0.0f) || (fast && fast[row].status)) return;
     SplitRow *s = scratch + row;
     const float *l = logits + (int64_t)row * vocab;
     const uint32_t *mask = r.allowed;
@@ -323,12 +623,29 @@ __global__ void __launch_bounds__(kSplitThreads) split_finish(mx_sample_out *out
 }  // namespace
 
 extern "C" size_t mxg_sample_split_row_bytes(void) { return sizeof(SplitRow); }
+extern "C" size_t mxg_sample_fast_row_bytes(void) { return sizeof(FastRow); }
+
+// Rows per launch in L->sample_scratch: SplitRows, then (fast form) as many FastRows.
+static int rows_per_launch(const mxg_launch *L, bool fast) {
+    return (int)(L->sample_scratch_bytes / (sizeof(SplitRow) + (fast ? sizeof(FastRow) : 0)));
+}
+
+extern "C" void mxg_sample_split_peek(const mxg_launch *L, int row, float *thr, float *parts, int *fast_status) {
+    const bool fast = L->sample_fast && rows_per_launch(L, true) >= 1;
+    const int per = rows_per_launch(L, fast);
+    const SplitRow *s = (const SplitRow *)L->sample_scratch + row % per;
+    *thr = s->thr;
+    memcpy(parts, s->parts, sizeof s->parts);
+    *fast_status = fast ? ((const FastRow *)((const SplitRow *)L->sample_scratch + per) + row % per)->status : -1;
+}
 
 extern "C" void mxg_sample_split(const mxg_launch *L, mx_sample_out *out, float *logits, int n, int vocab,
                                  const mx_sample_row *rows, const mx_logit_mod *mods, int blocks) {
-    const int per_launch = (int)(L->sample_scratch_bytes / sizeof(SplitRow));
+    const bool fast = L->sample_fast && rows_per_launch(L, true) >= 1;
+    const int per_launch = rows_per_launch(L, fast);
     if (per_launch < 1) return;  // never: mxg_sample_split_blocks asks for scratch of one row at least
     SplitRow *s = (SplitRow *)L->sample_scratch;
+    FastRow *f = fast ? (FastRow *)(s + per_launch) : nullptr;
     gpuStream_t st = (gpuStream_t)L->stream;
     const unsigned g = (unsigned)blocks;
     for (int r0 = 0; r0 < n; r0 += per_launch) {
@@ -338,8 +655,14 @@ extern "C" void mxg_sample_split(const mxg_launch *L, mx_sample_out *out, float 
         mx_sample_out *o = out + r0;
         MXG_WARP_DISPATCH(L->warp, {
             split_stats<W><<<dim3(g, k), kSplitThreads, 0, st>>>(lg, vocab, rw, mods, s);
-            for (int p = 0; p < kPasses; p++) split_radix<W><<<dim3(g, k), kSplitThreads, 0, st>>>(lg, vocab, rw, s, p);
-            split_draw<W><<<dim3(kDrawRuns / kSplitThreads, k), kSplitThreads, 0, st>>>(lg, vocab, rw, s, blocks);
+            if (f) {
+                split_mass<W><<<dim3(g, k), kSplitThreads, 0, st>>>(lg, vocab, rw, s, f);
+                split_cut<W><<<dim3(g, k), kSplitThreads, 0, st>>>(lg, vocab, rw, s, f);
+                split_select<W><<<dim3(k), kSelectThreads, 0, st>>>(lg, vocab, rw, s, f, blocks);
+            }
+            for (int p = 0; p < kPasses; p++)
+                split_radix<W><<<dim3(g, k), kSplitThreads, 0, st>>>(lg, vocab, rw, s, f, p);
+            split_draw<W><<<dim3(kDrawRuns / kSplitThreads, k), kSplitThreads, 0, st>>>(lg, vocab, rw, s, f, blocks);
             split_finish<W><<<dim3(k), kSplitThreads, 0, st>>>(o, lg, vocab, rw, mods, s, blocks);
         });
     }
