@@ -26,7 +26,8 @@ static float unit() { return (float)((next() >> 40) * (1.0 / 16777216.0)); }
 static int below(int n) { return (int)(next() % (uint64_t)n); }
 template <class T, size_t N> static T pick(const T (&a)[N]) { return a[below((int)N)]; }
 
-static int fails = 0, host_diff = 0, sampled_rows = 0, rows_total = 0, fast_rows = 0, fallback_rows = 0;
+static int fails = 0, host_diff = 0, sampled_rows = 0, rows_total = 0;
+static int fast_ways[3];  // the fast form's sampled rows by way: radix passes, list, window bin
 #define FAIL(...) do { printf("FAIL: " __VA_ARGS__); printf("\n"); fails++; } while (0)
 
 static void fill_row(float *l, int vocab, int kind) {
@@ -60,7 +61,8 @@ struct Batch {
 
 // nan: a few NaN logits in some rows (negative ones, which no filter keeps, and rarely a positive
 // one, which every form takes as the row's best); such batches are not compared with the host rule.
-static Batch make_batch(int vocab, int n, bool nan = false) {
+// server: the server's usual rows (temperature and top-p, sometimes min-p, no top-k, no mask).
+static Batch make_batch(int vocab, int n, bool nan = false, bool server = false) {
     Batch b{vocab, n, std::vector<float>((size_t)vocab * n), std::vector<mx_sample_row>(n), {}, {}};
     b.masks.resize(n);
     b.nan.assign(n, 0);
@@ -105,6 +107,13 @@ static Batch make_batch(int vocab, int n, bool nan = false) {
             // mk == 7: nothing allowed, so the mask is ignored
         }
     }
+    if (server)
+        for (int t = 0; t < n; t++) {
+            const float s_temps[] = {0.6f, 0.7f, 1.0f}, s_top_ps[] = {0.95f, 0.9f, 0.8f, 0.95f}, s_min_ps[] = {0.0f, 0.0f, 0.05f};
+            mx_sample_row &r = b.rows[t];
+            r.temp = pick(s_temps), r.top_p = pick(s_top_ps), r.min_p = pick(s_min_ps), r.top_k = 0;
+            b.masks[t].clear();
+        }
     for (int t = 0; t < n; t++) b.rows[t].allowed = b.masks[t].empty() ? nullptr : b.masks[t].data();
     return b;
 }
@@ -155,11 +164,11 @@ static void run_batch(const Batch &b, int blocks, int scratch_rows, bool host = 
         int st2, st3;
         mxg_sample_split_peek(&L, t, &thr2, parts2, &st2);
         mxg_sample_split_peek(&F, t, &thr3, parts3, &st3);
-        if (st2 != -1 || (st3 != 0 && st3 != 1)) FAIL("row %d: fast form outcomes %d / %d", t, st2, st3);
-        st3 == 1 ? fast_rows++ : fallback_rows++;
+        if (st2 != -1 || st3 < 0 || st3 > 2) FAIL("row %d: fast form outcomes %d / %d", t, st2, st3);
+        else fast_ways[st3]++;
         if (memcmp(&thr2, &thr3, sizeof thr2) || memcmp(parts2, parts3, sizeof parts2))
             FAIL("vocab %d, %d rows, %d blocks, row %d (%s; top-k %d top-p %.2f min-p %.2f): fast form's threshold %.9g, split's %.9g, or draw runs differ",
-                 vocab, n, g, t, st3 ? "from the list" : "radix passes", b.rows[t].top_k, b.rows[t].top_p, b.rows[t].min_p, thr3, thr2);
+                 vocab, n, g, t, st3 == 1 ? "from the list" : st3 == 2 ? "window bin" : "radix passes", b.rows[t].top_k, b.rows[t].top_p, b.rows[t].min_p, thr3, thr2);
     }
     std::vector<uint64_t> hs(MX_SAMPLE_SCRATCH_BYTES(vocab) / 8 + 1);
     for (int t = 0; t < n && host; t++)
@@ -223,18 +232,21 @@ int main(int argc, char **argv) {
     // Many rows (the server's batches; the rule's 8 blocks per row at 64 rows of 151,936), and rows
     // with NaN logits (the forms against each other only).
     warp = 32;
-    struct { int vocab, n, blocks, scratch_rows, reps; bool nan; } many[] = {
-        {151936, 64, 0, 64, 1, false}, {151936, 24, 0, 24, 1, true}, {32000, 64, 0, 64, 2, false},
-        {32000, 48, 0, 20, 1, false}, {32000, 32, 0, 32, 2, true}, {5003, 64, 0, 64, 3, false}, {5003, 40, 0, 40, 2, true},
+    struct { int vocab, n, blocks, scratch_rows, reps; bool nan, server; } many[] = {
+        {151936, 64, 0, 64, 1, false, true}, {151936, 64, 0, 64, 1, false, false}, {151936, 24, 0, 24, 1, true, false},
+        {151936, 8, 0, 8, 2, false, true}, {32000, 64, 0, 64, 2, false, false}, {32000, 64, 0, 64, 1, false, true},
+        {32000, 48, 0, 20, 1, false, true}, {32000, 32, 0, 32, 2, true, false}, {5003, 64, 0, 64, 3, false, false},
+        {5003, 64, 0, 64, 2, false, true}, {5003, 40, 0, 40, 2, true, true}, {2049, 32, 2, 32, 2, false, true},
     };
     for (auto &p : many) {
         int reps = quick ? 1 : p.reps;
-        for (int k = 0; k < reps; k++) run_batch(make_batch(p.vocab, p.n, p.nan), p.blocks, p.scratch_rows, !p.nan);
-        printf("vocab %6d, %d rows%s, scratch %d rows: %d batches done, %d failures so far\n", p.vocab, p.n,
-               p.nan ? " with NaN logits" : "", p.scratch_rows, reps, fails);
+        for (int k = 0; k < reps; k++) run_batch(make_batch(p.vocab, p.n, p.nan, p.server), p.blocks, p.scratch_rows, !p.nan);
+        printf("vocab %6d, %d rows%s%s, scratch %d rows: %d batches done, %d failures so far\n", p.vocab, p.n,
+               p.server ? " (server rows)" : "", p.nan ? " with NaN logits" : "", p.scratch_rows, reps, fails);
     }
-    printf("fast form: %d sampled rows settled from the list, %d by the radix passes\n", fast_rows, fallback_rows);
-    if (fast_rows == 0 || fallback_rows == 0) FAIL("the fast form did not take both ways");
+    printf("fast form: of %d sampled rows, %d settled from a list above a cut, %d from a window's bin, %d by the radix passes\n",
+           fast_ways[0] + fast_ways[1] + fast_ways[2], fast_ways[1], fast_ways[2], fast_ways[0]);
+    if (!fast_ways[0] || !fast_ways[1] || !fast_ways[2]) FAIL("the fast form did not take all three ways");
     printf("%d rows (%d sampled): split == one block everywhere unless failures below; %d sampled tokens differ from "
            "the host rule (float-sum boundaries)\n", rows_total, sampled_rows, host_diff);
     if (host_diff * 50 > sampled_rows) FAIL("%d of %d sampled rows differ from the host rule", host_diff, sampled_rows);

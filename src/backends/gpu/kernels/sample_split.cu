@@ -62,16 +62,25 @@ struct SplitRow {
 // The fast form's record of a row (global memory, after the launch's SplitRows).
 constexpr int kCuts = 8;          // cuts at m - cut_depth(j)
 constexpr int kFastCap = 4096;    // most keys in a row's list
+constexpr int kFine = 1024;       // value bins of a window between two cuts
 constexpr int kSelectThreads = 1024;
 static_assert(kSelectThreads == kDrawRuns, "select sums one draw run per thread");
-static_assert(kFastCap % kSelectThreads == 0, "the list's scan gives each thread the same number of keys");
+static_assert(kFastCap % kSelectThreads == 0 && kFine % kSplitThreads == 0, "the scans give each thread the same count");
+enum { kRadix = 0, kFromList = 1, kThresholdOnly = 2 };  // FastRow::status
+enum { kNoList = 0, kAboveCut = 1, kWindowBin = 2 };     // FastRow::mode
 struct FastRow {
-    int status;                    // 1: threshold and draw runs from the list; 0: the radix passes run
-    int cut;                       // the cut taken (-1: none)
-    unsigned long long n, n_all, want;  // keys in the list, candidates, top-p target
-    unsigned long long blk_total[kMaxBlocks], blk_all[kMaxBlocks];       // per slice: weight, count
+    int status;  // kFromList: threshold and draw runs from the list; kThresholdOnly: the threshold
+                 // from the list, the draw runs by split_draw; kRadix: the radix passes and split_draw
+    int mode;    // kAboveCut: the list holds the candidates at or above cut `cut`; kWindowBin: those
+                 // of one value bin of the window [cut `cut`, cut `cut` - 1)
+    int cut;
+    unsigned n_list;                                     // keys appended so far (kWindowBin)
+    unsigned long long n, n_all, want;                   // keys in the list, candidates, top-p target
+    unsigned long long above_win, above_list;            // the weight above the window, above the list
+    unsigned long long blk_total[kMaxBlocks], blk_all[kMaxBlocks];            // per slice: weight, count
     unsigned long long blk_cnt[kMaxBlocks][kCuts], blk_w[kMaxBlocks][kCuts];  // ... at or above cut j
-    unsigned long long keys[kFastCap];  // pick_key of the candidates at or above the cut, any order
+    unsigned long long fine_w[kFine], fine_n[kFine];     // the window's bins: weight, count
+    unsigned long long keys[kFastCap];                   // pick_key of the list's candidates, any order
 };
 
 __device__ __forceinline__ float cut_depth(int j) {
@@ -85,6 +94,19 @@ __device__ __forceinline__ float cut_depth(int j) {
     case 6: return 16.0f;
     default: return 20.0f;
     }
+}
+
+// The window below cut j (j = kCuts: down to the margin floor): [*lo, *hi), with *hi = m included
+// when j is 0. False when the window is empty in float arithmetic.
+__device__ __forceinline__ bool window_of(const mx_sample_row &r, float m, int j, float *lo, float *hi) {
+    *lo = j < kCuts ? m - cut_depth(j) : margin_floor(r, m);
+    *hi = j > 0 ? m - cut_depth(j - 1) : m;
+    return *hi > *lo;
+}
+__device__ __forceinline__ bool in_window(float v, int j, float lo, float hi) { return v >= lo && (j == 0 || v < hi); }
+// A window's value bin: 0 at the top; a larger value never gets a larger bin.
+__device__ __forceinline__ int fine_bin(float v, float lo, float hi) {
+    return (int)fminf((hi - v) * ((float)kFine / (hi - lo)), (float)(kFine - 1));
 }
 
 // Sum of a 64-bit integer over the block (every thread gets it). scratch: blockDim.x / W entries.
@@ -104,6 +126,23 @@ __device__ unsigned long long block_sum_u64(unsigned long long v, unsigned long 
     for (int i = 0; i < nw; i++) t += scratch[i];
     __syncthreads();
     return t;
+}
+
+// Inclusive prefix sum of a 64-bit integer over the block's threads, and the total. sums: blockDim.x.
+__device__ unsigned long long block_scan_u64(unsigned long long v, unsigned long long *sums, unsigned long long *total) {
+    const int t = threadIdx.x;
+    sums[t] = v;
+    __syncthreads();
+    for (int o = 1; o < (int)blockDim.x; o <<= 1) {
+        const unsigned long long add = t >= o ? sums[t - o] : 0ull;
+        __syncthreads();
+        sums[t] += add;
+        __syncthreads();
+    }
+    const unsigned long long mine = sums[t];
+    *total = sums[blockDim.x - 1];
+    __syncthreads();
+    return mine;
 }
 
 __device__ __forceinline__ void slice_of(int vocab, int g, int b, int *lo, int *hi) {
@@ -231,7 +270,8 @@ __global__ void __launch_bounds__(kSplitThreads) split_stats(float *logits, int 
 }
 
 // F1. Each slice's candidates by count and top-p weight (mass_weight, as the radix passes add them):
-// in all, and at or above each cut. Registers and one block sum each, no atomics.
+// in all, and at or above each cut. Registers and one block sum each, no atomics. Also clears the
+// row's window bins for F2.
 template <int W>
 __global__ void __launch_bounds__(kSplitThreads) split_mass(const float *logits, int vocab,
                                                             const mx_sample_row *__restrict__ rows,
@@ -246,6 +286,8 @@ __global__ void __launch_bounds__(kSplitThreads) split_mass(const float *logits,
     const uint32_t *mask = r.allowed;
     const float m = l[key_index(row_best<W>(s, g, &mask, ks))];
     if (!isfinite(m)) return;
+    for (int i = b * blockDim.x + tid; i < 2 * kFine; i += g * blockDim.x) (i < kFine ? f->fine_w[i] : f->fine_n[i - kFine]) = 0ull;
+    if (b == 0 && tid == 0) f->n_list = 0u;
     const float lo_v = margin_floor(r, m);
     float cut[kCuts];
     unsigned long long w_at[kCuts];
@@ -275,19 +317,24 @@ __global__ void __launch_bounds__(kSplitThreads) split_mass(const float *logits,
     if (tid == 0) f->blk_total[b] = total, f->blk_all[b] = n_all;
 }
 
-// F2. The row's cut, the same in every block (integer sums of F1's records, in block order): the
-// highest cut with at most kFastCap keys at or above it that settles a filter there (top-p: the
-// weight at or above it reaches want, the radix passes' target; top-k: k candidates at or above it,
-// or every candidate when there are no more than k; min-p: its bound at or above it), so the kept
-// tokens all lie in the list. Then the slice's keys at or above it go to the row's list, each block
-// at its own offset (the counts of the blocks before it).
+// F2. The row's way, the same in every block (integer sums of F1's records, in block order):
+//   kAboveCut: the highest cut with at most kFastCap keys at or above it that settles a filter there
+//     (top-p: the weight at or above it reaches want, the radix passes' target; top-k: k candidates
+//     at or above it, or every candidate when there are no more than k; min-p: its bound at or above
+//     it), so the kept tokens all lie at or above it: the slice's keys there go to the row's list,
+//     each block at its own offset (the counts of the blocks before it);
+//   kWindowBin (top-p without top-k, the kept tokens too many for a list): the window between the
+//     two cuts where the weight from the top reaches want; the slice's candidates in it are added
+//     into the row's kFine value bins (count and weight: two 32-bit shared atomics carry the 64-bit
+//     integer sum exactly, then one 64-bit global atomic per bin and block).
 template <int W>
 __global__ void __launch_bounds__(kSplitThreads) split_cut(const float *logits, int vocab,
                                                            const mx_sample_row *__restrict__ rows,
                                                            const SplitRow *scratch, FastRow *fast) {
     __shared__ unsigned long long ks[kSplitThreads / 32];
     __shared__ unsigned long long at_n[kCuts], at_w[kCuts], sum_total, sum_all, base;
-    __shared__ int cut_sh;
+    __shared__ unsigned bin_n[kFine], bin_lo[kFine], bin_hi[kFine];
+    __shared__ int mode_sh, cut_sh;
     __shared__ unsigned count;
     const int row = blockIdx.y, g = gridDim.x, b = blockIdx.x, tid = threadIdx.x;
     const mx_sample_row r = rows[row];
@@ -312,33 +359,116 @@ __global__ void __launch_bounds__(kSplitThreads) split_cut(const float *logits, 
         unsigned long long want = (unsigned long long)((double)sum_total * (double)r.top_p);
         if (want == 0) want = 1;
         const unsigned long long k = by_top_k(r) ? (unsigned long long)r.top_k : 0ull;
-        int cut = -1;
+        int mode = kNoList, cut = -1;
         for (int j = 0; j < kCuts && at_n[j] <= (unsigned long long)kFastCap; j++) {
             const bool p_ok = by_top_p(r) && at_w[j] >= want;
             const bool k_ok = by_top_k(r) && (sum_all > k ? at_n[j] >= k : at_n[j] == sum_all);
             const bool min_ok = r.min_p > 0.0f && m + logf(r.min_p) >= m - cut_depth(j);
             if (p_ok || k_ok || min_ok) {
-                cut = j;
+                mode = kAboveCut, cut = j;
                 break;
             }
         }
+        if (mode == kNoList && by_top_p(r) && !by_top_k(r)) {
+            int j = 0;  // the first cut with weight want at or above it (the margin floor's is the total)
+            while (j < kCuts && at_w[j] < want) j++;
+            float lo, hi;
+            if (window_of(r, m, j, &lo, &hi)) mode = kWindowBin, cut = j;
+        }
         unsigned long long before = 0;
-        if (cut >= 0)
+        if (mode == kAboveCut)
             for (int c = 0; c < b; c++) before += f->blk_cnt[c][cut];
-        cut_sh = cut, base = before, count = 0u;
-        if (b == 0) f->cut = cut, f->n = cut >= 0 ? at_n[cut] : 0ull, f->n_all = sum_all, f->want = want;
+        mode_sh = mode, cut_sh = cut, base = before, count = 0u;
+        if (b == 0) {
+            f->mode = mode, f->cut = cut, f->n_all = sum_all, f->want = want;
+            f->n = mode == kAboveCut ? at_n[cut] : 0ull;
+            f->above_win = mode == kWindowBin && cut > 0 ? at_w[cut - 1] : 0ull;
+        }
+    }
+    for (int i = tid; i < kFine; i += blockDim.x) bin_n[i] = 0u, bin_lo[i] = 0u, bin_hi[i] = 0u;
+    __syncthreads();
+    const int mode = mode_sh, cut = cut_sh;
+    const float lo_v = margin_floor(r, m);
+    int lo, hi;
+    slice_of(vocab, g, b, &lo, &hi);
+    if (mode == kAboveCut) {
+        const float c = m - cut_depth(cut);
+        for (int i = lo + tid; i < hi; i += blockDim.x) {
+            const float v = l[i];
+            if (!(v >= lo_v) || !(v >= c) || !allowed_at(mask, i)) continue;
+            const unsigned long long at = base + atomicAdd(&count, 1u);
+            if (at < (unsigned long long)kFastCap) f->keys[at] = pick_key(v, i);
+        }
+    } else if (mode == kWindowBin) {
+        float wlo, whi;
+        window_of(r, m, cut, &wlo, &whi);
+        for (int i = lo + tid; i < hi; i += blockDim.x) {
+            const float v = l[i];
+            if (!(v >= lo_v) || !in_window(v, cut, wlo, whi) || !allowed_at(mask, i)) continue;
+            const int bin = fine_bin(v, wlo, whi);
+            const unsigned long long w = mass_weight(v, m);
+            atomicAdd(&bin_n[bin], 1u);
+            const unsigned low = (unsigned)w, old = atomicAdd(&bin_lo[bin], low);
+            const unsigned high = (unsigned)(w >> 32) + (old + low < old ? 1u : 0u);  // with the carry
+            if (high) atomicAdd(&bin_hi[bin], high);
+        }
+        __syncthreads();
+        for (int i = tid; i < kFine; i += blockDim.x)
+            if (bin_n[i]) {
+                atomicAdd(&f->fine_n[i], (unsigned long long)bin_n[i]);
+                atomicAdd(&f->fine_w[i], ((unsigned long long)bin_hi[i] << 32) + bin_lo[i]);
+            }
+    }
+}
+
+// F2b (kWindowBin rows). Every block finds the window's bin where the weight from the top reaches
+// want (a scan of the bins' integer sums after the weight above the window) and copies its slice's
+// candidates of that bin to the row's list (any order; select sorts them), when they fit.
+template <int W>
+__global__ void __launch_bounds__(kSplitThreads) split_gather(const float *logits, int vocab,
+                                                              const mx_sample_row *__restrict__ rows,
+                                                              const SplitRow *scratch, FastRow *fast) {
+    __shared__ unsigned long long ks[kSplitThreads / 32];
+    __shared__ unsigned long long sums[kSplitThreads];
+    __shared__ unsigned long long above_sh;
+    __shared__ int bin_sh;
+    const int row = blockIdx.y, g = gridDim.x, b = blockIdx.x, tid = threadIdx.x;
+    const mx_sample_row r = rows[row];
+    if (!(r.temp > 0.0f)) return;
+    const SplitRow *s = scratch + row;
+    FastRow *f = fast + row;
+    const float *l = logits + (int64_t)row * vocab;
+    const uint32_t *mask = r.allowed;
+    const float m = l[key_index(row_best<W>(s, g, &mask, ks))];
+    if (!isfinite(m) || f->mode != kWindowBin) return;
+    constexpr int kPer = kFine / kSplitThreads;
+    const unsigned long long want = f->want;
+    unsigned long long mine = 0ull, total;
+    for (int e = 0; e < kPer; e++) mine += f->fine_w[tid * kPer + e];
+    if (tid == 0) bin_sh = -1;
+    unsigned long long acc = f->above_win + block_scan_u64(mine, sums, &total) - mine;
+    for (int e = 0; e < kPer; e++) {
+        const unsigned long long before = acc;
+        acc += f->fine_w[tid * kPer + e];
+        if (before < want && acc >= want) bin_sh = tid * kPer + e, above_sh = before;
     }
     __syncthreads();
-    const int cut = cut_sh;
-    if (cut < 0) return;
-    const float c = m - cut_depth(cut), lo_v = margin_floor(r, m);
+    const int bin = bin_sh;
+    if (bin < 0) return;  // never: the window holds the crossing (F2)
+    const unsigned long long n = f->fine_n[bin];
+    if (b == 0 && tid == 0) f->n = n, f->above_list = above_sh;
+    if (n > (unsigned long long)kFastCap) return;
+    float wlo, whi;
+    window_of(r, m, f->cut, &wlo, &whi);
+    const float lo_v = margin_floor(r, m);
     int lo, hi;
     slice_of(vocab, g, b, &lo, &hi);
     for (int i = lo + tid; i < hi; i += blockDim.x) {
         const float v = l[i];
-        if (!(v >= lo_v) || !(v >= c) || !allowed_at(mask, i)) continue;
-        const unsigned long long at = base + atomicAdd(&count, 1u);
-        if (at < (unsigned long long)kFastCap) f->keys[at] = pick_key(v, i);
+        if (!(v >= lo_v) || !in_window(v, f->cut, wlo, whi) || fine_bin(v, wlo, whi) != bin || !allowed_at(mask, i))
+            continue;
+        const unsigned at = atomicAdd(&f->n_list, 1u);
+        if (at < (unsigned)kFastCap) f->keys[at] = pick_key(v, i);
     }
 }
 
@@ -358,25 +488,60 @@ __device__ void sort_desc(unsigned long long *a, int size) {
         }
 }
 
-// F3 for one row: the threshold and the draw runs' masses from the list (true), or false when the
-// row must take the radix passes. Every thread of the block calls it and gets the same answer.
-template <int W>
-__device__ bool select_row(const float *l, int vocab, const mx_sample_row &r, SplitRow *s, const FastRow *f, int g,
-                           unsigned long long *keys, unsigned long long *sums, unsigned long long *ks, uint32_t *p_key,
-                           int *n_kept) {
+// The order key where the weight from the top first reaches want, counting `above` before the
+// list (keys[0, n), in descending order); 0 (no real key) when it does not. kSelectThreads threads.
+__device__ uint32_t list_crossing(const unsigned long long *keys, int n, float m, unsigned long long above,
+                                  unsigned long long want, unsigned long long *sums, uint32_t *p_key) {
+    constexpr int kPer = kFastCap / kSelectThreads;
     const int tid = threadIdx.x;
-    if (!(r.temp > 0.0f)) return false;
+    unsigned long long w[kPer], mine = 0ull, total;
+#pragma unroll
+    for (int e = 0; e < kPer; e++) {
+        const int i = tid * kPer + e;
+        w[e] = i < n ? mass_weight(mx_order_value((uint32_t)(keys[i] >> 32)), m) : 0ull;
+        mine += w[e];
+    }
+    if (tid == 0) *p_key = 0u;
+    unsigned long long acc = above + block_scan_u64(mine, sums, &total) - mine;
+#pragma unroll
+    for (int e = 0; e < kPer; e++) {
+        const unsigned long long before = acc;
+        acc += w[e];
+        if (before < want && acc >= want) *p_key = (uint32_t)(keys[tid * kPer + e] >> 32);
+    }
+    __syncthreads();
+    const uint32_t k = *p_key;
+    __syncthreads();
+    return k;
+}
+
+// F3 for one row: its status (FastRow::status), with the threshold (and for kFromList the draw
+// runs' masses) written where split_draw writes them. Every thread of the block calls it and gets
+// the same answer.
+template <int W>
+__device__ int select_row(const float *l, int vocab, const mx_sample_row &r, SplitRow *s, const FastRow *f, int g,
+                          unsigned long long *keys, unsigned long long *sums, unsigned long long *ks, uint32_t *p_key,
+                          int *n_kept) {
+    const int tid = threadIdx.x;
+    if (!(r.temp > 0.0f)) return kRadix;
     const uint32_t *mask = r.allowed;
     const float m = l[key_index(row_best<W>(s, g, &mask, ks))];
-    if (!isfinite(m) || f->cut < 0) return false;
-    const int n = (int)f->n;  // at most kFastCap (the cut's choice)
+    if (!isfinite(m) || f->mode == kNoList || f->n == 0 || f->n > (unsigned long long)kFastCap) return kRadix;
+    const int n = (int)f->n;
     int size = 1;
     while (size < n) size <<= 1;
     for (int i = tid; i < size; i += blockDim.x) keys[i] = i < n ? f->keys[i] : 0ull;
     __syncthreads();
     sort_desc(keys, size);
 
-    // Each filter's key where the list settles it; a filter it does not settle lies below the cut.
+    if (f->mode == kWindowBin) {  // top-p alone (and min-p): its key lies in the list
+        const uint32_t p_prefix = list_crossing(keys, n, m, f->above_list, f->want, sums, p_key);
+        if (p_prefix == 0u) return kRadix;  // never: the bin holds the crossing (F2b)
+        if (tid == 0) s->thr = filter_threshold(r, m, 0u, p_prefix);
+        return kThresholdOnly;
+    }
+
+    // kAboveCut: each filter's key where the list settles it; one it does not settle lies below the cut.
     mx_sample_row q = r;
     uint32_t k_prefix = 0u, p_prefix = 0u;
     if (by_top_k(r)) {  // the k-th largest key, or the smallest when there are no more than k
@@ -385,38 +550,12 @@ __device__ bool select_row(const float *l, int vocab, const mx_sample_row &r, Sp
         if (all ? f->n == f->n_all : f->n >= k) k_prefix = (uint32_t)(keys[all ? n - 1 : (int)k - 1] >> 32);
         else q.top_k = 0;
     }
-    if (by_top_p(r)) {  // the key where the weight from the top first reaches want
-        constexpr int kPer = kFastCap / kSelectThreads;
-        unsigned long long w[kPer], mine = 0ull;
-#pragma unroll
-        for (int e = 0; e < kPer; e++) {
-            const int i = tid * kPer + e;
-            w[e] = i < n ? mass_weight(mx_order_value((uint32_t)(keys[i] >> 32)), m) : 0ull;
-            mine += w[e];
-        }
-        if (tid == 0) *p_key = 0u;
-        sums[tid] = mine;
-        __syncthreads();
-        for (int o = 1; o < (int)blockDim.x; o <<= 1) {  // sums[t] = mine of threads 0..t
-            const unsigned long long add = tid >= o ? sums[tid - o] : 0ull;
-            __syncthreads();
-            sums[tid] += add;
-            __syncthreads();
-        }
-        const unsigned long long total = sums[blockDim.x - 1], want = f->want;
-        unsigned long long acc = sums[tid] - mine;
-#pragma unroll
-        for (int e = 0; e < kPer; e++) {
-            const unsigned long long before = acc;
-            acc += w[e];
-            if (before < want && acc >= want) *p_key = (uint32_t)(keys[tid * kPer + e] >> 32);
-        }
-        __syncthreads();
-        if (total >= want) p_prefix = *p_key;
-        else q.top_p = 1.0f;
+    if (by_top_p(r)) {
+        p_prefix = list_crossing(keys, n, m, 0ull, f->want, sums, p_key);
+        if (p_prefix == 0u) q.top_p = 1.0f;
     }
     const float thr = filter_threshold(q, m, k_prefix, p_prefix);
-    if (!(thr >= m - cut_depth(f->cut))) return false;
+    if (!(thr >= m - cut_depth(f->cut))) return kRadix;  // never: the cut settles a filter (F2)
 
     // The kept keys (l >= thr) are a prefix of the sorted list; sorted again by id, each draw run's
     // kept tokens follow one another, and thread t sums run t's as run_mass does.
@@ -446,11 +585,10 @@ __device__ bool select_row(const float *l, int vocab, const mx_sample_row &r, Sp
         part += expf((mx_order_value((uint32_t)keys[i]) - m) * inv_t);
     s->parts[tid] = part;
     if (tid == 0) s->thr = thr;
-    return true;
+    return kFromList;
 }
 
-// F3. One block per row: the row's status, and for status 1 its threshold and draw runs (split_draw's
-// outputs, which the finish reads).
+// F3. One block per row: the row's status, threshold and (kFromList) draw runs.
 template <int W>
 __global__ void __launch_bounds__(kSelectThreads) split_select(const float *logits, int vocab,
                                                                const mx_sample_row *__restrict__ rows,
@@ -461,9 +599,9 @@ __global__ void __launch_bounds__(kSelectThreads) split_select(const float *logi
     __shared__ uint32_t p_key;
     __shared__ int n_kept;
     const int row = blockIdx.x;
-    const bool ok = select_row<W>(logits + (int64_t)row * vocab, vocab, rows[row], scratch + row, fast + row, g, keys,
-                                  sums, ks, &p_key, &n_kept);
-    if (threadIdx.x == 0) fast[row].status = ok ? 1 : 0;
+    const int status = select_row<W>(logits + (int64_t)row * vocab, vocab, rows[row], scratch + row, fast + row, g, keys,
+                                     sums, ks, &p_key, &n_kept);
+    if (threadIdx.x == 0) fast[row].status = status;
 }
 
 // 2-5. Radix pass `pass` of the sampled rows' top-k and top-p selections.
@@ -478,7 +616,7 @@ __global__ void __launch_bounds__(kSplitThreads) split_radix(const float *logits
     const int row = blockIdx.y, g = gridDim.x, b = blockIdx.x, tid = threadIdx.x;
     const mx_sample_row r = rows[row];
     const bool use_k = by_top_k(r), use_p = by_top_p(r);
-    if (!(r.temp > 0.0f) || (!use_k && !use_p) || (fast && fast[row].status)) return;
+    if (!(r.temp > 0.0f) || (!use_k && !use_p) || (fast && fast[row].status != kRadix)) return;
     SplitRow *s = scratch + row;
     const float *l = logits + (int64_t)row * vocab;
     const uint32_t *mask = r.allowed;
@@ -535,21 +673,27 @@ __global__ void __launch_bounds__(kSplitThreads) split_draw(const float *logits,
     __shared__ RadixState st_out;
     const int row = blockIdx.y, tid = threadIdx.x;
     const mx_sample_row r = rows[row];
-    if (!(r.temp > 0.0f) || (fast && fast[row].status)) return;
+    const int status = fast ? fast[row].status : kRadix;
+    if (!(r.temp > 0.0f) || status == kFromList) return;
     SplitRow *s = scratch + row;
     const float *l = logits + (int64_t)row * vocab;
     const uint32_t *mask = r.allowed;
     const float m = l[key_index(row_best<W>(s, g, &mask, ks))];
     if (!isfinite(m)) return;
-    RadixState sk = s->st[kPasses - 1][0], sp = s->st[kPasses - 1][1];
-    if (by_top_k(r)) sk = radix_advance(s->hist[kPasses - 1][0], sk, 0, false, 0.0f, sums, &st_out);
-    if (by_top_p(r)) sp = radix_advance(s->hist[kPasses - 1][1], sp, 0, false, r.top_p, sums, &st_out);
-    const float thr = filter_threshold(r, m, sk.prefix, sp.prefix);
+    float thr;
+    if (status == kThresholdOnly) {
+        thr = s->thr;
+    } else {
+        RadixState sk = s->st[kPasses - 1][0], sp = s->st[kPasses - 1][1];
+        if (by_top_k(r)) sk = radix_advance(s->hist[kPasses - 1][0], sk, 0, false, 0.0f, sums, &st_out);
+        if (by_top_p(r)) sp = radix_advance(s->hist[kPasses - 1][1], sp, 0, false, r.top_p, sums, &st_out);
+        thr = filter_threshold(r, m, sk.prefix, sp.prefix);
+    }
     const int t = blockIdx.x * blockDim.x + tid;
     int i0, i1;
     draw_run(vocab, t, &i0, &i1);
     s->parts[t] = run_mass(l, i0, i1, thr, mask, m, 1.0f / r.temp);
-    if (t == 0) s->thr = thr;
+    if (t == 0 && status != kThresholdOnly) s->thr = thr;
 }
 
 // 7. Logprobs, the draw's token and the output record (one block per row).
@@ -658,6 +802,7 @@ extern "C" void mxg_sample_split(const mxg_launch *L, mx_sample_out *out, float 
             if (f) {
                 split_mass<W><<<dim3(g, k), kSplitThreads, 0, st>>>(lg, vocab, rw, s, f);
                 split_cut<W><<<dim3(g, k), kSplitThreads, 0, st>>>(lg, vocab, rw, s, f);
+                split_gather<W><<<dim3(g, k), kSplitThreads, 0, st>>>(lg, vocab, rw, s, f);
                 split_select<W><<<dim3(k), kSelectThreads, 0, st>>>(lg, vocab, rw, s, f, blocks);
             }
             for (int p = 0; p < kPasses; p++)
