@@ -55,6 +55,14 @@
 #             harness, model parity on cuda and the op suite with the knob on; bench_gpu_matvec of the
 #             0.6B (tc-decode against tc-pipe per product); bench_gpu_decode's 64-row step per op, off
 #             and on.
+#   sample    the split token choice's fast form (kernels/sample_split.cu, MLXCEL_GPU_SAMPLE_FAST),
+#             ~6 min, deadline 420 s: test_gpu_sample with the knob (the fast split form against the
+#             one-block form and the host rule, in a recorded graph too, and the sample record's time
+#             over 1, 8, 32 and 64 rows and 64 rows of normal logits) and without it (the same times
+#             for the radix split form); test_backend_sample on cuda with the knob; `mlxcel bench -m
+#             qwen3-0.6b-q4g64 --batch 64 -p 32 -n 128` at temperature 0.7 top-p 0.95 with the knob
+#             on and off and greedy, twice in turn, then the same at --batch 32; the
+#             conformance harness with the knob.
 # (The suites were attn_on_device.sh, attn_mma_on_device.sh, prefill_on_device.sh,
 # moe_on_device.sh and matvec_on_device.sh, which bench/RESULTS.md names.)
 # shellcheck disable=SC2317  # the suite functions are called as "suite_$suite"
@@ -66,8 +74,9 @@ attn) deadline=300 ;;
 attn_mma | prefill | matvec) deadline=540 ;;
 tc_pipe) deadline=560 ;;
 moe) deadline=480 ;;
+sample) deadline=420 ;;
 *)
-    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|matvec|tc_pipe (the suites: the top of this file)" >&2
+    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|matvec|tc_pipe|sample (the suites: the top of this file)" >&2
     exit 2
     ;;
 esac
@@ -186,6 +195,26 @@ suite_tc_pipe() {
             build/cuda/bench_gpu_decode qwen3-0.6b 96 64 40 64
     done
     check_run gpu_ops_tc_pipe 240 "check failed|passed|failed" "${on[@]}" -- build/cuda/test_gpu_ops
+}
+
+suite_sample() {
+    check_build 240 mlxcel test_gpu_sample test_backend_sample test_gpu_conformance
+    local p="sample record|differ from|graphs recorded|check failed|passed|failed"
+    check_run gpu_sample_fast 120 "$p" MLXCEL_GPU_SAMPLE_FAST=1 -- build/cuda/test_gpu_sample
+    check_run backend_sample_fast 60 "check failed|passed|failed" MLXCEL_TEST_BACKEND=cuda MLXCEL_GPU_SAMPLE_FAST=1 -- \
+        build/cuda/test_backend_sample
+    local m=$HOME/.cache/mlxcel/bench/qwen3-0.6b-q4g64 i b
+    [ -f "$m/config.json" ] || step make_model 90 build/cuda/mlxcel bench --shape qwen3-0.6b -p 1 -n 1 --backend cuda
+    for b in 64 32; do
+        local a=(-- -m "$m" --batch "$b" -p 32 -n 128)
+        for i in 1 2; do
+            check_bench "b${b}_sampled_fast_$i" 60 MLXCEL_GPU_SAMPLE_FAST=1 "${a[@]}" --temp 0.7 --top-p 0.95
+            check_bench "b${b}_sampled_radix_$i" 60 MLXCEL_GPU_SAMPLE_FAST=0 "${a[@]}" --temp 0.7 --top-p 0.95
+            check_bench "b${b}_greedy_$i" 60 "${a[@]}"
+        done
+    done
+    check_run gpu_sample_radix 120 "sample record" -- build/cuda/test_gpu_sample
+    check_run gpu_conformance_fast 120 "check failed|FAIL" MLXCEL_GPU_SAMPLE_FAST=1 -- build/cuda/test_gpu_conformance
 }
 
 check_start "ab_on_device.sh $suite"

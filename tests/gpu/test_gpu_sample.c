@@ -9,7 +9,7 @@
 // at most 2% of sampled tokens may differ (float sums in another order move a boundary). Then the
 // split form inside a plan run four times (recorded as a graph on the second run, replayed after)
 // with new logits and positions each time, against direct runs of the one-block form. Prints the
-// time of the record over 1 and 8 rows of 151,936 in both forms, replayed as a graph (as in the
+// time of the record over 1, 8, 32 and 64 rows of 151,936 in both forms, replayed as a graph (as in the
 // engine's steps) and launched directly. Exit 77 (ctest: skipped) without a GPU.
 #include <math.h>
 #include <stdio.h>
@@ -23,7 +23,7 @@
 #include "core/clock.h"
 #include "core/sample_rows.h"
 
-enum { MAX_ROWS = 8, MAX_VOCAB = 151936, MAX_MODS = 8 * 40 };
+enum { MAX_ROWS = 64, MAX_VOCAB = 151936, MAX_MODS = MAX_ROWS * 40 };
 
 static mx_error err;
 static uint64_t rs = 0x2545f4914f6cdd1dull;
@@ -262,9 +262,15 @@ int main(void) {
     printf("%d rows (%d sampled): %d sampled tokens differ from the host rule\n", total_rows, sampled, host_diff);
     CHECK_MSG(host_diff * 50 <= sampled, "%d of %d sampled tokens differ from the host rule", host_diff, sampled);
 
-    // Time of the record over 1 and 8 rows of 151,936 logits (temp 0.7, top-p 0.9), both forms.
-    for (int n = 1; n <= 8; n += 7) {
+    // Time of the record over 1, 8, 32 and 64 rows of 151,936 logits (temp 0.7, top-p 0.9), both
+    // forms; then 64 rows of normal logits only (sd 2, as the random-weight bench model's: top-p keeps
+    // about a third of the vocabulary). With MLXCEL_GPU_SAMPLE_FAST=1 the split form is the fast one.
+    static const int time_rows[] = {1, 8, 32, 64, -64};
+    for (size_t q = 0; q < sizeof time_rows / sizeof time_rows[0]; q++) {
+        const int n = abs(time_rows[q]);
         make_batch(&b, MAX_VOCAB, n);
+        if (time_rows[q] < 0)
+            for (int t = 0; t < n; t++) fill_row(b.logits + (size_t)t * MAX_VOCAB, MAX_VOCAB, 0);
         for (int t = 0; t < n; t++) {
             free(b.masks[t]);
             b.masks[t] = NULL;
@@ -272,8 +278,9 @@ int main(void) {
         }
         b.n_mods = 0;
         double d1, d2, t1 = time_record(&one, &b, &d1), t2 = time_record(&split, &b, &d2);
-        printf("sample record, %d row%s of 151936, temp 0.7 top-p 0.9, graph replay (direct launches): one block per row "
-               "%.4f ms (%.4f), split %.4f ms (%.4f)\n", n, n > 1 ? "s" : "", t1, d1, t2, d2);
+        printf("sample record, %d row%s of 151936%s, temp 0.7 top-p 0.9, graph replay (direct launches): one block per row "
+               "%.4f ms (%.4f), split%s %.4f ms (%.4f)\n", n, n > 1 ? "s" : "", time_rows[q] < 0 ? " (normal logits)" : "", t1,
+               d1, getenv("MLXCEL_GPU_SAMPLE_FAST") ? " (MLXCEL_GPU_SAMPLE_FAST set)" : "", t2, d2);
     }
     free(b.logits);
     free(e1);

@@ -19,21 +19,24 @@
 // waits for another, so the launches are ordinary kernels a graph records, with every parameter
 // read from device memory. The logsumexp merges slices (max and rescaled sums), so logprobs match
 // the one-block kernel to float rounding; tokens, thresholds and top ids are the same bit for bit.
-// The fast form (L->sample_fast, MLXCEL_GPU_SAMPLE_FAST=1; off by default) finds the threshold from
-// the few keys near the row's best m instead of four radix passes over every slice, whose 64-bit
-// shared-memory atomics on the two or three bins that hold nearly all keys cost most of the time:
+// The fast form (L->sample_fast, MLXCEL_GPU_SAMPLE_FAST=1; off by default) finds the threshold
+// without the radix passes, whose 64-bit shared-memory atomics pile onto the two or three bins of
+// pass 0 that hold nearly every key (bits 31-24: sign and exponent), in four launches after stats:
 //   F1. mass: each slice's candidates (allowed, l >= margin floor) by count and top-p weight in all
-//       (the radix passes' total, integer sums in registers, no atomics) and above kCuts cuts
-//       m - depth (1 to 20 nats);
-//   F2. cut: every block picks, from the row's sums, the highest cut that provably holds the kept
-//       tokens (top-p: the weight above it reaches want; top-k: k keys above it, or all; min-p: its
-//       bound above it) with at most kFastCap keys, and copies the keys above it to the row's list;
+//       (pass 0's total; integer sums in registers, no atomics) and at or above kCuts cuts m - depth;
+//   F2. cut: every block takes the same way from the row's sums: the highest cut with at most
+//       kFastCap keys at or above it that settles a filter (top-p weight, top-k count or min-p bound
+//       there), whose keys go to the row's list; or, for top-p without top-k when the kept tokens are
+//       too many (flat rows, as the random-weight bench model's), the window between the cuts where
+//       the weight from the top reaches want, its candidates added into 1,024 value bins (exact
+//       64-bit integer weights);
+//   F2b. gather: the window's bin where the weight reaches want; its keys go to the list;
 //   F3. select (one block per row): sorts the list, takes the k-th key and the key where the weight
-//       from the top reaches want (the radix passes' definitions), checks that the threshold is at or
-//       above the cut (a filter not settled in the list is below the cut, so it cannot raise it), and
-//       sums the draw runs' masses from the kept keys sorted by id (the same additions in order).
-// A row that fails a check (no cut fits, or the threshold lands below it) runs the radix passes and
-// the draw as before; for the others those launches return at once (the row's status).
+//       from the top reaches want (the radix passes' definitions, so the same bits), and, for a list
+//       above a cut, the draw runs' masses from the kept keys sorted by id (run_mass's additions).
+// A row that neither way settles (no cut fits and no window, or the window's bin holds more than
+// kFastCap keys) takes the radix passes; split_draw runs for window rows and those; for the others
+// those launches return at once (the row's FastRow::status).
 #include "backends/gpu/kernels/sample_rule.cuh"
 #include "backends/gpu/kernels_sample.h"
 
