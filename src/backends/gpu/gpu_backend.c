@@ -316,8 +316,9 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // its other task shape (4 rows per task, 2 chunks per lane per step at 4 bits, instead of 2 and 4).
     // MLXCEL_GPU_SAMPLE_BLOCKS=N: at most N blocks share one row of the sample record
     // (kernels/sample_split.cu; 1: one block per row; unset: MXG_SAMPLE_DEFAULT_BLOCKS).
-    // MLXCEL_GPU_SAMPLE_FAST=1: the split form's threshold from the keys near each row's best where
-    // that settles it, the radix passes elsewhere (same tokens; kernels/sample_split.cu; unset: 0).
+    // MLXCEL_GPU_SAMPLE_FAST=1: the split form's threshold from a short list of keys (those near
+    // each row's best, or one value bin where top-p's weight is reached) where that settles it, the
+    // radix passes elsewhere (same tokens; kernels/sample_split.cu; unset: 0, until a device A/B).
     // MLXCEL_GPU_TC_DECODE=N (2..64; 1 counts as 2): batches of N to 64 tokens on the tensor-core decode
     // product (vendor/cuda/matvec_mma.cu: affine 4/8-bit weights, bf16 hi/mid/lo activations; other
     // formats keep the float32 kernels); unset: MXG_TC_DECODE_DEFAULT_TOKENS (4: on the H200 it is

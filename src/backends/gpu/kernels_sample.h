@@ -39,15 +39,16 @@ void mxg_sample_split(const mxg_launch *L, mx_sample_out *out, float *logits, in
 size_t mxg_sample_split_row_bytes(void);
 
 // The fast form of mxg_sample_split (L->sample_fast, MLXCEL_GPU_SAMPLE_FAST=1): the same choice
-// with the top-k/top-p threshold and the draw runs taken from the keys near each row's best where
-// that settles them exactly (kernels/sample_split.cu), the radix passes elsewhere. Its scratch:
+// with the top-k/top-p threshold (and the draw runs) taken from a short list of keys where that
+// settles them exactly: the keys near each row's best, or those of the value bin where top-p's
+// weight is reached (kernels/sample_split.cu); the radix passes elsewhere. Its scratch:
 // mxg_sample_split_row_bytes() + mxg_sample_fast_row_bytes() per row.
 size_t mxg_sample_fast_row_bytes(void);
 
 // For the host emulation only (L->sample_scratch in host memory): what the last mxg_sample_split
 // left for row `row` (rows beyond the scratch's share the record of an earlier row): the kept
-// tokens' threshold, the 1,024 draw runs' masses, and with the fast form 1 when it settled the row
-// from its list or 0 when the radix passes ran (-1: not the fast form).
+// tokens' threshold, the 1,024 draw runs' masses, and with the fast form the way it took (1: a
+// list above a cut, 2: a window's bin, 0: the radix passes; -1: not the fast form).
 void mxg_sample_split_peek(const mxg_launch *L, int row, float *thr, float *parts, int *fast_status);
 
 #ifdef __cplusplus

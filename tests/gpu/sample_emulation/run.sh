@@ -4,9 +4,10 @@
 # and kernels/sample_split.cu (a row split over many blocks) to host C++ (kv_emulation/to_host.py),
 # builds them with the host emulation (kv_emulation/emu.h) and test_sample_emulated.cpp against the
 # CPU build's library (the host rule, core/sample_rows.c), and runs it. A check of the split form's
-# logic and of its agreement with the one-block form before a device run, not a replacement for it
+# logic (with its fast form, MLXCEL_GPU_SAMPLE_FAST, bit for bit against it) and of its agreement
+# with the one-block form before a device run, not a replacement for it
 # (tests/gpu/sample_on_device.sh). Needs g++ (C++20) and the CPU build (made here when build/cpu has
-# no library). About a minute on two cores.
+# no library). About five minutes on two cores (quick: two to three).
 # Usage: tests/gpu/sample_emulation/run.sh [--asan] [quick]   (--asan: AddressSanitizer, fewer cases)
 set -eu
 cd "$(dirname "$0")/../../.."
