@@ -9,7 +9,7 @@
 // split at the rule's block count and at 2, 3, 7 and 128 blocks, and with scratch for fewer rows
 // than the batch (several launches); warps of 32 lanes, and a few batches at AMD's 64. Then batches
 // of 8-64 rows (the server's; the rule's 8 blocks per row at 64 rows of 151,936), server-like rows
-// (temperature and top-p, sometimes min-p) and rows with NaN logits (not compared with the host).
+// (temperature and top-p, sometimes min-p; half of them flat) and rows with NaN logits (not compared with the host).
 // The two forms must agree exactly on every token, top id and edited logit, and within 1e-5 on
 // logprobs (rows without NaN); against the host rule, every greedy row and top id must agree and
 // logprobs within 1e-5; a sampled token may differ from the host's only where float sums in another
@@ -67,7 +67,7 @@ struct Batch {
 
 // nan: a few NaN logits in some rows (negative ones, which no filter keeps, and rarely a positive
 // one, which every form takes as the row's best); such batches are not compared with the host rule.
-// server: the server's usual rows (temperature and top-p, sometimes min-p, no top-k, no mask).
+// server: the server's usual rows (temperature and top-p, sometimes min-p, no top-k, no mask; half of them flat).
 static Batch make_batch(int vocab, int n, bool nan = false, bool server = false) {
     Batch b{vocab, n, std::vector<float>((size_t)vocab * n), std::vector<mx_sample_row>(n), {}, {}};
     b.masks.resize(n);
@@ -119,6 +119,7 @@ static Batch make_batch(int vocab, int n, bool nan = false, bool server = false)
             mx_sample_row &r = b.rows[t];
             r.temp = pick(s_temps), r.top_p = pick(s_top_ps), r.min_p = pick(s_min_ps), r.top_k = 0;
             b.masks[t].clear();
+            if (below(2) && !b.nan[t]) fill_row(&b.logits[(size_t)t * vocab], vocab, 0);  // flat, as the random bench model's
         }
     for (int t = 0; t < n; t++) b.rows[t].allowed = b.masks[t].empty() ? nullptr : b.masks[t].data();
     return b;
@@ -233,6 +234,7 @@ int main(int argc, char **argv) {
         run_batch(make_batch(151936, 2), 0, 8);
         run_batch(make_batch(5003, 3), 7, 2);
         run_batch(make_batch(32000, 8), 0, 8);
+        run_batch(make_batch(151936, 16, false, true), 0, 16);
     }
     printf("warp 64: %d failures so far\n", fails);
     // Many rows (the server's batches; the rule's 8 blocks per row at 64 rows of 151,936), and rows
