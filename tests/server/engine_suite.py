@@ -235,8 +235,11 @@ try:
     p1 = small.metric('preemptions_total')
     check('a pool too small for every request: all of them complete', all(o for o in out), out)
     check('and running requests were preempted (/metrics)', p0 == 0 and p1 and p1 > 0, (p0, p1))
+    # A stream's events carry whatever tokens arrived since its last write, so how many events 64
+    # tokens take depends on the machine's load (31 seen at load 7): the floor only asks that every
+    # stream came in pieces; the text equality is what catches lost or repeated tokens.
     check('preempted streams are the large pool\'s answers, no text lost or repeated (greedy and seeded)',
-          all(refs) and out == refs and min(events) >= 32, (out, refs, events))
+          all(refs) and out == refs and min(events) >= 8, (out, refs, events))
     check('the large pool preempted nothing', large.metric('preemptions_total') == 0)
     health = json.loads(small.request('GET', '/health')[1])
     check('recomputed tokens are counted (/metrics) and /health shows the preemptions',
