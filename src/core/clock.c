@@ -8,29 +8,20 @@
 
 #include "core/sample_noise.h"
 
-double mx_now(void) {
+// Seconds on clock `id` (one reading, the same conversion for every clock below).
+static double seconds_on(clockid_t id) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(id, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-double mx_thread_cpu_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+double mx_now(void) { return seconds_on(CLOCK_MONOTONIC); }
 
-double mx_process_cpu_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+double mx_thread_cpu_now(void) { return seconds_on(CLOCK_THREAD_CPUTIME_ID); }
 
-double mx_wall_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
+double mx_process_cpu_now(void) { return seconds_on(CLOCK_PROCESS_CPUTIME_ID); }
+
+double mx_wall_now(void) { return seconds_on(CLOCK_REALTIME); }
 
 struct timespec mx_wall_deadline(double seconds) {
     struct timespec ts;
