@@ -81,7 +81,9 @@ const char cli_model_help[] =
     "                          cache, downloaded when missing; default: the bundled demo model)\n"
     "  --backend NAME          cpu, cuda, rocm or auto (default: auto)\n"
     "  --threads N             CPU threads (default: all cores)\n"
-    "  --ctx N                 context length in tokens\n";
+    "  --ctx N                 context length in tokens\n"
+    "  --kv-bits 8|16          KV cache codes: 16 (int16, the default) or 8 (int8, half the cache's\n"
+    "                          bytes, slightly less accurate; cpu backend only, others refuse it)\n";
 
 const char cli_sampling_help[] =
     "  --temp T                temperature; 0 is greedy (default 0)\n"
@@ -112,6 +114,15 @@ int cli_model_opt(const char *cmd, int argc, char **argv, int *i, cli_model_opts
     if (cli_is(a, "-c", "--ctx")) {
         if (!(v = cli_value(cmd, argc, argv, i))) return -1;
         return cli_int(cmd, a, v, 1, 1 << 20, &o->ctx) ? -1 : 1;
+    }
+    if (cli_is(a, NULL, "--kv-bits")) {
+        if (!(v = cli_value(cmd, argc, argv, i))) return -1;
+        if (strcmp(v, "8") != 0 && strcmp(v, "16") != 0) {
+            cli_error(cmd, "--kv-bits must be 8 or 16 (got '%s')", v);
+            return -1;
+        }
+        o->kv_bits = atoi(v);
+        return 1;
     }
     return 0;
 }
@@ -160,7 +171,7 @@ int cli_open_model(const char *cmd, const cli_model_opts *o, mx_backend **be, mx
         cli_error(cmd, "%s", err.msg);
         return -1;
     }
-    mx_backend_options bo = {.name = o->backend, .threads = o->threads, .device_index = 0};
+    mx_backend_options bo = {.name = o->backend, .threads = o->threads, .device_index = 0, .kv_bits = o->kv_bits};
     *be = mx_backend_create(&bo, &err);
     if (!*be) {
         cli_error(cmd, "%s", err.msg);

@@ -293,7 +293,7 @@ int cmd_bench(int argc, char **argv) {
     const char *model_label = random ? label : mdir;
     fprintf(stderr, "model: %s (%.2f GB of weights, loaded in %.2f s)\n", model_label, mx_model_weight_bytes(m) / 1e9,
             t_load);
-    fprintf(stderr, "backend: %s, %s\n", be->ops->name, be->device_name);
+    fprintf(stderr, "backend: %s, %s, KV cache %s\n", be->ops->name, be->device_name, mx_dtype_name(be->kv_dtype));
     if (probe && strcmp(be->ops->name, "cpu") != 0) {
         cli_error(cmd, "--bandwidth measures host memory, so it applies to the CPU backend only (this is %s)",
                   be->ops->name);

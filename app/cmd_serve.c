@@ -151,9 +151,9 @@ int cmd_serve(int argc, char **argv) {
     const char *host = so.host;
     bool v6 = strchr(host, ':') != NULL;
     int kv_size = mx_server_kv_size(srv);
-    fprintf(stderr, "mlxcel-server: model %s, up to %d sequences of up to %d tokens, KV pool %d tokens (%.1f MiB%s)%s\n",
+    fprintf(stderr, "mlxcel-server: model %s, up to %d sequences of up to %d tokens, KV pool %d tokens (%.1f MiB of %s%s)%s\n",
             dir, so.parallel, so.ctx, kv_size,
-            (double)mx_model_kv_block_bytes(m) * (kv_size / MX_KV_BLOCK) / (1024.0 * 1024.0),
+            (double)mx_model_kv_block_bytes(m) * (kv_size / MX_KV_BLOCK) / (1024.0 * 1024.0), mx_dtype_name(be->kv_dtype),
             so.kv_size ? "" : ", default: half of free memory, at most 2 x parallel x ctx",
             tmpl ? "" : " (no chat template: /v1/chat/completions answers 400)");
     fprintf(stderr, "mlxcel-server: listening on http://%s%s%s:%d\n", v6 ? "[" : "", host, v6 ? "]" : "",

@@ -20,6 +20,9 @@ set_tests_properties(test_model_parity_kv_f32 PROPERTIES ENVIRONMENT "MLXCEL_CPU
 # The float16 KV cache (the GPU's with MLXCEL_GPU_KV=f16) on the CPU: its rounding alone, against its bound (4e-3).
 add_test(NAME test_model_parity_kv_f16 COMMAND test_model_parity WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(test_model_parity_kv_f16 PROPERTIES ENVIRONMENT "MLXCEL_CPU_KV=f16")
+# The opt-in int8 KV cache (--kv-bits 8) against its own documented bound (8e-2, test_model_parity.c).
+add_test(NAME test_model_parity_kv_i8 COMMAND test_model_parity WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(test_model_parity_kv_i8 PROPERTIES ENVIRONMENT "MLXCEL_CPU_KV=i8")
 # The avx512vnni kernel set forced (its own integer prefill; the best set on this machine may be amx).
 # A CPU without it runs its best set instead, with a note on stderr.
 add_test(NAME test_model_parity_avx512vnni COMMAND test_model_parity WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})

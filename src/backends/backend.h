@@ -43,8 +43,11 @@ typedef struct mx_backend mx_backend;
 // decode step has one per sequence, and the engine's padding slot up to 7 at its default padding
 // (generate/engine.h).
 #define MX_DECODE_SLOT_TOKENS 8
-// An I16 cache row (MX_DTYPE_I16) has one float scale per this many elements (mx_kv_bytes).
+// An I16 or I8 cache row (MX_DTYPE_I16, MX_DTYPE_I8) has one float scale per this many elements
+// (mx_kv_bytes).
 #define MX_KV_SCALE_BLOCK 16
+// True for the cache element types stored as integer codes with per-block float scales.
+static inline bool mx_kv_scaled(mx_dtype t) { return t == MX_DTYPE_I16 || t == MX_DTYPE_I8; }
 
 // Geometry of the KV cache; the backend chooses the element type (kv_dtype in mx_backend). The cache
 // is a pool of blocks of MX_KV_BLOCK positions; a block id names the same block in every layer. The
@@ -246,8 +249,8 @@ typedef struct mx_backend_ops {
 struct mx_backend {
     const mx_backend_ops *ops;
     void *ctx;           // backend-private state
-    mx_dtype kv_dtype;   // element type of the KV cache this backend stores (F32, BF16, F16; I16 = int16 with
-                         // one float scale per MX_KV_SCALE_BLOCK elements of a row, see mx_kv_bytes)
+    mx_dtype kv_dtype;   // element type of the KV cache this backend stores (F32, BF16, F16; I16 = int16 and
+                         // I8 = int8 with one float scale per MX_KV_SCALE_BLOCK elements of a row, mx_kv_bytes)
     char device_name[128];
 };
 
@@ -256,6 +259,8 @@ typedef struct mx_backend_options {
     const char *name;   // NULL or "auto": the GPU when present and usable, else the CPU
     int threads;
     int device_index;
+    int kv_bits;        // KV cache codes (--kv-bits): 0 the backend's default, 16 int16, 8 int8 (CPU only; a
+                        // backend without it refuses to start rather than ignore it)
 } mx_backend_options;
 
 mx_backend *mx_backend_create(const mx_backend_options *opt, mx_error *err);
@@ -264,7 +269,7 @@ void mx_backend_free(mx_backend *be);
 const char *mx_backend_compiled(void);
 
 // KV cache size in bytes for a layout and element type: [layer][block][K|V][kv_head][MX_KV_BLOCK][head_dim]
-// elements, then for I16 their scales, [layer][block][K|V][kv_head][MX_KV_BLOCK][ceil(head_dim /
+// elements, then for I16 and I8 their scales, [layer][block][K|V][kv_head][MX_KV_BLOCK][ceil(head_dim /
 // MX_KV_SCALE_BLOCK)] floats (the same layout and quantization on every backend: cpu_attention.c).
 // SIZE_MAX when the size does not fit a size_t (a context creation refuses it).
 size_t mx_kv_bytes(const mx_kv_layout *lay, mx_dtype kv_dtype);

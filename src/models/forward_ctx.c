@@ -20,12 +20,12 @@ mx_ctx *mx_ctx_create(mx_model *m, int n_slots, int max_ctx, int max_batch, mx_e
     return mx_ctx_create_pool(m, n_slots, max_ctx, max_batch, 0, err);
 }
 
-// Bytes of one block of one layer (K and V, every head), and of its I16 scales (0 for other types).
+// Bytes of one block of one layer (K and V, every head), and of its I16/I8 scales (0 for other types).
 static size_t block_elem_bytes(const mx_kv_layout *lay, mx_dtype dt) {
     return (size_t)2 * lay->n_kv_heads * MX_KV_BLOCK * lay->head_dim * mx_dtype_size(dt);
 }
 static size_t block_scale_bytes(const mx_kv_layout *lay, mx_dtype dt) {
-    return dt == MX_DTYPE_I16 ? (size_t)2 * lay->n_kv_heads * MX_KV_BLOCK *
+    return mx_kv_scaled(dt) ? (size_t)2 * lay->n_kv_heads * MX_KV_BLOCK *
                                     ((lay->head_dim + MX_KV_SCALE_BLOCK - 1) / MX_KV_SCALE_BLOCK) * sizeof(float)
                               : 0;
 }
@@ -150,14 +150,14 @@ int mx_ctx_copy_block(mx_ctx *c, int src, int dst, mx_error *err) {
 
 size_t mx_kv_bytes(const mx_kv_layout *lay, mx_dtype kv_dtype) {
     // rows = layers x blocks x K|V x MX_KV_BLOCK x heads, each of head_dim elements, then for I16
-    // (the default cache of the CPU and GPU backends, see cpu_attention.c) one float scale per
+    // (the default cache of the CPU and GPU backends, see cpu_attention.c) and I8 one float scale per
     // MX_KV_SCALE_BLOCK elements of a row. The factors come from the config and the flags: checked.
     size_t rows = 1, data, scales = 0, total;
     size_t factors[5] = {(size_t)lay->n_layers, (size_t)mx_kv_blocks(lay), 2 * MX_KV_BLOCK, (size_t)lay->n_kv_heads, 1};
     for (int i = 0; i < 4; i++)
         if (__builtin_mul_overflow(rows, factors[i], &rows)) return SIZE_MAX;
     if (__builtin_mul_overflow(rows, (size_t)lay->head_dim * mx_dtype_size(kv_dtype), &data)) return SIZE_MAX;
-    if (kv_dtype == MX_DTYPE_I16 &&
+    if (mx_kv_scaled(kv_dtype) &&
         __builtin_mul_overflow(rows, (size_t)((lay->head_dim + MX_KV_SCALE_BLOCK - 1) / MX_KV_SCALE_BLOCK) * sizeof(float),
                                &scales))
         return SIZE_MAX;

@@ -17,7 +17,11 @@
   - embeddings pool as the model folder's 1_Pooling/config.json says (pooling_mode_lasttoken: the
     --pooling last vectors, not the mean ones) when --pooling is not given.
 
-usage: engine_suite.py PATH/TO/mlxcel PATH/TO/mlxcel-server   (run from the repository root)"""
+With more arguments (the server_engine_kv_i8 test: --kv-bits 8) every server and CLI run gets them too,
+so the whole suite runs on that KV cache, and the startup line must show the cache's element type and
+its smaller pool (MiB for the same --kv-size) next to a server without them.
+
+usage: engine_suite.py PATH/TO/mlxcel PATH/TO/mlxcel-server [FLAGS...]   (run from the repository root)"""
 import http.client, json, os, re, shutil, subprocess, sys, tempfile, threading, time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'pylib'))
@@ -25,11 +29,12 @@ from checks import check, finish  # noqa: E402
 from live_server import DEMO, LiveServer, link_demo_model  # noqa: E402
 
 MLXCEL, SERVER = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
+EXTRA = sys.argv[3:]  # flags for every server and CLI run (--kv-bits 8)
 
 
 class Server(LiveServer):
-    def __init__(self, *args):
-        super().__init__([SERVER, '-m', DEMO, '-t', '2', *args])
+    def __init__(self, *args, extra=True):
+        super().__init__([SERVER, '-m', DEMO, '-t', '2', *args, *(EXTRA if extra else [])])
 
     def complete(self, **body):
         st, data = self.request('POST', '/v1/completions', body)
@@ -45,10 +50,26 @@ class Server(LiveServer):
 
 def cli_generate(prompt, n, *flags):
     p = subprocess.run([MLXCEL, 'generate', '-m', DEMO, '-t', '2', '--backend', 'cpu', '--no-chat-template',
-                        '--ignore-eos', '-p', prompt, '-n', str(n)] + list(flags), capture_output=True, timeout=300)
+                        '--ignore-eos', '-p', prompt, '-n', str(n)] + list(flags) + EXTRA, capture_output=True, timeout=300)
     out = p.stdout.decode('utf-8', 'replace')
     return out[:-1] if out.endswith('\n') else out
 
+
+if '--kv-bits' in EXTRA:
+    # The startup line: element type and pool size of the same --kv-size, with and without EXTRA.
+    pools = {}
+    for extra in (True, False):
+        s = Server('--parallel', '2', '--kv-size', '4096', '--backend', 'cpu', extra=extra)
+        try:
+            m = re.search(r'KV pool (\d+) tokens \(([\d.]+) MiB of (\w+)', s.text())
+            pools[extra] = (int(m.group(1)), float(m.group(2)), m.group(3)) if m else None
+        finally:
+            s.stop()
+    bits = EXTRA[EXTRA.index('--kv-bits') + 1]
+    want_type, ratio = {'8': ('I8', 1.25 / 2.25), '16': ('I16', 1.0)}[bits]
+    check(f'--kv-bits {bits}: the startup line names the {want_type} cache and its pool size',
+          pools[True] and pools[False] and pools[True][0] == pools[False][0] == 4096 and pools[True][2] == want_type
+          and pools[False][2] == 'I16' and abs(pools[True][1] / pools[False][1] - ratio) < 5e-3, pools)
 
 srv = Server('--parallel', '4', '--backend', 'cpu')
 plain = Server('--parallel', '1', '--backend', 'cpu', '--no-prefix-cache')
@@ -351,7 +372,7 @@ try:
         json.dump({'pooling_mode_lasttoken': True}, f)
     vectors = {}
     for name, flags in (('folder', []), ('last', ['--pooling', 'last']), ('mean', ['--pooling', 'mean'])):
-        e = LiveServer([SERVER, '-m', os.path.join(pool_dir, 'm'), '-t', '2', '--backend', 'cpu', *flags])
+        e = LiveServer([SERVER, '-m', os.path.join(pool_dir, 'm'), '-t', '2', '--backend', 'cpu', *flags, *EXTRA])
         try:
             st, r = e.post('/v1/embeddings', {'input': 'Hello there friend'})
             vectors[name] = r['data'][0]['embedding'] if st == 200 else None

@@ -278,8 +278,8 @@ static void compare_attention(const char *set) {
         // Several queries in one call (a GQA group x tokens), each with its own key range, over a
         // cache in each element type: the reference runs on the values the cache holds (decoded
         // here from the layout cpu_kernels.h describes), so this measures the kernel, not rounding.
-        const mx_dtype kvts[] = {MX_DTYPE_F32, MX_DTYPE_F16, MX_DTYPE_I16};
-        for (int kt = 0; kt < 3; kt++) {
+        const mx_dtype kvts[] = {MX_DTYPE_F32, MX_DTYPE_F16, MX_DTYPE_I16, MX_DTYPE_I8};
+        for (int kt = 0; kt < 4; kt++) {
             mx_dtype dt = kvts[kt];
             int nsc = CPU_KV_SCALES(hd);
             uint8_t *Kc = malloc(4 * stride * n_keys), *Vc = malloc(4 * stride * n_keys);
@@ -294,7 +294,7 @@ static void compare_attention(const char *set) {
                         int d0 = b * CPU_KV_SCALE_BLOCK, d1 = d0 + CPU_KV_SCALE_BLOCK < hd ? d0 + CPU_KV_SCALE_BLOCK : hd;
                         float amax = 0;
                         for (int d = d0; d < d1; d++) amax = fmaxf(amax, fabsf(src[p * stride + d]));
-                        sc[p * nsc + b] = amax / 32767.0f;
+                        sc[p * nsc + b] = amax / (dt == MX_DTYPE_I8 ? 127.0f : 32767.0f);
                         for (int d = d0; d < d1; d++) {
                             int64_t at = p * stride + d;
                             float x = src[at];
@@ -305,6 +305,10 @@ static void compare_attention(const char *set) {
                                 uint16_t h16 = mx_f32_to_f16(x);
                                 memcpy(dst + 2 * at, &h16, 2);
                                 dec[at] = mx_f16_to_f32(h16);
+                            } else if (dt == MX_DTYPE_I8) {
+                                int8_t c8 = (int8_t)lrintf(amax > 0 ? x * (127.0f / amax) : 0.0f);
+                                dst[at] = (uint8_t)c8;
+                                dec[at] = c8 * sc[p * nsc + b];
                             } else {
                                 int16_t c16 = (int16_t)lrintf(amax > 0 ? x * (32767.0f / amax) : 0.0f);
                                 memcpy(dst + 2 * at, &c16, 2);
@@ -413,6 +417,66 @@ static void compare_kv_i16(const char *set) {
     CHECK_MSG(bad == 0, "%s kv i16 rows: %d rows differ from the scalar reference", set, bad);
 }
 
+// Values of an I8 row (codes d, scales sc, from src) further from src than half a step of their
+// block (max|x| / 254, plus float rounding), or with a code outside [-127, 127]: the round trip's bound.
+static int kv_i8_out_of_bound(const int8_t *d, const float *sc, const float *src, int hd) {
+    int out = 0;
+    for (int i = 0; i < hd; i++) {
+        float s = sc[i / CPU_KV_SCALE_BLOCK];
+        double err = fabs((double)d[i] * s - src[i]), bound = 0.5 * s * (1 + 1e-5) + 1e-30;
+        if (err > bound || d[i] < -127) out++;
+    }
+    return out;
+}
+
+// The I8 KV row conversion against the scalar reference, bit for bit, on the cases of
+// compare_kv_i16 (ties at max|x| 127, where the multiplier is 1), with the round-trip bound checked
+// on the reference's rows; one code off by one planted in a copy must fail both checks.
+static void compare_kv_i8(const char *set) {
+    enum { MAXD = 264 };
+    const int hds[] = {16, 40, 64, 72, 100, 128, 256};
+    float src[MAXD], ref_s[MAXD / 16 + 2], got_s[MAXD / 16 + 2];
+    int8_t ref[MAXD + 8], got[MAXD + 8];
+    int bad = 0, outside = 0, planted_missed = 0;
+    for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++)
+        for (int rep = 0; rep < 6; rep++) {
+            int hd = hds[h];
+            for (int i = 0; i < hd; i++) {
+                float mag = rep == 0 ? 1e-3f : rep == 1 ? 1.0f : rep == 2 ? 50.0f : 3e4f;
+                src[i] = (rndf() * 2 - 1) * mag;
+                if (i % 16 == 5) src[i] *= 40.0f;  // one large value per block
+            }
+            if (rep == 3)  // ties: max|x| = 127 gives the multiplier 1
+                for (int i = 0; i < hd; i++) src[i] = i % 16 == 0 ? 127.0f : (float)((int)(rndf() * 250) - 125) + 0.5f;
+            if (rep == 4)
+                for (int i = 0; i < hd && i < 16; i++) src[i] = i % 2 ? 0.0f : -0.0f;  // a zero block
+            for (int pass = 0; pass < 2; pass++) {
+                int8_t *d = pass ? got : ref;
+                float *sc = pass ? got_s : ref_s;
+                for (int i = 0; i < MAXD + 8; i++) d[i] = 0x5a;
+                for (int i = 0; i < MAXD / 16 + 2; i++) sc[i] = -1.0f;
+                CHECK_MSG(cpu_kernels_select(pass ? set : "scalar") == 0, "kernel set %s", set);
+                cpu_kernels_kv_i8_row(d, sc, src, hd);
+            }
+            if (memcmp(ref, got, sizeof ref) != 0 || memcmp(ref_s, got_s, sizeof ref_s) != 0) bad++;
+            if (got[hd] != 0x5a || got_s[CPU_KV_SCALES(hd)] != -1.0f) bad++;
+            outside += kv_i8_out_of_bound(ref, ref_s, src, hd);
+            int8_t planted[MAXD + 8];
+            memcpy(planted, got, sizeof planted);
+            int at = (int)(h * 37 + (size_t)rep * 11) % hd;
+            // Away from the source value (a step further than the rounding went), or back from +-127.
+            int step = (double)planted[at] * ref_s[at / CPU_KV_SCALE_BLOCK] >= src[at] ? 1 : -1;
+            if (planted[at] + step > 127 || planted[at] + step < -127) step = -step;
+            planted[at] = (int8_t)(planted[at] + step);
+            if (ref_s[at / CPU_KV_SCALE_BLOCK] > 0 &&
+                (memcmp(ref, planted, sizeof ref) == 0 || kv_i8_out_of_bound(planted, ref_s, src, hd) == 0))
+                planted_missed++;
+        }
+    CHECK_MSG(bad == 0, "%s kv i8 rows: %d rows differ from the scalar reference", set, bad);
+    CHECK_MSG(outside == 0, "kv i8 rows: %d values outside half a step of their block", outside);
+    CHECK_MSG(planted_missed == 0, "kv i8 rows: %d planted one-code faults not caught", planted_missed);
+}
+
 // Every format and the attention head through one kernel set.
 static void test_set(const char *set) {
     const mx_dtype sdts[] = {MX_DTYPE_BF16, MX_DTYPE_F16, MX_DTYPE_F32};
@@ -459,6 +523,7 @@ static void test_set(const char *set) {
     compare_attention(set);
     compare_swiglu(set);
     compare_kv_i16(set);
+    compare_kv_i8(set);
     printf("kernel set %-11s worst error / bound scale: dequant %.2e (bound %.1e), dot %.2e (bound %.0e), "
            "integer gemv %.2e, integer batch %.2e, attention %.2e (bound %.0e), swiglu %.2e (bound %.1e)\n",
            set, seen.deq, DEQ_TOL, seen.dot, DOT_TOL, seen.q, seen.qb, seen.attn, ATTN_TOL, seen.act, ACT_TOL);

@@ -16,7 +16,10 @@
 // the CPU with MLXCEL_CPU_KV=f16) 4e-3: rounding K and V to f16 alone measures up to 3.1e-3 on the
 // Gemma 3 fixtures on the CPU (gemma3-q8g64 3.08e-3, q4g64 2.92e-3, bf16 2.57e-3; K and V each about
 // half of it, no overflow) and at most 1.2e-3 on the others, and the GPU adds its float32 summation
-// order (gemma3-q4g64 3.26e-3); bfloat16 3e-2. MLXCEL_TEST_TOL overrides it. The fixtures' 1e-3
+// order (gemma3-q4g64 3.26e-3); bfloat16 3e-2; int8 with a scale per 16 values (the CPU's opt-in
+// --kv-bits 8, MLXCEL_CPU_KV=i8) 8e-2: measured 1.0e-2 to 2.4e-2 (qwen3-q5g64) on all but Gemma 3,
+// whose larger K and V reach 6.7e-2 (gemma3-q4g64); its greedy check starts at margin 0.25
+// (min_margin). MLXCEL_TEST_TOL overrides it. The fixtures' 1e-3
 // (fixtures/README.md) is the user-facing contract for float32 activations, not these bounds: an
 // f16 cache misses it on Gemma 3.
 #include <dirent.h>
@@ -38,10 +41,14 @@ static double tolerance(const mx_backend *be) {
     return be->kv_dtype == MX_DTYPE_F32   ? 2e-5
            : be->kv_dtype == MX_DTYPE_I16 ? 1e-3
            : be->kv_dtype == MX_DTYPE_F16 ? 4e-3
+           : be->kv_dtype == MX_DTYPE_I8  ? 8e-2
                                           : 3e-2;
 }
 
-#define MIN_MARGIN 0.05f  // below this the reference's own choice is fragile
+// Below this reference margin (top-1 minus top-2 logit) the greedy choice is not checked: 0.05, where
+// the reference's own choice becomes fragile; for the int8 cache 0.25, since its logits move by more
+// (two steps of margin 0.078 and 0.174 flipped on the fixtures, see tolerance).
+static float min_margin(const mx_backend *be) { return be->kv_dtype == MX_DTYPE_I8 ? 0.25f : 0.05f; }
 
 // max over positions of max|a - ref| / max|ref| for that position.
 static double worst_rel_err(const float *a, const float *ref, int n, int vocab) {
@@ -136,7 +143,7 @@ static void check_model(const char *name, const char *dir, mx_backend *be) {
     mx_batch last = {1, &prompt[n - 1], &pos[n - 1], &zero, 1, &zero};
     rc = mx_ctx_forward(ctx, &last, NULL, &tok, &err);
     for (int g = 0; g < n_greedy && rc == 0; g++) {
-        if (margins[g] >= MIN_MARGIN) {
+        if (margins[g] >= min_margin(be)) {
             checked++;
             matched += tok == greedy_ref[g];
             CHECK_MSG(tok == greedy_ref[g], "%s greedy step %d (margin %.3f): got %d, reference %d", name, g,
@@ -147,7 +154,7 @@ static void check_model(const char *name, const char *dir, mx_backend *be) {
     }
     CHECK_MSG(rc == 0, "%s: %s", name, err.msg);
     printf("%-18s prefill %.2e  decode %.2e  greedy %d/%d steps with margin >= %.2f agree\n", name, e_prefill,
-           e_decode, matched, checked, MIN_MARGIN);
+           e_decode, matched, checked, min_margin(be));
     total_greedy_checked += checked;
     mx_ctx_free(ctx);
     free(logits);

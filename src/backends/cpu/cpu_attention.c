@@ -2,7 +2,7 @@
 // CPU KV cache and attention. Cache layout (private to this backend), elements of be->kv_dtype, a
 // pool of blocks of MX_KV_BLOCK positions (backend.h):
 //   kv = [layer][block][K or V][n_kv_heads][MX_KV_BLOCK][head_dim]
-// then, for MX_DTYPE_I16, one float scale per block of CPU_KV_SCALE_BLOCK elements of a row:
+// then, for MX_DTYPE_I16 and MX_DTYPE_I8, one float scale per block of CPU_KV_SCALE_BLOCK elements of a row:
 //   scales = [layer][block][K or V][n_kv_heads][MX_KV_BLOCK][ceil(head_dim / CPU_KV_SCALE_BLOCK)]
 // A sequence's position p is in block table[slot][p / MX_KV_BLOCK] (mx_kv_ref), at offset
 // p % MX_KV_BLOCK. Head-major inside a block, so the 16 keys attention streams for one KV head are
@@ -14,6 +14,9 @@
 // max|x| / 65534 per element. On the parity fixtures (relative logit error, bound 1e-3) float16 keys
 // and values measured up to 3.1e-3 (Gemma 3; 1.2e-3 on the others) and bfloat16 up to 7e-2; I16 with one scale per row of 128
 // 1.1e-4 on the Qwen fixtures; on Gemma 3, 4.6e-4 with blocks of 32 and 3.7e-4 with blocks of 16.
+// The opt-in I8 cache (--kv-bits 8) holds round(x / s) with s = max|x| / 127, 1.25 bytes per
+// element (decode at long context reads 44% fewer cache bytes than I16), an error of at most
+// max|x| / 254 per element: logits within 2.4e-2 of the fixtures (6.7e-2 on Gemma 3, bound 8e-2).
 // Attention streams over the keys with an online softmax (running max and sum), so no [T, T] score
 // matrix and no scratch sized by the context are needed. A task is one KV head and a block of
 // consecutive tokens of the batch (CPU_ATTN_MAX_ROWS / group of them): all their query heads of that
@@ -41,7 +44,7 @@ static size_t head_index(const mx_kv_layout *lay, int layer, int block, int whic
     return (((size_t)layer * mx_kv_blocks(lay) + (size_t)block) * 2 + (size_t)which) * lay->n_kv_heads + (size_t)head;
 }
 
-// Scales of the I16 rows: after all the elements.
+// Scales of the I16 or I8 rows: after all the elements.
 static float *kv_scales_base(const void *kv, const mx_kv_layout *lay, size_t es) {
     size_t heads = (size_t)lay->n_layers * mx_kv_blocks(lay) * 2 * lay->n_kv_heads;
     return (float *)((uint8_t *)kv + heads * head_elems(lay) * es);
@@ -68,6 +71,12 @@ static void store_rows(uint8_t *dst, float *scales, const float *src, int n_rows
                                    src + (size_t)r * hd, hd);
         return;
     }
+    if (dt == MX_DTYPE_I8) {
+        for (int r = 0; r < n_rows; r++)
+            cpu_kernels_kv_i8_row((int8_t *)dst + (size_t)r * hd, scales + (size_t)r * CPU_KV_SCALES(hd),
+                                  src + (size_t)r * hd, hd);
+        return;
+    }
     uint16_t *d = (uint16_t *)dst;
     for (size_t i = 0; i < n; i++) d[i] = dt == MX_DTYPE_F16 ? mx_f32_to_f16(src[i]) : mx_f32_to_bf16(src[i]);
 }
@@ -88,7 +97,7 @@ static void kv_store_task(void *arg, int task, int thread) {
     const mx_kv_layout *lay = &r->lay;
     int nh = lay->n_kv_heads, hd = lay->head_dim, which = task / nh, h = task % nh;
     size_t row = (size_t)nh * hd, es = mx_dtype_size(j->dt);
-    float *scales = j->dt == MX_DTYPE_I16 ? kv_scales_base(r->kv, lay, es) : NULL;
+    float *scales = mx_kv_scaled(j->dt) ? kv_scales_base(r->kv, lay, es) : NULL;
     for (int t = 0; t < j->n; t++) {
         int block = block_of(r->table, lay, r->slot[t], r->pos[t]), off = r->pos[t] % MX_KV_BLOCK;
         size_t at = head_index(lay, r->layer, block, which, h) * MX_KV_BLOCK + (size_t)off;  // in rows
@@ -139,7 +148,7 @@ static void attn_task(void *arg, int task, int thread) {
     // Rows of block 0 of this layer and KV head (K and V); block b is b * 2 * n_kv_heads heads further.
     size_t k0 = head_index(lay, j->r->layer, 0, 0, kvh), v0 = head_index(lay, j->r->layer, 0, 1, kvh);
     int64_t block_rows = (int64_t)2 * lay->n_kv_heads * MX_KV_BLOCK;
-    const float *scales = j->kv_dtype == MX_DTYPE_I16 ? kv_scales_base(j->kv, lay, j->es) : NULL;
+    const float *scales = mx_kv_scaled(j->kv_dtype) ? kv_scales_base(j->kv, lay, j->es) : NULL;
     for (int t0 = blk * j->tokens; t0 < t_end;) {
         int t1 = t0 + 1;
         while (t1 < t_end && slot[t1] == slot[t0] && (t1 - t0 + 1) * group <= CPU_ATTN_MAX_ROWS) t1++;

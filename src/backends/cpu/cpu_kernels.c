@@ -67,6 +67,10 @@ static void scalar_attn_rows(const cpu_attn_args *a, float *scratch) {
                     int64_t si = cpu_attn_scale(a, p) + d / CPU_KV_SCALE_BLOCK;
                     kr[d] = (float)((const int16_t *)a->K)[at] * a->K_scale[si];
                     vr[d] = (float)((const int16_t *)a->V)[at] * a->V_scale[si];
+                } else if (a->kv_dtype == MX_DTYPE_I8) {
+                    int64_t si = cpu_attn_scale(a, p) + d / CPU_KV_SCALE_BLOCK;
+                    kr[d] = (float)((const int8_t *)a->K)[at] * a->K_scale[si];
+                    vr[d] = (float)((const int8_t *)a->V)[at] * a->V_scale[si];
                 } else {
                     kr[d] = mx_load_float(a->K, a->kv_dtype, at);
                     vr[d] = mx_load_float(a->V, a->kv_dtype, at);
@@ -98,6 +102,7 @@ static const cpu_kernel_set scalar_set = {
     /* .attn_rows = */ scalar_attn_rows,
     /* .swiglu = */ NULL,
     /* .kv_i16_row = */ NULL,
+    /* .kv_i8_row = */ NULL,
     /* .qx_row_bytes = */ NULL,
     /* .quantize_x = */ NULL,
     /* .gemv_q = */ NULL,
@@ -210,6 +215,26 @@ void cpu_kernels_kv_i16_row(int16_t *dst, float *scales, const float *src, int h
         // to lrintf per value did not (checked equal to lrintf for every float of magnitude <= 32768).
         for (int i = 0; i < len; i++) d[i] = (int16_t)((x[i] * inv + 12582912.0f) - 12582912.0f);
         scales[b] = amax / 32767.0f;
+    }
+}
+
+void cpu_kernels_kv_i8_row(int8_t *dst, float *scales, const float *src, int hd) {
+    const cpu_kernel_set *k = kernels();
+    if (k->kv_i8_row) {
+        k->kv_i8_row(dst, scales, src, hd);
+        return;
+    }
+    for (int b0 = 0, b = 0; b0 < hd; b0 += CPU_KV_SCALE_BLOCK, b++) {
+        const float *x = src + b0;
+        int8_t *d = dst + b0;
+        int len = hd - b0 < CPU_KV_SCALE_BLOCK ? hd - b0 : CPU_KV_SCALE_BLOCK;
+        float amax = 0.0f;
+        for (int i = 0; i < len; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+        float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+        // Round half to even as in cpu_kernels_kv_i16_row; |x * inv| <= 127 up to one rounding of
+        // the product, which rounds to 127 at most.
+        for (int i = 0; i < len; i++) d[i] = (int8_t)((x[i] * inv + 12582912.0f) - 12582912.0f);
+        scales[b] = amax / 127.0f;
     }
 }
 

@@ -36,13 +36,17 @@ void cpu_kernels_gemm(const mx_matrix *w, int64_t r0, int nr, const float *x, in
 void cpu_kernels_attn_head(const float *q, const float *K, const float *V, int64_t stride, int first, int last, int hd,
                            float scale, float *out);
 
-// I16 KV rows: one float scale per block of this many elements (the layout every backend shares).
+// I16 and I8 KV rows: one float scale per block of this many elements (the layout every backend shares).
 #define CPU_KV_SCALE_BLOCK MX_KV_SCALE_BLOCK
 #define CPU_KV_SCALES(hd) (((hd) + CPU_KV_SCALE_BLOCK - 1) / CPU_KV_SCALE_BLOCK)
 // One row of hd floats in the I16 layout: per block b of CPU_KV_SCALE_BLOCK values (the last may be
 // shorter), scales[b] = max|x| / 32767 and dst = x * (32767 / max|x|) rounded half to even (0 where
 // max|x| is 0). The SIMD versions are bit-identical to the scalar reference.
 void cpu_kernels_kv_i16_row(int16_t *dst, float *scales, const float *src, int hd);
+// The same in the I8 layout (the opt-in 8-bit cache, --kv-bits 8): scales[b] = max|x| / 127 and
+// dst = x * (127 / max|x|) rounded half to even, so |dst| <= 127 and the error of an element is at
+// most max|x| / 254 of its block. The SIMD versions are bit-identical to the scalar reference.
+void cpu_kernels_kv_i8_row(int8_t *dst, float *scales, const float *src, int hd);
 
 // Queries one attn_rows call takes at most (query heads of a GQA group times a few tokens). Each
 // block of keys is converted once per call, so a prefill's calls take many queries: 64 instead of 16
@@ -53,7 +57,7 @@ void cpu_kernels_kv_i16_row(int16_t *dst, float *scales, const float *src, int h
 
 // Several queries that read the same KV head: for j < nq,
 //   out[j][hd] = softmax(scale * q[j] . K[p]) V  over keys p in [first[j], last[j]],
-// with key p of K and V at cpu_attn_key(a, p) elements of kv_dtype (F32, F16, BF16, or I16: element
+// with key p of K and V at cpu_attn_key(a, p) elements of kv_dtype (F32, F16, BF16, or I16/I8: element
 // d of key p times K_scale[cpu_attn_scale(a, p) + d / CPU_KV_SCALE_BLOCK], V likewise). Keys come in
 // blocks of MX_KV_BLOCK rows `stride` elements apart; block i of the sequence is blocks[i] (NULL:
 // block0 + i), block_stride elements from block to block (0: MX_KV_BLOCK * stride, so the rows of
@@ -68,7 +72,7 @@ typedef struct cpu_attn_args {
     const void *K, *V;     // rows of block 0
     int64_t stride;
     mx_dtype kv_dtype;
-    const float *K_scale, *V_scale;  // I16 only: CPU_KV_SCALES(hd) scales per key
+    const float *K_scale, *V_scale;  // I16 and I8 only: CPU_KV_SCALES(hd) scales per key
     int64_t scale_stride;
     int hd;
     float scale;

@@ -40,9 +40,13 @@ ATTN_INLINE static __m512 reduce16(const __m512 v[16]) {
 }
 
 // Chunk c (16 elements, lanes past cm zero) of the key or value row at element `at` of src as
-// float32; I16 elements times their block's scale sc[sat + c * 16 / CPU_KV_SCALE_BLOCK].
+// float32; I16 and I8 elements times their block's scale sc[sat + c * 16 / CPU_KV_SCALE_BLOCK].
 ATTN_INLINE static __m512 load_chunk(mx_dtype dt, const void *src, const float *sc, int64_t at, int64_t sat, int c,
                                      __mmask16 cm) {
+    if (dt == MX_DTYPE_I8)
+        return _mm512_mul_ps(
+            _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(cm, (const int8_t *)src + at + c * 16))),
+            _mm512_set1_ps(sc[sat + c * 16 / CPU_KV_SCALE_BLOCK]));
     if (dt == MX_DTYPE_I16)
         return _mm512_mul_ps(
             _mm512_cvtepi32_ps(_mm512_cvtepi16_epi32(_mm256_maskz_loadu_epi16(cm, (const int16_t *)src + at + c * 16))),
@@ -55,7 +59,7 @@ ATTN_INLINE static __m512 load_chunk(mx_dtype dt, const void *src, const float *
 }
 
 // One block of up to 16 keys from p0 as float32 rows of hd in dst (keys past nb zeroed); key p at
-// cpu_attn_key(a, p) of src; I16 elements are multiplied by their block's scale
+// cpu_attn_key(a, p) of src; I16 and I8 elements are multiplied by their block's scale
 // sc[cpu_attn_scale(a, p) + d / CPU_KV_SCALE_BLOCK].
 // With each row it prefetches into L2 the same row of the next block (positions up to pf_last) and
 // its scales: a block's rows and scales are four short runs (K, V, and their scales) a block apart
@@ -73,11 +77,12 @@ ATTN_INLINE static void load_block(float *dst, const cpu_attn_args *a, const voi
             for (int c = 0; c < chunks; c++) _mm512_store_ps(d + c * 16, _mm512_setzero_ps());
             continue;
         }
-        int64_t at = cpu_attn_key(a, p0 + i), sat = dt == MX_DTYPE_I16 ? cpu_attn_scale(a, p0 + i) : 0;
+        bool scaled = mx_kv_scaled(dt);
+        int64_t at = cpu_attn_key(a, p0 + i), sat = scaled ? cpu_attn_scale(a, p0 + i) : 0;
         if (p0 + 16 + i <= pf_last) {
-            int64_t es = dt == MX_DTYPE_F32 ? 4 : 2, next = cpu_attn_key(a, p0 + 16 + i);
+            int64_t es = dt == MX_DTYPE_F32 ? 4 : dt == MX_DTYPE_I8 ? 1 : 2, next = cpu_attn_key(a, p0 + 16 + i);
             for (int64_t o = 0; o < hd * es; o += 64) _mm_prefetch((const char *)src + next * es + o, _MM_HINT_T1);
-            if (dt == MX_DTYPE_I16) _mm_prefetch((const char *)(sc + cpu_attn_scale(a, p0 + 16 + i)), _MM_HINT_T1);
+            if (scaled) _mm_prefetch((const char *)(sc + cpu_attn_scale(a, p0 + 16 + i)), _MM_HINT_T1);
         }
         for (int c = 0; c < chunks; c++)
             _mm512_store_ps(d + c * 16, load_chunk(dt, src, sc, at, sat, c, c == chunks - 1 ? tail : 0xffff));

@@ -20,6 +20,7 @@ typedef struct cpu_kernel_set {
     void (*attn_rows)(const cpu_attn_args *a, float *scratch);
     void (*swiglu)(float *out, const float *gate, const float *up, int64_t count);  // may be NULL
     void (*kv_i16_row)(int16_t *dst, float *scales, const float *src, int hd);       // may be NULL
+    void (*kv_i8_row)(int8_t *dst, float *scales, const float *src, int hd);         // may be NULL
     // Integer path (may be NULL): see cpu_kernels.h, cpu_kernels_qx_row_bytes and after.
     size_t (*qx_row_bytes)(const mx_matrix *w);
     void (*quantize_x)(const mx_matrix *w, const float *x, int n, void *qx);
@@ -45,6 +46,9 @@ void cpu_avx512_swiglu(float *out, const float *gate, const float *up, int64_t c
 
 // AVX-512 conversion of a KV row to I16 (cpu_kernels_kv.c); see cpu_kernels_kv_i16_row.
 void cpu_avx512_kv_i16_row(int16_t *dst, float *scales, const float *src, int hd);
+// AVX-512 and AVX2 conversions of a KV row to I8 (cpu_kernels_kv.c); see cpu_kernels_kv_i8_row.
+void cpu_avx512_kv_i8_row(int8_t *dst, float *scales, const float *src, int hd);
+void cpu_avx2_kv_i8_row(int8_t *dst, float *scales, const float *src, int hd);
 // AVX-512 VNNI integer kernels (cpu_kernels_vnni.c).
 int cpu_vnni_supported(void);
 size_t cpu_vnni_qx_row_bytes(const mx_matrix *w);

@@ -3,7 +3,7 @@
 // backend.h). A position's latent row [c_kv | k_pe] of W = kv_lora + rope values is one KV head of
 // head_dim W / 2 in the ordinary paged cache (cpu_attention.c, reached through the block table): its
 // first half is that head's K row, its second half the V row, so the element type, I16 scales,
-// blocks and layout are the cache's own and a latent cache is W values per position and layer.
+// blocks and layout are the cache's own (I8 scales too) and a latent cache is W values per position and layer.
 // Attention reads each latent row once per task and scores it against a block of query heads of one
 // token; every head keeps an online softmax (running max and sum) and accumulates its output in
 // place in `out`, so no scratch sized by the context or the head count is needed.
@@ -23,6 +23,7 @@ static void load_half(float *dst, const uint8_t *src, const float *scales, int h
     for (int i = 0; i < hd; i++) {
         if (dt == MX_DTYPE_F32) dst[i] = ((const float *)src)[i];
         else if (dt == MX_DTYPE_I16) dst[i] = ((const int16_t *)src)[i] * scales[i / CPU_KV_SCALE_BLOCK];
+        else if (dt == MX_DTYPE_I8) dst[i] = ((const int8_t *)src)[i] * scales[i / CPU_KV_SCALE_BLOCK];
         else dst[i] = mx_load_float(src, dt, i);
     }
 }
@@ -30,7 +31,7 @@ static void load_half(float *dst, const uint8_t *src, const float *scales, int h
 // The latent row of (slot, pos) as float32 [W].
 static void load_latent(float *row, const mx_kv_ref *r, int slot, int pos, mx_dtype dt, size_t es) {
     int hd = r->lay.head_dim;
-    bool scaled = dt == MX_DTYPE_I16;
+    bool scaled = mx_kv_scaled(dt);
     for (int which = 0; which < 2; which++)
         load_half(row + which * hd, cpu_kv_row(r, slot, pos, which, 0, es),
                   scaled ? cpu_kv_row_scales(r, slot, pos, which, 0, es) : NULL, hd, dt);
@@ -42,7 +43,7 @@ void cpu_latent_store(mx_backend *be, const mx_kv_ref *r, const float *c_kv, con
     int hd = lay->head_dim;
     MX_ASSERT(lay->n_kv_heads == 1 && 2 * hd == kv_lora + rope && kv_lora + rope <= MAX_LATENT);
     size_t es = mx_dtype_size(be->kv_dtype);
-    bool scaled = be->kv_dtype == MX_DTYPE_I16;
+    bool scaled = mx_kv_scaled(be->kv_dtype);
     float row[MAX_LATENT];
     for (int t = 0; t < n; t++) {
         MX_ASSERT(r->slot[t] >= 0 && r->slot[t] < lay->n_slots && r->pos[t] >= 0 && r->pos[t] < lay->max_ctx);
