@@ -171,6 +171,32 @@ __device__ unsigned long long row_best(const SplitRow *s, int g, const uint32_t 
     return k;
 }
 
+// A sampled row as the fast kernels (F1-F3) see it: its record, its logits (edited by split_stats),
+// its fast record, its mask (NULL when it allows no token: row_best) and its best allowed logit m.
+struct FastRowView {
+    mx_sample_row r;
+    const float *l;
+    FastRow *f;
+    const uint32_t *mask;
+    float m;
+};
+
+// Opens row `row` of a launch of g blocks per row for a fast kernel: false when the fast form has
+// nothing to do there (a greedy row, or a best logit that is not finite: the token is the best one,
+// no filter). Every thread of the block calls it (row_best has barriers) and gets the same answer.
+template <int W>
+__device__ __forceinline__ bool open_fast_row(int row, int g, const float *logits, int vocab,
+                                              const mx_sample_row *__restrict__ rows, const SplitRow *scratch,
+                                              FastRow *fast, unsigned long long *ks, FastRowView *v) {
+    v->r = rows[row];
+    if (!(v->r.temp > 0.0f)) return false;
+    v->l = logits + (int64_t)row * vocab;
+    v->f = fast + row;
+    v->mask = v->r.allowed;
+    v->m = v->l[key_index(row_best<W>(scratch + row, g, &v->mask, ks))];
+    return isfinite(v->m);
+}
+
 // One radix pass's choice of bin from the row's histogram `bins` (written by an earlier launch), as
 // the one-block kernel's serial scan makes it: the largest bin b with above + weight(bins >= b) >=
 // want, or, when all of them fall short, the lowest non-empty bin (every candidate kept). With
@@ -280,15 +306,10 @@ __global__ void __launch_bounds__(kSplitThreads) split_mass(const float *logits,
                                                             const mx_sample_row *__restrict__ rows,
                                                             const SplitRow *scratch, FastRow *fast) {
     __shared__ unsigned long long ks[kSplitThreads / 32];
-    const int row = blockIdx.y, g = gridDim.x, b = blockIdx.x, tid = threadIdx.x;
-    const mx_sample_row r = rows[row];
-    if (!(r.temp > 0.0f)) return;
-    const SplitRow *s = scratch + row;
-    FastRow *f = fast + row;
-    const float *l = logits + (int64_t)row * vocab;
-    const uint32_t *mask = r.allowed;
-    const float m = l[key_index(row_best<W>(s, g, &mask, ks))];
-    if (!isfinite(m)) return;
+    const int g = gridDim.x, b = blockIdx.x, tid = threadIdx.x;
+    FastRowView fr;
+    if (!open_fast_row<W>(blockIdx.y, g, logits, vocab, rows, scratch, fast, ks, &fr)) return;
+    const auto &[r, l, f, mask, m] = fr;
     for (int i = b * blockDim.x + tid; i < 2 * kFine; i += g * blockDim.x) (i < kFine ? f->fine_w[i] : f->fine_n[i - kFine]) = 0ull;
     if (b == 0 && tid == 0) f->n_list = 0u;
     const float lo_v = margin_floor(r, m);
@@ -339,15 +360,10 @@ __global__ void __launch_bounds__(kSplitThreads) split_cut(const float *logits, 
     __shared__ unsigned bin_n[kFine], bin_lo[kFine], bin_hi[kFine];
     __shared__ int mode_sh, cut_sh;
     __shared__ unsigned count;
-    const int row = blockIdx.y, g = gridDim.x, b = blockIdx.x, tid = threadIdx.x;
-    const mx_sample_row r = rows[row];
-    if (!(r.temp > 0.0f)) return;
-    const SplitRow *s = scratch + row;
-    FastRow *f = fast + row;
-    const float *l = logits + (int64_t)row * vocab;
-    const uint32_t *mask = r.allowed;
-    const float m = l[key_index(row_best<W>(s, g, &mask, ks))];
-    if (!isfinite(m)) return;
+    const int g = gridDim.x, b = blockIdx.x, tid = threadIdx.x;
+    FastRowView fr;
+    if (!open_fast_row<W>(blockIdx.y, g, logits, vocab, rows, scratch, fast, ks, &fr)) return;
+    const auto &[r, l, f, mask, m] = fr;
     if (tid < kCuts) {
         unsigned long long n = 0, w = 0;
         for (int c = 0; c < g; c++) n += f->blk_cnt[c][tid], w += f->blk_w[c][tid];
@@ -435,15 +451,11 @@ __global__ void __launch_bounds__(kSplitThreads) split_gather(const float *logit
     __shared__ unsigned long long sums[kSplitThreads];
     __shared__ unsigned long long above_sh;
     __shared__ int bin_sh;
-    const int row = blockIdx.y, g = gridDim.x, b = blockIdx.x, tid = threadIdx.x;
-    const mx_sample_row r = rows[row];
-    if (!(r.temp > 0.0f)) return;
-    const SplitRow *s = scratch + row;
-    FastRow *f = fast + row;
-    const float *l = logits + (int64_t)row * vocab;
-    const uint32_t *mask = r.allowed;
-    const float m = l[key_index(row_best<W>(s, g, &mask, ks))];
-    if (!isfinite(m) || f->mode != kWindowBin) return;
+    const int g = gridDim.x, b = blockIdx.x, tid = threadIdx.x;
+    FastRowView fr;
+    if (!open_fast_row<W>(blockIdx.y, g, logits, vocab, rows, scratch, fast, ks, &fr)) return;
+    const auto &[r, l, f, mask, m] = fr;
+    if (f->mode != kWindowBin) return;
     constexpr int kPer = kFine / kSplitThreads;
     const unsigned long long want = f->want;
     unsigned long long mine = 0ull, total;
@@ -518,18 +530,16 @@ __device__ uint32_t list_crossing(const unsigned long long *keys, int n, float m
     return k;
 }
 
-// F3 for one row: its status (FastRow::status), with the threshold (and for kFromList the draw
-// runs' masses) written where split_draw writes them. Every thread of the block calls it and gets
-// the same answer.
-template <int W>
-__device__ int select_row(const float *l, int vocab, const mx_sample_row &r, SplitRow *s, const FastRow *f, int g,
-                          unsigned long long *keys, unsigned long long *sums, unsigned long long *ks, uint32_t *p_key,
-                          int *n_kept) {
+// F3 for one row that open_fast_row opened: its status (FastRow::status), with the threshold (and
+// for kFromList the draw runs' masses) written where split_draw writes them. Every thread of the
+// block calls it and gets the same answer.
+__device__ int select_row(const FastRowView &fr, int vocab, SplitRow *s, unsigned long long *keys,
+                          unsigned long long *sums, uint32_t *p_key, int *n_kept) {
     const int tid = threadIdx.x;
-    if (!(r.temp > 0.0f)) return kRadix;
-    const uint32_t *mask = r.allowed;
-    const float m = l[key_index(row_best<W>(s, g, &mask, ks))];
-    if (!isfinite(m) || f->mode == kNoList || f->n == 0 || f->n > (unsigned long long)kFastCap) return kRadix;
+    const mx_sample_row &r = fr.r;
+    const FastRow *f = fr.f;
+    const float m = fr.m;
+    if (f->mode == kNoList || f->n == 0 || f->n > (unsigned long long)kFastCap) return kRadix;
     const int n = (int)f->n;
     int size = 1;
     while (size < n) size <<= 1;
@@ -602,8 +612,9 @@ __global__ void __launch_bounds__(kSelectThreads) split_select(const float *logi
     __shared__ uint32_t p_key;
     __shared__ int n_kept;
     const int row = blockIdx.x;
-    const int status = select_row<W>(logits + (int64_t)row * vocab, vocab, rows[row], scratch + row, fast + row, g, keys,
-                                     sums, ks, &p_key, &n_kept);
+    FastRowView fr;
+    const bool open = open_fast_row<W>(row, g, logits, vocab, rows, scratch, fast, ks, &fr);
+    const int status = open ? select_row(fr, vocab, scratch + row, keys, sums, &p_key, &n_kept) : kRadix;
     if (threadIdx.x == 0) fast[row].status = status;
 }
 
