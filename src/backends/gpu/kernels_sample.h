@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: MIT
-// The C interface of the sampling kernels (kernels/sample.cu, kernels/sample_split.cu), beside
+// The C interface of the sampling kernels (kernels/sample.cu, kernels/sample_split.cu and its fast
+// form kernels/sample_fast.cu), beside
 // kernels.h: backend.h `sample` on the device. Arguments are device pointers; the ops enqueue on
 // L->stream and return.
 #ifndef MXG_KERNELS_SAMPLE_H
@@ -41,7 +42,7 @@ size_t mxg_sample_split_row_bytes(void);
 // The fast form of mxg_sample_split (L->sample_fast, MLXCEL_GPU_SAMPLE_FAST=1): the same choice
 // with the top-k/top-p threshold (and the draw runs) taken from a short list of keys where that
 // settles them exactly: the keys near each row's best, or those of the value bin where top-p's
-// weight is reached (kernels/sample_split.cu); the radix passes elsewhere. Its scratch:
+// weight is reached (kernels/sample_fast.cu); the radix passes elsewhere. Its scratch:
 // mxg_sample_split_row_bytes() + mxg_sample_fast_row_bytes() per row.
 size_t mxg_sample_fast_row_bytes(void);
 

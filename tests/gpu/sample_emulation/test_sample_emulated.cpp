@@ -1,15 +1,16 @@
 // SPDX-License-Identifier: MIT
 // The GPU's token choice kernels run on the host emulation (emu.h): the split form
-// (kernels/sample_split.cu, a row's vocabulary over many blocks) against the one-block form
-// (kernels/sample.cu) and the host rule (core/sample_rows.c), on batches of 1-8 random rows of
-// vocabularies from 2,048 to 151,936 (odd sizes included): normal, peaked, tied, partly -inf and
-// language-model-like logits; temperatures with top-k (1 to more than the vocabulary), top-p, min-p,
-// alone and together; greedy rows; sparse edits (bias, repetition, presence; ids outside the row
-// too); allowed-token masks (dense, sparse, empty: ignored); logprobs with 0-20 alternatives; the
-// split at the rule's block count and at 2, 3, 7 and 128 blocks, and with scratch for fewer rows
-// than the batch (several launches); warps of 32 lanes, and a few batches at AMD's 64. Then batches
-// of 8-64 rows (the server's; the rule's 8 blocks per row at 64 rows of 151,936), server-like rows
-// (temperature and top-p, sometimes min-p; half of them flat) and rows with NaN logits (not compared with the host).
+// (kernels/sample_split.cu, a row's vocabulary over many blocks; its fast form
+// kernels/sample_fast.cu) against the one-block form (kernels/sample.cu) and the host rule
+// (core/sample_rows.c), on batches of 1-8 random rows of vocabularies from 2,048 to 151,936 (odd
+// sizes included): normal, peaked, tied, partly -inf and language-model-like logits; temperatures
+// with top-k (1 to more than the vocabulary), top-p, min-p, alone and together; greedy rows; sparse
+// edits (bias, repetition, presence; ids outside the row too); allowed-token masks (dense, sparse,
+// empty: ignored); logprobs with 0-20 alternatives; the split at the rule's block count and at 2,
+// 3, 7 and 128 blocks, and with scratch for fewer rows than the batch (several launches); warps of
+// 32 lanes, and a few batches at AMD's 64. Then batches of 8-64 rows (the server's; the rule's 8
+// blocks per row at 64 rows of 151,936), server-like rows (temperature and top-p, sometimes min-p;
+// half of them flat) and rows with NaN logits (not compared with the host).
 // The two forms must agree exactly on every token, top id and edited logit, and within 1e-5 on
 // logprobs (rows without NaN); against the host rule, every greedy row and top id must agree and
 // logprobs within 1e-5; a sampled token may differ from the host's only where float sums in another

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
 // The arithmetic of the device token choice (core/sample_rows.h) that both kernel forms share:
 // kernels/sample.cu (one block per row) and kernels/sample_split.cu (a row's vocabulary split over
-// many blocks). Keys, fixed-point weights, a radix pass's choice of bin, the filters' threshold and
-// the draw's run masses and walks live here once, so the two forms choose the same token from the
-// same logits and noise, bit for bit (tests/gpu/sample_emulation checks it on the host).
+// many blocks, with its fast form in kernels/sample_fast.cu). Keys, fixed-point weights, a radix
+// pass's choice of bin, the filters' threshold and the draw's run masses and walks live here once,
+// so the two forms choose the same token from the same logits and noise, bit for bit
+// (tests/gpu/sample_emulation checks it on the host).
 // The draw splits the vocabulary into kDrawRuns contiguous id runs whatever the form: a run's mass
 // is a float sum in id order, a group of 32 runs' a sum in run order, the total a sum of the groups
 // in order, so the order of every float addition of the draw is fixed by the vocabulary size alone.
