@@ -111,6 +111,8 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
                           "MLXCEL_GPU_MOE_FUSED='3': must be a whole number from 0 to 2 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(attn_mma_two MLXCEL_GPU_ATTN_MMA=2
                           "MLXCEL_GPU_ATTN_MMA='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
+  mlxcel_gpu_knob_refused(sample_fast_two MLXCEL_GPU_SAMPLE_FAST=2
+                          "MLXCEL_GPU_SAMPLE_FAST='2': must be a whole number from 0 to 1 \\(unset: 0\\)")
   mlxcel_gpu_knob_refused(matvec_rows_three MLXCEL_GPU_MATVEC_ROWS=3 "MLXCEL_GPU_MATVEC_ROWS='3': must be 1, 2 or 4")
   mlxcel_gpu_knob_refused(stream_rows_one MLXCEL_GPU_STREAM_ROWS=1 "MLXCEL_GPU_STREAM_ROWS='1': must be a whole number from 2 to 4")
   mlxcel_gpu_knob_refused(prefill_kernel_word MLXCEL_GPU_PREFILL_KERNEL=fast
