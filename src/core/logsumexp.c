@@ -72,8 +72,10 @@ __attribute__((target("avx2,fma"))) static double avx2_logsumexp(const float *x,
     const __m256 vm = _mm256_set1_ps(m), lo = _mm256_set1_ps(-87.0f);
     __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
     int64_t i = 0;
+    // max(lo, v): a NaN v stays NaN (maxps returns its second operand when one is NaN), so a NaN
+    // makes the sum NaN wherever it stands, as in the scalar loop and mx_logsumexp_ref.
     for (; i + 8 <= n; i += 8)
-        avx2_accumulate(&acc0, &acc1, avx2_exp(_mm256_max_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vm), lo)));
+        avx2_accumulate(&acc0, &acc1, avx2_exp(_mm256_max_ps(lo, _mm256_sub_ps(_mm256_loadu_ps(x + i), vm))));
     double s = avx2_total(acc0, acc1);
     for (; i < n; i++) s += exp((double)x[i] - m);
     return m + log(s);

@@ -6,7 +6,8 @@
 // and sampled rows with top-k, top-p and min-p; sparse edits; dense, sparse and empty masks;
 // logprobs with 0-20 alternatives. The two forms must agree exactly on every token, top id and
 // edited logit and within 1e-5 on logprobs; against the host, greedy rows and top ids exactly, and
-// at most 2% of sampled tokens may differ (float sums in another order move a boundary). Then the
+// at most 2% of sampled tokens may differ (float sums in another order move a boundary). Rows with
+// NaN logits: tokens and top ids of the two forms exactly, and every logprob NaN in both and the host. Then the
 // split form inside a plan run four times (recorded as a graph on the second run, replayed after)
 // with new logits and positions each time, against direct runs of the one-block form. Prints the
 // time of the record over 1, 8, 32 and 64 rows of 151,936 in both forms, replayed as a graph (as in the
@@ -37,6 +38,7 @@ typedef struct batch {
     mx_sample_row rows[MAX_ROWS];
     mx_logit_mod mods[MAX_MODS];
     uint32_t *masks[MAX_ROWS];  // host copies (NULL: no mask)
+    bool nan[MAX_ROWS];         // rows with NaN logits (add_nan)
 } batch;
 
 typedef struct dev {  // one backend's buffers
@@ -63,6 +65,7 @@ static void make_batch(batch *b, int vocab, int n) {
     static const int n_tops[] = {-1, -1, 0, 3, 20};
     b->vocab = vocab, b->n = n, b->n_mods = 0;
     for (int t = 0; t < n; t++) {
+        b->nan[t] = false;
         fill_row(b->logits + (size_t)t * vocab, vocab, below(4));
         mx_sample_row *r = &b->rows[t];
         const int top_ks[] = {0, 0, 1, 7, 50, 1000, vocab + 5};
@@ -94,13 +97,31 @@ static void make_batch(batch *b, int vocab, int n) {
     }
 }
 
+// NaN logits in about half the rows: a few anywhere (negative ones, which no filter keeps, rarely a
+// positive one, which both device forms take as the row's best and the host rule skips), or one NaN
+// in a first half of -inf logits (the split form's slices there have no finite term). Such a row's
+// log-softmax is NaN: every logprob must be NaN, in both forms and the host rule.
+static void add_nan(batch *b) {
+    for (int t = 0; t < b->n; t++) {
+        if (!below(2)) continue;
+        float *l = b->logits + (size_t)t * b->vocab;
+        b->nan[t] = true;
+        if (below(2) == 0) {
+            for (int i = 0; i <= b->vocab / 2; i++) l[i] = -INFINITY;
+            l[below(b->vocab / 2)] = -NAN;
+        } else {
+            for (int k = 0, c = 1 + below(20); k < c; k++) l[below(b->vocab)] = below(25) ? -NAN : NAN;
+        }
+    }
+}
+
 static void free_batch(batch *b) {
     for (int t = 0; t < b->n; t++) free(b->masks[t]);
 }
 
 static dev dev_make(const char *blocks) {
     setenv("MLXCEL_GPU_SAMPLE_BLOCKS", blocks, 1);
-    mx_backend_options opt = {mx_gpu_backend_name(), 0, 0};
+    mx_backend_options opt = {.name = mx_gpu_backend_name()};
     dev d = {mx_gpu_backend_create(&opt, &err), 0, 0, 0, 0, 0};
     unsetenv("MLXCEL_GPU_SAMPLE_BLOCKS");
     if (!d.be) return d;
@@ -166,6 +187,19 @@ static void compare(const batch *b, const mx_sample_out *one, const mx_sample_ou
         total_rows++;
         sampled += r.temp > 0.0f;
         CHECK_MSG(a->id == c->id, "%s vocab %d row %d: one block chose %d, split %d", label, b->vocab, t, a->id, c->id);
+        if (b->nan[t]) {  // the forms' top ids against each other; every logprob NaN in all three
+            if (r.n_top < 0) continue;
+            bool all_nan = isnan(a->logprob) && isnan(c->logprob) && isnan(h.logprob);
+            CHECK_MSG(a->n_top == c->n_top, "%s vocab %d row %d (NaN logits): n_top %d %d", label, b->vocab, t, a->n_top, c->n_top);
+            for (int k = 0; k < c->n_top && k < a->n_top; k++) {
+                CHECK_MSG(a->top_id[k] == c->top_id[k], "%s vocab %d row %d (NaN logits): top %d ids %d %d", label, b->vocab,
+                          t, k, a->top_id[k], c->top_id[k]);
+                all_nan = all_nan && isnan(a->top_logprob[k]) && isnan(c->top_logprob[k]) && (k >= h.n_top || isnan(h.top_logprob[k]));
+            }
+            CHECK_MSG(all_nan, "%s vocab %d row %d (NaN logits): logprob %.7f / %.7f / host %.7f: all must be NaN", label,
+                      b->vocab, t, a->logprob, c->logprob, h.logprob);
+            continue;
+        }
         if (c->id != h.id) {
             CHECK_MSG(r.temp > 0.0f, "%s vocab %d row %d: greedy, split chose %d, host %d", label, b->vocab, t, c->id, h.id);
             host_diff++;
@@ -236,6 +270,21 @@ int main(void) {
             free_batch(&b);
         }
         printf("vocab %6d, %d rows: %d batches compared\n", plan[p].vocab, plan[p].n, plan[p].reps);
+    }
+    // Rows with NaN logits (add_nan).
+    static const struct { int vocab, n, reps; } nan_plan[] = {{151936, 8, 4}, {32000, 5, 4}, {5003, 6, 6}};
+    for (size_t p = 0; p < sizeof nan_plan / sizeof nan_plan[0]; p++) {
+        for (int k = 0; k < nan_plan[p].reps; k++) {
+            make_batch(&b, nan_plan[p].vocab, nan_plan[p].n);
+            add_nan(&b);
+            dev_choose(&one, &b, o1, e1);
+            dev_choose(&split, &b, o2, e2);
+            CHECK_MSG(memcmp(e1, e2, sizeof(float) * (size_t)b.n * b.vocab) == 0, "vocab %d (NaN logits): edited logits differ",
+                      b.vocab);
+            compare(&b, o1, o2, "NaN logits");
+            free_batch(&b);
+        }
+        printf("vocab %6d, %d rows with NaN logits: %d batches compared\n", nan_plan[p].vocab, nan_plan[p].n, nan_plan[p].reps);
     }
 
     // The split form recorded as a graph: one plan, four runs with new logits and positions.

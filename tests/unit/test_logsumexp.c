@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The vectorized logsumexp against the libm reference, on vocabulary-sized random logits, on
-// extreme ranges (terms far below the max), and on lengths that are not a multiple of 8.
+// extreme ranges (terms far below the max), on lengths that are not a multiple of 8, and with NaN.
 #include <math.h>
 #include <stdlib.h>
 
@@ -22,5 +22,13 @@ int main(void) {
     }
     float one[3] = {-INFINITY, 2.0f, -INFINITY};
     CHECK(fabs(mx_logsumexp(one, 3) - 2.0) < 1e-6);
+    // A NaN anywhere (in the vector loop's lanes or the tail, either sign) makes the result NaN, as
+    // in the reference: the sampler's logprobs of a row with a NaN logit are NaN on every backend.
+    for (int at = 0; at < 21; at++) {
+        float v[21];
+        for (int i = 0; i < 21; i++) v[i] = (float)(i % 5) * 0.3f;
+        v[at] = at % 2 ? NAN : -NAN;
+        CHECK_MSG(isnan(mx_logsumexp(v, 21)) && isnan(mx_logsumexp_ref(v, 21)), "NaN at %d: %.9f", at, mx_logsumexp(v, 21));
+    }
     return check_finish();
 }

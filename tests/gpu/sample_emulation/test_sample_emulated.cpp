@@ -10,14 +10,16 @@
 // 3, 7 and 128 blocks, and with scratch for fewer rows than the batch (several launches); warps of
 // 32 lanes, and a few batches at AMD's 64. Then batches of 8-64 rows (the server's; the rule's 8
 // blocks per row at 64 rows of 151,936), server-like rows (temperature and top-p, sometimes min-p;
-// half of them flat) and rows with NaN logits (not compared with the host).
+// half of them flat) and rows with NaN logits.
 // The two forms must agree exactly on every token, top id and edited logit, and within 1e-5 on
-// logprobs (rows without NaN); against the host rule, every greedy row and top id must agree and
-// logprobs within 1e-5; a sampled token may differ from the host's only where float sums in another
-// order move a boundary (counted, at most 2% of the sampled rows). On every batch the split form's
-// fast form (L.sample_fast) must equal the split form bit for bit: outputs, edited logits, and each
-// sampled row's threshold and 1,024 draw-run masses; it must have taken each of its three ways (a
-// list above a cut, a window's bin, the radix passes) somewhere.
+// logprobs; against the host rule, every greedy row and top id must agree and logprobs within 1e-5
+// (rows with a NaN logit: the forms' tokens and top ids against each other only, and every logprob
+// NaN in both forms and the host rule, whose log-softmax of such a row is NaN); a sampled token may
+// differ from the host's only where float sums in another order move a boundary (counted, at most
+// 2% of the sampled rows). On every batch the split form's fast form (L.sample_fast) must equal the
+// split form bit for bit: outputs, edited logits, and each sampled row's threshold and 1,024
+// draw-run masses; it must have taken each of its three ways (a list above a cut, a window's bin,
+// the radix passes) somewhere.
 // Built and run by run.sh; argument "quick": fewer batches. Exits 1 on any failure.
 #include "emu.h"
 #include <cstdio>
@@ -34,6 +36,7 @@ static int below(int n) { return (int)(next() % (uint64_t)n); }
 template <class T, size_t N> static T pick(const T (&a)[N]) { return a[below((int)N)]; }
 
 static int fails = 0, host_diff = 0, sampled_rows = 0, rows_total = 0;
+static int nan_checked[3];  // rows with NaN logits whose logprobs were checked, by Batch::nan
 static int fast_ways[3];  // the fast form's sampled rows by way: radix passes, list, window bin
 #define FAIL(...) do { printf("FAIL: " __VA_ARGS__); printf("\n"); fails++; } while (0)
 
@@ -63,11 +66,13 @@ struct Batch {
     std::vector<mx_sample_row> rows;
     std::vector<mx_logit_mod> mods;
     std::vector<std::vector<uint32_t>> masks;
-    std::vector<char> nan;  // rows with NaN logits
+    std::vector<char> nan;  // rows with NaN logits: 1 a few anywhere, 2 one among -inf logits only
 };
 
 // nan: a few NaN logits in some rows (negative ones, which no filter keeps, and rarely a positive
-// one, which every form takes as the row's best); such batches are not compared with the host rule.
+// one, which both device forms take as the row's best and the host rule skips), or one NaN in a
+// first half of -inf logits; such rows are compared with the host rule only in their logprobs,
+// which are NaN.
 // server: the server's usual rows (temperature and top-p, sometimes min-p, no top-k, no mask; half of them flat).
 static Batch make_batch(int vocab, int n, bool nan = false, bool server = false) {
     Batch b{vocab, n, std::vector<float>((size_t)vocab * n), std::vector<mx_sample_row>(n), {}, {}};
@@ -79,9 +84,16 @@ static Batch make_batch(int vocab, int n, bool nan = false, bool server = false)
     const int n_tops[] = {-1, -1, 0, 3, 20};
     for (int t = 0; t < n; t++) {
         fill_row(&b.logits[(size_t)t * vocab], vocab, below(5));
-        if (nan && below(3) == 0 && (b.nan[t] = 1))
-            for (int k = 0, c = 1 + below(20); k < c; k++)
-                b.logits[(size_t)t * vocab + below(vocab)] = below(25) ? -NAN : NAN;
+        if (nan && below(3) == 0 && (b.nan[t] = 1)) {
+            float *l = &b.logits[(size_t)t * vocab];
+            if (below(2) == 0) {  // one NaN among -inf logits only: the split's slices there have no finite term
+                b.nan[t] = 2;
+                for (int i = 0; i <= vocab / 2; i++) l[i] = -INFINITY;
+                l[below(vocab / 2)] = -NAN;
+            } else {
+                for (int k = 0, c = 1 + below(20); k < c; k++) l[below(vocab)] = below(25) ? -NAN : NAN;
+            }
+        }
         mx_sample_row &r = b.rows[t];
         r = mx_sample_row{};
         r.temp = below(4) == 0 ? 0.0f : pick(temps);
@@ -132,7 +144,7 @@ static bool close(float a, float b) { return (a == b) || fabsf(a - b) <= 1e-5f; 
 // scratch_rows: rows of scratch) and the host rule, and compares.
 static int warp = 32;  // the emulated warp width: 32 (NVIDIA) or 64 (AMD's wave64)
 
-static void run_batch(const Batch &b, int blocks, int scratch_rows, bool host = true) {
+static void run_batch(const Batch &b, int blocks, int scratch_rows) {
     const int vocab = b.vocab, n = b.n;
     const mx_logit_mod *mods = b.mods.empty() ? nullptr : b.mods.data();
     std::vector<float> l1 = b.logits, l2 = b.logits, lh = b.logits;
@@ -179,7 +191,7 @@ static void run_batch(const Batch &b, int blocks, int scratch_rows, bool host = 
                  vocab, n, g, t, st3 == 1 ? "from the list" : st3 == 2 ? "window bin" : "radix passes", b.rows[t].top_k, b.rows[t].top_p, b.rows[t].min_p, thr3, thr2);
     }
     std::vector<uint64_t> hs(MX_SAMPLE_SCRATCH_BYTES(vocab) / 8 + 1);
-    for (int t = 0; t < n && host; t++)
+    for (int t = 0; t < n; t++)
         mx_sample_row_host(&lh[(size_t)t * vocab], vocab, &b.rows[t], mods, hs.data(), &oh[t]);
     if (memcmp(l1.data(), l2.data(), sizeof(float) * l1.size()) != 0) FAIL("vocab %d g %d: edited logits differ", vocab, g);
     for (int t = 0; t < n; t++) {
@@ -191,7 +203,7 @@ static void run_batch(const Batch &b, int blocks, int scratch_rows, bool host = 
         rows_total++;
         if (a.id != c.id) FAIL("%s: one block chose %d, split %d", what, a.id, c.id);
         if (r.temp > 0.0f) sampled_rows++;
-        if (host && c.id != h.id) {
+        if (!b.nan[t] && c.id != h.id) {
             if (r.temp <= 0.0f) FAIL("%s: greedy row, split chose %d, host %d", what, c.id, h.id);
             else {
                 host_diff++;
@@ -200,14 +212,25 @@ static void run_batch(const Batch &b, int blocks, int scratch_rows, bool host = 
             }
         }
         if (r.n_top < 0) continue;
-        if (a.n_top != c.n_top || (host && c.n_top != h.n_top)) FAIL("%s: n_top %d / %d / host %d", what, a.n_top, c.n_top, h.n_top);
-        // Logprobs of rows with NaN logits are not compared (NaN in the one-block form, a number in the split).
-        if (!b.nan[t] && !close(a.logprob, c.logprob)) FAIL("%s: logprob one block %.7f, split %.7f", what, a.logprob, c.logprob);
-        if (host && c.id == h.id && !close(c.logprob, h.logprob)) FAIL("%s: logprob split %.7f, host %.7f", what, c.logprob, h.logprob);
-        for (int k = 0; k < c.n_top && (!host || k < h.n_top); k++) {
-            if (a.top_id[k] != c.top_id[k] || (host && c.top_id[k] != h.top_id[k]))
+        if (a.n_top != c.n_top || c.n_top != h.n_top) FAIL("%s: n_top %d / %d / host %d", what, a.n_top, c.n_top, h.n_top);
+        if (b.nan[t]) {  // a NaN logit: the row's log-softmax is NaN, so every logprob is NaN in every form
+            nan_checked[(int)b.nan[t]]++;
+            bool all_nan = std::isnan(a.logprob) && std::isnan(c.logprob) && std::isnan(h.logprob);
+            for (int k = 0; k < c.n_top; k++) {
+                all_nan = all_nan && std::isnan(a.top_logprob[k]) && std::isnan(c.top_logprob[k]) && std::isnan(h.top_logprob[k]);
+                if (a.top_id[k] != c.top_id[k]) FAIL("%s, NaN logits: top %d id %d / %d", what, k, a.top_id[k], c.top_id[k]);
+            }
+            if (!all_nan)
+                FAIL("%s, NaN logits: logprob one block %.7f, split %.7f, host %.7f (top 0: %.7f / %.7f): all must be NaN", what,
+                     a.logprob, c.logprob, h.logprob, c.n_top ? a.top_logprob[0] : 0.0f, c.n_top ? c.top_logprob[0] : 0.0f);
+            continue;
+        }
+        if (!close(a.logprob, c.logprob)) FAIL("%s: logprob one block %.7f, split %.7f", what, a.logprob, c.logprob);
+        if (c.id == h.id && !close(c.logprob, h.logprob)) FAIL("%s: logprob split %.7f, host %.7f", what, c.logprob, h.logprob);
+        for (int k = 0; k < c.n_top; k++) {
+            if (a.top_id[k] != c.top_id[k] || c.top_id[k] != h.top_id[k])
                 FAIL("%s: top %d id %d / %d / host %d", what, k, a.top_id[k], c.top_id[k], h.top_id[k]);
-            if (!b.nan[t] && !close(a.top_logprob[k], c.top_logprob[k]) || (host && !close(c.top_logprob[k], h.top_logprob[k])))
+            if (!close(a.top_logprob[k], c.top_logprob[k]) || !close(c.top_logprob[k], h.top_logprob[k]))
                 FAIL("%s: top %d logprob %.7f / %.7f / host %.7f", what, k, a.top_logprob[k], c.top_logprob[k], h.top_logprob[k]);
         }
     }
@@ -239,7 +262,7 @@ int main(int argc, char **argv) {
     }
     printf("warp 64: %d failures so far\n", fails);
     // Many rows (the server's batches; the rule's 8 blocks per row at 64 rows of 151,936), and rows
-    // with NaN logits (the forms against each other only).
+    // with NaN logits.
     warp = 32;
     struct { int vocab, n, blocks, scratch_rows, reps; bool nan, server; } many[] = {
         {151936, 64, 0, 64, 1, false, true}, {151936, 64, 0, 64, 1, false, false}, {151936, 24, 0, 24, 1, true, false},
@@ -249,10 +272,13 @@ int main(int argc, char **argv) {
     };
     for (auto &p : many) {
         int reps = quick ? 1 : p.reps;
-        for (int k = 0; k < reps; k++) run_batch(make_batch(p.vocab, p.n, p.nan, p.server), p.blocks, p.scratch_rows, !p.nan);
+        for (int k = 0; k < reps; k++) run_batch(make_batch(p.vocab, p.n, p.nan, p.server), p.blocks, p.scratch_rows);
         printf("vocab %6d, %d rows%s%s, scratch %d rows: %d batches done, %d failures so far\n", p.vocab, p.n,
                p.server ? " (server rows)" : "", p.nan ? " with NaN logits" : "", p.scratch_rows, reps, fails);
     }
+    printf("rows with NaN logits, logprobs checked: %d with a few NaN anywhere, %d with one NaN among -inf logits only\n",
+           nan_checked[1], nan_checked[2]);
+    if (!nan_checked[1] || !nan_checked[2]) FAIL("the NaN rows did not include both kinds");
     printf("fast form: of %d sampled rows, %d settled from a list above a cut, %d from a window's bin, %d by the radix passes\n",
            fast_ways[0] + fast_ways[1] + fast_ways[2], fast_ways[1], fast_ways[2], fast_ways[0]);
     if (!fast_ways[0] || !fast_ways[1] || !fast_ways[2]) FAIL("the fast form did not take all three ways");

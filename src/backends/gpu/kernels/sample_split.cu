@@ -18,7 +18,8 @@
 // Blocks hand results to the next launch through SplitRow records in L->sample_scratch; no block
 // waits for another, so the launches are ordinary kernels a graph records, with every parameter
 // read from device memory. The logsumexp merges slices (max and rescaled sums), so logprobs match
-// the one-block kernel to float rounding; tokens, thresholds and top ids are the same bit for bit.
+// the one-block kernel to float rounding (NaN in both when a logit is NaN, as in the host rule);
+// tokens, thresholds and top ids are the same bit for bit.
 // The fast form (kernels/sample_fast.cu; L->sample_fast, MLXCEL_GPU_SAMPLE_FAST=1, off by default)
 // adds four launches after stats that take most sampled rows' thresholds (and draw runs) from a
 // short list of keys instead; the radix passes, and the draw for rows it settled in full, return at
@@ -88,9 +89,10 @@ __global__ void __launch_bounds__(kSplitThreads) split_stats(float *logits, int 
         float mb = -INFINITY;
         for (int i = lo + tid; i < hi; i += blockDim.x) mb = fmaxf(mb, l[i]);
         mb = block_max<W>(mb, fs);
+        // A NaN logit makes the slice's sum NaN (so the row's log-softmax, as in the one-block kernel
+        // and the host rule), also in a slice whose other logits are all -inf.
         float z = 0.0f;
-        if (mb > -INFINITY)
-            for (int i = lo + tid; i < hi; i += blockDim.x) z += expf(l[i] - mb);
+        for (int i = lo + tid; i < hi; i += blockDim.x) z += mb > -INFINITY ? expf(l[i] - mb) : isnan(l[i]) ? l[i] : 0.0f;
         z = block_sum<W>(z, fs);
         const int n_top = r.n_top > MX_SAMPLE_MAX_TOP ? MX_SAMPLE_MAX_TOP : r.n_top;
         unsigned long long prev = ~0ull;
@@ -247,8 +249,8 @@ __global__ void __launch_bounds__(kSplitThreads) split_finish(mx_sample_out *out
         for (int b = tid; b < g; b += blockDim.x) mx = fmaxf(mx, s->blk_max[b]);
         mx = block_max<W>(mx, fs);
         float z = 0.0f;
-        for (int b = tid; b < g; b += blockDim.x)
-            if (s->blk_sum[b] > 0.0f) z += s->blk_sum[b] * expf(s->blk_max[b] - mx);
+        for (int b = tid; b < g; b += blockDim.x)  // a slice without a term adds nothing; a NaN sum stays
+            if (s->blk_sum[b] != 0.0f) z += s->blk_sum[b] * expf(s->blk_max[b] - mx);
         lse = mx + logf(block_sum<W>(z, fs));
         const int n_top = r.n_top > MX_SAMPLE_MAX_TOP ? MX_SAMPLE_MAX_TOP : r.n_top;
         unsigned long long prev = ~0ull;
