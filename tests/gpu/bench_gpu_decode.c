@@ -199,7 +199,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "unknown shape %s (qwen3-0.6b, qwen3-8b)\n", name);
         return 2;
     }
-    mx_backend_options opt = {mx_gpu_backend_name(), 0, 0};
+    mx_backend_options opt = {.name = mx_gpu_backend_name()};
     mx_backend *be = mx_gpu_backend_create(&opt, &err);
     if (!be) {
         printf("skipped: %s\n", err.msg);

@@ -213,7 +213,7 @@ int main(int argc, char **argv) {
         // it from 2 tokens.
         setenv("MLXCEL_GPU_TC_DECODE", path == 5 ? "2" : "0", 1);
         if (path_env[path]) setenv(path_env[path], path_value[path], 1);
-        mx_backend_options opt = {mx_gpu_backend_name(), 0, 0};
+        mx_backend_options opt = {.name = mx_gpu_backend_name()};
         mx_backend *be = mx_gpu_backend_create(&opt, &err);
         if (path_env[path]) unsetenv(path_env[path]);
         unsetenv("MLXCEL_GPU_TC_DECODE");

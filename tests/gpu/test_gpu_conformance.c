@@ -718,7 +718,7 @@ static mx_backend *gpu_with(const mx_backend_options *gopt, const char *var, con
 }
 
 int main(void) {
-    mx_backend_options copt = {"cpu", 2, 0}, gopt = {mx_gpu_backend_name(), 0, 0};
+    mx_backend_options copt = {.name = "cpu", .threads = 2}, gopt = {.name = mx_gpu_backend_name()};
     // The streaming matrix-vector kernel on every row length it can take (by default only from 4096
     // weights on), so the short layers of the cases below reach it too.
     setenv("MLXCEL_GPU_STREAM_MIN_COLS", "0", 1);

@@ -1115,7 +1115,7 @@ int main(void) {
     char desc[2048];
     mx_gpu_describe(desc, sizeof desc);
     fputs(desc, stdout);
-    mx_backend_options opt = {mx_gpu_backend_name(), 0, 0};
+    mx_backend_options opt = {.name = mx_gpu_backend_name()};
     // The streaming kernel on every row length it can take (by default only from 4096 weights on),
     // so its short-row tasks stay checked; the other paths have their own backends below.
     setenv("MLXCEL_GPU_STREAM_MIN_COLS", "0", 1);
@@ -1156,7 +1156,7 @@ int main(void) {
     test_elementwise(be, &rng, &elt);
     // The CPU backend's cache bytes are compared when it has the GPU's cache type (its default
     // is I16 like the GPU's; MLXCEL_CPU_KV may change it).
-    mx_backend_options copt = {"cpu", 1, 0};
+    mx_backend_options copt = {.name = "cpu", .threads = 1};
     mx_backend *cpu = mx_backend_create(&copt, &err);
     CHECK_MSG(cpu != NULL, "cpu backend: %s", err.msg);
     test_attention(be, cpu && cpu->kv_dtype == be->kv_dtype ? cpu : NULL, &rng, &attn);
