@@ -5,7 +5,9 @@
 // x scale dtypes bf16/f16/f32, mxfp4, mxfp8, nvfp4, dense bf16/f16/f32. Random data, odd row
 // counts, column counts that are not multiples of the vector width (dense), buffers at odd byte
 // offsets, and every gemm tile shape (1-4 rows x 1-13 tokens). Attention heads of several sizes and
-// key ranges are compared with a double-precision softmax, SwiGLU with a double-precision one, the I16
+// key ranges are compared with a double-precision softmax (on the I8 cache with integer scores, the
+// VNNI sets', of the query rounded as the kernel rounds it, and within what that rounding can move
+// a softmax of the float query's; every other cache type bit-identical to the AVX-512 set's), SwiGLU with a double-precision one, the I16
 // KV row conversion bit for bit with the scalar one, and the integer (VNNI) gemv and integer
 // batched product (VNNI or AMX tiles) of the sets that have them, for every format they cover: 1 to 40
 // tokens (partial 16-token tiles), row blocks at odd offsets, and a product over a later token chunk
@@ -15,6 +17,7 @@
 // a float32 dot product within 1e-6 * sum |w||x| and an attention output within 2e-6 * max |v|
 // (about 5x what the kernels measure, ~1.3e-7 and ~4e-7; the measured worst is printed per set).
 // A CPU without any SIMD set still checks the scalar set, then exits 77 (ctest: skipped) saying so.
+#define _POSIX_C_SOURCE 200809L  // setenv
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -94,7 +97,7 @@ static int q_tested;  // matrices that went through an integer path
 
 // Worst error seen per kernel set, as a fraction of each check's scale (printed, not a bound).
 typedef struct worst {
-    double deq, dot, q, qb, attn, act;
+    double deq, dot, q, qb, attn, attn_i8q, act;
 } worst;
 static worst seen;
 
@@ -254,8 +257,22 @@ static void attn_ref(const float *q, const float *K, const float *V, int64_t str
     }
 }
 
+// The query as the integer-score attention rounds it (cpu_kernels_attn_int_scores), decoded: per 16
+// values s = max|q| / 127 and q = s * round(q / s), as the test's I8 cache rows are made.
+static void q8_ref(const float *q, int hd, float *out) {
+    for (int b0 = 0; b0 < hd; b0 += 16) {
+        int b1 = b0 + 16 < hd ? b0 + 16 : hd;
+        float amax = 0;
+        for (int d = b0; d < b1; d++) amax = fmaxf(amax, fabsf(q[d]));
+        for (int d = b0; d < b1; d++)
+            out[d] = amax > 0 ? (float)lrintf(q[d] * (127.0f / amax)) * (amax / 127.0f) : 0.0f;
+    }
+}
+
+static int int_paths;  // attn_rows calls that took integer scores
+
 static void compare_attention(const char *set) {
-    int hds[] = {64, 72, 128, 256};
+    int hds[] = {64, 72, 128, 256, 32, 80};  // the last two after the others: their data stays as it was
     for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++) {
         int hd = hds[h], n_keys = 45;
         int64_t stride = hd * 3 + 5;  // keys interleaved with other heads, odd stride
@@ -336,19 +353,71 @@ static void compare_attention(const char *set) {
                 op[j] = outs + j * 256;
             }
             float *scr = aligned_alloc(64, sizeof(float) * CPU_ATTN_SCRATCH(256));
-            int bad = 0;
+            int bad = 0, int_bad = 0, planted_missed = 0;
             for (int nq = 6; nq <= MAXQ; nq += MAXQ - 6) {
                 cpu_attn_args a = {.q = qp, .out = op, .nq = nq, .first = first, .last = last, .K = Kc, .V = Vc,
                                    .stride = stride, .kv_dtype = dt, .K_scale = Ks, .V_scale = Vs,
                                    .scale_stride = nsc, .hd = hd, .scale = 0.3f};
                 cpu_kernels_attn_rows(&a, scr);
+                // Integer scores (I8 cache, VNNI sets): the reference's query is the query rounded as
+                // the kernel rounds it (q8_ref); against the float query the kernel must be within
+                // the bound of that rounding (below) and must not be within ATTN_TOL (the planted
+                // fault: a reference that skips the rounding is caught).
+                int iq = cpu_kernels_attn_int_scores(&a);
+                int_paths += iq;
                 for (int j = 0; j < nq; j++) {
-                    attn_ref(qp[j], Kd, Vd, stride, first[j], last[j], hd, 0.3f, ref, &vmax);
+                    float qr[256];
+                    q8_ref(qp[j], hd, qr);
+                    attn_ref(iq ? qr : qp[j], Kd, Vd, stride, first[j], last[j], hd, 0.3f, ref, &vmax);
                     for (int i = 0; i < hd; i++)
                         if (!within(op[j][i], ref[i], vmax, ATTN_TOL, &seen.attn)) bad++;
+                    if (!iq) continue;
+                    // Scores that move by at most D scale every softmax weight by a factor within
+                    // e^(+-2D), so the output moves by at most (e^(2D) - 1) * max|v|: D from the
+                    // query's actual rounding, plus the float bound.
+                    double dmax = 0;
+                    for (int p = first[j]; p <= last[j]; p++) {
+                        double d = 0;
+                        for (int i = 0; i < hd; i++) d += ((double)qp[j][i] - qr[i]) * Kd[p * stride + i];
+                        dmax = fmax(dmax, fabs(0.3 * d));
+                    }
+                    double tol = expm1(2 * dmax) + ATTN_TOL;
+                    attn_ref(qp[j], Kd, Vd, stride, first[j], last[j], hd, 0.3f, ref, &vmax);
+                    int far = 0;
+                    for (int i = 0; i < hd; i++) {
+                        double e = fabs(op[j][i] - ref[i]);
+                        int_bad += !(e <= tol * vmax);
+                        seen.attn_i8q = fmax(seen.attn_i8q, e / (tol * vmax));
+                        far += e > ATTN_TOL * vmax;
+                    }
+                    planted_missed += first[j] < last[j] && far == 0;
                 }
             }
             CHECK_MSG(bad == 0, "%s attention rows hd %d cache %s: %d values differ", set, hd, mx_dtype_name(dt), bad);
+            CHECK_MSG(int_bad == 0, "%s attention rows hd %d, integer scores: %d values beyond the query rounding's "
+                      "bound from float scores", set, hd, int_bad);
+            // Every other cache type takes the same code in the VNNI sets as in the AVX-512 set: the
+            // same bits (the default I16 cache must not move).
+            if (dt != MX_DTYPE_I8 && (strcmp(set, "avx512vnni") == 0 || strcmp(set, "amx") == 0)) {
+                static float mine[MAXQ * 256];
+                int differ = 0;
+                for (int nq = 6; nq <= MAXQ; nq += MAXQ - 6) {
+                    cpu_attn_args a = {.q = qp, .out = op, .nq = nq, .first = first, .last = last, .K = Kc, .V = Vc,
+                                       .stride = stride, .kv_dtype = dt, .K_scale = Ks, .V_scale = Vs,
+                                       .scale_stride = nsc, .hd = hd, .scale = 0.3f};
+                    cpu_kernels_select(set);
+                    cpu_kernels_attn_rows(&a, scr);
+                    memcpy(mine, outs, sizeof outs);
+                    CHECK(cpu_kernels_select("avx512") == 0);
+                    cpu_kernels_attn_rows(&a, scr);
+                    differ += memcmp(mine, outs, sizeof outs) != 0;
+                }
+                cpu_kernels_select(set);
+                CHECK_MSG(differ == 0, "%s attention rows hd %d cache %s: not bit-identical to the avx512 set", set, hd,
+                          mx_dtype_name(dt));
+            }
+            CHECK_MSG(planted_missed == 0, "%s attention rows hd %d, integer scores: %d queries where a reference "
+                      "without the query's rounding was not caught", set, hd, planted_missed);
             free(Kc), free(Vc), free(Kd), free(Vd), free(Ks), free(Vs), free(scr);
         }
         free(K), free(V), free(q), free(ref), free(got);
@@ -525,12 +594,16 @@ static void test_set(const char *set) {
     compare_kv_i16(set);
     compare_kv_i8(set);
     printf("kernel set %-11s worst error / bound scale: dequant %.2e (bound %.1e), dot %.2e (bound %.0e), "
-           "integer gemv %.2e, integer batch %.2e, attention %.2e (bound %.0e), swiglu %.2e (bound %.1e)\n",
-           set, seen.deq, DEQ_TOL, seen.dot, DOT_TOL, seen.q, seen.qb, seen.attn, ATTN_TOL, seen.act, ACT_TOL);
+           "integer gemv %.2e, integer batch %.2e, attention %.2e (bound %.0e), integer-score attention against float scores %.2f of its bound (%d calls), "
+           "swiglu %.2e (bound %.1e)\n",
+           set, seen.deq, DEQ_TOL, seen.dot, DOT_TOL, seen.q, seen.qb, seen.attn, ATTN_TOL, seen.attn_i8q, int_paths,
+           seen.act, ACT_TOL);
+    int_paths = 0;
 }
 
 int main(void) {
     const char *simd_sets[] = {"avx2", "avx512", "avx512vnni", "amx"};
+    setenv("MLXCEL_CPU_ATTN_I8", "int", 1);  // the opt-in integer scores of the VNNI sets, tested here
     test_set("scalar");
     int tested = 0;
     for (size_t s = 0; s < sizeof simd_sets / sizeof simd_sets[0]; s++) {

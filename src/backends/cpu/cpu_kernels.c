@@ -174,14 +174,36 @@ void cpu_kernels_attn_head(const float *q, const float *K, const float *V, int64
         scalar_attn_head(q, K, V, stride, first, last, hd, scale, out);
         return;
     }
-    float scratch[CPU_ATTN_SCRATCH(512)];
+    float scratch[CPU_ATTN_BLOCK_SCRATCH(512)];  // F32 keys: float scores
     cpu_attn_args a = {.q = &q, .out = &out, .nq = 1, .first = &first, .last = &last,
                        .K = K, .V = V, .stride = stride, .kv_dtype = MX_DTYPE_F32, .hd = hd, .scale = scale};
     k->attn_rows(&a, scratch);
 }
 
+// MLXCEL_CPU_ATTN_I8=int turns on the integer scores on the I8 cache where the set has them (off by
+// default: with them a preempted request's recomputed tokens are not yet the tokens its
+// uninterrupted decode gives, server_engine_kv_i8; bench/RESULTS.md).
+static bool i8_int_scores(void) {
+    static int f = -1;
+    int v = __atomic_load_n(&f, __ATOMIC_RELAXED);
+    if (v < 0) {
+        const char *e = getenv("MLXCEL_CPU_ATTN_I8");
+        v = e && strcmp(e, "int") == 0;
+        __atomic_store_n(&f, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
+int cpu_kernels_attn_int_scores(const cpu_attn_args *a) {
+    return kernels()->attn_rows == cpu_avx512vnni_attn_rows && i8_int_scores() && cpu_attn_i8_int_ok(a);
+}
+
 void cpu_kernels_attn_rows(const cpu_attn_args *a, float *scratch) {
     const cpu_kernel_set *k = kernels();
+    if (k->attn_rows == cpu_avx512vnni_attn_rows && !i8_int_scores()) {
+        cpu_avx512_attn_rows(a, scratch);
+        return;
+    }
     (k->attn_rows ? k->attn_rows : scalar_attn_rows)(a, scratch);
 }
 

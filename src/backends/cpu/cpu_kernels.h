@@ -52,8 +52,12 @@ void cpu_kernels_kv_i8_row(int8_t *dst, float *scales, const float *src, int hd)
 // block of keys is converted once per call, so a prefill's calls take many queries: 64 instead of 16
 // ran the attention lab 11% faster (bench/RESULTS.md CPU round 9).
 #define CPU_ATTN_MAX_ROWS 64
-// Floats of scratch attn_rows needs for head_dim hd (two 16-key blocks, 64-byte aligned inside).
-#define CPU_ATTN_SCRATCH(hd) ((size_t)32 * (((hd) + 15) / 16 * 16) + 16)
+// Floats of scratch attn_rows needs for head_dim hd: two 16-key blocks of floats, 64-byte aligned
+// inside (CPU_ATTN_BLOCK_SCRATCH: all a float-score call uses), then, for integer scores on the I8
+// cache (cpu_kernels_attn_int_scores), each query's codes, lane sums and scale lanes (3 rows padded
+// to 64 bytes).
+#define CPU_ATTN_BLOCK_SCRATCH(hd) ((size_t)32 * (((hd) + 15) / 16 * 16) + 16)
+#define CPU_ATTN_SCRATCH(hd) (CPU_ATTN_BLOCK_SCRATCH(hd) + (size_t)CPU_ATTN_MAX_ROWS * 3 * (((hd) + 63) / 64 * 16))
 
 // Several queries that read the same KV head: for j < nq,
 //   out[j][hd] = softmax(scale * q[j] . K[p]) V  over keys p in [first[j], last[j]],
@@ -106,6 +110,12 @@ static inline int64_t cpu_attn_scale(const cpu_attn_args *a, int p) {
 }
 // scratch: CPU_ATTN_SCRATCH(hd) floats.
 void cpu_kernels_attn_rows(const cpu_attn_args *a, float *scratch);
+// 1 when the active set computes this call's scores from integer dot products: I8 cache, head_dim a
+// multiple of 16 from 32 to 512, AVX-512 VNNI, and MLXCEL_CPU_ATTN_I8=int (opt-in, read once). The
+// query is then rounded as a cache row is (cpu_kernels_kv_i8_row)
+// and each 16-value group's exact integer sum of code products is scaled by the two groups' scales;
+// otherwise the scores are float products of the query with the decoded keys.
+int cpu_kernels_attn_int_scores(const cpu_attn_args *a);
 
 // out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + e^-gate[i]) * up[i] for i < count (the scalar
 // version is the reference; SIMD versions within a few float32 roundings of it).

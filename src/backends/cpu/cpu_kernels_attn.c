@@ -18,26 +18,12 @@
 #include <stdbool.h>
 
 #include "backends/cpu/cpu_simd_exp.h"
+#include "backends/cpu/cpu_simd_transpose.h"
 
 #define MAX_CHUNKS 32  // 16-float chunks of a row: head_dim up to 512 (cpu_attention.c)
 
 #define ATTN_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
 #define ATTN_INLINE __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c"), always_inline)) inline
-
-// Lane i of the result = the sum of the 16 lanes of v[i].
-ATTN_INLINE static __m512 reduce16(const __m512 v[16]) {
-    __m512 t[8], u[4];
-    for (int i = 0; i < 8; i++)  // per 128-bit block: [a0+a2, b0+b2, a1+a3, b1+b3]
-        t[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
-    for (int i = 0; i < 4; i++) {  // per 128-bit block: the block sums of 4 keys, in key order
-        __m512d a = _mm512_castps_pd(t[2 * i]), b = _mm512_castps_pd(t[2 * i + 1]);
-        u[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)), _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
-    }
-    // Add the four 128-bit blocks of each u[i]: u[i] ends up in block i of the result.
-    __m512 x0 = _mm512_add_ps(_mm512_shuffle_f32x4(u[0], u[1], 0x88), _mm512_shuffle_f32x4(u[0], u[1], 0xdd));
-    __m512 x1 = _mm512_add_ps(_mm512_shuffle_f32x4(u[2], u[3], 0x88), _mm512_shuffle_f32x4(u[2], u[3], 0xdd));
-    return _mm512_add_ps(_mm512_shuffle_f32x4(x0, x1, 0x88), _mm512_shuffle_f32x4(x0, x1, 0xdd));
-}
 
 // Chunk c (16 elements, lanes past cm zero) of the key or value row at element `at` of src as
 // float32; I16 and I8 elements times their block's scale sc[sat + c * 16 / CPU_KV_SCALE_BLOCK].
@@ -97,7 +83,7 @@ ATTN_INLINE static __m512 block_scores(const float *q, const float *Kb, int chun
         __m512 qv = _mm512_maskz_loadu_ps(c == chunks - 1 ? tail : 0xffff, q + c * 16);
         for (int i = 0; i < 16; i++) dots[i] = _mm512_fmadd_ps(qv, _mm512_load_ps(Kb + (i * chunks + c) * 16), dots[i]);
     }
-    return reduce16(dots);
+    return cpu_reduce16_ps(dots);
 }
 
 // The P.V update of eight queries (rows the block does not reach, live[k] == 0, are left as they
@@ -139,7 +125,8 @@ ATTN_INLINE static void pv_update8(float *const out[8], const float (*p)[16], co
 
 // The body of attn_rows for `chunks` 16-float chunks per row; inlined with chunks a constant for the
 // common head sizes, so the per-chunk loops unroll and their pointers stay in registers.
-ATTN_INLINE static void attn_rows_body(const cpu_attn_args *a, float *scratch, int chunks) {
+// i8q (a constant): integer scores on the I8 cache (cpu_kernels_attn_vnni.c) instead of float keys.
+ATTN_INLINE static void attn_rows_body(const cpu_attn_args *a, float *scratch, int chunks, bool i8q) {
     int hd = a->hd, nq = a->nq;
     __mmask16 tail = (__mmask16)(hd % 16 ? (1u << (hd % 16)) - 1 : 0xffff);
     float *Kb = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63), *Vb = Kb + 16 * chunks * 16;
@@ -152,9 +139,11 @@ ATTN_INLINE static void attn_rows_body(const cpu_attn_args *a, float *scratch, i
         lo = a->first[j] < lo ? a->first[j] : lo;
         hi = a->last[j] > hi ? a->last[j] : hi;
     }
+    uint8_t *kbuf = (uint8_t *)Kb, *qprep = (uint8_t *)(Vb + 16 * chunks * 16);  // i8q: keys, queries
+    if (i8q) cpu_vnni_attn_i8_prepare(a, qprep);
     for (int p0 = lo; p0 <= hi; p0 += 16) {
         int nb = hi - p0 + 1 < 16 ? hi - p0 + 1 : 16;
-        load_block(Kb, a, a->K, a->K_scale, p0, nb, hd, hi);
+        if (!i8q) load_block(Kb, a, a->K, a->K_scale, p0, nb, hd, hi);
         load_block(Vb, a, a->V, a->V_scale, p0, nb, hd, hi);
         // Three passes over the queries, each query's work in a pass independent of the others'
         // (so their latency chains overlap): the block's scores, the online-softmax update, and
@@ -168,9 +157,13 @@ ATTN_INLINE static void attn_rows_body(const cpu_attn_args *a, float *scratch, i
             from = from < 0 ? 0 : from;
             to = to > 15 ? 15 : to;
             live[j] = (__mmask16)(((1u << (to + 1)) - 1) & ~((1u << from) - 1));
+        }
+        if (i8q) cpu_vnni_attn_i8_scores(a, qprep, p0, nb, hi, live, sp, kbuf);
+        for (int j = 0; j < nq; j++) {
+            if (!live[j]) continue;
+            __m512 raw = i8q ? _mm512_load_ps(sp[j]) : block_scores(a->q[j], Kb, chunks, tail);
             _mm512_store_ps(sp[j], _mm512_mask_blend_ps(live[j], _mm512_set1_ps(-INFINITY),
-                                                        _mm512_mul_ps(block_scores(a->q[j], Kb, chunks, tail),
-                                                                      _mm512_set1_ps(a->scale))));
+                                                        _mm512_mul_ps(raw, _mm512_set1_ps(a->scale))));
         }
         for (int j = 0; j < nq; j++) {
             if (!live[j]) continue;
@@ -221,16 +214,33 @@ ATTN_INLINE static void attn_rows_body(const cpu_attn_args *a, float *scratch, i
 
 ATTN_AVX512 void cpu_avx512_attn_rows(const cpu_attn_args *a, float *scratch) {
     switch ((a->hd + 15) / 16) {
-    case 4: attn_rows_body(a, scratch, 4); break;    // head_dim 64
-    case 8: attn_rows_body(a, scratch, 8); break;    // head_dim 128
-    case 16: attn_rows_body(a, scratch, 16); break;  // head_dim 256
-    default: attn_rows_body(a, scratch, (a->hd + 15) / 16); break;
+    case 4: attn_rows_body(a, scratch, 4, false); break;    // head_dim 64
+    case 8: attn_rows_body(a, scratch, 8, false); break;    // head_dim 128
+    case 16: attn_rows_body(a, scratch, 16, false); break;  // head_dim 256
+    default: attn_rows_body(a, scratch, (a->hd + 15) / 16, false); break;
+    }
+}
+
+ATTN_AVX512 void cpu_avx512vnni_attn_rows(const cpu_attn_args *a, float *scratch) {
+    if (!cpu_attn_i8_int_ok(a)) {
+        cpu_avx512_attn_rows(a, scratch);
+        return;
+    }
+    switch (a->hd / 16) {
+    case 2: attn_rows_body(a, scratch, 2, true); break;    // head_dim 32
+    case 4: attn_rows_body(a, scratch, 4, true); break;    // head_dim 64
+    case 8: attn_rows_body(a, scratch, 8, true); break;    // head_dim 128
+    case 16: attn_rows_body(a, scratch, 16, true); break;  // head_dim 256
+    default: attn_rows_body(a, scratch, a->hd / 16, true); break;
     }
 }
 
 #else
 
 void cpu_avx512_attn_rows(const cpu_attn_args *a, float *scratch) {
+    (void)a, (void)scratch;
+}
+void cpu_avx512vnni_attn_rows(const cpu_attn_args *a, float *scratch) {
     (void)a, (void)scratch;
 }
 

@@ -41,6 +41,27 @@ const cpu_kernel_set *cpu_kernels_x86_named(const char *name);
 // AVX-512 attention for several queries of one KV head (cpu_kernels_attn.c); see cpu_kernels_attn_rows.
 void cpu_avx512_attn_rows(const cpu_attn_args *a, float *scratch);
 
+// The same with integer scores on the I8 cache where cpu_kernels_attn_i8_scores says so
+// (cpu_kernels_attn.c; the AVX-512 VNNI sets), else exactly cpu_avx512_attn_rows.
+void cpu_avx512vnni_attn_rows(const cpu_attn_args *a, float *scratch);
+// Its integer scores (cpu_kernels_attn_vnni.c). Rows are padded to whole 64-byte chunks
+// (CPU_ATTN_I8_ROW(hd) bytes). The scratch's float block of 16 keys (unused in this mode: 16 * hd
+// floats, hd >= 32) holds the block's flipped key codes and their scale lanes (32 *
+// CPU_ATTN_I8_ROW(hd) bytes); each query's prepared codes, lane sums and scale lanes
+// (CPU_ATTN_I8_QBYTES each) follow the two blocks (CPU_ATTN_SCRATCH). Every call on the I8 cache
+// takes them where the head size allows, a prefill's as a decode's (a query's output does not depend
+// on the queries that share its call).
+#define CPU_ATTN_I8_ROW(hd) (((size_t)(hd) + 63) / 64 * 64)
+#define CPU_ATTN_I8_QBYTES(hd) ((size_t)3 * CPU_ATTN_I8_ROW(hd))
+static inline int cpu_attn_i8_int_ok(const cpu_attn_args *a) {
+    return a->kv_dtype == MX_DTYPE_I8 && a->hd % 16 == 0 && a->hd >= 32 && a->hd <= 512;
+}
+void cpu_vnni_attn_i8_prepare(const cpu_attn_args *a, uint8_t *qprep);
+// Raw scores (before a->scale) of the queries with live[j] != 0 against keys p0 .. p0 + nb - 1 into
+// sp[j][0..15] (lanes past nb finite and meaningless); prefetches the next block's keys up to pf_last.
+void cpu_vnni_attn_i8_scores(const cpu_attn_args *a, const uint8_t *qprep, int p0, int nb, int pf_last,
+                             const uint16_t *live, float (*sp)[16], uint8_t *kbuf);
+
 // AVX-512 SwiGLU (cpu_kernels_swiglu.c); see cpu_kernels_swiglu.
 void cpu_avx512_swiglu(float *out, const float *gate, const float *up, int64_t count);
 
