@@ -81,6 +81,15 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   set_tests_properties(gpu_kv_type_refused PROPERTIES
                        PASS_REGULAR_EXPRESSION "MLXCEL_GPU_KV='f8': the GPU KV cache type must be i16 \\(the default\\) or f16")
 
+  # --kv-bits 8 (the CPU's int8 cache) is refused by the GPU backend before any device is looked for
+  # (src/backends/registry.c), naming the backend and the way out.
+  add_test(NAME gpu_kv_bits_8_refused
+           COMMAND $<TARGET_FILE:mlxcel> generate -m models/qwen3-demo-44m-4bit -p Hi -n 1 --backend ${MLXCEL_GPU_RUNTIME_NAME}
+                   --kv-bits 8
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(gpu_kv_bits_8_refused PROPERTIES
+                       PASS_REGULAR_EXPRESSION "kv-bits 8: the ${MLXCEL_GPU_RUNTIME_NAME} backend has no 8-bit KV cache \\(only the cpu backend has")
+
   # The numeric MLXCEL_GPU_* knobs are parsed strictly, before any device is looked for: a value that
   # is not a whole number in range is refused naming the variable and the accepted values.
   function(mlxcel_gpu_knob_refused name setting regex)
