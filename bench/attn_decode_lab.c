@@ -9,6 +9,7 @@
 // Not part of the build:
 //   cc -O2 -std=c11 -D_GNU_SOURCE -Isrc bench/attn_decode_lab.c build/cpu/libmlxcel_lib.a -lm -lpthread
 //   ./a.out [CONTEXT=2080] [REPS=15] [KERNEL_SET [TYPE: I16, I8 or F32; default all three]]
+// MLXCEL_CPU_ATTN_I8=int: the I8 cache's integer scores (AVX-512 VNNI sets; cpu_kernels_attn_vnni.c).
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
