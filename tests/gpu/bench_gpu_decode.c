@@ -175,6 +175,25 @@ static void op_times(mx_backend *be, model *m, int n, bool decode, void *e0, voi
     TIME_OP("matmul gate", n, reps, OP(MX_OP_MATMUL, matmul, m->g, m->h, &L->gate, NULL, n));
     TIME_OP("swiglu", n, reps, OP(MX_OP_SWIGLU, swiglu, m->g, m->g, m->u, (int64_t)n * s->inter));
     TIME_OP("matmul down", n, reps, OP(MX_OP_MATMUL, matmul, m->tmp, m->g, &L->down, NULL, n));
+    // The layer's second half as plans, as the plan runner fuses them: o-proj + add, RMSNorm,
+    // gate/up, SwiGLU, down + add (three launches; one with MLXCEL_GPU_PERSIST=2), and from the
+    // RMSNorm on (two; one with MLXCEL_GPU_PERSIST=1 or 2; kernels/persist_mlp.cu).
+    for (int o = 1; o >= 0; o--) {
+        mx_plan *mlp = mx_plan_create(&err);
+        if (!mlp) die("plan");
+        if (o) {
+            ADD(mlp, MX_OP_MATMUL, matmul, m->tmp, m->att, &L->o, NULL, n);
+            ADD(mlp, MX_OP_ADD, add, m->x, m->tmp, (int64_t)n * s->hidden);
+        }
+        ADD(mlp, MX_OP_RMSNORM, rmsnorm, m->h, m->x, L->post_norm, n, s->hidden, 1e-6f);
+        ADD(mlp, MX_OP_MATMUL, matmul, m->g, m->h, &L->gate, NULL, n);
+        ADD(mlp, MX_OP_MATMUL, matmul, m->u, m->h, &L->up, NULL, n);
+        ADD(mlp, MX_OP_SWIGLU, swiglu, m->g, m->g, m->u, (int64_t)n * s->inter);
+        ADD(mlp, MX_OP_MATMUL, matmul, m->tmp, m->g, &L->down, NULL, n);
+        ADD(mlp, MX_OP_ADD, add, m->x, m->tmp, (int64_t)n * s->hidden);
+        TIME_OP(o ? "o-proj + mlp half plan" : "mlp half plan", n, reps, run_plan(be, mlp));
+        mx_plan_free(be, mlp);
+    }
     if (n == 1) {
         TIME_OP("lm_head", 1, reps, OP(MX_OP_MATMUL, matmul, m->logits, m->last, &m->lm_head, NULL, 1));
         TIME_OP("argmax", 1, reps, OP(MX_OP_ARGMAX, argmax, m->next_id, m->logits, 1, s->vocab));

@@ -233,6 +233,7 @@ static void gpu_destroy(mx_backend *be) {
         free(c->graphs);
         mxg_rt_free(c->launch.scratch);
         mxg_rt_free(c->launch.small_scratch);
+        mxg_rt_free(c->launch.persist_bar);
         mxg_rt_free(c->launch.sample_scratch);
         mxg_rt_stream_destroy(c->launch.stream);
         free(c);
@@ -301,7 +302,7 @@ static int env_int(const char *name, int def, int lo, int hi, int *out, mx_error
 typedef struct gpu_knobs {
     int matvec_rows, matvec_max_tokens, stream_min_cols, stream_rows, sample_blocks, tc_decode_tokens, attn_decode;
     int tc_pipe_tokens;
-    int prefill_kernel, moe_fused, attn_mma, sample_fast;
+    int prefill_kernel, moe_fused, attn_mma, sample_fast, persist;
 } gpu_knobs;
 
 static int read_knobs(gpu_knobs *k, mx_error *err) {
@@ -338,6 +339,10 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // 5,069 tok/s).
     // MLXCEL_GPU_ATTN_DECODE=0: decode attention on the general kernel (kernels/attention.cu, head
     // rows) instead of the flash-decoding one (kernels/attn_decode.cu), for A/B benches (unset: 1).
+    // MLXCEL_GPU_PERSIST=1: a one-token step's MLP half (RMSNorm + gate/up + SwiGLU, down + residual
+    // add: two launches) as one launch of persistent blocks with a grid-wide barrier between the
+    // phases (kernels/persist_mlp.cu); 2: the o-projection + residual add before it too (three
+    // launches in one); unset: 0, until a device A/B (bench/RESULTS.md, "Persistent MLP half").
     if (env_int("MLXCEL_GPU_MATVEC_ROWS", 4, 1, 4, &k->matvec_rows, err) ||
         env_int("MLXCEL_GPU_ATTN_DECODE", 1, 0, 1, &k->attn_decode, err) ||
         env_int("MLXCEL_GPU_MATVEC_TOKENS", 63, 1, 1 << 20, &k->matvec_max_tokens, err) ||
@@ -348,7 +353,8 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_TC_DECODE", MXG_TC_DECODE_DEFAULT_TOKENS, 0, 64, &k->tc_decode_tokens, err) ||
         env_int("MLXCEL_GPU_TC_PIPE", 0, 0, 64, &k->tc_pipe_tokens, err) ||
         env_int("MLXCEL_GPU_MOE_FUSED", 1, 0, 2, &k->moe_fused, err) ||
-        env_int("MLXCEL_GPU_ATTN_MMA", 1, 0, 1, &k->attn_mma, err))
+        env_int("MLXCEL_GPU_ATTN_MMA", 1, 0, 1, &k->attn_mma, err) ||
+        env_int("MLXCEL_GPU_PERSIST", 0, 0, 2, &k->persist, err))
         return -1;
     static const char *const prefill_names[] = {"wmma", "wmma128", "sync", "pipe", "pipe1"};  // MXG_PREFILL_* order
     const char *pk = getenv("MLXCEL_GPU_PREFILL_KERNEL");
@@ -466,6 +472,16 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     if (mxg_rt_malloc(&c->launch.scratch, c->launch.scratch_bytes, c->launch.stream, err) != 0) goto fail;
     c->launch.small_scratch_bytes = 64 * 1024;
     if (mxg_rt_malloc(&c->launch.small_scratch, c->launch.small_scratch_bytes, c->launch.stream, err) != 0) goto fail;
+    // The persistent kernel's grid barrier: two words that must start at zero (kernels/grid_barrier.cuh).
+    c->launch.persist = knobs.persist;
+    if (c->launch.persist) {
+        static const unsigned zero[4] = {0};
+        void *bar = NULL;
+        if (mxg_rt_malloc(&bar, sizeof zero, c->launch.stream, err) != 0) goto fail;
+        c->launch.persist_bar = bar;
+        if (mxg_rt_upload(bar, zero, sizeof zero, c->launch.stream, err) != 0 || mxg_rt_sync(c->launch.stream, err) != 0)
+            goto fail;
+    }
     // The split sample kernels' records: one per row of a batch that they take (at most one row per
     // multiprocessor, see mxg_sample_split_blocks); ~45 KB each, ~95 KB with the fast form.
     if (c->launch.sample_blocks > 1) {

@@ -127,9 +127,10 @@ __device__ __forceinline__ void stream_dot(const float4 *xs4, int n4, int c, con
 
 // Copies the NT token rows into shared memory (swizzled; pre-scaled for the scaled dot), with
 // kStreamStageLoads loads per thread issued before their stores. NORM (one token): the row is
-// RMS-normalized on the way and block 0 writes the normalized row to norm_out.
+// RMS-normalized on the way and block 0 (`block`: the caller's block number) writes the normalized
+// row to norm_out.
 template <int W, class F, int NT, bool NORM>
-__device__ __forceinline__ void stream_stage(const StreamArgs &a, float4 *xs4, int n4) {
+__device__ __forceinline__ void stream_stage(const StreamArgs &a, float4 *xs4, int n4, int block) {
     constexpr int kLoads = NORM ? kStreamStageLoads / 2 : kStreamStageLoads, step = kLoads * kStreamThreads;
     const int cols = n4 * 4;
     float scale = 1.0f;
@@ -175,7 +176,7 @@ __device__ __forceinline__ void stream_stage(const StreamArgs &a, float4 *xs4, i
                 if (NORM) {
                     u = make_float4(u.x * scale * w[k].x, u.y * scale * w[k].y, u.z * scale * w[k].z,
                                     u.w * scale * w[k].w);
-                    if (blockIdx.x == 0) ((float4 *)a.norm_out)[i] = u;
+                    if (block == 0) ((float4 *)a.norm_out)[i] = u;
                 }
                 const int c = i >> 3, q = i & 7;
                 if constexpr (Scaled<F>::on) u = scaled_slot<F::bits>(u, q);
@@ -224,15 +225,19 @@ __device__ __forceinline__ void stream_epilogue(const StreamArgs &a, int mi, int
     }
 }
 
-template <int W, class F, int NT, int NM, int R, int U, int EPI, bool NORM>
-__global__ void __launch_bounds__(kStreamThreads, kStreamBlocksPerSm) matvec_stream_kernel(StreamArgs a) {
-    MXG_WARP_ONLY(W) {
+// The kernel's body as `nblocks` blocks of which the caller is block `block`: the first task's first
+// weights are loaded, then `before_stage()` runs (mxg_grid_wait for the one-phase kernel; in the
+// persistent kernel, kernels/persist_mlp.cu, the grid barrier after the previous phase), then the
+// activations are staged and the warps walk their tasks. No thread returns early and the only
+// block barrier is the one after the staging, so a caller may run several bodies in a row (with a
+// block barrier before the next staging overwrites xs4).
+template <int W, class F, int NT, int NM, int R, int U, int EPI, bool NORM, class Hook>
+__device__ __forceinline__ void stream_body(const StreamArgs &a, float4 *xs4, int block, int nblocks, Hook before_stage) {
     constexpr int RR = NM * R, warps = kStreamThreads / W, span = W * U;
-    extern __shared__ float4 xs4[];  // [NT][nchunks * 8]
     const int lane = (int)threadIdx.x % W;
     const int nchunks = a.m[0].cols >> 5, n4 = nchunks * 8, steps = (nchunks + span - 1) / span;
-    const int ntasks = a.task_end[2], stride = (int)gridDim.x * warps;
-    int task = (int)blockIdx.x * warps + (int)threadIdx.x / W;
+    const int ntasks = a.task_end[2], stride = nblocks * warps;
+    int task = block * warps + (int)threadIdx.x / W;
     int mi = 0;
     int64_t r0 = 0;
     typename F::Raw buf[U][RR];
@@ -243,8 +248,8 @@ __global__ void __launch_bounds__(kStreamThreads, kStreamBlocksPerSm) matvec_str
         for (int u = 0; u < U; u++)
             if (u * W + lane < nchunks) stream_load_slot<F, NM, R>(a, mi, r0, u * W + lane, buf[u]);
     }
-    mxg_grid_wait();
-    stream_stage<W, F, NT, NORM>(a, xs4, n4);
+    before_stage();
+    stream_stage<W, F, NT, NORM>(a, xs4, n4, block);
     __syncthreads();  // the only barrier: from here on the warps run independently
     for (; task < ntasks; task += stride) {
         const int ntask = task + stride;
@@ -272,6 +277,13 @@ __global__ void __launch_bounds__(kStreamThreads, kStreamBlocksPerSm) matvec_str
         stream_epilogue<W, NT, NM, R, EPI>(a, mi, r0, acc);
         mi = nmi, r0 = nr0;
     }
+}
+
+template <int W, class F, int NT, int NM, int R, int U, int EPI, bool NORM>
+__global__ void __launch_bounds__(kStreamThreads, kStreamBlocksPerSm) matvec_stream_kernel(StreamArgs a) {
+    MXG_WARP_ONLY(W) {
+    extern __shared__ float4 xs4[];  // [NT][nchunks * 8]
+    stream_body<W, F, NT, NM, R, U, EPI, NORM>(a, xs4, (int)blockIdx.x, (int)gridDim.x, [] { mxg_grid_wait(); });
     mxg_grid_release();  // the next dependent kernel may start loading its weights
     }
 }
@@ -284,14 +296,22 @@ static inline bool stream_fits(const mxg_launch *L, const mx_matrix *w, const fl
 
 // One launch of R rows per task (per matrix: NM = 2 counts gate's rows only) and U chunks per lane
 // per step: as many blocks as the tasks need, at most kStreamBlocksPerSm per multiprocessor.
-template <int W, class F, int NT, int NM, int R, int U, int EPI, bool NORM>
-void stream_launch_shape(const mxg_launch *L, StreamArgs a, int count) {
-    constexpr int warps = kStreamThreads / W;
+// Numbers the tasks of `count` matrices at R rows per task (NM = 2: gate's rows only) into
+// a.task_end; returns their count.
+template <int NM, int R>
+int stream_tasks(StreamArgs &a, int count) {
     int tasks = 0;
     for (int k = 0; k < 3; k++) {
         if (k < count && (NM == 1 || k == 0)) tasks += (int)((a.m[k].rows + R - 1) / R);
         a.task_end[k] = tasks;
     }
+    return tasks;
+}
+
+template <int W, class F, int NT, int NM, int R, int U, int EPI, bool NORM>
+void stream_launch_shape(const mxg_launch *L, StreamArgs a, int count) {
+    constexpr int warps = kStreamThreads / W;
+    const int tasks = stream_tasks<NM, R>(a, count);
     const int64_t want = (tasks + warps - 1) / warps, cap = (int64_t)L->sm_count * kStreamBlocksPerSm;
     const unsigned blocks = (unsigned)(want < cap ? want : cap);
     const size_t smem = (size_t)NT * a.m[0].cols * sizeof(float);
