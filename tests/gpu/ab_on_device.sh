@@ -55,7 +55,7 @@
 #             harness, model parity on cuda and the op suite with the knob on; bench_gpu_matvec of the
 #             0.6B (tc-decode against tc-pipe per product); bench_gpu_decode's 64-row step per op, off
 #             and on.
-#   sample    the split token choice's fast form (kernels/sample_split.cu, MLXCEL_GPU_SAMPLE_FAST),
+#   sample    the split token choice's fast form (kernels/sample_fast.cu, MLXCEL_GPU_SAMPLE_FAST),
 #             ~6 min, deadline 420 s: test_gpu_sample with the knob (the fast split form against the
 #             one-block form and the host rule, in a recorded graph too, and the sample record's time
 #             over 1, 8, 32 and 64 rows and 64 rows of normal logits) and without it (the same times
