@@ -219,6 +219,13 @@ void cpu_kernels_swiglu(float *out, const float *gate, const float *up, int64_t 
     }
 }
 
+// The largest magnitude of one scale block's len values: the block's scale (the KV row references).
+static float block_amax(const float *x, int len) {
+    float amax = 0.0f;
+    for (int i = 0; i < len; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+    return amax;
+}
+
 void cpu_kernels_kv_i16_row(int16_t *dst, float *scales, const float *src, int hd) {
     const cpu_kernel_set *k = kernels();
     if (k->kv_i16_row) {
@@ -229,8 +236,7 @@ void cpu_kernels_kv_i16_row(int16_t *dst, float *scales, const float *src, int h
         const float *x = src + b0;
         int16_t *d = dst + b0;
         int len = hd - b0 < CPU_KV_SCALE_BLOCK ? hd - b0 : CPU_KV_SCALE_BLOCK;
-        float amax = 0.0f;
-        for (int i = 0; i < len; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+        float amax = block_amax(x, len);
         float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
         // Round half to even (lrintf's rule in the default rounding mode) by adding and subtracting
         // 1.5 * 2^23: exact for |v| < 2^22 (here |v| <= 32767), and the loop vectorizes where a call
@@ -250,8 +256,7 @@ void cpu_kernels_kv_i8_row(int8_t *dst, float *scales, const float *src, int hd)
         const float *x = src + b0;
         int8_t *d = dst + b0;
         int len = hd - b0 < CPU_KV_SCALE_BLOCK ? hd - b0 : CPU_KV_SCALE_BLOCK;
-        float amax = 0.0f;
-        for (int i = 0; i < len; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+        float amax = block_amax(x, len);
         float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
         // Round half to even as in cpu_kernels_kv_i16_row; |x * inv| <= 127 up to one rounding of
         // the product, which rounds to 127 at most.

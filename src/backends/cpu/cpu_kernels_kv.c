@@ -17,16 +17,22 @@
 
 #define KV_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
 
-KV_AVX512 void cpu_avx512_kv_i16_row(int16_t *dst, float *scales, const float *src, int hd) {
+// The largest magnitude of one scale block's len (<= CPU_KV_SCALE_BLOCK) values: the block's scale.
+KV_AVX512 static inline float avx512_block_amax(const float *x, int len) {
     const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
+    float amax = 0.0f;
+    for (int i = 0; i < len; i += 16) {
+        __mmask16 m = len - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (len - i)) - 1);
+        float v = _mm512_reduce_max_ps(_mm512_and_ps(_mm512_maskz_loadu_ps(m, x + i), absmask));
+        amax = v > amax ? v : amax;
+    }
+    return amax;
+}
+
+KV_AVX512 void cpu_avx512_kv_i16_row(int16_t *dst, float *scales, const float *src, int hd) {
     for (int b0 = 0, b = 0; b0 < hd; b0 += CPU_KV_SCALE_BLOCK, b++) {
         int len = hd - b0 < CPU_KV_SCALE_BLOCK ? hd - b0 : CPU_KV_SCALE_BLOCK;
-        float amax = 0.0f;
-        for (int i = 0; i < len; i += 16) {
-            __mmask16 m = len - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (len - i)) - 1);
-            float v = _mm512_reduce_max_ps(_mm512_and_ps(_mm512_maskz_loadu_ps(m, src + b0 + i), absmask));
-            amax = v > amax ? v : amax;
-        }
+        float amax = avx512_block_amax(src + b0, len);
         float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
         __m512 vinv = _mm512_set1_ps(inv);
         for (int i = 0; i < len; i += 16) {
@@ -39,15 +45,9 @@ KV_AVX512 void cpu_avx512_kv_i16_row(int16_t *dst, float *scales, const float *s
 }
 
 KV_AVX512 void cpu_avx512_kv_i8_row(int8_t *dst, float *scales, const float *src, int hd) {
-    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
     for (int b0 = 0, b = 0; b0 < hd; b0 += CPU_KV_SCALE_BLOCK, b++) {
         int len = hd - b0 < CPU_KV_SCALE_BLOCK ? hd - b0 : CPU_KV_SCALE_BLOCK;
-        float amax = 0.0f;
-        for (int i = 0; i < len; i += 16) {
-            __mmask16 m = len - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (len - i)) - 1);
-            float v = _mm512_reduce_max_ps(_mm512_and_ps(_mm512_maskz_loadu_ps(m, src + b0 + i), absmask));
-            amax = v > amax ? v : amax;
-        }
+        float amax = avx512_block_amax(src + b0, len);
         float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
         __m512 vinv = _mm512_set1_ps(inv);
         for (int i = 0; i < len; i += 16) {
