@@ -121,7 +121,7 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_knob_refused(attn_mma_two MLXCEL_GPU_ATTN_MMA=2
                           "MLXCEL_GPU_ATTN_MMA='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(sample_fast_two MLXCEL_GPU_SAMPLE_FAST=2
-                          "MLXCEL_GPU_SAMPLE_FAST='2': must be a whole number from 0 to 1 \\(unset: 0\\)")
+                          "MLXCEL_GPU_SAMPLE_FAST='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(persist_three MLXCEL_GPU_PERSIST=3
                           "MLXCEL_GPU_PERSIST='3': must be a whole number from 0 to 2 \\(unset: 0\\)")
   mlxcel_gpu_knob_refused(matvec_rows_three MLXCEL_GPU_MATVEC_ROWS=3 "MLXCEL_GPU_MATVEC_ROWS='3': must be 1, 2 or 4")

@@ -58,7 +58,7 @@
 #   sample    the split token choice's fast form (kernels/sample_fast.cu, MLXCEL_GPU_SAMPLE_FAST),
 #             ~6 min, deadline 420 s: test_gpu_sample with the knob (the fast split form against the
 #             one-block form and the host rule, in a recorded graph too, and the sample record's time
-#             over 1, 8, 32 and 64 rows and 64 rows of normal logits) and without it (the same times
+#             over 1, 8, 32 and 64 rows and 64 rows of normal logits) and at 0 (the same times
 #             for the radix split form); test_backend_sample on cuda with the knob; `mlxcel bench -m
 #             qwen3-0.6b-q4g64 --batch 64 -p 32 -n 128` at temperature 0.7 top-p 0.95 with the knob
 #             on and off and greedy, twice in turn, then the same at --batch 32; the
@@ -224,7 +224,7 @@ suite_sample() {
             check_bench "b${b}_greedy_$i" 60 "${a[@]}"
         done
     done
-    check_run gpu_sample_radix 120 "sample record" -- build/cuda/test_gpu_sample
+    check_run gpu_sample_radix 120 "sample record" MLXCEL_GPU_SAMPLE_FAST=0 -- build/cuda/test_gpu_sample
     check_run gpu_conformance_fast 120 "check failed|FAIL" MLXCEL_GPU_SAMPLE_FAST=1 -- build/cuda/test_gpu_conformance
 }
 

@@ -313,7 +313,9 @@ int main(void) {
 
     // Time of the record over 1, 8, 32 and 64 rows of 151,936 logits (temp 0.7, top-p 0.9), both
     // forms; then 64 rows of normal logits only (sd 2, as the random-weight bench model's: top-p keeps
-    // about a third of the vocabulary). With MLXCEL_GPU_SAMPLE_FAST=1 the split form is the fast one.
+    // about a third of the vocabulary). The split form is the fast one unless MLXCEL_GPU_SAMPLE_FAST=0.
+    const char *fast_knob = getenv("MLXCEL_GPU_SAMPLE_FAST");
+    const bool fast = !fast_knob || strcmp(fast_knob, "0") != 0;
     static const int time_rows[] = {1, 8, 32, 64, -64};
     for (size_t q = 0; q < sizeof time_rows / sizeof time_rows[0]; q++) {
         const int n = abs(time_rows[q]);
@@ -329,7 +331,7 @@ int main(void) {
         double d1, d2, t1 = time_record(&one, &b, &d1), t2 = time_record(&split, &b, &d2);
         printf("sample record, %d row%s of 151936%s, temp 0.7 top-p 0.9, graph replay (direct launches): one block per row "
                "%.4f ms (%.4f), split%s %.4f ms (%.4f)\n", n, n > 1 ? "s" : "", time_rows[q] < 0 ? " (normal logits)" : "", t1,
-               d1, getenv("MLXCEL_GPU_SAMPLE_FAST") ? " (MLXCEL_GPU_SAMPLE_FAST set)" : "", t2, d2);
+               d1, fast ? " (fast form)" : " (radix passes)", t2, d2);
     }
     free(b.logits);
     free(e1);

@@ -317,9 +317,10 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // its other task shape (4 rows per task, 2 chunks per lane per step at 4 bits, instead of 2 and 4).
     // MLXCEL_GPU_SAMPLE_BLOCKS=N: at most N blocks share one row of the sample record
     // (kernels/sample_split.cu; 1: one block per row; unset: MXG_SAMPLE_DEFAULT_BLOCKS).
-    // MLXCEL_GPU_SAMPLE_FAST=1: the split form's threshold from a short list of keys (those near
-    // each row's best, or one value bin where top-p's weight is reached) where that settles it, the
-    // radix passes elsewhere (same tokens; kernels/sample_split.cu; unset: 0, until a device A/B).
+    // MLXCEL_GPU_SAMPLE_FAST (unset: 1): the split form's threshold from a short list of keys (those
+    // near each row's best, or one value bin where top-p's weight is reached) where that settles it,
+    // the radix passes elsewhere (same tokens; kernels/sample_fast.cu); 0: the radix passes alone
+    // (bench/RESULTS.md run 26: the fast form +2.5% sampled tok/s at 32 and 64 rows).
     // MLXCEL_GPU_TC_DECODE=N (2..64; 1 counts as 2): batches of N to 64 tokens on the tensor-core decode
     // product (vendor/cuda/matvec_mma.cu: affine 4/8-bit weights, bf16 hi/mid/lo activations; other
     // formats keep the float32 kernels); unset: MXG_TC_DECODE_DEFAULT_TOKENS (4: on the H200 it is
@@ -349,7 +350,7 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_STREAM_MIN_COLS", 4096, 0, 1 << 30, &k->stream_min_cols, err) ||
         env_int("MLXCEL_GPU_STREAM_ROWS", 2, 2, 4, &k->stream_rows, err) ||
         env_int("MLXCEL_GPU_SAMPLE_BLOCKS", MXG_SAMPLE_DEFAULT_BLOCKS, 1, MXG_SAMPLE_MAX_BLOCKS, &k->sample_blocks, err) ||
-        env_int("MLXCEL_GPU_SAMPLE_FAST", 0, 0, 1, &k->sample_fast, err) ||
+        env_int("MLXCEL_GPU_SAMPLE_FAST", 1, 0, 1, &k->sample_fast, err) ||
         env_int("MLXCEL_GPU_TC_DECODE", MXG_TC_DECODE_DEFAULT_TOKENS, 0, 64, &k->tc_decode_tokens, err) ||
         env_int("MLXCEL_GPU_TC_PIPE", 0, 0, 64, &k->tc_pipe_tokens, err) ||
         env_int("MLXCEL_GPU_MOE_FUSED", 1, 0, 2, &k->moe_fused, err) ||

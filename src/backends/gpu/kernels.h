@@ -61,7 +61,7 @@ typedef struct mxg_launch {
     int sample_blocks;     // most blocks per row of the sample record (MLXCEL_GPU_SAMPLE_BLOCKS; 1: one)
     void *sample_scratch;  // device workspace of the split sample kernels (NULL when sample_blocks is 1)
     size_t sample_scratch_bytes;
-    bool sample_fast;      // the split form's fast threshold (MLXCEL_GPU_SAMPLE_FAST=1; off by default)
+    bool sample_fast;      // the split form's fast threshold (MLXCEL_GPU_SAMPLE_FAST; on by default, 0: the radix passes)
     int persist;           // one-token MLP halves as one persistent launch (kernels/persist_mlp.cu;
                            // MLXCEL_GPU_PERSIST: 0 (default) off, 1 the MLP, 2 with the o-projection)
     unsigned *persist_bar; // its grid barrier's two words (kernels/grid_barrier.cuh), zeroed at creation

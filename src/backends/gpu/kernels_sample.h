@@ -39,7 +39,7 @@ void mxg_sample_split(const mxg_launch *L, mx_sample_out *out, float *logits, in
                       const mx_sample_row *rows, const mx_logit_mod *mods, int blocks);
 size_t mxg_sample_split_row_bytes(void);
 
-// The fast form of mxg_sample_split (L->sample_fast, MLXCEL_GPU_SAMPLE_FAST=1): the same choice
+// The fast form of mxg_sample_split (L->sample_fast, MLXCEL_GPU_SAMPLE_FAST, on by default): the same choice
 // with the top-k/top-p threshold (and the draw runs) taken from a short list of keys where that
 // settles them exactly: the keys near each row's best, or those of the value bin where top-p's
 // weight is reached (kernels/sample_fast.cu); the radix passes elsewhere. Its scratch:

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The fast form of the split token choice (kernels/sample_split.cu; L->sample_fast,
-// MLXCEL_GPU_SAMPLE_FAST=1, off by default): the same threshold and draw runs, bit for bit, without
+// MLXCEL_GPU_SAMPLE_FAST, on by default; =0 the radix passes alone): the same threshold and draw runs, bit for bit, without
 // the radix passes where a short list of keys settles them. The radix passes' 64-bit shared-memory
 // atomics pile onto the two or three bins of pass 0 that hold nearly every key (bits 31-24: sign and
 // exponent); instead, four launches after split_stats:

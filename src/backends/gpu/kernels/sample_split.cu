@@ -20,7 +20,7 @@
 // read from device memory. The logsumexp merges slices (max and rescaled sums), so logprobs match
 // the one-block kernel to float rounding (NaN in both when a logit is NaN, as in the host rule);
 // tokens, thresholds and top ids are the same bit for bit.
-// The fast form (kernels/sample_fast.cu; L->sample_fast, MLXCEL_GPU_SAMPLE_FAST=1, off by default)
+// The fast form (kernels/sample_fast.cu; L->sample_fast, MLXCEL_GPU_SAMPLE_FAST, on by default)
 // adds four launches after stats that take most sampled rows' thresholds (and draw runs) from a
 // short list of keys instead; the radix passes, and the draw for rows it settled in full, return at
 // once for those rows (FastRow::status). The records and helpers both files use are in
