@@ -343,7 +343,7 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // MLXCEL_GPU_PERSIST=1: a one-token step's MLP half (RMSNorm + gate/up + SwiGLU, down + residual
     // add: two launches) as one launch of persistent blocks with a grid-wide barrier between the
     // phases (kernels/persist_mlp.cu); 2: the o-projection + residual add before it too (three
-    // launches in one); unset: 0, until a device A/B (bench/RESULTS.md, "Persistent MLP half").
+    // launches in one); unset: 0 (measured slower, bench/RESULTS.md run 27).
     if (env_int("MLXCEL_GPU_MATVEC_ROWS", 4, 1, 4, &k->matvec_rows, err) ||
         env_int("MLXCEL_GPU_ATTN_DECODE", 1, 0, 1, &k->attn_decode, err) ||
         env_int("MLXCEL_GPU_MATVEC_TOKENS", 63, 1, 1 << 20, &k->matvec_max_tokens, err) ||
