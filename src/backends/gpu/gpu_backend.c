@@ -302,7 +302,7 @@ static int env_int(const char *name, int def, int lo, int hi, int *out, mx_error
 typedef struct gpu_knobs {
     int matvec_rows, matvec_max_tokens, stream_min_cols, stream_rows, sample_blocks, tc_decode_tokens, attn_decode;
     int tc_pipe_tokens;
-    int prefill_kernel, moe_fused, attn_mma, sample_fast, persist;
+    int prefill_kernel, moe_fused, attn_mma, sample_fast, persist, stream_form;
 } gpu_knobs;
 
 static int read_knobs(gpu_knobs *k, mx_error *err) {
@@ -344,6 +344,10 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // add: two launches) as one launch of persistent blocks with a grid-wide barrier between the
     // phases (kernels/persist_mlp.cu); 2: the o-projection + residual add before it too (three
     // launches in one); unset: 0 (measured slower, bench/RESULTS.md run 27).
+    // MLXCEL_GPU_STREAM_FORM=1: the streaming kernel's one-token products over affine 4/8-bit weights
+    // in its integer form (kernels/matvec_stream_int.cuh: activations as 16-bit integers per chunk of
+    // 32 in dp4a; each output within its stated bound of the float32 dot, not float32-exact products);
+    // unset: 0, the float32 form, until a device A/B (bench/RESULTS.md, "One-token streaming product").
     if (env_int("MLXCEL_GPU_MATVEC_ROWS", 4, 1, 4, &k->matvec_rows, err) ||
         env_int("MLXCEL_GPU_ATTN_DECODE", 1, 0, 1, &k->attn_decode, err) ||
         env_int("MLXCEL_GPU_MATVEC_TOKENS", 63, 1, 1 << 20, &k->matvec_max_tokens, err) ||
@@ -355,7 +359,8 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_TC_PIPE", 0, 0, 64, &k->tc_pipe_tokens, err) ||
         env_int("MLXCEL_GPU_MOE_FUSED", 1, 0, 2, &k->moe_fused, err) ||
         env_int("MLXCEL_GPU_ATTN_MMA", 1, 0, 1, &k->attn_mma, err) ||
-        env_int("MLXCEL_GPU_PERSIST", 0, 0, 2, &k->persist, err))
+        env_int("MLXCEL_GPU_PERSIST", 0, 0, 2, &k->persist, err) ||
+        env_int("MLXCEL_GPU_STREAM_FORM", 0, 0, 1, &k->stream_form, err))
         return -1;
     static const char *const prefill_names[] = {"wmma", "wmma128", "sync", "pipe", "pipe1"};  // MXG_PREFILL_* order
     const char *pk = getenv("MLXCEL_GPU_PREFILL_KERNEL");
@@ -455,6 +460,7 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.matvec_stream = !env_switch("MLXCEL_GPU_NO_STREAM_MATVEC");
     c->launch.stream_min_cols = knobs.stream_min_cols;
     c->launch.stream_rows = knobs.stream_rows;
+    c->launch.stream_form = knobs.stream_form;
     c->launch.sample_blocks = knobs.sample_blocks;
     c->launch.sample_fast = knobs.sample_fast == 1;
     c->launch.attn_token_rows = env_switch("MLXCEL_GPU_ATTN_TOKEN_ROWS");

@@ -7,7 +7,9 @@
 # experts and weights against the CPU backend's, NaN and infinite router logits included) and
 # moe_stream.cu's fused decode kernels (against the tests' double-precision reference, gpu_ref.c), and
 # persist_mlp.cu's persistent MLP half with its grid barrier (test_persist_emulated.cpp: bit for bit
-# against matvec_fused.cu's unfused launches, and a planted barrier fault that must fail). A check of index arithmetic and logic before a device run, not a
+# against matvec_fused.cu's unfused launches, and a planted barrier fault that must fail), and the
+# streaming kernel's integer form (test_stream_form_emulated.cpp: within its stated bound of the
+# double-precision reference, and a planted fault that must fail). A check of index arithmetic and logic before a device run, not a
 # replacement for it (tests/gpu/run_on_device.sh). Needs g++ (C++20) and the CPU build (made here
 # when build/cpu has no library). Takes under a minute on two cores (--asan: several minutes).
 # Usage: tests/gpu/kv_emulation/run.sh [--asan] [quick]   (--asan: AddressSanitizer; both: fewer cases)
@@ -62,5 +64,26 @@ if "$out/test_persist_fault" quick >"$out/persist_fault.log" 2>&1; then
     echo "persist: the planted barrier fault (no wait) passed the emulation: FAIL"; exit 1
 fi
 echo "persist: the planted barrier fault (no wait) fails the emulation ($(grep -c FAIL "$out/persist_fault.log") cases): ok"
+# The streaming kernel's integer form (MLXCEL_GPU_STREAM_FORM=1, test_stream_form_emulated.cpp)
+# through matvec_fused.cu, then against a planted fault: the high int8 plane as q >> 8 instead of
+# (q + 128) >> 8, so the low plane leaves int8 range: it must fail.
+mkdir -p "$out/fault_form/backends/gpu/kernels"
+sed 's/h\[k\] = (q + 128) >> 8;/h[k] = q >> 8;/' src/backends/gpu/kernels/matvec_stream_int.cuh \
+    >"$out/fault_form/backends/gpu/kernels/matvec_stream_int.cuh"
+! cmp -s src/backends/gpu/kernels/matvec_stream_int.cuh "$out/fault_form/backends/gpu/kernels/matvec_stream_int.cuh" ||
+    { echo "run.sh: the planted stream form fault did not apply"; exit 1; }
+for variant in good fault; do
+    inc="-I$out/inc"
+    [ $variant = fault ] && inc="-I$out/fault_form $inc"
+    # shellcheck disable=SC2086,SC2046
+    g++ $inc $flags -Itests/gpu -o "$out/test_stream_form_$variant" tests/gpu/kv_emulation/emu.cpp \
+        tests/gpu/kv_emulation/test_stream_form_emulated.cpp "$out/matvec_fused.cpp" "$out/gpu_ref.o" \
+        "$lib/libmlxcel_lib.a" $(pkg-config --libs jansson libpcre2-8 libutf8proc libmicrohttpd) -lcurl -lm -lpthread
+done
+"$out/test_stream_form_good" $arg
+if "$out/test_stream_form_fault" quick >"$out/stream_form_fault.log" 2>&1; then
+    echo "stream form: the planted plane fault passed the emulation: FAIL"; exit 1
+fi
+echo "stream form: the planted plane fault (h = q >> 8) fails the emulation ($(grep -c FAIL "$out/stream_form_fault.log") cases): ok"
 "$out/test_moe_emulated"
 exec "$out/test_kv_emulated" $arg

@@ -42,6 +42,7 @@
 #define MXG_MATVEC_STREAM_CUH
 
 #include "backends/gpu/kernels/matvec.cuh"
+#include "backends/gpu/kernels/matvec_stream_int.cuh"
 
 namespace mxg {
 
@@ -129,9 +130,10 @@ __device__ __forceinline__ void stream_dot(const float4 *xs4, int n4, int c, con
 // kStreamStageLoads loads per thread issued before their stores. NORM (one token): the row is
 // RMS-normalized on the way and block 0 (`block`: the caller's block number) writes the normalized
 // row to norm_out.
-template <int W, class F, int NT, bool NORM>
-__device__ __forceinline__ void stream_stage(const StreamArgs &a, float4 *xs4, int n4, int block) {
-    constexpr int kLoads = NORM ? kStreamStageLoads / 2 : kStreamStageLoads, step = kLoads * kStreamThreads;
+// NORM: the RMSNorm's 1 / rms of the one token row (xs4: the block's reduction scratch); else 1.
+template <int W, bool NORM>
+__device__ __forceinline__ float stream_norm_scale(const StreamArgs &a, float4 *xs4, int n4) {
+    constexpr int kLoads = kStreamStageLoads / 2, step = kLoads * kStreamThreads;
     const int cols = n4 * 4;
     float scale = 1.0f;
     if (NORM) {
@@ -155,6 +157,14 @@ __device__ __forceinline__ void stream_stage(const StreamArgs &a, float4 *xs4, i
         ss = block_sum<W>(ss, (float *)xs4);  // ends with a barrier: the staging may overwrite it
         scale = 1.0f / sqrtf(ss / (float)cols + a.norm_eps);
     }
+    return scale;
+}
+
+template <int W, class F, int NT, bool NORM>
+__device__ __forceinline__ void stream_stage(const StreamArgs &a, float4 *xs4, int n4, int block) {
+    constexpr int kLoads = NORM ? kStreamStageLoads / 2 : kStreamStageLoads, step = kLoads * kStreamThreads;
+    const int cols = n4 * 4;
+    const float scale = stream_norm_scale<W, NORM>(a, xs4, n4);
 #pragma unroll 1
     for (int t = 0; t < NT; t++) {
         const float4 *src = (const float4 *)(a.x + (int64_t)min(t, a.n - 1) * cols);
@@ -182,6 +192,41 @@ __device__ __forceinline__ void stream_stage(const StreamArgs &a, float4 *xs4, i
                 if constexpr (Scaled<F>::on) u = scaled_slot<F::bits>(u, q);
                 xs4[t * n4 + c * 8 + (q ^ (c & 7))] = u;
             }
+        }
+    }
+}
+
+// The integer form's staging (kernels/matvec_stream_int.cuh; one token): the row (RMS-normalized
+// on the way with NORM, block 0 writing the normalized row) as 16-bit integers per chunk of 32 in
+// int8 planes, then each chunk's (scale, scaled sum), with kStreamStageLoads loads per thread
+// issued before their use.
+template <int W, class F, bool NORM>
+__device__ __forceinline__ void int_stream_stage(const StreamArgs &a, float4 *xs4, int n4, int block) {
+    constexpr int kLoads = NORM ? kStreamStageLoads / 2 : kStreamStageLoads, step = kLoads * kStreamThreads;
+    const float scale = stream_norm_scale<W, NORM>(a, xs4, n4);
+    uint4 *xi = (uint4 *)xs4;
+    float2 *meta = (float2 *)(xi + n4 / 2);
+    const float4 *src = (const float4 *)a.x;
+    for (int i0 = 0; i0 < n4; i0 += step) {
+        float4 v[kLoads], w[kLoads];
+#pragma unroll
+        for (int k = 0; k < kLoads; k++) {
+            const int i = i0 + k * kStreamThreads + (int)threadIdx.x;
+            v[k] = w[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (i < n4) {
+                v[k] = src[i];
+                if (NORM) w[k] = ((const float4 *)a.norm_w)[i];
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < kLoads; k++) {
+            const int i = i0 + k * kStreamThreads + (int)threadIdx.x;
+            float4 u = v[k];
+            if (NORM) {
+                u = make_float4(u.x * scale * w[k].x, u.y * scale * w[k].y, u.z * scale * w[k].z, u.w * scale * w[k].w);
+                if (block == 0 && i < n4) ((float4 *)a.norm_out)[i] = u;
+            }
+            int_stage_slot<W, F::bits>(u, i, i < n4, xi, meta);
         }
     }
 }
@@ -230,9 +275,11 @@ __device__ __forceinline__ void stream_epilogue(const StreamArgs &a, int mi, int
 // persistent kernel, kernels/persist_mlp.cu, the grid barrier after the previous phase), then the
 // activations are staged and the warps walk their tasks. No thread returns early and the only
 // block barrier is the one after the staging, so a caller may run several bodies in a row (with a
-// block barrier before the next staging overwrites xs4).
-template <int W, class F, int NT, int NM, int R, int U, int EPI, bool NORM, class Hook>
+// block barrier before the next staging overwrites xs4). FORM 1 (one token, IntStream formats):
+// the integer form of kernels/matvec_stream_int.cuh, staging and dot products; the rest is shared.
+template <int W, class F, int NT, int NM, int R, int U, int EPI, bool NORM, class Hook, int FORM = 0>
 __device__ __forceinline__ void stream_body(const StreamArgs &a, float4 *xs4, int block, int nblocks, Hook before_stage) {
+    static_assert(FORM == 0 || (NT == 1 && IntStream<F>::on), "the integer form: one token, affine 4/8-bit");
     constexpr int RR = NM * R, warps = kStreamThreads / W, span = W * U;
     const int lane = (int)threadIdx.x % W;
     const int nchunks = a.m[0].cols >> 5, n4 = nchunks * 8, steps = (nchunks + span - 1) / span;
@@ -249,7 +296,8 @@ __device__ __forceinline__ void stream_body(const StreamArgs &a, float4 *xs4, in
             if (u * W + lane < nchunks) stream_load_slot<F, NM, R>(a, mi, r0, u * W + lane, buf[u]);
     }
     before_stage();
-    stream_stage<W, F, NT, NORM>(a, xs4, n4, block);
+    if constexpr (FORM == 1) int_stream_stage<W, F, NORM>(a, xs4, n4, block);
+    else stream_stage<W, F, NT, NORM>(a, xs4, n4, block);
     __syncthreads();  // the only barrier: from here on the warps run independently
     for (; task < ntasks; task += stride) {
         const int ntask = task + stride;
@@ -270,7 +318,12 @@ __device__ __forceinline__ void stream_body(const StreamArgs &a, float4 *xs4, in
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const int c = c0 + u * W + lane, lc = lc0 + u * W + lane;
-                if (c < nchunks) stream_dot<F, NT, RR>(xs4, n4, c, buf[u], acc);
+                if (c < nchunks) {
+                    if constexpr (FORM == 1)
+                        int_stream_dot<F, RR>((const uint4 *)xs4, (const float2 *)((const uint4 *)xs4 + n4 / 2), c, buf[u], acc);
+                    else
+                        stream_dot<F, NT, RR>(xs4, n4, c, buf[u], acc);
+                }
                 if (more && lc < nchunks) stream_load_slot<F, NM, R>(a, lmi, lr0, lc, buf[u]);
             }
         }
@@ -279,11 +332,12 @@ __device__ __forceinline__ void stream_body(const StreamArgs &a, float4 *xs4, in
     }
 }
 
-template <int W, class F, int NT, int NM, int R, int U, int EPI, bool NORM>
+template <int W, class F, int NT, int NM, int R, int U, int EPI, bool NORM, int FORM>
 __global__ void __launch_bounds__(kStreamThreads, kStreamBlocksPerSm) matvec_stream_kernel(StreamArgs a) {
     MXG_WARP_ONLY(W) {
-    extern __shared__ float4 xs4[];  // [NT][nchunks * 8]
-    stream_body<W, F, NT, NM, R, U, EPI, NORM>(a, xs4, (int)blockIdx.x, (int)gridDim.x, [] { mxg_grid_wait(); });
+    extern __shared__ float4 xs4[];  // [NT][nchunks * 8] (FORM 1: int_stage_bytes(nchunks))
+    auto wait = [] { mxg_grid_wait(); };
+    stream_body<W, F, NT, NM, R, U, EPI, NORM, decltype(wait), FORM>(a, xs4, (int)blockIdx.x, (int)gridDim.x, wait);
     mxg_grid_release();  // the next dependent kernel may start loading its weights
     }
 }
@@ -308,14 +362,14 @@ int stream_tasks(StreamArgs &a, int count) {
     return tasks;
 }
 
-template <int W, class F, int NT, int NM, int R, int U, int EPI, bool NORM>
+template <int W, class F, int NT, int NM, int R, int U, int EPI, bool NORM, int FORM>
 void stream_launch_shape(const mxg_launch *L, StreamArgs a, int count) {
     constexpr int warps = kStreamThreads / W;
     const int tasks = stream_tasks<NM, R>(a, count);
     const int64_t want = (tasks + warps - 1) / warps, cap = (int64_t)L->sm_count * kStreamBlocksPerSm;
     const unsigned blocks = (unsigned)(want < cap ? want : cap);
-    const size_t smem = (size_t)NT * a.m[0].cols * sizeof(float);
-    mxg_launch_dep(matvec_stream_kernel<W, F, NT, NM, R, U, EPI, NORM>, dim3(blocks), dim3(kStreamThreads), smem,
+    const size_t smem = FORM == 1 ? int_stage_bytes(a.m[0].cols / 32) : (size_t)NT * a.m[0].cols * sizeof(float);
+    mxg_launch_dep(matvec_stream_kernel<W, F, NT, NM, R, U, EPI, NORM, FORM>, dim3(blocks), dim3(kStreamThreads), smem,
                    (gpuStream_t)L->stream, L->dependent_launch, a);
 }
 
@@ -324,20 +378,33 @@ void stream_launch_shape(const mxg_launch *L, StreamArgs a, int count) {
 // lane per step and U times the rows per task instead, the same registers and bytes in flight; over
 // long rows, L->stream_rows == 4 (MLXCEL_GPU_STREAM_ROWS=4, tuning knob) takes twice the rows per
 // task and half the chunks per step, which halves the activation reads and sums per weight.
-template <int W, class F, int NT, int NM, int R, int EPI, bool NORM>
-void stream_launch(const mxg_launch *L, const StreamArgs &a, int count) {
+// FORM 1 (L->stream_form, MLXCEL_GPU_STREAM_FORM=1; one token, IntStream formats): the integer
+// form, same task shapes.
+template <int W, class F, int NT, int NM, int R, int EPI, bool NORM, int FORM>
+void stream_launch_form(const mxg_launch *L, const StreamArgs &a, int count) {
     constexpr int U = Streamed<F, NT>::U;
     if constexpr (NT == 1 && U > 1) {
         if (a.m[0].cols / 32 < W * U) {
-            stream_launch_shape<W, F, NT, NM, R * U, 1, EPI, NORM>(L, a, count);
+            stream_launch_shape<W, F, NT, NM, R * U, 1, EPI, NORM, FORM>(L, a, count);
             return;
         }
         if (L->stream_rows == 4) {
-            stream_launch_shape<W, F, NT, NM, R * 2, U / 2, EPI, NORM>(L, a, count);
+            stream_launch_shape<W, F, NT, NM, R * 2, U / 2, EPI, NORM, FORM>(L, a, count);
             return;
         }
     }
-    stream_launch_shape<W, F, NT, NM, R, U, EPI, NORM>(L, a, count);
+    stream_launch_shape<W, F, NT, NM, R, U, EPI, NORM, FORM>(L, a, count);
+}
+
+template <int W, class F, int NT, int NM, int R, int EPI, bool NORM>
+void stream_launch(const mxg_launch *L, const StreamArgs &a, int count) {
+    if constexpr (NT == 1 && IntStream<F>::on) {
+        if (L->stream_form == 1) {
+            stream_launch_form<W, F, NT, NM, R, EPI, NORM, 1>(L, a, count);
+            return;
+        }
+    }
+    stream_launch_form<W, F, NT, NM, R, EPI, NORM, 0>(L, a, count);
 }
 
 // kernels/matvec_stream.cu: one record of n <= 8 tokens; false when the streaming kernel declines.
