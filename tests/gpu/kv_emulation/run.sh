@@ -68,7 +68,7 @@ echo "persist: the planted barrier fault (no wait) fails the emulation ($(grep -
 # through matvec_fused.cu, then against a planted fault: the high int8 plane as q >> 8 instead of
 # (q + 128) >> 8, so the low plane leaves int8 range: it must fail.
 mkdir -p "$out/fault_form/backends/gpu/kernels"
-sed 's/h\[k\] = (q + 128) >> 8;/h[k] = q >> 8;/' src/backends/gpu/kernels/matvec_stream_int.cuh \
+sed 's/= (q + 128) >> 8;/= q >> 8;/' src/backends/gpu/kernels/matvec_stream_int.cuh \
     >"$out/fault_form/backends/gpu/kernels/matvec_stream_int.cuh"
 ! cmp -s src/backends/gpu/kernels/matvec_stream_int.cuh "$out/fault_form/backends/gpu/kernels/matvec_stream_int.cuh" ||
     { echo "run.sh: the planted stream form fault did not apply"; exit 1; }

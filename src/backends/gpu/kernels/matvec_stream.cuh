@@ -196,38 +196,33 @@ __device__ __forceinline__ void stream_stage(const StreamArgs &a, float4 *xs4, i
     }
 }
 
-// The integer form's staging (kernels/matvec_stream_int.cuh; one token): the row (RMS-normalized
-// on the way with NORM, block 0 writing the normalized row) as 16-bit integers per chunk of 32 in
-// int8 planes, then each chunk's (scale, scaled sum), with kStreamStageLoads loads per thread
-// issued before their use.
+// The integer form's staging (kernels/matvec_stream_int.cuh; one token): one thread per chunk of
+// 32 (its 8 loads, and with NORM the norm weight's 8, issued before their use), the row
+// RMS-normalized on the way with NORM (block 0 writing the normalized row), as 16-bit integers per
+// chunk in int8 planes and each chunk's (scale, scaled sum): no shuffles, no conversions.
 template <int W, class F, bool NORM>
 __device__ __forceinline__ void int_stream_stage(const StreamArgs &a, float4 *xs4, int n4, int block) {
-    constexpr int kLoads = NORM ? kStreamStageLoads / 2 : kStreamStageLoads, step = kLoads * kStreamThreads;
     const float scale = stream_norm_scale<W, NORM>(a, xs4, n4);
+    const int nchunks = n4 / 8;
     uint4 *xi = (uint4 *)xs4;
-    float2 *meta = (float2 *)(xi + n4 / 2);
-    const float4 *src = (const float4 *)a.x;
-    for (int i0 = 0; i0 < n4; i0 += step) {
-        float4 v[kLoads], w[kLoads];
+    float2 *meta = (float2 *)(xi + nchunks * 4);
+    const float4 *src = (const float4 *)a.x, *nw = (const float4 *)a.norm_w;
+    for (int c = (int)threadIdx.x; c < nchunks; c += kStreamThreads) {
+        float4 v[8], w[8];
 #pragma unroll
-        for (int k = 0; k < kLoads; k++) {
-            const int i = i0 + k * kStreamThreads + (int)threadIdx.x;
-            v[k] = w[k] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            if (i < n4) {
-                v[k] = src[i];
-                if (NORM) w[k] = ((const float4 *)a.norm_w)[i];
+        for (int k = 0; k < 8; k++) {
+            v[k] = src[c * 8 + k];
+            if (NORM) w[k] = nw[c * 8 + k];
+        }
+        if (NORM) {
+#pragma unroll
+            for (int k = 0; k < 8; k++) {
+                v[k] = make_float4(v[k].x * scale * w[k].x, v[k].y * scale * w[k].y, v[k].z * scale * w[k].z,
+                                   v[k].w * scale * w[k].w);
+                if (block == 0) ((float4 *)a.norm_out)[c * 8 + k] = v[k];
             }
         }
-#pragma unroll
-        for (int k = 0; k < kLoads; k++) {
-            const int i = i0 + k * kStreamThreads + (int)threadIdx.x;
-            float4 u = v[k];
-            if (NORM) {
-                u = make_float4(u.x * scale * w[k].x, u.y * scale * w[k].y, u.z * scale * w[k].z, u.w * scale * w[k].w);
-                if (block == 0 && i < n4) ((float4 *)a.norm_out)[i] = u;
-            }
-            int_stage_slot<W, F::bits>(u, i, i < n4, xi, meta);
-        }
+        int_stage_chunk<F::bits>(v, c, xi, meta);
     }
 }
 
