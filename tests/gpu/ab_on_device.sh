@@ -77,7 +77,8 @@
 #             MLXCEL_GPU_STREAM_FORM=1), ~8 min, deadline 480 s: model parity on cuda with the knob
 #             (and every row length streamed); `mlxcel bench --shape qwen3-8b -p 512 -n 128` off (0)
 #             and on (1), twice in turn; `bench_gpu_decode qwen3-8b 512 8 100` off and on (the
-#             token's time and the per-op gate/up, down, o lines); `bench_gpu_matvec qwen3-8b 5`
+#             token's time and the per-op gate/up, down, o lines); the 8B on with
+#             MLXCEL_GPU_STREAM_ROWS=4 once; `bench_gpu_matvec qwen3-8b 5`
 #             (its stream-int column against stream: per product us and GB/s, and the one-token
 #             outputs within 1e-4 of the float32 form at the 8B's shapes: the form's device
 #             correctness check at full size); `mlxcel bench --shape qwen3-0.6b` off and on once
@@ -278,6 +279,8 @@ suite_stream_form() {
         check_run "decode_qwen3-8b_form$v" 45 "^decode|^ *matmul (o|gate|down)|gate/up|down" MLXCEL_GPU_STREAM_FORM="$v" -- \
             build/cuda/bench_gpu_decode qwen3-8b 512 8 100
     done
+    # The integer form on the other task shape (four rows per task, half the chunks per step).
+    check_bench tg128_qwen3-8b_form1_rows4 45 MLXCEL_GPU_STREAM_FORM=1 MLXCEL_GPU_STREAM_ROWS=4 -- --shape qwen3-8b -p 512 -n 128
     check_run bench_matvec_8b 150 "^bench_gpu_matvec|^case|^(q|k/v|o|gate|down|lm_head) .* 1 |^rmsnorm|^o\+|^down\+|FAIL|outputs" -- \
         build/cuda/bench_gpu_matvec qwen3-8b 5
     first=120
