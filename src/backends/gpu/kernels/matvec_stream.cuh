@@ -33,6 +33,9 @@
 // - The dot products are those of the other kernels (kernels/matvec_scaled.cuh for affine 4/8-bit,
 //   Fmt::dot_raw for mxfp4 and dense bf16/f16), so the results differ from theirs only in float32
 //   summation order.
+// - MLXCEL_GPU_STREAM_FORM=1 (L->stream_form, opt-in): one-token products over affine 4/8-bit weights
+//   in the integer form (kernels/matvec_stream_int.cuh: 16-bit activations per chunk of 32 in dp4a,
+//   ~1.5 instructions per weight instead of ~3.4; not float32-exact, a stated bound), the same tasks.
 // Requirements (stream_fits): rows of at least L->stream_min_cols weights (4096 by default: slower
 // than kernels/matvec.cuh on the 0.6B's shorter rows, as measured), cols a multiple of 32 with aligned rows (matvec_fast), the token rows
 // within the 48 KB of default shared memory, at least one chunk per lane. Lanes past the row's last
