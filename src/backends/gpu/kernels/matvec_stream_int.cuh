@@ -14,7 +14,10 @@
 // even/odd codes), so 28 for the codes, 5 to combine (one IMAD, one I2F, two FMUL/FFMA, the add),
 // 4 LDS.128 + 1 LDS.64 per chunk shared by the rows (64 + 8 bytes: 1.1 bytes of shared memory per
 // weight per row, half the float32 form's), the chunk's sum of x precomputed at staging: ~50, 1.6
-// per weight, and 18 registers of activations per chunk instead of 32. The same weight bytes in
+// per weight, and 18 registers of activations per chunk instead of 32. The staging costs more (~300
+// instructions per chunk, one thread per chunk, against ~80 for the float32 form's scaling): ~0.3
+// per weight at one task per warp over 4096-wide rows, overlapping the first weights' DRAM trip.
+// The same weight bytes in
 // flight per lane (U chunks x R rows, the streaming kernel's task shapes), fewer issue slots and
 // stalls between them: the prediction is in bench/RESULTS.md ("One-token streaming product,
 // integer form").
