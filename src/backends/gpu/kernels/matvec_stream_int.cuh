@@ -17,10 +17,10 @@
 // per weight, and 18 registers of activations per chunk instead of 32. The staging costs more (~300
 // instructions per chunk, one thread per chunk, against ~80 for the float32 form's scaling): ~0.3
 // per weight at one task per warp over 4096-wide rows, overlapping the first weights' DRAM trip.
-// The same weight bytes in
-// flight per lane (U chunks x R rows, the streaming kernel's task shapes), fewer issue slots and
-// stalls between them: the prediction is in bench/RESULTS.md ("One-token streaming product,
-// integer form").
+// ncu on the H200 (q 4096x4096, float32 form): 5.9 instructions per weight in all, issue slots 36%
+// busy, 1.08 eligible warps per scheduler, DRAM 24%. The same weight bytes in flight per lane (U
+// chunks x R rows, the streaming kernel's task shapes), fewer issue slots and stalls between them:
+// the prediction is in bench/RESULTS.md ("One-token streaming product, integer form").
 //
 // Numerics (changed, opt-in; stated bound): activation e of chunk k is q_e = rint(x_e * i_k) with
 // s_k = max|x| over the chunk / 32639 and i_k = 32639 / max|x| (each correctly rounded, so s_k i_k
