@@ -26,6 +26,10 @@ set_tests_properties(test_model_parity_kv_i8 PROPERTIES ENVIRONMENT "MLXCEL_CPU_
 # The same with the opt-in integer scores on the int8 cache (AVX-512 VNNI; elsewhere the float ones).
 add_test(NAME test_model_parity_kv_i8_int COMMAND test_model_parity WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(test_model_parity_kv_i8_int PROPERTIES ENVIRONMENT "MLXCEL_CPU_KV=i8;MLXCEL_CPU_ATTN_I8=int")
+add_test(NAME test_model_parity_kv_i8_pv COMMAND test_model_parity WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(test_model_parity_kv_i8_pv PROPERTIES ENVIRONMENT "MLXCEL_CPU_KV=i8;MLXCEL_CPU_ATTN_I8=pv")
+add_test(NAME test_model_parity_kv_i8_int_pv COMMAND test_model_parity WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(test_model_parity_kv_i8_int_pv PROPERTIES ENVIRONMENT "MLXCEL_CPU_KV=i8;MLXCEL_CPU_ATTN_I8=int,pv")
 # The avx512vnni kernel set forced (its own integer prefill; the best set on this machine may be amx).
 # A CPU without it runs its best set instead, with a note on stderr.
 add_test(NAME test_model_parity_avx512vnni COMMAND test_model_parity WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})

@@ -97,7 +97,7 @@ static int q_tested;  // matrices that went through an integer path
 
 // Worst error seen per kernel set, as a fraction of each check's scale (printed, not a bound).
 typedef struct worst {
-    double deq, dot, q, qb, attn, attn_i8q, act;
+    double deq, dot, q, qb, attn, attn_i8q, attn_pv, act;
 } worst;
 static worst seen;
 
@@ -269,7 +269,38 @@ static void q8_ref(const float *q, int hd, float *out) {
     }
 }
 
-static int int_paths;  // attn_rows calls that took integer scores
+static int int_paths, pv_paths;  // attn_rows calls that took integer scores, integer P.V
+
+// The integer P.V's error bound (cpu_kernels_attn_vnni_pv.c), absolute: a weight p * vscale of a
+// block of 16 keys (the call's blocks: from lo, the smallest first of its queries, to hi) is rounded
+// to 16 bits on a step of (max p over the block) x (max vscale of the group over the block) / 65280,
+// so the output moves by at most, summed over the blocks, (live keys) x (max p) x (max |v| of the
+// block's keys) / (130560 x sum p), plus 2^-20 of the sum of |p v| (float roundings of the weights'
+// multipliers, the 27-bit integer sum's conversion). The weights come from a double softmax of the
+// scores of q (the query the kernel's scores use).
+static double pv_bound(const float *q, const float *K, const float *V, int64_t stride, int first, int last, int lo,
+                       int hi, int hd, float scale) {
+    double w[64], mx = -INFINITY, sum = 0, b = 0, pv = 0;
+    for (int p = first; p <= last; p++) {
+        double d = 0;
+        for (int i = 0; i < hd; i++) d += (double)q[i] * K[p * stride + i];
+        w[p] = d * scale;
+        mx = w[p] > mx ? w[p] : mx;
+    }
+    for (int p = first; p <= last; p++) sum += (w[p] = exp(w[p] - mx));
+    for (int p0 = lo; p0 <= hi; p0 += 16) {
+        double pm = 0, vm = 0;
+        int n = 0;
+        for (int p = p0; p <= hi && p < p0 + 16; p++) {
+            double kv = 0;
+            for (int i = 0; i < hd; i++) kv = fmax(kv, fabs(V[p * stride + i]));
+            vm = fmax(vm, kv);
+            if (p >= first && p <= last) n++, pm = fmax(pm, w[p]), pv += w[p] * kv;
+        }
+        b += n * pm * vm;
+    }
+    return (b / 130560 + pv * 0x1p-20) / sum;
+}
 
 static void compare_attention(const char *set) {
     int hds[] = {64, 72, 128, 256, 32, 80};  // the last two after the others: their data stays as it was
@@ -354,7 +385,11 @@ static void compare_attention(const char *set) {
             }
             float *scr = aligned_alloc(64, sizeof(float) * CPU_ATTN_SCRATCH(256));
             int bad = 0, int_bad = 0, planted_missed = 0;
+            // On the I8 cache each integer mode on its own and both (the VNNI sets; others ignore it).
+            const char *i8_modes[] = {"int", "pv", "int,pv"};
+            for (int md = 0; md < (dt == MX_DTYPE_I8 ? 3 : 1); md++)
             for (int nq = 6; nq <= MAXQ; nq += MAXQ - 6) {
+                if (dt == MX_DTYPE_I8) CHECK(cpu_kernels_attn_i8_select(i8_modes[md]) == 0);
                 cpu_attn_args a = {.q = qp, .out = op, .nq = nq, .first = first, .last = last, .K = Kc, .V = Vc,
                                    .stride = stride, .kv_dtype = dt, .K_scale = Ks, .V_scale = Vs,
                                    .scale_stride = nsc, .hd = hd, .scale = 0.3f};
@@ -362,19 +397,31 @@ static void compare_attention(const char *set) {
                 // Integer scores (I8 cache, VNNI sets): the reference's query is the query rounded as
                 // the kernel rounds it (q8_ref); against the float query the kernel must be within
                 // the bound of that rounding (below) and must not be within ATTN_TOL (the planted
-                // fault: a reference that skips the rounding is caught).
-                int iq = cpu_kernels_attn_int_scores(&a);
-                int_paths += iq;
+                // fault: a reference that skips the rounding is caught). Integer P.V: within its
+                // bound (pv_bound; it can be below ATTN_TOL, so its planted faults are in RESULTS).
+                int iq = cpu_kernels_attn_int_scores(&a), ipv = cpu_kernels_attn_int_pv(&a);
+                int_paths += iq, pv_paths += ipv;
+                int lo = first[0], hi = last[0];
+                for (int j = 0; j < nq; j++) lo = first[j] < lo ? first[j] : lo, hi = last[j] > hi ? last[j] : hi;
                 for (int j = 0; j < nq; j++) {
                     float qr[256];
                     q8_ref(qp[j], hd, qr);
-                    attn_ref(iq ? qr : qp[j], Kd, Vd, stride, first[j], last[j], hd, 0.3f, ref, &vmax);
-                    for (int i = 0; i < hd; i++)
-                        if (!within(op[j][i], ref[i], vmax, ATTN_TOL, &seen.attn)) bad++;
+                    const float *qe = iq ? qr : qp[j];
+                    attn_ref(qe, Kd, Vd, stride, first[j], last[j], hd, 0.3f, ref, &vmax);
+                    double pvb = ipv ? pv_bound(qe, Kd, Vd, stride, first[j], last[j], lo, hi, hd, 0.3f) : 0;
+                    for (int i = 0; i < hd; i++) {
+                        if (!ipv) {
+                            bad += !within(op[j][i], ref[i], vmax, ATTN_TOL, &seen.attn);
+                            continue;
+                        }
+                        double e = fabs(op[j][i] - ref[i]);
+                        bad += !(e <= ATTN_TOL * vmax + pvb);
+                        seen.attn_pv = fmax(seen.attn_pv, e / (ATTN_TOL * vmax + pvb));
+                    }
                     if (!iq) continue;
                     // Scores that move by at most D scale every softmax weight by a factor within
                     // e^(+-2D), so the output moves by at most (e^(2D) - 1) * max|v|: D from the
-                    // query's actual rounding, plus the float bound.
+                    // query's actual rounding, plus the float bound (and the P.V's, if on).
                     double dmax = 0;
                     for (int p = first[j]; p <= last[j]; p++) {
                         double d = 0;
@@ -386,13 +433,14 @@ static void compare_attention(const char *set) {
                     int far = 0;
                     for (int i = 0; i < hd; i++) {
                         double e = fabs(op[j][i] - ref[i]);
-                        int_bad += !(e <= tol * vmax);
-                        seen.attn_i8q = fmax(seen.attn_i8q, e / (tol * vmax));
+                        int_bad += !(e <= tol * vmax + pvb);
+                        seen.attn_i8q = fmax(seen.attn_i8q, e / (tol * vmax + pvb));
                         far += e > ATTN_TOL * vmax;
                     }
                     planted_missed += first[j] < last[j] && far == 0;
                 }
             }
+            if (dt == MX_DTYPE_I8) CHECK(cpu_kernels_attn_i8_select("int,pv") == 0);
             CHECK_MSG(bad == 0, "%s attention rows hd %d cache %s: %d values differ", set, hd, mx_dtype_name(dt), bad);
             CHECK_MSG(int_bad == 0, "%s attention rows hd %d, integer scores: %d values beyond the query rounding's "
                       "bound from float scores", set, hd, int_bad);
@@ -594,16 +642,16 @@ static void test_set(const char *set) {
     compare_kv_i16(set);
     compare_kv_i8(set);
     printf("kernel set %-11s worst error / bound scale: dequant %.2e (bound %.1e), dot %.2e (bound %.0e), "
-           "integer gemv %.2e, integer batch %.2e, attention %.2e (bound %.0e), integer-score attention against float scores %.2f of its bound (%d calls), "
+           "integer gemv %.2e, integer batch %.2e, attention %.2e (bound %.0e), integer-score attention against float scores %.2f of its bound (%d calls), integer P.V %.2f of its bound (%d calls), "
            "swiglu %.2e (bound %.1e)\n",
            set, seen.deq, DEQ_TOL, seen.dot, DOT_TOL, seen.q, seen.qb, seen.attn, ATTN_TOL, seen.attn_i8q, int_paths,
-           seen.act, ACT_TOL);
-    int_paths = 0;
+           seen.attn_pv, pv_paths, seen.act, ACT_TOL);
+    int_paths = 0, pv_paths = 0;
 }
 
 int main(void) {
     const char *simd_sets[] = {"avx2", "avx512", "avx512vnni", "amx"};
-    setenv("MLXCEL_CPU_ATTN_I8", "int", 1);  // the opt-in integer scores of the VNNI sets, tested here
+    setenv("MLXCEL_CPU_ATTN_I8", "int,pv", 1);  // the opt-in integer modes of the VNNI sets, tested here
     test_set("scalar");
     int tested = 0;
     for (size_t s = 0; s < sizeof simd_sets / sizeof simd_sets[0]; s++) {

@@ -180,27 +180,59 @@ void cpu_kernels_attn_head(const float *q, const float *K, const float *V, int64
     k->attn_rows(&a, scratch);
 }
 
-// MLXCEL_CPU_ATTN_I8=int turns on the integer scores on the I8 cache where the set has them (off by
-// default: with them a preempted request's recomputed tokens are not yet the tokens its
-// uninterrupted decode gives, server_engine_kv_i8; bench/RESULTS.md).
-static bool i8_int_scores(void) {
-    static int f = -1;
-    int v = __atomic_load_n(&f, __ATOMIC_RELAXED);
+// MLXCEL_CPU_ATTN_I8 turns on the integer modes on the I8 cache where the set has them: "int" the
+// scores, "pv" the P.V, "int,pv" both (off by default: with integer scores a preempted request's
+// recomputed tokens are not yet the tokens its uninterrupted decode gives, server_engine_kv_i8;
+// bench/RESULTS.md). Read once; cpu_kernels_attn_i8_select sets it for tests.
+static int i8_mode_parse(const char *spec) {
+    if (!spec || !*spec) return 0;
+    int mode = 0;
+    char buf[32];
+    snprintf(buf, sizeof buf, "%s", spec);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (strcmp(t, "int") == 0) mode |= CPU_ATTN_I8_SCORES;
+        else if (strcmp(t, "pv") == 0) mode |= CPU_ATTN_I8_PV;
+        else if (strcmp(t, "float") != 0) return -1;
+    }
+    return mode;
+}
+
+static int i8_mode = -1;
+
+int cpu_kernels_attn_i8_mode(void) {
+    int v = __atomic_load_n(&i8_mode, __ATOMIC_RELAXED);
     if (v < 0) {
-        const char *e = getenv("MLXCEL_CPU_ATTN_I8");
-        v = e && strcmp(e, "int") == 0;
-        __atomic_store_n(&f, v, __ATOMIC_RELAXED);
+        v = i8_mode_parse(getenv("MLXCEL_CPU_ATTN_I8"));
+        if (v < 0) {
+            fprintf(stderr, "mlxcel: MLXCEL_CPU_ATTN_I8=%s not understood (int, pv, int,pv or float); ignored\n",
+                    getenv("MLXCEL_CPU_ATTN_I8"));
+            v = 0;
+        }
+        __atomic_store_n(&i8_mode, v, __ATOMIC_RELAXED);
     }
     return v;
 }
 
+int cpu_kernels_attn_i8_select(const char *spec) {
+    int v = i8_mode_parse(spec);
+    if (v < 0) return -1;
+    __atomic_store_n(&i8_mode, v, __ATOMIC_RELAXED);
+    return 0;
+}
+
 int cpu_kernels_attn_int_scores(const cpu_attn_args *a) {
-    return kernels()->attn_rows == cpu_avx512vnni_attn_rows && i8_int_scores() && cpu_attn_i8_int_ok(a);
+    return kernels()->attn_rows == cpu_avx512vnni_attn_rows && (cpu_kernels_attn_i8_mode() & CPU_ATTN_I8_SCORES) &&
+           cpu_attn_i8_int_ok(a);
+}
+
+int cpu_kernels_attn_int_pv(const cpu_attn_args *a) {
+    return kernels()->attn_rows == cpu_avx512vnni_attn_rows && (cpu_kernels_attn_i8_mode() & CPU_ATTN_I8_PV) &&
+           cpu_attn_i8_pv_ok(a);
 }
 
 void cpu_kernels_attn_rows(const cpu_attn_args *a, float *scratch) {
     const cpu_kernel_set *k = kernels();
-    if (k->attn_rows == cpu_avx512vnni_attn_rows && !i8_int_scores()) {
+    if (k->attn_rows == cpu_avx512vnni_attn_rows && !cpu_kernels_attn_i8_mode()) {
         cpu_avx512_attn_rows(a, scratch);
         return;
     }

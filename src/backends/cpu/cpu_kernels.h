@@ -116,6 +116,15 @@ void cpu_kernels_attn_rows(const cpu_attn_args *a, float *scratch);
 // and each 16-value group's exact integer sum of code products is scaled by the two groups' scales;
 // otherwise the scores are float products of the query with the decoded keys.
 int cpu_kernels_attn_int_scores(const cpu_attn_args *a);
+// 1 when the active set computes this call's P.V from integer dot products: I8 cache, head_dim a
+// multiple of 16 from 32 to 512, AVX-512 VNNI, and MLXCEL_CPU_ATTN_I8=pv or int,pv (opt-in). Each block's
+// weights p times the value scales are rounded to bytes on one step per query, block of 16 keys and
+// 16-value group (max p x max value scale / 255), and summed exactly with the int8 value codes
+// (cpu_kernels_attn_vnni_pv.c, which states the error bound).
+int cpu_kernels_attn_int_pv(const cpu_attn_args *a);
+// Sets the integer modes as MLXCEL_CPU_ATTN_I8 would ("int", "pv", "int,pv", "float" or ""; tests);
+// -1 for anything else.
+int cpu_kernels_attn_i8_select(const char *spec);
 
 // out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + e^-gate[i]) * up[i] for i < count (the scalar
 // version is the reference; SIMD versions within a few float32 roundings of it).

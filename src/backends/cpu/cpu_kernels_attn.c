@@ -125,8 +125,10 @@ ATTN_INLINE static void pv_update8(float *const out[8], const float (*p)[16], co
 
 // The body of attn_rows for `chunks` 16-float chunks per row; inlined with chunks a constant for the
 // common head sizes, so the per-chunk loops unroll and their pointers stay in registers.
-// i8q (a constant): integer scores on the I8 cache (cpu_kernels_attn_vnni.c) instead of float keys.
-ATTN_INLINE static void attn_rows_body(const cpu_attn_args *a, float *scratch, int chunks, bool i8q) {
+// i8q (a constant): integer scores on the I8 cache (cpu_kernels_attn_vnni.c) instead of float keys;
+// i8pv (a constant): integer P.V on the I8 cache (cpu_kernels_attn_vnni_pv.c) instead of float values,
+// the outputs in its permuted order until the end of the call.
+ATTN_INLINE static void attn_rows_body(const cpu_attn_args *a, float *scratch, int chunks, bool i8q, bool i8pv) {
     int hd = a->hd, nq = a->nq;
     __mmask16 tail = (__mmask16)(hd % 16 ? (1u << (hd % 16)) - 1 : 0xffff);
     float *Kb = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63), *Vb = Kb + 16 * chunks * 16;
@@ -144,7 +146,7 @@ ATTN_INLINE static void attn_rows_body(const cpu_attn_args *a, float *scratch, i
     for (int p0 = lo; p0 <= hi; p0 += 16) {
         int nb = hi - p0 + 1 < 16 ? hi - p0 + 1 : 16;
         if (!i8q) load_block(Kb, a, a->K, a->K_scale, p0, nb, hd, hi);
-        load_block(Vb, a, a->V, a->V_scale, p0, nb, hd, hi);
+        if (!i8pv) load_block(Vb, a, a->V, a->V_scale, p0, nb, hd, hi);
         // Three passes over the queries, each query's work in a pass independent of the others'
         // (so their latency chains overlap): the block's scores, the online-softmax update, and
         // the P.V update. One query at a time, its scores -> max -> exp -> sum chain stalled the
@@ -178,6 +180,10 @@ ATTN_INLINE static void attn_rows_body(const cpu_attn_args *a, float *scratch, i
             l[j] = l[j] * corr[j] + _mm512_reduce_add_ps(e);
             _mm512_store_ps(sp[j], e);
         }
+        if (i8pv) {  // the block's values as integer tiles in the V scratch, then every live query
+            cpu_vnni_attn_i8_pv(a, p0, nb, hi, live, sp, corr, (uint8_t *)Vb);
+            continue;
+        }
         // Eight queries at a time where there are eight (a prefill's), each V chunk loaded once for
         // them (pv_update8); the rest one at a time. Same arithmetic either way, so a query's output
         // does not depend on which queries share its call (test_engine_padding: a step of 64 prompt
@@ -208,30 +214,41 @@ ATTN_INLINE static void attn_rows_body(const cpu_attn_args *a, float *scratch, i
     }
     for (int j = 0; j < nq; j++) {
         float inv = cpu_attn_inv_denominator(m[j], l[j], a->sink ? a->sink[j] : -INFINITY), *out = a->out[j];
+        if (i8pv) cpu_vnni_attn_i8_pv_order(out, hd);
         for (int d = 0; d < hd; d++) out[d] *= inv;
     }
 }
 
 ATTN_AVX512 void cpu_avx512_attn_rows(const cpu_attn_args *a, float *scratch) {
     switch ((a->hd + 15) / 16) {
-    case 4: attn_rows_body(a, scratch, 4, false); break;    // head_dim 64
-    case 8: attn_rows_body(a, scratch, 8, false); break;    // head_dim 128
-    case 16: attn_rows_body(a, scratch, 16, false); break;  // head_dim 256
-    default: attn_rows_body(a, scratch, (a->hd + 15) / 16, false); break;
+    case 4: attn_rows_body(a, scratch, 4, false, false); break;    // head_dim 64
+    case 8: attn_rows_body(a, scratch, 8, false, false); break;    // head_dim 128
+    case 16: attn_rows_body(a, scratch, 16, false, false); break;  // head_dim 256
+    default: attn_rows_body(a, scratch, (a->hd + 15) / 16, false, false); break;
     }
 }
 
-ATTN_AVX512 void cpu_avx512vnni_attn_rows(const cpu_attn_args *a, float *scratch) {
-    if (!cpu_attn_i8_int_ok(a)) {
-        cpu_avx512_attn_rows(a, scratch);
-        return;
+// The I8 cache's integer modes (cpu_kernels_attn_i8_mode) for head sizes that allow them.
+#define ATTN_I8_BODY(Q, PV)                                                         \
+    switch (a->hd / 16) {                                                           \
+    case 2: attn_rows_body(a, scratch, 2, Q, PV); break;        /* head_dim 32 */  \
+    case 4: attn_rows_body(a, scratch, 4, Q, PV); break;        /* head_dim 64 */  \
+    case 8: attn_rows_body(a, scratch, 8, Q, PV); break;        /* head_dim 128 */ \
+    case 16: attn_rows_body(a, scratch, 16, Q, PV); break;      /* head_dim 256 */ \
+    default: attn_rows_body(a, scratch, a->hd / 16, Q, PV); break;                 \
     }
-    switch (a->hd / 16) {
-    case 2: attn_rows_body(a, scratch, 2, true); break;    // head_dim 32
-    case 4: attn_rows_body(a, scratch, 4, true); break;    // head_dim 64
-    case 8: attn_rows_body(a, scratch, 8, true); break;    // head_dim 128
-    case 16: attn_rows_body(a, scratch, 16, true); break;  // head_dim 256
-    default: attn_rows_body(a, scratch, a->hd / 16, true); break;
+
+ATTN_AVX512 void cpu_avx512vnni_attn_rows(const cpu_attn_args *a, float *scratch) {
+    int mode = cpu_kernels_attn_i8_mode();
+    bool q = (mode & CPU_ATTN_I8_SCORES) && cpu_attn_i8_int_ok(a), pv = (mode & CPU_ATTN_I8_PV) && cpu_attn_i8_pv_ok(a);
+    if (q && pv) {
+        ATTN_I8_BODY(true, true);
+    } else if (q) {
+        ATTN_I8_BODY(true, false);
+    } else if (pv) {
+        ATTN_I8_BODY(false, true);
+    } else {
+        cpu_avx512_attn_rows(a, scratch);
     }
 }
 

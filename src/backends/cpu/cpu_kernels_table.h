@@ -57,6 +57,20 @@ static inline int cpu_attn_i8_int_ok(const cpu_attn_args *a) {
     return a->kv_dtype == MX_DTYPE_I8 && a->hd % 16 == 0 && a->hd >= 32 && a->hd <= 512;
 }
 void cpu_vnni_attn_i8_prepare(const cpu_attn_args *a, uint8_t *qprep);
+// The integer modes MLXCEL_CPU_ATTN_I8 turns on (cpu_kernels.c): bits of the two below.
+#define CPU_ATTN_I8_SCORES 1
+#define CPU_ATTN_I8_PV 2
+int cpu_kernels_attn_i8_mode(void);
+// Integer P.V (cpu_kernels_attn_vnni_pv.c) takes the head sizes the integer scores take.
+static inline int cpu_attn_i8_pv_ok(const cpu_attn_args *a) { return cpu_attn_i8_int_ok(a); }
+// One block's P.V update for the queries with live[j] != 0: the block's value codes as integer tiles
+// in vbuf (the float V block's scratch, 64-byte aligned; 1344 bytes per 64 values or part), then for each such query
+// out[j] = out[j] * corr[j] + (its weights p[j][0..15], rounded per group) . values, out[j] in the
+// kernel's permuted order; prefetches the next block's values up to pf_last.
+void cpu_vnni_attn_i8_pv(const cpu_attn_args *a, int p0, int nb, int pf_last, const uint16_t *live,
+                         const float (*p)[16], const float *corr, uint8_t *vbuf);
+// Puts an output row of hd values back in order after the integer P.V (in place).
+void cpu_vnni_attn_i8_pv_order(float *out, int hd);
 // Raw scores (before a->scale) of the queries with live[j] != 0 against keys p0 .. p0 + nb - 1 into
 // sp[j][0..15] (lanes past nb finite and meaningless); prefetches the next block's keys up to pf_last.
 void cpu_vnni_attn_i8_scores(const cpu_attn_args *a, const uint8_t *qprep, int p0, int nb, int pf_last,

@@ -1,0 +1,176 @@
+// SPDX-License-Identifier: MIT
+// Decode attention's value side (P.V) on the 8-bit KV cache with integer dot products (AVX-512
+// VNNI), for the attention kernel's integer-P.V mode (cpu_kernels_attn.c; MLXCEL_CPU_ATTN_I8=pv).
+// A value row's codes carry one scale per 16 values and key, which does not factor out of a sum
+// over keys; so it goes into the weight: for a block of 16 keys i and a 16-value group g the weight
+// w[i][g] = p[i] * vscale[i][g] is rounded to an unsigned byte on a step of
+//   s[g] = max_i w[i][g] / 255     (one step per query, block and group),
+// and out[d] += s[g] * (exact integer sum over the 16 keys of code(w[i][g]) * vcode[i][d]).
+// `vpdpbusd` sums four byte products into an int32 lane, so the block's value codes are laid out
+// once per block, for all the queries, with lanes = values and the four bytes of a lane = four
+// consecutive keys (byte unpacks of four rows: a 64-value chunk's 16 lanes per 128-bit lane L hold
+// values 16L + 4m + e of sub-vector m, i.e. each 128-bit lane is one scale group). A query then needs
+// per 64 values: 8 multiplies, 4 conversions and 3 packs to get its 64 weight bytes, 4 `vpermd` to
+// put the four keys of a quad and group in every lane of that group, 16 `vpdpbusd` (16 keys x 64
+// values), about 25 more for the groups' largest weights and steps, and per 16 values one
+// conversion and one FMA into the output, against the float path's
+// conversion of every value (load, convert, scale, store per 16 values and key) and 64 FMAs.
+// Outputs are kept in that permuted order (value 16L + 4m + e of a chunk of G groups at 4Gm + 4L + e;
+// G = 4 but in a last chunk of a head size that is not a multiple of 64) for the whole call and put
+// back in order at its end (cpu_vnni_attn_i8_pv_order).
+// Error: a weight moves by at most s[g] / 2 (and by 2^-14 of itself: the step's inverse is rcp14's),
+// so an output by at most, as |v| <= 127 vscale,
+//   sum over blocks (live keys x max over them of p x max|v| of the key) / (510 x sum p)
+// (test_cpu_kernels checks it); the float path's rounding of the same sum is ~1e-7 of it.
+// Head sizes: multiples of 16 from 32 to 512 (cpu_attn_i8_pv_ok); a last chunk's missing groups
+// have zero codes and scales.
+#include "backends/cpu/cpu_kernels_table.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+#define VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define VNNI_INLINE \
+    __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c"), always_inline)) inline
+
+// The block scratch (vbuf) per 64-value chunk c: 16 tiles of value codes [quad k][sub-vector m],
+// then 4 vectors of value scales [group g] (lane i: vscale[i][4c + g]). 20 vectors, 1280 bytes.
+#define PV_CHUNK_VECS 21
+
+VNNI_INLINE static void pv_body(const cpu_attn_args *a, int p0, int nb, int pf_last, const uint16_t *live,
+                                const float (*p)[16], const float *corr, uint8_t *vbuf, int c64) {
+    const int8_t *V = a->V;
+    int hd = a->hd;
+    int64_t at[16], sat[16];
+    for (int i = 0; i < 16; i++) {
+        at[i] = i < nb ? cpu_attn_key(a, p0 + i) : 0;
+        sat[i] = i < nb ? cpu_attn_scale(a, p0 + i) : 0;
+        if (i < nb && p0 + 16 + i <= pf_last) {  // the same row of the next block into L2, as load_block does
+            int64_t next = cpu_attn_key(a, p0 + 16 + i);
+            for (int c = 0; c < c64; c++) _mm_prefetch((const char *)(V + next + 64 * c), _MM_HINT_T1);
+            _mm_prefetch((const char *)(a->V_scale + cpu_attn_scale(a, p0 + 16 + i)), _MM_HINT_T1);
+        }
+    }
+    const __m512i grp4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    for (int c = 0; c < c64; c++) {
+        __m512i *tiles = (__m512i *)vbuf + PV_CHUNK_VECS * c;
+        __m512 *wmul = (__m512 *)(tiles + 16), *dq = wmul + 4;
+        int G = hd - 64 * c >= 64 ? 4 : (hd - 64 * c) / 16;  // groups in this chunk
+        __mmask64 bytes = G == 4 ? ~(__mmask64)0 : ((__mmask64)1 << (16 * G)) - 1;
+        __mmask8 groups = (__mmask8)((1u << G) - 1);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            __m512i r[4];
+            for (int q = 0; q < 4; q++)
+                r[q] = _mm512_maskz_loadu_epi8(4 * k + q < nb ? bytes : 0, V + at[4 * k + q] + 64 * c);
+            __m512i lo01 = _mm512_unpacklo_epi8(r[0], r[1]), hi01 = _mm512_unpackhi_epi8(r[0], r[1]);
+            __m512i lo23 = _mm512_unpacklo_epi8(r[2], r[3]), hi23 = _mm512_unpackhi_epi8(r[2], r[3]);
+            _mm512_store_si512(tiles + 4 * k + 0, _mm512_unpacklo_epi16(lo01, lo23));  // values 16L + 0..3
+            _mm512_store_si512(tiles + 4 * k + 1, _mm512_unpackhi_epi16(lo01, lo23));  // 16L + 4..7
+            _mm512_store_si512(tiles + 4 * k + 2, _mm512_unpacklo_epi16(hi01, hi23));  // 16L + 8..11
+            _mm512_store_si512(tiles + 4 * k + 3, _mm512_unpackhi_epi16(hi01, hi23));  // 16L + 12..15
+        }
+        // The 16 keys' scales of groups 4c..4c+3: s[n] lanes 4q + g = key 4n + q, group g.
+        __m512 s[4];
+        for (int n = 0; n < 4; n++) {
+            const float *vs = a->V_scale + 4 * c;
+            __m512 x = _mm512_castps128_ps512(_mm_maskz_loadu_ps(4 * n < nb ? groups : 0, vs + sat[4 * n]));
+            x = _mm512_insertf32x4(x, _mm_maskz_loadu_ps(4 * n + 1 < nb ? groups : 0, vs + sat[4 * n + 1]), 1);
+            x = _mm512_insertf32x4(x, _mm_maskz_loadu_ps(4 * n + 2 < nb ? groups : 0, vs + sat[4 * n + 2]), 2);
+            s[n] = _mm512_insertf32x4(x, _mm_maskz_loadu_ps(4 * n + 3 < nb ? groups : 0, vs + sat[4 * n + 3]), 3);
+        }
+        // The largest scale of each group in every 128-bit lane ([g0 g1 g2 g3] x 4), and 65280 / it
+        // (0 for an all-zero group).
+        __m512 mx = _mm512_max_ps(_mm512_max_ps(s[0], s[1]), _mm512_max_ps(s[2], s[3]));
+        mx = _mm512_max_ps(mx, _mm512_shuffle_f32x4(mx, mx, 0xb1));
+        mx = _mm512_max_ps(mx, _mm512_shuffle_f32x4(mx, mx, 0x4e));
+        __m512 inv = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(mx, _mm512_setzero_ps(), _CMP_GT_OQ),
+                                         _mm512_set1_ps(65280.0f), mx);
+        // Transposed to lanes = keys: group g's 16 scales times 65280 / the group's largest.
+        const __m512i lo8 = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+        for (int g = 0; g < 4; g++) {
+            __m512i idx = _mm512_add_epi32(lo8, _mm512_set1_epi32(g));
+            __m512 x = _mm512_permutex2var_ps(s[0], idx, s[1]), y = _mm512_permutex2var_ps(s[2], idx, s[3]);
+            wmul[g] = _mm512_mul_ps(_mm512_shuffle_f32x4(x, y, 0x44), _mm512_permutexvar_ps(_mm512_set1_epi32(g), inv));
+        }
+        *dq = _mm512_div_ps(_mm512_permutexvar_ps(grp4, mx), _mm512_set1_ps(65280.0f));  // lane 4L + e: group L's
+    }
+    for (int j = 0; j < a->nq; j++) {
+        if (!live[j]) continue;
+        __m512 e = _mm512_load_ps(p[j]);
+        float pmax = _mm512_reduce_max_ps(e), *out = a->out[j];
+        if (!(pmax > 0.0f)) {  // every weight underflowed to 0: only the rescale
+            for (int d = 0; d < hd; d++) out[d] *= corr[j];
+            continue;
+        }
+        __m512 vc = _mm512_set1_ps(corr[j]), vp = _mm512_set1_ps(pmax);
+        e = _mm512_mul_ps(e, _mm512_set1_ps(1.0f / pmax));  // the largest 1 to within an ulp or two
+        for (int c = 0; c < c64; c++) {
+            const __m512i *tiles = (const __m512i *)vbuf + PV_CHUNK_VECS * c;
+            const __m512 *wmul = (const __m512 *)(tiles + 16), *dq = wmul + 4;
+            // 16-bit weight codes, then their two bytes: dword 4L + g of lo (hi) = the low (high)
+            // bytes of group g's keys 4L..4L+3.
+            __m512i c0 = _mm512_cvtps_epi32(_mm512_mul_ps(wmul[0], e)), c1 = _mm512_cvtps_epi32(_mm512_mul_ps(wmul[1], e));
+            __m512i c2 = _mm512_cvtps_epi32(_mm512_mul_ps(wmul[2], e)), c3 = _mm512_cvtps_epi32(_mm512_mul_ps(wmul[3], e));
+            __m512i w01 = _mm512_packus_epi32(c0, c1), w23 = _mm512_packus_epi32(c2, c3);
+            const __m512i low = _mm512_set1_epi16(0xff);
+            __m512i lo = _mm512_packus_epi16(_mm512_and_si512(w01, low), _mm512_and_si512(w23, low));
+            __m512i hi = _mm512_packus_epi16(_mm512_srli_epi16(w01, 8), _mm512_srli_epi16(w23, 8));
+            __m512i acl[4], ach[4];
+            for (int m = 0; m < 4; m++) acl[m] = ach[m] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++) {
+                // Lane 4L + e: quad k's four weight bytes of group L.
+                __m512i idx = _mm512_add_epi32(grp4, _mm512_set1_epi32(4 * k));
+                __m512i wl = _mm512_permutexvar_epi32(idx, lo), wh = _mm512_permutexvar_epi32(idx, hi);
+#pragma GCC unroll 4
+                for (int m = 0; m < 4; m++) {
+                    __m512i t = _mm512_load_si512(tiles + 4 * k + m);
+                    acl[m] = _mm512_dpbusd_epi32(acl[m], wl, t);
+                    ach[m] = _mm512_dpbusd_epi32(ach[m], wh, t);
+                }
+            }
+            __m512 scale = _mm512_mul_ps(*dq, vp);
+            int G = hd - 64 * c >= 64 ? 4 : (hd - 64 * c) / 16;
+            __mmask16 lanes = (__mmask16)((1u << (4 * G)) - 1);
+#pragma GCC unroll 4
+            for (int m = 0; m < 4; m++) {
+                float *o = out + 64 * c + 4 * G * m;
+                __m512i acc = _mm512_add_epi32(_mm512_slli_epi32(ach[m], 8), acl[m]);  // |acc| < 2^27
+                _mm512_mask_storeu_ps(o, lanes, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), scale,
+                                                               _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, o), vc)));
+            }
+        }
+    }
+}
+
+VNNI void cpu_vnni_attn_i8_pv(const cpu_attn_args *a, int p0, int nb, int pf_last, const uint16_t *live,
+                              const float (*p)[16], const float *corr, uint8_t *vbuf) {
+    switch ((a->hd + 63) / 64) {
+    case 1: pv_body(a, p0, nb, pf_last, live, p, corr, vbuf, 1); break;  // head_dim 32, 48, 64
+    case 2: pv_body(a, p0, nb, pf_last, live, p, corr, vbuf, 2); break;  // head_dim 128
+    case 4: pv_body(a, p0, nb, pf_last, live, p, corr, vbuf, 4); break;  // head_dim 256
+    default: pv_body(a, p0, nb, pf_last, live, p, corr, vbuf, (a->hd + 63) / 64); break;
+    }
+}
+
+#endif
+
+// Value 16L + 4m + e of each chunk of 64 values (G groups of 16) back from 4Gm + 4L + e.
+void cpu_vnni_attn_i8_pv_order(float *out, int hd) {
+    for (int c = 0; c < hd; c += 64) {
+        int G = hd - c >= 64 ? 4 : (hd - c) / 16;
+        float t[64];
+        for (int i = 0; i < 16 * G; i++) t[i] = out[c + i];
+        for (int L = 0; L < G; L++)
+            for (int m = 0; m < 4; m++)
+                for (int e = 0; e < 4; e++) out[c + 16 * L + 4 * m + e] = t[4 * G * m + 4 * L + e];
+    }
+}
+
+#if !defined(__x86_64__)
+void cpu_vnni_attn_i8_pv(const cpu_attn_args *a, int p0, int nb, int pf_last, const uint16_t *live,
+                         const float (*p)[16], const float *corr, uint8_t *vbuf) {
+    (void)a, (void)p0, (void)nb, (void)pf_last, (void)live, (void)p, (void)corr, (void)vbuf;
+}
+#endif
