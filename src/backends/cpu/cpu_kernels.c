@@ -181,7 +181,7 @@ void cpu_kernels_attn_head(const float *q, const float *K, const float *V, int64
 }
 
 // MLXCEL_CPU_ATTN_I8 turns on the integer modes on the I8 cache where the set has them: "int" the
-// scores, "pv" the P.V, "int,pv" both (off by default: with integer scores a preempted request's
+// scores, "pv" the P.V, "int,pv" both (off by default: with either, a preempted request's
 // recomputed tokens are not yet the tokens its uninterrupted decode gives, server_engine_kv_i8;
 // bench/RESULTS.md). Read once; cpu_kernels_attn_i8_select sets it for tests.
 static int i8_mode_parse(const char *spec) {

@@ -3,25 +3,28 @@
 // VNNI), for the attention kernel's integer-P.V mode (cpu_kernels_attn.c; MLXCEL_CPU_ATTN_I8=pv).
 // A value row's codes carry one scale per 16 values and key, which does not factor out of a sum
 // over keys; so it goes into the weight: for a block of 16 keys i and a 16-value group g the weight
-// w[i][g] = p[i] * vscale[i][g] is rounded to an unsigned byte on a step of
-//   s[g] = max_i w[i][g] / 255     (one step per query, block and group),
-// and out[d] += s[g] * (exact integer sum over the 16 keys of code(w[i][g]) * vcode[i][d]).
-// `vpdpbusd` sums four byte products into an int32 lane, so the block's value codes are laid out
-// once per block, for all the queries, with lanes = values and the four bytes of a lane = four
-// consecutive keys (byte unpacks of four rows: a 64-value chunk's 16 lanes per 128-bit lane L hold
-// values 16L + 4m + e of sub-vector m, i.e. each 128-bit lane is one scale group). A query then needs
-// per 64 values: 8 multiplies, 4 conversions and 3 packs to get its 64 weight bytes, 4 `vpermd` to
-// put the four keys of a quad and group in every lane of that group, 16 `vpdpbusd` (16 keys x 64
-// values), about 25 more for the groups' largest weights and steps, and per 16 values one
-// conversion and one FMA into the output, against the float path's
-// conversion of every value (load, convert, scale, store per 16 values and key) and 64 FMAs.
+// w[i][g] = p[i] * vscale[i][g] is rounded to 16 bits on a step of
+//   s[g] = max_i p[i] * max_i vscale[i][g] / 65280     (one step per query, block and group),
+// and out[d] += s[g] * (exact integer sum over the 16 keys of code(w[i][g]) * vcode[i][d]), the
+// code's two bytes summed apart (`vpdpbusd` multiplies unsigned bytes by signed ones) and combined
+// as 256 * high + low (|sum| < 2^27). `vpdpbusd` sums four byte products into an int32 lane, so the
+// block's value codes are laid out once per block, for all the queries, with lanes = values and the
+// four bytes of a lane = four consecutive keys (byte unpacks of four rows: a 64-value chunk's 16
+// lanes per 128-bit lane L hold values 16L + 4m + e of sub-vector m, i.e. each 128-bit lane is one
+// scale group), and the scales transposed to lanes = keys and multiplied by 65280 / their group's
+// largest. A query then needs per 64 values: 4 multiplies, 4 conversions and 8 packs or masks for
+// its weight bytes, 8 `vpermd` to put the four keys of a quad and group in every lane of that group,
+// 32 `vpdpbusd` (16 keys x 64 values x 2 bytes), and per 16 values a combine, one conversion and one
+// FMA into the output, against the float path's conversion of every value (load, convert, scale,
+// store per 16 values and key) and 64 FMAs. 8-bit weights (one byte, half the `vpdpbusd`) were as
+// fast in the lab but moved a fixture past the 8e-2 bound (bench/RESULTS.md).
 // Outputs are kept in that permuted order (value 16L + 4m + e of a chunk of G groups at 4Gm + 4L + e;
 // G = 4 but in a last chunk of a head size that is not a multiple of 64) for the whole call and put
 // back in order at its end (cpu_vnni_attn_i8_pv_order).
-// Error: a weight moves by at most s[g] / 2 (and by 2^-14 of itself: the step's inverse is rcp14's),
-// so an output by at most, as |v| <= 127 vscale,
-//   sum over blocks (live keys x max over them of p x max|v| of the key) / (510 x sum p)
-// (test_cpu_kernels checks it); the float path's rounding of the same sum is ~1e-7 of it.
+// Error: a weight moves by at most s[g] / 2 (plus float roundings of its multipliers), so an output,
+// as |v| <= 127 vscale, by at most
+//   sum over blocks (live keys x max p x max|v| of the block's keys) / (130560 x sum p)
+// plus ~2^-20 of sum |p v| (test_cpu_kernels checks it).
 // Head sizes: multiples of 16 from 32 to 512 (cpu_attn_i8_pv_ok); a last chunk's missing groups
 // have zero codes and scales.
 #include "backends/cpu/cpu_kernels_table.h"
@@ -34,7 +37,8 @@
     __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c"), always_inline)) inline
 
 // The block scratch (vbuf) per 64-value chunk c: 16 tiles of value codes [quad k][sub-vector m],
-// then 4 vectors of value scales [group g] (lane i: vscale[i][4c + g]). 20 vectors, 1280 bytes.
+// then 4 vectors of weight multipliers [group g] (lane i: vscale[i][4c + g] * 65280 / the group's
+// largest), then the steps' vector (lane 4L + e: group L's largest / 65280). 21 vectors, 1344 bytes.
 #define PV_CHUNK_VECS 21
 
 VNNI_INLINE static void pv_body(const cpu_attn_args *a, int p0, int nb, int pf_last, const uint16_t *live,
@@ -110,8 +114,10 @@ VNNI_INLINE static void pv_body(const cpu_attn_args *a, int p0, int nb, int pf_l
             const __m512 *wmul = (const __m512 *)(tiles + 16), *dq = wmul + 4;
             // 16-bit weight codes, then their two bytes: dword 4L + g of lo (hi) = the low (high)
             // bytes of group g's keys 4L..4L+3.
-            __m512i c0 = _mm512_cvtps_epi32(_mm512_mul_ps(wmul[0], e)), c1 = _mm512_cvtps_epi32(_mm512_mul_ps(wmul[1], e));
-            __m512i c2 = _mm512_cvtps_epi32(_mm512_mul_ps(wmul[2], e)), c3 = _mm512_cvtps_epi32(_mm512_mul_ps(wmul[3], e));
+            __m512i c0 = _mm512_cvtps_epi32(_mm512_mul_ps(wmul[0], e));
+            __m512i c1 = _mm512_cvtps_epi32(_mm512_mul_ps(wmul[1], e));
+            __m512i c2 = _mm512_cvtps_epi32(_mm512_mul_ps(wmul[2], e));
+            __m512i c3 = _mm512_cvtps_epi32(_mm512_mul_ps(wmul[3], e));
             __m512i w01 = _mm512_packus_epi32(c0, c1), w23 = _mm512_packus_epi32(c2, c3);
             const __m512i low = _mm512_set1_epi16(0xff);
             __m512i lo = _mm512_packus_epi16(_mm512_and_si512(w01, low), _mm512_and_si512(w23, low));
