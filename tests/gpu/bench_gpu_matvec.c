@@ -6,18 +6,21 @@
 // shape (MLXCEL_GPU_STREAM_ROWS=4), without it (MLXCEL_GPU_NO_STREAM_MATVEC=1: kernels/matvec.cuh
 // with the scaled dot and split-K), the previous one (MLXCEL_GPU_OLD_MATVEC=1) and the tensor-core
 // decode product for batches of 2-64 tokens (MLXCEL_GPU_TC_DECODE=2, vendor/cuda/matvec_mma.cu), and its
-// pipelined form (tc-pipe: MLXCEL_GPU_TC_DECODE=2 MLXCEL_GPU_TC_PIPE=2), and the streaming kernel's
-// integer one-token form (stream-int: MLXCEL_GPU_STREAM_FORM=1, kernels/matvec_stream_int.cuh). Each case is a plan of C copies of one product or one
+// pipelined form (tc-pipe: MLXCEL_GPU_TC_DECODE=2 MLXCEL_GPU_TC_PIPE=2), the streaming kernel's
+// integer one-token form (stream-int: MLXCEL_GPU_STREAM_FORM=1, kernels/matvec_stream_int.cuh), and
+// the tensor-core product's wide form (tc-wide: MLXCEL_GPU_TC_DECODE=2 MLXCEL_GPU_TC_WIDE=2). Each case is a plan of C copies of one product or one
 // fused decode pattern (rmsnorm + q/k/v, o + residual add, rmsnorm + gate/up + SwiGLU, down +
 // residual add, the output head), each copy with its own weights so that a replay reads C x the
 // bytes from DRAM (at least 512 MB, several times the L2), recorded as a graph and replayed; the
 // time per product is the replay time / C, GB/s the matrices' bytes (codes, scales, biases) over it.
-// One-record products also run at 2, 4, 8, 16, 32 and 64 tokens (server decode batches). Every path sees the
+// One-record products also run at 2, 4, 8, 16, 32 and 64 tokens (q and gate), k/v, o and down at
+// 16, 32 and 64 (server decode batches). Every path sees the
 // same weights and inputs (the generator restarts per path), so the one-record outputs are also
 // compared: each path within 2e-5 relative L2 error of the default's (float32 summation order
 // only; 1.5e-2 at 64 tokens, where the default is the bf16 tensor-core prefill kernel; 1e-4 for
-// stream-int's one-token products, its 16-bit activations), else the
-// bench fails (exit 1), which checks the kernels at the real model shapes.
+// stream-int's one-token products, its 16-bit activations), and tc-wide also within 2e-5 of
+// tc-decode at every batch, else the bench fails (exit 1), which checks the kernels at the real
+// model shapes.
 // Usage: bench_gpu_matvec [qwen3-8b|qwen3-0.6b] [replays=20]
 #include <math.h>
 #include <stdio.h>
@@ -48,12 +51,13 @@ typedef struct bench_case {
     int64_t rows, cols;  // C_ONE
 } bench_case;
 
-enum { PATHS = 7, MAX_CASES = 32, PATH_STREAM_INT = 6 };
-static const char *const path_names[PATHS] = {"stream", "stream-r4", "no-stream", "old", "tc-decode", "tc-pipe", "stream-int"};
+enum { PATHS = 8, MAX_CASES = 32, PATH_TC_DECODE = 4, PATH_STREAM_INT = 6, PATH_TC_WIDE = 7 };
+static const char *const path_names[PATHS] = {"stream", "stream-r4", "no-stream", "old", "tc-decode", "tc-pipe", "stream-int",
+                                              "tc-wide"};
 static const char *const path_env[PATHS] = {NULL, "MLXCEL_GPU_STREAM_ROWS", "MLXCEL_GPU_NO_STREAM_MATVEC",
                                             "MLXCEL_GPU_OLD_MATVEC", "MLXCEL_GPU_TC_DECODE", "MLXCEL_GPU_TC_PIPE",
-                                            "MLXCEL_GPU_STREAM_FORM"};
-static const char *const path_value[PATHS] = {NULL, "4", "1", "1", "2", "2", "1"};
+                                            "MLXCEL_GPU_STREAM_FORM", "MLXCEL_GPU_TC_WIDE"};
+static const char *const path_value[PATHS] = {NULL, "4", "1", "1", "2", "2", "1", "2"};
 
 static mx_error err;
 static test_rng rng = {0x3243f6a8885a308dull};
@@ -202,19 +206,25 @@ int main(int argc, char **argv) {
         cases[nc++] = (bench_case){"q", C_ONE, batch[b], s->q_rows, H};
         cases[nc++] = (bench_case){"gate", C_ONE, batch[b], s->inter, H};
     }
+    for (int b = 3; b < 6; b++) {  // the other products of a layer at 16, 32 and 64 tokens
+        cases[nc++] = (bench_case){"k/v", C_ONE, batch[b], s->kv_rows, H};
+        cases[nc++] = (bench_case){"o", C_ONE, batch[b], H, s->q_rows};
+        cases[nc++] = (bench_case){"down", C_ONE, batch[b], H, s->inter};
+    }
     cases[nc++] = (bench_case){"rmsnorm+q/k/v", C_NORM_QKV, 1, 0, 0};
     cases[nc++] = (bench_case){"o+residual", C_O_RESIDUAL, 1, 0, 0};
     cases[nc++] = (bench_case){"rmsnorm+gate/up+swiglu", C_NORM_GATE_UP, 1, 0, 0};
     cases[nc++] = (bench_case){"down+residual", C_DOWN_RESIDUAL, 1, 0, 0};
 
     double us[PATHS][MAX_CASES], bytes[MAX_CASES], worst[PATHS][MAX_CASES] = {{0}};
-    float *first[MAX_CASES] = {NULL};
+    float *first[MAX_CASES] = {NULL}, *tcd[MAX_CASES] = {NULL};  // the default's and tc-decode's outputs
+    double wide_vs_tcd[MAX_CASES] = {0};
     char dev[256] = "";
     for (int path = 0; path < PATHS; path++) {
         rng = (test_rng){0x3243f6a8885a308dull};  // the same weights and inputs on every path
         // The float32 paths with the tensor-core product off (it is the default from 4 tokens); tc-pipe on
         // it from 2 tokens.
-        setenv("MLXCEL_GPU_TC_DECODE", path == 5 ? "2" : "0", 1);
+        setenv("MLXCEL_GPU_TC_DECODE", path == 5 || path == PATH_TC_WIDE ? "2" : "0", 1);
         if (path_env[path]) setenv(path_env[path], path_value[path], 1);
         mx_backend_options opt = {.name = mx_gpu_backend_name()};
         mx_backend *be = mx_gpu_backend_create(&opt, &err);
@@ -255,7 +265,17 @@ int main(int argc, char **argv) {
                 }
                 worst[path][c] = den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0);
                 if (isnan(num)) worst[path][c] = INFINITY;
-                free(res);
+                if (path == PATH_TC_WIDE && tcd[c]) {  // tc-wide against tc-decode: float32 summation order only, every n
+                    num = 0, den = 0;
+                    for (int64_t i = 0; i < cases[c].n * cases[c].rows; i++) {
+                        const double d = (double)res[i] - tcd[c][i];
+                        num += d * d, den += (double)tcd[c][i] * tcd[c][i];
+                    }
+                    wide_vs_tcd[c] = den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0);
+                    if (isnan(num)) wide_vs_tcd[c] = INFINITY;
+                }
+                if (path == PATH_TC_DECODE) tcd[c] = res;
+                else free(res);
             }
             for (int k = 0; k < nmat; k++) host_free(&hm[k]);
         }
@@ -290,7 +310,13 @@ int main(int argc, char **argv) {
                        (long long)cases[c].rows, (long long)cases[c].cols, cases[c].n, path_names[path], path_names[0],
                        worst[path][c], bound);
         }
+        if (cases[c].kind == C_ONE && tcd[c] && !(wide_vs_tcd[c] <= 2e-5)) {
+            bad++;
+            printf("FAIL: %s %lldx%lld n=%d: tc-wide differs from tc-decode by %.3e (relative L2; bound 2.0e-05)\n",
+                   cases[c].label, (long long)cases[c].rows, (long long)cases[c].cols, cases[c].n, wide_vs_tcd[c]);
+        }
         free(first[c]);
+        free(tcd[c]);
     }
     printf("outputs of the one-record products: %s\n", bad ? "paths differ (see FAIL lines)" : "every path within its bound of the default");
     return bad ? 1 : 0;

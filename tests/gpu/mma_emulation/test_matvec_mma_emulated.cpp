@@ -12,7 +12,11 @@
 // pipelined form (MLXCEL_GPU_TC_PIPE; bit-identical where both are unsplit). A split product's
 // partial sums go through the scratch to a second kernel. Every product also runs as the batched
 // "matmul + residual add" (mxg_matvec_mma_add), which must give the product's and the add record's
-// bits.
+// bits. The wide form (MLXCEL_GPU_TC_WIDE: 16-token groups, column splits added by the last block
+// of each tile) runs every product too, and the 0.6B's shapes (q 2048x1024, k/v 1024x1024, o
+// 1024x2048, gate/up 3072x1024, down 1024x3072) at 16, 32 and 64 tokens on 132 multiprocessors;
+// its split counters must be zero again after every launch, and unsplit at 8 bits it must give the
+// slab kernel's bits (at 4 bits its mma pairs the codes in another k order).
 // Built and run by run.sh; argument "quick": fewer cases. Exits 1 on any failure.
 #include "emu.h"
 #include "emu_scales.h"
@@ -29,8 +33,9 @@ static uint64_t next() { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return r
 static float unit() { return (float)((next() >> 40) * (1.0 / 16777216.0)); }
 static int below(int n) { return (int)(next() % (uint64_t)n); }
 
-static int fails = 0, cases = 0, pipe_cases = 0, same_cases = 0;
-static double worst = 0.0, worst_pipe = 0.0;
+static int fails = 0, cases = 0, pipe_cases = 0, same_cases = 0, wide_cases = 0, wide_same = 0, wide_split = 0;
+static double worst = 0.0, worst_pipe = 0.0, worst_wide = 0.0;
+static std::vector<unsigned> wide_count(1024, 0u);  // the wide form's split counters (L.tc_wide_count)
 #define FAIL(...) do { printf("FAIL: " __VA_ARGS__); printf("\n"); fails++; } while (0)
 
 
@@ -50,13 +55,14 @@ static void add_check(mxg_launch L, const std::vector<float> &two, const float *
         const float want = res0[i] + two[i];
         ok = memcmp(&res[i], &want, sizeof want) == 0;
     }
-    if (!ok) FAIL("matmul + residual add differs from the two records (rc %d): %dx%d n=%d", rc, (int)w.rows,
-                  (int)w.cols, n);
+    if (!ok) FAIL("matmul + residual add differs from the two records (rc %d): %dx%d n=%d wide=%d", rc, (int)w.rows,
+                  (int)w.cols, n, L.tc_wide_tokens);
 }
 
-// One product against the double reference, then as matmul + residual add.
+// One product against the double reference, then as matmul + residual add; forms: 1 the slab
+// kernel, 2 the pipelined form, 4 the wide form (a mask).
 static void run_case(int bits, int gs, mx_dtype st, int rows, int cols, int n, bool with_bias, int sms,
-                     size_t scratch_bytes) {
+                     size_t scratch_bytes, int forms = 7) {
     cases++;
     mx_matrix w{};
     w.q.mode = MX_QUANT_AFFINE, w.q.bits = bits, w.q.group_size = gs;
@@ -100,16 +106,27 @@ static void run_case(int bits, int gs, mx_dtype st, int rows, int cols, int n, b
     mxg_launch L{};
     L.warp = 32, L.sm_count = sms, L.cc = 90, L.scratch = scratch_bytes ? scratch.data() : nullptr;
     L.scratch_bytes = scratch_bytes;
-    // Each form: the kernel with its slabs (pipe 0), then the pipelined form (pipe 2: every batch).
+    L.tc_wide_count = wide_count.data();
+    // Each form: the kernel with its slabs (form 0), the pipelined form (1: MLXCEL_GPU_TC_PIPE=2,
+    // every batch), the wide form (2: MLXCEL_GPU_TC_WIDE=2).
     std::vector<float> plain;
-    for (int pipe : {0, 2}) {
-        L.tc_pipe_tokens = pipe;
+    for (int form = 0; form < 3; form++) {
+        if (!(forms >> form & 1)) continue;
+        const int pipe = form == 1 ? 2 : 0, wide = form == 2;
+        L.tc_pipe_tokens = pipe, L.tc_wide_tokens = wide ? 2 : 0;
         if (pipe) pipe_cases++;
+        if (wide) wide_cases++;
+        emu_grids.clear();
         std::fill(out.begin(), out.end(), -7.0f);
         emu_copies().clear();
         if (mxg_matvec_mma(&L, out.data(), xa, &w, bp, n) != 0) {
-            FAIL("declined: %d-bit g%d %s %dx%d n=%d pipe=%d", bits, gs, st_name(st), rows, cols, n, pipe);
+            FAIL("declined: %d-bit g%d %s %dx%d n=%d form=%d", bits, gs, st_name(st), rows, cols, n, form);
             return;
+        }
+        if (wide) {
+            wide_split += !emu_grids.empty() && emu_grids[0].y > 1;
+            for (unsigned c : wide_count)
+                if (c != 0) { FAIL("wide form left a split counter at %u: %dx%d n=%d", c, rows, cols, n); break; }
         }
         // Outputs past the bound (the first three reported); the worst ratio into `worst`.
         int bad = 0;
@@ -118,22 +135,26 @@ static void run_case(int bits, int gs, mx_dtype st, int rows, int cols, int n, b
                 const size_t i = (size_t)tk * rows + r;
                 const double ratio = fabs((double)out[i] - ref[i]) / (mag[i] > 0 ? mag[i] : 1e-30);
                 if (!(ratio <= 1e-6) && bad++ < 3)
-                    FAIL("%d-bit g%d %s %dx%d n=%d bias=%d sms=%d pipe=%d: row %d token %d: %.9g, reference %.9g "
+                    FAIL("%d-bit g%d %s %dx%d n=%d bias=%d sms=%d form=%d: row %d token %d: %.9g, reference %.9g "
                          "(err/sum %.3g)",
-                         bits, gs, st_name(st), rows, cols, n, with_bias, sms, pipe, r, tk, out[i], ref[i], ratio);
-                double &wr = pipe ? worst_pipe : worst;
+                         bits, gs, st_name(st), rows, cols, n, with_bias, sms, form, r, tk, out[i], ref[i], ratio);
+                double &wr = wide ? worst_wide : pipe ? worst_pipe : worst;
                 wr = ratio > wr || ratio != ratio ? (ratio != ratio ? 1e9 : ratio) : wr;
             }
         // Both forms unsplit (one multiprocessor wants 2 blocks: rows past 128 give them): the same bits.
-        if (pipe && sms == 1 && rows > 128 && scratch_bytes >= (size_t)(8 << 20)) {
-            same_cases++;
+        // (The wide form pairs 4-bit codes differently, so its k order differs there: 8-bit only.)
+        if (form && (forms & 1) && sms == 1 && rows > 128 && scratch_bytes >= (size_t)(8 << 20) && !(wide && bits == 4)) {
+            (wide ? wide_same : same_cases)++;
             if (memcmp(out.data(), plain.data(), out.size() * sizeof(float)) != 0)
-                FAIL("pipelined form differs from the slab kernel, both unsplit: %d-bit g%d %s %dx%d n=%d", bits, gs,
-                     st_name(st), rows, cols, n);
+                FAIL("%s form differs from the slab kernel, both unsplit: %d-bit g%d %s %dx%d n=%d",
+                     wide ? "wide" : "pipelined", bits, gs, st_name(st), rows, cols, n);
         }
-        if (!pipe) plain = out;
+        if (form == 0) plain = out;
         emu_copies().clear();
         add_check(L, out, xa, w, bp, n);
+        if (wide)
+            for (unsigned c : wide_count)
+                if (c != 0) { FAIL("wide form (matmul + add) left a split counter at %u: %dx%d n=%d", c, rows, cols, n); break; }
     }
 }
 
@@ -153,13 +174,14 @@ static void declines() {
         {"3-bit", 8, 3, MX_QUANT_AFFINE, 0, 90},     {"mxfp4", 8, 4, MX_QUANT_MXFP4, 0, 90},
         {"unaligned x", 8, 4, MX_QUANT_AFFINE, 1, 90}, {"sm_75", 8, 4, MX_QUANT_AFFINE, 0, 75},
     };
-    for (int pipe : {0, 2})  // the slab kernel, and with its pipelined form on (every batch)
+    for (int form = 0; form < 3; form++)  // the slab kernel, its pipelined form, its wide form (every batch)
         for (auto &k : c) {
-            w.q.bits = k.bits, w.q.mode = k.mode, L.cc = k.cc, L.tc_pipe_tokens = pipe;
+            w.q.bits = k.bits, w.q.mode = k.mode, L.cc = k.cc;
+            L.tc_pipe_tokens = form == 1 ? 2 : 0, L.tc_wide_tokens = form == 2 ? 2 : 0;
             if (mxg_matvec_mma(&L, out.data(), xa + k.offset, &w, nullptr, k.n) != -1)
-                FAIL("did not decline: %s (pipe %d)", k.what, pipe);
+                FAIL("did not decline: %s (form %d)", k.what, form);
             for (float v : out)
-                if (v != -7.0f) { FAIL("wrote output while declining: %s (pipe %d)", k.what, pipe); break; }
+                if (v != -7.0f) { FAIL("wrote output while declining: %s (form %d)", k.what, form); break; }
         }
 }
 
@@ -194,11 +216,26 @@ int main(int argc, char **argv) {
         run_case(bits, gs, sts[below(3)], rowss[below(6)], cols, ns[below(11)], below(2), sms[below(3)], scr[below(3)]);
     }
     if (!quick) run_case(4, 64, MX_DTYPE_BF16, 1024, 1024, 64, false, 132, 8 << 20);  // the 0.6B's shape, 32 splits
+    // The wide form on the 0.6B's products (4-bit g64 bf16, 132 multiprocessors, 8 MB of scratch) at
+    // the server's batch sizes, and on odd ones (quick: k/v at 16 and 64, down at 33).
+    const int shapes06[5][2] = {{2048, 1024}, {1024, 1024}, {1024, 2048}, {3072, 1024}, {1024, 3072}};
+    if (quick) {
+        run_case(4, 64, MX_DTYPE_BF16, 1024, 1024, 16, true, 132, 8 << 20, 4);
+        run_case(4, 64, MX_DTYPE_BF16, 1024, 1024, 64, false, 132, 8 << 20, 4);
+        run_case(4, 64, MX_DTYPE_BF16, 1024, 3072, 33, true, 132, 8 << 20, 4);
+    } else {
+        for (auto &sh : shapes06)
+            for (int n : {16, 32, 64}) run_case(4, 64, MX_DTYPE_BF16, sh[0], sh[1], n, n == 32, 132, 8 << 20, 4);
+        for (int n : {17, 47, 63}) run_case(8, 32, MX_DTYPE_F16, 1000, 1056, n, true, 132, 8 << 20, 4);
+    }
     printf("%d products also as matmul + residual add: out and residual bit-identical to the two records "
            "(store or split-sum kernel)\n", add_cases);
     printf("%d products, worst |err| / sum(|s q x| + |b x|) = %.3g (bound 1e-6)\n", cases, worst);
     printf("%d products on the pipelined form (MLXCEL_GPU_TC_PIPE), worst %.3g (bound 1e-6); %d of them "
            "unsplit in both forms: bit-identical to the slab kernel\n", pipe_cases, worst_pipe, same_cases);
+    printf("%d products on the wide form (MLXCEL_GPU_TC_WIDE), %d of them split, worst %.3g (bound 1e-6); %d "
+           "8-bit ones unsplit in both forms: bit-identical to the slab kernel; split counters zero after every launch\n",
+           wide_cases, wide_split, worst_wide, wide_same);
     if (fails) printf("%d failed\n", fails);
     else printf("passed\n");
     return fails ? 1 : 0;
