@@ -70,16 +70,6 @@
 #             qwen3-0.6b-q4g64 --batch 64 -p 32 -n 128` at temperature 0.7 top-p 0.95 with the knob
 #             on and off and greedy, twice in turn, then the same at --batch 32; the
 #             conformance harness with the knob.
-#   persist   the persistent MLP half (kernels/persist_mlp.cu, MLXCEL_GPU_PERSIST), ~8 min, deadline
-#             540 s: the conformance harness (its MLXCEL_GPU_PERSIST=1 and 2 sections: the one-launch
-#             MLP half against the CPU backend, 0.6B and 8B sizes, patterns that must not fuse, whole
-#             layers); model parity on cuda at 2 (the fixtures' rows are shorter than a warp's chunks,
-#             so it declines there: the dispatch changes nothing else); `mlxcel bench --shape
-#             qwen3-0.6b -p 512 -n 128` with the knob off (0), at 1 (RMSNorm + gate/up + SwiGLU and
-#             down + residual in one launch) and at 2 (the o-projection + residual too), twice in
-#             turn, then the same for qwen3-8b; `bench_gpu_decode SHAPE 512 8 100` off and at 2 for
-#             both shapes (the decode token's time, and per op the "mlp half plan" and "o-proj + mlp
-#             half plan" lines: the layer's second half as 2-3 launches against 1).
 #   stream_form  the streaming kernel's integer one-token form (kernels/matvec_stream_int.cuh,
 #             MLXCEL_GPU_STREAM_FORM=1), ~8 min, deadline 480 s: model parity on cuda with the knob
 #             (and every row length streamed); `mlxcel bench --shape qwen3-8b -p 512 -n 128` off (0)
@@ -105,10 +95,9 @@ tc_pipe) deadline=560 ;;
 tc_wide) deadline=480 ;;
 moe) deadline=480 ;;
 sample) deadline=420 ;;
-persist) deadline=540 ;;
 stream_form) deadline=480 ;;
 *)
-    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|matvec|tc_pipe|tc_wide|sample|persist|stream_form (the suites: the top of this file)" >&2
+    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|matvec|tc_pipe|tc_wide|sample|stream_form (the suites: the top of this file)" >&2
     exit 2
     ;;
 esac
@@ -271,29 +260,6 @@ suite_sample() {
     done
     check_run gpu_sample_radix 120 "sample record" MLXCEL_GPU_SAMPLE_FAST=0 -- build/cuda/test_gpu_sample
     check_run gpu_conformance_fast 120 "check failed|FAIL" MLXCEL_GPU_SAMPLE_FAST=1 -- build/cuda/test_gpu_conformance
-}
-
-suite_persist() {
-    check_build 240 mlxcel test_gpu_conformance test_model_parity bench_gpu_decode
-    check_run gpu_conformance 150 "PERSIST|mlp half|check failed|FAIL" -- build/cuda/test_gpu_conformance
-    check_run parity_cuda_persist2 90 "passed|failed|FAIL" MLXCEL_TEST_BACKEND=cuda MLXCEL_GPU_PERSIST=2 -- \
-        build/cuda/test_model_parity
-    local shape i v first
-    for shape in qwen3-0.6b qwen3-8b; do
-        first=120  # the first bench of a shape makes its model
-        for i in 1 2; do
-            for v in 0 1 2; do
-                check_bench "tg128_${shape}_persist${v}_$i" "$first" MLXCEL_GPU_PERSIST="$v" -- --shape "$shape" -p 512 -n 128
-                first=45
-            done
-        done
-    done
-    for shape in qwen3-0.6b qwen3-8b; do
-        for v in 0 2; do
-            check_run "decode_${shape}_persist$v" 45 "^decode|mlp half|^ *matmul (o|gate|down)" MLXCEL_GPU_PERSIST="$v" -- \
-                build/cuda/bench_gpu_decode "$shape" 512 8 100
-        done
-    done
 }
 
 suite_stream_form() {

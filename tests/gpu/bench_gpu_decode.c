@@ -176,8 +176,7 @@ static void op_times(mx_backend *be, model *m, int n, bool decode, void *e0, voi
     TIME_OP("swiglu", n, reps, OP(MX_OP_SWIGLU, swiglu, m->g, m->g, m->u, (int64_t)n * s->inter));
     TIME_OP("matmul down", n, reps, OP(MX_OP_MATMUL, matmul, m->tmp, m->g, &L->down, NULL, n));
     // The layer's second half as plans, as the plan runner fuses them: o-proj + add, RMSNorm,
-    // gate/up, SwiGLU, down + add (three launches; one with MLXCEL_GPU_PERSIST=2), and from the
-    // RMSNorm on (two; one with MLXCEL_GPU_PERSIST=1 or 2; kernels/persist_mlp.cu).
+    // gate/up, SwiGLU, down + add (three launches), and from the RMSNorm on (two).
     for (int o = 1; o >= 0; o--) {
         mx_plan *mlp = mx_plan_create(&err);
         if (!mlp) die("plan");

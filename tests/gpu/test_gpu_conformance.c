@@ -11,9 +11,7 @@
 // records no pattern covers; the projection patterns again on a backend without the streaming
 // matrix-vector kernel (MLXCEL_GPU_NO_STREAM_MATVEC=1), on one with its other task shape
 // (MLXCEL_GPU_STREAM_ROWS=4), on one with the previous matrix-vector
-// kernels (MLXCEL_GPU_OLD_MATVEC=1), the persistent MLP half (MLXCEL_GPU_PERSIST=1 and 2: the MLP
-// half alone and after the o-projection in every format, 0.6B and 8B sizes, patterns that must not
-// fuse, whole layers) and prefill-sized layers on the mma.sync kernel
+// kernels (MLXCEL_GPU_OLD_MATVEC=1) and prefill-sized layers on the mma.sync kernel
 // (MLXCEL_GPU_MMA_SYNC=1) and the pipelined kernel (MLXCEL_GPU_PREFILL_KERNEL=pipe, pipe1); gpt_oss's records (attention sinks, clamped SwiGLU, expert biases) in
 // a block of that family. Each plan runs three times on the GPU (direct, recorded as a graph,
 // replayed) with the input buffers restored in between, and every run must match.
@@ -706,95 +704,6 @@ static void proj_cases(mx_backend *cpu, mx_backend *gpu, ref_rng *rng) {
     }
 }
 
-// ---- the persistent MLP half (MLXCEL_GPU_PERSIST=1 and 2, kernels/persist_mlp.cu) ----------------------
-
-typedef struct mlp_cfg {
-    int n, H, A, I;  // tokens, hidden, attention width (the o-projection's columns), MLP width
-    bool bias;
-    int variant;
-} mlp_cfg;
-
-enum { M_PLAIN, M_O, M_SEP_ACT, M_ALIAS_DOWN, M_RES_ACT, M_NORM_INPLACE };
-static const char *const mlp_names[] = {"mlp half", "o-proj + mlp half", "mlp half, separate act",
-                                        "mlp half, down into the residual (no fusion)", "mlp half, residual is act (no fusion)",
-                                        "mlp half, in-place norm (no fusion)"};
-
-// Buffers: 0 x, 1 h, 2 gate, 3 up, 4 tmp, 5 att, 6 norm w, 7 b gate, 8 b up, 9 b down, 10 b o, 11 act.
-// Matrices: 0 o [H, A], 1 gate [I, H], 2 up, 3 down [H, I]. The records of forward.c's layer.
-static void build_mlp(mx_plan *p, side *s, const void *vc) {
-    const mlp_cfg *c = vc;
-    float **b = s->f;
-    const int n = c->n, v = c->variant;
-    const float *bg = c->bias ? b[7] : NULL, *bu = c->bias ? b[8] : NULL, *bd = c->bias ? b[9] : NULL;
-    const float *bo = c->bias ? b[10] : NULL;
-    float *act = v == M_SEP_ACT ? b[11] : b[2], *h = v == M_NORM_INPLACE ? b[0] : b[1];
-    if (v == M_O) {
-        ADD(p, MX_OP_MATMUL, matmul, b[4], b[5], &s->m[0], bo, n);
-        ADD(p, MX_OP_ADD, add, b[0], b[4], (int64_t)n * c->H);
-    }
-    ADD(p, MX_OP_RMSNORM, rmsnorm, h, b[0], b[6], n, c->H, 1e-6f);
-    ADD(p, MX_OP_MATMUL, matmul, b[2], h, &s->m[1], bg, n);
-    ADD(p, MX_OP_MATMUL, matmul, b[3], h, &s->m[2], bu, n);
-    ADD(p, MX_OP_SWIGLU, swiglu, act, b[2], b[3], (int64_t)n * c->I);
-    float *y = v == M_ALIAS_DOWN ? b[0] : b[4];
-    ADD(p, MX_OP_MATMUL, matmul, y, act, &s->m[3], bd, n);
-    ADD(p, MX_OP_ADD, add, v == M_RES_ACT ? act : b[0], y, (int64_t)n * c->H);
-}
-
-static void mlp_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, const fmt *f, mlp_cfg c) {
-    data d = {0};
-    const int64_t n = c.n, H = c.H, A = c.A, I = c.I;
-    add_f(&d, "x", n * H, r, -2, 2, 2e-5);
-    add_f(&d, "h", n * H, r, -1, 1, 2e-5);
-    add_f(&d, "gate", n * (I > H ? I : H), r, -1, 1, 2e-5);
-    add_f(&d, "up", n * I, r, -1, 1, 2e-5);
-    add_f(&d, "tmp", n * H, r, -1, 1, 2e-5);
-    add_f(&d, "att", n * A, r, -1, 1, 0);
-    add_f(&d, "norm w", H, r, 0.5f, 1.5f, 0);
-    add_f(&d, "b gate", I, r, -0.5f, 0.5f, 0);
-    add_f(&d, "b up", I, r, -0.5f, 0.5f, 0);
-    add_f(&d, "b down", H, r, -0.5f, 0.5f, 0);
-    add_f(&d, "b o", H, r, -0.5f, 0.5f, 0);
-    add_f(&d, "act", n * I, r, -1, 1, 2e-5);
-    add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, H, A);
-    add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, I, H);
-    add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, I, H);
-    add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, H, I);
-    char label[160], ml[64];
-    snprintf(label, sizeof label, "%s, %s, %dx%dx%d, n=%d%s", mlp_names[c.variant], ref_matrix_label(&d.mat[1], ml, sizeof ml),
-             c.H, c.A, c.I, c.n, c.bias ? ", bias" : "");
-    run_case(label, cpu, gpu, &d, build_mlp, &c, NULL, 0);
-    data_free(&d);
-}
-
-// At MLXCEL_GPU_PERSIST=level: the MLP half and the o-projection + MLP half in the formats it takes
-// (affine 4-bit g64 bf16 and g32 f16, 8-bit g128) and those it declines (mxfp4, bf16: the records),
-// at the Qwen3-0.6B layer's sizes (hidden 1024, attention 2048, MLP 3072: rows shorter than a step),
-// the 8B's (4096, 4096, 12288), mixed task shapes (the o-projection over 4096 columns, the MLP over
-// 1024: level 2 declines the three-phase launch, the MLP half still fuses) and rows shorter than a
-// warp's chunks (512: declined); with and without biases; the patterns that must not fuse (three
-// tokens, the down product into the residual it is added to, the residual add into act, an in-place
-// norm); and two whole
-// decoder layers (0.6B- and 8B-sized).
-static void persist_cases(mx_backend *cpu, mx_backend *gpu, ref_rng *rng, int level) {
-    for (size_t f = 0; f < sizeof fused_fmts / sizeof fused_fmts[0]; f++) {
-        mlp_case(cpu, gpu, rng, &fused_fmts[f], (mlp_cfg){1, 1024, 2048, 3072, f == 1, M_PLAIN});
-        mlp_case(cpu, gpu, rng, &fused_fmts[f], (mlp_cfg){1, 1024, 2048, 3072, f == 0, M_O});
-    }
-    for (size_t f = 0; f < 3; f++) {
-        mlp_case(cpu, gpu, rng, &fused_fmts[f], (mlp_cfg){1, 4096, 4096, 12288, f == 2, M_O});
-        mlp_case(cpu, gpu, rng, &fused_fmts[f], (mlp_cfg){1, 4096, 4096, 12288, false, M_PLAIN});
-    }
-    mlp_case(cpu, gpu, rng, &fused_fmts[0], (mlp_cfg){1, 1024, 4096, 3072, true, M_O});
-    mlp_case(cpu, gpu, rng, &fused_fmts[0], (mlp_cfg){1, 512, 512, 1024, false, M_O});
-    mlp_case(cpu, gpu, rng, &fused_fmts[0], (mlp_cfg){1, 2048, 2048, 6144, true, M_SEP_ACT});
-    for (int v = M_ALIAS_DOWN; v <= M_NORM_INPLACE; v++)
-        mlp_case(cpu, gpu, rng, &fused_fmts[0], (mlp_cfg){1, 1024, 2048, 3072, false, v});
-    mlp_case(cpu, gpu, rng, &fused_fmts[0], (mlp_cfg){3, 1024, 2048, 3072, true, M_O});
-    layer_case(cpu, gpu, rng, &fused_fmts[0], (layer_cfg){1, 1024, 16, 8, 128, 3072, 1000, false});
-    layer_case(cpu, gpu, rng, &fused_fmts[level == 1 ? 2 : 1], (layer_cfg){1, 4096, 32, 8, 128, 12288, 1000, false});
-}
-
 // The GPU backend made with `var`=`value` set for its creation only (exits naming the setting when it
 // cannot be made), after the line that heads the cases run on it.
 static mx_backend *gpu_with(const mx_backend_options *gopt, const char *var, const char *value) {
@@ -888,13 +797,6 @@ int main(void) {
         proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 512, 4224, 128, 256, f == 2, P_RESIDUAL});
     }
     mx_backend_free(gpu);
-    // The persistent MLP half (MLXCEL_GPU_PERSIST=1: two launches in one; 2: with the o-projection,
-    // three in one), kernels/persist_mlp.cu.
-    for (int level = 1; level <= 2; level++) {
-        gpu = gpu_with(&gopt, "MLXCEL_GPU_PERSIST", level == 1 ? "1" : "2");
-        persist_cases(cpu, gpu, &rng, level);
-        mx_backend_free(gpu);
-    }
     // The previous matrix-vector kernels (MLXCEL_GPU_OLD_MATVEC=1, the A/B switch of the benches).
     gpu = gpu_with(&gopt, "MLXCEL_GPU_OLD_MATVEC", "1");
     for (size_t f = 0; f < sizeof fused_fmts / sizeof fused_fmts[0]; f++)

@@ -82,15 +82,6 @@ static inline void mxg_launch_dep(void (*kernel)(P...), dim3 grid, dim3 block, s
     kernel<<<grid, block, smem, stream>>>(((P)args)...);
 }
 
-// A spinning thread's pause (grid_barrier.cuh) and the blocks of `kernel` one compute unit holds at
-// once with `threads` threads and `smem` bytes of dynamic shared memory (0 when the query fails).
-__device__ __forceinline__ void mxg_spin_pause() { __builtin_amdgcn_s_sleep(1); }
-template <class K>
-static inline int mxg_blocks_per_sm(K kernel, int threads, size_t smem) {
-    int n = 0;
-    return hipOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) == hipSuccess ? n : 0;
-}
-
 #elif defined(MXG_VENDOR_CUDA)
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -183,31 +174,9 @@ static inline void mxg_launch_dep(void (*kernel)(P...), dim3 grid, dim3 block, s
     (void)cudaLaunchKernelEx(&cfg, kernel, ((P)args)...);
 }
 
-// A spinning thread's pause (grid_barrier.cuh) and the blocks of `kernel` one multiprocessor holds
-// at once with `threads` threads and `smem` bytes of dynamic shared memory (0 when the query fails).
-__device__ __forceinline__ void mxg_spin_pause() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-    __nanosleep(32);
-#endif
-}
-template <class K>
-static inline int mxg_blocks_per_sm(K kernel, int threads, size_t smem) {
-    int n = 0;
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem) == cudaSuccess ? n : 0;
-}
-
 #else
 #error "compat.h: define MXG_VENDOR_CUDA (nvcc) or MXG_VENDOR_HIP (hipcc); see cmake/gpu.cmake"
 #endif
-
-// A launch whose blocks must all be resident at once (a grid-wide barrier, kernels/grid_barrier.cuh;
-// the caller sizes the grid with mxg_blocks_per_sm): on the device an ordinary launch, dependent as
-// asked; the host emulation (tests/gpu/kv_emulation/emu.h) runs its blocks together.
-template <class... P, class... A>
-static inline void mxg_launch_coresident(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, gpuStream_t stream,
-                                         bool dependent, A... args) {
-    mxg_launch_dep(kernel, grid, block, smem, stream, dependent, args...);
-}
 
 // Wraps a kernel body templated on W: in the device pass for one AMD target the instantiation for
 // the other warp width can never be launched (the host picks by the device's width), so its body is

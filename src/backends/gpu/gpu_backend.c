@@ -233,7 +233,6 @@ static void gpu_destroy(mx_backend *be) {
         free(c->graphs);
         mxg_rt_free(c->launch.scratch);
         mxg_rt_free(c->launch.small_scratch);
-        mxg_rt_free(c->launch.persist_bar);
         mxg_rt_free(c->launch.tc_wide_count);
         mxg_rt_free(c->launch.sample_scratch);
         mxg_rt_stream_destroy(c->launch.stream);
@@ -303,7 +302,7 @@ static int env_int(const char *name, int def, int lo, int hi, int *out, mx_error
 typedef struct gpu_knobs {
     int matvec_rows, matvec_max_tokens, stream_min_cols, stream_rows, sample_blocks, tc_decode_tokens, attn_decode;
     int tc_pipe_tokens, tc_wide_tokens;
-    int prefill_kernel, moe_fused, attn_mma, sample_fast, persist, stream_form;
+    int prefill_kernel, moe_fused, attn_mma, sample_fast, stream_form;
 } gpu_knobs;
 
 static int read_knobs(gpu_knobs *k, mx_error *err) {
@@ -345,10 +344,6 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // 5,069 tok/s).
     // MLXCEL_GPU_ATTN_DECODE=0: decode attention on the general kernel (kernels/attention.cu, head
     // rows) instead of the flash-decoding one (kernels/attn_decode.cu), for A/B benches (unset: 1).
-    // MLXCEL_GPU_PERSIST=1: a one-token step's MLP half (RMSNorm + gate/up + SwiGLU, down + residual
-    // add: two launches) as one launch of persistent blocks with a grid-wide barrier between the
-    // phases (kernels/persist_mlp.cu); 2: the o-projection + residual add before it too (three
-    // launches in one); unset: 0 (measured slower, bench/RESULTS.md run 27).
     // MLXCEL_GPU_STREAM_FORM=1: the streaming kernel's one-token products over affine 4/8-bit weights
     // in its integer form (kernels/matvec_stream_int.cuh: activations as 16-bit integers per chunk of
     // 32 in dp4a; each output within its stated bound of the float32 dot, not float32-exact products);
@@ -365,7 +360,6 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_TC_WIDE", 0, 0, 64, &k->tc_wide_tokens, err) ||
         env_int("MLXCEL_GPU_MOE_FUSED", 1, 0, 2, &k->moe_fused, err) ||
         env_int("MLXCEL_GPU_ATTN_MMA", 1, 0, 1, &k->attn_mma, err) ||
-        env_int("MLXCEL_GPU_PERSIST", 0, 0, 2, &k->persist, err) ||
         env_int("MLXCEL_GPU_STREAM_FORM", 0, 0, 1, &k->stream_form, err))
         return -1;
     static const char *const prefill_names[] = {"wmma", "wmma128", "sync", "pipe", "pipe1"};  // MXG_PREFILL_* order
@@ -486,16 +480,6 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     if (mxg_rt_malloc(&c->launch.scratch, c->launch.scratch_bytes, c->launch.stream, err) != 0) goto fail;
     c->launch.small_scratch_bytes = 64 * 1024;
     if (mxg_rt_malloc(&c->launch.small_scratch, c->launch.small_scratch_bytes, c->launch.stream, err) != 0) goto fail;
-    // The persistent kernel's grid barrier: two words that must start at zero (kernels/grid_barrier.cuh).
-    c->launch.persist = knobs.persist;
-    if (c->launch.persist) {
-        static const unsigned zero[4] = {0};
-        void *bar = NULL;
-        if (mxg_rt_malloc(&bar, sizeof zero, c->launch.stream, err) != 0) goto fail;
-        c->launch.persist_bar = bar;
-        if (mxg_rt_upload(bar, zero, sizeof zero, c->launch.stream, err) != 0 || mxg_rt_sync(c->launch.stream, err) != 0)
-            goto fail;
-    }
     // The wide tensor-core decode product's split counters: zero at creation, left zero by every launch.
     if (c->launch.tc_wide_tokens) {
         static const unsigned zero[1024] = {0};

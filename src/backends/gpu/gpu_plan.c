@@ -10,10 +10,6 @@
 //   rotated k and of v that follows them: one launch;
 // - a product of several tokens on the tensor-core decode product followed by the residual add of
 //   its output: the add in the product's final writer, where that product takes it (kernels.h).
-// - with MLXCEL_GPU_PERSIST=1 (L->persist), one token's MLP half: [at 2, a matrix-vector product and
-//   the residual add of its output (the o-projection),] RMSNorm, gate and up products, SwiGLU, the down
-//   product and the residual add of its output: one launch of persistent blocks, a grid-wide
-//   barrier between the phases (kernels/persist_mlp.cu), tried before the patterns above;
 // - MoE decode (L->moe_fused): the gate and up expert products followed by the SwiGLU of their
 //   outputs (at level 2 with the routing before them), one launch; the down expert product
 //   followed by the combine of its output, one launch (kernels/moe_stream.cu).
@@ -169,51 +165,6 @@ static int try_matvec(const mxg_launch *L, const mx_plan *p, int i) {
     return 0;
 }
 
-// [matmul(o_out, attn), add(o_res, o_out),] rmsnorm(h, x), matmul(gate, h), matmul(up, h),
-// swiglu(act, gate, up), matmul(y, act), add(res, y), one token: one persistent launch
-// (mxg_persist_mlp_run). The phases run in record order with a grid-wide barrier between them, so
-// only what one phase reads and writes must not alias (the single patterns' rules above): the
-// o-projection's output neither its input nor the residual it adds to; the norm out of place, gate
-// and up distinct and neither the norm's input nor output, the SwiGLU's output not up, the norm's
-// input or output (it may be gate); the down product's output neither its input (act) nor the
-// residual, the residual not act. 0: no match, or the launcher declined (then the records of the
-// o-projection take the other patterns, and the MLP is tried again from its norm).
-static int try_persist(const mxg_launch *L, const mx_plan *p, int i) {
-    if (!L->persist) return 0;
-    mxg_persist_mlp m = {0};
-    int j = i;
-    const mx_op *o = &p->ops[i];
-    if (L->persist >= 2 && is_matvec(o) && i + 1 < p->n_ops && p->ops[i + 1].kind == MX_OP_ADD) {
-        const mx_op *a = &p->ops[i + 1];
-        if (a->add.y != o->matmul.out || a->add.count != o->matmul.w->rows || a->add.x == o->matmul.out ||
-            a->add.x == o->matmul.x || o->matmul.out == o->matmul.x)
-            return 0;
-        m.w_o = o->matmul.w, m.b_o = o->matmul.bias, m.attn = o->matmul.x;
-        m.o_out = o->matmul.out, m.o_res = a->add.x;
-        j = i + 2;
-    }
-    if (j + 5 >= p->n_ops) return 0;
-    const mx_op *r = &p->ops[j], *g = &p->ops[j + 1], *u = &p->ops[j + 2], *sw = &p->ops[j + 3];
-    const mx_op *d = &p->ops[j + 4], *ad = &p->ops[j + 5];
-    if (r->kind != MX_OP_RMSNORM || r->rmsnorm.n != 1 || r->rmsnorm.out == r->rmsnorm.x) return 0;
-    const float *h = r->rmsnorm.out, *x = r->rmsnorm.x;
-    if (shared_input_run(p, j + 1, h, x) < 2 || g->matmul.w->cols != r->rmsnorm.dim) return 0;
-    if (sw->kind != MX_OP_SWIGLU || sw->swiglu.gate != g->matmul.out || sw->swiglu.up != u->matmul.out ||
-        sw->swiglu.count != g->matmul.w->rows || sw->swiglu.out == u->matmul.out || sw->swiglu.out == x ||
-        sw->swiglu.out == h)
-        return 0;
-    const float *act = sw->swiglu.out;
-    if (!is_matvec(d) || d->matmul.x != act || d->matmul.out == act) return 0;
-    if (ad->kind != MX_OP_ADD || ad->add.y != d->matmul.out || ad->add.count != d->matmul.w->rows ||
-        ad->add.x == d->matmul.out || ad->add.x == act)
-        return 0;
-    m.x = x, m.norm_w = r->rmsnorm.w, m.norm_eps = r->rmsnorm.eps, m.norm_out = r->rmsnorm.out;
-    m.w_gate = g->matmul.w, m.b_gate = g->matmul.bias, m.gate = g->matmul.out;
-    m.w_up = u->matmul.w, m.b_up = u->matmul.bias, m.up = u->matmul.out, m.act = sw->swiglu.out;
-    m.w_down = d->matmul.w, m.b_down = d->matmul.bias, m.down_out = d->matmul.out, m.res = ad->add.x;
-    return mxg_persist_mlp_run(L, &m) == 0 ? j + 6 - i : 0;
-}
-
 // matmul(out) of n tokens on the tensor-core decode product, add(res, out): the add done by the
 // product's final writer (mxg_matvec_mma_add: its store, or the kernel adding its column splits),
 // with the one-token pattern's checks (the add takes the whole output; res is neither the output
@@ -345,8 +296,7 @@ static int try_qk_norm_rope(const mxg_launch *L, const mx_plan *p, int i) {
 void mxg_enqueue_plan(const mxg_launch *L, const mx_plan *plan, bool fuse) {
     for (int i = 0; i < plan->n_ops;) {
         int used = 0;
-        if (fuse) used = try_persist(L, plan, i);
-        if (fuse && !used) used = try_matvec(L, plan, i);
+        if (fuse) used = try_matvec(L, plan, i);
         if (fuse && !used) used = try_qk_norm_rope(L, plan, i);
         if (fuse && !used) used = try_tc_residual(L, plan, i);
         if (fuse && !used) used = try_moe(L, plan, i);

@@ -67,9 +67,6 @@ typedef struct mxg_launch {
     void *sample_scratch;  // device workspace of the split sample kernels (NULL when sample_blocks is 1)
     size_t sample_scratch_bytes;
     bool sample_fast;      // the split form's fast threshold (MLXCEL_GPU_SAMPLE_FAST; on by default, 0: the radix passes)
-    int persist;           // one-token MLP halves as one persistent launch (kernels/persist_mlp.cu;
-                           // MLXCEL_GPU_PERSIST: 0 (default) off, 1 the MLP, 2 with the o-projection)
-    unsigned *persist_bar; // its grid barrier's two words (kernels/grid_barrier.cuh), zeroed at creation
 } mxg_launch;
 
 // Whether matmul/embed/moe_matmul have a kernel for this weight format.

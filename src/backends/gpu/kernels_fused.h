@@ -66,32 +66,6 @@ bool mxg_moe_down_combine_ok(const mxg_launch *L, const mx_matrix *w, const floa
 void mxg_moe_down_combine(const mxg_launch *L, float *y, float *out, const float *x, const mx_matrix *w,
                           const int32_t *ids, const float *weights, int n, int k);
 
-// One token's MLP half in one launch of persistent blocks (kernels/persist_mlp.cu; L->persist): the
-// records [matmul(o_out, attn, w_o, b_o), add(o_res, o_out),] rmsnorm(norm_out, x, norm_w),
-// matmul(gate, norm_out, w_gate, b_gate), matmul(up, ...), swiglu(act, gate, up), matmul(down_out,
-// act, w_down, b_down), add(res, down_out), phases separated by a grid-wide barrier
-// (kernels/grid_barrier.cuh), each phase the streaming kernel's body with the one-record launch's
-// task shape, so every buffer gets the values the unfused streaming launches would write. w_o NULL:
-// no first phase. Returns 0 when it enqueued the launch, -1 when it declines (formats other than
-// affine 4/8-bit with bf16/f16 scales, matrices of different formats, phases of different task
-// shapes, staging over 48 KB, rows shorter than a warp's chunks, unaligned buffers, no barrier
-// words); the caller then runs the records. The aliasing rules are the plan runner's (gpu_plan.c).
-typedef struct mxg_persist_mlp {
-    const mx_matrix *w_o;
-    const float *b_o, *attn;
-    float *o_out, *o_res;
-    const float *x, *norm_w;
-    float norm_eps;
-    float *norm_out;
-    const mx_matrix *w_gate, *w_up;
-    const float *b_gate, *b_up;
-    float *gate, *up, *act;
-    const mx_matrix *w_down;
-    const float *b_down;
-    float *down_out, *res;
-} mxg_persist_mlp;
-int mxg_persist_mlp_run(const mxg_launch *L, const mxg_persist_mlp *m);
-
 #ifdef __cplusplus
 }
 #endif

@@ -69,7 +69,6 @@ inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
 inline void __threadfence() {}
 template <class T> inline T __ldcg(const T *p) { return *p; }
 template <class T> inline T atomicAdd(T *p, T v) { T old = *p; *p = old + v; return old; }
-template <class T> inline T atomicExch(T *p, T v) { T old = *p; *p = v; return old; }
 template <class T> inline T atomicMax(T *p, T v) { T old = *p; *p = old > v ? old : v; return old; }
 template <class T> inline T atomicMin(T *p, T v) { T old = *p; *p = old < v ? old : v; return old; }
 void __syncthreads();
@@ -116,19 +115,6 @@ extern size_t emu_smem_max;
 // Every launch's grid, appended in order; tests clear it.
 extern std::vector<dim3> emu_grids;
 
-// The persistent kernels' launch (compat.h, mxg_launch_coresident): every block of the grid runs
-// together (fibers of all blocks, each block its own shared memory; __shared__ statics would be
-// shared by the blocks, so such kernels use dynamic shared memory only); a spinning thread
-// (mxg_spin_pause) lets the others run. mxg_blocks_per_sm answers emu_blocks_per_sm (default 2).
-void emu_launch_coresident(dim3 g, dim3 b, size_t smem, std::function<void()> k);
-void emu_spin();
-inline void mxg_spin_pause() { emu_spin(); }
-extern int emu_blocks_per_sm;
-template <class K> inline int mxg_blocks_per_sm(K, int, size_t) { return emu_blocks_per_sm; }
-template <class... P, class... A>
-inline void mxg_launch_coresident(void (*k)(P...), dim3 grid, dim3 block, size_t smem, gpuStream_t, bool, A... args) {
-    emu_launch_coresident(grid, block, smem, [=]() { k((P)args...); });
-}
 // Programmatic dependent launch (compat.h): a plain launch; the waits have nothing to wait for.
 inline void mxg_grid_wait() {}
 inline void mxg_grid_release() {}

@@ -269,14 +269,12 @@ __device__ __forceinline__ void stream_epilogue(const StreamArgs &a, int mi, int
 }
 
 // The kernel's body as `nblocks` blocks of which the caller is block `block`: the first task's first
-// weights are loaded, then `before_stage()` runs (mxg_grid_wait for the one-phase kernel; in the
-// persistent kernel, kernels/persist_mlp.cu, the grid barrier after the previous phase), then the
-// activations are staged and the warps walk their tasks. No thread returns early and the only
-// block barrier is the one after the staging, so a caller may run several bodies in a row (with a
-// block barrier before the next staging overwrites xs4). FORM 1 (one token, IntStream formats):
+// weights are loaded, then it waits for the previous kernel (mxg_grid_wait: the weights do not
+// depend on it, the activations do), then the activations are staged and the warps walk their
+// tasks; the only block barrier is the one after the staging. FORM 1 (one token, IntStream formats):
 // the integer form of kernels/matvec_stream_int.cuh, staging and dot products; the rest is shared.
-template <int W, class F, int NT, int NM, int R, int U, int EPI, bool NORM, class Hook, int FORM = 0>
-__device__ __forceinline__ void stream_body(const StreamArgs &a, float4 *xs4, int block, int nblocks, Hook before_stage) {
+template <int W, class F, int NT, int NM, int R, int U, int EPI, bool NORM, int FORM = 0>
+__device__ __forceinline__ void stream_body(const StreamArgs &a, float4 *xs4, int block, int nblocks) {
     static_assert(FORM == 0 || (NT == 1 && IntStream<F>::on), "the integer form: one token, affine 4/8-bit");
     constexpr int RR = NM * R, warps = kStreamThreads / W, span = W * U;
     const int lane = (int)threadIdx.x % W;
@@ -293,7 +291,7 @@ __device__ __forceinline__ void stream_body(const StreamArgs &a, float4 *xs4, in
         for (int u = 0; u < U; u++)
             if (u * W + lane < nchunks) stream_load_slot<F, NM, R>(a, mi, r0, u * W + lane, buf[u]);
     }
-    before_stage();
+    mxg_grid_wait();
     if constexpr (FORM == 1) int_stream_stage<W, F, NORM>(a, xs4, n4, block);
     else stream_stage<W, F, NT, NORM>(a, xs4, n4, block);
     __syncthreads();  // the only barrier: from here on the warps run independently
@@ -334,8 +332,7 @@ template <int W, class F, int NT, int NM, int R, int U, int EPI, bool NORM, int 
 __global__ void __launch_bounds__(kStreamThreads, kStreamBlocksPerSm) matvec_stream_kernel(StreamArgs a) {
     MXG_WARP_ONLY(W) {
     extern __shared__ float4 xs4[];  // [NT][nchunks * 8] (FORM 1: int_stage_bytes(nchunks))
-    auto wait = [] { mxg_grid_wait(); };
-    stream_body<W, F, NT, NM, R, U, EPI, NORM, decltype(wait), FORM>(a, xs4, (int)blockIdx.x, (int)gridDim.x, wait);
+    stream_body<W, F, NT, NM, R, U, EPI, NORM, FORM>(a, xs4, (int)blockIdx.x, (int)gridDim.x);
     mxg_grid_release();  // the next dependent kernel may start loading its weights
     }
 }
@@ -346,8 +343,6 @@ static inline bool stream_fits(const mxg_launch *L, const mx_matrix *w, const fl
            (size_t)nt * w->cols * 4 <= kMatvecStageBytes && w->cols / 32 >= L->warp;
 }
 
-// One launch of R rows per task (per matrix: NM = 2 counts gate's rows only) and U chunks per lane
-// per step: as many blocks as the tasks need, at most kStreamBlocksPerSm per multiprocessor.
 // Numbers the tasks of `count` matrices at R rows per task (NM = 2: gate's rows only) into
 // a.task_end; returns their count.
 template <int NM, int R>
@@ -360,6 +355,8 @@ int stream_tasks(StreamArgs &a, int count) {
     return tasks;
 }
 
+// One launch of R rows per task (per matrix: NM = 2 counts gate's rows only) and U chunks per lane
+// per step: as many blocks as the tasks need, at most kStreamBlocksPerSm per multiprocessor.
 template <int W, class F, int NT, int NM, int R, int U, int EPI, bool NORM, int FORM>
 void stream_launch_shape(const mxg_launch *L, StreamArgs a, int count) {
     constexpr int warps = kStreamThreads / W;
