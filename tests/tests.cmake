@@ -28,6 +28,13 @@ add_test(NAME test_model_parity_kv_i8_int COMMAND test_model_parity WORKING_DIRE
 set_tests_properties(test_model_parity_kv_i8_int PROPERTIES ENVIRONMENT "MLXCEL_CPU_KV=i8;MLXCEL_CPU_ATTN_I8=int")
 add_test(NAME test_model_parity_kv_i8_pv COMMAND test_model_parity WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(test_model_parity_kv_i8_pv PROPERTIES ENVIRONMENT "MLXCEL_CPU_KV=i8;MLXCEL_CPU_ATTN_I8=pv")
+# An MLXCEL_CPU_ATTN_I8 value that is not a mode stops the CPU backend's start with an error naming it.
+add_test(NAME cpu_knob_refused_attn_i8
+         COMMAND ${CMAKE_COMMAND} -E env MLXCEL_CPU_ATTN_I8=intt
+                 $<TARGET_FILE:mlxcel> generate -m models/qwen3-demo-44m-4bit -p Hi -n 1 --backend cpu
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(cpu_knob_refused_attn_i8 PROPERTIES
+                     PASS_REGULAR_EXPRESSION "MLXCEL_CPU_ATTN_I8='intt': must be int, pv, int,pv or float")
 add_test(NAME test_model_parity_kv_i8_int_pv COMMAND test_model_parity WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(test_model_parity_kv_i8_int_pv PROPERTIES ENVIRONMENT "MLXCEL_CPU_KV=i8;MLXCEL_CPU_ATTN_I8=int,pv")
 # The avx512vnni kernel set forced (its own integer prefill; the best set on this machine may be amx).

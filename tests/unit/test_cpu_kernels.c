@@ -235,17 +235,26 @@ static void compare(const char *set, const char *label, const tmat *t) {
     free(x), free(scratch), free(deq_ref), free(deq_mag), free(deq), free(ref), free(got), free(mag);
 }
 
-// One attention head in double precision: softmax(scale * q . K[p]) V over keys [first, last].
-static void attn_ref(const float *q, const float *K, const float *V, int64_t stride, int first, int last, int hd,
-                     float scale, double *out, double *vmax) {
-    double sc[64], mx = -INFINITY, sum = 0;
+// Unnormalized softmax weights in double precision: w[p] = exp(scale * q . K[p] - max) for keys
+// [first, last] (w indexed by key, up to 64); returns their sum.
+static double softmax_ref(const float *q, const float *K, int64_t stride, int first, int last, int hd, float scale,
+                          double *w) {
+    double mx = -INFINITY, sum = 0;
     for (int p = first; p <= last; p++) {
         double d = 0;
         for (int i = 0; i < hd; i++) d += (double)q[i] * K[p * stride + i];
-        sc[p] = d * scale;
-        mx = sc[p] > mx ? sc[p] : mx;
+        w[p] = d * scale;
+        mx = w[p] > mx ? w[p] : mx;
     }
-    for (int p = first; p <= last; p++) sum += (sc[p] = exp(sc[p] - mx));
+    for (int p = first; p <= last; p++) sum += (w[p] = exp(w[p] - mx));
+    return sum;
+}
+
+// One attention head in double precision: softmax(scale * q . K[p]) V over keys [first, last].
+static void attn_ref(const float *q, const float *K, const float *V, int64_t stride, int first, int last, int hd,
+                     float scale, double *out, double *vmax) {
+    double sc[64];
+    const double sum = softmax_ref(q, K, stride, first, last, hd, scale, sc);
     *vmax = 0;
     for (int i = 0; i < hd; i++) {
         double acc = 0;
@@ -280,14 +289,8 @@ static int int_paths, pv_paths;  // attn_rows calls that took integer scores, in
 // scores of q (the query the kernel's scores use).
 static double pv_bound(const float *q, const float *K, const float *V, int64_t stride, int first, int last, int lo,
                        int hi, int hd, float scale) {
-    double w[64], mx = -INFINITY, sum = 0, b = 0, pv = 0;
-    for (int p = first; p <= last; p++) {
-        double d = 0;
-        for (int i = 0; i < hd; i++) d += (double)q[i] * K[p * stride + i];
-        w[p] = d * scale;
-        mx = w[p] > mx ? w[p] : mx;
-    }
-    for (int p = first; p <= last; p++) sum += (w[p] = exp(w[p] - mx));
+    double w[64], b = 0, pv = 0;
+    const double sum = softmax_ref(q, K, stride, first, last, hd, scale, w);
     for (int p0 = lo; p0 <= hi; p0 += 16) {
         double pm = 0, vm = 0;
         int n = 0;

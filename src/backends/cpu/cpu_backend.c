@@ -420,6 +420,12 @@ mx_backend *mx_cpu_backend_create(int threads, mx_error *err) {
         mx_fail(err, "MLXCEL_CPU_KV='%s': the CPU KV cache type must be i16 (the default), i8, f32 or f16", kvt);
         return NULL;
     }
+    const char *attn_i8 = getenv("MLXCEL_CPU_ATTN_I8");
+    if (!cpu_kernels_attn_i8_valid(attn_i8)) {
+        cpu_destroy(be);
+        mx_fail(err, "MLXCEL_CPU_ATTN_I8='%s': must be int, pv, int,pv or float (unset: float)", attn_i8);
+        return NULL;
+    }
     if (!(c->weights = cpu_weight_arena_create(err))) {
         cpu_destroy(be);
         return NULL;

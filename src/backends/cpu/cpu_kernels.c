@@ -188,6 +188,7 @@ static int i8_mode_parse(const char *spec) {
     if (!spec || !*spec) return 0;
     int mode = 0;
     char buf[32];
+    if (strlen(spec) >= sizeof buf) return -1;
     snprintf(buf, sizeof buf, "%s", spec);
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         if (strcmp(t, "int") == 0) mode |= CPU_ATTN_I8_SCORES;
@@ -212,6 +213,8 @@ int cpu_kernels_attn_i8_mode(void) {
     }
     return v;
 }
+
+bool cpu_kernels_attn_i8_valid(const char *spec) { return i8_mode_parse(spec) >= 0; }
 
 int cpu_kernels_attn_i8_select(const char *spec) {
     int v = i8_mode_parse(spec);

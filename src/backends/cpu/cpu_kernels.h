@@ -7,6 +7,7 @@
 #define MX_BACKENDS_CPU_KERNELS_H
 
 #include <math.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -118,13 +119,16 @@ void cpu_kernels_attn_rows(const cpu_attn_args *a, float *scratch);
 int cpu_kernels_attn_int_scores(const cpu_attn_args *a);
 // 1 when the active set computes this call's P.V from integer dot products: I8 cache, head_dim a
 // multiple of 16 from 32 to 512, AVX-512 VNNI, and MLXCEL_CPU_ATTN_I8=pv or int,pv (opt-in). Each block's
-// weights p times the value scales are rounded to bytes on one step per query, block of 16 keys and
-// 16-value group (max p x max value scale / 255), and summed exactly with the int8 value codes
-// (cpu_kernels_attn_vnni_pv.c, which states the error bound).
+// weights p times the value scales are rounded to 16 bits on one step per query, block of 16 keys and
+// 16-value group (max p x max value scale / 65280), and summed exactly with the int8 value codes as
+// two byte digits (cpu_kernels_attn_vnni_pv.c, which states the error bound).
 int cpu_kernels_attn_int_pv(const cpu_attn_args *a);
 // Sets the integer modes as MLXCEL_CPU_ATTN_I8 would ("int", "pv", "int,pv", "float" or ""; tests);
 // -1 for anything else.
 int cpu_kernels_attn_i8_select(const char *spec);
+// Whether spec (MLXCEL_CPU_ATTN_I8's value; NULL: unset) is one of those: the backend refuses to
+// start on any other value.
+bool cpu_kernels_attn_i8_valid(const char *spec);
 
 // out[i] = silu(gate[i]) * up[i] = gate[i] / (1 + e^-gate[i]) * up[i] for i < count (the scalar
 // version is the reference; SIMD versions within a few float32 roundings of it).
