@@ -85,8 +85,12 @@ const char cli_model_help[] =
     "  --kv-bits 8|16          KV cache codes: 16 (int16, the default) or 8 (int8, half the cache's\n"
     "                          bytes, slightly less accurate; cpu backend only, others refuse it)\n";
 
+void cli_sampling_usage(FILE *to, const mx_sampling *defaults) {
+    fprintf(to, "  --temp T                temperature; 0 is greedy (default %g)\n%s", (double)defaults->temp,
+            cli_sampling_help);
+}
+
 const char cli_sampling_help[] =
-    "  --temp T                temperature; 0 is greedy (default 0)\n"
     "  --top-k K               keep the K most likely tokens (0: off)\n"
     "  --top-p P               nucleus sampling (1: off)\n"
     "  --min-p P               drop tokens below P x the best probability (0: off)\n"

@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "backends/backend.h"
 #include "models/model.h"
@@ -37,6 +38,9 @@ int cli_model_opt(const char *cmd, int argc, char **argv, int *i, cli_model_opts
 // --repetition-context-size, --presence-penalty, --frequency-penalty, --seed).
 int cli_sampling_opt(const char *cmd, int argc, char **argv, int *i, mx_sampling *s);
 extern const char cli_model_help[];
+// The sampling options' help: --temp with the command's default (defaults->temp), then the rest
+// (cli_sampling_help, whose defaults are mx_sampling_defaults()'s).
+void cli_sampling_usage(FILE *to, const mx_sampling *defaults);
 extern const char cli_sampling_help[];
 
 // Resolves the model path, creates the backend and loads the model; prints the error and returns -1

@@ -68,21 +68,32 @@ static char *render(const mx_chat_template *t, json_t *messages, mx_error *err) 
     return out;
 }
 
+// The conversation's defaults: sampled (a conversation reads better so; --temp 0 gives greedy answers).
+#define CHAT_TEMP 0.7f
+#define CHAT_MAX_TOKENS 512
+
 static void usage(FILE *to) {
     fprintf(to, "usage: mlxcel chat [-m MODEL] [--system TEXT] [-n MAX_TOKENS_PER_ANSWER] [options]\n"
                 "  type a message and press enter; /reset clears the conversation, /exit quits;\n"
                 "  Ctrl-C stops the current answer.\n"
+                "  --system TEXT           system message at the start of the conversation (chat template)\n"
+                "  -n, --max-tokens N      tokens per answer at most (default %d)\n"
                 "  --no-prefix-cache       recompute the whole conversation at each turn\n"
-                "  --print-prompt          print each turn's whole prompt, as the model gets it, to stderr\n%s%s", cli_model_help, cli_sampling_help);
+                "  --print-prompt          print each turn's whole prompt, as the model gets it, to stderr\n"
+                "%s",
+            CHAT_MAX_TOKENS, cli_model_help);
+    mx_sampling d = mx_sampling_defaults();
+    d.temp = CHAT_TEMP;
+    cli_sampling_usage(to, &d);
 }
 
 int cmd_chat(int argc, char **argv) {
     const char *cmd = "chat", *system = NULL;
-    int max_new = 512;
+    int max_new = CHAT_MAX_TOKENS;
     bool reuse_cache = true, print_prompt = false;
     cli_model_opts mo = {0};
     mx_sampling sp = mx_sampling_defaults();
-    sp.temp = 0.7f;  // a conversation reads better sampled; --temp 0 gives greedy answers
+    sp.temp = CHAT_TEMP;
     for (int i = 1; i < argc; i++) {
         int r = cli_model_opt(cmd, argc, argv, &i, &mo);
         if (r == 0) r = cli_sampling_opt(cmd, argc, argv, &i, &sp);

@@ -25,8 +25,10 @@ static void usage(FILE *to) {
             "  --ignore-eos            keep generating past end-of-sequence tokens\n"
             "  --json-schema FILE      output is JSON valid against the schema in FILE (constrained decoding)\n"
             "  --grammar FILE          output follows the GBNF grammar in FILE (constrained decoding)\n"
-            "%s%s",
-            cli_model_help, cli_sampling_help);
+            "%s",
+            cli_model_help);
+    mx_sampling d = mx_sampling_defaults();
+    cli_sampling_usage(to, &d);
 }
 
 static bool print_text(void *user, const mx_token_event *ev) {

@@ -53,7 +53,9 @@ int cmd_serve(int argc, char **argv) {
         if (r < 0) return MX_EXIT_USAGE;
         if (r > 0) continue;
         if (cli_is(a, "-h", "--help")) {
-            printf("%s%s%s", serve_usage, cli_model_help, cli_sampling_help);
+            printf("%s%s", serve_usage, cli_model_help);
+            mx_sampling d = mx_sampling_defaults();
+            cli_sampling_usage(stdout, &d);
             return MX_EXIT_OK;
         }
         int iv;

@@ -7,7 +7,7 @@ dtypes, missing tensors, unknown architectures, malformed config, missing tokeni
 exit 1 with a message naming what was wrong, never crash.
 
 usage: test_cli.py PATH/TO/mlxcel   (run from the repository root)"""
-import json, os, shutil, struct, subprocess, sys, tempfile
+import json, os, re, shutil, struct, subprocess, sys, tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'pylib'))
 from checks import check, finish  # noqa: E402
@@ -181,6 +181,37 @@ for args, needle in ((['generate'], 'prompt is required'), (['generate', '-p', '
                      (['bench', '--kv-bits', 'eight'], '--kv-bits must be 8 or 16'), (['serve', '--kv-bits'], 'needs a value')):
     rc, out, err = run(args)
     check(f'usage error {args}', rc == 2 and needle in err, f'rc={rc} err={err!r}')
+
+# --- --help: every option listed is one the parsers take, with the real defaults ----------------
+helps = {}
+for c in ('generate', 'chat', 'serve', 'bench', 'logits', 'perplexity', 'inspect'):
+    rc, out, err = run([c, '--help'])
+    helps[c] = out
+    check(f'{c} --help', rc == 0 and out.startswith(f'usage: mlxcel {c}'), f'rc={rc} {out[:200]!r} {err[-200:]!r}')
+    # Every option listed is one the parser takes: a flag with a value alone asks for the value, a
+    # switch before --help lets the help print (neither is "unknown option").
+    for line in out.splitlines():
+        m = re.match(r'^  ((?:-[-a-z]+(?:, )?)+)( [^ ]+)?  ', line)
+        if not m:
+            continue
+        for flag in m.group(1).split(', '):
+            rc2, _, err2 = run([c, flag] if m.group(2) else [c, flag, '--help'])
+            check(f'{c} {flag} (from --help) is taken', 'unknown option' not in err2 and
+                  (rc2 == 2 and 'needs a value' in err2 if m.group(2) else rc2 == 0), f'rc={rc2} {err2[-200:]!r}')
+chat_help = helps['chat']
+check('chat --help lists --system and -n with its default', re.search(r'^  --system TEXT ', chat_help, re.M) and
+      re.search(r'^  -n, --max-tokens N .*\(default 512\)', chat_help, re.M), chat_help)
+temps = {c: re.search(r'^  --temp T .*\(default ([0-9.]+)\)', helps[c], re.M) for c in ('chat', 'generate', 'serve')}
+check('--help states the --temp default (chat 0.7, generate and serve 0)', all(temps.values()) and
+      [temps[c].group(1) for c in ('chat', 'generate', 'serve')] == ['0.7', '0', '0'], repr(temps))
+# ... and that default is the one chat really uses: the same seed gives the same answers with and
+# without --temp set to it.
+if temps['chat']:
+    chat_in = b'Tell me a story\nAnd then?\n/exit\n'
+    rc1, out1, err1 = run(['chat', '-n', '24', '--seed', '11'], stdin=chat_in)
+    rc2, out2, _ = run(['chat', '-n', '24', '--seed', '11', '--temp', temps['chat'].group(1)], stdin=chat_in)
+    check('chat without --temp answers as with --temp at its stated default', rc1 == 0 and rc2 == 0 and out1 == out2
+          and len(out1) > 20, f'{out1!r} vs {out2!r} {err1[-200:]}')
 
 # --- --kv-bits 8: the int8 KV cache (CPU) ---------------------------------------------------------
 # The option takes effect (logits differ from the int16 cache's, within int8's 8e-2 of the reference,
