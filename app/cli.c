@@ -80,8 +80,8 @@ const char cli_model_help[] =
     "  -m, --model PATH        model folder, or Hugging Face repo id (ORG/NAME: from the local\n"
     "                          cache, downloaded when missing; default: the bundled demo model)\n"
     "  --backend NAME          cpu, cuda, rocm or auto (default: auto)\n"
-    "  --threads N             CPU threads (default: all cores)\n"
-    "  --ctx N                 context length in tokens\n"
+    "  -t, --threads N         CPU threads (default: all cores)\n"
+    "  -c, --ctx N             context length in tokens\n"
     "  --kv-bits 8|16          KV cache codes: 16 (int16, the default) or 8 (int8, half the cache's\n"
     "                          bytes, slightly less accurate; cpu backend only, others refuse it)\n";
 

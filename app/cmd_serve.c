@@ -19,7 +19,7 @@ static const char serve_usage[] =
     "  --host ADDR             address to listen on (default 127.0.0.1)\n"
     "  --port N                port (default 8080; 0: any free port, printed on stderr)\n"
     "  --api-key KEY           require 'Authorization: Bearer KEY' (all routes but /health)\n"
-    "  --parallel N            sequences decoded together at most (default 4)\n"
+    "  -np, --parallel N       sequences decoded together at most (default 4)\n"
     "  --kv-size N             positions in the KV cache pool shared by all sequences (default: what fits in\n"
     "                          half of the free device/host memory, at most 2 x parallel x ctx; printed)\n"
     "  --max-queue N           requests waiting for a slot at most (default 64; more: 503)\n"

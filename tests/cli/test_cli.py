@@ -182,12 +182,15 @@ for args, needle in ((['generate'], 'prompt is required'), (['generate', '-p', '
     rc, out, err = run(args)
     check(f'usage error {args}', rc == 2 and needle in err, f'rc={rc} err={err!r}')
 
-# --- --help: every option listed is one the parsers take, with the real defaults ----------------
+# --- --help: every option the parsers take, short forms included, with the real defaults ---------
 helps = {}
 for c in ('generate', 'chat', 'serve', 'bench', 'logits', 'perplexity', 'inspect'):
     rc, out, err = run([c, '--help'])
     helps[c] = out
     check(f'{c} --help', rc == 0 and out.startswith(f'usage: mlxcel {c}'), f'rc={rc} {out[:200]!r} {err[-200:]!r}')
+    # The model options' short forms (cli_model_opt takes -t and -c as well as -m).
+    check(f'{c} --help lists -t and -c', re.search(r'^  -t, --threads N ', out, re.M) and
+          re.search(r'^  -c, --ctx N ', out, re.M), out)
     # Every option listed is one the parser takes: a flag with a value alone asks for the value, a
     # switch before --help lets the help print (neither is "unknown option").
     for line in out.splitlines():
@@ -198,6 +201,7 @@ for c in ('generate', 'chat', 'serve', 'bench', 'logits', 'perplexity', 'inspect
             rc2, _, err2 = run([c, flag] if m.group(2) else [c, flag, '--help'])
             check(f'{c} {flag} (from --help) is taken', 'unknown option' not in err2 and
                   (rc2 == 2 and 'needs a value' in err2 if m.group(2) else rc2 == 0), f'rc={rc2} {err2[-200:]!r}')
+check('serve --help lists -np', re.search(r'^  -np, --parallel N ', helps['serve'], re.M), helps['serve'])
 chat_help = helps['chat']
 check('chat --help lists --system and -n with its default', re.search(r'^  --system TEXT ', chat_help, re.M) and
       re.search(r'^  -n, --max-tokens N .*\(default 512\)', chat_help, re.M), chat_help)
@@ -212,6 +216,13 @@ if temps['chat']:
     rc2, out2, _ = run(['chat', '-n', '24', '--seed', '11', '--temp', temps['chat'].group(1)], stdin=chat_in)
     check('chat without --temp answers as with --temp at its stated default', rc1 == 0 and rc2 == 0 and out1 == out2
           and len(out1) > 20, f'{out1!r} vs {out2!r} {err1[-200:]}')
+# The short forms run: -t and -c on generate, -np on serve (its range is named with the flag).
+rc, out, err = run(['generate', '-t', '1', '-c', '64', '-p', 'Hello', '-n', '3', '--temp', '0'])
+check('generate -t 1 -c 64 runs', rc == 0 and len(out) > 1, f'rc={rc} {err[-200:]}')
+rc, out, err = run(['generate', '-c', '4', '-p', 'Hello there my friend', '-n', '3'])
+check('generate -c 4 is the context length', rc == 1 and 'the context holds 4' in err, f'rc={rc} {err[-200:]}')
+rc, out, err = run(['serve', '-np', '0'])
+check('serve -np 0 is a usage error naming -np', rc == 2 and '-np' in err, f'rc={rc} {err[-200:]}')
 
 # --- --kv-bits 8: the int8 KV cache (CPU) ---------------------------------------------------------
 # The option takes effect (logits differ from the int16 cache's, within int8's 8e-2 of the reference,
