@@ -15,6 +15,7 @@
 #include "chat/chat_template.h"
 #include "cli.h"
 #include "commands.h"
+#include "core/env_switch.h"
 #include "generate/engine.h"
 #include "prompt.h"
 
@@ -202,7 +203,7 @@ int cmd_chat(int argc, char **argv) {
         answer_printer_finish(&ap);
         fputc('\n', stdout);
         if (grc != 0) cli_error(cmd, "%s", err.msg);
-        if (seq && getenv("MLXCEL_CHAT_DEBUG")) fprintf(stderr, "(reusing %d of %zu tokens)\n", mx_seq_reused(seq), n_ids);
+        if (seq && mx_env_switch("MLXCEL_CHAT_DEBUG")) fprintf(stderr, "(reusing %d of %zu tokens)\n", mx_seq_reused(seq), n_ids);
         if (seq && mx_seq_finish_reason(seq) == MX_FINISH_STOP && interrupted) fprintf(stderr, "(stopped)\n");
         if (seq) mx_engine_release(eng, seq);
         mx_seq_free(seq);

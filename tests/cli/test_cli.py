@@ -224,6 +224,18 @@ check('generate -c 4 is the context length', rc == 1 and 'the context holds 4' i
 rc, out, err = run(['serve', '-np', '0'])
 check('serve -np 0 is a usage error naming -np', rc == 2 and '-np' in err, f'rc={rc} {err[-200:]}')
 
+# MLXCEL_CHAT_DEBUG is an on/off switch like the others (mx_env_switch): empty and 0 are off.
+for val, on in (('1', True), ('yes', True), ('0', False), ('', False), (None, False)):
+    env = dict(os.environ)
+    env.pop('MLXCEL_CHAT_DEBUG', None)
+    if val is not None:
+        env['MLXCEL_CHAT_DEBUG'] = val
+    p = subprocess.run([MLXCEL, 'chat', '-n', '2', '--temp', '0'], input=b'Hi\n/exit\n', capture_output=True,
+                       timeout=300, env=env)
+    err = p.stderr.decode('utf-8', 'replace')
+    check(f'MLXCEL_CHAT_DEBUG={val!r} is {"on" if on else "off"}', p.returncode == 0 and ('(reusing ' in err) == on,
+          f'rc={p.returncode} {err[-300:]!r}')
+
 # --- --kv-bits 8: the int8 KV cache (CPU) ---------------------------------------------------------
 # The option takes effect (logits differ from the int16 cache's, within int8's 8e-2 of the reference,
 # and equal to MLXCEL_CPU_KV=i8's), bench names the cache, generate runs on it.

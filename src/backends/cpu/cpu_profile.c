@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "backends/plan.h"
+#include "core/env_switch.h"
 
 #define PROFILE_KEYS 64
 
@@ -34,8 +35,7 @@ struct cpu_profile {
 };
 
 cpu_profile *cpu_profile_create(void) {
-    const char *e = getenv("MLXCEL_CPU_PROFILE");
-    if (!e || !*e || !strcmp(e, "0")) return NULL;
+    if (!mx_env_switch("MLXCEL_CPU_PROFILE")) return NULL;
     return calloc(1, sizeof(cpu_profile));
 }
 

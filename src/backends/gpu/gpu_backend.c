@@ -23,6 +23,7 @@
 #include "backends/gpu/kernels.h"
 #include "backends/gpu/kernels_sample.h"
 #include "backends/gpu_entry.h"
+#include "core/env_switch.h"
 #include "mlxcel_gpu_config.h"
 
 // What the backend keeps per plan id: how often it ran, and its recorded graph once it has one
@@ -270,12 +271,6 @@ const char *mx_gpu_backend_name(void) { return MXG_RUNTIME_NAME; }
 
 static const char *vendor_word(void) { return strcmp(MXG_RUNTIME_NAME, "cuda") == 0 ? "NVIDIA" : "AMD"; }
 
-// An on/off environment switch (MLXCEL_GPU_*): on when set to anything but "" or "0".
-static bool env_switch(const char *name) {
-    const char *v = getenv(name);
-    return v && *v && strcmp(v, "0") != 0;
-}
-
 // A numeric environment knob (MLXCEL_GPU_*): unset or empty gives `def`; otherwise the whole value
 // must be a decimal integer in [lo, hi] (no sign but '-', no spaces, no suffix), else the error
 // names the variable, what it held and the accepted range. 0: *out set; -1: err set.
@@ -364,7 +359,7 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         return -1;
     static const char *const prefill_names[] = {"wmma", "wmma128", "sync", "pipe", "pipe1"};  // MXG_PREFILL_* order
     const char *pk = getenv("MLXCEL_GPU_PREFILL_KERNEL");
-    k->prefill_kernel = env_switch("MLXCEL_GPU_MMA_SYNC") ? MXG_PREFILL_SYNC : MXG_PREFILL_PIPE;
+    k->prefill_kernel = mx_env_switch("MLXCEL_GPU_MMA_SYNC") ? MXG_PREFILL_SYNC : MXG_PREFILL_PIPE;
     if (pk && *pk) {
         int i = 0, names = (int)(sizeof prefill_names / sizeof prefill_names[0]);
         while (i < names && strcmp(pk, prefill_names[i]) != 0) i++;
@@ -439,12 +434,12 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.warp = c->info.warp;
     c->launch.sm_count = c->info.sm_count;
     c->launch.cc = c->info.cc;
-    c->launch.use_mma = !env_switch("MLXCEL_GPU_NO_MMA");
-    c->use_graphs = !env_switch("MLXCEL_GPU_NO_GRAPHS");
+    c->launch.use_mma = !mx_env_switch("MLXCEL_GPU_NO_MMA");
+    c->use_graphs = !mx_env_switch("MLXCEL_GPU_NO_GRAPHS");
     // Programmatic dependent launch of the matrix-vector kernels: measured at +1.5% (0.6B) and -1%
     // (8B) decode on the H200 (bench/RESULTS.md), so off unless asked for.
-    c->launch.dependent_launch = c->info.cc >= 90 && env_switch("MLXCEL_GPU_PDL");
-    c->fuse = !env_switch("MLXCEL_GPU_NO_FUSION");
+    c->launch.dependent_launch = c->info.cc >= 90 && mx_env_switch("MLXCEL_GPU_PDL");
+    c->fuse = !mx_env_switch("MLXCEL_GPU_NO_FUSION");
     c->launch.moe_fused = knobs.moe_fused;
     c->launch.matvec_rows = knobs.matvec_rows;
     c->launch.matvec_max_tokens = knobs.matvec_max_tokens;
@@ -454,16 +449,16 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     // default (run 20: pp512 0.6B 31.6k -> 38.4k, 8B 5.6k -> 7.8k tok/s against wmma).
     // MLXCEL_GPU_MMA_SYNC=1 (older spelling): sync.
     c->launch.prefill_kernel = knobs.prefill_kernel;
-    c->launch.matvec_old = env_switch("MLXCEL_GPU_OLD_MATVEC");
+    c->launch.matvec_old = mx_env_switch("MLXCEL_GPU_OLD_MATVEC");
     // MLXCEL_GPU_NO_STREAM_MATVEC=1: decode products on the kernels of kernels/matvec.cuh instead of
     // the streaming kernel (kernels/matvec_stream.cuh), for A/B benches and as a fallback.
-    c->launch.matvec_stream = !env_switch("MLXCEL_GPU_NO_STREAM_MATVEC");
+    c->launch.matvec_stream = !mx_env_switch("MLXCEL_GPU_NO_STREAM_MATVEC");
     c->launch.stream_min_cols = knobs.stream_min_cols;
     c->launch.stream_rows = knobs.stream_rows;
     c->launch.stream_form = knobs.stream_form;
     c->launch.sample_blocks = knobs.sample_blocks;
     c->launch.sample_fast = knobs.sample_fast == 1;
-    c->launch.attn_token_rows = env_switch("MLXCEL_GPU_ATTN_TOKEN_ROWS");
+    c->launch.attn_token_rows = mx_env_switch("MLXCEL_GPU_ATTN_TOKEN_ROWS");
     c->launch.tc_decode_tokens = knobs.tc_decode_tokens == 1 ? 2 : knobs.tc_decode_tokens;
     c->launch.tc_pipe_tokens = knobs.tc_pipe_tokens == 1 ? 2 : knobs.tc_pipe_tokens;
     c->launch.tc_wide_tokens = knobs.tc_wide_tokens == 1 ? 2 : knobs.tc_wide_tokens;
