@@ -34,8 +34,12 @@ int cmd_info(int argc, char **argv) {
            __builtin_cpu_supports("avx512f") ? " avx512f" : "", __builtin_cpu_supports("avx512bw") ? " avx512bw" : "",
            __builtin_cpu_supports("avx512vnni") ? " avx512vnni" : "");
 #endif
-    printf("cpu kernels: %s\n", cpu_kernels_name());
     mx_error err = {{0}};
+    if (cpu_kernels_env_check(&err) != 0) {
+        cli_error("info", "%s", err.msg);
+        return MX_EXIT_RUNTIME;
+    }
+    printf("cpu kernels: %s\n", cpu_kernels_name());
     cpu_weight_arena *arena = cpu_weight_arena_create(&err);
     if (!arena) {
         cli_error("info", "%s", err.msg);

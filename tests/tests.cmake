@@ -38,9 +38,18 @@ set_tests_properties(cpu_knob_refused_attn_i8 PROPERTIES
 add_test(NAME test_model_parity_kv_i8_int_pv COMMAND test_model_parity WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(test_model_parity_kv_i8_int_pv PROPERTIES ENVIRONMENT "MLXCEL_CPU_KV=i8;MLXCEL_CPU_ATTN_I8=int,pv")
 # The avx512vnni kernel set forced (its own integer prefill; the best set on this machine may be amx).
-# A CPU without it runs its best set instead, with a note on stderr.
+# A CPU without it refuses the value at the backend's start: reported as skipped, with that message.
 add_test(NAME test_model_parity_avx512vnni COMMAND test_model_parity WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
-set_tests_properties(test_model_parity_avx512vnni PROPERTIES ENVIRONMENT "MLXCEL_CPU_KERNELS=avx512vnni")
+set_tests_properties(test_model_parity_avx512vnni PROPERTIES ENVIRONMENT "MLXCEL_CPU_KERNELS=avx512vnni"
+                     SKIP_REGULAR_EXPRESSION "MLXCEL_CPU_KERNELS='avx512vnni': this CPU does not support")
+# An MLXCEL_CPU_KERNELS name that is not a kernel set stops the CPU backend's start with an error
+# naming it and the sets this CPU supports (a set this CPU lacks likewise: test_cli.py, which picks one).
+add_test(NAME cpu_knob_refused_kernels
+         COMMAND ${CMAKE_COMMAND} -E env MLXCEL_CPU_KERNELS=avx9
+                 $<TARGET_FILE:mlxcel> generate -m models/qwen3-demo-44m-4bit -p Hi -n 1 --backend cpu
+         WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(cpu_knob_refused_kernels PROPERTIES PASS_REGULAR_EXPRESSION
+                     "MLXCEL_CPU_KERNELS='avx9': not a kernel set \\(amx, avx512vnni, avx512, avx2 or scalar\\); this CPU supports [a-z0-9, ]*scalar")
 # The weights left in the file mapping (the default copies them onto huge pages): same results.
 add_test(NAME test_model_parity_weights_mapped COMMAND test_model_parity WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(test_model_parity_weights_mapped PROPERTIES ENVIRONMENT "MLXCEL_CPU_WEIGHTS=mapped")

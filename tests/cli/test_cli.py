@@ -157,6 +157,22 @@ with tempfile.TemporaryDirectory() as tmp:
     rc, _, err = run(['logits', '-m', f'{FIX}/qwen3-q4g64', '--ids', '1,2', '-o', os.path.join(tmp, 'x.safetensors'),
                       '--backend', 'cpu'], env={'MLXCEL_CPU_KV': 'f8'})
     check('MLXCEL_CPU_KV=f8 refused', rc == 1 and "MLXCEL_CPU_KV='f8'" in err, f'rc={rc} err={err[-200:]}')
+    # MLXCEL_CPU_KERNELS likewise: a set this CPU lacks (one above the best it has: each set needs
+    # the features of those below it) stops the start, naming the value and the sets it has.
+    order = ['amx', 'avx512vnni', 'avx512', 'avx2', 'scalar']
+    rc, out, err = run(['info'], env={'MLXCEL_CPU_KERNELS': ''})
+    best = next((l.split(': ')[1] for l in out.splitlines() if l.startswith('cpu kernels: ')), None)
+    check('mlxcel info names the CPU kernel set', rc == 0 and best in order, out + err)
+    if best in order and order.index(best) > 0:
+        lacks, has = order[order.index(best) - 1], ', '.join(order[order.index(best):])
+        for args in (['logits', '-m', f'{FIX}/qwen3-q4g64', '--ids', '1,2', '-o', os.path.join(tmp, 'x.safetensors'),
+                      '--backend', 'cpu'], ['info']):
+            rc, _, err = run(args, env={'MLXCEL_CPU_KERNELS': lacks})
+            check(f'MLXCEL_CPU_KERNELS={lacks} (this CPU lacks it) refused by {args[0]}', rc == 1 and
+                  f"MLXCEL_CPU_KERNELS='{lacks}': this CPU does not support that kernel set; this CPU supports {has}"
+                  in err, f'rc={rc} err={err[-300:]}')
+    else:
+        print(f'SKIP MLXCEL_CPU_KERNELS with a set this CPU lacks: it has every set (best {best})', flush=True)
     # The weights' placement (huge pages by default) likewise: mapped gives the same logits, an
     # unknown value is refused by name.
     outs = []

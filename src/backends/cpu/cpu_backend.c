@@ -426,7 +426,7 @@ mx_backend *mx_cpu_backend_create(int threads, mx_error *err) {
         mx_fail(err, "MLXCEL_CPU_ATTN_I8='%s': must be int, pv, int,pv or float (unset: float)", attn_i8);
         return NULL;
     }
-    if (!(c->weights = cpu_weight_arena_create(err))) {
+    if (cpu_kernels_env_check(err) != 0 || !(c->weights = cpu_weight_arena_create(err))) {
         cpu_destroy(be);
         return NULL;
     }

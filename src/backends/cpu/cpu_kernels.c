@@ -114,18 +114,37 @@ static const cpu_kernel_set scalar_set = {
 
 static const cpu_kernel_set *active;
 
+// The set `name` stands for when this CPU supports it, else NULL.
+static const cpu_kernel_set *named_set(const char *name) {
+    return strcmp(name, "scalar") == 0 ? &scalar_set : cpu_kernels_x86_named(name);
+}
+
 // The best set the CPU supports, unless MLXCEL_CPU_KERNELS names another one it supports (for
-// comparing sets on one machine; an unknown or unsupported name is ignored with a note on stderr).
+// comparing sets on one machine). The backend's start refuses any other value
+// (cpu_kernels_env_check); code that runs kernels without starting a backend gets the best set.
 static const cpu_kernel_set *pick_default(void) {
     const char *want = getenv("MLXCEL_CPU_KERNELS");
-    if (want && *want) {
-        if (strcmp(want, "scalar") == 0) return &scalar_set;
-        const cpu_kernel_set *k = cpu_kernels_x86_named(want);
-        if (k) return k;
-        fprintf(stderr, "mlxcel: MLXCEL_CPU_KERNELS=%s is not a kernel set this CPU supports; using the best one\n", want);
-    }
+    const cpu_kernel_set *k = want && *want ? named_set(want) : NULL;
+    if (k) return k;
     const cpu_kernel_set *best = cpu_kernels_x86_best();
     return best ? best : &scalar_set;
+}
+
+int cpu_kernels_env_check(mx_error *err) {
+    static const char *const sets[] = {"amx", "avx512vnni", "avx512", "avx2", "scalar"};
+    const char *want = getenv("MLXCEL_CPU_KERNELS");
+    if (!want || !*want || named_set(want)) return 0;
+    char have[64] = "";
+    bool known = false;
+    for (size_t i = 0; i < sizeof sets / sizeof sets[0]; i++) {
+        known |= strcmp(want, sets[i]) == 0;
+        size_t n = strlen(have);
+        if (named_set(sets[i])) snprintf(have + n, sizeof have - n, "%s%s", n ? ", " : "", sets[i]);
+    }
+    return mx_fail(err, "MLXCEL_CPU_KERNELS='%s': %s; this CPU supports %s (unset: the best of them)", want,
+                   known ? "this CPU does not support that kernel set"
+                         : "not a kernel set (amx, avx512vnni, avx512, avx2 or scalar)",
+                   have);
 }
 
 static inline const cpu_kernel_set *kernels(void) {
@@ -335,11 +354,7 @@ void cpu_kernels_gemm_q(const mx_matrix *w, int64_t r0, int nr, const void *qx, 
 const char *cpu_kernels_name(void) { return kernels()->name; }
 
 int cpu_kernels_select(const char *name) {
-    if (strcmp(name, "scalar") == 0) {
-        __atomic_store_n(&active, &scalar_set, __ATOMIC_RELEASE);
-        return 0;
-    }
-    const cpu_kernel_set *k = cpu_kernels_x86_named(name);
+    const cpu_kernel_set *k = named_set(name);
     if (!k) return -1;
     __atomic_store_n(&active, k, __ATOMIC_RELEASE);
     return 0;

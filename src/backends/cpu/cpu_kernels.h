@@ -164,5 +164,8 @@ void cpu_kernels_gemm_q(const mx_matrix *w, int64_t r0, int nr, const void *qx, 
 const char *cpu_kernels_name(void);
 // Forces a kernel set (tests compare them); returns -1 if the CPU lacks it.
 int cpu_kernels_select(const char *name);
+// MLXCEL_CPU_KERNELS: 0 when unset, empty or a set this CPU supports; else -1 with err naming the
+// value, why (not a set, or one this CPU lacks) and the sets this CPU supports.
+int cpu_kernels_env_check(mx_error *err);
 
 #endif
