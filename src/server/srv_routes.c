@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The small routes: GET /v1/models, GET /health, GET /metrics (Prometheus text format), and the
-// llama-server style POST /tokenize ({"content": text} -> {"tokens": [...]}) and POST /detokenize
-// ({"tokens": [...]} -> {"content": text}), and POST /apply-template.
+// llama-server style POST /tokenize ({"content": text, "with_pieces"?} -> {"tokens": [...]}) and POST
+// /detokenize ({"tokens": [...]} -> {"content": text}), other fields a 400, and POST /apply-template.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +10,7 @@
 #include "server/srv_harmony.h"
 #include "server/srv_internal.h"
 #include "server/srv_reply.h"
+#include "tokenizer/tok_internal.h"
 
 enum MHD_Result srv_route_models(mx_server *s, struct MHD_Connection *c) {
     json_t *m = json_pack("{s:s, s:s, s:I, s:s}", "id", s->model_id, "object", "model", "created", (json_int_t)s->started,
@@ -121,21 +122,76 @@ enum MHD_Result srv_route_metrics(mx_server *s, struct MHD_Connection *c) {
     return ret;
 }
 
+// A field of a body that is not one of `known` (NULL-terminated), or NULL.
+static const char *unknown_field(json_t *body, const char *const *known) {
+    const char *key;
+    json_t *v;
+    json_object_foreach(body, key, v) {
+        bool ok = false;
+        for (const char *const *k = known; *k && !ok; k++) ok = strcmp(*k, key) == 0;
+        if (!ok) return key;
+    }
+    return NULL;
+}
+
+// One token of a with_pieces answer, as llama-server writes it: {"id", "piece"}, the piece being the
+// token's decoded bytes as a string when they are valid UTF-8, else the list of byte values (a
+// character split across tokens). NULL when out of memory.
+static json_t *token_piece(const mx_tokenizer *tok, int32_t id) {
+    size_t len;
+    const char *p = mx_tokenizer_token_bytes(tok, id, &len);
+    json_t *piece;
+    if (tok_utf8_valid((const unsigned char *)p, len)) {
+        piece = json_stringn(p ? p : "", len);
+    } else {
+        piece = json_array();
+        for (size_t i = 0; piece && i < len; i++)
+            if (json_array_append_new(piece, json_integer((unsigned char)p[i]))) {
+                json_decref(piece);
+                piece = NULL;
+            }
+    }
+    return piece ? json_pack("{s:i, s:o}", "id", (int)id, "piece", piece) : NULL;
+}
+
+// {"content": text, "with_pieces"?: bool, "add_special"?: false}. Special tokens written in the text
+// are matched; no BOS or other special token is added (add_special true is a 400: the server's own
+// prompts never get one either, their chat templates write them as text).
 enum MHD_Result srv_route_tokenize(mx_server *s, struct MHD_Connection *c, json_t *body) {
-    json_t *content = json_object_get(body, "content");
+    static const char *const fields[] = {"content", "with_pieces", "add_special", NULL};
+    const char *unknown = unknown_field(body, fields);
+    if (unknown) return srv_respond_error(s, c, 400, "invalid_request", "'%s' is not supported by /tokenize", unknown);
+    json_t *content = json_object_get(body, "content"), *wp = json_object_get(body, "with_pieces");
+    json_t *as = json_object_get(body, "add_special");
     if (!json_is_string(content)) return srv_respond_error(s, c, 400, "invalid_request", "'content' must be a string");
+    if (wp && !json_is_null(wp) && !json_is_boolean(wp))
+        return srv_respond_error(s, c, 400, "invalid_request", "'with_pieces' must be a boolean");
+    if (as && !json_is_null(as) && !json_is_boolean(as))
+        return srv_respond_error(s, c, 400, "invalid_request", "'add_special' must be a boolean");
+    if (json_is_true(as))
+        return srv_respond_error(s, c, 400, "invalid_request",
+                                 "'add_special': true is not supported: /tokenize adds no BOS or other special token");
     int32_t *ids = NULL;
     size_t n = 0;
     mx_error err = {{0}};
     if (mx_tokenizer_encode(s->tok, json_string_value(content), json_string_length(content), &ids, &n, &err))
         return srv_respond_error(s, c, 400, "invalid_request", "tokenizing: %s", err.msg);
     json_t *arr = json_array();
-    for (size_t i = 0; i < n; i++) json_array_append_new(arr, json_integer(ids[i]));
+    bool oom = !arr;
+    for (size_t i = 0; i < n && !oom; i++)
+        oom = json_array_append_new(arr, json_is_true(wp) ? token_piece(s->tok, ids[i]) : json_integer(ids[i])) != 0;
     free(ids);
+    if (oom) {
+        json_decref(arr);
+        return srv_respond_error(s, c, 500, NULL, "out of memory");
+    }
     return srv_respond_json(s, c, 200, json_pack("{s:o}", "tokens", arr));
 }
 
 enum MHD_Result srv_route_detokenize(mx_server *s, struct MHD_Connection *c, json_t *body) {
+    static const char *const fields[] = {"tokens", NULL};
+    const char *unknown = unknown_field(body, fields);
+    if (unknown) return srv_respond_error(s, c, 400, "invalid_request", "'%s' is not supported by /detokenize", unknown);
     json_t *tokens = json_object_get(body, "tokens");
     if (!json_is_array(tokens)) return srv_respond_error(s, c, 400, "invalid_request", "'tokens' must be an array");
     size_t n = json_array_size(tokens), i;
@@ -162,13 +218,11 @@ enum MHD_Result srv_route_detokenize(mx_server *s, struct MHD_Connection *c, jso
 // "chat_template_kwargs"?, "reasoning_effort"?} -> {"prompt": the text the model would get}. Messages and tools are
 // validated as in /v1/chat/completions.
 enum MHD_Result srv_route_apply_template(mx_server *s, struct MHD_Connection *c, json_t *body) {
-    const char *key;
+    static const char *const fields[] = {"messages", "add_generation_prompt", "tools", "chat_template_kwargs",
+                                         "reasoning_effort", "model", NULL};
+    const char *key = unknown_field(body, fields);
+    if (key) return srv_respond_error(s, c, 400, "invalid_request", "'%s' is not supported by /apply-template", key);
     json_t *v;
-    json_object_foreach(body, key, v) {
-        if (strcmp(key, "messages") != 0 && strcmp(key, "add_generation_prompt") != 0 && strcmp(key, "tools") != 0 &&
-            strcmp(key, "chat_template_kwargs") != 0 && strcmp(key, "reasoning_effort") != 0 && strcmp(key, "model") != 0)
-            return srv_respond_error(s, c, 400, "invalid_request", "'%s' is not supported by /apply-template", key);
-    }
     json_t *agp = json_object_get(body, "add_generation_prompt");
     if (agp && !json_is_boolean(agp))
         return srv_respond_error(s, c, 400, "invalid_request", "'add_generation_prompt' must be a boolean");

@@ -124,6 +124,28 @@ TOKS=$(python3 -c 'import json,sys; print(json.dumps(json.load(open(sys.argv[1])
 s=$(req POST /detokenize "$TOKS" "$TMP/d.json")
 expect_status "/detokenize" 200 "$s" "$TMP/d.json"
 pycheck "tokenize/detokenize round trip" "$TMP/d.json" 'd["content"] == "The capital of France is"'
+# /tokenize and /detokenize refuse unknown fields by name, as the other POST routes do; with_pieces
+# gives each token's piece (a string, or its bytes when they are not whole UTF-8 characters: a
+# character split across tokens), add_special false is what the route does, true is a 400.
+s=$(req POST /tokenize '{"content":"x","parse_special":true}' "$TMP/e.json")
+expect_status "/tokenize: an unknown field is a 400" 400 "$s" "$TMP/e.json"
+pycheck "/tokenize: the 400 names the field" "$TMP/e.json" '"parse_special" in d["error"]["message"]'
+s=$(req POST /detokenize '{"tokens":[1],"with_pieces":true}' "$TMP/e.json")
+expect_status "/detokenize: an unknown field is a 400" 400 "$s" "$TMP/e.json"
+pycheck "/detokenize: the 400 names the field" "$TMP/e.json" '"with_pieces" in d["error"]["message"]'
+s=$(req POST /tokenize '{"content":"The capital of France is","add_special":true}' "$TMP/e.json")
+expect_status "/tokenize: add_special true is a 400" 400 "$s" "$TMP/e.json"
+pycheck "/tokenize: the 400 names add_special" "$TMP/e.json" '"add_special" in d["error"]["message"]'
+s=$(req POST /tokenize '{"content":"The capital of France is","add_special":false,"with_pieces":false}' "$TMP/o.json")
+pycheck "/tokenize: add_special and with_pieces false change nothing" "$TMP/o.json" "d == json.load(open('$TMP/t.json'))"
+s=$(req POST /tokenize '{"content":"x","with_pieces":"yes"}' "$TMP/e.json")
+expect_status "/tokenize: with_pieces must be a boolean" 400 "$s" "$TMP/e.json"
+PIECES_TEXT='Hi 🦙 世界<|im_end|>'
+s=$(req POST /tokenize "{\"content\":\"$PIECES_TEXT\"}" "$TMP/t2.json")
+s=$(req POST /tokenize "{\"content\":\"$PIECES_TEXT\",\"with_pieces\":true}" "$TMP/p.json")
+expect_status "/tokenize with_pieces" 200 "$s" "$TMP/p.json"
+pycheck "/tokenize with_pieces: the same ids, each with its piece" "$TMP/p.json" "[t['id'] for t in d['tokens']] == json.load(open('$TMP/t2.json'))['tokens'] and all(set(t) == {'id', 'piece'} for t in d['tokens'])"
+pycheck "/tokenize with_pieces: the pieces' bytes are the text's, a split character as byte lists" "$TMP/p.json" "b''.join(t['piece'].encode() if isinstance(t['piece'], str) else bytes(t['piece']) for t in d['tokens']) == '$PIECES_TEXT'.encode() and any(isinstance(t['piece'], list) for t in d['tokens']) and d['tokens'][-1]['piece'] == '<|im_end|>' and d['tokens'][0]['piece'] == 'Hi'"
 
 BODY='{"prompt":"The capital of France is","max_tokens":12,"temperature":0}'
 s=$(req POST /v1/completions "$BODY" "$TMP/c1.json")
