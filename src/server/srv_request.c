@@ -348,12 +348,16 @@ static int parse_fields(json_t *body, srv_request *r, char *msg, size_t cap) {
             if (strcmp(key, "include_usage") != 0) return bad(msg, cap, "'stream_options.%s' is not supported", key);
         }
     }
-    long long n = 1, mt = -1;
+    long long n = 1, mt = -1, mct = -1;
+    bool has_mt, has_mct;
     if (get_int(body, "n", 1, SRV_MAX_CHOICES, &n, NULL, msg, cap)) return -1;
     r->n = (int)n;
-    if (get_int(body, "max_tokens", 1, 1 << 30, &mt, NULL, msg, cap)) return -1;
-    if (get_int(body, "max_completion_tokens", 1, 1 << 30, &mt, NULL, msg, cap)) return -1;
-    r->max_tokens = (int)mt;
+    // max_completion_tokens is OpenAI's newer name for max_tokens (chat): either, or both when equal.
+    if (get_int(body, "max_tokens", 1, 1 << 30, &mt, &has_mt, msg, cap)) return -1;
+    if (get_int(body, "max_completion_tokens", 1, 1 << 30, &mct, &has_mct, msg, cap)) return -1;
+    if (has_mt && has_mct && mt != mct)
+        return bad(msg, cap, "'max_tokens' (%lld) and 'max_completion_tokens' (%lld) differ: give one of them", mt, mct);
+    r->max_tokens = (int)(has_mct ? mct : mt);
     mx_sampling *s = &r->sampling;
     if (get_number(body, "temperature", 0, 100, &s->temp, msg, cap) ||
         get_number(body, "top_p", 0, 1, &s->top_p, msg, cap) ||

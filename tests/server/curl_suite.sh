@@ -98,6 +98,12 @@ pycheck "413 is an OpenAI error object" "$TMP/e.json" "$is_error_object"
 s=$(req POST /v1/completions '{"prompt":"hi","max_tokens":2,"some_future_field":{"a":1}}' "$TMP/e.json")
 expect_status "an unknown field is a 400" 400 "$s" "$TMP/e.json"
 pycheck "the 400 names the field" "$TMP/e.json" '"some_future_field" in d["error"]["message"]'
+s=$(req POST /v1/chat/completions '{"messages":[{"role":"user","content":"hi"}],"max_tokens":2,"max_completion_tokens":3}' "$TMP/e.json")
+expect_status "max_tokens and max_completion_tokens that differ are a 400" 400 "$s" "$TMP/e.json"
+pycheck "the 400 names both fields" "$TMP/e.json" '"max_tokens" in d["error"]["message"] and "max_completion_tokens" in d["error"]["message"]'
+s=$(req POST /v1/chat/completions '{"messages":[{"role":"user","content":"hi"}],"max_tokens":2,"max_completion_tokens":2,"temperature":0}' "$TMP/o.json")
+expect_status "max_tokens and max_completion_tokens with one value" 200 "$s" "$TMP/o.json"
+pycheck "... limit the answer to it" "$TMP/o.json" 'd["usage"]["completion_tokens"] <= 2'
 s=$(req POST /v1/completions '{"prompt":"hi","max_tokens":2,"user":"u1","metadata":{"k":"v"}}' "$TMP/o.json")
 expect_status "harmless fields (user, metadata) are accepted" 200 "$s" "$TMP/o.json"
 s=$(req POST /apply-template '{"messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":{"enable_thinking":false}}' "$TMP/o.json")

@@ -278,6 +278,17 @@ static void test_request(void) {
     CHECK(r.json_object && r.json_schema == NULL);
     CHECK_STR(json_string_value(json_object_get(json_array_get(r.messages, 0), "content")), "ab");
     srv_request_clear(&r);
+    // max_tokens and max_completion_tokens: either alone, or both with one value (different values: below).
+    const char *limits[][2] = {{"\"max_completion_tokens\":9", "9"}, {"\"max_tokens\":9,\"max_completion_tokens\":9", "9"},
+                               {"\"max_tokens\":4,\"max_completion_tokens\":null", "4"}, {"\"max_tokens\":null", "-1"}};
+    for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++) {
+        char body[256];
+        snprintf(body, sizeof body, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],%s}", limits[i][0]);
+        int rc = parse(body, SRV_KIND_CHAT, &r, msg);
+        CHECK_MSG(rc == 0 && r.max_tokens == atoi(limits[i][1]), "%s: rc %d, max_tokens %d (%s)", body, rc,
+                  rc == 0 ? r.max_tokens : 0, rc ? msg : "");
+        if (rc == 0) srv_request_clear(&r);
+    }
     struct {
         const char *body;
         srv_kind kind;
@@ -310,6 +321,9 @@ static void test_request(void) {
         {"{\"prompt\":\"x\",\"top_p\":3}", SRV_KIND_COMPLETION, "'top_p'"},
         {"{\"prompt\":7}", SRV_KIND_COMPLETION, "'prompt'"},
         {"{}", SRV_KIND_COMPLETION, "'prompt' is required"},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":5,\"max_completion_tokens\":6}", SRV_KIND_CHAT,
+         "'max_tokens' (5) and 'max_completion_tokens' (6) differ"},
+        {"{\"prompt\":\"x\",\"max_completion_tokens\":6}", SRV_KIND_COMPLETION, "'max_completion_tokens' is not supported"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         msg[0] = 0;
