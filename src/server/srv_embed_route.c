@@ -134,24 +134,36 @@ enum MHD_Result srv_route_embeddings(mx_server *s, struct MHD_Connection *c, jso
         free(out);
         return srv_respond_error(s, c, 500, NULL, "embedding failed: %s", out ? err.msg : "out of memory");
     }
+    // Every value must reach the answer: an allocation that fails while it is built is a 500, never
+    // a shorter or empty embedding.
     json_t *data = json_array();
+    bool oom = !data;
     int tokens = 0;
-    for (int i = 0; i < in.n; i++) {
+    for (int i = 0; i < in.n && !oom; i++) {
         const float *e = out + (size_t)i * (size_t)dims;
         json_t *emb;
         if (b64) {
             char *t = base64((const unsigned char *)e, sizeof(float) * (size_t)dims);  // little-endian hosts only
-            emb = json_string(t ? t : "");
+            emb = t ? json_string(t) : NULL;
             free(t);
         } else {
             emb = json_array();
-            for (int d = 0; d < dims; d++) json_array_append_new(emb, json_real(e[d]));
+            for (int d = 0; d < dims && emb; d++)
+                if (json_array_append_new(emb, json_real(e[d]))) {
+                    json_decref(emb);
+                    emb = NULL;
+                }
         }
-        json_array_append_new(data, json_pack("{s:s, s:i, s:o}", "object", "embedding", "index", i, "embedding", emb));
+        oom = !emb || json_array_append_new(data, json_pack("{s:s, s:i, s:o}", "object", "embedding", "index", i,
+                                                            "embedding", emb)) != 0;
         tokens += in.len[i];
     }
     inputs_free(&in);
     free(out);
+    if (oom) {
+        json_decref(data);
+        return srv_respond_error(s, c, 500, NULL, "out of memory building the embeddings");
+    }
     json_t *resp = json_pack("{s:s, s:o, s:s, s:{s:i, s:i}}", "object", "list", "data", data, "model",
                              json_is_string(model) ? json_string_value(model) : s->model_id, "usage", "prompt_tokens",
                              tokens, "total_tokens", tokens);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "server/srv_buf.h"
 #include "server/srv_internal.h"
 #include "server/srv_text.h"
 
@@ -72,8 +73,22 @@ static enum MHD_Result queue_text(mx_server *s, struct MHD_Connection *c, unsign
     return ret;
 }
 
+static int dump_to_buf(const char *p, size_t n, void *user) {
+    srv_buf_append(user, p, n);
+    return ((srv_buf *)user)->oom ? -1 : 0;
+}
+
+char *srv_json_dumps(const json_t *j, size_t flags) {
+    srv_buf b = {0};
+    if (!j || json_dump_callback(j, dump_to_buf, &b, flags) != 0 || b.oom || !b.p) {
+        srv_buf_free(&b);
+        return NULL;
+    }
+    return b.p;
+}
+
 enum MHD_Result srv_respond_json(mx_server *s, struct MHD_Connection *c, unsigned status, json_t *body) {
-    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    char *text = srv_json_dumps(body, JSON_COMPACT);
     json_decref(body);
     if (!text) {
         // Never drop the reply: the body could not be built (out of memory, or a string the encoder
@@ -91,7 +106,7 @@ static enum MHD_Result respond_error_v(mx_server *s, struct MHD_Connection *c, u
     char msg[1024];
     vsnprintf(msg, sizeof msg, fmt, ap);
     json_t *body = srv_error_json(status, code, msg);
-    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    char *text = srv_json_dumps(body, JSON_COMPACT);
     json_decref(body);
     if (!text) return srv_respond_json(s, c, status, NULL);
     return queue_text(s, c, status, text, close);

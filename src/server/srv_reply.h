@@ -23,6 +23,10 @@ enum MHD_Result srv_respond_error_close(mx_server *s, struct MHD_Connection *c, 
                                         const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 // The error object itself (for SSE error events).
 json_t *srv_error_json(unsigned status, const char *code, const char *message);
+// json_dumps (malloc'ed text, caller frees), except that an allocation failing anywhere in the
+// encoding gives NULL: jansson 2.14 goes on after a failed write of an object key, which gave
+// replies with a key cut out. NULL for a NULL j.
+char *srv_json_dumps(const json_t *j, size_t flags);
 
 // Headers every reply carries; call before MHD_queue_response.
 void srv_add_common_headers(mx_server *s, struct MHD_Connection *c, struct MHD_Response *r);

@@ -2,7 +2,8 @@
 // Failure injection (this test's build only): every allocation the library makes goes through the
 // linker's --wrap of malloc/calloc/realloc/strdup/strndup/aligned_alloc/posix_memalign (see
 // tests/cmake/fault_injection.cmake), and the wrapper fails the Nth one. For each N, in a child
-// process, model load, a generation (the engine: context, forward, token choice), one server request and a
+// process, model load, a generation (the engine: context, forward, token choice), one server request, an
+// embeddings request in base64 and in floats (a 200 answer must hold the whole embedding) and a
 // DeepSeek-V3 load and forward (latent attention) must end
 // in success or a clean error: a message (load, generate) or an HTTP answer, never a crash, and
 // the server must answer the next request. A second part swaps the backend's ops table for one
@@ -240,6 +241,38 @@ static int op_request(void) {
     abort();
 }
 
+// One /v1/embeddings request in this process (as op_request), body g_embed_req (8 dimensions): a
+// 200 answer must hold the whole embedding, 8 numbers or their 44 base64 characters; an answer
+// with less is counted in g_embed_short.
+static const char *g_embed_req;
+static int g_embed_short;
+static int op_embed(void) {
+    static char reply[65536];
+    int st = http_post(g_port, "/v1/embeddings", g_embed_req, reply, sizeof reply);
+    alloc_fail_at = 0;
+    static char again[65536];
+    int st2 = http_post(g_port, "/v1/embeddings", g_embed_req, again, sizeof again);
+    if (st2 != 200) {
+        fprintf(stderr, "after an allocation failure the next embeddings request got %d: %.300s\n", st2, again);
+        abort();
+    }
+    if (st == 200) {
+        const char *body = strstr(reply, "\r\n\r\n");
+        json_t *j = body ? json_loads(body + 4, 0, NULL) : NULL;
+        json_t *e = json_object_get(json_array_get(json_object_get(j, "data"), 0), "embedding");
+        if (json_is_string(e) ? json_string_length(e) != 44 : json_array_size(e) != 8) {
+            g_embed_short++;
+            fprintf(stderr, "a 200 answer without the whole embedding: %.300s\n", body ? body + 4 : reply);
+        }
+        json_decref(j);
+        return 0;
+    }
+    if (st >= 400 && strstr(reply, "\"error\"")) return 1;
+    if (st == 0) return 1;
+    fprintf(stderr, "unexpected answer %d: %.300s\n", st, reply);
+    abort();
+}
+
 // Runs op in a child with the Nth allocation failing. Returns 0 (success), 1 (clean error) or 2
 // (crash or abort).
 static int run_child(int (*op)(void), long n) {
@@ -439,6 +472,11 @@ int main(void) {
     if (srv) {
         g_port = mx_server_port(srv);
         sweep("server request", op_request, 150, 3, true);
+        g_embed_req = "{\"input\":\"Hello\",\"dimensions\":8,\"encoding_format\":\"base64\"}";
+        sweep("embeddings request (base64)", op_embed, 400, 1, true);
+        g_embed_req = "{\"input\":\"Hello\",\"dimensions\":8}";
+        sweep("embeddings request (float)", op_embed, 400, 1, true);
+        CHECK_MSG(g_embed_short == 0, "%d answers of 200 without the whole embedding", g_embed_short);
         device_fault();
         mx_server_stop(srv);
     }
