@@ -61,9 +61,7 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_conformance(gpu_conformance)
   mlxcel_gpu_conformance(gpu_conformance_tc_decode MLXCEL_GPU_TC_DECODE=2)
   mlxcel_gpu_conformance(gpu_conformance_tc_off MLXCEL_GPU_TC_DECODE=0)
-  # The tensor-core decode product's pipelined form (MLXCEL_GPU_TC_PIPE, opt-in) from 2 tokens.
-  mlxcel_gpu_conformance(gpu_conformance_tc_pipe MLXCEL_GPU_TC_DECODE=2 MLXCEL_GPU_TC_PIPE=2)
-  # ... and its wide form (MLXCEL_GPU_TC_WIDE, opt-in) from 2 tokens.
+  # The tensor-core decode product's wide form (MLXCEL_GPU_TC_WIDE, opt-in) from 2 tokens.
   mlxcel_gpu_conformance(gpu_conformance_tc_wide MLXCEL_GPU_TC_DECODE=2 MLXCEL_GPU_TC_WIDE=2)
   # The fused MoE decode launches (routing folded in) under every case of the harness.
   mlxcel_gpu_conformance(gpu_conformance_moe_fused MLXCEL_GPU_MOE_FUSED=2)
@@ -113,8 +111,6 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_knob_refused(tc_decode_range MLXCEL_GPU_TC_DECODE=65
                           "MLXCEL_GPU_TC_DECODE='65': must be a whole number from 0 to 64 \\(unset: 4\\)")
   mlxcel_gpu_knob_refused(tc_decode_word MLXCEL_GPU_TC_DECODE=on "MLXCEL_GPU_TC_DECODE='on': must be")
-  mlxcel_gpu_knob_refused(tc_pipe_range MLXCEL_GPU_TC_PIPE=65
-                          "MLXCEL_GPU_TC_PIPE='65': must be a whole number from 0 to 64 \\(unset: 0\\)")
   mlxcel_gpu_knob_refused(tc_wide_range MLXCEL_GPU_TC_WIDE=65
                           "MLXCEL_GPU_TC_WIDE='65': must be a whole number from 0 to 64 \\(unset: 0\\)")
   mlxcel_gpu_knob_refused(attn_decode_two MLXCEL_GPU_ATTN_DECODE=2
@@ -150,8 +146,6 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
     mlxcel_gpu_parity(gpu_model_parity_tc_decode MLXCEL_GPU_TC_DECODE=2)
     # ... and with it off: prompts of 2-63 tokens on the float32 matrix-vector kernels.
     mlxcel_gpu_parity(gpu_model_parity_tc_off MLXCEL_GPU_TC_DECODE=0)
-    # ... and on its pipelined form (MLXCEL_GPU_TC_PIPE, opt-in).
-    mlxcel_gpu_parity(gpu_model_parity_tc_pipe MLXCEL_GPU_TC_DECODE=2 MLXCEL_GPU_TC_PIPE=2)
     # ... and on its wide form (MLXCEL_GPU_TC_WIDE, opt-in).
     mlxcel_gpu_parity(gpu_model_parity_tc_wide MLXCEL_GPU_TC_DECODE=2 MLXCEL_GPU_TC_WIDE=2)
     # ... and with the streaming kernel's integer form (MLXCEL_GPU_STREAM_FORM=1, opt-in) on every row

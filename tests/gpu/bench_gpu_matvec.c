@@ -5,10 +5,10 @@
 // four with MLXCEL_GPU_TC_DECODE=0), its other task
 // shape (MLXCEL_GPU_STREAM_ROWS=4), without it (MLXCEL_GPU_NO_STREAM_MATVEC=1: kernels/matvec.cuh
 // with the scaled dot and split-K), the previous one (MLXCEL_GPU_OLD_MATVEC=1) and the tensor-core
-// decode product for batches of 2-64 tokens (MLXCEL_GPU_TC_DECODE=2, vendor/cuda/matvec_mma.cu), and its
-// pipelined form (tc-pipe: MLXCEL_GPU_TC_DECODE=2 MLXCEL_GPU_TC_PIPE=2), the streaming kernel's
-// integer one-token form (stream-int: MLXCEL_GPU_STREAM_FORM=1, kernels/matvec_stream_int.cuh), and
-// the tensor-core product's wide form (tc-wide: MLXCEL_GPU_TC_DECODE=2 MLXCEL_GPU_TC_WIDE=2). Each case is a plan of C copies of one product or one
+// decode product for batches of 2-64 tokens (MLXCEL_GPU_TC_DECODE=2, vendor/cuda/matvec_mma.cu), the
+// streaming kernel's integer one-token form (stream-int: MLXCEL_GPU_STREAM_FORM=1,
+// kernels/matvec_stream_int.cuh), and the tensor-core product's wide form (tc-wide:
+// MLXCEL_GPU_TC_DECODE=2 MLXCEL_GPU_TC_WIDE=2). Each case is a plan of C copies of one product or one
 // fused decode pattern (rmsnorm + q/k/v, o + residual add, rmsnorm + gate/up + SwiGLU, down +
 // residual add, the output head), each copy with its own weights so that a replay reads C x the
 // bytes from DRAM (at least 512 MB, several times the L2), recorded as a graph and replayed; the
@@ -51,13 +51,12 @@ typedef struct bench_case {
     int64_t rows, cols;  // C_ONE
 } bench_case;
 
-enum { PATHS = 8, MAX_CASES = 32, PATH_TC_DECODE = 4, PATH_STREAM_INT = 6, PATH_TC_WIDE = 7 };
-static const char *const path_names[PATHS] = {"stream", "stream-r4", "no-stream", "old", "tc-decode", "tc-pipe", "stream-int",
-                                              "tc-wide"};
+enum { PATHS = 7, MAX_CASES = 32, PATH_TC_DECODE = 4, PATH_STREAM_INT = 5, PATH_TC_WIDE = 6 };
+static const char *const path_names[PATHS] = {"stream", "stream-r4", "no-stream", "old", "tc-decode", "stream-int", "tc-wide"};
 static const char *const path_env[PATHS] = {NULL, "MLXCEL_GPU_STREAM_ROWS", "MLXCEL_GPU_NO_STREAM_MATVEC",
-                                            "MLXCEL_GPU_OLD_MATVEC", "MLXCEL_GPU_TC_DECODE", "MLXCEL_GPU_TC_PIPE",
-                                            "MLXCEL_GPU_STREAM_FORM", "MLXCEL_GPU_TC_WIDE"};
-static const char *const path_value[PATHS] = {NULL, "4", "1", "1", "2", "2", "1", "2"};
+                                            "MLXCEL_GPU_OLD_MATVEC", "MLXCEL_GPU_TC_DECODE", "MLXCEL_GPU_STREAM_FORM",
+                                            "MLXCEL_GPU_TC_WIDE"};
+static const char *const path_value[PATHS] = {NULL, "4", "1", "1", "2", "1", "2"};
 
 static mx_error err;
 static test_rng rng = {0x3243f6a8885a308dull};
@@ -222,9 +221,9 @@ int main(int argc, char **argv) {
     char dev[256] = "";
     for (int path = 0; path < PATHS; path++) {
         rng = (test_rng){0x3243f6a8885a308dull};  // the same weights and inputs on every path
-        // The float32 paths with the tensor-core product off (it is the default from 4 tokens); tc-pipe on
+        // The float32 paths with the tensor-core product off (it is the default from 4 tokens); tc-wide on
         // it from 2 tokens.
-        setenv("MLXCEL_GPU_TC_DECODE", path == 5 || path == PATH_TC_WIDE ? "2" : "0", 1);
+        setenv("MLXCEL_GPU_TC_DECODE", path == PATH_TC_WIDE ? "2" : "0", 1);
         if (path_env[path]) setenv(path_env[path], path_value[path], 1);
         mx_backend_options opt = {.name = mx_gpu_backend_name()};
         mx_backend *be = mx_gpu_backend_create(&opt, &err);

@@ -296,8 +296,7 @@ static int env_int(const char *name, int def, int lo, int hi, int *out, mx_error
 // on a machine without a GPU).
 typedef struct gpu_knobs {
     int matvec_rows, matvec_max_tokens, stream_min_cols, stream_rows, sample_blocks, tc_decode_tokens, attn_decode;
-    int tc_pipe_tokens, tc_wide_tokens;
-    int prefill_kernel, moe_fused, attn_mma, sample_fast, stream_form;
+    int tc_wide_tokens, prefill_kernel, moe_fused, attn_mma, sample_fast, stream_form;
 } gpu_knobs;
 
 static int read_knobs(gpu_knobs *k, mx_error *err) {
@@ -321,14 +320,10 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // formats keep the float32 kernels); unset: MXG_TC_DECODE_DEFAULT_TOKENS (4: on the H200 it is
     // slower than the float32 kernels at 2 tokens, about even at 4 and faster from 8; bench/RESULTS.md);
     // 0: off, the float32 kernels (also off with MLXCEL_GPU_NO_MMA=1).
-    // MLXCEL_GPU_TC_PIPE=N (2..64; 1 counts as 2; unset or 0: off): of the batches that take the
-    // tensor-core decode product, those of N..64 tokens run its pipelined form (activations split
-    // once per product, cp.async ring, token groups of up to 32; vendor/cuda/matvec_mma.cu), an A/B
-    // switch until a device run measures it (bench/RESULTS.md).
     // MLXCEL_GPU_TC_WIDE=N (2..64; 1 counts as 2; unset or 0: off): of the batches that take the
     // tensor-core decode product, those of N..64 tokens run its wide form (16-token groups, few
-    // column splits added in the product's last block; vendor/cuda/matvec_mma.cu; before
-    // MLXCEL_GPU_TC_PIPE), an A/B switch until a device run measures it (bench/RESULTS.md).
+    // column splits added in the product's last block; vendor/cuda/matvec_mma.cu), an A/B switch
+    // until a device run measures it (bench/RESULTS.md).
     // MLXCEL_GPU_MOE_FUSED: 1 (unset: the default) MoE decode's expert products in two fused launches
     // (gate/up + SwiGLU, down + combine; kernels/moe_stream.cu) instead of five records; 2: the
     // routing record in the first of them too; 0: the records. On the H200 the 30B-A3B shape decoded
@@ -351,7 +346,6 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_SAMPLE_BLOCKS", MXG_SAMPLE_DEFAULT_BLOCKS, 1, MXG_SAMPLE_MAX_BLOCKS, &k->sample_blocks, err) ||
         env_int("MLXCEL_GPU_SAMPLE_FAST", 1, 0, 1, &k->sample_fast, err) ||
         env_int("MLXCEL_GPU_TC_DECODE", MXG_TC_DECODE_DEFAULT_TOKENS, 0, 64, &k->tc_decode_tokens, err) ||
-        env_int("MLXCEL_GPU_TC_PIPE", 0, 0, 64, &k->tc_pipe_tokens, err) ||
         env_int("MLXCEL_GPU_TC_WIDE", 0, 0, 64, &k->tc_wide_tokens, err) ||
         env_int("MLXCEL_GPU_MOE_FUSED", 1, 0, 2, &k->moe_fused, err) ||
         env_int("MLXCEL_GPU_ATTN_MMA", 1, 0, 1, &k->attn_mma, err) ||
@@ -460,7 +454,6 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.sample_fast = knobs.sample_fast == 1;
     c->launch.attn_token_rows = mx_env_switch("MLXCEL_GPU_ATTN_TOKEN_ROWS");
     c->launch.tc_decode_tokens = knobs.tc_decode_tokens == 1 ? 2 : knobs.tc_decode_tokens;
-    c->launch.tc_pipe_tokens = knobs.tc_pipe_tokens == 1 ? 2 : knobs.tc_pipe_tokens;
     c->launch.tc_wide_tokens = knobs.tc_wide_tokens == 1 ? 2 : knobs.tc_wide_tokens;
     c->launch.attn_decode = knobs.attn_decode == 1 && !c->launch.attn_token_rows;
     c->launch.attn_mma = knobs.attn_mma == 1;

@@ -1,7 +1,7 @@
 #!/bin/sh
 # SPDX-License-Identifier: MIT
-# Checks the tensor-core decode product (both forms: its slab kernel and, MLXCEL_GPU_TC_PIPE, its
-# cp.async pipelined form) and the pipelined prefill product without a GPU: converts
+# Checks the tensor-core decode product (both forms: its slab kernel and, MLXCEL_GPU_TC_WIDE, its
+# wide form) and the pipelined prefill product without a GPU: converts
 # vendor/cuda/matvec_mma.cu and matmul_pipe.cu to host C++ (kv_emulation/to_host.py), builds each
 # with the host emulation (kv_emulation/emu.h, which carries an mma.sync m16n8k16 by the PTX ISA's
 # fragment layout; emu_pipe.h: cp.async and packed bf16 math, for both files) and its test

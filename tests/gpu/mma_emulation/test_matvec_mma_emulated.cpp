@@ -8,12 +8,11 @@
 // split, a partial last range, 32 ranges). Bound (the kernel file's precision paragraph): |out -
 // ref| <= 1e-6 * (sum_k(|s q_k x_k| + |b x_k|) + 0.1 |bias|); the worst ratio is printed. Also checks
 // that the launcher declines what it has no kernel for (one token, 65 tokens, 3-bit, mxfp4,
-// unaligned x) and writes nothing then. Every product runs twice: on the slab kernel and on the
-// pipelined form (MLXCEL_GPU_TC_PIPE; bit-identical where both are unsplit). A split product's
-// partial sums go through the scratch to a second kernel. Every product also runs as the batched
-// "matmul + residual add" (mxg_matvec_mma_add), which must give the product's and the add record's
-// bits. The wide form (MLXCEL_GPU_TC_WIDE: 16-token groups, column splits added by the last block
-// of each tile) runs every product too, and the 0.6B's shapes (q 2048x1024, k/v 1024x1024, o
+// unaligned x) and writes nothing then. A split product's partial sums go through the scratch to a
+// second kernel. Every product also runs as the batched "matmul + residual add"
+// (mxg_matvec_mma_add), which must give the product's and the add record's bits. The wide form
+// (MLXCEL_GPU_TC_WIDE: 16-token groups, column splits added by the last block of each tile) runs
+// every product too, and the 0.6B's shapes (q 2048x1024, k/v 1024x1024, o
 // 1024x2048, gate/up 3072x1024, down 1024x3072) at 16, 32 and 64 tokens on 132 multiprocessors;
 // its split counters must be zero again after every launch, and unsplit at 8 bits it must give the
 // slab kernel's bits (at 4 bits its mma pairs the codes in another k order).
@@ -33,8 +32,8 @@ static uint64_t next() { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return r
 static float unit() { return (float)((next() >> 40) * (1.0 / 16777216.0)); }
 static int below(int n) { return (int)(next() % (uint64_t)n); }
 
-static int fails = 0, cases = 0, pipe_cases = 0, same_cases = 0, wide_cases = 0, wide_same = 0, wide_split = 0;
-static double worst = 0.0, worst_pipe = 0.0, worst_wide = 0.0;
+static int fails = 0, cases = 0, wide_cases = 0, wide_same = 0, wide_split = 0;
+static double worst = 0.0, worst_wide = 0.0;
 static std::vector<unsigned> wide_count(1024, 0u);  // the wide form's split counters (L.tc_wide_count)
 #define FAIL(...) do { printf("FAIL: " __VA_ARGS__); printf("\n"); fails++; } while (0)
 
@@ -60,9 +59,9 @@ static void add_check(mxg_launch L, const std::vector<float> &two, const float *
 }
 
 // One product against the double reference, then as matmul + residual add; forms: 1 the slab
-// kernel, 2 the pipelined form, 4 the wide form (a mask).
+// kernel, 2 the wide form (a mask).
 static void run_case(int bits, int gs, mx_dtype st, int rows, int cols, int n, bool with_bias, int sms,
-                     size_t scratch_bytes, int forms = 7) {
+                     size_t scratch_bytes, int forms = 3) {
     cases++;
     mx_matrix w{};
     w.q.mode = MX_QUANT_AFFINE, w.q.bits = bits, w.q.group_size = gs;
@@ -107,18 +106,16 @@ static void run_case(int bits, int gs, mx_dtype st, int rows, int cols, int n, b
     L.warp = 32, L.sm_count = sms, L.cc = 90, L.scratch = scratch_bytes ? scratch.data() : nullptr;
     L.scratch_bytes = scratch_bytes;
     L.tc_wide_count = wide_count.data();
-    // Each form: the kernel with its slabs (form 0), the pipelined form (1: MLXCEL_GPU_TC_PIPE=2,
-    // every batch), the wide form (2: MLXCEL_GPU_TC_WIDE=2).
+    // Each form: the kernel with its slabs (form 0), the wide form (1: MLXCEL_GPU_TC_WIDE=2, every
+    // batch).
     std::vector<float> plain;
-    for (int form = 0; form < 3; form++) {
+    for (int form = 0; form < 2; form++) {
         if (!(forms >> form & 1)) continue;
-        const int pipe = form == 1 ? 2 : 0, wide = form == 2;
-        L.tc_pipe_tokens = pipe, L.tc_wide_tokens = wide ? 2 : 0;
-        if (pipe) pipe_cases++;
+        const bool wide = form == 1;
+        L.tc_wide_tokens = wide ? 2 : 0;
         if (wide) wide_cases++;
         emu_grids.clear();
         std::fill(out.begin(), out.end(), -7.0f);
-        emu_copies().clear();
         if (mxg_matvec_mma(&L, out.data(), xa, &w, bp, n) != 0) {
             FAIL("declined: %d-bit g%d %s %dx%d n=%d form=%d", bits, gs, st_name(st), rows, cols, n, form);
             return;
@@ -138,19 +135,18 @@ static void run_case(int bits, int gs, mx_dtype st, int rows, int cols, int n, b
                     FAIL("%d-bit g%d %s %dx%d n=%d bias=%d sms=%d form=%d: row %d token %d: %.9g, reference %.9g "
                          "(err/sum %.3g)",
                          bits, gs, st_name(st), rows, cols, n, with_bias, sms, form, r, tk, out[i], ref[i], ratio);
-                double &wr = wide ? worst_wide : pipe ? worst_pipe : worst;
+                double &wr = wide ? worst_wide : worst;
                 wr = ratio > wr || ratio != ratio ? (ratio != ratio ? 1e9 : ratio) : wr;
             }
-        // Both forms unsplit (one multiprocessor wants 2 blocks: rows past 128 give them): the same bits.
-        // (The wide form pairs 4-bit codes differently, so its k order differs there: 8-bit only.)
-        if (form && (forms & 1) && sms == 1 && rows > 128 && scratch_bytes >= (size_t)(8 << 20) && !(wide && bits == 4)) {
-            (wide ? wide_same : same_cases)++;
+        // Both forms unsplit (one multiprocessor wants 2 blocks: rows past 128 give them): the same
+        // bits at 8 bits (the wide form pairs 4-bit codes differently, so its k order differs there).
+        if (wide && (forms & 1) && sms == 1 && rows > 128 && scratch_bytes >= (size_t)(8 << 20) && bits == 8) {
+            wide_same++;
             if (memcmp(out.data(), plain.data(), out.size() * sizeof(float)) != 0)
-                FAIL("%s form differs from the slab kernel, both unsplit: %d-bit g%d %s %dx%d n=%d",
-                     wide ? "wide" : "pipelined", bits, gs, st_name(st), rows, cols, n);
+                FAIL("wide form differs from the slab kernel, both unsplit: %d-bit g%d %s %dx%d n=%d", bits, gs,
+                     st_name(st), rows, cols, n);
         }
         if (form == 0) plain = out;
-        emu_copies().clear();
         add_check(L, out, xa, w, bp, n);
         if (wide)
             for (unsigned c : wide_count)
@@ -174,10 +170,10 @@ static void declines() {
         {"3-bit", 8, 3, MX_QUANT_AFFINE, 0, 90},     {"mxfp4", 8, 4, MX_QUANT_MXFP4, 0, 90},
         {"unaligned x", 8, 4, MX_QUANT_AFFINE, 1, 90}, {"sm_75", 8, 4, MX_QUANT_AFFINE, 0, 75},
     };
-    for (int form = 0; form < 3; form++)  // the slab kernel, its pipelined form, its wide form (every batch)
+    for (int form = 0; form < 2; form++)  // the slab kernel, its wide form (every batch)
         for (auto &k : c) {
             w.q.bits = k.bits, w.q.mode = k.mode, L.cc = k.cc;
-            L.tc_pipe_tokens = form == 1 ? 2 : 0, L.tc_wide_tokens = form == 2 ? 2 : 0;
+            L.tc_wide_tokens = form == 1 ? 2 : 0;
             if (mxg_matvec_mma(&L, out.data(), xa + k.offset, &w, nullptr, k.n) != -1)
                 FAIL("did not decline: %s (form %d)", k.what, form);
             for (float v : out)
@@ -200,9 +196,9 @@ int main(int argc, char **argv) {
                 run_case(bits, gs, st, 40, 384, 33, false, 1, 8 << 20);
             }
     for (int n : ns) run_case(4, 64, MX_DTYPE_BF16, 136, 1024, n, true, 132, 8 << 20);
-    // The pipelined form against the slab kernel, both unsplit (one multiprocessor), at the batch
-    // sizes of a server step (1-8, 9-16, 17-32, 33-64 tokens: each token-group shape), 4- and 8-bit,
-    // every scale type; then split (132 multiprocessors: several ranges per token group).
+    // The wide form against the slab kernel, both unsplit (one multiprocessor), at the batch sizes
+    // of a server step (1-8, 9-16, 17-32, 33-64 tokens: each of the slab kernel's token-tile counts),
+    // 4- and 8-bit, every scale type; then split (132 multiprocessors: several ranges per token group).
     for (int n : {2, 8, 17, 32, 33, 64})
         for (int bits : {4, 8})
             for (mx_dtype st : sts) run_case(bits, bits == 4 ? 64 : 32, st, 200, 512, n, true, 1, 8 << 20);
@@ -220,19 +216,17 @@ int main(int argc, char **argv) {
     // the server's batch sizes, and on odd ones (quick: k/v at 16 and 64, down at 33).
     const int shapes06[5][2] = {{2048, 1024}, {1024, 1024}, {1024, 2048}, {3072, 1024}, {1024, 3072}};
     if (quick) {
-        run_case(4, 64, MX_DTYPE_BF16, 1024, 1024, 16, true, 132, 8 << 20, 4);
-        run_case(4, 64, MX_DTYPE_BF16, 1024, 1024, 64, false, 132, 8 << 20, 4);
-        run_case(4, 64, MX_DTYPE_BF16, 1024, 3072, 33, true, 132, 8 << 20, 4);
+        run_case(4, 64, MX_DTYPE_BF16, 1024, 1024, 16, true, 132, 8 << 20, 2);
+        run_case(4, 64, MX_DTYPE_BF16, 1024, 1024, 64, false, 132, 8 << 20, 2);
+        run_case(4, 64, MX_DTYPE_BF16, 1024, 3072, 33, true, 132, 8 << 20, 2);
     } else {
         for (auto &sh : shapes06)
-            for (int n : {16, 32, 64}) run_case(4, 64, MX_DTYPE_BF16, sh[0], sh[1], n, n == 32, 132, 8 << 20, 4);
-        for (int n : {17, 47, 63}) run_case(8, 32, MX_DTYPE_F16, 1000, 1056, n, true, 132, 8 << 20, 4);
+            for (int n : {16, 32, 64}) run_case(4, 64, MX_DTYPE_BF16, sh[0], sh[1], n, n == 32, 132, 8 << 20, 2);
+        for (int n : {17, 47, 63}) run_case(8, 32, MX_DTYPE_F16, 1000, 1056, n, true, 132, 8 << 20, 2);
     }
     printf("%d products also as matmul + residual add: out and residual bit-identical to the two records "
            "(store or split-sum kernel)\n", add_cases);
     printf("%d products, worst |err| / sum(|s q x| + |b x|) = %.3g (bound 1e-6)\n", cases, worst);
-    printf("%d products on the pipelined form (MLXCEL_GPU_TC_PIPE), worst %.3g (bound 1e-6); %d of them "
-           "unsplit in both forms: bit-identical to the slab kernel\n", pipe_cases, worst_pipe, same_cases);
     printf("%d products on the wide form (MLXCEL_GPU_TC_WIDE), %d of them split, worst %.3g (bound 1e-6); %d "
            "8-bit ones unsplit in both forms: bit-identical to the slab kernel; split counters zero after every launch\n",
            wide_cases, wide_split, worst_wide, wide_same);

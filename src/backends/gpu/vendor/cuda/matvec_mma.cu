@@ -4,9 +4,8 @@
 // (vendor/cuda/mma_m16n8k16.cuh; sm_80+). kernels/matvec.cu dispatches batches of 4..64 tokens here
 // by default (MLXCEL_GPU_TC_DECODE=N: N..64; 0: never); every other format, and batches of one or
 // over 64 tokens, decline (-1) to the float32 kernels. ROCm builds have vendor/hip/matvec_mma.cu, which declines.
-// MLXCEL_GPU_TC_PIPE=N (default off) runs batches of N..64 tokens on a cp.async pipelined form of
-// the same arithmetic instead (the paragraph "The pipelined form" below: its design), and
-// MLXCEL_GPU_TC_WIDE=N (default off; before TC_PIPE) on its wide form ("The wide form" below).
+// MLXCEL_GPU_TC_WIDE=N (default off) runs batches of N..64 tokens on a wide form of the same
+// arithmetic instead ("The wide form" below: its design).
 //
 // Why this shape: a decode batch reads every weight once whatever the batch, so the product should
 // cost little more than one token; the float32 matrix-vector kernels instead spend FMAs and shared
@@ -48,8 +47,7 @@
 // (An sm_90 variant that added the splits in a thread-block cluster's distributed shared memory
 // instead of the second launch measured slower on the H200 and was removed: bench/RESULTS.md.)
 // Registers (ptxas, sm_90, 4-bit / 8-bit, no spills): 126 / 150 at 8 tokens, 162 / 166 at 16,
-// 218 / 232 at 32, 254 / 255 at 64; the pipelined form (over the scale types) 93-100 / 103-111 at 1
-// token tile per block, 117-121 / 127-129 at 2, 164 / 167-168 at 4 (3 blocks per multiprocessor).
+// 218 / 232 at 32, 254 / 255 at 64.
 #include "backends/gpu/dequant.cuh"
 #include "backends/gpu/vendor/cuda/cp_async.cuh"
 #include "backends/gpu/vendor/cuda/mma_m16n8k16.cuh"
@@ -367,206 +365,12 @@ __global__ void split_sum4_kernel(float4 *__restrict__ out, const float4 *__rest
     }
 }
 
-// ---- The pipelined form (MLXCEL_GPU_TC_PIPE=N: batches of N..64 tokens; default off) ----------
-// Design (run 16's profile of a 64-token step: the kernel above at 254 registers, 1-2 blocks per
-// multiprocessor, each block one 64-column slab whose loads, mma and stores do not overlap, and
-// every block of a product splitting the same activations again). Here:
-// 1. stage_x_kernel splits the activations once per product (the same chunk_sum and split3 as the
-//    kernel above, so the same bits) into L->scratch, chunk-major: [chunk][token][8] hi/mid slots,
-//    [chunk][token][8] lo slots, [chunk][token] sums, the tokens padded with zeros to the groups.
-// 2. matvec_mma_pipe_kernel: a block is 128 rows x one group of up to 32 tokens (NT <= 4 tiles:
-//    half the accumulators of 64) x a range of at least kPipeMinChunks chunks; per chunk a stage of
-//    a kPipeStages-deep cp.async ring holds the group's staged activations, the 128 rows' codes
-//    (as stored) and their scale and bias words, copied three chunks ahead: one barrier per chunk,
-//    no loads held in registers (<= 168: 3 blocks per multiprocessor). The mma and the sums are
-//    chunk_mma, as above, so an unsplit product gives the kernel above's bits; column splits add
-//    through the same split-sum kernels (fewer: a block keeps >= 4 chunks; token groups give blocks).
-constexpr int kPipeStages = 4;
-constexpr int kPipeMinChunks = 4;
-constexpr int kPipeHm = 12;  // 16-byte hi/mid slots per staged token row (8 used): 192 bytes, 64 mod 128
-constexpr int kPipeLo = 12;  // 8-byte lo slots per staged token row (8 used): 96 bytes (g * 96 mod 128 distinct)
-
-// One ring stage of a block of NT token tiles on BITS-bit codes (every part a multiple of 16 bytes).
-template <int BITS, int NT>
-struct PipeStage {
-    static constexpr int tok = NT * 8;
-    static constexpr int hm_off = 0, lo_off = tok * kPipeHm * 16;
-    static constexpr int sum_off = lo_off + tok * kPipeLo * 8;
-    static constexpr int code_off = sum_off + tok * 4;
-    static constexpr int sb_off = code_off + kBlockRows * BITS * 4;  // [row][scale word, bias word]
-    static constexpr int bytes = sb_off + kBlockRows * 8;           // 12,416 at 4-bit 32 tokens; 14,464 8-bit
-    static constexpr int smem = kPipeStages * bytes;
-};
-
-// The staged activations in L->scratch for np tokens (a multiple of 8) of `chunks` chunks.
-struct StagedX {
-    const uint4 *hm;
-    const uint2 *lo;
-    const float *sum;
-    int np;
-    static size_t bytes(int chunks, int np) { return (size_t)chunks * np * (128 + 64 + 4); }
-};
-
-// Item i = (c * np + tok) * 8 + qd: quad qd of chunk c of token tok (zeros past n), into slot
-// (qd % 2) * 4 + qd / 2 of its row, as the kernel above stages it. 256 threads per block.
-__global__ void stage_x_kernel(uint4 *__restrict__ hm, uint2 *__restrict__ lo, float *__restrict__ sum,
-                               const float *__restrict__ x, int n, int np, int cols, int64_t items) {
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    const int qd = (int)(i % 8);
-    const int64_t ct = i / 8;
-    const int tok = (int)(ct % np), c = (int)(ct / np);
-    float4 xv = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (i < items && tok < n) xv = *(const float4 *)(x + (int64_t)tok * cols + c * 32 + qd * 4);
-    const float v[4] = {xv.x, xv.y, xv.z, xv.w};
-    const float s = chunk_sum(v);  // (every lane of the warp takes part)
-    if (i >= items) return;
-    if (qd == 0) sum[ct] = s;
-    const int slot = (qd % 2) * 4 + qd / 2;
-    split3(v, hm[ct * 8 + slot], lo[ct * 8 + slot]);
-}
-
-// grid (ceil(rows / 128), splits, token groups), 128 threads, dynamic shared memory
-// PipeStage<BITS, NT>::smem. out / partial / res as matvec_mma_kernel's; the token group z covers
-// tokens z * NT * 8.. of the staged activations.
-template <int BITS, int ST, int NT>
-__global__ void __launch_bounds__(kThreads, 3) matvec_mma_pipe_kernel(float *__restrict__ out, StagedX xg, MatView m,
-                                                                      const float *__restrict__ bias, int n,
-                                                                      int chunks_per_split, float *__restrict__ res) {
-    using S = PipeStage<BITS, NT>;
-    constexpr int kTok = NT * 8, kWords = BITS / 4;
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-    const int64_t row0 = (int64_t)blockIdx.x * kBlockRows;
-    const int tok0 = blockIdx.z * kTok;
-    const int total_chunks = m.cols / 32;
-    const int c_begin = blockIdx.y * chunks_per_split;
-    const int nk = min(total_chunks, c_begin + chunks_per_split) - c_begin;
-
-    // Copies of chunk c into ring stage st; rows past the end read the last row.
-    auto issue = [&](int st, int c) {
-        unsigned char *sp = smem_raw + st * S::bytes;
-        const int64_t xrow = (int64_t)c * xg.np + tok0;
-#pragma unroll
-        for (int i = tid; i < kTok * 8; i += kThreads)  // hi/mid: token i / 8, slot i % 8
-            mxg_cp_async16(sp + S::hm_off + ((i / 8) * kPipeHm + i % 8) * 16, xg.hm + (xrow + i / 8) * 8 + i % 8);
-#pragma unroll
-        for (int i = tid; i < kTok * 4; i += kThreads)  // lo: token i / 4, slots 2 (i % 4) and 2 (i % 4) + 1
-            mxg_cp_async16(sp + S::lo_off + ((i / 4) * kPipeLo + 2 * (i % 4)) * 8, xg.lo + (xrow + i / 4) * 8 + 2 * (i % 4));
-        if (tid < kTok / 4) mxg_cp_async16(sp + S::sum_off + tid * 16, xg.sum + xrow + 4 * tid);
-#pragma unroll
-        for (int i = tid; i < kBlockRows * kWords; i += kThreads) {  // codes: row i / kWords, 16-byte piece i % kWords
-            const int64_t r = row0 + i / kWords < m.rows ? row0 + i / kWords : m.rows - 1;
-            mxg_cp_async16(sp + S::code_off + i * 16, m.data + r * m.row_bytes + (int64_t)c * (4 * BITS) + (i % kWords) * 16);
-        }
-#pragma unroll
-        for (int i = tid; i < kBlockRows * 2; i += kThreads) {  // row i / 2: its scale (i even) or bias word
-            const int64_t r = row0 + i / 2 < m.rows ? row0 + i / 2 : m.rows - 1;
-            const int64_t si = r * m.groups + ((c * 32) >> m.group_shift);
-            mxg_cp_async4(sp + S::sb_off + i * 4, sb_word<ST>(i % 2 ? m.biases : m.scales, si));
-        }
-    };
-
-    // This lane's rows (local to the block): tile i, half h (row g or g + 8); and the parity of each
-    // one's first scale index (rows clamped as the copies), which picks a 2-byte scale's half.
-    int lrow[kTiles][2], rpar[kTiles][2];
-#pragma unroll
-    for (int i = 0; i < kTiles; i++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            lrow[i][h] = warp * (kTiles * 16) + i * 16 + g + 8 * h;
-            const int64_t r = row0 + lrow[i][h] < m.rows ? row0 + lrow[i][h] : m.rows - 1;
-            rpar[i][h] = (int)((r * m.groups) & 1);
-        }
-
-    float acc[kTiles][NT][4];
-#pragma unroll
-    for (int i = 0; i < kTiles; i++)
-#pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
-
-#pragma unroll
-    for (int s = 0; s < kPipeStages - 1; s++) {
-        if (s < nk) issue(s, c_begin + s);
-        mxg_cp_async_commit();
-    }
-    for (int k = 0; k < nk; k++) {
-        mxg_cp_async_wait<kPipeStages - 2>();  // chunk k has landed (this thread's copies) ...
-        __syncthreads();                       // ... everyone's; and chunk k - 1's stage is free
-        if (k + kPipeStages - 1 < nk) issue((k + kPipeStages - 1) % kPipeStages, c_begin + k + kPipeStages - 1);
-        mxg_cp_async_commit();
-
-        const unsigned char *sp = smem_raw + (k % kPipeStages) * S::bytes;
-        const int gpar = ((c_begin + k) * 32 >> m.group_shift) & 1;
-        uint32_t q[kTiles][2][kWords];
-        float sb[kTiles][2][2];
-#pragma unroll
-        for (int i = 0; i < kTiles; i++)
-#pragma unroll
-            for (int h = 0; h < 2; h++) {
-                const uint32_t *cw = (const uint32_t *)(sp + S::code_off + lrow[i][h] * (4 * BITS) + t * BITS);
-                if constexpr (BITS == 4) {
-                    q[i][h][0] = cw[0];
-                } else {
-                    const uint2 v = *(const uint2 *)cw;
-                    q[i][h][0] = v.x, q[i][h][1] = v.y;
-                }
-                const uint2 w = *(const uint2 *)(sp + S::sb_off + lrow[i][h] * 8);
-                sb[i][h][0] = sb_value<ST>(w.x, rpar[i][h] ^ gpar);
-                sb[i][h][1] = sb_value<ST>(w.y, rpar[i][h] ^ gpar);
-            }
-        chunk_mma<BITS, NT, kPipeHm, kPipeLo>(acc, q, sb, reinterpret_cast<const uint4 (*)[kPipeHm]>(sp + S::hm_off),
-                                              reinterpret_cast<const uint2 (*)[kPipeLo]>(sp + S::lo_off),
-                                              reinterpret_cast<const float *>(sp + S::sum_off), 0, g, t);
-    }
-
-    float *dst = gridDim.y == 1 ? out : out + (int64_t)blockIdx.y * n * m.rows;
-#pragma unroll
-    for (int i = 0; i < kTiles; i++)
-#pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int64_t r = row0 + lrow[i][e / 2];
-                const int tok = tok0 + j * 8 + 2 * t + e % 2;
-                if (r < m.rows && tok < n) {
-                    const float v = acc[i][j][e] + (gridDim.y == 1 && bias ? bias[r] : 0.0f);
-                    dst[(int64_t)tok * m.rows + r] = v;
-                    if (res) res[(int64_t)tok * m.rows + r] += v;  // res + out, as the add record
-                }
-            }
-}
-
-template <int BITS, int ST, int NT>
-void launch_pipe_nt(const mxg_launch *L, float *dst, const StagedX &xg, const MatView &m, const float *bias, int n,
-                    dim3 grid, int cps, float *res) {
-    using S = PipeStage<BITS, NT>;
-    static bool allowed = false;  // the attribute once per instance (host code, one thread per backend)
-    if (!allowed) {
-        mxg_allow_smem(matvec_mma_pipe_kernel<BITS, ST, NT>, S::smem);
-        allowed = true;
-    }
-    matvec_mma_pipe_kernel<BITS, ST, NT><<<grid, kThreads, S::smem, (gpuStream_t)L->stream>>>(dst, xg, m, bias, n, cps, res);
-}
-
-template <int BITS, int ST>
-void launch_pipe_st(const mxg_launch *L, float *dst, const StagedX &xg, const MatView &m, const float *bias, int n,
-                    int nt, dim3 grid, int cps, float *res) {
-    if (nt == 1)
-        launch_pipe_nt<BITS, ST, 1>(L, dst, xg, m, bias, n, grid, cps, res);
-    else if (nt == 2)
-        launch_pipe_nt<BITS, ST, 2>(L, dst, xg, m, bias, n, grid, cps, res);
-    else
-        launch_pipe_nt<BITS, ST, 4>(L, dst, xg, m, bias, n, grid, cps, res);
-}
-
 // ---- The wide form (MLXCEL_GPU_TC_WIDE=N: batches of N..64 tokens; default off) --------------
 // Design (run 16's profile of the kernel above at 64 tokens: 254 registers, 1-2 blocks and 6-12%
 // warps active per multiprocessor, each block one 64-column slab of all 64 tokens whose load, mma
 // and store do not overlap, then 2-8 MB of float32 partial sums per 1024-row product and a
-// split-sum launch; run 26: the pipelined form, which added an activation-split launch and kept the
-// split-sum one, was slower still). Here:
+// split-sum launch; run 26: a cp.async pipelined form, which added an activation-split launch and
+// kept the split-sum one, was slower still and was removed). Here:
 // 1. Token groups instead of most column splits: a block is 128 rows (the kernel above's warps and
 //    tiles) x one group of 16 tokens (kWideTok: 2 n8 tiles, a quarter of the accumulators at 64
 //    tokens) x a range of columns. Fewer registers (launch bound at 4-bit: 4 blocks, 16 warps per
@@ -823,59 +627,6 @@ static void split_sum_launch(const mxg_launch *L, float *out, const float *parti
         split_sum_kernel<<<(unsigned)((count + 255) / 256), 256, 0, s>>>(out, partial, bias, rows, count, splits, res);
 }
 
-// The pipelined form (above) of matvec_mma, same contract; -1 (nothing enqueued) when the scratch
-// cannot hold the staged activations or the pointers are not aligned for its copies.
-static int matvec_mma_pipe(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const MatView &m,
-                           const float *bias, int n, float *res) {
-    if (((uintptr_t)w->data & 15) || ((uintptr_t)w->scales & 3) || ((uintptr_t)w->biases & 3) ||
-        ((uintptr_t)L->scratch & 15) || !L->scratch)
-        return -1;
-    const int nt = n <= 8 ? 1 : n <= 16 ? 2 : 4;  // token tiles per block
-    const int groups = (n + nt * 8 - 1) / (nt * 8), np = groups * nt * 8;
-    const int chunks = m.cols / 32;
-    const size_t xbytes = StagedX::bytes(chunks, np);
-    if (xbytes > L->scratch_bytes) return -1;
-    const int64_t row_blocks = (m.rows + kBlockRows - 1) / kBlockRows;
-    // Column splits while rows x token groups give fewer than 2 blocks per multiprocessor, keeping at
-    // least kPipeMinChunks chunks per split; their partial sums after the staged activations.
-    int splits = 1;
-    const int64_t base = row_blocks * groups, want = 2 * (int64_t)L->sm_count;
-    if (base < want) {
-        int64_t s = (want + base - 1) / base;
-        s = s < chunks / kPipeMinChunks ? s : chunks / kPipeMinChunks;
-        const int64_t per_split = (int64_t)n * m.rows * (int64_t)sizeof(float);
-        const int64_t fit = (int64_t)((L->scratch_bytes - xbytes) / (size_t)per_split);
-        const int64_t cap = kMaxSplits < fit ? kMaxSplits : fit;
-        s = s < cap ? s : cap;
-        splits = s > 1 ? (int)s : 1;
-    }
-    const int cps = (chunks + splits - 1) / splits;
-    splits = (chunks + cps - 1) / cps;
-    unsigned char *scr = (unsigned char *)L->scratch;
-    uint4 *hm = (uint4 *)scr;
-    uint2 *lo = (uint2 *)(scr + (size_t)chunks * np * 128);
-    float *sum = (float *)(scr + (size_t)chunks * np * 192);
-    gpuStream_t stream = (gpuStream_t)L->stream;
-    const int64_t items = (int64_t)chunks * np * 8;
-    stage_x_kernel<<<(unsigned)((items + 255) / 256), 256, 0, stream>>>(hm, lo, sum, x, n, np, m.cols, items);
-    const StagedX xg{hm, lo, sum, np};
-    const bool split_sum = splits > 1;
-    float *dst = split_sum ? (float *)(scr + xbytes) : out;
-    float *kernel_res = split_sum ? nullptr : res;
-    const dim3 grid((unsigned)row_blocks, (unsigned)splits, (unsigned)groups);
-    const int st = w->scale_dtype == MX_DTYPE_F32 ? ST_F32 : w->scale_dtype == MX_DTYPE_F16 ? ST_F16 : ST_BF16;
-    if (w->q.bits == 4)
-        st == ST_F32   ? launch_pipe_st<4, ST_F32>(L, dst, xg, m, bias, n, nt, grid, cps, kernel_res)
-        : st == ST_F16 ? launch_pipe_st<4, ST_F16>(L, dst, xg, m, bias, n, nt, grid, cps, kernel_res)
-                       : launch_pipe_st<4, ST_BF16>(L, dst, xg, m, bias, n, nt, grid, cps, kernel_res);
-    else
-        st == ST_F32   ? launch_pipe_st<8, ST_F32>(L, dst, xg, m, bias, n, nt, grid, cps, kernel_res)
-        : st == ST_F16 ? launch_pipe_st<8, ST_F16>(L, dst, xg, m, bias, n, nt, grid, cps, kernel_res)
-                       : launch_pipe_st<8, ST_BF16>(L, dst, xg, m, bias, n, nt, grid, cps, kernel_res);
-    if (split_sum) split_sum_launch(L, out, dst, bias, m.rows, (int64_t)n * m.rows, splits, res);
-    return 0;
-}
-
 // The wide form (above) of a product that matvec_mma accepts, same contract (it always enqueues:
 // without L->tc_wide_count or room in L->scratch it does not split the columns).
 static void matvec_mma_wide(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const MatView &m,
@@ -928,7 +679,6 @@ static int matvec_mma(const mxg_launch *L, float *out, const float *x, const mx_
         matvec_mma_wide(L, out, x, w, m, bias, n, res);
         return 0;
     }
-    if (L->tc_pipe_tokens > 0 && n >= L->tc_pipe_tokens && matvec_mma_pipe(L, out, x, w, m, bias, n, res) == 0) return 0;
     // Split the columns while the rows give fewer than 2 blocks per multiprocessor, keeping at least
     // kMinChunksPerSplit chunks per split, and at most kMaxSplits whose partial sums fit in L->scratch.
     int splits = 1;
