@@ -24,6 +24,7 @@
 
 #include "core/clock.h"
 #include "server/srv_internal.h"
+#include "server/srv_json_alloc.h"
 #include "server/srv_text.h"
 
 enum {
@@ -87,6 +88,7 @@ static void free_parts(mx_server *s) {
 
 mx_server *mx_server_start(mx_model *m, const mx_tokenizer *tok, const mx_chat_template *tmpl,
                            const mx_server_opts *o, mx_error *err) {
+    srv_json_alloc_install();  // JSON built or read with an allocation failing is an error, never a reply with less
     mx_server *s = calloc(1, sizeof *s);
     if (!s) {
         mx_fail(err, "out of memory");

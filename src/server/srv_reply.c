@@ -13,6 +13,7 @@
 
 #include "server/srv_buf.h"
 #include "server/srv_internal.h"
+#include "server/srv_json_alloc.h"
 #include "server/srv_text.h"
 
 static const char *error_type(unsigned status) {
@@ -80,7 +81,8 @@ static int dump_to_buf(const char *p, size_t n, void *user) {
 
 char *srv_json_dumps(const json_t *j, size_t flags) {
     srv_buf b = {0};
-    if (!j || json_dump_callback(j, dump_to_buf, &b, flags) != 0 || b.oom || !b.p) {
+    unsigned long failed = srv_json_alloc_failures();
+    if (!j || json_dump_callback(j, dump_to_buf, &b, flags) != 0 || b.oom || !b.p || srv_json_alloc_failures() != failed) {
         srv_buf_free(&b);
         return NULL;
     }

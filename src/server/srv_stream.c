@@ -12,7 +12,10 @@
 // A client is known to be gone only when a write fails, so after 2 s without news a keep-alive
 // comment is written; the jobs are then cancelled and the scheduler frees their slots at the next
 // step. On shutdown the stream ends with an error event and [DONE]. Nothing is sent for held-back
-// text (stop strings).
+// text (stop strings). An allocation that fails while events are built (the copy, the JSON, the
+// bytes to send; jansson's own failures are counted by srv_json_alloc.h) never drops or cuts an
+// event: the whole events already written go out, then an error event and [DONE] from static text,
+// and the jobs are cancelled.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +24,7 @@
 #include "core/clock.h"
 #include "server/srv_buf.h"
 #include "server/srv_internal.h"
+#include "server/srv_json_alloc.h"
 #include "server/srv_reply.h"
 #include "server/srv_response.h"
 
@@ -62,17 +66,52 @@ typedef struct sse {
     sse_snap snap;
     srv_buf out;     // bytes ready to send
     size_t off;      // bytes of `out` already sent
+    size_t whole;    // bytes of `out` that are whole events (an allocation can fail inside one)
+    unsigned long json_failures;  // srv_json_alloc_failures() when this round of events began
     bool roles_sent, finished;
+    bool failed;     // an allocation failed: `out` (whole events) and then OOM_END are all that is left
+    size_t end_off;  // bytes of OOM_END already sent
 } sse;
 
+// How a stream ends when an event cannot be built (an allocation failed): the OpenAI error event
+// and [DONE], from static text, since there may be no memory for anything else.
+static const char OOM_END[] = "data: {\"error\":{\"message\":\"out of memory while streaming the answer\","
+                              "\"type\":\"server_error\",\"code\":null}}\n\ndata: [DONE]\n\n";
+
+// Appends bytes that end an event (or are a whole one).
+static void put_whole(sse *st, const char *text) {
+    srv_buf_puts(&st->out, text);
+    if (!st->out.oom) st->whole = st->out.n;
+}
+
+// The stream failed: the whole events written so far, then OOM_END; the jobs stop.
+static void fail_oom(sse *st) {
+    if (st->failed) return;
+    st->failed = st->finished = true;
+    if (st->out.p) st->out.p[st->out.n = st->whole] = 0;
+    for (int i = 0; i < st->n; i++) srv_job_cancel(st->ch[i].j);
+    srv_sched_wake(st->s->sched);
+}
+
+// Writes one event. An event that cannot be built whole (obj NULL, or jansson failed an allocation
+// while it or an earlier one of this round was built: a key could be missing) fails the stream.
 static void sse_event(sse *st, json_t *obj) {
-    char *text = json_dumps(obj, JSON_COMPACT);
+    if (st->failed) {
+        json_decref(obj);
+        return;
+    }
+    char *text = srv_json_dumps(obj, JSON_COMPACT);
     json_decref(obj);
-    if (!text) return;
+    if (!text || srv_json_alloc_failures() != st->json_failures) {
+        free(text);
+        fail_oom(st);
+        return;
+    }
     srv_buf_puts(&st->out, "data: ");
     srv_buf_puts(&st->out, text);
-    srv_buf_puts(&st->out, "\n\n");
     free(text);
+    put_whole(st, "\n\n");
+    if (st->out.oom) fail_oom(st);
 }
 
 static json_t *chunk(sse *st, json_t *choice) { return srv_chunk_json(&st->info, choice); }
@@ -84,8 +123,10 @@ static json_t *choice(sse *st, int index, json_t *delta_or_text, json_t *logprob
 // Ends the stream with an error event and [DONE].
 static void fail(sse *st, json_t *error) {
     sse_event(st, error);
-    srv_buf_puts(&st->out, "data: [DONE]\n\n");
+    if (st->failed) return;
+    put_whole(st, "data: [DONE]\n\n");
     st->finished = true;
+    if (st->out.oom) fail_oom(st);
 }
 
 // Copies what is new in choice i into st->snap (its job's lock held; see sse_snap).
@@ -123,7 +164,7 @@ static void snapshot(sse *st, int i) {
             memcpy(sn->lp, j->lp + ch->sent_lp, sizeof *sn->lp * n);
             sn->n_lp = n;
         } else {
-            st->out.oom = true;  // ends the stream, as any allocation failure does
+            st->out.oom = true;  // fails the stream (take_all), as any allocation failure does
         }
     }
     sn->finish = sn->done ? srv_finish_reason(j) : NULL;
@@ -189,6 +230,10 @@ static bool take_all(sse *st) {
             pthread_mutex_lock(&ch->j->mu);
             snapshot(st, i);
             pthread_mutex_unlock(&ch->j->mu);
+            if (st->out.oom) {  // the copy lost text or logprobs
+                fail_oom(st);
+                return true;
+            }
             ch->generated = st->snap.generated;
             any |= take_new(st, i);
         }
@@ -199,11 +244,16 @@ static bool take_all(sse *st) {
     if (open == 0) {
         if (st->info.include_usage) {
             json_t *u = chunk(st, NULL);
-            json_object_set_new(u, "usage", srv_usage_json(st->info.n_prompt, generated));
+            if (u && json_object_set_new(u, "usage", srv_usage_json(st->info.n_prompt, generated))) {
+                json_decref(u);
+                u = NULL;
+            }
             sse_event(st, u);
         }
-        srv_buf_puts(&st->out, "data: [DONE]\n\n");
+        if (st->failed) return true;
+        put_whole(st, "data: [DONE]\n\n");
         st->finished = true;
+        if (st->out.oom) fail_oom(st);
         return true;
     }
     return any;
@@ -229,6 +279,7 @@ static srv_job *wait_job(sse *st) {
 
 // Fills st->out with the next events; false when the client is gone (the jobs are then cancelled).
 static bool produce(sse *st) {
+    st->json_failures = srv_json_alloc_failures();  // this thread works for this stream until it returns
     if (!st->roles_sent) {
         st->roles_sent = true;
         if (st->info.kind == SRV_KIND_CHAT) {
@@ -241,7 +292,8 @@ static bool produce(sse *st) {
         if (waits == KEEPALIVE_WAITS) {
             // An SSE comment: clients ignore it, and writing it is what finds a vanished client
             // (a half-closed one is still reading, so reading alone cannot tell).
-            srv_buf_puts(&st->out, ": keep-alive\n\n");
+            put_whole(st, ": keep-alive\n\n");
+            if (st->out.oom) fail_oom(st);
             return true;
         }
         srv_job *j = wait_job(st);
@@ -270,11 +322,18 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     sse *st = cls;
     while (st->off >= st->out.n) {
-        st->off = 0;
+        if (st->failed) {  // the whole events are out: the error event and [DONE]
+            size_t k = sizeof OOM_END - 1 - st->end_off;
+            if (!k) return MHD_CONTENT_READER_END_OF_STREAM;
+            if (k > max) k = max;
+            memcpy(buf, OOM_END + st->end_off, k);
+            st->end_off += k;
+            return (ssize_t)k;
+        }
+        st->off = st->whole = 0;
         st->out.n = 0;
         if (st->finished) return MHD_CONTENT_READER_END_OF_STREAM;
         if (!produce(st)) return MHD_CONTENT_READER_END_WITH_ERROR;
-        if (st->out.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
     }
     size_t k = st->out.n - st->off;
     if (k > max) k = max;
