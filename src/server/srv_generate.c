@@ -12,6 +12,7 @@
 #include "server/srv_guard.h"
 #include "server/srv_harmony.h"
 #include "server/srv_internal.h"
+#include "server/srv_json_alloc.h"
 #include "server/srv_reply.h"
 #include "server/srv_response.h"
 #include "server/srv_text.h"
@@ -128,7 +129,7 @@ static unsigned make_jobs(mx_server *s, const srv_request *r, const int32_t *ids
         // JSON answers come after the model's own headers).
         bool forced = r->tool_choice == SRV_TOOLS_REQUIRED || r->tool_choice == SRV_TOOLS_NAMED;
         bool markers = harmony || (mistral && forced && !r->grammar);
-        if (gbnf && !(j->matcher = srv_grammars_matcher(s->grammars, gbnf, markers, msg, cap))) status = 400;
+        if (gbnf) j->matcher = srv_grammars_matcher(s->grammars, gbnf, markers, &status, msg, cap);
     }
     free(gbnf);
     return status;
@@ -218,7 +219,13 @@ enum MHD_Result srv_route_generate(mx_server *s, struct MHD_Connection *c, srv_k
         }
         pthread_mutex_unlock(&jobs[i]->mu);
     }
+    unsigned long json_failures = srv_json_alloc_failures();
     if (!resp) resp = srv_completion_json(s->tok, jobs, n_jobs, &info);
+    if (srv_json_alloc_failures() != json_failures) {  // a key or element left out: the 500 fallback instead
+        json_decref(resp);
+        resp = NULL;
+        status = 500;
+    }
     for (int i = 0; i < n_jobs; i++) srv_job_release(jobs[i]);
     return srv_respond_json(s, c, status, resp);
 }

@@ -21,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "server/srv_json_alloc.h"
+
 #define CACHE_SLOTS 8
 #define INDEX_BYTES_MAX ((size_t)512 << 20)  // a cached grammar above this is dropped (freed with its last matcher)
 #define MAX_PARALLEL_CALLS 8
@@ -73,7 +75,12 @@ void srv_grammars_free(srv_grammars *g) {
     free(g);
 }
 
-mx_matcher *srv_grammars_matcher(srv_grammars *g, const char *gbnf, bool markers, char *msg, size_t cap) {
+// The HTTP status of a grammar that could not be compiled: 500 when an allocation failed (the grammar
+// code says "out of memory"), else 400 (the request's grammar or schema is at fault).
+static unsigned failure_status(const char *msg) { return strstr(msg, "out of memory") ? 500 : 400; }
+
+mx_matcher *srv_grammars_matcher(srv_grammars *g, const char *gbnf, bool markers, unsigned *status, char *msg,
+                                 size_t cap) {
     mx_error err = {{0}};
     pthread_mutex_lock(&g->mu);
     mx_gram_index *ix = NULL;
@@ -112,17 +119,30 @@ mx_matcher *srv_grammars_matcher(srv_grammars *g, const char *gbnf, bool markers
         mx_matcher *m = mx_matcher_create(ix, &err);
         mx_gram_index_release(ix);  // the cache (when stored) and the matcher hold it
         pthread_mutex_unlock(&g->mu);
-        if (!m) snprintf(msg, cap, "%s", err.msg);
+        if (!m) snprintf(msg, cap, "%s", err.msg), *status = failure_status(err.msg);
         return m;
     }
     mx_matcher *m = mx_matcher_create(ix, &err);
     pthread_mutex_unlock(&g->mu);
-    if (!m) snprintf(msg, cap, "%s", err.msg);
+    if (!m) snprintf(msg, cap, "%s", err.msg), *status = failure_status(err.msg);
     return m;
 fail:
     pthread_mutex_unlock(&g->mu);
     snprintf(msg, cap, "%s", err.msg);
+    *status = failure_status(err.msg);
     return NULL;
+}
+
+// Closes a memory stream; when a write or the close failed (out of memory: the text may be cut
+// short), frees the text and sets it NULL. Returns -1 then.
+static int close_text(FILE *f, char **text) {
+    bool bad = ferror(f) != 0;
+    if (fclose(f) != 0 || bad) {
+        free(*text);
+        *text = NULL;
+        return -1;
+    }
+    return 0;
 }
 
 static bool tool_wanted(const srv_request *r, json_t *tool) {
@@ -149,6 +169,7 @@ static char *named_call_rules(const srv_request *r, const char *pre, const char 
         if (!tool_wanted(r, t)) continue;
         json_t *params = json_object_get(json_object_get(t, "function"), "parameters");
         schemas[n] = params ? json_incref(params) : json_pack("{s:s}", "type", "object");
+        if (!schemas[n]) goto done;  // out of memory (a NULL schema would compile as any value)
         snprintf(names[n], sizeof names[n], "args%zu", n);
         rules[n] = names[n];
         n++;
@@ -176,7 +197,7 @@ static char *named_call_rules(const srv_request *r, const char *pre, const char 
                 fclose(f);
                 free(text);
                 text = NULL;
-                goto done;
+                goto done;  // out of memory
             }
             fputs("\"{\" ws \"\\\"name\\\"\" ws \":\" ws ", f);
             mx_gbnf_put_literal(f, quoted, strlen(quoted));
@@ -186,7 +207,7 @@ static char *named_call_rules(const srv_request *r, const char *pre, const char 
         n++;
     }
     fputc('\n', f);
-    fclose(f);
+    close_text(f, &text);
 done:
     if (!text && !err->msg[0]) mx_fail(err, "out of memory");
     for (i = 0; schemas && i < n_tools; i++) json_decref(schemas[i]);
@@ -212,7 +233,7 @@ char *srv_grammar_harmony_final(const char *answer_rules) {
     if (!f) return NULL;
     fputs(answer_rules, f);
     put_harmony_root(f, false);
-    fclose(f);
+    close_text(f, &text);
     return text;
 }
 
@@ -222,6 +243,7 @@ char *srv_grammar_text(const srv_request *r, srv_call_format calls, bool think_o
                        size_t cap) {
     *status = 0;
     mx_error err = {{0}};
+    unsigned long json_failures = srv_json_alloc_failures();  // the tools' names and schemas are read by jansson
     if (r->grammar) {
         char *t = strdup(r->grammar);
         if (!t) *status = 500, snprintf(msg, cap, "out of memory");
@@ -239,9 +261,12 @@ char *srv_grammar_text(const srv_request *r, srv_call_format calls, bool think_o
     } else {
         body = mx_json_schema_to_gbnf_rule(r->json_schema, "answer", &err);
     }
-    if (!body) {
-        *status = 400;
-        snprintf(msg, cap, "%s%s", tools ? "tools: " : "response_format: ", err.msg);
+    if (!body || srv_json_alloc_failures() != json_failures) {
+        // An allocation failing is the server's fault (500), never a missing alternative or schema.
+        bool oom = srv_json_alloc_failures() != json_failures || failure_status(err.msg) == 500;
+        free(body);
+        *status = oom ? 500 : 400;
+        snprintf(msg, cap, "%s%s", tools ? "tools: " : "response_format: ", oom ? "out of memory building the grammar" : err.msg);
         return NULL;
     }
     char *text = NULL;
@@ -272,6 +297,9 @@ char *srv_grammar_text(const srv_request *r, srv_call_format calls, bool think_o
     } else {
         fprintf(f, "root ::= %sws answer ws\n", pre);
     }
-    fclose(f);
+    if (close_text(f, &text)) {
+        *status = 500;
+        snprintf(msg, cap, "out of memory building the grammar");
+    }
     return text;
 }

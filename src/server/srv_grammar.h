@@ -20,7 +20,8 @@ srv_grammars *srv_grammars_create(const mx_tokenizer *tok, int vocab, const int3
 void srv_grammars_free(srv_grammars *g);
 
 // The GBNF text of the request's constraint (malloc'ed), or NULL with *status 0 when it has none,
-// or NULL with *status (400/500) and msg set. think_open: the output starts inside <think>, which
+// or NULL with *status and msg set: 400 for a constraint that cannot be compiled, 500 when an
+// allocation failed (never a grammar with a part left out). think_open: the output starts inside <think>, which
 // must be closed before the constrained part.
 // calls: the model's tool-call format, which a forced call follows.
 char *srv_grammar_text(const srv_request *r, srv_call_format calls, bool think_open, unsigned *status, char *msg,
@@ -29,9 +30,11 @@ char *srv_grammar_text(const srv_request *r, srv_call_format calls, bool think_o
 // holding `answer` (defined by answer_rules, with `ws`), as the server constrains a JSON answer.
 // Malloc'ed; NULL when out of memory.
 char *srv_grammar_harmony_final(const char *answer_rules);
-// A matcher at the start of gbnf; NULL with msg on a bad grammar (a 400) or out of memory. markers:
+// A matcher at the start of gbnf; NULL with msg and *status on a bad grammar (400) or out of memory
+// (500). markers:
 // the tokenizer's special tool-call markers (srv_calls_marker_ids) match grammar text, for
 // sequences whose decoded text keeps special tokens.
-mx_matcher *srv_grammars_matcher(srv_grammars *g, const char *gbnf, bool markers, char *msg, size_t cap);
+mx_matcher *srv_grammars_matcher(srv_grammars *g, const char *gbnf, bool markers, unsigned *status, char *msg,
+                                 size_t cap);
 
 #endif

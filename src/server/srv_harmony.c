@@ -20,6 +20,7 @@ struct srv_harmony {
     srv_buf in;     // text not yet routed
     srv_buf body;   // the held body of a message with a recipient
     srv_buf name;   // that recipient
+    bool failed;    // a buffer's allocation failed (see srv_harmony_failed)
 };
 
 static const char *const MARKERS[] = {"<|start|>", "<|end|>",    "<|message|>", "<|channel|>",
@@ -41,6 +42,14 @@ void srv_harmony_free(srv_harmony *h) {
     srv_buf_free(&h->name);
     free(h);
 }
+
+// Frees a buffer the reader is done with, keeping its allocation failure (the text it handed on was cut).
+static void drop(srv_harmony *h, srv_buf *b) {
+    h->failed |= b->oom;
+    srv_buf_free(b);
+}
+
+bool srv_harmony_failed(const srv_harmony *h) { return h->failed || h->in.oom || h->body.oom || h->name.oom; }
 
 // The first marker in s[0..n) (*which: its index), or NULL.
 static const char *first_marker(const char *s, size_t n, int *which) {
@@ -99,8 +108,8 @@ static void start_message(srv_harmony *h, const char *s, size_t n) {
             break;
         }
     if (to && ((to_len == 9 && !memcmp(to, "assistant", 9)) || (to_len == 4 && !memcmp(to, "user", 4)))) to_len = 0;
-    srv_buf_free(&h->name);
-    srv_buf_free(&h->body);
+    drop(h, &h->name);
+    drop(h, &h->body);
     if (to_len) {
         if (to_len > 10 && memcmp(to, "functions.", 10) == 0) to += 10, to_len -= 10;
         srv_buf_append(&h->name, to, to_len);
@@ -121,8 +130,8 @@ static void end_message(srv_harmony *h) {
         if (j) h->sink.call(h->sink.user, srv_buf_str(&h->name), h->name.n, b, n);
         else if (h->body.n) h->sink.content(h->sink.user, srv_buf_str(&h->body), h->body.n);
         json_decref(j);
-        srv_buf_free(&h->body);
-        srv_buf_free(&h->name);
+        drop(h, &h->body);
+        drop(h, &h->name);
     }
     h->route = R_CONTENT;
 }
@@ -149,7 +158,7 @@ void srv_harmony_push(srv_harmony *h, const char *text, size_t len, bool at_end)
         size_t n = h->in.n;
         if (h->state == H_PLAIN) {
             if (n) h->sink.content(h->sink.user, s, n);
-            srv_buf_free(&h->in);
+            drop(h, &h->in);
             return;
         }
         if (h->state == H_HEADER) {
@@ -164,7 +173,7 @@ void srv_harmony_push(srv_harmony *h, const char *text, size_t len, bool at_end)
                 h->state = H_BODY;
                 continue;
             }
-            if (at_end) srv_buf_free(&h->in);  // a header cut short (still plausible: markup) is dropped
+            if (at_end) drop(h, &h->in);  // a header cut short (still plausible: markup) is dropped
             return;
         }
         int which = -1;
@@ -189,7 +198,7 @@ void srv_harmony_push(srv_harmony *h, const char *text, size_t len, bool at_end)
         route_text(h, s, n - (at_end && hold < 2 ? 0 : hold));
         srv_buf_consume(&h->in, n - hold);
         if (at_end) {
-            srv_buf_free(&h->in);
+            drop(h, &h->in);
             end_message(h);
             h->state = H_HEADER;
         }

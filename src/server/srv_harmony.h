@@ -34,6 +34,9 @@ typedef struct srv_harmony_sink {
 // bodies are content.
 srv_harmony *srv_harmony_create(bool calls, const srv_harmony_sink *sink);
 void srv_harmony_free(srv_harmony *h);
+// An allocation failed in the reader's buffers: text it routed may be cut. Sticky. (jansson's
+// failures are counted by srv_json_alloc.h.)
+bool srv_harmony_failed(const srv_harmony *h);
 // Feeds released text; at_end (the output is complete) releases what was held back: a message cut
 // short ends there, and a header cut short is dropped.
 void srv_harmony_push(srv_harmony *h, const char *s, size_t n, bool at_end);

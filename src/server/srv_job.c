@@ -74,6 +74,14 @@ void srv_job_cancel(srv_job *j) {
     pthread_mutex_unlock(&j->mu);
 }
 
+// An allocation failed while the job's output was taken in (its text, calls or logprobs): what it
+// holds may lack part of the answer, so the job ends with an error (the caller holds mu).
+static void fail_oom(srv_job *j) {
+    if (j->error_status) return;
+    j->error_status = 500;
+    snprintf(j->error, sizeof j->error, "out of memory while reading the model's output");
+}
+
 bool srv_job_on_token(void *job, const mx_token_event *ev) {
     srv_job *j = job;
     lock_counted(j);
@@ -86,10 +94,12 @@ bool srv_job_on_token(void *job, const mx_token_event *ev) {
             if (g) j->lp = g, j->cap_lp = cap;
         }
         if (j->n_lp < j->cap_lp) j->lp[j->n_lp++] = *ev->lp;
+        else fail_oom(j);
     }
+    if (srv_output_failed(j->out)) fail_oom(j);
     pthread_mutex_unlock(&j->mu);
     j->news = true;
-    return !stopped;
+    return !stopped && !j->error_status;
 }
 
 void srv_job_wake(srv_job *j) {
@@ -104,6 +114,8 @@ void srv_job_finish(srv_job *j, const char *finish, int error_status, const char
     if (error_status) {
         j->error_status = error_status;
         snprintf(j->error, sizeof j->error, "%s", error);
+    } else if (srv_output_failed(j->out)) {
+        fail_oom(j);
     }
     j->finish = finish;
     j->done = true;

@@ -50,7 +50,8 @@ typedef struct srv_job {
     atomic_bool started;   // admitted into a slot (atomic, not under `mu`: the scheduler sets it)
     bool done;
     const char *finish;    // "stop", "length", "cancelled" (set with done; see srv_finish_reason)
-    int error_status;      // non-zero: the job failed before producing output (HTTP status)
+    int error_status;      // non-zero: the job failed (HTTP status): before producing output, or an allocation
+                           // failed while its output was taken in (srv_job_on_token ends it then)
     char error[256];
     atomic_bool cancelled; // the client went away or the server stops
     atomic_int refs;       // atomic, not under `mu`: the scheduler retains every job it wakes after each step
@@ -69,7 +70,8 @@ void srv_job_cancel(srv_job *j);
 // The scheduler's side (it takes neither lock first): the engine's token callback (mx_seq_opts.on_token,
 // with the job as user) moves the text into the output and the logprobs into the job and sets
 // `news` (it does not wake the connection: a wake-up costs a system call, and the scheduler hands
-// the step's wake-ups to another thread, srv_sched.c); false once a stop string matched.
+// the step's wake-ups to another thread, srv_sched.c); false once a stop string matched
+// or the job failed (an allocation failing while its output was taken in: error_status 500).
 // srv_job_finish ends the output and marks the job done with finish ("stop", "length" or
 // "cancelled"; the response layer names the OpenAI finish_reason) and an optional error (HTTP
 // status and message). It does not wake the connection: the caller then calls srv_job_wake. The

@@ -10,6 +10,7 @@
 
 #include "server/srv_buf.h"
 #include "server/srv_harmony.h"
+#include "server/srv_json_alloc.h"
 #include "server/srv_scan.h"
 #include "server/srv_stop_match.h"
 
@@ -41,6 +42,7 @@ struct srv_output {
     srv_buf content, reasoning;
     out_tool *tools;
     int n_tools, cap_tools;
+    bool failed;         // an allocation failed: text or a call may be missing (see srv_output_failed)
 };
 
 static void harmony_content(void *u, const char *s, size_t n);
@@ -88,6 +90,12 @@ void srv_output_free(srv_output *o) {
     free(o);
 }
 
+// Frees a buffer the parser is done with, keeping its allocation failure (the text it handed on was cut).
+static void drop(srv_output *o, srv_buf *b) {
+    o->failed |= b->oom;
+    srv_buf_free(b);
+}
+
 static void emit_content(srv_output *o, const char *s, size_t n) {
     if (o->after_think) {
         while (n && (*s == ' ' || *s == '\n' || *s == '\r' || *s == '\t')) s++, n--;
@@ -126,8 +134,9 @@ static bool add_call(srv_output *o, json_t *j) {
         out_tool *t = realloc(o->tools, sizeof *t * (size_t)cap);
         if (t) o->tools = t, o->cap_tools = cap;
     }
-    if (!args_s || !name_s || o->n_tools == o->cap_tools) {  // out of memory: the call is dropped
+    if (!args_s || !name_s || o->n_tools == o->cap_tools) {  // out of memory: the output has failed
         free(args_s), free(name_s);
+        o->failed = true;
         return true;
     }
     o->tools[o->n_tools].name = name_s;
@@ -175,7 +184,7 @@ static void finish_json_call(srv_output *o) {
         srv_buf_append(&o->content, srv_buf_str(&o->json_held), o->json_held.n);
     }
     json_decref(j);
-    srv_buf_free(&o->json_held);
+    drop(o, &o->json_held);
 }
 
 static const char MISTRAL_OPEN[] = "[TOOL_CALLS]";
@@ -216,7 +225,7 @@ static bool mistral_take(srv_output *o, bool at_end) {
                 if (!close) continue;
                 o->in_list = false;
                 srv_buf_append(&o->seg, srv_buf_str(&o->tool), o->tool.n);
-                srv_buf_free(&o->tool);
+                drop(o, &o->tool);
                 return true;
             }
             json_t *j = s[i] == '{' ? json_prefix(s + i, n - i, &used, &more) : NULL;
@@ -246,7 +255,7 @@ static bool mistral_take(srv_output *o, bool at_end) {
                 if (ok) {
                     srv_buf_consume(&o->tool, a + used);
                     srv_buf_append(&o->seg, srv_buf_str(&o->tool), o->tool.n);
-                    srv_buf_free(&o->tool);
+                    drop(o, &o->tool);
                     return true;
                 }
             } else {
@@ -257,7 +266,7 @@ static bool mistral_take(srv_output *o, bool at_end) {
         // Not a call (or cut short): the rest is content, with the marker when nothing was taken yet.
         if (!o->in_list || !o->list_taken) srv_buf_puts(&o->content, o->in_list ? "[TOOL_CALLS][" : MISTRAL_OPEN);
         srv_buf_append(&o->content, s, n);
-        srv_buf_free(&o->tool);
+        drop(o, &o->tool);
         o->in_list = false;
         return true;
     }
@@ -326,7 +335,7 @@ static void segment(srv_output *o, bool at_end) {
             srv_buf_append(dst, s, before);
             if (o->state == SEG_TOOL) {
                 add_tool(o, srv_buf_str(&o->tool), o->tool.n);
-                srv_buf_free(&o->tool);
+                drop(o, &o->tool);
             } else {
                 o->after_think = true;
                 o->think_allowed = false;
@@ -351,7 +360,28 @@ static void release(srv_output *o, const char *s, size_t n) {
     segment(o, false);
 }
 
+static bool bufs_failed(const srv_output *o) {
+    return o->pending.oom || o->seg.oom || o->tool.oom || o->json_held.oom || o->content.oom || o->reasoning.oom;
+}
+
+// Records what the parser could not tell apart from text: a failed allocation in jansson (a call read
+// as text, or read with bytes left out) or in one of the buffers.
+static void note_failures(srv_output *o, unsigned long json_failures) {
+    o->failed |= bufs_failed(o) || srv_json_alloc_failures() != json_failures ||
+                 (o->harmony && srv_harmony_failed(o->harmony));
+}
+
+static bool push(srv_output *o, const char *text, size_t len);
+static void finish(srv_output *o);
+
 bool srv_output_push(srv_output *o, const char *text, size_t len) {
+    unsigned long json_failures = srv_json_alloc_failures();
+    bool stopped = push(o, text, len);
+    note_failures(o, json_failures);
+    return stopped;
+}
+
+static bool push(srv_output *o, const char *text, size_t len) {
     if (o->stopped || o->finished) return o->stopped;
     srv_buf_append(&o->pending, text, len);
     const char *s = srv_buf_str(&o->pending);
@@ -359,9 +389,9 @@ bool srv_output_push(srv_output *o, const char *text, size_t len) {
     // pending holds the automata's longest partial match, so a stop string starts within it.
     if (o->stops && srv_stop_match_feed(o->stops, text, len, &tail)) {
         release(o, s, tail < n ? n - tail : 0);
-        srv_buf_free(&o->pending);
+        drop(o, &o->pending);
         o->stopped = true;
-        srv_output_finish(o);
+        finish(o);
         return true;
     }
     size_t hold = o->stops ? srv_stop_match_partial(o->stops) : 0;
@@ -372,15 +402,21 @@ bool srv_output_push(srv_output *o, const char *text, size_t len) {
 }
 
 void srv_output_finish(srv_output *o) {
+    unsigned long json_failures = srv_json_alloc_failures();
+    finish(o);
+    note_failures(o, json_failures);
+}
+
+static void finish(srv_output *o) {
     if (o->finished) return;
     o->finished = true;
     if (o->harmony) {
         srv_harmony_push(o->harmony, srv_buf_str(&o->pending), o->pending.n, true);
-        srv_buf_free(&o->pending);
+        drop(o, &o->pending);
         return;
     }
     if (o->pending.n) srv_buf_append(&o->seg, o->pending.p, o->pending.n);
-    srv_buf_free(&o->pending);
+    drop(o, &o->pending);
     segment(o, true);
     if (o->state == SEG_TOOL && o->mistral) {
         mistral_take(o, true);
@@ -397,13 +433,14 @@ void srv_output_finish(srv_output *o) {
             srv_buf_append(&o->content, srv_buf_str(&o->tool), o->tool.n);
         }
         json_decref(j);
-        srv_buf_free(&o->tool);
+        drop(o, &o->tool);
         o->state = SEG_CONTENT;
     }
     if (o->json_state == JSON_HOLD) finish_json_call(o);
 }
 
 bool srv_output_stopped(const srv_output *o) { return o->stopped; }
+bool srv_output_failed(const srv_output *o) { return o->failed; }
 
 const char *srv_output_content(const srv_output *o, size_t *len) {
     if (len) *len = o->content.n;

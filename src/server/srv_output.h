@@ -45,6 +45,9 @@ bool srv_output_push(srv_output *o, const char *text, size_t len);
 // End of generation: releases held-back text (an unfinished tool call becomes content).
 void srv_output_finish(srv_output *o);
 bool srv_output_stopped(const srv_output *o);
+// An allocation failed while text was parsed (a buffer, a call, or jansson reading one): what was
+// released may lack text or calls, so the job ends with an error. Sticky.
+bool srv_output_failed(const srv_output *o);
 
 // Released text so far (NUL-terminated, valid until the next push/finish).
 const char *srv_output_content(const srv_output *o, size_t *len);
