@@ -3,7 +3,9 @@
 // linker's --wrap of malloc/calloc/realloc/strdup/strndup/aligned_alloc/posix_memalign (see
 // tests/cmake/fault_injection.cmake), and the wrapper fails the Nth one. For each N, in a child
 // process, model load, a generation (the engine: context, forward, token choice), one server request, an
-// embeddings request in base64 and in floats (a 200 answer must hold the whole embedding) and a
+// embeddings request in base64 and in floats (a 200 answer must hold the whole embedding), a streamed
+// completion, a forced tool call and a streamed one (each answer whole, event by event, and equal to
+// the answer without failures, or an error: a stream may end with an error event and [DONE]) and a
 // DeepSeek-V3 load and forward (latent attention) must end
 // in success or a clean error: a message (load, generate) or an HTTP answer, never a crash, and
 // the server must answer the next request. A second part swaps the backend's ops table for one
@@ -26,6 +28,7 @@
 #include <jansson.h>
 
 #include "backends/backend.h"
+#include "chat/chat_template.h"
 #include "check.h"
 #include "generate/engine.h"
 #include "grammar/grammar.h"
@@ -273,6 +276,167 @@ static int op_embed(void) {
     abort();
 }
 
+// ---- answers that must be whole: a streamed completion, a forced tool call (plain and streamed) ------
+// A 200 answer is summed up as its content, its tool calls (name and arguments) and its
+// finish_reason; it must equal the summary of the run without failures (the sweep's first run,
+// recorded in ref). A stream must be events `data: JSON` ending with `data: [DONE]` (and the
+// chunked body's last chunk); an error event may end it (a clean error) but only as its last event.
+// Anything else (a broken event, a missing [DONE], a cut stream, a shorter answer) is counted in
+// g_whole_bad.
+typedef struct whole_op {
+    const char *path, *body;
+    bool stream;
+    char ref[1024];  // "" until the first run
+} whole_op;
+static whole_op *g_whole;
+static int g_whole_bad;
+
+static void add_calls(char *sum, size_t cap, json_t *calls) {
+    size_t i;
+    json_t *c;
+    json_array_foreach(calls, i, c) {
+        json_t *f = json_object_get(c, "function");
+        size_t k = strlen(sum);
+        const char *name = json_string_value(json_object_get(f, "name"));
+        const char *args = json_string_value(json_object_get(f, "arguments"));
+        snprintf(sum + k, cap - k, "[%s](%s)", name ? name : "?", args ? args : "?");
+    }
+}
+
+// The summary of a whole (non-streamed) answer; false when it lacks a part.
+static bool sum_answer(json_t *j, char *sum, size_t cap) {
+    json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
+    json_t *msg = json_object_get(ch, "message"), *fin = json_object_get(ch, "finish_reason");
+    json_t *text = msg ? json_object_get(msg, "content") : json_object_get(ch, "text");
+    if (!json_is_string(fin) || !(json_is_string(text) || (msg && json_is_null(text)))) return false;
+    if (!json_is_object(json_object_get(j, "usage"))) return false;
+    snprintf(sum, cap, "%s|", json_is_string(text) ? json_string_value(text) : "");
+    add_calls(sum, cap, json_object_get(msg, "tool_calls"));
+    size_t k = strlen(sum);
+    snprintf(sum + k, cap - k, "|%s", json_string_value(fin));
+    return true;
+}
+
+// In place: the body of a chunked reply; *ended when its last (empty) chunk came.
+static char *dechunk(char *p, bool *ended) {
+    char *out = p, *w = p;
+    *ended = false;
+    for (;;) {
+        char *e;
+        unsigned long n = strtoul(p, &e, 16);
+        if (e == p || strncmp(e, "\r\n", 2) != 0) break;
+        p = e + 2;
+        if (n == 0) {
+            *ended = true;
+            break;
+        }
+        if (strlen(p) < n + 2) break;
+        memmove(w, p, n);
+        w += n;
+        p += n + 2;
+    }
+    *w = 0;
+    return out;
+}
+
+// The summary of a streamed answer (its events in body); 1 for an error event ending it, -1 when
+// the stream is not whole (why in `bad`).
+static int sum_stream(char *body, char *sum, size_t cap, const char **bad) {
+    static char content[4096], calls[1024], fin[32];
+    content[0] = calls[0] = fin[0] = 0;
+    bool done = false, error = false;
+    for (char *ev = body; *ev;) {
+        char *end = strstr(ev, "\n\n");
+        if (!end) return *bad = "an event cut short", -1;
+        *end = 0;
+        if (done || (error && strcmp(ev, "data: [DONE]") != 0)) return *bad = "an event after [DONE] or an error", -1;
+        if (ev[0] == ':') {  // a comment (keep-alive)
+            ev = end + 2;
+            continue;
+        }
+        if (strncmp(ev, "data: ", 6) != 0) return *bad = "a line that is not an event", -1;
+        if (strcmp(ev + 6, "[DONE]") == 0) {
+            done = true;
+        } else {
+            json_t *j = json_loads(ev + 6, 0, NULL);
+            if (!j) return *bad = "an event that is not JSON", -1;
+            if (json_object_get(j, "error")) {
+                error = json_is_string(json_object_get(json_object_get(j, "error"), "message"));
+                json_decref(j);
+                if (!error) return *bad = "an error event without a message", -1;
+                ev = end + 2;
+                continue;
+            }
+            json_t *chs = json_object_get(j, "choices"), *ch = json_array_get(chs, 0);
+            if (!json_is_array(chs) || (!ch && !json_object_get(j, "usage"))) {
+                json_decref(j);
+                return *bad = "a chunk without choices", -1;
+            }
+            json_t *delta = json_object_get(ch, "delta");
+            json_t *text = delta ? json_object_get(delta, "content") : json_object_get(ch, "text");
+            if (ch && !delta && !json_is_string(text)) {
+                json_decref(j);
+                return *bad = "a completion chunk without text", -1;
+            }
+            if (json_is_string(text)) strncat(content, json_string_value(text), sizeof content - strlen(content) - 1);
+            add_calls(calls, sizeof calls, json_object_get(delta, "tool_calls"));
+            if (json_is_string(json_object_get(ch, "finish_reason")))
+                snprintf(fin, sizeof fin, "%s", json_string_value(json_object_get(ch, "finish_reason")));
+            json_decref(j);
+        }
+        ev = end + 2;
+    }
+    if (!done) return *bad = "no [DONE]", -1;
+    if (error) return 1;
+    if (!fin[0]) return *bad = "no finish_reason", -1;
+    snprintf(sum, cap, "%s|%s|%s", content, calls, fin);
+    return 0;
+}
+
+static int op_whole(void) {
+    static char reply[262144], again[65536];
+    whole_op *w = g_whole;
+    int st = http_post(g_port, w->path, w->body, reply, sizeof reply);
+    alloc_fail_at = 0;
+    int st2 = http_post(g_port, "/v1/completions", REQ, again, sizeof again);  // (a stream takes 0.2 s)
+    if (st2 != 200) {
+        fprintf(stderr, "after an allocation failure in %s the next request got %d: %.300s\n", w->path, st2, again);
+        abort();
+    }
+    if (st == 0) return 1;  // closed before an answer (the reply itself could not be started)
+    char *body = strstr(reply, "\r\n\r\n");
+    if (st >= 400 && body && strstr(body, "\"error\"")) return 1;
+    if (st != 200 || !body) {
+        fprintf(stderr, "unexpected answer %d: %.300s\n", st, reply);
+        abort();
+    }
+    *body = 0;
+    body += 4;
+    if (getenv("MLXCEL_FAULT_AT")) fprintf(stderr, "%s\n%s\n", reply, body);  // debugging: one N
+    const char *bad = NULL;
+    char sum[1024] = "";
+    int rc = 0;
+    if (w->stream) {
+        bool ended = true;
+        if (strcasestr(reply, "Transfer-Encoding: chunked")) body = dechunk(body, &ended);
+        rc = sum_stream(body, sum, sizeof sum, &bad);
+        if (!ended && rc >= 0) bad = "no last chunk (the stream was cut)", rc = -1;
+    } else {
+        json_t *j = json_loads(body, 0, NULL);
+        if (!j || !sum_answer(j, sum, sizeof sum)) bad = "an answer without a part", rc = -1;
+        json_decref(j);
+    }
+    if (rc == 0 && !w->ref[0]) snprintf(w->ref, sizeof w->ref, "%s", sum);  // the run without failures
+    else if (rc == 0 && strcmp(sum, w->ref) != 0) bad = "an answer unlike the one without failures", rc = -1;
+    if (rc < 0) {
+        g_whole_bad++;
+        fprintf(stderr, "%s %s: %s (%s; want %s): %.300s\n", w->path, w->stream ? "stream" : "answer", bad, sum, w->ref,
+                body);
+        return 0;
+    }
+    return rc;
+}
+
 // Runs op in a child with the Nth allocation failing. Returns 0 (success), 1 (clean error) or 2
 // (crash or abort).
 static int run_child(int (*op)(void), long n) {
@@ -467,7 +631,13 @@ int main(void) {
 
     mx_server_opts so = {.port = 0, .parallel = 1, .ctx = 256, .max_queue = 4, .max_body = 65536,
                          .prefill_chunk = 64, .sampling = mx_sampling_defaults(), .model_id = "m"};
-    mx_server *srv = mx_server_start(g_model, g_tok, NULL, &so, &err);
+    // ChatML without tools in the prompt: the forced call's grammar is what makes the model write one.
+    mx_chat_template *tmpl = mx_chat_template_from_string(
+        "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+        "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+        NULL, "<|im_end|>", &err);
+    CHECK(tmpl != NULL);
+    mx_server *srv = mx_server_start(g_model, g_tok, tmpl, &so, &err);
     CHECK(srv != NULL);
     if (srv) {
         g_port = mx_server_port(srv);
@@ -477,9 +647,34 @@ int main(void) {
         g_embed_req = "{\"input\":\"Hello\",\"dimensions\":8}";
         sweep("embeddings request (float)", op_embed, 400, 1, true);
         CHECK_MSG(g_embed_short == 0, "%d answers of 200 without the whole embedding", g_embed_short);
+        // No string in these bodies is longer than 13 bytes: jansson 2.14's lexer writes past its
+        // buffer when growing the text of a longer one fails (lex_save ignores the failed append, and
+        // the string is then decoded up to a closing quote that was never saved), a heap overflow in
+        // the request's parsing that the server cannot catch.
+        static whole_op streamed = {"/v1/completions",
+                                    "{\"prompt\":\"Hello\",\"max_tokens\":4,\"temperature\":0,\"stream\":true}", true,
+                                    ""};
+#define TOOLS "\"messages\":[{\"role\":\"user\",\"content\":\"Weather?\"}],\"tools\":[{\"type\":\"function\"," \
+              "\"function\":{\"name\":\"get_weather\",\"parameters\":{\"type\":\"object\",\"properties\":" \
+              "{\"city\":{\"enum\":[\"Paris\",\"Rome\"]}},\"required\":[\"city\"]}}}],\"tool_choice\":\"required\"," \
+              "\"max_tokens\":60,\"temperature\":0"
+        static whole_op tools = {"/v1/chat/completions", "{" TOOLS "}", false, ""};
+        static whole_op tools_streamed = {"/v1/chat/completions", "{" TOOLS ",\"stream\":true}", true, ""};
+#undef TOOLS
+        whole_op *ops[] = {&streamed, &tools, &tools_streamed};
+        const char *names[] = {"streamed completion", "tool-call request", "streamed tool-call request"};
+        for (int i = 0; i < 3; i++) {
+            g_whole = ops[i];
+            sweep(names[i], op_whole, 120, 7, true);  // each allocation up to 120, then every 7th
+            printf("%s: the answer without failures: %s\n", names[i], ops[i]->ref);
+        }
+        CHECK_MSG(strstr(tools.ref, "[get_weather]({\"city\":\"") && strcmp(tools.ref, tools_streamed.ref) == 0,
+                  "tool calls: %s and %s", tools.ref, tools_streamed.ref);
+        CHECK_MSG(g_whole_bad == 0, "%d answers neither whole nor an error", g_whole_bad);
         device_fault();
         mx_server_stop(srv);
     }
+    mx_chat_template_free(tmpl);
     mx_gram_vocab_free(g_vocab);
     mx_tokenizer_free(g_tok);
     mx_model_free(g_model);
