@@ -14,7 +14,13 @@
 #include "convert/st_writer.h"
 
 static void usage(FILE *to) {
-    fprintf(to, "usage: mlxcel logits [-m MODEL] --ids 1,2,3 [--mode prefill|decode] -o FILE.safetensors\n%s",
+    fprintf(to,
+            "usage: mlxcel logits [-m MODEL] --ids 1,2,3 [--mode prefill|decode] -o FILE.safetensors\n"
+            "  --ids LIST              the token ids, comma-separated (required)\n"
+            "  -o, --output FILE       the safetensors file to write: F32 logits [ids, vocab] (required)\n"
+            "  --mode MODE             prefill (all positions in one forward, the default) or decode (one\n"
+            "                          token at a time through the KV cache)\n"
+            "%s",
             cli_model_help);
 }
 

@@ -16,7 +16,12 @@
 #include "prompt.h"
 
 static void usage(FILE *to) {
-    fprintf(to, "usage: mlxcel perplexity [-m MODEL] -f TEXT_FILE [--ctx 512]\n%s", cli_model_help);
+    fprintf(to,
+            "usage: mlxcel perplexity [-m MODEL] -f TEXT_FILE [--ctx 512]\n"
+            "  -f, --file PATH         the text to score: each non-blank line, then the end-of-text token\n"
+            "                          (required); -c, --ctx sets the window (default 512 tokens)\n"
+            "%s",
+            cli_model_help);
 }
 
 // Encodes the file as described above into a malloc'ed id stream.

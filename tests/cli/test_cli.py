@@ -209,14 +209,20 @@ for c in ('generate', 'chat', 'serve', 'bench', 'logits', 'perplexity', 'inspect
           re.search(r'^  -c, --ctx N ', out, re.M), out)
     # Every option listed is one the parser takes: a flag with a value alone asks for the value, a
     # switch before --help lets the help print (neither is "unknown option").
+    listed = set()
     for line in out.splitlines():
         m = re.match(r'^  ((?:-[-a-z]+(?:, )?)+)( [^ ]+)?  ', line)
         if not m:
             continue
         for flag in m.group(1).split(', '):
+            listed.add(flag)
             rc2, _, err2 = run([c, flag] if m.group(2) else [c, flag, '--help'])
             check(f'{c} {flag} (from --help) is taken', 'unknown option' not in err2 and
                   (rc2 == 2 and 'needs a value' in err2 if m.group(2) else rc2 == 0), f'rc={rc2} {err2[-200:]!r}')
+    # ... and the reverse, where it is cheap: every option the usage line names is in the list.
+    named = re.findall(r'(?<![\w-])(--?[a-z][-a-z]*)', out.splitlines()[0] if out else '')
+    missing = [f for f in named if f not in listed]
+    check(f'{c} --help lists every option its usage line names', not missing, f'missing {missing}: {out[:300]!r}')
 check('serve --help lists -np', re.search(r'^  -np, --parallel N ', helps['serve'], re.M), helps['serve'])
 chat_help = helps['chat']
 check('chat --help lists --system and -n with its default', re.search(r'^  --system TEXT ', chat_help, re.M) and
