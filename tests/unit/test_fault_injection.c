@@ -665,7 +665,7 @@ int main(void) {
         const char *names[] = {"streamed completion", "tool-call request", "streamed tool-call request"};
         for (int i = 0; i < 3; i++) {
             g_whole = ops[i];
-            sweep(names[i], op_whole, 120, 7, true);  // each allocation up to 120, then every 7th
+            sweep(names[i], op_whole, 100, 9, true);  // each allocation up to 100, then every 9th
             printf("%s: the answer without failures: %s\n", names[i], ops[i]->ref);
         }
         CHECK_MSG(strstr(tools.ref, "[get_weather]({\"city\":\"") && strcmp(tools.ref, tools_streamed.ref) == 0,
