@@ -235,6 +235,104 @@ static void compare(const char *set, const char *label, const tmat *t) {
     free(x), free(scratch), free(deq_ref), free(deq_mag), free(deq), free(ref), free(got), free(mag);
 }
 
+// Bit equality of the integer gemv and the integer batched product (sets that have both for this
+// format): each token's row of x through gemv_q (quantize_x of that row alone) must give the very
+// bits that the batched product gives for that token, over row blocks of 16 as the backend splits
+// them and the partial last one. A decode step and a recomputed prompt (after a preemption) take the
+// two kernels for the same rows; the integer attention modes on the I8 cache round what comes out,
+// so a last-bit difference can become a whole code step (bench/RESULTS.md). x has groups of very
+// different magnitudes, an all-zero group and negative zeros. Returns the outputs compared (0: the
+// set has not both kernels for this format). The comparison's own check: one output moved by one
+// ulp is reported (plant = 1).
+static int64_t bit_equal_rows(const char *set, const char *label, const tmat *t, const int *ns, int n_ns, int plant) {
+    const mx_matrix *w = &t->m;
+    int64_t rows = w->rows, cols = w->cols, compared = 0;
+    size_t qb = cpu_kernels_qx_row_bytes(w);
+    int nmax = 0;
+    for (int i = 0; i < n_ns; i++) nmax = ns[i] > nmax ? ns[i] : nmax;
+    if (!qb || !cpu_kernels_qx_tiles_bytes(w, nmax)) return 0;
+    float *x = malloc(sizeof(float) * cols * nmax);
+    int gs = w->q.group_size;
+    for (int t2 = 0; t2 < nmax; t2++)
+        for (int64_t k = 0; k < cols; k++) {
+            int64_t g = k / gs;
+            float mag = g % 3 == 0 ? 1.0f : g % 3 == 1 ? 3e-3f : 40.0f;
+            float v = rndf() * mag;
+            if (g == 1 && t2 % 2 == 0) v = 0.0f;                  // a group of zeros
+            if ((k + t2) % 29 == 0) v = -0.0f;                    // negative zeros
+            x[(int64_t)t2 * cols + k] = v;
+        }
+    float *gemv = malloc(sizeof(float) * rows * nmax), *batch = malloc(sizeof(float) * rows * nmax);
+    uint8_t *qx1 = aligned_alloc(64, qb);
+    for (int t2 = 0; t2 < nmax; t2++) {
+        cpu_kernels_quantize_x(w, x + (int64_t)t2 * cols, 1, qx1);
+        cpu_kernels_gemv_q(w, 0, rows, qx1, gemv + (int64_t)t2 * rows);
+    }
+    void *scr = aligned_alloc(64, (cpu_kernels_gemm_q_scratch_bytes(w) + 63) & ~(size_t)63);
+    int bad = 0;
+    for (int ni = 0; ni < n_ns; ni++) {
+        int n = ns[ni], tiles = (n + 15) / 16;
+        size_t bytes = cpu_kernels_qx_tiles_bytes(w, n);
+        uint8_t *qx = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+        for (int tile = 0; tile < tiles; tile++) cpu_kernels_quantize_x_tiles(w, x, n, tile, qx);
+        for (int64_t r0 = 0; r0 < rows; r0 += CPU_KERNELS_GEMM_Q_ROWS) {
+            int nr = rows - r0 < CPU_KERNELS_GEMM_Q_ROWS ? (int)(rows - r0) : CPU_KERNELS_GEMM_Q_ROWS;
+            cpu_kernels_gemm_q(w, r0, nr, qx, n, batch, rows, scr);
+        }
+        if (plant && ni == 0) {  // one ulp up on one output: must be reported
+            uint32_t u;
+            memcpy(&u, &batch[rows / 2], 4);
+            u++;
+            memcpy(&batch[rows / 2], &u, 4);
+        }
+        for (int64_t i = 0; i < (int64_t)n * rows; i++, compared++)
+            if (memcmp(&gemv[i], &batch[i], sizeof(float)) != 0) {
+                if (!plant && bad < 3)
+                    printf("%s %s: token %lld row %lld: gemv %.9g != batched %.9g (n = %d)\n", set, label,
+                           (long long)(i / rows), (long long)(i % rows), gemv[i], batch[i], n);
+                bad++;
+            }
+        free(qx);
+    }
+    free(x), free(gemv), free(batch), free(qx1), free(scr);
+    if (plant) {
+        CHECK_MSG(bad == 1, "%s %s: a planted one-ulp difference was reported %d times (want 1)", set, label, bad);
+        return compared;
+    }
+    CHECK_MSG(bad == 0, "%s %s: %d outputs of the integer gemv and the batched product differ in their bits", set,
+              label, bad);
+    return compared;
+}
+
+// The shapes of bit_equal_rows: 4- and 8-bit, groups 32/64/128 (the batched product takes 64 and
+// 128; group 32 must then have no batched product), 1 to 37 groups (partial 16-group blocks, a last
+// half 128-column chunk), more rows than a 16-row block, odd token counts.
+static void compare_bit_equal(const char *set) {
+    const int ns[] = {1, 3, 7, 13, 21, 40};
+    const int group_counts[] = {1, 5, 16, 17, 37};
+    const mx_dtype sdts[] = {MX_DTYPE_BF16, MX_DTYPE_F16, MX_DTYPE_F32};
+    int64_t total = 0;
+    int shapes = 0;
+    char label[96];
+    for (int bits = 4; bits <= 8; bits += 4)
+        for (int gs = 32; gs <= 128; gs *= 2)
+            for (int gc = 0; gc < 5; gc++) {
+                int64_t rows = 19 + 14 * (gc % 2), cols = (int64_t)gs * group_counts[gc];
+                tmat t = make((mx_quant){MX_QUANT_AFFINE, bits, gs}, MX_DTYPE_U32, sdts[(gc + bits) % 3], rows, cols,
+                              gc % 4);
+                snprintf(label, sizeof label, "affine %d-bit g%d, %d groups, %lld rows", bits, gs, group_counts[gc],
+                         (long long)rows);
+                int64_t c = bit_equal_rows(set, label, &t, ns, 6, 0);
+                if (gs == 32) CHECK_MSG(c == 0, "%s %s: a batched product for groups of 32 is not compared", set, label);
+                if (c && gc == 2) bit_equal_rows(set, label, &t, ns, 1, 1);
+                total += c;
+                shapes += c > 0;
+                tfree(&t);
+            }
+    if (shapes) printf("kernel set %s: integer gemv and batched product bit-equal on %d shapes, %lld outputs\n", set,
+                       shapes, (long long)total);
+}
+
 // Unnormalized softmax weights in double precision: w[p] = exp(scale * q . K[p] - max) for keys
 // [first, last] (w indexed by key, up to 64); returns their sum.
 static double softmax_ref(const float *q, const float *K, int64_t stride, int first, int last, int hd, float scale,
@@ -282,7 +380,8 @@ static int int_paths, pv_paths;  // attn_rows calls that took integer scores, in
 
 // The integer P.V's error bound (cpu_kernels_attn_vnni_pv.c), absolute: a weight p * vscale of a
 // block of 16 keys (the call's blocks: from lo, the smallest first of its queries, to hi) is rounded
-// to 16 bits on a step of (max p over the block) x (max vscale of the group over the block) / 65280,
+// to 16 bits on a step of (max p over the block) x (max vscale of the group over the block's keys
+// that the query sees, at most that over all of them) / 65280,
 // so the output moves by at most, summed over the blocks, (live keys) x (max p) x (max |v| of the
 // block's keys) / (130560 x sum p), plus 2^-20 of the sum of |p v| (float roundings of the weights'
 // multipliers, the 27-bit integer sum's conversion). The weights come from a double softmax of the
@@ -387,7 +486,7 @@ static void compare_attention(const char *set) {
                 op[j] = outs + j * 256;
             }
             float *scr = aligned_alloc(64, sizeof(float) * CPU_ATTN_SCRATCH(256));
-            int bad = 0, int_bad = 0, planted_missed = 0;
+            int bad = 0, int_bad = 0, planted_missed = 0, alone_differ = 0;
             // On the I8 cache each integer mode on its own and both (the VNNI sets; others ignore it).
             const char *i8_modes[] = {"int", "pv", "int,pv"};
             for (int md = 0; md < (dt == MX_DTYPE_I8 ? 3 : 1); md++)
@@ -442,11 +541,23 @@ static void compare_attention(const char *set) {
                     }
                     planted_missed += first[j] < last[j] && far == 0;
                 }
+                // Each query alone in a call (a decode step's) gives the bits it got among the others
+                // (a prompt's): a preempted request's recomputed tokens must be those of its decode.
+                for (int j = 0; j < nq; j++) {
+                    static float one[256];
+                    float *onep = one;
+                    cpu_attn_args a1 = a;
+                    a1.q = &qp[j], a1.out = &onep, a1.nq = 1, a1.first = &first[j], a1.last = &last[j];
+                    cpu_kernels_attn_rows(&a1, scr);
+                    alone_differ += memcmp(one, op[j], sizeof(float) * (size_t)hd) != 0;
+                }
             }
             if (dt == MX_DTYPE_I8) CHECK(cpu_kernels_attn_i8_select("int,pv") == 0);
             CHECK_MSG(bad == 0, "%s attention rows hd %d cache %s: %d values differ", set, hd, mx_dtype_name(dt), bad);
             CHECK_MSG(int_bad == 0, "%s attention rows hd %d, integer scores: %d values beyond the query rounding's "
                       "bound from float scores", set, hd, int_bad);
+            CHECK_MSG(alone_differ == 0, "%s attention rows hd %d cache %s: %d queries alone in a call differ in their "
+                      "bits from the same queries among others", set, hd, mx_dtype_name(dt), alone_differ);
             // Every other cache type takes the same code in the VNNI sets as in the AVX-512 set: the
             // same bits (the default I16 cache must not move).
             if (dt != MX_DTYPE_I8 && (strcmp(set, "avx512vnni") == 0 || strcmp(set, "amx") == 0)) {
@@ -640,6 +751,7 @@ static void test_set(const char *set) {
             compare(set, label, &t);
             tfree(&t);
         }
+    compare_bit_equal(set);
     compare_attention(set);
     compare_swiglu(set);
     compare_kv_i16(set);

@@ -4,16 +4,29 @@
 // group's max|x| and exact sum, the 4-bit column order (even columns, then odd, as the packed
 // nibbles unpack), and the split of values already divided by s = max|x| / 127 into three signed
 // bytes q0 + q1 / 254 + q2 / 254^2; and, for them and the VNNI gemv (cpu_kernels_vnni.c), 16 of a
-// row's weight scales (or biases) loaded as floats. Private to src/backends/cpu/; include it only
-// from files whose functions carry the AVX-512 target attributes.
+// row's weight scales (or biases) loaded as floats.
+// The VNNI gemv and the VNNI batched product also share the whole arithmetic that makes one row of
+// x give bit-equal outputs in both (a decode step's product and a recomputed prompt's, e.g. after a
+// preemption, must agree to the last bit: the integer attention modes round the query and the P.V
+// weights, which turns any last-bit difference near a rounding step into a whole code step): the
+// power-of-two group scale 2^e (cpu_int8_scale_exponent), the base-256 digits of x / 2^e
+// (cpu_int8_split3_base256), each group's value from its exact integer digit sums
+// (cpu_int8_group_value), and the order in which a row's group values are added: group g into
+// lane g % 16 of 16 running sums started at +0, in group order, then the 16 lanes by one fixed tree
+// (cpu_int8_lane_sum). Integer sums inside a group are exact in any order; the float steps are the
+// same operations in the same order in both kernels (explicit FMAs; ISO C mode, so no contraction).
+// Private to src/backends/cpu/; include it only from files whose functions carry the AVX-512 target
+// attributes.
 #ifndef MX_BACKENDS_CPU_INT8_ACTIVATIONS_H
 #define MX_BACKENDS_CPU_INT8_ACTIVATIONS_H
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#include <math.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "core/quant.h"
 
@@ -91,6 +104,45 @@ __attribute__((CPU_INT8_TARGET, always_inline)) static inline void cpu_int8_spli
     _mm_storeu_si128((__m128i *)(dst + 2 * part_stride), _mm512_castsi512_si128(r));
     _mm_storeu_si128((__m128i *)(dst + part_stride), _mm512_extracti32x4_epi32(r, 1));
     _mm_storeu_si128((__m128i *)dst, _mm512_extracti32x4_epi32(r, 2));
+}
+
+// The exponent e of the smallest power of two >= amax / 127 (0 when amax is 0). If the float
+// quotient rounded down onto a power of two, |x| / 2^e may exceed 127 by one part in 2^23, which
+// still leaves |p0| <= 127.
+static inline int cpu_int8_scale_exponent(float amax) {
+    float r = amax / 127.0f;
+    if (!(r > 0.0f)) return 0;
+    uint32_t bits;
+    memcpy(&bits, &r, sizeof bits);
+    int biased = (int)(bits >> 23 & 0xff);
+    if (biased == 0) {  // subnormal quotient
+        int e;
+        float m = frexpf(r, &e);  // r = m * 2^e, m in [0.5, 1)
+        return m == 0.5f ? e - 1 : e;
+    }
+    return biased - 127 + ((bits & 0x7fffff) != 0);  // 2^(biased - 127) <= r, equal iff no mantissa bits
+}
+
+// One weight group's contribution to 16 outputs (lanes: rows in the batched product, groups in the
+// gemv) from the exact integer sums over the group of the weight codes times the digits of x: a0
+// (p0) and m = 256 * (p1 sum) + (p2 sum), with x ~= 2^ehi * p0 + 2^elo * (256 p1 + p2), elo = ehi -
+// 16: d = 2^ehi a0 + 2^elo m (both scalings exact, one rounding in the add), then
+// d * w_scale + w_bias * (float sum of x over the group), the product of the bias term rounded
+// first, then one FMA.
+__attribute__((CPU_INT8_TARGET, always_inline)) static inline __m512 cpu_int8_group_value(
+    __m512i a0, __m512i m, __m512 ehi, __m512 elo, __m512 ws, __m512 wb, __m512 gsum) {
+    __m512 d = _mm512_add_ps(_mm512_scalef_ps(_mm512_cvtepi32_ps(a0), ehi), _mm512_scalef_ps(_mm512_cvtepi32_ps(m), elo));
+    return _mm512_fmadd_ps(d, ws, _mm512_mul_ps(wb, gsum));
+}
+
+// The sum of a row's 16 running lanes by a fixed tree: lane l plus lane l + 8 (l < 8), then of those
+// l plus l + 4, then l plus l + 2, then lane 0 plus lane 1. The batched product adds its 16 vectors
+// (lanes: rows) in the same tree.
+__attribute__((CPU_INT8_TARGET, always_inline)) static inline float cpu_int8_lane_sum(__m512 acc) {
+    __m256 t8 = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+    __m128 t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1));
+    __m128 t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
+    return _mm_cvtss_f32(_mm_add_ss(t2, _mm_shuffle_ps(t2, t2, 1)));
 }
 
 // 16 scales (or biases) of one row from index i, as floats; lanes past `m` are zero.

@@ -143,7 +143,10 @@ ATTN_INLINE static void attn_rows_body(const cpu_attn_args *a, float *scratch, i
     }
     uint8_t *kbuf = (uint8_t *)Kb, *qprep = (uint8_t *)(Vb + 16 * chunks * 16);  // i8q: keys, queries
     if (i8q) cpu_vnni_attn_i8_prepare(a, qprep);
-    for (int p0 = lo; p0 <= hi; p0 += 16) {
+    // Blocks start at multiples of 16 (a cache block's first position), whatever the call's smallest
+    // first: a query's blocks, and so its output's bits, do not depend on which other queries share
+    // the call (a decode step's query alone, the same query among a prompt's after a preemption).
+    for (int p0 = lo - lo % 16; p0 <= hi; p0 += 16) {
         int nb = hi - p0 + 1 < 16 ? hi - p0 + 1 : 16;
         if (!i8q) load_block(Kb, a, a->K, a->K_scale, p0, nb, hd, hi);
         if (!i8pv) load_block(Vb, a, a->V, a->V_scale, p0, nb, hd, hi);

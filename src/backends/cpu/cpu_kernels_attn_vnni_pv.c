@@ -5,6 +5,8 @@
 // over keys; so it goes into the weight: for a block of 16 keys i and a 16-value group g the weight
 // w[i][g] = p[i] * vscale[i][g] is rounded to 16 bits on a step of
 //   s[g] = max_i p[i] * max_i vscale[i][g] / 65280     (one step per query, block and group),
+// both maxima over the keys i of the block that the query sees (not the call's: a query's bits must
+// not depend on the queries beside it, group_steps),
 // and out[d] += s[g] * (exact integer sum over the 16 keys of code(w[i][g]) * vcode[i][d]), the
 // code's two bytes summed apart (`vpdpbusd` multiplies unsigned bytes by signed ones) and combined
 // as 256 * high + low (|sum| < 2^27). `vpdpbusd` sums four byte products into an int32 lane, so the
@@ -41,6 +43,43 @@
 // largest), then the steps' vector (lane 4L + e: group L's largest / 65280). 21 vectors, 1344 bytes.
 #define PV_CHUNK_VECS 21
 
+// The weight multipliers wmul[4] and the steps' vector *dq of chunk c (see PV_CHUNK_VECS) from the
+// value scales of the keys in `keys` (bit i: key p0 + i; sat: their scale offsets), the others taken
+// as zero. A query's steps must not depend on which other queries share its call (a decode step's
+// query and the same query in a recomputed prompt must give the same bits; bench/RESULTS.md), so
+// they come from the keys the query sees: the block's keys for a query that sees all of them, else
+// the query's own (pv_body).
+VNNI_INLINE static void group_steps(const cpu_attn_args *a, const int64_t *sat, unsigned keys, int c, __m512 *wmul,
+                                    __m512 *dq) {
+    int hd = a->hd, G = hd - 64 * c >= 64 ? 4 : (hd - 64 * c) / 16;  // groups in this chunk
+    __mmask8 groups = (__mmask8)((1u << G) - 1);
+    const __m512i grp4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    // The 16 keys' scales of groups 4c..4c+3: s[n] lanes 4q + g = key 4n + q, group g.
+    __m512 s[4];
+    for (int n = 0; n < 4; n++) {
+        const float *vs = a->V_scale + 4 * c;
+        __m512 x = _mm512_castps128_ps512(_mm_maskz_loadu_ps(keys >> (4 * n) & 1 ? groups : 0, vs + sat[4 * n]));
+        x = _mm512_insertf32x4(x, _mm_maskz_loadu_ps(keys >> (4 * n + 1) & 1 ? groups : 0, vs + sat[4 * n + 1]), 1);
+        x = _mm512_insertf32x4(x, _mm_maskz_loadu_ps(keys >> (4 * n + 2) & 1 ? groups : 0, vs + sat[4 * n + 2]), 2);
+        s[n] = _mm512_insertf32x4(x, _mm_maskz_loadu_ps(keys >> (4 * n + 3) & 1 ? groups : 0, vs + sat[4 * n + 3]), 3);
+    }
+    // The largest scale of each group in every 128-bit lane ([g0 g1 g2 g3] x 4), and 65280 / it
+    // (0 for an all-zero group).
+    __m512 mx = _mm512_max_ps(_mm512_max_ps(s[0], s[1]), _mm512_max_ps(s[2], s[3]));
+    mx = _mm512_max_ps(mx, _mm512_shuffle_f32x4(mx, mx, 0xb1));
+    mx = _mm512_max_ps(mx, _mm512_shuffle_f32x4(mx, mx, 0x4e));
+    __m512 inv = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(mx, _mm512_setzero_ps(), _CMP_GT_OQ),
+                                     _mm512_set1_ps(65280.0f), mx);
+    // Transposed to lanes = keys: group g's 16 scales times 65280 / the group's largest.
+    const __m512i lo8 = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+    for (int g = 0; g < 4; g++) {
+        __m512i idx = _mm512_add_epi32(lo8, _mm512_set1_epi32(g));
+        __m512 x = _mm512_permutex2var_ps(s[0], idx, s[1]), y = _mm512_permutex2var_ps(s[2], idx, s[3]);
+        wmul[g] = _mm512_mul_ps(_mm512_shuffle_f32x4(x, y, 0x44), _mm512_permutexvar_ps(_mm512_set1_epi32(g), inv));
+    }
+    *dq = _mm512_div_ps(_mm512_permutexvar_ps(grp4, mx), _mm512_set1_ps(65280.0f));  // lane 4L + e: group L's
+}
+
 VNNI_INLINE static void pv_body(const cpu_attn_args *a, int p0, int nb, int pf_last, const uint16_t *live,
                                 const float (*p)[16], const float *corr, uint8_t *vbuf, int c64) {
     const int8_t *V = a->V;
@@ -56,12 +95,12 @@ VNNI_INLINE static void pv_body(const cpu_attn_args *a, int p0, int nb, int pf_l
         }
     }
     const __m512i grp4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const unsigned all = (1u << nb) - 1;  // the block's keys
     for (int c = 0; c < c64; c++) {
         __m512i *tiles = (__m512i *)vbuf + PV_CHUNK_VECS * c;
         __m512 *wmul = (__m512 *)(tiles + 16), *dq = wmul + 4;
         int G = hd - 64 * c >= 64 ? 4 : (hd - 64 * c) / 16;  // groups in this chunk
         __mmask64 bytes = G == 4 ? ~(__mmask64)0 : ((__mmask64)1 << (16 * G)) - 1;
-        __mmask8 groups = (__mmask8)((1u << G) - 1);
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
             __m512i r[4];
@@ -74,30 +113,7 @@ VNNI_INLINE static void pv_body(const cpu_attn_args *a, int p0, int nb, int pf_l
             _mm512_store_si512(tiles + 4 * k + 2, _mm512_unpacklo_epi16(hi01, hi23));  // 16L + 8..11
             _mm512_store_si512(tiles + 4 * k + 3, _mm512_unpackhi_epi16(hi01, hi23));  // 16L + 12..15
         }
-        // The 16 keys' scales of groups 4c..4c+3: s[n] lanes 4q + g = key 4n + q, group g.
-        __m512 s[4];
-        for (int n = 0; n < 4; n++) {
-            const float *vs = a->V_scale + 4 * c;
-            __m512 x = _mm512_castps128_ps512(_mm_maskz_loadu_ps(4 * n < nb ? groups : 0, vs + sat[4 * n]));
-            x = _mm512_insertf32x4(x, _mm_maskz_loadu_ps(4 * n + 1 < nb ? groups : 0, vs + sat[4 * n + 1]), 1);
-            x = _mm512_insertf32x4(x, _mm_maskz_loadu_ps(4 * n + 2 < nb ? groups : 0, vs + sat[4 * n + 2]), 2);
-            s[n] = _mm512_insertf32x4(x, _mm_maskz_loadu_ps(4 * n + 3 < nb ? groups : 0, vs + sat[4 * n + 3]), 3);
-        }
-        // The largest scale of each group in every 128-bit lane ([g0 g1 g2 g3] x 4), and 65280 / it
-        // (0 for an all-zero group).
-        __m512 mx = _mm512_max_ps(_mm512_max_ps(s[0], s[1]), _mm512_max_ps(s[2], s[3]));
-        mx = _mm512_max_ps(mx, _mm512_shuffle_f32x4(mx, mx, 0xb1));
-        mx = _mm512_max_ps(mx, _mm512_shuffle_f32x4(mx, mx, 0x4e));
-        __m512 inv = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(mx, _mm512_setzero_ps(), _CMP_GT_OQ),
-                                         _mm512_set1_ps(65280.0f), mx);
-        // Transposed to lanes = keys: group g's 16 scales times 65280 / the group's largest.
-        const __m512i lo8 = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
-        for (int g = 0; g < 4; g++) {
-            __m512i idx = _mm512_add_epi32(lo8, _mm512_set1_epi32(g));
-            __m512 x = _mm512_permutex2var_ps(s[0], idx, s[1]), y = _mm512_permutex2var_ps(s[2], idx, s[3]);
-            wmul[g] = _mm512_mul_ps(_mm512_shuffle_f32x4(x, y, 0x44), _mm512_permutexvar_ps(_mm512_set1_epi32(g), inv));
-        }
-        *dq = _mm512_div_ps(_mm512_permutexvar_ps(grp4, mx), _mm512_set1_ps(65280.0f));  // lane 4L + e: group L's
+        group_steps(a, sat, all, c, wmul, dq);
     }
     for (int j = 0; j < a->nq; j++) {
         if (!live[j]) continue;
@@ -109,9 +125,14 @@ VNNI_INLINE static void pv_body(const cpu_attn_args *a, int p0, int nb, int pf_l
         }
         __m512 vc = _mm512_set1_ps(corr[j]), vp = _mm512_set1_ps(pmax);
         e = _mm512_mul_ps(e, _mm512_set1_ps(1.0f / pmax));  // the largest 1 to within an ulp or two
+        // A query that does not see every key of the block (a prompt's query before the call's
+        // last keys, or past a window's first) takes steps from its own keys (group_steps).
+        __m512 own[8][5];
+        if (live[j] != all)
+            for (int c = 0; c < c64; c++) group_steps(a, sat, live[j], c, own[c], own[c] + 4);
         for (int c = 0; c < c64; c++) {
             const __m512i *tiles = (const __m512i *)vbuf + PV_CHUNK_VECS * c;
-            const __m512 *wmul = (const __m512 *)(tiles + 16), *dq = wmul + 4;
+            const __m512 *wmul = live[j] != all ? own[c] : (const __m512 *)(tiles + 16), *dq = wmul + 4;
             // 16-bit weight codes, then their two bytes: dword 4L + g of lo (hi) = the low (high)
             // bytes of group g's keys 4L..4L+3.
             __m512i c0 = _mm512_cvtps_epi32(_mm512_mul_ps(wmul[0], e));

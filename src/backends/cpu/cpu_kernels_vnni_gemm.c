@@ -10,13 +10,16 @@
 //   x = s * (p0 + p1 / 256 + p2 / 65536) + err,   |p0| <= 127, |p1|, |p2| <= 128,
 //   |err| <= s / 131072 <= max|x| / 8.3e6 (x / s is exact, then rounded to 1/65536),
 // each part accumulates in int32 over a weight group (at most 128 x 255 x 128, no overflow), and
-// per group the sums A0, A1, A2 are combined as 2^e * A0 + 2^(e-16) * (A1 * 256 + A2): the last two
-// in the integer lanes (below 2^31), the powers of two by `vscalefps`, then one FMA with w_scale.
-// The affine bias enters as w_bias * (exact float sum of x over the group), a second FMA. So a
-// token's group costs two FMAs besides its `vpdpbusd`s; shifts, conversions, adds and `vscalefps`
-// issue beside `vpdpbusd`, while FMAs and multiplies compete with it for the same pipes (measured on
-// Zen 4; the former epilogue in base 254 took five multiply-class instructions, bench/RESULTS.md
-// CPU round 8).
+// per group the sums A0, A1, A2 give the group's value (cpu_int8_group_value): 2^e * A0 + 2^(e-16)
+// * (A1 * 256 + A2), the last in the integer lanes (below 2^31), the powers of two by `vscalefps`,
+// times w_scale plus w_bias * (exact float sum of x over the group) in one FMA. A token's group
+// values go into 16 running sums (group g into sum g % 16, vectors of 16 rows kept in L1), which are
+// added by a fixed tree at the end: the order of the VNNI gemv (cpu_kernels_vnni.c), whose outputs
+// for the same row of x are bit-equal to these (cpu_int8_activations.h says why that matters). So a
+// token's group costs one multiply and one FMA besides its `vpdpbusd`s; shifts, conversions, adds
+// and `vscalefps` issue beside `vpdpbusd`, while FMAs and multiplies compete with it for the same
+// pipes (measured on Zen 4; the former epilogue in base 254 took five multiply-class instructions,
+// bench/RESULTS.md CPU round 8).
 //
 #include <math.h>
 #include <stdbool.h>
@@ -40,23 +43,6 @@
 #define BLOCK_BYTES (SCALES_AT + 3 * 16 * 4)        // one (16-token tile, 64-column block)
 #define W_BLOCK_BYTES 1024                          // one block of transposed codes: 16 x (16 rows x 4 bytes)
 
-// The exponent e of the smallest power of two >= amax / 127 (0 when amax is 0). If the float
-// quotient rounded down onto a power of two, |x| / 2^e may exceed 127 by one part in 2^23, which
-// still leaves |p0| <= 127.
-static int scale_exponent(float amax) {
-    float r = amax / 127.0f;
-    if (!(r > 0.0f)) return 0;
-    uint32_t bits;
-    memcpy(&bits, &r, sizeof bits);
-    int biased = (int)(bits >> 23 & 0xff);
-    if (biased == 0) {  // subnormal quotient
-        int e;
-        float m = frexpf(r, &e);  // r = m * 2^e, m in [0.5, 1)
-        return m == 0.5f ? e - 1 : e;
-    }
-    return biased - 127 + ((bits & 0x7fffff) != 0);  // 2^(biased - 127) <= r, equal iff no mantissa bits
-}
-
 size_t cpu_vnni_qx_tiles_bytes(const mx_matrix *w, int n) {
     if (!cpu_int8_format_ok(w) || n < 1) return 0;
     size_t tiles = (size_t)(n + 15) / 16, blocks = (size_t)w->cols / 64;
@@ -74,7 +60,7 @@ VNNI void cpu_vnni_quantize_x_tiles(const mx_matrix *w, const float *x, int n, i
         for (int64_t g0 = 0; g0 < cols; g0 += gs) {
             float amax = 0.0f, sum = 0.0f;
             if (tok < n) cpu_int8_group_stats(xr + g0, gs, &amax, &sum);
-            int e = scale_exponent(amax);
+            int e = cpu_int8_scale_exponent(amax);
             __m512 neg_e = _mm512_set1_ps((float)-e);  // x / 2^e, exact
             for (int64_t k0 = g0; k0 < g0 + gs; k0 += 64) {
                 uint8_t *blk = base + (size_t)(k0 / 64) * BLOCK_BYTES;
@@ -133,22 +119,31 @@ size_t cpu_vnni_gemm_scratch_bytes(const mx_matrix *w) {
         DPBUSD_BCAST(a##t##1, wv, xp + 64);                                                \
         DPBUSD_BCAST(a##t##2, wv, xp + 128);                                               \
     }
-#define ACC_END(t)                                                                             \
-    if (T > t) {                                                                               \
-        __m512i m = _mm512_add_epi32(_mm512_slli_epi32(a##t##1, 8), a##t##2);                  \
-        __m512 d = _mm512_add_ps(_mm512_scalef_ps(_mm512_cvtepi32_ps(a##t##0), _mm512_set1_ps(ehi[t])), \
-                                 _mm512_scalef_ps(_mm512_cvtepi32_ps(m), _mm512_set1_ps(elo[t]))); \
-        res##t = _mm512_fmadd_ps(d, ws, res##t);                                               \
-        res##t = _mm512_fmadd_ps(wbias, _mm512_set1_ps(gsum[t]), res##t);                      \
+// A group's value (cpu_int8_group_value, lanes: rows) added into the token's running lane g % 16.
+#define ACC_END(t)                                                                                   \
+    if (T > t) {                                                                                     \
+        __m512i m = _mm512_add_epi32(_mm512_slli_epi32(a##t##1, 8), a##t##2);                        \
+        __m512 v = cpu_int8_group_value(a##t##0, m, _mm512_set1_ps(ehi[t]), _mm512_set1_ps(elo[t]), ws, wbias, \
+                                        _mm512_set1_ps(gsum[t]));                                     \
+        lanes[t][g & 15] = _mm512_add_ps(lanes[t][g & 15], v);                                       \
     }
-#define RES_STORE(t) \
-    if (T > t) _mm512_mask_storeu_ps(out + (int64_t)(t0 + t) * ldo, rmask, res##t)
+
+// The 16 running lanes of each token summed by cpu_int8_lane_sum's tree (here each a vector of 16
+// rows), stored to out[t * ldo + i] for the rows i in rmask.
+VNNI_INLINE static void lanes_store(__m512 l[16], float *out, __mmask16 rmask) {
+    for (int k = 0; k < 8; k++) l[k] = _mm512_add_ps(l[k], l[k + 8]);
+    for (int k = 0; k < 4; k++) l[k] = _mm512_add_ps(l[k], l[k + 4]);
+    for (int k = 0; k < 2; k++) l[k] = _mm512_add_ps(l[k], l[k + 2]);
+    _mm512_mask_storeu_ps(out, rmask, _mm512_add_ps(l[0], l[1]));
+}
 
 // T tokens (1..6, a compile-time constant at each call) from token t0 of the 16-token tile at xt:
 // all groups of the row block, results stored to out[t * ldo + i] for the rows i in rmask.
 VNNI_INLINE static void sweep(const uint8_t *W, const float *sb, const uint8_t *xt, int t0, int T, int64_t groups,
                               int bpg, float *out, int64_t ldo, __mmask16 rmask) {
-    __m512 res0 = _mm512_setzero_ps(), res1 = res0, res2 = res0, res3 = res0, res4 = res0, res5 = res0;
+    __m512 lanes[6][16];  // each token's 16 running sums (the gemv's lanes), by row
+    for (int t = 0; t < T; t++)
+        for (int k = 0; k < 16; k++) lanes[t][k] = _mm512_setzero_ps();
     for (int64_t g = 0; g < groups; g++) {
         ACC_DECL(0);
         ACC_DECL(1);
@@ -178,12 +173,7 @@ VNNI_INLINE static void sweep(const uint8_t *W, const float *sb, const uint8_t *
         ACC_END(4)
         ACC_END(5)
     }
-    RES_STORE(0);
-    RES_STORE(1);
-    RES_STORE(2);
-    RES_STORE(3);
-    RES_STORE(4);
-    RES_STORE(5);
+    for (int t = 0; t < T; t++) lanes_store(lanes[t], out + (int64_t)(t0 + t) * ldo, rmask);
 }
 
 VNNI void cpu_vnni_gemm_q(const mx_matrix *w, int64_t r0, int nr, const void *qx, int n, float *out, int64_t ldo,
@@ -232,7 +222,7 @@ VNNI void cpu_vnni_gemm_q(const mx_matrix *w, int64_t r0, int nr, const void *qx
         const uint8_t *xt = (const uint8_t *)qx + (size_t)tt * blocks * BLOCK_BYTES;
         float *o = out + (int64_t)tt * 16 * ldo + r0;
         int nt = n - tt * 16 < 16 ? n - tt * 16 : 16, t = 0;
-        // 6 tokens per sweep: 18 accumulators, 6 results and the constants fit in 32 registers.
+        // 6 tokens per sweep: 18 accumulators and the constants fit in 32 registers.
         for (; t + 6 <= nt; t += 6) sweep(W, sb, xt, t, 6, groups, bpg, o, ldo, rmask);
         if (t + 4 <= nt) sweep(W, sb, xt, t, 4, groups, bpg, o, ldo, rmask), t += 4;
         if (t + 2 <= nt) sweep(W, sb, xt, t, 2, groups, bpg, o, ldo, rmask), t += 2;
