@@ -201,85 +201,93 @@ VNNI_INLINE static __m512i load_codes(const uint8_t *p, bool half, int64_t next_
     return half ? _mm512_maskz_loadu_epi8(0xffffffffull, p) : _mm512_loadu_si512(p);
 }
 
-// Unit u of a block of 16 groups from group g0: the a0 and m partials of groups g0 + 2u (lanes 0-7)
-// and g0 + 2u + 1 (lanes 8-15) for the NR rows at d; zero for groups past the row.
-VNNI_INLINE static void unit_parts(const uint8_t *const *d, int NR, int BITS, int GS, const uint8_t *qx,
-                                   int64_t cols, int64_t groups, int64_t g, __m512i *a0, __m512i *m) {
-    int64_t row_bytes = cols * BITS / 8;
+// Group gg's a0 and m lane partials (16 lanes each) for the NR rows at d: 4-bit g128, one chunk;
+// 8-bit, GS / 64 blocks. Zero past the row's groups.
+VNNI_INLINE static void group_parts(const uint8_t *const *d, int NR, int BITS, int GS, const uint8_t *qx,
+                                    int64_t groups, int64_t gg, int64_t next_pass, __m512i *a0, __m512i *m) {
     for (int i = 0; i < NR; i++) a0[i] = m[i] = _mm512_setzero_si512();
-    if (g >= groups) return;
-    if (BITS == 4 && GS == 64) {  // one 128-column chunk
-        int64_t c = g / 2;
-        const __m512i *xc = (const __m512i *)(qx + c * 384);
+    if (gg >= groups) return;
+    if (BITS == 4) {
+        const __m512i *xc = (const __m512i *)(qx + gg * 384);
         __m512i x[6];
         for (int k = 0; k < 6; k++) x[k] = _mm512_load_si512(xc + k);
-        bool half = g + 1 >= groups;
-        for (int i = 0; i < NR; i++) parts4(load_codes(d[i] + c * 64, half, NR * row_bytes), x, &a0[i], &m[i]);
+        for (int i = 0; i < NR; i++) parts4(load_codes(d[i] + gg * 64, false, next_pass), x, &a0[i], &m[i]);
         return;
     }
-    // Two groups of 16 lanes each, folded: 4-bit g128, a chunk per group; 8-bit, GS / 64 blocks per group.
-    __m512i ga[2][4], gm[2][4];
-    for (int h = 0; h < 2; h++) {
-        for (int i = 0; i < NR; i++) ga[h][i] = gm[h][i] = _mm512_setzero_si512();
-        int64_t gg = g + h;
-        if (gg >= groups) continue;
-        if (BITS == 4) {
-            const __m512i *xc = (const __m512i *)(qx + gg * 384);
-            __m512i x[6];
-            for (int k = 0; k < 6; k++) x[k] = _mm512_load_si512(xc + k);
-            for (int i = 0; i < NR; i++)
-                parts4(load_codes(d[i] + gg * 64, false, NR * row_bytes), x, &ga[h][i], &gm[h][i]);
-            continue;
+    __m512i s[4], t[4];  // p1 and p2 sums
+    for (int i = 0; i < NR; i++) s[i] = t[i] = _mm512_setzero_si512();
+    for (int b = 0; b < GS / 64; b++) {
+        const __m512i *xb = (const __m512i *)(qx + (gg * GS / 64 + b) * 192);
+        __m512i x0 = _mm512_load_si512(xb), x1 = _mm512_load_si512(xb + 1), x2 = _mm512_load_si512(xb + 2);
+        for (int i = 0; i < NR; i++) {
+            __m512i v = load_codes(d[i] + gg * GS + b * 64, false, next_pass);
+            a0[i] = _mm512_dpbusd_epi32(a0[i], v, x0);
+            s[i] = _mm512_dpbusd_epi32(s[i], v, x1);
+            t[i] = _mm512_dpbusd_epi32(t[i], v, x2);
         }
-        __m512i s[4], t[4];  // p1 and p2 sums
-        for (int i = 0; i < NR; i++) s[i] = t[i] = _mm512_setzero_si512();
-        for (int b = 0; b < GS / 64; b++) {
-            const __m512i *xb = (const __m512i *)(qx + (gg * GS / 64 + b) * 192);
-            __m512i x0 = _mm512_load_si512(xb), x1 = _mm512_load_si512(xb + 1), x2 = _mm512_load_si512(xb + 2);
-            for (int i = 0; i < NR; i++) {
-                __m512i v = load_codes(d[i] + gg * GS + b * 64, false, NR * row_bytes);
-                ga[h][i] = _mm512_dpbusd_epi32(ga[h][i], v, x0);
-                s[i] = _mm512_dpbusd_epi32(s[i], v, x1);
-                t[i] = _mm512_dpbusd_epi32(t[i], v, x2);
-            }
-        }
-        for (int i = 0; i < NR; i++) gm[h][i] = _mm512_add_epi32(_mm512_slli_epi32(s[i], 8), t[i]);
     }
-    for (int i = 0; i < NR; i++) {
-        a0[i] = fold16(ga[0][i], ga[1][i]);
-        m[i] = fold16(gm[0][i], gm[1][i]);
-    }
+    for (int i = 0; i < NR; i++) m[i] = _mm512_add_epi32(_mm512_slli_epi32(s[i], 8), t[i]);
 }
 
 // NR (1..4) rows from row r of 4- or 8-bit weights in groups of GS (64 or 128); all constants at
-// each call site so the loops unroll. Per block of 16 groups: the 8 units' partials folded to one
-// vector of the 16 groups' a0 and one of their m per row, the groups' values, lane g % 16 of the
-// row's running sums.
+// each call site so the loops unroll. Per block of 16 groups and row, 8 steps k, each of 4 groups'
+// partials folded into one vector t_k (4-bit g64: one chunk, its a0 and m by fold8; else two
+// groups, each's a0 and m by fold16, then fold8), pairs of steps by fold4, pairs of those by fold2:
+// two vectors holding the 16 groups' whole a0 and m sums (as each step is folded at once, a row
+// keeps at most four vectors of partials), then the groups' values, lane g % 16 of the row's running
+// sums.
 VNNI_INLINE static void digit_rows(const mx_matrix *w, int64_t r, int NR, int BITS, int GS, const uint8_t *qx,
                                    float *out) {
     int64_t cols = w->cols, groups = cols / GS, row_bytes = cols * BITS / 8, pg = group_floats(w);
+    int64_t next_pass = NR * row_bytes;
     const float *ehi = (const float *)(qx + digits_bytes(w)), *elo = ehi + pg, *gsum = elo + pg;
     const uint8_t *d[4];
     for (int i = 0; i < NR; i++) d[i] = (const uint8_t *)w->data + (r + i) * row_bytes;
-    const __m512i idx_a = _mm512_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14, 16, 20, 24, 28, 18, 22, 26, 30);
-    const __m512i idx_m = _mm512_setr_epi32(1, 5, 9, 13, 3, 7, 11, 15, 17, 21, 25, 29, 19, 23, 27, 31);
+    const bool chunks = BITS == 4 && GS == 64;
+    // Where the tree leaves group g's a0 and m (lanes of the two vectors S[0], S[1]; 16 + lane: S[1]).
+    const __m512i idx_a = chunks ? _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 16, 20, 17, 21, 18, 22, 19, 23)
+                                 : _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 16, 24, 17, 25, 18, 26, 19, 27);
+    const __m512i idx_m = chunks ? _mm512_setr_epi32(8, 12, 9, 13, 10, 14, 11, 15, 24, 28, 25, 29, 26, 30, 27, 31)
+                                 : _mm512_setr_epi32(4, 12, 5, 13, 6, 14, 7, 15, 20, 28, 21, 29, 22, 30, 23, 31);
     __m512 acc[4];
     for (int i = 0; i < NR; i++) acc[i] = _mm512_setzero_ps();
     prefetch_scales(w, r, NR, row_bytes, groups);
     for (int64_t g0 = 0; g0 < groups; g0 += 16) {
         int nb = groups - g0 < 16 ? (int)(groups - g0) : 16;
         __mmask16 mk = (__mmask16)((1u << nb) - 1);
-        __m512i S[2][4], R[4] = {0};
-        for (int k = 0; k < 4; k++) {  // units 2k and 2k + 1: groups 4k .. 4k + 3 of the block
-            __m512i a0a[4], ma[4], a0b[4], mb[4];
-            unit_parts(d, NR, BITS, GS, qx, cols, groups, g0 + 4 * k, a0a, ma);
-            unit_parts(d, NR, BITS, GS, qx, cols, groups, g0 + 4 * k + 2, a0b, mb);
+        __m512i T[4] = {0}, R[4] = {0}, S[2][4];
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) {
+            __m512i t[4];
+            if (chunks) {  // chunk g0 / 2 + k: groups g0 + 2k, g0 + 2k + 1
+                int64_t g = g0 + 2 * k, c = g / 2;
+                for (int i = 0; i < NR; i++) t[i] = _mm512_setzero_si512();
+                if (g < groups) {
+                    const __m512i *xc = (const __m512i *)(qx + c * 384);
+                    __m512i x[6];
+                    for (int q = 0; q < 6; q++) x[q] = _mm512_load_si512(xc + q);
+                    bool half = g + 1 >= groups;
+                    for (int i = 0; i < NR; i++) {
+                        __m512i a0, m;
+                        parts4(load_codes(d[i] + c * 64, half, next_pass), x, &a0, &m);
+                        t[i] = fold8(a0, m);
+                    }
+                }
+            } else {  // groups g0 + 2k and g0 + 2k + 1
+                __m512i a0[4], m[4], u[4];
+                group_parts(d, NR, BITS, GS, qx, groups, g0 + 2 * k, next_pass, a0, m);
+                for (int i = 0; i < NR; i++) u[i] = fold16(a0[i], m[i]);
+                group_parts(d, NR, BITS, GS, qx, groups, g0 + 2 * k + 1, next_pass, a0, m);
+                for (int i = 0; i < NR; i++) t[i] = fold8(u[i], fold16(a0[i], m[i]));
+            }
             for (int i = 0; i < NR; i++) {
-                // 128-bit lane j: group 4k + j's a0 (2 lanes), then its m (2 lanes)
-                __m512i t = fold4(fold8(a0a[i], a0b[i]), fold8(ma[i], mb[i]));
-                // 128-bit lane j of S[h]: a0, m of group 8h + j, then of 8h + 4 + j
-                if (k % 2 == 0) R[i] = t;
-                else S[k / 2][i] = fold2(R[i], t);
+                if (k % 2 == 0) {
+                    T[i] = t[i];
+                } else if (k % 4 == 1) {
+                    R[i] = fold4(T[i], t[i]);
+                } else {
+                    S[k / 4][i] = fold2(R[i], fold4(T[i], t[i]));
+                }
             }
         }
         __m512 veh = _mm512_maskz_loadu_ps(mk, ehi + g0), vel = _mm512_maskz_loadu_ps(mk, elo + g0);
