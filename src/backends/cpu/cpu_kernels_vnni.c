@@ -186,11 +186,18 @@ VNNI_INLINE static __m512i fold2(__m512i a, __m512i b) {
 // a0 and m lane partials of 64 weight bytes v against the digits at xc (p0, p1, p2 vectors; 4-bit:
 // p0 even, p0 odd, p1 even, ...): 4-bit, the 128 columns of a chunk (lanes 0-7 its first 64
 // columns); 8-bit, the 64 columns of a block.
+// Zeroes a register with the zeroing idiom, which the core resolves at rename (as
+// `_mm512_setzero_si512()`, GCC 12 copies one zero register into each chain's start, an ALU op each;
+// see cpu_kernels_vnni_gemm.c). Volatile, so that GCC does not merge them.
+#define ZERO(a) __asm__ volatile("vpxord %0, %0, %0" : "=v"(a))
+
 VNNI_INLINE static void parts4(__m512i v, const __m512i *xc, __m512i *a0, __m512i *m) {
     const __m512i m4 = _mm512_set1_epi8(0x0f);
-    __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-    *a0 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xc[0]), hi, xc[1]);
-    __m512i s = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xc[2]), hi, xc[3]);
+    __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4), z0, z1;
+    ZERO(z0);
+    ZERO(z1);
+    *a0 = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z0, lo, xc[0]), hi, xc[1]);
+    __m512i s = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(z1, lo, xc[2]), hi, xc[3]);
     *m = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_slli_epi32(s, 8), lo, xc[4]), hi, xc[5]);
 }
 
@@ -201,32 +208,40 @@ VNNI_INLINE static __m512i load_codes(const uint8_t *p, bool half, int64_t next_
     return half ? _mm512_maskz_loadu_epi8(0xffffffffull, p) : _mm512_loadu_si512(p);
 }
 
-// Group gg's a0 and m lane partials (16 lanes each) for the NR rows at d: 4-bit g128, one chunk;
-// 8-bit, GS / 64 blocks. Zero past the row's groups.
-VNNI_INLINE static void group_parts(const uint8_t *const *d, int NR, int BITS, int GS, const uint8_t *qx,
-                                    int64_t groups, int64_t gg, int64_t next_pass, __m512i *a0, __m512i *m) {
-    for (int i = 0; i < NR; i++) a0[i] = m[i] = _mm512_setzero_si512();
+// Group gg's a0 and m partials of the NR rows from `base` (rows row_bytes apart), folded into one
+// vector each (fold16: a0 in lanes 0-7, m in 8-15): 4-bit g128, one chunk; 8-bit, GS / 64 blocks of
+// 64 columns. Zero past the row's groups.
+VNNI_INLINE static void group_parts(const uint8_t *base, int64_t row_bytes, int NR, int BITS, int GS,
+                                    const uint8_t *qx, int64_t groups, int64_t gg, int64_t next_pass, __m512i *u) {
+    for (int i = 0; i < NR; i++) u[i] = _mm512_setzero_si512();
     if (gg >= groups) return;
     if (BITS == 4) {
         const __m512i *xc = (const __m512i *)(qx + gg * 384);
         __m512i x[6];
         for (int k = 0; k < 6; k++) x[k] = _mm512_load_si512(xc + k);
-        for (int i = 0; i < NR; i++) parts4(load_codes(d[i] + gg * 64, false, next_pass), x, &a0[i], &m[i]);
+        const uint8_t *p = base + gg * 64;
+        for (int i = 0; i < NR; i++, p += row_bytes) {
+            __m512i a0, m;
+            parts4(load_codes(p, false, next_pass), x, &a0, &m);
+            u[i] = fold16(a0, m);
+        }
         return;
     }
-    __m512i s[4], t[4];  // p1 and p2 sums
-    for (int i = 0; i < NR; i++) s[i] = t[i] = _mm512_setzero_si512();
-    for (int b = 0; b < GS / 64; b++) {
-        const __m512i *xb = (const __m512i *)(qx + (gg * GS / 64 + b) * 192);
-        __m512i x0 = _mm512_load_si512(xb), x1 = _mm512_load_si512(xb + 1), x2 = _mm512_load_si512(xb + 2);
-        for (int i = 0; i < NR; i++) {
-            __m512i v = load_codes(d[i] + gg * GS + b * 64, false, next_pass);
-            a0[i] = _mm512_dpbusd_epi32(a0[i], v, x0);
-            s[i] = _mm512_dpbusd_epi32(s[i], v, x1);
-            t[i] = _mm512_dpbusd_epi32(t[i], v, x2);
+    const __m512i *xb = (const __m512i *)(qx + gg * GS / 64 * 192);
+    const uint8_t *p = base + gg * GS;
+    for (int i = 0; i < NR; i++, p += row_bytes) {
+        __m512i a0, s, t;  // p0, p1 and p2 sums
+        ZERO(a0);
+        ZERO(s);
+        ZERO(t);
+        for (int b = 0; b < GS / 64; b++) {
+            __m512i v = load_codes(p + b * 64, false, next_pass);
+            a0 = _mm512_dpbusd_epi32(a0, v, _mm512_load_si512(xb + 3 * b));
+            s = _mm512_dpbusd_epi32(s, v, _mm512_load_si512(xb + 3 * b + 1));
+            t = _mm512_dpbusd_epi32(t, v, _mm512_load_si512(xb + 3 * b + 2));
         }
+        u[i] = fold16(a0, _mm512_add_epi32(_mm512_slli_epi32(s, 8), t));
     }
-    for (int i = 0; i < NR; i++) m[i] = _mm512_add_epi32(_mm512_slli_epi32(s[i], 8), t[i]);
 }
 
 // NR (1..4) rows from row r of 4- or 8-bit weights in groups of GS (64 or 128); all constants at
@@ -241,8 +256,7 @@ VNNI_INLINE static void digit_rows(const mx_matrix *w, int64_t r, int NR, int BI
     int64_t cols = w->cols, groups = cols / GS, row_bytes = cols * BITS / 8, pg = group_floats(w);
     int64_t next_pass = NR * row_bytes;
     const float *ehi = (const float *)(qx + digits_bytes(w)), *elo = ehi + pg, *gsum = elo + pg;
-    const uint8_t *d[4];
-    for (int i = 0; i < NR; i++) d[i] = (const uint8_t *)w->data + (r + i) * row_bytes;
+    const uint8_t *base = (const uint8_t *)w->data + r * row_bytes;
     const bool chunks = BITS == 4 && GS == 64;
     // Where the tree leaves group g's a0 and m (lanes of the two vectors S[0], S[1]; 16 + lane: S[1]).
     const __m512i idx_a = chunks ? _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 16, 20, 17, 21, 18, 22, 19, 23)
@@ -266,19 +280,21 @@ VNNI_INLINE static void digit_rows(const mx_matrix *w, int64_t r, int NR, int BI
                     const __m512i *xc = (const __m512i *)(qx + c * 384);
                     __m512i x[6];
                     for (int q = 0; q < 6; q++) x[q] = _mm512_load_si512(xc + q);
-                    bool half = g + 1 >= groups;
-                    for (int i = 0; i < NR; i++) {
+                    __mmask64 lm = g + 1 < groups ? ~(__mmask64)0 : 0xffffffffull;  // a last half chunk: 32 bytes
+                    const uint8_t *p = base + c * 64;
+                    for (int i = 0; i < NR; i++, p += row_bytes) {
+                        _mm_prefetch((const char *)(p + VNNI_PREFETCH), _MM_HINT_T1);
+                        _mm_prefetch((const char *)(p + next_pass), _MM_HINT_T0);  // this row of the next pass
                         __m512i a0, m;
-                        parts4(load_codes(d[i] + c * 64, half, next_pass), x, &a0, &m);
+                        parts4(_mm512_maskz_loadu_epi8(lm, p), x, &a0, &m);
                         t[i] = fold8(a0, m);
                     }
                 }
             } else {  // groups g0 + 2k and g0 + 2k + 1
-                __m512i a0[4], m[4], u[4];
-                group_parts(d, NR, BITS, GS, qx, groups, g0 + 2 * k, next_pass, a0, m);
-                for (int i = 0; i < NR; i++) u[i] = fold16(a0[i], m[i]);
-                group_parts(d, NR, BITS, GS, qx, groups, g0 + 2 * k + 1, next_pass, a0, m);
-                for (int i = 0; i < NR; i++) t[i] = fold8(u[i], fold16(a0[i], m[i]));
+                __m512i u[4], v[4];
+                group_parts(base, row_bytes, NR, BITS, GS, qx, groups, g0 + 2 * k, next_pass, u);
+                group_parts(base, row_bytes, NR, BITS, GS, qx, groups, g0 + 2 * k + 1, next_pass, v);
+                for (int i = 0; i < NR; i++) t[i] = fold8(u[i], v[i]);
             }
             for (int i = 0; i < NR; i++) {
                 if (k % 2 == 0) {
