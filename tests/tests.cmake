@@ -20,10 +20,13 @@ set_tests_properties(test_model_parity_kv_f32 PROPERTIES ENVIRONMENT "MLXCEL_CPU
 # The float16 KV cache (the GPU's with MLXCEL_GPU_KV=f16) on the CPU: its rounding alone, against its bound (4e-3).
 add_test(NAME test_model_parity_kv_f16 COMMAND test_model_parity WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(test_model_parity_kv_f16 PROPERTIES ENVIRONMENT "MLXCEL_CPU_KV=f16")
-# The opt-in int8 KV cache (--kv-bits 8) against its own documented bound (8e-2, test_model_parity.c).
+# The opt-in int8 KV cache (--kv-bits 8) against its own documented bound (8e-2, test_model_parity.c),
+# with its default attention (the integer scores and P.V on the avx512vnni kernels, else float), and
+# with each attention mode named (AVX-512 VNNI; elsewhere the float path).
 add_test(NAME test_model_parity_kv_i8 COMMAND test_model_parity WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(test_model_parity_kv_i8 PROPERTIES ENVIRONMENT "MLXCEL_CPU_KV=i8")
-# The same with the opt-in integer scores on the int8 cache (AVX-512 VNNI; elsewhere the float ones).
+add_test(NAME test_model_parity_kv_i8_float COMMAND test_model_parity WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(test_model_parity_kv_i8_float PROPERTIES ENVIRONMENT "MLXCEL_CPU_KV=i8;MLXCEL_CPU_ATTN_I8=float")
 add_test(NAME test_model_parity_kv_i8_int COMMAND test_model_parity WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(test_model_parity_kv_i8_int PROPERTIES ENVIRONMENT "MLXCEL_CPU_KV=i8;MLXCEL_CPU_ATTN_I8=int")
 add_test(NAME test_model_parity_kv_i8_pv COMMAND test_model_parity WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
@@ -37,6 +40,11 @@ set_tests_properties(cpu_knob_refused_attn_i8 PROPERTIES
                      PASS_REGULAR_EXPRESSION "MLXCEL_CPU_ATTN_I8='intt': must be int, pv, int,pv or float")
 add_test(NAME test_model_parity_kv_i8_int_pv COMMAND test_model_parity WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(test_model_parity_kv_i8_int_pv PROPERTIES ENVIRONMENT "MLXCEL_CPU_KV=i8;MLXCEL_CPU_ATTN_I8=int,pv")
+# Preemption on the int8 cache with its default attention: the resumed sequences recompute their
+# tokens through the batched products and must give the uninterrupted decode's tokens (the integer
+# modes round the query and the P.V weights, so this needs bit-equal products and attention calls).
+add_test(NAME test_engine_preempt_kv_i8 COMMAND test_engine_preempt WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(test_engine_preempt_kv_i8 PROPERTIES ENVIRONMENT "MLXCEL_CPU_KV=i8")
 # The avx512vnni kernel set forced (its own integer prefill; the best set on this machine may be amx).
 # A CPU without it refuses the value at the backend's start: reported as skipped, with that message.
 add_test(NAME test_model_parity_avx512vnni COMMAND test_model_parity WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})

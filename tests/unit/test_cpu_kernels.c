@@ -488,8 +488,8 @@ static void compare_attention(const char *set) {
             float *scr = aligned_alloc(64, sizeof(float) * CPU_ATTN_SCRATCH(256));
             int bad = 0, int_bad = 0, planted_missed = 0, alone_differ = 0;
             // On the I8 cache each integer mode on its own and both (the VNNI sets; others ignore it).
-            const char *i8_modes[] = {"int", "pv", "int,pv"};
-            for (int md = 0; md < (dt == MX_DTYPE_I8 ? 3 : 1); md++)
+            const char *i8_modes[] = {"int", "pv", "int,pv", "float"};
+            for (int md = 0; md < (dt == MX_DTYPE_I8 ? 4 : 1); md++)
             for (int nq = 6; nq <= MAXQ; nq += MAXQ - 6) {
                 if (dt == MX_DTYPE_I8) CHECK(cpu_kernels_attn_i8_select(i8_modes[md]) == 0);
                 cpu_attn_args a = {.q = qp, .out = op, .nq = nq, .first = first, .last = last, .K = Kc, .V = Vc,
@@ -552,7 +552,18 @@ static void compare_attention(const char *set) {
                     alone_differ += memcmp(one, op[j], sizeof(float) * (size_t)hd) != 0;
                 }
             }
-            if (dt == MX_DTYPE_I8) CHECK(cpu_kernels_attn_i8_select("int,pv") == 0);
+            if (dt == MX_DTYPE_I8) {
+                // Unset, both integer modes on the avx512vnni set (its batched product is bit-equal to
+                // its gemv), the float path on every other set (amx: tile products).
+                CHECK(cpu_kernels_attn_i8_select("") == 0);
+                cpu_attn_args a = {.q = qp, .out = op, .nq = 6, .first = first, .last = last, .K = Kc, .V = Vc,
+                                   .stride = stride, .kv_dtype = dt, .K_scale = Ks, .V_scale = Vs,
+                                   .scale_stride = nsc, .hd = hd, .scale = 0.3f};
+                int want = strcmp(set, "avx512vnni") == 0 && hd % 16 == 0;
+                CHECK_MSG(cpu_kernels_attn_int_scores(&a) == want && cpu_kernels_attn_int_pv(&a) == want,
+                          "%s hd %d: the I8 cache's default attention is not %s", set, hd, want ? "int,pv" : "float");
+                CHECK(cpu_kernels_attn_i8_select("int,pv") == 0);
+            }
             CHECK_MSG(bad == 0, "%s attention rows hd %d cache %s: %d values differ", set, hd, mx_dtype_name(dt), bad);
             CHECK_MSG(int_bad == 0, "%s attention rows hd %d, integer scores: %d values beyond the query rounding's "
                       "bound from float scores", set, hd, int_bad);

@@ -199,12 +199,16 @@ void cpu_kernels_attn_head(const float *q, const float *K, const float *V, int64
     k->attn_rows(&a, scratch);
 }
 
-// MLXCEL_CPU_ATTN_I8 turns on the integer modes on the I8 cache where the set has them: "int" the
-// scores, "pv" the P.V, "int,pv" both (off by default: with either, a preempted request's
-// recomputed tokens are not yet the tokens its uninterrupted decode gives, server_engine_kv_i8;
-// bench/RESULTS.md). Read once; cpu_kernels_attn_i8_select sets it for tests.
+// MLXCEL_CPU_ATTN_I8 picks the I8 cache's attention where the set has integer modes: "int" the
+// scores, "pv" the P.V, "int,pv" both, "float" neither. Unset (or empty), both where the set's
+// batched product is the VNNI one, whose outputs for a row of x are bit-equal to the one-token
+// product's (cpu_int8_activations.h): a preempted request's recomputed tokens are then those of its
+// uninterrupted decode (server_engine_kv_i8), which the integer modes' rounding needs; the amx set's
+// tile product is not (yet) bit-equal to the gemv, so it keeps the float path unless asked.
+// Read once; cpu_kernels_attn_i8_select sets it for tests.
+#define I8_MODE_UNSET (-2)  // the set's default
 static int i8_mode_parse(const char *spec) {
-    if (!spec || !*spec) return 0;
+    if (!spec || !*spec) return I8_MODE_UNSET;
     int mode = 0;
     char buf[32];
     if (strlen(spec) >= sizeof buf) return -1;
@@ -217,27 +221,28 @@ static int i8_mode_parse(const char *spec) {
     return mode;
 }
 
-static int i8_mode = -1;
+static int i8_mode = -1;  // -1: not read yet
 
 int cpu_kernels_attn_i8_mode(void) {
     int v = __atomic_load_n(&i8_mode, __ATOMIC_RELAXED);
-    if (v < 0) {
+    if (v == -1) {
         v = i8_mode_parse(getenv("MLXCEL_CPU_ATTN_I8"));
-        if (v < 0) {
+        if (v == -1) {  // the backend refuses to start on such a value; a lone kernel call takes the default
             fprintf(stderr, "mlxcel: MLXCEL_CPU_ATTN_I8=%s not understood (int, pv, int,pv or float); ignored\n",
                     getenv("MLXCEL_CPU_ATTN_I8"));
-            v = 0;
+            v = I8_MODE_UNSET;
         }
         __atomic_store_n(&i8_mode, v, __ATOMIC_RELAXED);
     }
+    if (v == I8_MODE_UNSET) return kernels()->gemm_q == cpu_vnni_gemm_q ? CPU_ATTN_I8_SCORES | CPU_ATTN_I8_PV : 0;
     return v;
 }
 
-bool cpu_kernels_attn_i8_valid(const char *spec) { return i8_mode_parse(spec) >= 0; }
+bool cpu_kernels_attn_i8_valid(const char *spec) { return i8_mode_parse(spec) != -1; }
 
 int cpu_kernels_attn_i8_select(const char *spec) {
     int v = i8_mode_parse(spec);
-    if (v < 0) return -1;
+    if (v == -1) return -1;
     __atomic_store_n(&i8_mode, v, __ATOMIC_RELAXED);
     return 0;
 }
