@@ -41,14 +41,14 @@ int main(int argc, char **argv) {
     }
     printf("gemv: %.3f ms, %.1f GB/s of weights, %.1f GMAC/s\n", best * 1e3, rows * cols * 0.5625 / best / 1e9,
            rows * cols / best / 1e9);
-    size_t qb = cpu_kernels_qx_row_bytes(&w);
+    size_t qb = cpu_kernels_qx_row_bytes(&w, false);
     if (qb) {
         void *qx = aligned_alloc(64, (qb + 63) & ~(size_t)63);
         best = 1e9;
         for (int rep = 0; rep < 20; rep++) {
             double t0 = now();
-            cpu_kernels_quantize_x(&w, x, 1, qx);
-            cpu_kernels_gemv_q(&w, 0, rows, qx, out);
+            cpu_kernels_quantize_x(&w, x, 1, qx, false);
+            cpu_kernels_gemv_q(&w, 0, rows, qx, out, false);
             double t = now() - t0;
             best = t < best ? t : best;
         }
@@ -83,7 +83,7 @@ int main(int argc, char **argv) {
                 int nt = n - c0 * 16 < chunk * 16 ? n - c0 * 16 : chunk * 16;
                 for (int64_t r = 0; r < rows; r += 16)
                     cpu_kernels_gemm_q(&w, r, rows - r < 16 ? (int)(rows - r) : 16, (uint8_t *)qx + c0 * tile_bytes, nt,
-                                       out + (int64_t)c0 * 16 * rows, rows, scr);
+                                       out + (int64_t)c0 * 16 * rows, rows, scr, false);
             }
             double t2 = now();
             bq = t1 - t0 < bq ? t1 - t0 : bq;

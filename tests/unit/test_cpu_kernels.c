@@ -169,19 +169,21 @@ static void compare(const char *set, const char *label, const tmat *t) {
             if (r0 > 0 && !isnan(got[r0 - 1])) bad_gemm++;  // nothing written outside the tile
         }
     // Integer path (sets that have one for this format): quantize 3 rows of x, gemv_q over every row
-    // for each, then an odd sub-range; tolerance as above (x keeps ~16 bits per group).
-    int bad_q = 0;
-    size_t qb = cpu_kernels_qx_row_bytes(w);
+    // for each, then an odd sub-range; tolerance as above (x keeps ~16 bits per group). Both the
+    // plain kernels and the bit-equal pair (eq; cpu_kernels.h), where the set has them.
+    int bad_q = 0, bad_qb = 0;
+    for (int eq = 0; eq < 2; eq++) {
+    size_t qb = cpu_kernels_qx_row_bytes(w, eq);
     if (qb) {
         CHECK(qb % 64 == 0);
         uint8_t *qx = aligned_alloc(64, qb * 3);
-        cpu_kernels_quantize_x(w, x, 3, qx);
+        cpu_kernels_quantize_x(w, x, 3, qx, eq);
         for (int t2 = 0; t2 < 3; t2++) {
-            cpu_kernels_gemv_q(w, 0, rows, qx + qb * t2, got);
+            cpu_kernels_gemv_q(w, 0, rows, qx + qb * t2, got, eq);
             for (int64_t r = 0; r < rows; r++, compared++)
                 if (!within(got[r], ref[t2 * rows + r], mag[t2 * rows + r], DOT_TOL, &seen.q)) bad_q++;
         }
-        cpu_kernels_gemv_q(w, 2, rows - 3, qx + qb, got);
+        cpu_kernels_gemv_q(w, 2, rows - 3, qx + qb, got, eq);
         for (int64_t r = 2; r < rows - 3; r++, compared++)
             if (!within(got[r - 2], ref[rows + r], mag[rows + r], DOT_TOL, &seen.q)) bad_q++;
         free(qx);
@@ -189,7 +191,6 @@ static void compare(const char *set, const char *label, const tmat *t) {
     }
     // Integer batched path: x prepared for n tokens, products over rows [r0, r0 + nr), then over the
     // token chunk that starts at the second 16-token tile (the backend's split).
-    int bad_qb = 0;
     // Token counts: partial tiles, and every remainder shape of the VNNI kernel's token sweeps
     // (6, 4, 2, 1 tokens at a time).
     const int ns[] = {1, 2, 3, 5, 7, 13, 16, 21, 40};
@@ -206,7 +207,7 @@ static void compare(const char *set, const char *label, const tmat *t) {
         for (int b = 0; b < 2; b++) {
             int64_t r0 = blocks[b][0], nr = blocks[b][1];
             for (int64_t i = 0; i < rows * nmax; i++) got[i] = NAN;
-            cpu_kernels_gemm_q(w, r0, (int)nr, qx, n, got, rows, scr);
+            cpu_kernels_gemm_q(w, r0, (int)nr, qx, n, got, rows, scr, eq);
             for (int t2 = 0; t2 < nmax; t2++)
                 for (int64_t r = 0; r < rows; r++, compared++) {
                     int64_t o = t2 * rows + r;
@@ -217,13 +218,15 @@ static void compare(const char *set, const char *label, const tmat *t) {
         if (tiles > 1) {
             size_t per_tile = bytes / (size_t)tiles;
             for (int64_t i = 0; i < rows * nmax; i++) got[i] = NAN;
-            cpu_kernels_gemm_q(w, 0, (int)(rows < 16 ? rows : 16), qx + per_tile, n - 16, got + 16 * rows, rows, scr);
+            cpu_kernels_gemm_q(w, 0, (int)(rows < 16 ? rows : 16), qx + per_tile, n - 16, got + 16 * rows, rows, scr,
+                               eq);
             for (int t2 = 16; t2 < n; t2++)
                 for (int64_t r = 0; r < (rows < 16 ? rows : 16); r++, compared++)
                     if (!within(got[t2 * rows + r], ref[t2 * rows + r], mag[t2 * rows + r], DOT_TOL, &seen.qb)) bad_qb++;
         }
         free(qx), free(scr);
         if (ni == 0) q_tested++;
+    }
     }
     CHECK_MSG(bad_qb == 0, "%s %s: %d integer batched outputs differ", set, label, bad_qb);
     CHECK_MSG(compared > rows * 3, "%s %s: only %d comparisons", set, label, compared);
@@ -247,10 +250,10 @@ static void compare(const char *set, const char *label, const tmat *t) {
 static int64_t bit_equal_rows(const char *set, const char *label, const tmat *t, const int *ns, int n_ns, int plant) {
     const mx_matrix *w = &t->m;
     int64_t rows = w->rows, cols = w->cols, compared = 0;
-    size_t qb = cpu_kernels_qx_row_bytes(w);
+    size_t qb = cpu_kernels_qx_row_bytes(w, true);
     int nmax = 0;
     for (int i = 0; i < n_ns; i++) nmax = ns[i] > nmax ? ns[i] : nmax;
-    if (!qb || !cpu_kernels_qx_tiles_bytes(w, nmax)) return 0;
+    if (!qb || !cpu_kernels_has_bit_equal() || !cpu_kernels_qx_tiles_bytes(w, nmax)) return 0;
     float *x = malloc(sizeof(float) * cols * nmax);
     int gs = w->q.group_size;
     for (int t2 = 0; t2 < nmax; t2++)
@@ -265,8 +268,8 @@ static int64_t bit_equal_rows(const char *set, const char *label, const tmat *t,
     float *gemv = malloc(sizeof(float) * rows * nmax), *batch = malloc(sizeof(float) * rows * nmax);
     uint8_t *qx1 = aligned_alloc(64, qb);
     for (int t2 = 0; t2 < nmax; t2++) {
-        cpu_kernels_quantize_x(w, x + (int64_t)t2 * cols, 1, qx1);
-        cpu_kernels_gemv_q(w, 0, rows, qx1, gemv + (int64_t)t2 * rows);
+        cpu_kernels_quantize_x(w, x + (int64_t)t2 * cols, 1, qx1, true);
+        cpu_kernels_gemv_q(w, 0, rows, qx1, gemv + (int64_t)t2 * rows, true);
     }
     void *scr = aligned_alloc(64, (cpu_kernels_gemm_q_scratch_bytes(w) + 63) & ~(size_t)63);
     int bad = 0;
@@ -277,7 +280,7 @@ static int64_t bit_equal_rows(const char *set, const char *label, const tmat *t,
         for (int tile = 0; tile < tiles; tile++) cpu_kernels_quantize_x_tiles(w, x, n, tile, qx);
         for (int64_t r0 = 0; r0 < rows; r0 += CPU_KERNELS_GEMM_Q_ROWS) {
             int nr = rows - r0 < CPU_KERNELS_GEMM_Q_ROWS ? (int)(rows - r0) : CPU_KERNELS_GEMM_Q_ROWS;
-            cpu_kernels_gemm_q(w, r0, nr, qx, n, batch, rows, scr);
+            cpu_kernels_gemm_q(w, r0, nr, qx, n, batch, rows, scr, true);
         }
         if (plant && ni == 0) {  // one ulp up on one output: must be reported
             uint32_t u;

@@ -110,6 +110,10 @@ static const cpu_kernel_set scalar_set = {
     /* .quantize_x_tiles = */ NULL,
     /* .gemm_q_scratch_bytes = */ NULL,
     /* .gemm_q = */ NULL,
+    /* .qx_row_bytes_eq = */ NULL,
+    /* .quantize_x_eq = */ NULL,
+    /* .gemv_q_eq = */ NULL,
+    /* .gemm_q_eq = */ NULL,
 };
 
 static const cpu_kernel_set *active;
@@ -234,7 +238,7 @@ int cpu_kernels_attn_i8_mode(void) {
         }
         __atomic_store_n(&i8_mode, v, __ATOMIC_RELAXED);
     }
-    if (v == I8_MODE_UNSET) return kernels()->gemm_q == cpu_vnni_gemm_q ? CPU_ATTN_I8_SCORES | CPU_ATTN_I8_PV : 0;
+    if (v == I8_MODE_UNSET) return kernels()->gemm_q_eq == cpu_vnni_gemm_q_eq ? CPU_ATTN_I8_SCORES | CPU_ATTN_I8_PV : 0;
     return v;
 }
 
@@ -324,17 +328,31 @@ void cpu_kernels_kv_i8_row(int8_t *dst, float *scales, const float *src, int hd)
     }
 }
 
-size_t cpu_kernels_qx_row_bytes(const mx_matrix *w) {
+// The bit-equal pair where asked for and the set has it for w (formats with a batched product).
+static bool use_eq(const cpu_kernel_set *k, const mx_matrix *w, bool eq) {
+    return eq && k->qx_row_bytes_eq && k->qx_row_bytes_eq(w);
+}
+
+size_t cpu_kernels_qx_row_bytes(const mx_matrix *w, bool eq) {
     const cpu_kernel_set *k = kernels();
+    if (use_eq(k, w, eq)) return k->qx_row_bytes_eq(w);
     return k->qx_row_bytes ? k->qx_row_bytes(w) : 0;
 }
 
-void cpu_kernels_quantize_x(const mx_matrix *w, const float *x, int n, void *qx) {
-    kernels()->quantize_x(w, x, n, qx);
+void cpu_kernels_quantize_x(const mx_matrix *w, const float *x, int n, void *qx, bool eq) {
+    const cpu_kernel_set *k = kernels();
+    (use_eq(k, w, eq) ? k->quantize_x_eq : k->quantize_x)(w, x, n, qx);
 }
 
-void cpu_kernels_gemv_q(const mx_matrix *w, int64_t r0, int64_t r1, const void *qx, float *out) {
-    kernels()->gemv_q(w, r0, r1, qx, out);
+void cpu_kernels_gemv_q(const mx_matrix *w, int64_t r0, int64_t r1, const void *qx, float *out, bool eq) {
+    const cpu_kernel_set *k = kernels();
+    (use_eq(k, w, eq) ? k->gemv_q_eq : k->gemv_q)(w, r0, r1, qx, out);
+}
+
+bool cpu_kernels_has_bit_equal(void) { return kernels()->gemm_q_eq != NULL; }
+
+bool cpu_kernels_attn_i8_integer(void) {
+    return kernels()->attn_rows == cpu_avx512vnni_attn_rows && cpu_kernels_attn_i8_mode() != 0;
 }
 
 size_t cpu_kernels_qx_tiles_bytes(const mx_matrix *w, int n) {
@@ -352,8 +370,9 @@ size_t cpu_kernels_gemm_q_scratch_bytes(const mx_matrix *w) {
 }
 
 void cpu_kernels_gemm_q(const mx_matrix *w, int64_t r0, int nr, const void *qx, int n, float *out, int64_t ldo,
-                        void *scratch) {
-    kernels()->gemm_q(w, r0, nr, qx, n, out, ldo, scratch);
+                        void *scratch, bool eq) {
+    const cpu_kernel_set *k = kernels();
+    (eq && k->gemm_q_eq ? k->gemm_q_eq : k->gemm_q)(w, r0, nr, qx, n, out, ldo, scratch);
 }
 
 const char *cpu_kernels_name(void) { return kernels()->name; }

@@ -140,12 +140,21 @@ void cpu_kernels_swiglu(float *out, const float *gate, const float *up, int64_t 
 // Integer path for batch 1 (AVX-512 VNNI, affine 4-bit with group 64/128 and 8-bit with group
 // 32/64/128): the activation row is quantized once per matmul to int16 per weight group, then
 // any number of gemv_q calls (one per row block, from any thread) read it.
+// eq (here and in cpu_kernels_gemm_q): the bit-equal pair where the set has it (AVX-512 VNNI, the
+// formats its batched product takes): the gemv's output for a row of x is then the very bits the
+// batched product gives for that row (cpu_int8_activations.h); the CPU backend asks for it where
+// the int8 KV cache's integer attention is on. Pass the same eq to all three calls of one product.
 // Bytes of one quantized row of x for w; 0 when the active set has no integer path for w.
-size_t cpu_kernels_qx_row_bytes(const mx_matrix *w);
+size_t cpu_kernels_qx_row_bytes(const mx_matrix *w, bool eq);
 // Quantizes n rows of x[n, cols] into qx (n * qx_row_bytes bytes, 64-byte aligned).
-void cpu_kernels_quantize_x(const mx_matrix *w, const float *x, int n, void *qx);
+void cpu_kernels_quantize_x(const mx_matrix *w, const float *x, int n, void *qx, bool eq);
 // out[r - r0] = row r of w . (the quantized row qx) for r in [r0, r1).
-void cpu_kernels_gemv_q(const mx_matrix *w, int64_t r0, int64_t r1, const void *qx, float *out);
+void cpu_kernels_gemv_q(const mx_matrix *w, int64_t r0, int64_t r1, const void *qx, float *out, bool eq);
+// Whether the active set has the bit-equal pair.
+bool cpu_kernels_has_bit_equal(void);
+// Whether the active set computes the I8 cache's attention (head sizes permitting) with an integer
+// mode (MLXCEL_CPU_ATTN_I8, or its default for the set).
+bool cpu_kernels_attn_i8_integer(void);
 
 // Integer path for batches (AMX tiles: affine 4/8-bit, group 64/128). x [n, cols] is prepared once
 // per matmul, one tile of 16 tokens per quantize_x_tiles call (tiles are independent, so threads can
@@ -161,7 +170,7 @@ size_t cpu_kernels_gemm_q_scratch_bytes(const mx_matrix *w);
 // out[t * ldo + r0 + i] = row (r0 + i) of w . x[t] for i < nr (<= CPU_KERNELS_GEMM_Q_ROWS), t < n,
 // from the prepared qx (n must be the n it was prepared for). out: [n, ldo].
 void cpu_kernels_gemm_q(const mx_matrix *w, int64_t r0, int nr, const void *qx, int n, float *out, int64_t ldo,
-                        void *scratch);
+                        void *scratch, bool eq);
 
 // Names the kernel set chosen at run time ("amx", "avx512vnni", "avx512", "avx2", "scalar").
 const char *cpu_kernels_name(void);

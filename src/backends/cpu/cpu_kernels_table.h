@@ -31,6 +31,13 @@ typedef struct cpu_kernel_set {
     size_t (*gemm_q_scratch_bytes)(const mx_matrix *w);
     void (*gemm_q)(const mx_matrix *w, int64_t r0, int nr, const void *qx, int n, float *out, int64_t ldo,
                    void *scratch);
+    // Bit-equal integer pair (may be NULL): a gemv and a batched product (on quantize_x_tiles' x) whose
+    // outputs for the same row of x are the same bits; see cpu_kernels.h, the `eq` arguments.
+    size_t (*qx_row_bytes_eq)(const mx_matrix *w);
+    void (*quantize_x_eq)(const mx_matrix *w, const float *x, int n, void *qx);
+    void (*gemv_q_eq)(const mx_matrix *w, int64_t r0, int64_t r1, const void *qx, float *out);
+    void (*gemm_q_eq)(const mx_matrix *w, int64_t r0, int nr, const void *qx, int n, float *out, int64_t ldo,
+                      void *scratch);
 } cpu_kernel_set;
 
 // The best x86 set this CPU supports, or NULL (non-x86 or no AVX2+FMA).
@@ -90,12 +97,20 @@ size_t cpu_vnni_qx_row_bytes(const mx_matrix *w);
 void cpu_vnni_quantize_x(const mx_matrix *w, const float *x, int n, void *qx);
 void cpu_vnni_gemv_q(const mx_matrix *w, int64_t r0, int64_t r1, const void *qx, float *out);
 
-// AVX-512 VNNI kernels for batches (cpu_kernels_vnni_gemm.c), for CPUs without AMX.
+// The gemv bit-equal to cpu_vnni_gemm_q_eq (cpu_kernels_vnni_eq.c).
+size_t cpu_vnni_eq_qx_row_bytes(const mx_matrix *w);
+void cpu_vnni_eq_quantize_x(const mx_matrix *w, const float *x, int n, void *qx);
+void cpu_vnni_eq_gemv_q(const mx_matrix *w, int64_t r0, int64_t r1, const void *qx, float *out);
+
+// AVX-512 VNNI kernels for batches (cpu_kernels_vnni_gemm.c), for CPUs without AMX; _eq: bit-equal
+// to cpu_vnni_eq_gemv_q.
 size_t cpu_vnni_qx_tiles_bytes(const mx_matrix *w, int n);
 void cpu_vnni_quantize_x_tiles(const mx_matrix *w, const float *x, int n, int tile, void *qx);
 size_t cpu_vnni_gemm_scratch_bytes(const mx_matrix *w);
 void cpu_vnni_gemm_q(const mx_matrix *w, int64_t r0, int nr, const void *qx, int n, float *out, int64_t ldo,
                      void *scratch);
+void cpu_vnni_gemm_q_eq(const mx_matrix *w, int64_t r0, int nr, const void *qx, int n, float *out, int64_t ldo,
+                        void *scratch);
 
 // AMX tile kernels for batches (cpu_kernels_amx.c).
 int cpu_amx_supported(void);

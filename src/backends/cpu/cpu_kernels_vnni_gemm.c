@@ -12,11 +12,12 @@
 // each part accumulates in int32 over a weight group (at most 128 x 255 x 128, no overflow), and
 // per group the sums A0, A1, A2 give the group's value (cpu_int8_group_value): 2^e * A0 + 2^(e-16)
 // * (A1 * 256 + A2), the last in the integer lanes (below 2^31), the powers of two by `vscalefps`,
-// times w_scale plus w_bias * (exact float sum of x over the group) in one FMA. A token's group
-// values go into 16 running sums (group g into sum g % 16, vectors of 16 rows kept in L1), which are
-// added by a fixed tree at the end: the order of the VNNI gemv (cpu_kernels_vnni.c), whose outputs
-// for the same row of x are bit-equal to these (cpu_int8_activations.h says why that matters). So a
-// token's group costs one multiply and one FMA besides its `vpdpbusd`s; shifts, conversions, adds
+// times w_scale and plus w_bias * (exact float sum of x over the group), two FMAs into a register
+// per token. cpu_vnni_gemm_q_eq instead takes each group's value as cpu_int8_group_value computes it
+// (one multiply and one FMA) into 16 running sums per token (group g into sum g % 16, vectors of 16
+// rows kept in L1), added by a fixed tree at the end: the order of cpu_kernels_vnni_eq.c's gemv,
+// whose outputs for the same row of x are bit-equal to these (cpu_int8_activations.h says why that
+// matters). So a token's group costs two FMAs besides its `vpdpbusd`s; shifts, conversions, adds
 // and `vscalefps` issue beside `vpdpbusd`, while FMAs and multiplies compete with it for the same
 // pipes (measured on Zen 4; the former epilogue in base 254 took five multiply-class instructions,
 // bench/RESULTS.md CPU round 8).
@@ -119,14 +120,25 @@ size_t cpu_vnni_gemm_scratch_bytes(const mx_matrix *w) {
         DPBUSD_BCAST(a##t##1, wv, xp + 64);                                                \
         DPBUSD_BCAST(a##t##2, wv, xp + 128);                                               \
     }
-// A group's value (cpu_int8_group_value, lanes: rows) added into the token's running lane g % 16.
-#define ACC_END(t)                                                                                   \
-    if (T > t) {                                                                                     \
-        __m512i m = _mm512_add_epi32(_mm512_slli_epi32(a##t##1, 8), a##t##2);                        \
-        __m512 v = cpu_int8_group_value(a##t##0, m, _mm512_set1_ps(ehi[t]), _mm512_set1_ps(elo[t]), ws, wbias, \
-                                        _mm512_set1_ps(gsum[t]));                                     \
-        lanes[t][g & 15] = _mm512_add_ps(g < 16 ? _mm512_setzero_ps() : lanes[t][g & 15], v);        \
+// A group's end for token t: EQ (cpu_vnni_gemm_q_eq), its value (cpu_int8_group_value, lanes: rows)
+// added into the token's running lane g % 16, the order of cpu_kernels_vnni_eq.c's gemv; else
+// res_t += d * w_scale, then += w_bias * gsum, two FMAs on a register per token.
+#define ACC_END(t)                                                                                      \
+    if (T > t) {                                                                                        \
+        __m512i m = _mm512_add_epi32(_mm512_slli_epi32(a##t##1, 8), a##t##2);                           \
+        if (EQ) {                                                                                       \
+            __m512 v = cpu_int8_group_value(a##t##0, m, _mm512_set1_ps(ehi[t]), _mm512_set1_ps(elo[t]), ws, \
+                                            wbias, _mm512_set1_ps(gsum[t]));                             \
+            lanes[t][g & 15] = _mm512_add_ps(g < 16 ? _mm512_setzero_ps() : lanes[t][g & 15], v);       \
+        } else {                                                                                        \
+            __m512 d = _mm512_add_ps(_mm512_scalef_ps(_mm512_cvtepi32_ps(a##t##0), _mm512_set1_ps(ehi[t])), \
+                                     _mm512_scalef_ps(_mm512_cvtepi32_ps(m), _mm512_set1_ps(elo[t])));   \
+            res##t = _mm512_fmadd_ps(d, ws, res##t);                                                    \
+            res##t = _mm512_fmadd_ps(wbias, _mm512_set1_ps(gsum[t]), res##t);                           \
+        }                                                                                               \
     }
+#define RES_STORE(t) \
+    if (T > t) _mm512_mask_storeu_ps(out + (int64_t)(t0 + t) * ldo, rmask, res##t)
 
 // The 16 running lanes of each token summed by cpu_int8_lane_sum's tree (here each a vector of 16
 // rows), stored to out[t * ldo + i] for the rows i in rmask.
@@ -138,16 +150,19 @@ VNNI_INLINE static void lanes_store(__m512 l[16], float *out, __mmask16 rmask) {
 }
 
 // T tokens (1..6, a compile-time constant at each call) from token t0 of the 16-token tile at xt:
-// all groups of the row block, results stored to out[t * ldo + i] for the rows i in rmask.
+// all groups of the row block, results stored to out[t * ldo + i] for the rows i in rmask. EQ (a
+// constant): the bit-equal order (ACC_END).
 VNNI_INLINE static void sweep(const uint8_t *W, const float *sb, const uint8_t *xt, int t0, int T, int64_t groups,
-                              int bpg, float *out, int64_t ldo, __mmask16 rmask) {
-    // Each token's 16 running sums (the gemv's lanes), by row, in L1: the first 16 groups write
+                              int bpg, float *out, int64_t ldo, __mmask16 rmask, bool EQ) {
+    __m512 res0 = _mm512_setzero_ps(), res1 = res0, res2 = res0, res3 = res0, res4 = res0, res5 = res0;
+    // EQ: each token's 16 running sums (the gemv's lanes), by row, in L1: the first 16 groups write
     // theirs as +0 + v, so only the lanes of a row of fewer groups start as stored zeros (zeroing
     // all 96 first, and loading them in the first 16 groups, cost +6% of this kernel's time in the
-    // lab; the lanes against a register per token, the former order: +6% still).
+    // lab; as it is, +5-8% against the register chain).
     __m512 lanes[6][16];
-    for (int t = 0; t < T; t++)
-        for (int64_t k = groups; k < 16; k++) lanes[t][k] = _mm512_setzero_ps();
+    if (EQ)
+        for (int t = 0; t < T; t++)
+            for (int64_t k = groups; k < 16; k++) lanes[t][k] = _mm512_setzero_ps();
     for (int64_t g = 0; g < groups; g++) {
         ACC_DECL(0);
         ACC_DECL(1);
@@ -177,11 +192,20 @@ VNNI_INLINE static void sweep(const uint8_t *W, const float *sb, const uint8_t *
         ACC_END(4)
         ACC_END(5)
     }
-    for (int t = 0; t < T; t++) lanes_store(lanes[t], out + (int64_t)(t0 + t) * ldo, rmask);
+    if (EQ) {
+        for (int t = 0; t < T; t++) lanes_store(lanes[t], out + (int64_t)(t0 + t) * ldo, rmask);
+        return;
+    }
+    RES_STORE(0);
+    RES_STORE(1);
+    RES_STORE(2);
+    RES_STORE(3);
+    RES_STORE(4);
+    RES_STORE(5);
 }
 
-VNNI void cpu_vnni_gemm_q(const mx_matrix *w, int64_t r0, int nr, const void *qx, int n, float *out, int64_t ldo,
-                          void *scratch) {
+VNNI_INLINE static void gemm_q(const mx_matrix *w, int64_t r0, int nr, const void *qx, int n, float *out, int64_t ldo,
+                               void *scratch, bool EQ) {
     int64_t cols = w->cols, blocks = cols / 64;
     int gs = w->q.group_size, bpg = gs / 64;
     int64_t groups = cols / gs, row_bytes = cols * w->q.bits / 8;
@@ -227,11 +251,21 @@ VNNI void cpu_vnni_gemm_q(const mx_matrix *w, int64_t r0, int nr, const void *qx
         float *o = out + (int64_t)tt * 16 * ldo + r0;
         int nt = n - tt * 16 < 16 ? n - tt * 16 : 16, t = 0;
         // 6 tokens per sweep: 18 accumulators and the constants fit in 32 registers.
-        for (; t + 6 <= nt; t += 6) sweep(W, sb, xt, t, 6, groups, bpg, o, ldo, rmask);
-        if (t + 4 <= nt) sweep(W, sb, xt, t, 4, groups, bpg, o, ldo, rmask), t += 4;
-        if (t + 2 <= nt) sweep(W, sb, xt, t, 2, groups, bpg, o, ldo, rmask), t += 2;
-        if (t < nt) sweep(W, sb, xt, t, 1, groups, bpg, o, ldo, rmask);
+        for (; t + 6 <= nt; t += 6) sweep(W, sb, xt, t, 6, groups, bpg, o, ldo, rmask, EQ);
+        if (t + 4 <= nt) sweep(W, sb, xt, t, 4, groups, bpg, o, ldo, rmask, EQ), t += 4;
+        if (t + 2 <= nt) sweep(W, sb, xt, t, 2, groups, bpg, o, ldo, rmask, EQ), t += 2;
+        if (t < nt) sweep(W, sb, xt, t, 1, groups, bpg, o, ldo, rmask, EQ);
     }
+}
+
+VNNI void cpu_vnni_gemm_q(const mx_matrix *w, int64_t r0, int nr, const void *qx, int n, float *out, int64_t ldo,
+                          void *scratch) {
+    gemm_q(w, r0, nr, qx, n, out, ldo, scratch, false);
+}
+
+VNNI void cpu_vnni_gemm_q_eq(const mx_matrix *w, int64_t r0, int nr, const void *qx, int n, float *out, int64_t ldo,
+                             void *scratch) {
+    gemm_q(w, r0, nr, qx, n, out, ldo, scratch, true);
 }
 
 #else
@@ -249,6 +283,10 @@ size_t cpu_vnni_gemm_scratch_bytes(const mx_matrix *w) {
 }
 void cpu_vnni_gemm_q(const mx_matrix *w, int64_t r0, int nr, const void *qx, int n, float *out, int64_t ldo,
                      void *scratch) {
+    (void)w, (void)r0, (void)nr, (void)qx, (void)n, (void)out, (void)ldo, (void)scratch;
+}
+void cpu_vnni_gemm_q_eq(const mx_matrix *w, int64_t r0, int nr, const void *qx, int n, float *out, int64_t ldo,
+                        void *scratch) {
     (void)w, (void)r0, (void)nr, (void)qx, (void)n, (void)out, (void)ldo, (void)scratch;
 }
 

@@ -116,6 +116,10 @@ static const cpu_kernel_set avx2_set = {
     /* .quantize_x_tiles = */ NULL,
     /* .gemm_q_scratch_bytes = */ NULL,
     /* .gemm_q = */ NULL,
+    /* .qx_row_bytes_eq = */ NULL,
+    /* .quantize_x_eq = */ NULL,
+    /* .gemv_q_eq = */ NULL,
+    /* .gemm_q_eq = */ NULL,
 };
 
 // ---- AVX-512 ------------------------------------------------------------------------------------
@@ -380,6 +384,10 @@ static const cpu_kernel_set avx512_set = {
     /* .quantize_x_tiles = */ NULL,
     /* .gemm_q_scratch_bytes = */ NULL,
     /* .gemm_q = */ NULL,
+    /* .qx_row_bytes_eq = */ NULL,
+    /* .quantize_x_eq = */ NULL,
+    /* .gemv_q_eq = */ NULL,
+    /* .gemm_q_eq = */ NULL,
 };
 
 // AVX-512 plus the VNNI integer kernels for affine 4/8-bit: gemv (cpu_kernels_vnni.c) and batches
@@ -402,6 +410,10 @@ static const cpu_kernel_set avx512vnni_set = {
     /* .quantize_x_tiles = */ cpu_vnni_quantize_x_tiles,
     /* .gemm_q_scratch_bytes = */ cpu_vnni_gemm_scratch_bytes,
     /* .gemm_q = */ cpu_vnni_gemm_q,
+    /* .qx_row_bytes_eq = */ cpu_vnni_eq_qx_row_bytes,
+    /* .quantize_x_eq = */ cpu_vnni_eq_quantize_x,
+    /* .gemv_q_eq = */ cpu_vnni_eq_gemv_q,
+    /* .gemm_q_eq = */ cpu_vnni_gemm_q_eq,
 };
 
 // avx512vnni plus the AMX tile kernels for batches of tokens (cpu_kernels_amx.c).
@@ -423,6 +435,10 @@ static const cpu_kernel_set amx_set = {
     /* .quantize_x_tiles = */ cpu_amx_quantize_x_tiles,
     /* .gemm_q_scratch_bytes = */ cpu_amx_scratch_bytes,
     /* .gemm_q = */ cpu_amx_gemm_q,
+    /* .qx_row_bytes_eq = */ NULL,
+    /* .quantize_x_eq = */ NULL,
+    /* .gemv_q_eq = */ NULL,
+    /* .gemm_q_eq = */ NULL,
 };
 
 static int have_avx2(void) {

@@ -5,7 +5,9 @@
 // rows at a time are multiplied with the token block (cpu_kernels_gemm), so the weights are read
 // once per token block and the activations stay in cache; where the kernel set has integer tile
 // kernels (AMX), batches of affine 4/8-bit weights go through them instead. MoE rows keep the simple
-// decode-row-then-dot loop. Kernels come from cpu_kernels.h, which picks SIMD versions at run time.
+// decode-row-then-dot loop. Where c->bit_equal (the int8 KV cache's integer attention), the dense
+// products take the kernel set's bit-equal integer pair (cpu_kernels.h), so a row of x gives the
+// same bits through a decode step's gemv and a prompt's batched product. Kernels come from cpu_kernels.h, which picks SIMD versions at run time.
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,7 +88,7 @@ static void moe_q_task(void *arg, int task, int thread) {
     int64_t r1 = r0 + ROWS_PER_TASK < j->rows ? r0 + ROWS_PER_TASK : j->rows;
     for (int t = 0; t < j->n; t++) {
         cpu_kernels_gemv_q(j->w, j->row_offset + r0, j->row_offset + r1, (const uint8_t *)j->qx + t * j->qx_stride,
-                           tmp);
+                           tmp, false);
         float *o = j->out + (int64_t)j->out_rows[t] * j->rows;
         for (int64_t r = r0; r < r1; r++) o[r] = tmp[r - r0];
     }
@@ -108,7 +110,7 @@ static void gemv_q_task(void *arg, int task, int thread) {
     matmul_job *j = arg;
     int64_t r0 = (int64_t)task * j->task_rows;
     int64_t r1 = r0 + j->task_rows < j->rows ? r0 + j->task_rows : j->rows;
-    cpu_kernels_gemv_q(j->w, r0, r1, j->qx, j->out + r0);
+    cpu_kernels_gemv_q(j->w, r0, r1, j->qx, j->out + r0, j->c->bit_equal);
     if (j->bias)
         for (int64_t r = r0; r < r1; r++) j->out[r] += j->bias[r];
 }
@@ -146,7 +148,8 @@ static void gemm_q_task(void *arg, int task, int thread) {
     int64_t r0 = (int64_t)rb * CPU_KERNELS_GEMM_Q_ROWS;
     int nr = j->rows - r0 < CPU_KERNELS_GEMM_Q_ROWS ? (int)(j->rows - r0) : CPU_KERNELS_GEMM_Q_ROWS;
     const uint8_t *qx = (const uint8_t *)j->qx + (size_t)(t0 / 16) * j->tile_bytes;
-    cpu_kernels_gemm_q(j->w, r0, nr, qx, nt, j->out + (int64_t)t0 * j->rows, j->rows, j->c->scratch[thread]);
+    cpu_kernels_gemm_q(j->w, r0, nr, qx, nt, j->out + (int64_t)t0 * j->rows, j->rows, j->c->scratch[thread],
+                       j->c->bit_equal);
     if (j->bias)
         for (int t = t0; t < t0 + nt; t++)
             for (int64_t r = r0; r < r0 + nr; r++) j->out[(int64_t)t * j->rows + r] += j->bias[r];
@@ -175,11 +178,11 @@ void cpu_matmul(mx_backend *be, float *out, const float *x, const mx_matrix *w, 
     matmul_job j = {.out = out, .x = x, .w = w, .bias = bias, .n = n, .c = c, .rows = w->rows};
     if (n == 1) {
         j.task_rows = gemv_task_rows(w, c->n_threads);
-        size_t qb = cpu_kernels_qx_row_bytes(w);
+        size_t qb = cpu_kernels_qx_row_bytes(w, c->bit_equal);
         if (qb) {
             void *qx = cpu_act_buf(c, qb);
             if (!qx) return;  // out of memory: cpu_run_plan reports it
-            cpu_kernels_quantize_x(w, x, 1, qx);
+            cpu_kernels_quantize_x(w, x, 1, qx, c->bit_equal);
             j.qx = qx;
             mx_pool_run(c->pool, (int)((w->rows + j.task_rows - 1) / j.task_rows), gemv_q_task, &j);
             return;
@@ -285,12 +288,12 @@ int cpu_matmul_group(mx_backend *be, const mx_op *ops, int n_ops) {
         return m;
     }
     matmul_group_job g = {.n_jobs = m};
-    size_t qb = cpu_kernels_qx_row_bytes(w0);
+    size_t qb = cpu_kernels_qx_row_bytes(w0, c->bit_equal);
     void *qx = NULL;
     if (qb) {
         qx = cpu_act_buf(c, qb);
         if (!qx) return m;  // out of memory: cpu_run_plan reports it
-        cpu_kernels_quantize_x(w0, op0->matmul.x, 1, qx);
+        cpu_kernels_quantize_x(w0, op0->matmul.x, 1, qx, c->bit_equal);
     }
     for (int k = 0; k < m; k++) {
         const mx_op *op = &ops[k];
@@ -328,7 +331,7 @@ static void moe_matmul_rows(cpu_ctx *c, float *out, const float *x, const mx_mat
     int m = r1 - r0;
     // Few rows per expert (decode): integer gemv per gathered row; more rows: decode each weight
     // row once and dot it with all of them.
-    size_t qb = cpu_kernels_qx_row_bytes(w);
+    size_t qb = cpu_kernels_qx_row_bytes(w, false);
     uint8_t *qx = qb ? cpu_act_buf(c, qb * (size_t)(m < MOE_Q_MAX_ROWS ? m : MOE_Q_MAX_ROWS)) : NULL;
     if (qb && !qx) return;  // out of memory: cpu_run_plan reports it
     for (int64_t e = 0; e < w->n_experts; e++) {
@@ -344,7 +347,7 @@ static void moe_matmul_rows(cpu_ctx *c, float *out, const float *x, const mx_mat
                         .x_rows = x_rows, .out_rows = out_rows, .c = c, .rows = w->rows};
         int tasks = (int)((w->rows + ROWS_PER_TASK - 1) / ROWS_PER_TASK);
         if (qx && cnt <= MOE_Q_MAX_ROWS) {
-            for (int t = 0; t < cnt; t++) cpu_kernels_quantize_x(w, x + (int64_t)x_rows[t] * w->cols, 1, qx + t * qb);
+            for (int t = 0; t < cnt; t++) cpu_kernels_quantize_x(w, x + (int64_t)x_rows[t] * w->cols, 1, qx + t * qb, false);
             j.qx = qx;
             j.qx_stride = qb;
             mx_pool_run(c->pool, tasks, moe_q_task, &j);
