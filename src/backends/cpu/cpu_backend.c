@@ -434,9 +434,6 @@ mx_backend *mx_cpu_backend_create(int threads, mx_error *err) {
                    : !strcmp(kvt, "i8")        ? MX_DTYPE_I8
                    : !strcmp(kvt, "f32")       ? MX_DTYPE_F32
                                                : MX_DTYPE_F16;
-    // The int8 cache's integer attention rounds the query and the P.V weights: its products must give
-    // a decode step's and a recomputed prompt's rows the same bits (cpu_kernels.h, eq).
-    c->bit_equal = be->kv_dtype == MX_DTYPE_I8 && cpu_kernels_attn_i8_integer() && cpu_kernels_has_bit_equal();
     snprintf(be->device_name, sizeof be->device_name, "CPU (%d threads)", c->n_threads);
     c->profile = cpu_profile_create();
     if (cpu_reserve_scratch(c, 1 << 16) != 0) {

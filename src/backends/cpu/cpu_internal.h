@@ -21,7 +21,7 @@ typedef struct cpu_ctx {
     size_t act_failed;      // bytes cpu_act_buf could not allocate during the current record; 0: none
     struct cpu_profile *profile;  // per-record timing (MLXCEL_CPU_PROFILE), or NULL
     struct cpu_rope_cache *rope_cache;  // cos/sin of the current step's positions (cpu_rope.c), or NULL
-    bool bit_equal;         // dense integer products through the bit-equal pair (cpu_matmul.c)
+    bool bit_equal;         // the current product through the bit-equal pair (cpu_matmul.c sets it per call)
 } cpu_ctx;
 
 // Rows of one MoE grouping pass (cpu_moe_matmul takes larger batches in passes of this many rows).

@@ -173,7 +173,16 @@ static bool matmul_q(cpu_ctx *c, matmul_job *j) {
     return true;
 }
 
+// The int8 cache's integer attention rounds the query and the P.V weights, so there the products
+// must give a decode step's and a recomputed prompt's rows the same bits (cpu_kernels.h, eq). Read
+// per product: --kv-bits sets the cache type after the backend's start.
+static void set_bit_equal(mx_backend *be) {
+    cpu_of(be)->bit_equal =
+        be->kv_dtype == MX_DTYPE_I8 && cpu_kernels_attn_i8_integer() && cpu_kernels_has_bit_equal();
+}
+
 void cpu_matmul(mx_backend *be, float *out, const float *x, const mx_matrix *w, const float *bias, int n) {
+    set_bit_equal(be);
     cpu_ctx *c = cpu_of(be);
     matmul_job j = {.out = out, .x = x, .w = w, .bias = bias, .n = n, .c = c, .rows = w->rows};
     if (n == 1) {
@@ -269,6 +278,7 @@ static void matmul_group_q(cpu_ctx *c, const mx_op *ops, int m) {
 }
 
 int cpu_matmul_group(mx_backend *be, const mx_op *ops, int n_ops) {
+    set_bit_equal(be);
     const mx_op *op0 = &ops[0];
     const mx_matrix *w0 = op0->matmul.w;
     const float *x = op0->matmul.x;
