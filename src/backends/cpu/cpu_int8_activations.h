@@ -5,8 +5,8 @@
 // nibbles unpack), and the split of values already divided by s = max|x| / 127 into three signed
 // bytes q0 + q1 / 254 + q2 / 254^2; and, for them and the VNNI gemv (cpu_kernels_vnni.c), 16 of a
 // row's weight scales (or biases) loaded as floats.
-// The VNNI gemv and the VNNI batched product also share the whole arithmetic that makes one row of
-// x give bit-equal outputs in both (a decode step's product and a recomputed prompt's, e.g. after a
+// The bit-equal pair (cpu_kernels_vnni_eq.c's gemv and cpu_vnni_gemm_q_eq) also shares the whole
+// arithmetic that makes one row of x give bit-equal outputs in both (a decode step's product and a recomputed prompt's, e.g. after a
 // preemption, must agree to the last bit: the integer attention modes round the query and the P.V
 // weights, which turns any last-bit difference near a rounding step into a whole code step): the
 // power-of-two group scale 2^e (cpu_int8_scale_exponent), the base-256 digits of x / 2^e
