@@ -122,10 +122,14 @@ int32_t mx_sample_row_host(float *l, int vocab, const mx_sample_row *row, const 
     // Tokens outside the mask leave the row as -inf logits (one pass over the mask's words), so the
     // rest is the unmasked rule; without any allowed token the mask is ignored.
     if (mask && !mask_logits(l, vocab, mask)) mask = NULL;
-    // Best token (first maximum); an allowed one even if every allowed logit is -inf.
+    // Best token (first maximum); an allowed one even if every allowed logit is -inf. A NaN logit
+    // becomes -inf here (no mass, never kept): the sums below stay finite wherever it stands, so
+    // top-p weighs the other tokens, and a NaN first logit is not taken as the best.
     int32_t best = 0;
-    for (int i = 1; i < vocab; i++)
+    for (int i = 0; i < vocab; i++) {
+        if (isnan(l[i])) l[i] = -INFINITY;
         if (l[i] > l[best]) best = i;
+    }
     if (mask && !is_allowed(mask, best))
         for (best = 0; !is_allowed(mask, best); best++) {}
     int32_t chosen = best;

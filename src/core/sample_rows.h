@@ -20,7 +20,8 @@
 //   6. logprobs (n_top >= 0) describe the model's raw distribution (log-softmax of the logits
 //      before step 1, as OpenAI-style APIs report them): the chosen token's and the n_top best.
 // Tokens more than 40 * max(1, temp) below the best allowed logit are never kept (they carry under
-// e^-40 of the mass each).
+// e^-40 of the mass each). The host implementation takes a NaN logit (after the edits) as -inf:
+// no mass, never chosen while another allowed logit is above -inf (logprobs stay raw: NaN).
 #ifndef MX_CORE_SAMPLE_ROWS_H
 #define MX_CORE_SAMPLE_ROWS_H
 

@@ -5,7 +5,8 @@
 // and masks; every filter alone and together keeps exactly the reference set (every draw falls in
 // it) and draws follow the reference distribution (total variation over 40,000 draws on a fixed
 // seed); the radix selection on a full-size flat vocabulary; penalties and logit_bias as edits;
-// logprobs and top_logprobs; seeds; the threaded batch equals row-by-row.
+// logprobs and top_logprobs; seeds; the threaded batch equals row-by-row; NaN logits (no mass, never
+// chosen, top-p unchanged by them).
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,6 +175,38 @@ static void greedy_and_mask(void) {
     CHECK(mx_sample_row_host(l, V, &r, NULL, scratch, &o) == best);
 }
 
+// NaN logits count as -inf on the host: no mass, never chosen. Top-p 0.5 over token 3 (e^5), token
+// 7 (e^4) and 56 zeros keeps token 3 alone (0.57 of the finite mass) with NaNs in the middle and in
+// the tail (the last 61 % 8 logits are summed one at a time past the vector loop); a NaN first logit
+// is neither the greedy choice nor drawn.
+static void nan_logits(void) {
+    enum { N = 61 };
+    float raw[N], l[N];
+    for (int i = 0; i < N; i++) raw[i] = 0.0f;
+    raw[3] = 5.0f, raw[7] = 4.0f, raw[20] = NAN, raw[N - 2] = NAN, raw[N - 1] = -NAN;
+    mx_sample_out o;
+    mx_sample_row r = row_of(1.0f, 0.5f, 0.0f, 0);
+    int outside = 0;
+    for (int d = 0; d < 200; d++) {
+        r.pos = d;
+        memcpy(l, raw, sizeof l);
+        outside += mx_sample_row_host(l, N, &r, NULL, scratch, &o) != 3;
+    }
+    CHECK_MSG(outside == 0, "top-p 0.5 with NaN logits: %d of 200 draws outside the kept token", outside);
+    raw[0] = NAN;
+    r = row_of(0.0f, 1.0f, 0.0f, 0);
+    memcpy(l, raw, sizeof l);
+    CHECK(mx_sample_row_host(l, N, &r, NULL, scratch, &o) == 3);
+    r = row_of(1.0f, 1.0f, 0.0f, 0);
+    int nan_drawn = 0;
+    for (int d = 0; d < 200; d++) {
+        r.pos = d;
+        memcpy(l, raw, sizeof l);
+        nan_drawn += isnan(raw[mx_sample_row_host(l, N, &r, NULL, scratch, &o)]);
+    }
+    CHECK(nan_drawn == 0);
+}
+
 // Radix selection on a full-size vocabulary of nearly equal logits: every draw must fall in the
 // reference top-k / top-p set.
 static void large_vocab(void) {
@@ -309,6 +342,7 @@ int main(void) {
     scratch = malloc(MX_SAMPLE_SCRATCH_BYTES(V));
     greedy_and_mask();
     filters();
+    nan_logits();
     large_vocab();
     logprobs();
     penalties_and_bias();
