@@ -313,9 +313,8 @@ int main(void) {
 
     // Time of the record over 1, 8, 32 and 64 rows of 151,936 logits (temp 0.7, top-p 0.9), both
     // forms; then 64 rows of normal logits only (sd 2, as the random-weight bench model's: top-p keeps
-    // about a third of the vocabulary). The split form is the fast one unless MLXCEL_GPU_SAMPLE_FAST=0.
-    const char *fast_knob = getenv("MLXCEL_GPU_SAMPLE_FAST");
-    const bool fast = !fast_knob || strcmp(fast_knob, "0") != 0;
+    // about a third of the vocabulary). The split backend says which split form it runs.
+    const bool fast = mx_gpu_sample_fast(split.be);
     static const int time_rows[] = {1, 8, 32, 64, -64};
     for (size_t q = 0; q < sizeof time_rows / sizeof time_rows[0]; q++) {
         const int n = abs(time_rows[q]);

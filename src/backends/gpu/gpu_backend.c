@@ -538,3 +538,5 @@ int mx_gpu_graph_count(mx_backend *be) {
 }
 
 void *mx_gpu_stream(mx_backend *be) { return ctx_of(be)->launch.stream; }
+
+bool mx_gpu_sample_fast(mx_backend *be) { return mxg_sample_split_fast(&ctx_of(be)->launch); }

@@ -16,6 +16,10 @@ void mx_gpu_use_fusion(mx_backend *be, bool on);
 // Number of plans with a recorded graph right now.
 int mx_gpu_graph_count(mx_backend *be);
 
+// Whether the sample record's split form runs its fast form (kernels/sample_fast.cu) on this
+// backend: MLXCEL_GPU_SAMPLE_FAST and the scratch, as the record decides it.
+bool mx_gpu_sample_fast(mx_backend *be);
+
 // The backend's stream (gpuStream_t as void *), for timing with gpu_rt.h events in tests/benches.
 void *mx_gpu_stream(mx_backend *be);
 

@@ -45,6 +45,8 @@ size_t mxg_sample_split_row_bytes(void);
 // weight is reached (kernels/sample_fast.cu); the radix passes elsewhere. Its scratch:
 // mxg_sample_split_row_bytes() + mxg_sample_fast_row_bytes() per row.
 size_t mxg_sample_fast_row_bytes(void);
+// Whether mxg_sample_split runs its fast form on L: L->sample_fast and scratch for one row of it.
+bool mxg_sample_split_fast(const mxg_launch *L);
 
 // For the host emulation only (L->sample_scratch in host memory): what the last mxg_sample_split
 // left for row `row` (rows beyond the scratch's share the record of an earlier row): the kept

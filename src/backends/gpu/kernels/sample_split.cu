@@ -305,8 +305,10 @@ static int rows_per_launch(const mxg_launch *L, bool fast) {
     return (int)(L->sample_scratch_bytes / (sizeof(SplitRow) + (fast ? sizeof(FastRow) : 0)));
 }
 
+extern "C" bool mxg_sample_split_fast(const mxg_launch *L) { return L->sample_fast && rows_per_launch(L, true) >= 1; }
+
 extern "C" void mxg_sample_split_peek(const mxg_launch *L, int row, float *thr, float *parts, int *fast_status) {
-    const bool fast = L->sample_fast && rows_per_launch(L, true) >= 1;
+    const bool fast = mxg_sample_split_fast(L);
     const int per = rows_per_launch(L, fast);
     const SplitRow *s = (const SplitRow *)L->sample_scratch + row % per;
     *thr = s->thr;
@@ -316,7 +318,7 @@ extern "C" void mxg_sample_split_peek(const mxg_launch *L, int row, float *thr, 
 
 extern "C" void mxg_sample_split(const mxg_launch *L, mx_sample_out *out, float *logits, int n, int vocab,
                                  const mx_sample_row *rows, const mx_logit_mod *mods, int blocks) {
-    const bool fast = L->sample_fast && rows_per_launch(L, true) >= 1;
+    const bool fast = mxg_sample_split_fast(L);
     const int per_launch = rows_per_launch(L, fast);
     if (per_launch < 1) return;  // never: mxg_sample_split_blocks asks for scratch of one row at least
     SplitRow *s = (SplitRow *)L->sample_scratch;
