@@ -86,11 +86,37 @@ typedef struct model {
 
 #define ADD(p, KIND, field, ...) mx_plan_add(p, (mx_op){.kind = KIND, .field = {__VA_ARGS__}})
 
+// Layer L's q/k norms, RoPE and KV store for n tokens (what the plan runner fuses into one launch).
+static void add_qk_rope_kv(mx_plan *p, const model *m, const layer *L, mx_kv_ref kv, int n) {
+    const shape *s = &m->s;
+    mx_rope rope = {.inv_freq = m->inv_freq, .head_dim = s->head_dim, .attn_factor = 1.0f};
+    ADD(p, MX_OP_RMSNORM, rmsnorm, m->q, m->q, L->q_norm, n * s->heads, s->head_dim, 1e-6f);
+    ADD(p, MX_OP_RMSNORM, rmsnorm, m->k, m->k, L->k_norm, n * s->kv_heads, s->head_dim, 1e-6f);
+    ADD(p, MX_OP_ROPE, rope, m->q, m->pos, n, s->heads, rope);
+    ADD(p, MX_OP_ROPE, rope, m->k, m->pos, n, s->kv_heads, rope);
+    ADD(p, MX_OP_KV_STORE, kv_store, kv, m->k, m->v, n);
+}
+
+// Layer L's second half for n tokens: with o_proj the o-projection and its residual add, then the
+// RMSNorm, gate/up, SwiGLU, down product and residual add.
+static void add_mlp_half(mx_plan *p, const model *m, const layer *L, int n, bool o_proj) {
+    const shape *s = &m->s;
+    if (o_proj) {
+        ADD(p, MX_OP_MATMUL, matmul, m->tmp, m->att, &L->o, NULL, n);
+        ADD(p, MX_OP_ADD, add, m->x, m->tmp, (int64_t)n * s->hidden);
+    }
+    ADD(p, MX_OP_RMSNORM, rmsnorm, m->h, m->x, L->post_norm, n, s->hidden, 1e-6f);
+    ADD(p, MX_OP_MATMUL, matmul, m->g, m->h, &L->gate, NULL, n);
+    ADD(p, MX_OP_MATMUL, matmul, m->u, m->h, &L->up, NULL, n);
+    ADD(p, MX_OP_SWIGLU, swiglu, m->g, m->g, m->u, (int64_t)n * s->inter);
+    ADD(p, MX_OP_MATMUL, matmul, m->tmp, m->g, &L->down, NULL, n);
+    ADD(p, MX_OP_ADD, add, m->x, m->tmp, (int64_t)n * s->hidden);
+}
+
 // The records of one step of n tokens, then the logits and argmax of row *last_row (device).
 // decode: the attention records' hint (each token in its own slot).
 static mx_plan *forward_plan(model *m, int n, const int32_t *last_row, bool decode) {
     const shape *s = &m->s;
-    mx_rope rope = {.inv_freq = m->inv_freq, .head_dim = s->head_dim, .attn_factor = 1.0f};
     mx_plan *p = mx_plan_create(&err);
     if (!p) die("plan");
     ADD(p, MX_OP_EMBED, embed, m->x, &m->embed, m->ids, n);
@@ -101,20 +127,9 @@ static mx_plan *forward_plan(model *m, int n, const int32_t *last_row, bool deco
         ADD(p, MX_OP_MATMUL, matmul, m->q, m->h, &L->q, NULL, n);
         ADD(p, MX_OP_MATMUL, matmul, m->k, m->h, &L->k, NULL, n);
         ADD(p, MX_OP_MATMUL, matmul, m->v, m->h, &L->v, NULL, n);
-        ADD(p, MX_OP_RMSNORM, rmsnorm, m->q, m->q, L->q_norm, n * s->heads, s->head_dim, 1e-6f);
-        ADD(p, MX_OP_RMSNORM, rmsnorm, m->k, m->k, L->k_norm, n * s->kv_heads, s->head_dim, 1e-6f);
-        ADD(p, MX_OP_ROPE, rope, m->q, m->pos, n, s->heads, rope);
-        ADD(p, MX_OP_ROPE, rope, m->k, m->pos, n, s->kv_heads, rope);
-        ADD(p, MX_OP_KV_STORE, kv_store, kv, m->k, m->v, n);
+        add_qk_rope_kv(p, m, L, kv, n);
         ADD(p, MX_OP_ATTENTION, attention, m->att, m->q, kv, n, s->heads, 0.08838834764f, 0, NULL, decode);
-        ADD(p, MX_OP_MATMUL, matmul, m->tmp, m->att, &L->o, NULL, n);
-        ADD(p, MX_OP_ADD, add, m->x, m->tmp, (int64_t)n * s->hidden);
-        ADD(p, MX_OP_RMSNORM, rmsnorm, m->h, m->x, L->post_norm, n, s->hidden, 1e-6f);
-        ADD(p, MX_OP_MATMUL, matmul, m->g, m->h, &L->gate, NULL, n);
-        ADD(p, MX_OP_MATMUL, matmul, m->u, m->h, &L->up, NULL, n);
-        ADD(p, MX_OP_SWIGLU, swiglu, m->g, m->g, m->u, (int64_t)n * s->inter);
-        ADD(p, MX_OP_MATMUL, matmul, m->tmp, m->g, &L->down, NULL, n);
-        ADD(p, MX_OP_ADD, add, m->x, m->tmp, (int64_t)n * s->hidden);
+        add_mlp_half(p, m, L, n, true);
     }
     ADD(p, MX_OP_GATHER_ROWS, gather_rows, m->last, m->x, last_row, 1, s->hidden);
     ADD(p, MX_OP_RMSNORM, rmsnorm, m->last, m->last, m->final_norm, 1, s->hidden, 1e-6f);
@@ -132,6 +147,15 @@ static void run_op(mx_backend *be, mx_op op) {
 }
 
 static float time_ms(void *e0, void *e1);
+
+// Average device time of one run of plan p over `reps` runs after `warm` untimed ones, in ms.
+static float plan_ms(mx_backend *be, const mx_plan *p, int warm, int reps, void *e0, void *e1, void *stream) {
+    for (int i = 0; i < warm; i++) run_plan(be, p);
+    mxg_rt_event_record(e0, stream, &err);
+    for (int i = 0; i < reps; i++) run_plan(be, p);
+    mxg_rt_event_record(e1, stream, &err);
+    return time_ms(e0, e1) / reps;
+}
 
 // Average device time of `stmt` over `reps` launches, in microseconds.
 #define TIME_OP(label, n_tok, reps, stmt)                                          \
@@ -163,11 +187,7 @@ static void op_times(mx_backend *be, model *m, int n, bool decode, void *e0, voi
     TIME_OP("attention", n, reps, OP(MX_OP_ATTENTION, attention, m->att, m->q, kv, n, s->heads, 0.0883883f, 0, NULL, decode));
     mx_plan *qk = mx_plan_create(&err);
     if (!qk) die("plan");
-    ADD(qk, MX_OP_RMSNORM, rmsnorm, m->q, m->q, L->q_norm, n * s->heads, s->head_dim, 1e-6f);
-    ADD(qk, MX_OP_RMSNORM, rmsnorm, m->k, m->k, L->k_norm, n * s->kv_heads, s->head_dim, 1e-6f);
-    ADD(qk, MX_OP_ROPE, rope, m->q, m->pos, n, s->heads, rope);
-    ADD(qk, MX_OP_ROPE, rope, m->k, m->pos, n, s->kv_heads, rope);
-    ADD(qk, MX_OP_KV_STORE, kv_store, kv, m->k, m->v, n);
+    add_qk_rope_kv(qk, m, L, kv, n);
     TIME_OP("q/k norm+rope+kv fused", n, reps, run_plan(be, qk));
     mx_plan_free(be, qk);
     TIME_OP("matmul o", n, reps, OP(MX_OP_MATMUL, matmul, m->tmp, m->att, &L->o, NULL, n));
@@ -180,16 +200,7 @@ static void op_times(mx_backend *be, model *m, int n, bool decode, void *e0, voi
     for (int o = 1; o >= 0; o--) {
         mx_plan *mlp = mx_plan_create(&err);
         if (!mlp) die("plan");
-        if (o) {
-            ADD(mlp, MX_OP_MATMUL, matmul, m->tmp, m->att, &L->o, NULL, n);
-            ADD(mlp, MX_OP_ADD, add, m->x, m->tmp, (int64_t)n * s->hidden);
-        }
-        ADD(mlp, MX_OP_RMSNORM, rmsnorm, m->h, m->x, L->post_norm, n, s->hidden, 1e-6f);
-        ADD(mlp, MX_OP_MATMUL, matmul, m->g, m->h, &L->gate, NULL, n);
-        ADD(mlp, MX_OP_MATMUL, matmul, m->u, m->h, &L->up, NULL, n);
-        ADD(mlp, MX_OP_SWIGLU, swiglu, m->g, m->g, m->u, (int64_t)n * s->inter);
-        ADD(mlp, MX_OP_MATMUL, matmul, m->tmp, m->g, &L->down, NULL, n);
-        ADD(mlp, MX_OP_ADD, add, m->x, m->tmp, (int64_t)n * s->hidden);
+        add_mlp_half(mlp, m, L, n, o);
         TIME_OP(o ? "o-proj + mlp half plan" : "mlp half plan", n, reps, run_plan(be, mlp));
         mx_plan_free(be, mlp);
     }
@@ -292,10 +303,7 @@ int main(int argc, char **argv) {
     mx_plan *prefill_plan = forward_plan(&m, prefill, m.last_row, false);
     float best = 1e30f;
     for (int rep = 0; rep < 3; rep++) {
-        mxg_rt_event_record(e0, stream, &err);
-        run_plan(be, prefill_plan);
-        mxg_rt_event_record(e1, stream, &err);
-        float ms = time_ms(e0, e1);
+        float ms = plan_ms(be, prefill_plan, 0, 1, e0, e1, stream);
         best = ms < best ? ms : best;
     }
     if (be->ops->sync(be, &err) != 0) die("prefill");
@@ -305,17 +313,9 @@ int main(int argc, char **argv) {
     int32_t p = ctx;
     be->ops->upload(be, m.pos, &p, 4, &err);
     mx_plan *decode_plan = forward_plan(&m, 1, m.last_row + 1, false);
-    for (int i = 0; i < 3; i++) run_plan(be, decode_plan);
-    mxg_rt_event_record(e0, stream, &err);
-    for (int i = 0; i < replays / 4; i++) run_plan(be, decode_plan);
-    mxg_rt_event_record(e1, stream, &err);
-    float direct = time_ms(e0, e1) / (replays / 4);
+    float direct = plan_ms(be, decode_plan, 3, replays / 4, e0, e1, stream);
     mx_gpu_use_graphs(be, true);
-    for (int i = 0; i < 5; i++) run_plan(be, decode_plan);  // recorded on the second run
-    mxg_rt_event_record(e0, stream, &err);
-    for (int i = 0; i < replays; i++) run_plan(be, decode_plan);
-    mxg_rt_event_record(e1, stream, &err);
-    float graphed = time_ms(e0, e1) / replays;
+    float graphed = plan_ms(be, decode_plan, 5, replays, e0, e1, stream);  // recorded on the second run
     if (be->ops->sync(be, &err) != 0) die("decode");
     double kvb = 2.0 * s->layers * s->kv_heads * s->head_dim * 2.0 * ctx;
     printf("decode at context %d: %.3f ms/token graph (%.0f tok/s, %.0f GB/s of weights+KV), %.3f ms direct (%.0f tok/s)\n",
@@ -338,11 +338,7 @@ int main(int argc, char **argv) {
         free(bpos), free(bslot);
         mx_plan *step = forward_plan(&m, batch, m.last_row + 1, true);
         mx_gpu_use_graphs(be, true);
-        for (int i = 0; i < 5; i++) run_plan(be, step);  // recorded on the second run (graphs on)
-        mxg_rt_event_record(e0, stream, &err);
-        for (int i = 0; i < replays / 4; i++) run_plan(be, step);
-        mxg_rt_event_record(e1, stream, &err);
-        const float ms = time_ms(e0, e1) / (replays / 4);
+        const float ms = plan_ms(be, step, 5, replays / 4, e0, e1, stream);  // recorded on the second run
         printf("batched decode step of %d sequences at context %d: %.3f ms graph (%.0f tok/s)\n", batch, ctx, ms,
                batch * 1e3 / ms);
         mx_plan_free(be, step);

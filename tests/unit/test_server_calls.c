@@ -33,18 +33,24 @@ static void check_call(srv_output *o, int i, const char *name, const char *args)
     json_decref(a), json_decref(b);
 }
 
-static void test_list_form(void) {
-    const char *text = "Sure.[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, "
-                       "{\"name\": \"now\", \"arguments\": {}, \"id\": \"abc123XYZ\"}]";
+// Fed in pieces of 1, 3, 5, 7 and 9 bytes, text gives two calls, get_weather(weather_args) and
+// now({}), and the content `content`.
+static void check_weather_now(const char *text, const char *weather_args, const char *content) {
     for (size_t step = 1; step <= 9; step += 2) {
         srv_output *o = srv_output_create(&mistral);
         feed(o, text, step);
-        CHECK(srv_output_n_tools(o) == 2);
-        check_call(o, 0, "get_weather", "{\"city\": \"Paris\"}");
+        CHECK_MSG(srv_output_n_tools(o) == 2, "'%s' in pieces of %zu: %d calls", text, step, srv_output_n_tools(o));
+        check_call(o, 0, "get_weather", weather_args);
         check_call(o, 1, "now", "{}");
-        CHECK_STR(srv_output_content(o, NULL), "Sure.");
+        CHECK_STR(srv_output_content(o, NULL), content);
         srv_output_free(o);
     }
+}
+
+static void test_list_form(void) {
+    check_weather_now("Sure.[TOOL_CALLS] [{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}, "
+                      "{\"name\": \"now\", \"arguments\": {}, \"id\": \"abc123XYZ\"}]",
+                      "{\"city\": \"Paris\"}", "Sure.");
     // The first call is out as soon as its object closes, before the list does.
     srv_output *o = srv_output_create(&mistral);
     const char *part = "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"x\": 1}}, {\"name\": \"b\", \"argu";
@@ -59,16 +65,8 @@ static void test_list_form(void) {
 }
 
 static void test_args_form(void) {
-    const char *text = "[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\", \"days\": 2}[TOOL_CALLS]now[CALL_ID]abc123XYZ[ARGS]{}";
-    for (size_t step = 1; step <= 9; step += 2) {
-        srv_output *o = srv_output_create(&mistral);
-        feed(o, text, step);
-        CHECK(srv_output_n_tools(o) == 2);
-        check_call(o, 0, "get_weather", "{\"city\": \"Paris\", \"days\": 2}");
-        check_call(o, 1, "now", "{}");
-        CHECK_STR(srv_output_content(o, NULL), "");
-        srv_output_free(o);
-    }
+    check_weather_now("[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Paris\", \"days\": 2}[TOOL_CALLS]now[CALL_ID]abc123XYZ[ARGS]{}",
+                      "{\"city\": \"Paris\", \"days\": 2}", "");
     // A call is out once its arguments close; a partial marker is held back, not sent as content.
     srv_output *o = srv_output_create(&mistral);
     srv_output_push(o, "Let me check.[TOOL_", 19);
