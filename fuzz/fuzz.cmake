@@ -10,7 +10,7 @@ if(MLXCEL_FUZZ)
        ${PROJECT_SOURCE_DIR}/src/tokenizer/*.c ${PROJECT_SOURCE_DIR}/src/chat/*.c ${PROJECT_SOURCE_DIR}/src/sample/*.c
        ${PROJECT_SOURCE_DIR}/src/grammar/*.c
        ${PROJECT_SOURCE_DIR}/src/server/srv_request.c ${PROJECT_SOURCE_DIR}/src/server/srv_output.c
-       ${PROJECT_SOURCE_DIR}/src/server/srv_stop_match.c
+       ${PROJECT_SOURCE_DIR}/src/server/srv_stop_match.c ${PROJECT_SOURCE_DIR}/src/server/srv_json_alloc.c
        ${PROJECT_SOURCE_DIR}/src/server/srv_harmony.c ${PROJECT_SOURCE_DIR}/src/server/srv_buf.c)
   add_library(mlxcel_fuzz_parsers STATIC EXCLUDE_FROM_ALL ${MLXCEL_FUZZ_LIB_SOURCES})
   target_include_directories(mlxcel_fuzz_parsers PUBLIC ${PROJECT_SOURCE_DIR}/src)
