@@ -41,22 +41,7 @@
 #define VNNI_INLINE \
     __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c"), always_inline)) inline
 
-#ifndef QNR
-#define QNR 4  // rows per pass of the gemv kernel
-#endif
-
-// Bytes ahead in each weight row stream, fetched into L2 (T1): 8 KB into L2 read 4-6% faster than
-// 4 KB into L1 (lab at 1 and 2 threads, bench/RESULTS.md step 5.9); the L1 fill buffers are fewer
-// than the L2's outstanding misses, and a stream from DRAM needs many in flight. The 4-bit kernel
-// also fetches each line into L1 (T0) one pass of NR rows ahead: once its products cost 13
-// instructions per 64 bytes, the loads waited on L2 (RESULTS round 7, step 7.2).
-#ifndef VNNI_PREFETCH
-#define VNNI_PREFETCH 8192
-#endif
-
-// 4-bit layout sizes: 128-column chunks, and the padded group count pg (whole chunks).
-static int64_t q4_chunks(const mx_matrix *w) { return (w->cols + 127) / 128; }
-static int64_t q4_padded_groups(const mx_matrix *w) { return q4_chunks(w) * (128 / w->q.group_size); }
+#include "backends/cpu/cpu_kernels_vnni_gemv.h"
 
 // Where a quantized row keeps its per-group floats e, e - 16 and gsum (each `stride` floats apart).
 static size_t digits_bytes(const mx_matrix *w) {
