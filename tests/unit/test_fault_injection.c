@@ -224,18 +224,24 @@ static int http_post(int port, const char *path, const char *body, char *reply, 
 static int g_port;
 static const char *REQ = "{\"prompt\":\"Hello\",\"max_tokens\":3,\"temperature\":0}";
 
+// After a request with an injected failure: disarm the injection; the server must still serve the
+// next request (path, body). It not doing so ends the whole test.
+static void expect_still_serving(const char *failed_path, const char *path, const char *body) {
+    static char again[65536];
+    alloc_fail_at = 0;
+    int st = http_post(g_port, path, body, again, sizeof again);
+    if (st != 200) {
+        fprintf(stderr, "after an allocation failure in %s the next request to %s got %d: %.300s\n", failed_path,
+                path, st, again);
+        abort();
+    }
+}
+
 // In this process (the server's threads do not survive a fork): a crash ends the whole test.
 static int op_request(void) {
     static char reply[65536];
     int st = http_post(g_port, "/v1/completions", REQ, reply, sizeof reply);
-    alloc_fail_at = 0;
-    // Whatever happened, the server must still serve the next request.
-    static char again[65536];
-    int st2 = http_post(g_port, "/v1/completions", REQ, again, sizeof again);
-    if (st2 != 200) {
-        fprintf(stderr, "after an allocation failure the next request got %d: %.300s\n", st2, again);
-        abort();
-    }
+    expect_still_serving("/v1/completions", "/v1/completions", REQ);
     if (st == 200) return 0;
     // An error answer. (jansson's parser reports some allocation failures as syntax errors: 400.)
     if (st >= 400 && strstr(reply, "\"error\"")) return 1;
@@ -252,13 +258,7 @@ static int g_embed_short;
 static int op_embed(void) {
     static char reply[65536];
     int st = http_post(g_port, "/v1/embeddings", g_embed_req, reply, sizeof reply);
-    alloc_fail_at = 0;
-    static char again[65536];
-    int st2 = http_post(g_port, "/v1/embeddings", g_embed_req, again, sizeof again);
-    if (st2 != 200) {
-        fprintf(stderr, "after an allocation failure the next embeddings request got %d: %.300s\n", st2, again);
-        abort();
-    }
+    expect_still_serving("/v1/embeddings", "/v1/embeddings", g_embed_req);
     if (st == 200) {
         const char *body = strstr(reply, "\r\n\r\n");
         json_t *j = body ? json_loads(body + 4, 0, NULL) : NULL;
@@ -394,15 +394,10 @@ static int sum_stream(char *body, char *sum, size_t cap, const char **bad) {
 }
 
 static int op_whole(void) {
-    static char reply[262144], again[65536];
+    static char reply[262144];
     whole_op *w = g_whole;
     int st = http_post(g_port, w->path, w->body, reply, sizeof reply);
-    alloc_fail_at = 0;
-    int st2 = http_post(g_port, "/v1/completions", REQ, again, sizeof again);  // (a stream takes 0.2 s)
-    if (st2 != 200) {
-        fprintf(stderr, "after an allocation failure in %s the next request got %d: %.300s\n", w->path, st2, again);
-        abort();
-    }
+    expect_still_serving(w->path, "/v1/completions", REQ);  // (not w's own: a stream takes 0.2 s)
     if (st == 0) return 1;  // closed before an answer (the reply itself could not be started)
     char *body = strstr(reply, "\r\n\r\n");
     if (st >= 400 && body && strstr(body, "\"error\"")) return 1;
