@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
-# The tensor-core decode product's own source (src/backends/gpu/vendor/cuda/matvec_mma.cu) on the
-# host emulation of the CUDA dialect, with an emulated mma.sync m16n8k16, against the CPU's
-# dequantization (tests/gpu/mma_emulation/run.sh): runs in every build, with or without a GPU
+# The tensor-core decode product's own source (src/backends/gpu/vendor/cuda/matvec_mma.cu) and the
+# prefill products' (matmul_pipe.cu, matmul_wgmma.cu) on the host emulation of the CUDA dialect,
+# with an emulated mma.sync m16n8k16 and wgmma.mma_async, against the CPU's dequantization
+# (tests/gpu/mma_emulation/run.sh): runs in every build, with or without a GPU
 # (gcc and g++ only, ~10 s in its quick form).
 find_program(MLXCEL_GXX g++)
 if(MLXCEL_GXX)

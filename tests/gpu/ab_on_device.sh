@@ -26,13 +26,16 @@
 #             layer 0's prefill attention time of the 8B at 512 tokens (bench_gpu_decode) with and
 #             without the switch; the 8B's pp512 and pp8192 (`-n 32`) with and without it, I16 cache
 #             then f16; the attention op at 8,192 tokens.
-#   prefill   tensor-core prefill products (MLXCEL_GPU_PREFILL_KERNEL), ~6 min, deadline 540 s: the
-#             op suite (every prefill kernel against the host reference) and the conformance harness
-#             (prefill-sized layers on the pipelined kernel); pp512 (`-n 8`) of the 8B and the 0.6B
-#             on wmma (tiles picked to fill the device), wmma128 (fixed 128 x 128 tiles), pipe and
-#             pipe1 (vendor/cuda/matmul_pipe.cu at two and one blocks per multiprocessor); the 0.6B
-#             at 2048 prompt tokens (`--ctx 4096`: forwards of 512 over a growing context) on wmma,
-#             wmma128 and pipe.
+#   prefill   tensor-core prefill products (MLXCEL_GPU_PREFILL_KERNEL), ~6 min, deadline 540 s; the
+#             build is for sm_90a (MLXCEL_CUDA_ARCHITECTURES=90a: an H100/H200), which the wgmma
+#             product (vendor/cuda/matmul_wgmma.cu) needs: the count of HGMMA instructions in the
+#             binary's SASS; the op suite (every prefill kernel against the host reference; a line
+#             "...=wgmma: ... no sm_90a code" there means wgmma fell back to pipe) and the
+#             conformance harness (prefill-sized layers on the pipelined kernel); pp512 (`-n 8`) of
+#             the 8B and the 0.6B on pipe (the default), wgmma, wmma (tiles picked to fill the
+#             device) and pipe1 (matmul_pipe.cu at one block per multiprocessor); the 0.6B at 2048
+#             prompt tokens (`--ctx 4096`: forwards of 512 over a growing context) on pipe, wgmma and
+#             wmma. (wmma128, fixed 128 x 128 tiles, left out for wgmma's rows: the slowest in run 20.)
 #   moe       fused MoE decode (kernels/moe_stream.cu, MLXCEL_GPU_MOE_FUSED), ~5-7 min, deadline
 #             480 s: `--shape qwen3-30b-a3b -p 32 -n 64` (48 layers x 128 experts, 8 active) at 0
 #             (the records), 1 (expert products fused) and 2 (the routing folded in too), twice in
@@ -133,16 +136,18 @@ suite_attn_mma() {
 }
 
 suite_prefill() {
+    check_arch=90a
     check_build 420 mlxcel test_gpu_ops test_gpu_conformance
-    check_run gpu_ops 300 "check failed|matmul tiled" -- build/cuda/test_gpu_ops
+    check_run sass_wgmma 60 "^[0-9]+$" -- sh -c "cuobjdump -sass build/cuda/mlxcel | grep -c HGMMA"
+    check_run gpu_ops 300 "check failed|matmul tiled|wgmma" -- build/cuda/test_gpu_ops
     check_run gpu_conformance 240 "check failed|FAIL" -- build/cuda/test_gpu_conformance
     local shape k
     for shape in qwen3-8b qwen3-0.6b; do
-        for k in wmma wmma128 pipe pipe1; do
+        for k in pipe wgmma wmma pipe1; do
             check_bench "pp512_${shape}_$k" 120 MLXCEL_GPU_PREFILL_KERNEL="$k" -- --shape "$shape" -p 512 -n 8
         done
     done
-    for k in wmma wmma128 pipe; do
+    for k in pipe wgmma wmma; do
         check_bench "pp2048_qwen3-0.6b_$k" 120 MLXCEL_GPU_PREFILL_KERNEL="$k" -- --shape qwen3-0.6b -p 2048 -n 8 --ctx 4096
     done
 }

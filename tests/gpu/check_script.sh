@@ -6,7 +6,8 @@
 #   check_start SCRIPT           installs the carried C libraries when the machine lacks them (a
 #                                verdict) and writes the GPU's name into the summary; SCRIPT names
 #                                the script's section of LAST_RUN.md.
-#   check_build LIMIT TARGET...  configures the cuda preset for sm_90 alone and builds the targets,
+#   check_build LIMIT TARGET...  configures the cuda preset for sm_90 alone ($check_arch: a suite
+#                                may set 90a, the arch-specific Hopper code) and builds the targets,
 #                                the build within LIMIT seconds (a failure ends the script); with
 #                                MLXCEL_SKIP_BUILD=1 it neither removes nor reconfigures build/cuda
 #                                and only checks that the targets are there (another device script
@@ -25,6 +26,7 @@
 . tests/gpu/steps.sh
 . tests/gpu/devdeps.sh
 check_script=device_check
+check_arch=90
 
 sum() { tee -a "$OUT/summary.txt"; }
 
@@ -54,7 +56,7 @@ check_build() {  # check_build LIMIT TARGET...
     fi
     rm -rf build/cuda
     # shellcheck disable=SC2046  # the hub flag is nothing or one word
-    step configure 120 cmake --preset cuda -DMLXCEL_CUDA_ARCHITECTURES=90 -DMLXCEL_WERROR=ON -DMLXCEL_SERVER_TESTS=OFF \
+    step configure 120 cmake --preset cuda -DMLXCEL_CUDA_ARCHITECTURES="$check_arch" -DMLXCEL_WERROR=ON -DMLXCEL_SERVER_TESTS=OFF \
         $(mxg_hub_flag) || { tail -20 "$LOGS/configure.log"; finish; }
     step build "$limit" cmake --build build/cuda -j"$(nproc)" --target "$@" ||
         { grep -E "error" "$LOGS/build.log" | head -20; finish; }

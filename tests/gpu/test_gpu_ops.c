@@ -12,7 +12,7 @@
 // with its other task shape (MLXCEL_GPU_STREAM_ROWS=4) and on the previous path
 // (MLXCEL_GPU_OLD_MATVEC=1); the tiled sizes again on the mma.sync prefill kernel (another
 // backend, MLXCEL_GPU_MMA_SYNC=1) and on the other prefill kernels (MLXCEL_GPU_PREFILL_KERNEL=wmma128,
-// pipe, pipe1), with prefill-sized shapes that reach each kernel's block tiles. Attention: prefill chunks, decode, mixed slots, windows, long
+// pipe, pipe1, wgmma), with prefill-sized shapes that reach each kernel's block tiles. Attention: prefill chunks, decode, mixed slots, windows, long
 // contexts, batched decode steps of 17-64 sequences with the record's decode hint, on both cache
 // types and on the general kernel (MLXCEL_GPU_ATTN_DECODE=0), and prefill records on the
 // tensor-core kernel (MLXCEL_GPU_ATTN_MMA=1, also prefill chunks at long context; its own bound);
@@ -1145,7 +1145,7 @@ int main(void) {
     group_stat mvf = {"matrix-vector, MLXCEL_GPU_TC_DECODE=0", 0, 0, 0};
     group_stat mv4 = {"matrix-vector, streaming 4 rows per task", 0, 0, 0};
     group_stat tcs = {"matmul tiled, mma.sync", 0, 0, 0};
-    group_stat tcp = {"matmul tiled, wmma128 / pipe / pipe1", 0, 0, 0};
+    group_stat tcp = {"matmul tiled, wmma128 / pipe / pipe1 / wgmma", 0, 0, 0};
     test_matmul(be, &rng, true, ALL_N, &mv, &tc, &tf);
     test_matmul_tiles(be, &rng, &tc);
     test_matvec_shapes(be, &rng, "default", true, true, 64, &mvs);
@@ -1227,11 +1227,13 @@ int main(void) {
     }
     unsetenv("MLXCEL_GPU_MMA_SYNC");
     // The other tensor-core prefill products (MLXCEL_GPU_PREFILL_KERNEL, kernels.h): WMMA always on
-    // 128 x 128 tiles, and the pipelined kernel (vendor/cuda/matmul_pipe.cu; affine 4-bit, the rest
-    // on WMMA) at two blocks and at one block per multiprocessor: the tiled batch sizes in every
-    // format and the prefill-sized shapes.
-    const char *const prefill_kernels[] = {"wmma128", "pipe", "pipe1"};
-    for (int k = 0; k < 3; k++) {
+    // 128 x 128 tiles, the pipelined kernel (vendor/cuda/matmul_pipe.cu; affine 4-bit, the rest
+    // on WMMA) at two blocks and at one block per multiprocessor, and the wgmma kernel
+    // (vendor/cuda/matmul_wgmma.cu; affine 4-bit with bf16 scales on an sm_90a build and device, the
+    // rest on pipe and WMMA; elsewhere the backend says so on stderr and runs pipe): the tiled batch
+    // sizes in every format and the prefill-sized shapes.
+    const char *const prefill_kernels[] = {"wmma128", "pipe", "pipe1", "wgmma"};
+    for (int k = 0; k < 4; k++) {
         be = backend_with(&opt, "MLXCEL_GPU_PREFILL_KERNEL", prefill_kernels[k]);
         if (be) {
             char sw[64];

@@ -351,13 +351,13 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_ATTN_MMA", 1, 0, 1, &k->attn_mma, err) ||
         env_int("MLXCEL_GPU_STREAM_FORM", 0, 0, 1, &k->stream_form, err))
         return -1;
-    static const char *const prefill_names[] = {"wmma", "wmma128", "sync", "pipe", "pipe1"};  // MXG_PREFILL_* order
+    static const char *const prefill_names[] = {"wmma", "wmma128", "sync", "pipe", "pipe1", "wgmma"};  // MXG_PREFILL_* order
     const char *pk = getenv("MLXCEL_GPU_PREFILL_KERNEL");
     k->prefill_kernel = mx_env_switch("MLXCEL_GPU_MMA_SYNC") ? MXG_PREFILL_SYNC : MXG_PREFILL_PIPE;
     if (pk && *pk) {
         int i = 0, names = (int)(sizeof prefill_names / sizeof prefill_names[0]);
         while (i < names && strcmp(pk, prefill_names[i]) != 0) i++;
-        if (i == names) return mx_fail(err, "MLXCEL_GPU_PREFILL_KERNEL='%s': must be wmma, wmma128, sync, pipe or pipe1 (unset: pipe)", pk);
+        if (i == names) return mx_fail(err, "MLXCEL_GPU_PREFILL_KERNEL='%s': must be wmma, wmma128, sync, pipe, pipe1 or wgmma (unset: pipe)", pk);
         k->prefill_kernel = i;
     }
     if (k->matvec_rows == 3)
@@ -443,6 +443,16 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     // default (run 20: pp512 0.6B 31.6k -> 38.4k, 8B 5.6k -> 7.8k tok/s against wmma).
     // MLXCEL_GPU_MMA_SYNC=1 (older spelling): sync.
     c->launch.prefill_kernel = knobs.prefill_kernel;
+    // wgmma (vendor/cuda/matmul_wgmma.cu) needs a compute capability 9.0 device and sm_90a code in
+    // this build (MLXCEL_CUDA_ARCHITECTURES=90a); without them the products run on pipe, said once here.
+    if (knobs.prefill_kernel == MXG_PREFILL_WGMMA) {
+        c->launch.wgmma = c->info.cc == 90 && mxg_wgmma_probe(c->launch.stream) == 1;
+        if (!c->launch.wgmma)
+            fprintf(stderr, "mlxcel: MLXCEL_GPU_PREFILL_KERNEL=wgmma: GPU %d (%s, architecture %s) or this build (%s) has "
+                            "no sm_90a code; the prefill products run on pipe (build with "
+                            "-DMLXCEL_CUDA_ARCHITECTURES=90a for an H100/H200)\n",
+                    dev, c->info.name, c->info.arch, MXG_ARCH_LIST);
+    }
     c->launch.matvec_old = mx_env_switch("MLXCEL_GPU_OLD_MATVEC");
     // MLXCEL_GPU_NO_STREAM_MATVEC=1: decode products on the kernels of kernels/matvec.cuh instead of
     // the streaming kernel (kernels/matvec_stream.cuh), for A/B benches and as a fallback.

@@ -26,8 +26,10 @@ extern "C" {
 // always 128 x 128 tiles: the kernel before the tile choice), sync (mma.sync/ldmatrix; also
 // MLXCEL_GPU_MMA_SYNC=1), pipe (cp.async pipeline, vendor/cuda/matmul_pipe.cu, affine 4-bit; other
 // formats on wmma), pipe1 (the same with its 128-token tiles at one block per multiprocessor and
-// up to 255 registers instead of two and 128).
-enum { MXG_PREFILL_WMMA, MXG_PREFILL_WMMA128, MXG_PREFILL_SYNC, MXG_PREFILL_PIPE, MXG_PREFILL_PIPE1 };
+// up to 255 registers instead of two and 128), wgmma (Hopper's warpgroup MMA, vendor/cuda/matmul_wgmma.cu:
+// affine 4-bit with bf16 scales, only where the device is compute capability 9.0 and the build has
+// sm_90a code, MLXCEL_CUDA_ARCHITECTURES=90a; what it declines goes to pipe, then wmma).
+enum { MXG_PREFILL_WMMA, MXG_PREFILL_WMMA128, MXG_PREFILL_SYNC, MXG_PREFILL_PIPE, MXG_PREFILL_PIPE1, MXG_PREFILL_WGMMA };
 
 typedef struct mxg_launch {
     void *stream;          // gpuStream_t
@@ -36,6 +38,7 @@ typedef struct mxg_launch {
     int cc;                // CUDA compute capability major*10+minor; 0 on ROCm
     bool use_mma;          // prefill matmuls may use the vendor matrix units (vendor/*)
     int prefill_kernel;    // CUDA: which tensor-core prefill product (MXG_PREFILL_*; MLXCEL_GPU_PREFILL_KERNEL)
+    bool wgmma;            // the wgmma product can run: selected, and mxg_wgmma_probe found sm_90a code for the device
     int matvec_rows;       // most rows per warp in matrix-vector kernels (1, 2 or 4; tuning knob)
     int matvec_max_tokens; // batches of up to this many tokens use the matrix-vector kernels
     int tc_decode_tokens;  // 0, or batches of this many (at least 2) to 64 tokens on the tensor-core
@@ -97,6 +100,10 @@ int mxg_matmul_mma(const mxg_launch *L, float *out, const float *x, const mx_mat
 // (MXG_PREFILL_*) selects it (vendor/cuda/matmul_pipe.cu); 0 when it is not selected or the vendor
 // has none (vendor/hip), so a ROCm backend allocates nothing for it.
 size_t mxg_matmul_pipe_scratch_bytes(int prefill_kernel);
+// 1 when this build has sm_90a code for the current device (the wgmma prefill product's kernel,
+// vendor/cuda/matmul_wgmma.cu), else 0 (always 0 on ROCm); runs a one-thread kernel on `stream` and
+// waits for it, so it is called at backend creation, never while a graph is recorded.
+int mxg_wgmma_probe(void *stream);
 
 void mxg_rmsnorm(const mxg_launch *L, float *out, const float *x, const float *w, int n, int dim, float eps);
 void mxg_rope(const mxg_launch *L, float *x, const int32_t *pos, int n, int n_heads, const mx_rope *rope);

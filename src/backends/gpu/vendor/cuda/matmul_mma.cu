@@ -162,6 +162,7 @@ __global__ void __launch_bounds__(T::kThreads, T::MB) mma_kernel(float *__restri
 
 int mxg_matmul_mma_sync(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n);
 int mxg_matmul_pipe(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n);
+int mxg_matmul_wgmma(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n);
 
 namespace {
 
@@ -186,7 +187,9 @@ extern "C" int mxg_matmul_mma(const mxg_launch *L, float *out, const float *x, c
                               const float *bias, int n) {
     if (L->cc < 80 || L->warp != 32) return -1;
     if (L->prefill_kernel == MXG_PREFILL_SYNC) return mxg_matmul_mma_sync(L, out, x, w, bias, n);
-    if ((L->prefill_kernel == MXG_PREFILL_PIPE || L->prefill_kernel == MXG_PREFILL_PIPE1) &&
+    if (L->prefill_kernel == MXG_PREFILL_WGMMA && mxg_matmul_wgmma(L, out, x, w, bias, n) == 0) return 0;
+    if ((L->prefill_kernel == MXG_PREFILL_PIPE || L->prefill_kernel == MXG_PREFILL_PIPE1 ||
+         L->prefill_kernel == MXG_PREFILL_WGMMA) &&
         mxg_matmul_pipe(L, out, x, w, bias, n) == 0)
         return 0;
     // The largest tile that still gives every multiprocessor a block.

@@ -6,7 +6,8 @@
 // cols not a multiple of 64, unaligned pointers, a scratch too small for 64 tokens.
 //
 // Two launches per product. First the activations are rounded to bf16 once (not once per block
-// column) into L->scratch, each run of 8 columns stored in the order 0 4 1 5 2 6 3 7 (below: why).
+// column) into L->scratch, each run of 8 columns stored in the order 0 4 1 5 2 6 3 7 (below: why;
+// the kernel: vendor/cuda/act_bf16.cuh, shared with matmul_wgmma.cu).
 // Then the product: block tile BM tokens x BN rows, 128 x 128 where that gives every
 // multiprocessor a block, else 64 x 128, else 64 x 64 (as the WMMA kernel picks), k step 64, 8 warps
 // (2 x 4) each owning BM/2 tokens x BN/4 rows as m16n8k16 mma.sync tiles
@@ -38,6 +39,7 @@
 // (the tensor cores' order): the bound of the tensor-core path (test_gpu_ops, elem_bound).
 // tests/gpu/mma_emulation/test_matmul_pipe_emulated.cpp runs this file on the host emulation.
 #include "backends/gpu/dequant.cuh"
+#include "backends/gpu/vendor/cuda/act_bf16.cuh"
 #include "backends/gpu/vendor/cuda/cp_async.cuh"
 #include "backends/gpu/vendor/cuda/mma_m16n8k16.cuh"
 
@@ -57,16 +59,6 @@ struct PipeTile {
     static constexpr int stage_bytes = a_bytes + b_bytes + sb_bytes;
     static constexpr int smem_bytes = kStages * stage_bytes; // 90112 (128 x 128), 57344 (64 x 128), 45056 (64 x 64)
 };
-
-// xb[t][k] = bf16(x[t][k]) for tokens [0, n), each run of 8 columns in the order 0 4 1 5 2 6 3 7.
-// [n, cols] both; cols % 8 == 0, x 16-byte aligned.
-__global__ void to_bf16_kernel(uint4 *__restrict__ xb, const float4 *__restrict__ x, int64_t runs) {
-    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= runs) return;
-    const float4 a = x[2 * i], b = x[2 * i + 1];
-    xb[i] = make_uint4(mxg_pack_bf16x2(a.x, b.x), mxg_pack_bf16x2(a.y, b.y), mxg_pack_bf16x2(a.z, b.z),
-                       mxg_pack_bf16x2(a.w, b.w));
-}
 
 // out [n, m.rows], xb [n, m.cols] (bf16, runs reordered), bias [m.rows] or NULL. MB: blocks per
 // multiprocessor the registers must allow (2: at most 128 registers; 1: up to 255).
@@ -245,9 +237,12 @@ void launch_fmt(const mxg_launch *L, float *out, const uint16_t *xb, const MatVi
 }  // namespace
 
 // 32 MB holds 1365 tokens of 12288 columns (the 8B's down projection) per launch pair; with less,
-// mxg_matmul_pipe runs more launch pairs (it declines below kMinScratchTokens tokens).
+// mxg_matmul_pipe runs more launch pairs (it declines below kMinScratchTokens tokens). The wgmma
+// product (matmul_wgmma.cu) uses the same scratch the same way, and falls back to this one.
 extern "C" size_t mxg_matmul_pipe_scratch_bytes(int prefill_kernel) {
-    return prefill_kernel == MXG_PREFILL_PIPE || prefill_kernel == MXG_PREFILL_PIPE1 ? (size_t)32 << 20 : 0;
+    return prefill_kernel == MXG_PREFILL_PIPE || prefill_kernel == MXG_PREFILL_PIPE1 || prefill_kernel == MXG_PREFILL_WGMMA
+               ? (size_t)32 << 20
+               : 0;
 }
 
 // Called by mxg_matmul_mma (matmul_mma.cu) for MXG_PREFILL_PIPE; same contract, -1 when declined
@@ -271,7 +266,7 @@ int mxg_matmul_pipe(const mxg_launch *L, float *out, const float *x, const mx_ma
     for (int t0 = 0; t0 < n; t0 += (int)run_tokens) {
         const int nt = n - t0 < run_tokens ? n - t0 : (int)run_tokens;
         const int64_t runs = (int64_t)nt * m.cols / 8;
-        to_bf16_kernel<<<(unsigned)((runs + 255) / 256), 256, 0, (cudaStream_t)L->stream>>>(
+        act_bf16_kernel<<<(unsigned)((runs + 255) / 256), 256, 0, (cudaStream_t)L->stream>>>(
             (uint4 *)xb, (const float4 *)(x + (int64_t)t0 * m.cols), runs);
         float *o = out + (int64_t)t0 * m.rows;
         if (st == ST_BF16)

@@ -17,3 +17,9 @@ extern "C" size_t mxg_matmul_pipe_scratch_bytes(int prefill_kernel) {
     (void)prefill_kernel;
     return 0;
 }
+
+// No wgmma prefill product on ROCm (vendor/cuda/matmul_wgmma.cu).
+extern "C" int mxg_wgmma_probe(void *stream) {
+    (void)stream;
+    return 0;
+}

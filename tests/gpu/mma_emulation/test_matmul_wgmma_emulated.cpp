@@ -1,0 +1,219 @@
+// SPDX-License-Identifier: MIT
+// The wgmma prefill product (vendor/cuda/matmul_wgmma.cu, its sm_90a body) run on the host emulation
+// (kv_emulation/emu.h; emu_pipe.h: cp.async copies that land only at their wait, packed bf16 FMAs
+// rounded once; emu_wgmma.h: a wgmma.mma_async that decodes the descriptors and places the
+// accumulators by the PTX ISA's rules, reads its operands at issue and at its wait and refuses a
+// change between them, and wants a wgmma.fence before each batch) on affine 4-bit weights with bf16
+// scales, groups of 32, 64 and 128, against two references built from the CPU's dequantization
+// (mx_quant_code and the scale and bias arrays; mx_matrix_dequant_row):
+//   - exact inputs: x rounded to bf16, w = bf16(s q + b) rounded once, products summed in double.
+//     Every output within (cols + 16) 2^-24 sum|wb xb| of it: only float32 accumulation may differ,
+//     so a weight or activation in the wrong k slot or row of a tile, a wrong descriptor, a stale
+//     ring stage or B tile fails here.
+//   - the float32 product: within the tensor-core bound of test_gpu_ops (elem_bound).
+// First the layout alone: for every element of a [128][64] tile and every k16 slice, the address
+// the kernel's writer uses (mxg_wg_offset) against the one the PTX rules give for the kernel's
+// descriptors. Shapes: 1..300 tokens (partial token tiles; both block tiles: 128 tokens where the
+// tiles fill the multiprocessors given, else 64), rows not a multiple of 128 (1, 8, 72, 129, 200,
+// 133: odd counts take the scalar stores), 64 to 640 columns (1 to 10 k steps: fewer than the 3
+// ring stages too), with and without bias, and a scratch of only 64 tokens (several launch pairs).
+// Also: the launcher declines (and writes nothing) what it has no kernel for, or when the backend's
+// probe found no sm_90a code (L->wgmma false), and the probe finds it here (the emulation defines
+// the sm_90a macro). Built and run by run.sh; argument "quick": fewer cases. Exits 1 on any failure.
+#include "emu_wgmma.h"
+#include "emu_scales.h"
+#include <cstdio>
+#include <cstdlib>
+extern "C" {
+#include "core/quant.h"
+}
+#include "backends/gpu/kernels.h"
+
+int mxg_matmul_wgmma(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n);
+extern "C" int mxg_wgmma_probe(void *stream);
+
+static uint64_t rs = 0x9e3779b97f4a7c15ull;
+static uint64_t next() { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return rs; }
+static float unit() { return (float)((next() >> 40) * (1.0 / 16777216.0)); }
+static int below(int n) { return (int)(next() % (uint64_t)n); }
+
+static int fails = 0, cases = 0, tile_cases[2];  // launches per block tile: 128 x 128, 64 x 128
+static double worst_exact = 0.0, worst_tc = 0.0;
+#define FAIL(...) do { printf("FAIL: " __VA_ARGS__); printf("\n"); fails++; } while (0)
+
+static double bf16_of(double v) { return emu_bf16_val(emu_bf16_rn(v), 0); }
+
+// The kernel's writer and its descriptors agree with the PTX ISA's rule for every element.
+static void layout() {
+    int bad = 0;
+    for (int s = 0; s < 4; s++)
+        for (uint32_t base : {0u, 16384u, 106496u - 16384u}) {
+            const uint64_t d = mxg_wgmma_desc(base + s * 2 * MXG_WG_LBO, MXG_WG_LBO, MXG_WG_SBO);
+            for (int r = 0; r < 128; r++)
+                for (int k = 0; k < 16; k++)
+                    if (emu_wgmma_addr(d, r, k) != base + mxg_wg_offset(r, 16 * s + k) && bad++ < 3)
+                        FAIL("layout: slice %d row %d k %d: descriptor gives %u, the writer %u", s, r, k,
+                             emu_wgmma_addr(d, r, k), base + mxg_wg_offset(r, 16 * s + k));
+        }
+    // Every byte of a tile written once: 128 x 64 elements on 16384 distinct even offsets.
+    std::vector<int> seen(16384, 0);
+    for (int r = 0; r < 128; r++)
+        for (int k = 0; k < 64; k++) {
+            const uint32_t o = mxg_wg_offset(r, k);
+            if (o >= 16384 || (o & 1) || seen[o]++) { FAIL("layout: element (%d, %d) at %u, taken or outside", r, k, o); return; }
+        }
+}
+
+static void run_case(int gs, int rows, int cols, int n, bool with_bias, int sms, size_t scratch_tokens) {
+    cases++;
+    const mx_dtype st = MX_DTYPE_BF16;
+    mx_matrix w{};
+    w.q.mode = MX_QUANT_AFFINE, w.q.bits = 4, w.q.group_size = gs;
+    w.dtype = MX_DTYPE_U32, w.scale_dtype = st, w.n_experts = 1, w.rows = rows, w.cols = cols;
+    const int64_t rb = mx_matrix_row_bytes(&w), groups = cols / gs;
+    std::vector<uint8_t> data((size_t)(rb * rows) + 16), sc((size_t)(rows * groups) * 4 + 16), bi(sc.size());
+    for (auto &b : data) b = (uint8_t)next();
+    for (int64_t i = 0; i < rows * groups; i++) {
+        const float s = (0.002f + 0.02f * unit()) * (unit() < 0.1f ? 30.0f : 1.0f);
+        put_scale(sc, st, (size_t)i, s);
+        put_scale(bi, st, (size_t)i, -s * 8.0f * (0.5f + unit()));
+    }
+    w.data = data.data(), w.scales = sc.data(), w.biases = bi.data();
+    std::vector<float> x((size_t)n * cols + 4), bias(rows), out((size_t)n * rows, -7.0f);
+    float *xa = x.data();
+    while (((uintptr_t)xa & 15) != 0) xa++;
+    for (int i = 0; i < n * cols; i++) {
+        float g = (unit() + unit() + unit() - 1.5f) * 2.0f;
+        xa[i] = unit() < 0.01f ? g * 300.0f : g;
+    }
+    for (auto &b : bias) b = unit() - 0.5f;
+    const float *bp = with_bias ? bias.data() : nullptr;
+
+    std::vector<float> scratch(scratch_tokens * cols / 2 + 8, 0.0f);
+    mxg_launch L{};
+    L.warp = 32, L.sm_count = sms, L.cc = 90, L.wgmma = true, L.prefill_kernel = MXG_PREFILL_WGMMA;
+    L.scratch = scratch.data(), L.scratch_bytes = scratch_tokens * cols * 2;
+    emu_copies().clear();
+    emu_wgmma_states().clear();
+    emu_grids.clear();
+    if (mxg_matmul_wgmma(&L, out.data(), xa, &w, bp, n) != 0) {
+        FAIL("declined: g%d %dx%d n=%d", gs, rows, cols, n);
+        return;
+    }
+    // One launch pair per run of tokens that fits the scratch; 128-token tiles where they give every
+    // multiprocessor a block, else 64.
+    const int run = (int)scratch_tokens, pairs = (n + run - 1) / run;
+    if (emu_grids.size() != (size_t)(2 * pairs)) FAIL("%zu launches for %d runs of tokens", emu_grids.size(), pairs);
+    for (int p = 0; p < pairs && (size_t)(2 * p + 1) < emu_grids.size(); p++) {
+        const int nt = n - p * run < run ? n - p * run : run;
+        const int bm = (long)((rows + 127) / 128) * ((nt + 127) / 128) >= sms ? 128 : 64;
+        const dim3 gd = emu_grids[2 * p + 1];
+        if (gd.x != (unsigned)((rows + 127) / 128) || gd.y != (unsigned)((nt + bm - 1) / bm))
+            FAIL("grid %u x %u, want tiles of %d tokens: %dx%d n=%d sms=%d", gd.x, gd.y, bm, rows, cols, n, sms);
+        tile_cases[bm == 128 ? 0 : 1]++;
+    }
+    for (auto &kv : emu_copies())
+        if (!kv.second.open.empty()) { FAIL("copies issued but never committed"); break; }
+    for (auto &kv : emu_wgmma_states())
+        if (!kv.second.open.empty() || !kv.second.committed.empty()) { FAIL("wgmma left in flight at the kernel's end"); break; }
+
+    std::vector<float> wrow(cols);
+    std::vector<double> wb(cols);
+    int bad_exact = 0, bad_tc = 0;
+    for (int r = 0; r < rows; r++) {
+        mx_matrix_dequant_row(&w, r, wrow.data());
+        const uint8_t *rp = data.data() + rb * r;
+        for (int k = 0; k < cols; k++) {
+            const size_t gi = (size_t)r * groups + k / gs;
+            wb[k] = bf16_of(get_scale(sc, st, gi) * mx_quant_code(rp, 4, k) + get_scale(bi, st, gi));
+        }
+        for (int tk = 0; tk < n; tk++) {
+            const float *xr = xa + (size_t)tk * cols;
+            double ex = with_bias ? bias[r] : 0.0, exm = with_bias ? fabs(bias[r]) : 0.0;
+            double rf = ex, rfm = exm;
+            for (int k = 0; k < cols; k++) {
+                const double xb = bf16_of(xr[k]);
+                ex += wb[k] * xb, exm += fabs(wb[k] * xb);
+                rf += (double)wrow[k] * xr[k], rfm += fabs((double)wrow[k] * xr[k]);
+            }
+            const double got = out[(size_t)tk * rows + r];
+            const double f32 = (cols + 16) * (1.0 / 16777216.0);
+            const double e1 = fabs(got - ex) / (f32 * exm), e2 = fabs(got - rf) / ((1.0 / 128.0) * (1.0 + 1.0 / 512.0) * rfm + 1.01 * f32 * rfm);
+            if (!(e1 <= 1.0) && bad_exact++ < 3)
+                FAIL("vs exact inputs: g%d %dx%d n=%d bias=%d sms=%d: row %d token %d: %.9g, reference %.9g (%.3g of bound)",
+                     gs, rows, cols, n, with_bias, sms, r, tk, got, ex, e1);
+            if (!(e2 <= 1.0) && bad_tc++ < 3)
+                FAIL("vs float32: g%d %dx%d n=%d: row %d token %d: %.9g, reference %.9g (%.3g of bound)", gs, rows, cols,
+                     n, r, tk, got, rf, e2);
+            worst_exact = e1 > worst_exact || e1 != e1 ? (e1 != e1 ? 1e9 : e1) : worst_exact;
+            worst_tc = e2 > worst_tc || e2 != e2 ? (e2 != e2 ? 1e9 : e2) : worst_tc;
+        }
+    }
+}
+
+static void declines() {
+    mx_matrix w{};
+    w.q.mode = MX_QUANT_AFFINE, w.q.bits = 4, w.q.group_size = 64, w.dtype = MX_DTYPE_U32;
+    w.scale_dtype = MX_DTYPE_BF16, w.n_experts = 1, w.rows = 64, w.cols = 128;
+    std::vector<uint8_t> data(64 * 128 + 16), sc(64 * 4 * 2 + 16);
+    uint8_t *da = data.data();
+    while (((uintptr_t)da & 15) != 0) da++;
+    w.data = da, w.scales = sc.data(), w.biases = sc.data();
+    std::vector<float> x(70 * 128 + 8, 1.0f), out(70 * 64, -7.0f), scratch(1 << 16);
+    float *xa = x.data();
+    while (((uintptr_t)xa & 15) != 0) xa++;
+    mxg_launch L{};
+    L.warp = 32, L.sm_count = 8, L.scratch = scratch.data();
+    struct { const char *what; int bits; mx_quant_mode mode; mx_dtype st; int cols; int xoff; int cc; bool wg; size_t scratch; } c[] = {
+        {"8-bit", 8, MX_QUANT_AFFINE, MX_DTYPE_BF16, 128, 0, 90, true, 1 << 18},
+        {"mxfp4", 4, MX_QUANT_MXFP4, MX_DTYPE_BF16, 128, 0, 90, true, 1 << 18},
+        {"f16 scales", 4, MX_QUANT_AFFINE, MX_DTYPE_F16, 128, 0, 90, true, 1 << 18},
+        {"f32 scales", 4, MX_QUANT_AFFINE, MX_DTYPE_F32, 128, 0, 90, true, 1 << 18},
+        {"96 columns", 4, MX_QUANT_AFFINE, MX_DTYPE_BF16, 96, 0, 90, true, 1 << 18},
+        {"unaligned x", 4, MX_QUANT_AFFINE, MX_DTYPE_BF16, 128, 1, 90, true, 1 << 18},
+        {"sm_80", 4, MX_QUANT_AFFINE, MX_DTYPE_BF16, 128, 0, 80, true, 1 << 18},
+        {"sm_100", 4, MX_QUANT_AFFINE, MX_DTYPE_BF16, 128, 0, 100, true, 1 << 18},
+        {"no sm_90a code (probe)", 4, MX_QUANT_AFFINE, MX_DTYPE_BF16, 128, 0, 90, false, 1 << 18},
+        {"scratch under 64 tokens", 4, MX_QUANT_AFFINE, MX_DTYPE_BF16, 128, 0, 90, true, 63 * 128 * 2},
+    };
+    for (auto &k : c) {
+        w.q.bits = k.bits, w.q.mode = k.mode, w.scale_dtype = k.st, w.cols = k.cols, w.q.group_size = 32;
+        L.cc = k.cc, L.wgmma = k.wg, L.scratch_bytes = k.scratch;
+        if (mxg_matmul_wgmma(&L, out.data(), xa + k.xoff, &w, nullptr, 70) != -1) FAIL("did not decline: %s", k.what);
+        for (float v : out)
+            if (v != -7.0f) { FAIL("wrote output while declining: %s", k.what); break; }
+    }
+    if (mxg_wgmma_probe(nullptr) != 1) FAIL("the probe found no sm_90a code in the emulation");
+}
+
+int main(int argc, char **argv) {
+    const bool quick = argc > 1 && !strcmp(argv[1], "quick");
+    layout();
+    declines();
+    const int gss[] = {32, 64, 128};
+    // Every group on each block tile (multiprocessors 1: 128 tokens; 132: 64).
+    for (int gs : gss) {
+        run_case(gs, 129, 256, 70, true, 1, 4096);
+        run_case(gs, 72, 384, 33, false, 132, 4096);
+        run_case(gs, 200, 128, 150, gs == 64, 5, 4096);
+    }
+    run_case(64, 200, 640, 150, true, 1, 64);    // three launch pairs of 64 tokens
+    run_case(64, 1, 128, 1, false, 1, 4096);      // one row, one token
+    run_case(32, 8, 64, 300, true, 132, 4096);    // one k step, 5 token blocks of 64
+    run_case(128, 133, 512, 129, true, 1, 4096);  // odd rows: scalar stores
+    const int random_cases = quick ? 3 : 16;
+    for (int i = 0; i < random_cases; i++) {
+        const int gs = gss[below(3)], cols = gs == 128 ? 128 * (1 + below(5)) : 64 * (1 + below(10));
+        const int rowss[] = {1, 8, 72, 129, 200, 133};
+        const int sms[] = {1, 5, 132};
+        run_case(gs, rowss[below(6)], cols, 1 + below(200), below(2), sms[below(3)], below(4) ? 4096 : 64);
+    }
+    printf("block tiles launched: %d of 128 x 128, %d of 64 x 128; %ld wgmma.mma_async (per thread)\n", tile_cases[0],
+           tile_cases[1], emu_wgmma_count);
+    if (tile_cases[0] < 4 || tile_cases[1] < 4) FAIL("a block tile checked fewer than 4 times");
+    printf("%d products, worst error as a fraction of its bound: %.3g (exact bf16 inputs, float32 sums), "
+           "%.3g (tensor-core bound against float32)\n", cases, worst_exact, worst_tc);
+    if (fails) printf("%d failed\n", fails);
+    else printf("passed\n");
+    return fails ? 1 : 0;
+}
