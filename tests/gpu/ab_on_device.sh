@@ -138,7 +138,8 @@ suite_attn_mma() {
 suite_prefill() {
     check_arch=90a
     check_build 420 mlxcel test_gpu_ops test_gpu_conformance
-    check_run sass_wgmma 60 "^[0-9]+$" -- sh -c "cuobjdump -sass build/cuda/mlxcel | grep -c HGMMA"
+    # shellcheck disable=SC2016  # expanded by the inner shell
+    check_run sass_wgmma 60 "^[0-9]+$" -- sh -c 'PATH=$PATH:/usr/local/cuda/bin; cuobjdump -sass build/cuda/mlxcel | grep -c HGMMA'
     check_run gpu_ops 300 "check failed|matmul tiled|wgmma" -- build/cuda/test_gpu_ops
     check_run gpu_conformance 240 "check failed|FAIL" -- build/cuda/test_gpu_conformance
     local shape k
