@@ -28,9 +28,9 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "backends/cpu/cpu_simd_targets.h"
 #include "core/quant.h"
 
-#define CPU_INT8_TARGET target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")
 #define CPU_INT8_Q_STEP 254.0f
 
 // Affine 4- or 8-bit weights in groups of 64 or 128 whole columns.
@@ -41,8 +41,7 @@ static inline bool cpu_int8_format_ok(const mx_matrix *w) {
 }
 
 // max|x| and the float sum of one group of gs (a multiple of 16) values.
-__attribute__((CPU_INT8_TARGET, always_inline)) static inline void cpu_int8_group_stats(const float *xg, int gs,
-                                                                                       float *amax, float *sum) {
+CPU_TARGET_AVX512_INLINE static void cpu_int8_group_stats(const float *xg, int gs, float *amax, float *sum) {
     const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
     __m512 mx = _mm512_setzero_ps(), sm = _mm512_setzero_ps();
     for (int k = 0; k < gs; k += 16) {
@@ -55,8 +54,7 @@ __attribute__((CPU_INT8_TARGET, always_inline)) static inline void cpu_int8_grou
 }
 
 // 64 columns a..d (16 each) reordered as the 4-bit codes unpack: the 32 even columns, then the 32 odd.
-__attribute__((CPU_INT8_TARGET, always_inline)) static inline void cpu_int8_even_odd(__m512 *a, __m512 *b, __m512 *c,
-                                                                                    __m512 *d) {
+CPU_TARGET_AVX512_INLINE static void cpu_int8_even_odd(__m512 *a, __m512 *b, __m512 *c, __m512 *d) {
     const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
     __m512 e0 = _mm512_permutex2var_ps(*a, ev, *b), e1 = _mm512_permutex2var_ps(*c, ev, *d);
@@ -65,14 +63,13 @@ __attribute__((CPU_INT8_TARGET, always_inline)) static inline void cpu_int8_even
 }
 
 // Rounds to nearest and narrows 16 floats (|v| <= 127.5) to 16 signed bytes.
-__attribute__((CPU_INT8_TARGET, always_inline)) static inline __m128i cpu_int8_narrow(__m512 v) {
+CPU_TARGET_AVX512_INLINE static __m128i cpu_int8_narrow(__m512 v) {
     return _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
 }
 
 // Splits 16 values (already divided by s) into three byte parts, stored at dst, dst + part_stride
 // and dst + 2 * part_stride.
-__attribute__((CPU_INT8_TARGET, always_inline)) static inline void cpu_int8_split3(__m512 v, uint8_t *dst,
-                                                                                  size_t part_stride) {
+CPU_TARGET_AVX512_INLINE static void cpu_int8_split3(__m512 v, uint8_t *dst, size_t part_stride) {
     __m512 q0 = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r1 = _mm512_mul_ps(_mm512_sub_ps(v, q0), _mm512_set1_ps(CPU_INT8_Q_STEP));
     __m512 q1 = _mm512_roundscale_ps(r1, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
@@ -88,8 +85,7 @@ __attribute__((CPU_INT8_TARGET, always_inline)) static inline void cpu_int8_spli
 // 65536. Splitting the rounded integer (rather than rounding each float residual) keeps every digit
 // in its byte. Power-of-two digit weights let a kernel combine the parts' sums with shifts and
 // exponent adds instead of multiplications.
-__attribute__((CPU_INT8_TARGET, always_inline)) static inline void cpu_int8_split3_base256(__m512 t, uint8_t *dst,
-                                                                                          size_t part_stride) {
+CPU_TARGET_AVX512_INLINE static void cpu_int8_split3_base256(__m512 t, uint8_t *dst, size_t part_stride) {
     __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(t, _mm512_set1_ps(65536.0f)));
     // T + 0x808080 = (p0 + 128) * 65536 + (p1 + 128) * 256 + (p2 + 128), every digit plus 128 in
     // [0, 255]: its three low bytes with the top bit flipped are p2, p1, p0 as signed bytes. One
@@ -129,8 +125,8 @@ static inline int cpu_int8_scale_exponent(float amax) {
 // 16: d = 2^ehi a0 + 2^elo m (both scalings exact, one rounding in the add), then
 // d * w_scale + w_bias * (float sum of x over the group), the product of the bias term rounded
 // first, then one FMA.
-__attribute__((CPU_INT8_TARGET, always_inline)) static inline __m512 cpu_int8_group_value(
-    __m512i a0, __m512i m, __m512 ehi, __m512 elo, __m512 ws, __m512 wb, __m512 gsum) {
+CPU_TARGET_AVX512_INLINE static __m512 cpu_int8_group_value(__m512i a0, __m512i m, __m512 ehi, __m512 elo, __m512 ws,
+                                                            __m512 wb, __m512 gsum) {
     __m512 d = _mm512_add_ps(_mm512_scalef_ps(_mm512_cvtepi32_ps(a0), ehi), _mm512_scalef_ps(_mm512_cvtepi32_ps(m), elo));
     return _mm512_fmadd_ps(d, ws, _mm512_mul_ps(wb, gsum));
 }
@@ -138,7 +134,7 @@ __attribute__((CPU_INT8_TARGET, always_inline)) static inline __m512 cpu_int8_gr
 // The sum of a row's 16 running lanes by a fixed tree: lane l plus lane l + 8 (l < 8), then of those
 // l plus l + 4, then l plus l + 2, then lane 0 plus lane 1. The batched product adds its 16 vectors
 // (lanes: rows) in the same tree.
-__attribute__((CPU_INT8_TARGET, always_inline)) static inline float cpu_int8_lane_sum(__m512 acc) {
+CPU_TARGET_AVX512_INLINE static float cpu_int8_lane_sum(__m512 acc) {
     __m256 t8 = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
     __m128 t4 = _mm_add_ps(_mm256_castps256_ps128(t8), _mm256_extractf128_ps(t8, 1));
     __m128 t2 = _mm_add_ps(t4, _mm_movehl_ps(t4, t4));
@@ -146,8 +142,7 @@ __attribute__((CPU_INT8_TARGET, always_inline)) static inline float cpu_int8_lan
 }
 
 // 16 scales (or biases) of one row from index i, as floats; lanes past `m` are zero.
-__attribute__((CPU_INT8_TARGET, always_inline)) static inline __m512 cpu_int8_load16(const void *p, mx_dtype dt,
-                                                                                    int64_t i, __mmask16 m) {
+CPU_TARGET_AVX512_INLINE static __m512 cpu_int8_load16(const void *p, mx_dtype dt, int64_t i, __mmask16 m) {
     if (dt == MX_DTYPE_BF16)
         return _mm512_castsi512_ps(
             _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, (const uint16_t *)p + i)), 16));

@@ -32,10 +32,8 @@
 #include <unistd.h>
 
 #include "backends/cpu/cpu_int8_activations.h"
+#include "backends/cpu/cpu_simd_targets.h"
 #include "backends/cpu/cpu_simd_transpose.h"
-
-#define AMX_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c,amx-tile,amx-int8")))
-#define AMX_INLINE __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c"), always_inline)) inline
 
 #define TILE_BYTES 1024
 #define BLOCK_BYTES (3 * TILE_BYTES + 2 * 64)  // one (token tile, 64-column block) of prepared x
@@ -60,7 +58,7 @@ size_t cpu_amx_qx_tiles_bytes(const mx_matrix *w, int n) {
 // Splits 64 values (already divided by s; in A-row order) into three byte parts: part i's 64 bytes
 // at rows + i * 1024 (one token's row of a part; the rows of 16 tokens are transposed into B tiles
 // afterwards).
-AMX_INLINE static void split_row(__m512 a, __m512 b, __m512 c, __m512 d, uint8_t *rows) {
+CPU_TARGET_AVX512_INLINE static void split_row(__m512 a, __m512 b, __m512 c, __m512 d, uint8_t *rows) {
     __m512 v[4] = {a, b, c, d};
     for (int i = 0; i < 4; i++) cpu_int8_split3(v[i], rows + 16 * i, TILE_BYTES);
 }
@@ -69,7 +67,7 @@ AMX_INLINE static void split_row(__m512 a, __m512 b, __m512 c, __m512 d, uint8_t
 // to a 3 KB staging area, and each part's 16 rows are transposed (16 x 16 dwords) into its B tile:
 // row k4 of a B tile = dword k4 of every token. (Writing each token's dwords straight into the
 // tiles' columns took a 16-lane scatter per part and token: 6.8% of a pp512's CPU samples.)
-AMX_AVX512 void cpu_amx_quantize_x_tiles(const mx_matrix *w, const float *x, int n, int tile, void *qx) {
+CPU_TARGET_AMX void cpu_amx_quantize_x_tiles(const mx_matrix *w, const float *x, int n, int tile, void *qx) {
     int64_t cols = w->cols, blocks = cols / 64;
     int gs = w->q.group_size;
     bool perm4 = w->q.bits == 4;
@@ -111,7 +109,7 @@ AMX_AVX512 void cpu_amx_quantize_x_tiles(const mx_matrix *w, const float *x, int
     }
 }
 
-AMX_AVX512 static void amx_tiles_config(void) {
+CPU_TARGET_AMX static void amx_tiles_config(void) {
     tile_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
@@ -129,8 +127,8 @@ size_t cpu_amx_scratch_bytes(const mx_matrix *w) {
     return (size_t)blocks * TILE_BYTES + (size_t)groups * 128 + 3 * TILE_BYTES + 64;
 }
 
-AMX_AVX512 void cpu_amx_gemm_q(const mx_matrix *w, int64_t r0, int nr, const void *qx, int n, float *out, int64_t ldo,
-                               void *scratch) {
+CPU_TARGET_AMX void cpu_amx_gemm_q(const mx_matrix *w, int64_t r0, int nr, const void *qx, int n, float *out,
+                                   int64_t ldo, void *scratch) {
     int64_t cols = w->cols, blocks = cols / 64;
     int gs = w->q.group_size, bpg = gs / 64;
     int64_t groups = cols / gs, row_bytes = cols * w->q.bits / 8;

@@ -18,17 +18,15 @@
 #include <stdbool.h>
 
 #include "backends/cpu/cpu_simd_exp.h"
+#include "backends/cpu/cpu_simd_targets.h"
 #include "backends/cpu/cpu_simd_transpose.h"
 
 #define MAX_CHUNKS 32  // 16-float chunks of a row: head_dim up to 512 (cpu_attention.c)
 
-#define ATTN_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
-#define ATTN_INLINE __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c"), always_inline)) inline
-
 // Chunk c (16 elements, lanes past cm zero) of the key or value row at element `at` of src as
 // float32; I16 and I8 elements times their block's scale sc[sat + c * 16 / CPU_KV_SCALE_BLOCK].
-ATTN_INLINE static __m512 load_chunk(mx_dtype dt, const void *src, const float *sc, int64_t at, int64_t sat, int c,
-                                     __mmask16 cm) {
+CPU_TARGET_AVX512_INLINE static __m512 load_chunk(mx_dtype dt, const void *src, const float *sc, int64_t at,
+                                                  int64_t sat, int c, __mmask16 cm) {
     if (dt == MX_DTYPE_I8)
         return _mm512_mul_ps(
             _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(cm, (const int8_t *)src + at + c * 16))),
@@ -52,8 +50,8 @@ ATTN_INLINE static __m512 load_chunk(mx_dtype dt, const void *src, const float *
 // in the paged cache, and the hardware prefetcher starts over at each. Spread over the rows, the
 // prefetches keep a steady number of misses in flight; issued all at once at the block's start they
 // gained about half as much (lab, bench/RESULTS.md round 6).
-ATTN_INLINE static void load_block(float *dst, const cpu_attn_args *a, const void *src, const float *sc, int p0,
-                                   int nb, int hd, int pf_last) {
+CPU_TARGET_AVX512_INLINE static void load_block(float *dst, const cpu_attn_args *a, const void *src, const float *sc,
+                                                int p0, int nb, int hd, int pf_last) {
     mx_dtype dt = a->kv_dtype;
     int chunks = (hd + 15) / 16;
     __mmask16 tail = (__mmask16)(hd % 16 ? (1u << (hd % 16)) - 1 : 0xffff);
@@ -76,7 +74,7 @@ ATTN_INLINE static void load_block(float *dst, const cpu_attn_args *a, const voi
 }
 
 // Scores of one query against the 16 keys of a block (rows of `chunks` x 16 floats, zero padded).
-ATTN_INLINE static __m512 block_scores(const float *q, const float *Kb, int chunks, __mmask16 tail) {
+CPU_TARGET_AVX512_INLINE static __m512 block_scores(const float *q, const float *Kb, int chunks, __mmask16 tail) {
     __m512 dots[16];
     for (int i = 0; i < 16; i++) dots[i] = _mm512_setzero_ps();
     for (int c = 0; c < chunks; c++) {
@@ -92,8 +90,8 @@ ATTN_INLINE static __m512 block_scores(const float *q, const float *Kb, int chun
 // operations in the same order per element as the one-query loop in attn_rows_body, but two
 // 16-float chunks of all eight rows at a time, so each chunk of V is loaded once for the eight
 // queries instead of once per query.
-ATTN_INLINE static void pv_update8(float *const out[8], const float (*p)[16], const float corr[8],
-                                   const __mmask16 live[8], const float *Vb, int chunks, __mmask16 tail) {
+CPU_TARGET_AVX512_INLINE static void pv_update8(float *const out[8], const float (*p)[16], const float corr[8],
+                                                const __mmask16 live[8], const float *Vb, int chunks, __mmask16 tail) {
     for (int c = 0; c < chunks; c += 2) {
         bool two = c + 1 < chunks;
         __mmask16 m0 = c == chunks - 1 ? tail : 0xffff, m1 = !two ? 0 : c + 1 == chunks - 1 ? tail : 0xffff;
@@ -128,7 +126,8 @@ ATTN_INLINE static void pv_update8(float *const out[8], const float (*p)[16], co
 // i8q (a constant): integer scores on the I8 cache (cpu_kernels_attn_vnni.c) instead of float keys;
 // i8pv (a constant): integer P.V on the I8 cache (cpu_kernels_attn_vnni_pv.c) instead of float values,
 // the outputs in its permuted order until the end of the call.
-ATTN_INLINE static void attn_rows_body(const cpu_attn_args *a, float *scratch, int chunks, bool i8q, bool i8pv) {
+CPU_TARGET_AVX512_INLINE static void attn_rows_body(const cpu_attn_args *a, float *scratch, int chunks, bool i8q,
+                                                    bool i8pv) {
     int hd = a->hd, nq = a->nq;
     __mmask16 tail = (__mmask16)(hd % 16 ? (1u << (hd % 16)) - 1 : 0xffff);
     float *Kb = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63), *Vb = Kb + 16 * chunks * 16;
@@ -222,7 +221,7 @@ ATTN_INLINE static void attn_rows_body(const cpu_attn_args *a, float *scratch, i
     }
 }
 
-ATTN_AVX512 void cpu_avx512_attn_rows(const cpu_attn_args *a, float *scratch) {
+CPU_TARGET_AVX512 void cpu_avx512_attn_rows(const cpu_attn_args *a, float *scratch) {
     switch ((a->hd + 15) / 16) {
     case 4: attn_rows_body(a, scratch, 4, false, false); break;    // head_dim 64
     case 8: attn_rows_body(a, scratch, 8, false, false); break;    // head_dim 128
@@ -241,7 +240,7 @@ ATTN_AVX512 void cpu_avx512_attn_rows(const cpu_attn_args *a, float *scratch) {
     default: attn_rows_body(a, scratch, a->hd / 16, Q, PV); break;                 \
     }
 
-ATTN_AVX512 void cpu_avx512vnni_attn_rows(const cpu_attn_args *a, float *scratch) {
+CPU_TARGET_AVX512 void cpu_avx512vnni_attn_rows(const cpu_attn_args *a, float *scratch) {
     int mode = cpu_kernels_attn_i8_mode();
     bool q = (mode & CPU_ATTN_I8_SCORES) && cpu_attn_i8_int_ok(a), pv = (mode & CPU_ATTN_I8_PV) && cpu_attn_i8_pv_ok(a);
     if (q && pv) {

@@ -22,28 +22,25 @@
 #include <immintrin.h>
 #include <string.h>
 
+#include "backends/cpu/cpu_simd_targets.h"
 #include "backends/cpu/cpu_simd_transpose.h"
-
-#define VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
-#define VNNI_INLINE \
-    __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c"), always_inline)) inline
 
 // Group scales (floats at s, those of mask m) spread to the 16 int32 lanes of 64 products: lanes
 // 4g..4g+3 get s[g] (0 past the mask).
-VNNI_INLINE static __m512 spread4(const float *s, __mmask8 m) {
+CPU_TARGET_VNNI_INLINE static __m512 spread4(const float *s, __mmask8 m) {
     const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(_mm_maskz_loadu_ps(m, s)));
 }
 
 // The masks of 64-value chunk c of c64 for head size hd (a multiple of 16): bytes, and groups of 16.
-VNNI_INLINE static __mmask64 chunk_bytes(int hd, int c, int c64) {
+CPU_TARGET_VNNI_INLINE static __mmask64 chunk_bytes(int hd, int c, int c64) {
     return c < c64 - 1 || hd % 64 == 0 ? ~(__mmask64)0 : ((__mmask64)1 << (hd % 64)) - 1;
 }
-VNNI_INLINE static __mmask8 chunk_groups(int hd, int c, int c64) {
+CPU_TARGET_VNNI_INLINE static __mmask8 chunk_groups(int hd, int c, int c64) {
     return c < c64 - 1 || hd % 64 == 0 ? 0xf : (__mmask8)((1u << (hd % 64 / 16)) - 1);
 }
 
-VNNI void cpu_vnni_attn_i8_prepare(const cpu_attn_args *a, uint8_t *qprep) {
+CPU_TARGET_VNNI void cpu_vnni_attn_i8_prepare(const cpu_attn_args *a, uint8_t *qprep) {
     int hd = a->hd, c64 = (hd + 63) / 64;
     const __m512i u128 = _mm512_set1_epi8((char)0x80);
     for (int j = 0; j < a->nq; j++) {
@@ -63,8 +60,9 @@ VNNI void cpu_vnni_attn_i8_prepare(const cpu_attn_args *a, uint8_t *qprep) {
 
 // The scores for c64 (a constant where inlined) 64-value chunks per row, the last one partial where
 // hd is not a multiple of 64 (its missing codes and scales are zero in kbuf and qprep).
-VNNI_INLINE static void scores_body(const cpu_attn_args *a, const uint8_t *qprep, int p0, int nb, int pf_last,
-                                    const uint16_t *live, float (*sp)[16], uint8_t *kbuf, int c64) {
+CPU_TARGET_VNNI_INLINE static void scores_body(const cpu_attn_args *a, const uint8_t *qprep, int p0, int nb,
+                                               int pf_last, const uint16_t *live, float (*sp)[16], uint8_t *kbuf,
+                                               int c64) {
     int hd = a->hd, hdp = 64 * c64;
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     __m512 *ksl = (__m512 *)(kbuf + 16 * hdp);  // [16 keys][c64] scale lanes
@@ -108,8 +106,8 @@ VNNI_INLINE static void scores_body(const cpu_attn_args *a, const uint8_t *qprep
     }
 }
 
-VNNI void cpu_vnni_attn_i8_scores(const cpu_attn_args *a, const uint8_t *qprep, int p0, int nb, int pf_last,
-                                  const uint16_t *live, float (*sp)[16], uint8_t *kbuf) {
+CPU_TARGET_VNNI void cpu_vnni_attn_i8_scores(const cpu_attn_args *a, const uint8_t *qprep, int p0, int nb, int pf_last,
+                                             const uint16_t *live, float (*sp)[16], uint8_t *kbuf) {
     switch ((a->hd + 63) / 64) {
     case 1: scores_body(a, qprep, p0, nb, pf_last, live, sp, kbuf, 1); break;  // head_dim 64
     case 2: scores_body(a, qprep, p0, nb, pf_last, live, sp, kbuf, 2); break;  // head_dim 128

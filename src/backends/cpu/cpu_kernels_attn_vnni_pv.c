@@ -34,9 +34,7 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-#define VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
-#define VNNI_INLINE \
-    __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c"), always_inline)) inline
+#include "backends/cpu/cpu_simd_targets.h"
 
 // The block scratch (vbuf) per 64-value chunk c: 16 tiles of value codes [quad k][sub-vector m],
 // then 4 vectors of weight multipliers [group g] (lane i: vscale[i][4c + g] * 65280 / the group's
@@ -49,8 +47,8 @@
 // query and the same query in a recomputed prompt must give the same bits; bench/RESULTS.md), so
 // they come from the keys the query sees: the block's keys for a query that sees all of them, else
 // the query's own (pv_body).
-VNNI_INLINE static void group_steps(const cpu_attn_args *a, const int64_t *sat, unsigned keys, int c, __m512 *wmul,
-                                    __m512 *dq) {
+CPU_TARGET_VNNI_INLINE static void group_steps(const cpu_attn_args *a, const int64_t *sat, unsigned keys, int c,
+                                               __m512 *wmul, __m512 *dq) {
     int hd = a->hd, G = hd - 64 * c >= 64 ? 4 : (hd - 64 * c) / 16;  // groups in this chunk
     __mmask8 groups = (__mmask8)((1u << G) - 1);
     const __m512i grp4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
@@ -80,8 +78,8 @@ VNNI_INLINE static void group_steps(const cpu_attn_args *a, const int64_t *sat, 
     *dq = _mm512_div_ps(_mm512_permutexvar_ps(grp4, mx), _mm512_set1_ps(65280.0f));  // lane 4L + e: group L's
 }
 
-VNNI_INLINE static void pv_body(const cpu_attn_args *a, int p0, int nb, int pf_last, const uint16_t *live,
-                                const float (*p)[16], const float *corr, uint8_t *vbuf, int c64) {
+CPU_TARGET_VNNI_INLINE static void pv_body(const cpu_attn_args *a, int p0, int nb, int pf_last, const uint16_t *live,
+                                           const float (*p)[16], const float *corr, uint8_t *vbuf, int c64) {
     const int8_t *V = a->V;
     int hd = a->hd;
     int64_t at[16], sat[16];
@@ -171,8 +169,8 @@ VNNI_INLINE static void pv_body(const cpu_attn_args *a, int p0, int nb, int pf_l
     }
 }
 
-VNNI void cpu_vnni_attn_i8_pv(const cpu_attn_args *a, int p0, int nb, int pf_last, const uint16_t *live,
-                              const float (*p)[16], const float *corr, uint8_t *vbuf) {
+CPU_TARGET_VNNI void cpu_vnni_attn_i8_pv(const cpu_attn_args *a, int p0, int nb, int pf_last, const uint16_t *live,
+                                         const float (*p)[16], const float *corr, uint8_t *vbuf) {
     switch ((a->hd + 63) / 64) {
     case 1: pv_body(a, p0, nb, pf_last, live, p, corr, vbuf, 1); break;  // head_dim 32, 48, 64
     case 2: pv_body(a, p0, nb, pf_last, live, p, corr, vbuf, 2); break;  // head_dim 128

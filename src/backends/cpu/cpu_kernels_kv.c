@@ -15,10 +15,10 @@
 #include <immintrin.h>
 #include <math.h>
 
-#define KV_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
+#include "backends/cpu/cpu_simd_targets.h"
 
 // The largest magnitude of one scale block's len (<= CPU_KV_SCALE_BLOCK) values: the block's scale.
-KV_AVX512 static inline float avx512_block_amax(const float *x, int len) {
+CPU_TARGET_AVX512 static inline float avx512_block_amax(const float *x, int len) {
     const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
     float amax = 0.0f;
     for (int i = 0; i < len; i += 16) {
@@ -29,7 +29,7 @@ KV_AVX512 static inline float avx512_block_amax(const float *x, int len) {
     return amax;
 }
 
-KV_AVX512 void cpu_avx512_kv_i16_row(int16_t *dst, float *scales, const float *src, int hd) {
+CPU_TARGET_AVX512 void cpu_avx512_kv_i16_row(int16_t *dst, float *scales, const float *src, int hd) {
     for (int b0 = 0, b = 0; b0 < hd; b0 += CPU_KV_SCALE_BLOCK, b++) {
         int len = hd - b0 < CPU_KV_SCALE_BLOCK ? hd - b0 : CPU_KV_SCALE_BLOCK;
         float amax = avx512_block_amax(src + b0, len);
@@ -44,7 +44,7 @@ KV_AVX512 void cpu_avx512_kv_i16_row(int16_t *dst, float *scales, const float *s
     }
 }
 
-KV_AVX512 void cpu_avx512_kv_i8_row(int8_t *dst, float *scales, const float *src, int hd) {
+CPU_TARGET_AVX512 void cpu_avx512_kv_i8_row(int8_t *dst, float *scales, const float *src, int hd) {
     for (int b0 = 0, b = 0; b0 < hd; b0 += CPU_KV_SCALE_BLOCK, b++) {
         int len = hd - b0 < CPU_KV_SCALE_BLOCK ? hd - b0 : CPU_KV_SCALE_BLOCK;
         float amax = avx512_block_amax(src + b0, len);
@@ -59,11 +59,9 @@ KV_AVX512 void cpu_avx512_kv_i8_row(int8_t *dst, float *scales, const float *src
     }
 }
 
-#define KV_AVX2 __attribute__((target("avx2,fma")))
-
 // AVX2: 8 values at a time; a block's last len % 8 values by the scalar expression (the same
 // rounding: x * inv, then half to even).
-KV_AVX2 void cpu_avx2_kv_i8_row(int8_t *dst, float *scales, const float *src, int hd) {
+CPU_TARGET_AVX2 void cpu_avx2_kv_i8_row(int8_t *dst, float *scales, const float *src, int hd) {
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
     for (int b0 = 0, b = 0; b0 < hd; b0 += CPU_KV_SCALE_BLOCK, b++) {
         const float *x = src + b0;

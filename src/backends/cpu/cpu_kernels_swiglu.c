@@ -10,10 +10,9 @@
 #include <immintrin.h>
 
 #include "backends/cpu/cpu_simd_exp.h"
+#include "backends/cpu/cpu_simd_targets.h"
 
-#define SWIGLU_AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
-
-SWIGLU_AVX512 void cpu_avx512_swiglu(float *out, const float *gate, const float *up, int64_t count) {
+CPU_TARGET_AVX512 void cpu_avx512_swiglu(float *out, const float *gate, const float *up, int64_t count) {
     const __m512 one = _mm512_set1_ps(1.0f), cap = _mm512_set1_ps(88.0f);
     for (int64_t i = 0; i < count; i += 16) {
         __mmask16 m = count - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (count - i)) - 1);

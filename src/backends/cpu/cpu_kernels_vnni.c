@@ -35,10 +35,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu_int8_activations.h"
-
-#define VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
-#define VNNI_INLINE \
-    __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c"), always_inline)) inline
+#include "backends/cpu/cpu_simd_targets.h"
 
 #include "backends/cpu/cpu_kernels_vnni_gemv.h"
 
@@ -53,7 +50,7 @@ size_t cpu_vnni_qx_row_bytes(const mx_matrix *w) {
 }
 
 // Quantizes 16 floats with multiplier inv: q (rounded) at dst, the residual * 32768 at dst + cols.
-VNNI_INLINE static void put16(int16_t *dst, int64_t cols, __m512 v, __m512 inv) {
+CPU_TARGET_VNNI_INLINE static void put16(int16_t *dst, int64_t cols, __m512 v, __m512 inv) {
     __m512 t = _mm512_mul_ps(v, inv);
     __m512 q = _mm512_roundscale_ps(t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m512 r = _mm512_mul_ps(_mm512_sub_ps(t, q), _mm512_set1_ps(32768.0f));
@@ -62,7 +59,7 @@ VNNI_INLINE static void put16(int16_t *dst, int64_t cols, __m512 v, __m512 inv) 
 }
 
 // The largest |x| of one weight group's activations (gs a multiple of 16) and, in *sum, their float sum.
-VNNI_INLINE static float group_absmax_sum(const float *xg, int gs, float *sum) {
+CPU_TARGET_VNNI_INLINE static float group_absmax_sum(const float *xg, int gs, float *sum) {
     const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
     __m512 mx = _mm512_setzero_ps(), sm = _mm512_setzero_ps();
     for (int k = 0; k < gs; k += 16) {
@@ -75,7 +72,7 @@ VNNI_INLINE static float group_absmax_sum(const float *xg, int gs, float *sum) {
 }
 
 // One row of x for 4-bit weights (layout in the file comment).
-VNNI_INLINE static void quantize_row4(const mx_matrix *w, const float *xr, uint8_t *dst) {
+CPU_TARGET_VNNI_INLINE static void quantize_row4(const mx_matrix *w, const float *xr, uint8_t *dst) {
     int64_t cols = w->cols, chunks = q4_chunks(w), pg = q4_padded_groups(w);
     int gs = w->q.group_size;
     const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
@@ -97,7 +94,7 @@ VNNI_INLINE static void quantize_row4(const mx_matrix *w, const float *xr, uint8
     }
 }
 
-VNNI void cpu_vnni_quantize_x(const mx_matrix *w, const float *x, int n, void *qx) {
+CPU_TARGET_VNNI void cpu_vnni_quantize_x(const mx_matrix *w, const float *x, int n, void *qx) {
     int64_t cols = w->cols;
     int gs = w->q.group_size;
     int64_t groups = cols / gs;
@@ -124,7 +121,8 @@ VNNI void cpu_vnni_quantize_x(const mx_matrix *w, const float *x, int n, void *q
 // The scale and bias streams are 16-32x thinner than the weights; without a prefetch of their own
 // their misses showed up as the hottest instruction (perf). Fetches the scales and biases of the NR
 // rows that the weight prefetch (VNNI_PREFETCH bytes ahead) is reaching.
-VNNI_INLINE static void prefetch_scales(const mx_matrix *w, int64_t r, int NR, int64_t row_bytes, int64_t groups) {
+CPU_TARGET_VNNI_INLINE static void prefetch_scales(const mx_matrix *w, int64_t r, int NR, int64_t row_bytes,
+                                                   int64_t groups) {
     int64_t ahead = r + NR + VNNI_PREFETCH / row_bytes, total = w->rows * w->n_experts;
     if (ahead + NR > total) return;
     int ssz = w->scale_dtype == MX_DTYPE_F32 ? 4 : w->scale_dtype == MX_DTYPE_U8 ? 1 : 2;
@@ -140,7 +138,8 @@ VNNI_INLINE static void prefetch_scales(const mx_matrix *w, int64_t r, int NR, i
 // are loaded as vectors, the bias term accumulates as a vector, and each 128-column chunk takes its
 // groups' scales from the block vector with one permute (lanes 0-7 group 2j, 8-15 group 2j + 1 for
 // GS 64; all lanes group j for GS 128).
-VNNI_INLINE static void q4_rows(const mx_matrix *w, int64_t r, int NR, int GS, const uint8_t *qx, float *out) {
+CPU_TARGET_VNNI_INLINE static void q4_rows(const mx_matrix *w, int64_t r, int NR, int GS, const uint8_t *qx,
+                                           float *out) {
     int64_t cols = w->cols, groups = cols / GS, row_bytes = cols / 2, pg = q4_padded_groups(w);
     const float *sx = (const float *)(qx + q4_chunks(w) * 384), *gsum = sx + pg;
     const uint8_t *d[4];
@@ -194,7 +193,8 @@ VNNI_INLINE static void q4_rows(const mx_matrix *w, int64_t r, int NR, int GS, c
 // NR (1..4) rows of 8-bit weights from row r, group size GS; both are constants at each call site
 // so the loops unroll. Groups go in blocks of 16: the block's scales (times sx) and biases are
 // loaded as vectors, the bias term accumulates as a vector too.
-VNNI_INLINE static void q8_rows(const mx_matrix *w, int64_t r, int NR, int GS, const uint8_t *qx, float *out) {
+CPU_TARGET_VNNI_INLINE static void q8_rows(const mx_matrix *w, int64_t r, int NR, int GS, const uint8_t *qx,
+                                           float *out) {
     int64_t cols = w->cols, groups = cols / GS, row_bytes = cols;
     const int16_t *xq = (const int16_t *)qx;
     const float *sx = (const float *)(qx + cols * 4), *gsum = sx + groups;
@@ -239,8 +239,8 @@ VNNI_INLINE static void q8_rows(const mx_matrix *w, int64_t r, int NR, int GS, c
         out[i] = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_fmadd_ps(lacc[i], inv32k, acc[i]), bacc[i]));
 }
 
-VNNI_INLINE static void q_range(const mx_matrix *w, int64_t r0, int64_t r1, int BITS, int GS, const uint8_t *qx,
-                                float *out) {
+CPU_TARGET_VNNI_INLINE static void q_range(const mx_matrix *w, int64_t r0, int64_t r1, int BITS, int GS,
+                                           const uint8_t *qx, float *out) {
     int64_t r = r0;
     if (BITS == 4) {
         for (; r + QNR <= r1; r += QNR) q4_rows(w, r, QNR, GS, qx, out + (r - r0));
@@ -251,7 +251,7 @@ VNNI_INLINE static void q_range(const mx_matrix *w, int64_t r0, int64_t r1, int 
     }
 }
 
-VNNI void cpu_vnni_gemv_q(const mx_matrix *w, int64_t r0, int64_t r1, const void *qx, float *out) {
+CPU_TARGET_VNNI void cpu_vnni_gemv_q(const mx_matrix *w, int64_t r0, int64_t r1, const void *qx, float *out) {
     const uint8_t *q = qx;
     int gs = w->q.group_size;
     if (w->q.bits == 4) {

@@ -36,10 +36,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu_int8_activations.h"
-
-#define VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
-#define VNNI_INLINE \
-    __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c"), always_inline)) inline
+#include "backends/cpu/cpu_simd_targets.h"
 
 #include "backends/cpu/cpu_kernels_vnni_gemv.h"
 
@@ -59,7 +56,7 @@ size_t cpu_vnni_eq_qx_row_bytes(const mx_matrix *w) {
 // One row of x in base-256 digits (groups of 64 and 128; layouts in the file comment), as the
 // batched product's quantizer (cpu_vnni_quantize_x_tiles) computes them: the same group statistics,
 // exponent, scaling and split, only laid out for one row.
-VNNI_INLINE static void quantize_row_digits(const mx_matrix *w, const float *xr, uint8_t *dst) {
+CPU_TARGET_VNNI_INLINE static void quantize_row_digits(const mx_matrix *w, const float *xr, uint8_t *dst) {
     int64_t cols = w->cols, pg = group_floats(w);
     int gs = w->q.group_size;
     const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
@@ -92,7 +89,7 @@ VNNI_INLINE static void quantize_row_digits(const mx_matrix *w, const float *xr,
     }
 }
 
-VNNI void cpu_vnni_eq_quantize_x(const mx_matrix *w, const float *x, int n, void *qx) {
+CPU_TARGET_VNNI void cpu_vnni_eq_quantize_x(const mx_matrix *w, const float *x, int n, void *qx) {
     size_t row_bytes = cpu_vnni_eq_qx_row_bytes(w);
     for (int t = 0; t < n; t++) quantize_row_digits(w, x + (int64_t)t * w->cols, (uint8_t *)qx + (size_t)t * row_bytes);
 }
@@ -100,7 +97,8 @@ VNNI void cpu_vnni_eq_quantize_x(const mx_matrix *w, const float *x, int n, void
 // The scale and bias streams are 16-32x thinner than the weights; without a prefetch of their own
 // their misses showed up as the hottest instruction (perf). Fetches the scales and biases of the NR
 // rows that the weight prefetch (VNNI_PREFETCH bytes ahead) is reaching.
-VNNI_INLINE static void prefetch_scales(const mx_matrix *w, int64_t r, int NR, int64_t row_bytes, int64_t groups) {
+CPU_TARGET_VNNI_INLINE static void prefetch_scales(const mx_matrix *w, int64_t r, int NR, int64_t row_bytes,
+                                                   int64_t groups) {
     int64_t ahead = r + NR + VNNI_PREFETCH / row_bytes, total = w->rows * w->n_experts;
     if (ahead + NR > total) return;
     int ssz = w->scale_dtype == MX_DTYPE_F32 ? 4 : w->scale_dtype == MX_DTYPE_U8 ? 1 : 2;
@@ -116,16 +114,16 @@ VNNI_INLINE static void prefetch_scales(const mx_matrix *w, int64_t r, int NR, i
 // 128-bit lanes [a's 1st, a's 2nd, b's 1st, b's 2nd] of 4 lanes; fold4: groups of 4 lanes (128-bit
 // lanes) -> in each 128-bit lane [a's: 2 lanes, b's: 2]; fold2: groups of 2 lanes -> in each 128-bit
 // lane [a's 1st, a's 2nd, b's 1st, b's 2nd], one lane each.
-VNNI_INLINE static __m512i fold16(__m512i a, __m512i b) {
+CPU_TARGET_VNNI_INLINE static __m512i fold16(__m512i a, __m512i b) {
     return _mm512_add_epi32(_mm512_shuffle_i32x4(a, b, 0x44), _mm512_shuffle_i32x4(a, b, 0xee));
 }
-VNNI_INLINE static __m512i fold8(__m512i a, __m512i b) {
+CPU_TARGET_VNNI_INLINE static __m512i fold8(__m512i a, __m512i b) {
     return _mm512_add_epi32(_mm512_shuffle_i32x4(a, b, 0x88), _mm512_shuffle_i32x4(a, b, 0xdd));
 }
-VNNI_INLINE static __m512i fold4(__m512i a, __m512i b) {
+CPU_TARGET_VNNI_INLINE static __m512i fold4(__m512i a, __m512i b) {
     return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
 }
-VNNI_INLINE static __m512i fold2(__m512i a, __m512i b) {
+CPU_TARGET_VNNI_INLINE static __m512i fold2(__m512i a, __m512i b) {
     __m512 fa = _mm512_castsi512_ps(a), fb = _mm512_castsi512_ps(b);
     return _mm512_add_epi32(_mm512_castps_si512(_mm512_shuffle_ps(fa, fb, 0x88)),
                             _mm512_castps_si512(_mm512_shuffle_ps(fa, fb, 0xdd)));
@@ -139,7 +137,7 @@ VNNI_INLINE static __m512i fold2(__m512i a, __m512i b) {
 // see cpu_kernels_vnni_gemm.c). Volatile, so that GCC does not merge them.
 #define ZERO(a) __asm__ volatile("vpxord %0, %0, %0" : "=v"(a))
 
-VNNI_INLINE static void parts4(__m512i v, const __m512i *xc, __m512i *a0, __m512i *m) {
+CPU_TARGET_VNNI_INLINE static void parts4(__m512i v, const __m512i *xc, __m512i *a0, __m512i *m) {
     const __m512i m4 = _mm512_set1_epi8(0x0f);
     __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4), z0, z1;
     ZERO(z0);
@@ -150,7 +148,7 @@ VNNI_INLINE static void parts4(__m512i v, const __m512i *xc, __m512i *a0, __m512
 }
 
 // The loads and prefetches of one row's 64 weight bytes at p (half: only the first 32 exist).
-VNNI_INLINE static __m512i load_codes(const uint8_t *p, bool half, int64_t next_pass) {
+CPU_TARGET_VNNI_INLINE static __m512i load_codes(const uint8_t *p, bool half, int64_t next_pass) {
     _mm_prefetch((const char *)(p + VNNI_PREFETCH), _MM_HINT_T1);
     _mm_prefetch((const char *)(p + next_pass), _MM_HINT_T0);  // this row of the next pass
     return half ? _mm512_maskz_loadu_epi8(0xffffffffull, p) : _mm512_loadu_si512(p);
@@ -159,8 +157,9 @@ VNNI_INLINE static __m512i load_codes(const uint8_t *p, bool half, int64_t next_
 // Group gg's a0 and m partials of the NR rows from `base` (rows row_bytes apart), folded into one
 // vector each (fold16: a0 in lanes 0-7, m in 8-15): 4-bit g128, one chunk; 8-bit, GS / 64 blocks of
 // 64 columns. Zero past the row's groups.
-VNNI_INLINE static void group_parts(const uint8_t *base, int64_t row_bytes, int NR, int BITS, int GS,
-                                    const uint8_t *qx, int64_t groups, int64_t gg, int64_t next_pass, __m512i *u) {
+CPU_TARGET_VNNI_INLINE static void group_parts(const uint8_t *base, int64_t row_bytes, int NR, int BITS, int GS,
+                                               const uint8_t *qx, int64_t groups, int64_t gg, int64_t next_pass,
+                                               __m512i *u) {
     for (int i = 0; i < NR; i++) u[i] = _mm512_setzero_si512();
     if (gg >= groups) return;
     if (BITS == 4) {
@@ -199,8 +198,8 @@ VNNI_INLINE static void group_parts(const uint8_t *base, int64_t row_bytes, int 
 // two vectors holding the 16 groups' whole a0 and m sums (as each step is folded at once, a row
 // keeps at most four vectors of partials), then the groups' values, lane g % 16 of the row's running
 // sums.
-VNNI_INLINE static void digit_rows(const mx_matrix *w, int64_t r, int NR, int BITS, int GS, const uint8_t *qx,
-                                   float *out) {
+CPU_TARGET_VNNI_INLINE static void digit_rows(const mx_matrix *w, int64_t r, int NR, int BITS, int GS,
+                                              const uint8_t *qx, float *out) {
     int64_t cols = w->cols, groups = cols / GS, row_bytes = cols * BITS / 8, pg = group_floats(w);
     int64_t next_pass = NR * row_bytes;
     const float *ehi = (const float *)(qx + digits_bytes(w)), *elo = ehi + pg, *gsum = elo + pg;
@@ -268,14 +267,14 @@ VNNI_INLINE static void digit_rows(const mx_matrix *w, int64_t r, int NR, int BI
     for (int i = 0; i < NR; i++) out[i] = cpu_int8_lane_sum(acc[i]);
 }
 
-VNNI_INLINE static void q_range(const mx_matrix *w, int64_t r0, int64_t r1, int BITS, int GS, const uint8_t *qx,
-                                float *out) {
+CPU_TARGET_VNNI_INLINE static void q_range(const mx_matrix *w, int64_t r0, int64_t r1, int BITS, int GS,
+                                           const uint8_t *qx, float *out) {
     int64_t r = r0;
     for (; r + QNR <= r1; r += QNR) digit_rows(w, r, QNR, BITS, GS, qx, out + (r - r0));
     for (; r < r1; r++) digit_rows(w, r, 1, BITS, GS, qx, out + (r - r0));
 }
 
-VNNI void cpu_vnni_eq_gemv_q(const mx_matrix *w, int64_t r0, int64_t r1, const void *qx, float *out) {
+CPU_TARGET_VNNI void cpu_vnni_eq_gemv_q(const mx_matrix *w, int64_t r0, int64_t r1, const void *qx, float *out) {
     const uint8_t *q = qx;
     if (w->q.bits == 4) {
         if (w->q.group_size == 64) q_range(w, r0, r1, 4, 64, q, out);

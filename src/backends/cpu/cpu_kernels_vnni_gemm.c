@@ -33,11 +33,8 @@
 #include <immintrin.h>
 
 #include "backends/cpu/cpu_int8_activations.h"
+#include "backends/cpu/cpu_simd_targets.h"
 #include "backends/cpu/cpu_simd_transpose.h"
-
-#define VNNI __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c")))
-#define VNNI_INLINE \
-    __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c"), always_inline)) inline
 
 #define TOKEN_BYTES (3 * 64)                        // one token's three parts of one block
 #define SCALES_AT (16 * TOKEN_BYTES)                // then 16 floats e, 16 floats e - 16, 16 floats group sum
@@ -50,7 +47,7 @@ size_t cpu_vnni_qx_tiles_bytes(const mx_matrix *w, int n) {
     return tiles * blocks * BLOCK_BYTES;
 }
 
-VNNI void cpu_vnni_quantize_x_tiles(const mx_matrix *w, const float *x, int n, int tile, void *qx) {
+CPU_TARGET_VNNI void cpu_vnni_quantize_x_tiles(const mx_matrix *w, const float *x, int n, int tile, void *qx) {
     int64_t cols = w->cols, blocks = cols / 64;
     int gs = w->q.group_size;
     bool perm4 = w->q.bits == 4;
@@ -142,7 +139,7 @@ size_t cpu_vnni_gemm_scratch_bytes(const mx_matrix *w) {
 
 // The 16 running lanes of each token summed by cpu_int8_lane_sum's tree (here each a vector of 16
 // rows), stored to out[t * ldo + i] for the rows i in rmask.
-VNNI_INLINE static void lanes_store(__m512 l[16], float *out, __mmask16 rmask) {
+CPU_TARGET_VNNI_INLINE static void lanes_store(__m512 l[16], float *out, __mmask16 rmask) {
     for (int k = 0; k < 8; k++) l[k] = _mm512_add_ps(l[k], l[k + 8]);
     for (int k = 0; k < 4; k++) l[k] = _mm512_add_ps(l[k], l[k + 4]);
     for (int k = 0; k < 2; k++) l[k] = _mm512_add_ps(l[k], l[k + 2]);
@@ -152,8 +149,8 @@ VNNI_INLINE static void lanes_store(__m512 l[16], float *out, __mmask16 rmask) {
 // T tokens (1..6, a compile-time constant at each call) from token t0 of the 16-token tile at xt:
 // all groups of the row block, results stored to out[t * ldo + i] for the rows i in rmask. EQ (a
 // constant): the bit-equal order (ACC_END).
-VNNI_INLINE static void sweep(const uint8_t *W, const float *sb, const uint8_t *xt, int t0, int T, int64_t groups,
-                              int bpg, float *out, int64_t ldo, __mmask16 rmask, bool EQ) {
+CPU_TARGET_VNNI_INLINE static void sweep(const uint8_t *W, const float *sb, const uint8_t *xt, int t0, int T,
+                                         int64_t groups, int bpg, float *out, int64_t ldo, __mmask16 rmask, bool EQ) {
     __m512 res0 = _mm512_setzero_ps(), res1 = res0, res2 = res0, res3 = res0, res4 = res0, res5 = res0;
     // EQ: each token's 16 running sums (the gemv's lanes), by row, in L1: the first 16 groups write
     // theirs as +0 + v, so only the lanes of a row of fewer groups start as stored zeros (zeroing
@@ -204,8 +201,8 @@ VNNI_INLINE static void sweep(const uint8_t *W, const float *sb, const uint8_t *
     RES_STORE(5);
 }
 
-VNNI_INLINE static void gemm_q(const mx_matrix *w, int64_t r0, int nr, const void *qx, int n, float *out, int64_t ldo,
-                               void *scratch, bool EQ) {
+CPU_TARGET_VNNI_INLINE static void gemm_q(const mx_matrix *w, int64_t r0, int nr, const void *qx, int n, float *out,
+                                          int64_t ldo, void *scratch, bool EQ) {
     int64_t cols = w->cols, blocks = cols / 64;
     int gs = w->q.group_size, bpg = gs / 64;
     int64_t groups = cols / gs, row_bytes = cols * w->q.bits / 8;
@@ -258,13 +255,13 @@ VNNI_INLINE static void gemm_q(const mx_matrix *w, int64_t r0, int nr, const voi
     }
 }
 
-VNNI void cpu_vnni_gemm_q(const mx_matrix *w, int64_t r0, int nr, const void *qx, int n, float *out, int64_t ldo,
-                          void *scratch) {
+CPU_TARGET_VNNI void cpu_vnni_gemm_q(const mx_matrix *w, int64_t r0, int nr, const void *qx, int n, float *out,
+                                     int64_t ldo, void *scratch) {
     gemm_q(w, r0, nr, qx, n, out, ldo, scratch, false);
 }
 
-VNNI void cpu_vnni_gemm_q_eq(const mx_matrix *w, int64_t r0, int nr, const void *qx, int n, float *out, int64_t ldo,
-                             void *scratch) {
+CPU_TARGET_VNNI void cpu_vnni_gemm_q_eq(const mx_matrix *w, int64_t r0, int nr, const void *qx, int n, float *out,
+                                        int64_t ldo, void *scratch) {
     gemm_q(w, r0, nr, qx, n, out, ldo, scratch, true);
 }
 

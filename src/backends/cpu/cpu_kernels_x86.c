@@ -12,9 +12,9 @@
 #include <stdbool.h>
 #include <string.h>
 
-#define AVX2 __attribute__((target("avx2,fma,f16c")))
+#include "backends/cpu/cpu_simd_targets.h"
 
-AVX2 static float hsum256(__m256 v) {
+CPU_TARGET_AVX2 static float hsum256(__m256 v) {
     __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
     lo = _mm_add_ps(lo, hi);
     lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
@@ -22,7 +22,7 @@ AVX2 static float hsum256(__m256 v) {
     return _mm_cvtss_f32(lo);
 }
 
-AVX2 static float avx2_dot(const float *a, const float *b, int64_t n) {
+CPU_TARGET_AVX2 static float avx2_dot(const float *a, const float *b, int64_t n) {
     __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
     int64_t i = 0;
     for (; i + 16 <= n; i += 16) {
@@ -35,7 +35,7 @@ AVX2 static float avx2_dot(const float *a, const float *b, int64_t n) {
 }
 
 // Affine 4-bit: 8 codes per u32, scale/bias per group.
-AVX2 static void avx2_dequant_affine4(const mx_matrix *w, int64_t row, float *out) {
+CPU_TARGET_AVX2 static void avx2_dequant_affine4(const mx_matrix *w, int64_t row, float *out) {
     const uint8_t *data = (const uint8_t *)w->data + row * (w->cols / 2);
     int gs = w->q.group_size;
     int64_t groups = w->cols / gs;
@@ -55,7 +55,7 @@ AVX2 static void avx2_dequant_affine4(const mx_matrix *w, int64_t row, float *ou
 }
 
 // Affine 8-bit: one byte per code.
-AVX2 static void avx2_dequant_affine8(const mx_matrix *w, int64_t row, float *out) {
+CPU_TARGET_AVX2 static void avx2_dequant_affine8(const mx_matrix *w, int64_t row, float *out) {
     const uint8_t *data = (const uint8_t *)w->data + row * w->cols;
     int gs = w->q.group_size;
     int64_t groups = w->cols / gs;
@@ -70,7 +70,7 @@ AVX2 static void avx2_dequant_affine8(const mx_matrix *w, int64_t row, float *ou
     }
 }
 
-AVX2 static void avx2_dequant_bf16(const mx_matrix *w, int64_t row, float *out) {
+CPU_TARGET_AVX2 static void avx2_dequant_bf16(const mx_matrix *w, int64_t row, float *out) {
     const uint8_t *data = (const uint8_t *)w->data + row * w->cols * 2;
     int64_t j = 0;
     for (; j + 8 <= w->cols; j += 8) {
@@ -81,7 +81,7 @@ AVX2 static void avx2_dequant_bf16(const mx_matrix *w, int64_t row, float *out) 
     for (; j < w->cols; j++) out[j] = mx_load_float(data, MX_DTYPE_BF16, j);
 }
 
-AVX2 static void avx2_dequant_row(const mx_matrix *w, int64_t row, float *out) {
+CPU_TARGET_AVX2 static void avx2_dequant_row(const mx_matrix *w, int64_t row, float *out) {
     if (w->q.mode == MX_QUANT_AFFINE && w->q.bits == 4) {
         avx2_dequant_affine4(w, row, out);
     } else if (w->q.mode == MX_QUANT_AFFINE && w->q.bits == 8) {
@@ -93,7 +93,7 @@ AVX2 static void avx2_dequant_row(const mx_matrix *w, int64_t row, float *out) {
     }
 }
 
-AVX2 static float avx2_row_dot(const mx_matrix *w, int64_t row, const float *x, float *scratch) {
+CPU_TARGET_AVX2 static float avx2_row_dot(const mx_matrix *w, int64_t row, const float *x, float *scratch) {
     avx2_dequant_row(w, row, scratch);
     return avx2_dot(scratch, x, w->cols);
 }
@@ -131,9 +131,6 @@ static const cpu_kernel_set avx2_set = {
 // tokens register-blocked FMA kernel runs over the tokens; the caller keeps the token block small
 // enough to stay in L2.
 
-#define AVX512 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c")))
-#define AVX512_INLINE __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c"), always_inline)) inline
-
 static inline float load_scale(const void *p, mx_dtype dt, int64_t i) {
     if (dt == MX_DTYPE_BF16) {
         uint16_t h;
@@ -146,7 +143,7 @@ static inline float load_scale(const void *p, mx_dtype dt, int64_t i) {
     return mx_load_float(p, dt, i);
 }
 
-AVX512 static float avx512_dot(const float *a, const float *b, int64_t n) {
+CPU_TARGET_AVX512 static float avx512_dot(const float *a, const float *b, int64_t n) {
     __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
     int64_t i = 0;
     for (; i + 32 <= n; i += 32) {
@@ -161,13 +158,13 @@ AVX512 static float avx512_dot(const float *a, const float *b, int64_t n) {
     return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
 }
 
-AVX512 static float avx512_row_dot(const mx_matrix *w, int64_t row, const float *x, float *scratch) {
+CPU_TARGET_AVX512 static float avx512_row_dot(const mx_matrix *w, int64_t row, const float *x, float *scratch) {
     avx2_dequant_row(w, row, scratch);
     return avx512_dot(scratch, x, w->cols);
 }
 
 // Group sums of x: gsum[g] = sum of x over group g (gs elements).
-AVX512 static void group_sums(const float *x, int64_t cols, int gs, float *gsum) {
+CPU_TARGET_AVX512 static void group_sums(const float *x, int64_t cols, int gs, float *gsum) {
     for (int64_t g = 0; g < cols / gs; g++) {
         __m512 s = _mm512_setzero_ps();
         for (int k = 0; k < gs; k += 16) s = _mm512_add_ps(s, _mm512_loadu_ps(x + g * gs + k));
@@ -180,8 +177,8 @@ AVX512 static void group_sums(const float *x, int64_t cols, int gs, float *gsum)
                             // about half the streaming bandwidth here (kernel lab: 6 -> 12.6 GB/s)
 #endif
 
-AVX512 static void gemv_affine4(const mx_matrix *w, int64_t r0, int64_t r1, const float *x, float *out,
-                                float *scratch) {
+CPU_TARGET_AVX512 static void gemv_affine4(const mx_matrix *w, int64_t r0, int64_t r1, const float *x, float *out,
+                                           float *scratch) {
     int64_t cols = w->cols, groups = cols / w->q.group_size;
     int gs = w->q.group_size;
     float *xp = scratch, *gsum = scratch + cols;  // xp: per 32 elements, 16 even then 16 odd
@@ -248,8 +245,8 @@ AVX512 static void gemv_affine4(const mx_matrix *w, int64_t r0, int64_t r1, cons
     }
 }
 
-AVX512 static void gemv_affine8(const mx_matrix *w, int64_t r0, int64_t r1, const float *x, float *out,
-                                float *scratch) {
+CPU_TARGET_AVX512 static void gemv_affine8(const mx_matrix *w, int64_t r0, int64_t r1, const float *x, float *out,
+                                           float *scratch) {
     int64_t cols = w->cols, groups = cols / w->q.group_size;
     int gs = w->q.group_size;
     float *gsum = scratch;
@@ -276,7 +273,7 @@ AVX512 static void gemv_affine8(const mx_matrix *w, int64_t r0, int64_t r1, cons
     }
 }
 
-AVX512 static void gemv_bf16(const mx_matrix *w, int64_t r0, int64_t r1, const float *x, float *out) {
+CPU_TARGET_AVX512 static void gemv_bf16(const mx_matrix *w, int64_t r0, int64_t r1, const float *x, float *out) {
     int64_t cols = w->cols;
     for (int64_t r = r0; r < r1; r++) {
         const uint16_t *data = (const uint16_t *)((const uint8_t *)w->data + r * cols * 2);
@@ -295,8 +292,8 @@ AVX512 static void gemv_bf16(const mx_matrix *w, int64_t r0, int64_t r1, const f
     }
 }
 
-AVX512 static void avx512_gemv(const mx_matrix *w, int64_t r0, int64_t r1, const float *x, float *out,
-                               float *scratch) {
+CPU_TARGET_AVX512 static void avx512_gemv(const mx_matrix *w, int64_t r0, int64_t r1, const float *x, float *out,
+                                          float *scratch) {
     bool affine = w->q.mode == MX_QUANT_AFFINE && w->q.group_size % 32 == 0;
     if (affine && w->q.bits == 4) {
         gemv_affine4(w, r0, r1, x, out, scratch);
@@ -311,8 +308,8 @@ AVX512 static void avx512_gemv(const mx_matrix *w, int64_t r0, int64_t r1, const
 
 // 4 decoded rows W (stride ldw) times nt <= 6 token rows of x; accumulators stay in registers
 // because nt is a constant at every call site (the switch below) and the loops unroll fully.
-AVX512_INLINE static void micro_4xn(const float *W, int64_t ldw, const float *x, int64_t cols, int nt, float *out,
-                                    int64_t ldo, int nr) {
+CPU_TARGET_AVX512_INLINE static void micro_4xn(const float *W, int64_t ldw, const float *x, int64_t cols, int nt,
+                                               float *out, int64_t ldo, int nr) {
     __m512 acc[4][6];
     for (int r = 0; r < 4; r++)
         for (int t = 0; t < nt; t++) acc[r][t] = _mm512_setzero_ps();
@@ -344,8 +341,8 @@ AVX512_INLINE static void micro_4xn(const float *W, int64_t ldw, const float *x,
         for (int r = 0; r < nr; r++) out[t * ldo + r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
-AVX512 static void avx512_gemm(const mx_matrix *w, int64_t r0, int nr, const float *x, int n, float *out,
-                               int64_t ldo, float *scratch) {
+CPU_TARGET_AVX512 static void avx512_gemm(const mx_matrix *w, int64_t r0, int nr, const float *x, int n, float *out,
+                                          int64_t ldo, float *scratch) {
     int64_t cols = w->cols, ldw = (cols + 15) & ~(int64_t)15;
     float *W = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);  // 4 * ldw + 16 <= cols * 4 + 1024
     for (int i = 0; i < 4; i++) {

@@ -8,11 +8,12 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "backends/cpu/cpu_simd_targets.h"
+
 // About 1 ulp for x in [-88, 88]; below -104 the result is 0 (softmax's range is x in [-88, 0]).
 // x = n ln2 + r with |r| <= ln2/2, e^r by a degree-6 polynomial, times 2^n by scalef (which goes
 // to 0 smoothly for very negative n). Callers keep x <= 88 (e^88 is finite in float32).
-__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c"), always_inline)) static inline __m512
-cpu_exp16(__m512 x) {
+CPU_TARGET_AVX512_INLINE static __m512 cpu_exp16(__m512 x) {
     x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
     __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);

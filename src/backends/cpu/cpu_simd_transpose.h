@@ -10,9 +10,10 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "backends/cpu/cpu_simd_targets.h"
+
 // r[k] = dword k of every input row r[0..15] (lane m: row m), in place.
-__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c"), always_inline)) static inline void
-cpu_transpose16x16(__m512i r[16]) {
+CPU_TARGET_AVX512_INLINE static void cpu_transpose16x16(__m512i r[16]) {
     __m512i t[16], u[16];
     for (int i = 0; i < 16; i += 2) {
         t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
@@ -36,8 +37,7 @@ cpu_transpose16x16(__m512i r[16]) {
 }
 
 // Lane i of the result = the sum of the 16 lanes of v[i].
-__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c"), always_inline)) static inline __m512
-cpu_reduce16_ps(const __m512 v[16]) {
+CPU_TARGET_AVX512_INLINE static __m512 cpu_reduce16_ps(const __m512 v[16]) {
     __m512 t[8], u[4];
     for (int i = 0; i < 8; i++)  // per 128-bit block: [a0+a2, b0+b2, a1+a3, b1+b3]
         t[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
