@@ -45,7 +45,8 @@ int cli_constraint_open(const char *cmd, const char *schema_path, const char *gr
         }
         // A harmony model (gpt-oss) may reason first and answers in its final channel, as the server's.
         bool harmony = srv_calls_harmony_tokenizer(tok);
-        gbnf = harmony ? mx_json_schema_to_gbnf_rule(schema, "answer", &err) : mx_json_schema_to_gbnf(schema, &err);
+        gbnf = harmony ? mx_json_schema_to_gbnf_rule(schema, "answer", NULL, &err)
+                       : mx_json_schema_to_gbnf(schema, NULL, &err);
         json_decref(schema);
         if (gbnf && harmony) {
             char *wrapped = srv_grammar_harmony_final(gbnf);
@@ -57,7 +58,7 @@ int cli_constraint_open(const char *cmd, const char *schema_path, const char *gr
             return -1;
         }
     }
-    mx_grammar *g = mx_grammar_parse(gbnf, &err);
+    mx_grammar *g = mx_grammar_parse(gbnf, NULL, &err);
     free(gbnf);
     if (!g) {
         cli_error(cmd, "%s: %s", path, err.msg);
@@ -75,7 +76,7 @@ int cli_constraint_open(const char *cmd, const char *schema_path, const char *gr
         return -1;
     }
     mx_gram_index *ix = mx_gram_index_create(g, out->vocab, &err);  // takes g
-    if (ix) out->matcher = mx_matcher_create(ix, &err);
+    if (ix) out->matcher = mx_matcher_create(ix, NULL, &err);
     if (!out->matcher) {
         mx_gram_index_release(ix);
         cli_constraint_close(out);

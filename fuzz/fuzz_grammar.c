@@ -20,9 +20,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size && data[0] == '{') {
         json_t *schema = json_loadb(text, size, 0, NULL);
         if (schema) {
-            char *gbnf = mx_json_schema_to_gbnf(schema, &err);
+            char *gbnf = mx_json_schema_to_gbnf(schema, NULL, &err);
             if (gbnf) {
-                mx_grammar *g = mx_grammar_parse(gbnf, &err);
+                mx_grammar *g = mx_grammar_parse(gbnf, NULL, &err);
                 if (!g) {
                     fprintf(stderr, "a compiled schema is not valid GBNF: %s\n%s\n", err.msg, gbnf);
                     abort();
@@ -36,7 +36,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             json_decref(schema);
         }
     } else {
-        mx_grammar *g = mx_grammar_parse(text, &err);
+        mx_grammar *g = mx_grammar_parse(text, NULL, &err);
         if (!g && !err.msg[0]) {
             fprintf(stderr, "grammar refused without a message\n");
             abort();

@@ -36,6 +36,7 @@ typedef struct parser {
     const char *src, *p;
     mx_error *err;
     bool failed;
+    int failure;  // MX_GRAM_* of the failure in err: MX_GRAM_INVALID unless a bound or an allocation
     build_rule *rules;
     int32_t n_rules, cap_rules;
     gram_range *ranges;
@@ -62,10 +63,13 @@ static void where(parser *ps, const char *at, int32_t *line, int32_t *col) {
     *line = ps->where_line, *col = ps->where_col;
 }
 
-static int fail_at(parser *ps, const char *at, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail_at(parser *ps, const char *at, const char *fmt, ...) {
+// The first failure of a parse, at `at`, of the given kind (MX_GRAM_*); later ones are dropped.
+static int fail_kind_at(parser *ps, int failure, const char *at, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail_kind_at(parser *ps, int failure, const char *at, const char *fmt, ...) {
     if (ps->failed) return -1;
     ps->failed = true;
+    ps->failure = failure;
     char msg[768];
     va_list ap;
     va_start(ap, fmt);
@@ -75,6 +79,9 @@ static int fail_at(parser *ps, const char *at, const char *fmt, ...) {
     where(ps, at, &line, &col);
     return mx_fail(ps->err, "grammar line %d, column %d: %s", line, col, msg);
 }
+#define fail_at(ps, at, ...) fail_kind_at(ps, MX_GRAM_INVALID, at, __VA_ARGS__)
+#define fail_oom_at(ps, at) fail_kind_at(ps, MX_GRAM_NO_MEMORY, at, "out of memory")
+#define fail_bound_at(ps, at, ...) fail_kind_at(ps, MX_GRAM_BOUND, at, __VA_ARGS__)
 
 static int grow(void **p, int32_t *cap, int32_t need, size_t size) {
     if (need <= *cap) return 0;
@@ -88,7 +95,7 @@ static int grow(void **p, int32_t *cap, int32_t need, size_t size) {
 }
 
 static int push_elem(parser *ps, elem_vec *ev, gram_elem e) {
-    if (grow((void **)&ev->v, &ev->cap, ev->n + 1, sizeof *ev->v)) return fail_at(ps, ps->p, "out of memory");
+    if (grow((void **)&ev->v, &ev->cap, ev->n + 1, sizeof *ev->v)) return fail_oom_at(ps, ps->p);
     ev->v[ev->n++] = e;
     return 0;
 }
@@ -128,7 +135,7 @@ static int32_t add_class(parser *ps, gram_range *tmp, int32_t n, bool negate) {
             return c;
     if (grow((void **)&ps->ranges, &ps->cap_ranges, ps->n_ranges + m, sizeof *ps->ranges) ||
         grow((void **)&ps->classes, &ps->cap_classes, ps->n_classes + 1, sizeof *ps->classes))
-        return fail_at(ps, ps->p, "out of memory");
+        return fail_oom_at(ps, ps->p);
     gram_class k = {.first = ps->n_ranges, .n = m};
     for (int32_t i = 0; i < m; i++)
         for (uint32_t cp = tmp[i].lo; cp <= tmp[i].hi && cp < 128; cp++) k.ascii[cp >> 5] |= 1u << (cp & 31);
@@ -244,17 +251,17 @@ static int index_rule(parser *ps, int32_t id) {
 }
 
 static int32_t new_rule(parser *ps, const char *name, size_t len, const char *at) {
-    if (ps->n_rules >= GBNF_MAX_RULES) return fail_at(ps, at, "too many rules (limit %d)", GBNF_MAX_RULES);
+    if (ps->n_rules >= GBNF_MAX_RULES) return fail_bound_at(ps, at, "too many rules (limit %d)", GBNF_MAX_RULES);
     if (grow((void **)&ps->rules, &ps->cap_rules, ps->n_rules + 1, sizeof *ps->rules))
-        return fail_at(ps, at, "out of memory");
+        return fail_oom_at(ps, at);
     build_rule *r = &ps->rules[ps->n_rules];
     memset(r, 0, sizeof *r);
     r->name = strndup(name, len);
-    if (!r->name) return fail_at(ps, at, "out of memory");
+    if (!r->name) return fail_oom_at(ps, at);
     where(ps, at, &r->line, &r->col);
     if (index_rule(ps, ps->n_rules) < 0) {
         free(r->name);
-        return fail_at(ps, at, "out of memory");
+        return fail_oom_at(ps, at);
     }
     return ps->n_rules++;
 }
@@ -300,7 +307,7 @@ static int parse_class(parser *ps, int32_t *cls) {
             if (read_char(ps, &hi)) return -1;
             if (hi < lo) return fail_at(ps, at, "character range is backwards");
         }
-        if (n >= 511) return fail_at(ps, start, "character class has too many ranges");
+        if (n >= 511) return fail_bound_at(ps, start, "character class has too many ranges");
         tmp[n++] = (gram_range){lo, hi};
     }
     ps->p++;
@@ -339,7 +346,7 @@ static int parse_int(parser *ps, int32_t *out) {
     if (*ps->p < '0' || *ps->p > '9') return fail_at(ps, at, "expected a number in a {m,n} repetition");
     while (*ps->p >= '0' && *ps->p <= '9') {
         v = v * 10 + (*ps->p++ - '0');
-        if (v > 1000000) return fail_at(ps, at, "repetition count too large");
+        if (v > 1000000) return fail_bound_at(ps, at, "repetition count too large");
     }
     *out = (int32_t)v;
     return 0;
@@ -438,7 +445,7 @@ static int parse_sequence(parser *ps, elem_vec *ev, int depth) {
 
 // Parses alternatives into rule's body (which must be empty).
 static int parse_alternates(parser *ps, int32_t rule, int depth) {
-    if (depth > 200) return fail_at(ps, ps->p, "parentheses nested too deeply");
+    if (depth > 200) return fail_bound_at(ps, ps->p, "parentheses nested too deeply");
     elem_vec ev = {0};
     for (;;) {
         if (parse_sequence(ps, &ev, depth)) break;
@@ -601,6 +608,7 @@ static int check_rules(parser *ps, int32_t *root) {
     dfs_frame *stack = malloc(sizeof *stack * (size_t)ps->n_rules);
     int rc = 0;
     if (!nullable || !state || !stack || compute_nullable(ps, nullable) < 0) {
+        ps->failure = MX_GRAM_NO_MEMORY;
         rc = mx_fail(ps->err, "out of memory");
     } else {
         for (int32_t r = 0; r < ps->n_rules && rc == 0; r++) {
@@ -659,14 +667,15 @@ static mx_grammar *flatten(parser *ps, int32_t root) {
     return g;
 }
 
-mx_grammar *mx_grammar_parse(const char *text, mx_error *err) {
-    parser ps = {.src = text ? text : "", .p = text ? text : "", .err = err};
+mx_grammar *mx_grammar_parse(const char *text, int *failure, mx_error *err) {
+    parser ps = {.src = text ? text : "", .p = text ? text : "", .err = err, .failure = MX_GRAM_INVALID};
     mx_grammar *g = NULL;
     int32_t root = -1;
     if (parse_rules(&ps) == 0 && check_rules(&ps, &root) == 0) {
         g = flatten(&ps, root);
-        if (!g) mx_fail(err, "out of memory");
+        if (!g) ps.failure = MX_GRAM_NO_MEMORY, mx_fail(err, "out of memory");
     }
+    if (!g && failure) *failure = ps.failure;
     for (int32_t r = 0; r < ps.n_rules; r++) {
         free(ps.rules[r].name);
         free(ps.rules[r].body.v);

@@ -726,9 +726,12 @@ static size_t matcher_load(mx_matcher *m) {
     return s0;
 }
 
-mx_matcher *mx_matcher_create(mx_gram_index *ix, mx_error *err) {
+mx_matcher *mx_matcher_create(mx_gram_index *ix, int *failure, mx_error *err) {
     mx_matcher *m = calloc(1, sizeof *m);
-    if (!m) return mx_fail(err, "out of memory"), NULL;
+    if (!m) {
+        if (failure) *failure = MX_GRAM_NO_MEMORY;
+        return mx_fail(err, "out of memory"), NULL;
+    }
     m->ix = ix;
     mx_gram_index_retain(ix);
     pthread_mutex_lock(&ix->mu);
@@ -747,6 +750,7 @@ mx_matcher *mx_matcher_create(mx_gram_index *ix, mx_error *err) {
     ix->pool_n = s0;
     pthread_mutex_unlock(&ix->mu);
     if (rc) {
+        if (failure) *failure = rc;
         mx_matcher_free(m);
         return NULL;
     }

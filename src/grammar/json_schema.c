@@ -38,16 +38,20 @@ typedef struct compiler {
     json_t *root;
     mx_error *err;
     bool failed;
+    int failure;  // MX_GRAM_* of the failure in err (MX_GRAM_INVALID until a failure says otherwise)
     int n_rules;
     ref_entry *refs;
     int n_refs;
     int depth;
 } compiler;
 
-static int fail(compiler *c, const char *path, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(compiler *c, const char *path, const char *fmt, ...) {
+// The first failure of a compile, at path, of the given kind (MX_GRAM_*); later ones are dropped.
+static int fail_kind(compiler *c, int failure, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static int fail_kind(compiler *c, int failure, const char *path, const char *fmt, ...) {
     if (c->failed) return -1;
     c->failed = true;
+    c->failure = failure;
     char msg[700];
     va_list ap;
     va_start(ap, fmt);
@@ -55,6 +59,8 @@ static int fail(compiler *c, const char *path, const char *fmt, ...) {
     va_end(ap);
     return mx_fail(c->err, "json schema at '#%s': %s", path, msg);
 }
+#define fail(c, path, ...) fail_kind(c, MX_GRAM_INVALID, path, __VA_ARGS__)
+#define fail_oom(c, path) fail_kind(c, MX_GRAM_NO_MEMORY, path, "out of memory")
 
 // The JSON text of v (compact) as a GBNF literal.
 static void put_json_literal(FILE *f, json_t *v) {
@@ -88,7 +94,7 @@ static void body_open(body *b) {
 // Emits "rN ::= <body>" and returns N.
 static int body_close(compiler *c, body *b) {
     if (!b->f) {
-        fail(c, "", "out of memory");
+        fail_oom(c, "");
         return -1;
     }
     fclose(b->f);
@@ -169,7 +175,7 @@ static int gen_pattern(compiler *c, const char *pattern, const char *path) {
     bool anchored_start = n > 0 && pattern[0] == '^';
     bool anchored_end = n > 0 && pattern[n - 1] == '$' && (n < 2 || pattern[n - 2] != '\\');
     char *core = strndup(pattern + anchored_start, n - anchored_start - (anchored_end && n > (size_t)anchored_start));
-    if (!core) return fail(c, path, "out of memory");
+    if (!core) return fail_oom(c, path);
     body b;
     body_open(&b);
     fputs("\"\\\"\" ", b.f);
@@ -183,8 +189,9 @@ static int gen_pattern(compiler *c, const char *pattern, const char *path) {
         char *probe = NULL;
         if (asprintf(&probe, "root ::= %s\n", b.text) < 0) probe = NULL;
         mx_error perr = {{0}};
-        mx_grammar *g = probe ? mx_grammar_parse(probe, &perr) : NULL;
-        if (!g) rc = fail(c, path, "pattern '%s' is not supported: %s", pattern, probe ? perr.msg : "out of memory");
+        int pfail = MX_GRAM_NO_MEMORY;  // the probe's failure kind (no probe: an allocation failed)
+        mx_grammar *g = probe ? mx_grammar_parse(probe, &pfail, &perr) : NULL;
+        if (!g) rc = fail_kind(c, pfail, path, "pattern '%s' is not supported: %s", pattern, probe ? perr.msg : "out of memory");
         mx_grammar_free(g);
         free(probe);
     }
@@ -264,7 +271,7 @@ static int gen_object(compiler *c, json_t *s, const char *path) {
     size_t i;
     json_t *rv;
     json_t *required_set = json_object();  // the names, for one lookup per property
-    if (!required_set) return fail(c, path, "out of memory");
+    if (!required_set) return fail_oom(c, path);
     json_array_foreach(req, i, rv) {
         if (!json_is_string(rv)) {
             json_decref(required_set);
@@ -301,7 +308,7 @@ static int gen_object(compiler *c, json_t *s, const char *path) {
     if (!vr || !names || !required) {
         free(vr), free(names), free(required);
         json_decref(required_set);
-        return fail(c, path, "out of memory");
+        return fail_oom(c, path);
     }
     const char *key;
     json_t *pv;
@@ -403,7 +410,7 @@ static int gen_ref(compiler *c, const char *ref, const char *path) {
     else return fail(c, path, "$ref '%s' is not supported (use #, #/$defs/NAME or #/definitions/NAME)", ref);
     if (!target) return fail(c, path, "$ref '%s' does not resolve", ref);
     ref_entry *p = realloc(c->refs, sizeof *p * (size_t)(c->n_refs + 1));
-    if (!p) return fail(c, path, "out of memory");
+    if (!p) return fail_oom(c, path);
     c->refs = p;
     // Reserve the rule first so recursive references find it.
     int id = c->n_rules++;
@@ -434,7 +441,7 @@ static int gen_alternatives(compiler *c, json_t *list, const char *key, const ch
     if (!json_is_array(list) || json_array_size(list) == 0) return fail(c, path, "'%s' must be a non-empty array", key);
     size_t n = json_array_size(list), i;
     int *ids = malloc(sizeof *ids * n);
-    if (!ids) return fail(c, path, "out of memory");
+    if (!ids) return fail_oom(c, path);
     json_t *v;
     char sub[512];
     json_array_foreach(list, i, v) {
@@ -485,7 +492,7 @@ static json_t *type_keywords(json_t *s, json_t *types, const char *type) {
 
 static int gen(compiler *c, json_t *s, const char *path) {
     if (c->failed) return -1;
-    if (++c->depth > 64) return fail(c, path, "schema nested too deeply");
+    if (++c->depth > 64) return fail_kind(c, MX_GRAM_BOUND, path, "schema nested too deeply");
     int id = -1;
     if (json_is_true(s) || (json_is_object(s) && json_object_size(s) == 0)) {
         id = begin_rule(c);
@@ -594,33 +601,37 @@ static const char json_base_rules[] =
 // A $ref can lead back to itself through $ref, anyOf and allOf alone ({"$ref": "#"}, or
 // {"anyOf": [{"$ref": "#"}, ...]}): no object or array consumes input on the way, and the grammar
 // is left-recursive. The GBNF parser finds such cycles; its verdict is reported in the schema's terms.
-static int check_compiled(const char *text, const char *top, mx_error *err) {
+// *failure: the kind of a failure (MX_GRAM_*).
+static int check_compiled(const char *text, const char *top, int *failure, mx_error *err) {
     char *whole = NULL;
     if (top) {
         size_t n = strlen(top) + strlen(text) + 16;
-        if (!(whole = malloc(n))) return mx_fail(err, "out of memory");
+        if (!(whole = malloc(n))) return *failure = MX_GRAM_NO_MEMORY, mx_fail(err, "out of memory");
         snprintf(whole, n, "root ::= %s\n%s", top, text);
     }
     mx_error gerr = {{0}};
-    mx_grammar *g = mx_grammar_parse(whole ? whole : text, &gerr);
+    mx_grammar *g = mx_grammar_parse(whole ? whole : text, failure, &gerr);
     free(whole);
     if (g) {
         mx_grammar_free(g);
         return 0;
     }
     if (strstr(gerr.msg, "left-recursive") || strstr(gerr.msg, "without consuming input"))
-        return mx_fail(err, "json schema: a $ref leads back to itself through $ref/anyOf/oneOf/allOf alone (no object "
+        return *failure = MX_GRAM_INVALID, mx_fail(err, "json schema: a $ref leads back to itself through $ref/anyOf/oneOf/allOf alone (no object "
                        "or array in between); such schemas are not supported");
     return mx_fail(err, "json schema: internal error: the compiled grammar does not parse: %s", gerr.msg);
 }
 
 // The grammar text; the schema's value is rule `top` (NULL: root, with whitespace around it).
-static char *schema_gbnf(json_t *schema, const char *top, mx_error *err) {
+static char *schema_gbnf(json_t *schema, const char *top, int *failure, mx_error *err) {
     char *text = NULL;
     size_t len = 0;
-    compiler c = {.root = schema, .err = err};
+    compiler c = {.root = schema, .err = err, .failure = MX_GRAM_INVALID};
     c.out = open_memstream(&text, &len);
-    if (!c.out) return mx_fail(err, "out of memory"), NULL;
+    if (!c.out) {
+        if (failure) *failure = MX_GRAM_NO_MEMORY;
+        return mx_fail(err, "out of memory"), NULL;
+    }
     int id;
     if (!schema) {
         id = begin_rule(&c);
@@ -633,25 +644,32 @@ static char *schema_gbnf(json_t *schema, const char *top, mx_error *err) {
     fclose(c.out);
     for (int i = 0; i < c.n_refs; i++) free(c.refs[i].ref);
     free(c.refs);
-    if (id < 0 || c.failed || check_compiled(text, top, err) < 0) {
+    if (id < 0 || c.failed || check_compiled(text, top, &c.failure, err) < 0) {
+        if (failure) *failure = c.failure;
         free(text);
         return NULL;
     }
     return text;
 }
 
-char *mx_json_schema_to_gbnf(json_t *schema, mx_error *err) { return schema_gbnf(schema, NULL, err); }
-
-char *mx_json_schema_to_gbnf_rule(json_t *schema, const char *rule, mx_error *err) {
-    return schema_gbnf(schema, rule, err);
+char *mx_json_schema_to_gbnf(json_t *schema, int *failure, mx_error *err) {
+    return schema_gbnf(schema, NULL, failure, err);
 }
 
-char *mx_json_schemas_to_gbnf_rules(json_t *const *schemas, const char *const *rules, int n, mx_error *err) {
+char *mx_json_schema_to_gbnf_rule(json_t *schema, const char *rule, int *failure, mx_error *err) {
+    return schema_gbnf(schema, rule, failure, err);
+}
+
+char *mx_json_schemas_to_gbnf_rules(json_t *const *schemas, const char *const *rules, int n, int *failure,
+                                    mx_error *err) {
     char *text = NULL;
     size_t len = 0;
-    compiler c = {.err = err};
+    compiler c = {.err = err, .failure = MX_GRAM_INVALID};
     c.out = open_memstream(&text, &len);
-    if (!c.out) return mx_fail(err, "out of memory"), NULL;
+    if (!c.out) {
+        if (failure) *failure = MX_GRAM_NO_MEMORY;
+        return mx_fail(err, "out of memory"), NULL;
+    }
     for (int i = 0; i < n && !c.failed; i++) {
         // $ref resolves within each schema: the table of resolved references starts empty.
         for (int k = 0; k < c.n_refs; k++) free(c.refs[k].ref);
@@ -666,7 +684,8 @@ char *mx_json_schemas_to_gbnf_rules(json_t *const *schemas, const char *const *r
     free(c.refs);
     // The parser checks every rule for left recursion, reachable from root or not, so any one
     // start rule stands for all the schemas.
-    if (c.failed || check_compiled(text, n > 0 ? rules[0] : "value", err) < 0) {
+    if (c.failed || check_compiled(text, n > 0 ? rules[0] : "value", &c.failure, err) < 0) {
+        if (failure) *failure = c.failure;
         free(text);
         return NULL;
     }

@@ -75,13 +75,15 @@ void srv_grammars_free(srv_grammars *g) {
     free(g);
 }
 
-// The HTTP status of a grammar that could not be compiled: 500 when an allocation failed (the grammar
-// code says "out of memory"), else 400 (the request's grammar or schema is at fault).
-static unsigned failure_status(const char *msg) { return strstr(msg, "out of memory") ? 500 : 400; }
+// The HTTP status of a grammar that could not be compiled, from the grammar call's failure (MX_GRAM_*):
+// 500 when an allocation failed, else 400 (the request's grammar or schema is wrong, or needs more
+// than a bound allows).
+static unsigned failure_status(int failure) { return failure == MX_GRAM_NO_MEMORY ? 500 : 400; }
 
 mx_matcher *srv_grammars_matcher(srv_grammars *g, const char *gbnf, bool markers, unsigned *status, char *msg,
                                  size_t cap) {
     mx_error err = {{0}};
+    int failure = MX_GRAM_NO_MEMORY;  // the vocabulary and the index fail only when out of memory
     pthread_mutex_lock(&g->mu);
     mx_gram_index *ix = NULL;
     int32_t marker_ids[SRV_MAX_MARKERS];
@@ -107,7 +109,7 @@ mx_matcher *srv_grammars_matcher(srv_grammars *g, const char *gbnf, bool markers
         }
     }
     if (!ix) {
-        mx_grammar *gr = mx_grammar_parse(gbnf, &err);
+        mx_grammar *gr = mx_grammar_parse(gbnf, &failure, &err);
         if (!gr || !(ix = mx_gram_index_create(gr, *vp, &err))) goto fail;
         char *text = strdup(gbnf);
         if (text) {
@@ -116,20 +118,20 @@ mx_matcher *srv_grammars_matcher(srv_grammars *g, const char *gbnf, bool markers
             g->slots[oldest] = (cached){text, markers, ix, ++g->clock};
             mx_gram_index_retain(ix);
         }
-        mx_matcher *m = mx_matcher_create(ix, &err);
+        mx_matcher *m = mx_matcher_create(ix, &failure, &err);
         mx_gram_index_release(ix);  // the cache (when stored) and the matcher hold it
         pthread_mutex_unlock(&g->mu);
-        if (!m) snprintf(msg, cap, "%s", err.msg), *status = failure_status(err.msg);
+        if (!m) snprintf(msg, cap, "%s", err.msg), *status = failure_status(failure);
         return m;
     }
-    mx_matcher *m = mx_matcher_create(ix, &err);
+    mx_matcher *m = mx_matcher_create(ix, &failure, &err);
     pthread_mutex_unlock(&g->mu);
-    if (!m) snprintf(msg, cap, "%s", err.msg), *status = failure_status(err.msg);
+    if (!m) snprintf(msg, cap, "%s", err.msg), *status = failure_status(failure);
     return m;
 fail:
     pthread_mutex_unlock(&g->mu);
     snprintf(msg, cap, "%s", err.msg);
-    *status = failure_status(err.msg);
+    *status = failure_status(failure);
     return NULL;
 }
 
@@ -155,8 +157,8 @@ static bool tool_wanted(const srv_request *r, json_t *tool) {
 // call is PRE NAME MID argsK: Mistral's [ARGS] form [TOOL_CALLS] NAME [ARGS]; harmony
 // <|channel|>commentary to=functions. NAME " <|constrain|>json<|message|>". With pre NULL it is the
 // JSON object {"name": NAME, "arguments": argsK} (Qwen/Hermes and Llama 3.x). Returns the rules
-// (malloc'ed) or NULL with err set.
-static char *named_call_rules(const srv_request *r, const char *pre, const char *mid, mx_error *err) {
+// (malloc'ed) or NULL with err and *failure (MX_GRAM_*) set.
+static char *named_call_rules(const srv_request *r, const char *pre, const char *mid, int *failure, mx_error *err) {
     size_t n_tools = json_array_size(r->tools), n = 0, i;
     json_t **schemas = calloc(n_tools + 1, sizeof *schemas);
     char (*names)[16] = calloc(n_tools + 1, sizeof *names);
@@ -174,7 +176,7 @@ static char *named_call_rules(const srv_request *r, const char *pre, const char 
         rules[n] = names[n];
         n++;
     }
-    if (!(body = mx_json_schemas_to_gbnf_rules(schemas, rules, (int)n, err))) goto done;
+    if (!(body = mx_json_schemas_to_gbnf_rules(schemas, rules, (int)n, failure, err))) goto done;
     FILE *f = open_memstream(&text, &len);
     if (!f) goto done;
     fputs(body, f);
@@ -209,7 +211,7 @@ static char *named_call_rules(const srv_request *r, const char *pre, const char 
     fputc('\n', f);
     close_text(f, &text);
 done:
-    if (!text && !err->msg[0]) mx_fail(err, "out of memory");
+    if (!text && !err->msg[0]) *failure = MX_GRAM_NO_MEMORY, mx_fail(err, "out of memory");
     for (i = 0; schemas && i < n_tools; i++) json_decref(schemas[i]);
     free(schemas), free(names), free(rules), free(body);
     return text;
@@ -243,6 +245,7 @@ char *srv_grammar_text(const srv_request *r, srv_call_format calls, bool think_o
                        size_t cap) {
     *status = 0;
     mx_error err = {{0}};
+    int failure = MX_GRAM_INVALID;  // of the rules' compilation (MX_GRAM_*), when it fails
     unsigned long json_failures = srv_json_alloc_failures();  // the tools' names and schemas are read by jansson
     if (r->grammar) {
         char *t = strdup(r->grammar);
@@ -253,17 +256,17 @@ char *srv_grammar_text(const srv_request *r, srv_call_format calls, bool think_o
     if (!r->json_object && !tools) return NULL;
     char *body;
     if (tools && calls == SRV_CALLS_MISTRAL_ARGS) {
-        body = named_call_rules(r, "[TOOL_CALLS]", "[ARGS]", &err);
+        body = named_call_rules(r, "[TOOL_CALLS]", "[ARGS]", &failure, &err);
     } else if (tools && calls == SRV_CALLS_HARMONY) {
-        body = named_call_rules(r, HARMONY_CALL_PRE, HARMONY_CALL_MID, &err);
+        body = named_call_rules(r, HARMONY_CALL_PRE, HARMONY_CALL_MID, &failure, &err);
     } else if (tools) {
-        body = named_call_rules(r, NULL, NULL, &err);
+        body = named_call_rules(r, NULL, NULL, &failure, &err);
     } else {
-        body = mx_json_schema_to_gbnf_rule(r->json_schema, "answer", &err);
+        body = mx_json_schema_to_gbnf_rule(r->json_schema, "answer", &failure, &err);
     }
     if (!body || srv_json_alloc_failures() != json_failures) {
         // An allocation failing is the server's fault (500), never a missing alternative or schema.
-        bool oom = srv_json_alloc_failures() != json_failures || failure_status(err.msg) == 500;
+        bool oom = srv_json_alloc_failures() != json_failures || failure_status(failure) == 500;
         free(body);
         *status = oom ? 500 : 400;
         snprintf(msg, cap, "%s%s", tools ? "tools: " : "response_format: ", oom ? "out of memory building the grammar" : err.msg);

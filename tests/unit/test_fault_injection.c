@@ -141,17 +141,37 @@ static int op_generate(void) {
 
 // A generation constrained by a grammar: an allocation that fails in the matcher (its stacks, its
 // masks) ends the sequence with an error, never as if the grammar had ended it: the tokens of a run
-// that finishes without an error are those of the run without failures.
+// that finishes without an error are those of the run without failures. A schema's compilation, the
+// parse and the matcher's start that fail say they failed for memory (MX_GRAM_NO_MEMORY: the
+// server's 500, not the 400 of a wrong grammar).
 static mx_gram_vocab *g_vocab;
 static int32_t g_grammar_ref[16];
 static int g_grammar_ref_n = -1;  // -1 until the first run (no failure) records its tokens
+static json_t *g_schema;          // read before the sweep (a pattern: the compiler parses a probe grammar)
+
+static void expect_no_memory(const char *what, int failure, const mx_error *err) {
+    if (failure == MX_GRAM_NO_MEMORY) return;
+    fprintf(stderr, "%s failed under an injected allocation failure as kind %d, not out of memory: %s\n", what, failure,
+            err->msg);
+    abort();
+}
 
 static int op_grammar_generate(void) {
     mx_error err = {{0}};
+    int failure = 0;
+    char *schema_gbnf = mx_json_schema_to_gbnf(g_schema, &failure, &err);
+    if (!schema_gbnf) {
+        expect_no_memory("a schema's compilation", failure, &err);
+        return 1;
+    }
+    free(schema_gbnf);
     int32_t prompt[4] = {785, 4226, 374, 25};
-    mx_grammar *g = mx_grammar_parse("root ::= \"{\\\"a\\\": \" [0-9]{1,5} \", \\\"b\\\": \\\"\" [a-z ]{0,40} \"\\\"}\"\n", &err);
+    mx_grammar *g = mx_grammar_parse("root ::= \"{\\\"a\\\": \" [0-9]{1,5} \", \\\"b\\\": \\\"\" [a-z ]{0,40} \"\\\"}\"\n", &failure,
+                                     &err);
+    if (!g) expect_no_memory("a grammar's parse", failure, &err);
     mx_gram_index *ix = g ? mx_gram_index_create(g, g_vocab, &err) : NULL;
-    mx_matcher *mt = ix ? mx_matcher_create(ix, &err) : NULL;
+    mx_matcher *mt = ix ? mx_matcher_create(ix, &failure, &err) : NULL;
+    if (ix && !mt) expect_no_memory("a matcher's start", failure, &err);
     mx_gram_index_release(ix);
     mx_engine_opts eo = {.n_slots = 1, .max_ctx = 64, .prefill_chunk = 16, .threads = 1};
     mx_engine *eng = mt ? mx_engine_create(g_model, &eo, &err) : NULL;
@@ -638,7 +658,11 @@ int main(void) {
     int32_t eos = mx_tokenizer_token_id(g_tok, "<|im_end|>");
     g_vocab = mx_gram_vocab_create(g_tok, mx_tokenizer_vocab_size(g_tok), &eos, 1, &err);
     CHECK(g_vocab != NULL);
-    if (g_vocab) sweep("constrained generate", op_grammar_generate, 400, 1, false);
+    g_schema = json_loads("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"pattern\":\"^[a-z]{2,5}$\"}}}",
+                          0, NULL);
+    CHECK(g_schema != NULL);
+    if (g_vocab && g_schema) sweep("constrained generate", op_grammar_generate, 400, 1, false);
+    json_decref(g_schema);
 
     mx_server_opts so = {.port = 0, .parallel = 1, .ctx = 256, .max_queue = 4, .max_body = 65536,
                          .prefill_chunk = 64, .sampling = mx_sampling_defaults(), .model_id = "m"};

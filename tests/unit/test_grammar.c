@@ -3,7 +3,9 @@
 // the token sequences of valid texts and rejects invalid ones; every token of a mask is accepted by
 // the matcher and every other token refused (checked exhaustively on sampled states); random walks
 // that pick uniformly among the allowed tokens until the grammar completes produce text that
-// parses as JSON, for JSON-schema grammars; schema errors name the keyword and path.
+// parses as JSON, for JSON-schema grammars; schema errors name the keyword and path. A failed parse,
+// schema compilation or matcher start says what kind of failure it was: a wrong text or schema
+// (MX_GRAM_INVALID) or a bound (MX_GRAM_BOUND); test_fault_injection checks MX_GRAM_NO_MEMORY.
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,13 +25,18 @@ static uint32_t rng(void) {
     return (uint32_t)rng_state;
 }
 
-static void expect_parse_error(const char *text, const char *needle) {
+// A grammar that must fail to parse with a message holding needle, as a failure of kind `failure`
+// (MX_GRAM_INVALID: the text is wrong; MX_GRAM_BOUND: it needs more than a bound allows).
+static void expect_parse_failure(const char *text, int failure, const char *needle) {
     mx_error err = {{0}};
-    mx_grammar *g = mx_grammar_parse(text, &err);
+    int got = 0;
+    mx_grammar *g = mx_grammar_parse(text, &got, &err);
     CHECK_MSG(g == NULL, "grammar should fail: %s", text);
     CHECK_MSG(strstr(err.msg, needle) != NULL, "message '%s' lacks '%s'", err.msg, needle);
+    CHECK_MSG(got == failure, "'%s': failure %d, want %d", err.msg, got, failure);
     mx_grammar_free(g);
 }
+static void expect_parse_error(const char *text, const char *needle) { expect_parse_failure(text, MX_GRAM_INVALID, needle); }
 
 static void test_parse_errors(void) {
     expect_parse_error("root ::= \"a\" foo\n", "line 1, column 14: rule 'foo' is used but not defined");
@@ -47,10 +54,18 @@ static void test_parse_errors(void) {
     expect_parse_error("root ::= [abc", "line 1, column 10: unterminated character class");
     expect_parse_error("root ::= * \"a\"", "line 1, column 10: unexpected character '*'");
     mx_error err = {{0}};
+    int failure = 12345;  // written only when the call fails
     mx_grammar *g = mx_grammar_parse("# comment\nroot ::= item+ # trailing\n  | \"x\"\nitem ::= [a-z] \"=\" [0-9]{1,3} \";\"\n",
-                                     &err);
-    CHECK_MSG(g != NULL, "%s", err.msg);
+                                     &failure, &err);
+    CHECK_MSG(g != NULL && failure == 12345, "%s (failure %d)", err.msg, failure);
     mx_grammar_free(g);
+    // Bounds of the parser: the text may be right, but it asks for too much.
+    expect_parse_failure("root ::= \"a\"{1,2000000}", MX_GRAM_BOUND, "repetition count too large");
+    char deep[1024] = "root ::= ";
+    for (int i = 0; i < 210; i++) strcat(deep, "(");
+    strcat(deep, "\"a\"");
+    for (int i = 0; i < 210; i++) strcat(deep, ")");
+    expect_parse_failure(deep, MX_GRAM_BOUND, "parentheses nested too deeply");
 }
 
 typedef struct fixture {
@@ -61,7 +76,7 @@ typedef struct fixture {
 
 static mx_gram_index *index_for(fixture *fx, const char *gbnf) {
     mx_error err = {{0}};
-    mx_grammar *g = mx_grammar_parse(gbnf, &err);
+    mx_grammar *g = mx_grammar_parse(gbnf, NULL, &err);
     CHECK_MSG(g != NULL, "%s\n%s", err.msg, gbnf);
     if (!g) return NULL;
     mx_gram_index *ix = mx_gram_index_create(g, fx->v, &err);
@@ -75,7 +90,7 @@ static int feed_text(fixture *fx, mx_gram_index *ix, const char *text, bool *com
     int32_t *ids = NULL;
     size_t n = 0;
     if (mx_tokenizer_encode(fx->tok, text, strlen(text), &ids, &n, &err)) return -1;
-    mx_matcher *m = mx_matcher_create(ix, &err);
+    mx_matcher *m = mx_matcher_create(ix, NULL, &err);
     int rc = 0;
     uint32_t *mask = malloc(sizeof(uint32_t) * (size_t)mx_gram_vocab_mask_words(fx->v));
     for (size_t i = 0; i < n && rc == 0; i++) {
@@ -116,7 +131,7 @@ static void test_mask_exhaustive(fixture *fx, const char *gbnf, const char *pref
     int V = mx_gram_vocab_size(fx->v), W = mx_gram_vocab_mask_words(fx->v);
     uint32_t *mask = malloc(sizeof(uint32_t) * (size_t)W);
     for (size_t step = 0; step <= n; step++) {
-        mx_matcher *m = mx_matcher_create(ix, &err);
+        mx_matcher *m = mx_matcher_create(ix, NULL, &err);
         for (size_t i = 0; i < step; i++) CHECK(mx_matcher_accept(m, ids[i], &err) == 0);
         int count = mx_matcher_mask(m, mask, &err);
         int disagree = 0, allowed = 0;
@@ -124,7 +139,7 @@ static void test_mask_exhaustive(fixture *fx, const char *gbnf, const char *pref
             bool in = (mask[t >> 5] >> (t & 31)) & 1;
             allowed += in;
             if (t == fx->eos) continue;
-            mx_matcher *probe = mx_matcher_create(ix, &err);
+            mx_matcher *probe = mx_matcher_create(ix, NULL, &err);
             for (size_t i = 0; i < step; i++) mx_matcher_accept(probe, ids[i], &err);
             bool ok = mx_matcher_accept(probe, t, &err) == 0;
             mx_matcher_free(probe);
@@ -147,7 +162,7 @@ static char *random_walk(fixture *fx, mx_gram_index *ix, int max_steps, bool pre
     uint32_t *mask = malloc(sizeof(uint32_t) * (size_t)W);
     int32_t *out = malloc(sizeof(int32_t) * (size_t)max_steps);
     int32_t *cand = malloc(sizeof(int32_t) * (size_t)V);
-    mx_matcher *m = mx_matcher_create(ix, &err);
+    mx_matcher *m = mx_matcher_create(ix, NULL, &err);
     int n = 0;
     *ended = false;
     bool dead = false;
@@ -205,7 +220,7 @@ static void test_schema_walks(fixture *fx) {
         json_error_t je;
         json_t *schema = json_loads(schemas[s], 0, &je);
         mx_error err = {{0}};
-        char *gbnf = mx_json_schema_to_gbnf(schema, &err);
+        char *gbnf = mx_json_schema_to_gbnf(schema, NULL, &err);
         CHECK_MSG(gbnf != NULL, "schema %d: %s", s, err.msg);
         json_decref(schema);
         if (!gbnf) continue;
@@ -263,7 +278,7 @@ static void test_mutations(void) {
             }
         }
         mx_error err = {{0}};
-        mx_grammar *g = mx_grammar_parse(buf, &err);
+        mx_grammar *g = mx_grammar_parse(buf, NULL, &err);
         if (g) {
             parsed++;
         } else {
@@ -288,9 +303,9 @@ static void test_mutations(void) {
         json_t *j = json_loads(buf, 0, NULL);
         if (!j) continue;
         mx_error err = {{0}};
-        char *text = mx_json_schema_to_gbnf(j, &err);
+        char *text = mx_json_schema_to_gbnf(j, NULL, &err);
         if (text) {
-            mx_grammar *g = mx_grammar_parse(text, &err);
+            mx_grammar *g = mx_grammar_parse(text, NULL, &err);
             CHECK_MSG(g != NULL, "schema %s compiled to a grammar that does not parse: %s", buf, err.msg);
             mx_grammar_free(g);
         } else {
@@ -301,15 +316,21 @@ static void test_mutations(void) {
     }
 }
 
-static void expect_schema_error(const char *schema_text, const char *needle) {
+// A schema that must fail to compile with a message holding needle, as a failure of kind `failure`.
+static void expect_schema_failure(const char *schema_text, int failure, const char *needle) {
     json_error_t je;
     json_t *schema = json_loads(schema_text, 0, &je);
     mx_error err = {{0}};
-    char *g = mx_json_schema_to_gbnf(schema, &err);
+    int got = 0;
+    char *g = mx_json_schema_to_gbnf(schema, &got, &err);
     CHECK_MSG(g == NULL, "schema should fail: %s", schema_text);
     CHECK_MSG(strstr(err.msg, needle) != NULL, "message '%s' lacks '%s'", err.msg, needle);
+    CHECK_MSG(got == failure, "'%s': failure %d, want %d", err.msg, got, failure);
     free(g);
     json_decref(schema);
+}
+static void expect_schema_error(const char *schema_text, const char *needle) {
+    expect_schema_failure(schema_text, MX_GRAM_INVALID, needle);
 }
 
 static void test_schema_errors(void) {
@@ -331,9 +352,10 @@ static void test_schema_errors(void) {
     json_t *const schemas[] = {ok, cyclic};
     const char *const rules[] = {"args0", "args1"};
     mx_error err = {{0}};
-    char *text = mx_json_schemas_to_gbnf_rules(schemas, rules, 2, &err);
-    CHECK_MSG(text == NULL && strstr(err.msg, "leads back to itself") != NULL, "schemas with a $ref cycle: '%s'",
-              text ? text : err.msg);
+    int failure = 0;
+    char *text = mx_json_schemas_to_gbnf_rules(schemas, rules, 2, &failure, &err);
+    CHECK_MSG(text == NULL && strstr(err.msg, "leads back to itself") != NULL && failure == MX_GRAM_INVALID,
+              "schemas with a $ref cycle: '%s' (failure %d)", text ? text : err.msg, failure);
     free(text);
     json_decref(ok);
     json_decref(cyclic);
@@ -341,6 +363,13 @@ static void test_schema_errors(void) {
     expect_schema_error("{\"type\":\"string\",\"pattern\":\"^[ab\\\\\"}", "pattern: unterminated '['");
     expect_schema_error("{\"type\":\"string\",\"pattern\":\"ab\\\\\"}", "trailing");
     expect_schema_error("{\"type\":\"string\",\"pattern\":\"^[c-a]$\"}", "pattern '^[c-a]$' is not supported: grammar line 1");
+    // A pattern whose translation passes a bound of the GBNF parser fails as that bound.
+    expect_schema_failure("{\"type\":\"string\",\"pattern\":\"^a{1,2000000}$\"}", MX_GRAM_BOUND, "repetition count too large");
+    char deep[4096] = "";  // 70 arrays of 28 bytes each around a null
+    for (int i = 0; i < 70; i++) strcat(deep, "{\"type\":\"array\",\"items\":");
+    strcat(deep, "{\"type\":\"null\"}");
+    for (int i = 0; i < 70; i++) strcat(deep, "}");
+    expect_schema_failure(deep, MX_GRAM_BOUND, "schema nested too deeply");
 }
 
 // Grammars as long as a request body allows: a chain of 200000 rules (each checks used to recurse
@@ -376,7 +405,7 @@ static void test_long_grammars(fixture *fx) {
         double t0 = mx_now();
         mx_gram_index *ix = index_for(fx, text);
         mx_error err = {{0}};
-        mx_matcher *m = ix ? mx_matcher_create(ix, &err) : NULL;
+        mx_matcher *m = ix ? mx_matcher_create(ix, NULL, &err) : NULL;
         double dt = mx_now() - t0;
         CHECK_MSG(m != NULL, "long grammar %d: %s", kind, err.msg);
         CHECK_MSG(dt < 20.0, "long grammar %d took %.1f s", kind, dt);
@@ -399,7 +428,7 @@ static void test_long_grammars(fixture *fx) {
         json_t *schema = json_pack("{s:s, s:o, s:o}", "type", "object", "properties", props, "required", req);
         mx_error err = {{0}};
         double t0 = mx_now();
-        char *g = mx_json_schema_to_gbnf(schema, &err);
+        char *g = mx_json_schema_to_gbnf(schema, NULL, &err);
         double dt = mx_now() - t0;
         CHECK_MSG(g != NULL, "%s", err.msg);
         CHECK_MSG(dt < 20.0, "a schema of %d properties took %.1f s", n, dt);
@@ -416,7 +445,7 @@ static void test_long_grammars(fixture *fx) {
         snprintf(g + len, cap - len, " \"x\"\n");
         mx_gram_index *ix = index_for(fx, g);
         mx_error err = {{0}};
-        mx_matcher *m = ix ? mx_matcher_create(ix, &err) : NULL;
+        mx_matcher *m = ix ? mx_matcher_create(ix, NULL, &err) : NULL;
         CHECK_MSG(m != NULL, "%s", err.msg);
         if (m) {
             uint32_t *mask = malloc(sizeof(uint32_t) * (size_t)mx_gram_vocab_mask_words(fx->v));
@@ -449,7 +478,7 @@ static void test_bounds_mid_sequence(fixture *fx) {
     mx_error err = {{0}};
     uint32_t *mask = malloc(sizeof(uint32_t) * (size_t)mx_gram_vocab_mask_words(fx->v));
     mx_gram_index_set_limits(ix, MX_GRAM_MAX_WORK, 40);
-    mx_matcher *m = mx_matcher_create(ix, &err);
+    mx_matcher *m = mx_matcher_create(ix, NULL, &err);
     CHECK_MSG(m != NULL, "%s", err.msg);
     int32_t open = mx_tokenizer_token_id(fx->tok, "(");
     int rc = 0, steps = 0;
@@ -464,7 +493,7 @@ static void test_bounds_mid_sequence(fixture *fx) {
     mx_gram_index_release(ix);
 
     ix = index_for(fx, "root ::= [a-z]{0,3} [0-9]* [a-z]* [0-9]* [a-z]* \"x\"\n");
-    m = ix ? mx_matcher_create(ix, &err) : NULL;
+    m = ix ? mx_matcher_create(ix, NULL, &err) : NULL;
     if (m) {
         CHECK(mx_matcher_mask(m, mask, &err) > 0);
         mx_gram_index_set_limits(ix, 10, MX_GRAM_MAX_FRAMES);
@@ -477,6 +506,18 @@ static void test_bounds_mid_sequence(fixture *fx) {
     }
     mx_matcher_free(m);
     mx_gram_index_release(ix);
+
+    // A frame limit the start state already passes: the matcher cannot be made, as a bound.
+    ix = index_for(fx, "root ::= \"(\" root \")\" | \"x\"\n");
+    if (ix) {
+        int failure = 0;
+        mx_gram_index_set_limits(ix, MX_GRAM_MAX_WORK, 1);
+        m = mx_matcher_create(ix, &failure, &err);
+        CHECK_MSG(m == NULL && failure == MX_GRAM_BOUND && strstr(err.msg, "parser stacks passed their limit (1 frames"),
+                  "a matcher past 1 frame: failure %d '%s'", failure, err.msg);
+        mx_matcher_free(m);
+        mx_gram_index_release(ix);
+    }
     free(mask);
 }
 

@@ -49,7 +49,7 @@ static bool accepts(const mx_tokenizer *tok, mx_gram_index *ix, const char *text
     int32_t *ids = NULL;
     size_t n = 0;
     if (mx_tokenizer_encode(tok, text, strlen(text), &ids, &n, &err)) return false;
-    mx_matcher *m = mx_matcher_create(ix, &err);
+    mx_matcher *m = mx_matcher_create(ix, NULL, &err);
     int rc = m ? 0 : -1;
     for (size_t i = 0; i < n && rc == 0; i++) rc = mx_matcher_accept(m, ids[i], &err);
     bool ok = rc == 0 && mx_matcher_complete(m);
@@ -114,7 +114,7 @@ static void test_grammars(const mx_tokenizer *tok) {
         unsigned status = 0;
         char *gbnf = srv_grammar_text(&r, SRV_CALLS_HARMONY, false, &status, msg, sizeof msg);
         CHECK_MSG(gbnf != NULL, "case %zu: %s", k, msg);
-        mx_grammar *g = gbnf ? mx_grammar_parse(gbnf, &err) : NULL;
+        mx_grammar *g = gbnf ? mx_grammar_parse(gbnf, NULL, &err) : NULL;
         CHECK_MSG(g != NULL, "case %zu: %s\n%s", k, err.msg, gbnf ? gbnf : "");
         mx_gram_index *ix = g && with ? mx_gram_index_create(g, with, &err) : NULL;
         if (ix) {
@@ -123,7 +123,7 @@ static void test_grammars(const mx_tokenizer *tok) {
             mx_gram_index_release(ix);
         }
         // Without the markers as text the model could never write a harmony message.
-        mx_grammar *g2 = gbnf ? mx_grammar_parse(gbnf, &err) : NULL;
+        mx_grammar *g2 = gbnf ? mx_grammar_parse(gbnf, NULL, &err) : NULL;
         mx_gram_index *ix2 = g2 && plain ? mx_gram_index_create(g2, plain, &err) : NULL;
         if (ix2) {
             if (c->accept) CHECK_MSG(!accepts(tok, ix2, c->text), "case %zu: accepted without the markers", k);

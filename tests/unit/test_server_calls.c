@@ -126,7 +126,7 @@ static bool grammar_accepts(fixture *fx, mx_gram_index *ix, const char *text) {
     int32_t *ids = NULL;
     size_t n = 0;
     if (mx_tokenizer_encode(fx->tok, text, strlen(text), &ids, &n, &err)) return false;
-    mx_matcher *m = mx_matcher_create(ix, &err);
+    mx_matcher *m = mx_matcher_create(ix, NULL, &err);
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) rc = mx_matcher_accept(m, ids[i], &err);
     bool ok = rc == 0 && mx_matcher_complete(m);
@@ -185,7 +185,7 @@ static void test_forced_grammars(fixture *fx) {
         char *gbnf = srv_grammar_text(&r, c->format, false, &status, msg, sizeof msg);
         CHECK_MSG(gbnf != NULL, "case %zu: %s", k, msg);
         mx_error err = {{0}};
-        mx_grammar *g = gbnf ? mx_grammar_parse(gbnf, &err) : NULL;
+        mx_grammar *g = gbnf ? mx_grammar_parse(gbnf, NULL, &err) : NULL;
         CHECK_MSG(g != NULL, "case %zu: %s\n%s", k, err.msg, gbnf ? gbnf : "");
         mx_gram_index *ix = g ? mx_gram_index_create(g, fx->v, &err) : NULL;
         if (ix) {
