@@ -221,7 +221,8 @@ enum MHD_Result srv_route_generate(mx_server *s, struct MHD_Connection *c, srv_k
     }
     unsigned long json_failures = srv_json_alloc_failures();
     if (!resp) resp = srv_completion_json(s->tok, jobs, n_jobs, &info);
-    if (srv_json_alloc_failures() != json_failures) {  // a key or element left out: the 500 fallback instead
+    // A key or element left out, or a choice that could not be built: the 500 fallback instead.
+    if (!resp || srv_json_alloc_failures() != json_failures) {
         json_decref(resp);
         resp = NULL;
         status = 500;

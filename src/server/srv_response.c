@@ -32,22 +32,28 @@ json_t *srv_tool_calls_json(const srv_job *j, const srv_gen_info *info, int choi
     return arr;
 }
 
-// {token, logprob, bytes} of one token.
+// {token, logprob, bytes} of one token; NULL when its text cannot be decoded (out of memory: an
+// empty text would pass for the token's).
 static json_t *token_entry(const mx_tokenizer *tok, int32_t id, double lp) {
     char *txt = mx_tokenizer_decode(tok, &id, 1, false);
+    if (!txt) return NULL;
     json_t *bytes = json_array();
-    for (const unsigned char *p = (const unsigned char *)(txt ? txt : ""); *p; p++)
-        json_array_append_new(bytes, json_integer(*p));
-    json_t *e = json_pack("{s:s, s:f, s:o}", "token", txt ? txt : "", "logprob", lp, "bytes", bytes);
+    for (const unsigned char *p = (const unsigned char *)txt; *p; p++) json_array_append_new(bytes, json_integer(*p));
+    json_t *e = json_pack("{s:s, s:f, s:o}", "token", txt, "logprob", lp, "bytes", bytes);
     free(txt);
     return e;
 }
 
-// The chat form of one token: {token, logprob, bytes, top_logprobs: [...]}.
+// The chat form of one token: {token, logprob, bytes, top_logprobs: [...]}; NULL as token_entry.
 static json_t *logprob_item(const mx_tokenizer *tok, const mx_sample_out *o) {
     json_t *e = token_entry(tok, o->id, o->logprob);
     json_t *tops = json_array();
-    for (int i = 0; i < o->n_top; i++) json_array_append_new(tops, token_entry(tok, o->top_id[i], o->top_logprob[i]));
+    for (int i = 0; i < o->n_top && e; i++) {
+        json_t *top = token_entry(tok, o->top_id[i], o->top_logprob[i]);
+        if (!top) json_decref(e), e = NULL;
+        json_array_append_new(tops, top);
+    }
+    if (!e) return json_decref(tops), NULL;
     json_object_set_new(e, "top_logprobs", tops);
     return e;
 }
@@ -55,18 +61,25 @@ static json_t *logprob_item(const mx_tokenizer *tok, const mx_sample_out *o) {
 json_t *srv_logprobs_json(const mx_tokenizer *tok, const mx_sample_out *lp, size_t n, srv_kind kind, size_t *text_offset) {
     if (kind == SRV_KIND_CHAT) {
         json_t *content = json_array();
-        for (size_t i = 0; i < n; i++) json_array_append_new(content, logprob_item(tok, &lp[i]));
+        for (size_t i = 0; i < n; i++) {
+            json_t *item = logprob_item(tok, &lp[i]);
+            if (!item) return json_decref(content), NULL;
+            json_array_append_new(content, item);
+        }
         return json_pack("{s:o}", "content", content);
     }
     json_t *tokens = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
-    for (size_t i = 0; i < n; i++) {
+    bool decoded = true;
+    for (size_t i = 0; i < n && decoded; i++) {
         const mx_sample_out *o = &lp[i];
         char *t = mx_tokenizer_decode(tok, &o->id, 1, false);
+        decoded = t != NULL;
         json_array_append_new(tokens, json_string(t ? t : ""));
         json_array_append_new(lps, json_real(o->logprob));
         json_t *m = json_object();
-        for (int k = 0; k < o->n_top; k++) {
+        for (int k = 0; k < o->n_top && decoded; k++) {
             char *at = mx_tokenizer_decode(tok, &o->top_id[k], 1, false);
+            decoded = at != NULL;
             json_object_set_new(m, at ? at : "", json_real(o->top_logprob[k]));
             free(at);
         }
@@ -75,11 +88,16 @@ json_t *srv_logprobs_json(const mx_tokenizer *tok, const mx_sample_out *lp, size
         *text_offset += t ? strlen(t) : 0;
         free(t);
     }
+    if (!decoded) {
+        json_decref(tokens), json_decref(lps), json_decref(tops), json_decref(offs);
+        return NULL;
+    }
     return json_pack("{s:o, s:o, s:o, s:o}", "tokens", tokens, "token_logprobs", lps, "top_logprobs", tops,
                      "text_offset", offs);
 }
 
-// The logprobs of a whole answer; JSON null when the request asked for none.
+// The logprobs of a whole answer; JSON null when the request asked for none, NULL when a token's
+// text cannot be decoded (srv_logprobs_json).
 static json_t *job_logprobs_json(const mx_tokenizer *tok, const srv_job *j, srv_kind kind) {
     size_t off = 0;
     return j->n_logprobs >= 0 ? srv_logprobs_json(tok, j->lp, j->n_lp, kind, &off) : json_null();
@@ -108,7 +126,9 @@ json_t *srv_completion_json(const mx_tokenizer *tok, srv_job **jobs, int n, cons
     json_t *choices = json_array();
     int generated = 0;
     for (int i = 0; i < n; i++) {
-        json_array_append_new(choices, srv_choice_json(tok, jobs[i], info, i));
+        json_t *choice = srv_choice_json(tok, jobs[i], info, i);
+        if (!choice) return json_decref(choices), NULL;  // never an answer with a choice left out
+        json_array_append_new(choices, choice);
         generated += jobs[i]->n_generated;
     }
     return json_pack("{s:s, s:s, s:I, s:s, s:o, s:o}", "id", info->id, "object",

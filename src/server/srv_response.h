@@ -35,12 +35,16 @@ json_t *srv_tool_call_json(const srv_gen_info *info, int choice, int i, const ch
 // The tool calls from index `from` of choice `choice` of a job.
 json_t *srv_tool_calls_json(const srv_job *j, const srv_gen_info *info, int choice, int from, bool with_index);
 // Logprobs of n generated tokens in the chat or completion form. text_offset: the completion form's
-// offset of the first token's text in the generated text, advanced past the n tokens' texts.
+// offset of the first token's text in the generated text, advanced past the n tokens' texts. NULL
+// when a token's text cannot be decoded (out of memory): the request then fails, as it does when
+// jansson fails an allocation.
 json_t *srv_logprobs_json(const mx_tokenizer *tok, const mx_sample_out *lp, size_t n, srv_kind kind, size_t *text_offset);
-// Choice `index` of a finished job: message (chat) or text, logprobs, finish_reason.
+// Choice `index` of a finished job: message (chat) or text, logprobs, finish_reason; NULL when its
+// logprobs cannot be built (srv_logprobs_json).
 json_t *srv_choice_json(const mx_tokenizer *tok, const srv_job *j, const srv_gen_info *info, int index);
 // The whole answer of n finished jobs, choice i from jobs[i], with usage. Takes no lock: the caller
-// has seen each job done under its lock, and nothing changes a job after that.
+// has seen each job done under its lock, and nothing changes a job after that. NULL when a choice
+// cannot be built.
 json_t *srv_completion_json(const mx_tokenizer *tok, srv_job **jobs, int n, const srv_gen_info *info);
 
 // A streamed chunk carrying one choice (or none: choice NULL, e.g. the usage chunk).

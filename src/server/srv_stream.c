@@ -190,7 +190,9 @@ static bool take_new(sse *st, int i) {
     ch->sent_reasoning += sn->reasoning.n;
     size_t lp_left = sn->n_lp;  // copied logprobs not sent yet
     if (sn->content.n) {
-        json_t *lp = logprobs ? srv_logprobs_json(st->s->tok, sn->lp, lp_left, st->info.kind, &ch->lp_offset) : NULL;
+        json_t *lp = NULL;
+        if (logprobs && !(lp = srv_logprobs_json(st->s->tok, sn->lp, lp_left, st->info.kind, &ch->lp_offset)))
+            return fail_oom(st), true;  // a token's text could not be decoded
         json_t *piece = json_stringn(srv_buf_str(&sn->content), sn->content.n);
         sse_event(st, chunk(st, choice(st, i, chat ? json_pack("{s:o}", "content", piece) : piece, lp, NULL)));
         ch->sent_content += sn->content.n;
@@ -211,7 +213,9 @@ static bool take_new(sse *st, int i) {
     }
     ch->sent_tools = sn->n_tools;
     if (sn->done) {
-        json_t *lp = logprobs && lp_left ? srv_logprobs_json(st->s->tok, sn->lp, lp_left, st->info.kind, &ch->lp_offset) : NULL;
+        json_t *lp = NULL;
+        if (logprobs && lp_left && !(lp = srv_logprobs_json(st->s->tok, sn->lp, lp_left, st->info.kind, &ch->lp_offset)))
+            return fail_oom(st), true;
         sse_event(st, chunk(st, choice(st, i, chat ? json_object() : json_string(""), lp, sn->finish)));
         ch->sent_lp += lp_left;
         ch->finished = true;

@@ -4,7 +4,8 @@
 // tests/cmake/fault_injection.cmake), and the wrapper fails the Nth one. For each N, in a child
 // process, model load, a generation (the engine: context, forward, token choice), one server request, an
 // embeddings request in base64 and in floats (a 200 answer must hold the whole embedding), a streamed
-// completion, a forced tool call and a streamed one (each answer whole, event by event, and equal to
+// completion, a forced tool call and a streamed one, a completion with logprobs and a streamed chat
+// with them (each answer whole, event by event, and equal to
 // the answer without failures, or an error: a stream may end with an error event and [DONE]) and a
 // DeepSeek-V3 load and forward (latent attention) must end
 // in success or a clean error: a message (load, generate) or an HTTP answer, never a crash, and
@@ -323,6 +324,32 @@ static void add_calls(char *sum, size_t cap, json_t *calls) {
     }
 }
 
+// The texts of a choice's logprobs (chat or completion form) appended to sum, each token's after a
+// \x01 and each alternative's after a \x02: a text left out or emptied makes the answer unlike the
+// one without failures.
+static void add_logprobs(char *sum, size_t cap, json_t *lp) {
+    size_t i, k;
+    json_t *e, *top, *v;
+    const char *key;
+    json_array_foreach(json_object_get(lp, "content"), i, e) {  // chat
+        k = strlen(sum);
+        snprintf(sum + k, cap - k, "\x01%s", json_string_value(json_object_get(e, "token")));
+        json_array_foreach(json_object_get(e, "top_logprobs"), k, top) {
+            size_t at = strlen(sum);
+            snprintf(sum + at, cap - at, "\x02%s", json_string_value(json_object_get(top, "token")));
+        }
+    }
+    json_t *tops = json_object_get(lp, "top_logprobs");
+    json_array_foreach(json_object_get(lp, "tokens"), i, e) {  // completion
+        k = strlen(sum);
+        snprintf(sum + k, cap - k, "\x01%s", json_string_value(e));
+        json_object_foreach(json_array_get(tops, i), key, v) {
+            size_t at = strlen(sum);
+            snprintf(sum + at, cap - at, "\x02%s", key);
+        }
+    }
+}
+
 // The summary of a whole (non-streamed) answer; false when it lacks a part.
 static bool sum_answer(json_t *j, char *sum, size_t cap) {
     json_t *ch = json_array_get(json_object_get(j, "choices"), 0);
@@ -334,6 +361,7 @@ static bool sum_answer(json_t *j, char *sum, size_t cap) {
     add_calls(sum, cap, json_object_get(msg, "tool_calls"));
     size_t k = strlen(sum);
     snprintf(sum + k, cap - k, "|%s", json_string_value(fin));
+    add_logprobs(sum, cap, json_object_get(ch, "logprobs"));
     return true;
 }
 
@@ -362,8 +390,8 @@ static char *dechunk(char *p, bool *ended) {
 // The summary of a streamed answer (its events in body); 1 for an error event ending it, -1 when
 // the stream is not whole (why in `bad`).
 static int sum_stream(char *body, char *sum, size_t cap, const char **bad) {
-    static char content[4096], calls[1024], fin[32];
-    content[0] = calls[0] = fin[0] = 0;
+    static char content[4096], calls[1024], fin[32], lps[1024];
+    content[0] = calls[0] = fin[0] = lps[0] = 0;
     bool done = false, error = false;
     for (char *ev = body; *ev;) {
         char *end = strstr(ev, "\n\n");
@@ -400,6 +428,7 @@ static int sum_stream(char *body, char *sum, size_t cap, const char **bad) {
             }
             if (json_is_string(text)) strncat(content, json_string_value(text), sizeof content - strlen(content) - 1);
             add_calls(calls, sizeof calls, json_object_get(delta, "tool_calls"));
+            add_logprobs(lps, sizeof lps, json_object_get(ch, "logprobs"));
             if (json_is_string(json_object_get(ch, "finish_reason")))
                 snprintf(fin, sizeof fin, "%s", json_string_value(json_object_get(ch, "finish_reason")));
             json_decref(j);
@@ -409,7 +438,7 @@ static int sum_stream(char *body, char *sum, size_t cap, const char **bad) {
     if (!done) return *bad = "no [DONE]", -1;
     if (error) return 1;
     if (!fin[0]) return *bad = "no finish_reason", -1;
-    snprintf(sum, cap, "%s|%s|%s", content, calls, fin);
+    snprintf(sum, cap, "%s|%s|%s%s", content, calls, fin, lps);
     return 0;
 }
 
@@ -696,15 +725,31 @@ int main(void) {
         static whole_op tools = {"/v1/chat/completions", "{" TOOLS "}", false, ""};
         static whole_op tools_streamed = {"/v1/chat/completions", "{" TOOLS ",\"stream\":true}", true, ""};
 #undef TOOLS
-        whole_op *ops[] = {&streamed, &tools, &tools_streamed};
-        const char *names[] = {"streamed completion", "tool-call request", "streamed tool-call request"};
-        for (int i = 0; i < 3; i++) {
+        // Logprobs: each token's text and its alternatives' are decoded while the answer is built.
+        static whole_op logprobs = {"/v1/completions",
+                                    "{\"prompt\":\"Hello\",\"max_tokens\":3,\"temperature\":0,\"logprobs\":2}",
+                                    false, ""};
+        static whole_op chat_logprobs_streamed = {
+            "/v1/chat/completions",
+            "{\"messages\":[{\"role\":\"user\",\"content\":\"Hello\"}],\"max_tokens\":3,\"temperature\":0,"
+            "\"logprobs\":true,\"top_logprobs\":2,\"stream\":true}",
+            true, ""};
+        whole_op *ops[] = {&streamed, &tools, &tools_streamed, &logprobs, &chat_logprobs_streamed};
+        const char *names[] = {"streamed completion", "tool-call request", "streamed tool-call request",
+                               "completion with logprobs", "streamed chat with logprobs"};
+        for (int i = 0; i < 5; i++) {
             g_whole = ops[i];
             sweep(names[i], op_whole, WHOLE_DENSE, WHOLE_STEP, true);
             printf("%s: the answer without failures: %s\n", names[i], ops[i]->ref);
         }
         CHECK_MSG(strstr(tools.ref, "[get_weather]({\"city\":\"") && strcmp(tools.ref, tools_streamed.ref) == 0,
                   "tool calls: %s and %s", tools.ref, tools_streamed.ref);
+        // Three tokens, each with its two alternatives, in both answers without failures.
+        for (int i = 3; i < 5; i++) {
+            int texts = 0, alternatives = 0;
+            for (const char *p = ops[i]->ref; *p; p++) texts += *p == '\x01', alternatives += *p == '\x02';
+            CHECK_MSG(texts == 3 && alternatives == 6, "%s: %s", names[i], ops[i]->ref);
+        }
         CHECK_MSG(g_whole_bad == 0, "%d answers neither whole nor an error", g_whole_bad);
         device_fault();
         mx_server_stop(srv);
