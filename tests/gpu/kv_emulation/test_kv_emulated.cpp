@@ -17,6 +17,7 @@
 // kernel (vendor/cuda/attn_mma.cu), at its own bound (mma_vs_cpu).
 // Built and run by run.sh; exits 1 on any failure.
 #include "emu.h"
+#include "emu_random.h"
 #include <cstdio>
 #include <cstdlib>
 extern "C" {
@@ -26,9 +27,7 @@ extern "C" {
 #include "backends/gpu/kernels_fused.h"
 
 static mx_error err;
-static uint64_t rs = 0x9e3779b97f4a7c15ull;
-static float rnd(float lo, float hi) { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return lo + (hi - lo) * (float)((rs >> 40) * (1.0 / 16777216.0)); }
-static void fill(float *x, size_t n, float lo, float hi) { for (size_t i = 0; i < n; i++) x[i] = rnd(lo, hi); }
+static void fill(float *x, size_t n, float lo, float hi) { for (size_t i = 0; i < n; i++) x[i] = emu_uniform(lo, hi); }
 static double rel(const float *a, const float *b, size_t n) {
     double d = 0, r = 0;
     for (size_t i = 0; i < n; i++) { double e = (double)a[i] - b[i]; if (std::isnan(a[i])) return INFINITY; d += e * e; r += (double)b[i] * b[i]; }
@@ -142,7 +141,7 @@ static void attn_case(mx_backend *cpu, mxg_launch *L, int D, int nkv, int nh, in
         int n = c.n;
         std::vector<int32_t> sl(n), ps(n);
         for (int i = 0; i < n; i++) {
-            if (c.mixed) { sl[i] = (int)(rnd(0, 3)); if (sl[i] > 2) sl[i] = 2; ps[i] = (int)rnd(0, filled[sl[i]]); if (ps[i] >= filled[sl[i]]) ps[i] = filled[sl[i]] - 1; }
+            if (c.mixed) { sl[i] = (int)(emu_uniform(0, 3)); if (sl[i] > 2) sl[i] = 2; ps[i] = (int)emu_uniform(0, filled[sl[i]]); if (ps[i] >= filled[sl[i]]) ps[i] = filled[sl[i]] - 1; }
             else sl[i] = c.slot0, ps[i] = c.pos0 + i;
         }
         mx_kv_ref rg = {gkv, lay, 1, sl.data(), ps.data(), paged ? table : NULL};
@@ -219,7 +218,7 @@ static void batch_case(mx_backend *cpu, mxg_launch *L, int D, int nkv, int nh, i
     void *ckv = cpu->ops->alloc(cpu, bytes, &err);
     std::vector<int> filled(S);
     int total = 0;
-    for (int s = 0; s < S; s++) filled[s] = s == S - 1 ? 7 : 1 + (int)rnd(0, 119.99f), total += filled[s];
+    for (int s = 0; s < S; s++) filled[s] = s == S - 1 ? 7 : 1 + (int)emu_uniform(0, 119.99f), total += filled[s];
     const int per = nkv * D;
     std::vector<float> k((size_t)total * per), v((size_t)total * per);
     fill(k.data(), k.size(), -1, 1), fill(v.data(), v.size(), -1, 1);

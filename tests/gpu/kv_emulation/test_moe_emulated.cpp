@@ -18,6 +18,7 @@
 // launchers must decline (dense experts, 9 experts per token, staging over 48 KB, the switch off).
 // Built and run by run.sh; exits 1 on any failure.
 #include "emu.h"
+#include "emu_random.h"
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -55,12 +56,6 @@ static void route_case(mx_backend *cpu, const mxg_launch *L, const char *name, c
     printf("moe_route %s: %d experts, k %d, norm %d, warp %d: %s\n", name, n_experts, k, norm, L->warp,
            bad ? "FAIL" : "ok");
     fails += bad != 0;
-}
-
-static uint64_t rs = 0x2545f4914f6cdd1dull;
-static float rnd(float lo, float hi) {
-    rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
-    return lo + (hi - lo) * (float)((rs >> 40) * (1.0 / 16777216.0));
 }
 
 static double rel(const std::vector<float> &a, const std::vector<float> &b) {
@@ -189,6 +184,7 @@ static void fused_declines() {
 }
 
 int main() {
+    emu_seed(0x2545f4914f6cdd1dull);
     setvbuf(stdout, NULL, _IOLBF, 0);
     mx_error err = {{0}};
     mx_backend_options o = {"cpu", 1, 0};
@@ -202,14 +198,14 @@ int main() {
         for (int norm = 0; norm <= 1; norm++) {
             const int n = 5, E = norm ? 128 : 60, k = norm ? 8 : 4;
             std::vector<float> l(n * E);
-            for (auto &x : l) x = rnd(-4, 4);
+            for (auto &x : l) x = emu_uniform(-4, 4);
             l[E + 3] = l[E + 40] = l[E + 41] = 9.0f;  // ties: the first index wins
             route_case(cpu, &L, "random", l, n, E, k, norm);
             // Each row a way to be NaN or infinite: NaN first, NaN inside, all NaN, one +inf, two +inf,
             // +inf and -inf, all -inf, -inf everywhere but 2 experts (fewer than k finite), one -inf.
             const int rows = 9;
             std::vector<float> b(rows * E);
-            for (auto &x : b) x = rnd(-4, 4);
+            for (auto &x : b) x = emu_uniform(-4, 4);
             b[0 * E + 0] = nan;
             b[1 * E + E / 2] = nan;
             for (int e = 0; e < E; e++) b[2 * E + e] = nan;

@@ -17,7 +17,7 @@
 // pairs). Also checks that the launcher declines (and writes nothing) what it has no kernel for.
 // Built and run by run.sh; argument "quick": fewer cases. Exits 1 on any failure.
 #include "emu_pipe.h"
-#include "emu_scales.h"
+#include "emu_affine.h"
 #include <cstdio>
 #include <cstdlib>
 extern "C" {
@@ -27,11 +27,6 @@ extern "C" {
 
 int mxg_matmul_pipe(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n);
 
-static uint64_t rs = 0x2545f4914f6cdd1dull;
-static uint64_t next() { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return rs; }
-static float unit() { return (float)((next() >> 40) * (1.0 / 16777216.0)); }
-static int below(int n) { return (int)(next() % (uint64_t)n); }
-
 static int fails = 0, cases = 0, tile_cases[3];  // launches per block tile: 128 x 128, 64 x 128, 64 x 64
 static double worst_exact = 0.0, worst_tc = 0.0;
 #define FAIL(...) do { printf("FAIL: " __VA_ARGS__); printf("\n"); fails++; } while (0)
@@ -40,26 +35,16 @@ static double bf16_of(double v) { return emu_bf16_val(emu_bf16_rn(v), 0); }
 
 static void run_case(int gs, mx_dtype st, int rows, int cols, int n, bool with_bias, int sms, size_t scratch_tokens) {
     cases++;
-    mx_matrix w{};
-    w.q.mode = MX_QUANT_AFFINE, w.q.bits = 4, w.q.group_size = gs;
-    w.dtype = MX_DTYPE_U32, w.scale_dtype = st, w.n_experts = 1, w.rows = rows, w.cols = cols;
+    emu_affine m;
+    emu_affine_random(&m, 4, gs, st, rows, cols);
+    const mx_matrix &w = m.w;
+    const std::vector<uint8_t> &data = m.data, &sc = m.sc, &bi = m.bi;
     const int64_t rb = mx_matrix_row_bytes(&w), groups = cols / gs;
-    std::vector<uint8_t> data((size_t)(rb * rows) + 16), sc((size_t)(rows * groups) * 4 + 16), bi(sc.size());
-    for (auto &b : data) b = (uint8_t)next();
-    for (int64_t i = 0; i < rows * groups; i++) {
-        const float s = (0.002f + 0.02f * unit()) * (unit() < 0.1f ? 30.0f : 1.0f);
-        put_scale(sc, st, (size_t)i, s);
-        put_scale(bi, st, (size_t)i, -s * 8.0f * (0.5f + unit()));
-    }
-    w.data = data.data(), w.scales = sc.data(), w.biases = bi.data();
-    std::vector<float> x((size_t)n * cols + 4), bias(rows), out((size_t)n * rows, -7.0f);
-    float *xa = x.data();
-    while (((uintptr_t)xa & 15) != 0) xa++;
-    for (int i = 0; i < n * cols; i++) {
-        float g = (unit() + unit() + unit() - 1.5f) * 2.0f;
-        xa[i] = unit() < 0.01f ? g * 300.0f : g;
-    }
-    for (auto &b : bias) b = unit() - 0.5f;
+    emu_acts acts;
+    emu_acts_random(&acts, n, cols);
+    float *xa = acts.x;
+    std::vector<float> bias(rows), out((size_t)n * rows, -7.0f);
+    for (auto &b : bias) b = emu_unit() - 0.5f;
     const float *bp = with_bias ? bias.data() : nullptr;
 
     std::vector<float> scratch(scratch_tokens * cols / 2 + 8, 0.0f);
@@ -127,12 +112,10 @@ static void declines() {
     w.q.mode = MX_QUANT_AFFINE, w.q.bits = 4, w.q.group_size = 64, w.dtype = MX_DTYPE_U32;
     w.scale_dtype = MX_DTYPE_BF16, w.n_experts = 1, w.rows = 64, w.cols = 128;
     std::vector<uint8_t> data(64 * 128 + 16), sc(64 * 4 * 2 + 16);
-    uint8_t *da = data.data();
-    while (((uintptr_t)da & 15) != 0) da++;
+    uint8_t *da = emu_align16(data.data());
     w.data = da, w.scales = sc.data(), w.biases = sc.data();
     std::vector<float> x(70 * 128 + 8, 1.0f), out(70 * 64, -7.0f), scratch(1 << 16);
-    float *xa = x.data();
-    while (((uintptr_t)xa & 15) != 0) xa++;
+    float *xa = emu_align16(x.data());
     mxg_launch L{};
     L.warp = 32, L.sm_count = 8, L.cc = 90, L.scratch = scratch.data(), L.scratch_bytes = scratch.size() * 4;
     struct { const char *what; int bits; mx_quant_mode mode; int cols; int xoff; int cc; size_t scratch; } c[] = {
@@ -151,6 +134,7 @@ static void declines() {
 }
 
 int main(int argc, char **argv) {
+    emu_seed(0x2545f4914f6cdd1dull);
     const bool quick = argc > 1 && !strcmp(argv[1], "quick");
     declines();
     const mx_dtype sts[] = {MX_DTYPE_BF16, MX_DTYPE_F16, MX_DTYPE_F32};
@@ -170,10 +154,10 @@ int main(int argc, char **argv) {
     run_case(128, MX_DTYPE_F16, 133, 512, 129, true, 1, 4096);  // odd rows: scalar stores
     const int random_cases = quick ? 4 : 24;
     for (int i = 0; i < random_cases; i++) {
-        const int gs = gss[below(3)], cols = gs == 128 ? 128 * (1 + below(5)) : 64 * (1 + below(10));
+        const int gs = gss[emu_below(3)], cols = gs == 128 ? 128 * (1 + emu_below(5)) : 64 * (1 + emu_below(10));
         const int rowss[] = {1, 8, 72, 129, 200, 133};
         const int sms[] = {1, 5, 132};
-        run_case(gs, sts[below(3)], rowss[below(6)], cols, 1 + below(200), below(2), sms[below(3)], below(4) ? 4096 : 64);
+        run_case(gs, sts[emu_below(3)], rowss[emu_below(6)], cols, 1 + emu_below(200), emu_below(2), sms[emu_below(3)], emu_below(4) ? 4096 : 64);
     }
     printf("block tiles launched: %d of 128 x 128, %d of 64 x 128, %d of 64 x 64\n", tile_cases[0], tile_cases[1], tile_cases[2]);
     if (tile_cases[0] < 5 || tile_cases[1] < 5 || tile_cases[2] < 5) FAIL("a block tile checked fewer than 5 times");

@@ -18,7 +18,7 @@
 // slab kernel's bits (at 4 bits its mma pairs the codes in another k order).
 // Built and run by run.sh; argument "quick": fewer cases. Exits 1 on any failure.
 #include "emu.h"
-#include "emu_scales.h"
+#include "emu_affine.h"
 #include "emu_pipe.h"
 #include <cstdio>
 #include <cstdlib>
@@ -26,11 +26,6 @@ extern "C" {
 #include "core/quant.h"
 }
 #include "backends/gpu/kernels.h"
-
-static uint64_t rs = 0x9e3779b97f4a7c15ull;
-static uint64_t next() { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return rs; }
-static float unit() { return (float)((next() >> 40) * (1.0 / 16777216.0)); }
-static int below(int n) { return (int)(next() % (uint64_t)n); }
 
 static int fails = 0, cases = 0, wide_cases = 0, wide_same = 0, wide_split = 0;
 static double worst = 0.0, worst_wide = 0.0;
@@ -46,7 +41,7 @@ static void add_check(mxg_launch L, const std::vector<float> &two, const float *
                       const float *bias, int n) {
     add_cases++;
     std::vector<float> res0(two.size());
-    for (auto &v : res0) v = (unit() - 0.5f) * 8.0f;
+    for (auto &v : res0) v = (emu_unit() - 0.5f) * 8.0f;
     std::vector<float> out(two.size(), -7.0f), res = res0;
     const int rc = mxg_matvec_mma_add(&L, out.data(), xa, &w, bias, n, res.data());
     bool ok = rc == 0 && memcmp(out.data(), two.data(), two.size() * sizeof(float)) == 0;
@@ -63,26 +58,16 @@ static void add_check(mxg_launch L, const std::vector<float> &two, const float *
 static void run_case(int bits, int gs, mx_dtype st, int rows, int cols, int n, bool with_bias, int sms,
                      size_t scratch_bytes, int forms = 3) {
     cases++;
-    mx_matrix w{};
-    w.q.mode = MX_QUANT_AFFINE, w.q.bits = bits, w.q.group_size = gs;
-    w.dtype = MX_DTYPE_U32, w.scale_dtype = st, w.n_experts = 1, w.rows = rows, w.cols = cols;
+    emu_affine m;
+    emu_affine_random(&m, bits, gs, st, rows, cols);
+    const mx_matrix &w = m.w;
+    const std::vector<uint8_t> &data = m.data, &sc = m.sc, &bi = m.bi;
     const int64_t rb = mx_matrix_row_bytes(&w), groups = cols / gs;
-    std::vector<uint8_t> data((size_t)(rb * rows) + 16), sc((size_t)(rows * groups) * 4), bi((size_t)(rows * groups) * 4);
-    for (auto &b : data) b = (uint8_t)next();
-    for (int64_t i = 0; i < rows * groups; i++) {
-        const float s = (0.002f + 0.02f * unit()) * (unit() < 0.1f ? 30.0f : 1.0f);
-        put_scale(sc, st, (size_t)i, s);
-        put_scale(bi, st, (size_t)i, -s * (float)(1 << (bits - 1)) * (0.5f + unit()));
-    }
-    w.data = data.data(), w.scales = sc.data(), w.biases = bi.data();
-    std::vector<float> x((size_t)n * cols + 4), bias(rows), out((size_t)n * rows, -7.0f);
-    float *xa = x.data();
-    while (((uintptr_t)xa & 15) != 0) xa++;
-    for (int i = 0; i < n * cols; i++) {
-        float g = (unit() + unit() + unit() - 1.5f) * 2.0f;
-        xa[i] = unit() < 0.01f ? g * 300.0f : g;
-    }
-    for (auto &b : bias) b = unit() - 0.5f;
+    emu_acts acts;
+    emu_acts_random(&acts, n, cols);
+    float *xa = acts.x;
+    std::vector<float> bias(rows), out((size_t)n * rows, -7.0f);
+    for (auto &b : bias) b = emu_unit() - 0.5f;
     const float *bp = with_bias ? bias.data() : nullptr;
     // The double reference and each output's magnitude sum(|s q x| + |b x|) (+ 0.1 |bias|).
     std::vector<double> ref((size_t)n * rows), mag((size_t)n * rows);
@@ -161,8 +146,7 @@ static void declines() {
     std::vector<uint8_t> data(64 * 128), sc(64 * 4 * 2);
     w.data = data.data(), w.scales = sc.data(), w.biases = sc.data();
     std::vector<float> x(65 * 128 + 4, 1.0f), out(65 * 64, -7.0f), scratch(1 << 16);
-    float *xa = x.data();
-    while (((uintptr_t)xa & 15) != 0) xa++;
+    float *xa = emu_align16(x.data());
     mxg_launch L{};
     L.warp = 32, L.sm_count = 8, L.cc = 90, L.scratch = scratch.data(), L.scratch_bytes = scratch.size() * 4;
     struct { const char *what; int n; int bits; mx_quant_mode mode; int offset; int cc; } c[] = {
@@ -205,11 +189,11 @@ int main(int argc, char **argv) {
     for (int n : {8, 17, 33, 64}) run_case(4, 128, MX_DTYPE_BF16, 300, 1024, n, false, 132, 8 << 20);
     const int random_cases = quick ? 20 : 80;
     for (int i = 0; i < random_cases; i++) {
-        const int bits = below(2) ? 4 : 8, gs = gss[below(3)];
-        const int cols = gs * (1 + below(1280 / gs));
+        const int bits = emu_below(2) ? 4 : 8, gs = gss[emu_below(3)];
+        const int cols = gs * (1 + emu_below(1280 / gs));
         const int sms[] = {1, 4, 132};
         const size_t scr[] = {0, 4096, 8 << 20};
-        run_case(bits, gs, sts[below(3)], rowss[below(6)], cols, ns[below(11)], below(2), sms[below(3)], scr[below(3)]);
+        run_case(bits, gs, sts[emu_below(3)], rowss[emu_below(6)], cols, ns[emu_below(11)], emu_below(2), sms[emu_below(3)], scr[emu_below(3)]);
     }
     if (!quick) run_case(4, 64, MX_DTYPE_BF16, 1024, 1024, 64, false, 132, 8 << 20);  // the 0.6B's shape, 32 splits
     // The wide form on the 0.6B's products (4-bit g64 bf16, 132 multiprocessors, 8 MB of scratch) at

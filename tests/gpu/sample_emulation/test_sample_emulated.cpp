@@ -22,6 +22,7 @@
 // the radix passes) somewhere.
 // Built and run by run.sh; argument "quick": fewer batches. Exits 1 on any failure.
 #include "emu.h"
+#include "emu_random.h"
 #include <cstdio>
 #include <cstdlib>
 extern "C" {
@@ -29,11 +30,7 @@ extern "C" {
 }
 #include "backends/gpu/kernels_sample.h"
 
-static uint64_t rs = 0x2545f4914f6cdd1dull;
-static uint64_t next() { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return rs; }
-static float unit() { return (float)((next() >> 40) * (1.0 / 16777216.0)); }
-static int below(int n) { return (int)(next() % (uint64_t)n); }
-template <class T, size_t N> static T pick(const T (&a)[N]) { return a[below((int)N)]; }
+template <class T, size_t N> static T pick(const T (&a)[N]) { return a[emu_below((int)N)]; }
 
 static int fails = 0, host_diff = 0, sampled_rows = 0, rows_total = 0;
 static int nan_checked[3];  // rows with NaN logits whose logprobs were checked, by Batch::nan
@@ -42,22 +39,22 @@ static int fast_ways[3];  // the fast form's sampled rows by way: radix passes, 
 
 static void fill_row(float *l, int vocab, int kind) {
     if (kind == 4) {  // like a language model's: a bulk far below a few leading tokens
-        const float lead = 6.0f + unit() * 14.0f;
-        for (int i = 0; i < vocab; i++) l[i] = (unit() + unit() + unit() + unit() - 2.0f) * 5.196f;  // ~N(0, 3)
-        for (int k = 0, n = 1 + below(30); k < n; k++) l[below(vocab)] = 8.0f + lead - unit() * (below(2) ? 3.0f : 12.0f);
+        const float lead = 6.0f + emu_unit() * 14.0f;
+        for (int i = 0; i < vocab; i++) l[i] = (emu_unit() + emu_unit() + emu_unit() + emu_unit() - 2.0f) * 5.196f;  // ~N(0, 3)
+        for (int k = 0, n = 1 + emu_below(30); k < n; k++) l[emu_below(vocab)] = 8.0f + lead - emu_unit() * (emu_below(2) ? 3.0f : 12.0f);
         return;
     }
     for (int i = 0; i < vocab; i++) {
-        float g = (unit() + unit() + unit() + unit() - 2.0f) * 3.4641f;  // ~N(0, 2)
+        float g = (emu_unit() + emu_unit() + emu_unit() + emu_unit() - 2.0f) * 3.4641f;  // ~N(0, 2)
         switch (kind) {
         case 0: l[i] = g; break;
-        case 1: l[i] = unit() * 2.0f; break;
+        case 1: l[i] = emu_unit() * 2.0f; break;
         case 2: l[i] = floorf(g * 2.0f) * 0.5f; break;  // many ties
-        default: l[i] = unit() < 0.3f ? -INFINITY : g; break;
+        default: l[i] = emu_unit() < 0.3f ? -INFINITY : g; break;
         }
     }
     if (kind == 1)
-        for (int k = 0; k < 300; k++) l[below(vocab)] = 10.0f + unit() * 4.0f;
+        for (int k = 0; k < 300; k++) l[emu_below(vocab)] = 10.0f + emu_unit() * 4.0f;
 }
 
 struct Batch {
@@ -83,46 +80,46 @@ static Batch make_batch(int vocab, int n, bool nan = false, bool server = false)
     const float min_ps[] = {0.0f, 0.0f, 0.05f, 0.3f};
     const int n_tops[] = {-1, -1, 0, 3, 20};
     for (int t = 0; t < n; t++) {
-        fill_row(&b.logits[(size_t)t * vocab], vocab, below(5));
-        if (nan && below(3) == 0 && (b.nan[t] = 1)) {
+        fill_row(&b.logits[(size_t)t * vocab], vocab, emu_below(5));
+        if (nan && emu_below(3) == 0 && (b.nan[t] = 1)) {
             float *l = &b.logits[(size_t)t * vocab];
-            if (below(2) == 0) {  // one NaN among -inf logits only: the split's slices there have no finite term
+            if (emu_below(2) == 0) {  // one NaN among -inf logits only: the split's slices there have no finite term
                 b.nan[t] = 2;
                 for (int i = 0; i <= vocab / 2; i++) l[i] = -INFINITY;
-                l[below(vocab / 2)] = -NAN;
+                l[emu_below(vocab / 2)] = -NAN;
             } else {
-                for (int k = 0, c = 1 + below(20); k < c; k++) l[below(vocab)] = below(25) ? -NAN : NAN;
+                for (int k = 0, c = 1 + emu_below(20); k < c; k++) l[emu_below(vocab)] = emu_below(25) ? -NAN : NAN;
             }
         }
         mx_sample_row &r = b.rows[t];
         r = mx_sample_row{};
-        r.temp = below(4) == 0 ? 0.0f : pick(temps);
+        r.temp = emu_below(4) == 0 ? 0.0f : pick(temps);
         r.top_p = pick(top_ps);
         r.min_p = pick(min_ps);
         const int top_ks[] = {0, 0, 1, 7, 50, 1000, vocab + 5};
         r.top_k = pick(top_ks);
-        r.seed = next();
-        r.pos = below(100000);
+        r.seed = emu_next();
+        r.pos = emu_below(100000);
         r.n_top = pick(n_tops);
         r.mod_off = (int32_t)b.mods.size();
-        int n_mod = below(3) == 0 ? 0 : below(40);
+        int n_mod = emu_below(3) == 0 ? 0 : emu_below(40);
         std::vector<int32_t> used;
         for (int k = 0; k < n_mod; k++) {
-            int32_t id = below(10) == 0 ? vocab + below(50) : below(vocab);
+            int32_t id = emu_below(10) == 0 ? vocab + emu_below(50) : emu_below(vocab);
             if (std::find(used.begin(), used.end(), id) != used.end()) continue;
             used.push_back(id);
             const float biases[] = {0.0f, 0.0f, 5.0f, -5.0f, 10.0f, 30.0f};
-            b.mods.push_back({id, pick(biases), below(2) ? 1.0f : 1.3f, below(2) ? 0.0f : 0.5f});
+            b.mods.push_back({id, pick(biases), emu_below(2) ? 1.0f : 1.3f, emu_below(2) ? 0.0f : 0.5f});
         }
         r.n_mod = (int32_t)b.mods.size() - r.mod_off;
-        int mk = below(8);
+        int mk = emu_below(8);
         if (mk >= 4) {
             std::vector<uint32_t> &m = b.masks[t];
             m.assign((size_t)(vocab + 31) / 32, 0u);
             if (mk == 4 || mk == 5)
-                for (auto &w : m) w = (uint32_t)next();
+                for (auto &w : m) w = (uint32_t)emu_next();
             else if (mk == 6)
-                for (int k = 0; k < 5; k++) { int i = below(vocab); m[i / 32] |= 1u << (i % 32); }
+                for (int k = 0; k < 5; k++) { int i = emu_below(vocab); m[i / 32] |= 1u << (i % 32); }
             // mk == 7: nothing allowed, so the mask is ignored
         }
     }
@@ -132,7 +129,7 @@ static Batch make_batch(int vocab, int n, bool nan = false, bool server = false)
             mx_sample_row &r = b.rows[t];
             r.temp = pick(s_temps), r.top_p = pick(s_top_ps), r.min_p = pick(s_min_ps), r.top_k = 0;
             b.masks[t].clear();
-            if (below(2) && !b.nan[t]) fill_row(&b.logits[(size_t)t * vocab], vocab, 0);  // flat, as the random bench model's
+            if (emu_below(2) && !b.nan[t]) fill_row(&b.logits[(size_t)t * vocab], vocab, 0);  // flat, as the random bench model's
         }
     for (int t = 0; t < n; t++) b.rows[t].allowed = b.masks[t].empty() ? nullptr : b.masks[t].data();
     return b;
@@ -237,6 +234,7 @@ static void run_batch(const Batch &b, int blocks, int scratch_rows) {
 }
 
 int main(int argc, char **argv) {
+    emu_seed(0x2545f4914f6cdd1dull);
     setvbuf(stdout, NULL, _IOLBF, 0);
     const bool quick = argc > 1 && !strcmp(argv[1], "quick");
     struct { int vocab, n, blocks, scratch_rows, reps; } plan[] = {
