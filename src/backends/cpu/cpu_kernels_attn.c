@@ -55,18 +55,26 @@ CPU_TARGET_AVX512_INLINE static void load_block(float *dst, const cpu_attn_args 
     mx_dtype dt = a->kv_dtype;
     int chunks = (hd + 15) / 16;
     __mmask16 tail = (__mmask16)(hd % 16 ? (1u << (hd % 16)) - 1 : 0xffff);
+    bool scaled = mx_kv_scaled(dt);
+    int64_t es = dt == MX_DTYPE_F32 ? 4 : dt == MX_DTYPE_I8 ? 1 : 2;
+    // p0 is a multiple of 16, so the block's keys are one cache block's rows: key p0 + i at
+    // at0 + i * stride, its scales at sat0 + i * scale_stride (the next block's likewise). Per key,
+    // the table look-up and index arithmetic cost more than the row's loads (bench/RESULTS.md).
+    int64_t at0 = cpu_attn_key(a, p0), sat0 = scaled ? cpu_attn_scale(a, p0) : 0;
+    int pf_rows = pf_last - (p0 + 16) + 1;  // rows of the next block to prefetch
+    int64_t nat0 = pf_rows > 0 ? cpu_attn_key(a, p0 + 16) : 0;
+    int64_t nsat0 = pf_rows > 0 && scaled ? cpu_attn_scale(a, p0 + 16) : 0;
     for (int i = 0; i < 16; i++) {
         float *d = dst + i * chunks * 16;
         if (i >= nb) {
             for (int c = 0; c < chunks; c++) _mm512_store_ps(d + c * 16, _mm512_setzero_ps());
             continue;
         }
-        bool scaled = mx_kv_scaled(dt);
-        int64_t at = cpu_attn_key(a, p0 + i), sat = scaled ? cpu_attn_scale(a, p0 + i) : 0;
-        if (p0 + 16 + i <= pf_last) {
-            int64_t es = dt == MX_DTYPE_F32 ? 4 : dt == MX_DTYPE_I8 ? 1 : 2, next = cpu_attn_key(a, p0 + 16 + i);
+        int64_t at = at0 + i * a->stride, sat = sat0 + i * a->scale_stride;
+        if (i < pf_rows) {
+            int64_t next = nat0 + i * a->stride;
             for (int64_t o = 0; o < hd * es; o += 64) _mm_prefetch((const char *)src + next * es + o, _MM_HINT_T1);
-            if (scaled) _mm_prefetch((const char *)(sc + cpu_attn_scale(a, p0 + 16 + i)), _MM_HINT_T1);
+            if (scaled) _mm_prefetch((const char *)(sc + nsat0 + i * a->scale_stride), _MM_HINT_T1);
         }
         for (int c = 0; c < chunks; c++)
             _mm512_store_ps(d + c * 16, load_chunk(dt, src, sc, at, sat, c, c == chunks - 1 ? tail : 0xffff));

@@ -67,6 +67,11 @@ CPU_TARGET_VNNI_INLINE static void scores_body(const cpu_attn_args *a, const uin
     const __m512i flip = _mm512_set1_epi8((char)0x80);
     __m512 *ksl = (__m512 *)(kbuf + 16 * hdp);  // [16 keys][c64] scale lanes
     const int8_t *K = a->K;
+    // p0 is a multiple of 16, so the block's keys are one cache block's rows: key p0 + i at
+    // at0 + i * stride, its scales at sat0 + i * scale_stride (the next block's likewise).
+    int64_t at0 = cpu_attn_key(a, p0), sat0 = cpu_attn_scale(a, p0);
+    int pf_rows = pf_last - (p0 + 16) + 1;  // rows of the next block to prefetch
+    int64_t nat0 = pf_rows > 0 ? cpu_attn_key(a, p0 + 16) : 0, nsat0 = pf_rows > 0 ? cpu_attn_scale(a, p0 + 16) : 0;
     for (int i = 0; i < 16; i++) {
         if (i >= nb) {  // past the range: zero codes and scales, so the (masked) scores stay finite
             for (int c = 0; c < c64; c++) {
@@ -75,11 +80,11 @@ CPU_TARGET_VNNI_INLINE static void scores_body(const cpu_attn_args *a, const uin
             }
             continue;
         }
-        int64_t at = cpu_attn_key(a, p0 + i), sat = cpu_attn_scale(a, p0 + i);
-        if (p0 + 16 + i <= pf_last) {  // the same row of the next block into L2, as load_block does
-            int64_t next = cpu_attn_key(a, p0 + 16 + i);
+        int64_t at = at0 + i * a->stride, sat = sat0 + i * a->scale_stride;
+        if (i < pf_rows) {  // the same row of the next block into L2, as load_block does
+            int64_t next = nat0 + i * a->stride;
             for (int c = 0; c < c64; c++) _mm_prefetch((const char *)(K + next + 64 * c), _MM_HINT_T1);
-            _mm_prefetch((const char *)(a->K_scale + cpu_attn_scale(a, p0 + 16 + i)), _MM_HINT_T1);
+            _mm_prefetch((const char *)(a->K_scale + nsat0 + i * a->scale_stride), _MM_HINT_T1);
         }
         for (int c = 0; c < c64; c++) {
             __m512i k = _mm512_maskz_loadu_epi8(chunk_bytes(hd, c, c64), K + at + 64 * c);

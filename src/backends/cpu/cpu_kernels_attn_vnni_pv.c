@@ -82,14 +82,18 @@ CPU_TARGET_VNNI_INLINE static void pv_body(const cpu_attn_args *a, int p0, int n
                                            const float (*p)[16], const float *corr, uint8_t *vbuf, int c64) {
     const int8_t *V = a->V;
     int hd = a->hd;
-    int64_t at[16], sat[16];
+    // p0 is a multiple of 16, so the block's keys are one cache block's rows: key p0 + i at
+    // at0 + i * stride, its scales at sat0 + i * scale_stride (the next block's likewise).
+    int64_t at[16], sat[16], at0 = cpu_attn_key(a, p0), sat0 = cpu_attn_scale(a, p0);
+    int pf_rows = pf_last - (p0 + 16) + 1;  // rows of the next block to prefetch
+    int64_t nat0 = pf_rows > 0 ? cpu_attn_key(a, p0 + 16) : 0, nsat0 = pf_rows > 0 ? cpu_attn_scale(a, p0 + 16) : 0;
     for (int i = 0; i < 16; i++) {
-        at[i] = i < nb ? cpu_attn_key(a, p0 + i) : 0;
-        sat[i] = i < nb ? cpu_attn_scale(a, p0 + i) : 0;
-        if (i < nb && p0 + 16 + i <= pf_last) {  // the same row of the next block into L2, as load_block does
-            int64_t next = cpu_attn_key(a, p0 + 16 + i);
+        at[i] = i < nb ? at0 + i * a->stride : 0;
+        sat[i] = i < nb ? sat0 + i * a->scale_stride : 0;
+        if (i < pf_rows) {  // the same row of the next block into L2, as load_block does
+            int64_t next = nat0 + i * a->stride;
             for (int c = 0; c < c64; c++) _mm_prefetch((const char *)(V + next + 64 * c), _MM_HINT_T1);
-            _mm_prefetch((const char *)(a->V_scale + cpu_attn_scale(a, p0 + 16 + i)), _MM_HINT_T1);
+            _mm_prefetch((const char *)(a->V_scale + nsat0 + i * a->scale_stride), _MM_HINT_T1);
         }
     }
     const __m512i grp4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
