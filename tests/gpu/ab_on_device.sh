@@ -48,7 +48,7 @@
 #             product shape and fused pattern on each path; it fails when the paths' outputs at the
 #             model shapes differ; the logs also go to $OUT); `-p 512 -n 128` of the 8B with the
 #             streaming kernel, without it (MLXCEL_GPU_NO_STREAM_MATVEC=1), with
-#             MLXCEL_GPU_STREAM_ROWS=4 and with MLXCEL_GPU_PDL=1; the same of the 0.6B with and
+#             MLXCEL_GPU_STREAM_ROWS=2 and with MLXCEL_GPU_PDL=1; the same of the 0.6B with and
 #             without the streaming kernel; bench_gpu_decode's per-op decode times of the 8B.
 #   tc_wide   the tensor-core decode product's wide form (vendor/cuda/matvec_mma.cu,
 #             MLXCEL_GPU_TC_WIDE), ~7 min, deadline 480 s: `mlxcel bench -m qwen3-0.6b-q4g64 --batch B
@@ -176,7 +176,7 @@ suite_matvec() {
     local b=(-- --shape qwen3-8b -p 512 -n 128)
     check_bench mlxcel_bench_qwen3-8b 150 "${b[@]}"
     check_bench mlxcel_bench_qwen3-8b_nostream 150 MLXCEL_GPU_NO_STREAM_MATVEC=1 "${b[@]}"
-    check_bench mlxcel_bench_qwen3-8b_rows4 150 MLXCEL_GPU_STREAM_ROWS=4 "${b[@]}"
+    check_bench mlxcel_bench_qwen3-8b_rows2 150 MLXCEL_GPU_STREAM_ROWS=2 "${b[@]}"
     check_bench mlxcel_bench_qwen3-8b_pdl 150 MLXCEL_GPU_PDL=1 "${b[@]}"
     check_run bench_matvec_0.6b 90 "." -- build/cuda/bench_gpu_matvec qwen3-0.6b 20
     b=(-- --shape qwen3-0.6b -p 512 -n 128)

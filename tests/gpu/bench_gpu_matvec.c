@@ -2,8 +2,8 @@
 // Matrix-vector bandwidth per product shape and per kernel, in one run: the decode products of a
 // Qwen3 shape on random affine 4-bit g64 (bf16 scales) weights, timed on four backends, one per
 // matrix-vector path: the float32 default (the streaming kernel, kernels/matvec_stream.cuh; these
-// four with MLXCEL_GPU_TC_DECODE=0), its other task
-// shape (MLXCEL_GPU_STREAM_ROWS=4), without it (MLXCEL_GPU_NO_STREAM_MATVEC=1: kernels/matvec.cuh
+// four with MLXCEL_GPU_TC_DECODE=0), its previous task
+// shape (stream-r2: MLXCEL_GPU_STREAM_ROWS=2), without it (MLXCEL_GPU_NO_STREAM_MATVEC=1: kernels/matvec.cuh
 // with the scaled dot and split-K), the previous one (MLXCEL_GPU_OLD_MATVEC=1) and the tensor-core
 // decode product for batches of 2-64 tokens (MLXCEL_GPU_TC_DECODE=2, vendor/cuda/matvec_mma.cu), the
 // streaming kernel's integer one-token form (stream-int: MLXCEL_GPU_STREAM_FORM=1,
@@ -52,11 +52,11 @@ typedef struct bench_case {
 } bench_case;
 
 enum { PATHS = 7, MAX_CASES = 32, PATH_TC_DECODE = 4, PATH_STREAM_INT = 5, PATH_TC_WIDE = 6 };
-static const char *const path_names[PATHS] = {"stream", "stream-r4", "no-stream", "old", "tc-decode", "stream-int", "tc-wide"};
+static const char *const path_names[PATHS] = {"stream", "stream-r2", "no-stream", "old", "tc-decode", "stream-int", "tc-wide"};
 static const char *const path_env[PATHS] = {NULL, "MLXCEL_GPU_STREAM_ROWS", "MLXCEL_GPU_NO_STREAM_MATVEC",
                                             "MLXCEL_GPU_OLD_MATVEC", "MLXCEL_GPU_TC_DECODE", "MLXCEL_GPU_STREAM_FORM",
                                             "MLXCEL_GPU_TC_WIDE"};
-static const char *const path_value[PATHS] = {NULL, "4", "1", "1", "2", "1", "2"};
+static const char *const path_value[PATHS] = {NULL, "2", "1", "1", "2", "1", "2"};
 
 static mx_error err;
 static test_rng rng = {0x3243f6a8885a308dull};

@@ -9,8 +9,8 @@
 // sequences with the attention's decode hint, and prefill-sized; its q/k norms, RoPEs and KV store
 // one fused launch), and the
 // records no pattern covers; the projection patterns again on a backend without the streaming
-// matrix-vector kernel (MLXCEL_GPU_NO_STREAM_MATVEC=1), on one with its other task shape
-// (MLXCEL_GPU_STREAM_ROWS=4), on one with the previous matrix-vector
+// matrix-vector kernel (MLXCEL_GPU_NO_STREAM_MATVEC=1), on one with its previous task shape
+// (MLXCEL_GPU_STREAM_ROWS=2), on one with the previous matrix-vector
 // kernels (MLXCEL_GPU_OLD_MATVEC=1) and prefill-sized layers on the mma.sync kernel
 // (MLXCEL_GPU_MMA_SYNC=1) and the pipelined kernel (MLXCEL_GPU_PREFILL_KERNEL=pipe, pipe1); gpt_oss's records (attention sinks, clamped SwiGLU, expert biases) in
 // a block of that family. Each plan runs three times on the GPU (direct, recorded as a graph,
@@ -787,10 +787,11 @@ int main(void) {
     }
     layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){1, 1024, 8, 4, 128, 2048, 1000, false});
     mx_backend_free(gpu);
-    // The streaming kernel's other task shape over long rows (MLXCEL_GPU_STREAM_ROWS=4: four rows
-    // per task, two for gate/up, half the chunks per step): q/k/v over 4096 columns, gate/up over
-    // 4096, a residual product over 4224 (a partial step), in every format it streams.
-    gpu = gpu_with(&gopt, "MLXCEL_GPU_STREAM_ROWS", "4");
+    // The streaming kernel's previous task shape over long rows (MLXCEL_GPU_STREAM_ROWS=2: two rows
+    // per task, one for gate/up, twice the chunks per step; the default takes four and two): q/k/v
+    // over 4096 columns, gate/up over 4096, a residual product over 4224 (a partial step), in every
+    // format it streams.
+    gpu = gpu_with(&gopt, "MLXCEL_GPU_STREAM_ROWS", "2");
     for (size_t f = 0; f < 4; f++) {
         proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 4096, 1024, 256, 256, f == 0, P_NORM_QKV});
         proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 4096, 256, 128, 1024, f == 1, P_NORM_GATE_UP});

@@ -307,8 +307,10 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // The streaming matrix-vector kernel only on rows of at least 4096 weights: on the H200 it
     // streamed the 8B's products faster (tg128 288 against 236 tok/s) but made the 0.6B's
     // 1024-3072-wide ones slower (650 against 732; bench/RESULTS.md, run 12).
-    // MLXCEL_GPU_STREAM_MIN_COLS=N moves that bound (the GPU tests use 0). MLXCEL_GPU_STREAM_ROWS=4:
-    // its other task shape (4 rows per task, 2 chunks per lane per step at 4 bits, instead of 2 and 4).
+    // MLXCEL_GPU_STREAM_MIN_COLS=N moves that bound (the GPU tests use 0). MLXCEL_GPU_STREAM_ROWS:
+    // its task shape over long rows for one token; unset: 4 (4 rows per task, 2 chunks per lane per
+    // step at 4 bits; bench/RESULTS.md run 31: 8B tg128 +4.4% on an H100 against 2), 2: the
+    // previous shape (2 rows per task, 4 chunks per step), kept for A/B.
     // MLXCEL_GPU_SAMPLE_BLOCKS=N: at most N blocks share one row of the sample record
     // (kernels/sample_split.cu; 1: one block per row; unset: MXG_SAMPLE_DEFAULT_BLOCKS).
     // MLXCEL_GPU_SAMPLE_FAST (unset: 1): the split form's threshold from a short list of keys (those
@@ -342,7 +344,7 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_ATTN_DECODE", 1, 0, 1, &k->attn_decode, err) ||
         env_int("MLXCEL_GPU_MATVEC_TOKENS", 63, 1, 1 << 20, &k->matvec_max_tokens, err) ||
         env_int("MLXCEL_GPU_STREAM_MIN_COLS", 4096, 0, 1 << 30, &k->stream_min_cols, err) ||
-        env_int("MLXCEL_GPU_STREAM_ROWS", 2, 2, 4, &k->stream_rows, err) ||
+        env_int("MLXCEL_GPU_STREAM_ROWS", 4, 2, 4, &k->stream_rows, err) ||
         env_int("MLXCEL_GPU_SAMPLE_BLOCKS", MXG_SAMPLE_DEFAULT_BLOCKS, 1, MXG_SAMPLE_MAX_BLOCKS, &k->sample_blocks, err) ||
         env_int("MLXCEL_GPU_SAMPLE_FAST", 1, 0, 1, &k->sample_fast, err) ||
         env_int("MLXCEL_GPU_TC_DECODE", MXG_TC_DECODE_DEFAULT_TOKENS, 0, 64, &k->tc_decode_tokens, err) ||
@@ -363,7 +365,7 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     if (k->matvec_rows == 3)
         return mx_fail(err, "MLXCEL_GPU_MATVEC_ROWS='%s': must be 1, 2 or 4 (unset: 4)", getenv("MLXCEL_GPU_MATVEC_ROWS"));
     if (k->stream_rows == 3)
-        return mx_fail(err, "MLXCEL_GPU_STREAM_ROWS='%s': must be 2 or 4 (unset: 2)", getenv("MLXCEL_GPU_STREAM_ROWS"));
+        return mx_fail(err, "MLXCEL_GPU_STREAM_ROWS='%s': must be 2 or 4 (unset: 4)", getenv("MLXCEL_GPU_STREAM_ROWS"));
     return 0;
 }
 

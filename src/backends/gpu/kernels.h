@@ -50,7 +50,8 @@ typedef struct mxg_launch {
     bool matvec_old;       // matrix-vector kernels without the scaled 4/8-bit dot and split-K (A/B switch)
     bool matvec_stream;    // the streaming matrix-vector kernel where it applies (off: MLXCEL_GPU_NO_STREAM_MATVEC=1)
     int stream_min_cols;   // ... on rows at least this long (MLXCEL_GPU_STREAM_MIN_COLS; default 4096)
-    int stream_rows;       // its rows per task for one token over long rows: 2, or 4 with half the chunks per step
+    int stream_rows;       // its rows per task for one token over long rows: 4 with half the chunks per step
+                           // (default), or 2 (MLXCEL_GPU_STREAM_ROWS=2)
     int stream_form;       // its one-token form for affine 4/8-bit: 0 float32 activations (default), 1 16-bit
                            // integer activations in dp4a (kernels/matvec_stream_int.cuh; MLXCEL_GPU_STREAM_FORM)
     bool attn_token_rows;  // attention always in token rows, never head rows for decode (A/B switch)

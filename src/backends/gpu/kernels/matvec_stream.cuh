@@ -28,8 +28,8 @@
 //   shared memory, not DRAM, the limit at 16.5 bytes per clock per multiprocessor). One token over
 //   rows shorter than a step (1024-2560 wide) takes one chunk per lane per step and U x R rows per
 //   task (stream_launch): the same registers and bytes in flight. Several tokens: one row per task.
-//   MLXCEL_GPU_STREAM_ROWS=4 (L->stream_rows, tuning knob for A/B) takes 2 x R rows and U / 2
-//   chunks per step over long rows as well.
+//   Over long rows one token takes 2 x R rows and U / 2 chunks per step (L->stream_rows == 4, the
+//   default; MLXCEL_GPU_STREAM_ROWS=2 gives R rows and U chunks, kept for A/B).
 // - The dot products are those of the other kernels (kernels/matvec_scaled.cuh for affine 4/8-bit,
 //   Fmt::dot_raw for mxfp4 and dense bf16/f16), so the results differ from theirs only in float32
 //   summation order.
@@ -371,8 +371,9 @@ void stream_launch_shape(const mxg_launch *L, StreamArgs a, int count) {
 // The launch for `count` matrices (m, out, bias of `a` filled) at R rows per task. One token over
 // rows shorter than a step (fewer than W x U chunks: the 1024-2560-wide models) takes one chunk per
 // lane per step and U times the rows per task instead, the same registers and bytes in flight; over
-// long rows, L->stream_rows == 4 (MLXCEL_GPU_STREAM_ROWS=4, tuning knob) takes twice the rows per
-// task and half the chunks per step, which halves the activation reads and sums per weight.
+// long rows, L->stream_rows == 4 (the default; MLXCEL_GPU_STREAM_ROWS=2 for the previous shape)
+// takes twice the rows per task and half the chunks per step, which halves the activation reads
+// and sums per weight.
 // FORM 1 (L->stream_form, MLXCEL_GPU_STREAM_FORM=1; one token, IntStream formats): the integer
 // form, same task shapes.
 template <int W, class F, int NT, int NM, int R, int EPI, bool NORM, int FORM>
