@@ -122,8 +122,6 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
                           "MLXCEL_GPU_ATTN_MMA='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(sample_fast_two MLXCEL_GPU_SAMPLE_FAST=2
                           "MLXCEL_GPU_SAMPLE_FAST='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
-  mlxcel_gpu_knob_refused(stream_form_two MLXCEL_GPU_STREAM_FORM=2
-                          "MLXCEL_GPU_STREAM_FORM='2': must be a whole number from 0 to 1 \\(unset: 0\\)")
   mlxcel_gpu_knob_refused(matvec_rows_three MLXCEL_GPU_MATVEC_ROWS=3 "MLXCEL_GPU_MATVEC_ROWS='3': must be 1, 2 or 4")
   mlxcel_gpu_knob_refused(stream_rows_three MLXCEL_GPU_STREAM_ROWS=3 "MLXCEL_GPU_STREAM_ROWS='3': must be 2 or 4 \\(unset: 4\\)")
   mlxcel_gpu_knob_refused(stream_rows_one MLXCEL_GPU_STREAM_ROWS=1 "MLXCEL_GPU_STREAM_ROWS='1': must be a whole number from 2 to 4")
@@ -149,9 +147,6 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
     mlxcel_gpu_parity(gpu_model_parity_tc_off MLXCEL_GPU_TC_DECODE=0)
     # ... and on its wide form (MLXCEL_GPU_TC_WIDE, opt-in).
     mlxcel_gpu_parity(gpu_model_parity_tc_wide MLXCEL_GPU_TC_DECODE=2 MLXCEL_GPU_TC_WIDE=2)
-    # ... and with the streaming kernel's integer form (MLXCEL_GPU_STREAM_FORM=1, opt-in) on every row
-    # length (MLXCEL_GPU_STREAM_MIN_COLS=0): the fixtures' bounds unchanged.
-    mlxcel_gpu_parity(gpu_model_parity_stream_form MLXCEL_GPU_STREAM_FORM=1 MLXCEL_GPU_STREAM_MIN_COLS=0)
   endif()
 
   add_executable(bench_gpu_decode ${PROJECT_SOURCE_DIR}/tests/gpu/bench_gpu_decode.c)

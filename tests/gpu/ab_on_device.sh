@@ -65,18 +65,6 @@
 #             qwen3-0.6b-q4g64 --batch 64 -p 32 -n 128` at temperature 0.7 top-p 0.95 with the knob
 #             on and off and greedy, twice in turn, then the same at --batch 32; the
 #             conformance harness with the knob.
-#   stream_form  the streaming kernel's integer one-token form (kernels/matvec_stream_int.cuh,
-#             MLXCEL_GPU_STREAM_FORM=1), ~8 min, deadline 480 s: model parity on cuda with the knob
-#             (and every row length streamed); `mlxcel bench --shape qwen3-8b -p 512 -n 128` off (0)
-#             and on (1), twice in turn; `bench_gpu_decode qwen3-8b 512 8 100` off and on (the
-#             token's time and the per-op gate/up, down, o lines); the 8B on with
-#             MLXCEL_GPU_STREAM_ROWS=4 once; `bench_gpu_matvec qwen3-8b 5`
-#             (its stream-int column against stream: per product us and GB/s, and the one-token
-#             outputs within 1e-4 of the float32 form at the 8B's shapes: the form's device
-#             correctness check at full size); `mlxcel bench --shape qwen3-0.6b` off and on once
-#             each (its rows are below the streaming kernel's 4096: expected unchanged); the
-#             conformance harness with the knob on throughout (every streamed product against the
-#             CPU backend) last, since the deadline may cut it.
 # (The suites were attn_on_device.sh, attn_mma_on_device.sh, prefill_on_device.sh,
 # moe_on_device.sh and matvec_on_device.sh, which bench/RESULTS.md names.)
 # shellcheck disable=SC2317  # the suite functions are called as "suite_$suite"
@@ -89,9 +77,8 @@ attn_mma | prefill | matvec) deadline=540 ;;
 tc_wide) deadline=480 ;;
 moe) deadline=480 ;;
 sample) deadline=420 ;;
-stream_form) deadline=480 ;;
 *)
-    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|matvec|tc_wide|sample|stream_form (the suites: the top of this file)" >&2
+    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|matvec|tc_wide|sample (the suites: the top of this file)" >&2
     exit 2
     ;;
 esac
@@ -229,35 +216,6 @@ suite_sample() {
     done
     check_run gpu_sample_radix 120 "sample record" MLXCEL_GPU_SAMPLE_FAST=0 -- build/cuda/test_gpu_sample
     check_run gpu_conformance_fast 120 "check failed|FAIL" MLXCEL_GPU_SAMPLE_FAST=1 -- build/cuda/test_gpu_conformance
-}
-
-suite_stream_form() {
-    check_build 240 mlxcel test_gpu_conformance test_model_parity bench_gpu_decode bench_gpu_matvec
-    check_run parity_cuda_stream_form 60 "passed|failed|FAIL" MLXCEL_TEST_BACKEND=cuda MLXCEL_GPU_STREAM_FORM=1 \
-        MLXCEL_GPU_STREAM_MIN_COLS=0 -- build/cuda/test_model_parity
-    local i v first=120  # the first bench of a shape makes its model
-    for i in 1 2; do
-        for v in 0 1; do
-            check_bench "tg128_qwen3-8b_form${v}_$i" "$first" MLXCEL_GPU_STREAM_FORM="$v" -- --shape qwen3-8b -p 512 -n 128
-            first=45
-        done
-    done
-    for v in 0 1; do
-        check_run "decode_qwen3-8b_form$v" 45 "^decode|^ *matmul (o|gate|down)|gate/up|down" MLXCEL_GPU_STREAM_FORM="$v" -- \
-            build/cuda/bench_gpu_decode qwen3-8b 512 8 100
-    done
-    # The integer form on the other task shape (four rows per task, half the chunks per step).
-    check_bench tg128_qwen3-8b_form1_rows4 45 MLXCEL_GPU_STREAM_FORM=1 MLXCEL_GPU_STREAM_ROWS=4 -- --shape qwen3-8b -p 512 -n 128
-    check_run bench_matvec_8b 150 "^bench_gpu_matvec|^case|^(q|k/v|o|gate|down|lm_head) .* 1 |^rmsnorm|^o\+|^down\+|FAIL|outputs" -- \
-        build/cuda/bench_gpu_matvec qwen3-8b 5
-    first=120
-    for v in 0 1; do
-        check_bench "tg128_qwen3-0.6b_form$v" "$first" MLXCEL_GPU_STREAM_FORM="$v" -- --shape qwen3-0.6b -p 512 -n 128
-        first=45
-    done
-    check_run gpu_conformance_stream_form 150 "check failed|FAIL|checks" MLXCEL_GPU_STREAM_FORM=1 -- \
-        build/cuda/test_gpu_conformance
-    cp "$LOGS"/bench_matvec_8b.log "$OUT"/ 2>/dev/null
 }
 
 check_start "ab_on_device.sh $suite"

@@ -296,7 +296,7 @@ static int env_int(const char *name, int def, int lo, int hi, int *out, mx_error
 // on a machine without a GPU).
 typedef struct gpu_knobs {
     int matvec_rows, matvec_max_tokens, stream_min_cols, stream_rows, sample_blocks, tc_decode_tokens, attn_decode;
-    int tc_wide_tokens, prefill_kernel, moe_fused, attn_mma, sample_fast, stream_form;
+    int tc_wide_tokens, prefill_kernel, moe_fused, attn_mma, sample_fast;
 } gpu_knobs;
 
 static int read_knobs(gpu_knobs *k, mx_error *err) {
@@ -336,10 +336,6 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // 5,069 tok/s).
     // MLXCEL_GPU_ATTN_DECODE=0: decode attention on the general kernel (kernels/attention.cu, head
     // rows) instead of the flash-decoding one (kernels/attn_decode.cu), for A/B benches (unset: 1).
-    // MLXCEL_GPU_STREAM_FORM=1: the streaming kernel's one-token products over affine 4/8-bit weights
-    // in its integer form (kernels/matvec_stream_int.cuh: activations as 16-bit integers per chunk of
-    // 32 in dp4a; each output within its stated bound of the float32 dot, not float32-exact products);
-    // unset: 0, the float32 form, until a device A/B (bench/RESULTS.md, "One-token streaming product").
     if (env_int("MLXCEL_GPU_MATVEC_ROWS", 4, 1, 4, &k->matvec_rows, err) ||
         env_int("MLXCEL_GPU_ATTN_DECODE", 1, 0, 1, &k->attn_decode, err) ||
         env_int("MLXCEL_GPU_MATVEC_TOKENS", 63, 1, 1 << 20, &k->matvec_max_tokens, err) ||
@@ -350,8 +346,7 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_TC_DECODE", MXG_TC_DECODE_DEFAULT_TOKENS, 0, 64, &k->tc_decode_tokens, err) ||
         env_int("MLXCEL_GPU_TC_WIDE", 0, 0, 64, &k->tc_wide_tokens, err) ||
         env_int("MLXCEL_GPU_MOE_FUSED", 1, 0, 2, &k->moe_fused, err) ||
-        env_int("MLXCEL_GPU_ATTN_MMA", 1, 0, 1, &k->attn_mma, err) ||
-        env_int("MLXCEL_GPU_STREAM_FORM", 0, 0, 1, &k->stream_form, err))
+        env_int("MLXCEL_GPU_ATTN_MMA", 1, 0, 1, &k->attn_mma, err))
         return -1;
     static const char *const prefill_names[] = {"wmma", "wmma128", "sync", "pipe", "pipe1", "wgmma"};  // MXG_PREFILL_* order
     const char *pk = getenv("MLXCEL_GPU_PREFILL_KERNEL");
@@ -461,7 +456,6 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.matvec_stream = !mx_env_switch("MLXCEL_GPU_NO_STREAM_MATVEC");
     c->launch.stream_min_cols = knobs.stream_min_cols;
     c->launch.stream_rows = knobs.stream_rows;
-    c->launch.stream_form = knobs.stream_form;
     c->launch.sample_blocks = knobs.sample_blocks;
     c->launch.sample_fast = knobs.sample_fast == 1;
     c->launch.attn_token_rows = mx_env_switch("MLXCEL_GPU_ATTN_TOKEN_ROWS");

@@ -52,8 +52,6 @@ typedef struct mxg_launch {
     int stream_min_cols;   // ... on rows at least this long (MLXCEL_GPU_STREAM_MIN_COLS; default 4096)
     int stream_rows;       // its rows per task for one token over long rows: 4 with half the chunks per step
                            // (default), or 2 (MLXCEL_GPU_STREAM_ROWS=2)
-    int stream_form;       // its one-token form for affine 4/8-bit: 0 float32 activations (default), 1 16-bit
-                           // integer activations in dp4a (kernels/matvec_stream_int.cuh; MLXCEL_GPU_STREAM_FORM)
     bool attn_token_rows;  // attention always in token rows, never head rows for decode (A/B switch)
     bool attn_decode;      // decode steps on kernels/attn_decode.cu (MLXCEL_GPU_ATTN_DECODE=0: off, A/B switch)
     bool attn_mma;         // prefill attention on the tensor-core kernel (vendor/cuda/attn_mma.cu; off: MLXCEL_GPU_ATTN_MMA=0)

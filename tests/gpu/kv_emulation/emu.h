@@ -59,13 +59,6 @@ inline int __float2int_rn(float f) { return (int)lrintf(f); }
 inline float __uint_as_float(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
 inline uint32_t __float_as_uint(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 inline float __expf(float x) { return expf(x); }
-// Byte i of the result is byte (s >> 4 i) & 7 of the pair (y: bytes 4-7, x: bytes 0-3); the sign mode is not emulated.
-inline uint32_t __byte_perm(uint32_t x, uint32_t y, uint32_t s) {
-    const uint64_t v = ((uint64_t)y << 32) | x;
-    uint32_t r = 0;
-    for (int i = 0; i < 4; i++) r |= (uint32_t)((v >> (8 * ((s >> (4 * i)) & 7))) & 0xffu) << (8 * i);
-    return r;
-}
 inline void __threadfence() {}
 template <class T> inline T __ldcg(const T *p) { return *p; }
 template <class T> inline T atomicAdd(T *p, T v) { T old = *p; *p = old + v; return old; }

@@ -33,9 +33,6 @@
 // - The dot products are those of the other kernels (kernels/matvec_scaled.cuh for affine 4/8-bit,
 //   Fmt::dot_raw for mxfp4 and dense bf16/f16), so the results differ from theirs only in float32
 //   summation order.
-// - MLXCEL_GPU_STREAM_FORM=1 (L->stream_form, opt-in): one-token products over affine 4/8-bit weights
-//   in the integer form (kernels/matvec_stream_int.cuh: 16-bit activations per chunk of 32 in dp4a,
-//   ~1.5 instructions per weight instead of ~3.4; not float32-exact, a stated bound), the same tasks.
 // Requirements (stream_fits): rows of at least L->stream_min_cols weights (4096 by default: slower
 // than kernels/matvec.cuh on the 0.6B's shorter rows, as measured), cols a multiple of 32 with aligned rows (matvec_fast), the token rows
 // within the 48 KB of default shared memory, at least one chunk per lane. Lanes past the row's last
@@ -45,7 +42,6 @@
 #define MXG_MATVEC_STREAM_CUH
 
 #include "backends/gpu/kernels/matvec.cuh"
-#include "backends/gpu/kernels/matvec_stream_int.cuh"
 
 namespace mxg {
 
@@ -199,36 +195,6 @@ __device__ __forceinline__ void stream_stage(const StreamArgs &a, float4 *xs4, i
     }
 }
 
-// The integer form's staging (kernels/matvec_stream_int.cuh; one token): one thread per chunk of
-// 32 (its 8 loads, and with NORM the norm weight's 8, issued before their use), the row
-// RMS-normalized on the way with NORM (block 0 writing the normalized row), as 16-bit integers per
-// chunk in int8 planes and each chunk's (scale, scaled sum): no shuffles, no conversions.
-template <int W, class F, bool NORM>
-__device__ __forceinline__ void int_stream_stage(const StreamArgs &a, float4 *xs4, int n4, int block) {
-    const float scale = stream_norm_scale<W, NORM>(a, xs4, n4);
-    const int nchunks = n4 / 8;
-    uint4 *xi = (uint4 *)xs4;
-    float2 *meta = (float2 *)(xi + nchunks * 4);
-    const float4 *src = (const float4 *)a.x, *nw = (const float4 *)a.norm_w;
-    for (int c = (int)threadIdx.x; c < nchunks; c += kStreamThreads) {
-        float4 v[8], w[8];
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            v[k] = src[c * 8 + k];
-            if (NORM) w[k] = nw[c * 8 + k];
-        }
-        if (NORM) {
-#pragma unroll
-            for (int k = 0; k < 8; k++) {
-                v[k] = make_float4(v[k].x * scale * w[k].x, v[k].y * scale * w[k].y, v[k].z * scale * w[k].z,
-                                   v[k].w * scale * w[k].w);
-                if (block == 0) ((float4 *)a.norm_out)[c * 8 + k] = v[k];
-            }
-        }
-        int_stage_chunk<F::bits>(v, c, xi, meta);
-    }
-}
-
 // Sums a task's lane partials and writes its outputs (lane 0).
 template <int W, int NT, int NM, int R, int EPI>
 __device__ __forceinline__ void stream_epilogue(const StreamArgs &a, int mi, int64_t r0, float (&acc)[NM * R][NT]) {
@@ -271,11 +237,9 @@ __device__ __forceinline__ void stream_epilogue(const StreamArgs &a, int mi, int
 // The kernel's body as `nblocks` blocks of which the caller is block `block`: the first task's first
 // weights are loaded, then it waits for the previous kernel (mxg_grid_wait: the weights do not
 // depend on it, the activations do), then the activations are staged and the warps walk their
-// tasks; the only block barrier is the one after the staging. FORM 1 (one token, IntStream formats):
-// the integer form of kernels/matvec_stream_int.cuh, staging and dot products; the rest is shared.
-template <int W, class F, int NT, int NM, int R, int U, int EPI, bool NORM, int FORM = 0>
+// tasks; the only block barrier is the one after the staging.
+template <int W, class F, int NT, int NM, int R, int U, int EPI, bool NORM>
 __device__ __forceinline__ void stream_body(const StreamArgs &a, float4 *xs4, int block, int nblocks) {
-    static_assert(FORM == 0 || (NT == 1 && IntStream<F>::on), "the integer form: one token, affine 4/8-bit");
     constexpr int RR = NM * R, warps = kStreamThreads / W, span = W * U;
     const int lane = (int)threadIdx.x % W;
     const int nchunks = a.m[0].cols >> 5, n4 = nchunks * 8, steps = (nchunks + span - 1) / span;
@@ -292,8 +256,7 @@ __device__ __forceinline__ void stream_body(const StreamArgs &a, float4 *xs4, in
             if (u * W + lane < nchunks) stream_load_slot<F, NM, R>(a, mi, r0, u * W + lane, buf[u]);
     }
     mxg_grid_wait();
-    if constexpr (FORM == 1) int_stream_stage<W, F, NORM>(a, xs4, n4, block);
-    else stream_stage<W, F, NT, NORM>(a, xs4, n4, block);
+    stream_stage<W, F, NT, NORM>(a, xs4, n4, block);
     __syncthreads();  // the only barrier: from here on the warps run independently
     for (; task < ntasks; task += stride) {
         const int ntask = task + stride;
@@ -314,12 +277,7 @@ __device__ __forceinline__ void stream_body(const StreamArgs &a, float4 *xs4, in
 #pragma unroll
             for (int u = 0; u < U; u++) {
                 const int c = c0 + u * W + lane, lc = lc0 + u * W + lane;
-                if (c < nchunks) {
-                    if constexpr (FORM == 1)
-                        int_stream_dot<F, RR>((const uint4 *)xs4, (const float2 *)((const uint4 *)xs4 + n4 / 2), c, buf[u], acc);
-                    else
-                        stream_dot<F, NT, RR>(xs4, n4, c, buf[u], acc);
-                }
+                if (c < nchunks) stream_dot<F, NT, RR>(xs4, n4, c, buf[u], acc);
                 if (more && lc < nchunks) stream_load_slot<F, NM, R>(a, lmi, lr0, lc, buf[u]);
             }
         }
@@ -328,11 +286,11 @@ __device__ __forceinline__ void stream_body(const StreamArgs &a, float4 *xs4, in
     }
 }
 
-template <int W, class F, int NT, int NM, int R, int U, int EPI, bool NORM, int FORM>
+template <int W, class F, int NT, int NM, int R, int U, int EPI, bool NORM>
 __global__ void __launch_bounds__(kStreamThreads, kStreamBlocksPerSm) matvec_stream_kernel(StreamArgs a) {
     MXG_WARP_ONLY(W) {
-    extern __shared__ float4 xs4[];  // [NT][nchunks * 8] (FORM 1: int_stage_bytes(nchunks))
-    stream_body<W, F, NT, NM, R, U, EPI, NORM, FORM>(a, xs4, (int)blockIdx.x, (int)gridDim.x);
+    extern __shared__ float4 xs4[];  // [NT][nchunks * 8]
+    stream_body<W, F, NT, NM, R, U, EPI, NORM>(a, xs4, (int)blockIdx.x, (int)gridDim.x);
     mxg_grid_release();  // the next dependent kernel may start loading its weights
     }
 }
@@ -357,14 +315,14 @@ int stream_tasks(StreamArgs &a, int count) {
 
 // One launch of R rows per task (per matrix: NM = 2 counts gate's rows only) and U chunks per lane
 // per step: as many blocks as the tasks need, at most kStreamBlocksPerSm per multiprocessor.
-template <int W, class F, int NT, int NM, int R, int U, int EPI, bool NORM, int FORM>
+template <int W, class F, int NT, int NM, int R, int U, int EPI, bool NORM>
 void stream_launch_shape(const mxg_launch *L, StreamArgs a, int count) {
     constexpr int warps = kStreamThreads / W;
     const int tasks = stream_tasks<NM, R>(a, count);
     const int64_t want = (tasks + warps - 1) / warps, cap = (int64_t)L->sm_count * kStreamBlocksPerSm;
     const unsigned blocks = (unsigned)(want < cap ? want : cap);
-    const size_t smem = FORM == 1 ? int_stage_bytes(a.m[0].cols / 32) : (size_t)NT * a.m[0].cols * sizeof(float);
-    mxg_launch_dep(matvec_stream_kernel<W, F, NT, NM, R, U, EPI, NORM, FORM>, dim3(blocks), dim3(kStreamThreads), smem,
+    const size_t smem = (size_t)NT * a.m[0].cols * sizeof(float);
+    mxg_launch_dep(matvec_stream_kernel<W, F, NT, NM, R, U, EPI, NORM>, dim3(blocks), dim3(kStreamThreads), smem,
                    (gpuStream_t)L->stream, L->dependent_launch, a);
 }
 
@@ -374,33 +332,20 @@ void stream_launch_shape(const mxg_launch *L, StreamArgs a, int count) {
 // long rows, L->stream_rows == 4 (the default; MLXCEL_GPU_STREAM_ROWS=2 for the previous shape)
 // takes twice the rows per task and half the chunks per step, which halves the activation reads
 // and sums per weight.
-// FORM 1 (L->stream_form, MLXCEL_GPU_STREAM_FORM=1; one token, IntStream formats): the integer
-// form, same task shapes.
-template <int W, class F, int NT, int NM, int R, int EPI, bool NORM, int FORM>
-void stream_launch_form(const mxg_launch *L, const StreamArgs &a, int count) {
+template <int W, class F, int NT, int NM, int R, int EPI, bool NORM>
+void stream_launch(const mxg_launch *L, const StreamArgs &a, int count) {
     constexpr int U = Streamed<F, NT>::U;
     if constexpr (NT == 1 && U > 1) {
         if (a.m[0].cols / 32 < W * U) {
-            stream_launch_shape<W, F, NT, NM, R * U, 1, EPI, NORM, FORM>(L, a, count);
+            stream_launch_shape<W, F, NT, NM, R * U, 1, EPI, NORM>(L, a, count);
             return;
         }
         if (L->stream_rows == 4) {
-            stream_launch_shape<W, F, NT, NM, R * 2, U / 2, EPI, NORM, FORM>(L, a, count);
+            stream_launch_shape<W, F, NT, NM, R * 2, U / 2, EPI, NORM>(L, a, count);
             return;
         }
     }
-    stream_launch_shape<W, F, NT, NM, R, U, EPI, NORM, FORM>(L, a, count);
-}
-
-template <int W, class F, int NT, int NM, int R, int EPI, bool NORM>
-void stream_launch(const mxg_launch *L, const StreamArgs &a, int count) {
-    if constexpr (NT == 1 && IntStream<F>::on) {
-        if (L->stream_form == 1) {
-            stream_launch_form<W, F, NT, NM, R, EPI, NORM, 1>(L, a, count);
-            return;
-        }
-    }
-    stream_launch_form<W, F, NT, NM, R, EPI, NORM, 0>(L, a, count);
+    stream_launch_shape<W, F, NT, NM, R, U, EPI, NORM>(L, a, count);
 }
 
 // kernels/matvec_stream.cu: one record of n <= 8 tokens; false when the streaming kernel declines.
