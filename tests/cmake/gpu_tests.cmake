@@ -61,8 +61,6 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_conformance(gpu_conformance)
   mlxcel_gpu_conformance(gpu_conformance_tc_decode MLXCEL_GPU_TC_DECODE=2)
   mlxcel_gpu_conformance(gpu_conformance_tc_off MLXCEL_GPU_TC_DECODE=0)
-  # The tensor-core decode product's wide form (MLXCEL_GPU_TC_WIDE, opt-in) from 2 tokens.
-  mlxcel_gpu_conformance(gpu_conformance_tc_wide MLXCEL_GPU_TC_DECODE=2 MLXCEL_GPU_TC_WIDE=2)
   # The fused MoE decode launches (routing folded in) under every case of the harness.
   mlxcel_gpu_conformance(gpu_conformance_moe_fused MLXCEL_GPU_MOE_FUSED=2)
 
@@ -111,8 +109,6 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_knob_refused(tc_decode_range MLXCEL_GPU_TC_DECODE=65
                           "MLXCEL_GPU_TC_DECODE='65': must be a whole number from 0 to 64 \\(unset: 4\\)")
   mlxcel_gpu_knob_refused(tc_decode_word MLXCEL_GPU_TC_DECODE=on "MLXCEL_GPU_TC_DECODE='on': must be")
-  mlxcel_gpu_knob_refused(tc_wide_range MLXCEL_GPU_TC_WIDE=65
-                          "MLXCEL_GPU_TC_WIDE='65': must be a whole number from 0 to 64 \\(unset: 0\\)")
   mlxcel_gpu_knob_refused(attn_decode_two MLXCEL_GPU_ATTN_DECODE=2
                           "MLXCEL_GPU_ATTN_DECODE='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(attn_decode_word MLXCEL_GPU_ATTN_DECODE=off "MLXCEL_GPU_ATTN_DECODE='off': must be")
@@ -145,8 +141,6 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
     mlxcel_gpu_parity(gpu_model_parity_tc_decode MLXCEL_GPU_TC_DECODE=2)
     # ... and with it off: prompts of 2-63 tokens on the float32 matrix-vector kernels.
     mlxcel_gpu_parity(gpu_model_parity_tc_off MLXCEL_GPU_TC_DECODE=0)
-    # ... and on its wide form (MLXCEL_GPU_TC_WIDE, opt-in).
-    mlxcel_gpu_parity(gpu_model_parity_tc_wide MLXCEL_GPU_TC_DECODE=2 MLXCEL_GPU_TC_WIDE=2)
   endif()
 
   add_executable(bench_gpu_decode ${PROJECT_SOURCE_DIR}/tests/gpu/bench_gpu_decode.c)

@@ -50,13 +50,6 @@
 #             streaming kernel, without it (MLXCEL_GPU_NO_STREAM_MATVEC=1), with
 #             MLXCEL_GPU_STREAM_ROWS=2 and with MLXCEL_GPU_PDL=1; the same of the 0.6B with and
 #             without the streaming kernel; bench_gpu_decode's per-op decode times of the 8B.
-#   tc_wide   the tensor-core decode product's wide form (vendor/cuda/matvec_mma.cu,
-#             MLXCEL_GPU_TC_WIDE), ~7 min, deadline 480 s: `mlxcel bench -m qwen3-0.6b-q4g64 --batch B
-#             -p 32 -n 128 --temp 0` for B = 64, 32, 16 with the knob off (=0) and on (=2), in turn,
-#             twice; bench_gpu_matvec of the 0.6B (tc-decode against tc-wide per product at 16, 32,
-#             64 tokens; it fails when their outputs differ); bench_gpu_decode's 64-row step per op,
-#             off and on; the conformance harness, model parity on cuda and the op suite with the
-#             knob on.
 #   sample    the split token choice's fast form (kernels/sample_fast.cu, MLXCEL_GPU_SAMPLE_FAST),
 #             ~6 min, deadline 420 s: test_gpu_sample with the knob (the fast split form against the
 #             one-block form and the host rule, in a recorded graph too, and the sample record's time
@@ -74,11 +67,10 @@ suite=${1:-}
 case $suite in
 attn) deadline=300 ;;
 attn_mma | prefill | matvec) deadline=540 ;;
-tc_wide) deadline=480 ;;
 moe) deadline=480 ;;
 sample) deadline=420 ;;
 *)
-    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|matvec|tc_wide|sample (the suites: the top of this file)" >&2
+    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|matvec|sample (the suites: the top of this file)" >&2
     exit 2
     ;;
 esac
@@ -172,30 +164,6 @@ suite_matvec() {
     cp "$LOGS"/bench_matvec_*.log "$OUT"/ 2>/dev/null
     step bench_decode_8b 120 build/cuda/bench_gpu_decode qwen3-8b 512 512 100
     sed -n '/^decode/,/per-op times, 512/p' "$LOGS/bench_decode_8b.log" | sed 's/^/bench_decode_8b: /' | sum
-}
-
-suite_tc_wide() {
-    check_build 240 mlxcel test_gpu_ops test_gpu_conformance test_model_parity bench_gpu_matvec bench_gpu_decode
-    local model=$HOME/.cache/mlxcel/bench/qwen3-0.6b-q4g64 b i
-    [ -f "$model/config.json" ] || step make_model 90 build/cuda/mlxcel bench --shape qwen3-0.6b -p 1 -n 1 --backend cuda
-    local a=(-m "$model" -p 32 -n 128 --temp 0) on=(MLXCEL_GPU_TC_WIDE=2)
-    for i in 1 2; do
-        for b in 64 32 16; do
-            check_bench "b${b}_off_$i" 40 MLXCEL_GPU_TC_WIDE=0 -- "${a[@]}" --batch "$b"
-            check_bench "b${b}_on_$i" 40 "${on[@]}" -- "${a[@]}" --batch "$b"
-        done
-    done
-    check_run bench_matvec_0.6b 100 "tc-|case|q |gate |k/v |o |down |FAIL|outputs" -- \
-        build/cuda/bench_gpu_matvec qwen3-0.6b 10
-    for i in off on; do
-        check_run "step64_$i" 50 "^batched|^per-op|n=64" MLXCEL_GPU_TC_WIDE="$([ "$i" = on ] && echo 2 || echo 0)" -- \
-            build/cuda/bench_gpu_decode qwen3-0.6b 96 64 40 64
-    done
-    check_run gpu_conformance_tc_wide 90 "batched decode|check failed|FAIL|passed" "${on[@]}" MLXCEL_GPU_TC_DECODE=2 -- \
-        build/cuda/test_gpu_conformance
-    check_run parity_cuda_tc_wide 90 "passed|failed|FAIL" MLXCEL_TEST_BACKEND=cuda MLXCEL_GPU_TC_DECODE=2 "${on[@]}" -- \
-        build/cuda/test_model_parity
-    check_run gpu_ops_tc_wide 200 "check failed|passed|failed" "${on[@]}" -- build/cuda/test_gpu_ops
 }
 
 suite_sample() {

@@ -234,7 +234,6 @@ static void gpu_destroy(mx_backend *be) {
         free(c->graphs);
         mxg_rt_free(c->launch.scratch);
         mxg_rt_free(c->launch.small_scratch);
-        mxg_rt_free(c->launch.tc_wide_count);
         mxg_rt_free(c->launch.sample_scratch);
         mxg_rt_stream_destroy(c->launch.stream);
         free(c);
@@ -296,7 +295,7 @@ static int env_int(const char *name, int def, int lo, int hi, int *out, mx_error
 // on a machine without a GPU).
 typedef struct gpu_knobs {
     int matvec_rows, matvec_max_tokens, stream_min_cols, stream_rows, sample_blocks, tc_decode_tokens, attn_decode;
-    int tc_wide_tokens, prefill_kernel, moe_fused, attn_mma, sample_fast;
+    int prefill_kernel, moe_fused, attn_mma, sample_fast;
 } gpu_knobs;
 
 static int read_knobs(gpu_knobs *k, mx_error *err) {
@@ -322,10 +321,6 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // formats keep the float32 kernels); unset: MXG_TC_DECODE_DEFAULT_TOKENS (4: on the H200 it is
     // slower than the float32 kernels at 2 tokens, about even at 4 and faster from 8; bench/RESULTS.md);
     // 0: off, the float32 kernels (also off with MLXCEL_GPU_NO_MMA=1).
-    // MLXCEL_GPU_TC_WIDE=N (2..64; 1 counts as 2; unset or 0: off): of the batches that take the
-    // tensor-core decode product, those of N..64 tokens run its wide form (16-token groups, few
-    // column splits added in the product's last block; vendor/cuda/matvec_mma.cu), an A/B switch
-    // until a device run measures it (bench/RESULTS.md).
     // MLXCEL_GPU_MOE_FUSED: 1 (unset: the default) MoE decode's expert products in two fused launches
     // (gate/up + SwiGLU, down + combine; kernels/moe_stream.cu) instead of five records; 2: the
     // routing record in the first of them too; 0: the records. On the H200 the 30B-A3B shape decoded
@@ -344,7 +339,6 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_SAMPLE_BLOCKS", MXG_SAMPLE_DEFAULT_BLOCKS, 1, MXG_SAMPLE_MAX_BLOCKS, &k->sample_blocks, err) ||
         env_int("MLXCEL_GPU_SAMPLE_FAST", 1, 0, 1, &k->sample_fast, err) ||
         env_int("MLXCEL_GPU_TC_DECODE", MXG_TC_DECODE_DEFAULT_TOKENS, 0, 64, &k->tc_decode_tokens, err) ||
-        env_int("MLXCEL_GPU_TC_WIDE", 0, 0, 64, &k->tc_wide_tokens, err) ||
         env_int("MLXCEL_GPU_MOE_FUSED", 1, 0, 2, &k->moe_fused, err) ||
         env_int("MLXCEL_GPU_ATTN_MMA", 1, 0, 1, &k->attn_mma, err))
         return -1;
@@ -460,7 +454,6 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.sample_fast = knobs.sample_fast == 1;
     c->launch.attn_token_rows = mx_env_switch("MLXCEL_GPU_ATTN_TOKEN_ROWS");
     c->launch.tc_decode_tokens = knobs.tc_decode_tokens == 1 ? 2 : knobs.tc_decode_tokens;
-    c->launch.tc_wide_tokens = knobs.tc_wide_tokens == 1 ? 2 : knobs.tc_wide_tokens;
     c->launch.attn_decode = knobs.attn_decode == 1 && !c->launch.attn_token_rows;
     c->launch.attn_mma = knobs.attn_mma == 1;
     c->launch.scratch_bytes = mxg_attention_scratch_bytes(c->info.sm_count, 256);
@@ -474,15 +467,6 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     if (mxg_rt_malloc(&c->launch.scratch, c->launch.scratch_bytes, c->launch.stream, err) != 0) goto fail;
     c->launch.small_scratch_bytes = 64 * 1024;
     if (mxg_rt_malloc(&c->launch.small_scratch, c->launch.small_scratch_bytes, c->launch.stream, err) != 0) goto fail;
-    // The wide tensor-core decode product's split counters: zero at creation, left zero by every launch.
-    if (c->launch.tc_wide_tokens) {
-        static const unsigned zero[1024] = {0};
-        void *cnt = NULL;
-        if (mxg_rt_malloc(&cnt, sizeof zero, c->launch.stream, err) != 0) goto fail;
-        c->launch.tc_wide_count = cnt;
-        if (mxg_rt_upload(cnt, zero, sizeof zero, c->launch.stream, err) != 0 || mxg_rt_sync(c->launch.stream, err) != 0)
-            goto fail;
-    }
     // The split sample kernels' records: one per row of a batch that they take (at most one row per
     // multiprocessor, see mxg_sample_split_blocks); ~45 KB each, ~95 KB with the fast form.
     if (c->launch.sample_blocks > 1) {

@@ -44,9 +44,6 @@ typedef struct mxg_launch {
     int tc_decode_tokens;  // 0, or batches of this many (at least 2) to 64 tokens on the tensor-core
                            // decode product where it applies (vendor/cuda/matvec_mma.cu; MLXCEL_GPU_TC_DECODE,
                            // default MXG_TC_DECODE_DEFAULT_TOKENS; taken only with use_mma)
-    int tc_wide_tokens;    // 0 (default), or batches of this many (at least 2) to 64 tokens that take the
-                           // tensor-core decode product run its wide form (MLXCEL_GPU_TC_WIDE)
-    unsigned *tc_wide_count; // the wide form's split counters (1024 words, zero between its launches), or NULL
     bool matvec_old;       // matrix-vector kernels without the scaled 4/8-bit dot and split-K (A/B switch)
     bool matvec_stream;    // the streaming matrix-vector kernel where it applies (off: MLXCEL_GPU_NO_STREAM_MATVEC=1)
     int stream_min_cols;   // ... on rows at least this long (MLXCEL_GPU_STREAM_MIN_COLS; default 4096)

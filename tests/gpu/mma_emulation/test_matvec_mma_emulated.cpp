@@ -5,21 +5,16 @@
 // groups of 32, 64 and 128 and f32/f16/bf16 scales, 2..64 tokens (every tile count, partial tiles),
 // rows that are not a multiple of the block's 128 (1, 17, 129...), columns of 1 to 40 chunks, with
 // and without bias, with the column split at several multiprocessor counts and scratch sizes (no
-// split, a partial last range, 32 ranges). Bound (the kernel file's precision paragraph): |out -
+// split, a partial last range, 32 ranges), at a server step's batch sizes split and unsplit, and
+// (full form) on the 0.6B's products. Bound (the kernel file's precision paragraph): |out -
 // ref| <= 1e-6 * (sum_k(|s q_k x_k| + |b x_k|) + 0.1 |bias|); the worst ratio is printed. Also checks
 // that the launcher declines what it has no kernel for (one token, 65 tokens, 3-bit, mxfp4,
 // unaligned x) and writes nothing then. A split product's partial sums go through the scratch to a
 // second kernel. Every product also runs as the batched "matmul + residual add"
-// (mxg_matvec_mma_add), which must give the product's and the add record's bits. The wide form
-// (MLXCEL_GPU_TC_WIDE: 16-token groups, column splits added by the last block of each tile) runs
-// every product too, and the 0.6B's shapes (q 2048x1024, k/v 1024x1024, o
-// 1024x2048, gate/up 3072x1024, down 1024x3072) at 16, 32 and 64 tokens on 132 multiprocessors;
-// its split counters must be zero again after every launch, and unsplit at 8 bits it must give the
-// slab kernel's bits (at 4 bits its mma pairs the codes in another k order).
+// (mxg_matvec_mma_add), which must give the product's and the add record's bits.
 // Built and run by run.sh; argument "quick": fewer cases. Exits 1 on any failure.
 #include "emu.h"
 #include "emu_affine.h"
-#include "emu_pipe.h"
 #include <cstdio>
 #include <cstdlib>
 extern "C" {
@@ -27,9 +22,8 @@ extern "C" {
 }
 #include "backends/gpu/kernels.h"
 
-static int fails = 0, cases = 0, wide_cases = 0, wide_same = 0, wide_split = 0;
-static double worst = 0.0, worst_wide = 0.0;
-static std::vector<unsigned> wide_count(1024, 0u);  // the wide form's split counters (L.tc_wide_count)
+static int fails = 0, cases = 0;
+static double worst = 0.0;
 #define FAIL(...) do { printf("FAIL: " __VA_ARGS__); printf("\n"); fails++; } while (0)
 
 
@@ -49,14 +43,13 @@ static void add_check(mxg_launch L, const std::vector<float> &two, const float *
         const float want = res0[i] + two[i];
         ok = memcmp(&res[i], &want, sizeof want) == 0;
     }
-    if (!ok) FAIL("matmul + residual add differs from the two records (rc %d): %dx%d n=%d wide=%d", rc, (int)w.rows,
-                  (int)w.cols, n, L.tc_wide_tokens);
+    if (!ok) FAIL("matmul + residual add differs from the two records (rc %d): %dx%d n=%d", rc, (int)w.rows,
+                  (int)w.cols, n);
 }
 
-// One product against the double reference, then as matmul + residual add; forms: 1 the slab
-// kernel, 2 the wide form (a mask).
+// One product against the double reference, then as matmul + residual add.
 static void run_case(int bits, int gs, mx_dtype st, int rows, int cols, int n, bool with_bias, int sms,
-                     size_t scratch_bytes, int forms = 3) {
+                     size_t scratch_bytes) {
     cases++;
     emu_affine m;
     emu_affine_random(&m, bits, gs, st, rows, cols);
@@ -90,53 +83,22 @@ static void run_case(int bits, int gs, mx_dtype st, int rows, int cols, int n, b
     mxg_launch L{};
     L.warp = 32, L.sm_count = sms, L.cc = 90, L.scratch = scratch_bytes ? scratch.data() : nullptr;
     L.scratch_bytes = scratch_bytes;
-    L.tc_wide_count = wide_count.data();
-    // Each form: the kernel with its slabs (form 0), the wide form (1: MLXCEL_GPU_TC_WIDE=2, every
-    // batch).
-    std::vector<float> plain;
-    for (int form = 0; form < 2; form++) {
-        if (!(forms >> form & 1)) continue;
-        const bool wide = form == 1;
-        L.tc_wide_tokens = wide ? 2 : 0;
-        if (wide) wide_cases++;
-        emu_grids.clear();
-        std::fill(out.begin(), out.end(), -7.0f);
-        if (mxg_matvec_mma(&L, out.data(), xa, &w, bp, n) != 0) {
-            FAIL("declined: %d-bit g%d %s %dx%d n=%d form=%d", bits, gs, st_name(st), rows, cols, n, form);
-            return;
-        }
-        if (wide) {
-            wide_split += !emu_grids.empty() && emu_grids[0].y > 1;
-            for (unsigned c : wide_count)
-                if (c != 0) { FAIL("wide form left a split counter at %u: %dx%d n=%d", c, rows, cols, n); break; }
-        }
-        // Outputs past the bound (the first three reported); the worst ratio into `worst`.
-        int bad = 0;
-        for (int r = 0; r < rows; r++)
-            for (int tk = 0; tk < n; tk++) {
-                const size_t i = (size_t)tk * rows + r;
-                const double ratio = fabs((double)out[i] - ref[i]) / (mag[i] > 0 ? mag[i] : 1e-30);
-                if (!(ratio <= 1e-6) && bad++ < 3)
-                    FAIL("%d-bit g%d %s %dx%d n=%d bias=%d sms=%d form=%d: row %d token %d: %.9g, reference %.9g "
-                         "(err/sum %.3g)",
-                         bits, gs, st_name(st), rows, cols, n, with_bias, sms, form, r, tk, out[i], ref[i], ratio);
-                double &wr = wide ? worst_wide : worst;
-                wr = ratio > wr || ratio != ratio ? (ratio != ratio ? 1e9 : ratio) : wr;
-            }
-        // Both forms unsplit (one multiprocessor wants 2 blocks: rows past 128 give them): the same
-        // bits at 8 bits (the wide form pairs 4-bit codes differently, so its k order differs there).
-        if (wide && (forms & 1) && sms == 1 && rows > 128 && scratch_bytes >= (size_t)(8 << 20) && bits == 8) {
-            wide_same++;
-            if (memcmp(out.data(), plain.data(), out.size() * sizeof(float)) != 0)
-                FAIL("wide form differs from the slab kernel, both unsplit: %d-bit g%d %s %dx%d n=%d", bits, gs,
-                     st_name(st), rows, cols, n);
-        }
-        if (form == 0) plain = out;
-        add_check(L, out, xa, w, bp, n);
-        if (wide)
-            for (unsigned c : wide_count)
-                if (c != 0) { FAIL("wide form (matmul + add) left a split counter at %u: %dx%d n=%d", c, rows, cols, n); break; }
+    if (mxg_matvec_mma(&L, out.data(), xa, &w, bp, n) != 0) {
+        FAIL("declined: %d-bit g%d %s %dx%d n=%d", bits, gs, st_name(st), rows, cols, n);
+        return;
     }
+    // Outputs past the bound (the first three reported); the worst ratio into `worst`.
+    int bad = 0;
+    for (int r = 0; r < rows; r++)
+        for (int tk = 0; tk < n; tk++) {
+            const size_t i = (size_t)tk * rows + r;
+            const double ratio = fabs((double)out[i] - ref[i]) / (mag[i] > 0 ? mag[i] : 1e-30);
+            if (!(ratio <= 1e-6) && bad++ < 3)
+                FAIL("%d-bit g%d %s %dx%d n=%d bias=%d sms=%d: row %d token %d: %.9g, reference %.9g (err/sum %.3g)",
+                     bits, gs, st_name(st), rows, cols, n, with_bias, sms, r, tk, out[i], ref[i], ratio);
+            worst = ratio > worst || ratio != ratio ? (ratio != ratio ? 1e9 : ratio) : worst;
+        }
+    add_check(L, out, xa, w, bp, n);
 }
 
 static void declines() {
@@ -154,15 +116,12 @@ static void declines() {
         {"3-bit", 8, 3, MX_QUANT_AFFINE, 0, 90},     {"mxfp4", 8, 4, MX_QUANT_MXFP4, 0, 90},
         {"unaligned x", 8, 4, MX_QUANT_AFFINE, 1, 90}, {"sm_75", 8, 4, MX_QUANT_AFFINE, 0, 75},
     };
-    for (int form = 0; form < 2; form++)  // the slab kernel, its wide form (every batch)
-        for (auto &k : c) {
-            w.q.bits = k.bits, w.q.mode = k.mode, L.cc = k.cc;
-            L.tc_wide_tokens = form == 1 ? 2 : 0;
-            if (mxg_matvec_mma(&L, out.data(), xa + k.offset, &w, nullptr, k.n) != -1)
-                FAIL("did not decline: %s (form %d)", k.what, form);
-            for (float v : out)
-                if (v != -7.0f) { FAIL("wrote output while declining: %s (form %d)", k.what, form); break; }
-        }
+    for (auto &k : c) {
+        w.q.bits = k.bits, w.q.mode = k.mode, L.cc = k.cc;
+        if (mxg_matvec_mma(&L, out.data(), xa + k.offset, &w, nullptr, k.n) != -1) FAIL("did not decline: %s", k.what);
+        for (float v : out)
+            if (v != -7.0f) { FAIL("wrote output while declining: %s", k.what); break; }
+    }
 }
 
 int main(int argc, char **argv) {
@@ -180,9 +139,8 @@ int main(int argc, char **argv) {
                 run_case(bits, gs, st, 40, 384, 33, false, 1, 8 << 20);
             }
     for (int n : ns) run_case(4, 64, MX_DTYPE_BF16, 136, 1024, n, true, 132, 8 << 20);
-    // The wide form against the slab kernel, both unsplit (one multiprocessor), at the batch sizes
-    // of a server step (1-8, 9-16, 17-32, 33-64 tokens: each of the slab kernel's token-tile counts),
-    // 4- and 8-bit, every scale type; then split (132 multiprocessors: several ranges per token group).
+    // The batch sizes of a server step (1-8, 9-16, 17-32, 33-64 tokens: each token-tile count), 4- and
+    // 8-bit, every scale type, unsplit (one multiprocessor); then split (132 multiprocessors).
     for (int n : {2, 8, 17, 32, 33, 64})
         for (int bits : {4, 8})
             for (mx_dtype st : sts) run_case(bits, bits == 4 ? 64 : 32, st, 200, 512, n, true, 1, 8 << 20);
@@ -195,25 +153,18 @@ int main(int argc, char **argv) {
         const size_t scr[] = {0, 4096, 8 << 20};
         run_case(bits, gs, sts[emu_below(3)], rowss[emu_below(6)], cols, ns[emu_below(11)], emu_below(2), sms[emu_below(3)], scr[emu_below(3)]);
     }
-    if (!quick) run_case(4, 64, MX_DTYPE_BF16, 1024, 1024, 64, false, 132, 8 << 20);  // the 0.6B's shape, 32 splits
-    // The wide form on the 0.6B's products (4-bit g64 bf16, 132 multiprocessors, 8 MB of scratch) at
-    // the server's batch sizes, and on odd ones (quick: k/v at 16 and 64, down at 33).
-    const int shapes06[5][2] = {{2048, 1024}, {1024, 1024}, {1024, 2048}, {3072, 1024}, {1024, 3072}};
-    if (quick) {
-        run_case(4, 64, MX_DTYPE_BF16, 1024, 1024, 16, true, 132, 8 << 20, 2);
-        run_case(4, 64, MX_DTYPE_BF16, 1024, 1024, 64, false, 132, 8 << 20, 2);
-        run_case(4, 64, MX_DTYPE_BF16, 1024, 3072, 33, true, 132, 8 << 20, 2);
-    } else {
+    if (!quick) {
+        run_case(4, 64, MX_DTYPE_BF16, 1024, 1024, 64, false, 132, 8 << 20);  // the 0.6B's shape, 32 splits
+        // The 0.6B's products (q, k/v, o, gate/up, down; 4-bit g64 bf16, 132 multiprocessors) at 16,
+        // 32 and 64 tokens, and odd batches of an 8-bit product.
+        const int shapes06[5][2] = {{2048, 1024}, {1024, 1024}, {1024, 2048}, {3072, 1024}, {1024, 3072}};
         for (auto &sh : shapes06)
-            for (int n : {16, 32, 64}) run_case(4, 64, MX_DTYPE_BF16, sh[0], sh[1], n, n == 32, 132, 8 << 20, 2);
-        for (int n : {17, 47, 63}) run_case(8, 32, MX_DTYPE_F16, 1000, 1056, n, true, 132, 8 << 20, 2);
+            for (int n : {16, 32, 64}) run_case(4, 64, MX_DTYPE_BF16, sh[0], sh[1], n, n == 32, 132, 8 << 20);
+        for (int n : {17, 47, 63}) run_case(8, 32, MX_DTYPE_F16, 1000, 1056, n, true, 132, 8 << 20);
     }
     printf("%d products also as matmul + residual add: out and residual bit-identical to the two records "
            "(store or split-sum kernel)\n", add_cases);
     printf("%d products, worst |err| / sum(|s q x| + |b x|) = %.3g (bound 1e-6)\n", cases, worst);
-    printf("%d products on the wide form (MLXCEL_GPU_TC_WIDE), %d of them split, worst %.3g (bound 1e-6); %d "
-           "8-bit ones unsplit in both forms: bit-identical to the slab kernel; split counters zero after every launch\n",
-           wide_cases, wide_split, worst_wide, wide_same);
     if (fails) printf("%d failed\n", fails);
     else printf("passed\n");
     return fails ? 1 : 0;

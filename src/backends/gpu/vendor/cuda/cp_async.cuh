@@ -1,10 +1,9 @@
 // SPDX-License-Identifier: MIT
 // The asynchronous global -> shared copies (cp.async, sm_80+) and the packed bf16 arithmetic that the
-// pipelined prefill product (vendor/cuda/matmul_pipe.cu) uses (and the tensor-core decode product's
-// wide form, vendor/cuda/matvec_mma.cu, its packed fma), behind inline functions so that the host
-// emulation (tests/gpu/mma_emulation/emu_pipe.h, which defines this header's guard) can put its own
-// versions under the kernel's unchanged source: there a copy lands at once and the waits do
-// nothing. Packed registers hold two bf16 values, the lower index in the lower half.
+// pipelined prefill product (vendor/cuda/matmul_pipe.cu) uses, behind inline functions so that the
+// host emulation (tests/gpu/mma_emulation/emu_pipe.h, which defines this header's guard) can put
+// its own versions under the kernel's unchanged source: there a copy lands at once and the waits
+// do nothing. Packed registers hold two bf16 values, the lower index in the lower half.
 #ifndef MXG_CP_ASYNC_CUH
 #define MXG_CP_ASYNC_CUH
 

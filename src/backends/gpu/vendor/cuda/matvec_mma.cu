@@ -4,8 +4,6 @@
 // (vendor/cuda/mma_m16n8k16.cuh; sm_80+). kernels/matvec.cu dispatches batches of 4..64 tokens here
 // by default (MLXCEL_GPU_TC_DECODE=N: N..64; 0: never); every other format, and batches of one or
 // over 64 tokens, decline (-1) to the float32 kernels. ROCm builds have vendor/hip/matvec_mma.cu, which declines.
-// MLXCEL_GPU_TC_WIDE=N (default off) runs batches of N..64 tokens on a wide form of the same
-// arithmetic instead ("The wide form" below: its design).
 //
 // Why this shape: a decode batch reads every weight once whatever the batch, so the product should
 // cost little more than one token; the float32 matrix-vector kernels instead spend FMAs and shared
@@ -49,7 +47,6 @@
 // Registers (ptxas, sm_90, 4-bit / 8-bit, no spills): 126 / 150 at 8 tokens, 162 / 166 at 16,
 // 218 / 232 at 32, 254 / 255 at 64.
 #include "backends/gpu/dequant.cuh"
-#include "backends/gpu/vendor/cuda/cp_async.cuh"
 #include "backends/gpu/vendor/cuda/mma_m16n8k16.cuh"
 
 namespace {
@@ -118,22 +115,10 @@ __device__ __forceinline__ void split3(const float (&v)[4], uint4 &hm, uint2 &lo
 // lane and row) and, per token tile j, the B fragments from the staged activations (token rows of
 // xs / xl, the chunk's slots from slot0; xsum: the chunk's sums by token), 6 mma per tile pair and
 // acc += s * sum(q x) + b * sum(x) per output (the float32 kernels' formula).
-// Codes e and e + 4 of a lane's 8 4-bit codes of a chunk (one word, code e in bits 4e..4e+3) as a
-// bf16 pair, from the word shifted by 4e: the two nibbles OR-ed into 0x4300 are bf16 128 + code,
-// exactly, and the packed fma (v * 1 - 128) leaves the codes, exactly (as matmul_pipe.cu does).
-__device__ __forceinline__ uint32_t nibble_pair(uint32_t word, int e) {
-    const uint32_t v = ((word >> (4 * e)) & 0x000f000fu) | 0x43004300u;
-    return mxg_bf16x2_fma(v, 0x3f803f80u, 0xc300c300u);
-}
-
-// PAIRED (4-bit only; the wide form): the mma's k pairs hold codes e, e + 4 of the lane's 8 instead
-// of e, e + 1 (step s: codes 2s, 2s + 4 as columns 2t, 2t+1 and 2s+1, 2s+5 as 2t+8, 2t+9), three
-// instructions per pair instead of seven; the staged activations follow (stage_paired).
-template <int BITS, int NT, int HS, int LS, bool PAIRED = false>
+template <int BITS, int NT, int HS, int LS>
 __device__ __forceinline__ void chunk_mma(float (&acc)[kTiles][NT][4], const uint32_t (&q)[kTiles][2][BITS / 4],
                                           const float (&sb)[kTiles][2][2], const uint4 (*xs)[HS],
                                           const uint2 (*xl)[LS], const float *xsum, int slot0, int g, int t) {
-    static_assert(!PAIRED || BITS == 4, "paired codes are 4-bit");
     // A fragments of both k steps: step s holds codes 4s, 4s+1 (columns 2t, 2t+1 of the mma) and
     // 4s+2, 4s+3 (columns 2t+8, 2t+9).
     uint32_t a[kTiles][2][4];
@@ -141,17 +126,10 @@ __device__ __forceinline__ void chunk_mma(float (&acc)[kTiles][NT][4], const uin
     for (int i = 0; i < kTiles; i++)
 #pragma unroll
         for (int s = 0; s < 2; s++) {
-            if constexpr (PAIRED) {
-                a[i][s][0] = nibble_pair(q[i][0][0], 2 * s);
-                a[i][s][1] = nibble_pair(q[i][1][0], 2 * s);
-                a[i][s][2] = nibble_pair(q[i][0][0], 2 * s + 1);
-                a[i][s][3] = nibble_pair(q[i][1][0], 2 * s + 1);
-            } else {
-                a[i][s][0] = code_pair<BITS>(q[i][0], 4 * s);
-                a[i][s][1] = code_pair<BITS>(q[i][1], 4 * s);
-                a[i][s][2] = code_pair<BITS>(q[i][0], 4 * s + 2);
-                a[i][s][3] = code_pair<BITS>(q[i][1], 4 * s + 2);
-            }
+            a[i][s][0] = code_pair<BITS>(q[i][0], 4 * s);
+            a[i][s][1] = code_pair<BITS>(q[i][1], 4 * s);
+            a[i][s][2] = code_pair<BITS>(q[i][0], 4 * s + 2);
+            a[i][s][3] = code_pair<BITS>(q[i][1], 4 * s + 2);
         }
 #pragma unroll
     for (int j = 0; j < NT; j++) {
@@ -365,221 +343,6 @@ __global__ void split_sum4_kernel(float4 *__restrict__ out, const float4 *__rest
     }
 }
 
-// ---- The wide form (MLXCEL_GPU_TC_WIDE=N: batches of N..64 tokens; default off) --------------
-// Design (run 16's profile of the kernel above at 64 tokens: 254 registers, 1-2 blocks and 6-12%
-// warps active per multiprocessor, each block one 64-column slab of all 64 tokens whose load, mma
-// and store do not overlap, then 2-8 MB of float32 partial sums per 1024-row product and a
-// split-sum launch; run 26: a cp.async pipelined form, which added an activation-split launch and
-// kept the split-sum one, was slower still and was removed). Here:
-// 1. Token groups instead of most column splits: a block is 128 rows (the kernel above's warps and
-//    tiles) x one group of 16 tokens (kWideTok: 2 n8 tiles, a quarter of the accumulators at 64
-//    tokens) x a range of columns. Fewer registers (launch bound at 4-bit: 4 blocks, 16 warps per
-//    multiprocessor, 128 registers with 40 bytes spilled; unbounded it takes 164; 8-bit 3 blocks,
-//    168, no spills), and the groups give a 1024-row product 8 x 4 blocks at 64 tokens before any
-//    split, so it needs a quarter of the splits (their partials: up to 4x less) for the same blocks.
-//    The price: each group reads the weights again (from L2 after the first; 4-bit codes are an
-//    eighth of the float32 activations' bytes per element, so a group re-reading 1.1 MB of q's codes
-//    and scales costs less than a split's 128 KB partial tile written and read back per group).
-// 2. No second launch: a split product's blocks write their partial tiles to L->scratch in the
-//    threads' register order (coalesced float4, no transposition), then count in on one word per
-//    tile (L->tc_wide_count, zero between launches); the block that arrives last adds the S
-//    partial tiles in split order (s = p[0]; s += p[k] for k = 1..S-1), adds the bias and stores
-//    (with res, res += out as the add record), and sets the word back to zero. Which block arrives
-//    last depends on timing, the sum's order does not: results are deterministic.
-// 3. One barrier per slab: the staged activations are double-buffered in shared memory (a slab's
-//    buffer is written again only two slabs later, after the barrier that follows the other
-//    buffer's writes), and the next slab's codes, scales, biases and activations (NT float4 per
-//    thread: all of them at once) are loaded into registers before the current slab's mma.
-// 4. 4-bit codes paired (e, e + 4) in the mma's k pairs (chunk_mma's PAIRED form): a bf16 pair of
-//    codes costs three instructions instead of seven, which matters here because a block converts
-//    its codes for 16 tokens, not 64; the staging trades two values between neighbouring lanes to
-//    stage the activations in the same order.
-// The rest of the arithmetic per chunk is chunk_mma's with the same staging (split3, chunk_sum):
-// the same precision contract; an unsplit 8-bit product gives the kernel above's bits (4-bit: the
-// same terms summed in another k order).
-constexpr int kWideTok = 16;        // tokens per block (NT = 2 n8 tiles)
-constexpr int kWideMaxSplits = 16;  // column splits (partials: [tile][split][2 NT][128 threads] float4)
-constexpr int kWideBlocksPerSm = 2; // the split rule's target: blocks per multiprocessor (4 fit)
-constexpr int kWideSumAhead = 4;    // the last block's partial-tile loads in flight: splits at a time
-constexpr int kWideCounters = 1024; // words of L->tc_wide_count: tiles (row blocks x token groups) that may split
-
-// grid (ceil(rows / 128), splits, token groups of NT * 8), 128 threads, dynamic shared memory
-// 2 smem_bytes(NT). out [n, rows]; res (NULL, or [n, rows]): res += out, as the add record; with
-// splits, partial [row blocks x groups][splits][2 NT][128] float4 and count[row blocks x groups]
-// (zero at entry, left zero).
-template <int BITS, int ST, int NT>
-__global__ void __launch_bounds__(kThreads, BITS == 4 ? 4 : 3)
-    matvec_mma_wide_kernel(float *__restrict__ out, const float *__restrict__ x, MatView m,
-                           const float *__restrict__ bias, int n, int chunks_per_split, float *__restrict__ res,
-                           float4 *__restrict__ partial, unsigned *__restrict__ count) {
-    constexpr int kTok = NT * 8;
-    constexpr int kWords = BITS / 4;
-    constexpr bool kPaired = BITS == 4;  // chunk_mma's paired codes (3 instructions per code pair)
-    constexpr size_t kBuf = smem_bytes(NT);
-    static_assert(kTok * kSlabChunks * 8 == NT * kThreads, "NT float4 per thread per slab");
-    static_assert(kBuf % 16 == 0, "16-byte aligned buffers");
-    extern __shared__ __align__(16) unsigned char smem_raw[];
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-    const int64_t row0 = (int64_t)blockIdx.x * kBlockRows + warp * (kTiles * 16);
-    const int tok0 = blockIdx.z * kTok;
-    const int total_chunks = m.cols / 32;
-    const int c_begin = blockIdx.y * chunks_per_split;
-    const int c_end = min(total_chunks, c_begin + chunks_per_split);
-
-    int lrow[kTiles][2];  // this lane's rows (tile i, half h); rows past the end read the last row
-#pragma unroll
-    for (int i = 0; i < kTiles; i++)
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int64_t r = row0 + i * 16 + g + 8 * h;
-            lrow[i][h] = (int)(r < m.rows ? r : m.rows - 1);
-        }
-    float acc[kTiles][NT][4];
-#pragma unroll
-    for (int i = 0; i < kTiles; i++)
-#pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
-
-    // Item k * 128 + tid of a slab: group token i / 16, chunk (i / 8) % 2, quad i % 8 (zeros past the
-    // batch or the slab), as the kernel above stages them.
-    float4 xv[NT];
-    auto load_x = [&](int c0, int sc) {
-#pragma unroll
-        for (int k = 0; k < NT; k++) {
-            const int i = k * kThreads + tid, qd = i % 8, cc = (i / 8) % kSlabChunks, tok = tok0 + i / (8 * kSlabChunks);
-            xv[k] = float4{0.0f, 0.0f, 0.0f, 0.0f};
-            if (tok < n && cc < sc) xv[k] = *(const float4 *)(x + (int64_t)tok * m.cols + (c0 + cc) * 32 + qd * 4);
-        }
-    };
-    SlabWeights<BITS> next;
-    load_slab_weights<BITS, ST>(next, m, lrow, c_begin, min(kSlabChunks, c_end - c_begin), t);
-    load_x(c_begin, min(kSlabChunks, c_end - c_begin));
-    int buf = 0;
-    for (int c0 = c_begin; c0 < c_end; c0 += kSlabChunks, buf ^= 1) {
-        const int sc = min(kSlabChunks, c_end - c0);
-        unsigned char *base = smem_raw + buf * kBuf;
-        uint4 (*xs)[kHmStride] = reinterpret_cast<uint4 (*)[kHmStride]>(base);
-        uint2 (*xl)[kLoStride] = reinterpret_cast<uint2 (*)[kLoStride]>(base + kTok * kHmStride * 16);
-        float (*xsum)[kTok] = reinterpret_cast<float (*)[kTok]>(base + kTok * (kHmStride * 16 + kLoStride * 8));
-#pragma unroll
-        for (int k = 0; k < NT; k++) {
-            const int i = k * kThreads + tid, qd = i % 8, cc = (i / 8) % kSlabChunks, tok = i / (8 * kSlabChunks);
-            const float v[4] = {xv[k].x, xv[k].y, xv[k].z, xv[k].w};
-            const float s = chunk_sum(v);
-            if (qd == 0) xsum[cc][tok] = s;
-            const int slot = cc * 8 + (qd % 2) * 4 + qd / 2;
-            if constexpr (kPaired) {
-                // Slot (step qd % 2, lane qd / 2) holds columns 2s, 2s+4, 2s+1, 2s+5 of the lane's 8
-                // (quads qd & ~1 and qd | 1, this lane's and its neighbour's): two values traded.
-                const bool odd = qd & 1;
-                const float r0 = mxg_shfl_xor<32>(odd ? v[0] : v[2], 1), r1 = mxg_shfl_xor<32>(odd ? v[1] : v[3], 1);
-                const float p[4] = {odd ? r0 : v[0], odd ? v[2] : r0, odd ? r1 : v[1], odd ? v[3] : r1};
-                split3(p, xs[tok][slot], xl[tok][slot]);
-            } else {
-                split3(v, xs[tok][slot], xl[tok][slot]);
-            }
-        }
-        uint32_t q[kSlabChunks][kTiles][2][kWords];
-        float sb[kSlabChunks][kTiles][2][2];
-#pragma unroll
-        for (int cc = 0; cc < kSlabChunks; cc++)
-#pragma unroll
-            for (int i = 0; i < kTiles; i++)
-#pragma unroll
-                for (int h = 0; h < 2; h++) {
-#pragma unroll
-                    for (int w = 0; w < kWords; w++) q[cc][i][h][w] = next.q[cc][i][h][w];
-                    sb[cc][i][h][0] = next.sb[cc][i][h][0], sb[cc][i][h][1] = next.sb[cc][i][h][1];
-                }
-        if (c0 + kSlabChunks < c_end) {
-            const int nsc = min(kSlabChunks, c_end - c0 - kSlabChunks);
-            load_slab_weights<BITS, ST>(next, m, lrow, c0 + kSlabChunks, nsc, t);
-            load_x(c0 + kSlabChunks, nsc);
-        }
-        __syncthreads();  // this slab's staging is complete (and the other buffer's readers are done)
-#pragma unroll
-        for (int cc = 0; cc < kSlabChunks; cc++) {
-            if (cc >= sc) break;
-            chunk_mma<BITS, NT, kHmStride, kLoStride, kPaired>(acc, q[cc], sb[cc], xs, xl, xsum[cc], cc * 8, g, t);
-        }
-    }
-
-    if (gridDim.y > 1) {
-        // This split's partial tile, then the count; the last block of the tile adds them all.
-        const int64_t tile = (int64_t)blockIdx.z * gridDim.x + blockIdx.x;
-        float4 *mine = partial + (tile * gridDim.y + blockIdx.y) * (kTiles * NT) * kThreads;
-#pragma unroll
-        for (int i = 0; i < kTiles; i++)
-#pragma unroll
-            for (int j = 0; j < NT; j++)
-                mine[(i * NT + j) * kThreads + tid] = float4{acc[i][j][0], acc[i][j][1], acc[i][j][2], acc[i][j][3]};
-        __threadfence();  // the tile visible device-wide before this block counts in
-        __syncthreads();  // (also: every warp is past its last shared-memory read)
-        unsigned *last = reinterpret_cast<unsigned *>(smem_raw);
-        if (tid == 0) {
-            const unsigned before = atomicAdd(&count[tile], 1u);
-            *last = before == gridDim.y - 1;
-            if (*last) count[tile] = 0;  // every split has counted in: zero for the next launch
-        }
-        __syncthreads();
-        if (!*last) return;
-        __threadfence();
-        // kWideSumAhead splits' loads in flight at a time (one L2 round trip per kWideSumAhead
-        // splits, not per split), added in split order: s = p[0], then s += p[k].
-        constexpr int kF = kTiles * NT;
-        const int splits = (int)gridDim.y;
-        const float4 *tiles = partial + tile * splits * kF * kThreads + tid;
-        float4 s[kF];
-        for (int k0 = 0; k0 < splits; k0 += kWideSumAhead) {
-            float4 p[kWideSumAhead][kF];
-#pragma unroll
-            for (int u = 0; u < kWideSumAhead; u++)
-#pragma unroll
-                for (int f = 0; f < kF; f++)
-                    if (k0 + u < splits) p[u][f] = __ldcg(tiles + ((int64_t)(k0 + u) * kF + f) * kThreads);
-#pragma unroll
-            for (int u = 0; u < kWideSumAhead; u++)
-#pragma unroll
-                for (int f = 0; f < kF; f++) {
-                    if (k0 + u >= splits) break;
-                    if (k0 + u == 0) s[f] = p[u][f];
-                    else s[f].x += p[u][f].x, s[f].y += p[u][f].y, s[f].z += p[u][f].z, s[f].w += p[u][f].w;
-                }
-        }
-#pragma unroll
-        for (int i = 0; i < kTiles; i++)
-#pragma unroll
-            for (int j = 0; j < NT; j++) {
-                const float4 v = s[i * NT + j];
-                acc[i][j][0] = v.x, acc[i][j][1] = v.y, acc[i][j][2] = v.z, acc[i][j][3] = v.w;
-            }
-    }
-#pragma unroll
-    for (int i = 0; i < kTiles; i++)
-#pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int64_t r = row0 + i * 16 + g + 8 * (e / 2);
-                const int tok = tok0 + j * 8 + 2 * t + e % 2;
-                if (r < m.rows && tok < n) {
-                    const float v = acc[i][j][e] + (bias ? bias[r] : 0.0f);  // (as the kernel above)
-                    out[(int64_t)tok * m.rows + r] = v;
-                    if (res) res[(int64_t)tok * m.rows + r] += v;  // res + out, as the add record
-                }
-            }
-}
-
-template <int BITS, int ST>
-void launch_wide_st(const mxg_launch *L, float *out, const float *x, const MatView &m, const float *bias, int n,
-                    dim3 grid, int cps, float *res, float4 *partial) {
-    constexpr int NT = kWideTok / 8;
-    matvec_mma_wide_kernel<BITS, ST, NT><<<grid, kThreads, 2 * smem_bytes(NT), (gpuStream_t)L->stream>>>(
-        out, x, m, bias, n, cps, res, partial, L->tc_wide_count);
-}
-
 // The kernel instance for n tokens: NT = 1, 2, 4 or 8 token tiles.
 template <int BITS, int ST, int NT>
 void launch_nt(const mxg_launch *L, float *dst, const float *x, const MatView &m, const float *bias, int n, dim3 grid,
@@ -627,41 +390,6 @@ static void split_sum_launch(const mxg_launch *L, float *out, const float *parti
         split_sum_kernel<<<(unsigned)((count + 255) / 256), 256, 0, s>>>(out, partial, bias, rows, count, splits, res);
 }
 
-// The wide form (above) of a product that matvec_mma accepts, same contract (it always enqueues:
-// without L->tc_wide_count or room in L->scratch it does not split the columns).
-static void matvec_mma_wide(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const MatView &m,
-                            const float *bias, int n, float *res) {
-    const int64_t row_blocks = (m.rows + kBlockRows - 1) / kBlockRows;
-    const int groups = (n + kWideTok - 1) / kWideTok, chunks = m.cols / 32;
-    constexpr int64_t kTileBytes = (int64_t)kBlockRows * kWideTok * sizeof(float);  // one split's partial tile
-    // Column splits while rows x token groups give fewer than kWideBlocksPerSm blocks per
-    // multiprocessor: at least kMinChunksPerSplit chunks per split, at most kWideMaxSplits, their
-    // partial tiles within L->scratch and a count word per tile.
-    int splits = 1;
-    const int64_t base = row_blocks * groups, want = kWideBlocksPerSm * (int64_t)L->sm_count;
-    if (base < want && base <= kWideCounters && L->tc_wide_count && L->scratch) {
-        int64_t s = (want + base - 1) / base;
-        s = s < chunks / kMinChunksPerSplit ? s : chunks / kMinChunksPerSplit;
-        const int64_t fit = (int64_t)(L->scratch_bytes / (size_t)(base * kTileBytes));
-        const int64_t cap = kWideMaxSplits < fit ? kWideMaxSplits : fit;
-        s = s < cap ? s : cap;
-        splits = s > 1 ? (int)s : 1;
-    }
-    const int cps = (chunks + splits - 1) / splits;
-    splits = (chunks + cps - 1) / cps;
-    const dim3 grid((unsigned)row_blocks, (unsigned)splits, (unsigned)groups);
-    float4 *partial = splits > 1 ? (float4 *)L->scratch : nullptr;
-    const int st = w->scale_dtype == MX_DTYPE_F32 ? ST_F32 : w->scale_dtype == MX_DTYPE_F16 ? ST_F16 : ST_BF16;
-    if (w->q.bits == 4)
-        st == ST_F32   ? launch_wide_st<4, ST_F32>(L, out, x, m, bias, n, grid, cps, res, partial)
-        : st == ST_F16 ? launch_wide_st<4, ST_F16>(L, out, x, m, bias, n, grid, cps, res, partial)
-                       : launch_wide_st<4, ST_BF16>(L, out, x, m, bias, n, grid, cps, res, partial);
-    else
-        st == ST_F32   ? launch_wide_st<8, ST_F32>(L, out, x, m, bias, n, grid, cps, res, partial)
-        : st == ST_F16 ? launch_wide_st<8, ST_F16>(L, out, x, m, bias, n, grid, cps, res, partial)
-                       : launch_wide_st<8, ST_BF16>(L, out, x, m, bias, n, grid, cps, res, partial);
-}
-
 // Enqueues the product (and with res, res += out: in the product's store when unsplit, else in the
 // split-sum kernel); 0, or -1 when it has no kernel for this case
 // (kernels.h).
@@ -675,10 +403,6 @@ static int matvec_mma(const mxg_launch *L, float *out, const float *x, const mx_
     const MatView m = mat_view(w);
     const int64_t row_blocks = (m.rows + kBlockRows - 1) / kBlockRows;
     const int chunks = m.cols / 32;
-    if (L->tc_wide_tokens > 0 && n >= L->tc_wide_tokens) {
-        matvec_mma_wide(L, out, x, w, m, bias, n, res);
-        return 0;
-    }
     // Split the columns while the rows give fewer than 2 blocks per multiprocessor, keeping at least
     // kMinChunksPerSplit chunks per split, and at most kMaxSplits whose partial sums fit in L->scratch.
     int splits = 1;
