@@ -122,7 +122,7 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_knob_refused(stream_rows_three MLXCEL_GPU_STREAM_ROWS=3 "MLXCEL_GPU_STREAM_ROWS='3': must be 2 or 4 \\(unset: 4\\)")
   mlxcel_gpu_knob_refused(stream_rows_one MLXCEL_GPU_STREAM_ROWS=1 "MLXCEL_GPU_STREAM_ROWS='1': must be a whole number from 2 to 4")
   mlxcel_gpu_knob_refused(prefill_kernel_word MLXCEL_GPU_PREFILL_KERNEL=fast
-                          "MLXCEL_GPU_PREFILL_KERNEL='fast': must be wmma, wmma128, sync, pipe or pipe1 \\(unset: pipe\\)")
+                          "MLXCEL_GPU_PREFILL_KERNEL='fast': must be wmma, wmma128, sync, pipe, pipe1 or wgmma \\(unset: pipe\\)")
   mlxcel_gpu_knob_refused(stream_rows_huge MLXCEL_GPU_STREAM_ROWS=99999999999999999999 "MLXCEL_GPU_STREAM_ROWS='99999999999999999999': must be")
 
   # The model fixtures through the GPU backend (the parity test reads MLXCEL_TEST_BACKEND).
