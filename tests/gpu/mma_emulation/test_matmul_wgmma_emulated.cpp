@@ -22,6 +22,7 @@
 // the sm_90a macro). Built and run by run.sh; argument "quick": fewer cases. Exits 1 on any failure.
 #include "emu_wgmma.h"
 #include "emu_affine.h"
+#include "emu_tc_check.h"
 #include <cstdio>
 #include <cstdlib>
 extern "C" {
@@ -34,10 +35,8 @@ extern "C" int mxg_wgmma_probe(void *stream);
 
 
 static int fails = 0, cases = 0, tile_cases[2];  // launches per block tile: 128 x 128, 64 x 128
-static double worst_exact = 0.0, worst_tc = 0.0;
+static emu_tc_worst worst;
 #define FAIL(...) do { printf("FAIL: " __VA_ARGS__); printf("\n"); fails++; } while (0)
-
-static double bf16_of(double v) { return emu_bf16_val(emu_bf16_rn(v), 0); }
 
 // The kernel's writer and its descriptors agree with the PTX ISA's rule for every element.
 static void layout() {
@@ -66,8 +65,6 @@ static void run_case(int gs, int rows, int cols, int n, bool with_bias, int sms,
     emu_affine m;
     emu_affine_random(&m, 4, gs, st, rows, cols);
     const mx_matrix &w = m.w;
-    const std::vector<uint8_t> &data = m.data, &sc = m.sc, &bi = m.bi;
-    const int64_t rb = mx_matrix_row_bytes(&w), groups = cols / gs;
     emu_acts acts;
     emu_acts_random(&acts, n, cols);
     float *xa = acts.x;
@@ -103,38 +100,9 @@ static void run_case(int gs, int rows, int cols, int n, bool with_bias, int sms,
     for (auto &kv : emu_wgmma_states())
         if (!kv.second.open.empty() || !kv.second.committed.empty()) { FAIL("wgmma left in flight at the kernel's end"); break; }
 
-    std::vector<float> wrow(cols);
-    std::vector<double> wb(cols);
-    int bad_exact = 0, bad_tc = 0;
-    for (int r = 0; r < rows; r++) {
-        mx_matrix_dequant_row(&w, r, wrow.data());
-        const uint8_t *rp = data.data() + rb * r;
-        for (int k = 0; k < cols; k++) {
-            const size_t gi = (size_t)r * groups + k / gs;
-            wb[k] = bf16_of(get_scale(sc, st, gi) * mx_quant_code(rp, 4, k) + get_scale(bi, st, gi));
-        }
-        for (int tk = 0; tk < n; tk++) {
-            const float *xr = xa + (size_t)tk * cols;
-            double ex = with_bias ? bias[r] : 0.0, exm = with_bias ? fabs(bias[r]) : 0.0;
-            double rf = ex, rfm = exm;
-            for (int k = 0; k < cols; k++) {
-                const double xb = bf16_of(xr[k]);
-                ex += wb[k] * xb, exm += fabs(wb[k] * xb);
-                rf += (double)wrow[k] * xr[k], rfm += fabs((double)wrow[k] * xr[k]);
-            }
-            const double got = out[(size_t)tk * rows + r];
-            const double f32 = (cols + 16) * (1.0 / 16777216.0);
-            const double e1 = fabs(got - ex) / (f32 * exm), e2 = fabs(got - rf) / ((1.0 / 128.0) * (1.0 + 1.0 / 512.0) * rfm + 1.01 * f32 * rfm);
-            if (!(e1 <= 1.0) && bad_exact++ < 3)
-                FAIL("vs exact inputs: g%d %dx%d n=%d bias=%d sms=%d: row %d token %d: %.9g, reference %.9g (%.3g of bound)",
-                     gs, rows, cols, n, with_bias, sms, r, tk, got, ex, e1);
-            if (!(e2 <= 1.0) && bad_tc++ < 3)
-                FAIL("vs float32: g%d %dx%d n=%d: row %d token %d: %.9g, reference %.9g (%.3g of bound)", gs, rows, cols,
-                     n, r, tk, got, rf, e2);
-            worst_exact = e1 > worst_exact || e1 != e1 ? (e1 != e1 ? 1e9 : e1) : worst_exact;
-            worst_tc = e2 > worst_tc || e2 != e2 ? (e2 != e2 ? 1e9 : e2) : worst_tc;
-        }
-    }
+    char what[96];
+    snprintf(what, sizeof what, "g%d %dx%d n=%d bias=%d sms=%d", gs, rows, cols, n, with_bias, sms);
+    fails += emu_check_tc_product(m, xa, n, bp, out.data(), what, &worst);
 }
 
 static void declines() {
@@ -196,7 +164,7 @@ int main(int argc, char **argv) {
            tile_cases[1], emu_wgmma_count);
     if (tile_cases[0] < 4 || tile_cases[1] < 4) FAIL("a block tile checked fewer than 4 times");
     printf("%d products, worst error as a fraction of its bound: %.3g (exact bf16 inputs, float32 sums), "
-           "%.3g (tensor-core bound against float32)\n", cases, worst_exact, worst_tc);
+           "%.3g (tensor-core bound against float32)\n", cases, worst.exact, worst.tc);
     if (fails) printf("%d failed\n", fails);
     else printf("passed\n");
     return fails ? 1 : 0;
