@@ -348,7 +348,13 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     if (pk && *pk) {
         int i = 0, names = (int)(sizeof prefill_names / sizeof prefill_names[0]);
         while (i < names && strcmp(pk, prefill_names[i]) != 0) i++;
-        if (i == names) return mx_fail(err, "MLXCEL_GPU_PREFILL_KERNEL='%s': must be wmma, wmma128, sync, pipe, pipe1 or wgmma (unset: pipe)", pk);
+        if (i == names) {  // the message lists prefill_names, so a new kernel's name needs no second edit
+            char list[96] = "";
+            for (int j = 0; j < names; j++)
+                snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", prefill_names[j],
+                         j == names - 2 ? " or " : j < names - 2 ? ", " : "");
+            return mx_fail(err, "MLXCEL_GPU_PREFILL_KERNEL='%s': must be %s (unset: pipe)", pk, list);
+        }
         k->prefill_kernel = i;
     }
     if (k->matvec_rows == 3)
