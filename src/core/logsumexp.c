@@ -6,6 +6,8 @@
 
 #include <math.h>
 
+#include "core/avx2_target.h"
+
 static float max_of(const float *x, int64_t n) {
     float m = -INFINITY;
     for (int64_t i = 0; i < n; i++) m = x[i] > m ? x[i] : m;
@@ -35,7 +37,7 @@ static double exp_sum_scalar(const float *x, int64_t from, int64_t n, float shif
 #include <immintrin.h>
 
 // e^v for eight v in [-87, 0] (see the top of the file).
-__attribute__((target("avx2,fma"))) static inline __m256 avx2_exp(__m256 v) {
+MX_TARGET_AVX2 static inline __m256 avx2_exp(__m256 v) {
     const __m256 log2e = _mm256_set1_ps(1.44269504088896341f), ln2_hi = _mm256_set1_ps(0.693359375f),
                  ln2_lo = _mm256_set1_ps(-2.12194440e-4f);
     const __m256 c1 = _mm256_set1_ps(1.0f), c2 = _mm256_set1_ps(0.5f), c3 = _mm256_set1_ps(1.66666666e-1f),
@@ -55,18 +57,18 @@ __attribute__((target("avx2,fma"))) static inline __m256 avx2_exp(__m256 v) {
 }
 
 // Adds the eight floats of ex to two double accumulators (low and high halves).
-__attribute__((target("avx2,fma"))) static inline void avx2_accumulate(__m256d *acc0, __m256d *acc1, __m256 ex) {
+MX_TARGET_AVX2 static inline void avx2_accumulate(__m256d *acc0, __m256d *acc1, __m256 ex) {
     *acc0 = _mm256_add_pd(*acc0, _mm256_cvtps_pd(_mm256_castps256_ps128(ex)));
     *acc1 = _mm256_add_pd(*acc1, _mm256_cvtps_pd(_mm256_extractf128_ps(ex, 1)));
 }
 
-__attribute__((target("avx2,fma"))) static inline double avx2_total(__m256d acc0, __m256d acc1) {
+MX_TARGET_AVX2 static inline double avx2_total(__m256d acc0, __m256d acc1) {
     double lanes[4];
     _mm256_storeu_pd(lanes, _mm256_add_pd(acc0, acc1));
     return lanes[0] + lanes[1] + lanes[2] + lanes[3];
 }
 
-__attribute__((target("avx2,fma"))) static double avx2_logsumexp(const float *x, int64_t n) {
+MX_TARGET_AVX2 static double avx2_logsumexp(const float *x, int64_t n) {
     float m = max_of(x, n);
     if (!isfinite(m)) return m;
     const __m256 vm = _mm256_set1_ps(m), lo = _mm256_set1_ps(-87.0f);
@@ -81,8 +83,7 @@ __attribute__((target("avx2,fma"))) static double avx2_logsumexp(const float *x,
     return m + log(s);
 }
 
-__attribute__((target("avx2,fma"))) static double avx2_exp_sum(const float *x, int64_t n, float shift, float scale,
-                                                               float *out) {
+MX_TARGET_AVX2 static double avx2_exp_sum(const float *x, int64_t n, float shift, float scale, float *out) {
     const __m256 vs = _mm256_set1_ps(shift), vsc = _mm256_set1_ps(scale), lo = _mm256_set1_ps(-87.0f);
     __m256d acc0 = _mm256_setzero_pd(), acc1 = _mm256_setzero_pd();
     int64_t i = 0;
