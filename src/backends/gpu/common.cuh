@@ -9,6 +9,9 @@
 
 #include "backends/gpu/compat.h"
 
+// SwiGLU's product: silu(g) * u (the swiglu record, and every epilogue that folds it in).
+__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
 template <int W>
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

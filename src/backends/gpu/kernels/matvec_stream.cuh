@@ -52,8 +52,6 @@ constexpr int kStreamStageLoads = 8;  // staging loads in flight per thread (hal
 // Epilogues (kernels_fused.h): out = dot + bias; also res += out; gate/up with act = silu(g) * u.
 enum { EPI_PLAIN, EPI_RESIDUAL, EPI_SWIGLU };
 
-__device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
-
 // Formats the streaming kernel reads (mxfp4 up to 4 tokens: its generic dot spills at 8; dense
 // bf16/f16 for one token: a chunk is 64 bytes), and chunks per lane per step: 64 bytes of a row (2
 // or 1 rows per task); from 4 tokens on (mxfp4: from 2), half that, so the NT rows of activations
