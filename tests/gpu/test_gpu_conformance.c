@@ -8,7 +8,8 @@
 // (several tokens, aliasing buffers), a whole decoder layer (decode, batched decode of 24-56
 // sequences with the attention's decode hint, and prefill-sized; its q/k norms, RoPEs and KV store
 // one fused launch), and the
-// records no pattern covers; the projection patterns again on a backend without the streaming
+// records no pattern covers; products of 2-64 tokens sharing their input (q/k/v, gate/up + SwiGLU:
+// the grouped launch with MLXCEL_GPU_GROUPED=1, ctest gpu_conformance_grouped*); the projection patterns again on a backend without the streaming
 // matrix-vector kernel (MLXCEL_GPU_NO_STREAM_MATVEC=1), on one with its previous task shape
 // (MLXCEL_GPU_STREAM_ROWS=2), on one with the previous matrix-vector
 // kernels (MLXCEL_GPU_OLD_MATVEC=1) and prefill-sized layers on the mma.sync kernel
@@ -702,6 +703,23 @@ static void proj_cases(mx_backend *cpu, mx_backend *gpu, ref_rng *rng) {
         proj_case(cpu, gpu, rng, &fused_fmts[2], (proj_cfg){n, 640, 1024, 128, 256, n != 17, P_RESIDUAL});
         proj_case(cpu, gpu, rng, &fused_fmts[0], (proj_cfg){n, 1024, 64, 128, 256, n == 32, P_RESIDUAL});
     }
+    // Several tokens through products sharing their input (gpu_plan.c's try_tc_group: one grouped
+    // launch with MLXCEL_GPU_GROUPED=1 where the tensor-core decode product takes the batch, the
+    // SwiGLU in its sum launch; records otherwise) at 2, 4, 16, 63 and 64 tokens: the 0.6B's q/k/v
+    // (2048, 512, 512 rows) and gate/up (3072) over 1024 columns, with and without the norm before
+    // them, 4-bit g64 and 8-bit g128; and q/k/v over 256 columns (8 chunks: few splits) in 4-bit g32
+    // f16, and in mxfp4 (no tensor-core product: the records).
+    const int group_batches[] = {2, 4, 16, 63, 64};
+    const int group_patterns[] = {P_NORM_QKV, P_QKV, P_NORM_GATE_UP, P_GATE_UP};
+    for (size_t k = 0; k < sizeof group_batches / sizeof group_batches[0]; k++) {
+        const int n = group_batches[k];
+        for (int p = 0; p < 4; p++)
+            proj_case(cpu, gpu, rng, &fused_fmts[p % 2 == 0 ? 0 : 2],
+                      (proj_cfg){n, 1024, 2048, 512, 3072, (p + n) % 2 == 0, group_patterns[p]});
+        proj_case(cpu, gpu, rng, &fused_fmts[1], (proj_cfg){n, 256, 512, 128, 768, n != 16, P_QKV});
+        proj_case(cpu, gpu, rng, &fused_fmts[1], (proj_cfg){n, 256, 512, 128, 768, n == 16, P_GATE_UP});
+    }
+    proj_case(cpu, gpu, rng, &fused_fmts[3], (proj_cfg){16, 256, 512, 128, 768, true, P_QKV});
 }
 
 // The GPU backend made with `var`=`value` set for its creation only (exits naming the setting when it

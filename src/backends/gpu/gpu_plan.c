@@ -10,13 +10,16 @@
 //   rotated k and of v that follows them: one launch;
 // - a product of several tokens on the tensor-core decode product followed by the residual add of
 //   its output: the add in the product's final writer, where that product takes it (kernels.h).
+// - with MLXCEL_GPU_GROUPED=1, 2-3 products of several tokens sharing their input on the
+//   tensor-core decode product (q/k/v; gate/up, with the SwiGLU that follows): one grouped launch.
 // - MoE decode (L->moe_fused): the gate and up expert products followed by the SwiGLU of their
 //   outputs (at level 2 with the routing before them), one launch; the down expert product
 //   followed by the combine of its output, one launch (kernels/moe_stream.cu).
 // A fused kernel writes every buffer the records write, with the same values up to float32
 // summation order, so a plan's results do not depend on which patterns matched; the conformance
 // test (tests/gpu/test_gpu_conformance.c) runs each pattern against the CPU backend. Anything that
-// does not match (other formats, batches of several tokens, aliasing buffers) runs record by record.
+// does not match (other formats, batches of several tokens outside these patterns, aliasing
+// buffers) runs record by record.
 #include "backends/gpu/gpu_plan.h"
 
 #include "backends/gpu/kernels_fused.h"
@@ -90,12 +93,13 @@ static void run_record(const mxg_launch *L, const mx_op *op) {
 
 enum { kMaxNormFusedRows = 65536 };
 
-static bool is_matvec(const mx_op *op) { return op->kind == MX_OP_MATMUL && op->matmul.n == 1; }
+static bool is_matmul_of(const mx_op *op, int n) { return op->kind == MX_OP_MATMUL && op->matmul.n == n; }
+static bool is_matvec(const mx_op *op) { return is_matmul_of(op, 1); }
 
-// Matrix-vector records i.. reading x (at most 3, outputs distinct from x and from each other).
-static int shared_input_run(const mx_plan *p, int i, const float *x, const float *avoid) {
+// Matmul records of n tokens i.. reading x (at most 3, outputs distinct from x and from each other).
+static int shared_input_run(const mx_plan *p, int i, const float *x, const float *avoid, int n) {
     int k = 0;
-    while (k < 3 && i + k < p->n_ops && is_matvec(&p->ops[i + k]) && p->ops[i + k].matmul.x == x) {
+    while (k < 3 && i + k < p->n_ops && is_matmul_of(&p->ops[i + k], n) && p->ops[i + k].matmul.x == x) {
         const float *o = p->ops[i + k].matmul.out;
         if (o == x || o == avoid) break;
         bool clash = false;
@@ -115,11 +119,11 @@ static int try_matvec(const mxg_launch *L, const mx_plan *p, int i) {
         f.norm_w = op->rmsnorm.w, f.norm_eps = op->rmsnorm.eps, f.norm_out = op->rmsnorm.out;
         f.x = op->rmsnorm.x;
         used = 1;
-        f.count = shared_input_run(p, i + 1, op->rmsnorm.out, op->rmsnorm.x);
+        f.count = shared_input_run(p, i + 1, op->rmsnorm.out, op->rmsnorm.x, 1);
         if (f.count == 0 || op->rmsnorm.dim != p->ops[i + 1].matmul.w->cols) return 0;
     } else if (is_matvec(op)) {
         f.x = op->matmul.x;
-        f.count = shared_input_run(p, i, op->matmul.x, NULL);
+        f.count = shared_input_run(p, i, op->matmul.x, NULL, 1);
         if (f.count == 0) return 0;
     } else {
         return 0;
@@ -163,6 +167,36 @@ static int try_matvec(const mxg_launch *L, const mx_plan *p, int i) {
         return used + f.count;
     }
     return 0;
+}
+
+// With L->tc_grouped (MLXCEL_GPU_GROUPED=1): 2-3 matmuls of n tokens sharing their input (q/k/v;
+// gate/up), on the tensor-core decode product's batches (the tokens mxg_matmul sends to it), as
+// one grouped launch (mxg_matvec_mma_group: one product launch over every matrix's rows, one sum
+// launch), and gate, up, swiglu(act, gate, up) with the SwiGLU in that sum launch (the one-token
+// pattern's checks: act takes the whole output and is neither up nor the input). 0: no match, or
+// the product declined (then the records run, each on its own kernel).
+static int try_tc_group(const mxg_launch *L, const mx_plan *p, int i) {
+    const mx_op *op = &p->ops[i];
+    if (!L->tc_grouped || !L->use_mma || L->tc_decode_tokens <= 0) return 0;
+    if (op->kind != MX_OP_MATMUL || op->matmul.n < 2 || op->matmul.n < L->tc_decode_tokens) return 0;
+    const int n = op->matmul.n;
+    mxg_fused_matvec f = {0};
+    f.x = op->matmul.x;
+    f.count = shared_input_run(p, i, f.x, NULL, n);
+    if (f.count < 2) return 0;
+    for (int k = 0; k < f.count; k++) {
+        const mx_op *m = &p->ops[i + k];
+        f.w[k] = m->matmul.w, f.out[k] = m->matmul.out, f.bias[k] = m->matmul.bias;
+    }
+    const mx_op *next = i + f.count < p->n_ops ? &p->ops[i + f.count] : NULL;
+    if (f.count == 2 && next && next->kind == MX_OP_SWIGLU && next->swiglu.gate == f.out[0] &&
+        next->swiglu.up == f.out[1] && next->swiglu.count == (int64_t)n * f.w[0]->rows &&
+        f.w[1]->rows == f.w[0]->rows && next->swiglu.out != f.out[1] && next->swiglu.out != f.x) {
+        f.act = next->swiglu.out;
+        if (mxg_matvec_mma_group(L, &f, n) == 0) return 3;
+        f.act = NULL;
+    }
+    return mxg_matvec_mma_group(L, &f, n) == 0 ? f.count : 0;
 }
 
 // matmul(out) of n tokens on the tensor-core decode product, add(res, out): the add done by the
@@ -298,6 +332,7 @@ void mxg_enqueue_plan(const mxg_launch *L, const mx_plan *plan, bool fuse) {
         int used = 0;
         if (fuse) used = try_matvec(L, plan, i);
         if (fuse && !used) used = try_qk_norm_rope(L, plan, i);
+        if (fuse && !used) used = try_tc_group(L, plan, i);
         if (fuse && !used) used = try_tc_residual(L, plan, i);
         if (fuse && !used) used = try_moe(L, plan, i);
         if (!used) run_record(L, &plan->ops[i]), used = 1;

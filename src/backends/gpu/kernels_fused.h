@@ -33,6 +33,15 @@ typedef struct mxg_fused_matvec {
 bool mxg_fused_matvec_ok(const mxg_fused_matvec *f);
 void mxg_run_fused_matvec(const mxg_launch *L, const mxg_fused_matvec *f);
 
+// Several tokens (n, 2..64) through `count` (2 or 3) matrices that read the same input x [n, cols]
+// on the tensor-core decode product (vendor/cuda/matvec_mma.cu), one product launch and at most one
+// sum launch for the group: out[k] [n, rows_k] = x w[k]^T + bias[k]; with act (count 2, gate and up
+// of equal rows): act = silu(out[0]) * out[1] per element too (act may be out[0]). norm_w and res
+// must be NULL. 0 when enqueued; -1 when the product has no kernel for some matrix, the matrices
+// differ in bits, scale type or cols, rows are not a multiple of 4, an output is not 16-byte
+// aligned, or (with act) the scratch holds too few splits (the caller then runs the records).
+int mxg_matvec_mma_group(const mxg_launch *L, const mxg_fused_matvec *f, int n);
+
 // In place on q [n, n_heads, head_dim] and k [n, n_kv_heads, head_dim]: per-head RMSNorm with
 // q_norm / k_norm [head_dim] (both NULL: none), then RoPE at positions pos[n]. kv != NULL: then
 // also the kv_store record of the rotated k and v [n, n_kv_heads, head_dim] into the cache at kv

@@ -44,9 +44,19 @@
 // gpu_plan.c: res + out per element, as the add record; an unsplit product does it in its store).
 // (An sm_90 variant that added the splits in a thread-block cluster's distributed shared memory
 // instead of the second launch measured slower on the H200 and was removed: bench/RESULTS.md.)
+// Grouped form (MLXCEL_GPU_GROUPED=1; mxg_matvec_mma_group, called by gpu_plan.c for 2-3 products
+// of one input: q/k/v, gate/up): one launch of the same block code over the row blocks of every
+// matrix (matrix k's blocks follow k-1's in blockIdx.x), the column splits chosen for the group's
+// rows together (fewer splits than each product alone: the rows already give more blocks), and one
+// sum launch for the group, which with gate/up also writes the SwiGLU (silu(gate) * up, the swiglu
+// record's formula) from the two sums it holds; such a group is always split (at least 2) so that
+// launch exists. Each block's sums are the plain product's; only the split boundaries differ, so a
+// result differs from the plain product's by float32 summation order.
 // Registers (ptxas, sm_90, 4-bit / 8-bit, no spills): 126 / 150 at 8 tokens, 162 / 166 at 16,
-// 218 / 232 at 32, 254 / 255 at 64.
+// 218 / 232 at 32, 254 / 255 at 64; the grouped kernel 128 / 130, 150 / 167, 168-174 / 175-178,
+// 252 / 252.
 #include "backends/gpu/dequant.cuh"
+#include "backends/gpu/kernels_fused.h"
 #include "backends/gpu/vendor/cuda/mma_m16n8k16.cuh"
 
 namespace {
@@ -188,14 +198,16 @@ __device__ __forceinline__ void load_slab_weights(SlabWeights<BITS> &W, const Ma
     }
 }
 
-// grid (ceil(rows / 128), splits). x [n, cols] 16-byte aligned; dynamic shared memory
-// smem_bytes(NT). out [n, rows] when gridDim.y == 1, else partial [splits][n][rows] (bias added by
-// the sum kernel); res (NULL, or [n, rows]; only unsplit): res += out, res + out per element as the
-// add record.
-template <int BITS, int ST, int NT>
-__global__ void __launch_bounds__(kThreads) matvec_mma_kernel(float *__restrict__ out, const float *__restrict__ x,
-                                                              MatView m, const float *__restrict__ bias, int n,
-                                                              int chunks_per_split, float *__restrict__ res) {
+// One block of the product: rows row_block * 128.. of m over column range `split` (chunks_per_split
+// chunks), all n tokens, written to target.dst() [n, rows] (+ bias[r] when target.bias() is not
+// NULL; res, when given: res += the value, res + out per element as the add record). x [n, cols]
+// 16-byte aligned; dynamic shared memory smem_bytes(NT). The target is asked for its pointers only
+// at the store, so they are read from the kernel's parameters there instead of held in registers
+// through the loop (at 64 tokens the loop uses all 255).
+template <int BITS, int ST, int NT, class Target>
+__device__ __forceinline__ void product_block(const Target &target, const float *__restrict__ x, const MatView &m,
+                                              int n, int chunks_per_split, float *__restrict__ res, int64_t row_block,
+                                              int split) {
     constexpr int kTok = NT * 8;
     constexpr int kWords = BITS / 4;  // words holding a lane's 8 codes of one chunk
     constexpr int kGroup = NT < 4 ? NT : 4;  // activation float4 loads per thread in flight
@@ -207,9 +219,9 @@ __global__ void __launch_bounds__(kThreads) matvec_mma_kernel(float *__restrict_
     uint2 (*xl)[kLoStride] = reinterpret_cast<uint2 (*)[kLoStride]>(smem_raw + kTok * kHmStride * 16);
     float (*xsum)[kTok] = reinterpret_cast<float (*)[kTok]>(smem_raw + kTok * (kHmStride * 16 + kLoStride * 8));
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-    const int64_t row0 = (int64_t)blockIdx.x * kBlockRows + warp * (kTiles * 16);
+    const int64_t row0 = row_block * kBlockRows + warp * (kTiles * 16);
     const int total_chunks = m.cols / 32;
-    const int c_begin = blockIdx.y * chunks_per_split;
+    const int c_begin = split * chunks_per_split;
     const int c_end = min(total_chunks, c_begin + chunks_per_split);
 
     // This lane's rows: tile i, half h (row g or g + 8); rows past the end read the last row.
@@ -287,7 +299,8 @@ __global__ void __launch_bounds__(kThreads) matvec_mma_kernel(float *__restrict_
         }
     }
 
-    float *dst = gridDim.y == 1 ? out : out + (int64_t)blockIdx.y * n * m.rows;
+    float *__restrict__ dst = target.dst();
+    const float *__restrict__ bias = target.bias();
 #pragma unroll
     for (int i = 0; i < kTiles; i++)
 #pragma unroll
@@ -297,11 +310,67 @@ __global__ void __launch_bounds__(kThreads) matvec_mma_kernel(float *__restrict_
                 const int64_t r = row0 + i * 16 + g + 8 * (e / 2);
                 const int tok = j * 8 + 2 * t + e % 2;
                 if (r < m.rows && tok < n) {
-                    const float v = acc[i][j][e] + (gridDim.y == 1 && bias ? bias[r] : 0.0f);
+                    const float v = acc[i][j][e] + (bias ? bias[r] : 0.0f);
                     dst[(int64_t)tok * m.rows + r] = v;
                     if (res) res[(int64_t)tok * m.rows + r] += v;  // res + out, as the add record
                 }
             }
+}
+
+// grid (ceil(rows / 128), splits). out [n, rows] when gridDim.y == 1, else partial [splits][n][rows]
+// (bias added by the sum kernel); res (NULL, or [n, rows]; only unsplit): res += out.
+struct PlainTarget {
+    float *__restrict__ const &out;
+    const float *__restrict__ const &b;
+    const int &n;
+    const MatView &m;
+    __device__ __forceinline__ float *dst() const { return gridDim.y == 1 ? out : out + (int64_t)blockIdx.y * n * m.rows; }
+    __device__ __forceinline__ const float *bias() const { return gridDim.y == 1 ? b : nullptr; }
+};
+
+template <int BITS, int ST, int NT>
+__global__ void __launch_bounds__(kThreads) matvec_mma_kernel(float *__restrict__ out, const float *__restrict__ x,
+                                                              MatView m, const float *__restrict__ bias, int n,
+                                                              int chunks_per_split, float *__restrict__ res) {
+    const PlainTarget target{out, bias, n, m};
+    product_block<BITS, ST, NT>(target, x, m, n, chunks_per_split, res, blockIdx.x, blockIdx.y);
+}
+
+// A group of up to kMaxGroup products of one input (q/k/v; gate/up), one launch: the row blocks of
+// matrix 0, then those of 1, then 2 (block_end: each matrix's end in blockIdx.x). dst[k]: out[k]
+// [n, rows_k] when unsplit, else matrix k's partials in the group's scratch (split s at dst[k] + s *
+// split_stride); bias[k] only when unsplit (else the sum kernel adds it).
+constexpr int kMaxGroup = 3;
+struct TcGroup {
+    MatView m[kMaxGroup];
+    float *dst[kMaxGroup];
+    const float *bias[kMaxGroup];
+    int block_end[kMaxGroup];
+    int64_t split_stride;
+};
+
+// The matrix of the group that block b works on.
+__device__ __forceinline__ int group_member(const TcGroup &g, int b) {
+    return b < g.block_end[0] ? 0 : b < g.block_end[1] ? 1 : 2;
+}
+
+struct GroupTarget {
+    const TcGroup &g;
+    __device__ __forceinline__ float *dst() const {
+        return g.dst[group_member(g, blockIdx.x)] + (int64_t)blockIdx.y * g.split_stride;
+    }
+    __device__ __forceinline__ const float *bias() const {
+        return gridDim.y == 1 ? g.bias[group_member(g, blockIdx.x)] : nullptr;
+    }
+};
+
+template <int BITS, int ST, int NT>
+__global__ void __launch_bounds__(kThreads) matvec_mma_group_kernel(const float *__restrict__ x, TcGroup g, int n,
+                                                                    int chunks_per_split) {
+    const int b = blockIdx.x, k = group_member(g, b);
+    const GroupTarget target{g};
+    product_block<BITS, ST, NT>(target, x, g.m[k], n, chunks_per_split, nullptr, b - (k == 0 ? 0 : g.block_end[k - 1]),
+                                blockIdx.y);
 }
 
 // out[i] = sum over splits of partial[split][i] (in split order) + bias[i % rows]; with res (the
@@ -343,36 +412,94 @@ __global__ void split_sum4_kernel(float4 *__restrict__ out, const float4 *__rest
     }
 }
 
-// The kernel instance for n tokens: NT = 1, 2, 4 or 8 token tiles.
+// The grouped form's sums (matvec_mma_group): thread i takes outputs 4i..4i+3 of the group's
+// concatenated partials (matrix k's [n, rows_k] at n * its first row; rows_k % 4 == 0, so four never
+// straddle a matrix or a token), adds the splits in order, then the bias, and stores to its matrix's
+// output. With act (gate/up, equal rows; count4 covers the gate's outputs alone): the thread also
+// sums the up outputs at the same place, stores them, and act = silu(gate) * up, in that order
+// (act may be the gate buffer, as the swiglu record allows).
+struct TcGroupSum {
+    float4 *out[kMaxGroup];
+    const float *bias[kMaxGroup];
+    int64_t end4[kMaxGroup];  // each matrix's end, in float4s of one split
+    int64_t rows[kMaxGroup];
+    float4 *act;
+};
+
+__device__ __forceinline__ float4 sum_splits4(const float4 *__restrict__ partial, int64_t i, int64_t stride4, int splits) {
+    float4 s = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 8
+    for (int k = 0; k < splits; k++) {
+        const float4 p = partial[(int64_t)k * stride4 + i];
+        s.x += p.x, s.y += p.y, s.z += p.z, s.w += p.w;
+    }
+    return s;
+}
+
+__device__ __forceinline__ void add_bias4(float4 &s, const float *bias, int64_t r) {
+    if (bias) s.x += bias[r], s.y += bias[r + 1], s.z += bias[r + 2], s.w += bias[r + 3];
+}
+
+__global__ void group_sum4_kernel(const float4 *__restrict__ partial, TcGroupSum g, int64_t count4, int64_t stride4,
+                                  int splits) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= count4) return;
+    const int k = i < g.end4[0] ? 0 : i < g.end4[1] ? 1 : 2;
+    const int64_t first4 = k == 0 ? 0 : k == 1 ? g.end4[0] : g.end4[1], local4 = i - first4;
+    const int64_t rows = k == 0 ? g.rows[0] : k == 1 ? g.rows[1] : g.rows[2];
+    float4 s = sum_splits4(partial, i, stride4, splits);
+    add_bias4(s, k == 0 ? g.bias[0] : k == 1 ? g.bias[1] : g.bias[2], (4 * local4) % rows);
+    (k == 0 ? g.out[0] : k == 1 ? g.out[1] : g.out[2])[local4] = s;
+    if (g.act) {  // k == 0: the gate; its up output sits end4[0] further on
+        float4 u = sum_splits4(partial, i + g.end4[0], stride4, splits);
+        add_bias4(u, g.bias[1], (4 * local4) % rows);
+        g.out[1][local4] = u;
+        g.act[local4] = float4{silu_mul(s.x, u.x), silu_mul(s.y, u.y), silu_mul(s.z, u.z), silu_mul(s.w, u.w)};
+    }
+}
+
+// The kernel instance for n tokens: NT = 1, 2, 4 or 8 token tiles; with g, the grouped kernel over
+// g's matrices (m, dst, bias and res unused).
 template <int BITS, int ST, int NT>
 void launch_nt(const mxg_launch *L, float *dst, const float *x, const MatView &m, const float *bias, int n, dim3 grid,
-               int cps, float *res) {
+               int cps, float *res, const TcGroup *g) {
     gpuStream_t s = (gpuStream_t)L->stream;
-    matvec_mma_kernel<BITS, ST, NT><<<grid, kThreads, smem_bytes(NT), s>>>(dst, x, m, bias, n, cps, res);
+    if (g)
+        matvec_mma_group_kernel<BITS, ST, NT><<<grid, kThreads, smem_bytes(NT), s>>>(x, *g, n, cps);
+    else
+        matvec_mma_kernel<BITS, ST, NT><<<grid, kThreads, smem_bytes(NT), s>>>(dst, x, m, bias, n, cps, res);
 }
 
 template <int BITS, int ST>
 void launch_bits_st(const mxg_launch *L, float *dst, const float *x, const MatView &m, const float *bias, int n,
-                    dim3 grid, int cps, float *res) {
+                    dim3 grid, int cps, float *res, const TcGroup *g) {
     if (n <= 8)
-        launch_nt<BITS, ST, 1>(L, dst, x, m, bias, n, grid, cps, res);
+        launch_nt<BITS, ST, 1>(L, dst, x, m, bias, n, grid, cps, res, g);
     else if (n <= 16)
-        launch_nt<BITS, ST, 2>(L, dst, x, m, bias, n, grid, cps, res);
+        launch_nt<BITS, ST, 2>(L, dst, x, m, bias, n, grid, cps, res, g);
     else if (n <= 32)
-        launch_nt<BITS, ST, 4>(L, dst, x, m, bias, n, grid, cps, res);
+        launch_nt<BITS, ST, 4>(L, dst, x, m, bias, n, grid, cps, res, g);
     else
-        launch_nt<BITS, ST, 8>(L, dst, x, m, bias, n, grid, cps, res);
+        launch_nt<BITS, ST, 8>(L, dst, x, m, bias, n, grid, cps, res, g);
 }
 
 template <int BITS>
 void launch_bits(const mxg_launch *L, float *dst, const float *x, const MatView &m, mx_dtype st, const float *bias,
-                 int n, dim3 grid, int cps, float *res) {
+                 int n, dim3 grid, int cps, float *res, const TcGroup *g) {
     if (st == MX_DTYPE_F32)
-        launch_bits_st<BITS, ST_F32>(L, dst, x, m, bias, n, grid, cps, res);
+        launch_bits_st<BITS, ST_F32>(L, dst, x, m, bias, n, grid, cps, res, g);
     else if (st == MX_DTYPE_F16)
-        launch_bits_st<BITS, ST_F16>(L, dst, x, m, bias, n, grid, cps, res);
+        launch_bits_st<BITS, ST_F16>(L, dst, x, m, bias, n, grid, cps, res, g);
     else
-        launch_bits_st<BITS, ST_BF16>(L, dst, x, m, bias, n, grid, cps, res);
+        launch_bits_st<BITS, ST_BF16>(L, dst, x, m, bias, n, grid, cps, res, g);
+}
+
+void launch_any(const mxg_launch *L, float *dst, const float *x, const MatView &m, int bits, mx_dtype st,
+                const float *bias, int n, dim3 grid, int cps, float *res, const TcGroup *g) {
+    if (bits == 4)
+        launch_bits<4>(L, dst, x, m, st, bias, n, grid, cps, res, g);
+    else
+        launch_bits<8>(L, dst, x, m, st, bias, n, grid, cps, res, g);
 }
 
 }  // namespace
@@ -390,42 +517,51 @@ static void split_sum_launch(const mxg_launch *L, float *out, const float *parti
         split_sum_kernel<<<(unsigned)((count + 255) / 256), 256, 0, s>>>(out, partial, bias, rows, count, splits, res);
 }
 
+// Whether the product has a kernel here: device, format, batch, x alignment.
+static bool tc_takes(const mxg_launch *L, const mx_matrix *w, const float *x, int n) {
+    if (L->cc < 80 || L->warp != 32 || n < 2 || n > 64) return false;
+    if (w->q.mode != MX_QUANT_AFFINE || (w->q.bits != 4 && w->q.bits != 8) || w->cols % 32 != 0) return false;
+    if (w->q.group_size != 32 && w->q.group_size != 64 && w->q.group_size != 128) return false;
+    if (w->scale_dtype != MX_DTYPE_F32 && w->scale_dtype != MX_DTYPE_F16 && w->scale_dtype != MX_DTYPE_BF16) return false;
+    return ((uintptr_t)x & 15) == 0 && w->rows <= INT32_MAX;  // (a lane's rows are ints)
+}
+
+// Column splits for row_blocks blocks of rows over `chunks` chunks whose partial sums take
+// per_split bytes each: split while the rows give fewer than 2 blocks per multiprocessor, keeping at
+// least kMinChunksPerSplit chunks per split, and at most kMaxSplits whose partial sums fit in
+// L->scratch; at least min_splits where that many fit (else 1). *cps: chunks per split.
+static int column_splits(const mxg_launch *L, int64_t row_blocks, int chunks, int64_t per_split, int min_splits,
+                         int *cps) {
+    int64_t s = 1;
+    const int64_t want = 2 * (int64_t)L->sm_count;
+    if (row_blocks < want) s = (want + row_blocks - 1) / row_blocks;
+    if (s < min_splits) s = min_splits;
+    if (s > 1) {
+        s = s < chunks / kMinChunksPerSplit ? s : chunks / kMinChunksPerSplit;
+        const int64_t fit = L->scratch ? (int64_t)(L->scratch_bytes / (size_t)per_split) : 0;
+        const int64_t cap = kMaxSplits < fit ? kMaxSplits : fit;
+        s = s < cap ? s : cap;
+    }
+    const int splits = s > 1 ? (int)s : 1;
+    *cps = (chunks + splits - 1) / splits;
+    return (chunks + *cps - 1) / *cps;
+}
+
 // Enqueues the product (and with res, res += out: in the product's store when unsplit, else in the
 // split-sum kernel); 0, or -1 when it has no kernel for this case
 // (kernels.h).
 static int matvec_mma(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n,
                       float *res) {
-    if (L->cc < 80 || L->warp != 32 || n < 2 || n > 64) return -1;
-    if (w->q.mode != MX_QUANT_AFFINE || (w->q.bits != 4 && w->q.bits != 8) || w->cols % 32 != 0) return -1;
-    if (w->q.group_size != 32 && w->q.group_size != 64 && w->q.group_size != 128) return -1;
-    if (w->scale_dtype != MX_DTYPE_F32 && w->scale_dtype != MX_DTYPE_F16 && w->scale_dtype != MX_DTYPE_BF16) return -1;
-    if (((uintptr_t)x & 15) != 0 || w->rows > INT32_MAX) return -1;  // (a lane's rows are ints)
+    if (!tc_takes(L, w, x, n)) return -1;
     const MatView m = mat_view(w);
     const int64_t row_blocks = (m.rows + kBlockRows - 1) / kBlockRows;
-    const int chunks = m.cols / 32;
-    // Split the columns while the rows give fewer than 2 blocks per multiprocessor, keeping at least
-    // kMinChunksPerSplit chunks per split, and at most kMaxSplits whose partial sums fit in L->scratch.
-    int splits = 1;
-    const int64_t want = 2 * (int64_t)L->sm_count;
-    if (row_blocks < want) {
-        int64_t s = (want + row_blocks - 1) / row_blocks;
-        s = s < chunks / kMinChunksPerSplit ? s : chunks / kMinChunksPerSplit;
-        const int64_t per_split = (int64_t)n * m.rows * (int64_t)sizeof(float);
-        const int64_t fit = L->scratch ? (int64_t)(L->scratch_bytes / (size_t)per_split) : 0;
-        const int64_t cap = kMaxSplits < fit ? kMaxSplits : fit;
-        s = s < cap ? s : cap;
-        splits = s > 1 ? (int)s : 1;
-    }
-    const int cps = (chunks + splits - 1) / splits;
-    splits = (chunks + cps - 1) / cps;
+    int cps;
+    const int splits = column_splits(L, row_blocks, m.cols / 32, (int64_t)n * m.rows * (int64_t)sizeof(float), 1, &cps);
     const bool split_sum = splits > 1;
     float *dst = split_sum ? (float *)L->scratch : out;
     float *kernel_res = split_sum ? nullptr : res;  // (the split-sum kernel adds the residual)
     const dim3 grid((unsigned)row_blocks, (unsigned)splits);
-    if (w->q.bits == 4)
-        launch_bits<4>(L, dst, x, m, w->scale_dtype, bias, n, grid, cps, kernel_res);
-    else
-        launch_bits<8>(L, dst, x, m, w->scale_dtype, bias, n, grid, cps, kernel_res);
+    launch_any(L, dst, x, m, w->q.bits, w->scale_dtype, bias, n, grid, cps, kernel_res, nullptr);
     if (split_sum) split_sum_launch(L, out, dst, bias, m.rows, (int64_t)n * m.rows, splits, res);
     return 0;
 }
@@ -438,4 +574,51 @@ extern "C" int mxg_matvec_mma(const mxg_launch *L, float *out, const float *x, c
 extern "C" int mxg_matvec_mma_add(const mxg_launch *L, float *out, const float *x, const mx_matrix *w,
                                   const float *bias, int n, float *res) {
     return matvec_mma(L, out, x, w, bias, n, res);
+}
+
+// The grouped form (kernels_fused.h): the row blocks of every matrix in one launch of the product,
+// column splits chosen for the group's rows together, and one sum launch for the group (with the
+// SwiGLU when f->act; such a group is always split, so the sum kernel writes act).
+extern "C" int mxg_matvec_mma_group(const mxg_launch *L, const mxg_fused_matvec *f, int n) {
+    if (f->count < 2 || f->count > kMaxGroup || f->norm_w || f->res || (f->act && f->count != 2)) return -1;
+    const mx_matrix *w0 = f->w[0];
+    const auto aligned16 = [](const void *p) { return ((uintptr_t)p & 15) == 0; };
+    TcGroup g{};
+    TcGroupSum gs{};
+    int64_t blocks = 0, rows = 0;
+    for (int k = 0; k < f->count; k++) {
+        const mx_matrix *w = f->w[k];
+        if (!tc_takes(L, w, f->x, n) || w->q.bits != w0->q.bits || w->scale_dtype != w0->scale_dtype ||
+            w->cols != w0->cols || w->rows % 4 != 0 || !aligned16(f->out[k]))
+            return -1;
+        g.m[k] = mat_view(w);
+        gs.rows[k] = w->rows;
+        gs.bias[k] = g.bias[k] = f->bias[k];
+        gs.out[k] = (float4 *)f->out[k];
+        blocks += (w->rows + kBlockRows - 1) / kBlockRows;
+        g.block_end[k] = (int)blocks;
+        rows += w->rows;
+        gs.end4[k] = (int64_t)n * rows / 4;
+    }
+    if (f->act && (f->w[1]->rows != w0->rows || !aligned16(f->act))) return -1;
+    for (int k = f->count; k < kMaxGroup; k++) g.block_end[k] = (int)blocks, gs.end4[k] = gs.end4[f->count - 1];
+    int cps;
+    const int64_t per_split = (int64_t)n * rows * (int64_t)sizeof(float);
+    const int splits = column_splits(L, blocks, (int)(w0->cols / 32), per_split, f->act ? 2 : 1, &cps);
+    if (f->act && splits < 2) return -1;  // (no room for two splits: the caller runs the SwiGLU record)
+    float *partial = (float *)L->scratch;
+    for (int k = 0; k < f->count; k++) {
+        g.dst[k] = splits > 1 ? partial + (k == 0 ? 0 : gs.end4[k - 1] * 4) : f->out[k];
+        if (splits > 1) g.bias[k] = nullptr;
+    }
+    g.split_stride = splits > 1 ? (int64_t)n * rows : 0;
+    launch_any(L, nullptr, f->x, g.m[0], w0->q.bits, w0->scale_dtype, nullptr, n, dim3((unsigned)blocks, (unsigned)splits),
+               cps, nullptr, &g);
+    if (splits > 1) {
+        gs.act = (float4 *)f->act;
+        const int64_t count4 = f->act ? gs.end4[0] : gs.end4[f->count - 1];
+        group_sum4_kernel<<<(unsigned)((count4 + 255) / 256), 256, 0, (gpuStream_t)L->stream>>>(
+            (const float4 *)partial, gs, count4, (int64_t)n * rows / 4, splits);
+    }
+    return 0;
 }
