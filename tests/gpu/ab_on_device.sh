@@ -58,6 +58,13 @@
 #             qwen3-0.6b-q4g64 --batch 64 -p 32 -n 128` at temperature 0.7 top-p 0.95 with the knob
 #             on and off and greedy, twice in turn, then the same at --batch 32; the
 #             conformance harness with the knob.
+#   grouped   products of one input as one launch (MLXCEL_GPU_GROUPED=1: q/k/v and gate/up + SwiGLU
+#             of batches on the tensor-core decode product, vendor/cuda/matvec_mma.cu), ~6 min,
+#             deadline 480 s: the conformance harness (from 4 tokens, then from 2 with
+#             MLXCEL_GPU_TC_DECODE=2) and model parity on cuda with the knob; `mlxcel bench -m
+#             qwen3-0.6b-q4g64 -p 32 -n 128 --batch B` for B = 64, 32, 16, 8 with the knob off and on
+#             in turn, twice; bench_gpu_decode's 64-row step (graph) off and on; the op suite with
+#             the knob (its plan cases).
 # (The suites were attn_on_device.sh, attn_mma_on_device.sh, prefill_on_device.sh,
 # moe_on_device.sh and matvec_on_device.sh, which bench/RESULTS.md names.)
 # shellcheck disable=SC2317  # the suite functions are called as "suite_$suite"
@@ -67,10 +74,10 @@ suite=${1:-}
 case $suite in
 attn) deadline=300 ;;
 attn_mma | prefill | matvec) deadline=540 ;;
-moe) deadline=480 ;;
+moe | grouped) deadline=480 ;;
 sample) deadline=420 ;;
 *)
-    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|matvec|sample (the suites: the top of this file)" >&2
+    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|matvec|sample|grouped (the suites: the top of this file)" >&2
     exit 2
     ;;
 esac
@@ -184,6 +191,29 @@ suite_sample() {
     done
     check_run gpu_sample_radix 120 "sample record" MLXCEL_GPU_SAMPLE_FAST=0 -- build/cuda/test_gpu_sample
     check_run gpu_conformance_fast 120 "check failed|FAIL" MLXCEL_GPU_SAMPLE_FAST=1 -- build/cuda/test_gpu_conformance
+}
+
+suite_grouped() {
+    check_build 240 mlxcel test_gpu_ops test_gpu_conformance test_model_parity bench_gpu_decode
+    local on=(MLXCEL_GPU_GROUPED=1) p="check failed|FAIL|passed|failed"
+    check_run gpu_conformance_grouped 90 "$p" "${on[@]}" -- build/cuda/test_gpu_conformance
+    check_run gpu_conformance_grouped_tc2 90 "$p" "${on[@]}" MLXCEL_GPU_TC_DECODE=2 -- build/cuda/test_gpu_conformance
+    check_run parity_cuda_grouped 90 "$p" MLXCEL_TEST_BACKEND=cuda "${on[@]}" MLXCEL_GPU_TC_DECODE=2 -- \
+        build/cuda/test_model_parity
+    local model=$HOME/.cache/mlxcel/bench/qwen3-0.6b-q4g64 b i
+    [ -f "$model/config.json" ] || step make_model 90 build/cuda/mlxcel bench --shape qwen3-0.6b -p 1 -n 1 --backend cuda
+    local a=(-m "$model" -p 32 -n 128 --temp 0)
+    for i in 1 2; do
+        for b in 64 32 16 8; do
+            check_bench "b${b}_off_$i" 40 MLXCEL_GPU_GROUPED=0 -- "${a[@]}" --batch "$b"
+            check_bench "b${b}_on_$i" 40 "${on[@]}" -- "${a[@]}" --batch "$b"
+        done
+    done
+    for i in off on; do
+        check_run "step64_$i" 50 "^batched|^per-op|n=64" MLXCEL_GPU_GROUPED="$([ "$i" = on ] && echo 1 || echo 0)" -- \
+            build/cuda/bench_gpu_decode qwen3-0.6b 96 64 40 64
+    done
+    check_run gpu_ops_grouped 150 "check failed|passed|failed" "${on[@]}" -- build/cuda/test_gpu_ops
 }
 
 check_start "ab_on_device.sh $suite"
