@@ -3,10 +3,14 @@
 # prefill products' (matmul_pipe.cu, matmul_wgmma.cu) on the host emulation of the CUDA dialect,
 # with an emulated mma.sync m16n8k16 and wgmma.mma_async, against the CPU's dequantization
 # (tests/gpu/mma_emulation/run.sh): runs in every build, with or without a GPU
-# (gcc and g++ only, ~10 s in its quick form).
+# (gcc and g++ only, ~30 s in its quick form); and the mutation check of the wgmma product's
+# emulation (tests/gpu/mma_emulation/mutants.sh: planted faults in the kernel's host copy must fail).
 find_program(MLXCEL_GXX g++)
 if(MLXCEL_GXX)
   add_test(NAME gpu_mma_emulation COMMAND sh ${PROJECT_SOURCE_DIR}/tests/gpu/mma_emulation/run.sh quick
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(gpu_mma_emulation PROPERTIES ENVIRONMENT "MLXCEL_EMU_OUT=${CMAKE_BINARY_DIR}/mma_emulation")
+  add_test(NAME gpu_wgmma_mutants COMMAND sh ${PROJECT_SOURCE_DIR}/tests/gpu/mma_emulation/mutants.sh
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(gpu_wgmma_mutants PROPERTIES ENVIRONMENT "MLXCEL_EMU_OUT=${CMAKE_BINARY_DIR}/mma_emulation")
 endif()

@@ -1232,8 +1232,8 @@ int main(void) {
     // The other tensor-core prefill products (MLXCEL_GPU_PREFILL_KERNEL, kernels.h): WMMA always on
     // 128 x 128 tiles, the pipelined kernel (vendor/cuda/matmul_pipe.cu; affine 4-bit, the rest
     // on WMMA) at two blocks and at one block per multiprocessor, and the wgmma kernel
-    // (vendor/cuda/matmul_wgmma.cu; affine 4-bit with bf16 scales on an sm_90a build and device, the
-    // rest on pipe and WMMA; elsewhere the backend says so on stderr and runs pipe): the tiled batch
+    // (vendor/cuda/matmul_wgmma.cu; affine 4-bit on an sm_90a build and device, the rest on pipe
+    // and WMMA; elsewhere the backend says so on stderr and runs pipe): the tiled batch
     // sizes in every format and the prefill-sized shapes.
     const char *const prefill_kernels[] = {"wmma128", "pipe", "pipe1", "wgmma"};
     for (int k = 0; k < 4; k++) {

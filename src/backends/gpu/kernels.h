@@ -27,7 +27,7 @@ extern "C" {
 // MLXCEL_GPU_MMA_SYNC=1), pipe (cp.async pipeline, vendor/cuda/matmul_pipe.cu, affine 4-bit; other
 // formats on wmma), pipe1 (the same with its 128-token tiles at one block per multiprocessor and
 // up to 255 registers instead of two and 128), wgmma (Hopper's warpgroup MMA, vendor/cuda/matmul_wgmma.cu:
-// affine 4-bit with bf16 scales, only where the device is compute capability 9.0 and the build has
+// affine 4-bit, weights in the A registers, only where the device is compute capability 9.0 and the build has
 // sm_90a code, MLXCEL_CUDA_ARCHITECTURES=90a; what it declines goes to pipe, then wmma).
 enum { MXG_PREFILL_WMMA, MXG_PREFILL_WMMA128, MXG_PREFILL_SYNC, MXG_PREFILL_PIPE, MXG_PREFILL_PIPE1, MXG_PREFILL_WGMMA };
 

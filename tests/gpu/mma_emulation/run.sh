@@ -4,13 +4,14 @@
 # without a GPU: converts vendor/cuda/matvec_mma.cu, matmul_pipe.cu and matmul_wgmma.cu to host C++
 # (kv_emulation/to_host.py), builds each with the host emulation (kv_emulation/emu.h, which carries
 # an mma.sync m16n8k16 by the PTX ISA's fragment layout; emu_pipe.h: cp.async and packed bf16 math,
-# for both prefill products; emu_wgmma.h: wgmma.mma_async by the PTX ISA's descriptor and fragment
-# rules) and its test (test_matvec_mma_emulated.cpp, test_matmul_pipe_emulated.cpp,
+# for both prefill products; emu_wgmma.h: wgmma.mma_async with A in registers, by the PTX ISA's
+# descriptor and fragment rules) and its test (test_matvec_mma_emulated.cpp, test_matmul_pipe_emulated.cpp,
 # test_matmul_wgmma_emulated.cpp) against the CPU build's library (the reference dequantization),
 # and runs them. A check of the fragment and index
 # arithmetic before a device run, not a replacement for it (tests/gpu/batch_on_device.sh). Needs gcc
 # and g++ (C++20); links only the two core files it uses (quant.c, dtype.c), so it needs no build.
-# About 30 s on two cores, quick form (ctest runs it as gpu_mma_emulation).
+# About a minute on two cores, quick form (ctest runs it as gpu_mma_emulation; the wgmma
+# product's mutation check is mutants.sh, ctest's gpu_wgmma_mutants).
 # Usage: tests/gpu/mma_emulation/run.sh [--asan] [quick]   (--asan: AddressSanitizer, fewer cases)
 # The build goes to $MLXCEL_EMU_OUT (default build/mma_emulation).
 set -eu

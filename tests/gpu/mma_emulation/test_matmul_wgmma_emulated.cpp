@@ -1,25 +1,30 @@
 // SPDX-License-Identifier: MIT
-// The wgmma prefill product (vendor/cuda/matmul_wgmma.cu, its sm_90a body) run on the host emulation
-// (kv_emulation/emu.h; emu_pipe.h: cp.async copies that land only at their wait, packed bf16 FMAs
-// rounded once; emu_wgmma.h: a wgmma.mma_async that decodes the descriptors and places the
-// accumulators by the PTX ISA's rules, reads its operands at issue and at its wait and refuses a
-// change between them, and wants a wgmma.fence before each batch) on affine 4-bit weights with bf16
-// scales, groups of 32, 64 and 128, against two references built from the CPU's dequantization
-// (mx_quant_code and the scale and bias arrays; mx_matrix_dequant_row):
+// The wgmma prefill product (vendor/cuda/matmul_wgmma.cu, its sm_90a body: weights as wgmma's A in
+// registers, activations as B in shared memory) run on the host emulation (kv_emulation/emu.h;
+// emu_pipe.h: cp.async copies that land only at their wait, packed bf16 FMAs rounded once;
+// emu_wgmma.h: a wgmma.mma_async that gathers the warp's A registers and decodes the B descriptor
+// by the PTX ISA's rules, reads its operands at issue and at its wait and refuses a change of its A
+// registers or its shared B between them, and wants a wgmma.fence before each batch) on affine 4-bit
+// weights with bf16, f16 and f32 scales, groups of 32, 64 and 128, against two references built from
+// the CPU's dequantization (emu_tc_check.h):
 //   - exact inputs: x rounded to bf16, w = bf16(s q + b) rounded once, products summed in double.
 //     Every output within (cols + 16) 2^-24 sum|wb xb| of it: only float32 accumulation may differ,
-//     so a weight or activation in the wrong k slot or row of a tile, a wrong descriptor, a stale
-//     ring stage or B tile fails here.
+//     so a weight or activation in the wrong k slot, a wrong row or token, a wrong descriptor, a
+//     stale ring stage or fragment set fails here.
 //   - the float32 product: within the tensor-core bound of test_gpu_ops (elem_bound).
 // First the layout alone: for every element of a [128][64] tile and every k16 slice, the address
-// the kernel's writer uses (mxg_wg_offset) against the one the PTX rules give for the kernel's
-// descriptors. Shapes: 1..300 tokens (partial token tiles; both block tiles: 128 tokens where the
-// tiles fill the multiprocessors given, else 64), rows not a multiple of 128 (1, 8, 72, 129, 200,
-// 133: odd counts take the scalar stores), 64 to 640 columns (1 to 10 k steps: fewer than the 3
-// ring stages too), with and without bias, and a scratch of only 64 tokens (several launch pairs).
-// Also: the launcher declines (and writes nothing) what it has no kernel for, or when the backend's
-// probe found no sm_90a code (L->wgmma false), and the probe finds it here (the emulation defines
-// the sm_90a macro). Built and run by run.sh; argument "quick": fewer cases. Exits 1 on any failure.
+// the kernel's copies use (mxg_wg_offset) against the one the PTX rules give for its descriptors.
+// Shapes: the models' (qwen3 0.6B: 1024 columns in, q 2048 / kv 1024 / mlp 3072 rows and 3072
+// columns in; 8B: 4096 and 12288 columns, rows scaled down to keep the host run short) with 1, 7,
+// 64, 77, 128, 300 and 512 tokens; then 1..200 tokens (partial token tiles; each block tile: 128
+// rows x 128 tokens, 128 x 64, 64 x 64 by the multiprocessor count given), rows not a multiple of 64
+// (1, 8, 72, 129, 200, 133), 64 to 640 columns (1 to 10 k steps: fewer than the 4 ring stages
+// too), with and without bias, and a scratch of only 64 tokens (several launch pairs). Also: the
+// launcher declines (and writes nothing) what it has no kernel for, or when the backend's probe
+// found no sm_90a code (L->wgmma false), and the probe finds it here (the emulation defines the
+// sm_90a macro). Built and run by run.sh; argument "quick": fewer cases, "mutant": the first few
+// cases only (run.sh's mutation check runs planted faults this way and wants a failure). Exits 1
+// on any failure (an emulation refusal aborts).
 #include "emu_wgmma.h"
 #include "emu_affine.h"
 #include "emu_tc_check.h"
@@ -33,21 +38,20 @@ extern "C" {
 int mxg_matmul_wgmma(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n);
 extern "C" int mxg_wgmma_probe(void *stream);
 
-
-static int fails = 0, cases = 0, tile_cases[2];  // launches per block tile: 128 x 128, 64 x 128
+static int fails = 0, cases = 0, tile_cases[3];  // launches per block tile: 128 x 128, 128 x 64, 64 x 64 (rows x tokens)
 static emu_tc_worst worst;
 #define FAIL(...) do { printf("FAIL: " __VA_ARGS__); printf("\n"); fails++; } while (0)
 
-// The kernel's writer and its descriptors agree with the PTX ISA's rule for every element.
+// The kernel's copies and its descriptors agree with the PTX ISA's rule for every element.
 static void layout() {
     int bad = 0;
     for (int s = 0; s < 4; s++)
-        for (uint32_t base : {0u, 16384u, 106496u - 16384u}) {
+        for (uint32_t base : {0u, 22528u, 90112u - 22528u}) {
             const uint64_t d = mxg_wgmma_desc(base + s * 2 * MXG_WG_LBO, MXG_WG_LBO, MXG_WG_SBO);
             for (int r = 0; r < 128; r++)
                 for (int k = 0; k < 16; k++)
                     if (emu_wgmma_addr(d, r, k) != base + mxg_wg_offset(r, 16 * s + k) && bad++ < 3)
-                        FAIL("layout: slice %d row %d k %d: descriptor gives %u, the writer %u", s, r, k,
+                        FAIL("layout: slice %d token %d k %d: descriptor gives %u, the copies %u", s, r, k,
                              emu_wgmma_addr(d, r, k), base + mxg_wg_offset(r, 16 * s + k));
         }
     // Every byte of a tile written once: 128 x 64 elements on 16384 distinct even offsets.
@@ -59,9 +63,8 @@ static void layout() {
         }
 }
 
-static void run_case(int gs, int rows, int cols, int n, bool with_bias, int sms, size_t scratch_tokens) {
+static void run_case(int gs, mx_dtype st, int rows, int cols, int n, bool with_bias, int sms, size_t scratch_tokens) {
     cases++;
-    const mx_dtype st = MX_DTYPE_BF16;
     emu_affine m;
     emu_affine_random(&m, 4, gs, st, rows, cols);
     const mx_matrix &w = m.w;
@@ -80,20 +83,21 @@ static void run_case(int gs, int rows, int cols, int n, bool with_bias, int sms,
     emu_wgmma_states().clear();
     emu_grids.clear();
     if (mxg_matmul_wgmma(&L, out.data(), xa, &w, bp, n) != 0) {
-        FAIL("declined: g%d %dx%d n=%d", gs, rows, cols, n);
+        FAIL("declined: g%d %s %dx%d n=%d", gs, st_name(st), rows, cols, n);
         return;
     }
-    // One launch pair per run of tokens that fits the scratch; 128-token tiles where they give every
-    // multiprocessor a block, else 64.
+    // One launch pair per run of tokens that fits the scratch; the block tile the largest of 128
+    // rows x 128 tokens, 128 x 64, 64 x 64 that gives every multiprocessor a block.
+    auto tiles = [&](int nt, int br, int bt) { return (long)((rows + br - 1) / br) * ((nt + bt - 1) / bt); };
     const int run = (int)scratch_tokens, pairs = (n + run - 1) / run;
     if (emu_grids.size() != (size_t)(2 * pairs)) FAIL("%zu launches for %d runs of tokens", emu_grids.size(), pairs);
     for (int p = 0; p < pairs && (size_t)(2 * p + 1) < emu_grids.size(); p++) {
         const int nt = n - p * run < run ? n - p * run : run;
-        const int bm = (long)((rows + 127) / 128) * ((nt + 127) / 128) >= sms ? 128 : 64;
+        const int bt = tiles(nt, 128, 128) >= sms ? 128 : 64, br = bt == 128 || tiles(nt, 128, 64) >= sms ? 128 : 64;
         const dim3 gd = emu_grids[2 * p + 1];
-        if (gd.x != (unsigned)((rows + 127) / 128) || gd.y != (unsigned)((nt + bm - 1) / bm))
-            FAIL("grid %u x %u, want tiles of %d tokens: %dx%d n=%d sms=%d", gd.x, gd.y, bm, rows, cols, n, sms);
-        tile_cases[bm == 128 ? 0 : 1]++;
+        if (gd.x != (unsigned)((rows + br - 1) / br) || gd.y != (unsigned)((nt + bt - 1) / bt))
+            FAIL("grid %u x %u, want tiles %d rows x %d tokens: %dx%d n=%d sms=%d", gd.x, gd.y, br, bt, rows, cols, n, sms);
+        tile_cases[bt == 128 ? 0 : br == 128 ? 1 : 2]++;
     }
     for (auto &kv : emu_copies())
         if (!kv.second.open.empty()) { FAIL("copies issued but never committed"); break; }
@@ -101,7 +105,7 @@ static void run_case(int gs, int rows, int cols, int n, bool with_bias, int sms,
         if (!kv.second.open.empty() || !kv.second.committed.empty()) { FAIL("wgmma left in flight at the kernel's end"); break; }
 
     char what[96];
-    snprintf(what, sizeof what, "g%d %dx%d n=%d bias=%d sms=%d", gs, rows, cols, n, with_bias, sms);
+    snprintf(what, sizeof what, "g%d %s %dx%d n=%d bias=%d sms=%d", gs, st_name(st), rows, cols, n, with_bias, sms);
     fails += emu_check_tc_product(m, xa, n, bp, out.data(), what, &worst);
 }
 
@@ -119,8 +123,7 @@ static void declines() {
     struct { const char *what; int bits; mx_quant_mode mode; mx_dtype st; int cols; int xoff; int cc; bool wg; size_t scratch; } c[] = {
         {"8-bit", 8, MX_QUANT_AFFINE, MX_DTYPE_BF16, 128, 0, 90, true, 1 << 18},
         {"mxfp4", 4, MX_QUANT_MXFP4, MX_DTYPE_BF16, 128, 0, 90, true, 1 << 18},
-        {"f16 scales", 4, MX_QUANT_AFFINE, MX_DTYPE_F16, 128, 0, 90, true, 1 << 18},
-        {"f32 scales", 4, MX_QUANT_AFFINE, MX_DTYPE_F32, 128, 0, 90, true, 1 << 18},
+        {"u8 scales", 4, MX_QUANT_AFFINE, MX_DTYPE_U8, 128, 0, 90, true, 1 << 18},
         {"96 columns", 4, MX_QUANT_AFFINE, MX_DTYPE_BF16, 96, 0, 90, true, 1 << 18},
         {"unaligned x", 4, MX_QUANT_AFFINE, MX_DTYPE_BF16, 128, 1, 90, true, 1 << 18},
         {"sm_80", 4, MX_QUANT_AFFINE, MX_DTYPE_BF16, 128, 0, 80, true, 1 << 18},
@@ -139,30 +142,52 @@ static void declines() {
 }
 
 int main(int argc, char **argv) {
-    const bool quick = argc > 1 && !strcmp(argv[1], "quick");
-    layout();
-    declines();
+    emu_seed(0x9e3779b97f4a7c15ull);
+    const bool quick = argc > 1 && !strcmp(argv[1], "quick"), mutant = argc > 1 && !strcmp(argv[1], "mutant");
+    const mx_dtype sts[] = {MX_DTYPE_BF16, MX_DTYPE_F16, MX_DTYPE_F32};
     const int gss[] = {32, 64, 128};
-    // Every group on each block tile (multiprocessors 1: 128 tokens; 132: 64).
-    for (int gs : gss) {
-        run_case(gs, 129, 256, 70, true, 1, 4096);
-        run_case(gs, 72, 384, 33, false, 132, 4096);
-        run_case(gs, 200, 128, 150, gs == 64, 5, 4096);
+    if (!mutant) {
+        layout();
+        declines();
     }
-    run_case(64, 200, 640, 150, true, 1, 64);    // three launch pairs of 64 tokens
-    run_case(64, 1, 128, 1, false, 1, 4096);      // one row, one token
-    run_case(32, 8, 64, 300, true, 132, 4096);    // one k step, 5 token blocks of 64
-    run_case(128, 133, 512, 129, true, 1, 4096);  // odd rows: scalar stores
-    const int random_cases = quick ? 3 : 16;
+    // Every scale format and group on each block tile (multiprocessors 1: 128 x 128; 132: 64 x 64;
+    // 5 with 2 row blocks x 3 token blocks of 64: 128 x 64).
+    for (mx_dtype st : sts)
+        for (int gs : gss) {
+            run_case(gs, st, 129, 256, 70, true, 1, 4096);
+            run_case(gs, st, 72, 384, 33, false, 132, 4096);
+            run_case(gs, st, 200, 128, 150, gs == 64, 5, 4096);
+            if (mutant) break;
+        }
+    if (mutant) return fails ? 1 : 0;
+    // The models' shapes (rows scaled down), token counts 1..512 (ragged too), the H100's 132
+    // multiprocessors and one (the largest tile).
+    run_case(64, MX_DTYPE_BF16, 256, 1024, 512, false, 132, 4096);  // 0.6B q/k/v/gate/up in, pp512
+    run_case(64, MX_DTYPE_BF16, 136, 3072, 300, false, 1, 4096);    // 0.6B down
+    run_case(64, MX_DTYPE_BF16, 128, 4096, 77, false, 132, 4096);   // 8B q/k/v/gate/up in
+    run_case(32, MX_DTYPE_F16, 64, 12288, 7, true, 132, 4096);      // 8B down, f16 scales, group 32
+    run_case(128, MX_DTYPE_F32, 192, 1024, 128, false, 1, 4096);    // one full 128-token tile
+    run_case(64, MX_DTYPE_BF16, 200, 640, 150, true, 1, 64);        // three launch pairs of 64 tokens
+    run_case(64, MX_DTYPE_BF16, 1, 128, 1, false, 1, 4096);          // one row, one token
+    run_case(32, MX_DTYPE_BF16, 8, 64, 300, true, 132, 4096);        // one k step, 5 token blocks of 64
+    run_case(128, MX_DTYPE_F16, 133, 512, 129, true, 1, 4096);       // odd rows
+    run_case(64, MX_DTYPE_BF16, 1024, 128, 64, false, 132, 4096);    // 16 row blocks of 64
+    if (!quick) {
+        run_case(64, MX_DTYPE_BF16, 512, 1024, 512, true, 132, 4096);
+        run_case(64, MX_DTYPE_BF16, 64, 4096, 512, false, 1, 4096);
+        run_case(128, MX_DTYPE_BF16, 96, 12288, 65, false, 5, 4096);
+    }
+    const int random_cases = quick ? 4 : 24;
     for (int i = 0; i < random_cases; i++) {
         const int gs = gss[emu_below(3)], cols = gs == 128 ? 128 * (1 + emu_below(5)) : 64 * (1 + emu_below(10));
         const int rowss[] = {1, 8, 72, 129, 200, 133};
         const int sms[] = {1, 5, 132};
-        run_case(gs, rowss[emu_below(6)], cols, 1 + emu_below(200), emu_below(2), sms[emu_below(3)], emu_below(4) ? 4096 : 64);
+        run_case(gs, sts[emu_below(3)], rowss[emu_below(6)], cols, 1 + emu_below(200), emu_below(2), sms[emu_below(3)],
+                 emu_below(4) ? 4096 : 64);
     }
-    printf("block tiles launched: %d of 128 x 128, %d of 64 x 128; %ld wgmma.mma_async (per thread)\n", tile_cases[0],
-           tile_cases[1], emu_wgmma_count);
-    if (tile_cases[0] < 4 || tile_cases[1] < 4) FAIL("a block tile checked fewer than 4 times");
+    printf("block tiles launched: %d of 128 x 128, %d of 128 x 64, %d of 64 x 64 (rows x tokens); %ld wgmma.mma_async "
+           "(per thread)\n", tile_cases[0], tile_cases[1], tile_cases[2], emu_wgmma_count);
+    if (tile_cases[0] < 5 || tile_cases[1] < 5 || tile_cases[2] < 5) FAIL("a block tile checked fewer than 5 times");
     printf("%d products, worst error as a fraction of its bound: %.3g (exact bf16 inputs, float32 sums), "
            "%.3g (tensor-core bound against float32)\n", cases, worst.exact, worst.tc);
     if (fails) printf("%d failed\n", fails);

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
-// The first launch of the tensor-core prefill products on affine 4-bit weights (vendor/cuda/
-// matmul_pipe.cu, matmul_wgmma.cu): the float32 activations rounded to bf16 once per product (not
-// once per block column) into L->scratch, each run of 8 columns stored in the order 0 4 1 5 2 6 3 7,
-// the order in which both products' weight dequantization produces a run's codes (matmul_pipe.cu's
-// header says why). In an anonymous namespace: each including file has its own copy.
+// The first launch of the pipelined tensor-core prefill product on affine 4-bit weights
+// (vendor/cuda/matmul_pipe.cu): the float32 activations rounded to bf16 once per product (not once
+// per block column) into L->scratch, each run of 8 columns stored in the order 0 4 1 5 2 6 3 7, the
+// order in which the product's weight dequantization produces a run's codes (matmul_pipe.cu's
+// header says why; the wgmma product, matmul_wgmma.cu, has its own order and its own first launch).
+// In an anonymous namespace: each including file has its own copy.
 #ifndef MXG_ACT_BF16_CUH
 #define MXG_ACT_BF16_CUH
 

@@ -7,7 +7,7 @@
 //
 // Two launches per product. First the activations are rounded to bf16 once (not once per block
 // column) into L->scratch, each run of 8 columns stored in the order 0 4 1 5 2 6 3 7 (below: why;
-// the kernel: vendor/cuda/act_bf16.cuh, shared with matmul_wgmma.cu).
+// the kernel: vendor/cuda/act_bf16.cuh).
 // Then the product: block tile BM tokens x BN rows, 128 x 128 where that gives every
 // multiprocessor a block, else 64 x 128, else 64 x 64 (as the WMMA kernel picks), k step 64, 8 warps
 // (2 x 4) each owning BM/2 tokens x BN/4 rows as m16n8k16 mma.sync tiles

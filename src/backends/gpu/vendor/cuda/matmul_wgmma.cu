@@ -1,67 +1,103 @@
 // SPDX-License-Identifier: MIT
-// NVIDIA Hopper prefill product on affine 4-bit weights with bf16 scales and biases, on the
-// warpgroup tensor-core instruction (wgmma.mma_async, vendor/cuda/wgmma.cuh), compiled only in CUDA
-// builds and only for sm_90a (the device code under __CUDA_ARCH_FEAT_SM90_ALL; elsewhere the kernel is
-// empty and the launcher declines): out[n, rows] = x[n, cols] @ w^T (+ bias). Selected by
+// NVIDIA Hopper prefill product on affine 4-bit weights (bf16, f16 or f32 scales and biases), on the
+// warpgroup tensor-core instruction with its A operand in registers (wgmma.mma_async,
+// vendor/cuda/wgmma.cuh), compiled only in CUDA builds and only for sm_90a (the device code under
+// __CUDA_ARCH_FEAT_SM90_ALL; elsewhere the kernel is empty and the launcher declines): out[n, rows]
+// = x[n, cols] @ w^T (+ bias), computed as out^T[rows, tokens] = W[rows, k] x X^T. Selected by
 // MLXCEL_GPU_PREFILL_KERNEL=wgmma (kernels.h); matmul_mma.cu dispatches here and, on a decline (-1:
-// no sm_90a code for this device, other formats or scale types, cols not a multiple of 64, unaligned
-// pointers, a scratch too small for 64 tokens), tries matmul_pipe.cu, then the WMMA kernel.
+// no sm_90a code for this device, other formats, cols not a multiple of 64, unaligned pointers, a
+// scratch too small for 64 tokens), tries matmul_pipe.cu, then the WMMA kernel.
 //
-// Why wgmma: mma.sync (matmul_pipe.cu) tops out at 144-165 TFLOP/s on the 8B's products, one warp's
-// registers feeding every 16 x 8 x 16 step. One wgmma m64n128k16 reads both operands from shared
-// memory and runs asynchronously, so the warps that issued it dequantize the next k step meanwhile.
+// The form, and why. The first form of this product dequantized each k step's weights into a bf16
+// tile in shared memory (wgmma's B) and then waited for its wgmmas (wait_group 0, two barriers per
+// step), so the tensor cores and the dequantization took turns (bench/RESULTS.md, GPU run 32: 13%
+// slower than pipe). Here the operands are swapped: the weights are wgmma's A, taken from registers,
+// whose per-warp fragment is mma.sync m16n8k16's A, so pipe's dequantization into registers
+// (0x4300 OR mask, two packed bf16 FMAs per register, no shared tile, no proxy fence for it) carries
+// over; the activations (bf16, K-major per token, the layout wgmma reads for 16-bit types) are B in
+// shared memory, N = the token tile. Each warpgroup issues its four k16 wgmmas of step k
+// asynchronously, then dequantizes step k + 1's A fragments into a second register set while they
+// run, then waits (wait_group 0): the integer work of a step hides under the previous step's tensor
+// work, with one barrier per step. A producer warp dequantizing into a swizzled shared tile
+// (the alternative) would still write and read a whole bf16 tile per step through shared memory,
+// which already bounds this product (activations + tile reads ~ the tensor time, RESULTS), and
+// needs mbarriers the host emulation would have to model; registers cost nothing in bandwidth.
 //
-// Two launches per product: the activations rounded to bf16 in L->scratch (act_bf16.cuh, as pipe),
-// then the product. Block tile BM tokens x 128 weight rows, k step 64, one warpgroup (128 threads)
-// per 64 tokens: BM 128 (two warpgroups) where that gives every multiprocessor a block, else 64.
-// No producer/consumer split: every thread copies, dequantizes and issues (a dequantizing producer
-// would have to hand over a whole bf16 tile per step anyway; here the same threads do it while
-// their own wgmma runs). Shared memory, per block: a 3-stage ring of cp.async copies (the bf16
-// activations straight into the wgmma A layout, the packed codes [128 rows][48-byte stride], the
-// scale and bias words [row][2 halves][scale, bias] as pipe copies them) and two bf16 B tiles
-// (the dequantized weights, [128 rows][64 k] in the wgmma B layout); 104 KB at BM 128 and 80 KB at
-// 64, two blocks per multiprocessor (ptxas, sm_90a: 128 registers at BM 128, the cap, 150 at 64;
-// 64 of them accumulators; no spills). Per k step kt:
-//   wgmma.fence; 4 x wgmma m64n128k16 (A: the ring stage, this warpgroup's 64 tokens; B: tile kt % 2);
-//   commit; wait for step kt+1's copies; fence.proxy.async; barrier; dequantize step kt+1 into B tile
-//   (kt+1) % 2 (free: step kt-1's products ended before the previous barrier); fence.proxy.async;
-//   wgmma.wait_group 0 (step kt's products done: its ring stage and B tile free); barrier; copy step
-//   kt+3 into step kt's ring stage.
-// so the dequantization of step kt+1 overlaps the products of step kt, and a second block per
-// multiprocessor fills the barriers. Layouts (wgmma_layout.cuh: mxg_wg_offset, one definition for
-// the writers and the descriptors): [rows][64] tiles of 8 x 8 core matrices of 128 contiguous bytes,
-// no swizzle; each 8 threads of a warp write one core matrix (16 bytes each), so the stores and
-// the cp.async copies of a quarter warp cover 32 banks once; the code words are read at a 48-byte
-// row stride, so a warp's 32 loads (8 rows x 4 words) hit 32 banks.
+// Two launches per product: the activations rounded to bf16 into L->scratch in this product's k
+// order (act_bf16_wg_kernel, below), then the product. Block tile 128 weight rows (two warpgroups,
+// 64 rows each) x 128 tokens where that gives every multiprocessor a block, else 128 x 64, else 64
+// x 64 (one warpgroup); k step 64; wgmma m64n128k16 or m64n64k16 (float32 accumulators, 64 or 32
+// per thread). ptxas (nvcc 13, sm_90a): 159-168 registers at 128 x 128 (one block per
+// multiprocessor; held to 128 for two blocks it spills), 115-128 at the 64-token tiles (two blocks
+// of 128 x 64, up to four of 64 x 64); no spills. A 4-stage cp.async ring (vendor/cuda/cp_async.cuh)
+// holds per step the bf16 activations [tokens][64] in the no-swizzle K-major core-matrix layout
+// (wgmma_layout.cuh: mxg_wg_offset, one definition for the copies and the descriptors), the packed
+// codes as stored [rows][32 bytes] and the scale and bias words [rows][2 halves][scale, bias] (as
+// pipe copies them); copies run three steps ahead. Per k step kt:
+//   wgmma.fence; 4 x wgmma (A: registers `cur`, B: ring stage kt % 4); commit;
+//   wait for step kt+1's copies; fence.proxy.async; barrier (every thread has waited for its step
+//   kt-1 products: that stage is free); copy step kt+3 into it; dequantize step kt+1 into `nxt`;
+//   wgmma.wait_group 0 (step kt's products done: `cur` and stage kt free).
+// The two register sets alternate by unrolling the k loop by two (no register moves).
 //
-// Dequantization and the order of k, as pipe: code pairs (c, c + 4) of a 32-bit word of 8 codes are
-// one mask of the word shifted by 4c, OR-ed into 0x4300 (bf16 128 + code), minus 128 and times the
-// scale plus the bias in two packed bf16 FMAs (each rounded once); the 16-byte row chunk of a word is
-// its pairs (0,4) (1,5) (2,6) (3,7), the order in which act_bf16.cuh stores each run of 8
-// activations, so A and B agree on every k slot. Precision: every weight bf16(s * q + b), every
-// activation bf16(x), sums in float32: the tensor-core bound of test_gpu_ops (elem_bound).
-// tests/gpu/mma_emulation/test_matmul_wgmma_emulated.cpp runs this file on the host emulation, with
-// a wgmma that decodes the descriptors by the PTX ISA's rules (emu_wgmma.h).
+// The order of k inside a k16 slice: a sum over k does not depend on which k goes into which slot
+// as long as A and B agree. Lane (g, t) (g = lane / 4, t = lane % 4) holds A slots 2t, 2t+1 (lower
+// half) and 2t+8, 2t+9 (upper) of rows g and g+8 of its warp's 16; it fills them from the code
+// words 2t and 2t+1 of each row's 8 words of the step (one 8-byte shared load per row): slice s
+// takes pair s, codes (s, s+4), of word 2t for the lower slots and of word 2t+1 for the upper. So
+// k16 slice s, 8-slot half e, slot 2j + i is column 16 j + 8 e + s + 4 i of the step; the first
+// launch stores every 64 columns as those eight 16-byte halves (chunk 2 s + e), so a 16-byte
+// cp.async of the activations lands as one row of one core matrix. Group 32 gives two scale groups
+// per step: lanes t < 2 (columns 0-31) take the first. bf16 scales take the packed path; f16 and
+// f32 scales are dequantized in float32 (s * q + b, then rounded to bf16, as pipe does).
+//
+// Precision: every weight bf16(s * q + b), every activation bf16(x), sums in float32: the
+// tensor-core bound of test_gpu_ops (elem_bound). tests/gpu/mma_emulation/test_matmul_wgmma_emulated.cpp
+// runs this file on the host emulation, with a wgmma that places the register fragments and decodes
+// the descriptor by the PTX ISA's rules and checks that neither its A registers nor its shared B
+// change while it is in flight (emu_wgmma.h).
 #include "backends/gpu/dequant.cuh"
-#include "backends/gpu/vendor/cuda/act_bf16.cuh"
 #include "backends/gpu/vendor/cuda/cp_async.cuh"
 #include "backends/gpu/vendor/cuda/wgmma.cuh"
 
 namespace {
 
-constexpr int BK = 64, BN = 128, kStages = 3, kCodeStride = 48, kMinScratchTokens = 64;
+constexpr int BK = 64, kStages = 4, kMinScratchTokens = 64;
 
-template <int WG>
+template <int WG, int NT>
 struct WgTile {
-    static constexpr int BM = 64 * WG, kThreads = 128 * WG;
-    static constexpr int a_bytes = BM * BK * 2;           // bf16 A tile, wgmma layout
-    static constexpr int c_bytes = BN * kCodeStride;      // codes [BN][48 bytes] (32 used)
-    static constexpr int sb_bytes = BN * 2 * 2 * 4;       // words [BN][2 halves][scale, bias]
-    static constexpr int stage_bytes = a_bytes + c_bytes + sb_bytes;
-    static constexpr int b_bytes = BN * BK * 2;           // bf16 B tile, wgmma layout
-    static constexpr int smem_bytes = kStages * stage_bytes + 2 * b_bytes;  // 106496 (WG 2), 81920 (WG 1)
-    static_assert(a_bytes % 128 == 0 && stage_bytes % 128 == 0, "tiles 128-byte aligned");
+    static constexpr int BR = 64 * WG, kThreads = 128 * WG;  // weight rows, threads
+    static constexpr int x_bytes = NT * BK * 2;              // bf16 activations [NT][64], wgmma layout
+    static constexpr int c_bytes = BR * BK / 2;              // codes [BR][32 bytes]
+    static constexpr int sb_bytes = BR * 2 * 2 * 4;          // words [BR][2 halves][scale, bias]
+    static constexpr int stage_bytes = x_bytes + c_bytes + sb_bytes;
+    static constexpr int smem_bytes = kStages * stage_bytes;  // 90112 (128 x 128), 57344 (128 x 64), 45056 (64 x 64)
+    static_assert(x_bytes % 1024 == 0 && stage_bytes % 128 == 0, "tiles aligned");
 };
+
+// xb = bf16(x) for `blocks` blocks of 64 columns (x 16-byte aligned, [tokens, cols] both, cols %
+// 64 == 0) in this product's k order: 16-byte chunk c of a block, word j (j < 4) holds columns
+// 16 j + 8 (c % 2) + c / 2 (lower half) and that + 4 (upper half).
+__global__ void act_bf16_wg_kernel(uint4 *__restrict__ xb, const float4 *__restrict__ x, int64_t blocks) {
+    const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= blocks) return;
+    float v[64];
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        const float4 f = x[16 * i + j];
+        v[4 * j] = f.x, v[4 * j + 1] = f.y, v[4 * j + 2] = f.z, v[4 * j + 3] = f.w;
+    }
+#pragma unroll
+    for (int c = 0; c < 8; c++) {
+        uint32_t w[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int k = 16 * j + 8 * (c % 2) + c / 2;
+            w[j] = mxg_pack_bf16x2(v[k], v[k + 4]);
+        }
+        xb[8 * i + c] = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+}
 
 // Writes 1 where this binary's code for the running device is sm_90a (the wgmma kernel's body).
 __global__ void wgmma_probe_kernel(int *flag) {
@@ -72,159 +108,184 @@ __global__ void wgmma_probe_kernel(int *flag) {
 #endif
 }
 
-// out [n, m.rows], xb [n, m.cols] (bf16, runs reordered), bias [m.rows] or NULL.
-template <int WG>
-__global__ void __launch_bounds__(128 * WG, 2) wgmma_kernel(float *__restrict__ out, const uint16_t *__restrict__ xb,
+// One k16 product of this warpgroup's 64 rows and the tile's NT tokens.
+template <int NT>
+__device__ __forceinline__ void wgmma_rs(float (&acc)[NT / 2], const uint32_t (&a)[4], uint64_t db) {
+    if constexpr (NT == 128)
+        mxg_wgmma_m64n128k16_rs_bf16(acc, a, db);
+    else
+        mxg_wgmma_m64n64k16_rs_bf16(acc, a, db);
+}
+
+// out [n, m.rows], xb [n, m.cols] (bf16, this product's k order), bias [m.rows] or NULL.
+template <int ST, int WG, int NT>
+__global__ void __launch_bounds__(128 * WG, NT == 128 ? 1 : 2) wgmma_kernel(float *__restrict__ out, const uint16_t *__restrict__ xb,
                                                            MatView m, const float *__restrict__ bias, int n) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    using T = WgTile<WG>;
-    constexpr int BM = T::BM, kThreads = T::kThreads, kWarps = kThreads / 32;
+    using T = WgTile<WG, NT>;
+    constexpr int kThreads = T::kThreads;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    unsigned char *const btile = smem_raw + kStages * T::stage_bytes;
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, wg = tid / 128;
-    const int t0 = blockIdx.y * BM;
-    const int64_t r0 = (int64_t)blockIdx.x * BN;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+    const int t0 = blockIdx.y * NT;
+    const int64_t r0 = (int64_t)blockIdx.x * T::BR;
     const int nk = m.cols / BK;
     const bool two_groups = m.group_size == 32;  // two scale groups per k step
 
     // Copies of k step kt into ring stage st. Tokens past n and rows past the matrix read the last
-    // one (their results are never stored). A: chunk i = p * kThreads + tid is 8 activations (16
-    // bytes) of token (i % 8) + 8 (i / 64), run (i / 8) % 8; codes: chunk j of row j / 2; scale and
-    // bias words: thread j < 2 BN copies row j / 2's scale (j even) or bias word(s).
+    // one (their results are never stored). Activations: chunk i = p * kThreads + tid is chunk (i /
+    // 8) % 8 of token (i % 8) + 8 (i / 64), so a quarter warp fills one core matrix (8 tokens x 16
+    // bytes, 32 banks); codes: thread tid copies 16 bytes of row tid / 2; scale and bias words:
+    // thread tid copies row tid / 2's scale (tid even) or bias word(s).
+    const int xc = (tid / 8) % 8, crow = tid / 2, cpart = tid % 2;
+    const int64_t cr = r0 + crow < m.rows ? r0 + crow : m.rows - 1;
+    const uint8_t *csrc = m.data + cr * m.row_bytes + cpart * 16;
+    const void *sb_base = cpart ? m.biases : m.scales;
     auto issue = [&](int st, int kt) {
         unsigned char *stage = smem_raw + st * T::stage_bytes;
-        const int k0 = kt * BK, run = (tid / 8) % 8;
-#pragma unroll
-        for (int p = 0; p < BM * 8 / kThreads; p++) {
-            const int r = tid % 8 + 8 * ((p * kThreads + tid) / 64);
-            const int tok = t0 + r < n ? t0 + r : n - 1;
-            mxg_cp_async16(stage + mxg_wg_offset(r, run * 8), xb + (int64_t)tok * m.cols + k0 + run * 8);
-        }
-#pragma unroll
-        for (int p = 0; p < BN * 2 / kThreads; p++) {
-            const int j = p * kThreads + tid, row = j / 2;
-            const int64_t br = r0 + row < m.rows ? r0 + row : m.rows - 1;
-            mxg_cp_async16(stage + T::a_bytes + row * kCodeStride + (j % 2) * 16, m.data + br * m.row_bytes + k0 / 2 + (j % 2) * 16);
-            const void *base = j % 2 ? m.biases : m.scales;
-#pragma unroll
-            for (int hh = 0; hh < 2; hh++) {
-                if (hh == 1 && !two_groups) continue;
-                const int64_t si = br * m.groups + ((k0 + 32 * hh) >> m.group_shift);
-                mxg_cp_async4(stage + T::a_bytes + T::c_bytes + ((row * 2 + hh) * 2 + j % 2) * 4, sb_word<ST_BF16>(base, si));
-            }
-        }
-    };
-
-    // Dequantizes the codes of k step kt (ring stage st) into B tile bt: word kw (k 8 kw..8 kw+7) of
-    // row 8 (warp + kWarps (p / 2)) + lane % 8, kw = lane / 8 + 4 (p % 2). Bit p / 2 of rowpar: the
-    // parity of that row's first scale index (clamped as the copies are), so (that ^ group) & 1
-    // picks a 2-byte scale's half of its copied word.
-    int rowpar = 0;
-#pragma unroll
-    for (int p2 = 0; p2 < BN * 4 / kThreads; p2++) {
-        const int64_t r = r0 + 8 * (warp + kWarps * p2) + lane % 8;
-        rowpar |= (int)(((r < m.rows ? r : m.rows - 1) * m.groups) & 1) << p2;
-    }
-    auto dequant = [&](int st, int bt, int kt) {
-        const unsigned char *stage = smem_raw + st * T::stage_bytes;
-        unsigned char *b = btile + bt * T::b_bytes;
         const int k0 = kt * BK;
 #pragma unroll
-        for (int p = 0; p < BN * 8 / kThreads; p++) {
-            const int row = 8 * (warp + kWarps * (p / 2)) + lane % 8, kw = lane / 8 + 4 * (p % 2);
-            const uint32_t wd = *(const uint32_t *)(stage + T::a_bytes + row * kCodeStride + kw * 4);
-            const int h = two_groups ? kw >> 2 : 0;
-            const uint32_t *sbw = (const uint32_t *)(stage + T::a_bytes + T::c_bytes) + (row * 2 + h) * 2;
-            const int sh = (((rowpar >> (p / 2)) ^ ((k0 + 32 * h) >> m.group_shift)) & 1) * 16;  // the half
-            const uint32_t s = (sbw[0] >> sh) & 0xffffu, bi = (sbw[1] >> sh) & 0xffffu;
-            const uint32_t s2 = s | s << 16, b2 = bi | bi << 16;
-            uint32_t v[4];
+        for (int p = 0; p < NT * 8 / kThreads; p++) {
+            const int r = tid % 8 + 8 * ((p * kThreads + tid) / 64);
+            const int tok = t0 + r < n ? t0 + r : n - 1;
+            mxg_cp_async16(stage + mxg_wg_offset(r, xc * 8), xb + (int64_t)tok * m.cols + k0 + xc * 8);
+        }
+        mxg_cp_async16(stage + T::x_bytes + crow * 32 + cpart * 16, csrc + k0 / 2);
 #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const uint32_t q = ((wd >> (4 * c)) & 0x000f000fu) | 0x43004300u;         // 128 + code
-                v[c] = mxg_bf16x2_fma(s2, mxg_bf16x2_fma(q, 0x3f803f80u, 0xc300c300u), b2);  // s * code + b
-            }
-            *(uint4 *)(b + mxg_wg_offset(row, kw * 8)) = make_uint4(v[0], v[1], v[2], v[3]);
+        for (int hh = 0; hh < 2; hh++) {
+            if (hh == 1 && !two_groups) continue;
+            const int64_t si = cr * m.groups + ((k0 + 32 * hh) >> m.group_shift);
+            mxg_cp_async4(stage + T::x_bytes + T::c_bytes + ((crow * 2 + hh) * 2 + cpart) * 4, sb_word<ST>(sb_base, si));
         }
     };
 
-    float acc[64];
+    // Dequantizes this lane's A fragments of k step kt (ring stage st): rows wrow and wrow + 8 of
+    // the block, code words 2t and 2t + 1 of each (one 8-byte load; a half warp reads 4 rows x 32
+    // bytes, 32 banks), a[s][j + 2e] = pair s of word 2t + e of row wrow + 8 j. Bit j of rowpar:
+    // the parity of that row's first scale index (clamped as the copies are), so (that ^ group) & 1
+    // picks a 2-byte scale's half of its copied word; h: this lane's scale group of the step.
+    const int wrow = 64 * (warp / 4) + 16 * (warp % 4) + g;
+    const int h = two_groups ? t >> 1 : 0;
+    int rowpar = 0;
 #pragma unroll
-    for (int i = 0; i < 64; i++) acc[i] = 0.0f;
+    for (int j = 0; j < 2; j++) {
+        const int64_t r = r0 + wrow + 8 * j;
+        rowpar |= (int)(((r < m.rows ? r : m.rows - 1) * m.groups) & 1) << j;
+    }
+    auto dequant = [&](int st, int kt, uint32_t (&a)[4][4]) {
+        const unsigned char *stage = smem_raw + st * T::stage_bytes;
+        const int gpar = ((kt * BK + 32 * h) >> m.group_shift) & 1;
+#pragma unroll
+        for (int j = 0; j < 2; j++) {
+            const int rl = wrow + 8 * j;
+            const uint2 wd = *(const uint2 *)(stage + T::x_bytes + rl * 32 + t * 8);
+            const uint2 sbw = *(const uint2 *)(stage + T::x_bytes + T::c_bytes + (rl * 2 + h) * 8);
+            const int par = ((rowpar >> j) & 1) ^ gpar;  // which half of a 2-byte scale's word
+#pragma unroll
+            for (int e = 0; e < 2; e++) {
+                const uint32_t w = e ? wd.y : wd.x;
+#pragma unroll
+                for (int s = 0; s < 4; s++) {
+                    if constexpr (ST == ST_BF16) {
+                        const uint32_t sc = (sbw.x >> (16 * par)) & 0xffffu, bi = (sbw.y >> (16 * par)) & 0xffffu;
+                        const uint32_t v = ((w >> (4 * s)) & 0x000f000fu) | 0x43004300u;  // 128 + code
+                        const uint32_t q = mxg_bf16x2_fma(v, 0x3f803f80u, 0xc300c300u);  // v * 1 - 128
+                        a[s][j + 2 * e] = mxg_bf16x2_fma(sc | sc << 16, q, bi | bi << 16);
+                    } else {
+                        const float sc = sb_value<ST>(sbw.x, par), bi = sb_value<ST>(sbw.y, par);
+                        const float lo = __uint_as_float(0x4b000000u | ((w >> (4 * s)) & 15u)) - 8388608.0f;
+                        const float hi = __uint_as_float(0x4b000000u | ((w >> (4 * s + 16)) & 15u)) - 8388608.0f;
+                        a[s][j + 2 * e] = mxg_pack_bf16x2(fmaf(sc, lo, bi), fmaf(sc, hi, bi));
+                    }
+                }
+            }
+        }
+    };
+
+    float acc[NT / 2];
+#pragma unroll
+    for (int i = 0; i < NT / 2; i++) acc[i] = 0.0f;
+    uint32_t a0[4][4], a1[4][4];  // the A fragments of two k steps: one in flight, one being written
 
 #pragma unroll
-    for (int s = 0; s < kStages; s++) {
+    for (int s = 0; s < kStages - 1; s++) {
         if (s < nk) issue(s, s);
         mxg_cp_async_commit();
     }
-    mxg_cp_async_wait<kStages - 1>();  // step 0 landed (this thread's copies)
+    mxg_cp_async_wait<kStages - 2>();  // step 0 landed (this thread's copies) ...
     mxg_fence_proxy_async();
-    __syncthreads();
-    dequant(0, 0, 0);
-    mxg_fence_proxy_async();
-    __syncthreads();
+    __syncthreads();                   // ... everyone's
+    dequant(0, 0, a0);
 
-    const uint32_t a_base = mxg_smem_u32(smem_raw) + wg * 8 * MXG_WG_SBO, b_base = mxg_smem_u32(btile);
-    for (int kt = 0; kt < nk; kt++) {
+    // Step kt: the products of step kt from `cur` (issued, not awaited); the barrier that publishes
+    // step kt + 1's copies (and, every thread having waited for its step kt - 1 products, frees
+    // step kt - 1's stage for step kt + 3's copies); step kt + 1's fragments into `nxt` while the
+    // products run; then their wait.
+    const uint32_t x_base = mxg_smem_u32(smem_raw);
+    auto step = [&](int kt, uint32_t (&cur)[4][4], uint32_t (&nxt)[4][4]) {
         const int st = kt % kStages;
         mxg_wgmma_touch(acc);
+#pragma unroll
+        for (int s = 0; s < 4; s++) mxg_wgmma_touch(cur[s]);
         mxg_wgmma_fence();
 #pragma unroll
-        for (int s = 0; s < BK / 16; s++) {
-            const uint64_t da = mxg_wgmma_desc(a_base + st * T::stage_bytes + s * 2 * MXG_WG_LBO, MXG_WG_LBO, MXG_WG_SBO);
-            const uint64_t db = mxg_wgmma_desc(b_base + (kt % 2) * T::b_bytes + s * 2 * MXG_WG_LBO, MXG_WG_LBO, MXG_WG_SBO);
-            mxg_wgmma_m64n128k16_bf16(acc, da, db);
-        }
+        for (int s = 0; s < BK / 16; s++)
+            wgmma_rs<NT>(acc, cur[s], mxg_wgmma_desc(x_base + st * T::stage_bytes + s * 2 * MXG_WG_LBO, MXG_WG_LBO, MXG_WG_SBO));
         mxg_wgmma_commit();
         if (kt + 1 < nk) {
-            mxg_cp_async_wait<kStages - 2>();  // step kt + 1 landed (this thread's copies) ...
+            mxg_cp_async_wait<kStages - 3>();  // step kt + 1 landed (this thread's copies) ...
             mxg_fence_proxy_async();
-            __syncthreads();                    // ... everyone's
-            dequant((kt + 1) % kStages, (kt + 1) % 2, kt + 1);
-            mxg_fence_proxy_async();
+            __syncthreads();                   // ... everyone's; step kt - 1's stage free
+            if (kt + kStages - 1 < nk) issue((kt + kStages - 1) % kStages, kt + kStages - 1);
+            mxg_cp_async_commit();
+            dequant((kt + 1) % kStages, kt + 1, nxt);
         }
-        mxg_wgmma_wait<0>();  // step kt's products done: its ring stage and B tile are free
+        mxg_wgmma_wait<0>();  // step kt's products done: `cur` and stage st free
         mxg_wgmma_touch(acc);
-        __syncthreads();      // every warpgroup's; and B tile (kt + 1) % 2 written
-        if (kt + kStages < nk) issue(st, kt + kStages);
-        mxg_cp_async_commit();
+#pragma unroll
+        for (int s = 0; s < 4; s++) mxg_wgmma_touch(cur[s]);
+    };
+    for (int kt = 0; kt < nk; kt += 2) {
+        step(kt, a0, a1);
+        if (kt + 1 < nk) step(kt + 1, a1, a0);
     }
 
-    // Epilogue: accumulator i is token 16 (warp % 4) + g + 8 ((i / 2) % 2) of this warpgroup's 64,
-    // rows 8 (i / 4) + 2 t + (0, 1) (i even; wgmma.cuh).
-    const int g = lane / 4, t = lane % 4;
-    const bool pairs = (m.rows & 1) == 0;
+    // Epilogue: accumulator i is row wrow + 8 ((i / 2) % 2), token 8 (i / 4) + 2 t + i % 2 of the tile.
 #pragma unroll
-    for (int i = 0; i < 64; i += 2) {
-        const int tt = t0 + wg * 64 + (warp % 4) * 16 + g + 8 * ((i / 2) % 2);
-        const int64_t rr = r0 + 8 * (i / 4) + 2 * t;
-        if (tt >= n || rr >= m.rows) continue;
-        float v0 = acc[i], v1 = acc[i + 1];
-        float *o = out + (int64_t)tt * m.rows + rr;
-        if (bias) v0 += bias[rr];
-        if (pairs) {  // rr even, rows even: rr + 1 < rows, 8-byte aligned
-            if (bias) v1 += bias[rr + 1];
-            *(float2 *)o = make_float2(v0, v1);
-        } else {
-            o[0] = v0;
-            if (rr + 1 < m.rows) o[1] = v1 + (bias ? bias[rr + 1] : 0.0f);
-        }
+    for (int i = 0; i < NT / 2; i++) {
+        const int tt = t0 + 8 * (i / 4) + 2 * t + i % 2;
+        const int64_t rr = r0 + wrow + 8 * ((i / 2) % 2);
+        if (tt < n && rr < m.rows) out[(int64_t)tt * m.rows + rr] = acc[i] + (bias ? bias[rr] : 0.0f);
     }
 #else
     (void)out, (void)xb, (void)m, (void)bias, (void)n;
 #endif
 }
 
-template <int WG>
+template <int ST, int WG, int NT>
 void launch(const mxg_launch *L, float *out, const uint16_t *xb, const MatView &m, const float *bias, int n) {
-    using T = WgTile<WG>;
+    using T = WgTile<WG, NT>;
     static bool allowed = false;  // the attribute once per instance (host code, one thread per backend)
     if (!allowed) {
-        mxg_allow_smem(wgmma_kernel<WG>, T::smem_bytes);
+        mxg_allow_smem(wgmma_kernel<ST, WG, NT>, T::smem_bytes);
         allowed = true;
     }
-    const dim3 grid((unsigned)((m.rows + BN - 1) / BN), (unsigned)((n + T::BM - 1) / T::BM));
-    wgmma_kernel<WG><<<grid, T::kThreads, T::smem_bytes, (cudaStream_t)L->stream>>>(out, xb, m, bias, n);
+    const dim3 grid((unsigned)((m.rows + T::BR - 1) / T::BR), (unsigned)((n + NT - 1) / NT));
+    wgmma_kernel<ST, WG, NT><<<grid, T::kThreads, T::smem_bytes, (cudaStream_t)L->stream>>>(out, xb, m, bias, n);
+}
+
+int64_t tiles(int64_t rows, int n, int br, int nt) { return ((rows + br - 1) / br) * (((int64_t)n + nt - 1) / nt); }
+
+// The block tile for nt tokens: the largest of 128 rows x 128 tokens, 128 x 64 and 64 x 64 that
+// gives every multiprocessor a block.
+template <int ST>
+void launch_fmt(const mxg_launch *L, float *out, const uint16_t *xb, const MatView &m, const float *bias, int nt) {
+    const int64_t fill = L->sm_count > 0 ? L->sm_count : 1;
+    if (tiles(m.rows, nt, 128, 128) >= fill)
+        launch<ST, 2, 128>(L, out, xb, m, bias, nt);
+    else if (tiles(m.rows, nt, 128, 64) >= fill)
+        launch<ST, 2, 64>(L, out, xb, m, bias, nt);
+    else
+        launch<ST, 1, 64>(L, out, xb, m, bias, nt);
 }
 
 }  // namespace
@@ -251,29 +312,32 @@ extern "C" int mxg_wgmma_probe(void *stream) {
 // (nothing enqueued).
 int mxg_matmul_wgmma(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n) {
     if (!L->wgmma || L->cc != 90 || L->warp != 32 || n < 1) return -1;
-    if (w->q.mode != MX_QUANT_AFFINE || w->q.bits != 4 || w->n_experts != 1 || w->scale_dtype != MX_DTYPE_BF16) return -1;
+    if (w->q.mode != MX_QUANT_AFFINE || w->q.bits != 4 || w->n_experts != 1) return -1;
     if (w->q.group_size != 32 && w->q.group_size != 64 && w->q.group_size != 128) return -1;
     if (w->cols % BK != 0 || w->cols > (1 << 30) || w->rows > (1 << 30)) return -1;
+    const int st = w->scale_dtype == MX_DTYPE_BF16 ? ST_BF16 : w->scale_dtype == MX_DTYPE_F16 ? ST_F16
+                 : w->scale_dtype == MX_DTYPE_F32  ? ST_F32 : -1;
+    if (st < 0) return -1;
     if (((uintptr_t)w->data & 15) || ((uintptr_t)w->scales & 3) || ((uintptr_t)w->biases & 3) ||
-        ((uintptr_t)x & 15) || ((uintptr_t)L->scratch & 15) || ((uintptr_t)out & 7))
+        ((uintptr_t)x & 15) || ((uintptr_t)L->scratch & 15))
         return -1;
     int64_t run_tokens = (int64_t)(L->scratch_bytes / ((size_t)w->cols * 2)) / 64 * 64;  // per launch pair
     if (run_tokens < kMinScratchTokens) return -1;
     if (run_tokens > 65535 * 64) run_tokens = 65535 * 64;  // grid y
     const MatView m = mat_view(w);
     uint16_t *xb = (uint16_t *)L->scratch;
-    const int64_t fill = L->sm_count > 0 ? L->sm_count : 1;
     for (int t0 = 0; t0 < n; t0 += (int)run_tokens) {
         const int nt = n - t0 < run_tokens ? n - t0 : (int)run_tokens;
-        const int64_t runs = (int64_t)nt * m.cols / 8;
-        act_bf16_kernel<<<(unsigned)((runs + 255) / 256), 256, 0, (cudaStream_t)L->stream>>>(
-            (uint4 *)xb, (const float4 *)(x + (int64_t)t0 * m.cols), runs);
+        const int64_t blocks = (int64_t)nt * m.cols / 64;
+        act_bf16_wg_kernel<<<(unsigned)((blocks + 127) / 128), 128, 0, (cudaStream_t)L->stream>>>(
+            (uint4 *)xb, (const float4 *)(x + (int64_t)t0 * m.cols), blocks);
         float *o = out + (int64_t)t0 * m.rows;
-        const int64_t tiles128 = ((m.rows + BN - 1) / BN) * (((int64_t)nt + 127) / 128);
-        if (tiles128 >= fill)
-            launch<2>(L, o, xb, m, bias, nt);
+        if (st == ST_BF16)
+            launch_fmt<ST_BF16>(L, o, xb, m, bias, nt);
+        else if (st == ST_F16)
+            launch_fmt<ST_F16>(L, o, xb, m, bias, nt);
         else
-            launch<1>(L, o, xb, m, bias, nt);
+            launch_fmt<ST_F32>(L, o, xb, m, bias, nt);
     }
     return 0;
 }

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The shared-memory tile layout of the wgmma prefill product (vendor/cuda/matmul_wgmma.cu) and the
 // matrix descriptor that points wgmma.mma_async at it (the rules: vendor/cuda/wgmma.cuh's header),
-// written once for the kernel's writers (cp.async of the activations, the dequantized weights'
-// stores) and its descriptors, and used unchanged by the host emulation
+// written once for the kernel's writers (the cp.async copies of the activations, wgmma's B operand)
+// and its descriptors, and used unchanged by the host emulation
 // (tests/gpu/mma_emulation/emu_wgmma.h), whose wgmma decodes the descriptors by the PTX ISA's rules.
 #ifndef MXG_WGMMA_LAYOUT_CUH
 #define MXG_WGMMA_LAYOUT_CUH
