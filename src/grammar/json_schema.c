@@ -85,18 +85,16 @@ typedef struct body {
     FILE *f;
 } body;
 
-static void body_open(body *b) {
+// Opens b's stream; a stream that does not open is an out-of-memory failure at path (-1).
+static int body_open(compiler *c, body *b, const char *path) {
     b->text = NULL;
     b->len = 0;
     b->f = open_memstream(&b->text, &b->len);
+    return b->f ? 0 : fail_oom(c, path);
 }
 
 // Emits "rN ::= <body>" and returns N.
 static int body_close(compiler *c, body *b) {
-    if (!b->f) {
-        fail_oom(c, "");
-        return -1;
-    }
     fclose(b->f);
     int id = begin_rule(c);
     fprintf(c->out, "%s\n", b->text ? b->text : "");
@@ -153,7 +151,7 @@ static int gen_integer(compiler *c, json_t *s, const char *path) {
     }
     if (lo > hi) return fail(c, path, "no integer satisfies the bounds");
     body b;
-    body_open(&b);
+    if (body_open(c, &b, path)) return -1;
     bool any = false;
     if (lo < 0) {  // negative part: [lo, min(hi, -1)]
         long long top = hi < 0 ? hi : -1;
@@ -177,7 +175,10 @@ static int gen_pattern(compiler *c, const char *pattern, const char *path) {
     char *core = strndup(pattern + anchored_start, n - anchored_start - (anchored_end && n > (size_t)anchored_start));
     if (!core) return fail_oom(c, path);
     body b;
-    body_open(&b);
+    if (body_open(c, &b, path)) {
+        free(core);
+        return -1;
+    }
     fputs("\"\\\"\" ", b.f);
     if (!anchored_start) fprintf(b.f, "%s{0,%d} ", GBNF_JSON_STRING_CHAR, PATTERN_PAD);
     char why[300] = "";
@@ -214,7 +215,7 @@ static int gen_string(compiler *c, json_t *s, const char *path) {
         return gen_pattern(c, json_string_value(pat), path);
     }
     body b;
-    body_open(&b);
+    if (body_open(c, &b, path)) return -1;
     if (fmt) {
         const char *f = json_string_value(fmt);
         const char *date = "[0-9]{4} \"-\" ( \"0\" [1-9] | \"1\" [0-2] ) \"-\" ( \"0\" [1-9] | [12] [0-9] | \"3\" [01] )";
@@ -384,7 +385,7 @@ static int gen_array(compiler *c, json_t *s, const char *path) {
         return fail(c, path, "'items' must be a schema (tuple forms are not supported)");
     }
     body b;
-    body_open(&b);
+    if (body_open(c, &b, path)) return -1;
     if (hi == 0) {
         fputs("\"[\" ws \"]\"", b.f);
     } else {

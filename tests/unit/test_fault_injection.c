@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: MIT
 // Failure injection (this test's build only): every allocation the library makes goes through the
-// linker's --wrap of malloc/calloc/realloc/strdup/strndup/aligned_alloc/posix_memalign (see
-// tests/cmake/fault_injection.cmake), and the wrapper fails the Nth one. For each N, in a child
+// linker's --wrap of malloc/calloc/realloc/strdup/strndup/aligned_alloc/posix_memalign and of
+// open_memstream, which allocates inside the C library (see tests/cmake/fault_injection.cmake), and
+// the wrapper fails the Nth one. For each N, in a child
 // process, model load, a generation (the engine: context, forward, token choice), one server request, an
 // embeddings request in base64 and in floats (a 200 answer must hold the whole embedding), a streamed
 // completion, a forced tool call and a streamed one, a completion with logprobs and a streamed chat
@@ -60,6 +61,8 @@ void *__wrap_aligned_alloc(size_t al, size_t n) {
     return fail_now() || (aligned_fail_from && n >= aligned_fail_from) ? NULL : __real_aligned_alloc(al, n);
 }
 int __wrap_posix_memalign(void **p, size_t al, size_t n) { return fail_now() ? 12 : __real_posix_memalign(p, al, n); }
+FILE *__real_open_memstream(char **text, size_t *len);
+FILE *__wrap_open_memstream(char **text, size_t *len) { return fail_now() ? NULL : __real_open_memstream(text, len); }
 
 static void arm(long n) {
     alloc_count = 0;
