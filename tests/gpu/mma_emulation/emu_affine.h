@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: MIT
 // The random inputs of the mma emulation tests' products (test_matvec_mma_emulated.cpp,
 // test_matmul_pipe_emulated.cpp, test_matmul_wgmma_emulated.cpp), drawn from the emulation tests' random stream (emu_random.h) in a
-// fixed order: an affine-quantized weight matrix, then the activations.
+// fixed order: an affine-quantized weight matrix, then the activations (then, for emu_product, a bias).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -59,4 +59,24 @@ static inline void emu_acts_random(emu_acts *a, int n, int cols) {
         float g = (emu_unit() + emu_unit() + emu_unit() - 1.5f) * 2.0f;
         a->x[i] = emu_unit() < 0.01f ? g * 300.0f : g;
     }
+}
+
+// One product's inputs, drawn in this order: the weight (emu_affine_random), the activations
+// (emu_acts_random), then a bias per row in [-0.5, 0.5), drawn with or without with_bias so that the
+// flag changes no other input (bp: the bias, or null without it). out [n, rows] starts at -7, a value
+// that shows an element the product did not write. Do not copy the struct (m and acts own buffers).
+struct emu_product {
+    emu_affine m;
+    emu_acts acts;
+    std::vector<float> bias, out;
+    const float *bp = nullptr;
+};
+static inline void emu_product_random(emu_product *p, int bits, int gs, mx_dtype st, int rows, int cols, int n,
+                                      bool with_bias) {
+    emu_affine_random(&p->m, bits, gs, st, rows, cols);
+    emu_acts_random(&p->acts, n, cols);
+    p->bias.assign((size_t)rows, 0.0f);
+    for (auto &b : p->bias) b = emu_unit() - 0.5f;
+    p->out.assign((size_t)n * rows, -7.0f);
+    p->bp = with_bias ? p->bias.data() : nullptr;
 }

@@ -18,6 +18,7 @@
 // Built and run by run.sh; argument "quick": fewer cases. Exits 1 on any failure.
 #include "emu_pipe.h"
 #include "emu_affine.h"
+#include "emu_fail.h"
 #include "emu_tc_check.h"
 #include <cstdio>
 #include <cstdlib>
@@ -28,28 +29,22 @@ extern "C" {
 
 int mxg_matmul_pipe(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n);
 
-static int fails = 0, cases = 0, tile_cases[3];  // launches per block tile: 128 x 128, 64 x 128, 64 x 64
+static int cases = 0, tile_cases[3];  // launches per block tile: 128 x 128, 64 x 128, 64 x 64
 static emu_tc_worst worst;
-#define FAIL(...) do { printf("FAIL: " __VA_ARGS__); printf("\n"); fails++; } while (0)
 
 static void run_case(int gs, mx_dtype st, int rows, int cols, int n, bool with_bias, int sms, size_t scratch_tokens) {
     cases++;
-    emu_affine m;
-    emu_affine_random(&m, 4, gs, st, rows, cols);
-    const mx_matrix &w = m.w;
-    emu_acts acts;
-    emu_acts_random(&acts, n, cols);
-    float *xa = acts.x;
-    std::vector<float> bias(rows), out((size_t)n * rows, -7.0f);
-    for (auto &b : bias) b = emu_unit() - 0.5f;
-    const float *bp = with_bias ? bias.data() : nullptr;
+    emu_product p;
+    emu_product_random(&p, 4, gs, st, rows, cols, n, with_bias);
+    const mx_matrix &w = p.m.w;
+    const float *xa = p.acts.x, *bp = p.bp;
 
     std::vector<float> scratch(scratch_tokens * cols / 2 + 8, 0.0f);
     mxg_launch L{};
     L.warp = 32, L.sm_count = sms, L.cc = 90, L.scratch = scratch.data(), L.scratch_bytes = scratch_tokens * cols * 2;
     emu_copies().clear();
     emu_grids.clear();
-    if (mxg_matmul_pipe(&L, out.data(), xa, &w, bp, n) != 0) {
+    if (mxg_matmul_pipe(&L, p.out.data(), xa, &w, bp, n) != 0) {
         FAIL("declined: g%d %s %dx%d n=%d", gs, st_name(st), rows, cols, n);
         return;
     }
@@ -71,7 +66,7 @@ static void run_case(int gs, mx_dtype st, int rows, int cols, int n, bool with_b
 
     char what[96];
     snprintf(what, sizeof what, "g%d %s %dx%d n=%d bias=%d sms=%d", gs, st_name(st), rows, cols, n, with_bias, sms);
-    fails += emu_check_tc_product(m, xa, n, bp, out.data(), what, &worst);
+    fails += emu_check_tc_product(p.m, xa, n, bp, p.out.data(), what, &worst);
 }
 
 static void declines() {

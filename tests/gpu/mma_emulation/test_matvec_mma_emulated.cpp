@@ -19,6 +19,7 @@
 // Built and run by run.sh; argument "quick": fewer cases. Exits 1 on any failure.
 #include "emu.h"
 #include "emu_affine.h"
+#include "emu_fail.h"
 #include <cstdio>
 #include <cstdlib>
 extern "C" {
@@ -27,10 +28,8 @@ extern "C" {
 #include "backends/gpu/kernels.h"
 #include "backends/gpu/kernels_fused.h"
 
-static int fails = 0, cases = 0;
+static int cases = 0;
 static double worst = 0.0;
-#define FAIL(...) do { printf("FAIL: " __VA_ARGS__); printf("\n"); fails++; } while (0)
-
 
 // The batched "matmul + residual add" (mxg_matvec_mma_add) on the launch settings of L: out equal
 // to the plain product `two` bit for bit and res equal to res0 + two per element (the add record's
@@ -96,17 +95,13 @@ static void check_bound(const float *out, const std::vector<double> &ref, const 
 static void run_case(int bits, int gs, mx_dtype st, int rows, int cols, int n, bool with_bias, int sms,
                      size_t scratch_bytes) {
     cases++;
-    emu_affine m;
-    emu_affine_random(&m, bits, gs, st, rows, cols);
-    const mx_matrix &w = m.w;
-    emu_acts acts;
-    emu_acts_random(&acts, n, cols);
-    float *xa = acts.x;
-    std::vector<float> bias(rows), out((size_t)n * rows, -7.0f);
-    for (auto &b : bias) b = emu_unit() - 0.5f;
-    const float *bp = with_bias ? bias.data() : nullptr;
+    emu_product p;
+    emu_product_random(&p, bits, gs, st, rows, cols, n, with_bias);
+    const mx_matrix &w = p.m.w;
+    const float *xa = p.acts.x, *bp = p.bp;
+    std::vector<float> &out = p.out;
     std::vector<double> ref, mag;
-    reference(m, xa, n, bp, ref, mag);
+    reference(p.m, xa, n, bp, ref, mag);
     std::vector<float> scratch(scratch_bytes / 4 + 1, 0.0f);
     mxg_launch L{};
     L.warp = 32, L.sm_count = sms, L.cc = 90, L.scratch = scratch_bytes ? scratch.data() : nullptr;

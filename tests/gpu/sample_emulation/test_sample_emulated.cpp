@@ -22,6 +22,7 @@
 // the radix passes) somewhere.
 // Built and run by run.sh; argument "quick": fewer batches. Exits 1 on any failure.
 #include "emu.h"
+#include "emu_fail.h"
 #include "emu_random.h"
 #include <cstdio>
 #include <cstdlib>
@@ -32,10 +33,9 @@ extern "C" {
 
 template <class T, size_t N> static T pick(const T (&a)[N]) { return a[emu_below((int)N)]; }
 
-static int fails = 0, host_diff = 0, sampled_rows = 0, rows_total = 0;
+static int host_diff = 0, sampled_rows = 0, rows_total = 0;
 static int nan_checked[3];  // rows with NaN logits whose logprobs were checked, by Batch::nan
 static int fast_ways[3];  // the fast form's sampled rows by way: radix passes, list, window bin
-#define FAIL(...) do { printf("FAIL: " __VA_ARGS__); printf("\n"); fails++; } while (0)
 
 static void fill_row(float *l, int vocab, int kind) {
     if (kind == 4) {  // like a language model's: a bulk far below a few leading tokens
