@@ -58,19 +58,6 @@ CPU_TARGET_VNNI_INLINE static void put16(int16_t *dst, int64_t cols, __m512 v, _
     _mm256_storeu_si256((__m256i *)(dst + cols), _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(r)));
 }
 
-// The largest |x| of one weight group's activations (gs a multiple of 16) and, in *sum, their float sum.
-CPU_TARGET_VNNI_INLINE static float group_absmax_sum(const float *xg, int gs, float *sum) {
-    const __m512 absmask = _mm512_castsi512_ps(_mm512_set1_epi32(0x7fffffff));
-    __m512 mx = _mm512_setzero_ps(), sm = _mm512_setzero_ps();
-    for (int k = 0; k < gs; k += 16) {
-        __m512 v = _mm512_loadu_ps(xg + k);
-        mx = _mm512_max_ps(mx, _mm512_and_ps(v, absmask));
-        sm = _mm512_add_ps(sm, v);
-    }
-    *sum = _mm512_reduce_add_ps(sm);
-    return _mm512_reduce_max_ps(mx);
-}
-
 // One row of x for 4-bit weights (layout in the file comment).
 CPU_TARGET_VNNI_INLINE static void quantize_row4(const mx_matrix *w, const float *xr, uint8_t *dst) {
     int64_t cols = w->cols, chunks = q4_chunks(w), pg = q4_padded_groups(w);
@@ -81,7 +68,8 @@ CPU_TARGET_VNNI_INLINE static void quantize_row4(const mx_matrix *w, const float
     memset(dst, 0, (size_t)(chunks * 384 + pg * 8));
     for (int64_t g = 0; g < cols / gs; g++) {
         const float *xg = xr + g * gs;
-        float amax = group_absmax_sum(xg, gs, &gsum[g]);
+        float amax;
+        cpu_int8_group_stats(xg, gs, &amax, &gsum[g]);
         sx[g] = amax / 127.0f / 65536.0f;
         __m512 inv = _mm512_set1_ps(amax > 0.0f ? 127.0f / amax : 0.0f);
         for (int k = 0; k < gs; k += 32) {
@@ -110,7 +98,8 @@ CPU_TARGET_VNNI void cpu_vnni_quantize_x(const mx_matrix *w, const float *x, int
         float *sx = (float *)(dst + cols * 4), *gsum = sx + groups;
         for (int64_t g = 0; g < groups; g++) {
             const float *xg = xr + g * gs;
-            float amax = group_absmax_sum(xg, gs, &gsum[g]);
+            float amax;
+            cpu_int8_group_stats(xg, gs, &amax, &gsum[g]);
             sx[g] = amax / 32767.0f;
             __m512 inv = _mm512_set1_ps(amax > 0.0f ? 32767.0f / amax : 0.0f);
             for (int k = 0; k < gs; k += 16) put16(q + g * gs + k, cols, _mm512_loadu_ps(xg + k), inv);
