@@ -94,13 +94,9 @@ static unsigned parse_inputs(mx_server *s, json_t *input, inputs *in, char *msg,
 }
 
 enum MHD_Result srv_route_embeddings(mx_server *s, struct MHD_Connection *c, json_t *body) {
-    const char *key;
-    json_t *v;
-    json_object_foreach(body, key, v) {
-        if (strcmp(key, "input") != 0 && strcmp(key, "model") != 0 && strcmp(key, "encoding_format") != 0 &&
-            strcmp(key, "dimensions") != 0 && strcmp(key, "user") != 0)
-            return srv_respond_error(s, c, 400, "invalid_request", "'%s' is not supported by /v1/embeddings", key);
-    }
+    static const char *const fields[] = {"input", "model", "encoding_format", "dimensions", "user", NULL};
+    const char *unknown = srv_unknown_field(body, fields);
+    if (unknown) return srv_respond_error(s, c, 400, "invalid_request", "'%s' is not supported by /v1/embeddings", unknown);
     json_t *fmt = json_object_get(body, "encoding_format"), *dj = json_object_get(body, "dimensions");
     json_t *model = json_object_get(body, "model"), *user = json_object_get(body, "user");
     bool b64 = false;

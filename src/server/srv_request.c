@@ -179,15 +179,20 @@ static const char *const completion_fields[] = {
     "repetition_penalty", "repetition_context_size", "presence_penalty", "frequency_penalty", "seed", "stop",
     "logprobs", "response_format", "grammar", "logit_bias", "ignore_eos", "user", "metadata", "service_tier", NULL};
 
-static int check_fields(json_t *body, srv_kind kind, char *msg, size_t cap) {
-    const char *const *known = kind == SRV_KIND_CHAT ? chat_fields : completion_fields;
+const char *srv_unknown_field(json_t *body, const char *const *known) {
     const char *key;
     json_t *v;
     json_object_foreach(body, key, v) {
         bool ok = false;
         for (const char *const *k = known; *k && !ok; k++) ok = strcmp(*k, key) == 0;
-        if (!ok) return bad(msg, cap, "'%s' is not supported by this server", key);
+        if (!ok) return key;
     }
+    return NULL;
+}
+
+static int check_fields(json_t *body, srv_kind kind, char *msg, size_t cap) {
+    const char *unknown = srv_unknown_field(body, kind == SRV_KIND_CHAT ? chat_fields : completion_fields);
+    if (unknown) return bad(msg, cap, "'%s' is not supported by this server", unknown);
     json_t *store = json_object_get(body, "store");
     if (store && !json_is_false(store) && !json_is_null(store)) return bad(msg, cap, "'store' must be false (completions are not stored)");
     json_t *meta = json_object_get(body, "metadata");

@@ -63,6 +63,10 @@ typedef struct srv_request {
 int srv_request_parse(json_t *body, srv_kind kind, const mx_sampling *defaults, srv_request *r, char *msg, size_t cap);
 void srv_request_clear(srv_request *r);
 
+// The first key of the object body that is not one of `known` (NULL-terminated), or NULL: every
+// route refuses such a field by name.
+const char *srv_unknown_field(json_t *body, const char *const *known);
+
 // The chat template's extra variables: chat_template_kwargs plus reasoning_effort (a new reference,
 // or NULL when there are none; NULL with *oom set when out of memory).
 json_t *srv_request_template_vars(const srv_request *r, bool *oom);

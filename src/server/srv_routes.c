@@ -122,18 +122,6 @@ enum MHD_Result srv_route_metrics(mx_server *s, struct MHD_Connection *c) {
     return ret;
 }
 
-// A field of a body that is not one of `known` (NULL-terminated), or NULL.
-static const char *unknown_field(json_t *body, const char *const *known) {
-    const char *key;
-    json_t *v;
-    json_object_foreach(body, key, v) {
-        bool ok = false;
-        for (const char *const *k = known; *k && !ok; k++) ok = strcmp(*k, key) == 0;
-        if (!ok) return key;
-    }
-    return NULL;
-}
-
 // One token of a with_pieces answer, as llama-server writes it: {"id", "piece"}, the piece being the
 // token's decoded bytes as a string when they are valid UTF-8, else the list of byte values (a
 // character split across tokens). NULL when out of memory.
@@ -159,7 +147,7 @@ static json_t *token_piece(const mx_tokenizer *tok, int32_t id) {
 // prompts never get one either, their chat templates write them as text).
 enum MHD_Result srv_route_tokenize(mx_server *s, struct MHD_Connection *c, json_t *body) {
     static const char *const fields[] = {"content", "with_pieces", "add_special", NULL};
-    const char *unknown = unknown_field(body, fields);
+    const char *unknown = srv_unknown_field(body, fields);
     if (unknown) return srv_respond_error(s, c, 400, "invalid_request", "'%s' is not supported by /tokenize", unknown);
     json_t *content = json_object_get(body, "content"), *wp = json_object_get(body, "with_pieces");
     json_t *as = json_object_get(body, "add_special");
@@ -190,7 +178,7 @@ enum MHD_Result srv_route_tokenize(mx_server *s, struct MHD_Connection *c, json_
 
 enum MHD_Result srv_route_detokenize(mx_server *s, struct MHD_Connection *c, json_t *body) {
     static const char *const fields[] = {"tokens", NULL};
-    const char *unknown = unknown_field(body, fields);
+    const char *unknown = srv_unknown_field(body, fields);
     if (unknown) return srv_respond_error(s, c, 400, "invalid_request", "'%s' is not supported by /detokenize", unknown);
     json_t *tokens = json_object_get(body, "tokens");
     if (!json_is_array(tokens)) return srv_respond_error(s, c, 400, "invalid_request", "'tokens' must be an array");
@@ -220,7 +208,7 @@ enum MHD_Result srv_route_detokenize(mx_server *s, struct MHD_Connection *c, jso
 enum MHD_Result srv_route_apply_template(mx_server *s, struct MHD_Connection *c, json_t *body) {
     static const char *const fields[] = {"messages", "add_generation_prompt", "tools", "chat_template_kwargs",
                                          "reasoning_effort", "model", NULL};
-    const char *key = unknown_field(body, fields);
+    const char *key = srv_unknown_field(body, fields);
     if (key) return srv_respond_error(s, c, 400, "invalid_request", "'%s' is not supported by /apply-template", key);
     json_t *v;
     json_t *agp = json_object_get(body, "add_generation_prompt");
