@@ -97,20 +97,13 @@ MX_TARGET_AVX2 static double avx2_exp_sum(const float *x, int64_t n, float shift
     return exp_sum_scalar(x, i, n, shift, scale, out, avx2_total(acc0, acc1));
 }
 
-static int have_avx2(void) {
-    static int have = -1;
-    if (have < 0) {
-        __builtin_cpu_init();
-        have = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-    }
-    return have;
-}
-
 double mx_exp_sum(const float *x, int64_t n, float shift, float scale, float *out) {
-    return have_avx2() ? avx2_exp_sum(x, n, shift, scale, out) : exp_sum_scalar(x, 0, n, shift, scale, out, 0.0);
+    return mx_cpu_has_avx2() ? avx2_exp_sum(x, n, shift, scale, out) : exp_sum_scalar(x, 0, n, shift, scale, out, 0.0);
 }
 
-double mx_logsumexp(const float *x, int64_t n) { return have_avx2() ? avx2_logsumexp(x, n) : mx_logsumexp_ref(x, n); }
+double mx_logsumexp(const float *x, int64_t n) {
+    return mx_cpu_has_avx2() ? avx2_logsumexp(x, n) : mx_logsumexp_ref(x, n);
+}
 #else
 double mx_logsumexp(const float *x, int64_t n) { return mx_logsumexp_ref(x, n); }
 

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu_simd_targets.h"
+#include "core/avx2_target.h"
 
 CPU_TARGET_AVX2 static float hsum256(__m256 v) {
     __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
@@ -438,13 +439,8 @@ static const cpu_kernel_set amx_set = {
     /* .gemm_q_eq = */ NULL,
 };
 
-static int have_avx2(void) {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-}
-
 static int have_avx512(void) {
-    return have_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+    return mx_cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c");
 }
 
@@ -452,11 +448,11 @@ const cpu_kernel_set *cpu_kernels_x86_best(void) {
     if (have_avx512() && cpu_vnni_supported() && cpu_amx_supported()) return &amx_set;
     if (have_avx512() && cpu_vnni_supported()) return &avx512vnni_set;
     if (have_avx512()) return &avx512_set;
-    return have_avx2() ? &avx2_set : NULL;
+    return mx_cpu_has_avx2() ? &avx2_set : NULL;
 }
 
 const cpu_kernel_set *cpu_kernels_x86_named(const char *name) {
-    if (strcmp(name, "avx2") == 0 && have_avx2()) return &avx2_set;
+    if (strcmp(name, "avx2") == 0 && mx_cpu_has_avx2()) return &avx2_set;
     if (strcmp(name, "avx512") == 0 && have_avx512()) return &avx512_set;
     if (strcmp(name, "avx512vnni") == 0 && have_avx512() && cpu_vnni_supported()) return &avx512vnni_set;
     if (strcmp(name, "amx") == 0 && have_avx512() && cpu_vnni_supported() && cpu_amx_supported()) return &amx_set;
