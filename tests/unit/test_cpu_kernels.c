@@ -546,6 +546,8 @@ static void compare_attention(const char *set) {
                 }
                 // Each query alone in a call (a decode step's) gives the bits it got among the others
                 // (a prompt's): a preempted request's recomputed tokens must be those of its decode.
+                // Calls of one and two queries (a decode step's GQA group) read K and V from the cache
+                // without the block copy (cpu_kernels_attn.c), so pairs are checked too.
                 for (int j = 0; j < nq; j++) {
                     static float one[256];
                     float *onep = one;
@@ -553,6 +555,15 @@ static void compare_attention(const char *set) {
                     a1.q = &qp[j], a1.out = &onep, a1.nq = 1, a1.first = &first[j], a1.last = &last[j];
                     cpu_kernels_attn_rows(&a1, scr);
                     alone_differ += memcmp(one, op[j], sizeof(float) * (size_t)hd) != 0;
+                }
+                for (int j = 0; j + 1 < nq; j += 2) {
+                    static float two[2][256];
+                    float *twop[2] = {two[0], two[1]};
+                    cpu_attn_args a2 = a;
+                    a2.q = &qp[j], a2.out = twop, a2.nq = 2, a2.first = &first[j], a2.last = &last[j];
+                    cpu_kernels_attn_rows(&a2, scr);
+                    for (int k = 0; k < 2; k++)
+                        alone_differ += memcmp(two[k], op[j + k], sizeof(float) * (size_t)hd) != 0;
                 }
             }
             if (dt == MX_DTYPE_I8) {
@@ -570,8 +581,8 @@ static void compare_attention(const char *set) {
             CHECK_MSG(bad == 0, "%s attention rows hd %d cache %s: %d values differ", set, hd, mx_dtype_name(dt), bad);
             CHECK_MSG(int_bad == 0, "%s attention rows hd %d, integer scores: %d values beyond the query rounding's "
                       "bound from float scores", set, hd, int_bad);
-            CHECK_MSG(alone_differ == 0, "%s attention rows hd %d cache %s: %d queries alone in a call differ in their "
-                      "bits from the same queries among others", set, hd, mx_dtype_name(dt), alone_differ);
+            CHECK_MSG(alone_differ == 0, "%s attention rows hd %d cache %s: %d queries alone or in pairs in a call differ "
+                      "in their bits from the same queries among others", set, hd, mx_dtype_name(dt), alone_differ);
             // Every other cache type takes the same code in the VNNI sets as in the AVX-512 set: the
             // same bits (the default I16 cache must not move).
             if (dt != MX_DTYPE_I8 && (strcmp(set, "avx512vnni") == 0 || strcmp(set, "amx") == 0)) {

@@ -1,10 +1,12 @@
 // SPDX-License-Identifier: MIT
 // AVX-512 attention for a few queries that share one KV head (the query heads of a GQA group, times a
-// few consecutive tokens). Keys go 16 at a time: the block of K and V rows is first copied (and
-// converted from the cache's element type) into contiguous float32 scratch that stays in L1, then
-// every query reads it from there. So the cache is read once per block for all the queries, and a
-// cache whose key rows sit 4 KB apart (one row per position holding all KV heads) no longer
-// thrashes L1 with aliasing addresses. Per query and block, the 16 scores come out of one
+// few consecutive tokens). Keys go 16 at a time: for calls of more than two queries the block of K
+// and V rows is first copied (and converted from the cache's element type) into contiguous float32
+// scratch that stays in L1, then every query reads it from there; a decode step's one or two queries
+// read the rows from the cache directly, each chunk converted once for both (the same float
+// operations). So the cache is read once per block for all the queries, and a cache whose key rows
+// sit 4 KB apart (one row per position holding all KV heads) no longer thrashes L1 with aliasing
+// addresses. Per query and block, the 16 scores come out of one
 // transpose-and-add reduction (no horizontal sum per key), their exponentials from one vector exp,
 // the running max and sum of the online softmax are updated once, and each 16-float chunk of the
 // output is loaded and stored once per block. Before, each key cost its own dot product with a
@@ -42,40 +44,54 @@ CPU_TARGET_AVX512_INLINE static __m512 load_chunk(mx_dtype dt, const void *src, 
     return _mm512_maskz_loadu_ps(cm, (const float *)src + at + c * 16);
 }
 
-// One block of up to 16 keys from p0 as float32 rows of hd in dst (keys past nb zeroed); key p at
-// cpu_attn_key(a, p) of src; I16 and I8 elements are multiplied by their block's scale
-// sc[cpu_attn_scale(a, p) + d / CPU_KV_SCALE_BLOCK].
-// With each row it prefetches into L2 the same row of the next block (positions up to pf_last) and
-// its scales: a block's rows and scales are four short runs (K, V, and their scales) a block apart
-// in the paged cache, and the hardware prefetcher starts over at each. Spread over the rows, the
-// prefetches keep a steady number of misses in flight; issued all at once at the block's start they
-// gained about half as much (lab, bench/RESULTS.md round 6).
+// Where a block's rows are: p0 is a multiple of 16, so the block's keys are one cache block's rows,
+// key p0 + i at at0 + i * stride, its scales at sat0 + i * scale_stride, and the next block's (for
+// the prefetches: pf_rows of its rows, positions up to pf_last) likewise from nat0 and nsat0. Per
+// key, the table look-up and index arithmetic cost more than the row's loads (bench/RESULTS.md).
+typedef struct block_at {
+    int64_t at0, sat0, nat0, nsat0;
+    int pf_rows;
+} block_at;
+
+static inline block_at block_offsets(const cpu_attn_args *a, int p0, int pf_last, bool scaled) {
+    block_at o = {.at0 = cpu_attn_key(a, p0), .sat0 = scaled ? cpu_attn_scale(a, p0) : 0,
+                  .pf_rows = pf_last - (p0 + 16) + 1};
+    o.nat0 = o.pf_rows > 0 ? cpu_attn_key(a, p0 + 16) : 0;
+    o.nsat0 = o.pf_rows > 0 && scaled ? cpu_attn_scale(a, p0 + 16) : 0;
+    return o;
+}
+
+// Prefetches into L2 row i of the next block (and its scales) where that row is wanted: a block's
+// rows and scales are four short runs (K, V, and their scales) a block apart in the paged cache, and
+// the hardware prefetcher starts over at each. Spread over the rows, the prefetches keep a steady
+// number of misses in flight; issued all at once at the block's start they gained about half as
+// much (lab, bench/RESULTS.md round 6).
+CPU_TARGET_AVX512_INLINE static void prefetch_next_row(const cpu_attn_args *a, const block_at *o, const void *src,
+                                                       const float *sc, int i, int hd) {
+    if (i >= o->pf_rows) return;
+    mx_dtype dt = a->kv_dtype;
+    int64_t es = dt == MX_DTYPE_F32 ? 4 : dt == MX_DTYPE_I8 ? 1 : 2, next = o->nat0 + i * a->stride;
+    for (int64_t b = 0; b < hd * es; b += 64) _mm_prefetch((const char *)src + next * es + b, _MM_HINT_T1);
+    if (mx_kv_scaled(dt)) _mm_prefetch((const char *)(sc + o->nsat0 + i * a->scale_stride), _MM_HINT_T1);
+}
+
+// One block of up to 16 keys from p0 as float32 rows of hd in dst (keys past nb zeroed); I16 and I8
+// elements are multiplied by their block's scale sc[cpu_attn_scale(a, p) + d / CPU_KV_SCALE_BLOCK].
+// With each row it prefetches the same row of the next block (positions up to pf_last).
 CPU_TARGET_AVX512_INLINE static void load_block(float *dst, const cpu_attn_args *a, const void *src, const float *sc,
                                                 int p0, int nb, int hd, int pf_last) {
     mx_dtype dt = a->kv_dtype;
     int chunks = (hd + 15) / 16;
     __mmask16 tail = (__mmask16)(hd % 16 ? (1u << (hd % 16)) - 1 : 0xffff);
-    bool scaled = mx_kv_scaled(dt);
-    int64_t es = dt == MX_DTYPE_F32 ? 4 : dt == MX_DTYPE_I8 ? 1 : 2;
-    // p0 is a multiple of 16, so the block's keys are one cache block's rows: key p0 + i at
-    // at0 + i * stride, its scales at sat0 + i * scale_stride (the next block's likewise). Per key,
-    // the table look-up and index arithmetic cost more than the row's loads (bench/RESULTS.md).
-    int64_t at0 = cpu_attn_key(a, p0), sat0 = scaled ? cpu_attn_scale(a, p0) : 0;
-    int pf_rows = pf_last - (p0 + 16) + 1;  // rows of the next block to prefetch
-    int64_t nat0 = pf_rows > 0 ? cpu_attn_key(a, p0 + 16) : 0;
-    int64_t nsat0 = pf_rows > 0 && scaled ? cpu_attn_scale(a, p0 + 16) : 0;
+    block_at o = block_offsets(a, p0, pf_last, mx_kv_scaled(dt));
     for (int i = 0; i < 16; i++) {
         float *d = dst + i * chunks * 16;
         if (i >= nb) {
             for (int c = 0; c < chunks; c++) _mm512_store_ps(d + c * 16, _mm512_setzero_ps());
             continue;
         }
-        int64_t at = at0 + i * a->stride, sat = sat0 + i * a->scale_stride;
-        if (i < pf_rows) {
-            int64_t next = nat0 + i * a->stride;
-            for (int64_t o = 0; o < hd * es; o += 64) _mm_prefetch((const char *)src + next * es + o, _MM_HINT_T1);
-            if (scaled) _mm_prefetch((const char *)(sc + nsat0 + i * a->scale_stride), _MM_HINT_T1);
-        }
+        int64_t at = o.at0 + i * a->stride, sat = o.sat0 + i * a->scale_stride;
+        prefetch_next_row(a, &o, src, sc, i, hd);
         for (int c = 0; c < chunks; c++)
             _mm512_store_ps(d + c * 16, load_chunk(dt, src, sc, at, sat, c, c == chunks - 1 ? tail : 0xffff));
     }
@@ -91,6 +107,100 @@ CPU_TARGET_AVX512_INLINE static __m512 block_scores(const float *q, const float 
     }
     return cpu_reduce16_ps(dots);
 }
+
+// Calls of at most this many queries (a decode step's GQA group) read K and V straight from the cache:
+// each 16-value chunk of a row is converted once and used for every query, where the block copy
+// stored it to L1 scratch and loaded it back once per query (bench/RESULTS.md, "one pass from the
+// cache"). The float operations of each query are the ones the block copy's path does, in the same
+// order, so a query's output bits do not depend on which path its call took.
+#define DIRECT_ROWS 2
+
+// The raw scores (before the scale) of the block's 16 keys for queries 0..nqc-1 into sp, as
+// block_scores computes them from a converted block (keys past nb score +0). dt: a->kv_dtype, a
+// constant where the caller can make it one.
+CPU_TARGET_AVX512_INLINE static void direct_scores(const cpu_attn_args *a, mx_dtype dt, int p0, int nb, int pf_last,
+                                                   float (*sp)[16], int nqc, int chunks, __mmask16 tail) {
+    block_at o = block_offsets(a, p0, pf_last, mx_kv_scaled(dt));
+    const void *K = a->K;
+    const float *ks = a->K_scale;
+    int64_t stride = a->stride, sstride = a->scale_stride;
+    __m512 qv[DIRECT_ROWS][MAX_CHUNKS], dots[DIRECT_ROWS][16];
+    for (int j = 0; j < nqc; j++)
+        for (int c = 0; c < chunks; c++)
+            qv[j][c] = _mm512_maskz_loadu_ps(c == chunks - 1 ? tail : 0xffff, a->q[j] + c * 16);
+    for (int i = 0; i < nb; i++) {
+        int64_t at = o.at0 + i * stride, sat = o.sat0 + i * sstride;
+        prefetch_next_row(a, &o, K, ks, i, a->hd);
+        __m512 acc[DIRECT_ROWS];
+        for (int j = 0; j < nqc; j++) acc[j] = _mm512_setzero_ps();
+        for (int c = 0; c < chunks; c++) {
+            __m512 k = load_chunk(dt, K, ks, at, sat, c, c == chunks - 1 ? tail : 0xffff);
+            for (int j = 0; j < nqc; j++) acc[j] = _mm512_fmadd_ps(qv[j][c], k, acc[j]);
+        }
+        for (int j = 0; j < nqc; j++) dots[j][i] = acc[j];
+    }
+    for (int i = nb; i < 16; i++)
+        for (int j = 0; j < nqc; j++) dots[j][i] = _mm512_setzero_ps();
+    for (int j = 0; j < nqc; j++) _mm512_store_ps(sp[j], cpu_reduce16_ps(dots[j]));
+}
+
+// The P.V update of queries 0..nqc-1 from the cache's value rows, the operations of the one-query
+// loop in attn_rows_body (out = out * corr, then key by key p[i] x value row i, keys past nb as zero
+// rows) in the same order per element; in passes of `per` chunks so nqc x per sums stay in registers.
+// Rows the block does not reach (live[j] == 0) are not stored.
+CPU_TARGET_AVX512_INLINE static void direct_pv(const cpu_attn_args *a, mx_dtype dt, int p0, int nb, int pf_last,
+                                               const __mmask16 *live, const float (*sp)[16], const float *corr,
+                                               int nqc, int chunks, __mmask16 tail) {
+    block_at o = block_offsets(a, p0, pf_last, mx_kv_scaled(dt));
+    const void *V = a->V;
+    const float *vs = a->V_scale;
+    int64_t stride = a->stride, sstride = a->scale_stride;
+    int per = nqc == 1 ? 16 : 8;
+    for (int c0 = 0; c0 < chunks; c0 += per) {
+        int cn = chunks - c0 < per ? chunks - c0 : per;
+        __m512 acc[DIRECT_ROWS][16];
+        for (int j = 0; j < nqc; j++) {
+            __m512 vc = _mm512_set1_ps(corr[j]);
+            for (int c = 0; c < cn; c++)
+                acc[j][c] = _mm512_mul_ps(
+                    _mm512_maskz_loadu_ps(c0 + c == chunks - 1 ? tail : 0xffff, a->out[j] + (c0 + c) * 16), vc);
+        }
+        for (int i = 0; i < nb; i++) {
+            int64_t at = o.at0 + i * stride, sat = o.sat0 + i * sstride;
+            if (c0 == 0) prefetch_next_row(a, &o, V, vs, i, a->hd);
+            __m512 pi[DIRECT_ROWS];
+            for (int j = 0; j < nqc; j++) pi[j] = _mm512_set1_ps(sp[j][i]);
+            for (int c = 0; c < cn; c++) {
+                __m512 v = load_chunk(dt, V, vs, at, sat, c0 + c, c0 + c == chunks - 1 ? tail : 0xffff);
+                for (int j = 0; j < nqc; j++) acc[j][c] = _mm512_fmadd_ps(pi[j], v, acc[j][c]);
+            }
+        }
+        for (int i = nb; i < 16; i++) {  // the block copy's zero rows: p x 0 added (-0 + +0 is +0)
+            __m512 pi[DIRECT_ROWS];
+            for (int j = 0; j < nqc; j++) pi[j] = _mm512_set1_ps(sp[j][i]);
+            for (int c = 0; c < cn; c++)
+                for (int j = 0; j < nqc; j++) acc[j][c] = _mm512_fmadd_ps(pi[j], _mm512_setzero_ps(), acc[j][c]);
+        }
+        for (int j = 0; j < nqc; j++) {
+            if (!live[j]) continue;
+            for (int c = 0; c < cn; c++)
+                _mm512_mask_storeu_ps(a->out[j] + (c0 + c) * 16, c0 + c == chunks - 1 ? tail : 0xffff, acc[j][c]);
+        }
+    }
+}
+
+// direct_scores and direct_pv with the query count and the common cache types as constants, so the
+// per-chunk loops unroll without a type test per chunk.
+#define DIRECT_CALL(F, ...)                                                                  \
+    do {                                                                                     \
+        mx_dtype dt_ = a->kv_dtype;                                                          \
+        if (nq == 1 && dt_ == MX_DTYPE_I16) F(a, MX_DTYPE_I16, __VA_ARGS__, 1, chunks, tail); \
+        else if (nq == 1 && dt_ == MX_DTYPE_I8) F(a, MX_DTYPE_I8, __VA_ARGS__, 1, chunks, tail); \
+        else if (nq == 1) F(a, dt_, __VA_ARGS__, 1, chunks, tail);                           \
+        else if (dt_ == MX_DTYPE_I16) F(a, MX_DTYPE_I16, __VA_ARGS__, 2, chunks, tail);      \
+        else if (dt_ == MX_DTYPE_I8) F(a, MX_DTYPE_I8, __VA_ARGS__, 2, chunks, tail);        \
+        else F(a, dt_, __VA_ARGS__, 2, chunks, tail);                                        \
+    } while (0)
 
 // The P.V update of eight queries (rows the block does not reach, live[k] == 0, are left as they
 // are: their p and corr, stale or unset, go into sums that are never stored):
@@ -137,6 +247,7 @@ CPU_TARGET_AVX512_INLINE static void pv_update8(float *const out[8], const float
 CPU_TARGET_AVX512_INLINE static void attn_rows_body(const cpu_attn_args *a, float *scratch, int chunks, bool i8q,
                                                     bool i8pv) {
     int hd = a->hd, nq = a->nq;
+    bool direct = nq <= DIRECT_ROWS;  // K and V read from the cache, no block copy (with i8q, i8pv: the other half)
     __mmask16 tail = (__mmask16)(hd % 16 ? (1u << (hd % 16)) - 1 : 0xffff);
     float *Kb = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63), *Vb = Kb + 16 * chunks * 16;
     float m[CPU_ATTN_MAX_ROWS], l[CPU_ATTN_MAX_ROWS], corr[CPU_ATTN_MAX_ROWS];
@@ -155,8 +266,8 @@ CPU_TARGET_AVX512_INLINE static void attn_rows_body(const cpu_attn_args *a, floa
     // the call (a decode step's query alone, the same query among a prompt's after a preemption).
     for (int p0 = lo - lo % 16; p0 <= hi; p0 += 16) {
         int nb = hi - p0 + 1 < 16 ? hi - p0 + 1 : 16;
-        if (!i8q) load_block(Kb, a, a->K, a->K_scale, p0, nb, hd, hi);
-        if (!i8pv) load_block(Vb, a, a->V, a->V_scale, p0, nb, hd, hi);
+        if (!i8q && !direct) load_block(Kb, a, a->K, a->K_scale, p0, nb, hd, hi);
+        if (!i8pv && !direct) load_block(Vb, a, a->V, a->V_scale, p0, nb, hd, hi);
         // Three passes over the queries, each query's work in a pass independent of the others'
         // (so their latency chains overlap): the block's scores, the online-softmax update, and
         // the P.V update. One query at a time, its scores -> max -> exp -> sum chain stalled the
@@ -170,10 +281,14 @@ CPU_TARGET_AVX512_INLINE static void attn_rows_body(const cpu_attn_args *a, floa
             to = to > 15 ? 15 : to;
             live[j] = (__mmask16)(((1u << (to + 1)) - 1) & ~((1u << from) - 1));
         }
-        if (i8q) cpu_vnni_attn_i8_scores(a, qprep, p0, nb, hi, live, sp, kbuf);
+        if (i8q) {
+            cpu_vnni_attn_i8_scores(a, qprep, p0, nb, hi, live, sp, kbuf);
+        } else if (direct) {
+            DIRECT_CALL(direct_scores, p0, nb, hi, sp);
+        }
         for (int j = 0; j < nq; j++) {
             if (!live[j]) continue;
-            __m512 raw = i8q ? _mm512_load_ps(sp[j]) : block_scores(a->q[j], Kb, chunks, tail);
+            __m512 raw = i8q || direct ? _mm512_load_ps(sp[j]) : block_scores(a->q[j], Kb, chunks, tail);
             _mm512_store_ps(sp[j], _mm512_mask_blend_ps(live[j], _mm512_set1_ps(-INFINITY),
                                                         _mm512_mul_ps(raw, _mm512_set1_ps(a->scale))));
         }
@@ -192,6 +307,10 @@ CPU_TARGET_AVX512_INLINE static void attn_rows_body(const cpu_attn_args *a, floa
         }
         if (i8pv) {  // the block's values as integer tiles in the V scratch, then every live query
             cpu_vnni_attn_i8_pv(a, p0, nb, hi, live, sp, corr, (uint8_t *)Vb);
+            continue;
+        }
+        if (direct) {
+            DIRECT_CALL(direct_pv, p0, nb, hi, live, (const float(*)[16])sp, corr);
             continue;
         }
         // Eight queries at a time where there are eight (a prefill's), each V chunk loaded once for
