@@ -13,7 +13,7 @@
 
 #endif
 
-// Nonzero when this CPU has AVX2 and FMA (asked once, then remembered); 0 off x86-64.
+// Nonzero when this CPU has AVX2, FMA and F16C (the target above; asked once, then remembered); 0 off x86-64.
 int mx_cpu_has_avx2(void);
 
 #endif

@@ -441,7 +441,7 @@ static const cpu_kernel_set amx_set = {
 
 static int have_avx512(void) {
     return mx_cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c");
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
 }
 
 const cpu_kernel_set *cpu_kernels_x86_best(void) {
