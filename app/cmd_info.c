@@ -8,6 +8,7 @@
 #include "backends/cpu/cpu_weight_arena.h"
 #include "cli.h"
 #include "commands.h"
+#include "core/cpu_features.h"
 #include "core/thread_pool.h"
 #include "models/model.h"
 #ifdef MLXCEL_HAVE_GPU
@@ -30,9 +31,9 @@ int cmd_info(int argc, char **argv) {
 #if defined(__x86_64__)
     __builtin_cpu_init();
     printf("cpu features:%s%s%s%s%s%s\n", __builtin_cpu_supports("avx2") ? " avx2" : "",
-           __builtin_cpu_supports("fma") ? " fma" : "", __builtin_cpu_supports("f16c") ? " f16c" : "",
+           __builtin_cpu_supports("fma") ? " fma" : "", mx_cpu_has_f16c() ? " f16c" : "",
            __builtin_cpu_supports("avx512f") ? " avx512f" : "", __builtin_cpu_supports("avx512bw") ? " avx512bw" : "",
-           __builtin_cpu_supports("avx512vnni") ? " avx512vnni" : "");
+           mx_cpu_has_avx512vnni() ? " avx512vnni" : "");
 #endif
     mx_error err = {{0}};
     if (cpu_kernels_env_check(&err) != 0) {

@@ -32,13 +32,13 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
-#include <cpuid.h>
 #include <string.h>
 
 #include "backends/cpu/cpu_int8_activations.h"
 #include "backends/cpu/cpu_simd_targets.h"
 
 #include "backends/cpu/cpu_kernels_vnni_gemv.h"
+#include "core/cpu_features.h"
 
 size_t cpu_vnni_qx_row_bytes(const mx_matrix *w) {
     if (w->q.mode != MX_QUANT_AFFINE) return 0;
@@ -254,17 +254,10 @@ CPU_TARGET_VNNI void cpu_vnni_gemv_q(const mx_matrix *w, int64_t r0, int64_t r1,
     }
 }
 
-// AVX-512 VNNI is read from CPUID leaf 7 (ECX bit 11): clang 14's __builtin_cpu_supports has no
-// "avx512vnni" (the fuzz preset builds with clang).
-static int cpu_has_avx512vnni(void) {
-    unsigned a, b, c, d;
-    return __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c >> 11 & 1);
-}
-
 int cpu_vnni_supported(void) {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") && cpu_has_avx512vnni() &&
+           __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl") && mx_cpu_has_avx512vnni() &&
            mx_cpu_has_avx2();
 }
 
