@@ -61,10 +61,11 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_conformance(gpu_conformance)
   mlxcel_gpu_conformance(gpu_conformance_tc_decode MLXCEL_GPU_TC_DECODE=2)
   mlxcel_gpu_conformance(gpu_conformance_tc_off MLXCEL_GPU_TC_DECODE=0)
-  # The grouped tensor-core products (MLXCEL_GPU_GROUPED=1: q/k/v, gate/up + SwiGLU of 4-64 tokens in
-  # one launch; with MLXCEL_GPU_TC_DECODE=2 from 2 tokens) under every case of the harness.
-  mlxcel_gpu_conformance(gpu_conformance_grouped MLXCEL_GPU_GROUPED=1)
-  mlxcel_gpu_conformance(gpu_conformance_grouped_tc2 MLXCEL_GPU_GROUPED=1 MLXCEL_GPU_TC_DECODE=2)
+  # The grouped tensor-core products (q/k/v, gate/up + SwiGLU of 4-64 tokens in one launch) are the
+  # default, so the cases above run them; their A/B form (MLXCEL_GPU_GROUPED=0: a launch pair per
+  # product) under every case of the harness, from 4 tokens and from 2.
+  mlxcel_gpu_conformance(gpu_conformance_ungrouped MLXCEL_GPU_GROUPED=0)
+  mlxcel_gpu_conformance(gpu_conformance_ungrouped_tc2 MLXCEL_GPU_GROUPED=0 MLXCEL_GPU_TC_DECODE=2)
   # The fused MoE decode launches (routing folded in) under every case of the harness.
   mlxcel_gpu_conformance(gpu_conformance_moe_fused MLXCEL_GPU_MOE_FUSED=2)
 
@@ -128,7 +129,7 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_knob_refused(prefill_kernel_word MLXCEL_GPU_PREFILL_KERNEL=fast
                           "MLXCEL_GPU_PREFILL_KERNEL='fast': must be wmma, wmma128, sync, pipe, pipe1 or wgmma \\(unset: pipe\\)")
   mlxcel_gpu_knob_refused(grouped_two MLXCEL_GPU_GROUPED=2
-                          "MLXCEL_GPU_GROUPED='2': must be a whole number from 0 to 1 \\(unset: 0\\)")
+                          "MLXCEL_GPU_GROUPED='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(grouped_word MLXCEL_GPU_GROUPED=on "MLXCEL_GPU_GROUPED='on': must be")
   mlxcel_gpu_knob_refused(stream_rows_huge MLXCEL_GPU_STREAM_ROWS=99999999999999999999 "MLXCEL_GPU_STREAM_ROWS='99999999999999999999': must be")
 
@@ -148,8 +149,8 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
     mlxcel_gpu_parity(gpu_model_parity_tc_decode MLXCEL_GPU_TC_DECODE=2)
     # ... and with it off: prompts of 2-63 tokens on the float32 matrix-vector kernels.
     mlxcel_gpu_parity(gpu_model_parity_tc_off MLXCEL_GPU_TC_DECODE=0)
-    # ... and with the grouped products (MLXCEL_GPU_GROUPED=1; from 2 tokens).
-    mlxcel_gpu_parity(gpu_model_parity_grouped MLXCEL_GPU_GROUPED=1 MLXCEL_GPU_TC_DECODE=2)
+    # ... and with the products ungrouped (MLXCEL_GPU_GROUPED=0, the A/B form; from 2 tokens).
+    mlxcel_gpu_parity(gpu_model_parity_ungrouped MLXCEL_GPU_GROUPED=0 MLXCEL_GPU_TC_DECODE=2)
   endif()
 
   add_executable(bench_gpu_decode ${PROJECT_SOURCE_DIR}/tests/gpu/bench_gpu_decode.c)

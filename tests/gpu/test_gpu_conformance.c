@@ -9,7 +9,7 @@
 // sequences with the attention's decode hint, and prefill-sized; its q/k norms, RoPEs and KV store
 // one fused launch), and the
 // records no pattern covers; products of 2-64 tokens sharing their input (q/k/v, gate/up + SwiGLU:
-// the grouped launch with MLXCEL_GPU_GROUPED=1, ctest gpu_conformance_grouped*); the projection patterns again on a backend without the streaming
+// the grouped launch by default, the launch pairs with MLXCEL_GPU_GROUPED=0, ctest gpu_conformance_ungrouped*); the projection patterns again on a backend without the streaming
 // matrix-vector kernel (MLXCEL_GPU_NO_STREAM_MATVEC=1), on one with its previous task shape
 // (MLXCEL_GPU_STREAM_ROWS=2), on one with the previous matrix-vector
 // kernels (MLXCEL_GPU_OLD_MATVEC=1) and prefill-sized layers on the mma.sync kernel

@@ -321,10 +321,10 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // formats keep the float32 kernels); unset: MXG_TC_DECODE_DEFAULT_TOKENS (4: on the H200 it is
     // slower than the float32 kernels at 2 tokens, about even at 4 and faster from 8; bench/RESULTS.md);
     // 0: off, the float32 kernels (also off with MLXCEL_GPU_NO_MMA=1).
-    // MLXCEL_GPU_GROUPED=1 (unset: 0, off): in batches that take the tensor-core decode product, the
+    // MLXCEL_GPU_GROUPED (unset: 1, on): in batches that take the tensor-core decode product, the
     // products of one input (q/k/v; gate/up, with the SwiGLU that follows) in one grouped launch and
     // one sum launch (gpu_plan.c, vendor/cuda/matvec_mma.cu) instead of a launch pair per product
-    // and a SwiGLU launch; A/B knob until measured (bench/RESULTS.md).
+    // and a SwiGLU launch (H200, run 33: `--batch 64` +19%, 32 +22%); 0: the launch pairs, the A/B form.
     // MLXCEL_GPU_MOE_FUSED: 1 (unset: the default) MoE decode's expert products in two fused launches
     // (gate/up + SwiGLU, down + combine; kernels/moe_stream.cu) instead of five records; 2: the
     // routing record in the first of them too; 0: the records. On the H200 the 30B-A3B shape decoded
@@ -345,7 +345,7 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_TC_DECODE", MXG_TC_DECODE_DEFAULT_TOKENS, 0, 64, &k->tc_decode_tokens, err) ||
         env_int("MLXCEL_GPU_MOE_FUSED", 1, 0, 2, &k->moe_fused, err) ||
         env_int("MLXCEL_GPU_ATTN_MMA", 1, 0, 1, &k->attn_mma, err) ||
-        env_int("MLXCEL_GPU_GROUPED", 0, 0, 1, &k->grouped, err))
+        env_int("MLXCEL_GPU_GROUPED", 1, 0, 1, &k->grouped, err))
         return -1;
     static const char *const prefill_names[] = {"wmma", "wmma128", "sync", "pipe", "pipe1", "wgmma"};  // MXG_PREFILL_* order
     const char *pk = getenv("MLXCEL_GPU_PREFILL_KERNEL");
