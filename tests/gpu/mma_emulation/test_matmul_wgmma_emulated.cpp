@@ -28,6 +28,7 @@
 #include "emu_wgmma.h"
 #include "emu_affine.h"
 #include "emu_tc_check.h"
+#include "emu_fail.h"
 #include <cstdio>
 #include <cstdlib>
 extern "C" {
@@ -38,9 +39,8 @@ extern "C" {
 int mxg_matmul_wgmma(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n);
 extern "C" int mxg_wgmma_probe(void *stream);
 
-static int fails = 0, cases = 0, tile_cases[3];  // launches per block tile: 128 x 128, 128 x 64, 64 x 64 (rows x tokens)
+static int cases = 0, tile_cases[3];  // launches per block tile: 128 x 128, 128 x 64, 64 x 64 (rows x tokens)
 static emu_tc_worst worst;
-#define FAIL(...) do { printf("FAIL: " __VA_ARGS__); printf("\n"); fails++; } while (0)
 
 // The kernel's copies and its descriptors agree with the PTX ISA's rule for every element.
 static void layout() {
