@@ -704,7 +704,7 @@ static void proj_cases(mx_backend *cpu, mx_backend *gpu, ref_rng *rng) {
         proj_case(cpu, gpu, rng, &fused_fmts[0], (proj_cfg){n, 1024, 64, 128, 256, n == 32, P_RESIDUAL});
     }
     // Several tokens through products sharing their input (gpu_plan.c's try_tc_group: one grouped
-    // launch with MLXCEL_GPU_GROUPED=1 where the tensor-core decode product takes the batch, the
+    // launch by default (MLXCEL_GPU_GROUPED=0: the launch pairs) where the tensor-core decode product takes the batch, the
     // SwiGLU in its sum launch; records otherwise) at 2, 4, 16, 63 and 64 tokens: the 0.6B's q/k/v
     // (2048, 512, 512 rows) and gate/up (3072) over 1024 columns, with and without the norm before
     // them, 4-bit g64 and 8-bit g128; and q/k/v over 256 columns (8 chunks: few splits) in 4-bit g32

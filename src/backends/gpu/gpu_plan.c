@@ -10,7 +10,7 @@
 //   rotated k and of v that follows them: one launch;
 // - a product of several tokens on the tensor-core decode product followed by the residual add of
 //   its output: the add in the product's final writer, where that product takes it (kernels.h).
-// - with MLXCEL_GPU_GROUPED=1, 2-3 products of several tokens sharing their input on the
+// - unless MLXCEL_GPU_GROUPED=0, 2-3 products of several tokens sharing their input on the
 //   tensor-core decode product (q/k/v; gate/up, with the SwiGLU that follows): one grouped launch.
 // - MoE decode (L->moe_fused): the gate and up expert products followed by the SwiGLU of their
 //   outputs (at level 2 with the routing before them), one launch; the down expert product
@@ -169,7 +169,7 @@ static int try_matvec(const mxg_launch *L, const mx_plan *p, int i) {
     return 0;
 }
 
-// With L->tc_grouped (MLXCEL_GPU_GROUPED=1): 2-3 matmuls of n tokens sharing their input (q/k/v;
+// With L->tc_grouped (on unless MLXCEL_GPU_GROUPED=0): 2-3 matmuls of n tokens sharing their input (q/k/v;
 // gate/up), on the tensor-core decode product's batches (the tokens mxg_matmul sends to it), as
 // one grouped launch (mxg_matvec_mma_group: one product launch over every matrix's rows, one sum
 // launch), and gate, up, swiglu(act, gate, up) with the SwiGLU in that sum launch (the one-token

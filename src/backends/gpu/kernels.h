@@ -45,7 +45,7 @@ typedef struct mxg_launch {
                            // decode product where it applies (vendor/cuda/matvec_mma.cu; MLXCEL_GPU_TC_DECODE,
                            // default MXG_TC_DECODE_DEFAULT_TOKENS; taken only with use_mma)
     bool tc_grouped;       // products of one input (q/k/v; gate/up [+ SwiGLU]) of the batches that take the
-                           // tensor-core decode product as one grouped launch (gpu_plan.c; MLXCEL_GPU_GROUPED=1)
+                           // tensor-core decode product as one grouped launch (gpu_plan.c; on unless MLXCEL_GPU_GROUPED=0)
     bool matvec_old;       // matrix-vector kernels without the scaled 4/8-bit dot and split-K (A/B switch)
     bool matvec_stream;    // the streaming matrix-vector kernel where it applies (off: MLXCEL_GPU_NO_STREAM_MATVEC=1)
     int stream_min_cols;   // ... on rows at least this long (MLXCEL_GPU_STREAM_MIN_COLS; default 4096)

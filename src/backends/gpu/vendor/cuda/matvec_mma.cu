@@ -44,7 +44,7 @@
 // gpu_plan.c: res + out per element, as the add record; an unsplit product does it in its store).
 // (An sm_90 variant that added the splits in a thread-block cluster's distributed shared memory
 // instead of the second launch measured slower on the H200 and was removed: bench/RESULTS.md.)
-// Grouped form (MLXCEL_GPU_GROUPED=1; mxg_matvec_mma_group, called by gpu_plan.c for 2-3 products
+// Grouped form (the default, off with MLXCEL_GPU_GROUPED=0; mxg_matvec_mma_group, called by gpu_plan.c for 2-3 products
 // of one input: q/k/v, gate/up): one launch of the same block code over the row blocks of every
 // matrix (matrix k's blocks follow k-1's in blockIdx.x), the column splits chosen for the group's
 // rows together (fewer splits than each product alone: the rows already give more blocks), and one
