@@ -24,7 +24,8 @@
 // needs mbarriers the host emulation would have to model; registers cost nothing in bandwidth.
 //
 // Two launches per product: the activations rounded to bf16 into L->scratch in this product's k
-// order (act_bf16_wg_kernel, below), then the product. Block tile 128 weight rows (two warpgroups,
+// order and in the ring's (act_bf16_wg_kernel, below: each k step of 8 tokens one contiguous
+// kilobyte, so the product's 16-byte copies read whole sectors, bench/RESULTS.md), then the product. Block tile 128 weight rows (two warpgroups,
 // 64 rows each) x 128 tokens where that gives every multiprocessor a block, else 128 x 64, else 64
 // x 64 (one warpgroup); k step 64; wgmma m64n128k16 or m64n64k16 (float32 accumulators, 64 or 32
 // per thread). ptxas (nvcc 13, sm_90a): 159-168 registers at 128 x 128 (one block per
@@ -75,16 +76,22 @@ struct WgTile {
     static_assert(x_bytes % 1024 == 0 && stage_bytes % 128 == 0, "tiles aligned");
 };
 
-// xb = bf16(x) for `blocks` blocks of 64 columns (x 16-byte aligned, [tokens, cols] both, cols %
-// 64 == 0) in this product's k order: 16-byte chunk c of a block, word j (j < 4) holds columns
-// 16 j + 8 (c % 2) + c / 2 (lower half) and that + 4 (upper half).
-__global__ void act_bf16_wg_kernel(uint4 *__restrict__ xb, const float4 *__restrict__ x, int64_t blocks) {
+// xb = bf16(x) in this product's k order and in the ring's layout, so that each k step of 8 tokens
+// is one contiguous kilobyte: 16-byte chunk c of token tok's block kb of 64 columns goes to chunk
+// ((tok / 8) nkb + kb) 64 + 8 c + tok % 8 (nkb = cols / 64; x 16-byte aligned, [nt, cols]), and its
+// word j (j < 4) holds columns 16 j + 8 (c % 2) + c / 2 (lower half) and that + 4 (upper half).
+// Thread i writes the 8 chunks of (tok, kb) with i / 8 = (tok / 8) nkb + kb, i % 8 = tok % 8 (8
+// lanes: 128 contiguous bytes a store); `blocks` = nkb times nt rounded up to 8, the padding tokens
+// copies of token nt - 1 (read by the product's last token group, their results never stored).
+__global__ void act_bf16_wg_kernel(uint4 *__restrict__ xb, const float *__restrict__ x, int64_t blocks, int nkb, int nt) {
     const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= blocks) return;
+    const int64_t q = i / 8, tok = q / nkb * 8 + i % 8, kb = q % nkb;
+    const float4 *src = (const float4 *)(x + (tok < nt ? tok : nt - 1) * (int64_t)nkb * 64 + kb * 64);
     float v[64];
 #pragma unroll
     for (int j = 0; j < 16; j++) {
-        const float4 f = x[16 * i + j];
+        const float4 f = src[j];
         v[4 * j] = f.x, v[4 * j + 1] = f.y, v[4 * j + 2] = f.z, v[4 * j + 3] = f.w;
     }
 #pragma unroll
@@ -95,7 +102,7 @@ __global__ void act_bf16_wg_kernel(uint4 *__restrict__ xb, const float4 *__restr
             const int k = 16 * j + 8 * (c % 2) + c / 2;
             w[j] = mxg_pack_bf16x2(v[k], v[k + 4]);
         }
-        xb[8 * i + c] = make_uint4(w[0], w[1], w[2], w[3]);
+        xb[q * 64 + 8 * c + i % 8] = make_uint4(w[0], w[1], w[2], w[3]);
     }
 }
 
@@ -131,12 +138,20 @@ __global__ void __launch_bounds__(128 * WG, NT == 128 ? 1 : 2) wgmma_kernel(floa
     const int nk = m.cols / BK;
     const bool two_groups = m.group_size == 32;  // two scale groups per k step
 
-    // Copies of k step kt into ring stage st. Tokens past n and rows past the matrix read the last
-    // one (their results are never stored). Activations: chunk i = p * kThreads + tid is chunk (i /
-    // 8) % 8 of token (i % 8) + 8 (i / 64), so a quarter warp fills one core matrix (8 tokens x 16
-    // bytes, 32 banks); codes: thread tid copies 16 bytes of row tid / 2; scale and bias words:
-    // thread tid copies row tid / 2's scale (tid even) or bias word(s).
+    // Copies of k step kt into ring stage st. Token groups of 8 past the last and rows past the
+    // matrix read the last one (their results are never stored). Activations: chunk i = p * kThreads
+    // + tid is chunk (i / 8) % 8 of token (i % 8) + 8 (i / 64), so a quarter warp reads 128
+    // contiguous bytes of the scratch (4 whole sectors; act_bf16_wg_kernel's order) and fills one
+    // core matrix (8 tokens x 16 bytes, 32 banks); codes: thread tid copies 16 bytes of row tid / 2;
+    // scale and bias words: thread tid copies row tid / 2's scale (tid even) or bias word(s).
+    constexpr int kXCopies = NT * 8 / kThreads;  // activation copies per thread and step
     const int xc = (tid / 8) % 8, crow = tid / 2, cpart = tid % 2;
+    const uint16_t *xsrc[kXCopies];  // each copy's chunk of step 0 (step kt: + kt 64 chunks of 8 elements)
+#pragma unroll
+    for (int p = 0; p < kXCopies; p++) {
+        const int grp = t0 / 8 + (p * kThreads + tid) / 64, last_group = (n - 1) / 8;  // token groups of 8
+        xsrc[p] = xb + (((int64_t)(grp < last_group ? grp : last_group) * nk) * 64 + xc * 8 + tid % 8) * 8;
+    }
     const int64_t cr = r0 + crow < m.rows ? r0 + crow : m.rows - 1;
     const uint8_t *csrc = m.data + cr * m.row_bytes + cpart * 16;
     const void *sb_base = cpart ? m.biases : m.scales;
@@ -144,10 +159,9 @@ __global__ void __launch_bounds__(128 * WG, NT == 128 ? 1 : 2) wgmma_kernel(floa
         unsigned char *stage = smem_raw + st * T::stage_bytes;
         const int k0 = kt * BK;
 #pragma unroll
-        for (int p = 0; p < NT * 8 / kThreads; p++) {
+        for (int p = 0; p < kXCopies; p++) {
             const int r = tid % 8 + 8 * ((p * kThreads + tid) / 64);
-            const int tok = t0 + r < n ? t0 + r : n - 1;
-            mxg_cp_async16(stage + mxg_wg_offset(r, xc * 8), xb + (int64_t)tok * m.cols + k0 + xc * 8);
+            mxg_cp_async16(stage + mxg_wg_offset(r, xc * 8), xsrc[p] + (int64_t)kt * 512);
         }
         mxg_cp_async16(stage + T::x_bytes + crow * 32 + cpart * 16, csrc + k0 / 2);
 #pragma unroll
@@ -328,9 +342,9 @@ int mxg_matmul_wgmma(const mxg_launch *L, float *out, const float *x, const mx_m
     uint16_t *xb = (uint16_t *)L->scratch;
     for (int t0 = 0; t0 < n; t0 += (int)run_tokens) {
         const int nt = n - t0 < run_tokens ? n - t0 : (int)run_tokens;
-        const int64_t blocks = (int64_t)nt * m.cols / 64;
+        const int64_t blocks = (int64_t)(nt + 7) / 8 * 8 * (m.cols / 64);  // tokens padded to 8 (<= run_tokens)
         act_bf16_wg_kernel<<<(unsigned)((blocks + 127) / 128), 128, 0, (cudaStream_t)L->stream>>>(
-            (uint4 *)xb, (const float4 *)(x + (int64_t)t0 * m.cols), blocks);
+            (uint4 *)xb, x + (int64_t)t0 * m.cols, blocks, m.cols / 64, nt);
         float *o = out + (int64_t)t0 * m.rows;
         if (st == ST_BF16)
             launch_fmt<ST_BF16>(L, o, xb, m, bias, nt);
