@@ -10,6 +10,7 @@
 #pragma once
 #include "emu.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <deque>
@@ -19,7 +20,7 @@
 #define MXG_CP_ASYNC_CUH
 
 struct emu_copy { void *dst; unsigned char bytes[16]; int size; };
-struct emu_copy_groups { std::vector<emu_copy> open; std::deque<std::vector<emu_copy>> committed; };
+struct emu_copy_groups { std::vector<emu_copy> open; std::deque<std::vector<emu_copy>> committed; long issued = 0; };
 // Per thread (block x, y, z, thread x); cleared by the test before each launch pair.
 inline std::map<std::tuple<unsigned, unsigned, unsigned, unsigned>, emu_copy_groups> &emu_copies() {
     static std::map<std::tuple<unsigned, unsigned, unsigned, unsigned>, emu_copy_groups> m;
@@ -27,11 +28,53 @@ inline std::map<std::tuple<unsigned, unsigned, unsigned, unsigned>, emu_copy_gro
 }
 inline emu_copy_groups &emu_my_copies() { return emu_copies()[{blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x}]; }
 
+// While on, a record of every cp.async: its block, warp, the issuing thread's count of copies before
+// it (the same in every lane of a warp for kernels whose copies do not diverge: it names the warp
+// instruction), lane, global address and size; emu_cp_sectors counts the sectors from it.
+struct emu_cp_record { unsigned bx, by, bz, warp; long seq; int lane, size; uintptr_t g; };
+struct emu_cp_log { bool on = false; std::vector<emu_cp_record> recs; };
+inline emu_cp_log &emu_cp_async_log() {
+    static emu_cp_log l;
+    return l;
+}
+
 inline void emu_cp_async(void *smem, const void *gmem, int size) {
     emu_copy c;
     c.dst = smem, c.size = size;
     memcpy(c.bytes, gmem, (size_t)size);
-    emu_my_copies().open.push_back(c);
+    emu_copy_groups &g = emu_my_copies();
+    if (emu_cp_async_log().on)
+        emu_cp_async_log().recs.push_back({blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x / 32, g.issued, (int)(threadIdx.x % 32),
+                                           size, (uintptr_t)gmem});
+    g.issued++;
+    g.open.push_back(c);
+}
+
+// The 32-byte global sectors of each warp-wide cp.async in `recs`, counted as the memory pipeline
+// requests them: per quarter warp (8 lanes) for 16-byte copies, per half warp for 8 bytes, per warp
+// for 4 bytes (the count that reproduces Nsight Compute's sector totals for the wgmma prefill
+// product exactly, bench/RESULTS.md); ideal: the instruction's bytes / 32, rounded up. Calls
+// f(a record of the instruction, its sectors, its ideal sectors) once per warp instruction.
+template <class F>
+inline void emu_cp_sectors(std::vector<emu_cp_record> recs, F f) {
+    auto key = [](const emu_cp_record &r) { return std::make_tuple(r.bx, r.by, r.bz, r.warp, r.seq); };
+    std::sort(recs.begin(), recs.end(), [&](const emu_cp_record &a, const emu_cp_record &b) {
+        return std::make_tuple(key(a), a.lane) < std::make_tuple(key(b), b.lane);
+    });
+    for (size_t i = 0; i < recs.size();) {
+        size_t j = i;
+        std::vector<std::pair<int, uintptr_t>> sectors;  // (phase, sector)
+        long bytes = 0;
+        for (; j < recs.size() && key(recs[j]) == key(recs[i]); j++) {
+            const int phase = recs[j].lane / (recs[j].size >= 16 ? 8 : recs[j].size == 8 ? 16 : 32);
+            for (uintptr_t a = recs[j].g / 32; a <= (recs[j].g + recs[j].size - 1) / 32; a++) sectors.push_back({phase, a});
+            bytes += recs[j].size;
+        }
+        std::sort(sectors.begin(), sectors.end());
+        const long n = (long)(std::unique(sectors.begin(), sectors.end()) - sectors.begin());
+        f(recs[i], n, (bytes + 31) / 32);
+        i = j;
+    }
 }
 inline void mxg_cp_async16(void *smem, const void *gmem) {
     if (((uintptr_t)smem | (uintptr_t)gmem) & 15) { fprintf(stderr, "cp.async 16: unaligned address\n"); abort(); }

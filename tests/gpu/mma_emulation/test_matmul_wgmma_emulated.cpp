@@ -14,6 +14,9 @@
 //   - the float32 product: within the tensor-core bound of test_gpu_ops (elem_bound).
 // First the layout alone: for every element of a [128][64] tile and every k16 slice, the address
 // the kernel's copies use (mxg_wg_offset) against the one the PTX rules give for its descriptors.
+// Then the 8B gate product's block tile (128 rows x 128 tokens, 4096 columns) with the global
+// sectors of its copies counted per k step (emu_pipe.h's emu_cp_sectors; printed, bench/RESULTS.md):
+// the activations' and the codes' copies must touch no sector more than their bytes fill.
 // Shapes: the models' (qwen3 0.6B: 1024 columns in, q 2048 / kv 1024 / mlp 3072 rows and 3072
 // columns in; 8B: 4096 and 12288 columns, rows scaled down to keep the host run short) with 1, 7,
 // 64, 77, 128, 300 and 512 tokens; then 1..200 tokens (partial token tiles; each block tile: 128
@@ -24,7 +27,8 @@
 // found no sm_90a code (L->wgmma false), and the probe finds it here (the emulation defines the
 // sm_90a macro). Built and run by run.sh; argument "quick": fewer cases, "mutant": the first few
 // cases only (run.sh's mutation check runs planted faults this way and wants a failure). Exits 1
-// on any failure (an emulation refusal aborts).
+// on any failure (an emulation refusal aborts). Prints a digest of every output's bits: a change
+// that only moves data (copy order, layouts) must leave it as it was.
 #include "emu_wgmma.h"
 #include "emu_affine.h"
 #include "emu_tc_check.h"
@@ -40,6 +44,7 @@ int mxg_matmul_wgmma(const mxg_launch *L, float *out, const float *x, const mx_m
 extern "C" int mxg_wgmma_probe(void *stream);
 
 static int cases = 0, tile_cases[3];  // launches per block tile: 128 x 128, 128 x 64, 64 x 64 (rows x tokens)
+static uint64_t digest = 1469598103934665603ull;  // FNV-1a of every output's bits, in case order
 static emu_tc_worst worst;
 
 // The kernel's copies and its descriptors agree with the PTX ISA's rule for every element.
@@ -63,7 +68,10 @@ static void layout() {
         }
 }
 
-static void run_case(int gs, mx_dtype st, int rows, int cols, int n, bool with_bias, int sms, size_t scratch_tokens) {
+// count: also the global sectors of the product's copies per k step and block (emu_cp_sectors), by
+// what they copy; the activations and codes must take no more sectors than their bytes fill.
+static void run_case(int gs, mx_dtype st, int rows, int cols, int n, bool with_bias, int sms, size_t scratch_tokens,
+                     bool count = false) {
     cases++;
     emu_affine m;
     emu_affine_random(&m, 4, gs, st, rows, cols);
@@ -75,16 +83,38 @@ static void run_case(int gs, mx_dtype st, int rows, int cols, int n, bool with_b
     for (auto &b : bias) b = emu_unit() - 0.5f;
     const float *bp = with_bias ? bias.data() : nullptr;
 
-    std::vector<float> scratch(scratch_tokens * cols / 2 + 8, 0.0f);
+    std::vector<float> scratch(scratch_tokens * cols / 2 + 40, 0.0f);
+    float *scr = (float *)(((uintptr_t)scratch.data() + 127) & ~(uintptr_t)127);  // as a device allocation's start
     mxg_launch L{};
     L.warp = 32, L.sm_count = sms, L.cc = 90, L.wgmma = true, L.prefill_kernel = MXG_PREFILL_WGMMA;
-    L.scratch = scratch.data(), L.scratch_bytes = scratch_tokens * cols * 2;
+    L.scratch = scr, L.scratch_bytes = scratch_tokens * cols * 2;
     emu_copies().clear();
     emu_wgmma_states().clear();
     emu_grids.clear();
-    if (mxg_matmul_wgmma(&L, out.data(), xa, &w, bp, n) != 0) {
+    emu_cp_async_log().recs.clear();
+    emu_cp_async_log().on = count;
+    const int declined = mxg_matmul_wgmma(&L, out.data(), xa, &w, bp, n);
+    emu_cp_async_log().on = false;
+    if (declined) {
         FAIL("declined: g%d %s %dx%d n=%d", gs, st_name(st), rows, cols, n);
         return;
+    }
+    if (count) {
+        long sec[3] = {0, 0, 0}, ideal[3] = {0, 0, 0}, instr[3] = {0, 0, 0};  // activations, codes, scales and biases
+        const uintptr_t sb = (uintptr_t)scr, wd = (uintptr_t)w.data;
+        emu_cp_sectors(emu_cp_async_log().recs, [&](const emu_cp_record &r, long s, long id) {
+            const int k = r.g >= sb && r.g < sb + L.scratch_bytes ? 0 : r.g >= wd && r.g < wd + (uintptr_t)rows * cols / 2 ? 1 : 2;
+            sec[k] += s, ideal[k] += id, instr[k]++;
+        });
+        const long per = (long)emu_grids.back().x * emu_grids.back().y * (cols / 64);  // block k steps
+        const char *names[3] = {"activations", "codes", "scales and biases"};
+        printf("global sectors of the copies per block and k step, %d rows x %d columns, %d tokens, group %d %s:\n", rows,
+               cols, n, gs, st_name(st));
+        for (int k = 0; k < 3; k++)
+            printf("  %-18s %5.0f warp copies, %6.0f sectors (ideal %6.0f)\n", names[k], (double)instr[k] / per,
+                   (double)sec[k] / per, (double)ideal[k] / per);
+        for (int k = 0; k < 2; k++)
+            if (sec[k] != ideal[k]) FAIL("%s: %ld sectors, %ld would do", names[k], sec[k], ideal[k]);
     }
     // One launch pair per run of tokens that fits the scratch; the block tile the largest of 128
     // rows x 128 tokens, 128 x 64, 64 x 64 that gives every multiprocessor a block.
@@ -107,6 +137,11 @@ static void run_case(int gs, mx_dtype st, int rows, int cols, int n, bool with_b
     char what[96];
     snprintf(what, sizeof what, "g%d %s %dx%d n=%d bias=%d sms=%d", gs, st_name(st), rows, cols, n, with_bias, sms);
     fails += emu_check_tc_product(m, xa, n, bp, out.data(), what, &worst);
+    for (float v : out) {
+        uint32_t b;
+        memcpy(&b, &v, 4);
+        for (int i = 0; i < 4; i++) digest = (digest ^ ((b >> (8 * i)) & 0xffu)) * 1099511628211ull;
+    }
 }
 
 static void declines() {
@@ -149,6 +184,8 @@ int main(int argc, char **argv) {
     if (!mutant) {
         layout();
         declines();
+        // The 8B gate product's block tile (128 rows x 128 tokens, 4096 columns), with its copies counted.
+        run_case(64, MX_DTYPE_BF16, 128, 4096, 128, false, 1, 128, true);
     }
     // Every scale format and group on each block tile (multiprocessors 1: 128 x 128; 132: 64 x 64;
     // 5 with 2 row blocks x 3 token blocks of 64: 128 x 64).
@@ -189,7 +226,8 @@ int main(int argc, char **argv) {
            "(per thread)\n", tile_cases[0], tile_cases[1], tile_cases[2], emu_wgmma_count);
     if (tile_cases[0] < 5 || tile_cases[1] < 5 || tile_cases[2] < 5) FAIL("a block tile checked fewer than 5 times");
     printf("%d products, worst error as a fraction of its bound: %.3g (exact bf16 inputs, float32 sums), "
-           "%.3g (tensor-core bound against float32)\n", cases, worst.exact, worst.tc);
+           "%.3g (tensor-core bound against float32); outputs' digest %016llx\n", cases, worst.exact, worst.tc,
+           (unsigned long long)digest);
     if (fails) printf("%d failed\n", fails);
     else printf("passed\n");
     return fails ? 1 : 0;
