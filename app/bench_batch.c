@@ -10,7 +10,8 @@
 // Per decode step it reports the engine's phases (mx_engine_stats, measured with core/clock.h; the
 // forward phase ends at the backend's sync when the chosen ids are downloaded): host preparation,
 // forward pass with the backend's token choice, host token choice (only when the backend cannot
-// choose), and the sequences taking their tokens (stop rules, detokenization, callbacks). The
+// choose), and the sequences taking their tokens (stop rules, detokenization, callbacks); and how
+// the step plans ran (graph replays, recordings, direct runs; device time with MLXCEL_GPU_PLAN_TIMES=1). The
 // backend's token choice runs inside the forward phase's plan, so its cost is also measured alone:
 // the `sample` record (or `argmax` for greedy) over B rows of normally distributed logits, timed
 // from the first launch to the backend's sync.
@@ -39,8 +40,8 @@ int32_t bench_prompt_token(uint64_t seed, uint64_t j, int i, int vocab) {
 
 // What one repetition measured over its decode steps.
 typedef struct rep_result {
-    double tok_s, step_ms, prepare_ms, forward_ms, host_choose_ms, finish_ms, padding;
-    uint64_t steps, tokens;
+    double tok_s, step_ms, prepare_ms, forward_ms, host_choose_ms, finish_ms, padding, device_ms;
+    uint64_t steps, tokens, replays, recordings, direct;  // plan runs by outcome (mx_engine_stats)
 } rep_result;
 
 static bool count_token(void *user, const mx_token_event *ev) {
@@ -111,8 +112,12 @@ static int run_rep(mx_engine *e, const mx_tokenizer *tok, const bench_batch_opts
                         .host_choose_ms = (s1.t_host_choose - s0.t_host_choose) * per,
                         .finish_ms = (s1.t_finish - s0.t_finish) * per,
                         .padding = (double)(s1.padding_tokens - s0.padding_tokens) * per / 1e3,
+                        .device_ms = (s1.plan_device_seconds - s0.plan_device_seconds) * per,
                         .steps = steps,
-                        .tokens = s1.generated_tokens - s0.generated_tokens};
+                        .tokens = s1.generated_tokens - s0.generated_tokens,
+                        .replays = s1.plan_replays - s0.plan_replays,
+                        .recordings = s1.plan_recordings - s0.plan_recordings,
+                        .direct = s1.plan_direct_runs - s0.plan_direct_runs};
     if (print_ids) {
         int n = 0;
         const int32_t *g = mx_seq_generated(seqs[0], &n);
@@ -226,9 +231,12 @@ int bench_batch(const char *cmd, mx_backend *be, mx_model *m, const char *dir, c
             cli_error(cmd, "%s", err.msg);
             goto done;
         }
-        fprintf(stderr, "rep %d: %llu decode steps, %llu tokens, %.2f tok/s, step %.3f ms, %.1f padding tokens per step\n",
+        fprintf(stderr,
+                "rep %d: %llu decode steps, %llu tokens, %.2f tok/s, step %.3f ms, %.1f padding tokens per step; plans: "
+                "%llu graph replays, %llu recordings, %llu direct runs, device %.3f ms per step (MLXCEL_GPU_PLAN_TIMES=1)\n",
                 r + 1, (unsigned long long)res[r].steps, (unsigned long long)res[r].tokens, res[r].tok_s, res[r].step_ms,
-                res[r].padding);
+                res[r].padding, (unsigned long long)res[r].replays, (unsigned long long)res[r].recordings,
+                (unsigned long long)res[r].direct, res[r].device_ms);
     }
     double choose_ms = time_choice(be, o, vocab, &err);
     if (choose_ms < 0) {

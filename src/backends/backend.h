@@ -246,9 +246,21 @@ typedef struct mx_backend_ops {
     bool weights_mapped;
 } mx_backend_ops;
 
+// Plan runs by how the backend ran them, counted by its run_plan (the engine's stats and the server's
+// /metrics report the part its steps ran). A GPU backend replays a recorded graph (the plan ran
+// before), records one (a plan's second run) or enqueues the records one by one (a plan's first run,
+// recording off or failed); the CPU backend runs every plan directly. device_seconds: the device's
+// time from the start of the first plan run to the end of the last one before each sync, summed
+// (GPU backends with MLXCEL_GPU_PLAN_TIMES=1, timed by events; otherwise 0).
+typedef struct mx_plan_runs {
+    uint64_t replayed, recorded, direct;
+    double device_seconds;
+} mx_plan_runs;
+
 struct mx_backend {
     const mx_backend_ops *ops;
     void *ctx;           // backend-private state
+    mx_plan_runs plan_runs;  // counted by run_plan (see mx_plan_runs)
     mx_dtype kv_dtype;   // element type of the KV cache this backend stores (F32, BF16, F16; I16 = int16 and
                          // I8 = int8 with one float scale per MX_KV_SCALE_BLOCK elements of a row, mx_kv_bytes)
     char device_name[128];

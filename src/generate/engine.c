@@ -60,6 +60,7 @@ mx_engine *mx_engine_create(mx_model *m, const mx_engine_opts *o, mx_error *err)
     e->preempted = calloc(ns, sizeof *e->preempted);
     e->fed_before = calloc(ns, sizeof *e->fed_before);
     e->order = calloc(ns, sizeof *e->order);
+    e->chunks = calloc(ns, sizeof *e->chunks);
     e->n_hashed = calloc(ns, sizeof *e->n_hashed);
     e->fresh = calloc(ns, sizeof *e->fresh);
     e->b_tok = malloc(4 * nb), e->b_pos = malloc(4 * nb), e->b_slot = malloc(4 * nb), e->b_rows = malloc(4 * nb);
@@ -70,7 +71,7 @@ mx_engine *mx_engine_create(mx_model *m, const mx_engine_opts *o, mx_error *err)
     e->rows = malloc(sizeof *e->rows * nr);
     e->outs = malloc(sizeof *e->outs * nr);
     e->scratch = malloc(MX_SAMPLE_SCRATCH_BYTES(e->vocab) * (size_t)threads);
-    bool ok = e->pool && e->slots && e->blocks && e->chain && e->n_held && e->age && e->preempted && e->fed_before && e->order && e->n_hashed && e->fresh &&
+    bool ok = e->pool && e->slots && e->blocks && e->chain && e->n_held && e->age && e->preempted && e->fed_before && e->order && e->chunks && e->n_hashed && e->fresh &&
               e->b_tok &&
               e->b_pos && e->b_slot && e->b_rows && e->b_end && e->row_seq && e->logits && e->ids && e->rows && e->outs &&
               e->scratch;
@@ -92,6 +93,7 @@ mx_engine *mx_engine_create(mx_model *m, const mx_engine_opts *o, mx_error *err)
         mx_engine_free(e);
         return NULL;
     }
+    e->decode_first = mx_ctx_split_mixed(e->ctx);
     return e;
 }
 
@@ -102,7 +104,7 @@ void mx_engine_free(mx_engine *e) {
     mx_kv_pool_free(e->kvp);
     for (int i = 0; e->blocks && i < e->n_slots; i++) free(e->blocks[i]);
     for (int i = 0; e->chain && i < e->n_slots; i++) free(e->chain[i]);
-    free(e->blocks), free(e->chain), free(e->n_held), free(e->age), free(e->preempted), free(e->fed_before), free(e->order), free(e->n_hashed), free(e->fresh), free(e->slots);
+    free(e->blocks), free(e->chain), free(e->n_held), free(e->age), free(e->preempted), free(e->fed_before), free(e->order), free(e->chunks), free(e->n_hashed), free(e->fresh), free(e->slots);
     free(e->b_tok), free(e->b_pos), free(e->b_slot), free(e->b_rows), free(e->b_end), free(e->row_seq);
     free(e->logits), free(e->ids), free(e->rows), free(e->outs), free(e->mods), free(e->scratch);
     free(e);
@@ -255,6 +257,17 @@ static void out_of_blocks(mx_seq *s, const mx_error *err) {
     mx_seq_end(s, MX_FINISH_ERROR);
 }
 
+// Appends positions [start, end) of the sequence in `slot` (a prompt chunk, or tokens fed again
+// after a preemption), and its first output row when the chunk ends its prompt.
+static void put_chunk(mx_engine *e, int *n, int *n_out, const eng_chunk *ch) {
+    mx_seq *s = e->slots[ch->slot];
+    for (int t = ch->start; t < ch->end; t++) put(e, n, s, eng_token_at(s, t), t);
+    if (ch->end == s->n_prompt && s->n_gen == 0) {
+        e->b_rows[*n_out] = *n - 1;
+        e->row_seq[(*n_out)++] = s;
+    }
+}
+
 // Fills e->order with the occupied slots, oldest sequence first; returns their count.
 static int slots_by_age(mx_engine *e) {
     int n = 0;
@@ -287,9 +300,25 @@ static void pad_step(mx_engine *e, int *n, int *n_out) {
     }
 }
 
+// Adds the plan runs of a step's forward pass (the backend's counters since `before`), the context's
+// plan builds so far, and for a decode step (no prompt tokens) its forward and device time.
+static void count_plan_runs(mx_engine *e, const mx_plan_runs *before, bool decode, double forward_s) {
+    const mx_plan_runs *now = &mx_model_backend(e->m)->plan_runs;
+    double device_s = now->device_seconds - before->device_seconds;
+    e->st.plan_replays += now->replayed - before->replayed;
+    e->st.plan_recordings += now->recorded - before->recorded;
+    e->st.plan_direct_runs += now->direct - before->direct;
+    e->st.plan_device_seconds += device_s;
+    mx_ctx_plan_counts(e->ctx, &e->st.plans_built, &e->st.plans_evicted, &e->st.split_steps);
+    if (!decode) return;
+    e->st.decode_steps++;
+    e->st.t_forward_decode += forward_s;
+    e->st.decode_device_seconds += device_s;
+}
+
 int mx_engine_step(mx_engine *e, mx_error *err) {
     double t_start = mx_now();
-    int n = 0, n_out = 0, prefill = 0;
+    int n = 0, n_out = 0, prefill = 0, n_chunks = 0;
     for (int i = 0; i < e->n_slots; i++) e->b_end[i] = -1;
     eng_resume_preempted(e);
     // Oldest first: a sequence that needs a block when the pool is out preempts a younger one, which
@@ -310,15 +339,15 @@ int mx_engine_step(mx_engine *e, mx_error *err) {
                 if (g < 0) out_of_blocks(s, err);
                 continue;
             }
-            for (int t = start; t < end; t++) put(e, &n, s, eng_token_at(s, t), t);
+            eng_chunk ch = {i, start, end};
+            if (e->decode_first)
+                e->chunks[n_chunks++] = ch;  // put after every decode token
+            else
+                put_chunk(e, &n, &n_out, &ch);
             int redo_end = end < e->fed_before[i] ? end : e->fed_before[i];  // computed before a preemption
             if (redo_end > start) e->st.recomputed_tokens += (uint64_t)(redo_end - start);
             prefill += end - start;
             e->b_end[i] = end;
-            if (end == s->n_prompt && s->n_gen == 0) {
-                e->b_rows[n_out] = n - 1;
-                e->row_seq[n_out++] = s;
-            }
         } else {
             int g = eng_grow_blocks(e, i, s->n_fed + 1, err);
             if (g) {
@@ -331,6 +360,7 @@ int mx_engine_step(mx_engine *e, mx_error *err) {
             e->row_seq[n_out++] = s;
         }
     }
+    for (int k = 0; k < n_chunks; k++) put_chunk(e, &n, &n_out, &e->chunks[k]);
     if (n == 0) {
         eng_drop_finished(e);  // sequences ended by out_of_blocks
         return 0;
@@ -347,6 +377,7 @@ int mx_engine_step(mx_engine *e, mx_error *err) {
     bool on_backend = !greedy && mx_ctx_can_choose(e->ctx) && n_mods <= mx_ctx_max_edits(e->ctx);
     bool host = !greedy && !on_backend;
     mx_batch b = {n, e->b_tok, e->b_pos, e->b_slot, n_out, e->b_rows};
+    const mx_plan_runs runs0 = mx_model_backend(e->m)->plan_runs;
     double t0 = mx_now();
     int rc = on_backend ? mx_ctx_forward_choose(e->ctx, &b, e->rows, e->mods, n_mods, e->outs, err)
                         : mx_ctx_forward(e->ctx, &b, host ? e->logits : NULL, host ? NULL : e->ids, err);
@@ -356,6 +387,7 @@ int mx_engine_step(mx_engine *e, mx_error *err) {
     e->st.t_prepare += t0 - t_start;
     e->st.t_forward += t1 - t0;
     e->st.t_host_choose += t2 - t1;
+    count_plan_runs(e, &runs0, prefill == 0 && rc == 0, t1 - t0);
     if (rc) {
         for (int i = 0; i < e->n_slots; i++)
             if (e->b_end[i] >= 0) mx_seq_end(e->slots[i], MX_FINISH_ERROR);
@@ -374,6 +406,7 @@ int mx_engine_step(mx_engine *e, mx_error *err) {
     eng_drop_finished(e);
     e->st.t_finish += mx_now() - t2;
     e->st.steps++;
+    e->st.decode_rows += prefill == 0 ? (uint64_t)n_real : 0;
     e->st.generated_tokens += (uint64_t)n_real;
     e->st.busy_seconds += dt;
     e->st.last_tok_per_s = dt > 0 ? n_real / dt : 0.0;

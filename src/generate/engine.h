@@ -36,6 +36,12 @@
 // change in the number of running sequences, padding may move results at float rounding. It bounds
 // the step shapes a backend records.
 //
+// Order: a step's tokens follow the sequences' admission order (oldest first), each sequence's
+// prompt chunk or next token in one place. With MLXCEL_GPU_SPLIT_MIXED=1 (models/model.h,
+// mx_ctx_split_mixed) the decoding sequences' next tokens come first and the prompt chunks after
+// them, so the context gives the decode tokens an attention record of their own; rows are computed
+// independently, so the order changes no result on the CPU (test_engine_plans).
+//
 // Threading: one thread calls every function of an engine (the CLI's, or the server's scheduler).
 #ifndef MX_GENERATE_ENGINE_H
 #define MX_GENERATE_ENGINE_H
@@ -102,6 +108,20 @@ typedef struct mx_engine_stats {
     // when the backend cannot choose), and the sequences taking their tokens (stop rules,
     // detokenization, logprobs, the consumers' callbacks, publishing full blocks).
     double t_prepare, t_forward, t_host_choose, t_finish;
+    // How the steps' plans ran (backend.h, mx_plan_runs; only the runs inside this engine's steps):
+    // recorded graphs replayed, graphs recorded, plans run directly (record by record: a step shape's
+    // first run on a GPU, every run on the CPU), and the device's time of those runs (0 unless the
+    // backend times them: MLXCEL_GPU_PLAN_TIMES=1). Step plans the context built and evicted from its
+    // cache (mx_ctx_plan_counts: a new step shape, or one that was evicted, is built).
+    uint64_t plan_replays, plan_recordings, plan_direct_runs, plans_built, plans_evicted;
+    double plan_device_seconds;
+    // Steps with prompt chunks whose decode tokens had an attention record of their own
+    // (MLXCEL_GPU_SPLIT_MIXED=1, models/model.h mx_ctx_split_mixed).
+    uint64_t split_steps;
+    // Decode steps: steps without prompt tokens (each token a sequence's next one, plus any padding):
+    // their count, their sequences' output rows, and their part of t_forward and plan_device_seconds.
+    uint64_t decode_steps, decode_rows;
+    double t_forward_decode, decode_device_seconds;
 } mx_engine_stats;
 
 typedef struct mx_engine mx_engine;

@@ -10,6 +10,11 @@
 #include "generate/kv_pool.h"
 #include "generate/seq_internal.h"
 
+// A prompt chunk of a step: positions [start, end) of the sequence in `slot`.
+typedef struct eng_chunk {
+    int slot, start, end;
+} eng_chunk;
+
 struct mx_engine {
     mx_model *m;
     mx_ctx *ctx;
@@ -27,6 +32,8 @@ struct mx_engine {
     bool *preempted;           // [n_slots] its blocks were taken back; waits to recompute its tokens
     int *fed_before;           // [n_slots] tokens the slot's sequence had fed when last preempted (0: never)
     int *order;                // [n_slots] step scratch: occupied slots, oldest first
+    eng_chunk *chunks;         // [n_slots] step scratch: prompt chunks put after the decode tokens
+    bool decode_first;         // mx_ctx_split_mixed: a step's decode tokens before its prompt chunks
     uint64_t **chain;          // [n_slots][table_len] hash-chain key of each full block
     int *n_hashed;             // [n_slots] full blocks whose key is in chain (published if prefix_reuse)
     bool *fresh;               // [n_slots] admitted, no step yet: its prefix lookup may still grow

@@ -34,8 +34,26 @@ static mx_kv_ref kv_ref(const mx_ctx *c, int layer) {
 
 static void mlp_records(mx_plan *p, mx_ctx *c, const mx_layer *L, int n);
 
-// One transformer block on the n tokens in c->x (decode: the attention's hint, plan_key).
-static void block_records(mx_plan *p, mx_ctx *c, const mx_layer *L, int layer, int n, bool decode) {
+// The attention of the n tokens: one record, or with split > 0 (plan_key) two: tokens [0, split),
+// each its own sequence's next token, with the decode hint, and the rest (prompt chunks) without.
+static void attention_records(mx_plan *p, mx_ctx *c, int layer, int n, bool decode, int split, float scale,
+                              int window, const float *sinks) {
+    const mx_config *cfg = &c->m->cfg;
+    const int NH = cfg->n_heads;
+    const size_t QD = (size_t)NH * cfg->head_dim;
+    mx_kv_ref kv = kv_ref(c, layer);
+    if (split > 0) {
+        mx_plan_add(p, (mx_op){.kind = MX_OP_ATTENTION, .attention = {c->att, c->q, kv, split, NH, scale, window, sinks, true}});
+        kv.slot += split, kv.pos += split;
+        mx_plan_add(p, (mx_op){.kind = MX_OP_ATTENTION, .attention = {c->att + split * QD, c->q + split * QD, kv, n - split,
+                                                                      NH, scale, window, sinks, false}});
+        return;
+    }
+    mx_plan_add(p, (mx_op){.kind = MX_OP_ATTENTION, .attention = {c->att, c->q, kv, n, NH, scale, window, sinks, decode}});
+}
+
+// One transformer block on the n tokens in c->x (decode, split: the attention's records, plan_key).
+static void block_records(mx_plan *p, mx_ctx *c, const mx_layer *L, int layer, int n, bool decode, int split) {
     const mx_config *cfg = &c->m->cfg;
     int H = cfg->hidden_size, D = cfg->head_dim, NH = cfg->n_heads, NKV = cfg->n_kv_heads;
     float eps = cfg->rms_norm_eps;
@@ -62,8 +80,7 @@ static void block_records(mx_plan *p, mx_ctx *c, const mx_layer *L, int layer, i
     mx_plan_add(p, (mx_op){.kind = MX_OP_ROPE, .rope = {c->q, c->d_pos, n, NH, *rope}});
     mx_plan_add(p, (mx_op){.kind = MX_OP_ROPE, .rope = {c->k, c->d_pos, n, NKV, *rope}});
     mx_plan_add(p, (mx_op){.kind = MX_OP_KV_STORE, .kv_store = {kv_ref(c, layer), c->k, c->v, n}});
-    mx_plan_add(p, (mx_op){.kind = MX_OP_ATTENTION,
-                           .attention = {c->att, c->q, kv_ref(c, layer), n, NH, scale, window, L->sinks, decode}});
+    attention_records(p, c, layer, n, decode, split, scale, window, L->sinks);
     add_matmul(p, c->tmp, c->att, &L->wo, L->bo, n);
     if (L->post_attn_norm) add_rmsnorm(p, c->tmp, c->tmp, L->post_attn_norm, n, H, eps);
     add_add(p, c->x, c->tmp, (int64_t)n * H);
@@ -152,7 +169,7 @@ static mx_plan *build_plan(mx_ctx *c, plan_key k, mx_error *err) {
         if (c->m->embed_scale != 1.0f)
             mx_plan_add(p, (mx_op){.kind = MX_OP_SCALE,
                                    .scale = {c->x, (int64_t)k.n * c->m->cfg.hidden_size, c->m->embed_scale}});
-        for (int l = 0; l < c->m->cfg.n_layers; l++) block_records(p, c, &c->m->layers[l], l, k.n, k.decode);
+        for (int l = 0; l < c->m->cfg.n_layers; l++) block_records(p, c, &c->m->layers[l], l, k.n, k.decode, k.split);
     }
     if (k.r > 0) head_records(p, c, k.r, k.gathered, k.ids);
     return p;
@@ -164,7 +181,7 @@ static mx_plan *plan_for(mx_ctx *c, plan_key k, mx_error *err) {
     for (int i = 0; i < PLAN_CACHE; i++) {
         cached_plan *e = &c->plans[i];
         if (e->plan && e->key.n == k.n && e->key.r == k.r && e->key.gathered == k.gathered && e->key.ids == k.ids &&
-            e->key.decode == k.decode) {
+            e->key.decode == k.decode && e->key.split == k.split) {
             e->last_use = ++c->uses;
             return e->plan;
         }
@@ -172,9 +189,17 @@ static mx_plan *plan_for(mx_ctx *c, plan_key k, mx_error *err) {
     }
     mx_plan *p = build_plan(c, k, err);
     if (!p) return NULL;
+    c->plans_built++;
+    c->plans_evicted += slot->plan != NULL;
     mx_plan_free(c->be, slot->plan);
     *slot = (cached_plan){k, p, ++c->uses};
     return p;
+}
+
+void mx_ctx_plan_counts(const mx_ctx *c, uint64_t *built, uint64_t *evicted, uint64_t *split) {
+    *built = c->plans_built;
+    *evicted = c->plans_evicted;
+    *split = c->split_runs;
 }
 
 bool mx_ctx_can_choose(const mx_ctx *c) { return c->be->ops->supports(c->be, MX_OP_SAMPLE, NULL); }
@@ -200,7 +225,7 @@ static int upload_choice(mx_ctx *c, int first, int r, mx_error *err) {
 
 // Runs the step of `n` tokens (0: none, the body already ran) with outputs for the r rows `rows`
 // (indices into the step; r <= LOGIT_ROWS), then copies the outputs into the caller's arrays.
-static int run_step(mx_ctx *c, int n, bool decode, const int32_t *rows, int r, float *logits, int32_t *ids,
+static int run_step(mx_ctx *c, int n, bool decode, int split, const int32_t *rows, int r, float *logits, int32_t *ids,
                     float *hidden, int first_out, mx_error *err) {
     const mx_backend_ops *o = c->be->ops;
     bool gathered = false;
@@ -208,9 +233,11 @@ static int run_step(mx_ctx *c, int n, bool decode, const int32_t *rows, int r, f
     if (gathered && o->upload(c->be, c->d_rows, rows, sizeof(int32_t) * (size_t)r, err)) return -1;
     bool choose = c->choose_rows && r > 0 && !hidden;
     if (choose && upload_choice(c, first_out, r, err)) return -1;
-    plan_key k = {n, r, gathered, hidden ? IDS_HIDDEN : choose ? IDS_SAMPLE : ids ? IDS_ARGMAX : IDS_NONE, n > 0 && decode};
+    plan_key k = {n, r, gathered, hidden ? IDS_HIDDEN : choose ? IDS_SAMPLE : ids ? IDS_ARGMAX : IDS_NONE, n > 0 && decode,
+                  n > 0 && !c->mla ? split : 0};
     mx_plan *p = plan_for(c, k, err);
     if (!p || mx_plan_run(c->be, p, err)) return -1;
+    c->split_runs += k.split > 0;
     if (choose && o->download(c->be, c->choose_outs + first_out, c->d_outs, sizeof(mx_sample_out) * (size_t)r, err))
         return -1;
     if (ids && o->download(c->be, ids, c->d_argmax, sizeof(int32_t) * (size_t)r, err)) return -1;
@@ -225,11 +252,16 @@ static int run_step(mx_ctx *c, int n, bool decode, const int32_t *rows, int r, f
 
 // Whether no slot has more than MX_DECODE_SLOT_TOKENS of the n tokens (the attention records' decode
 // hint): one count per slot in the context's counters (check_batch has checked the slots), cleared
-// again before returning.
-static bool few_per_slot(mx_ctx *c, const int32_t *slot, int n) {
+// again before returning. *split: when the context splits mixed steps (c->split_mixed) and the
+// hint is false, the leading tokens whose slots have at most that many (their attention record
+// keeps the hint); else 0.
+static bool few_per_slot(mx_ctx *c, const int32_t *slot, int n, int *split) {
     bool few = true;
+    int lead = 0;
     for (int i = 0; i < n; i++) few = ++c->slot_tokens[slot[i]] <= MX_DECODE_SLOT_TOKENS && few;
+    while (!few && c->split_mixed && lead < n && c->slot_tokens[slot[lead]] <= MX_DECODE_SLOT_TOKENS) lead++;
     for (int i = 0; i < n; i++) c->slot_tokens[slot[i]] = 0;
+    *split = lead;
     return few;
 }
 
@@ -269,7 +301,8 @@ static int forward(mx_ctx *c, const mx_batch *b, float *logits, int32_t *ids, fl
             o->upload(c->be, c->d_pos, b->pos + start, 4 * (size_t)n, err) ||
             o->upload(c->be, c->d_slot, b->slot + start, 4 * (size_t)n, err))
             return -1;
-        const bool decode = few_per_slot(c, b->slot + start, n);
+        int split;
+        const bool decode = few_per_slot(c, b->slot + start, n, &split);
         // Output rows that fall in this step, in the caller's order, LOGIT_ROWS per pass; the first
         // pass shares the plan of the step's body (one plan per decode step).
         int body = n;
@@ -281,7 +314,7 @@ static int forward(mx_ctx *c, const mx_batch *b, float *logits, int32_t *ids, fl
                 cnt++;
             }
             if (body == 0 && cnt == 0) break;
-            if (run_step(c, body, decode, local, cnt, logits ? logits + (size_t)out_done * V : NULL,
+            if (run_step(c, body, decode, split, local, cnt, logits ? logits + (size_t)out_done * V : NULL,
                          ids ? ids + out_done : NULL, hidden ? hidden + (size_t)out_done * V : NULL, out_done, err))
                 return -1;
             out_done += cnt;

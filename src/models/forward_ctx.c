@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/env_switch.h"
 #include "models/forward_internal.h"
 
 static void *ctx_alloc(mx_ctx *c, size_t bytes, mx_error *err) {
@@ -54,6 +55,7 @@ mx_ctx *mx_ctx_create_pool(mx_model *m, int n_slots, int max_ctx, int max_batch,
     c->m = m;
     c->be = m->be;
     c->max_batch = max_batch;
+    c->split_mixed = mx_env_switch("MLXCEL_GPU_SPLIT_MIXED");
     c->lay = want;
     size_t table_len = (size_t)mx_kv_table_len(&c->lay), n_entries = (size_t)n_slots * table_len;
     if (!(c->table = malloc(4 * n_entries)) || !(c->slot_tokens = calloc((size_t)n_slots, sizeof *c->slot_tokens))) {
@@ -111,6 +113,7 @@ void mx_ctx_free(mx_ctx *c) {
 }
 
 int mx_ctx_max_ctx(const mx_ctx *c) { return c->lay.max_ctx; }
+bool mx_ctx_split_mixed(const mx_ctx *c) { return c->split_mixed; }
 int64_t mx_ctx_kv_bytes(const mx_ctx *c) { return (int64_t)mx_kv_bytes(&c->lay, c->be->kv_dtype); }
 
 int mx_ctx_kv_blocks(const mx_ctx *c) { return mx_kv_blocks(&c->lay); }

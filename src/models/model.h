@@ -73,6 +73,21 @@ int mx_ctx_forward(mx_ctx *c, const mx_batch *b, float *logits, int32_t *ids, mx
 // [n_out, hidden_size]) instead of logits: what embeddings pool.
 int mx_ctx_forward_hidden(mx_ctx *c, const mx_batch *b, float *hidden, mx_error *err);
 
+// MLXCEL_GPU_SPLIT_MIXED=1 (read at creation; off by default): in a step with prompt chunks, the
+// leading tokens that are decoding sequences' next tokens (a slot with at most MX_DECODE_SLOT_TOKENS
+// tokens in the step) get an attention record of their own with the decode hint, so a GPU runs
+// them on its decode kernel instead of the prefill kernel, which takes a 64-token block's rows of
+// different sequences one sequence after the other. Rows are computed independently, so the CPU's
+// results do not change; a GPU's decode rows in such steps take the decode kernel's rounding. The
+// engine puts those tokens first in such steps when this is on.
+bool mx_ctx_split_mixed(const mx_ctx *c);
+
+// Step plans the context built (one per new step shape, plan_key in forward_internal.h) and freed
+// to make room in its cache of PLAN_CACHE shapes (a freed shape is built again, with a new plan id,
+// when it comes back: a GPU backend then runs it directly and records it again), and the plan runs
+// whose decode tokens had an attention record of their own (mx_ctx_split_mixed).
+void mx_ctx_plan_counts(const mx_ctx *c, uint64_t *built, uint64_t *evicted, uint64_t *split);
+
 // True when the backend chooses tokens itself (the `sample` record), so mx_ctx_forward_choose works.
 bool mx_ctx_can_choose(const mx_ctx *c);
 // Edits one mx_ctx_forward_choose call takes at most (more: choose on the host from logits).

@@ -106,6 +106,35 @@ enum MHD_Result srv_route_metrics(mx_server *s, struct MHD_Connection *c) {
     metric(&b, "scheduler_step_lock_wait_seconds_total", "counter",
            "Step time waiting for request locks held by connection threads (handing tokens to requests)",
            st.step_lock_wait_seconds);
+    metric(&b, "scheduler_step_preemptions_total", "counter",
+           "Involuntary context switches of the scheduler thread during steps (preempted by other threads)",
+           (double)st.step_preemptions);
+    metric(&b, "scheduler_step_blocks_total", "counter",
+           "Voluntary context switches of the scheduler thread during steps (blocked on a lock or a backend wait)",
+           (double)st.step_blocks);
+    metric(&b, "gpu_graph_replays_total", "counter", "Step plans run by replaying a recorded graph (GPU backends)",
+           (double)e->plan_replays);
+    metric(&b, "gpu_graph_recordings_total", "counter",
+           "Step plans recorded as a graph (a step shape's second run; GPU backends)", (double)e->plan_recordings);
+    metric(&b, "plan_direct_runs_total", "counter",
+           "Step plans run record by record (a step shape's first run on a GPU; every step on the CPU)",
+           (double)e->plan_direct_runs);
+    metric(&b, "gpu_plan_device_seconds_total", "counter",
+           "Device time of the step plans (GPU backends with MLXCEL_GPU_PLAN_TIMES=1; else 0)", e->plan_device_seconds);
+    metric(&b, "plans_built_total", "counter", "Step plans built (a new step shape, or one evicted from the plan cache)",
+           (double)e->plans_built);
+    metric(&b, "plans_evicted_total", "counter", "Step plans evicted from the plan cache to make room",
+           (double)e->plans_evicted);
+    metric(&b, "split_mixed_steps_total", "counter",
+           "Steps with prompt chunks whose decode tokens had an attention record of their own (MLXCEL_GPU_SPLIT_MIXED=1)",
+           (double)e->split_steps);
+    metric(&b, "decode_steps_total", "counter", "Steps without prompt tokens (every token a sequence's next)",
+           (double)e->decode_steps);
+    metric(&b, "decode_rows_total", "counter", "Tokens generated in steps without prompt tokens", (double)e->decode_rows);
+    metric(&b, "step_decode_forward_seconds_total", "counter",
+           "The part of step_forward_seconds_total in steps without prompt tokens", e->t_forward_decode);
+    metric(&b, "gpu_decode_device_seconds_total", "counter",
+           "The part of gpu_plan_device_seconds_total in steps without prompt tokens", e->decode_device_seconds);
     if (b.oom) {
         srv_buf_free(&b);
         return srv_respond_error(s, c, 500, NULL, "out of memory");

@@ -256,8 +256,11 @@ static void *sched_main(void *arg) {
         pthread_mutex_unlock(&s->mu);
         mx_error err = {{0}};
         if (s->model_lock) pthread_mutex_lock(s->model_lock);
-        double t0 = mx_now();
+        double t0 = mx_now(), step_cpu0, step_cpu1;
+        uint64_t step_inv0, step_inv1, step_vol0, step_vol1;
+        thread_usage(&step_cpu0, &step_inv0, &step_vol0);
         int rc = mx_engine_step(s->eng, &err);
+        thread_usage(&step_cpu1, &step_inv1, &step_vol1);
         if (s->model_lock) pthread_mutex_unlock(s->model_lock);
         double step_lock_wait = srv_job_lock_wait_take();
         double between = last_step_end > 0.0 ? t0 - last_step_end : 0.0;
@@ -265,6 +268,8 @@ static void *sched_main(void *arg) {
         pthread_mutex_lock(&s->mu);
         s->st.between_steps_seconds += between;
         s->st.step_lock_wait_seconds += step_lock_wait;
+        s->st.step_preemptions += step_inv1 - step_inv0;
+        s->st.step_blocks += step_vol1 - step_vol0;
         if (between > 0.0) {
             s->st.upkeep_seconds += upkeep.wall;
             s->st.admit_seconds += upkeep.admit;

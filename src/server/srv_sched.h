@@ -51,6 +51,10 @@ typedef struct srv_stats {
     // The scheduler thread waiting for job locks held by connection threads (contended acquisitions
     // only): in upkeep, and in the token callback during steps (which delays the step).
     double upkeep_lock_wait_seconds, step_lock_wait_seconds;
+    // The scheduler thread's context switches during steps: involuntary (preempted by other threads
+    // while it prepares, launches or waits for the backend) and voluntary (blocked: a lock, or a
+    // backend wait that sleeps).
+    uint64_t step_preemptions, step_blocks;
 } srv_stats;
 
 // Creates the context and starts the thread. The model and tokenizer are borrowed. A job whose

@@ -293,7 +293,9 @@ done
 [ $freed = 1 ] && ok "disconnected clients free their slots" || bad "slots still busy after disconnects: $(cat "$TMP/h.json")"
 curl -s --max-time 5 -H "$AUTH" "$SRV_URL/metrics" >"$TMP/metrics.txt"
 grep -q '^mlxcel_requests_cancelled_total [1-9]' "$TMP/metrics.txt" && ok "/metrics counts the cancelled requests" || { bad "/metrics cancelled count"; cat "$TMP/metrics.txt"; }
-for m in mlxcel_requests_total mlxcel_generated_tokens_total mlxcel_queue_depth mlxcel_tokens_per_second; do
+for m in mlxcel_requests_total mlxcel_generated_tokens_total mlxcel_queue_depth mlxcel_tokens_per_second \
+         mlxcel_gpu_graph_replays_total mlxcel_gpu_graph_recordings_total mlxcel_plan_direct_runs_total \
+         mlxcel_plans_built_total mlxcel_decode_steps_total mlxcel_scheduler_step_preemptions_total; do
     grep -q "^# TYPE $m " "$TMP/metrics.txt" && grep -q "^$m [0-9]" "$TMP/metrics.txt" || bad "/metrics lacks $m"
 done
 

@@ -281,6 +281,27 @@ try:
           and up['admit_seconds_total'] + up['release_seconds_total'] <= up['upkeep_seconds_total'] + 1e-9
           and up['upkeep_cpu_seconds_total'] <= up['upkeep_seconds_total'] + 1e-6
           and up['upkeep_lock_wait_seconds_total'] <= up['upkeep_seconds_total'] + 1e-9, up)
+    pr = {k: float(mvals.get(k, 'nan')) for k in ('gpu_graph_replays_total', 'gpu_graph_recordings_total',
+                                                  'plan_direct_runs_total', 'gpu_plan_device_seconds_total',
+                                                  'plans_built_total', 'plans_evicted_total', 'steps_total',
+                                                  'decode_steps_total', 'decode_rows_total', 'generated_tokens_total',
+                                                  'step_decode_forward_seconds_total', 'step_forward_seconds_total',
+                                                  'gpu_decode_device_seconds_total', 'scheduler_step_preemptions_total',
+                                                  'scheduler_step_blocks_total')}
+    # The CPU backend records no graphs and times no plans: each step runs its one plan directly (4
+    # slots, steps within one plan's tokens), and the context builds a plan per new step shape
+    # (evicting only past its 64 cached ones).
+    check('/metrics counts how the step plans ran (CPU: one direct run per step, no graphs, no device time)',
+          pr['gpu_graph_replays_total'] == 0 and pr['gpu_graph_recordings_total'] == 0
+          and pr['gpu_plan_device_seconds_total'] == 0 and pr['gpu_decode_device_seconds_total'] == 0
+          and pr['plan_direct_runs_total'] == pr['steps_total'] > 0
+          and 1 <= pr['plans_built_total'] <= pr['steps_total']
+          and pr['plans_evicted_total'] == max(0, pr['plans_built_total'] - 64), pr)
+    check('/metrics splits out the decode steps (no prompt tokens): their count, rows and forward time',
+          0 < pr['decode_steps_total'] < pr['steps_total']
+          and pr['decode_steps_total'] <= pr['decode_rows_total'] <= min(4 * pr['decode_steps_total'], pr['generated_tokens_total'])
+          and 0 < pr['step_decode_forward_seconds_total'] <= pr['step_forward_seconds_total']
+          and pr['scheduler_step_preemptions_total'] >= 0 and pr['scheduler_step_blocks_total'] >= 0, pr)
 
     # Cancelling requests while some are preempted and others queued gives every block back: six
     # streams of up to 140 tokens (9 blocks each) are opened; once one was preempted, all are closed.

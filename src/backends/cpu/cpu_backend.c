@@ -301,6 +301,7 @@ static void cpu_run_op(mx_backend *be, const mx_op *op) {
 }
 
 static int cpu_run_plan(mx_backend *be, const mx_plan *plan, mx_error *err) {
+    be->plan_runs.direct++;
     for (int i = 0; i < plan->n_ops; i++) {
         if ((unsigned)plan->ops[i].kind >= MX_OP_KIND_COUNT)
             return mx_fail(err, "the cpu backend has no op of kind %d (record %d)", (int)plan->ops[i].kind, i);

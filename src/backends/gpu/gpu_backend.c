@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 // The GPU backend as the engine sees it (backend.h): device selection and the architecture check,
 // memory, and the plan runner (records to kernel launchers, kernels.h; a plan that runs again is
-// recorded as a graph on its second run and replayed from then on). C11; the vendor runtime is
-// reached only through gpu_rt.h, so this file is the same for CUDA and ROCm.
+// recorded as a graph on its second run and replayed from then on; each run counted by how it ran,
+// backend.h mx_plan_runs, and with MLXCEL_GPU_PLAN_TIMES=1 timed by events). C11; the vendor runtime
+// is reached only through gpu_rt.h, so this file is the same for CUDA and ROCm.
 //
 // Start-up refuses, with a message saying what to do, when there is no GPU, when the device index
 // is out of range, or when the device's architecture is not among those compiled in (the list
@@ -43,6 +44,10 @@ typedef struct gpu_ctx {
     int n_graphs, cap_graphs;
     bool use_graphs;    // MLXCEL_GPU_NO_GRAPHS=1 or mx_gpu_use_graphs turn recording off
     bool fuse;          // MLXCEL_GPU_NO_FUSION=1 runs every record with its own kernel
+    // MLXCEL_GPU_PLAN_TIMES=1: events around the plan runs between two syncs (start: before the
+    // first, stop: after the last), their time added to plan_runs.device_seconds at the sync.
+    void *ev_start, *ev_stop;
+    bool timing;        // a plan ran since the last sync: the pair is recorded
 } gpu_ctx;
 
 static gpu_ctx *ctx_of(mx_backend *be) { return (gpu_ctx *)be->ctx; }
@@ -103,12 +108,24 @@ static void gpu_release(mx_backend *be, void *ptr) {
     if (ptr) mxg_rt_free(ptr);
 }
 
+// At a sync (the stream is idle): the device time of the plan runs since the last one (timing on).
+static void add_plan_time(mx_backend *be) {
+    gpu_ctx *c = ctx_of(be);
+    float ms = 0.0f;
+    mx_error ignored;
+    if (!c->timing) return;
+    c->timing = false;
+    if (mxg_rt_event_elapsed_ms(c->ev_start, c->ev_stop, &ms, &ignored) == 0) be->plan_runs.device_seconds += ms * 1e-3;
+}
+
 static int gpu_upload(mx_backend *be, void *dst, const void *src, size_t bytes, mx_error *err) {
     return mxg_rt_upload(dst, src, bytes, ctx_of(be)->launch.stream, err);
 }
 
 static int gpu_download(mx_backend *be, void *dst, const void *src, size_t bytes, mx_error *err) {
-    return mxg_rt_download(dst, src, bytes, ctx_of(be)->launch.stream, err);
+    int rc = mxg_rt_download(dst, src, bytes, ctx_of(be)->launch.stream, err);  // synchronizes
+    add_plan_time(be);
+    return rc;
 }
 
 static int gpu_copy_runs(mx_backend *be, void *dst, const void *src, size_t bytes, size_t count, size_t stride,
@@ -182,16 +199,17 @@ static gpu_graph *graph_add(gpu_ctx *c, uint64_t id) {
 
 // First run: direct. Second run: recorded, then replayed (a plan that runs twice is a step shape in
 // use, worth the recording). Later runs: replayed. Recording failures fall back to direct runs.
-static int gpu_run_plan(mx_backend *be, const mx_plan *plan, mx_error *err) {
+// Each run is counted by its outcome (be->plan_runs).
+static int run_plan_counted(mx_backend *be, const mx_plan *plan, mx_error *err) {
     gpu_ctx *c = ctx_of(be);
-    for (int i = 0; i < plan->n_ops; i++)
-        if ((unsigned)plan->ops[i].kind >= MX_OP_KIND_COUNT)
-            return mx_fail(err, "the %s backend has no op of kind %d (record %d)", MXG_RUNTIME_NAME,
-                           (int)plan->ops[i].kind, i);
     gpu_graph *g = c->use_graphs ? graph_find(c, plan->id) : NULL;
     if (c->use_graphs && !g) g = graph_add(c, plan->id);  // NULL (out of memory): run directly
-    if (g && g->exec) return mxg_rt_graph_launch(g->exec, c->launch.stream, err);
+    if (g && g->exec) {
+        be->plan_runs.replayed++;
+        return mxg_rt_graph_launch(g->exec, c->launch.stream, err);
+    }
     if (!g || g->no_graph || g->runs++ == 0) {
+        be->plan_runs.direct++;
         mxg_enqueue_plan(&c->launch, plan, c->fuse);
         return 0;
     }
@@ -203,11 +221,28 @@ static int gpu_run_plan(mx_backend *be, const mx_plan *plan, mx_error *err) {
     }
     if (!exec) {
         g->no_graph = true;
+        be->plan_runs.direct++;
         mxg_enqueue_plan(&c->launch, plan, c->fuse);
         return 0;
     }
     g->exec = exec;
+    be->plan_runs.recorded++;
     return mxg_rt_graph_launch(g->exec, c->launch.stream, err);
+}
+
+static int gpu_run_plan(mx_backend *be, const mx_plan *plan, mx_error *err) {
+    gpu_ctx *c = ctx_of(be);
+    for (int i = 0; i < plan->n_ops; i++)
+        if ((unsigned)plan->ops[i].kind >= MX_OP_KIND_COUNT)
+            return mx_fail(err, "the %s backend has no op of kind %d (record %d)", MXG_RUNTIME_NAME,
+                           (int)plan->ops[i].kind, i);
+    if (c->ev_start && !c->timing && mxg_rt_event_record(c->ev_start, c->launch.stream, err) != 0) return -1;
+    int rc = run_plan_counted(be, plan, err);
+    if (rc == 0 && c->ev_start) {
+        if (mxg_rt_event_record(c->ev_stop, c->launch.stream, err) != 0) return -1;
+        c->timing = true;
+    }
+    return rc;
 }
 
 static void gpu_plan_release(mx_backend *be, uint64_t id) {
@@ -222,7 +257,11 @@ static void gpu_plan_release(mx_backend *be, uint64_t id) {
     *g = c->graphs[--c->n_graphs];
 }
 
-static int gpu_sync(mx_backend *be, mx_error *err) { return mxg_rt_sync(ctx_of(be)->launch.stream, err); }
+static int gpu_sync(mx_backend *be, mx_error *err) {
+    int rc = mxg_rt_sync(ctx_of(be)->launch.stream, err);
+    add_plan_time(be);
+    return rc;
+}
 
 static void gpu_destroy(mx_backend *be) {
     if (!be) return;
@@ -232,6 +271,8 @@ static void gpu_destroy(mx_backend *be) {
         mxg_rt_sync(c->launch.stream, &ignored);
         graphs_drop(c);
         free(c->graphs);
+        mxg_rt_event_destroy(c->ev_start);
+        mxg_rt_event_destroy(c->ev_stop);
         mxg_rt_free(c->launch.scratch);
         mxg_rt_free(c->launch.small_scratch);
         mxg_rt_free(c->launch.sample_scratch);
@@ -436,6 +477,11 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     // (8B) decode on the H200 (bench/RESULTS.md), so off unless asked for.
     c->launch.dependent_launch = c->info.cc >= 90 && mx_env_switch("MLXCEL_GPU_PDL");
     c->fuse = !mx_env_switch("MLXCEL_GPU_NO_FUSION");
+    // MLXCEL_GPU_PLAN_TIMES=1: the device time of the plan runs (mx_plan_runs.device_seconds; the
+    // server's /metrics), two event records per step; off by default.
+    if (mx_env_switch("MLXCEL_GPU_PLAN_TIMES") &&
+        (mxg_rt_event_create(&c->ev_start, err) != 0 || mxg_rt_event_create(&c->ev_stop, err) != 0))
+        goto fail;
     c->launch.moe_fused = knobs.moe_fused;
     c->launch.matvec_rows = knobs.matvec_rows;
     c->launch.matvec_max_tokens = knobs.matvec_max_tokens;
