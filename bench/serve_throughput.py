@@ -76,6 +76,15 @@ UPKEEP_PARTS = (('admit', 'scheduler_admit_seconds_total'), ('release', 'schedul
                 ('blocked', 'scheduler_upkeep_blocks_total'), ('lock wait', 'scheduler_upkeep_lock_wait_seconds_total'),
                 ('step lock wait', 'scheduler_step_lock_wait_seconds_total'))
 
+# How the steps ran (servers before them have none: printed when present): decode steps (no prompt
+# tokens), their rows and forward time; the step plans by outcome (graph replayed, recorded, run
+# directly) and the plans built; the device time of the plans (MLXCEL_GPU_PLAN_TIMES=1 on the
+# server, else 0); the scheduler thread's context switches during steps.
+STEP_PARTS = ('decode_steps_total', 'decode_rows_total', 'step_decode_forward_seconds_total',
+              'gpu_graph_replays_total', 'gpu_graph_recordings_total', 'plan_direct_runs_total', 'plans_built_total',
+              'plans_evicted_total', 'gpu_plan_device_seconds_total', 'gpu_decode_device_seconds_total',
+              'padding_tokens_total', 'scheduler_step_preemptions_total', 'scheduler_step_blocks_total')
+
 
 def server_counters(url):
     """mlxcel's cumulative step counters from /metrics, or None when the server has none."""
@@ -149,6 +158,8 @@ def run_level(args, conc, vocab_lo, vocab_hi):
                          'busy_share': round(busy / wall, 3) if wall > 0 else 0}
         res['server']['upkeep_parts'] = {name: round(after[k] - before[k], 4) for name, k in UPKEEP_PARTS
                                          if k in before and k in after}
+        if all(k in before and k in after for k in STEP_PARTS):
+            res['server']['step_parts'] = {k.replace('_total', ''): round(after[k] - before[k], 4) for k in STEP_PARTS}
     if errors:
         print('errors (first): ' + errors[0], file=sys.stderr)
     return res
@@ -207,6 +218,17 @@ def main():
             if sv['upkeep_parts']:
                 print('      upkeep: ' + ', '.join(f'{k} {v:g}' + ('' if k in ('preempted', 'blocked') else ' s')
                                                for k, v in sv['upkeep_parts'].items()))
+            st = sv.get('step_parts')
+            if st:
+                ds = st['decode_steps'] or 1
+                print(f"      decode steps: {st['decode_steps']:g} of {sv['steps']} ({st['decode_rows'] / ds:.1f} rows each, "
+                      f"forward {1e3 * st['step_decode_forward_seconds'] / ds:.3f} ms each, device "
+                      f"{1e3 * st['gpu_decode_device_seconds'] / ds:.3f} ms each); other steps: forward "
+                      f"{1e3 * (sv['forward_s'] - st['step_decode_forward_seconds']) / max(1, sv['steps'] - st['decode_steps']):.3f} ms each")
+                print(f"      plans: {st['gpu_graph_replays']:g} graph replays, {st['gpu_graph_recordings']:g} recordings, "
+                      f"{st['plan_direct_runs']:g} direct runs; {st['plans_built']:g} built, {st['plans_evicted']:g} evicted; "
+                      f"device {st['gpu_plan_device_seconds']:g} s; padding tokens {st['padding_tokens']:g}; scheduler "
+                      f"switches in steps: {st['scheduler_step_preemptions']:g} preempted, {st['scheduler_step_blocks']:g} blocked")
         print('JSON ' + json.dumps(res))
         sys.stdout.flush()
 

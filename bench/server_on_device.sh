@@ -17,6 +17,14 @@
 #                   (serve_throughput.py --shared-prefix 2000): both times to first token
 #   kvsize          `--parallel 16 --ctx 4096 --kv-size 8192`: one 3,500-token prompt, then 16
 #                   concurrent 128-token requests at temp 0.7 top-p 0.9, both served
+#   mixed           MLXCEL_GPU_SPLIT_MIXED off and on in turn, twice: rounds4's levels (1 and 64
+#                   streams, 4 requests each, greedy and temp 0.7 top-p 0.9) on a server with
+#                   MLXCEL_GPU_PLAN_TIMES=1, each level's decode steps, plan runs (graph replays,
+#                   recordings, direct runs) and device times from /metrics; then the engine alone
+#                   (`mlxcel bench --batch 64 -p 32 -n 128 --temp 0`) at its default context and at
+#                   the server's --ctx 1024 (a KV pool of the server's size), greedy
+# The servers inherit the environment (MLXCEL_GPU_* knobs for a whole job); SERVE_ENV adds variables
+# for one server (the mixed job's A/B).
 # usage: bench/server_on_device.sh JOB...
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -24,17 +32,17 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 . tests/gpu/devdeps.sh
 mxg_install_devdeps || { echo "C libraries missing and no build/devdeps carried"; exit 1; }
-if [ ! -x build/cuda/mlxcel-server ]; then
-    { cmake --preset cuda -DMLXCEL_SERVER_TESTS=OFF $(mxg_hub_flag) &&
-      cmake --build build/cuda -j"$(nproc)" --target mlxcel mlxcel-server; } >"$OUT/build.log" 2>&1 ||
-        { tail -30 "$OUT/build.log"; exit 1; }
-fi
+# Configured once; built every time (incremental), so binaries left from an earlier tree are never run.
+{ { [ -f build/cuda/CMakeCache.txt ] || cmake --preset cuda -DMLXCEL_SERVER_TESTS=OFF $(mxg_hub_flag); } &&
+  cmake --build build/cuda -j"$(nproc)" --target mlxcel mlxcel-server; } >>"$OUT/build.log" 2>&1 ||
+    { tail -30 "$OUT/build.log"; exit 1; }
 model=$HOME/.cache/mlxcel/bench/qwen3-0.6b-q4g64
 [ -f "$model/config.json" ] || build/cuda/mlxcel bench --shape qwen3-0.6b -p 1 -n 1 --backend cuda >/dev/null
 cp models/qwen3-demo-44m-4bit/tokenizer*.json "$model/"
 serve() {  # serve PORT ARGS...: starts the server in the background and waits until it answers
     local port=$1; shift
-    build/cuda/mlxcel-server -m "$model" --backend cuda --port "$port" "$@" 2>>"$OUT/server.log" &
+    # shellcheck disable=SC2086  # SERVE_ENV: VAR=VALUE words
+    env ${SERVE_ENV:-} build/cuda/mlxcel-server -m "$model" --backend cuda --port "$port" "$@" 2>>"$OUT/server.log" &
     for _ in $(seq 120); do curl -sf "http://127.0.0.1:$port/health" >/dev/null && return 0; sleep 0.5; done
     return 1
 }
@@ -53,7 +61,8 @@ for job in "$@"; do
             timeout 240 python3 bench/serve_throughput.py --url http://127.0.0.1:8090 -c 1,8,32,64 --max-tokens 128 \
                 --prompt-tokens 32 --rounds 2 $t 2>&1 | tee -a "$OUT/table.log" | tee -a "$OUT/summary.txt"
             # where the server's step time went so far (cumulative): engine phases and the scheduler's gaps
-            curl -sf http://127.0.0.1:8090/metrics | grep -E "^mlxcel_(steps_total|step_.*seconds_total|scheduler_|generated_tokens_total)" |
+            curl -sf http://127.0.0.1:8090/metrics |
+                grep -E "^mlxcel_(steps_total|step_.*seconds_total|scheduler_|generated_tokens_total|gpu_|plan|decode_|split_)" |
                 sed "s/^/after $t: /" | tee -a "$OUT/summary.txt"
         done
         kill %1; wait ;;
@@ -110,6 +119,23 @@ for job in "$@"; do
             sed 's/^/16 concurrent: /' | tee -a "$OUT/summary.txt"
         curl -sf http://127.0.0.1:8092/health | tee -a "$OUT/summary.txt"; echo | tee -a "$OUT/summary.txt"
         kill %1; wait ;;
+    mixed)
+        for i in 1 2; do
+            for split in 0 1; do
+                SERVE_ENV="MLXCEL_GPU_PLAN_TIMES=1 MLXCEL_GPU_SPLIT_MIXED=$split" serve 8093 --parallel 64 --ctx 1024 ||
+                    { echo "server did not start"; continue; }
+                for t in "--temperature 0" "--temperature 0.7 --top-p 0.9"; do
+                    timeout 120 python3 bench/serve_throughput.py --url http://127.0.0.1:8093 -c 1,64 --max-tokens 128 \
+                        --prompt-tokens 32 --rounds 4 $t 2>&1 | tee -a "$OUT/mixed.log" | grep -v '^JSON' |
+                        sed "s/^/split=$split run $i: /" | tee -a "$OUT/summary.txt"
+                done
+                kill %1; wait
+            done
+        done
+        for ctx in 161 1024; do  # 161: the bench's own default for -p 32 -n 128
+            timeout 120 build/cuda/mlxcel bench -m "$model" --backend cuda --batch 64 -p 32 -n 128 --temp 0 --ctx $ctx 2>&1 |
+                tee -a "$OUT/mixed.log" | grep -E "^rep|^bench" | sed "s/^/engine --ctx $ctx: /" | tee -a "$OUT/summary.txt"
+        done ;;
     *) echo "unknown job $job" ;;
     esac
 done

@@ -65,6 +65,13 @@
 #             qwen3-0.6b-q4g64 -p 32 -n 128 --batch B` for B = 64, 32, 16, 8 with the knob off and on
 #             in turn, twice; bench_gpu_decode's 64-row step (graph) off and on; the op suite with
 #             the knob (its plan cases).
+#   mixed     the decode tokens of steps with prompt chunks in an attention record of their own
+#             (MLXCEL_GPU_SPLIT_MIXED=1, models/model.h: the decode kernel instead of the prefill
+#             kernel's one-sequence-at-a-time groups), ~5-7 min, deadline 540 s: builds mlxcel and
+#             mlxcel-server, then bench/server_on_device.sh's `mixed` job (its logs in $OUT/server):
+#             64 streams x 4 requests through HTTP, greedy and sampled, off and on in turn, twice,
+#             with the plan counters and device times of /metrics; the engine alone at --batch 64
+#             with the default context and with the server's 1024.
 # (The suites were attn_on_device.sh, attn_mma_on_device.sh, prefill_on_device.sh,
 # moe_on_device.sh and matvec_on_device.sh, which bench/RESULTS.md names.)
 # shellcheck disable=SC2317  # the suite functions are called as "suite_$suite"
@@ -73,11 +80,11 @@ cd "$(dirname "$0")/../.." || exit 1
 suite=${1:-}
 case $suite in
 attn) deadline=300 ;;
-attn_mma | prefill | matvec) deadline=540 ;;
+attn_mma | prefill | matvec | mixed) deadline=540 ;;
 moe | grouped) deadline=480 ;;
 sample) deadline=420 ;;
 *)
-    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|matvec|sample|grouped (the suites: the top of this file)" >&2
+    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|matvec|sample|grouped|mixed (the suites: the top of this file)" >&2
     exit 2
     ;;
 esac
@@ -214,6 +221,12 @@ suite_grouped() {
             build/cuda/bench_gpu_decode qwen3-0.6b 96 64 40 64
     done
     check_run gpu_ops_grouped 150 "check failed|passed|failed" "${on[@]}" -- build/cuda/test_gpu_ops
+}
+
+suite_mixed() {
+    check_build 300 mlxcel mlxcel-server
+    check_run server_mixed 400 "split=.*(c= 64|decode steps|plans:)|engine --ctx.*bench" OUT="$OUT/server" -- \
+        bench/server_on_device.sh mixed
 }
 
 check_start "ab_on_device.sh $suite"
