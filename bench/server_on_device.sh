@@ -123,7 +123,7 @@ for job in "$@"; do
         for i in 1 2; do
             for split in 0 1; do
                 SERVE_ENV="MLXCEL_GPU_PLAN_TIMES=1 MLXCEL_GPU_SPLIT_MIXED=$split" serve 8093 --parallel 64 --ctx 1024 ||
-                    { echo "server did not start"; continue; }
+                    { echo "server did not start (split=$split run $i)" | tee -a "$OUT/summary.txt"; kill %1; wait; continue; }
                 for t in "--temperature 0" "--temperature 0.7 --top-p 0.9"; do
                     timeout 120 python3 bench/serve_throughput.py --url http://127.0.0.1:8093 -c 1,64 --max-tokens 128 \
                         --prompt-tokens 32 --rounds 4 $t 2>&1 | tee -a "$OUT/mixed.log" | grep -v '^JSON' |
