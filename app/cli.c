@@ -13,6 +13,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "commands.h"
 #include "io/model_path.h"
 
 #ifndef MLXCEL_DEFAULT_MODEL
@@ -164,6 +165,19 @@ int cli_sampling_opt(const char *cmd, int argc, char **argv, int *i, mx_sampling
         return cli_u64(cmd, a, v, &s->seed) ? -1 : 1;
     }
     return 0;
+}
+
+int cli_common_opt(const char *cmd, int argc, char **argv, int *i, const cli_common_opts *c) {
+    int r = cli_model_opt(cmd, argc, argv, i, c->model);
+    if (r == 0 && c->sampling && (r = cli_sampling_opt(cmd, argc, argv, i, c->sampling)) > 0 && c->sampling_given)
+        *c->sampling_given = true;
+    if (r < 0) return MX_EXIT_USAGE;
+    if (r > 0) return CLI_OPT_TAKEN;
+    if (cli_is(argv[*i], "-h", "--help")) {
+        c->usage(stdout);
+        return MX_EXIT_OK;
+    }
+    return CLI_OPT_OWN;
 }
 
 int cli_open_model(const char *cmd, const cli_model_opts *o, mx_backend **be, mx_model **m, char **dir_out) {

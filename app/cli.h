@@ -43,6 +43,23 @@ extern const char cli_model_help[];
 void cli_sampling_usage(FILE *to, const mx_sampling *defaults);
 extern const char cli_sampling_help[];
 
+// The flags every model command shares, tried at the top of its flag loop by cli_common_opt.
+typedef struct cli_common_opts {
+    cli_model_opts *model;    // model and backend options (cli_model_opt)
+    mx_sampling *sampling;    // sampling options (cli_sampling_opt); NULL: the command takes none
+    bool *sampling_given;     // NULL, or set to true when a sampling option is taken
+    void (*usage)(FILE *to);  // the command's help, which -h/--help prints to stdout
+} cli_common_opts;
+
+// What cli_common_opt says besides an exit status (statuses are >= 0, these are not).
+enum { CLI_OPT_OWN = -1, CLI_OPT_TAKEN = -2 };
+
+// Takes argv[*i] when it is a model option, a sampling option or -h/--help, in that order. Returns
+// CLI_OPT_TAKEN when it was taken with its value (*i advanced past the value: go on to the next
+// argument), CLI_OPT_OWN when it is none of them (the command parses its own flag), or the status
+// the command exits with: MX_EXIT_USAGE after a bad value (message printed), MX_EXIT_OK after help.
+int cli_common_opt(const char *cmd, int argc, char **argv, int *i, const cli_common_opts *c);
+
 // Resolves the model path, creates the backend and loads the model; prints the error and returns -1
 // on failure. *dir_out receives the resolved folder (caller frees).
 int cli_open_model(const char *cmd, const cli_model_opts *o, mx_backend **be, mx_model **m, char **dir_out);

@@ -94,16 +94,13 @@ int cmd_bench(int argc, char **argv) {
     bool probe = false, print_ids = false, sampling_given = false;
     cli_model_opts mo = {0};
     mx_sampling sp = mx_sampling_defaults();
+    const cli_common_opts common = {.model = &mo, .sampling = &sp, .sampling_given = &sampling_given, .usage = usage};
     for (int i = 1; i < argc; i++) {
-        int r = cli_model_opt(cmd, argc, argv, &i, &mo);
-        if (r == 0 && (r = cli_sampling_opt(cmd, argc, argv, &i, &sp)) > 0) sampling_given = true;
-        if (r < 0) return MX_EXIT_USAGE;
-        if (r > 0) continue;
+        int r = cli_common_opt(cmd, argc, argv, &i, &common);
+        if (r == CLI_OPT_TAKEN) continue;
+        if (r != CLI_OPT_OWN) return r;
         const char *a = argv[i], *v;
-        if (cli_is(a, "-h", "--help")) {
-            usage(stdout);
-            return MX_EXIT_OK;
-        } else if (cli_is(a, "-p", "--prompt-tokens")) {
+        if (cli_is(a, "-p", "--prompt-tokens")) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || cli_int(cmd, a, v, 1, 1 << 20, &n_pp)) return MX_EXIT_USAGE;
         } else if (cli_is(a, "-n", "--gen-tokens")) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || cli_int(cmd, a, v, 0, 1 << 20, &n_tg)) return MX_EXIT_USAGE;

@@ -95,16 +95,13 @@ int cmd_chat(int argc, char **argv) {
     cli_model_opts mo = {0};
     mx_sampling sp = mx_sampling_defaults();
     sp.temp = CHAT_TEMP;
+    const cli_common_opts common = {.model = &mo, .sampling = &sp, .usage = usage};
     for (int i = 1; i < argc; i++) {
-        int r = cli_model_opt(cmd, argc, argv, &i, &mo);
-        if (r == 0) r = cli_sampling_opt(cmd, argc, argv, &i, &sp);
-        if (r < 0) return MX_EXIT_USAGE;
-        if (r > 0) continue;
+        int r = cli_common_opt(cmd, argc, argv, &i, &common);
+        if (r == CLI_OPT_TAKEN) continue;
+        if (r != CLI_OPT_OWN) return r;
         const char *a = argv[i], *v;
-        if (cli_is(a, "-h", "--help")) {
-            usage(stdout);
-            return MX_EXIT_OK;
-        } else if (cli_is(a, NULL, "--system")) {
+        if (cli_is(a, NULL, "--system")) {
             if (!(system = cli_value(cmd, argc, argv, &i))) return MX_EXIT_USAGE;
         } else if (cli_is(a, NULL, "--no-prefix-cache")) {
             reuse_cache = false;  // recompute the whole conversation each turn (tests compare both)

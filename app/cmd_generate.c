@@ -42,16 +42,13 @@ int cmd_generate(int argc, char **argv) {
     bool no_template = false, ignore_eos = false;
     cli_model_opts mo = {0};
     mx_sampling sp = mx_sampling_defaults();
+    const cli_common_opts common = {.model = &mo, .sampling = &sp, .usage = usage};
     for (int i = 1; i < argc; i++) {
-        int r = cli_model_opt(cmd, argc, argv, &i, &mo);
-        if (r == 0) r = cli_sampling_opt(cmd, argc, argv, &i, &sp);
-        if (r < 0) return MX_EXIT_USAGE;
-        if (r > 0) continue;
+        int r = cli_common_opt(cmd, argc, argv, &i, &common);
+        if (r == CLI_OPT_TAKEN) continue;
+        if (r != CLI_OPT_OWN) return r;
         const char *a = argv[i], *v;
-        if (cli_is(a, "-h", "--help")) {
-            usage(stdout);
-            return MX_EXIT_OK;
-        } else if (cli_is(a, "-p", "--prompt")) {
+        if (cli_is(a, "-p", "--prompt")) {
             if (!(prompt_arg = cli_value(cmd, argc, argv, &i))) return MX_EXIT_USAGE;
         } else if (cli_is(a, "-n", "--max-tokens")) {
             if (!(v = cli_value(cmd, argc, argv, &i)) || cli_int(cmd, a, v, -1, 1 << 24, &max_new)) return MX_EXIT_USAGE;

@@ -6,17 +6,16 @@
 #include "cli.h"
 #include "commands.h"
 
+static void usage(FILE *to) { fprintf(to, "usage: mlxcel inspect [-m MODEL]\n%s", cli_model_help); }
+
 int cmd_inspect(int argc, char **argv) {
     const char *cmd = "inspect";
     cli_model_opts mo = {0};
+    const cli_common_opts common = {.model = &mo, .usage = usage};
     for (int i = 1; i < argc; i++) {
-        int r = cli_model_opt(cmd, argc, argv, &i, &mo);
-        if (r < 0) return MX_EXIT_USAGE;
-        if (r > 0) continue;
-        if (cli_is(argv[i], "-h", "--help")) {
-            printf("usage: mlxcel inspect [-m MODEL]\n%s", cli_model_help);
-            return MX_EXIT_OK;
-        }
+        int r = cli_common_opt(cmd, argc, argv, &i, &common);
+        if (r == CLI_OPT_TAKEN) continue;
+        if (r != CLI_OPT_OWN) return r;
         cli_error(cmd, "unknown option '%s'", argv[i]);
         return MX_EXIT_USAGE;
     }

@@ -65,15 +65,13 @@ static int write_logits(const char *path, const float *data, int n, int vocab, m
 int cmd_logits(int argc, char **argv) {
     const char *cmd = "logits", *ids_arg = NULL, *out_path = NULL, *mode = "prefill";
     cli_model_opts mo = {0};
+    const cli_common_opts common = {.model = &mo, .usage = usage};
     for (int i = 1; i < argc; i++) {
-        int r = cli_model_opt(cmd, argc, argv, &i, &mo);
-        if (r < 0) return MX_EXIT_USAGE;
-        if (r > 0) continue;
+        int r = cli_common_opt(cmd, argc, argv, &i, &common);
+        if (r == CLI_OPT_TAKEN) continue;
+        if (r != CLI_OPT_OWN) return r;
         const char *a = argv[i];
-        if (cli_is(a, "-h", "--help")) {
-            usage(stdout);
-            return MX_EXIT_OK;
-        } else if (cli_is(a, NULL, "--ids")) {
+        if (cli_is(a, NULL, "--ids")) {
             if (!(ids_arg = cli_value(cmd, argc, argv, &i))) return MX_EXIT_USAGE;
         } else if (cli_is(a, "-o", "--output")) {
             if (!(out_path = cli_value(cmd, argc, argv, &i))) return MX_EXIT_USAGE;

@@ -79,14 +79,12 @@ static int encode_file(const char *cmd, const mx_tokenizer *tok, int32_t eot, co
 int cmd_perplexity(int argc, char **argv) {
     const char *cmd = "perplexity", *file = NULL;
     cli_model_opts mo = {0};
+    const cli_common_opts common = {.model = &mo, .usage = usage};
     for (int i = 1; i < argc; i++) {
-        int r = cli_model_opt(cmd, argc, argv, &i, &mo);
-        if (r < 0) return MX_EXIT_USAGE;
-        if (r > 0) continue;
-        if (cli_is(argv[i], "-h", "--help")) {
-            usage(stdout);
-            return MX_EXIT_OK;
-        } else if (cli_is(argv[i], "-f", "--file")) {
+        int r = cli_common_opt(cmd, argc, argv, &i, &common);
+        if (r == CLI_OPT_TAKEN) continue;
+        if (r != CLI_OPT_OWN) return r;
+        if (cli_is(argv[i], "-f", "--file")) {
             if (!(file = cli_value(cmd, argc, argv, &i))) return MX_EXIT_USAGE;
         } else {
             cli_error(cmd, "unknown option '%s'", argv[i]);

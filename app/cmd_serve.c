@@ -39,6 +39,12 @@ static const char serve_usage[] =
 
     "  --no-prefix-cache       compute every prompt in full (no reuse of cached prefixes)\n";
 
+static void usage(FILE *to) {
+    fprintf(to, "%s%s", serve_usage, cli_model_help);
+    mx_sampling d = mx_sampling_defaults();
+    cli_sampling_usage(to, &d);
+}
+
 int cmd_serve(int argc, char **argv) {
     const char *cmd = "serve";
     cli_model_opts mo = {0};
@@ -46,18 +52,12 @@ int cmd_serve(int argc, char **argv) {
     mx_server_opts so = {.host = "127.0.0.1", .port = 8080, .parallel = 4, .max_queue = 64, .timeout = 600,
                          .max_body = 8u << 20, .prefill_chunk = 256, .conn_timeout = 30};
     float shutdown_timeout = 10;
+    const cli_common_opts common = {.model = &mo, .sampling = &sp, .usage = usage};
     for (int i = 1; i < argc; i++) {
+        int r = cli_common_opt(cmd, argc, argv, &i, &common);
+        if (r == CLI_OPT_TAKEN) continue;
+        if (r != CLI_OPT_OWN) return r;
         const char *a = argv[i], *v;
-        int r = cli_model_opt(cmd, argc, argv, &i, &mo);
-        if (r == 0) r = cli_sampling_opt(cmd, argc, argv, &i, &sp);
-        if (r < 0) return MX_EXIT_USAGE;
-        if (r > 0) continue;
-        if (cli_is(a, "-h", "--help")) {
-            printf("%s%s", serve_usage, cli_model_help);
-            mx_sampling d = mx_sampling_defaults();
-            cli_sampling_usage(stdout, &d);
-            return MX_EXIT_OK;
-        }
         int iv;
         float fv;
         if (cli_is(a, NULL, "--host")) {
