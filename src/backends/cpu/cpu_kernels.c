@@ -289,43 +289,40 @@ static float block_amax(const float *x, int len) {
     return amax;
 }
 
-void cpu_kernels_kv_i16_row(int16_t *dst, float *scales, const float *src, int hd) {
-    const cpu_kernel_set *k = kernels();
-    if (k->kv_i16_row) {
-        k->kv_i16_row(dst, scales, src, hd);
-        return;
-    }
+// One row to integer codes of `bits` (16: int16_t dst, |code| <= 32767; 8: int8_t dst, <= 127), per
+// block of CPU_KV_SCALE_BLOCK values with the block's scale amax / qmax (the KV row references).
+// Inlined into each caller with bits a constant, so the element type's branch folds away and the
+// rounding loop vectorizes as in a copy written for one type.
+static inline void scalar_kv_row(void *dst, float *scales, const float *src, int hd, int bits) {
+    const float qmax = bits == 16 ? 32767.0f : 127.0f;
     for (int b0 = 0, b = 0; b0 < hd; b0 += CPU_KV_SCALE_BLOCK, b++) {
         const float *x = src + b0;
-        int16_t *d = dst + b0;
         int len = hd - b0 < CPU_KV_SCALE_BLOCK ? hd - b0 : CPU_KV_SCALE_BLOCK;
         float amax = block_amax(x, len);
-        float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
+        float inv = amax > 0.0f ? qmax / amax : 0.0f;
         // Round half to even (lrintf's rule in the default rounding mode) by adding and subtracting
         // 1.5 * 2^23: exact for |v| < 2^22 (here |v| <= 32767), and the loop vectorizes where a call
         // to lrintf per value did not (checked equal to lrintf for every float of magnitude <= 32768).
-        for (int i = 0; i < len; i++) d[i] = (int16_t)((x[i] * inv + 12582912.0f) - 12582912.0f);
-        scales[b] = amax / 32767.0f;
+        // For 8 bits |x * inv| <= 127 up to one rounding of the product, which rounds to 127 at most.
+        for (int i = 0; i < len; i++) {
+            float code = (x[i] * inv + 12582912.0f) - 12582912.0f;
+            if (bits == 16) ((int16_t *)dst)[b0 + i] = (int16_t)code;
+            else ((int8_t *)dst)[b0 + i] = (int8_t)code;
+        }
+        scales[b] = amax / qmax;
     }
+}
+
+void cpu_kernels_kv_i16_row(int16_t *dst, float *scales, const float *src, int hd) {
+    const cpu_kernel_set *k = kernels();
+    if (k->kv_i16_row) k->kv_i16_row(dst, scales, src, hd);
+    else scalar_kv_row(dst, scales, src, hd, 16);
 }
 
 void cpu_kernels_kv_i8_row(int8_t *dst, float *scales, const float *src, int hd) {
     const cpu_kernel_set *k = kernels();
-    if (k->kv_i8_row) {
-        k->kv_i8_row(dst, scales, src, hd);
-        return;
-    }
-    for (int b0 = 0, b = 0; b0 < hd; b0 += CPU_KV_SCALE_BLOCK, b++) {
-        const float *x = src + b0;
-        int8_t *d = dst + b0;
-        int len = hd - b0 < CPU_KV_SCALE_BLOCK ? hd - b0 : CPU_KV_SCALE_BLOCK;
-        float amax = block_amax(x, len);
-        float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-        // Round half to even as in cpu_kernels_kv_i16_row; |x * inv| <= 127 up to one rounding of
-        // the product, which rounds to 127 at most.
-        for (int i = 0; i < len; i++) d[i] = (int8_t)((x[i] * inv + 12582912.0f) - 12582912.0f);
-        scales[b] = amax / 127.0f;
-    }
+    if (k->kv_i8_row) k->kv_i8_row(dst, scales, src, hd);
+    else scalar_kv_row(dst, scales, src, hd, 8);
 }
 
 // The bit-equal pair where asked for and the set has it for w (formats with a batched product).
