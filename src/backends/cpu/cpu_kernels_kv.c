@@ -29,34 +29,31 @@ CPU_TARGET_AVX512 static inline float avx512_block_amax(const float *x, int len)
     return amax;
 }
 
-CPU_TARGET_AVX512 void cpu_avx512_kv_i16_row(int16_t *dst, float *scales, const float *src, int hd) {
+// One row to codes of `bits` (16: int16_t dst; 8: int8_t dst, saturating narrowing), per block with
+// the scale amax / qmax. Inlined with bits a constant: each caller keeps only its own store.
+CPU_TARGET_AVX512_INLINE static void avx512_kv_row(void *dst, float *scales, const float *src, int hd, int bits) {
+    const float qmax = bits == 16 ? 32767.0f : 127.0f;
     for (int b0 = 0, b = 0; b0 < hd; b0 += CPU_KV_SCALE_BLOCK, b++) {
         int len = hd - b0 < CPU_KV_SCALE_BLOCK ? hd - b0 : CPU_KV_SCALE_BLOCK;
         float amax = avx512_block_amax(src + b0, len);
-        float inv = amax > 0.0f ? 32767.0f / amax : 0.0f;
+        float inv = amax > 0.0f ? qmax / amax : 0.0f;
         __m512 vinv = _mm512_set1_ps(inv);
         for (int i = 0; i < len; i += 16) {
             __mmask16 m = len - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (len - i)) - 1);
             __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, src + b0 + i), vinv));
-            _mm512_mask_cvtsepi32_storeu_epi16(dst + b0 + i, m, q);
+            if (bits == 16) _mm512_mask_cvtsepi32_storeu_epi16((int16_t *)dst + b0 + i, m, q);
+            else _mm512_mask_cvtsepi32_storeu_epi8((int8_t *)dst + b0 + i, m, q);
         }
-        scales[b] = amax / 32767.0f;
+        scales[b] = amax / qmax;
     }
 }
 
+CPU_TARGET_AVX512 void cpu_avx512_kv_i16_row(int16_t *dst, float *scales, const float *src, int hd) {
+    avx512_kv_row(dst, scales, src, hd, 16);
+}
+
 CPU_TARGET_AVX512 void cpu_avx512_kv_i8_row(int8_t *dst, float *scales, const float *src, int hd) {
-    for (int b0 = 0, b = 0; b0 < hd; b0 += CPU_KV_SCALE_BLOCK, b++) {
-        int len = hd - b0 < CPU_KV_SCALE_BLOCK ? hd - b0 : CPU_KV_SCALE_BLOCK;
-        float amax = avx512_block_amax(src + b0, len);
-        float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
-        __m512 vinv = _mm512_set1_ps(inv);
-        for (int i = 0; i < len; i += 16) {
-            __mmask16 m = len - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (len - i)) - 1);
-            __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(m, src + b0 + i), vinv));
-            _mm512_mask_cvtsepi32_storeu_epi8(dst + b0 + i, m, q);
-        }
-        scales[b] = amax / 127.0f;
-    }
+    avx512_kv_row(dst, scales, src, hd, 8);
 }
 
 // AVX2: 8 values at a time; a block's last len % 8 values by the scalar expression (the same
