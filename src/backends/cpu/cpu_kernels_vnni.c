@@ -123,6 +123,21 @@ CPU_TARGET_VNNI_INLINE static void prefetch_scales(const mx_matrix *w, int64_t r
     }
 }
 
+// One block of up to 16 groups from g0 for NR rows from r: each row's 16 scales times sx into sc[i]
+// (lanes: groups), and its biases times gsum added to bacc[i]. Returns the block's group count.
+CPU_TARGET_VNNI_INLINE static int scale_block(const mx_matrix *w, int64_t r, int NR, int64_t groups, int64_t g0,
+                                              const float *sx, const float *gsum, __m512 *sc, __m512 *bacc) {
+    int nb = groups - g0 < 16 ? (int)(groups - g0) : 16;
+    __mmask16 m = (__mmask16)((1u << nb) - 1);
+    __m512 vsx = _mm512_maskz_loadu_ps(m, sx + g0), vgs = _mm512_maskz_loadu_ps(m, gsum + g0);
+    for (int i = 0; i < NR; i++) {
+        int64_t si = (r + i) * groups + g0;
+        sc[i] = _mm512_mul_ps(cpu_int8_load16(w->scales, w->scale_dtype, si, m), vsx);
+        bacc[i] = _mm512_fmadd_ps(cpu_int8_load16(w->biases, w->scale_dtype, si, m), vgs, bacc[i]);
+    }
+    return nb;
+}
+
 // NR (1..4) rows of 4-bit weights from row r, group size GS (64 or 128); both are constants at each
 // call site so the loops unroll. Groups go in blocks of 16: the block's scales (times sx) and biases
 // are loaded as vectors, the bias term accumulates as a vector, and each 128-column chunk takes its
@@ -143,14 +158,7 @@ CPU_TARGET_VNNI_INLINE static void q4_rows(const mx_matrix *w, int64_t r, int NR
     for (int i = 0; i < NR; i++) acc[i] = bacc[i] = _mm512_setzero_ps();
     prefetch_scales(w, r, NR, row_bytes, groups);
     for (int64_t g0 = 0; g0 < groups; g0 += 16) {
-        int nb = groups - g0 < 16 ? (int)(groups - g0) : 16;
-        __mmask16 m = (__mmask16)((1u << nb) - 1);
-        __m512 vsx = _mm512_maskz_loadu_ps(m, sx + g0), vgs = _mm512_maskz_loadu_ps(m, gsum + g0);
-        for (int i = 0; i < NR; i++) {
-            int64_t si = (r + i) * groups + g0;
-            sc[i] = _mm512_mul_ps(cpu_int8_load16(w->scales, w->scale_dtype, si, m), vsx);
-            bacc[i] = _mm512_fmadd_ps(cpu_int8_load16(w->biases, w->scale_dtype, si, m), vgs, bacc[i]);
-        }
+        int nb = scale_block(w, r, NR, groups, g0, sx, gsum, sc, bacc);
         __m512i idx = idx0;
         int64_t c0 = g0 / per_chunk, c1 = (g0 + nb + per_chunk - 1) / per_chunk;
         for (int64_t c = c0; c < c1; c++, idx = _mm512_add_epi32(idx, idx_step)) {
@@ -193,16 +201,11 @@ CPU_TARGET_VNNI_INLINE static void q8_rows(const mx_matrix *w, int64_t r, int NR
     __m512 acc[4], lacc[4], bacc[4];  // q part, residual part, bias term
     for (int i = 0; i < NR; i++) acc[i] = lacc[i] = bacc[i] = _mm512_setzero_ps();
     prefetch_scales(w, r, NR, row_bytes, groups);
-    float sc[4][16];
+    float sc[4][16];  // the block's scales * sx, read one group at a time
     for (int64_t g0 = 0; g0 < groups; g0 += 16) {
-        int nb = groups - g0 < 16 ? (int)(groups - g0) : 16;
-        __mmask16 m = (__mmask16)((1u << nb) - 1);
-        __m512 vsx = _mm512_maskz_loadu_ps(m, sx + g0), vgs = _mm512_maskz_loadu_ps(m, gsum + g0);
-        for (int i = 0; i < NR; i++) {
-            int64_t si = (r + i) * groups + g0;
-            _mm512_storeu_ps(sc[i], _mm512_mul_ps(cpu_int8_load16(w->scales, w->scale_dtype, si, m), vsx));
-            bacc[i] = _mm512_fmadd_ps(cpu_int8_load16(w->biases, w->scale_dtype, si, m), vgs, bacc[i]);
-        }
+        __m512 vsc[4];
+        int nb = scale_block(w, r, NR, groups, g0, sx, gsum, vsc, bacc);
+        for (int i = 0; i < NR; i++) _mm512_storeu_ps(sc[i], vsc[i]);
         for (int gi = 0; gi < nb; gi++) {
             int64_t g = g0 + gi;
             __m512i ia[4], il[4];
