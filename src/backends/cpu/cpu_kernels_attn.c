@@ -116,11 +116,10 @@ CPU_TARGET_AVX512_INLINE static __m512 block_scores(const float *q, const float 
 #define DIRECT_ROWS 2
 
 // The raw scores (before the scale) of the block's 16 keys for queries 0..nqc-1 into sp, as
-// block_scores computes them from a converted block (keys past nb score +0). dt: a->kv_dtype, a
-// constant where the caller can make it one.
-CPU_TARGET_AVX512_INLINE static void direct_scores(const cpu_attn_args *a, mx_dtype dt, int p0, int nb, int pf_last,
+// block_scores computes them from a converted block (keys past nb score +0). o: the block's
+// block_offsets, which direct_pv takes too. dt: a->kv_dtype, a constant where the caller can make it one.
+CPU_TARGET_AVX512_INLINE static void direct_scores(const cpu_attn_args *a, mx_dtype dt, const block_at *o, int nb,
                                                    float (*sp)[16], int nqc, int chunks, __mmask16 tail) {
-    block_at o = block_offsets(a, p0, pf_last, mx_kv_scaled(dt));
     const void *K = a->K;
     const float *ks = a->K_scale;
     int64_t stride = a->stride, sstride = a->scale_stride;
@@ -129,8 +128,8 @@ CPU_TARGET_AVX512_INLINE static void direct_scores(const cpu_attn_args *a, mx_dt
         for (int c = 0; c < chunks; c++)
             qv[j][c] = _mm512_maskz_loadu_ps(c == chunks - 1 ? tail : 0xffff, a->q[j] + c * 16);
     for (int i = 0; i < nb; i++) {
-        int64_t at = o.at0 + i * stride, sat = o.sat0 + i * sstride;
-        prefetch_next_row(a, &o, K, ks, i, a->hd);
+        int64_t at = o->at0 + i * stride, sat = o->sat0 + i * sstride;
+        prefetch_next_row(a, o, K, ks, i, a->hd);
         __m512 acc[DIRECT_ROWS];
         for (int j = 0; j < nqc; j++) acc[j] = _mm512_setzero_ps();
         for (int c = 0; c < chunks; c++) {
@@ -147,11 +146,10 @@ CPU_TARGET_AVX512_INLINE static void direct_scores(const cpu_attn_args *a, mx_dt
 // The P.V update of queries 0..nqc-1 from the cache's value rows, the operations of the one-query
 // loop in attn_rows_body (out = out * corr, then key by key p[i] x value row i, keys past nb as zero
 // rows) in the same order per element; in passes of `per` chunks so nqc x per sums stay in registers.
-// Rows the block does not reach (live[j] == 0) are not stored.
-CPU_TARGET_AVX512_INLINE static void direct_pv(const cpu_attn_args *a, mx_dtype dt, int p0, int nb, int pf_last,
+// Rows the block does not reach (live[j] == 0) are not stored. o: the block's block_offsets.
+CPU_TARGET_AVX512_INLINE static void direct_pv(const cpu_attn_args *a, mx_dtype dt, const block_at *o, int nb,
                                                const __mmask16 *live, const float (*sp)[16], const float *corr,
                                                int nqc, int chunks, __mmask16 tail) {
-    block_at o = block_offsets(a, p0, pf_last, mx_kv_scaled(dt));
     const void *V = a->V;
     const float *vs = a->V_scale;
     int64_t stride = a->stride, sstride = a->scale_stride;
@@ -166,8 +164,8 @@ CPU_TARGET_AVX512_INLINE static void direct_pv(const cpu_attn_args *a, mx_dtype 
                     _mm512_maskz_loadu_ps(c0 + c == chunks - 1 ? tail : 0xffff, a->out[j] + (c0 + c) * 16), vc);
         }
         for (int i = 0; i < nb; i++) {
-            int64_t at = o.at0 + i * stride, sat = o.sat0 + i * sstride;
-            if (c0 == 0) prefetch_next_row(a, &o, V, vs, i, a->hd);
+            int64_t at = o->at0 + i * stride, sat = o->sat0 + i * sstride;
+            if (c0 == 0) prefetch_next_row(a, o, V, vs, i, a->hd);
             __m512 pi[DIRECT_ROWS];
             for (int j = 0; j < nqc; j++) pi[j] = _mm512_set1_ps(sp[j][i]);
             for (int c = 0; c < cn; c++) {
@@ -268,6 +266,8 @@ CPU_TARGET_AVX512_INLINE static void attn_rows_body(const cpu_attn_args *a, floa
         int nb = hi - p0 + 1 < 16 ? hi - p0 + 1 : 16;
         if (!i8q && !direct) load_block(Kb, a, a->K, a->K_scale, p0, nb, hd, hi);
         if (!i8pv && !direct) load_block(Vb, a, a->V, a->V_scale, p0, nb, hd, hi);
+        // Where the block's rows are, once for both direct passes (K and V rows share their offsets).
+        block_at o = direct ? block_offsets(a, p0, hi, mx_kv_scaled(a->kv_dtype)) : (block_at){0};
         // Three passes over the queries, each query's work in a pass independent of the others'
         // (so their latency chains overlap): the block's scores, the online-softmax update, and
         // the P.V update. One query at a time, its scores -> max -> exp -> sum chain stalled the
@@ -284,7 +284,7 @@ CPU_TARGET_AVX512_INLINE static void attn_rows_body(const cpu_attn_args *a, floa
         if (i8q) {
             cpu_vnni_attn_i8_scores(a, qprep, p0, nb, hi, live, sp, kbuf);
         } else if (direct) {
-            DIRECT_CALL(direct_scores, p0, nb, hi, sp);
+            DIRECT_CALL(direct_scores, &o, nb, sp);
         }
         for (int j = 0; j < nq; j++) {
             if (!live[j]) continue;
@@ -310,7 +310,7 @@ CPU_TARGET_AVX512_INLINE static void attn_rows_body(const cpu_attn_args *a, floa
             continue;
         }
         if (direct) {
-            DIRECT_CALL(direct_pv, p0, nb, hi, live, (const float(*)[16])sp, corr);
+            DIRECT_CALL(direct_pv, &o, nb, live, (const float(*)[16])sp, corr);
             continue;
         }
         // Eight queries at a time where there are eight (a prefill's), each V chunk loaded once for
