@@ -637,38 +637,59 @@ static void compare_swiglu(const char *set) {
     free(g), free(u), free(o);
 }
 
-// The I16 KV row conversion against the scalar reference, bit for bit (rows and scales): head sizes
-// with a short last block, a zero block, signed zeros, one large value per block, and values that
-// land exactly halfway between two integers (max|x| 32767: the multiplier is 1), which rounding
-// away from zero or toward zero would get wrong. Nothing may be written past the row.
+// The KV row conversions' cases: head sizes with a short last block; per head size six rows (rep):
+// random values of four magnitudes with one large value per block, values that land exactly halfway
+// between two integers where max|x| is qmax (the multiplier is 1), which rounding away from zero or
+// toward zero would get wrong, and a zero block of signed zeros.
+enum { KV_MAXD = 264 };
+static const int kv_hds[] = {16, 40, 64, 72, 100, 128, 256};
+
+// Row rep of the cases for head size hd into src; halfway values are n + 0.5 for n in [-span/2, span/2).
+static void kv_case_row(float *src, int hd, int rep, float qmax, int span) {
+    for (int i = 0; i < hd; i++) {
+        float mag = rep == 0 ? 1e-3f : rep == 1 ? 1.0f : rep == 2 ? 50.0f : 3e4f;
+        src[i] = (rndf() * 2 - 1) * mag;
+        if (i % 16 == 5) src[i] *= 40.0f;  // one large value per block
+    }
+    if (rep == 3)  // ties: max|x| = qmax gives the multiplier 1
+        for (int i = 0; i < hd; i++) src[i] = i % 16 == 0 ? qmax : (float)((int)(rndf() * span) - span / 2) + 0.5f;
+    if (rep == 4)
+        for (int i = 0; i < hd && i < 16; i++) src[i] = i % 2 ? 0.0f : -0.0f;  // a zero block
+}
+
+// One row converted by the scalar reference (ref) and by a kernel set (got). Codes are int16_t for
+// the I16 layout; the I8 layout's int8_t codes take the first bytes. Every byte of the code buffers
+// starts as 0x5a and every scale as -1, so a write past the row shows.
+typedef struct kv_rows {
+    int16_t ref[KV_MAXD + 8], got[KV_MAXD + 8];
+    float ref_s[KV_MAXD / 16 + 2], got_s[KV_MAXD / 16 + 2];
+} kv_rows;
+
+static void kv_convert_both(const char *set, int bits, const float *src, int hd, kv_rows *r) {
+    for (int pass = 0; pass < 2; pass++) {
+        int16_t *d = pass ? r->got : r->ref;
+        float *sc = pass ? r->got_s : r->ref_s;
+        memset(d, 0x5a, sizeof r->ref);
+        for (int i = 0; i < KV_MAXD / 16 + 2; i++) sc[i] = -1.0f;
+        CHECK_MSG(cpu_kernels_select(pass ? set : "scalar") == 0, "kernel set %s", set);
+        if (bits == 16) cpu_kernels_kv_i16_row(d, sc, src, hd);
+        else cpu_kernels_kv_i8_row((int8_t *)d, sc, src, hd);
+    }
+}
+
+// The I16 KV row conversion against the scalar reference, bit for bit (rows and scales), on the
+// cases above (ties at max|x| 32767). Nothing may be written past the row.
 static void compare_kv_i16(const char *set) {
-    enum { MAXD = 264 };
-    const int hds[] = {16, 40, 64, 72, 100, 128, 256};
-    float src[MAXD], ref_s[MAXD / 16 + 2], got_s[MAXD / 16 + 2];
-    int16_t ref[MAXD + 8], got[MAXD + 8];
+    float src[KV_MAXD];
+    kv_rows r;
     int bad = 0;
-    for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++)
+    for (size_t h = 0; h < sizeof kv_hds / sizeof kv_hds[0]; h++)
         for (int rep = 0; rep < 6; rep++) {
-            int hd = hds[h];
-            for (int i = 0; i < hd; i++) {
-                float mag = rep == 0 ? 1e-3f : rep == 1 ? 1.0f : rep == 2 ? 50.0f : 3e4f;
-                src[i] = (rndf() * 2 - 1) * mag;
-                if (i % 16 == 5) src[i] *= 40.0f;  // one large value per block
-            }
-            if (rep == 3)  // ties: max|x| = 32767 gives the multiplier 1
-                for (int i = 0; i < hd; i++) src[i] = i % 16 == 0 ? 32767.0f : (float)((int)(rndf() * 2000) - 1000) + 0.5f;
-            if (rep == 4)
-                for (int i = 0; i < hd && i < 16; i++) src[i] = i % 2 ? 0.0f : -0.0f;  // a zero block
-            for (int pass = 0; pass < 2; pass++) {
-                int16_t *d = pass ? got : ref;
-                float *sc = pass ? got_s : ref_s;
-                for (int i = 0; i < MAXD + 8; i++) d[i] = 0x5a5a;
-                for (int i = 0; i < MAXD / 16 + 2; i++) sc[i] = -1.0f;
-                CHECK_MSG(cpu_kernels_select(pass ? set : "scalar") == 0, "kernel set %s", set);
-                cpu_kernels_kv_i16_row(d, sc, src, hd);
-            }
-            if (memcmp(ref, got, sizeof ref) != 0 || memcmp(ref_s, got_s, sizeof ref_s) != 0) bad++;
-            if (got[hd] != 0x5a5a || got_s[CPU_KV_SCALES(hd)] != -1.0f) bad++;
+            int hd = kv_hds[h];
+            kv_case_row(src, hd, rep, 32767.0f, 2000);
+            kv_convert_both(set, 16, src, hd, &r);
+            if (memcmp(r.ref, r.got, sizeof r.ref) != 0 || memcmp(r.ref_s, r.got_s, sizeof r.ref_s) != 0) bad++;
+            if (r.got[hd] != 0x5a5a || r.got_s[CPU_KV_SCALES(hd)] != -1.0f) bad++;
         }
     CHECK_MSG(bad == 0, "%s kv i16 rows: %d rows differ from the scalar reference", set, bad);
 }
@@ -685,47 +706,31 @@ static int kv_i8_out_of_bound(const int8_t *d, const float *sc, const float *src
     return out;
 }
 
-// The I8 KV row conversion against the scalar reference, bit for bit, on the cases of
-// compare_kv_i16 (ties at max|x| 127, where the multiplier is 1), with the round-trip bound checked
-// on the reference's rows; one code off by one planted in a copy must fail both checks.
+// The I8 KV row conversion against the scalar reference, bit for bit, on the cases above (ties at
+// max|x| 127), with the round-trip bound checked on the reference's rows; one code off by one
+// planted in a copy must fail both checks.
 static void compare_kv_i8(const char *set) {
-    enum { MAXD = 264 };
-    const int hds[] = {16, 40, 64, 72, 100, 128, 256};
-    float src[MAXD], ref_s[MAXD / 16 + 2], got_s[MAXD / 16 + 2];
-    int8_t ref[MAXD + 8], got[MAXD + 8];
+    float src[KV_MAXD];
+    kv_rows r;
+    const int8_t *ref = (const int8_t *)r.ref, *got = (const int8_t *)r.got;
     int bad = 0, outside = 0, planted_missed = 0;
-    for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++)
+    for (size_t h = 0; h < sizeof kv_hds / sizeof kv_hds[0]; h++)
         for (int rep = 0; rep < 6; rep++) {
-            int hd = hds[h];
-            for (int i = 0; i < hd; i++) {
-                float mag = rep == 0 ? 1e-3f : rep == 1 ? 1.0f : rep == 2 ? 50.0f : 3e4f;
-                src[i] = (rndf() * 2 - 1) * mag;
-                if (i % 16 == 5) src[i] *= 40.0f;  // one large value per block
-            }
-            if (rep == 3)  // ties: max|x| = 127 gives the multiplier 1
-                for (int i = 0; i < hd; i++) src[i] = i % 16 == 0 ? 127.0f : (float)((int)(rndf() * 250) - 125) + 0.5f;
-            if (rep == 4)
-                for (int i = 0; i < hd && i < 16; i++) src[i] = i % 2 ? 0.0f : -0.0f;  // a zero block
-            for (int pass = 0; pass < 2; pass++) {
-                int8_t *d = pass ? got : ref;
-                float *sc = pass ? got_s : ref_s;
-                for (int i = 0; i < MAXD + 8; i++) d[i] = 0x5a;
-                for (int i = 0; i < MAXD / 16 + 2; i++) sc[i] = -1.0f;
-                CHECK_MSG(cpu_kernels_select(pass ? set : "scalar") == 0, "kernel set %s", set);
-                cpu_kernels_kv_i8_row(d, sc, src, hd);
-            }
-            if (memcmp(ref, got, sizeof ref) != 0 || memcmp(ref_s, got_s, sizeof ref_s) != 0) bad++;
-            if (got[hd] != 0x5a || got_s[CPU_KV_SCALES(hd)] != -1.0f) bad++;
-            outside += kv_i8_out_of_bound(ref, ref_s, src, hd);
-            int8_t planted[MAXD + 8];
+            int hd = kv_hds[h];
+            kv_case_row(src, hd, rep, 127.0f, 250);
+            kv_convert_both(set, 8, src, hd, &r);
+            if (memcmp(ref, got, KV_MAXD + 8) != 0 || memcmp(r.ref_s, r.got_s, sizeof r.ref_s) != 0) bad++;
+            if (got[hd] != 0x5a || r.got_s[CPU_KV_SCALES(hd)] != -1.0f) bad++;
+            outside += kv_i8_out_of_bound(ref, r.ref_s, src, hd);
+            int8_t planted[KV_MAXD + 8];
             memcpy(planted, got, sizeof planted);
             int at = (int)(h * 37 + (size_t)rep * 11) % hd;
             // Away from the source value (a step further than the rounding went), or back from +-127.
-            int step = (double)planted[at] * ref_s[at / CPU_KV_SCALE_BLOCK] >= src[at] ? 1 : -1;
+            int step = (double)planted[at] * r.ref_s[at / CPU_KV_SCALE_BLOCK] >= src[at] ? 1 : -1;
             if (planted[at] + step > 127 || planted[at] + step < -127) step = -step;
             planted[at] = (int8_t)(planted[at] + step);
-            if (ref_s[at / CPU_KV_SCALE_BLOCK] > 0 &&
-                (memcmp(ref, planted, sizeof ref) == 0 || kv_i8_out_of_bound(planted, ref_s, src, hd) == 0))
+            if (r.ref_s[at / CPU_KV_SCALE_BLOCK] > 0 &&
+                (memcmp(ref, planted, sizeof planted) == 0 || kv_i8_out_of_bound(planted, r.ref_s, src, hd) == 0))
                 planted_missed++;
         }
     CHECK_MSG(bad == 0, "%s kv i8 rows: %d rows differ from the scalar reference", set, bad);
