@@ -225,23 +225,4 @@ int cpu_amx_supported(void) {
     return ok;
 }
 
-#else
-
-size_t cpu_amx_qx_tiles_bytes(const mx_matrix *w, int n) {
-    (void)w, (void)n;
-    return 0;
-}
-void cpu_amx_quantize_x_tiles(const mx_matrix *w, const float *x, int n, int tile, void *qx) {
-    (void)w, (void)x, (void)n, (void)tile, (void)qx;
-}
-size_t cpu_amx_scratch_bytes(const mx_matrix *w) {
-    (void)w;
-    return 0;
-}
-void cpu_amx_gemm_q(const mx_matrix *w, int64_t r0, int nr, const void *qx, int n, float *out, int64_t ldo,
-                    void *scratch) {
-    (void)w, (void)r0, (void)nr, (void)qx, (void)n, (void)out, (void)ldo, (void)scratch;
-}
-int cpu_amx_supported(void) { return 0; }
-
 #endif

@@ -383,6 +383,7 @@ CPU_TARGET_AVX512 void cpu_avx512vnni_attn_rows(const cpu_attn_args *a, float *s
 
 #else
 
+// Not x86-64: never called, but cpu_kernels.c tells the kernel sets apart by these addresses.
 void cpu_avx512_attn_rows(const cpu_attn_args *a, float *scratch) {
     (void)a, (void)scratch;
 }

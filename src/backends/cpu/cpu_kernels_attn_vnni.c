@@ -121,14 +121,4 @@ CPU_TARGET_VNNI void cpu_vnni_attn_i8_scores(const cpu_attn_args *a, const uint8
     }
 }
 
-#else
-
-void cpu_vnni_attn_i8_prepare(const cpu_attn_args *a, uint8_t *qprep) {
-    (void)a, (void)qprep;
-}
-void cpu_vnni_attn_i8_scores(const cpu_attn_args *a, const uint8_t *qprep, int p0, int nb, int pf_last,
-                             const uint16_t *live, float (*sp)[16], uint8_t *kbuf) {
-    (void)a, (void)qprep, (void)p0, (void)nb, (void)pf_last, (void)live, (void)sp, (void)kbuf;
-}
-
 #endif

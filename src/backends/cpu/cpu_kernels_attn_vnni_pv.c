@@ -196,10 +196,3 @@ void cpu_vnni_attn_i8_pv_order(float *out, int hd) {
                 for (int e = 0; e < 4; e++) out[c + 16 * L + 4 * m + e] = t[4 * G * m + 4 * L + e];
     }
 }
-
-#if !defined(__x86_64__)
-void cpu_vnni_attn_i8_pv(const cpu_attn_args *a, int p0, int nb, int pf_last, const uint16_t *live,
-                         const float (*p)[16], const float *corr, uint8_t *vbuf) {
-    (void)a, (void)p0, (void)nb, (void)pf_last, (void)live, (void)p, (void)corr, (void)vbuf;
-}
-#endif

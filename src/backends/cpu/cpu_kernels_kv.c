@@ -83,16 +83,4 @@ CPU_TARGET_AVX2 void cpu_avx2_kv_i8_row(int8_t *dst, float *scales, const float 
     }
 }
 
-#else
-
-void cpu_avx512_kv_i16_row(int16_t *dst, float *scales, const float *src, int hd) {
-    (void)dst, (void)scales, (void)src, (void)hd;
-}
-void cpu_avx512_kv_i8_row(int8_t *dst, float *scales, const float *src, int hd) {
-    (void)dst, (void)scales, (void)src, (void)hd;
-}
-void cpu_avx2_kv_i8_row(int8_t *dst, float *scales, const float *src, int hd) {
-    (void)dst, (void)scales, (void)src, (void)hd;
-}
-
 #endif

@@ -23,10 +23,4 @@ CPU_TARGET_AVX512 void cpu_avx512_swiglu(float *out, const float *gate, const fl
     }
 }
 
-#else
-
-void cpu_avx512_swiglu(float *out, const float *gate, const float *up, int64_t count) {
-    (void)out, (void)gate, (void)up, (void)count;
-}
-
 #endif

@@ -264,18 +264,4 @@ int cpu_vnni_supported(void) {
            mx_cpu_has_avx2();
 }
 
-#else
-
-size_t cpu_vnni_qx_row_bytes(const mx_matrix *w) {
-    (void)w;
-    return 0;
-}
-void cpu_vnni_quantize_x(const mx_matrix *w, const float *x, int n, void *qx) {
-    (void)w, (void)x, (void)n, (void)qx;
-}
-void cpu_vnni_gemv_q(const mx_matrix *w, int64_t r0, int64_t r1, const void *qx, float *out) {
-    (void)w, (void)r0, (void)r1, (void)qx, (void)out;
-}
-int cpu_vnni_supported(void) { return 0; }
-
 #endif

@@ -285,17 +285,4 @@ CPU_TARGET_VNNI void cpu_vnni_eq_gemv_q(const mx_matrix *w, int64_t r0, int64_t 
     }
 }
 
-#else
-
-size_t cpu_vnni_eq_qx_row_bytes(const mx_matrix *w) {
-    (void)w;
-    return 0;
-}
-void cpu_vnni_eq_quantize_x(const mx_matrix *w, const float *x, int n, void *qx) {
-    (void)w, (void)x, (void)n, (void)qx;
-}
-void cpu_vnni_eq_gemv_q(const mx_matrix *w, int64_t r0, int64_t r1, const void *qx, float *out) {
-    (void)w, (void)r0, (void)r1, (void)qx, (void)out;
-}
-
 #endif

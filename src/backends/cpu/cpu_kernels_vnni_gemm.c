@@ -267,21 +267,7 @@ CPU_TARGET_VNNI void cpu_vnni_gemm_q_eq(const mx_matrix *w, int64_t r0, int nr, 
 
 #else
 
-size_t cpu_vnni_qx_tiles_bytes(const mx_matrix *w, int n) {
-    (void)w, (void)n;
-    return 0;
-}
-void cpu_vnni_quantize_x_tiles(const mx_matrix *w, const float *x, int n, int tile, void *qx) {
-    (void)w, (void)x, (void)n, (void)tile, (void)qx;
-}
-size_t cpu_vnni_gemm_scratch_bytes(const mx_matrix *w) {
-    (void)w;
-    return 0;
-}
-void cpu_vnni_gemm_q(const mx_matrix *w, int64_t r0, int nr, const void *qx, int n, float *out, int64_t ldo,
-                     void *scratch) {
-    (void)w, (void)r0, (void)nr, (void)qx, (void)n, (void)out, (void)ldo, (void)scratch;
-}
+// Not x86-64: never called, but cpu_kernels.c tells the kernel sets apart by its address.
 void cpu_vnni_gemm_q_eq(const mx_matrix *w, int64_t r0, int nr, const void *qx, int n, float *out, int64_t ldo,
                         void *scratch) {
     (void)w, (void)r0, (void)nr, (void)qx, (void)n, (void)out, (void)ldo, (void)scratch;
