@@ -108,21 +108,6 @@ CPU_TARGET_VNNI void cpu_vnni_quantize_x(const mx_matrix *w, const float *x, int
     }
 }
 
-// The scale and bias streams are 16-32x thinner than the weights; without a prefetch of their own
-// their misses showed up as the hottest instruction (perf). Fetches the scales and biases of the NR
-// rows that the weight prefetch (VNNI_PREFETCH bytes ahead) is reaching.
-CPU_TARGET_VNNI_INLINE static void prefetch_scales(const mx_matrix *w, int64_t r, int NR, int64_t row_bytes,
-                                                   int64_t groups) {
-    int64_t ahead = r + NR + VNNI_PREFETCH / row_bytes, total = w->rows * w->n_experts;
-    if (ahead + NR > total) return;
-    int ssz = w->scale_dtype == MX_DTYPE_F32 ? 4 : w->scale_dtype == MX_DTYPE_U8 ? 1 : 2;
-    const char *ps = (const char *)w->scales + ahead * groups * ssz, *pb = (const char *)w->biases + ahead * groups * ssz;
-    for (int64_t off = 0; off < NR * groups * ssz; off += 64) {
-        _mm_prefetch(ps + off, _MM_HINT_T0);
-        _mm_prefetch(pb + off, _MM_HINT_T0);
-    }
-}
-
 // One block of up to 16 groups from g0 for NR rows from r: each row's 16 scales times sx into sc[i]
 // (lanes: groups), and its biases times gsum added to bacc[i]. Returns the block's group count.
 CPU_TARGET_VNNI_INLINE static int scale_block(const mx_matrix *w, int64_t r, int NR, int64_t groups, int64_t g0,

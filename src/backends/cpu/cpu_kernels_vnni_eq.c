@@ -94,21 +94,6 @@ CPU_TARGET_VNNI void cpu_vnni_eq_quantize_x(const mx_matrix *w, const float *x, 
     for (int t = 0; t < n; t++) quantize_row_digits(w, x + (int64_t)t * w->cols, (uint8_t *)qx + (size_t)t * row_bytes);
 }
 
-// The scale and bias streams are 16-32x thinner than the weights; without a prefetch of their own
-// their misses showed up as the hottest instruction (perf). Fetches the scales and biases of the NR
-// rows that the weight prefetch (VNNI_PREFETCH bytes ahead) is reaching.
-CPU_TARGET_VNNI_INLINE static void prefetch_scales(const mx_matrix *w, int64_t r, int NR, int64_t row_bytes,
-                                                   int64_t groups) {
-    int64_t ahead = r + NR + VNNI_PREFETCH / row_bytes, total = w->rows * w->n_experts;
-    if (ahead + NR > total) return;
-    int ssz = w->scale_dtype == MX_DTYPE_F32 ? 4 : w->scale_dtype == MX_DTYPE_U8 ? 1 : 2;
-    const char *ps = (const char *)w->scales + ahead * groups * ssz, *pb = (const char *)w->biases + ahead * groups * ssz;
-    for (int64_t off = 0; off < NR * groups * ssz; off += 64) {
-        _mm_prefetch(ps + off, _MM_HINT_T0);
-        _mm_prefetch(pb + off, _MM_HINT_T0);
-    }
-}
-
 // Folds of int32 partial sums: each output lane is the sum of two input lanes of one group. fold16:
 // a and b one group each (16 lanes) -> [a: 8 lanes | b: 8]; fold8: two groups of 8 lanes each ->
 // 128-bit lanes [a's 1st, a's 2nd, b's 1st, b's 2nd] of 4 lanes; fold4: groups of 4 lanes (128-bit
