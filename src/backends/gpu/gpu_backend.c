@@ -336,7 +336,7 @@ static int env_int(const char *name, int def, int lo, int hi, int *out, mx_error
 // on a machine without a GPU).
 typedef struct gpu_knobs {
     int matvec_rows, matvec_max_tokens, stream_min_cols, stream_rows, sample_blocks, tc_decode_tokens, attn_decode;
-    int prefill_kernel, moe_fused, attn_mma, sample_fast, grouped;
+    int prefill_kernel, moe_fused, attn_mma, sample_fast, grouped, stream_lean;
 } gpu_knobs;
 
 static int read_knobs(gpu_knobs *k, mx_error *err) {
@@ -350,7 +350,10 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // MLXCEL_GPU_STREAM_MIN_COLS=N moves that bound (the GPU tests use 0). MLXCEL_GPU_STREAM_ROWS:
     // its task shape over long rows for one token; unset: 4 (4 rows per task, 2 chunks per lane per
     // step at 4 bits; bench/RESULTS.md run 31: 8B tg128 +4.4% on an H100 against 2), 2: the
-    // previous shape (2 rows per task, 4 chunks per step), kept for A/B.
+    // previous shape (2 rows per task, 4 chunks per step), kept for A/B. MLXCEL_GPU_STREAM_LEAN=1:
+    // its one-token affine 4/8-bit products in the lean form (kernels/matvec_stream_lean.cuh: each
+    // chunk's sum of x once per block, the rows' addresses once per task; bit for bit the same
+    // outputs); unset or 0: the form measured so far, until the device A/B (bench/RESULTS.md).
     // MLXCEL_GPU_SAMPLE_BLOCKS=N: at most N blocks share one row of the sample record
     // (kernels/sample_split.cu; 1: one block per row; unset: MXG_SAMPLE_DEFAULT_BLOCKS).
     // MLXCEL_GPU_SAMPLE_FAST (unset: 1): the split form's threshold from a short list of keys (those
@@ -381,6 +384,7 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_MATVEC_TOKENS", 63, 1, 1 << 20, &k->matvec_max_tokens, err) ||
         env_int("MLXCEL_GPU_STREAM_MIN_COLS", 4096, 0, 1 << 30, &k->stream_min_cols, err) ||
         env_int("MLXCEL_GPU_STREAM_ROWS", 4, 2, 4, &k->stream_rows, err) ||
+        env_int("MLXCEL_GPU_STREAM_LEAN", 0, 0, 1, &k->stream_lean, err) ||
         env_int("MLXCEL_GPU_SAMPLE_BLOCKS", MXG_SAMPLE_DEFAULT_BLOCKS, 1, MXG_SAMPLE_MAX_BLOCKS, &k->sample_blocks, err) ||
         env_int("MLXCEL_GPU_SAMPLE_FAST", 1, 0, 1, &k->sample_fast, err) ||
         env_int("MLXCEL_GPU_TC_DECODE", MXG_TC_DECODE_DEFAULT_TOKENS, 0, 64, &k->tc_decode_tokens, err) ||
@@ -507,6 +511,7 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.matvec_stream = !mx_env_switch("MLXCEL_GPU_NO_STREAM_MATVEC");
     c->launch.stream_min_cols = knobs.stream_min_cols;
     c->launch.stream_rows = knobs.stream_rows;
+    c->launch.stream_lean = knobs.stream_lean != 0;
     c->launch.sample_blocks = knobs.sample_blocks;
     c->launch.sample_fast = knobs.sample_fast == 1;
     c->launch.attn_token_rows = mx_env_switch("MLXCEL_GPU_ATTN_TOKEN_ROWS");

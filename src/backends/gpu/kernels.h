@@ -51,6 +51,8 @@ typedef struct mxg_launch {
     int stream_min_cols;   // ... on rows at least this long (MLXCEL_GPU_STREAM_MIN_COLS; default 4096)
     int stream_rows;       // its rows per task for one token over long rows: 4 with half the chunks per step
                            // (default), or 2 (MLXCEL_GPU_STREAM_ROWS=2)
+    bool stream_lean;      // its one-token affine 4/8-bit products in the lean form, bit for bit the same outputs
+                           // (kernels/matvec_stream_lean.cuh; MLXCEL_GPU_STREAM_LEAN=1, off by default)
     bool attn_token_rows;  // attention always in token rows, never head rows for decode (A/B switch)
     bool attn_decode;      // decode steps on kernels/attn_decode.cu (MLXCEL_GPU_ATTN_DECODE=0: off, A/B switch)
     bool attn_mma;         // prefill attention on the tensor-core kernel (vendor/cuda/attn_mma.cu; off: MLXCEL_GPU_ATTN_MMA=0)

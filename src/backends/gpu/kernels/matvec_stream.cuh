@@ -33,6 +33,10 @@
 // - The dot products are those of the other kernels (kernels/matvec_scaled.cuh for affine 4/8-bit,
 //   Fmt::dot_raw for mxfp4 and dense bf16/f16), so the results differ from theirs only in float32
 //   summation order.
+// - MLXCEL_GPU_STREAM_LEAN=1 (L->stream_lean): the one-token affine 4/8-bit products of up to four
+//   rows per task run stream_body_lean (kernels/matvec_stream_lean.cuh, included below the pieces it
+//   shares): bit for bit the same outputs, each chunk's sum of x once per block and the rows'
+//   addresses once per task instead of in the step loop.
 // Requirements (stream_fits): rows of at least L->stream_min_cols weights (4096 by default: slower
 // than kernels/matvec.cuh on the 0.6B's shorter rows, as measured), cols a multiple of 32 with aligned rows (matvec_fast), the token rows
 // within the 48 KB of default shared memory, at least one chunk per lane. Lanes past the row's last
@@ -284,11 +288,21 @@ __device__ __forceinline__ void stream_body(const StreamArgs &a, float4 *xs4, in
     }
 }
 
-template <int W, class F, int NT, int NM, int R, int U, int EPI, bool NORM>
+}  // namespace mxg
+
+#include "backends/gpu/kernels/matvec_stream_lean.cuh"
+
+namespace mxg {
+
+// LEAN: the lean one-token form (kernels/matvec_stream_lean.cuh; only where StreamLean<F, NT, NM * R>::on).
+template <int W, class F, int NT, int NM, int R, int U, int EPI, bool NORM, bool LEAN>
 __global__ void __launch_bounds__(kStreamThreads, kStreamBlocksPerSm) matvec_stream_kernel(StreamArgs a) {
     MXG_WARP_ONLY(W) {
-    extern __shared__ float4 xs4[];  // [NT][nchunks * 8]
-    stream_body<W, F, NT, NM, R, U, EPI, NORM>(a, xs4, (int)blockIdx.x, (int)gridDim.x);
+    extern __shared__ float4 xs4[];  // [NT][nchunks * 8]; LEAN: then [nchunks] sums
+    if constexpr (LEAN)
+        stream_body_lean<W, F, NM, R, U, EPI, NORM>(a, xs4, (int)blockIdx.x, (int)gridDim.x);
+    else
+        stream_body<W, F, NT, NM, R, U, EPI, NORM>(a, xs4, (int)blockIdx.x, (int)gridDim.x);
     mxg_grid_release();  // the next dependent kernel may start loading its weights
     }
 }
@@ -319,8 +333,25 @@ void stream_launch_shape(const mxg_launch *L, StreamArgs a, int count) {
     const int tasks = stream_tasks<NM, R>(a, count);
     const int64_t want = (tasks + warps - 1) / warps, cap = (int64_t)L->sm_count * kStreamBlocksPerSm;
     const unsigned blocks = (unsigned)(want < cap ? want : cap);
+    if constexpr (StreamLean<F, NT, NM * R>::on) {
+        if (stream_lean_fits(L, a, count)) {
+            const size_t smem = stream_lean_smem(a.m[0].cols);
+            auto kernel = matvec_stream_kernel<W, F, NT, NM, R, U, EPI, NORM, true>;
+            // Over 48 KB (the sums after a 12288-wide row): the kernel's limit raised to what the
+            // widest row it takes needs, once per instance (host code, one thread per backend).
+            static bool raised = false;
+            if (smem > kMatvecStageBytes && !raised) {
+                const int most = (int)stream_lean_smem(kMatvecStageBytes / sizeof(float));
+                (void)gpuFuncSetAttribute((const void *)kernel, gpuFuncAttributeMaxDynamicSharedMemorySize, most);
+                raised = true;
+            }
+            mxg_launch_dep(kernel, dim3(blocks), dim3(kStreamThreads), smem, (gpuStream_t)L->stream,
+                           L->dependent_launch, a);
+            return;
+        }
+    }
     const size_t smem = (size_t)NT * a.m[0].cols * sizeof(float);
-    mxg_launch_dep(matvec_stream_kernel<W, F, NT, NM, R, U, EPI, NORM>, dim3(blocks), dim3(kStreamThreads), smem,
+    mxg_launch_dep(matvec_stream_kernel<W, F, NT, NM, R, U, EPI, NORM, false>, dim3(blocks), dim3(kStreamThreads), smem,
                    (gpuStream_t)L->stream, L->dependent_launch, a);
 }
 
