@@ -11,7 +11,8 @@
 // records no pattern covers; products of 2-64 tokens sharing their input (q/k/v, gate/up + SwiGLU:
 // the grouped launch by default, the launch pairs with MLXCEL_GPU_GROUPED=0, ctest gpu_conformance_ungrouped*); the projection patterns again on a backend without the streaming
 // matrix-vector kernel (MLXCEL_GPU_NO_STREAM_MATVEC=1), on one with its previous task shape
-// (MLXCEL_GPU_STREAM_ROWS=2), on one with the previous matrix-vector
+// (MLXCEL_GPU_STREAM_ROWS=2), on one with its lean one-token form (MLXCEL_GPU_STREAM_LEAN=1, both
+// task shapes), on one with the previous matrix-vector
 // kernels (MLXCEL_GPU_OLD_MATVEC=1) and prefill-sized layers on the mma.sync kernel
 // (MLXCEL_GPU_MMA_SYNC=1) and the pipelined kernel (MLXCEL_GPU_PREFILL_KERNEL=pipe, pipe1); gpt_oss's records (attention sinks, clamped SwiGLU, expert biases) in
 // a block of that family. Each plan runs three times on the GPU (direct, recorded as a graph,
@@ -816,6 +817,23 @@ int main(void) {
         proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 512, 4224, 128, 256, f == 2, P_RESIDUAL});
     }
     mx_backend_free(gpu);
+    // The streaming kernel's lean one-token form (MLXCEL_GPU_STREAM_LEAN=1: its affine 4/8-bit products
+    // with each chunk's sum of x staged once per block and the rows' addresses formed once per task):
+    // q/k/v and gate/up over 4096 columns, residual products over 4224 (a partial step) and over
+    // 12288 (the staging and sums past 48 KB of shared memory), in both task shapes, in the affine
+    // formats it takes (the others run as by default).
+    for (int rows2 = 0; rows2 <= 1; rows2++) {
+        if (rows2) setenv("MLXCEL_GPU_STREAM_ROWS", "2", 1);
+        gpu = gpu_with(&gopt, "MLXCEL_GPU_STREAM_LEAN", "1");
+        unsetenv("MLXCEL_GPU_STREAM_ROWS");
+        for (size_t f = 0; f < 3; f++) {
+            proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 4096, 1024, 256, 256, f == 0, P_NORM_QKV});
+            proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 4096, 256, 128, 1024, f == 1, P_NORM_GATE_UP});
+            proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 512, 4224, 128, 256, f == 2, P_RESIDUAL});
+            proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 256, 12288, 128, 256, f == 0, P_RESIDUAL});
+        }
+        mx_backend_free(gpu);
+    }
     // The previous matrix-vector kernels (MLXCEL_GPU_OLD_MATVEC=1, the A/B switch of the benches).
     gpu = gpu_with(&gopt, "MLXCEL_GPU_OLD_MATVEC", "1");
     for (size_t f = 0; f < sizeof fused_fmts / sizeof fused_fmts[0]; f++)

@@ -176,6 +176,7 @@ unsigned char *emu_smem() { return smem.data(); }
 void emu_launch(dim3 g, dim3 b, size_t sm, std::function<void()> k) {
     if (sm > emu_smem_max) { fprintf(stderr, "emu: %zu bytes of shared memory > %zu\n", sm, emu_smem_max); abort(); }
     emu_grids.push_back(g);
+    emu_smem_sizes.push_back(sm);
     if (b.x % 32 || b.y != 1 || b.z != 1 || b.x > 1024) { fprintf(stderr, "emu: block %u x %u x %u\n", b.x, b.y, b.z); abort(); }
     gridDim = g, blockDim = b;
     kernel = std::move(k);
@@ -193,3 +194,4 @@ void emu_launch(dim3 g, dim3 b, size_t sm, std::function<void()> k) {
 }
 size_t emu_smem_max = 48 * 1024;
 std::vector<dim3> emu_grids;
+std::vector<size_t> emu_smem_sizes;

@@ -105,8 +105,15 @@ void emu_launch(dim3 g, dim3 b, size_t smem, std::function<void()> k);
 // The most dynamic shared memory a launch may ask for: 48 KB, the device's default; a test of a
 // kernel that raises its own limit (cudaFuncSetAttribute) raises this (up to sm_90's 227 KB).
 extern size_t emu_smem_max;
-// Every launch's grid, appended in order; tests clear it.
+// Every launch's grid and dynamic shared memory, appended in order; tests clear them.
 extern std::vector<dim3> emu_grids;
+extern std::vector<size_t> emu_smem_sizes;
+// compat.h's function attribute: a kernel's raised dynamic shared memory limit raises emu_smem_max.
+#define gpuFuncAttributeMaxDynamicSharedMemorySize 8
+inline int gpuFuncSetAttribute(const void *, int attr, int bytes) {
+    if (attr == gpuFuncAttributeMaxDynamicSharedMemorySize && (size_t)bytes > emu_smem_max) emu_smem_max = (size_t)bytes;
+    return 0;
+}
 
 // Programmatic dependent launch (compat.h): a plain launch; the waits have nothing to wait for.
 inline void mxg_grid_wait() {}

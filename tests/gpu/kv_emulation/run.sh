@@ -5,7 +5,9 @@
 # the host emulation (emu.h) and test_kv_emulated.cpp against the CPU build's library, and runs it (every cache byte and attention
 # output against the CPU backend); then the same for moe.cu's router (test_moe_emulated.cpp: the
 # experts and weights against the CPU backend's, NaN and infinite router logits included) and
-# moe_stream.cu's fused decode kernels (against the tests' double-precision reference, gpu_ref.c).
+# moe_stream.cu's fused decode kernels (against the tests' double-precision reference, gpu_ref.c), and
+# the streaming kernel's lean one-token form (test_stream_lean_emulated.cpp: bit for bit today's form,
+# within the float32 bound of the reference, and a planted fault that must fail).
 # A check of index arithmetic and logic before a device run, not a
 # replacement for it (tests/gpu/run_on_device.sh). Needs g++ (C++20) and the CPU build (made here
 # when build/cpu has no library). Takes under a minute on two cores (--asan: several minutes).
@@ -35,5 +37,31 @@ gcc -std=c11 -O1 -Isrc -Iinclude -c tests/gpu/gpu_ref.c -o "$out/gpu_ref.o"
 g++ $flags -Itests/gpu -o "$out/test_moe_emulated" tests/gpu/kv_emulation/emu.cpp tests/gpu/kv_emulation/test_moe_emulated.cpp \
     "$out/moe.cpp" "$out/moe_stream.cpp" "$out/gpu_ref.o" "$lib/libmlxcel_lib.a" \
     $(pkg-config --libs jansson libpcre2-8 libutf8proc libmicrohttpd) -lcurl -lm -lpthread
+# The streaming kernel's lean form (MLXCEL_GPU_STREAM_LEAN=1, test_stream_lean_emulated.cpp) through
+# matvec_fused.cu, whose streaming kernel lives in headers: converted copies of them come first on
+# the include path. Then against a planted fault: each chunk's sum of x read from the neighbouring
+# chunk (sums[c ^ 1]), which moves every bias term: it must fail.
+mkdir -p "$out/inc/backends/gpu/kernels" "$out/fault_lean/backends/gpu/kernels"
+for h in matvec_stream matvec_stream_lean; do
+    python3 tests/gpu/kv_emulation/to_host.py "src/backends/gpu/kernels/$h.cuh" >"$out/inc/backends/gpu/kernels/$h.cuh"
+done
+python3 tests/gpu/kv_emulation/to_host.py src/backends/gpu/kernels/matvec_fused.cu >"$out/matvec_fused.cpp"
+sed 's/const float xs = sums\[c\];/const float xs = sums[c ^ 1];/' "$out/inc/backends/gpu/kernels/matvec_stream_lean.cuh" \
+    >"$out/fault_lean/backends/gpu/kernels/matvec_stream_lean.cuh"
+! cmp -s "$out/inc/backends/gpu/kernels/matvec_stream_lean.cuh" "$out/fault_lean/backends/gpu/kernels/matvec_stream_lean.cuh" ||
+    { echo "run.sh: the planted stream lean fault did not apply"; exit 1; }
+for variant in good fault; do
+    inc="-I$out/inc"
+    [ $variant = fault ] && inc="-I$out/fault_lean $inc"
+    # shellcheck disable=SC2086,SC2046
+    g++ $inc $flags -Itests/gpu -o "$out/test_stream_lean_$variant" tests/gpu/kv_emulation/emu.cpp \
+        tests/gpu/kv_emulation/test_stream_lean_emulated.cpp "$out/matvec_fused.cpp" "$out/gpu_ref.o" \
+        "$lib/libmlxcel_lib.a" $(pkg-config --libs jansson libpcre2-8 libutf8proc libmicrohttpd) -lcurl -lm -lpthread
+done
+"$out/test_stream_lean_good" $arg
+if "$out/test_stream_lean_fault" quick >"$out/stream_lean_fault.log" 2>&1; then
+    echo "stream lean: the planted sum fault passed the emulation: FAIL"; exit 1
+fi
+echo "stream lean: the planted sum fault (sums[c ^ 1]) fails the emulation ($(grep -c FAIL "$out/stream_lean_fault.log") failures): ok"
 "$out/test_moe_emulated"
 exec "$out/test_kv_emulated" $arg

@@ -1,0 +1,148 @@
+// SPDX-License-Identifier: MIT
+// The streaming kernel's lean one-token form (kernels/matvec_stream_lean.cuh, MLXCEL_GPU_STREAM_LEAN=1)
+// on the host emulation (emu.h), through the fused one-token launches of kernels/matvec_fused.cu
+// (plain, RMSNorm + q/k/v, RMSNorm + gate/up + SwiGLU, down + residual; the one-record products of
+// kernels/matvec_stream.cu take the same stream_launch). Each case runs today's form (lean off) and
+// the lean form on the same inputs and requires of the lean form:
+// - every output bit for bit today's (the form's claim: the same float operations in the same
+//   order), and every buffer the launch writes (outputs, the norm's row, SwiGLU's act, the residual
+//   stream) byte for byte today's;
+// - every output within the float32 bound of the double-precision reference (tests/gpu/gpu_ref.c):
+//   (cols + 16) float32 roundings of its evaluation scale, the bound test_gpu_ops.c applies;
+// - a lean launch: the launch's dynamic shared memory is the lean form's (the row plus one float per
+//   chunk), so a case where the knob changed nothing fails rather than passing as "equal".
+// Shapes: Qwen3-8B's (4096 -> 4096, 1024, 12288; 12288 -> 4096, whose 49.5 KB of staging needs the
+// raised shared memory limit), odd ones (333 x 4160: a partial last step and a partial last task;
+// 64-lane warps over 8256 columns), the previous two-row task shape (stream_rows 2); affine 4-bit
+// g64 bf16, 4-bit g32 f16, 4-bit g128 bf16, 8-bit g64 bf16, 8-bit g128 f16. All rows are at least a
+// step long (the lean form declines the eight-row shape of shorter rows). run.sh also
+// builds it against a copy of the kernel with a planted fault (each chunk's sum of x taken from the
+// neighbouring chunk), which must fail. Exits 1 on any failure.
+#include "emu.h"
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+extern "C" {
+#include "backends/backend.h"
+#include "core/quant.h"
+#include "gpu_ref.h"
+}
+#include "backends/gpu/kernels.h"
+#include "backends/gpu/kernels_fused.h"
+#include "emu_fail.h"
+
+enum Pattern { PLAIN, NORM_QKV, NORM_GATE_UP, DOWN_RESIDUAL };
+
+struct Run {
+    std::vector<float> out[3], h, act, res;
+    size_t smem = 0;  // the dynamic shared memory of the launch
+};
+
+// One launch of the pattern with the lean form on or off; every written buffer starts as a known
+// fill so that a buffer left unwritten shows.
+static void launch(Run &u, bool lean, Pattern pat, int count, mx_matrix *w, const int64_t *rws,
+                   const std::vector<float> *bs, bool bias, const std::vector<float> &x, const std::vector<float> &nw,
+                   const std::vector<float> &res0, int warp, int sms, int stream_rows) {
+    mxg_launch L;
+    memset(&L, 0, sizeof L);
+    L.warp = warp, L.sm_count = sms, L.matvec_stream = true, L.stream_min_cols = 0, L.stream_rows = stream_rows;
+    L.matvec_rows = 4, L.stream_lean = lean;
+    mxg_fused_matvec f = {};
+    f.count = count;
+    for (int k = 0; k < count; k++) {
+        u.out[k].assign(rws[k], 9.0f);
+        f.w[k] = &w[k], f.out[k] = u.out[k].data(), f.bias[k] = bias ? bs[k].data() : NULL;
+    }
+    f.x = x.data();
+    const int64_t cols = (int64_t)x.size();
+    u.h.assign(cols, 3.0f);
+    if (pat == NORM_QKV || pat == NORM_GATE_UP) f.norm_w = nw.data(), f.norm_eps = 1e-6f, f.norm_out = u.h.data();
+    if (pat == NORM_GATE_UP) u.act.assign(rws[0], 4.0f), f.act = u.act.data();
+    if (pat == DOWN_RESIDUAL) u.res = res0, f.res = u.res.data();
+    emu_grids.clear();
+    emu_smem_sizes.clear();
+    mxg_run_fused_matvec(&L, &f);
+    u.smem = emu_smem_sizes.empty() ? 0 : emu_smem_sizes.back();
+}
+
+static bool same(const std::vector<float> &a, const std::vector<float> &b) {
+    return a.size() == b.size() && memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+static void run_case(const char *name, Pattern pat, mx_quant q, mx_dtype st, int rows, int cols, bool bias, int warp,
+                     int sms, int stream_rows) {
+    ref_rng rng = {0x1ea4f00du ^ (uint64_t)(rows * 131 + cols * 7 + pat * 3 + warp + q.bits + st)};
+    const int count = pat == NORM_QKV ? 3 : pat == NORM_GATE_UP ? 2 : 1;
+    const int64_t rws[3] = {rows, pat == NORM_QKV ? rows / 4 : rows, pat == NORM_QKV ? rows / 4 : rows};
+    mx_matrix w[3];
+    std::vector<float> bs[3];
+    for (int k = 0; k < count; k++) {
+        w[k] = ref_matrix_random(&rng, q, MX_DTYPE_U32, st, 1, rws[k], cols);
+        bs[k].resize(rws[k]);
+        ref_fill(&rng, bs[k].data(), rws[k], -0.5f, 0.5f);
+    }
+    std::vector<float> x(cols), nw(cols), res0(pat == DOWN_RESIDUAL ? rows : 1);
+    ref_fill(&rng, x.data(), cols, -2.0f, 2.0f);
+    for (int i = 0; i < cols; i += 97) x[i] *= 40.0f;  // outliers: chunks of very different sums
+    for (int i = 64; i < 96 && i < cols; i++) x[i] = 0.0f;  // one chunk all zero
+    ref_fill(&rng, nw.data(), cols, 0.5f, 1.5f);
+    ref_fill(&rng, res0.data(), (int64_t)res0.size(), -1.0f, 1.0f);
+    Run today, lean;
+    launch(today, false, pat, count, w, rws, bs, bias, x, nw, res0, warp, sms, stream_rows);
+    launch(lean, true, pat, count, w, rws, bs, bias, x, nw, res0, warp, sms, stream_rows);
+    // The reference's activations: the norm's output (checked equal between the forms) or x.
+    const bool norm = pat == NORM_QKV || pat == NORM_GATE_UP;
+    const std::vector<float> &act_in = norm ? today.h : x;
+    bool equal = true, within = true;
+    double worst = 0.0;
+    for (int k = 0; k < count; k++) {
+        equal = equal && same(today.out[k], lean.out[k]);
+        std::vector<float> ref(rws[k]);
+        std::vector<ref_scale> sc(rws[k]);
+        ref_matmul(ref.data(), sc.data(), act_in.data(), &w[k], bias ? bs[k].data() : NULL, 1, false);
+        for (int64_t r = 0; r < rws[k]; r++) {
+            const double bound = (double)(cols + 16) / 16777216.0 * sc[r].eval;
+            const double err = fabs((double)lean.out[k][r] - ref[r]);
+            worst = std::max(worst, err / bound);
+            within = within && err <= bound;
+        }
+    }
+    const bool side = same(today.h, lean.h) && same(today.act, lean.act) && same(today.res, lean.res);
+    const size_t lean_smem = (size_t)cols * 4 + (size_t)(cols / 32) * 4;
+    const bool ran = lean.smem == lean_smem && today.smem == (size_t)cols * 4;
+    char ml[64];
+    printf("stream lean %-14s %s %dx%d%s warp %d rows/task %d: bit-equal %s, side buffers %s, worst err/bound %.2e, "
+           "smem %zu/%zu\n",
+           name, ref_matrix_label(&w[0], ml, sizeof ml), rows, cols, bias ? " bias" : "", warp, stream_rows,
+           equal ? "yes" : "NO", side ? "equal" : "DIFFER", worst, today.smem, lean.smem);
+    if (!equal || !side) FAIL("%s: the lean form's outputs are not today's", name);
+    if (!within) FAIL("%s: an output outside its float32 bound of the reference (worst %.2e of it)", name, worst);
+    if (!ran) FAIL("%s: the lean form did not run (shared memory %zu, expected %zu)", name, lean.smem, lean_smem);
+    for (int k = 0; k < count; k++) ref_matrix_free(&w[k]);
+}
+
+int main(int argc, char **argv) {
+    const bool quick = argc > 1 && !strcmp(argv[1], "quick");
+    const mx_quant q4 = {MX_QUANT_AFFINE, 4, 64}, q4g32 = {MX_QUANT_AFFINE, 4, 32}, q8 = {MX_QUANT_AFFINE, 8, 64};
+    const mx_quant q8g128 = {MX_QUANT_AFFINE, 8, 128}, q4g128 = {MX_QUANT_AFFINE, 4, 128};
+    // Qwen3-8B's products (affine 4-bit g64, bf16 scales) in the default four-row task shape.
+    run_case("norm+qkv", NORM_QKV, q4, MX_DTYPE_BF16, 4096, 4096, true, 32, 8, 4);
+    run_case("norm+gate/up", NORM_GATE_UP, q4, MX_DTYPE_BF16, 12288, 4096, false, 32, 8, 4);
+    run_case("down+residual", DOWN_RESIDUAL, q4, MX_DTYPE_BF16, 4096, 12288, false, 32, 8, 4);
+    // Odd shapes, the two-row task shape, other formats, 64-lane warps.
+    run_case("plain", PLAIN, q4, MX_DTYPE_BF16, 333, 4160, true, 32, 3, 4);
+    run_case("plain", PLAIN, q4, MX_DTYPE_BF16, 333, 4160, true, 32, 3, 2);
+    run_case("plain", PLAIN, q4g32, MX_DTYPE_F16, 515, 4160, true, 32, 2, 4);
+    run_case("plain", PLAIN, q8, MX_DTYPE_BF16, 1001, 4096, true, 32, 5, 4);
+    run_case("plain", PLAIN, q4g128, MX_DTYPE_BF16, 259, 4096, true, 32, 2, 4);
+    run_case("norm+gate/up", NORM_GATE_UP, q8g128, MX_DTYPE_F16, 517, 4096, true, 32, 3, 4);
+    run_case("down+residual", DOWN_RESIDUAL, q4, MX_DTYPE_BF16, 333, 8256, true, 64, 3, 4);
+    if (!quick) {
+        run_case("norm+qkv", NORM_QKV, q8, MX_DTYPE_BF16, 4096, 4096, false, 32, 8, 2);
+        run_case("norm+gate/up", NORM_GATE_UP, q4, MX_DTYPE_BF16, 1537, 8256, true, 64, 4, 2);
+        run_case("down+residual", DOWN_RESIDUAL, q8, MX_DTYPE_BF16, 1024, 8192, true, 64, 2, 4);
+    }
+    printf("%d failures\n", fails);
+    return fails != 0;
+}
