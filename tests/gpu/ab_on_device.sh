@@ -72,6 +72,15 @@
 #             64 streams x 4 requests through HTTP, greedy and sampled, off and on in turn, twice,
 #             with the plan counters and device times of /metrics; the engine alone at --batch 64
 #             with the default context and with the server's 1024.
+#   stream_lean  the streaming kernel's lean one-token form (kernels/matvec_stream_lean.cuh,
+#             MLXCEL_GPU_STREAM_LEAN=1), ~8 min, deadline 540 s: the conformance harness and model
+#             parity on cuda with the knob; bench_gpu_matvec of the 8B (its stream-lean column
+#             against the default stream column in one process, same weights; the bench fails
+#             unless every one-record output is bit for bit the default's); `mlxcel bench --shape
+#             qwen3-8b -p 512 -n 128` with the knob off and on in turn, twice, then the same of the
+#             0.6B (rows below the streaming kernel's 4096 columns: the control, unchanged);
+#             bench_gpu_matvec of the 8B with the knob on for every path (stream and stream-lean
+#             then both lean: equal times); bench_gpu_decode's per-op decode times of the 8B off and on.
 # (The suites were attn_on_device.sh, attn_mma_on_device.sh, prefill_on_device.sh,
 # moe_on_device.sh and matvec_on_device.sh, which bench/RESULTS.md names.)
 # shellcheck disable=SC2317  # the suite functions are called as "suite_$suite"
@@ -80,11 +89,11 @@ cd "$(dirname "$0")/../.." || exit 1
 suite=${1:-}
 case $suite in
 attn) deadline=300 ;;
-attn_mma | prefill | matvec | mixed) deadline=540 ;;
+attn_mma | prefill | matvec | mixed | stream_lean) deadline=540 ;;
 moe | grouped) deadline=480 ;;
 sample) deadline=420 ;;
 *)
-    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|matvec|sample|grouped|mixed (the suites: the top of this file)" >&2
+    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|matvec|sample|grouped|mixed|stream_lean (the suites: the top of this file)" >&2
     exit 2
     ;;
 esac
@@ -227,6 +236,30 @@ suite_mixed() {
     check_build 300 mlxcel mlxcel-server
     check_run server_mixed 400 "split=.*(c= 64|decode steps|plans:)|engine --ctx.*bench" OUT="$OUT/server" -- \
         bench/server_on_device.sh mixed
+}
+
+suite_stream_lean() {
+    check_build 300 mlxcel test_gpu_conformance test_model_parity bench_gpu_matvec bench_gpu_decode
+    local on=(MLXCEL_GPU_STREAM_LEAN=1) off=(MLXCEL_GPU_STREAM_LEAN=0) p="check failed|FAIL|passed|failed" i
+    check_run gpu_conformance_lean 120 "$p" "${on[@]}" -- build/cuda/test_gpu_conformance
+    check_run parity_cuda_lean 90 "$p" MLXCEL_TEST_BACKEND=cuda "${on[@]}" -- build/cuda/test_model_parity
+    check_run bench_matvec_8b 120 "." -- build/cuda/bench_gpu_matvec qwen3-8b 20
+    local b=(-- --shape qwen3-8b -p 512 -n 128)
+    for i in 1 2; do
+        check_bench "bench_8b_off_$i" 150 "${off[@]}" "${b[@]}"  # the first makes the model when missing
+        check_bench "bench_8b_on_$i" 60 "${on[@]}" "${b[@]}"
+    done
+    b=(-- --shape qwen3-0.6b -p 512 -n 128)
+    for i in 1 2; do
+        check_bench "bench_0.6b_off_$i" 90 "${off[@]}" "${b[@]}"
+        check_bench "bench_0.6b_on_$i" 40 "${on[@]}" "${b[@]}"
+    done
+    check_run bench_matvec_8b_on 120 "." "${on[@]}" -- build/cuda/bench_gpu_matvec qwen3-8b 20
+    cp "$LOGS"/bench_matvec_*.log "$OUT"/ 2>/dev/null
+    for i in off on; do
+        check_run "decode_8b_$i" 60 "^decode|matmul|plan|lm_head" MLXCEL_GPU_STREAM_LEAN="$([ "$i" = on ] && echo 1 || echo 0)" -- \
+            build/cuda/bench_gpu_decode qwen3-8b 512 512 100
+    done
 }
 
 check_start "ab_on_device.sh $suite"
