@@ -5,7 +5,7 @@
 # fragment set written while its products are in flight, a copy wait one step short, a ring stage
 # refilled while read, the activations' k order, the scratch chunk an activation copy reads, the
 # scale group of a lane, the descriptor's two byte offsets swapped, the A fragment registers of a
-# slice swapped), builds the test against it and wants it to fail (its "mutant" cases: the first case of each scale format). Exits 1 if a
+# slice swapped, the slot a wide scale word is read from, the scales a wide copy reads), builds the test against it and wants it to fail (its "mutant" cases: the first case of each scale format and an f16 one on the wide scale copies). Exits 1 if a
 # fault passes or is no longer found in the source (the kernel changed: update the list). Needs
 # gcc and g++ (C++20); about 1 minute on two cores (ctest runs it as gpu_wgmma_mutants).
 # Usage: tests/gpu/mma_emulation/mutants.sh   (the build goes to $MLXCEL_EMU_OUT/mutants)
@@ -54,6 +54,8 @@ const int h = two_groups ? t >> 1 : 0;|const int h = 0;
 MXG_WG_LBO, MXG_WG_LBO, MXG_WG_SBO)|MXG_WG_LBO, MXG_WG_SBO, MXG_WG_LBO)
 a[s][j + 2 * e] = mxg_bf16x2_fma(|a[s][2 * j + e] = mxg_bf16x2_fma(
 + xc * 8 + tid % 8) * 8;|+ (tid % 8) * 8 + xc) * 8;
+2 * ((kt / kSbSteps) % 2) * T::stage_bytes|2 * ((kt / kSbSteps + 1) % 2) * T::stage_bytes
+(const uint16_t *)sb_base + cr * m.groups + kt);|(const uint16_t *)sb_base + cr * m.groups + kt / 2);
 LIST
 [ $status = 0 ] && echo "every planted fault caught"
 exit $status

@@ -16,7 +16,8 @@
 // the kernel's copies use (mxg_wg_offset) against the one the PTX rules give for its descriptors.
 // Then the 8B gate product's block tile (128 rows x 128 tokens, 4096 columns) with the global
 // sectors of its copies counted per k step (emu_pipe.h's emu_cp_sectors; printed, bench/RESULTS.md):
-// the activations' and the codes' copies must touch no sector more than their bytes fill.
+// the activations' and the codes' copies must touch no sector more than their bytes fill, the
+// scale and bias words (16-byte copies of 8 steps' words there) at most twice what theirs fill.
 // Shapes: the models' (qwen3 0.6B: 1024 columns in, q 2048 / kv 1024 / mlp 3072 rows and 3072
 // columns in; 8B: 4096 and 12288 columns, rows scaled down to keep the host run short) with 1, 7,
 // 64, 77, 128, 300 and 512 tokens; then 1..200 tokens (partial token tiles; each block tile: 128
@@ -115,6 +116,10 @@ static void run_case(int gs, mx_dtype st, int rows, int cols, int n, bool with_b
                    (double)sec[k] / per, (double)ideal[k] / per);
         for (int k = 0; k < 2; k++)
             if (sec[k] != ideal[k]) FAIL("%s: %ld sectors, %ld would do", names[k], sec[k], ideal[k]);
+        // 2-byte scales at group 64, rows 16-byte aligned: one 16-byte copy per row and array every 8
+        // k steps, each half of a sector (4-byte copies per step: 8 times the ideal).
+        const bool wide = gs == 64 && st != MX_DTYPE_F32 && (cols / 64) % 8 == 0;
+        if (wide && sec[2] > 2 * ideal[2]) FAIL("%s: %ld sectors, over twice the %ld ideal", names[2], sec[2], ideal[2]);
     }
     // One launch pair per run of tokens that fits the scratch; the block tile the largest of 128
     // rows x 128 tokens, 128 x 64, 64 x 64 that gives every multiprocessor a block.
@@ -196,6 +201,7 @@ int main(int argc, char **argv) {
             run_case(gs, st, 200, 128, 150, gs == 64, 5, 4096);
             if (mutant) break;
         }
+    run_case(64, MX_DTYPE_F16, 72, 1024, 100, true, 5, 4096);  // f16 scales on the wide scale copies
     if (mutant) return fails ? 1 : 0;
     // The models' shapes (rows scaled down), token counts 1..512 (ragged too), the H100's 132
     // multiprocessors and one (the largest tile).

@@ -63,7 +63,7 @@
 
 namespace {
 
-constexpr int BK = 64, kStages = 4, kMinScratchTokens = 64;
+constexpr int BK = 64, kStages = 4, kMinScratchTokens = 64, kSbSteps = 8;  // kSbSteps: k steps per wide scale copy
 
 template <int WG, int NT>
 struct WgTile {
@@ -74,6 +74,7 @@ struct WgTile {
     static constexpr int stage_bytes = x_bytes + c_bytes + sb_bytes;
     static constexpr int smem_bytes = kStages * stage_bytes;  // 90112 (128 x 128), 57344 (128 x 64), 45056 (64 x 64)
     static_assert(x_bytes % 1024 == 0 && stage_bytes % 128 == 0, "tiles aligned");
+    static_assert(sb_bytes >= BR * 16 && kStages >= 4, "a wide scale slot is two stages' word areas, two slots");
 };
 
 // xb = bf16(x) in this product's k order and in the ring's layout, so that each k step of 8 tokens
@@ -137,6 +138,15 @@ __global__ void __launch_bounds__(128 * WG, NT == 128 ? 1 : 2) wgmma_kernel(floa
     const int64_t r0 = (int64_t)blockIdx.x * T::BR;
     const int nk = m.cols / BK;
     const bool two_groups = m.group_size == 32;  // two scale groups per k step
+    // Wide scale copies: 2-byte scales at group 64 with every row's scales and biases 16-byte
+    // aligned (groups a multiple of 8, the arrays 16-byte aligned): one 16-byte copy per row and
+    // array brings kSbSteps steps' words, into one of two slots (chunk c of kSbSteps steps: slot c %
+    // 2) made of the ring stages' word areas (slot j: scales [BR][16 bytes] in stage 2j's, biases in
+    // stage 2j + 1's), copied with the first step of the chunk. Chunk c + 2 overwrites slot c % 2
+    // in step 8c + 13 (after its barrier), when every thread has dequantized step 8c + 7 (in step
+    // 8c + 6). Elsewhere one 4-byte copy per row, half and step, into the stage's area.
+    const bool wide_sb = ST != ST_F32 && m.group_size == 64 && m.groups % kSbSteps == 0 &&
+                         !(((uintptr_t)m.scales | (uintptr_t)m.biases) & 15);
 
     // Copies of k step kt into ring stage st. Token groups of 8 past the last and rows past the
     // matrix read the last one (their results are never stored). Activations: chunk i = p * kThreads
@@ -164,6 +174,12 @@ __global__ void __launch_bounds__(128 * WG, NT == 128 ? 1 : 2) wgmma_kernel(floa
             mxg_cp_async16(stage + mxg_wg_offset(r, xc * 8), xsrc[p] + (int64_t)kt * 512);
         }
         mxg_cp_async16(stage + T::x_bytes + crow * 32 + cpart * 16, csrc + k0 / 2);
+        if (wide_sb) {
+            if (kt % kSbSteps == 0)
+                mxg_cp_async16(smem_raw + (2 * ((kt / kSbSteps) % 2) + cpart) * T::stage_bytes + T::x_bytes + T::c_bytes + crow * 16,
+                               (const uint16_t *)sb_base + cr * m.groups + kt);
+            return;
+        }
 #pragma unroll
         for (int hh = 0; hh < 2; hh++) {
             if (hh == 1 && !two_groups) continue;
@@ -192,7 +208,14 @@ __global__ void __launch_bounds__(128 * WG, NT == 128 ? 1 : 2) wgmma_kernel(floa
         for (int j = 0; j < 2; j++) {
             const int rl = wrow + 8 * j;
             const uint2 wd = *(const uint2 *)(stage + T::x_bytes + rl * 32 + t * 8);
-            const uint2 sbw = *(const uint2 *)(stage + T::x_bytes + T::c_bytes + (rl * 2 + h) * 8);
+            uint2 sbw;
+            if (wide_sb) {  // the word of step kt's scale in its chunk's slot (h = 0 at group 64)
+                const unsigned char *sp = smem_raw + 2 * ((kt / kSbSteps) % 2) * T::stage_bytes + T::x_bytes + T::c_bytes +
+                                          rl * 16 + (kt % kSbSteps) / 2 * 4;
+                sbw = make_uint2(*(const uint32_t *)sp, *(const uint32_t *)(sp + T::stage_bytes));
+            } else {
+                sbw = *(const uint2 *)(stage + T::x_bytes + T::c_bytes + (rl * 2 + h) * 8);
+            }
             const int par = ((rowpar >> j) & 1) ^ gpar;  // which half of a 2-byte scale's word
 #pragma unroll
             for (int e = 0; e < 2; e++) {
