@@ -28,13 +28,15 @@
 // kilobyte, so the product's 16-byte copies read whole sectors, bench/RESULTS.md), then the product. Block tile 128 weight rows (two warpgroups,
 // 64 rows each) x 128 tokens where that gives every multiprocessor a block, else 128 x 64, else 64
 // x 64 (one warpgroup); k step 64; wgmma m64n128k16 or m64n64k16 (float32 accumulators, 64 or 32
-// per thread). ptxas (nvcc 13, sm_90a): 159-168 registers at 128 x 128 (one block per
+// per thread). ptxas (nvcc 13, sm_90a): 157-168 registers at 128 x 128 (one block per
 // multiprocessor; held to 128 for two blocks it spills), 115-128 at the 64-token tiles (two blocks
 // of 128 x 64, up to four of 64 x 64); no spills. A 4-stage cp.async ring (vendor/cuda/cp_async.cuh)
 // holds per step the bf16 activations [tokens][64] in the no-swizzle K-major core-matrix layout
 // (wgmma_layout.cuh: mxg_wg_offset, one definition for the copies and the descriptors), the packed
 // codes as stored [rows][32 bytes] and the scale and bias words [rows][2 halves][scale, bias] (as
-// pipe copies them); copies run three steps ahead. Per k step kt:
+// pipe copies them; for 2-byte scales at group 64 on 16-byte aligned rows, instead one 16-byte copy
+// per row and array of 8 steps' words into two slots made of those areas: wide_sb below, bench/
+// RESULTS.md); copies run three steps ahead. Per k step kt:
 //   wgmma.fence; 4 x wgmma (A: registers `cur`, B: ring stage kt % 4); commit;
 //   wait for step kt+1's copies; fence.proxy.async; barrier (every thread has waited for its step
 //   kt-1 products: that stage is free); copy step kt+3 into it; dequantize step kt+1 into `nxt`;
