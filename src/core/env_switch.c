@@ -5,7 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-bool mx_env_switch(const char *name) {
+bool mx_env_switch(const char *name) { return mx_env_switch_default(name, false); }
+
+bool mx_env_switch_default(const char *name, bool unset) {
     const char *v = getenv(name);
-    return v && *v && strcmp(v, "0") != 0;
+    if (!v || !*v) return unset;
+    return strcmp(v, "0") != 0;
 }

@@ -55,7 +55,7 @@ mx_ctx *mx_ctx_create_pool(mx_model *m, int n_slots, int max_ctx, int max_batch,
     c->m = m;
     c->be = m->be;
     c->max_batch = max_batch;
-    c->split_mixed = mx_env_switch("MLXCEL_GPU_SPLIT_MIXED");
+    c->split_mixed = mx_env_switch_default("MLXCEL_GPU_SPLIT_MIXED", true);
     c->lay = want;
     size_t table_len = (size_t)mx_kv_table_len(&c->lay), n_entries = (size_t)n_slots * table_len;
     if (!(c->table = malloc(4 * n_entries)) || !(c->slot_tokens = calloc((size_t)n_slots, sizeof *c->slot_tokens))) {

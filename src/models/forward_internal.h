@@ -22,7 +22,7 @@
 // read in place (rows 0..r-1) or gathered through d_rows; `ids` picks what the head chooses.
 // IDS_HIDDEN: the head stops after the final norm (hidden states for embeddings, no lm_head).
 // decode: no KV slot has more than MX_DECODE_SLOT_TOKENS of the n tokens (the attention records' hint).
-// split (MLXCEL_GPU_SPLIT_MIXED=1, mx_ctx_split_mixed): in a step that is not a decode step, the
+// split (MLXCEL_GPU_SPLIT_MIXED, on unless 0; mx_ctx_split_mixed): in a step that is not a decode step, the
 // first `split` tokens each belong to a slot with at most MX_DECODE_SLOT_TOKENS of them (the next
 // tokens of decoding sequences, which the engine then puts first): their attention is a record of
 // its own with the decode hint, the prompt chunks' another; 0: one attention record.
@@ -51,7 +51,7 @@ struct mx_ctx {
     int32_t *d_table;                    // the same in backend memory (uploaded before a step when changed)
     bool table_dirty;
     int32_t *slot_tokens;                // [n_slots] host counts of a step's tokens per slot (zero between steps)
-    bool split_mixed;                    // MLXCEL_GPU_SPLIT_MIXED=1: plan_key.split
+    bool split_mixed;                    // MLXCEL_GPU_SPLIT_MIXED (unset: on): plan_key.split
     // backend scratch
     int32_t *d_tokens, *d_pos, *d_slot;  // [B]
     int32_t *d_rows;                     // [LOGIT_ROWS] output rows of a pass

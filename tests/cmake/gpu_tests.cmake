@@ -66,8 +66,8 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   # product) under every case of the harness, from 4 tokens and from 2.
   mlxcel_gpu_conformance(gpu_conformance_ungrouped MLXCEL_GPU_GROUPED=0)
   mlxcel_gpu_conformance(gpu_conformance_ungrouped_tc2 MLXCEL_GPU_GROUPED=0 MLXCEL_GPU_TC_DECODE=2)
-  # The streaming kernel's lean one-token form (kernels/matvec_stream_lean.cuh) under every case.
-  mlxcel_gpu_conformance(gpu_conformance_stream_lean MLXCEL_GPU_STREAM_LEAN=1)
+  # The streaming kernel's previous one-token form (the lean one, kernels/matvec_stream_lean.cuh, is the default) under every case.
+  mlxcel_gpu_conformance(gpu_conformance_stream_lean_off MLXCEL_GPU_STREAM_LEAN=0)
   # The fused MoE decode launches (routing folded in) under every case of the harness.
   mlxcel_gpu_conformance(gpu_conformance_moe_fused MLXCEL_GPU_MOE_FUSED=2)
 
@@ -129,12 +129,12 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_knob_refused(stream_rows_three MLXCEL_GPU_STREAM_ROWS=3 "MLXCEL_GPU_STREAM_ROWS='3': must be 2 or 4 \\(unset: 4\\)")
   mlxcel_gpu_knob_refused(stream_rows_one MLXCEL_GPU_STREAM_ROWS=1 "MLXCEL_GPU_STREAM_ROWS='1': must be a whole number from 2 to 4")
   mlxcel_gpu_knob_refused(prefill_kernel_word MLXCEL_GPU_PREFILL_KERNEL=fast
-                          "MLXCEL_GPU_PREFILL_KERNEL='fast': must be wmma, wmma128, sync, pipe, pipe1 or wgmma \\(unset: pipe\\)")
+                          "MLXCEL_GPU_PREFILL_KERNEL='fast': must be wmma, wmma128, sync, pipe, pipe1 or wgmma \\(unset: wgmma, else pipe\\)")
   mlxcel_gpu_knob_refused(grouped_two MLXCEL_GPU_GROUPED=2
                           "MLXCEL_GPU_GROUPED='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(grouped_word MLXCEL_GPU_GROUPED=on "MLXCEL_GPU_GROUPED='on': must be")
   mlxcel_gpu_knob_refused(stream_lean_two MLXCEL_GPU_STREAM_LEAN=2
-                          "MLXCEL_GPU_STREAM_LEAN='2': must be a whole number from 0 to 1 \\(unset: 0\\)")
+                          "MLXCEL_GPU_STREAM_LEAN='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(stream_lean_word MLXCEL_GPU_STREAM_LEAN=on "MLXCEL_GPU_STREAM_LEAN='on': must be")
   mlxcel_gpu_knob_refused(stream_rows_huge MLXCEL_GPU_STREAM_ROWS=99999999999999999999 "MLXCEL_GPU_STREAM_ROWS='99999999999999999999': must be")
 

@@ -151,9 +151,10 @@ int main(void) {
     mx_engine_free(e);
 
     int oldest_steps, oldest_split;
+    setenv("MLXCEL_GPU_SPLIT_MIXED", "0", 1);  // on by default: the plain layout first
     mx_engine_stats plain = run_staggered(m, got, &oldest_steps, &oldest_split);
     CHECK_MSG(memcmp(ref, got, sizeof ref) == 0, "staggered admission changed the tokens");
-    CHECK_MSG(plain.split_steps == 0, "%llu split steps without MLXCEL_GPU_SPLIT_MIXED", (unsigned long long)plain.split_steps);
+    CHECK_MSG(plain.split_steps == 0, "%llu split steps with MLXCEL_GPU_SPLIT_MIXED=0", (unsigned long long)plain.split_steps);
     // MLXCEL_GPU_SPLIT_MIXED=1: the staggered admissions' steps put the decode tokens first, with an
     // attention record of their own; the tokens stay the same.
     setenv("MLXCEL_GPU_SPLIT_MIXED", "1", 1);

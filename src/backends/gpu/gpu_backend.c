@@ -337,6 +337,7 @@ static int env_int(const char *name, int def, int lo, int hi, int *out, mx_error
 typedef struct gpu_knobs {
     int matvec_rows, matvec_max_tokens, stream_min_cols, stream_rows, sample_blocks, tc_decode_tokens, attn_decode;
     int prefill_kernel, moe_fused, attn_mma, sample_fast, grouped, stream_lean;
+    bool prefill_asked;  // MLXCEL_GPU_PREFILL_KERNEL (or MLXCEL_GPU_MMA_SYNC) was set
 } gpu_knobs;
 
 static int read_knobs(gpu_knobs *k, mx_error *err) {
@@ -350,10 +351,10 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // MLXCEL_GPU_STREAM_MIN_COLS=N moves that bound (the GPU tests use 0). MLXCEL_GPU_STREAM_ROWS:
     // its task shape over long rows for one token; unset: 4 (4 rows per task, 2 chunks per lane per
     // step at 4 bits; bench/RESULTS.md run 31: 8B tg128 +4.4% on an H100 against 2), 2: the
-    // previous shape (2 rows per task, 4 chunks per step), kept for A/B. MLXCEL_GPU_STREAM_LEAN=1:
-    // its one-token affine 4/8-bit products in the lean form (kernels/matvec_stream_lean.cuh: each
-    // chunk's sum of x once per block, the rows' addresses once per task; bit for bit the same
-    // outputs); unset or 0: the form measured so far, until the device A/B (bench/RESULTS.md).
+    // previous shape (2 rows per task, 4 chunks per step), kept for A/B. MLXCEL_GPU_STREAM_LEAN
+    // (unset: 1): its one-token affine 4/8-bit products in the lean form (kernels/matvec_stream_lean.cuh:
+    // each chunk's sum of x once per block, the rows' addresses once per task; bit for bit the same
+    // outputs; H100, bench/RESULTS.md run 36: 8B tg128 +3.6%); 0: the previous form, for A/B.
     // MLXCEL_GPU_SAMPLE_BLOCKS=N: at most N blocks share one row of the sample record
     // (kernels/sample_split.cu; 1: one block per row; unset: MXG_SAMPLE_DEFAULT_BLOCKS).
     // MLXCEL_GPU_SAMPLE_FAST (unset: 1): the split form's threshold from a short list of keys (those
@@ -384,7 +385,7 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_MATVEC_TOKENS", 63, 1, 1 << 20, &k->matvec_max_tokens, err) ||
         env_int("MLXCEL_GPU_STREAM_MIN_COLS", 4096, 0, 1 << 30, &k->stream_min_cols, err) ||
         env_int("MLXCEL_GPU_STREAM_ROWS", 4, 2, 4, &k->stream_rows, err) ||
-        env_int("MLXCEL_GPU_STREAM_LEAN", 0, 0, 1, &k->stream_lean, err) ||
+        env_int("MLXCEL_GPU_STREAM_LEAN", 1, 0, 1, &k->stream_lean, err) ||
         env_int("MLXCEL_GPU_SAMPLE_BLOCKS", MXG_SAMPLE_DEFAULT_BLOCKS, 1, MXG_SAMPLE_MAX_BLOCKS, &k->sample_blocks, err) ||
         env_int("MLXCEL_GPU_SAMPLE_FAST", 1, 0, 1, &k->sample_fast, err) ||
         env_int("MLXCEL_GPU_TC_DECODE", MXG_TC_DECODE_DEFAULT_TOKENS, 0, 64, &k->tc_decode_tokens, err) ||
@@ -394,7 +395,10 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         return -1;
     static const char *const prefill_names[] = {"wmma", "wmma128", "sync", "pipe", "pipe1", "wgmma"};  // MXG_PREFILL_* order
     const char *pk = getenv("MLXCEL_GPU_PREFILL_KERNEL");
-    k->prefill_kernel = mx_env_switch("MLXCEL_GPU_MMA_SYNC") ? MXG_PREFILL_SYNC : MXG_PREFILL_PIPE;
+    // Unset: wgmma, which the backend turns into pipe, silently, where the GPU or the build has no
+    // sm_90a code (prefill_asked: the user named the kernel, and hears when it cannot run).
+    k->prefill_kernel = mx_env_switch("MLXCEL_GPU_MMA_SYNC") ? MXG_PREFILL_SYNC : MXG_PREFILL_WGMMA;
+    k->prefill_asked = (pk && *pk) || mx_env_switch("MLXCEL_GPU_MMA_SYNC");
     if (pk && *pk) {
         int i = 0, names = (int)(sizeof prefill_names / sizeof prefill_names[0]);
         while (i < names && strcmp(pk, prefill_names[i]) != 0) i++;
@@ -403,7 +407,7 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
             for (int j = 0; j < names; j++)
                 snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", prefill_names[j],
                          j == names - 2 ? " or " : j < names - 2 ? ", " : "");
-            return mx_fail(err, "MLXCEL_GPU_PREFILL_KERNEL='%s': must be %s (unset: pipe)", pk, list);
+            return mx_fail(err, "MLXCEL_GPU_PREFILL_KERNEL='%s': must be %s (unset: wgmma, else pipe)", pk, list);
         }
         k->prefill_kernel = i;
     }
@@ -491,15 +495,18 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.matvec_max_tokens = knobs.matvec_max_tokens;
     // MLXCEL_GPU_OLD_MATVEC=1: the matrix-vector kernels of before the scaled-activation 4/8-bit
     // dot and split-K (kernels/matvec_scaled.cuh), kept for A/B benches and as a fallback.
-    // MLXCEL_GPU_PREFILL_KERNEL (kernels.h, MXG_PREFILL_*): the tensor-core prefill product; pipe by
-    // default (run 20: pp512 0.6B 31.6k -> 38.4k, 8B 5.6k -> 7.8k tok/s against wmma).
+    // MLXCEL_GPU_PREFILL_KERNEL (kernels.h, MXG_PREFILL_*): the tensor-core prefill product; wgmma by
+    // default where the device and the build allow it, else pipe (run 20, pipe against wmma: pp512
+    // 0.6B 31.6k -> 38.4k, 8B 5.6k -> 7.8k tok/s; run 36 on an H100, wgmma against pipe: 8B 9,900 ->
+    // 19,200, 0.6B 70,000 -> 85,000).
     // MLXCEL_GPU_MMA_SYNC=1 (older spelling): sync.
     c->launch.prefill_kernel = knobs.prefill_kernel;
     // wgmma (vendor/cuda/matmul_wgmma.cu) needs a compute capability 9.0 device and sm_90a code in
-    // this build (MLXCEL_CUDA_ARCHITECTURES=90a); without them the products run on pipe, said once here.
+    // this build (MLXCEL_CUDA_ARCHITECTURES=90a); without them the products run on pipe, said once here
+    // when the user named wgmma.
     if (knobs.prefill_kernel == MXG_PREFILL_WGMMA) {
         c->launch.wgmma = c->info.cc == 90 && mxg_wgmma_probe(c->launch.stream) == 1;
-        if (!c->launch.wgmma)
+        if (!c->launch.wgmma && knobs.prefill_asked)
             fprintf(stderr, "mlxcel: MLXCEL_GPU_PREFILL_KERNEL=wgmma: GPU %d (%s, architecture %s) or this build (%s) has "
                             "no sm_90a code; the prefill products run on pipe (build with "
                             "-DMLXCEL_CUDA_ARCHITECTURES=90a for an H100/H200)\n",

@@ -22,7 +22,7 @@ extern "C" {
 #define MXG_TC_DECODE_DEFAULT_TOKENS 4
 
 // The CUDA tensor-core prefill products (vendor/cuda/matmul_mma*.cu), chosen by
-// MLXCEL_GPU_PREFILL_KERNEL: pipe (default, below), wmma (WMMA, the tile picked to fill the device), wmma128 (WMMA,
+// MLXCEL_GPU_PREFILL_KERNEL: wgmma where it can run, else pipe (the default, below), wmma (WMMA, the tile picked to fill the device), wmma128 (WMMA,
 // always 128 x 128 tiles: the kernel before the tile choice), sync (mma.sync/ldmatrix; also
 // MLXCEL_GPU_MMA_SYNC=1), pipe (cp.async pipeline, vendor/cuda/matmul_pipe.cu, affine 4-bit; other
 // formats on wmma), pipe1 (the same with its 128-token tiles at one block per multiprocessor and
@@ -52,7 +52,7 @@ typedef struct mxg_launch {
     int stream_rows;       // its rows per task for one token over long rows: 4 with half the chunks per step
                            // (default), or 2 (MLXCEL_GPU_STREAM_ROWS=2)
     bool stream_lean;      // its one-token affine 4/8-bit products in the lean form, bit for bit the same outputs
-                           // (kernels/matvec_stream_lean.cuh; MLXCEL_GPU_STREAM_LEAN=1, off by default)
+                           // (kernels/matvec_stream_lean.cuh; MLXCEL_GPU_STREAM_LEAN, on unless 0)
     bool attn_token_rows;  // attention always in token rows, never head rows for decode (A/B switch)
     bool attn_decode;      // decode steps on kernels/attn_decode.cu (MLXCEL_GPU_ATTN_DECODE=0: off, A/B switch)
     bool attn_mma;         // prefill attention on the tensor-core kernel (vendor/cuda/attn_mma.cu; off: MLXCEL_GPU_ATTN_MMA=0)
