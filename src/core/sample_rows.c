@@ -5,7 +5,7 @@
 // and for top-k/top-p the tokens above max - delta (delta widened until they hold what the filters
 // need: a handful for a peaked distribution) with radix selection over them; then one uniform draw
 // walks the kept tokens' weights in id order. The best-token and threshold passes compare 8 logits
-// at a time where the CPU has AVX2 (a sampled row of 151,936 logits: 1.1 -> 0.35 ms).
+// at a time where the CPU has AVX2 (core/sample_passes.h; a sampled row of 151,936 logits: 1.1 -> 0.35 ms).
 #include "core/sample_rows.h"
 
 #include <math.h>
@@ -13,14 +13,10 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "core/avx2_target.h"
 #include "core/logsumexp.h"
 #include "core/sample_noise.h"
+#include "core/sample_passes.h"
 #include "core/thread_pool.h"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 static inline bool is_allowed(const uint32_t *mask, int i) { return !mask || ((mask[i >> 5] >> (i & 31)) & 1u); }
 
@@ -101,95 +97,6 @@ static uint32_t radix_select(const uint32_t *keys, const float *w, int32_t *idx,
     return prefix;
 }
 
-// The two full passes over a row besides the exponentials: the best token, and the tokens above a
-// threshold. Both give the same results with or without AVX2 (the same first maximum, the same
-// candidates in id order, their mass added in id order).
-
-// The best token (the first maximum), NaN logits set to -inf on the way (they then carry no mass and
-// are never kept). vocab >= 1.
-static int32_t best_token_scalar(float *l, int vocab) {
-    if (isnan(l[0])) l[0] = -INFINITY;
-    int32_t best = 0;
-    float best_v = l[0];  // in a register: reading l[best] after the store to l[i] waits on memory
-    for (int i = 1; i < vocab; i++) {
-        float v = l[i];
-        if (isnan(v)) l[i] = v = -INFINITY;
-        if (v > best_v) best_v = v, best = i;
-    }
-    return best;
-}
-
-// The tokens with l >= t0, in id order, into cand; *mass = the sum of their e, added in id order.
-static int collect_scalar(const float *l, const float *e, int vocab, float t0, int32_t *cand, double *mass) {
-    int nc = 0;
-    double s = 0.0;
-    for (int i = 0; i < vocab; i++)
-        if (l[i] >= t0) cand[nc++] = i, s += e[i];
-    *mass = s;
-    return nc;
-}
-
-#if defined(__x86_64__)
-// One pass for the NaNs and the maximum, one for its first place (a compare per 8 logits).
-MX_TARGET_AVX2 static int32_t best_token_avx2(float *l, int vocab) {
-    const __m256 ninf = _mm256_set1_ps(-INFINITY);
-    __m256 mx = ninf;
-    int i = 0;
-    for (; i + 8 <= vocab; i += 8) {
-        __m256 v = _mm256_loadu_ps(l + i), nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
-        if (_mm256_movemask_ps(nan)) {
-            v = _mm256_blendv_ps(v, ninf, nan);
-            _mm256_storeu_ps(l + i, v);
-        }
-        mx = _mm256_max_ps(mx, v);
-    }
-    float lanes[8], m = -INFINITY;
-    _mm256_storeu_ps(lanes, mx);
-    for (int k = 0; k < 8; k++) m = lanes[k] > m ? lanes[k] : m;
-    for (int k = i; k < vocab; k++) {
-        if (isnan(l[k])) l[k] = -INFINITY;
-        m = l[k] > m ? l[k] : m;
-    }
-    const __m256 vm = _mm256_set1_ps(m);  // -inf when every logit is: token 0, as the scalar pass
-    for (i = 0; i + 8 <= vocab; i += 8) {
-        int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(l + i), vm, _CMP_EQ_OQ));
-        if (hit) return i + __builtin_ctz((unsigned)hit);
-    }
-    for (; i < vocab; i++)
-        if (l[i] == m) return i;
-    return 0;
-}
-
-MX_TARGET_AVX2 static int collect_avx2(const float *l, const float *e, int vocab, float t0, int32_t *cand, double *mass) {
-    const __m256 vt = _mm256_set1_ps(t0);
-    int nc = 0, i = 0;
-    double s = 0.0;
-    for (; i + 8 <= vocab; i += 8) {
-        unsigned hit = (unsigned)_mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(l + i), vt, _CMP_GE_OQ));
-        for (; hit; hit &= hit - 1) {
-            int j = i + __builtin_ctz(hit);
-            cand[nc++] = j, s += e[j];
-        }
-    }
-    for (; i < vocab; i++)
-        if (l[i] >= t0) cand[nc++] = i, s += e[i];
-    *mass = s;
-    return nc;
-}
-
-static int32_t best_token(float *l, int vocab) { return mx_cpu_has_avx2() ? best_token_avx2(l, vocab) : best_token_scalar(l, vocab); }
-
-static int collect(const float *l, const float *e, int vocab, float t0, int32_t *cand, double *mass) {
-    return mx_cpu_has_avx2() ? collect_avx2(l, e, vocab, t0, cand, mass) : collect_scalar(l, e, vocab, t0, cand, mass);
-}
-#else
-static int32_t best_token(float *l, int vocab) { return best_token_scalar(l, vocab); }
-
-static int collect(const float *l, const float *e, int vocab, float t0, int32_t *cand, double *mass) {
-    return collect_scalar(l, e, vocab, t0, cand, mass);
-}
-#endif
-
 int32_t mx_sample_row_host(float *l, int vocab, const mx_sample_row *row, const mx_logit_mod *mods, void *scratch,
                            mx_sample_out *out) {
     int32_t *cand = scratch;                         // [vocab] candidate ids, ascending
@@ -201,6 +108,7 @@ int32_t mx_sample_row_host(float *l, int vocab, const mx_sample_row *row, const 
     const mx_logit_mod *md = mods ? mods + row->mod_off : NULL;
     int n_mod = md ? row->n_mod : 0;
     const uint32_t *mask = row->allowed;
+    const mx_sample_passes *passes = mx_sample_passes_host();
 
     double lse = 0.0;
     out->n_top = 0;
@@ -220,7 +128,7 @@ int32_t mx_sample_row_host(float *l, int vocab, const mx_sample_row *row, const 
     // Best token (first maximum); an allowed one even if every allowed logit is -inf. A NaN logit
     // becomes -inf here (no mass, never kept): the sums below stay finite wherever it stands, so
     // top-p weighs the other tokens, and a NaN first logit is not taken as the best.
-    int32_t best = best_token(l, vocab);
+    int32_t best = passes->best_token(l, vocab);
     if (mask && !is_allowed(mask, best))
         for (best = 0; !is_allowed(mask, best); best++) {}
     int32_t chosen = best;
@@ -238,7 +146,7 @@ int32_t mx_sample_row_host(float *l, int vocab, const mx_sample_row *row, const 
             for (float delta = 8.0f;; delta *= 4.0f) {
                 float t0 = fmaxf(m - delta, thr);
                 double mass;
-                nc = collect(l, e, vocab, t0, cand, &mass);
+                nc = passes->collect(l, e, vocab, t0, cand, &mass);
                 if (((!by_k || nc >= row->top_k) && (!by_p || mass >= want)) || t0 <= thr) break;
             }
             for (int j = 0; j < nc; j++) keys[j] = mx_order_key(l[cand[j]]), w[j] = e[cand[j]];
