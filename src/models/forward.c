@@ -175,7 +175,13 @@ static mx_plan *build_plan(mx_ctx *c, plan_key k, mx_error *err) {
     return p;
 }
 
-// The plan for a step shape: from the cache, or built (replacing the least recently used one).
+// Until when a cached plan is worth keeping, in plan runs (forward_internal.h: PLAN_CACHE): its last
+// run, and PLAN_KEEP_REUSED runs more for a plan that ran more than once (a shape that recurs, such as
+// a decode step's, against the one-off shapes of the steps with prompt chunks).
+static uint64_t keep_until(const cached_plan *e) { return e->last_use + (e->runs > 1 ? PLAN_KEEP_REUSED : 0); }
+
+// The plan for a step shape: from the cache, or built in an empty entry or in place of the plan with
+// the earliest keep_until (the least recently used of those that ran once, while there are some).
 static mx_plan *plan_for(mx_ctx *c, plan_key k, mx_error *err) {
     cached_plan *slot = &c->plans[0];
     for (int i = 0; i < PLAN_CACHE; i++) {
@@ -183,16 +189,17 @@ static mx_plan *plan_for(mx_ctx *c, plan_key k, mx_error *err) {
         if (e->plan && e->key.n == k.n && e->key.r == k.r && e->key.gathered == k.gathered && e->key.ids == k.ids &&
             e->key.decode == k.decode && e->key.split == k.split) {
             e->last_use = ++c->uses;
+            e->runs++;
             return e->plan;
         }
-        if (!e->plan ? slot->plan != NULL : (slot->plan && e->last_use < slot->last_use)) slot = e;
+        if (!e->plan ? slot->plan != NULL : (slot->plan && keep_until(e) < keep_until(slot))) slot = e;
     }
     mx_plan *p = build_plan(c, k, err);
     if (!p) return NULL;
     c->plans_built++;
     c->plans_evicted += slot->plan != NULL;
     mx_plan_free(c->be, slot->plan);
-    *slot = (cached_plan){k, p, ++c->uses};
+    *slot = (cached_plan){k, p, ++c->uses, 1};
     return p;
 }
 

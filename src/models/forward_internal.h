@@ -14,9 +14,14 @@
 // run in parallel blocks) and one download of the results, instead of one of each per 16 rows.
 #define LOGIT_ROWS 64
 #define MAX_EDITS 65536  // logit edits per mx_ctx_forward_choose call (1 MiB of backend memory)
-// Step shapes kept; the least recently used plan is freed beyond that. A server on a GPU uses 22
-// decode shapes per token-choice kind (engine.h: padding), greedy and sampled, plus prefill mixes.
+// Step shapes kept. A server on a GPU uses 22 decode shapes per token-choice kind (engine.h:
+// padding), greedy and sampled, each run many times; nearly every step with prompt chunks has a shape
+// of its own (its token count is its decode tokens plus its chunks', which rarely recur) and runs
+// once. So beyond PLAN_CACHE plans, the plan freed is the least recently used among those that ran
+// once; a plan that ran more than once goes first only after PLAN_KEEP_REUSED plan runs without a
+// run of its own (a few 64-stream server levels), so the shapes of a load that stopped make room.
 #define PLAN_CACHE 64
+#define PLAN_KEEP_REUSED 4096
 
 // What a plan computes: `n` tokens through the model (0: output head only) and `r` output rows,
 // read in place (rows 0..r-1) or gathered through d_rows; `ids` picks what the head chooses.
@@ -38,7 +43,8 @@ typedef struct plan_key {
 typedef struct cached_plan {
     plan_key key;
     mx_plan *plan;
-    uint64_t last_use;
+    uint64_t last_use;  // the context's plan-run count at its last run
+    uint64_t runs;
 } cached_plan;
 
 struct mx_ctx {

@@ -84,9 +84,10 @@ int mx_ctx_forward_hidden(mx_ctx *c, const mx_batch *b, float *hidden, mx_error 
 bool mx_ctx_split_mixed(const mx_ctx *c);
 
 // Step plans the context built (one per new step shape, plan_key in forward_internal.h) and freed
-// to make room in its cache of PLAN_CACHE shapes (a freed shape is built again, with a new plan id,
-// when it comes back: a GPU backend then runs it directly and records it again), and the plan runs
-// whose decode tokens had an attention record of their own (mx_ctx_split_mixed).
+// to make room in its cache of PLAN_CACHE shapes (those that ran once first; a freed shape is built
+// again, with a new plan id, when it comes back: a GPU backend then runs it directly and records it
+// again), and the plan runs whose decode tokens had an attention record of their own
+// (mx_ctx_split_mixed).
 void mx_ctx_plan_counts(const mx_ctx *c, uint64_t *built, uint64_t *evicted, uint64_t *split);
 
 // True when the backend chooses tokens itself (the `sample` record), so mx_ctx_forward_choose works.
