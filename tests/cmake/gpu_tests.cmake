@@ -68,6 +68,8 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_conformance(gpu_conformance_ungrouped_tc2 MLXCEL_GPU_GROUPED=0 MLXCEL_GPU_TC_DECODE=2)
   # The streaming kernel's previous one-token form (the lean one, kernels/matvec_stream_lean.cuh, is the default) under every case.
   mlxcel_gpu_conformance(gpu_conformance_stream_lean_off MLXCEL_GPU_STREAM_LEAN=0)
+  # The flash-decoding kernel's short form (kernels/attn_decode.cu) under every case of the harness.
+  mlxcel_gpu_conformance(gpu_conformance_attn_short MLXCEL_GPU_ATTN_SHORT=1)
   # The fused MoE decode launches (routing folded in) under every case of the harness.
   mlxcel_gpu_conformance(gpu_conformance_moe_fused MLXCEL_GPU_MOE_FUSED=2)
 
@@ -136,6 +138,9 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_knob_refused(stream_lean_two MLXCEL_GPU_STREAM_LEAN=2
                           "MLXCEL_GPU_STREAM_LEAN='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(stream_lean_word MLXCEL_GPU_STREAM_LEAN=on "MLXCEL_GPU_STREAM_LEAN='on': must be")
+  mlxcel_gpu_knob_refused(attn_short_two MLXCEL_GPU_ATTN_SHORT=2
+                          "MLXCEL_GPU_ATTN_SHORT='2': must be a whole number from 0 to 1 \\(unset: 0\\)")
+  mlxcel_gpu_knob_refused(attn_short_word MLXCEL_GPU_ATTN_SHORT=yes "MLXCEL_GPU_ATTN_SHORT='yes': must be")
   mlxcel_gpu_knob_refused(stream_rows_huge MLXCEL_GPU_STREAM_ROWS=99999999999999999999 "MLXCEL_GPU_STREAM_ROWS='99999999999999999999': must be")
 
   # The model fixtures through the GPU backend (the parity test reads MLXCEL_TEST_BACKEND).

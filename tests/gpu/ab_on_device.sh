@@ -81,6 +81,14 @@
 #             0.6B (rows below the streaming kernel's 4096 columns: the control, unchanged);
 #             bench_gpu_matvec of the 8B with the knob on for every path (stream and stream-lean
 #             then both lean: equal times); bench_gpu_decode's per-op decode times of the 8B off and on.
+#   attn_short  the flash-decoding kernel's short form (kernels/attn_decode.cu, MLXCEL_GPU_ATTN_SHORT=1:
+#             a block per query head and one split where the cache holds at most 128 positions),
+#             ~8 min, deadline 540 s: the conformance harness, model parity on cuda and the op suite
+#             with the knob; `mlxcel bench --shape qwen3-30b-a3b -p 32 -n 64` (groups of 8: 4 blocks
+#             and a 4-split combine today, 32 blocks and none in the short form) and the 8B's `-p 32
+#             -n 64` (groups of 4) with the knob off and on in turn, twice; then the controls, whose
+#             caches are longer than the form's bound (nothing changes): the 8B's `-p 512 -n 128` and
+#             `-p 8192 -n 32`, off and on in turn, twice.
 # (The suites were attn_on_device.sh, attn_mma_on_device.sh, prefill_on_device.sh,
 # moe_on_device.sh and matvec_on_device.sh, which bench/RESULTS.md names.)
 # shellcheck disable=SC2317  # the suite functions are called as "suite_$suite"
@@ -89,11 +97,11 @@ cd "$(dirname "$0")/../.." || exit 1
 suite=${1:-}
 case $suite in
 attn) deadline=300 ;;
-attn_mma | prefill | matvec | mixed | stream_lean) deadline=540 ;;
+attn_mma | prefill | matvec | mixed | stream_lean | attn_short) deadline=540 ;;
 moe | grouped) deadline=480 ;;
 sample) deadline=420 ;;
 *)
-    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|matvec|sample|grouped|mixed|stream_lean (the suites: the top of this file)" >&2
+    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|matvec|sample|grouped|mixed|stream_lean|attn_short (the suites: the top of this file)" >&2
     exit 2
     ;;
 esac
@@ -259,6 +267,34 @@ suite_stream_lean() {
     for i in off on; do
         check_run "decode_8b_$i" 60 "^decode|matmul|plan|lm_head" MLXCEL_GPU_STREAM_LEAN="$([ "$i" = on ] && echo 1 || echo 0)" -- \
             build/cuda/bench_gpu_decode qwen3-8b 512 512 100
+    done
+}
+
+suite_attn_short() {
+    check_build 300 mlxcel test_gpu_conformance test_model_parity test_gpu_ops
+    local on=(MLXCEL_GPU_ATTN_SHORT=1) off=(MLXCEL_GPU_ATTN_SHORT=0) p="check failed|FAIL|passed|failed" i
+    check_run gpu_conformance_short 90 "$p" "${on[@]}" -- build/cuda/test_gpu_conformance
+    check_run parity_cuda_short 90 "$p" MLXCEL_TEST_BACKEND=cuda "${on[@]}" -- build/cuda/test_model_parity
+    check_run gpu_ops_short 90 "attention|$p" "${on[@]}" -- build/cuda/test_gpu_ops
+    local b=(-- --shape qwen3-30b-a3b -p 32 -n 64)
+    for i in 1 2; do
+        check_bench "bench_30b_off_$i" 200 "${off[@]}" "${b[@]}"  # the first makes the model when missing
+        check_bench "bench_30b_on_$i" 60 "${on[@]}" "${b[@]}"
+    done
+    b=(-- --shape qwen3-8b -p 32 -n 64)
+    for i in 1 2; do
+        check_bench "bench_8b_p32_off_$i" 150 "${off[@]}" "${b[@]}"  # the first makes the model when missing
+        check_bench "bench_8b_p32_on_$i" 40 "${on[@]}" "${b[@]}"
+    done
+    b=(-- --shape qwen3-8b -p 512 -n 128)
+    for i in 1 2; do
+        check_bench "bench_8b_p512_off_$i" 40 "${off[@]}" "${b[@]}"
+        check_bench "bench_8b_p512_on_$i" 40 "${on[@]}" "${b[@]}"
+    done
+    b=(-- --shape qwen3-8b -p 8192 -n 32)
+    for i in 1 2; do
+        check_bench "bench_8b_p8192_off_$i" 60 "${off[@]}" "${b[@]}"
+        check_bench "bench_8b_p8192_on_$i" 60 "${on[@]}" "${b[@]}"
     done
 }
 

@@ -335,7 +335,8 @@ static int env_int(const char *name, int def, int lo, int hi, int *out, mx_error
 // The numeric knobs, read before any device is looked for (so a bad value is refused by name also
 // on a machine without a GPU).
 typedef struct gpu_knobs {
-    int matvec_rows, matvec_max_tokens, stream_min_cols, stream_rows, sample_blocks, tc_decode_tokens, attn_decode;
+    int matvec_rows, matvec_max_tokens, stream_min_cols, stream_rows, sample_blocks, tc_decode_tokens, attn_decode,
+        attn_short;
     int prefill_kernel, moe_fused, attn_mma, sample_fast, grouped, stream_lean;
     bool prefill_asked;  // MLXCEL_GPU_PREFILL_KERNEL (or MLXCEL_GPU_MMA_SYNC) was set
 } gpu_knobs;
@@ -380,8 +381,12 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // 5,069 tok/s).
     // MLXCEL_GPU_ATTN_DECODE=0: decode attention on the general kernel (kernels/attention.cu, head
     // rows) instead of the flash-decoding one (kernels/attn_decode.cu), for A/B benches (unset: 1).
+    // MLXCEL_GPU_ATTN_SHORT=1: where every sequence's cache holds few positions (kernels/attn_decode.cu,
+    // kDecodeShortCtx), the flash-decoding kernel in its short form, a block per query head and one
+    // split (no combine launch), instead of a block per KV head's group; unset: 0, today's form.
     if (env_int("MLXCEL_GPU_MATVEC_ROWS", 4, 1, 4, &k->matvec_rows, err) ||
         env_int("MLXCEL_GPU_ATTN_DECODE", 1, 0, 1, &k->attn_decode, err) ||
+        env_int("MLXCEL_GPU_ATTN_SHORT", 0, 0, 1, &k->attn_short, err) ||
         env_int("MLXCEL_GPU_MATVEC_TOKENS", 63, 1, 1 << 20, &k->matvec_max_tokens, err) ||
         env_int("MLXCEL_GPU_STREAM_MIN_COLS", 4096, 0, 1 << 30, &k->stream_min_cols, err) ||
         env_int("MLXCEL_GPU_STREAM_ROWS", 4, 2, 4, &k->stream_rows, err) ||
@@ -525,6 +530,7 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.tc_decode_tokens = knobs.tc_decode_tokens == 1 ? 2 : knobs.tc_decode_tokens;
     c->launch.tc_grouped = knobs.grouped == 1;
     c->launch.attn_decode = knobs.attn_decode == 1 && !c->launch.attn_token_rows;
+    c->launch.attn_short = knobs.attn_short == 1;
     c->launch.attn_mma = knobs.attn_mma == 1;
     c->launch.scratch_bytes = mxg_attention_scratch_bytes(c->info.sm_count, 256);
     // The tensor-core decode product's split-column partial sums: 8 MB holds 32 splits of a 1024-row

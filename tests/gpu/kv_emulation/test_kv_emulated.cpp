@@ -12,7 +12,8 @@
 // decode steps of 17-64 tokens in their own slots (the record's decode hint; one split and several,
 // told by the scratch); the q/k norm + RoPE launch with the KV store fused in (its cache bytes equal
 // to the kv_store kernel's); latent caches of DeepSeek-V3's fixture sizes and a chunk that straddles
-// c_kv and k_pe.
+// c_kv and k_pe. The flash-decoding kernel's short form (MLXCEL_GPU_ATTN_SHORT=1) on caches of 1-129
+// positions: its launch shape, and bit for bit today's form where the arithmetic is the same.
 // The attention cases (prefill chunks of up to 150 tokens among them) also on the tensor-core prefill
 // kernel (vendor/cuda/attn_mma.cu), at its own bound (mma_vs_cpu).
 // Built and run by run.sh; exits 1 on any failure.
@@ -201,6 +202,76 @@ static void long_case(mx_backend *cpu, mxg_launch *L, int D, int nkv, int nh, in
     cpu->ops->release(cpu, ckv);
 }
 
+// The flash-decoding kernel's short form (MLXCEL_GPU_ATTN_SHORT=1, L->attn_short): one slot's cache
+// of cap positions (scrambled blocks when paged), filled, then steps at its start, middle and end
+// (contexts of 1 to cap positions), 3 tokens at its end, a sliding window of 8, sinks; each with the
+// knob off (today's form) and on, both within 1e-5 of the CPU backend. Where the form applies (cap
+// <= 128, at most a wave of query heads) the step must be one launch of a block per query head, one
+// split (no combine); where it does not (cap 129), the same launches as today's. Where today's form
+// has one split and groups of at most 4, the outputs must agree bit for bit (each head's arithmetic
+// is the same); groups of 8 sum in another order.
+static void short_case(mx_backend *cpu, mxg_launch *L, int D, int nkv, int nh, int cap, int paged) {
+    const int tl = (cap + MX_KV_BLOCK - 1) / MX_KV_BLOCK, group = nh / nkv;
+    mx_kv_layout lay = {1, 1, cap, nkv, D, paged ? tl + 3 : 0};
+    std::vector<int32_t> table(tl);
+    for (int i = 0; i < tl; i++) table[i] = (int32_t)(tl + 2 - i);  // distinct, in reverse, the first 3 unused
+    size_t bytes = mx_kv_bytes(&lay, cpu->kv_dtype);
+    unsigned char *gkv = (unsigned char *)calloc(1, bytes);
+    void *ckv = cpu->ops->alloc(cpu, bytes, &err);
+    const int per = nkv * D;
+    std::vector<float> k((size_t)cap * per), v((size_t)cap * per);
+    fill(k.data(), k.size(), -1, 1), fill(v.data(), v.size(), -1, 1);
+    for (size_t i = 0; i < k.size(); i += 29) k[i] *= 5.0f;
+    std::vector<int32_t> sl(cap, 0), ps(cap);
+    for (int i = 0; i < cap; i++) ps[i] = i;
+    mx_kv_ref rg = {gkv, lay, 0, sl.data(), ps.data(), paged ? table.data() : NULL};
+    mx_kv_ref rc = {ckv, lay, 0, sl.data(), ps.data(), paged ? table.data() : NULL};
+    mxg_kv_store(L, &rg, k.data(), v.data(), cap);
+    run(cpu, (mx_op){.kind = MX_OP_KV_STORE, .kv_store = {rc, k.data(), v.data(), cap}});
+    printf("short decode D=%d nkv=%d nh=%d cache %d paged=%d warp %d %s\n", D, nkv, nh, cap, paged, L->warp,
+           mx_dtype_name(cpu->kv_dtype));
+    struct { int n, pos, window, sinks; } cases[] = {{1, 0, 0, 0},   {1, 4, 0, 1},        {1, cap / 2, 0, 0},
+                                                    {1, cap - 1, 0, 1}, {3, cap - 3, 0, 0}, {1, cap - 1, 8, 1}};
+    const bool takes = cap <= 128;  // kernels/attn_decode.cu's kDecodeShortCtx
+    for (auto &c : cases) {
+        const int n = c.n, pos = std::min(c.pos, cap - n);
+        if (pos < 0) continue;
+        std::vector<int32_t> s2(n, 0), p2(n);
+        for (int i = 0; i < n; i++) p2[i] = pos + i;
+        mx_kv_ref g2 = {gkv, lay, 0, s2.data(), p2.data(), paged ? table.data() : NULL};
+        mx_kv_ref c2 = {ckv, lay, 0, s2.data(), p2.data(), paged ? table.data() : NULL};
+        const attn_case_data a = cpu_attention(cpu, c2, n, nh, D, c.window, c.sinks, false);
+        std::vector<float> og[2];
+        std::vector<dim3> grids[2];
+        L->attn_decode = true;
+        for (int on = 0; on < 2; on++) {
+            L->attn_short = on;
+            og[on].assign(a.oc.size(), NAN);
+            emu_grids.clear();
+            mxg_attention(L, og[on].data(), a.q.data(), &g2, n, nh, a.scale, c.window, a.sinks_arg(), false);
+            grids[on] = emu_grids;
+        }
+        L->attn_short = false, L->attn_decode = false;
+        const double e0 = rel(og[0].data(), a.oc.data(), a.oc.size()), e1 = rel(og[1].data(), a.oc.data(), a.oc.size());
+        const bool one_block_per_head = takes && n * nh <= 2 * L->sm_count;
+        bool shape = grids[1].size() == (one_block_per_head ? 1 : grids[0].size());
+        for (size_t i = 0; shape && i < grids[1].size(); i++) {
+            const dim3 want = one_block_per_head ? dim3(n, nh, 1) : grids[0][i];
+            shape = grids[1][i].x == want.x && grids[1][i].y == want.y && grids[1][i].z == want.z;
+        }
+        const bool same = !memcmp(og[0].data(), og[1].data(), og[0].size() * sizeof(float));
+        const bool want_same = !one_block_per_head || (group <= 4 && grids[0].size() == 1 && grids[0][0].z == 1);
+        const bool ok = e0 <= 1e-5 && e1 <= 1e-5 && shape && (same || !want_same);
+        printf("   %d token(s) at %d%s%s: off rel err %.2e (%zu launches, %u splits), on %.2e (%zu, grid y %u)%s%s\n", n, pos,
+               c.window ? ", window 8" : "", c.sinks ? ", sinks" : "", e0, grids[0].size(),
+               grids[0].empty() ? 0u : grids[0][0].z, e1, grids[1].size(), grids[1].empty() ? 0u : grids[1][0].y,
+               same ? ", same bits" : "", ok ? "" : "  <-- FAIL");
+        if (!ok) fails++;
+    }
+    free(gkv);
+    cpu->ops->release(cpu, ckv);
+}
+
 // Batched decode steps (the engine's server steps): 17-64 tokens, each the next position of its own
 // slot (contexts of 1-120 positions), the last 7 of some steps in one padding slot at positions 0-6
 // (generate/engine.c), with the record's decode hint; on the flash-decoding kernel (which takes them
@@ -379,6 +450,23 @@ int main(int argc, char **argv) {
             long_case(cpu, &L, 256, 2, 4, 1040, 1, false);
             L.warp = 32;
         }
+        // The short form (MLXCEL_GPU_ATTN_SHORT=1): the 8B's shape at the p32 n64 bench's cache, the
+        // 30B-A3B's (groups of 8), the 0.6B's at 5 positions, then groups of 1-8 at head sizes 64-256,
+        // the form's bound and one past it, one position, a wave of 64.
+        short_case(cpu, &L, 128, 8, 32, 97, 1);
+        short_case(cpu, &L, 128, 4, 32, 40, 0);
+        short_case(cpu, &L, 128, 4, 32, 128, 1);
+        short_case(cpu, &L, 128, 8, 16, 5, 1);
+        short_case(cpu, &L, 64, 2, 16, 33, 0);
+        short_case(cpu, &L, 256, 4, 8, 24, 1);
+        short_case(cpu, &L, 256, 2, 16, 128, 0);
+        short_case(cpu, &L, 64, 4, 4, 17, 1);
+        short_case(cpu, &L, 128, 4, 32, 129, 1);
+        short_case(cpu, &L, 128, 8, 32, 1, 0);
+        L.warp = 64;
+        short_case(cpu, &L, 128, 4, 32, 64, 1);
+        short_case(cpu, &L, 64, 2, 8, 20, 0);
+        L.warp = 32;
         batch_case(cpu, &L, 128, 8, 16, 1);       // Qwen3-0.6B's attention: splits 2 at 17 and 24 tokens, then 1
         if (!quick && !f16) {
             batch_case(cpu, &L, 64, 2, 16, 0);    // groups of 8: split below 50 tokens

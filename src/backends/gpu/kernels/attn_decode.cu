@@ -21,6 +21,16 @@
 // partial dot over its lane's 8 elements is multiplied by that chunk's scale, a value's weight by
 // its row's scale. Positions outside [window start, position] read nothing and weigh 0. Sinks
 // enter at the normalization (single split) or in the combine.
+// Short form (MLXCEL_GPU_ATTN_SHORT=1, L->attn_short; off by default until measured): where every
+// sequence's cache holds at most kDecodeShortCtx positions and the step has at most a wave of query
+// heads, one block per query head (G = 1, parts = the group) and one split. At a few positions the
+// kernel reads almost nothing and its time is its own chain: G heads' scores, merges and a
+// 2-barrier epilogue per head done one after another in one block, in code that grows with G
+// (124 KB of sm_90 instructions at G = 8, D = 128, I16, against 35 KB at G = 1, each run once per
+// launch), plus a combine launch wherever the cache is longer than one split's minimum. The short form runs the G heads in
+// G blocks side by side, each reading the (few) keys again from L2, and no combine. Each head's
+// arithmetic is that of today's form at G <= 4 (same unit, same order: bit for bit where today's
+// form also has one split); groups of 8 take units of 4 sets instead of 2 (another summation order).
 #include "backends/gpu/common.cuh"
 #include "backends/gpu/kernels.h"
 #include "backends/gpu/kv_block.cuh"
@@ -32,6 +42,7 @@ constexpr int kDecodeMaxTokens = 16;  // steps of at most this many tokens (as t
 constexpr int kDecodeHintMaxTokens = 64;  // ... or this many with the decode hint (a token per sequence)
 constexpr int kDecodeMaxSplits = 64;  // splits of one token's context (the combine's block holds them)
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr int kDecodeShortCtx = 128;  // the short form's longest cache (positions per sequence)
 
 // Positions of one unit: W / (D / 8) key rows at once, C times. C: 4, or 2 for 8 heads (their
 // registers), and no more than fits in a cache block of MX_KV_BLOCK positions.
@@ -294,7 +305,11 @@ extern "C" int mxg_attention_decode(const mxg_launch *L, float *out, const float
         (L->warp != 32 && L->warp != 64))
         return -1;
     const int group = n_heads / lay->n_kv_heads;
-    const int G = group >= 8 ? 8 : group > 2 ? 4 : group;  // heads per block: a power of two, at most 8
+    // The short form (top of the file): a block per query head, at most one wave of them, one split.
+    const bool short_form = L->attn_short && lay->max_ctx <= kDecodeShortCtx &&
+                            (int64_t)n * n_heads <= (int64_t)decode_blocks_per_sm(1) * L->sm_count;
+    // heads per block: a power of two, at most 8
+    const int G = short_form ? 1 : group >= 8 ? 8 : group > 2 ? 4 : group;
     const int parts = (group + G - 1) / G;
     DecodeArgs a;
     a.out = out, a.part = (float *)L->scratch, a.q = q, a.sinks = sinks, a.kv = (const uint16_t *)r->kv;
@@ -306,7 +321,7 @@ extern "C" int mxg_attention_decode(const mxg_launch *L, float *out, const float
     // multiprocessors): splitting would make a second, partial wave and a combine launch.
     const int64_t blocks = (int64_t)n * lay->n_kv_heads * parts, target = (int64_t)decode_blocks_per_sm(G) * L->sm_count;
     const int64_t min_split = (int64_t)(kDecodeThreads / L->warp) * decode_unit(L->warp, D, G);
-    int64_t s = 4 * blocks >= 3 * target ? 1 : (target + blocks - 1) / blocks;
+    int64_t s = short_form || 4 * blocks >= 3 * target ? 1 : (target + blocks - 1) / blocks;
     const int64_t by_ctx = (lay->max_ctx + min_split - 1) / min_split;
     s = s < by_ctx ? s : by_ctx;
     s = s < kDecodeMaxSplits ? s : kDecodeMaxSplits;
