@@ -72,6 +72,8 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_conformance(gpu_conformance_attn_short MLXCEL_GPU_ATTN_SHORT=1)
   # The fused MoE decode launches (routing folded in) under every case of the harness.
   mlxcel_gpu_conformance(gpu_conformance_moe_fused MLXCEL_GPU_MOE_FUSED=2)
+  # Level 3 (the norm, router product and routing in one launch; the down launch's early reads).
+  mlxcel_gpu_conformance(gpu_conformance_moe_fused3 MLXCEL_GPU_MOE_FUSED=3)
 
   # The sample record split over many blocks per row against one block per row and the host rule.
   add_executable(test_gpu_sample ${PROJECT_SOURCE_DIR}/tests/gpu/test_gpu_sample.c)
@@ -121,8 +123,9 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_knob_refused(attn_decode_two MLXCEL_GPU_ATTN_DECODE=2
                           "MLXCEL_GPU_ATTN_DECODE='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(attn_decode_word MLXCEL_GPU_ATTN_DECODE=off "MLXCEL_GPU_ATTN_DECODE='off': must be")
-  mlxcel_gpu_knob_refused(moe_fused_three MLXCEL_GPU_MOE_FUSED=3
-                          "MLXCEL_GPU_MOE_FUSED='3': must be a whole number from 0 to 2 \\(unset: 1\\)")
+  mlxcel_gpu_knob_refused(moe_fused_four MLXCEL_GPU_MOE_FUSED=4
+                          "MLXCEL_GPU_MOE_FUSED='4': must be a whole number from 0 to 3 \\(unset: 1\\)")
+  mlxcel_gpu_knob_refused(moe_fused_word MLXCEL_GPU_MOE_FUSED=fast "MLXCEL_GPU_MOE_FUSED='fast': must be")
   mlxcel_gpu_knob_refused(attn_mma_two MLXCEL_GPU_ATTN_MMA=2
                           "MLXCEL_GPU_ATTN_MMA='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(sample_fast_two MLXCEL_GPU_SAMPLE_FAST=2

@@ -42,6 +42,12 @@
 #             turn; the conformance harness (its MOE_FUSED section: the fused launches against the
 #             CPU backend); model parity on cuda at 2 (the qwen3_moe fixtures); the conformance
 #             harness and the op suite at 2.
+#   moe_fast  MoE decode level 3 (MLXCEL_GPU_MOE_FUSED=3: the norm, router product and routing in
+#             one launch, kernels/moe_router.cu; the down + combine launch reading the combine's
+#             inputs early), ~5-7 min, deadline 480 s: the conformance harness with the knob (its
+#             MoE cases now start at the norm, so level 3 runs the router launch; the ids compared
+#             exactly with the CPU's) and model parity on cuda with it; `--shape qwen3-30b-a3b -p 32
+#             -n 64` at 1 (the default) and 3 in turn, twice; the op suite with the knob.
 #   matvec    decode matrix-vector products, ~5 min, deadline 540 s: the op suite and the
 #             conformance harness (every matrix-vector path against the host reference and the CPU
 #             backend); bench_gpu_matvec of the 8B and the 0.6B (time and GB/s of each decode
@@ -98,10 +104,10 @@ suite=${1:-}
 case $suite in
 attn) deadline=300 ;;
 attn_mma | prefill | matvec | mixed | stream_lean | attn_short) deadline=540 ;;
-moe | grouped) deadline=480 ;;
+moe | moe_fast | grouped) deadline=480 ;;
 sample) deadline=420 ;;
 *)
-    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|matvec|sample|grouped|mixed|stream_lean|attn_short (the suites: the top of this file)" >&2
+    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short (the suites: the top of this file)" >&2
     exit 2
     ;;
 esac
@@ -176,6 +182,19 @@ suite_moe() {
         build/cuda/test_model_parity
     check_run gpu_conformance_fused2 90 "check failed" MLXCEL_GPU_MOE_FUSED=2 -- build/cuda/test_gpu_conformance
     check_run gpu_ops_moe_fused2 90 "check failed|passed|failed" MLXCEL_GPU_MOE_FUSED=2 -- build/cuda/test_gpu_ops
+}
+
+suite_moe_fast() {
+    check_build 240 mlxcel test_gpu_ops test_gpu_conformance test_model_parity
+    local i on=(MLXCEL_GPU_MOE_FUSED=3) b=(-- --shape qwen3-30b-a3b -p 32 -n 64)
+    check_run gpu_conformance_moe3 120 "MoE|check failed|FAIL" "${on[@]}" -- build/cuda/test_gpu_conformance
+    check_run parity_cuda_moe3 120 "[Mm]o[Ee]|[Ff][Aa][Ii][Ll]|passed|failed" MLXCEL_TEST_BACKEND=cuda "${on[@]}" -- \
+        build/cuda/test_model_parity
+    for i in 1 2; do
+        check_bench "bench_30b_level1_$i" 200 MLXCEL_GPU_MOE_FUSED=1 "${b[@]}"  # the first makes the model
+        check_bench "bench_30b_level3_$i" 90 "${on[@]}" "${b[@]}"
+    done
+    check_run gpu_ops_moe3 90 "check failed|passed|failed" "${on[@]}" -- build/cuda/test_gpu_ops
 }
 
 suite_matvec() {

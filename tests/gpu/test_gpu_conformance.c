@@ -449,12 +449,14 @@ typedef struct moe_cfg {
     int n, H, E, K, I, groups, topk_groups;
 } moe_cfg;
 
-// Buffers: 0 h, 1 router logits, 2 weights, 3 gate, 4 up, 5 y, 6 x, 7 score correction bias
-// (grouped routing only). Ints: 0 ids (compared exactly). Matrices: 0 router, 1 gate, 2 up, 3 down.
+// The MLP half of a MoE layer (src/models/forward.c, mlp_records). Buffers: 0 h, 1 router logits,
+// 2 weights, 3 gate, 4 up, 5 y, 6 x, [7 score correction bias (grouped routing only),] then the
+// norm's weight. Ints: 0 ids (compared exactly). Matrices: 0 router, 1 gate, 2 up, 3 down.
 static void build_moe(mx_plan *p, side *s, const void *vc) {
     const moe_cfg *c = vc;
     float **b = s->f;
     const int n = c->n, K = c->K;
+    ADD(p, MX_OP_RMSNORM, rmsnorm, b[0], b[6], b[c->groups ? 8 : 7], n, c->H, 1e-6f);
     ADD(p, MX_OP_MATMUL, matmul, b[1], b[0], &s->m[0], NULL, n);
     if (c->groups)
         ADD(p, MX_OP_MOE_ROUTE_GROUPED, moe_route_grouped, s->i[0], b[2], b[1], b[7], n, c->E, K, c->groups,
@@ -471,7 +473,7 @@ static void build_moe(mx_plan *p, side *s, const void *vc) {
 static void moe_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, const fmt *f, moe_cfg c) {
     data d = {0};
     const int64_t n = c.n, K = c.K;
-    add_f(&d, "h", n * c.H, r, -1, 1, 0);
+    add_f(&d, "h", n * c.H, r, -1, 1, 2e-5);
     add_f(&d, "router", n * c.E, r, -1, 1, 2e-5);
     add_f(&d, "weights", n * K, r, 0, 1, 2e-5);
     add_f(&d, "gate", n * K * c.I, r, -1, 1, 2e-5);
@@ -479,6 +481,7 @@ static void moe_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, const fmt *f,
     add_f(&d, "y", n * K * c.H, r, -1, 1, 2e-5);
     add_f(&d, "x", n * c.H, r, -1, 1, 2e-5);
     if (c.groups) add_f(&d, "score bias", c.E, r, -0.1f, 0.1f, 0);
+    add_f(&d, "norm weight", c.H, r, 0.5f, 1.5f, 0);
     int32_t ids[256] = {0};
     add_i(&d, ids, n * K);
     add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, c.E, c.H);
@@ -861,15 +864,16 @@ int main(void) {
         mx_backend_free(gpu);
     }
     // The fused MoE decode kernels (MLXCEL_GPU_MOE_FUSED=1, kernels/moe_stream.cu: gate/up + SwiGLU
-    // and down + combine, each one launch; 2: the routing in the gate/up launch too): every format
+    // and down + combine, each one launch; 2: the routing in the gate/up launch too; 3: the norm,
+    // router product and routing in one launch, kernels/moe_router.cu): every format
     // they take (affine 4-bit g64 bf16 and g32 f16, 8-bit g128, mxfp4), 1-8 experts per token, 1-5
     // tokens, short rows (fewer chunks than lanes) and the 30B-A3B's widths (hidden 2048, experts
     // of 768, 8 active; 16 experts here); and shapes they decline (dense bf16 experts; k x I too
     // wide to stage for the down kernel, whose gate/up still fuse; grouped routing, which level 2
     // does not fold), which must give the same results through the records. The routing's ids are
     // compared exactly with the CPU's.
-    for (int level = 1; level <= 2; level++) {
-        gpu = gpu_with(&gopt, "MLXCEL_GPU_MOE_FUSED", level == 1 ? "1" : "2");
+    for (int level = 1; level <= 3; level++) {
+        gpu = gpu_with(&gopt, "MLXCEL_GPU_MOE_FUSED", level == 1 ? "1" : level == 2 ? "2" : "3");
         moe_case(cpu, gpu, &rng, &fused_fmts[0], (moe_cfg){1, 256, 8, 2, 128, 0, 0});
         moe_case(cpu, gpu, &rng, &fused_fmts[0], (moe_cfg){5, 256, 8, 2, 128, 0, 0});
         moe_case(cpu, gpu, &rng, &fused_fmts[0], (moe_cfg){1, 2048, 16, 8, 768, 0, 0});

@@ -22,6 +22,7 @@
 #include "backends/gpu/gpu_plan.h"
 #include "backends/gpu/gpu_rt.h"
 #include "backends/gpu/kernels.h"
+#include "backends/gpu/kernels_fused.h"
 #include "backends/gpu/kernels_sample.h"
 #include "backends/gpu_entry.h"
 #include "core/env_switch.h"
@@ -276,6 +277,7 @@ static void gpu_destroy(mx_backend *be) {
         mxg_rt_free(c->launch.scratch);
         mxg_rt_free(c->launch.small_scratch);
         mxg_rt_free(c->launch.sample_scratch);
+        mxg_rt_free(c->launch.moe_tickets);
         mxg_rt_stream_destroy(c->launch.stream);
         free(c);
     }
@@ -375,7 +377,9 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // (gate/up + SwiGLU, down + combine; kernels/moe_stream.cu) instead of five records; 2: the
     // routing record in the first of them too; 0: the records. On the H200 the 30B-A3B shape decoded
     // 254.9 / 305.1 / 309.3 tok/s at 0 / 1 / 2 and prefilled 32 tokens at 956 / 1,391 / 1,065
-    // (bench/RESULTS.md, run 21).
+    // (bench/RESULTS.md, run 21). 3: level 1, and the norm, router product and routing records in
+    // one launch (kernels/moe_router.cu), the down launch reading the combine's inputs early
+    // (bench/RESULTS.md, "MoE decode: routing and down+combine").
     // MLXCEL_GPU_ATTN_MMA=0: prefill attention on the SIMT kernel (kernels/attention.cu) instead of
     // the tensor-core one (vendor/cuda/attn_mma.cu; unset: 1; run 20: the 8B's pp8192 1,672 against
     // 5,069 tok/s).
@@ -394,7 +398,7 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_SAMPLE_BLOCKS", MXG_SAMPLE_DEFAULT_BLOCKS, 1, MXG_SAMPLE_MAX_BLOCKS, &k->sample_blocks, err) ||
         env_int("MLXCEL_GPU_SAMPLE_FAST", 1, 0, 1, &k->sample_fast, err) ||
         env_int("MLXCEL_GPU_TC_DECODE", MXG_TC_DECODE_DEFAULT_TOKENS, 0, 64, &k->tc_decode_tokens, err) ||
-        env_int("MLXCEL_GPU_MOE_FUSED", 1, 0, 2, &k->moe_fused, err) ||
+        env_int("MLXCEL_GPU_MOE_FUSED", 1, 0, 3, &k->moe_fused, err) ||
         env_int("MLXCEL_GPU_ATTN_MMA", 1, 0, 1, &k->attn_mma, err) ||
         env_int("MLXCEL_GPU_GROUPED", 1, 0, 1, &k->grouped, err))
         return -1;
@@ -551,6 +555,10 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
         if (mxg_rt_malloc(&c->launch.sample_scratch, c->launch.sample_scratch_bytes, c->launch.stream, err) != 0)
             goto fail;
     }
+    // The fused MoE router's tickets (level 3): zeroed here, each launch leaves them zero.
+    if (c->launch.moe_fused >= 3 &&
+        mxg_rt_malloc(&c->launch.moe_tickets, MXG_MOE_MAX_TOKENS * sizeof(unsigned), c->launch.stream, err) != 0)
+        goto fail;
     snprintf(be->device_name, sizeof be->device_name, "%s (%s)", c->info.name, c->info.arch);
     return be;
 fail:

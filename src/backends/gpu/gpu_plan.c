@@ -14,7 +14,8 @@
 //   tensor-core decode product (q/k/v; gate/up, with the SwiGLU that follows): one grouped launch.
 // - MoE decode (L->moe_fused): the gate and up expert products followed by the SwiGLU of their
 //   outputs (at level 2 with the routing before them), one launch; the down expert product
-//   followed by the combine of its output, one launch (kernels/moe_stream.cu).
+//   followed by the combine of its output, one launch (kernels/moe_stream.cu); at level 3 also the
+//   RMSNorm, router product and routing records before them, one launch (kernels/moe_router.cu).
 // A fused kernel writes every buffer the records write, with the same values up to float32
 // summation order, so a plan's results do not depend on which patterns matched; the conformance
 // test (tests/gpu/test_gpu_conformance.c) runs each pattern against the CPU backend. Anything that
@@ -257,7 +258,7 @@ static int try_moe_gate_up(const mxg_launch *L, const mx_plan *p, int i) {
 
 static int try_moe(const mxg_launch *L, const mx_plan *p, int i) {
     if (!L->moe_fused || i + 1 >= p->n_ops) return 0;
-    if (p->ops[i].kind == MX_OP_MOE_ROUTE && L->moe_fused >= 2) {
+    if (p->ops[i].kind == MX_OP_MOE_ROUTE && L->moe_fused == 2) {
         const int used = try_moe_gate_up(L, p, i);
         if (used) return used;
     }
@@ -276,6 +277,34 @@ static int try_moe(const mxg_launch *L, const mx_plan *p, int i) {
         return 2;
     }
     return 0;
+}
+
+// Level 3: rmsnorm(h, x), matmul(logits, h, router), moe_route(ids, weights, logits) of the same
+// tokens: one launch. Tried before the norm + product pattern, which would take the first two. The
+// launch reads x, the norm's weight and the router and writes h, the logits, ids and weights: no
+// output may be an input, and the outputs must differ.
+static int try_moe_router(const mxg_launch *L, const mx_plan *p, int i) {
+    if (L->moe_fused < 3 || i + 2 >= p->n_ops) return 0;
+    const mx_op *nm = &p->ops[i], *mm = &p->ops[i + 1], *rt = &p->ops[i + 2];
+    if (nm->kind != MX_OP_RMSNORM || mm->kind != MX_OP_MATMUL || rt->kind != MX_OP_MOE_ROUTE) return 0;
+    const mx_matrix *w = mm->matmul.w;
+    const float *h = nm->rmsnorm.out, *x = nm->rmsnorm.x, *lg = mm->matmul.out;
+    const int n = nm->rmsnorm.n;
+    if (mm->matmul.x != h || mm->matmul.n != n || rt->moe_route.n != n || nm->rmsnorm.dim != w->cols ||
+        rt->moe_route.logits != lg || rt->moe_route.n_experts != w->rows)
+        return 0;
+    const void *ins[4] = {x, nm->rmsnorm.w, mm->matmul.bias, w->data};
+    const void *outs[4] = {h, lg, rt->moe_route.ids, rt->moe_route.weights};
+    for (int a = 0; a < 4; a++) {
+        for (int b = 0; b < 4; b++)
+            if (outs[a] == ins[b]) return 0;
+        for (int b = a + 1; b < 4; b++)
+            if (outs[a] == outs[b]) return 0;
+    }
+    if (!mxg_moe_router_ok(L, w, x, nm->rmsnorm.w, h, n, rt->moe_route.k)) return 0;
+    mxg_moe_router(L, nm->rmsnorm.out, mm->matmul.out, rt->moe_route.ids, rt->moe_route.weights, x, nm->rmsnorm.w,
+                   nm->rmsnorm.eps, w, mm->matmul.bias, n, rt->moe_route.k, rt->moe_route.norm_topk);
+    return 3;
 }
 
 // The fused kernel rotates whole heads with one frequency table.
@@ -330,7 +359,8 @@ static int try_qk_norm_rope(const mxg_launch *L, const mx_plan *p, int i) {
 void mxg_enqueue_plan(const mxg_launch *L, const mx_plan *plan, bool fuse) {
     for (int i = 0; i < plan->n_ops;) {
         int used = 0;
-        if (fuse) used = try_matvec(L, plan, i);
+        if (fuse) used = try_moe_router(L, plan, i);
+        if (fuse && !used) used = try_matvec(L, plan, i);
         if (fuse && !used) used = try_qk_norm_rope(L, plan, i);
         if (fuse && !used) used = try_tc_group(L, plan, i);
         if (fuse && !used) used = try_tc_residual(L, plan, i);

@@ -61,7 +61,9 @@ typedef struct mxg_launch {
     bool kv_i16;           // the KV cache is int16 with scales (MX_DTYPE_I16, default); false: f16 (MLXCEL_GPU_KV=f16)
     bool dependent_launch; // matrix-vector and fused kernels start while the previous one ends (sm_90+)
     int moe_fused;         // decode MoE expert products on kernels/moe_stream.cu (MLXCEL_GPU_MOE_FUSED: 1,
-                           // the default; 2: with the routing in the gate/up launch; 0: the records)
+                           // the default; 2: with the routing in the gate/up launch; 3: the norm, router
+                           // product and routing in one launch, kernels/moe_router.cu; 0: the records)
+    void *moe_tickets;     // level 3: MXG_MOE_MAX_TOKENS zeroed counters (kernels/moe_router.cu), else NULL
     void *scratch;         // device workspace for split attention partials
     size_t scratch_bytes;
     void *small_scratch;   // device workspace for argmax keys (cleared by the op itself)

@@ -51,7 +51,7 @@ void mxg_qk_norm_rope(const mxg_launch *L, float *q, float *k, const float *q_no
                       const int32_t *pos, int n, int n_heads, int n_kv_heads, float eps, const mx_rope *rope,
                       const mx_kv_ref *kv, const float *v);
 
-// MoE decode (MLXCEL_GPU_MOE_FUSED=1 or 2, L->moe_fused): the records moe_matmul gate, moe_matmul up
+// MoE decode (MLXCEL_GPU_MOE_FUSED=1 to 3, L->moe_fused): the records moe_matmul gate, moe_matmul up
 // (m rows: row i uses expert ids[i] and input row x[i / x_div]) and swiglu(act, gate, up) in one
 // launch, writing gate [m, rows], up and act (act may be gate); and the records moe_matmul down
 // (x_div 1: y[i] = w_ids[i] x[i]) and moe_combine(out, y, weights, n, k) in one launch, writing y
@@ -74,6 +74,18 @@ void mxg_moe_gate_up(const mxg_launch *L, float *gate, float *up, float *act, co
 bool mxg_moe_down_combine_ok(const mxg_launch *L, const mx_matrix *w, const float *x, int n, int k);
 void mxg_moe_down_combine(const mxg_launch *L, float *y, float *out, const float *x, const mx_matrix *w,
                           const int32_t *ids, const float *weights, int n, int k);
+
+// Tokens a fused MoE decode launch takes (the router's tickets, L->moe_tickets, one per token).
+#define MXG_MOE_MAX_TOKENS 64
+// MoE decode's router (MLXCEL_GPU_MOE_FUSED=3, kernels/moe_router.cu): the records rmsnorm(norm_out,
+// x, norm_w, n, w.cols, norm_eps), matmul(logits, norm_out, w, bias, n) and moe_route(ids, weights,
+// logits, n, w.rows, k, norm_topk) in one launch, writing all four outputs. norm_out must not be x
+// and logits neither x nor norm_out (the plan runner checks).
+bool mxg_moe_router_ok(const mxg_launch *L, const mx_matrix *w, const float *x, const float *norm_w,
+                       const float *norm_out, int n, int k);
+void mxg_moe_router(const mxg_launch *L, float *norm_out, float *logits, int32_t *ids, float *weights, const float *x,
+                    const float *norm_w, float norm_eps, const mx_matrix *w, const float *bias, int n, int k,
+                    bool norm_topk);
 
 #ifdef __cplusplus
 }

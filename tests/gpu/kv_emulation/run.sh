@@ -5,7 +5,9 @@
 # the host emulation (emu.h) and test_kv_emulated.cpp against the CPU build's library, and runs it (every cache byte and attention
 # output against the CPU backend); then the same for moe.cu's router (test_moe_emulated.cpp: the
 # experts and weights against the CPU backend's, NaN and infinite router logits included) and
-# moe_stream.cu's fused decode kernels (against the tests' double-precision reference, gpu_ref.c), and
+# moe_stream.cu's fused decode kernels (against the tests' double-precision reference, gpu_ref.c) and
+# moe_router.cu's router launch (the CPU backend's routing on its logits; then two planted faults of
+# level 3 that must fail), and
 # the streaming kernel's lean one-token form (test_stream_lean_emulated.cpp: bit for bit today's form,
 # within the float32 bound of the reference, and a planted fault that must fail).
 # A check of index arithmetic and logic before a device run, not a
@@ -20,7 +22,7 @@ lib=${MLXCEL_EMU_LIB:-build/cpu}
 [ -f "$lib/libmlxcel_lib.a" ] || { cmake --preset cpu >/dev/null && cmake --build --preset cpu --target mlxcel_lib -j2; }
 out=${MLXCEL_EMU_OUT:-build/kv_emulation}
 mkdir -p "$out"
-for f in rope_kv qk_norm_rope attention attn_decode latent moe moe_stream; do
+for f in rope_kv qk_norm_rope attention attn_decode latent moe moe_stream moe_router; do
     python3 tests/gpu/kv_emulation/to_host.py "src/backends/gpu/kernels/$f.cu" >"$out/$f.cpp"
 done
 python3 tests/gpu/kv_emulation/to_host.py src/backends/gpu/vendor/cuda/attn_mma.cu >"$out/attn_mma.cpp"
@@ -35,7 +37,7 @@ g++ $flags -o "$out/test_kv_emulated" tests/gpu/kv_emulation/emu.cpp tests/gpu/k
 gcc -std=c11 -O1 -Isrc -Iinclude -c tests/gpu/gpu_ref.c -o "$out/gpu_ref.o"
 # shellcheck disable=SC2086,SC2046
 g++ $flags -Itests/gpu -o "$out/test_moe_emulated" tests/gpu/kv_emulation/emu.cpp tests/gpu/kv_emulation/test_moe_emulated.cpp \
-    "$out/moe.cpp" "$out/moe_stream.cpp" "$out/gpu_ref.o" "$lib/libmlxcel_lib.a" \
+    "$out/moe.cpp" "$out/moe_stream.cpp" "$out/moe_router.cpp" "$out/gpu_ref.o" "$lib/libmlxcel_lib.a" \
     $(pkg-config --libs jansson libpcre2-8 libutf8proc libmicrohttpd) -lcurl -lm -lpthread
 # The streaming kernel's lean form (MLXCEL_GPU_STREAM_LEAN=1, test_stream_lean_emulated.cpp) through
 # matvec_fused.cu, whose streaming kernel lives in headers: converted copies of them come first on
@@ -64,4 +66,22 @@ if "$out/test_stream_lean_fault" quick >"$out/stream_lean_fault.log" 2>&1; then
 fi
 echo "stream lean: the planted sum fault (sums[c ^ 1]) fails the emulation ($(grep -c FAIL "$out/stream_lean_fault.log") failures): ok"
 "$out/test_moe_emulated"
+# Level 3's planted faults (test_moe_emulated.cpp must fail with them): the router's last ticket one
+# early (a block routes before the token's last logits are written, and the counter is left set),
+# and the down launch's early combine weights read for the neighbouring expert (j ^ 1).
+sed 's/(unsigned)a.blocks_per_token - 1;/(unsigned)a.blocks_per_token - 2;/' "$out/moe_router.cpp" >"$out/moe_router_fault.cpp"
+sed 's/wts\[j\] = j < k ? a.weights\[(int64_t)t \* k + j\]/wts[j] = j < k ? a.weights[(int64_t)t * k + (j ^ 1)]/' \
+    "$out/moe_stream.cpp" >"$out/moe_stream_fault.cpp"
+for f in moe_router moe_stream; do
+    ! cmp -s "$out/$f.cpp" "$out/${f}_fault.cpp" || { echo "run.sh: the planted $f fault did not apply"; exit 1; }
+done
+# shellcheck disable=SC2086,SC2046
+g++ $flags -Itests/gpu -o "$out/test_moe_fault" tests/gpu/kv_emulation/emu.cpp tests/gpu/kv_emulation/test_moe_emulated.cpp \
+    "$out/moe.cpp" "$out/moe_stream_fault.cpp" "$out/moe_router_fault.cpp" "$out/gpu_ref.o" "$lib/libmlxcel_lib.a" \
+    $(pkg-config --libs jansson libpcre2-8 libutf8proc libmicrohttpd) -lcurl -lm -lpthread
+"$out/test_moe_fault" >"$out/moe_fault.log" 2>&1 && { echo "moe level 3: the planted faults passed the emulation: FAIL"; exit 1; }
+for w in "moe router" "level 3 down differs"; do
+    grep -q "$w.*FAIL" "$out/moe_fault.log" || { echo "moe level 3: no failure from the planted fault ($w): FAIL"; exit 1; }
+done
+echo "moe level 3: the planted ticket and early-weight faults fail the emulation ($(grep -c FAIL "$out/moe_fault.log") failures): ok"
 exec "$out/test_kv_emulated" $arg

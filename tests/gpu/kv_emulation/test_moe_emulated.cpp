@@ -134,6 +134,12 @@ static void fused_case(mx_quant q, mx_dtype dt, mx_dtype st, int n, int H, int E
     mxg_moe_down_combine(&L, y.data(), out.data(), act.data(), &wd, ids.data(), wts.data(), n, K);
     ref_moe_matmul(yref.data(), NULL, act.data(), &wd, ids.data(), m, 1);
     const double ey = rel(y, yref);
+    // Level 3's down launch (the combine's weights and out read early): the same bits.
+    std::vector<float> y3(m * H, 7.0f), out3 = res0;
+    L.moe_fused = 3;
+    mxg_moe_down_combine(&L, y3.data(), out3.data(), act.data(), &wd, ids.data(), wts.data(), n, K);
+    L.moe_fused = 1;
+    const bool early_ok = y3 == y && memcmp(out3.data(), out.data(), sizeof(float) * out.size()) == 0;
     bool comb_ok = true;
     for (int t = 0; t < n; t++)
         for (int d = 0; d < H; d++) {
@@ -142,10 +148,11 @@ static void fused_case(mx_quant q, mx_dtype dt, mx_dtype st, int n, int H, int E
             const float want = res0[t * H + d] + acc;
             comb_ok &= memcmp(&want, &out[t * H + d], sizeof want) == 0;
         }
-    const bool ok = eg <= 1e-5 && eu <= 1e-5 && ea <= 1e-5 && ey <= 1e-5 && alias_ok && comb_ok && route_ok;
-    printf("moe fused %s: gate %.1e up %.1e act %.1e y %.1e%s%s%s: %s\n", label, eg, eu, ea, ey,
+    const bool ok =
+        eg <= 1e-5 && eu <= 1e-5 && ea <= 1e-5 && ey <= 1e-5 && alias_ok && comb_ok && route_ok && early_ok;
+    printf("moe fused %s: gate %.1e up %.1e act %.1e y %.1e%s%s%s%s: %s\n", label, eg, eu, ea, ey,
            alias_ok ? "" : ", act in gate differs", comb_ok ? "" : ", combine differs",
-           route_ok ? "" : ", routing folded in differs", ok ? "ok" : "FAIL");
+           route_ok ? "" : ", routing folded in differs", early_ok ? "" : ", level 3 down differs", ok ? "ok" : "FAIL");
     fails += !ok;
     ref_matrix_free(&wg);
     ref_matrix_free(&wu);
@@ -181,6 +188,98 @@ static void fused_declines() {
     ref_matrix_free(&w4);
     ref_matrix_free(&wb);
     ref_matrix_free(&wide);
+}
+
+// Level 3's router launch (kernels/moe_router.cu): rmsnorm + router product + routing of n tokens
+// against the records: h within 1e-6 (L2) of the double-precision norm (gpu_ref.c), the logits
+// within 1e-5 of the reference product of the kernel's own h, the ids exactly the CPU backend's
+// (cpu_moe_route on the kernel's logits) and its weights within 1e-5, the routing record's kernel
+// (kernels/moe.cu) on the same logits bit for bit, the tickets back to 0, and a second launch bit
+// for bit the first. The logits buffer starts at 50 (above every real logit), so routing before
+// every block has written its logits picks the wrong experts.
+static void router_case(mx_backend *cpu, mx_quant q, mx_dtype st, int n, int H, int E, int k, bool bias, bool norm,
+                        int warp) {
+    ref_rng r = {0x51ed270b27a2f6c1ull ^ (uint64_t)(n * 131 + H * 7 + E * 3 + k + warp + bias)};
+    mx_matrix w = ref_matrix_random(&r, q, MX_DTYPE_U32, st, 1, E, H);
+    std::vector<float> x(n * H), g(H), b(E);
+    ref_fill(&r, x.data(), n * H, -2, 2);
+    ref_fill(&r, g.data(), H, 0.5f, 1.5f);
+    ref_fill(&r, b.data(), E, -0.5f, 0.5f);
+    std::vector<unsigned> tickets(MXG_MOE_MAX_TOKENS, 0);
+    mxg_launch L;
+    memset(&L, 0, sizeof L);
+    L.warp = warp, L.sm_count = 132, L.moe_fused = 3, L.moe_tickets = tickets.data();
+    char label[96], ml[64];
+    snprintf(label, sizeof label, "%s n=%d H=%d E=%d k=%d bias %d norm %d warp %d", ref_matrix_label(&w, ml, sizeof ml),
+             n, H, E, k, bias, norm, warp);
+    if (!mxg_moe_router_ok(&L, &w, x.data(), g.data(), x.data(), n, k)) {
+        printf("moe router %s: FAIL (declined)\n", label);
+        fails++;
+        ref_matrix_free(&w);
+        return;
+    }
+    std::vector<float> h[2], lg[2], wt[2];
+    std::vector<int32_t> id[2];
+    for (int run = 0; run < 2; run++) {
+        h[run].assign(n * H, 7.0f), lg[run].assign(n * E, 50.0f), wt[run].assign(n * k, -1.0f), id[run].assign(n * k, -1);
+        mxg_moe_router(&L, h[run].data(), lg[run].data(), id[run].data(), wt[run].data(), x.data(), g.data(), 1e-6f,
+                       &w, bias ? b.data() : NULL, n, k, norm);
+    }
+    std::vector<float> href(n * H), lref(n * E), wcpu(n * k), wrec(n * k);
+    std::vector<int32_t> icpu(n * k), irec(n * k);
+    ref_rmsnorm(href.data(), x.data(), g.data(), n, H, 1e-6f);
+    ref_matmul(lref.data(), NULL, h[0].data(), &w, bias ? b.data() : NULL, n, false);
+    mx_error err = {{0}};
+    mx_op op = {.kind = MX_OP_MOE_ROUTE};
+    op.moe_route = {icpu.data(), wcpu.data(), lg[0].data(), n, E, k, norm};
+    if (mx_run_op(cpu, op, &err)) { printf("cpu op: %s\n", err.msg); exit(1); }
+    mxg_moe_route(&L, irec.data(), wrec.data(), lg[0].data(), n, E, k, norm);
+    const double eh = rel(h[0], href), el = rel(lg[0], lref);
+    bool w_ok = true;
+    for (int i = 0; i < n * k; i++) w_ok &= std::fabs(wt[0][i] - wcpu[i]) <= 1e-5f * std::fmax(1.0f, std::fabs(wcpu[i]));
+    bool zero = true;
+    for (unsigned c : tickets) zero &= c == 0;
+    const bool ids_ok = id[0] == icpu, rec_ok = id[0] == irec && wt[0] == wrec;
+    const bool again = h[1] == h[0] && lg[1] == lg[0] && id[1] == id[0] && wt[1] == wt[0];
+    const bool ok = eh <= 1e-6 && el <= 1e-5 && ids_ok && w_ok && rec_ok && zero && again;
+    printf("moe router %s: h %.1e logits %.1e%s%s%s%s%s: %s\n", label, eh, el, ids_ok ? "" : ", ids differ from the CPU's",
+           w_ok ? "" : ", weights differ from the CPU's", rec_ok ? "" : ", routing differs from the record's",
+           zero ? "" : ", tickets left set", again ? "" : ", second launch differs", ok ? "ok" : "FAIL");
+    fails += !ok;
+    ref_matrix_free(&w);
+}
+
+// What the router launch must decline (the plan then runs the records).
+static void router_declines() {
+    ref_rng r = {43};
+    const mx_quant q4 = {MX_QUANT_AFFINE, 4, 64}, dense = {MX_QUANT_NONE, 0, 0};
+    mx_matrix w4 = ref_matrix_random(&r, q4, MX_DTYPE_U32, MX_DTYPE_BF16, 1, 128, 2048);
+    mx_matrix wb = ref_matrix_random(&r, dense, MX_DTYPE_BF16, MX_DTYPE_BF16, 1, 128, 256);
+    mx_matrix we = ref_matrix_random(&r, q4, MX_DTYPE_U32, MX_DTYPE_BF16, 2, 128, 256);
+    mx_matrix big = ref_matrix_random(&r, q4, MX_DTYPE_U32, MX_DTYPE_BF16, 1, 4096, 8192);
+    std::vector<float> x(4 * 8192), g(8192);
+    std::vector<unsigned> tickets(MXG_MOE_MAX_TOKENS, 0);
+    mxg_launch L;
+    memset(&L, 0, sizeof L);
+    L.warp = 32, L.sm_count = 132, L.moe_fused = 3, L.moe_tickets = tickets.data();
+    bool ok = mxg_moe_router_ok(&L, &w4, x.data(), g.data(), x.data(), 1, 8);
+    ok &= !mxg_moe_router_ok(&L, &wb, x.data(), g.data(), x.data(), 1, 8);              // dense router
+    ok &= !mxg_moe_router_ok(&L, &we, x.data(), g.data(), x.data(), 1, 8);              // an expert stack
+    ok &= !mxg_moe_router_ok(&L, &big, x.data(), g.data(), x.data(), 1, 8);             // staging over 48 KB
+    ok &= !mxg_moe_router_ok(&L, &w4, x.data(), g.data(), x.data(), MXG_MOE_MAX_TOKENS + 1, 8);  // tickets
+    ok &= !mxg_moe_router_ok(&L, &w4, x.data(), g.data(), x.data(), 1, 129);            // k past the block
+    ok &= !mxg_moe_router_ok(&L, &w4, x.data() + 1, g.data(), x.data(), 1, 8);          // unaligned input
+    ok &= !mxg_moe_router_ok(&L, &w4, x.data(), g.data() + 1, x.data(), 1, 8);          // unaligned norm weight
+    L.moe_tickets = NULL;
+    ok &= !mxg_moe_router_ok(&L, &w4, x.data(), g.data(), x.data(), 1, 8);
+    L.moe_tickets = tickets.data(), L.moe_fused = 2;
+    ok &= !mxg_moe_router_ok(&L, &w4, x.data(), g.data(), x.data(), 1, 8);
+    printf("moe router declines: %s\n", ok ? "ok" : "FAIL");
+    fails += !ok;
+    ref_matrix_free(&w4);
+    ref_matrix_free(&wb);
+    ref_matrix_free(&we);
+    ref_matrix_free(&big);
 }
 
 int main() {
@@ -223,6 +322,14 @@ int main() {
             route_case(cpu, &L, "nan, k = experts", all, 2, 6, 6, norm);
         }
     }
+    const mx_quant r4 = {MX_QUANT_AFFINE, 4, 64}, r8 = {MX_QUANT_AFFINE, 8, 64}, rfp4 = {MX_QUANT_MXFP4, 4, 32};
+    for (int warp = 32; warp <= 64; warp += 32) {
+        router_case(cpu, r4, MX_DTYPE_BF16, 1, 2048, 128, 8, false, true, warp);  // the 30B-A3B's router
+        router_case(cpu, r4, MX_DTYPE_BF16, 3, 256, 60, 4, true, false, warp);
+        router_case(cpu, r8, MX_DTYPE_F16, 2, 512, 16, 2, false, true, warp);
+        router_case(cpu, rfp4, MX_DTYPE_U8, 2, 256, 32, 4, true, true, warp);
+    }
+    router_declines();
     mx_backend_free(cpu);
     const mx_quant q4 = {MX_QUANT_AFFINE, 4, 64}, q4s = {MX_QUANT_AFFINE, 4, 32}, q8 = {MX_QUANT_AFFINE, 8, 128};
     const mx_quant fp4 = {MX_QUANT_MXFP4, 4, 32};

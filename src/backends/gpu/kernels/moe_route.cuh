@@ -2,8 +2,8 @@
 // The MoE routing of one token by one block (the moe_route record's arithmetic, backend.h): softmax
 // over the expert logits (float32), the k largest probabilities (first index wins ties; NaN ranks
 // above numbers), optionally renormalized to sum 1. Run by kernels/moe.cu's routing kernel (one
-// block of 128 threads per token) and by the fused MoE decode launch (kernels/moe_stream.cu, blocks
-// of 128 threads too, so both give the same bits).
+// block of 128 threads per token) and by the fused MoE decode launches (kernels/moe_stream.cu at
+// level 2, kernels/moe_router.cu at level 3; blocks of 128 threads too, so all give the same bits).
 #ifndef MXG_MOE_ROUTE_CUH
 #define MXG_MOE_ROUTE_CUH
 

@@ -16,7 +16,9 @@
 //   kMoeMaxK rows, each with its own staged input row: the token's k SwiGLU rows); the epilogue
 //   writes the k products (the moe_matmul record's buffer) and adds their weighted sum to the
 //   output in the combine kernel's order (kernels/moe.cu), so the output's values are those of
-//   the records given the same products.
+//   the records given the same products. At level 3 (MLXCEL_GPU_MOE_FUSED=3, whose routing is
+//   kernels/moe_router.cu's launch) the combine's weights and the output's old values are read
+//   right after the grid wait instead of after the products: the same bits, one round trip less.
 // The record path runs a grid row per (token, expert) row on kernels/matvec.cuh with one or two
 // chunks per lane per launch; here every block's weight loads (the whole task's first chunk of
 // every row, before the activation staging) are in flight at once and the ~2,000 warps of a
@@ -25,8 +27,7 @@
 // those of the other matrix-vector kernels, so results differ from the records' only in float32
 // summation order. Anything else (other formats, more than kMoeMaxK experts per token, more than
 // kMoeMaxTokens tokens, rows that do not fit the staging) runs record by record.
-#include "backends/gpu/kernels/matvec_stream.cuh"
-#include "backends/gpu/kernels/moe_route.cuh"
+#include "backends/gpu/kernels/moe_common.cuh"
 #include "backends/gpu/kernels_fused.h"
 
 namespace {
@@ -43,8 +44,7 @@ template <class F>
 constexpr int moe_rows() {
     return F::bits == 8 ? 2 : 4;
 }
-constexpr int kMoeMaxK = 8;        // experts per token held in registers by the down kernel
-constexpr int kMoeMaxTokens = 64;  // decode steps; longer batches keep the records
+constexpr int kMoeMaxK = 8;  // experts per token held in registers by the down kernel
 
 struct GateUpArgs {
     MatView g, u;
@@ -71,11 +71,6 @@ struct DownArgs {
     int blocks_per_token;
 };
 
-template <class F>
-constexpr bool moe_format() {
-    return Scaled<F>::on || F::kind == KIND_MXFP4;
-}
-
 // Copies `rows` consecutive rows of n4 float4s from x into shared memory, each row swizzled by chunk
 // (slot q of chunk c at c * 8 + (q ^ (c & 7))) and pre-scaled for the scaled dot; four loads per
 // thread issued before their stores.
@@ -100,24 +95,6 @@ __device__ __forceinline__ void moe_stage(float4 *xs4, const float *x, int rows,
             xs4[row * n4 + c * 8 + (q ^ (c & 7))] = u;
         }
     }
-}
-
-// The staged chunk c of a row (xs4 at the row's start) and, for the scaled dot, its sum.
-template <class F>
-__device__ __forceinline__ float moe_chunk(const float4 *xs4, int c, float (&xv)[32]) {
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        const float4 v = xs4[c * 8 + (i ^ (c & 7))];
-        xv[4 * i] = v.x, xv[4 * i + 1] = v.y, xv[4 * i + 2] = v.z, xv[4 * i + 3] = v.w;
-    }
-    if constexpr (Scaled<F>::on) return scaled_sum<F::bits>(xv);
-    return 0.0f;
-}
-
-template <class F>
-__device__ __forceinline__ float moe_dot(const typename F::Raw &b, const float (&xv)[32], float xs) {
-    if constexpr (Scaled<F>::on) return scaled_dot<F>(b, xv, xs);
-    else return F::dot_raw(b, xv, 0.0f);
 }
 
 template <int W, class F, bool ROUTE>
@@ -195,7 +172,9 @@ __global__ void __launch_bounds__(kGateUpThreads, 4) moe_gate_up_kernel(GateUpAr
     }
 }
 
-template <int W, class F>
+// EARLY (level 3): the combine's weights and the output's old values are read with the ids, right
+// after the grid wait, so the epilogue waits on no load (level 1 reads them after the products).
+template <int W, class F, bool EARLY>
 __global__ void __launch_bounds__(kDownThreads, 2) moe_down_combine_kernel(DownArgs a) {
     MXG_WARP_ONLY(W) {
     constexpr int warps = kDownThreads / W;
@@ -214,6 +193,12 @@ __global__ void __launch_bounds__(kDownThreads, 2) moe_down_combine_kernel(DownA
 #pragma unroll
         for (int j = 0; j < kMoeMaxK; j++)
             if (j < k) F::load_raw(a.w, rows[j], lane, b[j]);
+    }
+    float wts[kMoeMaxK] = {}, old = 0.0f;  // EARLY: the combine's weights and out's value, by lane 0
+    if (EARLY && active && lane == 0) {
+#pragma unroll
+        for (int j = 0; j < kMoeMaxK; j++) wts[j] = j < k ? a.weights[(int64_t)t * k + j] : 0.0f;
+        old = a.out[(int64_t)t * a.w.rows + r];
     }
     moe_stage<F, kDownThreads>(xs4, a.x + (int64_t)t * k * a.w.cols, k, n4);
     __syncthreads();  // the only barrier
@@ -244,24 +229,11 @@ __global__ void __launch_bounds__(kDownThreads, 2) moe_down_combine_kernel(DownA
         if (j >= k) continue;
         const int64_t s = (int64_t)t * k + j;
         a.y[s * a.w.rows + r] = acc[j];
-        sum = fmaf(a.weights[s], acc[j], sum);
+        sum = fmaf(EARLY ? wts[j] : a.weights[s], acc[j], sum);
     }
-    a.out[(int64_t)t * a.w.rows + r] += sum;
+    if constexpr (EARLY) a.out[(int64_t)t * a.w.rows + r] = old + sum;
+    else a.out[(int64_t)t * a.w.rows + r] += sum;
     }
-}
-
-// Calls fn(Fmt<...>{}) for the formats these kernels take; false for the others.
-template <class Fn>
-bool dispatch_moe_format(const mx_matrix *w, Fn &&fn) {
-    bool taken = false;
-    dispatch_format(w, [&](auto fmt) {
-        using F = decltype(fmt);
-        if constexpr (moe_format<F>()) {
-            fn(fmt);
-            taken = true;
-        }
-    });
-    return taken;
 }
 
 bool same_shape(const mx_matrix *a, const mx_matrix *b) {
@@ -270,28 +242,13 @@ bool same_shape(const mx_matrix *a, const mx_matrix *b) {
            a->n_experts == b->n_experts;
 }
 
-// What both kernels need: the switch, the format, aligned whole chunks, `rows` staged input rows
-// within the default shared memory, rows across experts counted in 32 bits.
-bool moe_fits(const mxg_launch *L, const mx_matrix *w, const float *x, int rows) {
-    return L->moe_fused && !L->matvec_old && dispatch_moe_format(w, [](auto) {}) && matvec_fast(w, x) &&
-           w->cols >= 32 && (size_t)rows * w->cols * sizeof(float) <= kMatvecStageBytes &&
-           w->rows * w->n_experts < INT32_MAX;
-}
-
-// The launch of either kernel on the plan's stream, dependent when the plan asks for it (both
-// kernels wait for the grid before they read what an earlier kernel wrote).
-template <class Args>
-void moe_launch(const mxg_launch *L, void (*kernel)(Args), unsigned blocks, int threads, size_t smem, const Args &a) {
-    mxg_launch_dep(kernel, dim3(blocks), dim3(threads), smem, (gpuStream_t)L->stream, L->dependent_launch, a);
-}
-
 }  // namespace
 
 extern "C" bool mxg_moe_gate_up_ok(const mxg_launch *L, const mx_matrix *wg, const mx_matrix *wu, const float *x,
                                    int m, int x_div, int n_experts) {
     // Routing folded in: its k within the block's threads, its scratch after the staged row.
     const size_t route_bytes = (size_t)(n_experts + 2 * x_div) * sizeof(float);
-    if (n_experts > 0 && (L->moe_fused < 2 || x_div > kGateUpThreads || n_experts < x_div ||
+    if (n_experts > 0 && (L->moe_fused != 2 || x_div > kGateUpThreads || n_experts < x_div ||
                           (size_t)wg->cols * sizeof(float) + route_bytes > kMatvecStageBytes))
         return false;
     return m > 0 && x_div > 0 && m % x_div == 0 && m / x_div <= kMoeMaxTokens && same_shape(wg, wu) &&
@@ -348,6 +305,8 @@ extern "C" void mxg_moe_down_combine(const mxg_launch *L, float *y, float *out, 
     const size_t smem = (size_t)k * w->cols * sizeof(float);
     dispatch_moe_format(w, [&](auto fmt) {
         using F = decltype(fmt);
-        MXG_WARP_DISPATCH(L->warp, moe_launch(L, moe_down_combine_kernel<W, F>, blocks, kDownThreads, smem, a));
+        MXG_WARP_DISPATCH(L->warp, moe_launch(L, L->moe_fused >= 3 ? moe_down_combine_kernel<W, F, true>
+                                                                   : moe_down_combine_kernel<W, F, false>,
+                                              blocks, kDownThreads, smem, a));
     });
 }
