@@ -173,16 +173,18 @@ __global__ void __launch_bounds__(kGateUpThreads, 4) moe_gate_up_kernel(GateUpAr
 }
 
 // EARLY (level 3): the combine's weights and the output's old values are read with the ids, right
-// after the grid wait, so the epilogue waits on no load (level 1 reads them after the products).
+// after the grid wait, so the epilogue waits on no load (level 1 reads them after the products);
+// lane 0 parks them in shared memory after the staging, so they hold no registers in the products.
 template <int W, class F, bool EARLY>
 __global__ void __launch_bounds__(kDownThreads, 2) moe_down_combine_kernel(DownArgs a) {
     MXG_WARP_ONLY(W) {
     constexpr int warps = kDownThreads / W;
     extern __shared__ float4 xs4[];  // [k][nchunks * 8]: the token's k input rows
-    const int lane = (int)threadIdx.x % W;
+    __shared__ float early[kDownThreads / 32][kMoeMaxK + 1];  // EARLY: each warp's weights, then out's value
+    const int lane = (int)threadIdx.x % W, warp = (int)threadIdx.x / W;
     const int nchunks = a.w.cols >> 5, n4 = nchunks * 8, steps = (nchunks + W - 1) / W;
     const int t = (int)blockIdx.x / a.blocks_per_token, k = a.k;
-    const int64_t r = (int64_t)((int)blockIdx.x % a.blocks_per_token) * warps + (int)threadIdx.x / W;
+    const int64_t r = (int64_t)((int)blockIdx.x % a.blocks_per_token) * warps + warp;
     const bool active = r < a.w.rows;
     mxg_grid_wait();  // the ids, weights and input rows come from the previous records
     int rows[kMoeMaxK];  // across experts (32-bit: moe_fits bounds them), clamped past the matrix
@@ -201,6 +203,11 @@ __global__ void __launch_bounds__(kDownThreads, 2) moe_down_combine_kernel(DownA
         old = a.out[(int64_t)t * a.w.rows + r];
     }
     moe_stage<F, kDownThreads>(xs4, a.x + (int64_t)t * k * a.w.cols, k, n4);
+    if (EARLY && active && lane == 0) {  // read back by the same thread
+#pragma unroll
+        for (int j = 0; j < kMoeMaxK; j++) early[warp][j] = wts[j];
+        early[warp][kMoeMaxK] = old;
+    }
     __syncthreads();  // the only barrier
     if (!active) return;
     float acc[kMoeMaxK];
@@ -229,9 +236,9 @@ __global__ void __launch_bounds__(kDownThreads, 2) moe_down_combine_kernel(DownA
         if (j >= k) continue;
         const int64_t s = (int64_t)t * k + j;
         a.y[s * a.w.rows + r] = acc[j];
-        sum = fmaf(EARLY ? wts[j] : a.weights[s], acc[j], sum);
+        sum = fmaf(EARLY ? early[warp][j] : a.weights[s], acc[j], sum);
     }
-    if constexpr (EARLY) a.out[(int64_t)t * a.w.rows + r] = old + sum;
+    if constexpr (EARLY) a.out[(int64_t)t * a.w.rows + r] = early[warp][kMoeMaxK] + sum;
     else a.out[(int64_t)t * a.w.rows + r] += sum;
     }
 }
