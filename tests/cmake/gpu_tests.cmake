@@ -70,6 +70,8 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_conformance(gpu_conformance_stream_lean_off MLXCEL_GPU_STREAM_LEAN=0)
   # The flash-decoding kernel's short form (kernels/attn_decode.cu) under every case of the harness.
   mlxcel_gpu_conformance(gpu_conformance_attn_short MLXCEL_GPU_ATTN_SHORT=1)
+  # The lean form's split form (each task's columns over 2-8 warps of a block) under every case.
+  mlxcel_gpu_conformance(gpu_conformance_stream_split MLXCEL_GPU_STREAM_SPLIT=1)
   # The fused MoE decode launches (routing folded in) under every case of the harness.
   mlxcel_gpu_conformance(gpu_conformance_moe_fused MLXCEL_GPU_MOE_FUSED=2)
   # Level 3 (the norm, router product and routing in one launch; the down launch's early reads).
@@ -144,6 +146,9 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_knob_refused(attn_short_two MLXCEL_GPU_ATTN_SHORT=2
                           "MLXCEL_GPU_ATTN_SHORT='2': must be a whole number from 0 to 1 \\(unset: 0\\)")
   mlxcel_gpu_knob_refused(attn_short_word MLXCEL_GPU_ATTN_SHORT=yes "MLXCEL_GPU_ATTN_SHORT='yes': must be")
+  mlxcel_gpu_knob_refused(stream_split_two MLXCEL_GPU_STREAM_SPLIT=2
+                          "MLXCEL_GPU_STREAM_SPLIT='2': must be a whole number from 0 to 1 \\(unset: 0\\)")
+  mlxcel_gpu_knob_refused(stream_split_word MLXCEL_GPU_STREAM_SPLIT=yes "MLXCEL_GPU_STREAM_SPLIT='yes': must be")
   mlxcel_gpu_knob_refused(stream_rows_huge MLXCEL_GPU_STREAM_ROWS=99999999999999999999 "MLXCEL_GPU_STREAM_ROWS='99999999999999999999': must be")
 
   # The model fixtures through the GPU backend (the parity test reads MLXCEL_TEST_BACKEND).
@@ -162,6 +167,8 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
     mlxcel_gpu_parity(gpu_model_parity_tc_decode MLXCEL_GPU_TC_DECODE=2)
     # ... and with it off: prompts of 2-63 tokens on the float32 matrix-vector kernels.
     mlxcel_gpu_parity(gpu_model_parity_tc_off MLXCEL_GPU_TC_DECODE=0)
+    # The streaming kernel's split one-token form (MLXCEL_GPU_STREAM_SPLIT=1) through the fixtures.
+    mlxcel_gpu_parity(gpu_model_parity_stream_split MLXCEL_GPU_STREAM_SPLIT=1)
     # ... and with the products ungrouped (MLXCEL_GPU_GROUPED=0, the A/B form; from 2 tokens).
     mlxcel_gpu_parity(gpu_model_parity_ungrouped MLXCEL_GPU_GROUPED=0 MLXCEL_GPU_TC_DECODE=2)
   endif()

@@ -95,6 +95,15 @@
 #             -n 64` (groups of 4) with the knob off and on in turn, twice; then the controls, whose
 #             caches are longer than the form's bound (nothing changes): the 8B's `-p 512 -n 128` and
 #             `-p 8192 -n 32`, off and on in turn, twice.
+#   stream_split  the lean form's split form (each task's columns over 2-8 warps of a block, partial
+#             sums joined in shared memory; kernels/matvec_stream_lean.cuh, MLXCEL_GPU_STREAM_SPLIT=1),
+#             ~8 min, deadline 540 s: the conformance harness and model parity on cuda with the knob;
+#             bench_gpu_matvec of the 8B (its stream-split column against the default stream column
+#             in one process, same weights; the bench fails unless every one-record output is within
+#             2e-5 relative L2 of the default's); `mlxcel bench --shape qwen3-8b -p 512 -n 128` with
+#             the knob off and on in turn, twice, then the same of the 0.6B (rows below the streaming
+#             kernel's 4096 columns: the control, unchanged); bench_gpu_decode's per-op decode times
+#             of the 8B off and on.
 # (The suites were attn_on_device.sh, attn_mma_on_device.sh, prefill_on_device.sh,
 # moe_on_device.sh and matvec_on_device.sh, which bench/RESULTS.md names.)
 # shellcheck disable=SC2317  # the suite functions are called as "suite_$suite"
@@ -103,11 +112,11 @@ cd "$(dirname "$0")/../.." || exit 1
 suite=${1:-}
 case $suite in
 attn) deadline=300 ;;
-attn_mma | prefill | matvec | mixed | stream_lean | attn_short) deadline=540 ;;
+attn_mma | prefill | matvec | mixed | stream_lean | attn_short | stream_split) deadline=540 ;;
 moe | moe_fast | grouped) deadline=480 ;;
 sample) deadline=420 ;;
 *)
-    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short (the suites: the top of this file)" >&2
+    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|stream_split (the suites: the top of this file)" >&2
     exit 2
     ;;
 esac
@@ -314,6 +323,29 @@ suite_attn_short() {
     for i in 1 2; do
         check_bench "bench_8b_p8192_off_$i" 60 "${off[@]}" "${b[@]}"
         check_bench "bench_8b_p8192_on_$i" 60 "${on[@]}" "${b[@]}"
+    done
+}
+
+suite_stream_split() {
+    check_build 300 mlxcel test_gpu_conformance test_model_parity bench_gpu_matvec bench_gpu_decode
+    local on=(MLXCEL_GPU_STREAM_SPLIT=1) off=(MLXCEL_GPU_STREAM_SPLIT=0) p="check failed|FAIL|passed|failed" i
+    check_run gpu_conformance_split 120 "$p" "${on[@]}" -- build/cuda/test_gpu_conformance
+    check_run parity_cuda_split 90 "$p" MLXCEL_TEST_BACKEND=cuda "${on[@]}" -- build/cuda/test_model_parity
+    check_run bench_matvec_8b 140 "." -- build/cuda/bench_gpu_matvec qwen3-8b 20
+    cp "$LOGS"/bench_matvec_*.log "$OUT"/ 2>/dev/null
+    local b=(-- --shape qwen3-8b -p 512 -n 128)
+    for i in 1 2; do
+        check_bench "bench_8b_off_$i" 150 "${off[@]}" "${b[@]}"  # the first makes the model when missing
+        check_bench "bench_8b_on_$i" 60 "${on[@]}" "${b[@]}"
+    done
+    b=(-- --shape qwen3-0.6b -p 512 -n 128)
+    for i in 1 2; do
+        check_bench "bench_0.6b_off_$i" 90 "${off[@]}" "${b[@]}"
+        check_bench "bench_0.6b_on_$i" 40 "${on[@]}" "${b[@]}"
+    done
+    for i in off on; do
+        check_run "decode_8b_$i" 60 "^decode|matmul|plan|lm_head" MLXCEL_GPU_STREAM_SPLIT="$([ "$i" = on ] && echo 1 || echo 0)" -- \
+            build/cuda/bench_gpu_decode qwen3-8b 512 512 100
     done
 }
 

@@ -8,8 +8,9 @@
 # moe_stream.cu's fused decode kernels (against the tests' double-precision reference, gpu_ref.c) and
 # moe_router.cu's router launch (the CPU backend's routing on its logits; then two planted faults of
 # level 3 that must fail), and
-# the streaming kernel's lean one-token form (test_stream_lean_emulated.cpp: bit for bit today's form,
-# within the float32 bound of the reference, and a planted fault that must fail).
+# the streaming kernel's lean one-token form and its split form (test_stream_lean_emulated.cpp: the
+# lean form bit for bit today's, the split form within the float32 bound of the lean form and of the
+# reference, and planted faults in each that must fail).
 # A check of index arithmetic and logic before a device run, not a
 # replacement for it (tests/gpu/run_on_device.sh). Needs g++ (C++20) and the CPU build (made here
 # when build/cpu has no library). Takes under a minute on two cores (--asan: several minutes).
@@ -39,11 +40,12 @@ gcc -std=c11 -O1 -Isrc -Iinclude -c tests/gpu/gpu_ref.c -o "$out/gpu_ref.o"
 g++ $flags -Itests/gpu -o "$out/test_moe_emulated" tests/gpu/kv_emulation/emu.cpp tests/gpu/kv_emulation/test_moe_emulated.cpp \
     "$out/moe.cpp" "$out/moe_stream.cpp" "$out/moe_router.cpp" "$out/gpu_ref.o" "$lib/libmlxcel_lib.a" \
     $(pkg-config --libs jansson libpcre2-8 libutf8proc libmicrohttpd) -lcurl -lm -lpthread
-# The streaming kernel's lean form (MLXCEL_GPU_STREAM_LEAN=1, test_stream_lean_emulated.cpp) through
-# matvec_fused.cu, whose streaming kernel lives in headers: converted copies of them come first on
-# the include path. Then against a planted fault: each chunk's sum of x read from the neighbouring
-# chunk (sums[c ^ 1]), which moves every bias term: it must fail.
-mkdir -p "$out/inc/backends/gpu/kernels" "$out/fault_lean/backends/gpu/kernels"
+# The streaming kernel's lean form (MLXCEL_GPU_STREAM_LEAN=1) and its split form
+# (MLXCEL_GPU_STREAM_SPLIT=1; test_stream_lean_emulated.cpp) through matvec_fused.cu, whose streaming
+# kernel lives in headers: converted copies of them come first on the include path. Then against
+# planted faults: each chunk's sum of x read from the neighbouring chunk (sums[c ^ 1]), which moves
+# every bias term, and the split form's last slice left out of a task's sum: both must fail.
+mkdir -p "$out/inc/backends/gpu/kernels" "$out/fault_lean/backends/gpu/kernels" "$out/fault_split/backends/gpu/kernels"
 for h in matvec_stream matvec_stream_lean; do
     python3 tests/gpu/kv_emulation/to_host.py "src/backends/gpu/kernels/$h.cuh" >"$out/inc/backends/gpu/kernels/$h.cuh"
 done
@@ -52,9 +54,14 @@ sed 's/const float xs = sums\[c\];/const float xs = sums[c ^ 1];/' "$out/inc/bac
     >"$out/fault_lean/backends/gpu/kernels/matvec_stream_lean.cuh"
 ! cmp -s "$out/inc/backends/gpu/kernels/matvec_stream_lean.cuh" "$out/fault_lean/backends/gpu/kernels/matvec_stream_lean.cuh" ||
     { echo "run.sh: the planted stream lean fault did not apply"; exit 1; }
-for variant in good fault; do
+sed 's/for (int p = 1; p < a.split; p++)/for (int p = 1; p < a.split - 1; p++)/' \
+    "$out/inc/backends/gpu/kernels/matvec_stream_lean.cuh" >"$out/fault_split/backends/gpu/kernels/matvec_stream_lean.cuh"
+! cmp -s "$out/inc/backends/gpu/kernels/matvec_stream_lean.cuh" "$out/fault_split/backends/gpu/kernels/matvec_stream_lean.cuh" ||
+    { echo "run.sh: the planted stream split fault did not apply"; exit 1; }
+for variant in good fault fault_split; do
     inc="-I$out/inc"
     [ $variant = fault ] && inc="-I$out/fault_lean $inc"
+    [ $variant = fault_split ] && inc="-I$out/fault_split $inc"
     # shellcheck disable=SC2086,SC2046
     g++ $inc $flags -Itests/gpu -o "$out/test_stream_lean_$variant" tests/gpu/kv_emulation/emu.cpp \
         tests/gpu/kv_emulation/test_stream_lean_emulated.cpp "$out/matvec_fused.cpp" "$out/gpu_ref.o" \
@@ -65,6 +72,10 @@ if "$out/test_stream_lean_fault" quick >"$out/stream_lean_fault.log" 2>&1; then
     echo "stream lean: the planted sum fault passed the emulation: FAIL"; exit 1
 fi
 echo "stream lean: the planted sum fault (sums[c ^ 1]) fails the emulation ($(grep -c FAIL "$out/stream_lean_fault.log") failures): ok"
+"$out/test_stream_lean_fault_split" quick >"$out/stream_split_fault.log" 2>&1 || true
+n=$(grep -c "FAIL.*split output" "$out/stream_split_fault.log" || true)
+[ "$n" -gt 0 ] || { echo "stream split: the planted fault (last slice left out) passed the emulation: FAIL"; exit 1; }
+echo "stream split: the planted fault (last slice left out) fails the emulation ($n failures): ok"
 "$out/test_moe_emulated"
 # Level 3's planted faults (test_moe_emulated.cpp must fail with them): the router's last ticket one
 # early (a block routes before the token's last logits are written, and the counter is left set),
