@@ -68,8 +68,9 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_conformance(gpu_conformance_ungrouped_tc2 MLXCEL_GPU_GROUPED=0 MLXCEL_GPU_TC_DECODE=2)
   # The streaming kernel's previous one-token form (the lean one, kernels/matvec_stream_lean.cuh, is the default) under every case.
   mlxcel_gpu_conformance(gpu_conformance_stream_lean_off MLXCEL_GPU_STREAM_LEAN=0)
-  # The flash-decoding kernel's short form (kernels/attn_decode.cu) under every case of the harness.
-  mlxcel_gpu_conformance(gpu_conformance_attn_short MLXCEL_GPU_ATTN_SHORT=1)
+  # The flash-decoding kernel's short form (kernels/attn_decode.cu) is the default; its group form
+  # (a block per KV head's query group at every cache size) under every case of the harness.
+  mlxcel_gpu_conformance(gpu_conformance_attn_short_off MLXCEL_GPU_ATTN_SHORT=0)
   # The lean form's split form (each task's columns over 2-8 warps of a block) under every case.
   mlxcel_gpu_conformance(gpu_conformance_stream_split MLXCEL_GPU_STREAM_SPLIT=1)
   # The fused MoE decode launches (routing folded in) under every case of the harness.
@@ -144,7 +145,7 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
                           "MLXCEL_GPU_STREAM_LEAN='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(stream_lean_word MLXCEL_GPU_STREAM_LEAN=on "MLXCEL_GPU_STREAM_LEAN='on': must be")
   mlxcel_gpu_knob_refused(attn_short_two MLXCEL_GPU_ATTN_SHORT=2
-                          "MLXCEL_GPU_ATTN_SHORT='2': must be a whole number from 0 to 1 \\(unset: 0\\)")
+                          "MLXCEL_GPU_ATTN_SHORT='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(attn_short_word MLXCEL_GPU_ATTN_SHORT=yes "MLXCEL_GPU_ATTN_SHORT='yes': must be")
   mlxcel_gpu_knob_refused(stream_split_two MLXCEL_GPU_STREAM_SPLIT=2
                           "MLXCEL_GPU_STREAM_SPLIT='2': must be a whole number from 0 to 1 \\(unset: 0\\)")

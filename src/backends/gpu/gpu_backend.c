@@ -388,12 +388,13 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // 5,069 tok/s).
     // MLXCEL_GPU_ATTN_DECODE=0: decode attention on the general kernel (kernels/attention.cu, head
     // rows) instead of the flash-decoding one (kernels/attn_decode.cu), for A/B benches (unset: 1).
-    // MLXCEL_GPU_ATTN_SHORT=1: where every sequence's cache holds few positions (kernels/attn_decode.cu,
-    // kDecodeShortCtx), the flash-decoding kernel in its short form, a block per query head and one
-    // split (no combine launch), instead of a block per KV head's group; unset: 0, today's form.
+    // MLXCEL_GPU_ATTN_SHORT (unset: 1): where every sequence's cache holds few positions
+    // (kernels/attn_decode.cu, kDecodeShortCtx), the flash-decoding kernel in its short form, a block
+    // per query head and one split (no combine launch), instead of a block per KV head's group (run 39:
+    // the 30B-A3B's tg64 +13%); 0 gives the group form everywhere, for A/B.
     if (env_int("MLXCEL_GPU_MATVEC_ROWS", 4, 1, 4, &k->matvec_rows, err) ||
         env_int("MLXCEL_GPU_ATTN_DECODE", 1, 0, 1, &k->attn_decode, err) ||
-        env_int("MLXCEL_GPU_ATTN_SHORT", 0, 0, 1, &k->attn_short, err) ||
+        env_int("MLXCEL_GPU_ATTN_SHORT", 1, 0, 1, &k->attn_short, err) ||
         env_int("MLXCEL_GPU_MATVEC_TOKENS", 63, 1, 1 << 20, &k->matvec_max_tokens, err) ||
         env_int("MLXCEL_GPU_STREAM_MIN_COLS", 4096, 0, 1 << 30, &k->stream_min_cols, err) ||
         env_int("MLXCEL_GPU_STREAM_ROWS", 4, 2, 4, &k->stream_rows, err) ||

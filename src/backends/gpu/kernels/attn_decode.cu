@@ -21,7 +21,7 @@
 // partial dot over its lane's 8 elements is multiplied by that chunk's scale, a value's weight by
 // its row's scale. Positions outside [window start, position] read nothing and weigh 0. Sinks
 // enter at the normalization (single split) or in the combine.
-// Short form (MLXCEL_GPU_ATTN_SHORT=1, L->attn_short; off by default until measured): where every
+// Short form (L->attn_short; the default, MLXCEL_GPU_ATTN_SHORT=0 turns it off): where every
 // sequence's cache holds at most kDecodeShortCtx positions and the step has at most a wave of query
 // heads, one block per query head (G = 1, parts = the group) and one split. At a few positions the
 // kernel reads almost nothing and its time is its own chain: G heads' scores, merges and a
