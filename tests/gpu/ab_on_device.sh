@@ -280,16 +280,8 @@ suite_stream_lean() {
     check_run gpu_conformance_lean 120 "$p" "${on[@]}" -- build/cuda/test_gpu_conformance
     check_run parity_cuda_lean 90 "$p" MLXCEL_TEST_BACKEND=cuda "${on[@]}" -- build/cuda/test_model_parity
     check_run bench_matvec_8b 120 "." -- build/cuda/bench_gpu_matvec qwen3-8b 20
-    local b=(-- --shape qwen3-8b -p 512 -n 128)
-    for i in 1 2; do
-        check_bench "bench_8b_off_$i" 150 "${off[@]}" "${b[@]}"  # the first makes the model when missing
-        check_bench "bench_8b_on_$i" 60 "${on[@]}" "${b[@]}"
-    done
-    b=(-- --shape qwen3-0.6b -p 512 -n 128)
-    for i in 1 2; do
-        check_bench "bench_0.6b_off_$i" 90 "${off[@]}" "${b[@]}"
-        check_bench "bench_0.6b_on_$i" 40 "${on[@]}" "${b[@]}"
-    done
+    check_ab bench_8b 150 60 "${off[@]}" "${on[@]}" -- --shape qwen3-8b -p 512 -n 128
+    check_ab bench_0.6b 90 40 "${off[@]}" "${on[@]}" -- --shape qwen3-0.6b -p 512 -n 128
     check_run bench_matvec_8b_on 120 "." "${on[@]}" -- build/cuda/bench_gpu_matvec qwen3-8b 20
     cp "$LOGS"/bench_matvec_*.log "$OUT"/ 2>/dev/null
     for i in off on; do
@@ -300,30 +292,14 @@ suite_stream_lean() {
 
 suite_attn_short() {
     check_build 300 mlxcel test_gpu_conformance test_model_parity test_gpu_ops
-    local on=(MLXCEL_GPU_ATTN_SHORT=1) off=(MLXCEL_GPU_ATTN_SHORT=0) p="check failed|FAIL|passed|failed" i
+    local on=(MLXCEL_GPU_ATTN_SHORT=1) off=(MLXCEL_GPU_ATTN_SHORT=0) p="check failed|FAIL|passed|failed"
     check_run gpu_conformance_short 90 "$p" "${on[@]}" -- build/cuda/test_gpu_conformance
     check_run parity_cuda_short 90 "$p" MLXCEL_TEST_BACKEND=cuda "${on[@]}" -- build/cuda/test_model_parity
     check_run gpu_ops_short 90 "attention|$p" "${on[@]}" -- build/cuda/test_gpu_ops
-    local b=(-- --shape qwen3-30b-a3b -p 32 -n 64)
-    for i in 1 2; do
-        check_bench "bench_30b_off_$i" 200 "${off[@]}" "${b[@]}"  # the first makes the model when missing
-        check_bench "bench_30b_on_$i" 60 "${on[@]}" "${b[@]}"
-    done
-    b=(-- --shape qwen3-8b -p 32 -n 64)
-    for i in 1 2; do
-        check_bench "bench_8b_p32_off_$i" 150 "${off[@]}" "${b[@]}"  # the first makes the model when missing
-        check_bench "bench_8b_p32_on_$i" 40 "${on[@]}" "${b[@]}"
-    done
-    b=(-- --shape qwen3-8b -p 512 -n 128)
-    for i in 1 2; do
-        check_bench "bench_8b_p512_off_$i" 40 "${off[@]}" "${b[@]}"
-        check_bench "bench_8b_p512_on_$i" 40 "${on[@]}" "${b[@]}"
-    done
-    b=(-- --shape qwen3-8b -p 8192 -n 32)
-    for i in 1 2; do
-        check_bench "bench_8b_p8192_off_$i" 60 "${off[@]}" "${b[@]}"
-        check_bench "bench_8b_p8192_on_$i" 60 "${on[@]}" "${b[@]}"
-    done
+    check_ab bench_30b 200 60 "${off[@]}" "${on[@]}" -- --shape qwen3-30b-a3b -p 32 -n 64
+    check_ab bench_8b_p32 150 40 "${off[@]}" "${on[@]}" -- --shape qwen3-8b -p 32 -n 64
+    check_ab bench_8b_p512 40 40 "${off[@]}" "${on[@]}" -- --shape qwen3-8b -p 512 -n 128
+    check_ab bench_8b_p8192 60 60 "${off[@]}" "${on[@]}" -- --shape qwen3-8b -p 8192 -n 32
 }
 
 suite_stream_split() {
@@ -333,16 +309,8 @@ suite_stream_split() {
     check_run parity_cuda_split 90 "$p" MLXCEL_TEST_BACKEND=cuda "${on[@]}" -- build/cuda/test_model_parity
     check_run bench_matvec_8b 140 "." -- build/cuda/bench_gpu_matvec qwen3-8b 20
     cp "$LOGS"/bench_matvec_*.log "$OUT"/ 2>/dev/null
-    local b=(-- --shape qwen3-8b -p 512 -n 128)
-    for i in 1 2; do
-        check_bench "bench_8b_off_$i" 150 "${off[@]}" "${b[@]}"  # the first makes the model when missing
-        check_bench "bench_8b_on_$i" 60 "${on[@]}" "${b[@]}"
-    done
-    b=(-- --shape qwen3-0.6b -p 512 -n 128)
-    for i in 1 2; do
-        check_bench "bench_0.6b_off_$i" 90 "${off[@]}" "${b[@]}"
-        check_bench "bench_0.6b_on_$i" 40 "${on[@]}" "${b[@]}"
-    done
+    check_ab bench_8b 150 60 "${off[@]}" "${on[@]}" -- --shape qwen3-8b -p 512 -n 128
+    check_ab bench_0.6b 90 40 "${off[@]}" "${on[@]}" -- --shape qwen3-0.6b -p 512 -n 128
     for i in off on; do
         check_run "decode_8b_$i" 60 "^decode|matmul|plan|lm_head" MLXCEL_GPU_STREAM_SPLIT="$([ "$i" = on ] && echo 1 || echo 0)" -- \
             build/cuda/bench_gpu_decode qwen3-8b 512 512 100

@@ -20,6 +20,10 @@
 #                                check_run of `build/cuda/mlxcel bench ARGS --backend cuda`: its
 #                                rep, pp, tg and bench lines into the summary. An A/B of a knob is
 #                                one check_bench per value.
+#   check_ab NAME OFF_LIMIT ON_LIMIT OFF ON -- ARGS...
+#                                the A/B of one knob on one bench: check_bench NAME_off_1 (the knob's
+#                                VAR=VALUE OFF, within OFF_LIMIT: the first of a shape makes its
+#                                model), NAME_on_1 (ON, within ON_LIMIT), then NAME_off_2, NAME_on_2.
 #   sum                          appends its input to $OUT/summary.txt and prints it.
 #   finish                       writes $OUT/all.log (the tail of every step's log) and ends the
 #                                script through steps_finish.
@@ -90,4 +94,13 @@ check_bench() {  # check_bench NAME LIMIT [VAR=VALUE...] -- ARGS...
         if [ "$a" = -- ]; then args+=(-- build/cuda/mlxcel bench); else args+=("$a"); fi
     done
     check_run "$name" "$limit" 'pp[0-9]+|tg[0-9]+|^bench' "${args[@]}" --backend cuda
+}
+
+check_ab() {  # check_ab NAME OFF_LIMIT ON_LIMIT OFF ON -- ARGS...
+    local name=$1 off_limit=$2 on_limit=$3 off=$4 on=$5 i
+    shift 5
+    for i in 1 2; do
+        check_bench "${name}_off_$i" "$off_limit" "$off" "$@"
+        check_bench "${name}_on_$i" "$on_limit" "$on" "$@"
+    done
 }
