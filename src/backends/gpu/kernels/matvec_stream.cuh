@@ -335,9 +335,18 @@ int stream_tasks(StreamArgs &a, int count) {
     return tasks;
 }
 
+// Where a launch needs more than the default 48 KB of dynamic shared memory (the lean form's chunk
+// sums after a 12288-wide row, the split form's partials), the kernel instance's limit is raised to
+// `most`, what the widest row it takes needs, once per instance (`raised`: the caller's static flag;
+// host code, one thread per backend).
+static inline void stream_allow_smem(const void *kernel, size_t smem, size_t most, bool &raised) {
+    if (smem <= kMatvecStageBytes || raised) return;
+    (void)gpuFuncSetAttribute(kernel, gpuFuncAttributeMaxDynamicSharedMemorySize, (int)most);
+    raised = true;
+}
+
 // The split form's launch (a.split > 1 warps per task, stream_split_ways): as many blocks as the row
-// groups need, warps / a.split per block, at most kStreamBlocksPerSm per multiprocessor. Its shared
-// memory limit is raised once per instance where the row, sums and partials pass 48 KB.
+// groups need, warps / a.split per block, at most kStreamBlocksPerSm per multiprocessor.
 template <int W, class F, int NM, int R, int U, int EPI, bool NORM>
 void stream_launch_split(const mxg_launch *L, const StreamArgs &a, int tasks) {
     constexpr int warps = kStreamThreads / W;
@@ -347,11 +356,8 @@ void stream_launch_split(const mxg_launch *L, const StreamArgs &a, int tasks) {
     const size_t smem = stream_split_smem(a.m[0].cols, warps, NM * R);
     auto kernel = matvec_stream_kernel<W, F, 1, NM, R, U, EPI, NORM, true, true>;
     static bool raised = false;
-    if (smem > kMatvecStageBytes && !raised) {
-        const int most = (int)stream_split_smem(kMatvecStageBytes / sizeof(float), warps, NM * R);
-        (void)gpuFuncSetAttribute((const void *)kernel, gpuFuncAttributeMaxDynamicSharedMemorySize, most);
-        raised = true;
-    }
+    stream_allow_smem((const void *)kernel, smem, stream_split_smem(kMatvecStageBytes / sizeof(float), warps, NM * R),
+                      raised);
     mxg_launch_dep(kernel, dim3(blocks), dim3(kStreamThreads), smem, (gpuStream_t)L->stream, L->dependent_launch, a);
 }
 
@@ -374,14 +380,9 @@ void stream_launch_shape(const mxg_launch *L, StreamArgs a, int count) {
             }
             const size_t smem = stream_lean_smem(a.m[0].cols);
             auto kernel = matvec_stream_kernel<W, F, NT, NM, R, U, EPI, NORM, true>;
-            // Over 48 KB (the sums after a 12288-wide row): the kernel's limit raised to what the
-            // widest row it takes needs, once per instance (host code, one thread per backend).
+            // Over 48 KB (the sums after a 12288-wide row): stream_allow_smem.
             static bool raised = false;
-            if (smem > kMatvecStageBytes && !raised) {
-                const int most = (int)stream_lean_smem(kMatvecStageBytes / sizeof(float));
-                (void)gpuFuncSetAttribute((const void *)kernel, gpuFuncAttributeMaxDynamicSharedMemorySize, most);
-                raised = true;
-            }
+            stream_allow_smem((const void *)kernel, smem, stream_lean_smem(kMatvecStageBytes / sizeof(float)), raised);
             mxg_launch_dep(kernel, dim3(blocks), dim3(kStreamThreads), smem, (gpuStream_t)L->stream,
                            L->dependent_launch, a);
             return;
