@@ -71,6 +71,8 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   # The flash-decoding kernel's short form (kernels/attn_decode.cu) is the default; its group form
   # (a block per KV head's query group at every cache size) under every case of the harness.
   mlxcel_gpu_conformance(gpu_conformance_attn_short_off MLXCEL_GPU_ATTN_SHORT=0)
+  # One-token decode steps with the q/k norm + RoPE + KV store folded into the decode attention.
+  mlxcel_gpu_conformance(gpu_conformance_attn_rope MLXCEL_GPU_ATTN_ROPE=1)
   # The lean form's split form (each task's columns over 2-8 warps of a block) under every case.
   mlxcel_gpu_conformance(gpu_conformance_stream_split MLXCEL_GPU_STREAM_SPLIT=1)
   # The fused MoE decode launches (routing folded in) under every case of the harness.
@@ -147,6 +149,9 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_knob_refused(attn_short_two MLXCEL_GPU_ATTN_SHORT=2
                           "MLXCEL_GPU_ATTN_SHORT='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(attn_short_word MLXCEL_GPU_ATTN_SHORT=yes "MLXCEL_GPU_ATTN_SHORT='yes': must be")
+  mlxcel_gpu_knob_refused(attn_rope_two MLXCEL_GPU_ATTN_ROPE=2
+                          "MLXCEL_GPU_ATTN_ROPE='2': must be a whole number from 0 to 1 \\(unset: 0\\)")
+  mlxcel_gpu_knob_refused(attn_rope_word MLXCEL_GPU_ATTN_ROPE=on "MLXCEL_GPU_ATTN_ROPE='on': must be")
   mlxcel_gpu_knob_refused(stream_split_two MLXCEL_GPU_STREAM_SPLIT=2
                           "MLXCEL_GPU_STREAM_SPLIT='2': must be a whole number from 0 to 1 \\(unset: 0\\)")
   mlxcel_gpu_knob_refused(stream_split_word MLXCEL_GPU_STREAM_SPLIT=yes "MLXCEL_GPU_STREAM_SPLIT='yes': must be")

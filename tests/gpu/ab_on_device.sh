@@ -95,6 +95,12 @@
 #             -n 64` (groups of 4) with the knob off and on in turn, twice; then the controls, whose
 #             caches are longer than the form's bound (nothing changes): the 8B's `-p 512 -n 128` and
 #             `-p 8192 -n 32`, off and on in turn, twice.
+#   attn_rope  the q/k norm + RoPE + KV store folded into the decode attention launch of one-token
+#             steps (kernels/attn_decode.cu, gpu_plan.c, MLXCEL_GPU_ATTN_ROPE=1), ~8 min, deadline
+#             540 s: the conformance harness (its one-token decoder layers take the fused launch)
+#             and model parity on cuda with the knob; then `mlxcel bench` with the knob off and on in
+#             turn, twice, of `--shape qwen3-0.6b -p 512 -n 128`, `--shape qwen3-8b -p 512 -n 128`
+#             and `--shape qwen3-30b-a3b -p 32 -n 64`.
 #   stream_split  the lean form's split form (each task's columns over 2-8 warps of a block, partial
 #             sums joined in shared memory; kernels/matvec_stream_lean.cuh, MLXCEL_GPU_STREAM_SPLIT=1),
 #             ~8 min, deadline 540 s: the conformance harness and model parity on cuda with the knob;
@@ -112,11 +118,11 @@ cd "$(dirname "$0")/../.." || exit 1
 suite=${1:-}
 case $suite in
 attn) deadline=300 ;;
-attn_mma | prefill | matvec | mixed | stream_lean | attn_short | stream_split) deadline=540 ;;
+attn_mma | prefill | matvec | mixed | stream_lean | attn_short | attn_rope | stream_split) deadline=540 ;;
 moe | moe_fast | grouped) deadline=480 ;;
 sample) deadline=420 ;;
 *)
-    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|stream_split (the suites: the top of this file)" >&2
+    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|stream_split (the suites: the top of this file)" >&2
     exit 2
     ;;
 esac
@@ -300,6 +306,16 @@ suite_attn_short() {
     check_ab bench_8b_p32 150 40 "${off[@]}" "${on[@]}" -- --shape qwen3-8b -p 32 -n 64
     check_ab bench_8b_p512 40 40 "${off[@]}" "${on[@]}" -- --shape qwen3-8b -p 512 -n 128
     check_ab bench_8b_p8192 60 60 "${off[@]}" "${on[@]}" -- --shape qwen3-8b -p 8192 -n 32
+}
+
+suite_attn_rope() {
+    check_build 300 mlxcel test_gpu_conformance test_model_parity
+    local on=(MLXCEL_GPU_ATTN_ROPE=1) off=(MLXCEL_GPU_ATTN_ROPE=0) p="check failed|FAIL|passed|failed"
+    check_run gpu_conformance_rope 90 "$p" "${on[@]}" -- build/cuda/test_gpu_conformance
+    check_run parity_cuda_rope 90 "$p" MLXCEL_TEST_BACKEND=cuda "${on[@]}" -- build/cuda/test_model_parity
+    check_ab bench_0.6b 90 40 "${off[@]}" "${on[@]}" -- --shape qwen3-0.6b -p 512 -n 128
+    check_ab bench_8b 150 60 "${off[@]}" "${on[@]}" -- --shape qwen3-8b -p 512 -n 128
+    check_ab bench_30b 200 60 "${off[@]}" "${on[@]}" -- --shape qwen3-30b-a3b -p 32 -n 64
 }
 
 suite_stream_split() {

@@ -100,4 +100,32 @@ __device__ __forceinline__ void rope_sincos(float p, float f, float *s, float *c
     *c = fmaf(-lo, sh, ch);
 }
 
+// One head's per-head RMSNorm (w NULL: none) and RoPE at position p, in registers: the calling
+// thread holds the rotate-half pair (a, b) = (x[j], x[j + half]) of a head of 2 * half elements
+// (threads j >= half hold zeros and get them back). Norm: x * r * w, r = 1 / sqrt(mean(x^2) + eps);
+// rope: the pair turned by the angle p * inv_freq[j] (rope_sincos), cos and sin times attn_factor.
+// Every thread of the block calls it (block_sum; red holds blockDim.x / W floats). Shared by the
+// q/k norm + RoPE launch (kernels/qk_norm_rope.cu) and the decode attention that folds it in
+// (kernels/attn_decode.cu), so both give the same bits.
+template <int W>
+__device__ __forceinline__ void head_norm_rope(float &a, float &b, int j, int half, const float *__restrict__ w,
+                                               float eps, float p, const float *__restrict__ inv_freq,
+                                               float attn_factor, float *red) {
+    if (w) {  // block-uniform
+        float ss = fmaf(a, a, 0.0f);
+        ss = fmaf(b, b, ss);
+        ss = block_sum<W>(ss, red);
+        const float r = 1.0f / sqrtf(ss / (float)(2 * half) + eps);
+        if (j < half) a = a * r * w[j], b = b * r * w[j + half];
+    }
+    if (j < half) {
+        float s, c;
+        rope_sincos(p, inv_freq[j], &s, &c);
+        c *= attn_factor;
+        s *= attn_factor;
+        const float x0 = a * c - b * s, x1 = b * c + a * s;
+        a = x0, b = x1;
+    }
+}
+
 #endif

@@ -338,7 +338,7 @@ static int env_int(const char *name, int def, int lo, int hi, int *out, mx_error
 // on a machine without a GPU).
 typedef struct gpu_knobs {
     int matvec_rows, matvec_max_tokens, stream_min_cols, stream_rows, sample_blocks, tc_decode_tokens, attn_decode,
-        attn_short;
+        attn_short, attn_rope;
     int prefill_kernel, moe_fused, attn_mma, sample_fast, grouped, stream_lean, stream_split;
     bool prefill_asked;  // MLXCEL_GPU_PREFILL_KERNEL (or MLXCEL_GPU_MMA_SYNC) was set
 } gpu_knobs;
@@ -392,9 +392,13 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // (kernels/attn_decode.cu, kDecodeShortCtx), the flash-decoding kernel in its short form, a block
     // per query head and one split (no combine launch), instead of a block per KV head's group (run 39:
     // the 30B-A3B's tg64 +13%); 0 gives the group form everywhere, for A/B.
+    // MLXCEL_GPU_ATTN_ROPE=1 (unset: 0): one-token decode steps fold the q/k norm + RoPE + KV store
+    // launch into the flash-decoding one (gpu_plan.c, kernels/attn_decode.cu), the same outputs and
+    // cache bytes in one launch a layer fewer; 0: the two launches.
     if (env_int("MLXCEL_GPU_MATVEC_ROWS", 4, 1, 4, &k->matvec_rows, err) ||
         env_int("MLXCEL_GPU_ATTN_DECODE", 1, 0, 1, &k->attn_decode, err) ||
         env_int("MLXCEL_GPU_ATTN_SHORT", 1, 0, 1, &k->attn_short, err) ||
+        env_int("MLXCEL_GPU_ATTN_ROPE", 0, 0, 1, &k->attn_rope, err) ||
         env_int("MLXCEL_GPU_MATVEC_TOKENS", 63, 1, 1 << 20, &k->matvec_max_tokens, err) ||
         env_int("MLXCEL_GPU_STREAM_MIN_COLS", 4096, 0, 1 << 30, &k->stream_min_cols, err) ||
         env_int("MLXCEL_GPU_STREAM_ROWS", 4, 2, 4, &k->stream_rows, err) ||
@@ -541,6 +545,7 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.tc_grouped = knobs.grouped == 1;
     c->launch.attn_decode = knobs.attn_decode == 1 && !c->launch.attn_token_rows;
     c->launch.attn_short = knobs.attn_short == 1;
+    c->launch.attn_rope = knobs.attn_rope == 1;
     c->launch.attn_mma = knobs.attn_mma == 1;
     c->launch.scratch_bytes = mxg_attention_scratch_bytes(c->info.sm_count, 256);
     // The tensor-core decode product's split-column partial sums: 8 MB holds 32 splits of a 1024-row

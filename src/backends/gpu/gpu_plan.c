@@ -7,7 +7,8 @@
 // - gate and up products followed by the SwiGLU of their outputs: the SwiGLU in the epilogue;
 // - a matrix-vector product followed by the residual add of its output: the add in the epilogue;
 // - q/k RMSNorms and the RoPE of q and k (or the two RoPEs alone), and the KV-cache store of the
-//   rotated k and of v that follows them: one launch;
+//   rotated k and of v that follows them: one launch; with L->attn_rope (MLXCEL_GPU_ATTN_ROPE=1),
+//   a one-token step's decode attention that follows too (kernels/attn_decode.cu);
 // - a product of several tokens on the tensor-core decode product followed by the residual add of
 //   its output: the add in the product's final writer, where that product takes it (kernels.h).
 // - unless MLXCEL_GPU_GROUPED=0, 2-3 products of several tokens sharing their input on the
@@ -22,6 +23,8 @@
 // does not match (other formats, batches of several tokens outside these patterns, aliasing
 // buffers) runs record by record.
 #include "backends/gpu/gpu_plan.h"
+
+#include <string.h>
 
 #include "backends/gpu/kernels_fused.h"
 #include "backends/gpu/kernels_sample.h"
@@ -326,8 +329,74 @@ static bool stores_rotated_k(const mx_op *s, const mx_op *rq, const mx_op *rk) {
            s->kv_store.v != NULL && s->kv_store.v != rk->rope.x && s->kv_store.v != rq->rope.x;
 }
 
+// Whether record o may read the floats [b, b + count): a buffer argument it reads starts there
+// (the forward's buffers are separate allocations). Kinds not listed: yes.
+static bool op_reads(const mx_op *o, const float *b, int64_t count) {
+    const float *in[4] = {NULL, NULL, NULL, NULL};
+    switch (o->kind) {
+    case MX_OP_EMBED: return false;
+    case MX_OP_ARGMAX: in[0] = o->argmax.logits; break;
+    case MX_OP_SAMPLE: in[0] = o->sample.logits; break;
+    case MX_OP_MATMUL: in[0] = o->matmul.x, in[1] = o->matmul.bias; break;
+    case MX_OP_RMSNORM: in[0] = o->rmsnorm.x, in[1] = o->rmsnorm.w; break;
+    case MX_OP_ROPE: in[0] = o->rope.x; break;
+    case MX_OP_KV_STORE: in[0] = o->kv_store.k, in[1] = o->kv_store.v; break;
+    case MX_OP_ATTENTION: in[0] = o->attention.q, in[1] = o->attention.sinks; break;
+    case MX_OP_SWIGLU: in[0] = o->swiglu.gate, in[1] = o->swiglu.up; break;
+    case MX_OP_ADD: in[0] = o->add.x, in[1] = o->add.y; break;
+    case MX_OP_MOE_ROUTE: in[0] = o->moe_route.logits; break;
+    case MX_OP_MOE_MATMUL: in[0] = o->moe_matmul.x; break;
+    case MX_OP_MOE_COMBINE: in[0] = o->moe_combine.out, in[1] = o->moe_combine.y, in[2] = o->moe_combine.weights; break;
+    case MX_OP_GATHER_ROWS: in[0] = o->gather_rows.x; break;
+    case MX_OP_GEGLU: in[0] = o->geglu.gate, in[1] = o->geglu.up; break;
+    case MX_OP_SWIGLU_CLAMPED: in[0] = o->swiglu_clamped.gate, in[1] = o->swiglu_clamped.up; break;
+    case MX_OP_SCALE: in[0] = o->scale.x; break;
+    case MX_OP_EXPERT_BIAS: in[0] = o->expert_bias.x, in[1] = o->expert_bias.bias; break;
+    case MX_OP_MOE_ROUTE_GROUPED: in[0] = o->moe_route_grouped.logits, in[1] = o->moe_route_grouped.bias; break;
+    default: return true;
+    }
+    for (int i = 0; i < 4; i++)
+        if (in[i] && in[i] >= b && in[i] < b + count) return true;
+    return false;
+}
+
+// Whether a record after `from` reads [b, b + count) before a matrix product overwrites it whole.
+static bool read_later(const mx_plan *p, int from, const float *b, int64_t count) {
+    for (int i = from; i < p->n_ops; i++) {
+        const mx_op *o = &p->ops[i];
+        if (op_reads(o, b, count)) return true;
+        if (o->kind == MX_OP_MATMUL && o->matmul.out == b && (int64_t)o->matmul.n * o->matmul.w->rows >= count)
+            return false;
+    }
+    return false;
+}
+
+// The q/k pattern with its KV store (records nq..st, norms 0 or 2) followed by the decode attention
+// of the rotated q over the same cache, slots and positions (L->attn_rope): one launch
+// (mxg_attention_decode_rope), which leaves q and k unrotated, so only where no later record reads
+// them. Returns the records used (0: not taken; the caller runs the q/k launch).
+static int try_attn_rope(const mxg_launch *L, const mx_plan *p, int i, int norms) {
+    const mx_op *o = &p->ops[i], *rq = &o[norms], *rk = &o[norms + 1], *st = &o[norms + 2], *at = &o[norms + 3];
+    if (!L->attn_rope || i + norms + 3 >= p->n_ops || at->kind != MX_OP_ATTENTION) return 0;
+    const mx_kv_ref *a = &at->attention.kv, *b = &st->kv_store.kv;
+    const int n = rq->rope.n, D = rq->rope.rope.head_dim;
+    const float *q = rq->rope.x, *k = rk->rope.x, *v = st->kv_store.v;
+    float *out = at->attention.out;
+    const int64_t qn = (int64_t)n * rq->rope.n_heads * D, kn = (int64_t)n * rk->rope.n_heads * D;
+    if (at->attention.q != q || at->attention.n != n || at->attention.n_heads != rq->rope.n_heads || a->kv != b->kv ||
+        a->layer != b->layer || a->slot != b->slot || a->pos != b->pos || a->table != b->table ||
+        memcmp(&a->lay, &b->lay, sizeof a->lay) != 0 || out == q || out == k || out == v ||
+        read_later(p, i + norms + 4, q, qn) || read_later(p, i + norms + 4, k, kn))
+        return 0;
+    const mxg_attn_rope f = {out, q, k, v, norms ? o[0].rmsnorm.w : NULL, norms ? o[1].rmsnorm.w : NULL,
+                             norms ? o[0].rmsnorm.eps : 0.0f, rq->rope.pos, &rq->rope.rope, a, n,
+                             rq->rope.n_heads, rk->rope.n_heads, at->attention.scale, at->attention.window,
+                             at->attention.sinks, at->attention.decode};
+    return mxg_attention_decode_rope(L, &f) == 0 ? norms + 4 : 0;
+}
+
 // [RMSNorm q, RMSNorm k,] RoPE q, RoPE k (in place, per head, same positions)[, KV store of k and v]:
-// one launch.
+// one launch; with the decode attention that follows, where try_attn_rope takes it, one launch.
 static int try_qk_norm_rope(const mxg_launch *L, const mx_plan *p, int i) {
     const mx_op *o = &p->ops[i];
     int norms = 0;
@@ -350,6 +419,10 @@ static int try_qk_norm_rope(const mxg_launch *L, const mx_plan *p, int i) {
     }
     const mx_op *st = i + norms + 2 < p->n_ops ? &o[norms + 2] : NULL;
     const bool store = st && stores_rotated_k(st, rq, rk);
+    if (store) {
+        const int used = try_attn_rope(L, p, i, norms);
+        if (used) return used;
+    }
     mxg_qk_norm_rope(L, rq->rope.x, rk->rope.x, norms ? o[0].rmsnorm.w : NULL, norms ? o[1].rmsnorm.w : NULL,
                      rq->rope.pos, n, rq->rope.n_heads, rk->rope.n_heads, norms ? o[0].rmsnorm.eps : 0.0f,
                      &rq->rope.rope, store ? &st->kv_store.kv : NULL, store ? st->kv_store.v : NULL);

@@ -59,6 +59,8 @@ typedef struct mxg_launch {
     bool attn_decode;      // decode steps on kernels/attn_decode.cu (MLXCEL_GPU_ATTN_DECODE=0: off, A/B switch)
     bool attn_short;       // ... in their short-context form where the cache is short (kernels/attn_decode.cu;
                            // on by default; MLXCEL_GPU_ATTN_SHORT=0 turns it off)
+    bool attn_rope;        // one-token decode steps with the q/k norm + RoPE + KV store folded into that kernel's
+                           // launch (mxg_attention_decode_rope, gpu_plan.c; MLXCEL_GPU_ATTN_ROPE=1, off by default)
     bool attn_mma;         // prefill attention on the tensor-core kernel (vendor/cuda/attn_mma.cu; off: MLXCEL_GPU_ATTN_MMA=0)
     bool kv_i16;           // the KV cache is int16 with scales (MX_DTYPE_I16, default); false: f16 (MLXCEL_GPU_KV=f16)
     bool dependent_launch; // matrix-vector and fused kernels start while the previous one ends (sm_90+)

@@ -51,6 +51,30 @@ void mxg_qk_norm_rope(const mxg_launch *L, float *q, float *k, const float *q_no
                       const int32_t *pos, int n, int n_heads, int n_kv_heads, float eps, const mx_rope *rope,
                       const mx_kv_ref *kv, const float *v);
 
+// The q/k norm + RoPE + KV store above folded into the decode attention that follows it, one launch
+// (kernels/attn_decode.cu; L->attn_rope, MLXCEL_GPU_ATTN_ROPE=1): q [n, n_heads, head_dim] and k [n,
+// n_kv_heads, head_dim] are raw (the per-head norms q_norm / k_norm, both NULL: none, and the RoPE
+// at rope_pos happen inside) and stay unchanged; the token's k row (rotated) and v row go into the
+// cache at kv's slot and position as mxg_qk_norm_rope's store writes them, and out [n, n_heads,
+// head_dim] is mxg_attention's over kv (scale, window, sinks, decode hint), bit for bit the two
+// launches' where the attention's form is the same. Takes one token (n 1), head sizes 64, 128 and
+// 256, whole-head RoPE of one frequency table, on the flash-decoding kernel (L->attn_decode); 0
+// when it enqueued the launch, -1 when it does not take the step (the caller runs the two launches).
+typedef struct mxg_attn_rope {
+    float *out;
+    const float *q, *k, *v, *q_norm, *k_norm;
+    float eps;
+    const int32_t *rope_pos;
+    const mx_rope *rope;
+    const mx_kv_ref *kv;
+    int n, n_heads, n_kv_heads;
+    float scale;
+    int window;
+    const float *sinks;
+    bool decode;
+} mxg_attn_rope;
+int mxg_attention_decode_rope(const mxg_launch *L, const mxg_attn_rope *f);
+
 // MoE decode (MLXCEL_GPU_MOE_FUSED=1 to 3, L->moe_fused): the records moe_matmul gate, moe_matmul up
 // (m rows: row i uses expert ids[i] and input row x[i / x_div]) and swiglu(act, gate, up) in one
 // launch, writing gate [m, rows], up and act (act may be gate); and the records moe_matmul down

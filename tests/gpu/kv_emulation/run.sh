@@ -7,7 +7,7 @@
 # experts and weights against the CPU backend's, NaN and infinite router logits included) and
 # moe_stream.cu's fused decode kernels (against the tests' double-precision reference, gpu_ref.c) and
 # moe_router.cu's router launch (the CPU backend's routing on its logits; then two planted faults of
-# level 3 that must fail), and
+# level 3 that must fail), the decode attention with RoPE folded in against two planted faults, and
 # the streaming kernel's lean one-token form and its split form (test_stream_lean_emulated.cpp: the
 # lean form bit for bit today's, the split form within the float32 bound of the lean form and of the
 # reference, and planted faults in each that must fail).
@@ -95,4 +95,22 @@ for w in "moe router" "level 3 down differs"; do
     grep -q "$w.*FAIL" "$out/moe_fault.log" || { echo "moe level 3: no failure from the planted fault ($w): FAIL"; exit 1; }
 done
 echo "moe level 3: the planted ticket and early-weight faults fail the emulation ($(grep -c FAIL "$out/moe_fault.log") failures): ok"
+# The decode attention with RoPE folded in (MLXCEL_GPU_ATTN_ROPE=1) against two planted faults, each
+# of which must fail its cases (test_kv_emulated rope: outputs and cache bytes against the two
+# launches): the token's own position read from the cache (which holds the slot's old row until the
+# launch's end) instead of the row the launch made, and the cache write left to split 1 instead of
+# split 0 (no write where the step has one split).
+sed 's/if (ROPE \&\& p == hi) {/if (ROPE \&\& p == hi \&\& false) {/' "$out/attn_decode.cpp" >"$out/attn_rope_fault_read.cpp"
+sed 's/if (split == 0 \&\& g0 == 0) {/if (split == 1 \&\& g0 == 0) {/' "$out/attn_decode.cpp" >"$out/attn_rope_fault_store.cpp"
+for f in read store; do
+    ! cmp -s "$out/attn_decode.cpp" "$out/attn_rope_fault_$f.cpp" || { echo "run.sh: the planted attn rope $f fault did not apply"; exit 1; }
+    # shellcheck disable=SC2086,SC2046
+    g++ $flags -o "$out/test_attn_rope_$f" tests/gpu/kv_emulation/emu.cpp tests/gpu/kv_emulation/test_kv_emulated.cpp \
+        "$out/rope_kv.cpp" "$out/qk_norm_rope.cpp" "$out/attention.cpp" "$out/attn_mma.cpp" "$out/attn_rope_fault_$f.cpp" \
+        "$out/latent.cpp" "$lib/libmlxcel_lib.a" $(pkg-config --libs jansson libpcre2-8 libutf8proc libmicrohttpd) -lcurl -lm -lpthread
+    "$out/test_attn_rope_$f" rope >"$out/attn_rope_fault_$f.log" 2>&1 && { echo "attn rope: the planted $f fault passed the emulation: FAIL"; exit 1; }
+    n=$(grep -c "FAIL" "$out/attn_rope_fault_$f.log" || true)
+    [ "$n" -gt 0 ] || { echo "attn rope: no failure from the planted $f fault: FAIL"; exit 1; }
+    echo "attn rope: the planted $f fault fails the emulation ($n failures): ok"
+done
 exec "$out/test_kv_emulated" $arg

@@ -13,7 +13,9 @@
 // told by the scratch); the q/k norm + RoPE launch with the KV store fused in (its cache bytes equal
 // to the kv_store kernel's); latent caches of DeepSeek-V3's fixture sizes and a chunk that straddles
 // c_kv and k_pe. The flash-decoding kernel's short form (MLXCEL_GPU_ATTN_SHORT=1) on caches of 1-129
-// positions: its launch shape, and bit for bit today's form where the arithmetic is the same.
+// positions: its launch shape, and bit for bit today's form where the arithmetic is the same. The
+// decode attention with the q/k norm + RoPE + KV store folded in (MLXCEL_GPU_ATTN_ROPE=1): outputs
+// and cache bytes bit for bit those of the two launches.
 // The attention cases (prefill chunks of up to 150 tokens among them) also on the tensor-core prefill
 // kernel (vendor/cuda/attn_mma.cu), at its own bound (mma_vs_cpu).
 // Built and run by run.sh; exits 1 on any failure.
@@ -379,6 +381,85 @@ static void qk_store_case(mx_backend *cpu, mxg_launch *L, int D, int nkv, int nh
     if (!ok) fails++;
 }
 
+// The decode attention with the q/k norm + RoPE + KV store folded in (MLXCEL_GPU_ATTN_ROPE=1,
+// mxg_attention_decode_rope): one slot's cache of cap positions (scrambled blocks when paged) filled
+// with other rows (what a reused slot holds), then one-token steps at several positions: the two
+// launches (mxg_qk_norm_rope with its store, then mxg_attention on the flash-decoding kernel) on one
+// copy of the cache, the fused launch on another. Outputs and cache bytes must be equal bit for bit,
+// the raw q and k left as they were, and the fused step one launch fewer. A two-token step must be
+// refused (-1).
+static void attn_rope_case(mxg_launch *L, int D, int nkv, int nh, int cap, int paged, bool norm, int window,
+                           bool sinks, bool short_form) {
+    const int tl = (cap + MX_KV_BLOCK - 1) / MX_KV_BLOCK;
+    mx_kv_layout lay = {1, 2, cap, nkv, D, paged ? 2 * tl + 3 : 0};
+    std::vector<int32_t> table(2 * tl);
+    for (int i = 0; i < 2 * tl; i++) table[i] = (int32_t)((2 * tl + 2 - i) % (2 * tl + 3));  // distinct, reversed
+    const size_t bytes = mx_kv_bytes(&lay, L->kv_i16 ? MX_DTYPE_I16 : MX_DTYPE_F16);
+    std::vector<unsigned char> base(bytes, 0);
+    const int per = nkv * D;
+    {  // slot 1 filled with rows the steps overwrite one at a time
+        std::vector<float> k((size_t)cap * per), v((size_t)cap * per);
+        fill(k.data(), k.size(), -1, 1), fill(v.data(), v.size(), -1, 1);
+        std::vector<int32_t> sl(cap, 1), ps(cap);
+        for (int i = 0; i < cap; i++) ps[i] = i;
+        mx_kv_ref r = {base.data(), lay, 0, sl.data(), ps.data(), paged ? table.data() : NULL};
+        mxg_kv_store(L, &r, k.data(), v.data(), cap);
+    }
+    std::vector<float> qw(D), kw(D), inv(D / 2), snk(nh);
+    fill(qw.data(), D, 0.5f, 1.5f), fill(kw.data(), D, 0.5f, 1.5f), fill(snk.data(), nh, -1, 3);
+    for (int j = 0; j < D / 2; j++) inv[j] = 1.0f / powf(1e6f, 2.0f * j / D);
+    const mx_rope rope = {inv.data(), D, 0.9f, 0, NULL, 0};
+    const float scale = 1.0f / sqrtf((float)D);
+    printf("decode attention + rope D=%d nkv=%d nh=%d cache %d paged=%d%s%s%s%s warp %d %s\n", D, nkv, nh, cap, paged,
+           norm ? " norms" : "", window ? " window" : "", sinks ? " sinks" : "", short_form ? " short" : "", L->warp,
+           L->kv_i16 ? "i16" : "f16");
+    const int wanted[] = {0, 1, 2, 15, 16, 63, 64, cap / 2, cap - 2, cap - 1};
+    L->attn_decode = true, L->attn_short = short_form;
+    for (size_t wi = 0; wi < sizeof wanted / sizeof *wanted; wi++) {
+        const int pos = wanted[wi];
+        if (pos < 0 || pos >= cap || std::find(wanted, wanted + wi, pos) != wanted + wi) continue;
+        int32_t sl = 1, ps = pos;
+        std::vector<float> q((size_t)nh * D), k(per), v(per);
+        fill(q.data(), q.size(), -2, 2), fill(k.data(), per, -2, 2), fill(v.data(), per, -1, 1);
+        std::vector<unsigned char> two = base, one = base;
+        std::vector<float> qt = q, kt = k, ot((size_t)nh * D, NAN), of((size_t)nh * D, NAN);
+        mx_kv_ref rt = {two.data(), lay, 0, &sl, &ps, paged ? table.data() : NULL};
+        mx_kv_ref rf = {one.data(), lay, 0, &sl, &ps, paged ? table.data() : NULL};
+        emu_grids.clear();
+        mxg_qk_norm_rope(L, qt.data(), kt.data(), norm ? qw.data() : NULL, norm ? kw.data() : NULL, &ps, 1, nh, nkv,
+                         1e-6f, &rope, &rt, v.data());
+        mxg_attention(L, ot.data(), qt.data(), &rt, 1, nh, scale, window, sinks ? snk.data() : NULL, false);
+        const size_t launches_two = emu_grids.size();
+        emu_grids.clear();
+        std::vector<float> qf = q, kf = k;
+        const mxg_attn_rope f = {of.data(), qf.data(), kf.data(), v.data(), norm ? qw.data() : NULL,
+                                 norm ? kw.data() : NULL, 1e-6f, &ps, &rope, &rf, 1, nh, nkv, scale, window,
+                                 sinks ? snk.data() : NULL, false};
+        const int rc = mxg_attention_decode_rope(L, &f);
+        const size_t launches_one = emu_grids.size();
+        size_t diff = 0;
+        for (size_t i = 0; i < bytes; i++) diff += two[i] != one[i];
+        const bool same_out = !memcmp(ot.data(), of.data(), ot.size() * sizeof(float));
+        const bool raw_kept = !memcmp(qf.data(), q.data(), q.size() * sizeof(float)) && !memcmp(kf.data(), k.data(), per * sizeof(float));
+        const bool ok = rc == 0 && same_out && diff == 0 && raw_kept && launches_one + 1 == launches_two;
+        printf("   at %d: %s outputs, cache bytes differing %zu, %zu launches against %zu%s%s\n", pos,
+               same_out ? "same" : "different", diff, launches_one, launches_two, raw_kept ? "" : ", raw q/k changed",
+               ok ? "" : "  <-- FAIL");
+        if (!ok) fails++;
+    }
+    {  // two tokens (of one sequence, or not): refused
+        int32_t sl2[2] = {1, 1}, ps2[2] = {3, 4};
+        std::vector<float> q((size_t)2 * nh * D), k(2 * per), v(2 * per), o((size_t)2 * nh * D);
+        mx_kv_ref r2 = {base.data(), lay, 0, sl2, ps2, paged ? table.data() : NULL};
+        const mxg_attn_rope f = {o.data(), q.data(), k.data(), v.data(), NULL, NULL, 1e-6f, ps2, &rope, &r2, 2, nh,
+                                 nkv, scale, window, NULL, true};
+        emu_grids.clear();
+        if (mxg_attention_decode_rope(L, &f) != -1 || !emu_grids.empty())
+            printf("   a two-token step taken  <-- FAIL\n"), fails++;
+    }
+    L->attn_decode = false, L->attn_short = false;
+}
+
 static void latent_case(mx_backend *cpu, mxg_launch *L, int KL, int R, int nh, int n) {
     mx_kv_layout lay = {2, 3, 64, 1, (KL + R) / 2, 0};
     size_t bytes = mx_kv_bytes(&lay, cpu->kv_dtype);
@@ -411,10 +492,44 @@ static void latent_case(mx_backend *cpu, mxg_launch *L, int KL, int R, int nh, i
     cpu->ops->release(cpu, ckv);
 }
 
+// The fused decode attention + RoPE cases (attn_rope_case): groups of 1-8, head sizes 64-256, caches
+// of 2-130 positions (the short form's bound and past it, one split and several) and long ones, with
+// and without norms, windows, sinks, the short form on and off, warps of 32 and 64.
+static void attn_rope_cases(mxg_launch *L, bool quick) {
+    attn_rope_case(L, 128, 8, 16, 130, 1, true, 0, false, true);   // Qwen3-0.6B: G 2
+    attn_rope_case(L, 128, 8, 32, 97, 1, true, 0, false, true);    // Qwen3-8B: G 4
+    attn_rope_case(L, 128, 4, 32, 129, 1, true, 0, false, true);   // Qwen3-30B-A3B: G 8, past the short bound
+    attn_rope_case(L, 128, 4, 32, 128, 0, true, 0, true, false);   // G 8, one group form, sinks
+    attn_rope_case(L, 64, 4, 4, 2, 1, false, 0, false, true);      // G 1, no norms, 2 positions
+    attn_rope_case(L, 256, 2, 4, 70, 1, true, 8, true, false);     // G 2, D 256, a window
+    attn_rope_case(L, 64, 2, 16, 1100, 1, true, 0, false, true);   // G 8, many splits
+    if (quick) return;
+    attn_rope_case(L, 128, 8, 32, 1500, 1, true, 300, true, true); // the 8B at 1.5k: splits, window, sinks
+    attn_rope_case(L, 256, 4, 8, 600, 0, true, 0, false, true);    // G 2, D 256, splits
+    L->warp = 64;
+    attn_rope_case(L, 128, 4, 16, 130, 1, true, 0, true, true);
+    attn_rope_case(L, 64, 2, 8, 900, 0, false, 0, false, false);
+    L->warp = 32;
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    // argument "quick": half the head-size runs and I16 only (for the sanitizer build).
-    bool quick = argc > 1 && !strcmp(argv[1], "quick");
+    // argument "quick": half the head-size runs and I16 only (for the sanitizer build); "rope": the
+    // fused decode attention + RoPE cases alone (run.sh's planted faults).
+    bool quick = argc > 1 && !strcmp(argv[1], "quick"), rope_only = argc > 1 && !strcmp(argv[1], "rope");
+    if (rope_only) {
+        for (int f16 = 0; f16 <= 0; f16++) {  // I16 only: the faults show in either cache type
+            mxg_launch L;
+            memset(&L, 0, sizeof L);
+            L.warp = 32, L.sm_count = 132, L.kv_i16 = !f16;
+            L.scratch_bytes = mxg_attention_scratch_bytes(132, 256);
+            L.scratch = malloc(L.scratch_bytes);
+            attn_rope_cases(&L, true);
+            free(L.scratch);
+        }
+        printf("%d failures\n", fails);
+        return fails != 0;
+    }
     for (int f16 = 0; f16 <= 1; f16++) {
         if (quick && f16) break;
         if (f16) setenv("MLXCEL_CPU_KV", "f16", 1);
@@ -479,6 +594,7 @@ int main(int argc, char **argv) {
         qk_store_case(cpu, &L, 128, 8, 16, 37, 0, true);
         qk_store_case(cpu, &L, 72, 2, 6, 5, 1, false);  // a partial I16 chunk, no norms
         qk_store_case(cpu, &L, 256, 4, 8, 3, 1, true);
+        attn_rope_cases(&L, quick);
         latent_case(cpu, &L, 64, 64, 4, 1);
         latent_case(cpu, &L, 64, 64, 4, 45);
         latent_case(cpu, &L, 512, 64, 8, 3);

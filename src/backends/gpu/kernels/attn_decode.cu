@@ -31,8 +31,20 @@
 // G blocks side by side, each reading the (few) keys again from L2, and no combine. Each head's
 // arithmetic is that of today's form at G <= 4 (same unit, same order: bit for bit where today's
 // form also has one split); groups of 8 take units of 4 sets instead of 2 (another summation order).
+// With RoPE folded in (L->attn_rope, MLXCEL_GPU_ATTN_ROPE=1; mxg_attention_decode_rope, a step of
+// one token): the launch also does the q/k norm + RoPE + KV store launch before it
+// (kernels/qk_norm_rope.cu). Each block turns its own query heads and its KV head's k row from the
+// raw q and k (head_norm_rope, the same arithmetic) into shared memory, and makes the cache row of
+// the token's position from that k row and the token's v row, in the cache's element format
+// (kv_store_chunk's codes and scales, or f16): the loop takes that position's key and value from it
+// instead of from the cache, so its values are exactly those the cache would return, and the
+// outputs are bit for bit those of the two launches. One block per KV head (split 0, part 0) writes
+// the row into the cache at its end, the bytes the store would write; no block reads that position
+// from the cache (one token: no other token of its sequence in the step). The raw q and k stay in
+// place (the plan checks that no later record reads them rotated).
 #include "backends/gpu/common.cuh"
 #include "backends/gpu/kernels.h"
+#include "backends/gpu/kernels_fused.h"
 #include "backends/gpu/kv_block.cuh"
 
 namespace {
@@ -67,6 +79,13 @@ struct DecodeArgs {
     int n_heads, window, splits;
     int group, parts;  // query heads per KV head; blocks per group (of G heads each)
     float qscale;      // scale * log2(e): scores in log2 units
+    // ROPE (the folded q/k norm + RoPE + KV store; q above is then the raw q):
+    const float *k, *v;             // [n, n_kv_heads, D] the raw k and the v rows
+    const float *qw, *kw;           // [D] the norms' weights (both NULL: no norm)
+    const int32_t *rope_pos;        // [n] RoPE positions
+    const float *inv_freq;          // [D / 2]
+    float eps, attn_factor;
+    uint16_t *kv_out;               // the cache the row is written to (kv)
 };
 
 // 1 / (l + 2^(sink - m)) for an online softmax in log2 units (sink -inf: none); no overflow.
@@ -104,7 +123,7 @@ __device__ void combine_splits(float *out, const float *__restrict__ pp, int D, 
     }
 }
 
-template <int W, int D, int G, bool I16>
+template <int W, int D, int G, bool I16, bool ROPE>
 __global__ void __launch_bounds__(kDecodeThreads, decode_blocks_per_sm(G)) attn_decode_kernel(DecodeArgs a) {
     MXG_WARP_ONLY(W) {
     constexpr int TPK = D / 8;                   // lanes per key row
@@ -115,6 +134,12 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_blocks_per_sm(G)) attn_
     static_assert(MX_KV_BLOCK % UW == 0 && TPK <= W, "a unit lies in one cache block");
     __shared__ float s_m[NW][G], s_l[NW][G];
     __shared__ float s_o[NW][D];
+    constexpr int NSC = (D + MX_KV_SCALE_BLOCK - 1) / MX_KV_SCALE_BLOCK;
+    __shared__ float s_red[ROPE ? NW : 1];                   // ROPE: head_norm_rope's sums
+    __shared__ float s_q[ROPE ? G : 1][ROPE ? D : 1];        // ... the rotated query heads
+    __shared__ float s_k[ROPE ? D : 1];                      // ... the rotated k row
+    __shared__ uint4 s_row[2][ROPE ? D / 8 : 1];              // ... the position's cache row, K and V
+    __shared__ float s_sc[2][ROPE ? NSC : 1];                // ... and its I16 scales
     const int warp = threadIdx.x / W, lane = threadIdx.x % W, kg = lane / TPK, li = lane % TPK;
     const int t = blockIdx.x, kvh = blockIdx.y / a.parts, g0 = (int)(blockIdx.y % a.parts) * G;
     const int split = blockIdx.z, gcount = min(G, a.group - g0), h0 = kvh * a.group + g0;
@@ -123,10 +148,43 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_blocks_per_sm(G)) attn_
     const int u_lo = lo / UW, u_hi = hi / UW, per = max(NW, (u_hi - u_lo + a.splits) / a.splits);
     const int su0 = u_lo + split * per, su1 = min(u_hi, su0 + per - 1);
 
+    if constexpr (ROPE) {
+        // The G query heads, then (g == G) the KV head's k row, each by head_norm_rope (one pair a thread).
+        const int j = threadIdx.x, half = D / 2;
+        for (int g = 0; g <= G; g++) {
+            if (g < G && g >= gcount) continue;  // block-uniform
+            const float *src = g == G ? a.k + ((int64_t)t * a.pg.n_kv_heads + kvh) * D
+                                      : a.q + ((int64_t)t * a.n_heads + h0 + g) * D;
+            float x0 = 0.0f, x1 = 0.0f;
+            if (j < half) x0 = src[j], x1 = src[j + half];
+            head_norm_rope<W>(x0, x1, j, half, g == G ? a.kw : a.qw, a.eps, (float)a.rope_pos[t], a.inv_freq,
+                              a.attn_factor, s_red);
+            float *dst = g == G ? s_k : s_q[g];
+            if (j < half) dst[j] = x0, dst[j + half] = x1;
+        }
+        __syncthreads();
+        // The position's cache row in the cache's format, as the store makes it (kernels/qk_norm_rope.cu).
+        const float *vsrc = a.v + ((int64_t)t * a.pg.n_kv_heads + kvh) * D;
+        if constexpr (I16) {
+            KvPages rowp = a.pg;
+            rowp.scales = &s_sc[0][0];
+            for (int i = threadIdx.x; i < 2 * NSC; i += kDecodeThreads)
+                kv_store_chunk((int16_t *)s_row, rowp, i / NSC, i % NSC, i / NSC ? vsrc : s_k);
+        } else {
+            __half *rowh = (__half *)s_row;
+            for (int d = threadIdx.x; d < D; d += kDecodeThreads)
+                rowh[d] = __float2half_rn(s_k[d]), rowh[D + d] = __float2half_rn(vsrc[d]);
+        }
+        __syncthreads();
+    }
     float q[G][8];  // this lane's 8 columns of each head, times scale * log2(e)
 #pragma unroll
     for (int g = 0; g < G; g++) {
-        const float *qr = a.q + ((int64_t)t * a.n_heads + h0 + g) * D + li * 8;
+        const float *qr;
+        if constexpr (ROPE)
+            qr = &s_q[g][li * 8];
+        else
+            qr = a.q + ((int64_t)t * a.n_heads + h0 + g) * D + li * 8;
 #pragma unroll
         for (int e = 0; e < 8; e++) q[g][e] = g < gcount ? qr[e] * a.qscale : 0.0f;
     }
@@ -153,7 +211,11 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_blocks_per_sm(G)) attn_
             ok[c] = p >= lo && p <= hi;
             kw[c] = vw[c] = make_uint4(0u, 0u, 0u, 0u);
             ksc[c] = vsc[c] = 0.0f;
-            if (ok[c]) {
+            if (ROPE && p == hi) {  // the token's own position: the row made above, not the cache's
+                kw[c] = s_row[0][li];
+                vw[c] = s_row[1][li];
+                if constexpr (I16) ksc[c] = s_sc[0][li * 8 / MX_KV_SCALE_BLOCK], vsc[c] = s_sc[1][li * 8 / MX_KV_SCALE_BLOCK];
+            } else if (ok[c]) {
                 kw[c] = ((const uint4 *)(a.kv + row * D))[li];
                 vw[c] = ((const uint4 *)(a.kv + (row + vrows) * D))[li];
                 if constexpr (I16) {
@@ -257,6 +319,18 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_blocks_per_sm(G)) attn_
         }
         __syncthreads();
     }
+    if constexpr (ROPE) {
+        // One block per (token, KV head) writes the position's row into the cache (at the end: no
+        // block of the launch reads it from there).
+        if (split == 0 && g0 == 0) {
+            const int64_t krow = kv_row_index(a.pg, slot, hi, 0, kvh), vrow = kv_row_index(a.pg, slot, hi, 1, kvh);
+            for (int i = threadIdx.x; i < 2 * D; i += kDecodeThreads)
+                a.kv_out[(i < D ? krow : vrow) * D + i % D] = ((const uint16_t *)s_row)[i];
+            if constexpr (I16)
+                for (int i = threadIdx.x; i < 2 * NSC; i += kDecodeThreads)
+                    a.pg.scales[(i < NSC ? krow : vrow) * NSC + i % NSC] = s_sc[i / NSC][i % NSC];
+        }
+    }
     }
 }
 
@@ -269,41 +343,48 @@ __global__ void attn_decode_combine_kernel(float *out, const float *__restrict__
 }
 
 template <int W, int D, int G, bool I16>
-void launch_decode(const mxg_launch *L, const DecodeArgs &a, dim3 grid) {
-    attn_decode_kernel<W, D, G, I16><<<grid, kDecodeThreads, 0, (gpuStream_t)L->stream>>>(a);
+void launch_decode(const mxg_launch *L, const DecodeArgs &a, dim3 grid, bool rope) {
+    if (rope)
+        attn_decode_kernel<W, D, G, I16, true><<<grid, kDecodeThreads, 0, (gpuStream_t)L->stream>>>(a);
+    else
+        attn_decode_kernel<W, D, G, I16, false><<<grid, kDecodeThreads, 0, (gpuStream_t)L->stream>>>(a);
 }
 
 template <int W, int D, bool I16>
-void launch_decode_g(const mxg_launch *L, const DecodeArgs &a, dim3 grid, int g) {
+void launch_decode_g(const mxg_launch *L, const DecodeArgs &a, dim3 grid, int g, bool rope) {
     if (g == 1)
-        launch_decode<W, D, 1, I16>(L, a, grid);
+        launch_decode<W, D, 1, I16>(L, a, grid, rope);
     else if (g == 2)
-        launch_decode<W, D, 2, I16>(L, a, grid);
+        launch_decode<W, D, 2, I16>(L, a, grid, rope);
     else if (g == 4)
-        launch_decode<W, D, 4, I16>(L, a, grid);
+        launch_decode<W, D, 4, I16>(L, a, grid, rope);
     else
-        launch_decode<W, D, 8, I16>(L, a, grid);
+        launch_decode<W, D, 8, I16>(L, a, grid, rope);
 }
 
 template <int W, bool I16>
-void launch_decode_d(const mxg_launch *L, const DecodeArgs &a, dim3 grid, int d, int g) {
+void launch_decode_d(const mxg_launch *L, const DecodeArgs &a, dim3 grid, int d, int g, bool rope) {
     if (d == 64)
-        launch_decode_g<W, 64, I16>(L, a, grid, g);
+        launch_decode_g<W, 64, I16>(L, a, grid, g, rope);
     else if (d == 128)
-        launch_decode_g<W, 128, I16>(L, a, grid, g);
+        launch_decode_g<W, 128, I16>(L, a, grid, g, rope);
     else
-        launch_decode_g<W, 256, I16>(L, a, grid, g);
+        launch_decode_g<W, 256, I16>(L, a, grid, g, rope);
 }
 
-}  // namespace
+// Whether the kernel takes the step's shape.
+bool decode_takes(const mxg_launch *L, const mx_kv_ref *r, int n, bool decode) {
+    const int D = r->lay.head_dim;
+    return n >= 1 && n <= (decode ? kDecodeHintMaxTokens : kDecodeMaxTokens) && (D == 64 || D == 128 || D == 256) &&
+           (L->warp == 32 || L->warp == 64);
+}
 
-extern "C" int mxg_attention_decode(const mxg_launch *L, float *out, const float *q, const mx_kv_ref *r, int n,
-                                    int n_heads, float scale, int window, const float *sinks, bool decode) {
+// Fills a's launch shape (form, group parts, splits) and launches the kernel, with the combine
+// where it splits; the caller has set the rest of a (and, for `rope`, the ROPE fields).
+void decode_launch(const mxg_launch *L, DecodeArgs &a, const mx_kv_ref *r, int n, int n_heads, float scale,
+                   int window, const float *sinks, bool rope) {
     const mx_kv_layout *lay = &r->lay;
     const int D = lay->head_dim;
-    if (n < 1 || n > (decode ? kDecodeHintMaxTokens : kDecodeMaxTokens) || (D != 64 && D != 128 && D != 256) ||
-        (L->warp != 32 && L->warp != 64))
-        return -1;
     const int group = n_heads / lay->n_kv_heads;
     // The short form (top of the file): a block per query head, at most one wave of them, one split.
     const bool short_form = L->attn_short && lay->max_ctx <= kDecodeShortCtx &&
@@ -311,8 +392,7 @@ extern "C" int mxg_attention_decode(const mxg_launch *L, float *out, const float
     // heads per block: a power of two, at most 8
     const int G = short_form ? 1 : group >= 8 ? 8 : group > 2 ? 4 : group;
     const int parts = (group + G - 1) / G;
-    DecodeArgs a;
-    a.out = out, a.part = (float *)L->scratch, a.q = q, a.sinks = sinks, a.kv = (const uint16_t *)r->kv;
+    a.part = (float *)L->scratch, a.sinks = sinks, a.kv = (const uint16_t *)r->kv;
     a.slot = r->slot, a.pos = r->pos, a.pg = kv_pages(r, L->kv_i16);
     a.n_heads = n_heads, a.window = window, a.group = group, a.parts = parts, a.qscale = scale * kLog2e;
     // Splits: enough blocks for one wave of decode_blocks_per_sm per multiprocessor, no more than the context has units for one
@@ -329,12 +409,37 @@ extern "C" int mxg_attention_decode(const mxg_launch *L, float *out, const float
     a.splits = (int)(s < 1 ? 1 : s);
     dim3 grid((unsigned)n, (unsigned)(lay->n_kv_heads * parts), (unsigned)a.splits);
     if (L->kv_i16) {
-        MXG_WARP_DISPATCH(L->warp, launch_decode_d<W, true>(L, a, grid, D, G));
+        MXG_WARP_DISPATCH(L->warp, launch_decode_d<W, true>(L, a, grid, D, G, rope));
     } else {
-        MXG_WARP_DISPATCH(L->warp, launch_decode_d<W, false>(L, a, grid, D, G));
+        MXG_WARP_DISPATCH(L->warp, launch_decode_d<W, false>(L, a, grid, D, G, rope));
     }
     if (a.splits > 1)
         attn_decode_combine_kernel<<<(unsigned)(n * n_heads), 128, 0, (gpuStream_t)L->stream>>>(
-            out, a.part, D, a.splits, sinks, n_heads);
+            a.out, a.part, D, a.splits, sinks, n_heads);
+}
+
+}  // namespace
+
+extern "C" int mxg_attention_decode(const mxg_launch *L, float *out, const float *q, const mx_kv_ref *r, int n,
+                                    int n_heads, float scale, int window, const float *sinks, bool decode) {
+    if (!decode_takes(L, r, n, decode)) return -1;
+    DecodeArgs a = {};
+    a.out = out, a.q = q;
+    decode_launch(L, a, r, n, n_heads, scale, window, sinks, false);
+    return 0;
+}
+
+extern "C" int mxg_attention_decode_rope(const mxg_launch *L, const mxg_attn_rope *f) {
+    const mx_rope *rope = f->rope;
+    const mx_kv_ref *r = f->kv;
+    if (!L->attn_decode || f->n != 1 || !decode_takes(L, r, f->n, f->decode) || rope->head_dim != r->lay.head_dim ||
+        (rope->rot_dim != 0 && rope->rot_dim != rope->head_dim) || rope->long_inv_freq != NULL ||
+        (f->q_norm == NULL) != (f->k_norm == NULL) || f->n_kv_heads != r->lay.n_kv_heads ||
+        f->n_heads % f->n_kv_heads != 0)
+        return -1;
+    DecodeArgs a = {};
+    a.out = f->out, a.q = f->q, a.k = f->k, a.v = f->v, a.qw = f->q_norm, a.kw = f->k_norm, a.rope_pos = f->rope_pos;
+    a.inv_freq = rope->inv_freq, a.eps = f->eps, a.attn_factor = rope->attn_factor, a.kv_out = (uint16_t *)r->kv;
+    decode_launch(L, a, r, f->n, f->n_heads, f->scale, f->window, f->sinks, true);
     return 0;
 }

@@ -37,23 +37,8 @@ __global__ void qk_norm_rope_kernel(float *q, float *k, const float *__restrict_
     float a = 0.0f, b = 0.0f;
     const int j = threadIdx.x;
     if (j < half) a = v[j], b = v[j + half];
-    if (w) {
-        float ss = fmaf(a, a, 0.0f);
-        ss = fmaf(b, b, ss);
-        ss = block_sum<W>(ss, red);
-        const float r = 1.0f / sqrtf(ss / (float)head_dim + eps);
-        if (j < half) a = a * r * w[j], b = b * r * w[j + half];
-    }
-    if (j < half) {
-        float s, c;
-        rope_sincos((float)pos[t], inv_freq[j], &s, &c);
-        c *= attn_factor;
-        s *= attn_factor;
-        const float x0 = a * c - b * s, x1 = b * c + a * s;
-        v[j] = x0;
-        v[j + half] = x1;
-        a = x0, b = x1;
-    }
+    head_norm_rope<W>(a, b, j, half, w, eps, (float)pos[t], inv_freq, attn_factor, red);
+    if (j < half) v[j] = a, v[j + half] = b;
     if constexpr (STORE != kStoreNone) {
         if (is_q) return;  // block-uniform
         const int hk = h - n_heads, D = head_dim;
