@@ -133,6 +133,9 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_knob_refused(moe_fused_word MLXCEL_GPU_MOE_FUSED=fast "MLXCEL_GPU_MOE_FUSED='fast': must be")
   mlxcel_gpu_knob_refused(attn_mma_two MLXCEL_GPU_ATTN_MMA=2
                           "MLXCEL_GPU_ATTN_MMA='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
+  mlxcel_gpu_knob_refused(pdl_three MLXCEL_GPU_PDL=3
+                          "MLXCEL_GPU_PDL='3': must be a whole number from 0 to 2 \\(unset: 0\\)")
+  mlxcel_gpu_knob_refused(pdl_word MLXCEL_GPU_PDL=early "MLXCEL_GPU_PDL='early': must be")
   mlxcel_gpu_knob_refused(sample_fast_two MLXCEL_GPU_SAMPLE_FAST=2
                           "MLXCEL_GPU_SAMPLE_FAST='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(matvec_rows_three MLXCEL_GPU_MATVEC_ROWS=3 "MLXCEL_GPU_MATVEC_ROWS='3': must be 1, 2 or 4")

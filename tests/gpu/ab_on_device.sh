@@ -110,6 +110,11 @@
 #             the knob off and on in turn, twice, then the same of the 0.6B (rows below the streaming
 #             kernel's 4096 columns: the control, unchanged); bench_gpu_decode's per-op decode times
 #             of the 8B off and on.
+#   pdl2      programmatic dependent launch's level 2 (MLXCEL_GPU_PDL=2: the matrix-vector kernels
+#             release the next one right after their grid wait and prefetch their first rows' weights
+#             into L2 before it; kernels/matvec.cuh), ~8 min, deadline 540 s: the conformance harness
+#             and model parity on cuda with the knob; `mlxcel bench` of the 0.6B and the 8B (`-p 512
+#             -n 128`) and the 30B-A3B (`-p 32 -n 64`) with the knob off (0) and at 2 in turn, twice.
 # (The suites were attn_on_device.sh, attn_mma_on_device.sh, prefill_on_device.sh,
 # moe_on_device.sh and matvec_on_device.sh, which bench/RESULTS.md names.)
 # shellcheck disable=SC2317  # the suite functions are called as "suite_$suite"
@@ -118,11 +123,11 @@ cd "$(dirname "$0")/../.." || exit 1
 suite=${1:-}
 case $suite in
 attn) deadline=300 ;;
-attn_mma | prefill | matvec | mixed | stream_lean | attn_short | attn_rope | stream_split) deadline=540 ;;
+attn_mma | prefill | matvec | mixed | stream_lean | attn_short | attn_rope | stream_split | pdl2) deadline=540 ;;
 moe | moe_fast | grouped) deadline=480 ;;
 sample) deadline=420 ;;
 *)
-    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|stream_split (the suites: the top of this file)" >&2
+    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|stream_split|pdl2 (the suites: the top of this file)" >&2
     exit 2
     ;;
 esac
@@ -331,6 +336,16 @@ suite_stream_split() {
         check_run "decode_8b_$i" 60 "^decode|matmul|plan|lm_head" MLXCEL_GPU_STREAM_SPLIT="$([ "$i" = on ] && echo 1 || echo 0)" -- \
             build/cuda/bench_gpu_decode qwen3-8b 512 512 100
     done
+}
+
+suite_pdl2() {
+    check_build 300 mlxcel test_gpu_conformance test_model_parity
+    local on=(MLXCEL_GPU_PDL=2) off=(MLXCEL_GPU_PDL=0) p="check failed|FAIL|passed|failed"
+    check_run gpu_conformance_pdl2 120 "$p" "${on[@]}" -- build/cuda/test_gpu_conformance
+    check_run parity_cuda_pdl2 90 "$p" MLXCEL_TEST_BACKEND=cuda "${on[@]}" -- build/cuda/test_model_parity
+    check_ab bench_0.6b 90 40 "${off[@]}" "${on[@]}" -- --shape qwen3-0.6b -p 512 -n 128
+    check_ab bench_8b 150 60 "${off[@]}" "${on[@]}" -- --shape qwen3-8b -p 512 -n 128
+    check_ab bench_30b 200 60 "${off[@]}" "${on[@]}" -- --shape qwen3-30b-a3b -p 32 -n 64
 }
 
 check_start "ab_on_device.sh $suite"

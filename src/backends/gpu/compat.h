@@ -71,10 +71,11 @@ __device__ __forceinline__ int mxg_shfl_xor(int v, int mask) { return __shfl_xor
 template <int W>
 __device__ __forceinline__ float mxg_shfl(float v, int lane) { return __shfl(v, lane, W); }
 
-// Programmatic dependent launch is CUDA-only: on HIP the launch is ordinary and the device calls
-// do nothing (see the CUDA branch).
+// Programmatic dependent launch and the L2 prefetch are CUDA-only: on HIP the launch is ordinary
+// and the device calls do nothing (see the CUDA branch).
 __device__ __forceinline__ void mxg_grid_wait() {}
 __device__ __forceinline__ void mxg_grid_release() {}
+__device__ __forceinline__ void mxg_prefetch_l2(const void *p, unsigned bytes) { (void)p, (void)bytes; }
 template <class... P, class... A>
 static inline void mxg_launch_dep(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, gpuStream_t stream,
                                   bool dependent, A... args) {
@@ -148,6 +149,13 @@ __device__ __forceinline__ float mxg_shfl(float v, int lane) { return __shfl_syn
 // before it reads anything an earlier kernel wrote or writes anything (weights may be loaded
 // before). mxg_grid_release() lets the next dependent kernel start early. Both are no-ops on
 // older architectures and for kernels launched without the attribute.
+// Where the release sits does not weaken the wait: the CUDA Programming Guide ("Programmatic
+// Dependent Launch and Synchronization", cudaGridDependencySynchronize, which is
+// griddepcontrol.wait) has the dependent grid wait until the prerequisite grids have completed and
+// their memory operations are flushed and visible, whether they triggered early or not; the trigger
+// (griddepcontrol.launch_dependents, cudaTriggerProgrammaticLaunchCompletion) only lets the
+// dependent grid be scheduled, and a block's repeated triggers count once. So a kernel may release
+// right after its own wait (MLXCEL_GPU_PDL=2) and still release again at its end.
 __device__ __forceinline__ void mxg_grid_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -156,6 +164,17 @@ __device__ __forceinline__ void mxg_grid_wait() {
 __device__ __forceinline__ void mxg_grid_release() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+// A hint that [p, p + bytes) will be read soon: sm_90's bulk prefetch into L2
+// (cp.async.bulk.prefetch.L2.global, PTX ISA 8.0), which asks p 16-byte aligned and bytes a
+// non-zero multiple of 16 (callers shrink their ranges to that: prefetch_span, kernels/matvec.cuh).
+// No completion to wait for, no registers held; a no-op on other architectures.
+__device__ __forceinline__ void mxg_prefetch_l2(const void *p, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(__cvta_generic_to_global(p)), "r"(bytes) : "memory");
+#else
+    (void)p, (void)bytes;
 #endif
 }
 template <class... P, class... A>

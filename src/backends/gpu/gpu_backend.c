@@ -339,7 +339,7 @@ static int env_int(const char *name, int def, int lo, int hi, int *out, mx_error
 typedef struct gpu_knobs {
     int matvec_rows, matvec_max_tokens, stream_min_cols, stream_rows, sample_blocks, tc_decode_tokens, attn_decode,
         attn_short, attn_rope;
-    int prefill_kernel, moe_fused, attn_mma, sample_fast, grouped, stream_lean, stream_split;
+    int prefill_kernel, moe_fused, attn_mma, sample_fast, grouped, stream_lean, stream_split, pdl;
     bool prefill_asked;  // MLXCEL_GPU_PREFILL_KERNEL (or MLXCEL_GPU_MMA_SYNC) was set
 } gpu_knobs;
 
@@ -409,7 +409,8 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_TC_DECODE", MXG_TC_DECODE_DEFAULT_TOKENS, 0, 64, &k->tc_decode_tokens, err) ||
         env_int("MLXCEL_GPU_MOE_FUSED", 1, 0, 3, &k->moe_fused, err) ||
         env_int("MLXCEL_GPU_ATTN_MMA", 1, 0, 1, &k->attn_mma, err) ||
-        env_int("MLXCEL_GPU_GROUPED", 1, 0, 1, &k->grouped, err))
+        env_int("MLXCEL_GPU_GROUPED", 1, 0, 1, &k->grouped, err) ||
+        env_int("MLXCEL_GPU_PDL", 0, 0, 2, &k->pdl, err))
         return -1;
     static const char *const prefill_names[] = {"wmma", "wmma128", "sync", "pipe", "pipe1", "wgmma"};  // MXG_PREFILL_* order
     const char *pk = getenv("MLXCEL_GPU_PREFILL_KERNEL");
@@ -499,9 +500,14 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.cc = c->info.cc;
     c->launch.use_mma = !mx_env_switch("MLXCEL_GPU_NO_MMA");
     c->use_graphs = !mx_env_switch("MLXCEL_GPU_NO_GRAPHS");
-    // Programmatic dependent launch of the matrix-vector kernels: measured at +1.5% (0.6B) and -1%
-    // (8B) decode on the H200 (bench/RESULTS.md), so off unless asked for.
-    c->launch.dependent_launch = c->info.cc >= 90 && mx_env_switch("MLXCEL_GPU_PDL");
+    // MLXCEL_GPU_PDL (0, 1 or 2; unset: 0): programmatic dependent launch of the matrix-vector
+    // kernels (sm_90+). Level 1: each releases the next at its end; measured at +1.5% (0.6B) and -1%
+    // (8B) decode on the H200 (bench/RESULTS.md), so off unless asked for. Level 2: each releases the
+    // next right after its grid wait, and its warps first prefetch their first rows' weights into L2
+    // (kernels/matvec.cuh, mxg_pdl_prefetch_cap; docs/DESIGN.md, "Programmatic dependent launch").
+    c->launch.dependent_launch = c->info.cc >= 90 && knobs.pdl >= 1;
+    c->launch.pdl_early = c->launch.dependent_launch && knobs.pdl == 2;
+    c->launch.pdl_prefetch = c->launch.pdl_early ? mxg_pdl_prefetch_cap(c->info.l2_bytes) : 0;
     c->fuse = !mx_env_switch("MLXCEL_GPU_NO_FUSION");
     // MLXCEL_GPU_PLAN_TIMES=1: the device time of the plan runs (mx_plan_runs.device_seconds; the
     // server's /metrics), two event records per step; off by default.

@@ -23,6 +23,7 @@ typedef struct mxg_device_info {
     int cc;              // CUDA major*10+minor, 0 on ROCm
     size_t total_mem;
     size_t smem_optin;   // largest dynamic shared memory a block may opt into
+    size_t l2_bytes;     // L2 cache size (the L2 prefetch cap of MLXCEL_GPU_PDL=2; 0 if not reported)
 } mxg_device_info;
 
 // "CUDA runtime 13.0, driver 13.0" / "HIP runtime 5.2"

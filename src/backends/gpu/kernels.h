@@ -64,6 +64,11 @@ typedef struct mxg_launch {
     bool attn_mma;         // prefill attention on the tensor-core kernel (vendor/cuda/attn_mma.cu; off: MLXCEL_GPU_ATTN_MMA=0)
     bool kv_i16;           // the KV cache is int16 with scales (MX_DTYPE_I16, default); false: f16 (MLXCEL_GPU_KV=f16)
     bool dependent_launch; // matrix-vector and fused kernels start while the previous one ends (sm_90+)
+    bool pdl_early;        // MLXCEL_GPU_PDL=2 (with dependent_launch): those kernels release the next one right
+                           // after their grid wait and prefetch their first rows' weights into L2 before it;
+                           // RMSNorm, embedding, SwiGLU, residual add and row gather become dependent
+                           // launches too (their grid wait first, then the release)
+    size_t pdl_prefetch;   // ... at most this many bytes per launch (mxg_pdl_prefetch_cap; 0: no prefetch)
     int moe_fused;         // decode MoE expert products on kernels/moe_stream.cu (MLXCEL_GPU_MOE_FUSED: 1,
                            // the default; 2: with the routing in the gate/up launch; 3: the norm, router
                            // product and routing in one launch, kernels/moe_router.cu; 0: the records)
@@ -77,6 +82,16 @@ typedef struct mxg_launch {
     size_t sample_scratch_bytes;
     bool sample_fast;      // the split form's fast threshold (MLXCEL_GPU_SAMPLE_FAST; on by default, 0: the radix passes)
 } mxg_launch;
+
+// MLXCEL_GPU_PDL=2: the most weight bytes one matrix-vector launch prefetches into L2 before its grid
+// wait, an eighth of the L2 (l2_bytes as the device reports it; MXG_PDL_L2_FALLBACK, an H100's 50 MB,
+// when it reports none), a multiple of 16. Why so little: the prefetch lands while the previous
+// kernel still streams its own weights through the same L2, and a block's first rows are all it
+// needs early (its later rows come by its own loads); a larger one would evict lines before use.
+#define MXG_PDL_L2_FALLBACK ((size_t)50 << 20)
+static inline size_t mxg_pdl_prefetch_cap(size_t l2_bytes) {
+    return ((l2_bytes ? l2_bytes : MXG_PDL_L2_FALLBACK) / 8) & ~(size_t)15;
+}
 
 // Whether matmul/embed/moe_matmul have a kernel for this weight format.
 bool mxg_matrix_supported(const mx_matrix *w);

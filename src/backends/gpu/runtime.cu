@@ -71,6 +71,7 @@ extern "C" int mxg_rt_device_info(int dev, mxg_device_info *info, mx_error *err)
 #endif
     info->warp = p.warpSize;
     info->sm_count = p.multiProcessorCount;
+    info->l2_bytes = p.l2CacheSize > 0 ? (size_t)p.l2CacheSize : 0;
     info->total_mem = p.totalGlobalMem;
     info->smem_optin = MXG_PROP_SMEM_OPTIN(p);
     return 0;

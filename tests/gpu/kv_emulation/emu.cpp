@@ -195,3 +195,4 @@ void emu_launch(dim3 g, dim3 b, size_t sm, std::function<void()> k) {
 size_t emu_smem_max = 48 * 1024;
 std::vector<dim3> emu_grids;
 std::vector<size_t> emu_smem_sizes;
+std::vector<emu_range> emu_prefetches;

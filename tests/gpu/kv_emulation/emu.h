@@ -118,6 +118,11 @@ inline int gpuFuncSetAttribute(const void *, int attr, int bytes) {
 // Programmatic dependent launch (compat.h): a plain launch; the waits have nothing to wait for.
 inline void mxg_grid_wait() {}
 inline void mxg_grid_release() {}
+// compat.h's L2 prefetch hint: each call's range appended in order, for tests to check (inside the
+// matrix's buffers, 16-byte aligned and sized); tests clear it.
+struct emu_range { const void *p; unsigned bytes; };
+extern std::vector<emu_range> emu_prefetches;
+inline void mxg_prefetch_l2(const void *p, unsigned bytes) { emu_prefetches.push_back({p, bytes}); }
 template <class... P, class... A>
 inline void mxg_launch_dep(void (*k)(P...), dim3 grid, dim3 block, size_t smem, gpuStream_t, bool, A... args) {
     emu_launch(grid, block, smem, [=]() { k((P)args...); });

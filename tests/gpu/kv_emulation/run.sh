@@ -45,7 +45,13 @@ g++ $flags -Itests/gpu -o "$out/test_moe_emulated" tests/gpu/kv_emulation/emu.cp
 # kernel lives in headers: converted copies of them come first on the include path. Then against
 # planted faults: each chunk's sum of x read from the neighbouring chunk (sums[c ^ 1]), which moves
 # every bias term, and the split form's last slice left out of a task's sum: both must fail.
-mkdir -p "$out/inc/backends/gpu/kernels" "$out/fault_lean/backends/gpu/kernels" "$out/fault_split/backends/gpu/kernels"
+mkdir -p "$out/inc/backends/gpu/kernels" "$out/fault_lean/backends/gpu/kernels" "$out/fault_split/backends/gpu/kernels" \
+    "$out/fault_prefetch/backends/gpu/kernels"
+# MLXCEL_GPU_PDL=2's planted fault: the per-warp prefetch budget ignored (kernels/matvec.cuh, prefetch_span).
+sed 's/const unsigned n = hi - lo < budget ? (unsigned)(hi - lo) : budget;/const unsigned n = (unsigned)(hi - lo);/' \
+    src/backends/gpu/kernels/matvec.cuh >"$out/fault_prefetch/backends/gpu/kernels/matvec.cuh"
+! cmp -s src/backends/gpu/kernels/matvec.cuh "$out/fault_prefetch/backends/gpu/kernels/matvec.cuh" ||
+    { echo "run.sh: the planted prefetch fault did not apply"; exit 1; }
 for h in matvec_stream matvec_stream_lean; do
     python3 tests/gpu/kv_emulation/to_host.py "src/backends/gpu/kernels/$h.cuh" >"$out/inc/backends/gpu/kernels/$h.cuh"
 done
@@ -58,10 +64,11 @@ sed 's/for (int p = 1; p < a.split; p++)/for (int p = 1; p < a.split - 1; p++)/'
     "$out/inc/backends/gpu/kernels/matvec_stream_lean.cuh" >"$out/fault_split/backends/gpu/kernels/matvec_stream_lean.cuh"
 ! cmp -s "$out/inc/backends/gpu/kernels/matvec_stream_lean.cuh" "$out/fault_split/backends/gpu/kernels/matvec_stream_lean.cuh" ||
     { echo "run.sh: the planted stream split fault did not apply"; exit 1; }
-for variant in good fault fault_split; do
+for variant in good fault fault_split fault_prefetch; do
     inc="-I$out/inc"
     [ $variant = fault ] && inc="-I$out/fault_lean $inc"
     [ $variant = fault_split ] && inc="-I$out/fault_split $inc"
+    [ $variant = fault_prefetch ] && inc="-I$out/fault_prefetch $inc"
     # shellcheck disable=SC2086,SC2046
     g++ $inc $flags -Itests/gpu -o "$out/test_stream_lean_$variant" tests/gpu/kv_emulation/emu.cpp \
         tests/gpu/kv_emulation/test_stream_lean_emulated.cpp "$out/matvec_fused.cpp" "$out/gpu_ref.o" \
@@ -76,6 +83,10 @@ echo "stream lean: the planted sum fault (sums[c ^ 1]) fails the emulation ($(gr
 n=$(grep -c "FAIL.*split output" "$out/stream_split_fault.log" || true)
 [ "$n" -gt 0 ] || { echo "stream split: the planted fault (last slice left out) passed the emulation: FAIL"; exit 1; }
 echo "stream split: the planted fault (last slice left out) fails the emulation ($n failures): ok"
+"$out/test_stream_lean_fault_prefetch" quick >"$out/stream_prefetch_fault.log" 2>&1 || true
+n=$(grep -c "FAIL.*bad prefetch" "$out/stream_prefetch_fault.log" || true)
+[ "$n" -gt 0 ] || { echo "stream pdl=2: the planted fault (prefetch budget ignored) passed the emulation: FAIL"; exit 1; }
+echo "stream pdl=2: the planted fault (prefetch budget ignored) fails the emulation ($n failures): ok"
 "$out/test_moe_emulated"
 # Level 3's planted faults (test_moe_emulated.cpp must fail with them): the router's last ticket one
 # early (a block routes before the token's last logits are written, and the counter is left set),

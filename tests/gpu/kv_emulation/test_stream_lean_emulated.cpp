@@ -28,6 +28,11 @@
 // against copies of the kernel with planted faults (each chunk's sum of x taken from the
 // neighbouring chunk; the split form's last slice left out of the sum), which must fail. Exits 1
 // on any failure.
+// MLXCEL_GPU_PDL=2 (every run_case shape, today's form under an H100's cap and the lean form under a
+// small one that cuts the ranges): the same outputs bit for bit as without it, at least one L2
+// prefetch, and every prefetched range a non-zero multiple of 16 bytes at a 16-byte aligned address
+// inside one of the launch's matrices' codes, scales or biases, the launch's total within its cap
+// (mxg_pdl_prefetch_cap). run.sh plants a fault (the per-warp budget ignored) that must fail.
 #include "emu.h"
 #include <cstdio>
 #include <cstdlib>
@@ -48,16 +53,18 @@ enum Pattern { PLAIN, NORM_QKV, NORM_GATE_UP, DOWN_RESIDUAL };
 struct Run {
     std::vector<float> out[3], h, act, res;
     size_t smem = 0;  // the dynamic shared memory of the launch
+    std::vector<emu_range> prefetches;  // MLXCEL_GPU_PDL=2's L2 prefetches, in order
 };
 
 // One launch of the pattern with the lean form on or off, and with the split form on or off; every
 // written buffer starts as a known fill so that a buffer left unwritten shows.
 static void launch(Run &u, bool lean, bool split, Pattern pat, int count, mx_matrix *w, const int64_t *rws,
                    const std::vector<float> *bs, bool bias, const std::vector<float> &x, const std::vector<float> &nw,
-                   const std::vector<float> &res0, int warp, int sms, int stream_rows) {
+                   const std::vector<float> &res0, int warp, int sms, int stream_rows, size_t pdl_cap = 0) {
     mxg_launch L;
     memset(&L, 0, sizeof L);
     L.warp = warp, L.sm_count = sms, L.matvec_stream = true, L.stream_min_cols = 0, L.stream_rows = stream_rows;
+    L.dependent_launch = L.pdl_early = pdl_cap != 0, L.pdl_prefetch = pdl_cap;  // MLXCEL_GPU_PDL=2
     L.matvec_rows = 4, L.stream_lean = lean, L.stream_split = split;
     mxg_fused_matvec f = {};
     f.count = count;
@@ -73,8 +80,34 @@ static void launch(Run &u, bool lean, bool split, Pattern pat, int count, mx_mat
     if (pat == DOWN_RESIDUAL) u.res = res0, f.res = u.res.data();
     emu_grids.clear();
     emu_smem_sizes.clear();
+    emu_prefetches.clear();
     mxg_run_fused_matvec(&L, &f);
     u.smem = emu_smem_sizes.empty() ? 0 : emu_smem_sizes.back();
+    u.prefetches = emu_prefetches;
+}
+
+// Whether every prefetch of `u` keeps compat.h's rules for mxg_prefetch_l2 inside the matrices'
+// buffers and the launch's total within `cap`; at least one prefetch. `why` says the first breach.
+static bool prefetches_ok(const Run &u, const mx_matrix *w, int count, size_t cap, char *why, size_t n) {
+    size_t total = 0;
+    if (u.prefetches.empty()) return snprintf(why, n, "no prefetch"), false;
+    for (const emu_range &r : u.prefetches) {
+        const uintptr_t p = (uintptr_t)r.p;
+        if (r.bytes == 0 || r.bytes % 16 || p % 16) return snprintf(why, n, "%u bytes at %#lx", r.bytes, (unsigned long)p), false;
+        bool inside = false;
+        for (int k = 0; k < count && !inside; k++) {
+            const int64_t sb = mx_matrix_scale_bytes(&w[k]);
+            const struct { const void *b; int64_t len; } bufs[3] = {
+                {w[k].data, mx_matrix_data_bytes(&w[k])}, {w[k].scales, sb}, {w[k].biases, sb}};
+            for (const auto &b : bufs)
+                inside = inside || (b.b && p >= (uintptr_t)b.b && p + r.bytes <= (uintptr_t)b.b + (uintptr_t)b.len);
+        }
+        if (!inside) return snprintf(why, n, "%u bytes at %#lx outside the matrices", r.bytes, (unsigned long)p), false;
+        total += r.bytes;
+    }
+    if (total > cap) return snprintf(why, n, "%zu bytes prefetched, cap %zu", total, cap), false;
+    snprintf(why, n, "%zu prefetches, %zu bytes", u.prefetches.size(), total);
+    return true;
 }
 
 static bool same(const std::vector<float> &a, const std::vector<float> &b) {
@@ -128,6 +161,22 @@ static void run_case(const char *name, Pattern pat, mx_quant q, mx_dtype st, int
            name, ref_matrix_label(&w[0], ml, sizeof ml), rows, cols, bias ? " bias" : "", warp, stream_rows,
            equal ? "yes" : "NO", side ? "equal" : "DIFFER", worst, today.smem, lean.smem);
     if (!equal || !side) FAIL("%s: the lean form's outputs are not today's", name);
+    // MLXCEL_GPU_PDL=2: today's form under an H100's cap (whole first tasks), the lean form under a
+    // small one (128 KB a launch: ranges cut by the per-warp budget).
+    const size_t caps[2] = {mxg_pdl_prefetch_cap(MXG_PDL_L2_FALLBACK), mxg_pdl_prefetch_cap((size_t)1 << 20)};
+    for (int form = 0; form < 2; form++) {
+        Run pdl;
+        launch(pdl, form == 1, false, pat, count, w, rws, bs, bias, x, nw, res0, warp, sms, stream_rows, caps[form]);
+        const Run &base = form == 1 ? lean : today;
+        bool pdl_same = same(pdl.h, base.h) && same(pdl.act, base.act) && same(pdl.res, base.res);
+        for (int k = 0; k < count; k++) pdl_same = pdl_same && same(pdl.out[k], base.out[k]);
+        char why[128];
+        const bool ranges = prefetches_ok(pdl, w, count, caps[form], why, sizeof why);
+        printf("stream lean %-14s pdl=2 %s form, cap %zu: outputs %s, prefetch %s (%s)\n", name,
+               form ? "lean" : "today's", caps[form], pdl_same ? "equal" : "DIFFER", ranges ? "ok" : "BAD", why);
+        if (!pdl_same) FAIL("%s: MLXCEL_GPU_PDL=2 changed the %s form's outputs", name, form ? "lean" : "today's");
+        if (!ranges) FAIL("%s: a bad prefetch of the %s form: %s", name, form ? "lean" : "today's", why);
+    }
     if (!within) FAIL("%s: an output outside its float32 bound of the reference (worst %.2e of it)", name, worst);
     if (!ran) FAIL("%s: the lean form did not run (shared memory %zu, expected %zu)", name, lean.smem, lean_smem);
     for (int k = 0; k < count; k++) ref_matrix_free(&w[k]);

@@ -7,7 +7,9 @@
 namespace {
 
 template <class F>
-__global__ void embed_kernel(float *__restrict__ out, MatView m, const int32_t *__restrict__ ids) {
+__global__ void embed_kernel(float *__restrict__ out, MatView m, const int32_t *__restrict__ ids, bool early) {
+    mxg_grid_wait();  // MLXCEL_GPU_PDL=2: a dependent launch; nothing before reads what earlier kernels wrote
+    if (early) mxg_grid_release();
     const int64_t row = ids[blockIdx.x];
     float *o = out + (int64_t)blockIdx.x * m.cols;
     for (int j0 = threadIdx.x * 8; j0 < m.cols; j0 += blockDim.x * 8) {
@@ -27,6 +29,7 @@ extern "C" void mxg_embed(const mxg_launch *L, float *out, const mx_matrix *w, c
     int threads = (int)((m.cols / 8 + 63) / 64 * 64);
     threads = threads < 64 ? 64 : threads > 256 ? 256 : threads;
     dispatch_format(w, [&](auto fmt) {
-        embed_kernel<decltype(fmt)><<<(unsigned)n, threads, 0, (gpuStream_t)L->stream>>>(out, m, ids);
+        mxg_launch_dep(embed_kernel<decltype(fmt)>, dim3((unsigned)n), dim3(threads), 0, (gpuStream_t)L->stream,
+                       L->pdl_early, out, m, ids, L->pdl_early);
     });
 }

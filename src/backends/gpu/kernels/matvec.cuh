@@ -39,11 +39,46 @@ constexpr int kMatvecThreads = 128;
 // Shared memory for staged activations: within every vendor's default per-block limit (48 KB).
 constexpr size_t kMatvecStageBytes = 48 * 1024;
 
+// MLXCEL_GPU_PDL=2 (L->pdl_early): before its grid wait each warp's lane 0 asks L2 for its first
+// rows' weights (codes, then scales, then biases: prefetch_rows), at most `budget` bytes, a multiple
+// of 16 (pdl_warp_budget: the launch's cap, L->pdl_prefetch, over its warps' first tasks). Each
+// range is shrunk to the whole 16-byte units inside it, so it never leaves the matrix's buffers and
+// meets the bulk prefetch's rules (mxg_prefetch_l2).
+__device__ __forceinline__ void prefetch_span(const void *p, int64_t bytes, unsigned &budget) {
+    const uintptr_t lo = ((uintptr_t)p + 15) & ~(uintptr_t)15, hi = ((uintptr_t)p + (uintptr_t)bytes) & ~(uintptr_t)15;
+    if (bytes <= 0 || hi <= lo || budget < 16) return;
+    const unsigned n = hi - lo < budget ? (unsigned)(hi - lo) : budget;
+    mxg_prefetch_l2((const void *)lo, n);
+    budget -= n;
+}
+template <class F>
+__device__ __forceinline__ void prefetch_rows(const MatView &m, int64_t r0, int nrows, unsigned &budget) {
+    if (r0 >= m.rows) return;
+    const int64_t rows = min((int64_t)nrows, m.rows - r0);
+    prefetch_span(m.data + r0 * m.row_bytes, rows * m.row_bytes, budget);
+    if constexpr (F::kind != KIND_DENSE) {
+        // Scale (and bias) bytes per row: affine f16/bf16/f32 elements per group, one byte per group
+        // (mxfp4/mxfp8) or per entry of m.groups (nvfp4), as F::load_raw reads them.
+        constexpr int64_t sb = F::kind == KIND_AFFINE ? (F::st == ST_F32 ? 4 : 2) : 1;
+        const int64_t g = (int64_t)m.groups * sb;
+        prefetch_span((const uint8_t *)m.scales + r0 * g, rows * g, budget);
+        if constexpr (F::kind == KIND_AFFINE) prefetch_span((const uint8_t *)m.biases + r0 * g, rows * g, budget);
+    }
+}
+// The budget of each of `first_tasks` warps (or warp groups) whose first task prefetches.
+static inline unsigned pdl_warp_budget(const mxg_launch *L, int64_t first_tasks) {
+    if (!L->pdl_early || !L->pdl_prefetch || first_tasks <= 0) return 0;
+    const size_t b = L->pdl_prefetch / (size_t)first_tasks;
+    return (unsigned)((b < (1u << 30) ? b : (1u << 30)) & ~(size_t)15);
+}
+
+// prefetch: MLXCEL_GPU_PDL=2's budget per warp (0: none); early: release the next dependent kernel
+// right after the grid wait.
 template <int W, class F, int NT, int R, bool MOE, bool SCALED>
 __global__ void __launch_bounds__(kMatvecThreads)
     matvec_kernel(float *__restrict__ out, const float *__restrict__ x, MatView m, const float *__restrict__ bias,
                   int n, const int32_t *__restrict__ ids, int x_div, int y0, bool fast, bool stage_x, int ksplit,
-                  int slice) {
+                  int slice, unsigned prefetch, bool early) {
     MXG_WARP_ONLY(W) {
     extern __shared__ float4 xs4[];  // [NT][nchunks * 8] when stage_x, then the split-K partials; or
                                      // [NT][slice * 8] when staged by slices
@@ -71,7 +106,12 @@ __global__ void __launch_bounds__(kMatvecThreads)
 #pragma unroll
         for (int rr = 0; rr < R; rr++) F::load_raw(m, rows[rr], cfirst, cur[rr]);
     }
+    if (!MOE && prefetch && lane == 0 && kpart == 0) {
+        unsigned budget = prefetch;
+        prefetch_rows<F>(m, r0, R, budget);
+    }
     if (!MOE) mxg_grid_wait();
+    if (early) mxg_grid_release();
     float acc[R][NT];
 #pragma unroll
     for (int rr = 0; rr < R; rr++)
@@ -261,18 +301,22 @@ void matvec_launch(const mxg_launch *L, float *out, const float *x, const mx_mat
     dim3 grid((unsigned)((m.rows + rows_per_block - 1) / rows_per_block), ny);
     const size_t smem = (stage_x ? xbytes : 0) + (ks > 1 ? part_bytes : 0);
     const bool scaled = stage_x && !L->matvec_old;
+    // MoE rows come from ids the previous kernel writes: nothing to prefetch before the wait.
+    const unsigned prefetch = MOE || !fast ? 0 : pdl_warp_budget(L, (int64_t)grid.x * grid.y * (warps / ks));
+    const bool early = L->pdl_early;
     dispatch_format(w, [&](auto fmt) {
         using F = decltype(fmt);
         if constexpr (Scaled<F>::on) {
             if (scaled || slice >= W) {  // ks == 1 when staged by slices (stage_x is false then)
                 mxg_launch_dep(matvec_kernel<W, F, NT, R, MOE, true>, grid, dim3(kMatvecThreads),
                                scaled ? smem : (size_t)NT * slice * 128, (gpuStream_t)L->stream, L->dependent_launch,
-                               out, x, m, bias, n, ids, x_div, y0, fast, stage_x, ks, scaled ? 0 : slice);
+                               out, x, m, bias, n, ids, x_div, y0, fast, stage_x, ks, scaled ? 0 : slice, prefetch,
+                               early);
                 return;
             }
         }
         mxg_launch_dep(matvec_kernel<W, F, NT, R, MOE, false>, grid, dim3(kMatvecThreads), smem, (gpuStream_t)L->stream,
-                       L->dependent_launch, out, x, m, bias, n, ids, x_div, y0, fast, stage_x, ks, 0);
+                       L->dependent_launch, out, x, m, bias, n, ids, x_div, y0, fast, stage_x, ks, 0, prefetch, early);
     });
 }
 

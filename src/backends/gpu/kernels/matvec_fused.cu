@@ -32,6 +32,8 @@ struct FusedArgs {
     float *norm_out;        // NORM: the RMSNorm record's output (written by block 0)
     float *res;             // residual stream (EPI_RESIDUAL)
     float *act;             // silu(gate) * up (EPI_SWIGLU)
+    unsigned prefetch;      // MLXCEL_GPU_PDL=2: L2 prefetch budget of each warp's rows (kernels/matvec.cuh; 0: none)
+    bool early;             // MLXCEL_GPU_PDL=2: release the next dependent kernel right after the grid wait
 };
 
 template <int W, class F, int R, int EPI, bool NORM, bool SCALED>
@@ -69,7 +71,16 @@ __global__ void __launch_bounds__(kMatvecThreads) fused_matvec_kernel(FusedArgs 
 #pragma unroll
             for (int rr = 0; rr < R; rr++) F::load_raw(NM == 2 ? a.m[k] : m, rows[rr], cfirst, cur[k][rr]);
     }
+    if (a.prefetch && active && lane == 0 && kpart == 0) {  // MLXCEL_GPU_PDL=2: the warp's rows into L2
+        unsigned budget = NM == 2 ? a.prefetch / 32 * 16 : a.prefetch;
+#pragma unroll
+        for (int k = 0; k < NM; k++) {
+            unsigned b = budget;
+            prefetch_rows<F>(NM == 2 ? a.m[k] : m, r0, R, b);
+        }
+    }
     mxg_grid_wait();  // launched as a dependent kernel: the weights above did not need the previous one
+    if (a.early) mxg_grid_release();  // MLXCEL_GPU_PDL=2: the next kernel's blocks may come and prefetch
     const float4 *x4 = (const float4 *)a.x;
     float scale = 1.0f;
     if (NORM) {
@@ -261,6 +272,8 @@ void launch(const mxg_launch *L, const mxg_fused_matvec *f, const mx_matrix *w0)
     a.norm_out = f->norm_out;
     a.res = f->res;
     a.act = f->act;
+    a.early = L->pdl_early;
+    a.prefetch = pdl_warp_budget(L, (int64_t)blocks * (warps / ks));
     const size_t smem = xbytes + (ks > 1 ? part_bytes : 0);
     dispatch_fused_format(w0, [&](auto fmt) {
         using F = decltype(fmt);

@@ -85,6 +85,8 @@ struct StreamArgs {
     float *res;            // EPI_RESIDUAL
     float *act;            // EPI_SWIGLU
     int split;             // the split form (kernels/matvec_stream_lean.cuh): warps sharing each task's columns
+    unsigned prefetch;     // MLXCEL_GPU_PDL=2: L2 prefetch budget of each warp's first task (set at launch; 0: none)
+    bool early;            // MLXCEL_GPU_PDL=2: release the next dependent kernel right after the grid wait
 };
 
 template <int R>
@@ -104,6 +106,20 @@ __device__ __forceinline__ void stream_load_slot(const StreamArgs &a, int mi, in
         const MatView &m = NM == 2 ? (j < R ? a.m[0] : a.m[1]) : mi == 0 ? a.m[0] : mi == 1 ? a.m[1] : a.m[2];
         const int64_t row = min(r0 + (NM == 2 ? j % R : j), m.rows - 1);
         F::load_raw(m, row, c, b[j]);
+    }
+}
+
+// MLXCEL_GPU_PDL=2: a task's weight rows into L2 before the grid wait (kernels/matvec.cuh,
+// prefetch_rows), a.prefetch bytes at most, half each to gate and up (NM = 2).
+template <class F, int NM, int R>
+__device__ __forceinline__ void stream_prefetch(const StreamArgs &a, int mi, int64_t r0) {
+    if constexpr (NM == 2) {
+        unsigned g = a.prefetch / 32 * 16, u = g;
+        prefetch_rows<F>(a.m[0], r0, R, g);
+        prefetch_rows<F>(a.m[1], r0, R, u);
+    } else {
+        unsigned budget = a.prefetch;
+        prefetch_rows<F>(mi == 0 ? a.m[0] : mi == 1 ? a.m[1] : a.m[2], r0, R, budget);
     }
 }
 
@@ -265,8 +281,10 @@ __device__ __forceinline__ void stream_body(const StreamArgs &a, float4 *xs4, in
 #pragma unroll
         for (int u = 0; u < U; u++)
             if (u * W + lane < nchunks) stream_load_slot<F, NM, R>(a, mi, r0, u * W + lane, buf[u]);
+        if (a.prefetch && lane == 0) stream_prefetch<F, NM, R>(a, mi, r0);
     }
     mxg_grid_wait();
+    if (a.early) mxg_grid_release();  // MLXCEL_GPU_PDL=2: the next kernel's blocks may come and prefetch
     stream_stage<W, F, NT, NORM>(a, xs4, n4, block);
     __syncthreads();  // the only barrier: from here on the warps run independently
     for (; task < ntasks; task += stride) {
@@ -355,10 +373,12 @@ void stream_launch_split(const mxg_launch *L, const StreamArgs &a, int tasks) {
     const unsigned blocks = (unsigned)(want < cap ? want : cap);
     const size_t smem = stream_split_smem(a.m[0].cols, warps, NM * R);
     auto kernel = matvec_stream_kernel<W, F, 1, NM, R, U, EPI, NORM, true, true>;
+    StreamArgs b = a;
+    b.prefetch = pdl_warp_budget(L, (int64_t)blocks * row_groups);  // one prefetch per row group's first task
     static bool raised = false;
     stream_allow_smem((const void *)kernel, smem, stream_split_smem(kMatvecStageBytes / sizeof(float), warps, NM * R),
                       raised);
-    mxg_launch_dep(kernel, dim3(blocks), dim3(kStreamThreads), smem, (gpuStream_t)L->stream, L->dependent_launch, a);
+    mxg_launch_dep(kernel, dim3(blocks), dim3(kStreamThreads), smem, (gpuStream_t)L->stream, L->dependent_launch, b);
 }
 
 // One launch of R rows per task (per matrix: NM = 2 counts gate's rows only) and U chunks per lane
@@ -369,6 +389,8 @@ void stream_launch_shape(const mxg_launch *L, StreamArgs a, int count) {
     const int tasks = stream_tasks<NM, R>(a, count);
     const int64_t want = (tasks + warps - 1) / warps, cap = (int64_t)L->sm_count * kStreamBlocksPerSm;
     const unsigned blocks = (unsigned)(want < cap ? want : cap);
+    a.early = L->pdl_early;
+    a.prefetch = pdl_warp_budget(L, (int64_t)blocks * warps);
     if constexpr (StreamLean<F, NT, NM * R>::on) {
         if (stream_lean_fits(L, a, count)) {
             if (L->stream_split) {

@@ -8,8 +8,10 @@
 namespace {
 
 template <int W>
-__global__ void rmsnorm_kernel(float *out, const float *x, const float *__restrict__ w, int dim, float eps) {
+__global__ void rmsnorm_kernel(float *out, const float *x, const float *__restrict__ w, int dim, float eps, bool early) {
     __shared__ float scratch[1024 / W];
+    mxg_grid_wait();  // MLXCEL_GPU_PDL=2: a dependent launch; nothing before reads what earlier kernels wrote
+    if (early) mxg_grid_release();
     const float *xr = x + (int64_t)blockIdx.x * dim;
     float *orow = out + (int64_t)blockIdx.x * dim;
     float ss = 0.0f;
@@ -27,6 +29,7 @@ extern "C" void mxg_rmsnorm(const mxg_launch *L, float *out, const float *x, con
     MXG_WARP_DISPATCH(L->warp, {
         int threads = (dim + W - 1) / W * W;
         threads = threads > 1024 ? 1024 : threads;
-        rmsnorm_kernel<W><<<(unsigned)n, threads, 0, (gpuStream_t)L->stream>>>(out, x, w, dim, eps);
+        mxg_launch_dep(rmsnorm_kernel<W>, dim3((unsigned)n), dim3(threads), 0, (gpuStream_t)L->stream, L->pdl_early, out,
+                       x, w, dim, eps, L->pdl_early);
     });
 }

@@ -8,7 +8,10 @@
 
 namespace {
 
-__global__ void gather_kernel(float *out, const float *__restrict__ x, const int32_t *__restrict__ rows, int dim) {
+__global__ void gather_kernel(float *out, const float *__restrict__ x, const int32_t *__restrict__ rows, int dim,
+                              bool early) {
+    mxg_grid_wait();  // MLXCEL_GPU_PDL=2: a dependent launch; nothing before reads what earlier kernels wrote
+    if (early) mxg_grid_release();
     const float *src = x + (int64_t)rows[blockIdx.x] * dim;
     float *dst = out + (int64_t)blockIdx.x * dim;
     for (int d = threadIdx.x; d < dim; d += blockDim.x) dst[d] = src[d];
@@ -52,7 +55,8 @@ extern "C" void mxg_gather_rows(const mxg_launch *L, float *out, const float *x,
                                 int dim) {
     if (n <= 0) return;
     int threads = dim > 256 ? 256 : (dim + 31) / 32 * 32;
-    gather_kernel<<<(unsigned)n, threads, 0, (gpuStream_t)L->stream>>>(out, x, rows, dim);
+    mxg_launch_dep(gather_kernel, dim3((unsigned)n), dim3(threads), 0, (gpuStream_t)L->stream, L->pdl_early, out, x, rows,
+                   dim, L->pdl_early);
 }
 
 extern "C" void mxg_argmax(const mxg_launch *L, int32_t *ids, const float *logits, int n, int vocab) {
