@@ -75,6 +75,9 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_conformance(gpu_conformance_attn_rope MLXCEL_GPU_ATTN_ROPE=1)
   # The lean form's split form (each task's columns over 2-8 warps of a block) under every case.
   mlxcel_gpu_conformance(gpu_conformance_stream_split MLXCEL_GPU_STREAM_SPLIT=1)
+  # Programmatic dependent launch's level 2 (early release after the grid wait, the L2 prefetch;
+  # kernels/matvec.cuh) under every case: the plans' results must not depend on the overlap.
+  mlxcel_gpu_conformance(gpu_conformance_pdl2 MLXCEL_GPU_PDL=2)
   # The fused MoE decode launches (routing folded in) under every case of the harness.
   mlxcel_gpu_conformance(gpu_conformance_moe_fused MLXCEL_GPU_MOE_FUSED=2)
   # Level 3 (the norm, router product and routing in one launch; the down launch's early reads).
@@ -180,6 +183,8 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
     mlxcel_gpu_parity(gpu_model_parity_stream_split MLXCEL_GPU_STREAM_SPLIT=1)
     # ... and with the products ungrouped (MLXCEL_GPU_GROUPED=0, the A/B form; from 2 tokens).
     mlxcel_gpu_parity(gpu_model_parity_ungrouped MLXCEL_GPU_GROUPED=0 MLXCEL_GPU_TC_DECODE=2)
+    # Programmatic dependent launch's level 2 through the fixtures.
+    mlxcel_gpu_parity(gpu_model_parity_pdl2 MLXCEL_GPU_PDL=2)
   endif()
 
   add_executable(bench_gpu_decode ${PROJECT_SOURCE_DIR}/tests/gpu/bench_gpu_decode.c)

@@ -29,7 +29,7 @@
 // neighbouring chunk; the split form's last slice left out of the sum), which must fail. Exits 1
 // on any failure.
 // MLXCEL_GPU_PDL=2 (every run_case shape, today's form under an H100's cap and the lean form under a
-// small one that cuts the ranges): the same outputs bit for bit as without it, at least one L2
+// small one that cuts the ranges; every split_case shape under an H100's cap): the same outputs bit for bit as without it, at least one L2
 // prefetch, and every prefetched range a non-zero multiple of 16 bytes at a 16-byte aligned address
 // inside one of the launch's matrices' codes, scales or biases, the launch's total within its cap
 // (mxg_pdl_prefetch_cap). run.sh plants a fault (the per-warp budget ignored) that must fail.
@@ -248,6 +248,20 @@ static void split_case(const char *name, Pattern pat, mx_quant q, mx_dtype st, i
     const size_t warps = 256 / warp, split_smem = (size_t)cols * 4 + (size_t)(cols / 32) * 4 +
                                                   2 * warps * (pat == NORM_GATE_UP ? 2 : 1) * rpt * 4;
     const bool ran = ways > 1 ? split.smem == split_smem : split.smem == lean.smem && equal;
+    // MLXCEL_GPU_PDL=2 on the split form (one prefetch per row group's first task), an H100's cap.
+    {
+        const size_t cap = mxg_pdl_prefetch_cap(MXG_PDL_L2_FALLBACK);
+        Run pdl;
+        launch(pdl, true, true, pat, count, w, rws, bs, bias, x, nw, res0, warp, sms, stream_rows, cap);
+        bool pdl_same = same(pdl.h, split.h) && same(pdl.act, split.act) && same(pdl.res, split.res);
+        for (int k = 0; k < count; k++) pdl_same = pdl_same && same(pdl.out[k], split.out[k]);
+        char why[128];
+        const bool ranges = prefetches_ok(pdl, w, count, cap, why, sizeof why);
+        printf("stream split %-14s pdl=2, cap %zu: outputs %s, prefetch %s (%s)\n", name, cap,
+               pdl_same ? "equal" : "DIFFER", ranges ? "ok" : "BAD", why);
+        if (!pdl_same) FAIL("%s: MLXCEL_GPU_PDL=2 changed the split form's outputs", name);
+        if (!ranges) FAIL("%s: a bad prefetch of the split form: %s", name, why);
+    }
     char ml[64];
     printf("stream split %-14s %s %dx%d%s warp %d sms %d rows/task %d: ways %d, worst err/bound %.2e (lean %.2e)%s, "
            "side buffers %s, smem %zu/%zu\n",
