@@ -100,13 +100,28 @@ __device__ __forceinline__ void rope_sincos(float p, float f, float *s, float *c
     *c = fmaf(-lo, sh, ch);
 }
 
+// The per-head RMSNorm factor of a head of 2 * half elements whose squares sum to ss:
+// 1 / sqrt(mean(x^2) + eps).
+__device__ __forceinline__ float head_norm_factor(float ss, int half, float eps) {
+    return 1.0f / sqrtf(ss / (float)(2 * half) + eps);
+}
+
+// RoPE of the rotate-half pair (a, b) by the angle p * f (rope_sincos), cos and sin times attn_factor.
+__device__ __forceinline__ void rope_pair(float &a, float &b, float p, float f, float attn_factor) {
+    float s, c;
+    rope_sincos(p, f, &s, &c);
+    c *= attn_factor;
+    s *= attn_factor;
+    const float x0 = a * c - b * s, x1 = b * c + a * s;
+    a = x0, b = x1;
+}
+
 // One head's per-head RMSNorm (w NULL: none) and RoPE at position p, in registers: the calling
 // thread holds the rotate-half pair (a, b) = (x[j], x[j + half]) of a head of 2 * half elements
-// (threads j >= half hold zeros and get them back). Norm: x * r * w, r = 1 / sqrt(mean(x^2) + eps);
-// rope: the pair turned by the angle p * inv_freq[j] (rope_sincos), cos and sin times attn_factor.
-// Every thread of the block calls it (block_sum; red holds blockDim.x / W floats). Shared by the
-// q/k norm + RoPE launch (kernels/qk_norm_rope.cu) and the decode attention that folds it in
-// (kernels/attn_decode.cu), so both give the same bits.
+// (threads j >= half hold zeros and get them back). Norm: x * r * w (head_norm_factor); the squares
+// summed by block_sum: fmaf(b, b, fmaf(a, a, 0)) per thread, warp_sum per warp, the warps added
+// from 0 in order (the decode attention's warp form, kernels/attn_decode.cu, sums in that order
+// too). Every thread of the block calls it (red holds blockDim.x / W floats).
 template <int W>
 __device__ __forceinline__ void head_norm_rope(float &a, float &b, int j, int half, const float *__restrict__ w,
                                                float eps, float p, const float *__restrict__ inv_freq,
@@ -115,17 +130,10 @@ __device__ __forceinline__ void head_norm_rope(float &a, float &b, int j, int ha
         float ss = fmaf(a, a, 0.0f);
         ss = fmaf(b, b, ss);
         ss = block_sum<W>(ss, red);
-        const float r = 1.0f / sqrtf(ss / (float)(2 * half) + eps);
+        const float r = head_norm_factor(ss, half, eps);
         if (j < half) a = a * r * w[j], b = b * r * w[j + half];
     }
-    if (j < half) {
-        float s, c;
-        rope_sincos(p, inv_freq[j], &s, &c);
-        c *= attn_factor;
-        s *= attn_factor;
-        const float x0 = a * c - b * s, x1 = b * c + a * s;
-        a = x0, b = x1;
-    }
+    if (j < half) rope_pair(a, b, p, inv_freq[j], attn_factor);
 }
 
 #endif

@@ -515,8 +515,22 @@ static void attn_rope_cases(mxg_launch *L, bool quick) {
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     // argument "quick": half the head-size runs and I16 only (for the sanitizer build); "rope": two
-    // of the fused decode attention + RoPE cases alone, I16 (run.sh's planted faults).
+    // of the fused decode attention + RoPE cases alone, I16 (run.sh's planted faults); "rope_all":
+    // all of them, both cache types.
     bool quick = argc > 1 && !strcmp(argv[1], "quick"), rope_only = argc > 1 && !strcmp(argv[1], "rope");
+    if (argc > 1 && !strcmp(argv[1], "rope_all")) {  // every fused case, both cache types (by hand)
+        for (int f16 = 0; f16 <= 1; f16++) {
+            mxg_launch L;
+            memset(&L, 0, sizeof L);
+            L.warp = 32, L.sm_count = 132, L.kv_i16 = !f16;
+            L.scratch_bytes = mxg_attention_scratch_bytes(132, 256);
+            L.scratch = malloc(L.scratch_bytes);
+            attn_rope_cases(&L, false);
+            free(L.scratch);
+        }
+        printf("%d failures\n", fails);
+        return fails != 0;
+    }
     if (rope_only) {
         for (int f16 = 0; f16 <= 0; f16++) {  // I16 only: the faults show in either cache type
             mxg_launch L;

@@ -34,7 +34,7 @@
 // With RoPE folded in (L->attn_rope, MLXCEL_GPU_ATTN_ROPE=1; mxg_attention_decode_rope, a step of
 // one token): the launch also does the q/k norm + RoPE + KV store launch before it
 // (kernels/qk_norm_rope.cu). Each block turns its own query heads and its KV head's k row from the
-// raw q and k (head_norm_rope, the same arithmetic) into shared memory, and makes the cache row of
+// raw q and k (head_norm_rope's arithmetic, a warp per head) into shared memory, and makes the cache row of
 // the token's position from that k row and the token's v row, in the cache's element format
 // (kv_store_chunk's codes and scales, or f16): the loop takes that position's key and value from it
 // instead of from the cache, so its values are exactly those the cache would return, and the
@@ -135,8 +135,7 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_blocks_per_sm(G)) attn_
     __shared__ float s_m[NW][G], s_l[NW][G];
     __shared__ float s_o[NW][D];
     constexpr int NSC = (D + MX_KV_SCALE_BLOCK - 1) / MX_KV_SCALE_BLOCK;
-    __shared__ float s_red[ROPE ? NW : 1];                   // ROPE: head_norm_rope's sums
-    __shared__ float s_q[ROPE ? G : 1][ROPE ? D : 1];        // ... the rotated query heads
+    __shared__ float s_q[ROPE ? G : 1][ROPE ? D : 1];        // ROPE: the rotated query heads
     __shared__ float s_k[ROPE ? D : 1];                      // ... the rotated k row
     __shared__ uint4 s_row[2][ROPE ? D / 8 : 1];              // ... the position's cache row, K and V
     __shared__ float s_sc[2][ROPE ? NSC : 1];                // ... and its I16 scales
@@ -149,18 +148,44 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_blocks_per_sm(G)) attn_
     const int su0 = u_lo + split * per, su1 = min(u_hi, su0 + per - 1);
 
     if constexpr (ROPE) {
-        // The G query heads, then (g == G) the KV head's k row, each by head_norm_rope (one pair a thread).
-        const int j = threadIdx.x, half = D / 2;
-        for (int g = 0; g <= G; g++) {
-            if (g < G && g >= gcount) continue;  // block-uniform
+        // The G query heads, then (g == G) the KV head's k row, one warp per head (head g on warp
+        // g % NW), lane l holding the pairs j = c W + l: head_norm_rope's arithmetic, its block sum
+        // taken chunk by chunk (warp_sum of each W pairs, the chunks added from 0 in order, the order
+        // of its warps), so the same bits without a block barrier per head.
+        constexpr int HALF = D / 2, HC = (HALF + W - 1) / W;  // pairs per lane
+        const float p = (float)a.rope_pos[t];
+        for (int g = warp; g <= G; g += NW) {  // warp-uniform
+            if (g < G && g >= gcount) continue;
             const float *src = g == G ? a.k + ((int64_t)t * a.pg.n_kv_heads + kvh) * D
                                       : a.q + ((int64_t)t * a.n_heads + h0 + g) * D;
-            float x0 = 0.0f, x1 = 0.0f;
-            if (j < half) x0 = src[j], x1 = src[j + half];
-            head_norm_rope<W>(x0, x1, j, half, g == G ? a.kw : a.qw, a.eps, (float)a.rope_pos[t], a.inv_freq,
-                              a.attn_factor, s_red);
+            const float *w = g == G ? a.kw : a.qw;
             float *dst = g == G ? s_k : s_q[g];
-            if (j < half) dst[j] = x0, dst[j + half] = x1;
+            float x0[HC], x1[HC];
+#pragma unroll
+            for (int c = 0; c < HC; c++) {
+                const int j = c * W + lane;
+                x0[c] = x1[c] = 0.0f;
+                if (j < HALF) x0[c] = src[j], x1[c] = src[j + HALF];
+            }
+            if (w) {
+                float ss = 0.0f;
+#pragma unroll
+                for (int c = 0; c < HC; c++) ss += warp_sum<W>(fmaf(x1[c], x1[c], fmaf(x0[c], x0[c], 0.0f)));
+                const float r = head_norm_factor(ss, HALF, a.eps);
+#pragma unroll
+                for (int c = 0; c < HC; c++) {
+                    const int j = c * W + lane;
+                    if (j < HALF) x0[c] = x0[c] * r * w[j], x1[c] = x1[c] * r * w[j + HALF];
+                }
+            }
+#pragma unroll
+            for (int c = 0; c < HC; c++) {
+                const int j = c * W + lane;
+                if (j < HALF) {
+                    rope_pair(x0[c], x1[c], p, a.inv_freq[j], a.attn_factor);
+                    dst[j] = x0[c], dst[j + HALF] = x1[c];
+                }
+            }
         }
         __syncthreads();
         // The position's cache row in the cache's format, as the store makes it (kernels/qk_norm_rope.cu).
