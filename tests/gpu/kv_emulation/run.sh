@@ -27,6 +27,14 @@ for f in rope_kv qk_norm_rope attention attn_decode latent moe moe_stream moe_ro
     python3 tests/gpu/kv_emulation/to_host.py "src/backends/gpu/kernels/$f.cu" >"$out/$f.cpp"
 done
 python3 tests/gpu/kv_emulation/to_host.py src/backends/gpu/vendor/cuda/attn_mma.cu >"$out/attn_mma.cpp"
+python3 tests/gpu/kv_emulation/to_host.py src/backends/gpu/kernels/matvec_fused.cu >"$out/matvec_fused.cpp"
+# The streaming kernel lives in headers (matvec_fused.cu's launches): converted copies of them first
+# on the include path of the builds that link matvec_fused.cpp.
+mkdir -p "$out/inc/backends/gpu/kernels" "$out/fault_lean/backends/gpu/kernels" "$out/fault_split/backends/gpu/kernels" \
+    "$out/fault_prefetch/backends/gpu/kernels"
+for h in matvec_stream matvec_stream_lean; do
+    python3 tests/gpu/kv_emulation/to_host.py "src/backends/gpu/kernels/$h.cuh" >"$out/inc/backends/gpu/kernels/$h.cuh"
+done
 flags="-std=c++20 -O1 -w -Isrc -Iinclude -I$lib/generated -Itests/gpu/kv_emulation"
 arg=""
 if [ "${1:-}" = --asan ]; then flags="$flags -g -fsanitize=address"; arg=quick; shift; fi
@@ -37,25 +45,19 @@ g++ $flags -o "$out/test_kv_emulated" tests/gpu/kv_emulation/emu.cpp tests/gpu/k
     $(pkg-config --libs jansson libpcre2-8 libutf8proc libmicrohttpd) -lcurl -lm -lpthread
 gcc -std=c11 -O1 -Isrc -Iinclude -c tests/gpu/gpu_ref.c -o "$out/gpu_ref.o"
 # shellcheck disable=SC2086,SC2046
-g++ $flags -Itests/gpu -o "$out/test_moe_emulated" tests/gpu/kv_emulation/emu.cpp tests/gpu/kv_emulation/test_moe_emulated.cpp \
-    "$out/moe.cpp" "$out/moe_stream.cpp" "$out/moe_router.cpp" "$out/gpu_ref.o" "$lib/libmlxcel_lib.a" \
-    $(pkg-config --libs jansson libpcre2-8 libutf8proc libmicrohttpd) -lcurl -lm -lpthread
+g++ -I"$out/inc" $flags -Itests/gpu -o "$out/test_moe_emulated" tests/gpu/kv_emulation/emu.cpp tests/gpu/kv_emulation/test_moe_emulated.cpp \
+    "$out/moe.cpp" "$out/moe_stream.cpp" "$out/moe_router.cpp" "$out/matvec_fused.cpp" "$out/gpu_ref.o" \
+    "$lib/libmlxcel_lib.a" $(pkg-config --libs jansson libpcre2-8 libutf8proc libmicrohttpd) -lcurl -lm -lpthread
 # The streaming kernel's lean form (MLXCEL_GPU_STREAM_LEAN=1) and its split form
 # (MLXCEL_GPU_STREAM_SPLIT=1; test_stream_lean_emulated.cpp) through matvec_fused.cu, whose streaming
 # kernel lives in headers: converted copies of them come first on the include path. Then against
 # planted faults: each chunk's sum of x read from the neighbouring chunk (sums[c ^ 1]), which moves
 # every bias term, and the split form's last slice left out of a task's sum: both must fail.
-mkdir -p "$out/inc/backends/gpu/kernels" "$out/fault_lean/backends/gpu/kernels" "$out/fault_split/backends/gpu/kernels" \
-    "$out/fault_prefetch/backends/gpu/kernels"
 # MLXCEL_GPU_PDL=2's planted fault: the per-warp prefetch budget ignored (kernels/matvec.cuh, prefetch_span).
 sed 's/const unsigned n = hi - lo < budget ? (unsigned)(hi - lo) : budget;/const unsigned n = (unsigned)(hi - lo);/' \
     src/backends/gpu/kernels/matvec.cuh >"$out/fault_prefetch/backends/gpu/kernels/matvec.cuh"
 ! cmp -s src/backends/gpu/kernels/matvec.cuh "$out/fault_prefetch/backends/gpu/kernels/matvec.cuh" ||
     { echo "run.sh: the planted prefetch fault did not apply"; exit 1; }
-for h in matvec_stream matvec_stream_lean; do
-    python3 tests/gpu/kv_emulation/to_host.py "src/backends/gpu/kernels/$h.cuh" >"$out/inc/backends/gpu/kernels/$h.cuh"
-done
-python3 tests/gpu/kv_emulation/to_host.py src/backends/gpu/kernels/matvec_fused.cu >"$out/matvec_fused.cpp"
 sed 's/const float xs = sums\[c\];/const float xs = sums[c ^ 1];/' "$out/inc/backends/gpu/kernels/matvec_stream_lean.cuh" \
     >"$out/fault_lean/backends/gpu/kernels/matvec_stream_lean.cuh"
 ! cmp -s "$out/inc/backends/gpu/kernels/matvec_stream_lean.cuh" "$out/fault_lean/backends/gpu/kernels/matvec_stream_lean.cuh" ||
@@ -98,9 +100,9 @@ for f in moe_router moe_stream; do
     ! cmp -s "$out/$f.cpp" "$out/${f}_fault.cpp" || { echo "run.sh: the planted $f fault did not apply"; exit 1; }
 done
 # shellcheck disable=SC2086,SC2046
-g++ $flags -Itests/gpu -o "$out/test_moe_fault" tests/gpu/kv_emulation/emu.cpp tests/gpu/kv_emulation/test_moe_emulated.cpp \
-    "$out/moe.cpp" "$out/moe_stream_fault.cpp" "$out/moe_router_fault.cpp" "$out/gpu_ref.o" "$lib/libmlxcel_lib.a" \
-    $(pkg-config --libs jansson libpcre2-8 libutf8proc libmicrohttpd) -lcurl -lm -lpthread
+g++ -I"$out/inc" $flags -Itests/gpu -o "$out/test_moe_fault" tests/gpu/kv_emulation/emu.cpp tests/gpu/kv_emulation/test_moe_emulated.cpp \
+    "$out/moe.cpp" "$out/moe_stream_fault.cpp" "$out/moe_router_fault.cpp" "$out/matvec_fused.cpp" "$out/gpu_ref.o" \
+    "$lib/libmlxcel_lib.a" $(pkg-config --libs jansson libpcre2-8 libutf8proc libmicrohttpd) -lcurl -lm -lpthread
 "$out/test_moe_fault" >"$out/moe_fault.log" 2>&1 && { echo "moe level 3: the planted faults passed the emulation: FAIL"; exit 1; }
 for w in "moe router" "level 3 down differs"; do
     grep -q "$w.*FAIL" "$out/moe_fault.log" || { echo "moe level 3: no failure from the planted fault ($w): FAIL"; exit 1; }
@@ -124,4 +126,22 @@ for f in read store; do
     [ "$n" -gt 0 ] || { echo "attn rope: no failure from the planted $f fault: FAIL"; exit 1; }
     echo "attn rope: the planted $f fault fails the emulation ($n failures): ok"
 done
+# The full-grid forms' planted faults: the grid router's last split part left out of each row's
+# sum, and the full-lane down form's products added into the neighbouring expert's (or row's) sum.
+sed 's/for (int p = 1; kpart == 0 \&\& p < ks; p++)/for (int p = 1; kpart == 0 \&\& p < ks - 1; p++)/' \
+    "$out/moe_router.cpp" >"$out/moe_router_grid_fault.cpp"
+sed 's/if (q == slot) acc\[q\] += d;/if (q == (slot ^ 1)) acc[q] += d;/' "$out/moe_stream.cpp" >"$out/moe_stream_flat_fault.cpp"
+! cmp -s "$out/moe_router.cpp" "$out/moe_router_grid_fault.cpp" || { echo "run.sh: the planted grid router fault did not apply"; exit 1; }
+! cmp -s "$out/moe_stream.cpp" "$out/moe_stream_flat_fault.cpp" || { echo "run.sh: the planted full-lane down fault did not apply"; exit 1; }
+# shellcheck disable=SC2086,SC2046
+g++ -I"$out/inc" $flags -Itests/gpu -o "$out/test_moe_grid_fault" tests/gpu/kv_emulation/emu.cpp tests/gpu/kv_emulation/test_moe_emulated.cpp \
+    "$out/moe.cpp" "$out/moe_stream_flat_fault.cpp" "$out/moe_router_grid_fault.cpp" "$out/matvec_fused.cpp" "$out/gpu_ref.o" \
+    "$lib/libmlxcel_lib.a" $(pkg-config --libs jansson libpcre2-8 libutf8proc libmicrohttpd) -lcurl -lm -lpthread
+"$out/test_moe_grid_fault" >"$out/moe_grid_fault.log" 2>&1 && { echo "moe grid forms: the planted faults passed the emulation: FAIL"; exit 1; }
+for w in "moe router grid" "full-lane down (1) differs" "full-lane down (2) differs"; do
+    grep -q "$w.*FAIL" "$out/moe_grid_fault.log" || { echo "moe grid forms: no failure from the planted fault ($w): FAIL"; exit 1; }
+done
+grep -q "moe router .*bias.*: h .*FAIL\|moe fused .*level 3 down differs" "$out/moe_grid_fault.log" &&
+    { echo "moe grid forms: the planted faults moved the default forms: FAIL"; exit 1; }
+echo "moe grid forms: the planted split-sum and full-lane slot faults fail the emulation ($(grep -c FAIL "$out/moe_grid_fault.log") failures): ok"
 exec "$out/test_kv_emulated" $arg
