@@ -252,16 +252,20 @@ __global__ void __launch_bounds__(kDownThreads, 2) moe_down_combine_kernel(DownA
 // is the record's (expert order, fmaf, weights and out read right after the grid wait, as level 3's
 // form). RW 2 halves the blocks, so each token's k SwiGLU rows are staged half as often
 // (128 instead of 256 times 24 KB on the 30B-A3B); the staging issues 8 loads per thread at a time.
-// Items go in groups of G per lane, the group's weight loads all issued before its products.
-template <int RW>
+// Items go in groups of G per lane, the group's weight loads all issued before its products: 6 at 4
+// bits (the 30B-A3B's row in one group), 4 at 8 (wider raw chunks) at 1 row a warp, where the
+// launch bound leaves 128 registers (ptxas, sm_90a: 4-bit and mxfp4 no spill, 8-bit 16 bytes, where
+// the warp-per-row form spills ~150; 8 items spilled 16 and 500 bytes); 12 at 2 rows a warp, one
+// block per multiprocessor (up to 232 registers, no spill).
+template <class F, int RW>
 constexpr int down_flat_group() {
-    return RW == 1 ? 8 : 12;
+    return RW == 2 ? 12 : F::bits == 8 ? 4 : 6;
 }
 
 template <int W, class F, int RW>
 __global__ void __launch_bounds__(kDownThreads, 3 - RW) moe_down_flat_kernel(DownArgs a) {
     MXG_WARP_ONLY(W) {
-    constexpr int warps = kDownThreads / W, G = down_flat_group<RW>(), NA = RW * kMoeMaxK;
+    constexpr int warps = kDownThreads / W, G = down_flat_group<F, RW>(), NA = RW * kMoeMaxK;
     extern __shared__ float4 xs4[];  // [k][nchunks * 8]: the token's k input rows
     __shared__ float early[kDownThreads / 32][RW][kMoeMaxK + 1];  // each warp's weights, then out's values
     const int lane = (int)threadIdx.x % W, warp = (int)threadIdx.x / W;
