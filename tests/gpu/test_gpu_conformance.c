@@ -391,19 +391,24 @@ static void build_layer(mx_plan *p, side *s, const void *vc) {
     ADD(p, MX_OP_ARGMAX, argmax, s->i[4], b[15], 2, c->V);
 }
 
+// The tolerance of the rotated q and k buffers of an n-token step: with MLXCEL_GPU_ATTN_ROPE=1 (the
+// default: unset or anything but "0") a
+// one-token step's q/k norm + RoPE runs inside the decode attention (gpu_plan.c, try_attn_rope),
+// which leaves q and k unrotated (no later record reads them), so they are not compared then (-1);
+// the attention's output and everything after it are.
+static double rotated_qk_tol(int n, double tol) {
+    const char *attn_rope = getenv("MLXCEL_GPU_ATTN_ROPE");
+    return n == 1 && !(attn_rope && !strcmp(attn_rope, "0")) ? -1.0 : tol;
+}
+
 static void layer_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, const fmt *f, layer_cfg c) {
     data d = {0};
     const int64_t n = c.n, H = c.H, QD = (int64_t)c.NH * c.D, KD = (int64_t)c.NKV * c.D;
     const double pre = n >= 64 ? 1.5e-2 : 2e-5, post = n >= 64 ? 2e-2 : after_cache_tol(gpu);
     add_f(&d, "x", n * H, r, -1, 1, post);
     add_f(&d, "h", n * H, r, -1, 1, post);
-    // With MLXCEL_GPU_ATTN_ROPE=1 a one-token step's q/k norm + RoPE runs inside the decode attention
-    // (gpu_plan.c, try_attn_rope), which leaves q and k unrotated (no later record reads them): not
-    // compared then; the attention's output and everything after it are.
-    const char *attn_rope = getenv("MLXCEL_GPU_ATTN_ROPE");
-    const bool qk_left = c.n == 1 && attn_rope && !strcmp(attn_rope, "1");
-    add_f(&d, "q", n * QD, r, -1, 1, qk_left ? -1.0 : pre);
-    add_f(&d, "k", n * KD, r, -1, 1, qk_left ? -1.0 : pre);
+    add_f(&d, "q", n * QD, r, -1, 1, rotated_qk_tol(c.n, pre));
+    add_f(&d, "k", n * KD, r, -1, 1, rotated_qk_tol(c.n, pre));
     add_f(&d, "v", n * KD, r, -1, 1, pre);
     add_f(&d, "att", n * QD, r, -1, 1, post);
     add_f(&d, "tmp", n * H, r, -1, 1, post);
@@ -616,8 +621,8 @@ static void gptoss_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, const fmt 
     data d = {0};
     const int64_t n = c.n, K = c.K, QD = (int64_t)c.NH * c.D, KD = (int64_t)c.NKV * c.D;
     add_f(&d, "h", n * c.H, r, -1, 1, 0);
-    add_f(&d, "q", n * QD, r, -1, 1, 2e-5);
-    add_f(&d, "k", n * KD, r, -1, 1, 2e-5);
+    add_f(&d, "q", n * QD, r, -1, 1, rotated_qk_tol(c.n, 2e-5));
+    add_f(&d, "k", n * KD, r, -1, 1, rotated_qk_tol(c.n, 2e-5));
     add_f(&d, "v", n * KD, r, -1, 1, 2e-5);
     add_f(&d, "att", n * QD, r, -1, 1, after_cache_tol(gpu));
     add_f(&d, "sinks", c.NH, r, -1, 3, 0);
