@@ -71,21 +71,24 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   # The flash-decoding kernel's short form (kernels/attn_decode.cu) is the default; its group form
   # (a block per KV head's query group at every cache size) under every case of the harness.
   mlxcel_gpu_conformance(gpu_conformance_attn_short_off MLXCEL_GPU_ATTN_SHORT=0)
-  # One-token decode steps with the q/k norm + RoPE + KV store folded into the decode attention.
-  mlxcel_gpu_conformance(gpu_conformance_attn_rope MLXCEL_GPU_ATTN_ROPE=1)
+  # One-token decode steps with the q/k norm + RoPE + KV store folded into the decode attention
+  # is the default; the two launches (q/k norm + RoPE + store, then the attention) under every case.
+  mlxcel_gpu_conformance(gpu_conformance_attn_rope_off MLXCEL_GPU_ATTN_ROPE=0)
   # The lean form's split form (each task's columns over 2-8 warps of a block) under every case.
   mlxcel_gpu_conformance(gpu_conformance_stream_split MLXCEL_GPU_STREAM_SPLIT=1)
   # Programmatic dependent launch's level 2 (early release after the grid wait, the L2 prefetch;
-  # kernels/matvec.cuh) under every case: the plans' results must not depend on the overlap.
-  mlxcel_gpu_conformance(gpu_conformance_pdl2 MLXCEL_GPU_PDL=2)
+  # kernels/matvec.cuh) is the default; plain launches under every case (the results must not
+  # depend on the overlap).
+  mlxcel_gpu_conformance(gpu_conformance_pdl_off MLXCEL_GPU_PDL=0)
   # The fused MoE decode launches (routing folded in) under every case of the harness.
   mlxcel_gpu_conformance(gpu_conformance_moe_fused MLXCEL_GPU_MOE_FUSED=2)
   # Level 3 (the norm, router product and routing in one launch; the down launch's early reads).
   mlxcel_gpu_conformance(gpu_conformance_moe_fused3 MLXCEL_GPU_MOE_FUSED=3)
-  # Level 3's router launch on a full grid, and the full-lane down + combine forms (1 and 2 rows per
-  # warp), each under every case of the harness.
+  # Level 3's router launch on a full grid, the down + combine launch's warp-per-row form (0; the
+  # full-lane form with 1 row per warp is the default) and its 2-rows-per-warp form, each under
+  # every case of the harness.
   mlxcel_gpu_conformance(gpu_conformance_moe_router_grid MLXCEL_GPU_MOE_FUSED=3 MLXCEL_GPU_MOE_ROUTER_GRID=1)
-  mlxcel_gpu_conformance(gpu_conformance_moe_down MLXCEL_GPU_MOE_DOWN=1)
+  mlxcel_gpu_conformance(gpu_conformance_moe_down_off MLXCEL_GPU_MOE_DOWN=0)
   mlxcel_gpu_conformance(gpu_conformance_moe_down2 MLXCEL_GPU_MOE_FUSED=3 MLXCEL_GPU_MOE_DOWN=2)
 
   # The sample record split over many blocks per row against one block per row and the host rule.
@@ -143,12 +146,12 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
                           "MLXCEL_GPU_MOE_ROUTER_GRID='2': must be a whole number from 0 to 1 \\(unset: 0\\)")
   mlxcel_gpu_knob_refused(moe_router_grid_word MLXCEL_GPU_MOE_ROUTER_GRID=yes "MLXCEL_GPU_MOE_ROUTER_GRID='yes': must be")
   mlxcel_gpu_knob_refused(moe_down_three MLXCEL_GPU_MOE_DOWN=3
-                          "MLXCEL_GPU_MOE_DOWN='3': must be a whole number from 0 to 2 \\(unset: 0\\)")
+                          "MLXCEL_GPU_MOE_DOWN='3': must be a whole number from 0 to 2 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(moe_down_word MLXCEL_GPU_MOE_DOWN=flat "MLXCEL_GPU_MOE_DOWN='flat': must be")
   mlxcel_gpu_knob_refused(attn_mma_two MLXCEL_GPU_ATTN_MMA=2
                           "MLXCEL_GPU_ATTN_MMA='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(pdl_three MLXCEL_GPU_PDL=3
-                          "MLXCEL_GPU_PDL='3': must be a whole number from 0 to 2 \\(unset: 0\\)")
+                          "MLXCEL_GPU_PDL='3': must be a whole number from 0 to 2 \\(unset: 2\\)")
   mlxcel_gpu_knob_refused(pdl_word MLXCEL_GPU_PDL=early "MLXCEL_GPU_PDL='early': must be")
   mlxcel_gpu_knob_refused(sample_fast_two MLXCEL_GPU_SAMPLE_FAST=2
                           "MLXCEL_GPU_SAMPLE_FAST='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
@@ -167,7 +170,7 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
                           "MLXCEL_GPU_ATTN_SHORT='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(attn_short_word MLXCEL_GPU_ATTN_SHORT=yes "MLXCEL_GPU_ATTN_SHORT='yes': must be")
   mlxcel_gpu_knob_refused(attn_rope_two MLXCEL_GPU_ATTN_ROPE=2
-                          "MLXCEL_GPU_ATTN_ROPE='2': must be a whole number from 0 to 1 \\(unset: 0\\)")
+                          "MLXCEL_GPU_ATTN_ROPE='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(attn_rope_word MLXCEL_GPU_ATTN_ROPE=on "MLXCEL_GPU_ATTN_ROPE='on': must be")
   mlxcel_gpu_knob_refused(stream_split_two MLXCEL_GPU_STREAM_SPLIT=2
                           "MLXCEL_GPU_STREAM_SPLIT='2': must be a whole number from 0 to 1 \\(unset: 0\\)")
@@ -194,8 +197,8 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
     mlxcel_gpu_parity(gpu_model_parity_stream_split MLXCEL_GPU_STREAM_SPLIT=1)
     # ... and with the products ungrouped (MLXCEL_GPU_GROUPED=0, the A/B form; from 2 tokens).
     mlxcel_gpu_parity(gpu_model_parity_ungrouped MLXCEL_GPU_GROUPED=0 MLXCEL_GPU_TC_DECODE=2)
-    # Programmatic dependent launch's level 2 through the fixtures.
-    mlxcel_gpu_parity(gpu_model_parity_pdl2 MLXCEL_GPU_PDL=2)
+    # Plain launches (MLXCEL_GPU_PDL=0; level 2 is the default) through the fixtures.
+    mlxcel_gpu_parity(gpu_model_parity_pdl_off MLXCEL_GPU_PDL=0)
   endif()
 
   add_executable(bench_gpu_decode ${PROJECT_SOURCE_DIR}/tests/gpu/bench_gpu_decode.c)

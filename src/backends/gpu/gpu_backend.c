@@ -386,9 +386,10 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // MLXCEL_GPU_MOE_ROUTER_GRID (unset: 0, off): level 3's router launch with one router row per
     // warp and each row's columns split over warps as the fused norm and router launch splits them
     // (64 blocks instead of 16 on the 30B-A3B; the same logits bits as that launch).
-    // MLXCEL_GPU_MOE_DOWN (unset: 0, off): the down + combine launch with every lane streaming:
-    // each warp's (row, expert, chunk) items dealt over its lanes, 1 row per warp (=1) or 2 (=2,
-    // half the blocks, so half the staged SwiGLU rows); bench/RESULTS.md, "MoE decode on full lanes".
+    // MLXCEL_GPU_MOE_DOWN (unset: 1): the down + combine launch with every lane streaming: each
+    // warp's (row, expert, chunk) items dealt over its lanes, 1 row per warp (=1) or 2 (=2, half the
+    // blocks, so half the staged SwiGLU rows); 0: a warp per output row over the chunks. Run 42: the
+    // 30B-A3B's tg64 +1.5% at 1, -2% at 2 (bench/RESULTS.md, "MoE decode on full lanes").
     // MLXCEL_GPU_ATTN_MMA=0: prefill attention on the SIMT kernel (kernels/attention.cu) instead of
     // the tensor-core one (vendor/cuda/attn_mma.cu; unset: 1; run 20: the 8B's pp8192 1,672 against
     // 5,069 tok/s).
@@ -398,13 +399,13 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // (kernels/attn_decode.cu, kDecodeShortCtx), the flash-decoding kernel in its short form, a block
     // per query head and one split (no combine launch), instead of a block per KV head's group (run 39:
     // the 30B-A3B's tg64 +13%); 0 gives the group form everywhere, for A/B.
-    // MLXCEL_GPU_ATTN_ROPE=1 (unset: 0): one-token decode steps fold the q/k norm + RoPE + KV store
+    // MLXCEL_GPU_ATTN_ROPE (unset: 1): one-token decode steps fold the q/k norm + RoPE + KV store
     // launch into the flash-decoding one (gpu_plan.c, kernels/attn_decode.cu), the same outputs and
-    // cache bytes in one launch a layer fewer; 0: the two launches.
+    // cache bytes in one launch a layer fewer (run 42: 0.6B tg128 +3.4%, 8B +1.5%); 0: the two launches.
     if (env_int("MLXCEL_GPU_MATVEC_ROWS", 4, 1, 4, &k->matvec_rows, err) ||
         env_int("MLXCEL_GPU_ATTN_DECODE", 1, 0, 1, &k->attn_decode, err) ||
         env_int("MLXCEL_GPU_ATTN_SHORT", 1, 0, 1, &k->attn_short, err) ||
-        env_int("MLXCEL_GPU_ATTN_ROPE", 0, 0, 1, &k->attn_rope, err) ||
+        env_int("MLXCEL_GPU_ATTN_ROPE", 1, 0, 1, &k->attn_rope, err) ||
         env_int("MLXCEL_GPU_MATVEC_TOKENS", 63, 1, 1 << 20, &k->matvec_max_tokens, err) ||
         env_int("MLXCEL_GPU_STREAM_MIN_COLS", 4096, 0, 1 << 30, &k->stream_min_cols, err) ||
         env_int("MLXCEL_GPU_STREAM_ROWS", 4, 2, 4, &k->stream_rows, err) ||
@@ -415,10 +416,10 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_TC_DECODE", MXG_TC_DECODE_DEFAULT_TOKENS, 0, 64, &k->tc_decode_tokens, err) ||
         env_int("MLXCEL_GPU_MOE_FUSED", 1, 0, 3, &k->moe_fused, err) ||
         env_int("MLXCEL_GPU_MOE_ROUTER_GRID", 0, 0, 1, &k->moe_router_grid, err) ||
-        env_int("MLXCEL_GPU_MOE_DOWN", 0, 0, 2, &k->moe_down, err) ||
+        env_int("MLXCEL_GPU_MOE_DOWN", 1, 0, 2, &k->moe_down, err) ||
         env_int("MLXCEL_GPU_ATTN_MMA", 1, 0, 1, &k->attn_mma, err) ||
         env_int("MLXCEL_GPU_GROUPED", 1, 0, 1, &k->grouped, err) ||
-        env_int("MLXCEL_GPU_PDL", 0, 0, 2, &k->pdl, err))
+        env_int("MLXCEL_GPU_PDL", 2, 0, 2, &k->pdl, err))
         return -1;
     static const char *const prefill_names[] = {"wmma", "wmma128", "sync", "pipe", "pipe1", "wgmma"};  // MXG_PREFILL_* order
     const char *pk = getenv("MLXCEL_GPU_PREFILL_KERNEL");
@@ -508,11 +509,12 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.cc = c->info.cc;
     c->launch.use_mma = !mx_env_switch("MLXCEL_GPU_NO_MMA");
     c->use_graphs = !mx_env_switch("MLXCEL_GPU_NO_GRAPHS");
-    // MLXCEL_GPU_PDL (0, 1 or 2; unset: 0): programmatic dependent launch of the matrix-vector
+    // MLXCEL_GPU_PDL (0, 1 or 2; unset: 2): programmatic dependent launch of the matrix-vector
     // kernels (sm_90+). Level 1: each releases the next at its end; measured at +1.5% (0.6B) and -1%
-    // (8B) decode on the H200 (bench/RESULTS.md), so off unless asked for. Level 2: each releases the
-    // next right after its grid wait, and its warps first prefetch their first rows' weights into L2
-    // (kernels/matvec.cuh, mxg_pdl_prefetch_cap; docs/DESIGN.md, "Programmatic dependent launch").
+    // (8B) decode on the H200 (bench/RESULTS.md). Level 2, the default: each releases the next right
+    // after its grid wait, and its warps first prefetch their first rows' weights into L2
+    // (kernels/matvec.cuh, mxg_pdl_prefetch_cap; docs/DESIGN.md, "Programmatic dependent launch"; run
+    // 42: 0.6B tg128 +8.7%, 8B +1.4%). 0: plain launches.
     c->launch.dependent_launch = c->info.cc >= 90 && knobs.pdl >= 1;
     c->launch.pdl_early = c->launch.dependent_launch && knobs.pdl == 2;
     c->launch.pdl_prefetch = c->launch.pdl_early ? mxg_pdl_prefetch_cap(c->info.l2_bytes) : 0;

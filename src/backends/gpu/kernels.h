@@ -60,11 +60,11 @@ typedef struct mxg_launch {
     bool attn_short;       // ... in their short-context form where the cache is short (kernels/attn_decode.cu;
                            // on by default; MLXCEL_GPU_ATTN_SHORT=0 turns it off)
     bool attn_rope;        // one-token decode steps with the q/k norm + RoPE + KV store folded into that kernel's
-                           // launch (mxg_attention_decode_rope, gpu_plan.c; MLXCEL_GPU_ATTN_ROPE=1, off by default)
+                           // launch (mxg_attention_decode_rope, gpu_plan.c; on by default; MLXCEL_GPU_ATTN_ROPE=0 turns it off)
     bool attn_mma;         // prefill attention on the tensor-core kernel (vendor/cuda/attn_mma.cu; off: MLXCEL_GPU_ATTN_MMA=0)
     bool kv_i16;           // the KV cache is int16 with scales (MX_DTYPE_I16, default); false: f16 (MLXCEL_GPU_KV=f16)
     bool dependent_launch; // matrix-vector and fused kernels start while the previous one ends (sm_90+)
-    bool pdl_early;        // MLXCEL_GPU_PDL=2 (with dependent_launch): those kernels release the next one right
+    bool pdl_early;        // MLXCEL_GPU_PDL=2, the default (with dependent_launch): those kernels release the next one right
                            // after their grid wait and prefetch their first rows' weights into L2 before it;
                            // RMSNorm, embedding, SwiGLU, residual add and row gather become dependent
                            // launches too (their grid wait first, then the release)
@@ -74,8 +74,8 @@ typedef struct mxg_launch {
                            // product and routing in one launch, kernels/moe_router.cu; 0: the records)
     void *moe_tickets;     // level 3: MXG_MOE_MAX_TOKENS zeroed counters (kernels/moe_router.cu), else NULL
     bool moe_router_grid;  // level 3's router launch on a full grid (MLXCEL_GPU_MOE_ROUTER_GRID=1; off by default)
-    int moe_down;          // the down + combine launch's layout (MLXCEL_GPU_MOE_DOWN; 0, the default: a warp per
-                           // output row over the chunks; 1: every lane streams (expert, chunk) pairs of 1 row
+    int moe_down;          // the down + combine launch's layout (MLXCEL_GPU_MOE_DOWN; 0: a warp per output row
+                           // over the chunks; 1, the default: every lane streams (expert, chunk) pairs of 1 row
                            // per warp; 2: of 2 rows per warp, half the blocks; kernels/moe_stream.cu)
     void *scratch;         // device workspace for split attention partials
     size_t scratch_bytes;
