@@ -197,6 +197,14 @@ static inline void mxg_launch_dep(void (*kernel)(P...), dim3 grid, dim3 block, s
 #error "compat.h: define MXG_VENDOR_CUDA (nvcc) or MXG_VENDOR_HIP (hipcc); see cmake/gpu.cmake"
 #endif
 
+// Where a dependent kernel starts reading what earlier kernels wrote: the grid wait, then, with
+// `early` (MLXCEL_GPU_PDL=2), the release of the next dependent kernel, whose blocks may then come
+// and prefetch while this one works (the release does not weaken that kernel's own wait, above).
+__device__ __forceinline__ void mxg_grid_wait_release(bool early) {
+    mxg_grid_wait();
+    if (early) mxg_grid_release();
+}
+
 // Wraps a kernel body templated on W: in the device pass for one AMD target the instantiation for
 // the other warp width can never be launched (the host picks by the device's width), so its body is
 // dropped there, which halves the device code hipcc compiles. Elsewhere it expands to nothing.

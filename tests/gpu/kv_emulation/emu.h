@@ -118,6 +118,10 @@ inline int gpuFuncSetAttribute(const void *, int attr, int bytes) {
 // Programmatic dependent launch (compat.h): a plain launch; the waits have nothing to wait for.
 inline void mxg_grid_wait() {}
 inline void mxg_grid_release() {}
+inline void mxg_grid_wait_release(bool early) {  // compat.h: the wait, then (early) the release
+    mxg_grid_wait();
+    if (early) mxg_grid_release();
+}
 // compat.h's L2 prefetch hint: each call's range appended in order, for tests to check (inside the
 // matrix's buffers, 16-byte aligned and sized); tests clear it.
 struct emu_range { const void *p; unsigned bytes; };

@@ -7,15 +7,13 @@
 namespace {
 
 __global__ void swiglu_kernel(float *out, const float *gate, const float *__restrict__ up, int64_t count, bool early) {
-    mxg_grid_wait();  // MLXCEL_GPU_PDL=2: a dependent launch; nothing before reads what earlier kernels wrote
-    if (early) mxg_grid_release();
+    mxg_grid_wait_release(early);  // a dependent launch: nothing before reads what earlier kernels wrote
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x)
         out[i] = silu_mul(gate[i], up[i]);
 }
 
 __global__ void swiglu4_kernel(float4 *out, const float4 *gate, const float4 *__restrict__ up, int64_t count4, bool early) {
-    mxg_grid_wait();  // MLXCEL_GPU_PDL=2: a dependent launch; nothing before reads what earlier kernels wrote
-    if (early) mxg_grid_release();
+    mxg_grid_wait_release(early);  // a dependent launch: nothing before reads what earlier kernels wrote
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count4; i += (int64_t)gridDim.x * blockDim.x) {
         float4 g = gate[i], u = up[i];
         out[i] = make_float4(silu_mul(g.x, u.x), silu_mul(g.y, u.y), silu_mul(g.z, u.z), silu_mul(g.w, u.w));
@@ -23,15 +21,13 @@ __global__ void swiglu4_kernel(float4 *out, const float4 *gate, const float4 *__
 }
 
 __global__ void add_kernel(float *x, const float *__restrict__ y, int64_t count, bool early) {
-    mxg_grid_wait();  // MLXCEL_GPU_PDL=2: a dependent launch; nothing before reads what earlier kernels wrote
-    if (early) mxg_grid_release();
+    mxg_grid_wait_release(early);  // a dependent launch: nothing before reads what earlier kernels wrote
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count; i += (int64_t)gridDim.x * blockDim.x)
         x[i] += y[i];
 }
 
 __global__ void add4_kernel(float4 *x, const float4 *__restrict__ y, int64_t count4, bool early) {
-    mxg_grid_wait();  // MLXCEL_GPU_PDL=2: a dependent launch; nothing before reads what earlier kernels wrote
-    if (early) mxg_grid_release();
+    mxg_grid_wait_release(early);  // a dependent launch: nothing before reads what earlier kernels wrote
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < count4; i += (int64_t)gridDim.x * blockDim.x) {
         float4 a = x[i], b = y[i];
         x[i] = make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);

@@ -8,8 +8,7 @@ namespace {
 
 template <class F>
 __global__ void embed_kernel(float *__restrict__ out, MatView m, const int32_t *__restrict__ ids, bool early) {
-    mxg_grid_wait();  // MLXCEL_GPU_PDL=2: a dependent launch; nothing before reads what earlier kernels wrote
-    if (early) mxg_grid_release();
+    mxg_grid_wait_release(early);  // a dependent launch: nothing before reads what earlier kernels wrote
     const int64_t row = ids[blockIdx.x];
     float *o = out + (int64_t)blockIdx.x * m.cols;
     for (int j0 = threadIdx.x * 8; j0 < m.cols; j0 += blockDim.x * 8) {

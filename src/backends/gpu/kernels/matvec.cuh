@@ -65,6 +65,9 @@ __device__ __forceinline__ void prefetch_rows(const MatView &m, int64_t r0, int 
         if constexpr (F::kind == KIND_AFFINE) prefetch_span((const uint8_t *)m.biases + r0 * g, rows * g, budget);
     }
 }
+// Each matrix's share of a warp's budget where its task spans NM matrices (gate and up: half each,
+// a multiple of 16).
+__device__ __forceinline__ unsigned prefetch_share(unsigned budget, int nm) { return nm == 2 ? budget / 32 * 16 : budget; }
 // The budget of each of `first_tasks` warps (or warp groups) whose first task prefetches.
 static inline unsigned pdl_warp_budget(const mxg_launch *L, int64_t first_tasks) {
     if (!L->pdl_early || !L->pdl_prefetch || first_tasks <= 0) return 0;

@@ -72,15 +72,14 @@ __global__ void __launch_bounds__(kMatvecThreads) fused_matvec_kernel(FusedArgs 
             for (int rr = 0; rr < R; rr++) F::load_raw(NM == 2 ? a.m[k] : m, rows[rr], cfirst, cur[k][rr]);
     }
     if (a.prefetch && active && lane == 0 && kpart == 0) {  // MLXCEL_GPU_PDL=2: the warp's rows into L2
-        unsigned budget = NM == 2 ? a.prefetch / 32 * 16 : a.prefetch;
+        const unsigned budget = prefetch_share(a.prefetch, NM);
 #pragma unroll
         for (int k = 0; k < NM; k++) {
             unsigned b = budget;
             prefetch_rows<F>(NM == 2 ? a.m[k] : m, r0, R, b);
         }
     }
-    mxg_grid_wait();  // launched as a dependent kernel: the weights above did not need the previous one
-    if (a.early) mxg_grid_release();  // MLXCEL_GPU_PDL=2: the next kernel's blocks may come and prefetch
+    mxg_grid_wait_release(a.early);  // a dependent kernel: the weights above did not need the previous one
     const float4 *x4 = (const float4 *)a.x;
     float scale = 1.0f;
     if (NORM) {

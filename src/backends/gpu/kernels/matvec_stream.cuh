@@ -114,7 +114,7 @@ __device__ __forceinline__ void stream_load_slot(const StreamArgs &a, int mi, in
 template <class F, int NM, int R>
 __device__ __forceinline__ void stream_prefetch(const StreamArgs &a, int mi, int64_t r0) {
     if constexpr (NM == 2) {
-        unsigned g = a.prefetch / 32 * 16, u = g;
+        unsigned g = prefetch_share(a.prefetch, NM), u = g;
         prefetch_rows<F>(a.m[0], r0, R, g);
         prefetch_rows<F>(a.m[1], r0, R, u);
     } else {
@@ -283,8 +283,7 @@ __device__ __forceinline__ void stream_body(const StreamArgs &a, float4 *xs4, in
             if (u * W + lane < nchunks) stream_load_slot<F, NM, R>(a, mi, r0, u * W + lane, buf[u]);
         if (a.prefetch && lane == 0) stream_prefetch<F, NM, R>(a, mi, r0);
     }
-    mxg_grid_wait();
-    if (a.early) mxg_grid_release();  // MLXCEL_GPU_PDL=2: the next kernel's blocks may come and prefetch
+    mxg_grid_wait_release(a.early);
     stream_stage<W, F, NT, NORM>(a, xs4, n4, block);
     __syncthreads();  // the only barrier: from here on the warps run independently
     for (; task < ntasks; task += stride) {

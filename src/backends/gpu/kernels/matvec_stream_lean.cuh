@@ -200,8 +200,7 @@ __device__ __forceinline__ void stream_body_lean(const StreamArgs &a, float4 *xs
                 stream_lean_load<F, NM, R>(rows, slice_begin + u * W + lane, row_bytes, groups, group_shift, buf[u]);
         if (a.prefetch && lane == 0 && warp % ways == 0) stream_prefetch<F, NM, R>(a, mi, r0);  // MLXCEL_GPU_PDL=2
     }
-    mxg_grid_wait();
-    if (a.early) mxg_grid_release();  // MLXCEL_GPU_PDL=2: the next kernel's blocks may come and prefetch
+    mxg_grid_wait_release(a.early);
     stream_stage<W, F, 1, NORM>(a, xs4, n4, block);
     __syncthreads();
     stream_lean_sums<F>(xs4, sums, nchunks);

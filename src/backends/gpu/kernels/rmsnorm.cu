@@ -10,8 +10,7 @@ namespace {
 template <int W>
 __global__ void rmsnorm_kernel(float *out, const float *x, const float *__restrict__ w, int dim, float eps, bool early) {
     __shared__ float scratch[1024 / W];
-    mxg_grid_wait();  // MLXCEL_GPU_PDL=2: a dependent launch; nothing before reads what earlier kernels wrote
-    if (early) mxg_grid_release();
+    mxg_grid_wait_release(early);  // a dependent launch: nothing before reads what earlier kernels wrote
     const float *xr = x + (int64_t)blockIdx.x * dim;
     float *orow = out + (int64_t)blockIdx.x * dim;
     float ss = 0.0f;

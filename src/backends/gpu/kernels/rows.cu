@@ -10,8 +10,7 @@ namespace {
 
 __global__ void gather_kernel(float *out, const float *__restrict__ x, const int32_t *__restrict__ rows, int dim,
                               bool early) {
-    mxg_grid_wait();  // MLXCEL_GPU_PDL=2: a dependent launch; nothing before reads what earlier kernels wrote
-    if (early) mxg_grid_release();
+    mxg_grid_wait_release(early);  // a dependent launch: nothing before reads what earlier kernels wrote
     const float *src = x + (int64_t)rows[blockIdx.x] * dim;
     float *dst = out + (int64_t)blockIdx.x * dim;
     for (int d = threadIdx.x; d < dim; d += blockDim.x) dst[d] = src[d];
