@@ -150,8 +150,8 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_knob_refused(moe_down_word MLXCEL_GPU_MOE_DOWN=flat "MLXCEL_GPU_MOE_DOWN='flat': must be")
   mlxcel_gpu_knob_refused(attn_mma_two MLXCEL_GPU_ATTN_MMA=2
                           "MLXCEL_GPU_ATTN_MMA='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
-  mlxcel_gpu_knob_refused(pdl_three MLXCEL_GPU_PDL=3
-                          "MLXCEL_GPU_PDL='3': must be a whole number from 0 to 2 \\(unset: 2\\)")
+  mlxcel_gpu_knob_refused(pdl_four MLXCEL_GPU_PDL=4
+                          "MLXCEL_GPU_PDL='4': must be a whole number from 0 to 3 \\(unset: 2\\)")
   mlxcel_gpu_knob_refused(pdl_word MLXCEL_GPU_PDL=early "MLXCEL_GPU_PDL='early': must be")
   mlxcel_gpu_knob_refused(sample_fast_two MLXCEL_GPU_SAMPLE_FAST=2
                           "MLXCEL_GPU_SAMPLE_FAST='2': must be a whole number from 0 to 1 \\(unset: 1\\)")

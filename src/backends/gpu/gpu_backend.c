@@ -419,7 +419,7 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_MOE_DOWN", 1, 0, 2, &k->moe_down, err) ||
         env_int("MLXCEL_GPU_ATTN_MMA", 1, 0, 1, &k->attn_mma, err) ||
         env_int("MLXCEL_GPU_GROUPED", 1, 0, 1, &k->grouped, err) ||
-        env_int("MLXCEL_GPU_PDL", 2, 0, 2, &k->pdl, err))
+        env_int("MLXCEL_GPU_PDL", 2, 0, 3, &k->pdl, err))
         return -1;
     static const char *const prefill_names[] = {"wmma", "wmma128", "sync", "pipe", "pipe1", "wgmma"};  // MXG_PREFILL_* order
     const char *pk = getenv("MLXCEL_GPU_PREFILL_KERNEL");
@@ -516,7 +516,8 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     // (kernels/matvec.cuh, mxg_pdl_prefetch_cap; docs/DESIGN.md, "Programmatic dependent launch"; run
     // 42: 0.6B tg128 +8.7%, 8B +1.4%). 0: plain launches.
     c->launch.dependent_launch = c->info.cc >= 90 && knobs.pdl >= 1;
-    c->launch.pdl_early = c->launch.dependent_launch && knobs.pdl == 2;
+    c->launch.pdl_early = c->launch.dependent_launch && knobs.pdl >= 2;
+    c->launch.pdl_rest = c->launch.dependent_launch && knobs.pdl >= 3;
     c->launch.pdl_prefetch = c->launch.pdl_early ? mxg_pdl_prefetch_cap(c->info.l2_bytes) : 0;
     c->fuse = !mx_env_switch("MLXCEL_GPU_NO_FUSION");
     // MLXCEL_GPU_PLAN_TIMES=1: the device time of the plan runs (mx_plan_runs.device_seconds; the

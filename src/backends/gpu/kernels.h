@@ -68,6 +68,9 @@ typedef struct mxg_launch {
                            // after their grid wait and prefetch their first rows' weights into L2 before it;
                            // RMSNorm, embedding, SwiGLU, residual add and row gather become dependent
                            // launches too (their grid wait first, then the release)
+    bool pdl_rest;         // MLXCEL_GPU_PDL=3 (opt-in until measured): level 2 plus the same wait-then-release in
+                           // the kernels level 2 leaves as plain launches (attention decode and its combine,
+                           // q/k norm + RoPE, the token choice, the MoE kernels)
     size_t pdl_prefetch;   // ... at most this many bytes per launch (mxg_pdl_prefetch_cap; 0: no prefetch)
     int moe_fused;         // decode MoE expert products on kernels/moe_stream.cu (MLXCEL_GPU_MOE_FUSED: 1,
                            // the default; 2: with the routing in the gate/up launch; 3: the norm, router
