@@ -84,12 +84,9 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_conformance(gpu_conformance_moe_fused MLXCEL_GPU_MOE_FUSED=2)
   # Level 3 (the norm, router product and routing in one launch; the down launch's early reads).
   mlxcel_gpu_conformance(gpu_conformance_moe_fused3 MLXCEL_GPU_MOE_FUSED=3)
-  # Level 3's router launch on a full grid, the down + combine launch's warp-per-row form (0; the
-  # full-lane form with 1 row per warp is the default) and its 2-rows-per-warp form, each under
-  # every case of the harness.
-  mlxcel_gpu_conformance(gpu_conformance_moe_router_grid MLXCEL_GPU_MOE_FUSED=3 MLXCEL_GPU_MOE_ROUTER_GRID=1)
+  # The down + combine launch's warp-per-row form (0; the full-lane form is the default) under every
+  # case of the harness.
   mlxcel_gpu_conformance(gpu_conformance_moe_down_off MLXCEL_GPU_MOE_DOWN=0)
-  mlxcel_gpu_conformance(gpu_conformance_moe_down2 MLXCEL_GPU_MOE_FUSED=3 MLXCEL_GPU_MOE_DOWN=2)
 
   # The sample record split over many blocks per row against one block per row and the host rule.
   add_executable(test_gpu_sample ${PROJECT_SOURCE_DIR}/tests/gpu/test_gpu_sample.c)
@@ -142,11 +139,8 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_knob_refused(moe_fused_four MLXCEL_GPU_MOE_FUSED=4
                           "MLXCEL_GPU_MOE_FUSED='4': must be a whole number from 0 to 3 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(moe_fused_word MLXCEL_GPU_MOE_FUSED=fast "MLXCEL_GPU_MOE_FUSED='fast': must be")
-  mlxcel_gpu_knob_refused(moe_router_grid_two MLXCEL_GPU_MOE_ROUTER_GRID=2
-                          "MLXCEL_GPU_MOE_ROUTER_GRID='2': must be a whole number from 0 to 1 \\(unset: 0\\)")
-  mlxcel_gpu_knob_refused(moe_router_grid_word MLXCEL_GPU_MOE_ROUTER_GRID=yes "MLXCEL_GPU_MOE_ROUTER_GRID='yes': must be")
-  mlxcel_gpu_knob_refused(moe_down_three MLXCEL_GPU_MOE_DOWN=3
-                          "MLXCEL_GPU_MOE_DOWN='3': must be a whole number from 0 to 2 \\(unset: 1\\)")
+  mlxcel_gpu_knob_refused(moe_down_two MLXCEL_GPU_MOE_DOWN=2
+                          "MLXCEL_GPU_MOE_DOWN='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(moe_down_word MLXCEL_GPU_MOE_DOWN=flat "MLXCEL_GPU_MOE_DOWN='flat': must be")
   mlxcel_gpu_knob_refused(attn_mma_two MLXCEL_GPU_ATTN_MMA=2
                           "MLXCEL_GPU_ATTN_MMA='2': must be a whole number from 0 to 1 \\(unset: 1\\)")

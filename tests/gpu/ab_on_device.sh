@@ -48,13 +48,6 @@
 #             MoE cases now start at the norm, so level 3 runs the router launch; the ids compared
 #             exactly with the CPU's) and model parity on cuda with it; `--shape qwen3-30b-a3b -p 32
 #             -n 64` at 1 (the default) and 3 in turn, twice; the op suite with the knob.
-#   moe_grid  MoE decode on full grids and lanes (kernels/moe_router.cu's grid form,
-#             MLXCEL_GPU_MOE_ROUTER_GRID=1 with MLXCEL_GPU_MOE_FUSED=3; kernels/moe_stream.cu's
-#             full-lane down + combine, MLXCEL_GPU_MOE_DOWN=1 and 2): the
-#             conformance harness with each (the grid router at level 3, down 1 at level 1, down 2 at
-#             level 3) and model parity on cuda with each; then `--shape qwen3-30b-a3b -p 32 -n 64`
-#             with the defaults, level 3, level 3 + grid router, down 1, down 2, and both (level 3 +
-#             grid router + down 1) in turn, twice (~9 min, deadline 570 s).
 #   matvec    decode matrix-vector products, ~5 min, deadline 540 s: the op suite and the
 #             conformance harness (every matrix-vector path against the host reference and the CPU
 #             backend); bench_gpu_matvec of the 8B and the 0.6B (time and GB/s of each decode
@@ -132,10 +125,9 @@ case $suite in
 attn) deadline=300 ;;
 attn_mma | prefill | matvec | mixed | stream_lean | attn_short | attn_rope | stream_split | pdl2) deadline=540 ;;
 moe | moe_fast | grouped) deadline=480 ;;
-moe_grid) deadline=570 ;;
 sample) deadline=420 ;;
 *)
-    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|moe_grid|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|stream_split|pdl2 (the suites: the top of this file)" >&2
+    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|stream_split|pdl2 (the suites: the top of this file)" >&2
     exit 2
     ;;
 esac
@@ -223,27 +215,6 @@ suite_moe_fast() {
         check_bench "bench_30b_level3_$i" 90 "${on[@]}" "${b[@]}"
     done
     check_run gpu_ops_moe3 90 "check failed|passed|failed" "${on[@]}" -- build/cuda/test_gpu_ops
-}
-
-suite_moe_grid() {
-    check_build 240 mlxcel test_gpu_conformance test_model_parity
-    local i p="MoE|check failed|FAIL|passed|failed" b=(-- --shape qwen3-30b-a3b -p 32 -n 64)
-    local grid=(MLXCEL_GPU_MOE_FUSED=3 MLXCEL_GPU_MOE_ROUTER_GRID=1) down1=(MLXCEL_GPU_MOE_DOWN=1)
-    local down2=(MLXCEL_GPU_MOE_FUSED=3 MLXCEL_GPU_MOE_DOWN=2)
-    check_run gpu_conformance_router_grid 120 "$p" "${grid[@]}" -- build/cuda/test_gpu_conformance
-    check_run gpu_conformance_down1 120 "$p" "${down1[@]}" -- build/cuda/test_gpu_conformance
-    check_run gpu_conformance_down2 120 "$p" "${down2[@]}" -- build/cuda/test_gpu_conformance
-    check_run parity_cuda_router_grid 90 "$p" MLXCEL_TEST_BACKEND=cuda "${grid[@]}" -- build/cuda/test_model_parity
-    check_run parity_cuda_down1 90 "$p" MLXCEL_TEST_BACKEND=cuda "${down1[@]}" -- build/cuda/test_model_parity
-    check_run parity_cuda_down2 90 "$p" MLXCEL_TEST_BACKEND=cuda "${down2[@]}" -- build/cuda/test_model_parity
-    for i in 1 2; do
-        check_bench "bench_30b_default_$i" "$([ "$i" = 1 ] && echo 200 || echo 60)" "${b[@]}"  # the first makes the model
-        check_bench "bench_30b_level3_$i" 60 MLXCEL_GPU_MOE_FUSED=3 "${b[@]}"
-        check_bench "bench_30b_router_grid_$i" 60 "${grid[@]}" "${b[@]}"
-        check_bench "bench_30b_down1_$i" 60 "${down1[@]}" "${b[@]}"
-        check_bench "bench_30b_down2_$i" 60 MLXCEL_GPU_MOE_DOWN=2 "${b[@]}"
-        check_bench "bench_30b_both_$i" 60 "${grid[@]}" "${down1[@]}" "${b[@]}"
-    done
 }
 
 suite_matvec() {

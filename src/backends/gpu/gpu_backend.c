@@ -339,7 +339,7 @@ static int env_int(const char *name, int def, int lo, int hi, int *out, mx_error
 typedef struct gpu_knobs {
     int matvec_rows, matvec_max_tokens, stream_min_cols, stream_rows, sample_blocks, tc_decode_tokens, attn_decode,
         attn_short, attn_rope;
-    int prefill_kernel, moe_fused, moe_router_grid, moe_down, attn_mma, sample_fast, grouped, stream_lean, stream_split, pdl;
+    int prefill_kernel, moe_fused, moe_down, attn_mma, sample_fast, grouped, stream_lean, stream_split, pdl;
     bool prefill_asked;  // MLXCEL_GPU_PREFILL_KERNEL (or MLXCEL_GPU_MMA_SYNC) was set
 } gpu_knobs;
 
@@ -383,13 +383,10 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // (bench/RESULTS.md, run 21). 3: level 1, and the norm, router product and routing records in
     // one launch (kernels/moe_router.cu), the down launch reading the combine's inputs early
     // (bench/RESULTS.md, "MoE decode: routing and down+combine").
-    // MLXCEL_GPU_MOE_ROUTER_GRID (unset: 0, off): level 3's router launch with one router row per
-    // warp and each row's columns split over warps as the fused norm and router launch splits them
-    // (64 blocks instead of 16 on the 30B-A3B; the same logits bits as that launch).
     // MLXCEL_GPU_MOE_DOWN (unset: 1): the down + combine launch with every lane streaming: each
-    // warp's (row, expert, chunk) items dealt over its lanes, 1 row per warp (=1) or 2 (=2, half the
-    // blocks, so half the staged SwiGLU rows); 0: a warp per output row over the chunks. Run 42: the
-    // 30B-A3B's tg64 +1.5% at 1, -2% at 2 (bench/RESULTS.md, "MoE decode on full lanes").
+    // warp's (expert, chunk) items of its output row dealt over its lanes; 0: a warp per output row
+    // over the chunks. Run 42: the 30B-A3B's tg64 +1.5% at 1 (bench/RESULTS.md, "MoE decode on
+    // full lanes").
     // MLXCEL_GPU_ATTN_MMA=0: prefill attention on the SIMT kernel (kernels/attention.cu) instead of
     // the tensor-core one (vendor/cuda/attn_mma.cu; unset: 1; run 20: the 8B's pp8192 1,672 against
     // 5,069 tok/s).
@@ -415,8 +412,7 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_SAMPLE_FAST", 1, 0, 1, &k->sample_fast, err) ||
         env_int("MLXCEL_GPU_TC_DECODE", MXG_TC_DECODE_DEFAULT_TOKENS, 0, 64, &k->tc_decode_tokens, err) ||
         env_int("MLXCEL_GPU_MOE_FUSED", 1, 0, 3, &k->moe_fused, err) ||
-        env_int("MLXCEL_GPU_MOE_ROUTER_GRID", 0, 0, 1, &k->moe_router_grid, err) ||
-        env_int("MLXCEL_GPU_MOE_DOWN", 1, 0, 2, &k->moe_down, err) ||
+        env_int("MLXCEL_GPU_MOE_DOWN", 1, 0, 1, &k->moe_down, err) ||
         env_int("MLXCEL_GPU_ATTN_MMA", 1, 0, 1, &k->attn_mma, err) ||
         env_int("MLXCEL_GPU_GROUPED", 1, 0, 1, &k->grouped, err) ||
         env_int("MLXCEL_GPU_PDL", 2, 0, 3, &k->pdl, err))
@@ -526,8 +522,7 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
         (mxg_rt_event_create(&c->ev_start, err) != 0 || mxg_rt_event_create(&c->ev_stop, err) != 0))
         goto fail;
     c->launch.moe_fused = knobs.moe_fused;
-    c->launch.moe_router_grid = knobs.moe_router_grid == 1;
-    c->launch.moe_down = knobs.moe_down;
+    c->launch.moe_down = knobs.moe_down == 1;
     c->launch.matvec_rows = knobs.matvec_rows;
     c->launch.matvec_max_tokens = knobs.matvec_max_tokens;
     // MLXCEL_GPU_OLD_MATVEC=1: the matrix-vector kernels of before the scaled-activation 4/8-bit

@@ -76,10 +76,9 @@ typedef struct mxg_launch {
                            // the default; 2: with the routing in the gate/up launch; 3: the norm, router
                            // product and routing in one launch, kernels/moe_router.cu; 0: the records)
     void *moe_tickets;     // level 3: MXG_MOE_MAX_TOKENS zeroed counters (kernels/moe_router.cu), else NULL
-    bool moe_router_grid;  // level 3's router launch on a full grid (MLXCEL_GPU_MOE_ROUTER_GRID=1; off by default)
-    int moe_down;          // the down + combine launch's layout (MLXCEL_GPU_MOE_DOWN; 0: a warp per output row
-                           // over the chunks; 1, the default: every lane streams (expert, chunk) pairs of 1 row
-                           // per warp; 2: of 2 rows per warp, half the blocks; kernels/moe_stream.cu)
+    bool moe_down;         // the down + combine launch's layout (MLXCEL_GPU_MOE_DOWN; 1, the default: every lane
+                           // streams (expert, chunk) pairs of its warp's row; 0: a warp per output row over the
+                           // chunks; kernels/moe_stream.cu)
     void *scratch;         // device workspace for split attention partials
     size_t scratch_bytes;
     void *small_scratch;   // device workspace for argmax keys (cleared by the op itself)

@@ -46,7 +46,7 @@ g++ $flags -o "$out/test_kv_emulated" tests/gpu/kv_emulation/emu.cpp tests/gpu/k
 gcc -std=c11 -O1 -Isrc -Iinclude -c tests/gpu/gpu_ref.c -o "$out/gpu_ref.o"
 # shellcheck disable=SC2086,SC2046
 g++ -I"$out/inc" $flags -Itests/gpu -o "$out/test_moe_emulated" tests/gpu/kv_emulation/emu.cpp tests/gpu/kv_emulation/test_moe_emulated.cpp \
-    "$out/moe.cpp" "$out/moe_stream.cpp" "$out/moe_router.cpp" "$out/matvec_fused.cpp" "$out/gpu_ref.o" \
+    "$out/moe.cpp" "$out/moe_stream.cpp" "$out/moe_router.cpp" "$out/gpu_ref.o" \
     "$lib/libmlxcel_lib.a" $(pkg-config --libs jansson libpcre2-8 libutf8proc libmicrohttpd) -lcurl -lm -lpthread
 # The streaming kernel's lean form (MLXCEL_GPU_STREAM_LEAN=1) and its split form
 # (MLXCEL_GPU_STREAM_SPLIT=1; test_stream_lean_emulated.cpp) through matvec_fused.cu, whose streaming
@@ -101,7 +101,7 @@ for f in moe_router moe_stream; do
 done
 # shellcheck disable=SC2086,SC2046
 g++ -I"$out/inc" $flags -Itests/gpu -o "$out/test_moe_fault" tests/gpu/kv_emulation/emu.cpp tests/gpu/kv_emulation/test_moe_emulated.cpp \
-    "$out/moe.cpp" "$out/moe_stream_fault.cpp" "$out/moe_router_fault.cpp" "$out/matvec_fused.cpp" "$out/gpu_ref.o" \
+    "$out/moe.cpp" "$out/moe_stream_fault.cpp" "$out/moe_router_fault.cpp" "$out/gpu_ref.o" \
     "$lib/libmlxcel_lib.a" $(pkg-config --libs jansson libpcre2-8 libutf8proc libmicrohttpd) -lcurl -lm -lpthread
 "$out/test_moe_fault" >"$out/moe_fault.log" 2>&1 && { echo "moe level 3: the planted faults passed the emulation: FAIL"; exit 1; }
 for w in "moe router" "level 3 down differs"; do
@@ -126,22 +126,16 @@ for f in read store; do
     [ "$n" -gt 0 ] || { echo "attn rope: no failure from the planted $f fault: FAIL"; exit 1; }
     echo "attn rope: the planted $f fault fails the emulation ($n failures): ok"
 done
-# The full-grid forms' planted faults: the grid router's last split part left out of each row's
-# sum, and the full-lane down form's products added into the neighbouring expert's (or row's) sum.
-sed 's/for (int p = 1; kpart == 0 \&\& p < ks; p++)/for (int p = 1; kpart == 0 \&\& p < ks - 1; p++)/' \
-    "$out/moe_router.cpp" >"$out/moe_router_grid_fault.cpp"
+# The full-lane down form's planted fault: its products added into the neighbouring expert's sum.
 sed 's/if (q == slot) acc\[q\] += d;/if (q == (slot ^ 1)) acc[q] += d;/' "$out/moe_stream.cpp" >"$out/moe_stream_flat_fault.cpp"
-! cmp -s "$out/moe_router.cpp" "$out/moe_router_grid_fault.cpp" || { echo "run.sh: the planted grid router fault did not apply"; exit 1; }
 ! cmp -s "$out/moe_stream.cpp" "$out/moe_stream_flat_fault.cpp" || { echo "run.sh: the planted full-lane down fault did not apply"; exit 1; }
 # shellcheck disable=SC2086,SC2046
-g++ -I"$out/inc" $flags -Itests/gpu -o "$out/test_moe_grid_fault" tests/gpu/kv_emulation/emu.cpp tests/gpu/kv_emulation/test_moe_emulated.cpp \
-    "$out/moe.cpp" "$out/moe_stream_flat_fault.cpp" "$out/moe_router_grid_fault.cpp" "$out/matvec_fused.cpp" "$out/gpu_ref.o" \
+g++ -I"$out/inc" $flags -Itests/gpu -o "$out/test_moe_flat_fault" tests/gpu/kv_emulation/emu.cpp tests/gpu/kv_emulation/test_moe_emulated.cpp \
+    "$out/moe.cpp" "$out/moe_stream_flat_fault.cpp" "$out/moe_router.cpp" "$out/gpu_ref.o" \
     "$lib/libmlxcel_lib.a" $(pkg-config --libs jansson libpcre2-8 libutf8proc libmicrohttpd) -lcurl -lm -lpthread
-"$out/test_moe_grid_fault" >"$out/moe_grid_fault.log" 2>&1 && { echo "moe grid forms: the planted faults passed the emulation: FAIL"; exit 1; }
-for w in "moe router grid" "full-lane down (1) differs" "full-lane down (2) differs"; do
-    grep -q "$w.*FAIL" "$out/moe_grid_fault.log" || { echo "moe grid forms: no failure from the planted fault ($w): FAIL"; exit 1; }
-done
-grep -q "moe router .*bias.*: h .*FAIL\|moe fused .*level 3 down differs" "$out/moe_grid_fault.log" &&
-    { echo "moe grid forms: the planted faults moved the default forms: FAIL"; exit 1; }
-echo "moe grid forms: the planted split-sum and full-lane slot faults fail the emulation ($(grep -c FAIL "$out/moe_grid_fault.log") failures): ok"
+"$out/test_moe_flat_fault" >"$out/moe_flat_fault.log" 2>&1 && { echo "moe full-lane down: the planted fault passed the emulation: FAIL"; exit 1; }
+grep -q "full-lane down differs.*FAIL" "$out/moe_flat_fault.log" || { echo "moe full-lane down: no failure from the planted fault: FAIL"; exit 1; }
+grep -q "moe fused .*level 3 down differs" "$out/moe_flat_fault.log" &&
+    { echo "moe full-lane down: the planted fault moved the warp-per-row form: FAIL"; exit 1; }
+echo "moe full-lane down: the planted slot fault fails the emulation ($(grep -c FAIL "$out/moe_flat_fault.log") failures): ok"
 exec "$out/test_kv_emulated" $arg

@@ -14,13 +14,6 @@
 // dot on the staged row), so the logits differ from the record's only in float32 summation order.
 // Anything else (other formats, more than kMoeMaxTokens tokens, rows that do not fit the staging,
 // more than 128 experts chosen) runs as before.
-// The grid form (MLXCEL_GPU_MOE_ROUTER_GRID=1, L->moe_router_grid; off by default): one router row
-// per warp and each row's columns split over ks warps of its block, ks picked as the fused norm and
-// router launch picks its split-K (matvec_ksplit: 2 on the 30B-A3B's 2048 columns, so 64 blocks
-// for 128 experts instead of 16). Lane l of split part p takes chunks p * W + l, then every ks * W
-// further, the first warp of each row adds the others' sums in part order, then the bias: the
-// order of kernels/matvec_fused.cu, so the logits are those of the two-launch form bit for bit
-// (the same dot products on the same staged row).
 #include "backends/gpu/kernels/moe_common.cuh"
 #include "backends/gpu/kernels_fused.h"
 
@@ -29,7 +22,7 @@ namespace {
 using namespace mxg;
 
 constexpr int kRouterThreads = kMoeRouteThreads;  // 128: the last block routes as the record does
-constexpr int kRouterRows = 2;                    // router rows per warp (the grid form: 1)
+constexpr int kRouterRows = 2;                    // router rows per warp
 
 struct RouterArgs {
     MatView w;
@@ -43,31 +36,29 @@ struct RouterArgs {
     int k;
     bool norm_topk;
     int blocks_per_token;
-    int ksplit;  // warps that share each row's columns (1, or the grid form's split)
 };
 
-template <int W, class F, int R>
+template <int W, class F>
 __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(RouterArgs a) {
     MXG_WARP_ONLY(W) {
-    constexpr int warps = kRouterThreads / W;
+    constexpr int warps = kRouterThreads / W, R = kRouterRows;
     extern __shared__ float4 xs4[];  // [nchunks * 8]: the normalized row; then logits [E], probabilities [E]
     __shared__ float sv[1024 / W];
     __shared__ int si[1024 / W];
-    __shared__ float part_sums[kRouterThreads / 32][R];  // split rows: each warp's sums
     __shared__ bool last;
-    const int lane = (int)threadIdx.x % W, warp = (int)threadIdx.x / W, ks = a.ksplit, kpart = warp % ks;
-    const int cols = a.w.cols, nchunks = cols >> 5, n4 = nchunks * 8, cstep = ks * W, cfirst = kpart * W + lane;
+    const int lane = (int)threadIdx.x % W;
+    const int cols = a.w.cols, nchunks = cols >> 5, n4 = nchunks * 8, steps = (nchunks + W - 1) / W;
     const int E = (int)a.w.rows, t = (int)blockIdx.x / a.blocks_per_token;
     const int part = (int)blockIdx.x % a.blocks_per_token;
-    const int r0 = (part * (warps / ks) + warp / ks) * R;
+    const int r0 = (part * warps + (int)threadIdx.x / W) * R;
     const bool active = r0 < E;
     int rows[R];  // clamped past the matrix (not written)
 #pragma unroll
     for (int j = 0; j < R; j++) rows[j] = min(r0 + j, E - 1);
     typename F::Raw b[R];
-    if (active && cfirst < nchunks) {  // the weights do not depend on the previous launch
+    if (active && lane < nchunks) {  // the weights do not depend on the previous launch
 #pragma unroll
-        for (int j = 0; j < R; j++) F::load_raw(a.w, rows[j], cfirst, b[j]);
+        for (int j = 0; j < R; j++) F::load_raw(a.w, rows[j], lane, b[j]);
     }
     mxg_grid_wait();
     // The RMSNorm (the fused norm's arithmetic, kernels/matvec_fused.cu) while staging the row.
@@ -90,29 +81,21 @@ __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(RouterArgs a
     float acc[R];
 #pragma unroll
     for (int j = 0; j < R; j++) acc[j] = 0.0f;
-    for (int c = cfirst; active && c < nchunks; c += cstep) {
+    for (int s = 0; active && s < steps; s++) {
+        const int c = s * W + lane;
+        if (c >= nchunks) break;
         float xv[32];
         const float xs = moe_chunk<F>(xs4, c, xv);
 #pragma unroll
         for (int j = 0; j < R; j++) {
             acc[j] += moe_dot<F>(b[j], xv, xs);
-            if (c + cstep < nchunks) F::load_raw(a.w, rows[j], c + cstep, b[j]);
+            if (c + W < nchunks) F::load_raw(a.w, rows[j], c + W, b[j]);
         }
     }
     mxg_grid_release();
 #pragma unroll
     for (int j = 0; j < R; j++) acc[j] = warp_sum<W>(acc[j]);
-    if (ks > 1) {  // the first warp of each row group adds the others' sums, in part order
-        if (lane == 0) {
-#pragma unroll
-            for (int j = 0; j < R; j++) part_sums[warp][j] = acc[j];
-        }
-        __syncthreads();
-        for (int p = 1; kpart == 0 && p < ks; p++)
-#pragma unroll
-            for (int j = 0; j < R; j++) acc[j] += part_sums[warp + p][j];
-    }
-    if (active && kpart == 0 && lane == 0) {
+    if (active && lane == 0) {
 #pragma unroll
         for (int j = 0; j < R; j++)
             if (r0 + j < E) a.logits[(int64_t)t * E + r0 + j] = acc[j] + (a.bias ? a.bias[r0 + j] : 0.0f);
@@ -142,14 +125,6 @@ size_t router_smem(const mx_matrix *w) {
     return (size_t)w->cols * sizeof(float) + 2 * (size_t)w->rows * sizeof(float);
 }
 
-// The grid form's split: what kernels/matvec_fused.cu's launch picks for the router alone (one
-// row per warp, the row staged, the partial sums after it).
-int router_ksplit(const mxg_launch *L, const mx_matrix *w) {
-    const int warps = kRouterThreads / L->warp;
-    return matvec_ksplit(L, (w->rows + warps - 1) / warps, (int)(w->cols / 32), (size_t)(w->cols / 32) * 128,
-                         sizeof(float) * warps);
-}
-
 }  // namespace
 
 extern "C" bool mxg_moe_router_ok(const mxg_launch *L, const mx_matrix *w, const float *x, const float *norm_w,
@@ -171,17 +146,11 @@ extern "C" void mxg_moe_router(const mxg_launch *L, float *norm_out, float *logi
     a.ids = ids, a.weights = weights;
     a.tickets = (unsigned *)L->moe_tickets;
     a.k = k, a.norm_topk = norm_topk;
-    const int warps = kRouterThreads / L->warp;
-    // The grid form: the fused norm and router launch's split (kernels/matvec_fused.cu, one row per
-    // warp there too), so the same lanes add the same chunks.
-    a.ksplit = L->moe_router_grid ? router_ksplit(L, w) : 1;
-    const int rows_per_block = warps / a.ksplit * (L->moe_router_grid ? 1 : kRouterRows);
+    const int rows_per_block = kRouterThreads / L->warp * kRouterRows;
     a.blocks_per_token = (int)((w->rows + rows_per_block - 1) / rows_per_block);
     const unsigned blocks = (unsigned)(a.blocks_per_token * n);
     dispatch_moe_format(w, [&](auto fmt) {
         using F = decltype(fmt);
-        MXG_WARP_DISPATCH(L->warp, moe_launch(L, L->moe_router_grid ? moe_router_kernel<W, F, 1>
-                                                                    : moe_router_kernel<W, F, kRouterRows>,
-                                              blocks, kRouterThreads, router_smem(w), a));
+        MXG_WARP_DISPATCH(L->warp, moe_launch(L, moe_router_kernel<W, F>, blocks, kRouterThreads, router_smem(w), a));
     });
 }

@@ -243,83 +243,72 @@ __global__ void __launch_bounds__(kDownThreads, 2) moe_down_combine_kernel(DownA
     }
 }
 
-// The down + combine launch on full lanes (MLXCEL_GPU_MOE_DOWN=1 or 2, L->moe_down): each warp takes
-// RW output rows of one token for all k experts, and deals the warp's RW * k * nchunks (row, expert,
-// chunk) items over its lanes, item f = i * W + lane for the lane's i-th, row-major (row, then
-// expert, then chunk). On the 30B-A3B (k 8, 24 chunks) that is 192 items per row: 6 per lane on
-// all 32 lanes, where the warp-per-row form keeps 8 loads on 24 lanes and 8 idle. Each lane adds
-// its items into acc[row][expert] in item order, the warp then sums each across lanes; the combine
-// is the record's (expert order, fmaf, weights and out read right after the grid wait, as level 3's
-// form). RW 2 halves the blocks, so each token's k SwiGLU rows are staged half as often
-// (128 instead of 256 times 24 KB on the 30B-A3B); the staging issues 8 loads per thread at a time.
-// Items go in groups of G per lane, the group's weight loads all issued before its products: 6 at 4
-// bits (the 30B-A3B's row in one group), 4 at 8 (wider raw chunks) at 1 row a warp, where the
-// launch bound leaves 128 registers (ptxas, sm_90a: 4-bit and mxfp4 no spill, 8-bit 16 bytes, where
-// the warp-per-row form spills ~150; 8 items spilled 16 and 500 bytes); 12 at 2 rows a warp, one
-// block per multiprocessor (up to 232 registers, no spill).
-template <class F, int RW>
+// The down + combine launch on full lanes (MLXCEL_GPU_MOE_DOWN=1, the default; L->moe_down): each
+// warp takes one output row of one token for all k experts, and deals the row's k * nchunks
+// (expert, chunk) items over its lanes, item f = i * W + lane for the lane's i-th, expert-major. On
+// the 30B-A3B (k 8, 24 chunks) that is 192 items per row: 6 per lane on all 32 lanes, where the
+// warp-per-row form keeps 8 loads on 24 lanes and 8 idle. Each lane adds its items into acc[expert]
+// in item order, the warp then sums each across lanes; the combine is the record's (expert order,
+// fmaf, weights and out read right after the grid wait, as level 3's form); the staging issues 8
+// loads per thread at a time. Items go in groups of G per lane, the group's weight loads all issued
+// before its products: 6 at 4 bits (the 30B-A3B's row in one group), 4 at 8 (wider raw chunks),
+// where the launch bound leaves 128 registers (ptxas, sm_90a: 4-bit and mxfp4 no spill, 8-bit 16
+// bytes, where the warp-per-row form spills ~150; 8 items spilled 16 and 500 bytes).
+template <class F>
 constexpr int down_flat_group() {
-    return RW == 2 ? 12 : F::bits == 8 ? 4 : 6;
+    return F::bits == 8 ? 4 : 6;
 }
 
-template <int W, class F, int RW>
-__global__ void __launch_bounds__(kDownThreads, 3 - RW) moe_down_flat_kernel(DownArgs a) {
+template <int W, class F>
+__global__ void __launch_bounds__(kDownThreads, 2) moe_down_flat_kernel(DownArgs a) {
     MXG_WARP_ONLY(W) {
-    constexpr int warps = kDownThreads / W, G = down_flat_group<F, RW>(), NA = RW * kMoeMaxK;
+    constexpr int warps = kDownThreads / W, G = down_flat_group<F>();
     extern __shared__ float4 xs4[];  // [k][nchunks * 8]: the token's k input rows
-    __shared__ float early[kDownThreads / 32][RW][kMoeMaxK + 1];  // each warp's weights, then out's values
+    __shared__ float early[kDownThreads / 32][kMoeMaxK + 1];  // each warp's weights, then out's value
     const int lane = (int)threadIdx.x % W, warp = (int)threadIdx.x / W;
     const int nchunks = a.w.cols >> 5, n4 = nchunks * 8, k = a.k;
-    const int t = (int)blockIdx.x / a.blocks_per_token, per_row = k * nchunks, items = RW * per_row;
+    const int t = (int)blockIdx.x / a.blocks_per_token, items = k * nchunks;
     const int rows_m = (int)a.w.rows;  // 32-bit: moe_fits bounds rows across experts
-    const int r0 = (((int)blockIdx.x % a.blocks_per_token) * warps + warp) * RW;
-    const bool active = r0 < rows_m;
+    const int r = ((int)blockIdx.x % a.blocks_per_token) * warps + warp;
+    const bool active = r < rows_m;
     const int groups = (items + G * W - 1) / (G * W);  // the same for every warp of the launch
     mxg_grid_wait();  // the ids, weights and input rows come from the previous records
     // The token's experts, lane j holding ids[j] (read by shuffle: no load between an item and its
     // weights' address).
     const int eid = lane < k ? a.ids[t * k + lane] : 0;
-    float acc[NA];
+    float acc[kMoeMaxK];
 #pragma unroll
-    for (int q = 0; q < NA; q++) acc[q] = 0.0f;
+    for (int q = 0; q < kMoeMaxK; q++) acc[q] = 0.0f;
     for (int g = 0; g < groups; g++) {
-        // The lane's items of the group: the first one's (row, expert, chunk) by division, then each
-        // W items further by carrying chunks into experts and experts into rows.
-        int item[G];  // (row * kMoeMaxK + expert) << 16 | chunk; -1 past the warp's items
+        // The lane's items of the group: the first one's (expert, chunk) by division, then each W
+        // items further by carrying chunks into experts.
+        int item[G];  // expert << 16 | chunk; -1 past the row's items
         typename F::Raw b[G];
         {
             const int f0 = g * G * W + lane;
-            int rr = f0 / per_row, rem = f0 - rr * per_row, j = rem / nchunks, c = rem - j * nchunks;
+            int j = f0 / nchunks, c = f0 - j * nchunks;
 #pragma unroll
             for (int i = 0; i < G; i++) {
-                item[i] = rr < RW ? (rr * kMoeMaxK + j) << 16 | c : -1;
-                const int e = (int)__float_as_uint(mxg_shfl<W>(__uint_as_float((unsigned)eid), j));  // whole warp
-                if (active && rr < RW) F::load_raw(a.w, e * rows_m + min(r0 + rr, rows_m - 1), c, b[i]);
+                item[i] = j < k ? j << 16 | c : -1;
+                const int e = (int)__float_as_uint(mxg_shfl<W>(__uint_as_float((unsigned)eid), j < k ? j : 0));  // whole warp
+                if (active && j < k) F::load_raw(a.w, e * rows_m + min(r, rows_m - 1), c, b[i]);
                 c += W;
-                while (c >= nchunks) {
-                    c -= nchunks;
-                    if (++j == k) j = 0, rr++;
-                }
+                while (c >= nchunks) c -= nchunks, j++;
             }
         }
         if (g == 0) {  // the combine's inputs (lane 0, parked after the staging), then the staging
-            float wts[kMoeMaxK] = {}, old[RW] = {};
+            float wts[kMoeMaxK] = {}, old = 0.0f;
             if (active && lane == 0) {
 #pragma unroll
                 for (int j = 0; j < kMoeMaxK; j++)
                     if (j < k) wts[j] = a.weights[(int64_t)t * k + j];
-#pragma unroll
-                for (int rr = 0; rr < RW; rr++)
-                    if (r0 + rr < rows_m) old[rr] = a.out[(int64_t)t * rows_m + r0 + rr];
+                old = a.out[(int64_t)t * rows_m + r];
             }
             moe_stage<F, kDownThreads, 8>(xs4, a.x + (int64_t)t * k * a.w.cols, k, n4);
             if (active && lane == 0) {
 #pragma unroll
-                for (int rr = 0; rr < RW; rr++) {
-#pragma unroll
-                    for (int j = 0; j < kMoeMaxK; j++) early[warp][rr][j] = wts[j];
-                    early[warp][rr][kMoeMaxK] = old[rr];
-                }
+                for (int j = 0; j < kMoeMaxK; j++) early[warp][j] = wts[j];
+                early[warp][kMoeMaxK] = old;
             }
             __syncthreads();  // the only barrier (groups is the same for every thread)
         }
@@ -328,32 +317,27 @@ __global__ void __launch_bounds__(kDownThreads, 3 - RW) moe_down_flat_kernel(Dow
             if (!active || item[i] < 0) continue;
             const int slot = item[i] >> 16;
             float xv[32];
-            const float xs = moe_chunk<F>(xs4 + (slot % kMoeMaxK) * n4, item[i] & 0xffff, xv);
+            const float xs = moe_chunk<F>(xs4 + slot * n4, item[i] & 0xffff, xv);
             const float d = moe_dot<F>(b[i], xv, xs);
 #pragma unroll
-            for (int q = 0; q < NA; q++)
+            for (int q = 0; q < kMoeMaxK; q++)
                 if (q == slot) acc[q] += d;
         }
     }
     mxg_grid_release();
 #pragma unroll
-    for (int q = 0; q < NA; q++)
-        if (q % kMoeMaxK < k) acc[q] = warp_sum<W>(acc[q]);
+    for (int q = 0; q < kMoeMaxK; q++)
+        if (q < k) acc[q] = warp_sum<W>(acc[q]);
     if (!active || lane != 0) return;
+    float sum = 0.0f;  // kernels/moe.cu's combine: in expert order, then added to the output
 #pragma unroll
-    for (int rr = 0; rr < RW; rr++) {
-        const int r = r0 + rr;
-        if (r >= rows_m) continue;
-        float sum = 0.0f;  // kernels/moe.cu's combine: in expert order, then added to the output
-#pragma unroll
-        for (int j = 0; j < kMoeMaxK; j++) {
-            if (j >= k) continue;
-            const int64_t s = (int64_t)t * k + j;
-            a.y[s * rows_m + r] = acc[rr * kMoeMaxK + j];
-            sum = fmaf(early[warp][rr][j], acc[rr * kMoeMaxK + j], sum);
-        }
-        a.out[(int64_t)t * rows_m + r] = early[warp][rr][kMoeMaxK] + sum;
+    for (int j = 0; j < kMoeMaxK; j++) {
+        if (j >= k) continue;
+        const int64_t s = (int64_t)t * k + j;
+        a.y[s * rows_m + r] = acc[j];
+        sum = fmaf(early[warp][j], acc[j], sum);
     }
+    a.out[(int64_t)t * rows_m + r] = early[warp][kMoeMaxK] + sum;
     }
 }
 
@@ -420,15 +404,14 @@ extern "C" void mxg_moe_down_combine(const mxg_launch *L, float *y, float *out, 
     a.x = x, a.weights = weights;
     a.ids = ids;
     a.k = k;
-    const int rows_per_block = kDownThreads / L->warp * (L->moe_down == 2 ? 2 : 1);
+    const int rows_per_block = kDownThreads / L->warp;
     a.blocks_per_token = (int)((w->rows + rows_per_block - 1) / rows_per_block);
     const unsigned blocks = (unsigned)((int64_t)a.blocks_per_token * n);
     const size_t smem = (size_t)k * w->cols * sizeof(float);
     dispatch_moe_format(w, [&](auto fmt) {
         using F = decltype(fmt);
         MXG_WARP_DISPATCH(L->warp, {
-            if (L->moe_down == 2) moe_launch(L, moe_down_flat_kernel<W, F, 2>, blocks, kDownThreads, smem, a);
-            else if (L->moe_down == 1) moe_launch(L, moe_down_flat_kernel<W, F, 1>, blocks, kDownThreads, smem, a);
+            if (L->moe_down) moe_launch(L, moe_down_flat_kernel<W, F>, blocks, kDownThreads, smem, a);
             else
                 moe_launch(L, L->moe_fused >= 3 ? moe_down_combine_kernel<W, F, true> : moe_down_combine_kernel<W, F, false>,
                            blocks, kDownThreads, smem, a);
