@@ -80,6 +80,9 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   # kernels/matvec.cuh) is the default; plain launches under every case (the results must not
   # depend on the overlap).
   mlxcel_gpu_conformance(gpu_conformance_pdl_off MLXCEL_GPU_PDL=0)
+  # Level 3 (opt-in): the launches level 2 leaves plain become dependent ones too (the MoE routing,
+  # the MoE launches' early release and the down launch's expert-row prefetch among them).
+  mlxcel_gpu_conformance(gpu_conformance_pdl3 MLXCEL_GPU_PDL=3)
   # The fused MoE decode launches (routing folded in) under every case of the harness.
   mlxcel_gpu_conformance(gpu_conformance_moe_fused MLXCEL_GPU_MOE_FUSED=2)
   # Level 3 (the norm, router product and routing in one launch; the down launch's early reads).
@@ -193,6 +196,7 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
     mlxcel_gpu_parity(gpu_model_parity_ungrouped MLXCEL_GPU_GROUPED=0 MLXCEL_GPU_TC_DECODE=2)
     # Plain launches (MLXCEL_GPU_PDL=0; level 2 is the default) through the fixtures.
     mlxcel_gpu_parity(gpu_model_parity_pdl_off MLXCEL_GPU_PDL=0)
+    mlxcel_gpu_parity(gpu_model_parity_pdl3 MLXCEL_GPU_PDL=3)
   endif()
 
   add_executable(bench_gpu_decode ${PROJECT_SOURCE_DIR}/tests/gpu/bench_gpu_decode.c)

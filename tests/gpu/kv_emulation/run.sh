@@ -7,7 +7,8 @@
 # experts and weights against the CPU backend's, NaN and infinite router logits included) and
 # moe_stream.cu's fused decode kernels (against the tests' double-precision reference, gpu_ref.c) and
 # moe_router.cu's router launch (the CPU backend's routing on its logits; then two planted faults of
-# level 3 that must fail), the decode attention with RoPE folded in against two planted faults, and
+# level 3 that must fail; the warp routing against the block form's bits and MLXCEL_GPU_PDL=3's
+# down prefetch, with planted faults), the decode attention with RoPE folded in against two planted faults, and
 # the streaming kernel's lean one-token form and its split form (test_stream_lean_emulated.cpp: the
 # lean form bit for bit today's, the split form within the float32 bound of the lean form and of the
 # reference, and planted faults in each that must fail).
@@ -108,6 +109,30 @@ for w in "moe router" "level 3 down differs"; do
     grep -q "$w.*FAIL" "$out/moe_fault.log" || { echo "moe level 3: no failure from the planted fault ($w): FAIL"; exit 1; }
 done
 echo "moe level 3: the planted ticket and early-weight faults fail the emulation ($(grep -c FAIL "$out/moe_fault.log") failures): ok"
+# The warp routing's and MLXCEL_GPU_PDL=3's planted faults (test_moe_emulated.cpp must fail with each,
+# and each where it should): ties broken toward the larger index (moe_route.cuh, included by every
+# MoE kernel: a faulty copy first on the include path), the block form's warp sums added in reverse
+# order (the same experts, other weight bits), and the down launch's prefetch budget ignored.
+mkdir -p "$out/fault_route/backends/gpu/kernels"
+sed -e 's/return v_nan ? i < bi : v > bv || (v == bv \&\& i < bi);/return v_nan ? i < bi : v > bv || (v == bv \&\& i > bi);/' \
+    -e 's/for (int p = 0; p < P; p++) sum += warp_sum<W>(part\[p\]);/for (int p = P - 1; p >= 0; p--) sum += warp_sum<W>(part[p]);/' \
+    src/backends/gpu/kernels/moe_route.cuh >"$out/fault_route/backends/gpu/kernels/moe_route.cuh"
+[ "$(diff src/backends/gpu/kernels/moe_route.cuh "$out/fault_route/backends/gpu/kernels/moe_route.cuh" | grep -c '^>')" = 2 ] ||
+    { echo "run.sh: the planted routing faults did not both apply"; exit 1; }
+sed 's/unsigned budget = a.prefetch;/unsigned budget = 1u << 30;/' "$out/moe_stream.cpp" >"$out/moe_stream_pdl_fault.cpp"
+! cmp -s "$out/moe_stream.cpp" "$out/moe_stream_pdl_fault.cpp" || { echo "run.sh: the planted pdl=3 prefetch fault did not apply"; exit 1; }
+# shellcheck disable=SC2086,SC2046
+g++ -I"$out/fault_route" -I"$out/inc" $flags -Itests/gpu -o "$out/test_moe_route_fault" tests/gpu/kv_emulation/emu.cpp \
+    tests/gpu/kv_emulation/test_moe_emulated.cpp "$out/moe.cpp" "$out/moe_stream_pdl_fault.cpp" "$out/moe_router.cpp" \
+    "$out/gpu_ref.o" "$lib/libmlxcel_lib.a" $(pkg-config --libs jansson libpcre2-8 libutf8proc libmicrohttpd) -lcurl -lm -lpthread
+"$out/test_moe_route_fault" >"$out/moe_route_fault.log" 2>&1 && { echo "moe routing: the planted faults passed the emulation: FAIL"; exit 1; }
+for w in "moe_route ties.*differs from the CPU's.*FAIL" "moe_route random.*bits differ from the block form.*FAIL" \
+    "moe fused .*pdl=3.*cap.*FAIL"; do
+    grep -q "$w" "$out/moe_route_fault.log" || { echo "moe routing / pdl=3: no failure from a planted fault ($w): FAIL"; exit 1; }
+done
+grep -q "moe_route random.*differs from the CPU's" "$out/moe_route_fault.log" &&
+    { echo "moe routing: the planted summation-order fault moved the choices: FAIL"; exit 1; }
+echo "moe routing / pdl=3: the planted tie, summation-order and prefetch-budget faults fail the emulation ($(grep -c FAIL "$out/moe_route_fault.log") failures): ok"
 # The decode attention with RoPE folded in (MLXCEL_GPU_ATTN_ROPE=1) against two planted faults, each
 # of which must fail its cases (test_kv_emulated rope: outputs and cache bytes against the two
 # launches): the token's own position read from the cache (which holds the slot's old row until the

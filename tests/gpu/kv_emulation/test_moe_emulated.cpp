@@ -5,6 +5,12 @@
 // and 64), ties, and router logits that are NaN or infinite (NaN weights, a degenerate RoPE base): a
 // NaN or +-inf logit makes every probability NaN and each pass takes the first expert not yet taken,
 // and -inf alone gives probability 0. The kernel before this check wrote index 0x7fffffff there.
+// The routing runs on one warp (kernels/moe_route.cuh); its ids and weights must also be bit for bit
+// those of the block form of 128 threads it replaced (route_block_form, that form's arithmetic in
+// its order on the host), on those cases and on ties across lanes and warps, 8 and 300 experts and
+// k 70 (past a warp's lanes). The down launch under MLXCEL_GPU_PDL=3 (L.pdl_rest): the same bits,
+// and its L2 prefetch before the grid wait inside the expert stack, at chosen experts' rows, 16-byte
+// aligned and sized, within the launch's cap, none at level 2.
 // Then the fused decode kernels (kernels/moe_stream.cu, MLXCEL_GPU_MOE_FUSED=1): gate/up + SwiGLU
 // and down + combine against the double-precision reference of the records (tests/gpu/gpu_ref.c:
 // its own dequantizer, ref_moe_matmul), relative error (L2) <= 1e-5 for gate, up, the SwiGLU and
@@ -33,6 +39,51 @@ extern "C" {
 
 static int fails = 0;
 
+// moe_route.cuh's pair order: larger first, then smaller index; NaN above every number.
+static bool pair_first(float v, int i, float bv, int bi) {
+    const bool v_nan = v != v, b_nan = bv != bv;
+    if (v_nan != b_nan) return v_nan;
+    return v_nan ? i < bi : v > bv || (v == bv && i < bi);
+}
+
+// The block form of the routing that the warp form replaced (a block of 128 threads: each thread's
+// sum of the probabilities e = thread, thread + 128, ... in index order, each warp's xor-butterfly
+// sum, the warps' sums added from warp 0; then k argmax passes in pair_first's order, the picks'
+// sum in pass order), on the host in that order: the warp form must give its bits.
+static void route_block_form(const float *l, int E, int k, bool norm, int W, int32_t *ids, float *w) {
+    const int T = 128;
+    float mx = -INFINITY;
+    for (int e = 0; e < E; e++) mx = fmaxf(mx, l[e]);
+    std::vector<float> probs(E), part(T, 0.0f);
+    for (int t = 0; t < T; t++)
+        for (int e = t; e < E; e += T) {
+            probs[e] = expf(l[e] - mx);
+            part[t] += probs[e];
+        }
+    float sum = 0.0f;
+    for (int wi = 0; wi < T / W; wi++) {
+        std::vector<float> v(part.begin() + wi * W, part.begin() + (wi + 1) * W), nv(W);
+        for (int o = W / 2; o > 0; o >>= 1) {
+            for (int lane = 0; lane < W; lane++) nv[lane] = v[lane] + v[lane ^ o];
+            v = nv;
+        }
+        sum += v[0];
+    }
+    for (int e = 0; e < E; e++) probs[e] /= sum;
+    float picked = 0.0f;
+    for (int j = 0; j < k; j++) {
+        float v = -INFINITY;
+        int idx = 0x7fffffff;
+        for (int e = 0; e < E; e++)
+            if (!(probs[e] < 0.0f) && pair_first(probs[e], e, v, idx)) v = probs[e], idx = e;
+        ids[j] = idx, w[j] = v;
+        probs[idx] = -1.0f;
+        picked += v;
+    }
+    if (norm)
+        for (int j = 0; j < k; j++) w[j] /= picked;
+}
+
 static void route_case(mx_backend *cpu, const mxg_launch *L, const char *name, const std::vector<float> &logits, int n,
                        int n_experts, int k, bool norm) {
     std::vector<int32_t> ids_gpu(n * k, -7), ids_cpu(n * k, -9);
@@ -53,9 +104,16 @@ static void route_case(mx_backend *cpu, const mxg_launch *L, const char *name, c
                        norm, L->warp, i / k, i % k, ids_gpu[i], w_gpu[i], ids_cpu[i], w_cpu[i]);
         }
     }
-    printf("moe_route %s: %d experts, k %d, norm %d, warp %d: %s\n", name, n_experts, k, norm, L->warp,
-           bad ? "FAIL" : "ok");
-    fails += bad != 0;
+    // The block form's bits (ids and weights, NaN included).
+    std::vector<int32_t> ids_block(n * k);
+    std::vector<float> w_block(n * k);
+    for (int t = 0; t < n; t++)
+        route_block_form(logits.data() + (size_t)t * n_experts, n_experts, k, norm, L->warp, ids_block.data() + t * k,
+                         w_block.data() + t * k);
+    const bool block_same = ids_gpu == ids_block && memcmp(w_gpu.data(), w_block.data(), sizeof(float) * n * k) == 0;
+    printf("moe_route %s: %d experts, k %d, norm %d, warp %d%s%s: %s\n", name, n_experts, k, norm, L->warp,
+           bad ? ", differs from the CPU's" : "", block_same ? "" : ", bits differ from the block form", bad || !block_same ? "FAIL" : "ok");
+    fails += bad != 0 || !block_same;
 }
 
 static double rel(const std::vector<float> &a, const std::vector<float> &b) {
@@ -145,11 +203,13 @@ static void fused_case(mx_quant q, mx_dtype dt, mx_dtype st, int n, int H, int E
     // the output starts at res0, y at 7, so a row or expert left out shows.
     bool flat_ok = true;
     double eflat = 0;
+    std::vector<float> yflat, outflat;  // level 1's
     for (int level = 1; level <= 3; level += 2) {
         std::vector<float> yf(m * H, 7.0f), outf = res0;
         L.moe_fused = level, L.moe_down = true;
         mxg_moe_down_combine(&L, yf.data(), outf.data(), act.data(), &wd, ids.data(), wts.data(), n, K);
         L.moe_fused = 1, L.moe_down = false;
+        if (level == 1) yflat = yf, outflat = outf;
         eflat = std::fmax(eflat, rel(yf, yref));
         flat_ok &= rel(yf, yref) <= 1e-5;
         for (int t = 0; t < n; t++)
@@ -160,6 +220,54 @@ static void fused_case(mx_quant q, mx_dtype dt, mx_dtype st, int n, int H, int E
                 flat_ok &= memcmp(&want, &outf[t * H + d], sizeof want) == 0;
             }
     }
+    // MLXCEL_GPU_PDL=3 (L.pdl_rest) on the full-lane form: the same bits as without it; before the
+    // grid wait each (warp, expert) lane's L2 prefetch of its expert's row inside the down stack's
+    // buffers, 16-byte aligned and sized, the launch's total within its cap (small here, so the
+    // budget binds where a row's codes pass 48 bytes), at least one, and each at an id's row; at
+    // level 2 (the routing in the gate/up launch just before, so the ids not yet final) none.
+    bool pdl_ok = true;
+    char pdl_why[160] = "";
+    {
+        const size_t cap = (size_t)H * n * K * 48;  // ~48 bytes a (warp, expert): under a row's codes
+        std::vector<float> yp(m * H, 7.0f), outp = res0, y2(m * H, 7.0f), out2 = res0;
+        L.moe_down = true, L.dependent_launch = L.pdl_early = L.pdl_rest = true, L.pdl_prefetch = cap;
+        emu_prefetches.clear();
+        mxg_moe_down_combine(&L, yp.data(), outp.data(), act.data(), &wd, ids.data(), wts.data(), n, K);
+        const std::vector<emu_range> pf = emu_prefetches;
+        L.moe_fused = 2;
+        emu_prefetches.clear();
+        mxg_moe_down_combine(&L, y2.data(), out2.data(), act.data(), &wd, ids.data(), wts.data(), n, K);
+        const bool none_at_2 = emu_prefetches.empty();
+        L.moe_fused = 1, L.moe_down = false, L.dependent_launch = L.pdl_early = L.pdl_rest = false, L.pdl_prefetch = 0;
+        const int64_t sb = mx_matrix_scale_bytes(&wd), row_bytes = mx_matrix_data_bytes(&wd) / (wd.n_experts * wd.rows);
+        size_t total = 0;
+        for (const emu_range &q : pf) {
+            const uintptr_t a0 = (uintptr_t)q.p;
+            const struct { const void *b; int64_t len; } bufs[3] = {
+                {wd.data, mx_matrix_data_bytes(&wd)}, {wd.scales, sb}, {wd.biases, sb}};
+            bool inside = false;
+            for (const auto &b : bufs)
+                inside = inside || (b.b && a0 >= (uintptr_t)b.b && a0 + q.bytes <= (uintptr_t)b.b + (uintptr_t)b.len);
+            // A codes range starts in the row (expert ids[t, j], r) of some token t and pick j.
+            bool at_id = a0 < (uintptr_t)wd.data || a0 >= (uintptr_t)wd.data + (uintptr_t)mx_matrix_data_bytes(&wd);
+            if (!at_id) {
+                const int64_t row = (int64_t)(a0 - (uintptr_t)wd.data) / row_bytes, e = row / wd.rows;
+                for (int i = 0; i < m && !at_id; i++) at_id = ids[i] == e;
+            }
+            if (q.bytes == 0 || q.bytes % 16 || a0 % 16 || !inside || !at_id) {
+                snprintf(pdl_why, sizeof pdl_why, ", a bad prefetch: %u bytes at %#lx%s", q.bytes, (unsigned long)a0,
+                         inside ? (at_id ? "" : " (no chosen expert's row)") : " (outside the stack)");
+                pdl_ok = false;
+                break;
+            }
+            total += q.bytes;
+        }
+        if (pdl_ok && (pf.empty() || total > cap))
+            snprintf(pdl_why, sizeof pdl_why, ", %zu prefetches of %zu bytes (cap %zu)", pf.size(), total, cap), pdl_ok = false;
+        if (!none_at_2) snprintf(pdl_why, sizeof pdl_why, ", a prefetch at level 2"), pdl_ok = false;
+        if (yp != yflat || memcmp(outp.data(), outflat.data(), sizeof(float) * outp.size()) != 0 || y2 != yflat)
+            snprintf(pdl_why, sizeof pdl_why, ", MLXCEL_GPU_PDL=3 changed the products"), pdl_ok = false;
+    }
     bool comb_ok = true;
     for (int t = 0; t < n; t++)
         for (int d = 0; d < H; d++) {
@@ -169,11 +277,11 @@ static void fused_case(mx_quant q, mx_dtype dt, mx_dtype st, int n, int H, int E
             comb_ok &= memcmp(&want, &out[t * H + d], sizeof want) == 0;
         }
     const bool ok = eg <= 1e-5 && eu <= 1e-5 && ea <= 1e-5 && ey <= 1e-5 && alias_ok && comb_ok && route_ok &&
-                    early_ok && flat_ok;
-    printf("moe fused %s: gate %.1e up %.1e act %.1e y %.1e full-lane y %.1e%s%s%s%s%s: %s\n", label, eg, eu, ea, ey,
+                    early_ok && flat_ok && pdl_ok;
+    printf("moe fused %s: gate %.1e up %.1e act %.1e y %.1e full-lane y %.1e%s%s%s%s%s%s%s: %s\n", label, eg, eu, ea, ey,
            eflat, alias_ok ? "" : ", act in gate differs", comb_ok ? "" : ", combine differs",
            route_ok ? "" : ", routing folded in differs", early_ok ? "" : ", level 3 down differs",
-           flat_ok ? "" : ", full-lane down differs", ok ? "ok" : "FAIL");
+           flat_ok ? "" : ", full-lane down differs", pdl_ok ? "" : " pdl=3", pdl_why, ok ? "ok" : "FAIL");
     fails += !ok;
     ref_matrix_free(&wg);
     ref_matrix_free(&wu);
@@ -319,9 +427,22 @@ int main() {
             const int n = 5, E = norm ? 128 : 60, k = norm ? 8 : 4;
             std::vector<float> l(n * E);
             for (auto &x : l) x = emu_uniform(-4, 4);
-            l[E + 3] = l[E + 40] = l[E + 41] = 9.0f;  // ties: the first index wins
             route_case(cpu, &L, "random", l, n, E, k, norm);
-
+            // Ties: the first index wins (three equal largest, across lanes and across the block
+            // form's warps; a tie of the lane's own experts, 32 apart; a tie below the largest).
+            std::vector<float> ties = l;
+            ties[E + 3] = ties[E + 40] = ties[E + 41] = 9.0f;
+            ties[2 * E + 5] = ties[2 * E + 37] = 9.0f;
+            ties[3 * E + 50] = 9.0f, ties[3 * E + 2] = ties[3 * E + 33] = 8.5f;
+            route_case(cpu, &L, "ties", ties, n, E, k, norm);
+            // Other widths: more experts than the block (each thread of the block form summing
+            // two), fewer than a warp, and k past a warp's lanes.
+            std::vector<float> wide(2 * 300), narrow(3 * 8);
+            for (auto &x : wide) x = emu_uniform(-4, 4);
+            for (auto &x : narrow) x = emu_uniform(-4, 4);
+            route_case(cpu, &L, "300 experts", wide, 2, 300, 8, norm);
+            route_case(cpu, &L, "300 experts, k 70", wide, 2, 300, 70, norm);
+            route_case(cpu, &L, "8 experts", narrow, 3, 8, 2, norm);
             // Each row a way to be NaN or infinite: NaN first, NaN inside, all NaN, one +inf, two +inf,
             // +inf and -inf, all -inf, -inf everywhere but 2 experts (fewer than k finite), one -inf.
             const int rows = 9;

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: MIT
 // Mixture-of-experts routing and combination. Routing: per token, softmax over the expert logits
-// (float32), the k largest probabilities (first index wins ties), optionally renormalized to sum 1.
+// (float32), the k largest probabilities (first index wins ties), optionally renormalized to sum 1,
+// one warp per token.
 // Combination: out[t] += sum_j weights[t, j] * y[t * k + j]. The per-expert matmuls themselves are
-// mxg_moe_matmul (kernels/moe_matvec.cu). The routing of one token is moe_route_row
+// mxg_moe_matmul (kernels/moe_matvec.cu). The routing of one token is moe_route_warp
 // (kernels/moe_route.cuh), which the fused MoE decode launch (kernels/moe_stream.cu) also runs.
 #include "backends/gpu/common.cuh"
 #include "backends/gpu/kernels.h"
@@ -10,14 +11,17 @@
 
 namespace {
 
+// One warp per token. early (MLXCEL_GPU_PDL=3, L->pdl_rest): launched as a dependent launch, it
+// waits for the router product's grid, then releases the next kernel (the expert products, whose
+// blocks then become resident while the routing runs). It prefetches nothing: its only input is the
+// logits the previous kernel writes.
 template <int W>
 __global__ void moe_route_kernel(int32_t *ids, float *weights, const float *__restrict__ logits, int n_experts,
-                                 int k, bool norm_topk) {
+                                 int k, bool norm_topk, bool early) {
     extern __shared__ float probs[];  // [n_experts]
-    __shared__ float sv[1024 / W];
-    __shared__ int si[1024 / W];
-    mxg::moe_route_row<W>(ids + (int64_t)blockIdx.x * k, weights + (int64_t)blockIdx.x * k,
-                     logits + (int64_t)blockIdx.x * n_experts, n_experts, k, norm_topk, probs, sv, si);
+    mxg_grid_wait_release(early);
+    mxg::moe_route_warp<W>(ids + (int64_t)blockIdx.x * k, weights + (int64_t)blockIdx.x * k,
+                           logits + (int64_t)blockIdx.x * n_experts, n_experts, k, norm_topk, probs);
 }
 
 // DeepSeek-V3's grouped top-k (backend.h, moe_route_grouped): the sigmoid scores in parallel, the
@@ -80,11 +84,16 @@ __global__ void moe_combine_kernel(float *out, const float *__restrict__ y, cons
 
 extern "C" void mxg_moe_route(const mxg_launch *L, int32_t *ids, float *weights, const float *logits, int n,
                               int n_experts, int k, bool norm_topk) {
-    MX_ASSERT(k >= 1 && k <= n_experts && n_experts <= 16384 && k <= 128);
+    MX_ASSERT(k >= 1 && k <= n_experts && n_experts <= 16384 && k <= mxg::kMoeRouteThreads);
     if (n == 0) return;
+    const size_t smem = (size_t)n_experts * sizeof(float);
     MXG_WARP_DISPATCH(L->warp, {
-        moe_route_kernel<W><<<(unsigned)n, mxg::kMoeRouteThreads, (size_t)n_experts * sizeof(float), (gpuStream_t)L->stream>>>(
-            ids, weights, logits, n_experts, k, norm_topk);
+        if (L->pdl_rest)
+            mxg_launch_dep(moe_route_kernel<W>, dim3((unsigned)n), dim3(W), smem, (gpuStream_t)L->stream, true, ids,
+                           weights, logits, n_experts, k, norm_topk, true);
+        else
+            moe_route_kernel<W><<<(unsigned)n, W, smem, (gpuStream_t)L->stream>>>(ids, weights, logits, n_experts, k,
+                                                                                 norm_topk, false);
     });
 }
 

@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: MIT
-// The MoE routing of one token by one block (the moe_route record's arithmetic, backend.h): softmax
+// The MoE routing of one token by one warp (the moe_route record's arithmetic, backend.h): softmax
 // over the expert logits (float32), the k largest probabilities (first index wins ties; NaN ranks
 // above numbers), optionally renormalized to sum 1. Run by kernels/moe.cu's routing kernel (one
-// block of 128 threads per token) and by the fused MoE decode launches (kernels/moe_stream.cu at
-// level 2, kernels/moe_router.cu at level 3; blocks of 128 threads too, so all give the same bits).
+// warp per token) and by the fused MoE decode launches (kernels/moe_stream.cu at level 2,
+// kernels/moe_router.cu at level 3: their block's first warp), all with the same bits, which are
+// those of the block form of 128 threads it replaced (its summation order, kMoeRouteThreads).
 #ifndef MXG_MOE_ROUTE_CUH
 #define MXG_MOE_ROUTE_CUH
 
@@ -11,7 +12,7 @@
 
 namespace mxg {
 
-constexpr int kMoeRouteThreads = 128;
+constexpr int kMoeRouteThreads = 128;  // the threads whose summation order the routing keeps
 
 // (value, index) pair reduction: larger value wins, then smaller index. NaN ranks above every number
 // (then smaller index wins among NaNs), a total order, so the reduction's result does not depend on
@@ -24,59 +25,76 @@ __device__ __forceinline__ bool pair_better(float v, int i, float bv, int bi) {
     return v_nan ? i < bi : v > bv || (v == bv && i < bi);
 }
 
+// One token's routing by one warp: ids[k] and weights[k] (global or shared memory) from the token's
+// logits l[n_experts], with probs [n_experts] scratch (global or shared memory). Every lane of the
+// warp calls it; k <= kMoeRouteThreads. The bits are those of the block form this replaced (a block
+// of kMoeRouteThreads threads, block_max and block_sum, then k block-wide argmax passes with
+// barriers): lane l stands for the threads l + p * W (p < kMoeRouteThreads / W) of that block, each
+// thread's sum of the probabilities e = thread, thread + kMoeRouteThreads, ... in index order, each
+// p's warp_sum, the p's added in order from 0 (block_sum's order); the max takes no order (fmaxf
+// ignores NaN, and +0 against -0 gives the same differences and expf). The top-k: k passes, each a
+// lane's best untaken expert among e = lane, lane + W, ... then the warp's best by xor shuffles on
+// pair_better (a total order: every lane ends with the same pair); the owner lane (e % W) marks
+// the expert taken (-1), so probs[e] is only ever touched by lane e % W and no barrier is needed.
+// Lane j % W keeps pass j's pair and writes ids[j], weights[j] at the end, renormalized by the sum
+// of the k picks in pass order (the CPU backend's cpu_moe_route order).
 template <int W>
-__device__ void block_argmax_pair(float &v, int &idx, float *sv, int *si) {
-    const int lane = threadIdx.x % W, warp = threadIdx.x / W, nw = blockDim.x / W;
-#pragma unroll
-    for (int o = W / 2; o > 0; o >>= 1) {
-        float ov = mxg_shfl_xor<W>(v, o);
-        int oi = mxg_shfl_xor<W>(idx, o);
-        if (pair_better(ov, oi, v, idx)) v = ov, idx = oi;
-    }
-    __syncthreads();
-    if (lane == 0) sv[warp] = v, si[warp] = idx;
-    __syncthreads();
-    v = sv[0], idx = si[0];
-    for (int w = 1; w < nw; w++)
-        if (pair_better(sv[w], si[w], v, idx)) v = sv[w], idx = si[w];
-    __syncthreads();
-}
-
-// One token's routing by the whole block (every thread calls it; it ends after a barrier): ids[k] and
-// weights[k] (global or shared memory) from the token's logits l[n_experts], with probs
-// [n_experts], sv and si [blockDim / W] shared scratch. Thread 0 writes the choices, threads < k
-// the renormalized weights (norm_topk: then k <= blockDim).
-template <int W>
-__device__ void moe_route_row(int32_t *ids, float *weights, const float *__restrict__ l, int n_experts, int k,
-                              bool norm_topk, float *probs, float *sv, int *si) {
+__device__ void moe_route_warp(int32_t *ids, float *weights, const float *__restrict__ l, int n_experts, int k,
+                               bool norm_topk, float *probs) {
+    constexpr int T = kMoeRouteThreads, P = T / W;
+    const int lane = (int)threadIdx.x % W;
     float mx = -INFINITY;
-    for (int e = threadIdx.x; e < n_experts; e += blockDim.x) mx = fmaxf(mx, l[e]);
-    mx = block_max<W>(mx, sv);
-    float sum = 0.0f;
-    for (int e = threadIdx.x; e < n_experts; e += blockDim.x) {
-        float p = expf(l[e] - mx);
-        probs[e] = p;
-        sum += p;
+    for (int e = lane; e < n_experts; e += W) mx = fmaxf(mx, l[e]);
+    mx = warp_max<W>(mx);
+    float part[P];
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+        part[p] = 0.0f;
+        for (int e = p * W + lane; e < n_experts; e += T) {
+            const float q = expf(l[e] - mx);
+            probs[e] = q;
+            part[p] += q;
+        }
     }
-    sum = block_sum<W>(sum, sv);
-    for (int e = threadIdx.x; e < n_experts; e += blockDim.x) probs[e] /= sum;
-    __syncthreads();
+    float sum = 0.0f;
+#pragma unroll
+    for (int p = 0; p < P; p++) sum += warp_sum<W>(part[p]);
+    for (int e = lane; e < n_experts; e += W) probs[e] /= sum;
+    float mine_v[P];  // pass p * W + lane's pick
+    int mine_i[P];
+#pragma unroll
+    for (int p = 0; p < P; p++) mine_v[p] = 0.0f, mine_i[p] = 0;
     float picked = 0.0f;
     for (int j = 0; j < k; j++) {
         float v = -INFINITY;
         int idx = 0x7fffffff;
-        for (int e = threadIdx.x; e < n_experts; e += blockDim.x)  // taken experts hold -1
+        for (int e = lane; e < n_experts; e += W)  // taken experts hold -1
             if (!(probs[e] < 0.0f) && pair_better(probs[e], e, v, idx)) v = probs[e], idx = e;
-        block_argmax_pair<W>(v, idx, sv, si);
-        if (threadIdx.x == 0) {
-            ids[j] = idx;
-            weights[j] = v;
-            probs[idx] = -1.0f;
+#pragma unroll
+        for (int o = W / 2; o > 0; o >>= 1) {
+            const float ov = mxg_shfl_xor<W>(v, o);
+            const int oi = mxg_shfl_xor<W>(idx, o);
+            if (pair_better(ov, oi, v, idx)) v = ov, idx = oi;
         }
+        if (idx % W == lane) probs[idx] = -1.0f;
+#pragma unroll
+        for (int p = 0; p < P; p++)
+            if (j == p * W + lane) mine_v[p] = v, mine_i[p] = idx;
         picked += v;
-        __syncthreads();
     }
-    if (norm_topk && (int)threadIdx.x < k) weights[threadIdx.x] /= picked;
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+        const int j = p * W + lane;
+        if (j < k) ids[j] = mine_i[p], weights[j] = norm_topk ? mine_v[p] / picked : mine_v[p];
+    }
+}
+
+// One token's routing in a block (every thread calls it; it ends after a barrier, so the block then
+// reads ids and weights): by its first warp (moe_route_warp).
+template <int W>
+__device__ void moe_route_row(int32_t *ids, float *weights, const float *__restrict__ l, int n_experts, int k,
+                              bool norm_topk, float *probs) {
+    if ((int)threadIdx.x < W) moe_route_warp<W>(ids, weights, l, n_experts, k, norm_topk, probs);
     __syncthreads();
 }
 

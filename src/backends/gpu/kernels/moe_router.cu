@@ -2,14 +2,15 @@
 // The MoE router of decode steps in one launch (MLXCEL_GPU_MOE_FUSED=3, L->moe_fused; the plan
 // runner, gpu_plan.c, finds the records): rmsnorm(h, x), matmul(logits, h, router[, bias]),
 // moe_route(ids, weights, logits). Before, these were two launches, the norm and router product
-// (kernels/matvec_fused.cu) and the routing (kernels/moe.cu, one block per token), each a chain of
-// dependent steps on a few hundred KB; the routing launch is not a dependent launch either.
+// (kernels/matvec_fused.cu) and the routing (kernels/moe.cu, one warp per token), each a chain of
+// dependent steps on a few hundred KB; the routing launch is a dependent launch only under
+// MLXCEL_GPU_PDL=3 (which also has this launch release the next one right after its grid wait).
 // Here each token's router rows are spread over blocks of 128 threads (2 rows per warp, 16 blocks
 // for 128 experts); every block loads its rows' weights before the grid wait, normalizes the token's
 // row while staging it (block 0 of the token writes h), writes its logits, and takes a ticket
 // (L->moe_tickets, one counter per token); the block that takes the token's last ticket routes the
-// token (kernels/moe_route.cuh on the logits, the routing record's arithmetic and block size: the
-// same ids and weights bits as the record given the same logits) and sets the counter back to 0
+// token (kernels/moe_route.cuh on the logits, on the block's first warp, the routing record's
+// arithmetic: the same ids and weights bits as the record given the same logits) and sets the counter back to 0
 // for the next launch. The products are those of kernels/moe_stream.cu (scaled 4/8-bit and mxfp4
 // dot on the staged row), so the logits differ from the record's only in float32 summation order.
 // Anything else (other formats, more than kMoeMaxTokens tokens, rows that do not fit the staging,
@@ -36,6 +37,7 @@ struct RouterArgs {
     int k;
     bool norm_topk;
     int blocks_per_token;
+    bool release_early;  // MLXCEL_GPU_PDL=3 (L->pdl_rest): release the next launch right after the grid wait
 };
 
 template <int W, class F>
@@ -44,7 +46,6 @@ __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(RouterArgs a
     constexpr int warps = kRouterThreads / W, R = kRouterRows;
     extern __shared__ float4 xs4[];  // [nchunks * 8]: the normalized row; then logits [E], probabilities [E]
     __shared__ float sv[1024 / W];
-    __shared__ int si[1024 / W];
     __shared__ bool last;
     const int lane = (int)threadIdx.x % W;
     const int cols = a.w.cols, nchunks = cols >> 5, n4 = nchunks * 8, steps = (nchunks + W - 1) / W;
@@ -60,7 +61,7 @@ __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(RouterArgs a
 #pragma unroll
         for (int j = 0; j < R; j++) F::load_raw(a.w, rows[j], lane, b[j]);
     }
-    mxg_grid_wait();
+    mxg_grid_wait_release(a.release_early);
     // The RMSNorm (the fused norm's arithmetic, kernels/matvec_fused.cu) while staging the row.
     const float *xt = a.x + (int64_t)t * cols;
     const float4 *x4 = (const float4 *)xt, *g4 = (const float4 *)a.norm_w;
@@ -115,8 +116,7 @@ __global__ void __launch_bounds__(kRouterThreads) moe_router_kernel(RouterArgs a
     for (int e = threadIdx.x; e < E; e += blockDim.x) logits[e] = lt[e];
     if (threadIdx.x == 0) a.tickets[t] = 0;  // every block of the token has taken its ticket
     __syncthreads();
-    moe_route_row<W>(a.ids + (int64_t)t * a.k, a.weights + (int64_t)t * a.k, logits, E, a.k, a.norm_topk, probs, sv,
-                     si);
+    moe_route_row<W>(a.ids + (int64_t)t * a.k, a.weights + (int64_t)t * a.k, logits, E, a.k, a.norm_topk, probs);
     }
 }
 
@@ -146,6 +146,7 @@ extern "C" void mxg_moe_router(const mxg_launch *L, float *norm_out, float *logi
     a.ids = ids, a.weights = weights;
     a.tickets = (unsigned *)L->moe_tickets;
     a.k = k, a.norm_topk = norm_topk;
+    a.release_early = L->pdl_rest;
     const int rows_per_block = kRouterThreads / L->warp * kRouterRows;
     a.blocks_per_token = (int)((w->rows + rows_per_block - 1) / rows_per_block);
     const unsigned blocks = (unsigned)(a.blocks_per_token * n);

@@ -7,8 +7,8 @@
 //   rows of its up matrix; its block stages the slot's input row once (swizzled, pre-scaled for
 //   the scaled 4/8-bit dot, as in kernels/matvec_stream.cuh). The epilogue writes gate, up and
 //   silu(gate) * up (the swiglu record's output may be the gate buffer). Level 2 also folds the
-//   moe_route record before them: every block routes its token (kernels/moe_route.cuh, blocks of
-//   the routing kernel's 128 threads: the same bits) after staging the input row, the first block
+//   moe_route record before them: every block routes its token (kernels/moe_route.cuh on its first
+//   warp, the routing kernel's arithmetic: the same bits) after staging the input row, the first block
 //   of each token writes the record's ids and weights, and the weight loads start after the
 //   routing instead of before the staging.
 // - down + combine: moe_matmul down (x_div 1) and moe_combine of its output into the residual
@@ -19,6 +19,8 @@
 //   the records given the same products. At level 3 (MLXCEL_GPU_MOE_FUSED=3, whose routing is
 //   kernels/moe_router.cu's launch) the combine's weights and the output's old values are read
 //   right after the grid wait instead of after the products: the same bits, one round trip less.
+// Under MLXCEL_GPU_PDL=3 (L->pdl_rest) both launches release the next one right after their grid
+// wait (else at their end), and the full-lane down launch asks L2 for its expert rows before it.
 // The record path runs a grid row per (token, expert) row on kernels/matvec.cuh with one or two
 // chunks per lane per launch; here every block's weight loads (the whole task's first chunk of
 // every row, before the activation staging) are in flight at once and the ~2,000 warps of a
@@ -37,7 +39,7 @@ using namespace mxg;
 // Block sizes: gate/up in blocks of 4 warps (384 per token on the 30B-A3B, 4 resident per
 // multiprocessor at <= 128 registers: the wave spreads evenly), down in blocks of 8 (each block
 // stages its token's k input rows, 24 KB there: fewer, larger blocks stage less).
-constexpr int kGateUpThreads = kMoeRouteThreads;  // 128: the routing's bits are the record's
+constexpr int kGateUpThreads = 128;
 constexpr int kDownThreads = 256;
 // Gate rows (and as many up rows) per warp: 4 at 4 bits, 2 at 8 (the same registers).
 template <class F>
@@ -60,6 +62,7 @@ struct GateUpArgs {
     const float *logits;
     int n_experts;
     bool norm_topk;
+    bool release_early;  // MLXCEL_GPU_PDL=3 (L->pdl_rest): release the next launch right after the grid wait
 };
 
 struct DownArgs {
@@ -69,6 +72,9 @@ struct DownArgs {
     const int32_t *ids;
     int k;
     int blocks_per_token;
+    int n_experts;        // experts in w's stack
+    unsigned prefetch;    // MLXCEL_GPU_PDL=3, full-lane form: L2 prefetch bytes per (warp, expert) (0: none)
+    bool release_early;  // MLXCEL_GPU_PDL=3 (L->pdl_rest): release the next launch right after the grid wait
 };
 
 // Copies `rows` consecutive rows of n4 float4s from x into shared memory, each row swizzled by chunk
@@ -102,14 +108,13 @@ __global__ void __launch_bounds__(kGateUpThreads, 4) moe_gate_up_kernel(GateUpAr
     MXG_WARP_ONLY(W) {
     constexpr int warps = kGateUpThreads / W, R = moe_rows<F>(), RR = 2 * R;
     extern __shared__ float4 xs4[];  // [nchunks * 8]: the slot's input row; ROUTE: then the routing's
-    __shared__ float sv[1024 / W];   // probabilities [n_experts], ids [k] and weights [k]
-    __shared__ int si[1024 / W];
+                                     // probabilities [n_experts], ids [k] and weights [k]
     const int lane = (int)threadIdx.x % W;
     const int nchunks = a.g.cols >> 5, n4 = nchunks * 8, steps = (nchunks + W - 1) / W;
     const int slot = (int)blockIdx.x / a.blocks_per_slot, t = slot / a.x_div;
     const int64_t r0 = ((int64_t)((int)blockIdx.x % a.blocks_per_slot) * warps + (int)threadIdx.x / W) * R;
     const bool active = r0 < a.g.rows;
-    mxg_grid_wait();  // the ids (or the router's logits) come from the previous record
+    mxg_grid_wait_release(a.release_early);  // the ids (or the router's logits) come from the previous record
     int expert;
     if constexpr (ROUTE) {
         // The token's routing (the record's arithmetic and block size), the input row staged first.
@@ -117,7 +122,7 @@ __global__ void __launch_bounds__(kGateUpThreads, 4) moe_gate_up_kernel(GateUpAr
         int32_t *ids = (int32_t *)(probs + a.n_experts);
         float *w = (float *)(ids + a.x_div);
         moe_stage<F, kGateUpThreads>(xs4, a.x + (int64_t)t * a.g.cols, 1, n4);
-        moe_route_row<W>(ids, w, a.logits + (int64_t)t * a.n_experts, a.n_experts, a.x_div, a.norm_topk, probs, sv, si);
+        moe_route_row<W>(ids, w, a.logits + (int64_t)t * a.n_experts, a.n_experts, a.x_div, a.norm_topk, probs);
         if ((int)blockIdx.x % (a.blocks_per_slot * a.x_div) == 0 && (int)threadIdx.x < a.x_div) {
             a.route_ids[(int64_t)t * a.x_div + threadIdx.x] = ids[threadIdx.x];
             a.route_weights[(int64_t)t * a.x_div + threadIdx.x] = w[threadIdx.x];
@@ -186,7 +191,7 @@ __global__ void __launch_bounds__(kDownThreads, 2) moe_down_combine_kernel(DownA
     const int t = (int)blockIdx.x / a.blocks_per_token, k = a.k;
     const int64_t r = (int64_t)((int)blockIdx.x % a.blocks_per_token) * warps + warp;
     const bool active = r < a.w.rows;
-    mxg_grid_wait();  // the ids, weights and input rows come from the previous records
+    mxg_grid_wait_release(a.release_early);  // the ids, weights and input rows come from the previous records
     int rows[kMoeMaxK];  // across experts (32-bit: moe_fits bounds them), clamped past the matrix
 #pragma unroll
     for (int j = 0; j < kMoeMaxK; j++) rows[j] = j < k ? a.ids[t * k + j] * (int)a.w.rows + (int)min(r, a.w.rows - 1) : 0;
@@ -272,7 +277,21 @@ __global__ void __launch_bounds__(kDownThreads, 2) moe_down_flat_kernel(DownArgs
     const int r = ((int)blockIdx.x % a.blocks_per_token) * warps + warp;
     const bool active = r < rows_m;
     const int groups = (items + G * W - 1) / (G * W);  // the same for every warp of the launch
-    mxg_grid_wait();  // the ids, weights and input rows come from the previous records
+    // MLXCEL_GPU_PDL=3: before the grid wait, lane j < k asks L2 for its expert's row. The ids come
+    // from the routing two launches back (the gate/up launch between them released this one only
+    // after its own wait, which the routing's completion ends), so they are final here; and were
+    // one stale, the prefetch is a hint: an id outside the stack asks nothing, one inside only
+    // wastes its bytes. The products read the ids again after the wait.
+    if (a.prefetch && active && lane < k) {
+        const int e = a.ids[t * k + lane];
+        if (e >= 0 && e < a.n_experts) {
+            MatView stack = a.w;  // the stack as one matrix, for prefetch_rows' bounds
+            stack.rows = a.w.rows * a.n_experts;
+            unsigned budget = a.prefetch;
+            prefetch_rows<F>(stack, (int64_t)e * rows_m + r, 1, budget);
+        }
+    }
+    mxg_grid_wait_release(a.release_early);  // the ids, weights and input rows come from the previous records
     // The token's experts, lane j holding ids[j] (read by shuffle: no load between an item and its
     // weights' address).
     const int eid = lane < k ? a.ids[t * k + lane] : 0;
@@ -353,7 +372,7 @@ extern "C" bool mxg_moe_gate_up_ok(const mxg_launch *L, const mx_matrix *wg, con
                                    int m, int x_div, int n_experts) {
     // Routing folded in: its k within the block's threads, its scratch after the staged row.
     const size_t route_bytes = (size_t)(n_experts + 2 * x_div) * sizeof(float);
-    if (n_experts > 0 && (L->moe_fused != 2 || x_div > kGateUpThreads || n_experts < x_div ||
+    if (n_experts > 0 && (L->moe_fused != 2 || x_div > kMoeRouteThreads || n_experts < x_div ||
                           (size_t)wg->cols * sizeof(float) + route_bytes > kMatvecStageBytes))
         return false;
     return m > 0 && x_div > 0 && m % x_div == 0 && m / x_div <= kMoeMaxTokens && same_shape(wg, wu) &&
@@ -371,6 +390,7 @@ extern "C" void mxg_moe_gate_up(const mxg_launch *L, float *gate, float *up, flo
     a.x = x;
     a.ids = ids;
     a.x_div = x_div;
+    a.release_early = L->pdl_rest;
     size_t smem = (size_t)wg->cols * sizeof(float);
     if (route) {
         a.route_ids = route->ids;
@@ -404,9 +424,15 @@ extern "C" void mxg_moe_down_combine(const mxg_launch *L, float *y, float *out, 
     a.x = x, a.weights = weights;
     a.ids = ids;
     a.k = k;
+    a.n_experts = (int)w->n_experts;
+    a.release_early = L->pdl_rest;
     const int rows_per_block = kDownThreads / L->warp;
     a.blocks_per_token = (int)((w->rows + rows_per_block - 1) / rows_per_block);
     const unsigned blocks = (unsigned)((int64_t)a.blocks_per_token * n);
+    // The prefetch before the wait (MLXCEL_GPU_PDL=3, the full-lane form) where the ids come from a
+    // routing launch two back: not at level 2, whose gate/up launch (the previous one) writes them.
+    if (L->pdl_rest && L->moe_down && L->moe_fused != 2)
+        a.prefetch = pdl_warp_budget(L, (int64_t)blocks * rows_per_block * k);
     const size_t smem = (size_t)k * w->cols * sizeof(float);
     dispatch_moe_format(w, [&](auto fmt) {
         using F = decltype(fmt);
