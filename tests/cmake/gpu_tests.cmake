@@ -74,8 +74,6 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   # One-token decode steps with the q/k norm + RoPE + KV store folded into the decode attention
   # is the default; the two launches (q/k norm + RoPE + store, then the attention) under every case.
   mlxcel_gpu_conformance(gpu_conformance_attn_rope_off MLXCEL_GPU_ATTN_ROPE=0)
-  # The lean form's split form (each task's columns over 2-8 warps of a block) under every case.
-  mlxcel_gpu_conformance(gpu_conformance_stream_split MLXCEL_GPU_STREAM_SPLIT=1)
   # Programmatic dependent launch's level 2 (early release after the grid wait, the L2 prefetch;
   # kernels/matvec.cuh) is the default; plain launches under every case (the results must not
   # depend on the overlap).
@@ -169,9 +167,6 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_knob_refused(attn_rope_two MLXCEL_GPU_ATTN_ROPE=2
                           "MLXCEL_GPU_ATTN_ROPE='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(attn_rope_word MLXCEL_GPU_ATTN_ROPE=on "MLXCEL_GPU_ATTN_ROPE='on': must be")
-  mlxcel_gpu_knob_refused(stream_split_two MLXCEL_GPU_STREAM_SPLIT=2
-                          "MLXCEL_GPU_STREAM_SPLIT='2': must be a whole number from 0 to 1 \\(unset: 0\\)")
-  mlxcel_gpu_knob_refused(stream_split_word MLXCEL_GPU_STREAM_SPLIT=yes "MLXCEL_GPU_STREAM_SPLIT='yes': must be")
   mlxcel_gpu_knob_refused(stream_rows_huge MLXCEL_GPU_STREAM_ROWS=99999999999999999999 "MLXCEL_GPU_STREAM_ROWS='99999999999999999999': must be")
 
   # The model fixtures through the GPU backend (the parity test reads MLXCEL_TEST_BACKEND).
@@ -190,8 +185,6 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
     mlxcel_gpu_parity(gpu_model_parity_tc_decode MLXCEL_GPU_TC_DECODE=2)
     # ... and with it off: prompts of 2-63 tokens on the float32 matrix-vector kernels.
     mlxcel_gpu_parity(gpu_model_parity_tc_off MLXCEL_GPU_TC_DECODE=0)
-    # The streaming kernel's split one-token form (MLXCEL_GPU_STREAM_SPLIT=1) through the fixtures.
-    mlxcel_gpu_parity(gpu_model_parity_stream_split MLXCEL_GPU_STREAM_SPLIT=1)
     # ... and with the products ungrouped (MLXCEL_GPU_GROUPED=0, the A/B form; from 2 tokens).
     mlxcel_gpu_parity(gpu_model_parity_ungrouped MLXCEL_GPU_GROUPED=0 MLXCEL_GPU_TC_DECODE=2)
     # Plain launches (MLXCEL_GPU_PDL=0; level 2 is the default) through the fixtures.

@@ -101,15 +101,6 @@
 #             and model parity on cuda with the knob; then `mlxcel bench` with the knob off and on in
 #             turn, twice, of `--shape qwen3-0.6b -p 512 -n 128`, `--shape qwen3-8b -p 512 -n 128`
 #             and `--shape qwen3-30b-a3b -p 32 -n 64`.
-#   stream_split  the lean form's split form (each task's columns over 2-8 warps of a block, partial
-#             sums joined in shared memory; kernels/matvec_stream_lean.cuh, MLXCEL_GPU_STREAM_SPLIT=1),
-#             ~8 min, deadline 540 s: the conformance harness and model parity on cuda with the knob;
-#             bench_gpu_matvec of the 8B (its stream-split column against the default stream column
-#             in one process, same weights; the bench fails unless every one-record output is within
-#             2e-5 relative L2 of the default's); `mlxcel bench --shape qwen3-8b -p 512 -n 128` with
-#             the knob off and on in turn, twice, then the same of the 0.6B (rows below the streaming
-#             kernel's 4096 columns: the control, unchanged); bench_gpu_decode's per-op decode times
-#             of the 8B off and on.
 #   pdl2      programmatic dependent launch's level 2 (MLXCEL_GPU_PDL=2: the matrix-vector kernels
 #             release the next one right after their grid wait and prefetch their first rows' weights
 #             into L2 before it; kernels/matvec.cuh), ~8 min, deadline 540 s: the conformance harness
@@ -128,11 +119,11 @@ cd "$(dirname "$0")/../.." || exit 1
 suite=${1:-}
 case $suite in
 attn) deadline=300 ;;
-attn_mma | prefill | matvec | mixed | stream_lean | attn_short | attn_rope | stream_split | pdl2 | moe_pdl3) deadline=540 ;;
+attn_mma | prefill | matvec | mixed | stream_lean | attn_short | attn_rope | pdl2 | moe_pdl3) deadline=540 ;;
 moe | moe_fast | grouped) deadline=480 ;;
 sample) deadline=420 ;;
 *)
-    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|stream_split|pdl2|moe_pdl3 (the suites: the top of this file)" >&2
+    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|pdl2|moe_pdl3 (the suites: the top of this file)" >&2
     exit 2
     ;;
 esac
@@ -326,21 +317,6 @@ suite_attn_rope() {
     check_ab bench_0.6b 90 40 "${off[@]}" "${on[@]}" -- --shape qwen3-0.6b -p 512 -n 128
     check_ab bench_8b 150 60 "${off[@]}" "${on[@]}" -- --shape qwen3-8b -p 512 -n 128
     check_ab bench_30b 200 60 "${off[@]}" "${on[@]}" -- --shape qwen3-30b-a3b -p 32 -n 64
-}
-
-suite_stream_split() {
-    check_build 300 mlxcel test_gpu_conformance test_model_parity bench_gpu_matvec bench_gpu_decode
-    local on=(MLXCEL_GPU_STREAM_SPLIT=1) off=(MLXCEL_GPU_STREAM_SPLIT=0) p="check failed|FAIL|passed|failed" i
-    check_run gpu_conformance_split 120 "$p" "${on[@]}" -- build/cuda/test_gpu_conformance
-    check_run parity_cuda_split 90 "$p" MLXCEL_TEST_BACKEND=cuda "${on[@]}" -- build/cuda/test_model_parity
-    check_run bench_matvec_8b 140 "." -- build/cuda/bench_gpu_matvec qwen3-8b 20
-    cp "$LOGS"/bench_matvec_*.log "$OUT"/ 2>/dev/null
-    check_ab bench_8b 150 60 "${off[@]}" "${on[@]}" -- --shape qwen3-8b -p 512 -n 128
-    check_ab bench_0.6b 90 40 "${off[@]}" "${on[@]}" -- --shape qwen3-0.6b -p 512 -n 128
-    for i in off on; do
-        check_run "decode_8b_$i" 60 "^decode|matmul|plan|lm_head" MLXCEL_GPU_STREAM_SPLIT="$([ "$i" = on ] && echo 1 || echo 0)" -- \
-            build/cuda/bench_gpu_decode qwen3-8b 512 512 100
-    done
 }
 
 suite_pdl2() {

@@ -4,10 +4,9 @@
 // matrix-vector path: the float32 default (the streaming kernel, kernels/matvec_stream.cuh), its
 // previous task shape (stream-r2: MLXCEL_GPU_STREAM_ROWS=2), without it
 // (MLXCEL_GPU_NO_STREAM_MATVEC=1: kernels/matvec.cuh with the scaled dot and split-K), the previous
-// one (MLXCEL_GPU_OLD_MATVEC=1), its lean one-token form (stream-lean: MLXCEL_GPU_STREAM_LEAN=1),
-// the lean form's split form (stream-split: MLXCEL_GPU_STREAM_SPLIT=1, each task's columns shared by
-// 2-8 warps; these six with MLXCEL_GPU_TC_DECODE=0) and the tensor-core decode product for batches of
-// 2-64 tokens (MLXCEL_GPU_TC_DECODE=2, vendor/cuda/matvec_mma.cu).
+// one (MLXCEL_GPU_OLD_MATVEC=1), its lean one-token form (stream-lean: MLXCEL_GPU_STREAM_LEAN=1;
+// these five with MLXCEL_GPU_TC_DECODE=0) and the tensor-core decode product for batches of 2-64
+// tokens (MLXCEL_GPU_TC_DECODE=2, vendor/cuda/matvec_mma.cu).
 // Each case is a plan of C copies of one product or one
 // fused decode pattern (rmsnorm + q/k/v, o + residual add, rmsnorm + gate/up + SwiGLU, down +
 // residual add, the output head), each copy with its own weights so that a replay reads C x the
@@ -18,8 +17,7 @@
 // same weights and inputs (the generator restarts per path), so the one-record outputs are also
 // compared: each path within 2e-5 relative L2 error of the default's (float32 summation order
 // only; 1.5e-2 at 64 tokens, where the default is the bf16 tensor-core prefill kernel; stream-lean
-// bit for bit; stream-split 2e-5, its partial sums added in another order), else the bench fails
-// (exit 1), which checks the kernels at the real model shapes.
+// bit for bit), else the bench fails (exit 1), which checks the kernels at the real model shapes.
 // Usage: bench_gpu_matvec [qwen3-8b|qwen3-0.6b] [replays=20]
 #include <math.h>
 #include <stdio.h>
@@ -50,17 +48,11 @@ typedef struct bench_case {
     int64_t rows, cols;  // C_ONE
 } bench_case;
 
-enum { PATHS = 7, MAX_CASES = 32, PATH_LEAN = 5 };
-static const char *const path_names[PATHS] = {"stream", "stream-r2", "no-stream", "old",
-                                              "tc-decode", "stream-lean", "stream-split"};
-static const char *const path_env[PATHS] = {NULL,
-                                            "MLXCEL_GPU_STREAM_ROWS",
-                                            "MLXCEL_GPU_NO_STREAM_MATVEC",
-                                            "MLXCEL_GPU_OLD_MATVEC",
-                                            "MLXCEL_GPU_TC_DECODE",
-                                            "MLXCEL_GPU_STREAM_LEAN",
-                                            "MLXCEL_GPU_STREAM_SPLIT"};
-static const char *const path_value[PATHS] = {NULL, "2", "1", "1", "2", "1", "1"};
+enum { PATHS = 6, MAX_CASES = 32, PATH_LEAN = 5 };
+static const char *const path_names[PATHS] = {"stream", "stream-r2", "no-stream", "old", "tc-decode", "stream-lean"};
+static const char *const path_env[PATHS] = {NULL, "MLXCEL_GPU_STREAM_ROWS", "MLXCEL_GPU_NO_STREAM_MATVEC",
+                                            "MLXCEL_GPU_OLD_MATVEC", "MLXCEL_GPU_TC_DECODE", "MLXCEL_GPU_STREAM_LEAN"};
+static const char *const path_value[PATHS] = {NULL, "2", "1", "1", "2", "1"};
 
 static mx_error err;
 static test_rng rng = {0x3243f6a8885a308dull};

@@ -339,7 +339,7 @@ static int env_int(const char *name, int def, int lo, int hi, int *out, mx_error
 typedef struct gpu_knobs {
     int matvec_rows, matvec_max_tokens, stream_min_cols, stream_rows, sample_blocks, tc_decode_tokens, attn_decode,
         attn_short, attn_rope;
-    int prefill_kernel, moe_fused, moe_down, attn_mma, sample_fast, grouped, stream_lean, stream_split, pdl;
+    int prefill_kernel, moe_fused, moe_down, attn_mma, sample_fast, grouped, stream_lean, pdl;
     bool prefill_asked;  // MLXCEL_GPU_PREFILL_KERNEL (or MLXCEL_GPU_MMA_SYNC) was set
 } gpu_knobs;
 
@@ -358,9 +358,6 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // (unset: 1): its one-token affine 4/8-bit products in the lean form (kernels/matvec_stream_lean.cuh:
     // each chunk's sum of x once per block, the rows' addresses once per task; bit for bit the same
     // outputs; H100, bench/RESULTS.md run 36: 8B tg128 +3.6%); 0: the previous form, for A/B.
-    // MLXCEL_GPU_STREAM_SPLIT (unset: 0, off): the lean form's split form, where 2, 4 or 8 warps of a
-    // block share each task's columns and add their partial sums in shared memory, the ways picked
-    // per launch so the resident warps have even work (stream_split_ways; 1 way: the lean form itself).
     // MLXCEL_GPU_SAMPLE_BLOCKS=N: at most N blocks share one row of the sample record
     // (kernels/sample_split.cu; 1: one block per row; unset: MXG_SAMPLE_DEFAULT_BLOCKS).
     // MLXCEL_GPU_SAMPLE_FAST (unset: 1): the split form's threshold from a short list of keys (those
@@ -407,7 +404,6 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_STREAM_MIN_COLS", 4096, 0, 1 << 30, &k->stream_min_cols, err) ||
         env_int("MLXCEL_GPU_STREAM_ROWS", 4, 2, 4, &k->stream_rows, err) ||
         env_int("MLXCEL_GPU_STREAM_LEAN", 1, 0, 1, &k->stream_lean, err) ||
-        env_int("MLXCEL_GPU_STREAM_SPLIT", 0, 0, 1, &k->stream_split, err) ||
         env_int("MLXCEL_GPU_SAMPLE_BLOCKS", MXG_SAMPLE_DEFAULT_BLOCKS, 1, MXG_SAMPLE_MAX_BLOCKS, &k->sample_blocks, err) ||
         env_int("MLXCEL_GPU_SAMPLE_FAST", 1, 0, 1, &k->sample_fast, err) ||
         env_int("MLXCEL_GPU_TC_DECODE", MXG_TC_DECODE_DEFAULT_TOKENS, 0, 64, &k->tc_decode_tokens, err) ||
@@ -551,7 +547,6 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.stream_min_cols = knobs.stream_min_cols;
     c->launch.stream_rows = knobs.stream_rows;
     c->launch.stream_lean = knobs.stream_lean != 0;
-    c->launch.stream_split = knobs.stream_split != 0;
     c->launch.sample_blocks = knobs.sample_blocks;
     c->launch.sample_fast = knobs.sample_fast == 1;
     c->launch.attn_token_rows = mx_env_switch("MLXCEL_GPU_ATTN_TOKEN_ROWS");

@@ -53,8 +53,6 @@ typedef struct mxg_launch {
                            // (default), or 2 (MLXCEL_GPU_STREAM_ROWS=2)
     bool stream_lean;      // its one-token affine 4/8-bit products in the lean form, bit for bit the same outputs
                            // (kernels/matvec_stream_lean.cuh; MLXCEL_GPU_STREAM_LEAN, on unless 0)
-    bool stream_split;     // the lean form's split form: each task's columns shared by 2-8 warps of a block,
-                           // picked per launch to fill the device (MLXCEL_GPU_STREAM_SPLIT=1; off by default)
     bool attn_token_rows;  // attention always in token rows, never head rows for decode (A/B switch)
     bool attn_decode;      // decode steps on kernels/attn_decode.cu (MLXCEL_GPU_ATTN_DECODE=0: off, A/B switch)
     bool attn_short;       // ... in their short-context form where the cache is short (kernels/attn_decode.cu;

@@ -9,9 +9,8 @@
 # moe_router.cu's router launch (the CPU backend's routing on its logits; then two planted faults of
 # level 3 that must fail; the warp routing against the block form's bits and MLXCEL_GPU_PDL=3's
 # down prefetch, with planted faults), the decode attention with RoPE folded in against two planted faults, and
-# the streaming kernel's lean one-token form and its split form (test_stream_lean_emulated.cpp: the
-# lean form bit for bit today's, the split form within the float32 bound of the lean form and of the
-# reference, and planted faults in each that must fail).
+# the streaming kernel's lean one-token form (test_stream_lean_emulated.cpp: bit for bit today's,
+# within the float32 bound of the reference, and a planted fault that must fail).
 # A check of index arithmetic and logic before a device run, not a
 # replacement for it (tests/gpu/run_on_device.sh). Needs g++ (C++20) and the CPU build (made here
 # when build/cpu has no library). Takes under a minute on two cores (--asan: several minutes).
@@ -31,8 +30,7 @@ python3 tests/gpu/kv_emulation/to_host.py src/backends/gpu/vendor/cuda/attn_mma.
 python3 tests/gpu/kv_emulation/to_host.py src/backends/gpu/kernels/matvec_fused.cu >"$out/matvec_fused.cpp"
 # The streaming kernel lives in headers (matvec_fused.cu's launches): converted copies of them first
 # on the include path of the builds that link matvec_fused.cpp.
-mkdir -p "$out/inc/backends/gpu/kernels" "$out/fault_lean/backends/gpu/kernels" "$out/fault_split/backends/gpu/kernels" \
-    "$out/fault_prefetch/backends/gpu/kernels"
+mkdir -p "$out/inc/backends/gpu/kernels" "$out/fault_lean/backends/gpu/kernels" "$out/fault_prefetch/backends/gpu/kernels"
 for h in matvec_stream matvec_stream_lean; do
     python3 tests/gpu/kv_emulation/to_host.py "src/backends/gpu/kernels/$h.cuh" >"$out/inc/backends/gpu/kernels/$h.cuh"
 done
@@ -49,11 +47,10 @@ gcc -std=c11 -O1 -Isrc -Iinclude -c tests/gpu/gpu_ref.c -o "$out/gpu_ref.o"
 g++ -I"$out/inc" $flags -Itests/gpu -o "$out/test_moe_emulated" tests/gpu/kv_emulation/emu.cpp tests/gpu/kv_emulation/test_moe_emulated.cpp \
     "$out/moe.cpp" "$out/moe_stream.cpp" "$out/moe_router.cpp" "$out/gpu_ref.o" \
     "$lib/libmlxcel_lib.a" $(pkg-config --libs jansson libpcre2-8 libutf8proc libmicrohttpd) -lcurl -lm -lpthread
-# The streaming kernel's lean form (MLXCEL_GPU_STREAM_LEAN=1) and its split form
-# (MLXCEL_GPU_STREAM_SPLIT=1; test_stream_lean_emulated.cpp) through matvec_fused.cu, whose streaming
-# kernel lives in headers: converted copies of them come first on the include path. Then against
-# planted faults: each chunk's sum of x read from the neighbouring chunk (sums[c ^ 1]), which moves
-# every bias term, and the split form's last slice left out of a task's sum: both must fail.
+# The streaming kernel's lean form (MLXCEL_GPU_STREAM_LEAN=1; test_stream_lean_emulated.cpp) through
+# matvec_fused.cu, whose streaming kernel lives in headers: converted copies of them come first on the
+# include path. Then against a planted fault: each chunk's sum of x read from the neighbouring chunk
+# (sums[c ^ 1]), which moves every bias term: it must fail.
 # MLXCEL_GPU_PDL=2's planted fault: the per-warp prefetch budget ignored (kernels/matvec.cuh, prefetch_span).
 sed 's/const unsigned n = hi - lo < budget ? (unsigned)(hi - lo) : budget;/const unsigned n = (unsigned)(hi - lo);/' \
     src/backends/gpu/kernels/matvec.cuh >"$out/fault_prefetch/backends/gpu/kernels/matvec.cuh"
@@ -63,14 +60,9 @@ sed 's/const float xs = sums\[c\];/const float xs = sums[c ^ 1];/' "$out/inc/bac
     >"$out/fault_lean/backends/gpu/kernels/matvec_stream_lean.cuh"
 ! cmp -s "$out/inc/backends/gpu/kernels/matvec_stream_lean.cuh" "$out/fault_lean/backends/gpu/kernels/matvec_stream_lean.cuh" ||
     { echo "run.sh: the planted stream lean fault did not apply"; exit 1; }
-sed 's/for (int p = 1; p < a.split; p++)/for (int p = 1; p < a.split - 1; p++)/' \
-    "$out/inc/backends/gpu/kernels/matvec_stream_lean.cuh" >"$out/fault_split/backends/gpu/kernels/matvec_stream_lean.cuh"
-! cmp -s "$out/inc/backends/gpu/kernels/matvec_stream_lean.cuh" "$out/fault_split/backends/gpu/kernels/matvec_stream_lean.cuh" ||
-    { echo "run.sh: the planted stream split fault did not apply"; exit 1; }
-for variant in good fault fault_split fault_prefetch; do
+for variant in good fault fault_prefetch; do
     inc="-I$out/inc"
     [ $variant = fault ] && inc="-I$out/fault_lean $inc"
-    [ $variant = fault_split ] && inc="-I$out/fault_split $inc"
     [ $variant = fault_prefetch ] && inc="-I$out/fault_prefetch $inc"
     # shellcheck disable=SC2086,SC2046
     g++ $inc $flags -Itests/gpu -o "$out/test_stream_lean_$variant" tests/gpu/kv_emulation/emu.cpp \
@@ -82,10 +74,6 @@ if "$out/test_stream_lean_fault" quick >"$out/stream_lean_fault.log" 2>&1; then
     echo "stream lean: the planted sum fault passed the emulation: FAIL"; exit 1
 fi
 echo "stream lean: the planted sum fault (sums[c ^ 1]) fails the emulation ($(grep -c FAIL "$out/stream_lean_fault.log") failures): ok"
-"$out/test_stream_lean_fault_split" quick >"$out/stream_split_fault.log" 2>&1 || true
-n=$(grep -c "FAIL.*split output" "$out/stream_split_fault.log" || true)
-[ "$n" -gt 0 ] || { echo "stream split: the planted fault (last slice left out) passed the emulation: FAIL"; exit 1; }
-echo "stream split: the planted fault (last slice left out) fails the emulation ($n failures): ok"
 "$out/test_stream_lean_fault_prefetch" quick >"$out/stream_prefetch_fault.log" 2>&1 || true
 n=$(grep -c "FAIL.*bad prefetch" "$out/stream_prefetch_fault.log" || true)
 [ "$n" -gt 0 ] || { echo "stream pdl=2: the planted fault (prefetch budget ignored) passed the emulation: FAIL"; exit 1; }

@@ -1,10 +1,9 @@
 // SPDX-License-Identifier: MIT
 // The streaming kernel's lean one-token form (kernels/matvec_stream_lean.cuh, MLXCEL_GPU_STREAM_LEAN=1)
-// and its split form (MLXCEL_GPU_STREAM_SPLIT=1) on the host emulation (emu.h), through the fused
-// one-token launches of kernels/matvec_fused.cu (plain, RMSNorm + q/k/v, RMSNorm + gate/up + SwiGLU,
-// down + residual; the one-record products of kernels/matvec_stream.cu take the same stream_launch).
-// Lean cases run today's form (lean off) and the lean form on the same inputs and require of the
-// lean form:
+// on the host emulation (emu.h), through the fused one-token launches of kernels/matvec_fused.cu
+// (plain, RMSNorm + q/k/v, RMSNorm + gate/up + SwiGLU, down + residual; the one-record products of
+// kernels/matvec_stream.cu take the same stream_launch). Each case runs today's form (lean off) and
+// the lean form on the same inputs and requires of the lean form:
 // - every output bit for bit today's (the form's claim: the same float operations in the same
 //   order), and every buffer the launch writes (outputs, the norm's row, SwiGLU's act, the residual
 //   stream) byte for byte today's;
@@ -12,24 +11,15 @@
 //   (cols + 16) float32 roundings of its evaluation scale, the bound test_gpu_ops.c applies;
 // - a lean launch: the launch's dynamic shared memory is the lean form's (the row plus one float per
 //   chunk), so a case where the knob changed nothing fails rather than passing as "equal".
-// Split cases run the lean form and the split form (each task's columns over S warps, partial sums
-// joined in shared memory) and require of the split form: the S the case expects from the launch's
-// rows, columns and multiprocessors (stream_split_ways; its shapes cover S = 1, 2, 4 and 8); every
-// output within the float32 bound of the reference and within that bound of the lean form's (only
-// the summation order differs), the norm's row and a launch's other buffers as the bound allows
-// (the norm's row bit for bit: the staging is the same); the split form's shared memory (row, sums,
-// partials) where S > 1, and where S = 1 the lean form itself, bit for bit.
 // Shapes: Qwen3-8B's (4096 -> 4096, 1024, 12288; 12288 -> 4096, whose 49.5 KB of staging needs the
-// raised shared memory limit; the split cases on an H100's 132 multiprocessors), odd ones (333 x
-// 4160: a partial last step and a partial last task, and slices of 33 and 31 chunks; 64-lane warps
-// over 8256 columns), the previous two-row task shape (stream_rows 2); affine 4-bit g64 bf16, 4-bit
-// g32 f16, 4-bit g128 bf16, 8-bit g64 bf16, 8-bit g32 bf16, 8-bit g128 f16. All rows are at least a
-// step long (the lean form declines the eight-row shape of shorter rows). run.sh also builds it
-// against copies of the kernel with planted faults (each chunk's sum of x taken from the
-// neighbouring chunk; the split form's last slice left out of the sum), which must fail. Exits 1
-// on any failure.
+// raised shared memory limit), odd ones (333 x 4160: a partial last step and a partial last task;
+// 64-lane warps over 8256 columns), the previous two-row task shape (stream_rows 2); affine 4-bit
+// g64 bf16, 4-bit g32 f16, 4-bit g128 bf16, 8-bit g64 bf16, 8-bit g128 f16. All rows are at least a
+// step long (the lean form declines the eight-row shape of shorter rows). run.sh also
+// builds it against a copy of the kernel with a planted fault (each chunk's sum of x taken from the
+// neighbouring chunk), which must fail. Exits 1 on any failure.
 // MLXCEL_GPU_PDL=2 (every run_case shape, today's form under an H100's cap and the lean form under a
-// small one that cuts the ranges; every split_case shape under an H100's cap): the same outputs bit for bit as without it, at least one L2
+// small one that cuts the ranges): the same outputs bit for bit as without it, at least one L2
 // prefetch, and every prefetched range a non-zero multiple of 16 bytes at a 16-byte aligned address
 // inside one of the launch's matrices' codes, scales or biases, the launch's total within its cap
 // (mxg_pdl_prefetch_cap). run.sh plants a fault (the per-warp budget ignored) that must fail.
@@ -56,16 +46,16 @@ struct Run {
     std::vector<emu_range> prefetches;  // MLXCEL_GPU_PDL=2's L2 prefetches, in order
 };
 
-// One launch of the pattern with the lean form on or off, and with the split form on or off; every
-// written buffer starts as a known fill so that a buffer left unwritten shows.
-static void launch(Run &u, bool lean, bool split, Pattern pat, int count, mx_matrix *w, const int64_t *rws,
+// One launch of the pattern with the lean form on or off; every written buffer starts as a known fill
+// so that a buffer left unwritten shows.
+static void launch(Run &u, bool lean, Pattern pat, int count, mx_matrix *w, const int64_t *rws,
                    const std::vector<float> *bs, bool bias, const std::vector<float> &x, const std::vector<float> &nw,
                    const std::vector<float> &res0, int warp, int sms, int stream_rows, size_t pdl_cap = 0) {
     mxg_launch L;
     memset(&L, 0, sizeof L);
     L.warp = warp, L.sm_count = sms, L.matvec_stream = true, L.stream_min_cols = 0, L.stream_rows = stream_rows;
     L.dependent_launch = L.pdl_early = pdl_cap != 0, L.pdl_prefetch = pdl_cap;  // MLXCEL_GPU_PDL=2
-    L.matvec_rows = 4, L.stream_lean = lean, L.stream_split = split;
+    L.matvec_rows = 4, L.stream_lean = lean;
     mxg_fused_matvec f = {};
     f.count = count;
     for (int k = 0; k < count; k++) {
@@ -133,8 +123,8 @@ static void run_case(const char *name, Pattern pat, mx_quant q, mx_dtype st, int
     ref_fill(&rng, nw.data(), cols, 0.5f, 1.5f);
     ref_fill(&rng, res0.data(), (int64_t)res0.size(), -1.0f, 1.0f);
     Run today, lean;
-    launch(today, false, false, pat, count, w, rws, bs, bias, x, nw, res0, warp, sms, stream_rows);
-    launch(lean, true, false, pat, count, w, rws, bs, bias, x, nw, res0, warp, sms, stream_rows);
+    launch(today, false, pat, count, w, rws, bs, bias, x, nw, res0, warp, sms, stream_rows);
+    launch(lean, true, pat, count, w, rws, bs, bias, x, nw, res0, warp, sms, stream_rows);
     // The reference's activations: the norm's output (checked equal between the forms) or x.
     const bool norm = pat == NORM_QKV || pat == NORM_GATE_UP;
     const std::vector<float> &act_in = norm ? today.h : x;
@@ -166,7 +156,7 @@ static void run_case(const char *name, Pattern pat, mx_quant q, mx_dtype st, int
     const size_t caps[2] = {mxg_pdl_prefetch_cap(MXG_PDL_L2_FALLBACK), mxg_pdl_prefetch_cap((size_t)1 << 20)};
     for (int form = 0; form < 2; form++) {
         Run pdl;
-        launch(pdl, form == 1, false, pat, count, w, rws, bs, bias, x, nw, res0, warp, sms, stream_rows, caps[form]);
+        launch(pdl, form == 1, pat, count, w, rws, bs, bias, x, nw, res0, warp, sms, stream_rows, caps[form]);
         const Run &base = form == 1 ? lean : today;
         bool pdl_same = same(pdl.h, base.h) && same(pdl.act, base.act) && same(pdl.res, base.res);
         for (int k = 0; k < count; k++) pdl_same = pdl_same && same(pdl.out[k], base.out[k]);
@@ -179,100 +169,6 @@ static void run_case(const char *name, Pattern pat, mx_quant q, mx_dtype st, int
     }
     if (!within) FAIL("%s: an output outside its float32 bound of the reference (worst %.2e of it)", name, worst);
     if (!ran) FAIL("%s: the lean form did not run (shared memory %zu, expected %zu)", name, lean.smem, lean_smem);
-    for (int k = 0; k < count; k++) ref_matrix_free(&w[k]);
-}
-
-// The rows per task of the launch (stream_launch's long-row shapes: twice R at stream_rows 4).
-static int rows_per_task(Pattern pat, int stream_rows) {
-    const int r = pat == NORM_GATE_UP ? 1 : 2;
-    return stream_rows == 4 ? 2 * r : r;
-}
-
-static void split_case(const char *name, Pattern pat, mx_quant q, mx_dtype st, int rows, int cols, bool bias, int warp,
-                       int sms, int stream_rows, int want_ways) {
-    ref_rng rng = {0x5b117c0du ^ (uint64_t)(rows * 131 + cols * 7 + pat * 3 + warp + q.bits + st + sms)};
-    const int count = pat == NORM_QKV ? 3 : pat == NORM_GATE_UP ? 2 : 1;
-    const int64_t rws[3] = {rows, pat == NORM_QKV ? rows / 4 : rows, pat == NORM_QKV ? rows / 4 : rows};
-    mx_matrix w[3];
-    std::vector<float> bs[3];
-    for (int k = 0; k < count; k++) {
-        w[k] = ref_matrix_random(&rng, q, MX_DTYPE_U32, st, 1, rws[k], cols);
-        bs[k].resize(rws[k]);
-        ref_fill(&rng, bs[k].data(), rws[k], -0.5f, 0.5f);
-    }
-    std::vector<float> x(cols), nw(cols), res0(pat == DOWN_RESIDUAL ? rows : 1);
-    ref_fill(&rng, x.data(), cols, -2.0f, 2.0f);
-    for (int i = 0; i < cols; i += 97) x[i] *= 40.0f;
-    for (int i = 64; i < 96 && i < cols; i++) x[i] = 0.0f;
-    ref_fill(&rng, nw.data(), cols, 0.5f, 1.5f);
-    ref_fill(&rng, res0.data(), (int64_t)res0.size(), -1.0f, 1.0f);
-    // The S the launch picks: the chooser on this launch's task count.
-    mxg_launch L;
-    memset(&L, 0, sizeof L);
-    L.warp = warp, L.sm_count = sms;
-    const int rpt = rows_per_task(pat, stream_rows);
-    int64_t tasks = 0;
-    for (int k = 0; k < (pat == NORM_GATE_UP ? 1 : count); k++) tasks += (rws[k] + rpt - 1) / rpt;
-    const int ways = mxg::stream_split_ways(&L, tasks, cols / 32);
-    Run lean, split;
-    launch(lean, true, false, pat, count, w, rws, bs, bias, x, nw, res0, warp, sms, stream_rows);
-    launch(split, true, true, pat, count, w, rws, bs, bias, x, nw, res0, warp, sms, stream_rows);
-    const bool norm = pat == NORM_QKV || pat == NORM_GATE_UP;
-    const std::vector<float> &act_in = norm ? lean.h : x;
-    bool within = true, near = true, equal = true;
-    double worst = 0.0, worst_pair = 0.0;
-    for (int k = 0; k < count; k++) {
-        equal = equal && same(lean.out[k], split.out[k]);
-        std::vector<float> ref(rws[k]);
-        std::vector<ref_scale> sc(rws[k]);
-        ref_matmul(ref.data(), sc.data(), act_in.data(), &w[k], bias ? bs[k].data() : NULL, 1, false);
-        for (int64_t r = 0; r < rws[k]; r++) {
-            const double bound = (double)(cols + 16) / 16777216.0 * sc[r].eval;
-            const double err = fabs((double)split.out[k][r] - ref[r]);
-            const double pair = fabs((double)split.out[k][r] - (double)lean.out[k][r]);
-            worst = std::max(worst, err / bound), worst_pair = std::max(worst_pair, pair / bound);
-            within = within && err <= bound;
-            near = near && pair <= bound;
-        }
-    }
-    // SwiGLU's act and the residual stream follow the outputs: within the bound of the lean form's
-    // through them (act from the written gate and up; the residual as res0 + out).
-    bool side = same(lean.h, split.h);
-    if (pat == NORM_GATE_UP)
-        for (int64_t r = 0; r < rows; r++) {
-            const float g = split.out[0][r], u = split.out[1][r];
-            side = side && split.act[r] == silu_mul(g, u);
-        }
-    if (pat == DOWN_RESIDUAL)
-        for (int64_t r = 0; r < rows; r++) side = side && split.res[r] == res0[r] + split.out[0][r];
-    const size_t warps = 256 / warp, split_smem = (size_t)cols * 4 + (size_t)(cols / 32) * 4 +
-                                                  2 * warps * (pat == NORM_GATE_UP ? 2 : 1) * rpt * 4;
-    const bool ran = ways > 1 ? split.smem == split_smem : split.smem == lean.smem && equal;
-    // MLXCEL_GPU_PDL=2 on the split form (one prefetch per row group's first task), an H100's cap.
-    {
-        const size_t cap = mxg_pdl_prefetch_cap(MXG_PDL_L2_FALLBACK);
-        Run pdl;
-        launch(pdl, true, true, pat, count, w, rws, bs, bias, x, nw, res0, warp, sms, stream_rows, cap);
-        bool pdl_same = same(pdl.h, split.h) && same(pdl.act, split.act) && same(pdl.res, split.res);
-        for (int k = 0; k < count; k++) pdl_same = pdl_same && same(pdl.out[k], split.out[k]);
-        char why[128];
-        const bool ranges = prefetches_ok(pdl, w, count, cap, why, sizeof why);
-        printf("stream split %-14s pdl=2, cap %zu: outputs %s, prefetch %s (%s)\n", name, cap,
-               pdl_same ? "equal" : "DIFFER", ranges ? "ok" : "BAD", why);
-        if (!pdl_same) FAIL("%s: MLXCEL_GPU_PDL=2 changed the split form's outputs", name);
-        if (!ranges) FAIL("%s: a bad prefetch of the split form: %s", name, why);
-    }
-    char ml[64];
-    printf("stream split %-14s %s %dx%d%s warp %d sms %d rows/task %d: ways %d, worst err/bound %.2e (lean %.2e)%s, "
-           "side buffers %s, smem %zu/%zu\n",
-           name, ref_matrix_label(&w[0], ml, sizeof ml), rows, cols, bias ? " bias" : "", warp, sms, rpt, ways, worst,
-           worst_pair, equal ? " bit-equal" : "", side ? "consistent" : "DIFFER", lean.smem, split.smem);
-    if (ways != want_ways) FAIL("%s: the split form picked %d ways, expected %d", name, ways, want_ways);
-    if (!within) FAIL("%s: a split output outside its float32 bound of the reference (worst %.2e of it)", name, worst);
-    if (!near) FAIL("%s: a split output further than the bound from the lean form's (worst %.2e of it)", name, worst_pair);
-    if (!side) FAIL("%s: the split form's norm row, act or residual stream do not follow its outputs", name);
-    if (!ran) FAIL("%s: the split form did not run as %d ways (shared memory %zu, expected %zu)", name, ways, split.smem,
-                   ways > 1 ? split_smem : lean.smem);
     for (int k = 0; k < count; k++) ref_matrix_free(&w[k]);
 }
 
@@ -296,25 +192,6 @@ int main(int argc, char **argv) {
         run_case("norm+qkv", NORM_QKV, q8, MX_DTYPE_BF16, 4096, 4096, false, 32, 8, 2);
         run_case("norm+gate/up", NORM_GATE_UP, q4, MX_DTYPE_BF16, 1537, 8256, true, 64, 4, 2);
         run_case("down+residual", DOWN_RESIDUAL, q8, MX_DTYPE_BF16, 1024, 8192, true, 64, 2, 4);
-    }
-    // The split form: the 8B's products on an H100's 132 multiprocessors (q/k/v 4 ways, down 2, gate/up
-    // 1: three waves either way), partial slices and rows past the matrix on few multiprocessors.
-    const mx_quant q8g32 = {MX_QUANT_AFFINE, 8, 32};
-    split_case("plain", PLAIN, q4, MX_DTYPE_BF16, 333, 4160, true, 32, 3, 4, 4);
-    split_case("plain", PLAIN, q4, MX_DTYPE_BF16, 333, 4160, true, 32, 3, 2, 2);
-    split_case("plain", PLAIN, q4g32, MX_DTYPE_F16, 515, 4160, true, 32, 2, 4, 4);
-    split_case("norm+gate/up", NORM_GATE_UP, q8g128, MX_DTYPE_F16, 517, 4096, true, 32, 3, 4, 2);
-    split_case("down+residual", DOWN_RESIDUAL, q8g32, MX_DTYPE_BF16, 333, 8256, true, 32, 42, 4, 8);
-    split_case("down+residual", DOWN_RESIDUAL, q4, MX_DTYPE_BF16, 333, 8256, true, 64, 3, 4, 2);
-    split_case("norm+qkv", NORM_QKV, q4, MX_DTYPE_BF16, 1024, 4096, true, 32, 1, 4, 1);
-    if (!quick) {
-        split_case("norm+qkv", NORM_QKV, q4, MX_DTYPE_BF16, 4096, 4096, true, 32, 132, 4, 4);
-        split_case("norm+gate/up", NORM_GATE_UP, q4, MX_DTYPE_BF16, 12288, 4096, false, 32, 132, 4, 1);
-        split_case("down+residual", DOWN_RESIDUAL, q4, MX_DTYPE_BF16, 4096, 12288, false, 32, 132, 4, 2);
-        split_case("plain", PLAIN, q8, MX_DTYPE_BF16, 1001, 4096, true, 32, 5, 4, 4);
-        split_case("plain", PLAIN, q4g128, MX_DTYPE_BF16, 259, 4096, true, 32, 2, 4, 4);
-        split_case("norm+qkv", NORM_QKV, q8, MX_DTYPE_BF16, 4096, 4096, false, 32, 132, 2, 2);
-        split_case("norm+gate/up", NORM_GATE_UP, q4, MX_DTYPE_BF16, 1537, 8256, true, 64, 4, 2, 4);
     }
     printf("%d failures\n", fails);
     return fails != 0;

@@ -36,9 +36,7 @@
 // - MLXCEL_GPU_STREAM_LEAN=1 (L->stream_lean): the one-token affine 4/8-bit products of up to four
 //   rows per task run stream_body_lean (kernels/matvec_stream_lean.cuh, included below the pieces it
 //   shares): bit for bit the same outputs, each chunk's sum of x once per block and the rows'
-//   addresses once per task instead of in the step loop. MLXCEL_GPU_STREAM_SPLIT=1 (L->stream_split)
-//   adds its split form (the same file): each task's columns shared by 2-8 warps of a block, their
-//   partial sums joined in shared memory, so that every resident warp has an even share.
+//   addresses once per task instead of in the step loop.
 // Requirements (stream_fits): rows of at least L->stream_min_cols weights (4096 by default: slower
 // than kernels/matvec.cuh on the 0.6B's shorter rows, as measured), cols a multiple of 32 with aligned rows (matvec_fast), the token rows
 // within the 48 KB of default shared memory, at least one chunk per lane. Lanes past the row's last
@@ -84,7 +82,6 @@ struct StreamArgs {
     float *norm_out;
     float *res;            // EPI_RESIDUAL
     float *act;            // EPI_SWIGLU
-    int split;             // the split form (kernels/matvec_stream_lean.cuh): warps sharing each task's columns
     unsigned prefetch;     // MLXCEL_GPU_PDL=2: L2 prefetch budget of each warp's first task (set at launch; 0: none)
     bool early;            // MLXCEL_GPU_PDL=2: release the next dependent kernel right after the grid wait
 };
@@ -320,14 +317,13 @@ __device__ __forceinline__ void stream_body(const StreamArgs &a, float4 *xs4, in
 
 namespace mxg {
 
-// LEAN: the lean one-token form (kernels/matvec_stream_lean.cuh; only where StreamLean<F, NT, NM * R>::on);
-// SPLIT (with LEAN): its split form, a.split warps of a block sharing each task's columns.
-template <int W, class F, int NT, int NM, int R, int U, int EPI, bool NORM, bool LEAN, bool SPLIT = false>
+// LEAN: the lean one-token form (kernels/matvec_stream_lean.cuh; only where StreamLean<F, NT, NM * R>::on).
+template <int W, class F, int NT, int NM, int R, int U, int EPI, bool NORM, bool LEAN>
 __global__ void __launch_bounds__(kStreamThreads, kStreamBlocksPerSm) matvec_stream_kernel(StreamArgs a) {
     MXG_WARP_ONLY(W) {
-    extern __shared__ float4 xs4[];  // [NT][nchunks * 8]; LEAN: then [nchunks] sums; SPLIT: then the partials
+    extern __shared__ float4 xs4[];  // [NT][nchunks * 8]; LEAN: then [nchunks] sums
     if constexpr (LEAN)
-        stream_body_lean<W, F, NM, R, U, EPI, NORM, SPLIT>(a, xs4, (int)blockIdx.x, (int)gridDim.x);
+        stream_body_lean<W, F, NM, R, U, EPI, NORM>(a, xs4, (int)blockIdx.x, (int)gridDim.x);
     else
         stream_body<W, F, NT, NM, R, U, EPI, NORM>(a, xs4, (int)blockIdx.x, (int)gridDim.x);
     mxg_grid_release();  // the next dependent kernel may start loading its weights
@@ -353,31 +349,13 @@ int stream_tasks(StreamArgs &a, int count) {
 }
 
 // Where a launch needs more than the default 48 KB of dynamic shared memory (the lean form's chunk
-// sums after a 12288-wide row, the split form's partials), the kernel instance's limit is raised to
-// `most`, what the widest row it takes needs, once per instance (`raised`: the caller's static flag;
-// host code, one thread per backend).
+// sums after a 12288-wide row), the kernel instance's limit is raised to `most`, what the widest row
+// it takes needs, once per instance (`raised`: the caller's static flag; host code, one thread per
+// backend).
 static inline void stream_allow_smem(const void *kernel, size_t smem, size_t most, bool &raised) {
     if (smem <= kMatvecStageBytes || raised) return;
     (void)gpuFuncSetAttribute(kernel, gpuFuncAttributeMaxDynamicSharedMemorySize, (int)most);
     raised = true;
-}
-
-// The split form's launch (a.split > 1 warps per task, stream_split_ways): as many blocks as the row
-// groups need, warps / a.split per block, at most kStreamBlocksPerSm per multiprocessor.
-template <int W, class F, int NM, int R, int U, int EPI, bool NORM>
-void stream_launch_split(const mxg_launch *L, const StreamArgs &a, int tasks) {
-    constexpr int warps = kStreamThreads / W;
-    const int row_groups = warps / a.split;
-    const int64_t want = (tasks + row_groups - 1) / row_groups, cap = (int64_t)L->sm_count * kStreamBlocksPerSm;
-    const unsigned blocks = (unsigned)(want < cap ? want : cap);
-    const size_t smem = stream_split_smem(a.m[0].cols, warps, NM * R);
-    auto kernel = matvec_stream_kernel<W, F, 1, NM, R, U, EPI, NORM, true, true>;
-    StreamArgs b = a;
-    b.prefetch = pdl_warp_budget(L, (int64_t)blocks * row_groups);  // one prefetch per row group's first task
-    static bool raised = false;
-    stream_allow_smem((const void *)kernel, smem, stream_split_smem(kMatvecStageBytes / sizeof(float), warps, NM * R),
-                      raised);
-    mxg_launch_dep(kernel, dim3(blocks), dim3(kStreamThreads), smem, (gpuStream_t)L->stream, L->dependent_launch, b);
 }
 
 // One launch of R rows per task (per matrix: NM = 2 counts gate's rows only) and U chunks per lane
@@ -392,13 +370,6 @@ void stream_launch_shape(const mxg_launch *L, StreamArgs a, int count) {
     a.prefetch = pdl_warp_budget(L, (int64_t)blocks * warps);
     if constexpr (StreamLean<F, NT, NM * R>::on) {
         if (stream_lean_fits(L, a, count)) {
-            if (L->stream_split) {
-                a.split = stream_split_ways(L, tasks, (int)(a.m[0].cols / 32));
-                if (a.split > 1) {
-                    stream_launch_split<W, F, NM, R, U, EPI, NORM>(L, a, tasks);
-                    return;
-                }
-            }
             const size_t smem = stream_lean_smem(a.m[0].cols);
             auto kernel = matvec_stream_kernel<W, F, NT, NM, R, U, EPI, NORM, true>;
             // Over 48 KB (the sums after a 12288-wide row): stream_allow_smem.
