@@ -196,3 +196,33 @@ size_t emu_smem_max = 48 * 1024;
 std::vector<dim3> emu_grids;
 std::vector<size_t> emu_smem_sizes;
 std::vector<emu_range> emu_prefetches;
+
+std::vector<emu_span> emu_pdl_hidden;
+int emu_pdl_dependent = 0, emu_pdl_unwaited = 0;
+static std::vector<std::vector<unsigned char>> pdl_saved;  // the hidden ranges' bytes while hidden
+
+void emu_pdl_hide() {
+    if (emu_pdl_hidden.empty()) return;
+    emu_pdl_dependent++;
+    pdl_saved.clear();
+    for (const emu_span &r : emu_pdl_hidden) {
+        const unsigned char *b = (const unsigned char *)r.p;
+        pdl_saved.emplace_back(b, b + r.bytes);
+        memset(r.p, 0xff, r.bytes);
+    }
+}
+
+static void pdl_put_back() {
+    for (size_t i = 0; i < pdl_saved.size(); i++) memcpy(emu_pdl_hidden[i].p, pdl_saved[i].data(), pdl_saved[i].size());
+    pdl_saved.clear();
+}
+
+void emu_pdl_restore() {
+    if (pdl_saved.empty()) return;
+    emu_pdl_unwaited++;
+    pdl_put_back();
+}
+
+void mxg_grid_wait() {
+    if (!pdl_saved.empty()) pdl_put_back();
+}

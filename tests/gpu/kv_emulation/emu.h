@@ -115,8 +115,21 @@ inline int gpuFuncSetAttribute(const void *, int attr, int bytes) {
     return 0;
 }
 
-// Programmatic dependent launch (compat.h): a plain launch; the waits have nothing to wait for.
-inline void mxg_grid_wait() {}
+// Programmatic dependent launch (compat.h): a plain launch, launches one after another, so the
+// waits have nothing to wait for. What a dependent launch may do before its grid wait is checked
+// where a test opts in by listing ranges in emu_pdl_hidden: before each dependent launch
+// (mxg_launch_dep with dependent = true) those ranges are saved and overwritten with 0xff bytes
+// (NaN floats, -1 integers), as on a device where the kernel before it has not finished writing
+// them, and the launch's first grid wait puts them back. So a kernel that reads them before its wait
+// (in its first thread, which the emulation runs first) reads garbage, one that writes them before it
+// loses the write, and one without a wait gets them back only at its end and counts in
+// emu_pdl_unwaited. emu_pdl_dependent counts the dependent launches made while ranges were listed.
+struct emu_span { void *p; size_t bytes; };
+extern std::vector<emu_span> emu_pdl_hidden;
+extern int emu_pdl_dependent, emu_pdl_unwaited;
+void emu_pdl_hide();     // before a dependent launch
+void emu_pdl_restore();  // at its first grid wait, or after it (counted as unwaited when still hidden)
+void mxg_grid_wait();
 inline void mxg_grid_release() {}
 inline void mxg_grid_wait_release(bool early) {  // compat.h: the wait, then (early) the release
     mxg_grid_wait();
@@ -128,6 +141,10 @@ struct emu_range { const void *p; unsigned bytes; };
 extern std::vector<emu_range> emu_prefetches;
 inline void mxg_prefetch_l2(const void *p, unsigned bytes) { emu_prefetches.push_back({p, bytes}); }
 template <class... P, class... A>
-inline void mxg_launch_dep(void (*k)(P...), dim3 grid, dim3 block, size_t smem, gpuStream_t, bool, A... args) {
+inline void mxg_launch_dep(void (*k)(P...), dim3 grid, dim3 block, size_t smem, gpuStream_t, bool dependent, A... args) {
+    if (dependent) emu_pdl_hide();
     emu_launch(grid, block, smem, [=]() { k((P)args...); });
+    if (dependent) emu_pdl_restore();
 }
+// compat.h's stream memset (the argmax's scratch), done at once.
+inline int gpuMemsetAsync(void *p, int v, size_t bytes, gpuStream_t) { memset(p, v, bytes); return 0; }

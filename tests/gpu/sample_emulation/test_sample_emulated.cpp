@@ -20,7 +20,18 @@
 // split form bit for bit: outputs, edited logits, and each sampled row's threshold and 1,024
 // draw-run masses; it must have taken each of its three ways (a list above a cut, a window's bin,
 // the radix passes) somewhere.
-// Built and run by run.sh; argument "quick": fewer batches. Exits 1 on any failure.
+// MLXCEL_GPU_PDL=3 (L.pdl_rest: every launch of the token choice a dependent launch whose grid wait
+// comes first): on every batch the fast split form and the one-block form run again with the
+// logits, the scratch and the outputs hidden until each launch's grid wait (emu.h, emu_pdl_hidden:
+// as on a device where the kernel before has not finished writing them), and must give the plain
+// launches' outputs, edited logits and scratch bit for bit, every launch having waited. The argmax
+// (kernels/rows.cu, the greedy decode step's token choice) likewise: against the host's first
+// maximum with and without the level, where it drops the memset node and each launch's last block
+// clears the scratch for the next one (checked: two launches in a row, the second row's maximum
+// below the first's, then the scratch all zero; and a scratch of fewer rows than the batch).
+// run.sh also builds it against planted faults that must fail: a grid wait moved below the stats
+// kernel's first reads of the logits, one wait left out (split_cut), and the argmax's clearing left out.
+// Built and run by run.sh; argument "quick": fewer batches; "pdl": a few batches and argmax cases. Exits 1 on any failure.
 #include "emu.h"
 #include "emu_fail.h"
 #include "emu_random.h"
@@ -30,12 +41,31 @@ extern "C" {
 #include "core/sample_rows.h"
 }
 #include "backends/gpu/kernels_sample.h"
+#include <vector>
 
 template <class T, size_t N> static T pick(const T (&a)[N]) { return a[emu_below((int)N)]; }
 
 static int host_diff = 0, sampled_rows = 0, rows_total = 0;
 static int nan_checked[3];  // rows with NaN logits whose logprobs were checked, by Batch::nan
 static int fast_ways[3];  // the fast form's sampled rows by way: radix passes, list, window bin
+static int pdl_launches = 0;  // dependent launches checked with the ranges hidden (MLXCEL_GPU_PDL=3)
+
+// Runs `run` with the ranges hidden from each dependent launch until its grid wait (emu.h); false
+// (and a FAIL naming `what`) when a launch never waited or none was dependent.
+template <class Run>
+static bool with_hidden(const char *what, std::vector<emu_span> spans, Run run) {
+    const int dep0 = emu_pdl_dependent, unw0 = emu_pdl_unwaited;
+    emu_pdl_hidden = std::move(spans);
+    run();
+    emu_pdl_hidden.clear();
+    const int dep = emu_pdl_dependent - dep0, unw = emu_pdl_unwaited - unw0;
+    pdl_launches += dep;
+    if (dep == 0 || unw != 0) {
+        FAIL("%s, MLXCEL_GPU_PDL=3: %d dependent launches, %d of them without a grid wait", what, dep, unw);
+        return false;
+    }
+    return true;
+}
 
 static void fill_row(float *l, int vocab, int kind) {
     if (kind == 4) {  // like a language model's: a bulk far below a few leading tokens
@@ -167,6 +197,29 @@ static void run_batch(const Batch &b, int blocks, int scratch_rows) {
     F.sample_fast = true, F.sample_scratch = fscratch.data(), F.sample_scratch_bytes = fast_row * (size_t)scratch_rows;
     mxg_sample_split(&F, o3.data(), l3.data(), n, vocab, b.rows.data(), mods, g);
     if (memcmp(l2.data(), l3.data(), sizeof(float) * l2.size()) != 0) FAIL("vocab %d g %d: fast form's edited logits differ", vocab, g);
+    // MLXCEL_GPU_PDL=3: the fast split form and the one-block form as dependent launches, the logits,
+    // scratch and outputs hidden until each launch's wait: the plain launches' bytes.
+    {
+        std::vector<float> l4 = b.logits, l5 = b.logits;
+        std::vector<mx_sample_out> o4(n), o5(n);
+        std::vector<unsigned char> pscratch(fscratch.size());
+        mxg_launch P = F, Q = L;
+        P.sample_scratch = pscratch.data();
+        P.dependent_launch = P.pdl_early = P.pdl_rest = Q.dependent_launch = Q.pdl_early = Q.pdl_rest = true;
+        Q.sample_blocks = 1, Q.sample_scratch = nullptr, Q.sample_scratch_bytes = 0;
+        char what[96];
+        snprintf(what, sizeof what, "vocab %d, %d rows, %d blocks", vocab, n, g);
+        const size_t lb = sizeof(float) * l4.size(), ob = sizeof(mx_sample_out) * (size_t)n;
+        if (with_hidden(what, {{l4.data(), lb}, {pscratch.data(), pscratch.size()}, {o4.data(), ob}},
+                        [&] { mxg_sample_split(&P, o4.data(), l4.data(), n, vocab, b.rows.data(), mods, g); }) &&
+            (memcmp(l4.data(), l3.data(), lb) || memcmp(o4.data(), o3.data(), ob) ||
+             memcmp(pscratch.data(), fscratch.data(), pscratch.size())))
+            FAIL("%s: the split form's dependent launches (MLXCEL_GPU_PDL=3) differ from its plain ones", what);
+        if (with_hidden(what, {{l5.data(), lb}, {o5.data(), ob}},
+                        [&] { mxg_sample(&Q, o5.data(), l5.data(), n, vocab, b.rows.data(), mods); }) &&
+            (memcmp(l5.data(), l1.data(), lb) || memcmp(o5.data(), o1.data(), ob)))
+            FAIL("%s: the one-block form's dependent launch (MLXCEL_GPU_PDL=3) differs from its plain one", what);
+    }
     for (int t = 0; t < n; t++) {
         const mx_sample_out &c = o2[t], &d = o3[t];
         bool same = c.id == d.id && c.n_top == d.n_top;
@@ -233,10 +286,59 @@ static void run_batch(const Batch &b, int blocks, int scratch_rows) {
     }
 }
 
+// The argmax (mxg_argmax, the greedy step's token choice) of n rows of `vocab` random logits, with
+// scratch for `scratch_rows` rows: plain launches after a memset, then at MLXCEL_GPU_PDL=3 (no
+// memset; each launch's last blocks clear the scratch) twice in a row, the second batch's maxima
+// below the first's so that a key left over from the first would win; every id the host's first
+// maximum, the scratch all zero at the end.
+static void argmax_check(int vocab, int n, int scratch_rows) {
+    std::vector<float> a((size_t)n * vocab), c((size_t)n * vocab);
+    for (size_t i = 0; i < a.size(); i++) a[i] = (float)emu_below(1 << 20) * 1e-3f;
+    for (size_t i = 0; i < c.size(); i++) c[i] = (float)emu_below(1 << 20) * 1e-3f - 2000.0f;
+    a[(size_t)emu_below(vocab)] = a[0];  // a tie with an earlier id in row 0 (the first one wins)
+    auto host = [&](const std::vector<float> &l, int t) {
+        int best = 0;
+        for (int i = 1; i < vocab; i++)
+            if (l[(size_t)t * vocab + i] > l[(size_t)t * vocab + best]) best = i;
+        return best;
+    };
+    const size_t sb = (sizeof(unsigned long long) + sizeof(unsigned int)) * (size_t)scratch_rows;
+    std::vector<unsigned char> scratch(sb);
+    mxg_launch L;
+    memset(&L, 0, sizeof L);
+    L.warp = warp, L.sm_count = 132, L.small_scratch = scratch.data(), L.small_scratch_bytes = sb;
+    std::vector<int32_t> plain(n), first(n), second(n);
+    memset(scratch.data(), 0x5a, sb);  // the memset node clears what is there
+    mxg_argmax(&L, plain.data(), a.data(), n, vocab);
+    memset(scratch.data(), 0, sb);  // as allocated (mxg_rt_malloc zeroes)
+    L.dependent_launch = L.pdl_early = L.pdl_rest = true;
+    char what[96];
+    snprintf(what, sizeof what, "argmax, vocab %d, %d rows, scratch %d rows", vocab, n, scratch_rows);
+    const size_t lb = sizeof(float) * a.size(), ib = sizeof(int32_t) * (size_t)n;
+    with_hidden(what, {{a.data(), lb}, {scratch.data(), sb}, {first.data(), ib}}, [&] { mxg_argmax(&L, first.data(), a.data(), n, vocab); });
+    with_hidden(what, {{c.data(), lb}, {scratch.data(), sb}, {second.data(), ib}}, [&] { mxg_argmax(&L, second.data(), c.data(), n, vocab); });
+    for (int t = 0; t < n; t++) {
+        const int ha = host(a, t), hc = host(c, t);
+        if (plain[t] != ha || first[t] != ha || second[t] != hc)
+            FAIL("%s, row %d: plain %d, MLXCEL_GPU_PDL=3 %d then %d; the host's %d then %d", what, t, plain[t], first[t], second[t], ha, hc);
+    }
+    for (size_t i = 0; i < sb; i++)
+        if (scratch[i]) { FAIL("%s: the scratch is not clear after the launches (byte %zu)", what, i); break; }
+}
+
 int main(int argc, char **argv) {
     emu_seed(0x2545f4914f6cdd1dull);
     setvbuf(stdout, NULL, _IOLBF, 0);
     const bool quick = argc > 1 && !strcmp(argv[1], "quick");
+    if (argc > 1 && !strcmp(argv[1], "pdl")) {  // run.sh's planted faults: a few batches and the argmax
+        run_batch(make_batch(32000, 1), 0, 8);
+        run_batch(make_batch(151936, 2), 0, 8);
+        run_batch(make_batch(5003, 5), 3, 2);
+        argmax_check(151936, 3, 2);
+        argmax_check(5003, 4, 64);
+        printf("%d failures\n", fails);
+        return fails != 0;
+    }
     struct { int vocab, n, blocks, scratch_rows, reps; } plan[] = {
         {151936, 1, 0, 8, 12}, {151936, 2, 0, 8, 3}, {151936, 8, 0, 8, 2}, {151936, 3, 128, 2, 1},
         {32000, 1, 0, 8, 8}, {32000, 5, 0, 8, 4}, {32000, 8, 7, 3, 2}, {100003, 4, 0, 8, 2},
@@ -277,6 +379,16 @@ int main(int argc, char **argv) {
     printf("rows with NaN logits, logprobs checked: %d with a few NaN anywhere, %d with one NaN among -inf logits only\n",
            nan_checked[1], nan_checked[2]);
     if (!nan_checked[1] || !nan_checked[2]) FAIL("the NaN rows did not include both kinds");
+    for (int w : {32, 64}) {
+        warp = w;
+        argmax_check(151936, 1, 64);
+        argmax_check(151936, 3, 2);  // two launches, the second reusing the first's keys
+        argmax_check(5003, 4, 64);
+        argmax_check(100, 2, 1);
+    }
+    warp = 32;
+    printf("MLXCEL_GPU_PDL=3: %d dependent launches checked with the logits, scratch and outputs hidden until their wait\n",
+           pdl_launches);
     printf("fast form: of %d sampled rows, %d settled from a list above a cut, %d from a window's bin, %d by the radix passes\n",
            fast_ways[0] + fast_ways[1] + fast_ways[2], fast_ways[1], fast_ways[2], fast_ways[0]);
     if (!fast_ways[0] || !fast_ways[1] || !fast_ways[2]) FAIL("the fast form did not take all three ways");

@@ -20,10 +20,17 @@ __global__ void gather_kernel(float *out, const float *__restrict__ x, const int
 // (value, index) pair and merges it into a 64-bit key per row (kernels/max_key.cuh: equal values
 // prefer the smaller index) with atomicMax; the last block of the row to finish (counted with an atomic ticket) writes the
 // index. The keys and tickets live in L->small_scratch and are cleared by a memset node first.
+// `rest` (MLXCEL_GPU_PDL=3, L->pdl_rest): a dependent launch straight after the output head's
+// product, without the memset node, which would end the chain of dependent launches (a memset
+// waits for the full completion of the kernel before it, and the kernel after it for the memset's):
+// the grid wait comes first, then the release, and the last block of each row leaves its key and
+// ticket zeroed again for the next launch (mxg_rt_malloc zeroes the scratch at the start; every
+// block has added its key and taken its ticket before the last one's ticket).
 template <int W>
 __global__ void argmax_kernel(int32_t *ids, const float *__restrict__ logits, int vocab,
-                              unsigned long long *keys, unsigned int *tickets) {
+                              unsigned long long *keys, unsigned int *tickets, bool rest) {
     __shared__ unsigned long long sk[1024 / W];
+    mxg_grid_wait_release(rest);  // MLXCEL_GPU_PDL=3: nothing before reads what earlier kernels wrote
     const int row = blockIdx.y;
     const float *l = logits + (int64_t)row * vocab;
     const int per = (vocab + gridDim.x - 1) / gridDim.x;
@@ -44,6 +51,7 @@ __global__ void argmax_kernel(int32_t *ids, const float *__restrict__ logits, in
         if (atomicAdd(&tickets[row], 1u) == gridDim.x - 1) {
             const unsigned long long k = atomicMax(&keys[row], 0ull);
             ids[row] = key_index(k);
+            if (rest) keys[row] = 0ull, tickets[row] = 0u;
         }
     }
 }
@@ -66,10 +74,11 @@ extern "C" void mxg_argmax(const mxg_launch *L, int32_t *ids, const float *logit
         const int rows = n - r0 < per_launch ? n - r0 : per_launch;
         unsigned long long *keys = (unsigned long long *)L->small_scratch;
         unsigned int *tickets = (unsigned int *)(keys + rows);
-        (void)gpuMemsetAsync(keys, 0, (sizeof *keys + sizeof *tickets) * (size_t)rows, (gpuStream_t)L->stream);
+        if (!L->pdl_rest)  // else zero already: the previous launch's last blocks cleared them
+            (void)gpuMemsetAsync(keys, 0, (sizeof *keys + sizeof *tickets) * (size_t)rows, (gpuStream_t)L->stream);
         MXG_WARP_DISPATCH(L->warp, {
-            argmax_kernel<W><<<dim3(blocks, (unsigned)rows), 256, 0, (gpuStream_t)L->stream>>>(
-                ids + r0, logits + (int64_t)r0 * vocab, vocab, keys, tickets);
+            mxg_launch_dep(argmax_kernel<W>, dim3(blocks, (unsigned)rows), dim3(256), 0, (gpuStream_t)L->stream,
+                           L->pdl_rest, ids + r0, logits + (int64_t)r0 * vocab, vocab, keys, tickets, L->pdl_rest);
         });
     }
 }

@@ -98,7 +98,8 @@ __device__ uint32_t radix_threshold(const float *l, int vocab, const uint32_t *m
 template <int W>
 __global__ void __launch_bounds__(kThreads) choose_kernel(mx_sample_out *out, float *logits, int vocab,
                                                           const mx_sample_row *__restrict__ rows,
-                                                          const mx_logit_mod *__restrict__ mods) {
+                                                          const mx_logit_mod *__restrict__ mods, bool rest) {
+    mxg_grid_wait_release(rest);  // MLXCEL_GPU_PDL=3: nothing before reads what earlier kernels wrote
     __shared__ float fs[kThreads / 32];
     __shared__ unsigned long long ks[kThreads / 32];
     __shared__ float parts[kThreads], gsum[kDrawGroups];
@@ -230,6 +231,7 @@ extern "C" void mxg_sample(const mxg_launch *L, mx_sample_out *out, float *logit
         return;
     }
     MXG_WARP_DISPATCH(L->warp, {
-        choose_kernel<W><<<(unsigned)n, kThreads, 0, (gpuStream_t)L->stream>>>(out, logits, vocab, rows, mods);
+        mxg_launch_dep(choose_kernel<W>, dim3((unsigned)n), dim3(kThreads), 0, (gpuStream_t)L->stream, L->pdl_rest, out,
+                       logits, vocab, rows, mods, L->pdl_rest);
     });
 }

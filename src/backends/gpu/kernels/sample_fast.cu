@@ -126,7 +126,8 @@ __device__ __forceinline__ bool open_fast_row(int row, int g, const float *logit
 template <int W>
 __global__ void __launch_bounds__(kSplitThreads) split_mass(const float *logits, int vocab,
                                                             const mx_sample_row *__restrict__ rows,
-                                                            const SplitRow *scratch, FastRow *fast) {
+                                                            const SplitRow *scratch, FastRow *fast, bool rest) {
+    mxg_grid_wait_release(rest);  // MLXCEL_GPU_PDL=3: nothing before reads what earlier kernels wrote
     __shared__ unsigned long long ks[kSplitThreads / 32];
     const int g = gridDim.x, b = blockIdx.x, tid = threadIdx.x;
     FastRowView fr;
@@ -176,7 +177,8 @@ __global__ void __launch_bounds__(kSplitThreads) split_mass(const float *logits,
 template <int W>
 __global__ void __launch_bounds__(kSplitThreads) split_cut(const float *logits, int vocab,
                                                            const mx_sample_row *__restrict__ rows,
-                                                           const SplitRow *scratch, FastRow *fast) {
+                                                           const SplitRow *scratch, FastRow *fast, bool rest) {
+    mxg_grid_wait_release(rest);  // MLXCEL_GPU_PDL=3: nothing before reads what earlier kernels wrote
     __shared__ unsigned long long ks[kSplitThreads / 32];
     __shared__ unsigned long long at_n[kCuts], at_w[kCuts], sum_total, sum_all, base;
     __shared__ unsigned bin_n[kFine], bin_lo[kFine], bin_hi[kFine];
@@ -268,7 +270,8 @@ __global__ void __launch_bounds__(kSplitThreads) split_cut(const float *logits, 
 template <int W>
 __global__ void __launch_bounds__(kSplitThreads) split_gather(const float *logits, int vocab,
                                                               const mx_sample_row *__restrict__ rows,
-                                                              const SplitRow *scratch, FastRow *fast) {
+                                                              const SplitRow *scratch, FastRow *fast, bool rest) {
+    mxg_grid_wait_release(rest);  // MLXCEL_GPU_PDL=3: nothing before reads what earlier kernels wrote
     __shared__ unsigned long long ks[kSplitThreads / 32];
     __shared__ unsigned long long sums[kSplitThreads];
     __shared__ unsigned long long above_sh;
@@ -427,7 +430,8 @@ __device__ int select_row(const FastRowView &fr, int vocab, SplitRow *s, unsigne
 template <int W>
 __global__ void __launch_bounds__(kSelectThreads) split_select(const float *logits, int vocab,
                                                                const mx_sample_row *__restrict__ rows,
-                                                               SplitRow *scratch, FastRow *fast, int g) {
+                                                               SplitRow *scratch, FastRow *fast, int g, bool rest) {
+    mxg_grid_wait_release(rest);  // MLXCEL_GPU_PDL=3: nothing before reads what earlier kernels wrote
     __shared__ unsigned long long keys[kFastCap];
     __shared__ unsigned long long sums[kSelectThreads];
     __shared__ unsigned long long ks[kSelectThreads / 32];
@@ -448,10 +452,11 @@ void sample_split::launch_fast(const mxg_launch *L, const float *logits, int voc
                                SplitRow *s, FastRow *f, int g, unsigned k) {
     gpuStream_t st = (gpuStream_t)L->stream;
     const unsigned gu = (unsigned)g;
+    const bool rest = L->pdl_rest;  // MLXCEL_GPU_PDL=3: each launch dependent, its grid wait first
     MXG_WARP_DISPATCH(L->warp, {
-        split_mass<W><<<dim3(gu, k), kSplitThreads, 0, st>>>(logits, vocab, rows, s, f);
-        split_cut<W><<<dim3(gu, k), kSplitThreads, 0, st>>>(logits, vocab, rows, s, f);
-        split_gather<W><<<dim3(gu, k), kSplitThreads, 0, st>>>(logits, vocab, rows, s, f);
-        split_select<W><<<dim3(k), kSelectThreads, 0, st>>>(logits, vocab, rows, s, f, g);
+        mxg_launch_dep(split_mass<W>, dim3(gu, k), dim3(kSplitThreads), 0, st, rest, logits, vocab, rows, s, f, rest);
+        mxg_launch_dep(split_cut<W>, dim3(gu, k), dim3(kSplitThreads), 0, st, rest, logits, vocab, rows, s, f, rest);
+        mxg_launch_dep(split_gather<W>, dim3(gu, k), dim3(kSplitThreads), 0, st, rest, logits, vocab, rows, s, f, rest);
+        mxg_launch_dep(split_select<W>, dim3(k), dim3(kSelectThreads), 0, st, rest, logits, vocab, rows, s, f, g, rest);
     });
 }

@@ -17,7 +17,10 @@
 //      run where the uniform number falls and the token in it, the output record.
 // Blocks hand results to the next launch through SplitRow records in L->sample_scratch; no block
 // waits for another, so the launches are ordinary kernels a graph records, with every parameter
-// read from device memory. The logsumexp merges slices (max and rescaled sums), so logprobs match
+// read from device memory. At MLXCEL_GPU_PDL=3 (L->pdl_rest; the fast form's launches too) each is a
+// dependent launch whose grid wait comes first, before any read of the logits or the records, with
+// the release right after it, so the next launch's blocks are resident while this one runs; levels
+// 0-2 launch them plainly. The logsumexp merges slices (max and rescaled sums), so logprobs match
 // the one-block kernel to float rounding (NaN in both when a logit is NaN, as in the host rule);
 // tokens, thresholds and top ids are the same bit for bit.
 // The fast form (kernels/sample_fast.cu; L->sample_fast, MLXCEL_GPU_SAMPLE_FAST, on by default)
@@ -73,7 +76,8 @@ __device__ RadixState radix_advance(const unsigned long long *bins, RadixState s
 // 1. Raw statistics, edits and best keys of each slice.
 template <int W>
 __global__ void __launch_bounds__(kSplitThreads) split_stats(float *logits, int vocab, const mx_sample_row *__restrict__ rows,
-                                                             const mx_logit_mod *__restrict__ mods, SplitRow *scratch) {
+                                                             const mx_logit_mod *__restrict__ mods, SplitRow *scratch, bool rest) {
+    mxg_grid_wait_release(rest);  // MLXCEL_GPU_PDL=3: nothing before reads what earlier kernels wrote
     __shared__ float fs[kSplitThreads / 32];
     __shared__ unsigned long long ks[kSplitThreads / 32];
     const int row = blockIdx.y, g = gridDim.x, b = blockIdx.x, tid = threadIdx.x;
@@ -140,7 +144,8 @@ __global__ void __launch_bounds__(kSplitThreads) split_stats(float *logits, int 
 template <int W>
 __global__ void __launch_bounds__(kSplitThreads) split_radix(const float *logits, int vocab,
                                                              const mx_sample_row *__restrict__ rows, SplitRow *scratch,
-                                                             const FastRow *fast, int pass) {
+                                                             const FastRow *fast, int pass, bool rest) {
+    mxg_grid_wait_release(rest);  // MLXCEL_GPU_PDL=3: nothing before reads what earlier kernels wrote
     __shared__ unsigned long long hist[2][kCopies][kBins];
     __shared__ unsigned long long sums[kBins];
     __shared__ unsigned long long ks[kSplitThreads / 32];
@@ -199,7 +204,8 @@ __global__ void __launch_bounds__(kSplitThreads) split_radix(const float *logits
 template <int W>
 __global__ void __launch_bounds__(kSplitThreads) split_draw(const float *logits, int vocab,
                                                             const mx_sample_row *__restrict__ rows, SplitRow *scratch,
-                                                            const FastRow *fast, int g) {
+                                                            const FastRow *fast, int g, bool rest) {
+    mxg_grid_wait_release(rest);  // MLXCEL_GPU_PDL=3: nothing before reads what earlier kernels wrote
     __shared__ unsigned long long sums[kBins];
     __shared__ unsigned long long ks[kSplitThreads / 32];
     __shared__ RadixState st_out;
@@ -233,7 +239,8 @@ template <int W>
 __global__ void __launch_bounds__(kSplitThreads) split_finish(mx_sample_out *out, const float *logits, int vocab,
                                                               const mx_sample_row *__restrict__ rows,
                                                               const mx_logit_mod *__restrict__ mods, SplitRow *scratch,
-                                                              int g) {
+                                                              int g, bool rest) {
+    mxg_grid_wait_release(rest);  // MLXCEL_GPU_PDL=3: nothing before reads what earlier kernels wrote
     __shared__ float fs[kSplitThreads / 32];
     __shared__ unsigned long long ks[kSplitThreads / 32];
     __shared__ float parts[kDrawRuns], gsum[kDrawGroups];
@@ -325,20 +332,23 @@ extern "C" void mxg_sample_split(const mxg_launch *L, mx_sample_out *out, float 
     FastRow *f = fast ? (FastRow *)(s + per_launch) : nullptr;
     gpuStream_t st = (gpuStream_t)L->stream;
     const unsigned g = (unsigned)blocks;
+    const bool rest = L->pdl_rest;  // MLXCEL_GPU_PDL=3: each launch dependent, its grid wait first
     for (int r0 = 0; r0 < n; r0 += per_launch) {
         const unsigned k = (unsigned)(n - r0 < per_launch ? n - r0 : per_launch);
         float *lg = logits + (int64_t)r0 * vocab;
         const mx_sample_row *rw = rows + r0;
         mx_sample_out *o = out + r0;
         MXG_WARP_DISPATCH(L->warp, {
-            split_stats<W><<<dim3(g, k), kSplitThreads, 0, st>>>(lg, vocab, rw, mods, s);
+            mxg_launch_dep(split_stats<W>, dim3(g, k), dim3(kSplitThreads), 0, st, rest, lg, vocab, rw, mods, s, rest);
         });
         if (f) launch_fast(L, lg, vocab, rw, s, f, blocks, k);
         MXG_WARP_DISPATCH(L->warp, {
             for (int p = 0; p < kPasses; p++)
-                split_radix<W><<<dim3(g, k), kSplitThreads, 0, st>>>(lg, vocab, rw, s, f, p);
-            split_draw<W><<<dim3(kDrawRuns / kSplitThreads, k), kSplitThreads, 0, st>>>(lg, vocab, rw, s, f, blocks);
-            split_finish<W><<<dim3(k), kSplitThreads, 0, st>>>(o, lg, vocab, rw, mods, s, blocks);
+                mxg_launch_dep(split_radix<W>, dim3(g, k), dim3(kSplitThreads), 0, st, rest, lg, vocab, rw, s, f, p, rest);
+            mxg_launch_dep(split_draw<W>, dim3(kDrawRuns / kSplitThreads, k), dim3(kSplitThreads), 0, st, rest, lg, vocab,
+                           rw, s, f, blocks, rest);
+            mxg_launch_dep(split_finish<W>, dim3(k), dim3(kSplitThreads), 0, st, rest, o, lg, vocab, rw, mods, s, blocks,
+                           rest);
         });
     }
 }
