@@ -81,6 +81,9 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   # Level 3 (opt-in): the launches level 2 leaves plain become dependent ones too (the MoE routing,
   # the MoE launches' early release and the down launch's expert-row prefetch among them).
   mlxcel_gpu_conformance(gpu_conformance_pdl3 MLXCEL_GPU_PDL=3)
+  # The persistent decode layer (MLXCEL_GPU_MEGA=1, kernels/layer_persist.cu): every one-token
+  # dense layer of the affine 4/8-bit formats in one launch, the rest as before, under every case.
+  mlxcel_gpu_conformance(gpu_conformance_mega MLXCEL_GPU_MEGA=1)
   # The fused MoE decode launches (routing folded in) under every case of the harness.
   mlxcel_gpu_conformance(gpu_conformance_moe_fused MLXCEL_GPU_MOE_FUSED=2)
   # Level 3 (the norm, router product and routing in one launch; the down launch's early reads).
@@ -157,6 +160,9 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_knob_refused(pdl_four MLXCEL_GPU_PDL=4
                           "MLXCEL_GPU_PDL='4': must be a whole number from 0 to 3 \\(unset: 2\\)")
   mlxcel_gpu_knob_refused(pdl_word MLXCEL_GPU_PDL=early "MLXCEL_GPU_PDL='early': must be")
+  mlxcel_gpu_knob_refused(mega_two MLXCEL_GPU_MEGA=2
+                          "MLXCEL_GPU_MEGA='2': must be a whole number from 0 to 1 \\(unset: 0\\)")
+  mlxcel_gpu_knob_refused(mega_word MLXCEL_GPU_MEGA=on "MLXCEL_GPU_MEGA='on': must be")
   mlxcel_gpu_knob_refused(sample_fast_two MLXCEL_GPU_SAMPLE_FAST=2
                           "MLXCEL_GPU_SAMPLE_FAST='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(matvec_rows_three MLXCEL_GPU_MATVEC_ROWS=3 "MLXCEL_GPU_MATVEC_ROWS='3': must be 1, 2 or 4")
@@ -199,6 +205,8 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
     # Plain launches (MLXCEL_GPU_PDL=0; level 2 is the default) through the fixtures.
     mlxcel_gpu_parity(gpu_model_parity_pdl_off MLXCEL_GPU_PDL=0)
     mlxcel_gpu_parity(gpu_model_parity_pdl3 MLXCEL_GPU_PDL=3)
+    # The persistent decode layer (MLXCEL_GPU_MEGA=1) through the fixtures.
+    mlxcel_gpu_parity(gpu_model_parity_mega MLXCEL_GPU_MEGA=1)
   endif()
 
   add_executable(bench_gpu_decode ${PROJECT_SOURCE_DIR}/tests/gpu/bench_gpu_decode.c)

@@ -111,6 +111,11 @@
 #             prefetch of its expert rows before it), ~6 min, deadline 540 s: the conformance
 #             harness and model parity on cuda with the knob; `mlxcel bench --shape qwen3-30b-a3b -p
 #             32 -n 64` at 2 (the default) and 3 in turn, twice.
+#   mega      the persistent decode layer (MLXCEL_GPU_MEGA=1: each one-token dense layer in one launch,
+#             six phases over a resident grid with grid barriers; kernels/layer_persist.cu), ~6 min,
+#             deadline 540 s: the conformance harness and model parity on cuda with the knob;
+#             `mlxcel bench --shape qwen3-0.6b -p 512 -n 128` and the same of the 8B with the knob off
+#             (0) and on in turn, twice.
 # (The suites were attn_on_device.sh, attn_mma_on_device.sh, prefill_on_device.sh,
 # moe_on_device.sh and matvec_on_device.sh, which bench/RESULTS.md names.)
 # shellcheck disable=SC2317  # the suite functions are called as "suite_$suite"
@@ -119,11 +124,11 @@ cd "$(dirname "$0")/../.." || exit 1
 suite=${1:-}
 case $suite in
 attn) deadline=300 ;;
-attn_mma | prefill | matvec | mixed | stream_lean | attn_short | attn_rope | pdl2 | moe_pdl3) deadline=540 ;;
+attn_mma | prefill | matvec | mixed | stream_lean | attn_short | attn_rope | pdl2 | moe_pdl3 | mega) deadline=540 ;;
 moe | moe_fast | grouped) deadline=480 ;;
 sample) deadline=420 ;;
 *)
-    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|pdl2|moe_pdl3 (the suites: the top of this file)" >&2
+    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|pdl2|moe_pdl3|mega (the suites: the top of this file)" >&2
     exit 2
     ;;
 esac
@@ -335,6 +340,15 @@ suite_moe_pdl3() {
     check_run gpu_conformance_pdl3 120 "$p" "${on[@]}" -- build/cuda/test_gpu_conformance
     check_run parity_cuda_pdl3 90 "$p" MLXCEL_TEST_BACKEND=cuda "${on[@]}" -- build/cuda/test_model_parity
     check_ab bench_30b 200 60 "${def[@]}" "${on[@]}" -- --shape qwen3-30b-a3b -p 32 -n 64
+}
+
+suite_mega() {
+    check_build 300 mlxcel test_gpu_conformance test_model_parity
+    local on=(MLXCEL_GPU_MEGA=1) off=(MLXCEL_GPU_MEGA=0) p="check failed|FAIL|passed|failed"
+    check_run gpu_conformance_mega 120 "$p" "${on[@]}" -- build/cuda/test_gpu_conformance
+    check_run parity_cuda_mega 90 "$p" MLXCEL_TEST_BACKEND=cuda "${on[@]}" -- build/cuda/test_model_parity
+    check_ab bench_0.6b 90 40 "${off[@]}" "${on[@]}" -- --shape qwen3-0.6b -p 512 -n 128
+    check_ab bench_8b 150 60 "${off[@]}" "${on[@]}" -- --shape qwen3-8b -p 512 -n 128
 }
 
 check_start "ab_on_device.sh $suite"

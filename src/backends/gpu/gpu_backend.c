@@ -278,6 +278,7 @@ static void gpu_destroy(mx_backend *be) {
         mxg_rt_free(c->launch.small_scratch);
         mxg_rt_free(c->launch.sample_scratch);
         mxg_rt_free(c->launch.moe_tickets);
+        mxg_rt_free(c->launch.mega_barrier);
         mxg_rt_stream_destroy(c->launch.stream);
         free(c);
     }
@@ -338,7 +339,7 @@ static int env_int(const char *name, int def, int lo, int hi, int *out, mx_error
 // on a machine without a GPU).
 typedef struct gpu_knobs {
     int matvec_rows, matvec_max_tokens, stream_min_cols, stream_rows, sample_blocks, tc_decode_tokens, attn_decode,
-        attn_short, attn_rope;
+        attn_short, attn_rope, mega;
     int prefill_kernel, moe_fused, moe_down, attn_mma, sample_fast, grouped, stream_lean, pdl;
     bool prefill_asked;  // MLXCEL_GPU_PREFILL_KERNEL (or MLXCEL_GPU_MMA_SYNC) was set
 } gpu_knobs;
@@ -396,6 +397,9 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // MLXCEL_GPU_ATTN_ROPE (unset: 1): one-token decode steps fold the q/k norm + RoPE + KV store
     // launch into the flash-decoding one (gpu_plan.c, kernels/attn_decode.cu), the same outputs and
     // cache bytes in one launch a layer fewer (run 42: 0.6B tg128 +3.4%, 8B +1.5%); 0: the two launches.
+    // MLXCEL_GPU_MEGA=1 (unset: 0): one-token steps run each dense layer (norm, q/k/v, attention, o,
+    // norm, gate/up, down) as one persistent launch with grid barriers between its phases
+    // (kernels/layer_persist.cu), where the plan and the formats allow; 0: today's launches.
     if (env_int("MLXCEL_GPU_MATVEC_ROWS", 4, 1, 4, &k->matvec_rows, err) ||
         env_int("MLXCEL_GPU_ATTN_DECODE", 1, 0, 1, &k->attn_decode, err) ||
         env_int("MLXCEL_GPU_ATTN_SHORT", 1, 0, 1, &k->attn_short, err) ||
@@ -411,7 +415,8 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_MOE_DOWN", 1, 0, 1, &k->moe_down, err) ||
         env_int("MLXCEL_GPU_ATTN_MMA", 1, 0, 1, &k->attn_mma, err) ||
         env_int("MLXCEL_GPU_GROUPED", 1, 0, 1, &k->grouped, err) ||
-        env_int("MLXCEL_GPU_PDL", 2, 0, 3, &k->pdl, err))
+        env_int("MLXCEL_GPU_PDL", 2, 0, 3, &k->pdl, err) ||
+        env_int("MLXCEL_GPU_MEGA", 0, 0, 1, &k->mega, err))
         return -1;
     static const char *const prefill_names[] = {"wmma", "wmma128", "sync", "pipe", "pipe1", "wgmma"};  // MXG_PREFILL_* order
     const char *pk = getenv("MLXCEL_GPU_PREFILL_KERNEL");
@@ -555,6 +560,7 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.attn_decode = knobs.attn_decode == 1 && !c->launch.attn_token_rows;
     c->launch.attn_short = knobs.attn_short == 1;
     c->launch.attn_rope = knobs.attn_rope == 1;
+    c->launch.mega = knobs.mega == 1;
     c->launch.attn_mma = knobs.attn_mma == 1;
     c->launch.scratch_bytes = mxg_attention_scratch_bytes(c->info.sm_count, 256);
     // The tensor-core decode product's split-column partial sums: 8 MB holds 32 splits of a 1024-row
@@ -578,6 +584,10 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     // The fused MoE router's tickets (level 3): zeroed here, each launch leaves them zero.
     if (c->launch.moe_fused >= 3 &&
         mxg_rt_malloc(&c->launch.moe_tickets, MXG_MOE_MAX_TOKENS * sizeof(unsigned), c->launch.stream, err) != 0)
+        goto fail;
+    // The persistent layer's grid barrier (MLXCEL_GPU_MEGA=1): zeroed here, each barrier leaves the
+    // arrivals at zero and moves the generation on.
+    if (c->launch.mega && mxg_rt_malloc(&c->launch.mega_barrier, 2 * sizeof(unsigned), c->launch.stream, err) != 0)
         goto fail;
     snprintf(be->device_name, sizeof be->device_name, "%s (%s)", c->info.name, c->info.arch);
     return be;

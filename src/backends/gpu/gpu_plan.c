@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: MIT
 // The GPU plan runner. Records run in order; where a run of adjacent records matches a pattern with
 // a fused kernel (kernels_fused.h), that kernel replaces them. The patterns, tried at each record:
+// - with L->mega (MLXCEL_GPU_MEGA=1), a whole dense layer of one token (the patterns below from its
+//   norm to its last residual add): one persistent launch (kernels/layer_persist.cu);
 // - RMSNorm of one row followed by 1-3 matrix-vector products of its output (q/k/v; gate/up):
 //   one launch that normalizes while staging the row;
 // - the same products without the norm (matmuls sharing one input row);
@@ -371,23 +373,35 @@ static bool read_later(const mx_plan *p, int from, const float *b, int64_t count
     return false;
 }
 
-// The q/k pattern with its KV store (records nq..st, norms 0 or 2) followed by the decode attention
-// of the rotated q over the same cache, slots and positions (L->attn_rope): one launch
-// (mxg_attention_decode_rope), which leaves q and k unrotated, so only where no later record reads
-// them. Returns the records used (0: not taken; the caller runs the q/k launch).
-static int try_attn_rope(const mxg_launch *L, const mx_plan *p, int i, int norms) {
+// Whether the records from i (the q/k pattern with its KV store, norms 0 or 2) are followed by the
+// decode attention of the rotated q over the same cache, slots and positions, with an output that
+// is none of q, k and v, and no later record reading the rotated q or k (a launch that folds the
+// RoPE in leaves them unrotated).
+static bool attn_follows_rope(const mx_plan *p, int i, int norms) {
     const mx_op *o = &p->ops[i], *rq = &o[norms], *rk = &o[norms + 1], *st = &o[norms + 2], *at = &o[norms + 3];
-    if (!L->attn_rope || i + norms + 3 >= p->n_ops || at->kind != MX_OP_ATTENTION) return 0;
+    if (i + norms + 3 >= p->n_ops || at->kind != MX_OP_ATTENTION) return false;
     const mx_kv_ref *a = &at->attention.kv, *b = &st->kv_store.kv;
     const int n = rq->rope.n, D = rq->rope.rope.head_dim;
     const float *q = rq->rope.x, *k = rk->rope.x, *v = st->kv_store.v;
     float *out = at->attention.out;
     const int64_t qn = (int64_t)n * rq->rope.n_heads * D, kn = (int64_t)n * rk->rope.n_heads * D;
-    if (at->attention.q != q || at->attention.n != n || at->attention.n_heads != rq->rope.n_heads || a->kv != b->kv ||
-        a->layer != b->layer || a->slot != b->slot || a->pos != b->pos || a->table != b->table ||
-        memcmp(&a->lay, &b->lay, sizeof a->lay) != 0 || out == q || out == k || out == v ||
-        read_later(p, i + norms + 4, q, qn) || read_later(p, i + norms + 4, k, kn))
-        return 0;
+    return at->attention.q == q && at->attention.n == n && at->attention.n_heads == rq->rope.n_heads &&
+           a->kv == b->kv && a->layer == b->layer && a->slot == b->slot && a->pos == b->pos && a->table == b->table &&
+           memcmp(&a->lay, &b->lay, sizeof a->lay) == 0 && out != q && out != k && out != v &&
+           !read_later(p, i + norms + 4, q, qn) && !read_later(p, i + norms + 4, k, kn);
+}
+
+// The q/k pattern with its KV store (records nq..st, norms 0 or 2) followed by the decode attention
+// of the rotated q over the same cache, slots and positions (L->attn_rope): one launch
+// (mxg_attention_decode_rope), which leaves q and k unrotated, so only where no later record reads
+// them. Returns the records used (0: not taken; the caller runs the q/k launch).
+static int try_attn_rope(const mxg_launch *L, const mx_plan *p, int i, int norms) {
+    if (!L->attn_rope || !attn_follows_rope(p, i, norms)) return 0;
+    const mx_op *o = &p->ops[i], *rq = &o[norms], *rk = &o[norms + 1], *st = &o[norms + 2], *at = &o[norms + 3];
+    const mx_kv_ref *a = &at->attention.kv;
+    const float *q = rq->rope.x, *k = rk->rope.x, *v = st->kv_store.v;
+    float *out = at->attention.out;
+    const int n = rq->rope.n;
     const mxg_attn_rope f = {out, q, k, v, norms ? o[0].rmsnorm.w : NULL, norms ? o[1].rmsnorm.w : NULL,
                              norms ? o[0].rmsnorm.eps : 0.0f, rq->rope.pos, &rq->rope.rope, a, n,
                              rq->rope.n_heads, rk->rope.n_heads, at->attention.scale, at->attention.window,
@@ -395,30 +409,41 @@ static int try_attn_rope(const mxg_launch *L, const mx_plan *p, int i, int norms
     return mxg_attention_decode_rope(L, &f) == 0 ? norms + 4 : 0;
 }
 
-// [RMSNorm q, RMSNorm k,] RoPE q, RoPE k (in place, per head, same positions)[, KV store of k and v]:
-// one launch; with the decode attention that follows, where try_attn_rope takes it, one launch.
-static int try_qk_norm_rope(const mxg_launch *L, const mx_plan *p, int i) {
+// The records of the q/k pattern (try_qk_norm_rope) at i: -1 when they do not match, else the norms (0 or 2); *store:
+// whether the KV store record follows.
+static int qk_rope_records(const mx_plan *p, int i, bool *store) {
     const mx_op *o = &p->ops[i];
     int norms = 0;
     if (i + 3 < p->n_ops && o[0].kind == MX_OP_RMSNORM && o[1].kind == MX_OP_RMSNORM && o[2].kind == MX_OP_ROPE)
         norms = 2;
-    if (i + norms + 1 >= p->n_ops) return 0;
+    if (i + norms + 1 >= p->n_ops) return -1;
     const mx_op *rq = &o[norms], *rk = &o[norms + 1];
     if (rq->kind != MX_OP_ROPE || rk->kind != MX_OP_ROPE || rq->rope.pos != rk->rope.pos ||
         rq->rope.n != rk->rope.n || rq->rope.x == rk->rope.x || !same_rope(&rq->rope.rope, &rk->rope.rope))
-        return 0;
+        return -1;
     const int n = rq->rope.n, D = rq->rope.rope.head_dim;
-    if (D % 2 != 0 || D > 2048) return 0;
+    if (D % 2 != 0 || D > 2048) return -1;
     if (norms) {
         const mx_op *nq = &o[0], *nk = &o[1];
         if (nq->rmsnorm.out != rq->rope.x || nq->rmsnorm.x != rq->rope.x || nk->rmsnorm.out != rk->rope.x ||
             nk->rmsnorm.x != rk->rope.x || nq->rmsnorm.dim != D || nk->rmsnorm.dim != D ||
             nq->rmsnorm.n != n * rq->rope.n_heads || nk->rmsnorm.n != n * rk->rope.n_heads ||
             nq->rmsnorm.eps != nk->rmsnorm.eps)
-            return 0;
+            return -1;
     }
     const mx_op *st = i + norms + 2 < p->n_ops ? &o[norms + 2] : NULL;
-    const bool store = st && stores_rotated_k(st, rq, rk);
+    *store = st && stores_rotated_k(st, rq, rk);
+    return norms;
+}
+
+// [RMSNorm q, RMSNorm k,] RoPE q, RoPE k (in place, per head, same positions)[, KV store of k and v]:
+// one launch; with the decode attention that follows, where try_attn_rope takes it, one launch.
+static int try_qk_norm_rope(const mxg_launch *L, const mx_plan *p, int i) {
+    bool store = false;
+    const int norms = qk_rope_records(p, i, &store);
+    if (norms < 0) return 0;
+    const mx_op *o = &p->ops[i], *rq = &o[norms], *rk = &o[norms + 1], *st = &o[norms + 2];
+    const int n = rq->rope.n;
     if (store) {
         const int used = try_attn_rope(L, p, i, norms);
         if (used) return used;
@@ -429,10 +454,77 @@ static int try_qk_norm_rope(const mxg_launch *L, const mx_plan *p, int i) {
     return norms + 2 + (store ? 1 : 0);
 }
 
+// Whether records at i are matmul(out, x_in) of one token followed by add(res, out) over the whole
+// output, with out none of x_in and res.
+static bool product_then_add(const mx_plan *p, int i, const float *x_in, const float *res) {
+    if (i + 1 >= p->n_ops || !is_matvec(&p->ops[i]) || p->ops[i + 1].kind != MX_OP_ADD) return false;
+    const mx_op *m = &p->ops[i], *a = &p->ops[i + 1];
+    return m->matmul.x == x_in && a->add.y == m->matmul.out && a->add.x == res && a->add.count == m->matmul.w->rows &&
+           m->matmul.out != x_in && m->matmul.out != res;
+}
+
+// With L->mega (MLXCEL_GPU_MEGA=1): a whole dense layer of one token, one persistent launch
+// (kernels/layer_persist.cu): rmsnorm(h, x); matmul q, k, v of h; [rmsnorm q, rmsnorm k;] rope q,
+// rope k; kv_store; attention(att, q); matmul(t, att, wo), add(x, t); rmsnorm(h2, x); matmul gate,
+// up of h2; swiglu(act, gate, up); matmul(t2, act, wd), add(x, t2). Each part by the checks of its
+// own pattern (the norm + products, the q/k pattern with its store and attention, the residual
+// add, the SwiGLU), the same residual x throughout, and the launch's own: every buffer a phase
+// reads differs from those that phase writes (the residual, the staged rows, the attention row).
+// Returns the records used (0: not taken; the usual patterns run).
+static int try_layer(const mxg_launch *L, const mx_plan *p, int i) {
+    if (!L->mega || i + 15 >= p->n_ops) return 0;
+    const mx_op *o = p->ops;
+    const mx_op *n1 = &o[i];
+    if (n1->kind != MX_OP_RMSNORM || n1->rmsnorm.n != 1 || n1->rmsnorm.out == n1->rmsnorm.x) return 0;
+    const float *x = n1->rmsnorm.x;
+    float *h = n1->rmsnorm.out;
+    if (shared_input_run(p, i + 1, h, x, 1) != 3 || n1->rmsnorm.dim != o[i + 1].matmul.w->cols) return 0;
+    bool store = false;
+    const int qk = i + 4, norms = qk_rope_records(p, qk, &store);
+    if (norms < 0 || !store || !attn_follows_rope(p, qk, norms)) return 0;
+    const mx_op *rq = &o[qk + norms], *rk = &o[qk + norms + 1], *st = &o[qk + norms + 2], *at = &o[qk + norms + 3];
+    if (rq->rope.n != 1 || rq->rope.x != o[i + 1].matmul.out || rk->rope.x != o[i + 2].matmul.out ||
+        st->kv_store.v != o[i + 3].matmul.out || at->attention.sinks)
+        return 0;
+    const int op = qk + norms + 4;  // o product, add
+    const float *att = at->attention.out;
+    if (!product_then_add(p, op, att, x) || att == x) return 0;
+    const mx_op *n2 = &o[op + 2];
+    if (op + 7 >= p->n_ops || n2->kind != MX_OP_RMSNORM || n2->rmsnorm.n != 1 || n2->rmsnorm.x != x ||
+        n2->rmsnorm.out == x || shared_input_run(p, op + 3, n2->rmsnorm.out, x, 1) != 2 ||
+        n2->rmsnorm.dim != o[op + 3].matmul.w->cols)
+        return 0;
+    const mx_op *g = &o[op + 3], *u = &o[op + 4], *sw = &o[op + 5];
+    if (sw->kind != MX_OP_SWIGLU || sw->swiglu.gate != g->matmul.out || sw->swiglu.up != u->matmul.out ||
+        sw->swiglu.count != g->matmul.w->rows || sw->swiglu.out == u->matmul.out || sw->swiglu.out == x ||
+        sw->swiglu.out == n2->rmsnorm.out || !product_then_add(p, op + 6, sw->swiglu.out, x))
+        return 0;
+    const mx_op *dn = &o[op + 6];
+    const mxg_layer f = {
+        .h = o[op + 1].add.x, .norm1_w = n1->rmsnorm.w, .norm2_w = n2->rmsnorm.w, .eps1 = n1->rmsnorm.eps,
+        .eps2 = n2->rmsnorm.eps, .xn1 = h, .xn2 = n2->rmsnorm.out,
+        .w = {o[i + 1].matmul.w, o[i + 2].matmul.w, o[i + 3].matmul.w},
+        .q = o[i + 1].matmul.out, .k = o[i + 2].matmul.out, .v = o[i + 3].matmul.out,
+        .bias = {o[i + 1].matmul.bias, o[i + 2].matmul.bias, o[i + 3].matmul.bias},
+        .q_norm = norms ? o[qk].rmsnorm.w : NULL, .k_norm = norms ? o[qk + 1].rmsnorm.w : NULL,
+        .qk_eps = norms ? o[qk].rmsnorm.eps : 0.0f, .rope_pos = rq->rope.pos, .rope = &rq->rope.rope,
+        .kv = &at->attention.kv, .n_heads = rq->rope.n_heads, .n_kv_heads = rk->rope.n_heads,
+        .scale = at->attention.scale, .window = at->attention.window, .sinks = at->attention.sinks,
+        .attn = at->attention.out, .wo = o[op].matmul.w, .o = o[op].matmul.out, .o_bias = o[op].matmul.bias,
+        .wg = g->matmul.w, .wu = u->matmul.w, .gate = g->matmul.out, .up = u->matmul.out, .act = sw->swiglu.out,
+        .g_bias = g->matmul.bias, .u_bias = u->matmul.bias, .wd = dn->matmul.w, .down = dn->matmul.out,
+        .d_bias = dn->matmul.bias};
+    // Phase 3 reads att while it writes o and x; phase 5 reads act while it writes down and x.
+    if (f.o == att || f.down == f.act || f.gate == f.up || !mxg_layer_persist_ok(L, &f)) return 0;
+    mxg_layer_persist(L, &f, false);
+    return op + 8 - i;
+}
+
 void mxg_enqueue_plan(const mxg_launch *L, const mx_plan *plan, bool fuse) {
     for (int i = 0; i < plan->n_ops;) {
         int used = 0;
-        if (fuse) used = try_moe_router(L, plan, i);
+        if (fuse) used = try_layer(L, plan, i);
+        if (fuse && !used) used = try_moe_router(L, plan, i);
         if (fuse && !used) used = try_matvec(L, plan, i);
         if (fuse && !used) used = try_qk_norm_rope(L, plan, i);
         if (fuse && !used) used = try_tc_group(L, plan, i);

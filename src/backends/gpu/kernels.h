@@ -77,6 +77,9 @@ typedef struct mxg_launch {
     bool moe_down;         // the down + combine launch's layout (MLXCEL_GPU_MOE_DOWN; 1, the default: every lane
                            // streams (expert, chunk) pairs of its warp's row; 0: a warp per output row over the
                            // chunks; kernels/moe_stream.cu)
+    bool mega;             // one-token dense layers as one persistent launch (kernels/layer_persist.cu, gpu_plan.c;
+                           // MLXCEL_GPU_MEGA=1, off by default)
+    void *mega_barrier;    // ... its grid barrier's two zeroed counters (arrivals, generation), else NULL
     void *scratch;         // device workspace for split attention partials
     size_t scratch_bytes;
     void *small_scratch;   // device workspace for argmax keys (cleared by the op itself)

@@ -115,6 +115,11 @@ inline int gpuFuncSetAttribute(const void *, int attr, int bytes) {
     return 0;
 }
 
+// compat.h's occupancy query (kernels/layer_persist.cu sizes its persistent grid by it): two blocks.
+#define gpuSuccess 0
+template <class K>
+inline int gpuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, K, int, size_t) { *n = 2; return 0; }
+
 // Programmatic dependent launch (compat.h): a plain launch, launches one after another, so the
 // waits have nothing to wait for. What a dependent launch may do before its grid wait is checked
 // where a test opts in by listing ranges in emu_pdl_hidden: before each dependent launch
