@@ -78,8 +78,9 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   # kernels/matvec.cuh) is the default; plain launches under every case (the results must not
   # depend on the overlap).
   mlxcel_gpu_conformance(gpu_conformance_pdl_off MLXCEL_GPU_PDL=0)
-  # Level 3 (opt-in): the launches level 2 leaves plain become dependent ones too (the MoE routing,
-  # the MoE launches' early release and the down launch's expert-row prefetch among them).
+  # Level 3 (opt-in): the launches level 2 leaves plain become dependent ones too (the decode
+  # attention and its combine, the q/k norm + RoPE launch, the MoE routing, the MoE launches' early
+  # release and the down launch's expert-row prefetch among them), under every case.
   mlxcel_gpu_conformance(gpu_conformance_pdl3 MLXCEL_GPU_PDL=3)
   # The persistent decode layer (MLXCEL_GPU_MEGA=1, kernels/layer_persist.cu): every one-token
   # dense layer of the affine 4/8-bit formats in one launch, the rest as before, under every case.
@@ -204,6 +205,7 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
     mlxcel_gpu_parity(gpu_model_parity_ungrouped MLXCEL_GPU_GROUPED=0 MLXCEL_GPU_TC_DECODE=2)
     # Plain launches (MLXCEL_GPU_PDL=0; level 2 is the default) through the fixtures.
     mlxcel_gpu_parity(gpu_model_parity_pdl_off MLXCEL_GPU_PDL=0)
+    # ... and level 3 (opt-in: the attention and q/k norm + RoPE launches dependent too).
     mlxcel_gpu_parity(gpu_model_parity_pdl3 MLXCEL_GPU_PDL=3)
     # The persistent decode layer (MLXCEL_GPU_MEGA=1) through the fixtures.
     mlxcel_gpu_parity(gpu_model_parity_mega MLXCEL_GPU_MEGA=1)

@@ -116,6 +116,14 @@
 #             deadline 540 s: the conformance harness and model parity on cuda with the knob;
 #             `mlxcel bench --shape qwen3-0.6b -p 512 -n 128` and the same of the 8B with the knob off
 #             (0) and on in turn, twice.
+#   pdl3      programmatic dependent launch's level 3 (MLXCEL_GPU_PDL=3: the decode attention and its
+#             combine, kernels/attn_decode.cu, and the q/k norm + RoPE launch, kernels/qk_norm_rope.cu,
+#             become dependent launches that wait and then release the next kernel at once; the
+#             RoPE-folded attention prefetches its first cache rows into L2 before its wait), ~9 min,
+#             deadline 570 s: the conformance harness and model parity on cuda with the knob; `mlxcel
+#             bench` of the 0.6B and the 8B (`-p 512 -n 128`) and the 30B-A3B (`-p 32 -n 64`) at the
+#             default (2) and at 3 in turn, twice; then the conformance harness at 3 with
+#             MLXCEL_GPU_ATTN_ROPE=0 (the q/k launch and the unfused attention as dependent launches).
 # (The suites were attn_on_device.sh, attn_mma_on_device.sh, prefill_on_device.sh,
 # moe_on_device.sh and matvec_on_device.sh, which bench/RESULTS.md names.)
 # shellcheck disable=SC2317  # the suite functions are called as "suite_$suite"
@@ -126,9 +134,10 @@ case $suite in
 attn) deadline=300 ;;
 attn_mma | prefill | matvec | mixed | stream_lean | attn_short | attn_rope | pdl2 | moe_pdl3 | mega) deadline=540 ;;
 moe | moe_fast | grouped) deadline=480 ;;
+pdl3) deadline=570 ;;
 sample) deadline=420 ;;
 *)
-    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|pdl2|moe_pdl3|mega (the suites: the top of this file)" >&2
+    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|pdl2|moe_pdl3|mega|pdl3 (the suites: the top of this file)" >&2
     exit 2
     ;;
 esac
@@ -349,6 +358,17 @@ suite_mega() {
     check_run parity_cuda_mega 90 "$p" MLXCEL_TEST_BACKEND=cuda "${on[@]}" -- build/cuda/test_model_parity
     check_ab bench_0.6b 90 40 "${off[@]}" "${on[@]}" -- --shape qwen3-0.6b -p 512 -n 128
     check_ab bench_8b 150 60 "${off[@]}" "${on[@]}" -- --shape qwen3-8b -p 512 -n 128
+}
+
+suite_pdl3() {
+    check_build 300 mlxcel test_gpu_conformance test_model_parity
+    local on=(MLXCEL_GPU_PDL=3) def=(MLXCEL_GPU_PDL=2) p="check failed|FAIL|passed|failed"
+    check_run gpu_conformance_pdl3 120 "$p" "${on[@]}" -- build/cuda/test_gpu_conformance
+    check_run parity_cuda_pdl3 90 "$p" MLXCEL_TEST_BACKEND=cuda "${on[@]}" -- build/cuda/test_model_parity
+    check_ab bench_0.6b 90 40 "${def[@]}" "${on[@]}" -- --shape qwen3-0.6b -p 512 -n 128
+    check_ab bench_8b 150 60 "${def[@]}" "${on[@]}" -- --shape qwen3-8b -p 512 -n 128
+    check_ab bench_30b 200 60 "${def[@]}" "${on[@]}" -- --shape qwen3-30b-a3b -p 32 -n 64
+    check_run gpu_conformance_pdl3_rope_off 90 "$p" "${on[@]}" MLXCEL_GPU_ATTN_ROPE=0 -- build/cuda/test_gpu_conformance
 }
 
 check_start "ab_on_device.sh $suite"

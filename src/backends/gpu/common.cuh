@@ -9,6 +9,19 @@
 
 #include "backends/gpu/compat.h"
 
+// A programmatic dependent launch's L2 prefetch of [p, p + bytes) before its grid wait
+// (MLXCEL_GPU_PDL=2's matrix-vector weights, kernels/matvec.cuh; level 3's KV cache rows,
+// kernels/attn_decode.cu): the range shrunk to the whole 16-byte units inside it, so it never
+// leaves the caller's buffer and meets the bulk prefetch's rules (mxg_prefetch_l2), and cut to the
+// caller's `budget` (bytes, a multiple of 16), which it lowers by what it asked for.
+__device__ __forceinline__ void prefetch_span(const void *p, int64_t bytes, unsigned &budget) {
+    const uintptr_t lo = ((uintptr_t)p + 15) & ~(uintptr_t)15, hi = ((uintptr_t)p + (uintptr_t)bytes) & ~(uintptr_t)15;
+    if (bytes <= 0 || hi <= lo || budget < 16) return;
+    const unsigned n = hi - lo < budget ? (unsigned)(hi - lo) : budget;
+    mxg_prefetch_l2((const void *)lo, n);
+    budget -= n;
+}
+
 // SwiGLU's product: silu(g) * u (the swiglu record, and every epilogue that folds it in).
 __device__ __forceinline__ float silu_mul(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 

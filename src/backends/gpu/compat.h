@@ -170,7 +170,7 @@ __device__ __forceinline__ void mxg_grid_release() {
 }
 // A hint that [p, p + bytes) will be read soon: sm_90's bulk prefetch into L2
 // (cp.async.bulk.prefetch.L2.global, PTX ISA 8.0), which asks p 16-byte aligned and bytes a
-// non-zero multiple of 16 (callers shrink their ranges to that: prefetch_span, kernels/matvec.cuh).
+// non-zero multiple of 16 (callers shrink their ranges to that: prefetch_span, common.cuh).
 // No completion to wait for, no registers held; a no-op on other architectures.
 __device__ __forceinline__ void mxg_prefetch_l2(const void *p, unsigned bytes) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900

@@ -2,7 +2,9 @@
 // The launch, barriers and shuffles of the host emulation (emu.h). A block's threads are fibers
 // run by a round-robin scheduler on the calling thread: a fiber runs until it waits at a barrier
 // (the block's, or its warp's for an exchange) or ends; the last arrival at a barrier releases the
-// waiters; no fiber able to run while some wait is a divergent barrier, reported and aborted. On
+// waiters; no fiber able to run while some wait is a divergent barrier, reported and aborted. The
+// grid wait is a block barrier too while a test emulates MLXCEL_GPU_PDL=3's order (emu.h,
+// emu_pdl_guard), at whose release the block's guarded ranges get their contents back. On
 // x86-64 a switch is a few instructions (callee-saved registers and the stack pointer); elsewhere,
 // and under AddressSanitizer (which follows swapcontext), ucontext.
 #include <algorithm>
@@ -64,7 +66,7 @@ void ctx_make(Ctx *c, char *stack, size_t size) {
 void ctx_swap(Ctx *from, Ctx *to) { swapcontext(&from->uc, &to->uc); }
 #endif
 
-enum State { kReady, kAtBlock, kAtWarp, kDone };
+enum State { kReady, kAtBlock, kAtWarp, kAtGrid, kDone };
 constexpr size_t kStack = 256 * 1024;
 struct Fiber { Ctx ctx; State state; };
 std::vector<Fiber> fibers;
@@ -75,6 +77,23 @@ std::vector<unsigned char> smem;
 std::function<void()> kernel;
 Ctx sched;
 int cur, live, block_waiting, width_used = 32;
+// MLXCEL_GPU_PDL=3's order (emu.h, emu_pdl_guard): the running block's hidden copy of the guarded
+// ranges, the threads at its grid wait, and whether they have all passed it.
+std::vector<std::vector<unsigned char>> pdl_saved;
+int grid_waiting;
+bool block_waited;
+
+void pdl_hide() {  // at a block's start
+    pdl_saved.resize(emu_pdl_guard.size());
+    for (size_t i = 0; i < emu_pdl_guard.size(); i++) {
+        const unsigned char *p = (const unsigned char *)emu_pdl_guard[i].p;
+        pdl_saved[i].assign(p, p + emu_pdl_guard[i].bytes);
+        memset(emu_pdl_guard[i].p, 0xFF, emu_pdl_guard[i].bytes);
+    }
+}
+void pdl_show() {  // at its grid wait (or its end, when it never waited)
+    for (size_t i = 0; i < emu_pdl_guard.size(); i++) memcpy(emu_pdl_guard[i].p, pdl_saved[i].data(), emu_pdl_guard[i].bytes);
+}
 
 void yield() { ctx_swap(&fibers[cur].ctx, &sched); }
 
@@ -95,6 +114,7 @@ void fiber_main() {
     fibers[cur].state = kDone;
     live--;
     if (block_waiting > 0 && block_waiting == live) block_waiting = 0, release(kAtBlock, -1, 0);
+    if (grid_waiting > 0 && grid_waiting == live) grid_waiting = 0, block_waited = true, pdl_show(), release(kAtGrid, -1, 0);
     int w = cur / width_used;
     if (warp_waiting[w] > 0 && warp_waiting[w] == warp_live(w, width_used))
         warp_waiting[w] = 0, release(kAtWarp, w, width_used);
@@ -115,7 +135,7 @@ void warp_barrier(int width) {
 }
 
 void run_block(unsigned n) {
-    live = (int)n, block_waiting = 0;
+    live = (int)n, block_waiting = 0, grid_waiting = 0, block_waited = false;
     warp_waiting.assign((n + 31) / 32, 0);
     for (unsigned t = 0; t < n; t++) {
         ctx_make(&fibers[t].ctx, stacks[t].get(), kStack);
@@ -149,6 +169,18 @@ void __syncthreads() {
     yield();
 }
 
+void emu_grid_wait() {
+    if (emu_pdl_guard.empty() || block_waited) return;
+    if (++grid_waiting == live) {
+        grid_waiting = 0, block_waited = true;
+        pdl_show();
+        release(kAtGrid, -1, 0);
+        return;
+    }
+    fibers[cur].state = kAtGrid;
+    yield();
+}
+
 uint32_t emu_xchg(uint32_t v, int src, int width) {
     if (width != 32 && width != 64) { fprintf(stderr, "emu: a warp of %d lanes\n", width); abort(); }
     int w = cur / width;
@@ -177,6 +209,8 @@ void emu_launch(dim3 g, dim3 b, size_t sm, std::function<void()> k) {
     if (sm > emu_smem_max) { fprintf(stderr, "emu: %zu bytes of shared memory > %zu\n", sm, emu_smem_max); abort(); }
     emu_grids.push_back(g);
     emu_smem_sizes.push_back(sm);
+    emu_dependent.push_back(emu_next_dependent);
+    emu_next_dependent = false;
     if (b.x % 32 || b.y != 1 || b.z != 1 || b.x > 1024) { fprintf(stderr, "emu: block %u x %u x %u\n", b.x, b.y, b.z); abort(); }
     gridDim = g, blockDim = b;
     kernel = std::move(k);
@@ -189,40 +223,47 @@ void emu_launch(dim3 g, dim3 b, size_t sm, std::function<void()> k) {
             for (unsigned x = 0; x < g.x; x++) {
                 smem.assign(sm ? sm : 1, 0xA5);
                 blockIdx = dim3(x, y, z);
+                if (!emu_pdl_guard.empty()) pdl_hide();
                 run_block(b.x);
+                if (!emu_pdl_guard.empty() && !block_waited) emu_pdl_unwaited++, pdl_show();
             }
 }
 size_t emu_smem_max = 48 * 1024;
 std::vector<dim3> emu_grids;
 std::vector<size_t> emu_smem_sizes;
 std::vector<emu_range> emu_prefetches;
+std::vector<emu_span> emu_pdl_guard;
+long emu_pdl_unwaited, emu_pdl_releases;
+std::vector<bool> emu_dependent;
+bool emu_next_dependent;
 
 std::vector<emu_span> emu_pdl_hidden;
-int emu_pdl_dependent = 0, emu_pdl_unwaited = 0;
-static std::vector<std::vector<unsigned char>> pdl_saved;  // the hidden ranges' bytes while hidden
+int emu_pdl_dependent = 0;
+static std::vector<std::vector<unsigned char>> hidden_saved;  // emu_pdl_hidden's bytes while hidden
 
 void emu_pdl_hide() {
     if (emu_pdl_hidden.empty()) return;
     emu_pdl_dependent++;
-    pdl_saved.clear();
+    hidden_saved.clear();
     for (const emu_span &r : emu_pdl_hidden) {
         const unsigned char *b = (const unsigned char *)r.p;
-        pdl_saved.emplace_back(b, b + r.bytes);
+        hidden_saved.emplace_back(b, b + r.bytes);
         memset(r.p, 0xff, r.bytes);
     }
 }
 
-static void pdl_put_back() {
-    for (size_t i = 0; i < pdl_saved.size(); i++) memcpy(emu_pdl_hidden[i].p, pdl_saved[i].data(), pdl_saved[i].size());
-    pdl_saved.clear();
+static void hidden_put_back() {
+    for (size_t i = 0; i < hidden_saved.size(); i++) memcpy(emu_pdl_hidden[i].p, hidden_saved[i].data(), hidden_saved[i].size());
+    hidden_saved.clear();
 }
 
 void emu_pdl_restore() {
-    if (pdl_saved.empty()) return;
+    if (hidden_saved.empty()) return;
     emu_pdl_unwaited++;
-    pdl_put_back();
+    hidden_put_back();
 }
 
 void mxg_grid_wait() {
-    if (!pdl_saved.empty()) pdl_put_back();
+    if (!hidden_saved.empty()) hidden_put_back();
+    emu_grid_wait();
 }

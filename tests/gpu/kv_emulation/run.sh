@@ -10,9 +10,11 @@
 # level 3 that must fail; the warp routing against the block form's bits and MLXCEL_GPU_PDL=3's
 # down prefetch, with planted faults), the decode attention with RoPE folded in against two planted faults, and
 # the streaming kernel's lean one-token form (test_stream_lean_emulated.cpp: bit for bit today's,
-# within the float32 bound of the reference, and a planted fault that must fail), and the persistent decode layer
+# within the float32 bound of the reference, and a planted fault that must fail), the persistent decode layer
 # (test_layer_emulated.cpp, kernels/layer_persist.cu: against the CPU backend's records, and two
-# planted faults that must fail).
+# planted faults that must fail); and MLXCEL_GPU_PDL=3's
+# order (the q/k launch, the decode attention and its combine as dependent launches under emu.h's
+# emulated order) against three planted faults.
 # A check of index arithmetic and logic before a device run, not a
 # replacement for it (tests/gpu/run_on_device.sh). Needs g++ (C++20) and the CPU build (made here
 # when build/cpu has no library). Takes under a minute on two cores (--asan: several minutes).
@@ -40,10 +42,20 @@ flags="-std=c++20 -O1 -w -Isrc -Iinclude -I$lib/generated -Itests/gpu/kv_emulati
 arg=""
 if [ "${1:-}" = --asan ]; then flags="$flags -g -fsanitize=address"; arg=quick; shift; fi
 [ "${1:-}" = quick ] && arg=quick
-# shellcheck disable=SC2086,SC2046
-g++ $flags -o "$out/test_kv_emulated" tests/gpu/kv_emulation/emu.cpp tests/gpu/kv_emulation/test_kv_emulated.cpp \
-    "$out/rope_kv.cpp" "$out/qk_norm_rope.cpp" "$out/attention.cpp" "$out/attn_mma.cpp" "$out/attn_decode.cpp" "$out/latent.cpp" "$lib/libmlxcel_lib.a" \
-    $(pkg-config --libs jansson libpcre2-8 libutf8proc libmicrohttpd) -lcurl -lm -lpthread
+# test_kv_emulated's objects, built once: the planted faults below link the same ones but one.
+for f in tests/gpu/kv_emulation/emu.cpp tests/gpu/kv_emulation/test_kv_emulated.cpp "$out/rope_kv.cpp" \
+    "$out/qk_norm_rope.cpp" "$out/attention.cpp" "$out/attn_mma.cpp" "$out/attn_decode.cpp" "$out/latent.cpp"; do
+    # shellcheck disable=SC2086
+    g++ $flags -c "$f" -o "$out/kv_$(basename "$f" .cpp).o"
+done
+# kv_link NAME QK_OBJ DECODE_OBJ: a test_kv_emulated binary with those objects for qk_norm_rope and attn_decode.
+kv_link() {
+    # shellcheck disable=SC2086,SC2046
+    g++ $flags -o "$out/$1" "$out/kv_emu.o" "$out/kv_test_kv_emulated.o" "$out/kv_rope_kv.o" "$2" "$out/kv_attention.o" \
+        "$out/kv_attn_mma.o" "$3" "$out/kv_latent.o" "$lib/libmlxcel_lib.a" \
+        $(pkg-config --libs jansson libpcre2-8 libutf8proc libmicrohttpd) -lcurl -lm -lpthread
+}
+kv_link test_kv_emulated "$out/kv_qk_norm_rope.o" "$out/kv_attn_decode.o"
 gcc -std=c11 -O1 -Isrc -Iinclude -c tests/gpu/gpu_ref.c -o "$out/gpu_ref.o"
 # shellcheck disable=SC2086,SC2046
 g++ -I"$out/inc" $flags -Itests/gpu -o "$out/test_moe_emulated" tests/gpu/kv_emulation/emu.cpp tests/gpu/kv_emulation/test_moe_emulated.cpp \
@@ -53,10 +65,10 @@ g++ -I"$out/inc" $flags -Itests/gpu -o "$out/test_moe_emulated" tests/gpu/kv_emu
 # matvec_fused.cu, whose streaming kernel lives in headers: converted copies of them come first on the
 # include path. Then against a planted fault: each chunk's sum of x read from the neighbouring chunk
 # (sums[c ^ 1]), which moves every bias term: it must fail.
-# MLXCEL_GPU_PDL=2's planted fault: the per-warp prefetch budget ignored (kernels/matvec.cuh, prefetch_span).
+# MLXCEL_GPU_PDL=2's planted fault: the per-warp prefetch budget ignored (common.cuh, prefetch_span).
 sed 's/const unsigned n = hi - lo < budget ? (unsigned)(hi - lo) : budget;/const unsigned n = (unsigned)(hi - lo);/' \
-    src/backends/gpu/kernels/matvec.cuh >"$out/fault_prefetch/backends/gpu/kernels/matvec.cuh"
-! cmp -s src/backends/gpu/kernels/matvec.cuh "$out/fault_prefetch/backends/gpu/kernels/matvec.cuh" ||
+    src/backends/gpu/common.cuh >"$out/fault_prefetch/backends/gpu/common.cuh"
+! cmp -s src/backends/gpu/common.cuh "$out/fault_prefetch/backends/gpu/common.cuh" ||
     { echo "run.sh: the planted prefetch fault did not apply"; exit 1; }
 sed 's/const float xs = sums\[c\];/const float xs = sums[c ^ 1];/' "$out/inc/backends/gpu/kernels/matvec_stream_lean.cuh" \
     >"$out/fault_lean/backends/gpu/kernels/matvec_stream_lean.cuh"
@@ -132,14 +144,43 @@ sed 's/if (ROPE \&\& p == hi) {/if (ROPE \&\& p == hi \&\& false) {/' "$out/attn
 sed 's/if (split == 0 \&\& g0 == 0) {/if (split == 1 \&\& g0 == 0) {/' "$out/attn_decode.cpp" >"$out/attn_rope_fault_store.cpp"
 for f in read store; do
     ! cmp -s "$out/attn_decode.cpp" "$out/attn_rope_fault_$f.cpp" || { echo "run.sh: the planted attn rope $f fault did not apply"; exit 1; }
-    # shellcheck disable=SC2086,SC2046
-    g++ $flags -o "$out/test_attn_rope_$f" tests/gpu/kv_emulation/emu.cpp tests/gpu/kv_emulation/test_kv_emulated.cpp \
-        "$out/rope_kv.cpp" "$out/qk_norm_rope.cpp" "$out/attention.cpp" "$out/attn_mma.cpp" "$out/attn_rope_fault_$f.cpp" \
-        "$out/latent.cpp" "$lib/libmlxcel_lib.a" $(pkg-config --libs jansson libpcre2-8 libutf8proc libmicrohttpd) -lcurl -lm -lpthread
+    # shellcheck disable=SC2086
+    g++ $flags -c "$out/attn_rope_fault_$f.cpp" -o "$out/attn_rope_fault_$f.o"
+    kv_link "test_attn_rope_$f" "$out/kv_qk_norm_rope.o" "$out/attn_rope_fault_$f.o"
     "$out/test_attn_rope_$f" rope >"$out/attn_rope_fault_$f.log" 2>&1 && { echo "attn rope: the planted $f fault passed the emulation: FAIL"; exit 1; }
     n=$(grep -c "FAIL" "$out/attn_rope_fault_$f.log" || true)
     [ "$n" -gt 0 ] || { echo "attn rope: no failure from the planted $f fault: FAIL"; exit 1; }
     echo "attn rope: the planted $f fault fails the emulation ($n failures): ok"
+done
+# MLXCEL_GPU_PDL=3's planted faults, each of which must fail its own check of test_kv_emulated rope
+# (the level 3 steps under emu.h's emulated order of dependent launches): the fused attention's grid
+# wait moved below its reads of the raw q, k and v (its outputs differ), the q/k launch's wait moved
+# below its reads of q and k (the two launches' outputs differ), the combine's wait left out (blocks
+# without their wait).
+sed -e '/mxg_grid_wait_release(a.early);  \/\/ level 3: nothing above/d' \
+    -e 's/^\( *\)float q\[G\]\[8\];/\1mxg_grid_wait_release(a.early);\n&/' "$out/attn_decode.cpp" >"$out/pdl3_fault_attn.cpp"
+sed -e '/mxg_grid_wait_release(early);    \/\/ level 3: nothing before/d' \
+    -e 's/^\( *\)if (j < half) a = v\[j\], b = v\[j + half\];/&\n\1mxg_grid_wait_release(early);/' \
+    "$out/qk_norm_rope.cpp" >"$out/pdl3_fault_qk.cpp"
+sed '/mxg_grid_wait_release(early);  \/\/ level 3: a dependent launch; the partials/d' "$out/attn_decode.cpp" \
+    >"$out/pdl3_fault_combine.cpp"
+for f in attn:attn_decode qk:qk_norm_rope combine:attn_decode; do
+    ! cmp -s "$out/${f#*:}.cpp" "$out/pdl3_fault_${f%%:*}.cpp" || { echo "run.sh: the planted level 3 ${f%%:*} fault did not apply"; exit 1; }
+done
+for f in attn qk combine; do
+    # shellcheck disable=SC2086
+    g++ $flags -c "$out/pdl3_fault_$f.cpp" -o "$out/pdl3_fault_$f.o"
+done
+kv_link test_pdl3_attn "$out/kv_qk_norm_rope.o" "$out/pdl3_fault_attn.o"
+kv_link test_pdl3_qk "$out/pdl3_fault_qk.o" "$out/kv_attn_decode.o"
+kv_link test_pdl3_combine "$out/kv_qk_norm_rope.o" "$out/pdl3_fault_combine.o"
+for f in "attn:level 3: two launches same, fused DIFFER" "qk:level 3: two launches DIFFER" \
+    "combine:blocks without their wait [0-9]* and [1-9]"; do
+    "$out/test_pdl3_${f%%:*}" rope >"$out/pdl3_fault_${f%%:*}.log" 2>&1 &&
+        { echo "pdl=3: the planted ${f%%:*} fault passed the emulation: FAIL"; exit 1; }
+    n=$(grep -c "${f#*:}.*FAIL" "$out/pdl3_fault_${f%%:*}.log" || true)
+    [ "$n" -gt 0 ] || { echo "pdl=3: no failure of its own check from the planted ${f%%:*} fault: FAIL"; exit 1; }
+    echo "pdl=3: the planted ${f%%:*} fault fails the emulation ($n failures of its check): ok"
 done
 # The full-lane down form's planted fault: its products added into the neighbouring expert's sum.
 sed 's/if (q == slot) acc\[q\] += d;/if (q == (slot ^ 1)) acc[q] += d;/' "$out/moe_stream.cpp" >"$out/moe_stream_flat_fault.cpp"

@@ -15,7 +15,8 @@
 // c_kv and k_pe. The flash-decoding kernel's short form (MLXCEL_GPU_ATTN_SHORT=1) on caches of 1-129
 // positions: its launch shape, and bit for bit today's form where the arithmetic is the same. The
 // decode attention with the q/k norm + RoPE + KV store folded in (MLXCEL_GPU_ATTN_ROPE=1): outputs
-// and cache bytes bit for bit those of the two launches.
+// and cache bytes bit for bit those of the two launches; both again at MLXCEL_GPU_PDL=3 under the
+// emulated order of dependent launches (emu.h, emu_pdl_guard).
 // The attention cases (prefill chunks of up to 150 tokens among them) also on the tensor-core prefill
 // kernel (vendor/cuda/attn_mma.cu), at its own bound (mma_vs_cpu).
 // Built and run by run.sh; exits 1 on any failure.
@@ -381,13 +382,48 @@ static void qk_store_case(mx_backend *cpu, mxg_launch *L, int D, int nkv, int nh
     if (!ok) fails++;
 }
 
+// Whether every L2 prefetch of a MLXCEL_GPU_PDL=3 step (emu_prefetches) keeps compat.h's rules
+// for mxg_prefetch_l2 (16-byte aligned, a non-zero multiple of 16), lies in `cache` (slot 1 of
+// attn_rope_case's layer 0), misses every K and V row (codes and I16 scales) of position `pos`
+// (the row this step writes) and sums to at most `cap`; `why` says the first breach.
+static bool pdl3_prefetches_ok(const unsigned char *cache, size_t bytes, const mx_kv_layout &lay, const int32_t *table,
+                               bool i16, int pos, size_t cap, char *why, size_t n) {
+    const int D = lay.head_dim, nsc = i16 ? (D + MX_KV_SCALE_BLOCK - 1) / MX_KV_SCALE_BLOCK : 0;
+    const int tl = mx_kv_table_len(&lay), nb = mx_kv_blocks(&lay);
+    const size_t codes = (size_t)nb * 2 * lay.n_kv_heads * MX_KV_BLOCK * D * sizeof(int16_t);  // one layer
+    size_t total = 0;
+    for (const emu_range &r : emu_prefetches) {
+        const uintptr_t a = (uintptr_t)r.p;
+        if (a % 16 || r.bytes == 0 || r.bytes % 16) return snprintf(why, n, "a range of %u bytes at %#lx", r.bytes, (unsigned long)a), false;
+        if (a < (uintptr_t)cache || a + r.bytes > (uintptr_t)cache + bytes) return snprintf(why, n, "a range outside the cache"), false;
+        total += r.bytes;
+        const int i = 1 * tl + pos / MX_KV_BLOCK, b = table ? table[i] : i;
+        for (int which = 0; which < 2; which++)
+            for (int h = 0; h < lay.n_kv_heads; h++) {
+                const size_t row = (((size_t)b * 2 + which) * lay.n_kv_heads + h) * MX_KV_BLOCK + pos % MX_KV_BLOCK;
+                const uintptr_t c0 = (uintptr_t)cache + row * D * sizeof(int16_t), c1 = c0 + D * sizeof(int16_t);
+                const uintptr_t s0 = (uintptr_t)cache + codes + row * nsc * sizeof(float), s1 = s0 + nsc * sizeof(float);
+                if ((a < c1 && a + r.bytes > c0) || (nsc && a < s1 && a + r.bytes > s0))
+                    return snprintf(why, n, "a range over position %d's row", pos), false;
+            }
+    }
+    if (total > cap) return snprintf(why, n, "%zu bytes prefetched, cap %zu", total, cap), false;
+    snprintf(why, n, "%zu prefetches, %zu bytes", emu_prefetches.size(), total);
+    return true;
+}
+
 // The decode attention with the q/k norm + RoPE + KV store folded in (MLXCEL_GPU_ATTN_ROPE=1,
 // mxg_attention_decode_rope): one slot's cache of cap positions (scrambled blocks when paged) filled
 // with other rows (what a reused slot holds), then one-token steps at several positions: the two
 // launches (mxg_qk_norm_rope with its store, then mxg_attention on the flash-decoding kernel) on one
 // copy of the cache, the fused launch on another. Outputs and cache bytes must be equal bit for bit,
 // the raw q and k left as they were, and the fused step one launch fewer. A two-token step must be
-// refused (-1).
+// refused (-1). Both again at MLXCEL_GPU_PDL=3 (L->pdl_rest) under the emulated order of dependent
+// launches (emu.h, emu_pdl_guard: the raw q, k and v, the caches, the outputs and the split partials
+// hidden from each block until its grid wait): bit for bit the same outputs and caches, every launch
+// dependent, no block without its wait, and the fused launch's L2 prefetches inside the cache, off
+// the step's own row and within the cap (pdl3_prefetches_ok); below level 3 plain launches that
+// release nothing and prefetch nothing.
 static void attn_rope_case(mxg_launch *L, int D, int nkv, int nh, int cap, int paged, bool norm, int window,
                            bool sinks, bool short_form) {
     const int tl = (cap + MX_KV_BLOCK - 1) / MX_KV_BLOCK;
@@ -425,7 +461,7 @@ static void attn_rope_case(mxg_launch *L, int D, int nkv, int nh, int cap, int p
         std::vector<float> qt = q, kt = k, ot((size_t)nh * D, NAN), of((size_t)nh * D, NAN);
         mx_kv_ref rt = {two.data(), lay, 0, &sl, &ps, paged ? table.data() : NULL};
         mx_kv_ref rf = {one.data(), lay, 0, &sl, &ps, paged ? table.data() : NULL};
-        emu_grids.clear();
+        emu_grids.clear(), emu_dependent.clear(), emu_prefetches.clear(), emu_pdl_releases = 0;
         mxg_qk_norm_rope(L, qt.data(), kt.data(), norm ? qw.data() : NULL, norm ? kw.data() : NULL, &ps, 1, nh, nkv,
                          1e-6f, &rope, &rt, v.data());
         mxg_attention(L, ot.data(), qt.data(), &rt, 1, nh, scale, window, sinks ? snk.data() : NULL, false);
@@ -441,11 +477,52 @@ static void attn_rope_case(mxg_launch *L, int D, int nkv, int nh, int cap, int p
         for (size_t i = 0; i < bytes; i++) diff += two[i] != one[i];
         const bool same_out = !memcmp(ot.data(), of.data(), ot.size() * sizeof(float));
         const bool raw_kept = !memcmp(qf.data(), q.data(), q.size() * sizeof(float)) && !memcmp(kf.data(), k.data(), per * sizeof(float));
-        const bool ok = rc == 0 && same_out && diff == 0 && raw_kept && launches_one + 1 == launches_two;
-        printf("   at %d: %s outputs, cache bytes differing %zu, %zu launches against %zu%s%s\n", pos,
+        const bool plain = std::none_of(emu_dependent.begin(), emu_dependent.end(), [](bool d) { return d; }) &&
+                           emu_pdl_releases == 0 && emu_prefetches.empty();
+        const bool ok = rc == 0 && same_out && diff == 0 && raw_kept && launches_one + 1 == launches_two && plain;
+        printf("   at %d: %s outputs, cache bytes differing %zu, %zu launches against %zu%s%s%s\n", pos,
                same_out ? "same" : "different", diff, launches_one, launches_two, raw_kept ? "" : ", raw q/k changed",
-               ok ? "" : "  <-- FAIL");
+               plain ? "" : ", a dependent launch, release or prefetch below level 3", ok ? "" : "  <-- FAIL");
         if (!ok) fails++;
+        // MLXCEL_GPU_PDL=3: both forms again as dependent launches under the emulated order.
+        mxg_launch L3 = *L;
+        L3.dependent_launch = L3.pdl_early = L3.pdl_rest = true;
+        L3.pdl_prefetch = mxg_pdl_prefetch_cap(MXG_PDL_L2_FALLBACK);
+        std::vector<unsigned char> two3 = base, one3 = base;
+        std::vector<float> qt3 = q, kt3 = k, qf3 = q, kf3 = k, v3 = v, ot3((size_t)nh * D, NAN), of3((size_t)nh * D, NAN);
+        const size_t part = std::min((size_t)nh * 64 * (D + 2) * sizeof(float), L->scratch_bytes);  // 64 splits' partials
+        mx_kv_ref rt3 = {two3.data(), lay, 0, &sl, &ps, paged ? table.data() : NULL};
+        mx_kv_ref rf3 = {one3.data(), lay, 0, &sl, &ps, paged ? table.data() : NULL};
+        emu_dependent.clear(), emu_prefetches.clear(), emu_pdl_releases = 0, emu_pdl_unwaited = 0;
+        emu_pdl_guard = {{qt3.data(), qt3.size() * 4}, {kt3.data(), kt3.size() * 4}, {v3.data(), v3.size() * 4},
+                         {two3.data(), bytes}, {ot3.data(), ot3.size() * 4}, {L->scratch, part}};
+        mxg_qk_norm_rope(&L3, qt3.data(), kt3.data(), norm ? qw.data() : NULL, norm ? kw.data() : NULL, &ps, 1, nh, nkv,
+                         1e-6f, &rope, &rt3, v3.data());
+        mxg_attention(&L3, ot3.data(), qt3.data(), &rt3, 1, nh, scale, window, sinks ? snk.data() : NULL, false);
+        const long unwaited_two = emu_pdl_unwaited;
+        emu_pdl_guard = {{qf3.data(), qf3.size() * 4}, {kf3.data(), kf3.size() * 4}, {v3.data(), v3.size() * 4},
+                         {one3.data(), bytes}, {of3.data(), of3.size() * 4}, {L->scratch, part}};
+        const mxg_attn_rope f3 = {of3.data(), qf3.data(), kf3.data(), v3.data(), norm ? qw.data() : NULL,
+                                  norm ? kw.data() : NULL, 1e-6f, &ps, &rope, &rf3, 1, nh, nkv, scale, window,
+                                  sinks ? snk.data() : NULL, false};
+        const int rc3 = mxg_attention_decode_rope(&L3, &f3);
+        emu_pdl_guard.clear();
+        const long unwaited_one = emu_pdl_unwaited - unwaited_two;
+        const bool two_same = !memcmp(ot3.data(), ot.data(), ot.size() * sizeof(float)) && two3 == two;
+        const bool one_same = rc3 == 0 && !memcmp(of3.data(), of.data(), of.size() * sizeof(float)) && one3 == one;
+        const bool dep = !emu_dependent.empty() && emu_pdl_releases > 0 &&
+                         std::all_of(emu_dependent.begin(), emu_dependent.end(), [](bool d) { return d; });
+        char why[128];
+        const bool ranges = pdl3_prefetches_ok(one3.data(), bytes, lay, paged ? table.data() : NULL, L->kv_i16, pos,
+                                               L3.pdl_prefetch, why, sizeof why);
+        const int lo = window > 0 ? std::max(0, pos - window + 1) : 0;
+        const bool some = emu_prefetches.empty() == (pos == lo);  // rows before the token's own, where it has any
+        const bool ok3 = two_same && one_same && unwaited_two == 0 && unwaited_one == 0 && dep && ranges && some;
+        printf("   at %d, level 3: two launches %s, fused %s, blocks without their wait %ld and %ld, %s, prefetch %s "
+               "(%s)%s\n", pos, two_same ? "same" : "DIFFER", one_same ? "same" : "DIFFER", unwaited_two, unwaited_one,
+               dep ? "dependent launches" : "NOT all dependent", ranges && some ? "ok" : "BAD", why,
+               ok3 ? "" : "  <-- FAIL");
+        if (!ok3) fails++;
     }
     {  // two tokens (of one sequence, or not): refused
         int32_t sl2[2] = {1, 1}, ps2[2] = {3, 4};

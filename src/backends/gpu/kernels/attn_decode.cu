@@ -42,6 +42,16 @@
 // the row into the cache at its end, the bytes the store would write; no block reads that position
 // from the cache (one token: no other token of its sequence in the step). The raw q and k stay in
 // place (the plan checks that no later record reads them rotated).
+// MLXCEL_GPU_PDL=3 (L->pdl_rest): the kernel and the combine are programmatic dependent launches
+// (mxg_launch_dep) that wait for the previous kernel (mxg_grid_wait) and then release the next one
+// at once, as the matrix-vector kernels do at level 2; below level 3 they are the plain launches
+// they were. Before its wait a block reads only the step's slots, positions and block table (the
+// host's copies, made before the step's first kernel; no kernel writes them), and in the RoPE form
+// lane 0 of each warp asks L2 for its first unit's key and value rows (codes and I16 scales) of
+// the positions before the token's own: rows earlier steps wrote, which neither the previous
+// kernel (the q/k/v product, which writes no cache row) nor this launch (it writes the token's
+// own row, at its end) writes. Prefetching is a hint: the loop reads them again after the wait.
+// The cap is level 2's (L->pdl_prefetch, over the launch's warps).
 #include "backends/gpu/common.cuh"
 #include "backends/gpu/kernels.h"
 #include "backends/gpu/kernels_fused.h"
@@ -86,6 +96,8 @@ struct DecodeArgs {
     const float *inv_freq;          // [D / 2]
     float eps, attn_factor;
     uint16_t *kv_out;               // the cache the row is written to (kv)
+    bool early;                     // MLXCEL_GPU_PDL=3: a dependent launch, which releases the next one
+    unsigned prefetch;              // ... and (ROPE) each warp's L2 prefetch budget in bytes (0: none)
 };
 
 // 1 / (l + 2^(sink - m)) for an online softmax in log2 units (sink -inf: none); no overflow.
@@ -146,6 +158,23 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_blocks_per_sm(G)) attn_
     // This split's units: at least one per warp, so short contexts use few splits.
     const int u_lo = lo / UW, u_hi = hi / UW, per = max(NW, (u_hi - u_lo + a.splits) / a.splits);
     const int su0 = u_lo + split * per, su1 = min(u_hi, su0 + per - 1);
+    const int64_t vrows = (int64_t)a.pg.n_kv_heads * MX_KV_BLOCK;  // a block's V rows follow its K rows
+    const int nsc = a.pg.n_scales;
+    if (ROPE && a.prefetch && lane == 0 && su0 + warp <= su1) {
+        // Level 3, before the grid wait (top of the file): this warp's first unit, the positions
+        // before the token's own (consecutive rows: a unit lies in one cache block).
+        const int u = su0 + warp, p0 = max(lo, u * UW), p1 = min(hi - 1, u * UW + UW - 1);
+        if (p0 <= p1) {
+            const int64_t r0 = kv_row_index(a.pg, slot, p0, 0, kvh), rows = p1 - p0 + 1;
+            unsigned budget = a.prefetch;
+            for (int which = 0; which < 2; which++) {
+                const int64_t r = r0 + which * vrows;
+                prefetch_span(a.kv + r * D, rows * D * (int64_t)sizeof(uint16_t), budget);
+                if constexpr (I16) prefetch_span(a.pg.scales + r * nsc, rows * nsc * (int64_t)sizeof(float), budget);
+            }
+        }
+    }
+    mxg_grid_wait_release(a.early);  // level 3: nothing above reads what earlier kernels wrote
 
     if constexpr (ROPE) {
         // The G query heads, then (g == G) the KV head's k row, one warp per head (head g on warp
@@ -220,8 +249,6 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_blocks_per_sm(G)) attn_
 #pragma unroll
         for (int e = 0; e < 8; e++) o[g][e] = 0.0f;
     }
-    const int64_t vrows = (int64_t)a.pg.n_kv_heads * MX_KV_BLOCK;  // a block's V rows follow its K rows
-    const int nsc = a.pg.n_scales;
 
     for (int u = su0 + warp; u <= su1; u += NW) {  // warp-uniform
         const int base = u * UW;
@@ -361,18 +388,20 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_blocks_per_sm(G)) attn_
 
 // Merges the splits of one (token, head) (blockIdx.x); blockDim.x >= splits.
 __global__ void attn_decode_combine_kernel(float *out, const float *__restrict__ part, int D, int splits,
-                                           const float *__restrict__ sinks, int n_heads) {
+                                           const float *__restrict__ sinks, int n_heads, bool early) {
     __shared__ float s_m[kDecodeMaxSplits], s_l[kDecodeMaxSplits], s_w[kDecodeMaxSplits];
+    mxg_grid_wait_release(early);  // level 3: a dependent launch; the partials come from the kernel before
     combine_splits(out + (int64_t)blockIdx.x * D, part + (int64_t)blockIdx.x * splits * (D + 2), D, splits,
                    sinks ? sinks[blockIdx.x % n_heads] * kLog2e : -INFINITY, s_m, s_l, s_w, (int)blockDim.x);
 }
 
 template <int W, int D, int G, bool I16>
 void launch_decode(const mxg_launch *L, const DecodeArgs &a, dim3 grid, bool rope) {
-    if (rope)
-        attn_decode_kernel<W, D, G, I16, true><<<grid, kDecodeThreads, 0, (gpuStream_t)L->stream>>>(a);
+    void (*kernel)(DecodeArgs) = rope ? attn_decode_kernel<W, D, G, I16, true> : attn_decode_kernel<W, D, G, I16, false>;
+    if (a.early)
+        mxg_launch_dep(kernel, grid, dim3(kDecodeThreads), 0, (gpuStream_t)L->stream, true, a);
     else
-        attn_decode_kernel<W, D, G, I16, false><<<grid, kDecodeThreads, 0, (gpuStream_t)L->stream>>>(a);
+        kernel<<<grid, kDecodeThreads, 0, (gpuStream_t)L->stream>>>(a);
 }
 
 template <int W, int D, bool I16>
@@ -433,14 +462,23 @@ void decode_launch(const mxg_launch *L, DecodeArgs &a, const mx_kv_ref *r, int n
     while (s > 1 && (size_t)n * n_heads * s * (D + 2) * sizeof(float) > L->scratch_bytes) s--;
     a.splits = (int)(s < 1 ? 1 : s);
     dim3 grid((unsigned)n, (unsigned)(lay->n_kv_heads * parts), (unsigned)a.splits);
+    // MLXCEL_GPU_PDL=3: a dependent launch; the RoPE form's prefetch budget, level 2's cap over the
+    // launch's warps (a multiple of 16).
+    a.early = L->pdl_rest;
+    const uint64_t warps = (uint64_t)grid.x * grid.y * grid.z * (kDecodeThreads / L->warp);
+    const uint64_t per_warp = a.early && rope ? (uint64_t)L->pdl_prefetch / warps : 0;
+    a.prefetch = (unsigned)((per_warp < (1u << 30) ? per_warp : (1u << 30)) & ~(uint64_t)15);
     if (L->kv_i16) {
         MXG_WARP_DISPATCH(L->warp, launch_decode_d<W, true>(L, a, grid, D, G, rope));
     } else {
         MXG_WARP_DISPATCH(L->warp, launch_decode_d<W, false>(L, a, grid, D, G, rope));
     }
-    if (a.splits > 1)
+    if (a.splits > 1 && a.early)
+        mxg_launch_dep(attn_decode_combine_kernel, dim3((unsigned)(n * n_heads)), dim3(128), 0,
+                       (gpuStream_t)L->stream, true, a.out, a.part, D, a.splits, sinks, n_heads, true);
+    else if (a.splits > 1)
         attn_decode_combine_kernel<<<(unsigned)(n * n_heads), 128, 0, (gpuStream_t)L->stream>>>(
-            a.out, a.part, D, a.splits, sinks, n_heads);
+            a.out, a.part, D, a.splits, sinks, n_heads, false);
 }
 
 }  // namespace

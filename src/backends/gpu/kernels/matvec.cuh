@@ -40,17 +40,9 @@ constexpr int kMatvecThreads = 128;
 constexpr size_t kMatvecStageBytes = 48 * 1024;
 
 // MLXCEL_GPU_PDL=2 (L->pdl_early): before its grid wait each warp's lane 0 asks L2 for its first
-// rows' weights (codes, then scales, then biases: prefetch_rows), at most `budget` bytes, a multiple
-// of 16 (pdl_warp_budget: the launch's cap, L->pdl_prefetch, over its warps' first tasks). Each
-// range is shrunk to the whole 16-byte units inside it, so it never leaves the matrix's buffers and
-// meets the bulk prefetch's rules (mxg_prefetch_l2).
-__device__ __forceinline__ void prefetch_span(const void *p, int64_t bytes, unsigned &budget) {
-    const uintptr_t lo = ((uintptr_t)p + 15) & ~(uintptr_t)15, hi = ((uintptr_t)p + (uintptr_t)bytes) & ~(uintptr_t)15;
-    if (bytes <= 0 || hi <= lo || budget < 16) return;
-    const unsigned n = hi - lo < budget ? (unsigned)(hi - lo) : budget;
-    mxg_prefetch_l2((const void *)lo, n);
-    budget -= n;
-}
+// rows' weights (codes, then scales, then biases: prefetch_rows, by common.cuh's prefetch_span), at
+// most `budget` bytes, a multiple of 16 (pdl_warp_budget: the launch's cap, L->pdl_prefetch, over
+// its warps' first tasks).
 template <class F>
 __device__ __forceinline__ void prefetch_rows(const MatView &m, int64_t r0, int nrows, unsigned &budget) {
     if (r0 >= m.rows) return;

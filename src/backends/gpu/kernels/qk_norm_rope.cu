@@ -8,6 +8,9 @@
 // float32 values it leaves in k, by the element rules of kv_block.cuh (I16: one thread per chunk of
 // MX_KV_SCALE_BLOCK values, kv_put_chunk; f16: round to nearest), so the cache holds the bytes
 // rope_kv.cu's kv_store kernels would write from those buffers.
+// MLXCEL_GPU_PDL=3 (L->pdl_rest): a programmatic dependent launch that waits for the previous kernel
+// before it reads or writes anything (q, k, v and the cache among them: a kernel before it may still
+// read the cache) and then releases the next one at once; below level 3 the plain launch it was.
 #include "backends/gpu/common.cuh"
 #include "backends/gpu/kernels_fused.h"
 #include "backends/gpu/kv_block.cuh"
@@ -27,9 +30,11 @@ struct KvWrite {
 template <int W, int STORE>
 __global__ void qk_norm_rope_kernel(float *q, float *k, const float *__restrict__ qw, const float *__restrict__ kw,
                                     const int32_t *__restrict__ pos, int n_heads, int n_kv_heads, float eps,
-                                    const float *__restrict__ inv_freq, int head_dim, float attn_factor, KvWrite st) {
+                                    const float *__restrict__ inv_freq, int head_dim, float attn_factor, KvWrite st,
+                                    bool early) {
     __shared__ float red[1024 / W];
     extern __shared__ float krow[];  // I16 store: [head_dim] the rotated k row, read back by chunks
+    mxg_grid_wait_release(early);    // level 3: nothing before reads or writes what other kernels touch
     const int t = blockIdx.y, h = blockIdx.x, half = head_dim / 2;
     const bool is_q = h < n_heads;
     float *v = is_q ? q + ((int64_t)t * n_heads + h) * head_dim : k + ((int64_t)t * n_kv_heads + (h - n_heads)) * head_dim;
@@ -84,17 +89,15 @@ extern "C" void mxg_qk_norm_rope(const mxg_launch *L, float *q, float *k, const 
     gpuStream_t s = (gpuStream_t)L->stream;
     MXG_WARP_DISPATCH(L->warp, {
         int threads = (rope->head_dim / 2 + W - 1) / W * W;
-        if (store == kStoreI16)
-            qk_norm_rope_kernel<W, kStoreI16><<<grid, threads, smem, s>>>(q, k, q_norm, k_norm, pos, n_heads, n_kv_heads,
-                                                                          eps, rope->inv_freq, rope->head_dim,
-                                                                          rope->attn_factor, st);
-        else if (store == kStoreF16)
-            qk_norm_rope_kernel<W, kStoreF16><<<grid, threads, smem, s>>>(q, k, q_norm, k_norm, pos, n_heads, n_kv_heads,
-                                                                          eps, rope->inv_freq, rope->head_dim,
-                                                                          rope->attn_factor, st);
+        void (*kernel)(float *, float *, const float *, const float *, const int32_t *, int, int, float, const float *,
+                       int, float, KvWrite, bool) = store == kStoreI16   ? qk_norm_rope_kernel<W, kStoreI16>
+                                                    : store == kStoreF16 ? qk_norm_rope_kernel<W, kStoreF16>
+                                                                         : qk_norm_rope_kernel<W, kStoreNone>;
+        if (L->pdl_rest)
+            mxg_launch_dep(kernel, grid, dim3(threads), smem, s, true, q, k, q_norm, k_norm, pos, n_heads, n_kv_heads,
+                           eps, rope->inv_freq, rope->head_dim, rope->attn_factor, st, true);
         else
-            qk_norm_rope_kernel<W, kStoreNone><<<grid, threads, smem, s>>>(q, k, q_norm, k_norm, pos, n_heads,
-                                                                           n_kv_heads, eps, rope->inv_freq,
-                                                                           rope->head_dim, rope->attn_factor, st);
+            kernel<<<grid, threads, smem, s>>>(q, k, q_norm, k_norm, pos, n_heads, n_kv_heads, eps, rope->inv_freq,
+                                               rope->head_dim, rope->attn_factor, st, false);
     });
 }
