@@ -98,15 +98,6 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   target_link_libraries(test_gpu_sample PRIVATE mlxcel_lib)
   add_test(NAME gpu_sample_split COMMAND test_gpu_sample WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(gpu_sample_split PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu)
-  # MLXCEL_GPU_PDL=3: the token choice's launches (the one-block and split forms, the fast form's)
-  # dependent, each grid wait first, under the backend sampling test (tests/cmake/gpu_sample.cmake).
-  if(TARGET test_backend_sample)
-    add_test(NAME gpu_backend_sample_pdl3
-             COMMAND ${PROJECT_SOURCE_DIR}/tests/gpu/if_gpu.sh $<TARGET_FILE:mlxcel> $<TARGET_FILE:test_backend_sample>
-             WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
-    set_tests_properties(gpu_backend_sample_pdl3 PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu
-                         ENVIRONMENT "MLXCEL_TEST_BACKEND=${MLXCEL_GPU_RUNTIME_NAME};MLXCEL_GPU_PDL=3")
-  endif()
 
   # An unknown GPU KV cache type is refused by name, before any device is looked for (so also on
   # machines without a GPU; the message is printed only on that error's path).

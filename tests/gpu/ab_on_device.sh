@@ -106,20 +106,16 @@
 #             into L2 before it; kernels/matvec.cuh), ~8 min, deadline 540 s: the conformance harness
 #             and model parity on cuda with the knob; `mlxcel bench` of the 0.6B and the 8B (`-p 512
 #             -n 128`) and the 30B-A3B (`-p 32 -n 64`) with the knob off (0) and at 2 in turn, twice.
-#   moe_pdl3  MLXCEL_GPU_PDL=3 on MoE decode (kernels/moe.cu's routing a dependent launch, the MoE
-#             launches releasing the next one right after their grid wait, the down launch's L2
-#             prefetch of its expert rows before it), ~6 min, deadline 540 s: the conformance
-#             harness and model parity on cuda with the knob; `mlxcel bench --shape qwen3-30b-a3b -p
-#             32 -n 64` at 2 (the default) and 3 in turn, twice.
 #   mega      the persistent decode layer (MLXCEL_GPU_MEGA=1: each one-token dense layer in one launch,
 #             six phases over a resident grid with grid barriers; kernels/layer_persist.cu), ~6 min,
 #             deadline 540 s: the conformance harness and model parity on cuda with the knob;
 #             `mlxcel bench --shape qwen3-0.6b -p 512 -n 128` and the same of the 8B with the knob off
 #             (0) and on in turn, twice.
 #   pdl3      programmatic dependent launch's level 3 (MLXCEL_GPU_PDL=3: the decode attention and its
-#             combine, kernels/attn_decode.cu, and the q/k norm + RoPE launch, kernels/qk_norm_rope.cu,
-#             become dependent launches that wait and then release the next kernel at once; the
-#             RoPE-folded attention prefetches its first cache rows into L2 before its wait), ~9 min,
+#             combine, kernels/attn_decode.cu, the q/k norm + RoPE launch, kernels/qk_norm_rope.cu, the
+#             token choice and the MoE launches become dependent launches that wait and then release
+#             the next kernel at once; the RoPE-folded attention prefetches its first cache rows and
+#             the MoE down launch its expert rows into L2 before the wait), ~9 min,
 #             deadline 570 s: the conformance harness and model parity on cuda with the knob; `mlxcel
 #             bench` of the 0.6B and the 8B (`-p 512 -n 128`) and the 30B-A3B (`-p 32 -n 64`) at the
 #             default (2) and at 3 in turn, twice; then the conformance harness at 3 with
@@ -132,12 +128,12 @@ cd "$(dirname "$0")/../.." || exit 1
 suite=${1:-}
 case $suite in
 attn) deadline=300 ;;
-attn_mma | prefill | matvec | mixed | stream_lean | attn_short | attn_rope | pdl2 | moe_pdl3 | mega) deadline=540 ;;
+attn_mma | prefill | matvec | mixed | stream_lean | attn_short | attn_rope | pdl2 | mega) deadline=540 ;;
 moe | moe_fast | grouped) deadline=480 ;;
 pdl3) deadline=570 ;;
 sample) deadline=420 ;;
 *)
-    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|pdl2|moe_pdl3|mega|pdl3 (the suites: the top of this file)" >&2
+    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|pdl2|mega|pdl3 (the suites: the top of this file)" >&2
     exit 2
     ;;
 esac
@@ -341,14 +337,6 @@ suite_pdl2() {
     check_ab bench_0.6b 90 40 "${off[@]}" "${on[@]}" -- --shape qwen3-0.6b -p 512 -n 128
     check_ab bench_8b 150 60 "${off[@]}" "${on[@]}" -- --shape qwen3-8b -p 512 -n 128
     check_ab bench_30b 200 60 "${off[@]}" "${on[@]}" -- --shape qwen3-30b-a3b -p 32 -n 64
-}
-
-suite_moe_pdl3() {
-    check_build 300 mlxcel test_gpu_conformance test_model_parity
-    local on=(MLXCEL_GPU_PDL=3) def=(MLXCEL_GPU_PDL=2) p="check failed|FAIL|passed|failed"
-    check_run gpu_conformance_pdl3 120 "$p" "${on[@]}" -- build/cuda/test_gpu_conformance
-    check_run parity_cuda_pdl3 90 "$p" MLXCEL_TEST_BACKEND=cuda "${on[@]}" -- build/cuda/test_model_parity
-    check_ab bench_30b 200 60 "${def[@]}" "${on[@]}" -- --shape qwen3-30b-a3b -p 32 -n 64
 }
 
 suite_mega() {
