@@ -85,6 +85,15 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   # The persistent decode layer (MLXCEL_GPU_MEGA=1, kernels/layer_persist.cu): every one-token
   # dense layer of the affine 4/8-bit formats in one launch, the rest as before, under every case.
   mlxcel_gpu_conformance(gpu_conformance_mega MLXCEL_GPU_MEGA=1)
+  # The o projection + residual add folded into the one-token decode attention (MLXCEL_GPU_ATTN_O=1,
+  # kernels/attn_o.cuh: its one-token layers at a short cache, one launch, and a split one, the
+  # combine folding it in) under every case of the harness; with the RoPE fold off (the plain
+  # attention record's pattern), in the group form (MLXCEL_GPU_ATTN_SHORT=0: blocks of several heads)
+  # and at MLXCEL_GPU_PDL=3 (dependent launches, wo prefetched before the grid wait).
+  mlxcel_gpu_conformance(gpu_conformance_attn_o MLXCEL_GPU_ATTN_O=1)
+  mlxcel_gpu_conformance(gpu_conformance_attn_o_rope_off MLXCEL_GPU_ATTN_O=1 MLXCEL_GPU_ATTN_ROPE=0)
+  mlxcel_gpu_conformance(gpu_conformance_attn_o_short_off MLXCEL_GPU_ATTN_O=1 MLXCEL_GPU_ATTN_SHORT=0)
+  mlxcel_gpu_conformance(gpu_conformance_attn_o_pdl3 MLXCEL_GPU_ATTN_O=1 MLXCEL_GPU_PDL=3)
   # The fused MoE decode launches (routing folded in) under every case of the harness.
   mlxcel_gpu_conformance(gpu_conformance_moe_fused MLXCEL_GPU_MOE_FUSED=2)
   # Level 3 (the norm, router product and routing in one launch; the down launch's early reads).
@@ -174,6 +183,8 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_knob_refused(attn_rope_two MLXCEL_GPU_ATTN_ROPE=2
                           "MLXCEL_GPU_ATTN_ROPE='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(attn_rope_word MLXCEL_GPU_ATTN_ROPE=on "MLXCEL_GPU_ATTN_ROPE='on': must be")
+  mlxcel_gpu_knob_refused(attn_o_two MLXCEL_GPU_ATTN_O=2
+                          "MLXCEL_GPU_ATTN_O='2': must be a whole number from 0 to 1 \\(unset: 0\\)")
   mlxcel_gpu_knob_refused(stream_rows_huge MLXCEL_GPU_STREAM_ROWS=99999999999999999999 "MLXCEL_GPU_STREAM_ROWS='99999999999999999999': must be")
 
   # The model fixtures through the GPU backend (the parity test reads MLXCEL_TEST_BACKEND).
@@ -198,6 +209,8 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
     mlxcel_gpu_parity(gpu_model_parity_pdl_off MLXCEL_GPU_PDL=0)
     # ... and level 3 (opt-in: the attention and q/k norm + RoPE launches dependent too).
     mlxcel_gpu_parity(gpu_model_parity_pdl3 MLXCEL_GPU_PDL=3)
+    # The o projection + residual add folded into the decode attention (MLXCEL_GPU_ATTN_O=1).
+    mlxcel_gpu_parity(gpu_model_parity_attn_o MLXCEL_GPU_ATTN_O=1)
     # The persistent decode layer (MLXCEL_GPU_MEGA=1) through the fixtures.
     mlxcel_gpu_parity(gpu_model_parity_mega MLXCEL_GPU_MEGA=1)
   endif()

@@ -120,6 +120,14 @@
 #             bench` of the 0.6B and the 8B (`-p 512 -n 128`) and the 30B-A3B (`-p 32 -n 64`) at the
 #             default (2) and at 3 in turn, twice; then the conformance harness at 3 with
 #             MLXCEL_GPU_ATTN_ROPE=0 (the q/k launch and the unfused attention as dependent launches).
+#   attn_o    the o projection + residual add folded into the one-token decode attention launch, or
+#             into its combine where the context is split (kernels/attn_o.cuh, kernels/attn_decode.cu,
+#             gpu_plan.c, MLXCEL_GPU_ATTN_O=1), ~9 min, deadline 570 s: the conformance harness (its
+#             one-token layers at a short and a split cache take the fused launch) with the knob, and
+#             with the knob and MLXCEL_GPU_ATTN_ROPE=0 (the plain attention record's pattern), and model
+#             parity on cuda with the knob; then `mlxcel bench` with the knob off (0) and on in turn,
+#             twice, of `--shape qwen3-0.6b -p 512 -n 128`, `--shape qwen3-8b -p 512 -n 128` and
+#             `--shape qwen3-30b-a3b -p 32 -n 64`.
 # (The suites were attn_on_device.sh, attn_mma_on_device.sh, prefill_on_device.sh,
 # moe_on_device.sh and matvec_on_device.sh, which bench/RESULTS.md names.)
 # shellcheck disable=SC2317  # the suite functions are called as "suite_$suite"
@@ -130,10 +138,10 @@ case $suite in
 attn) deadline=300 ;;
 attn_mma | prefill | matvec | mixed | stream_lean | attn_short | attn_rope | pdl2 | mega) deadline=540 ;;
 moe | moe_fast | grouped) deadline=480 ;;
-pdl3) deadline=570 ;;
+pdl3 | attn_o) deadline=570 ;;
 sample) deadline=420 ;;
 *)
-    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|pdl2|mega|pdl3 (the suites: the top of this file)" >&2
+    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|pdl2|mega|pdl3|attn_o (the suites: the top of this file)" >&2
     exit 2
     ;;
 esac
@@ -324,6 +332,17 @@ suite_attn_rope() {
     local on=(MLXCEL_GPU_ATTN_ROPE=1) off=(MLXCEL_GPU_ATTN_ROPE=0) p="check failed|FAIL|passed|failed"
     check_run gpu_conformance_rope 90 "$p" "${on[@]}" -- build/cuda/test_gpu_conformance
     check_run parity_cuda_rope 90 "$p" MLXCEL_TEST_BACKEND=cuda "${on[@]}" -- build/cuda/test_model_parity
+    check_ab bench_0.6b 90 40 "${off[@]}" "${on[@]}" -- --shape qwen3-0.6b -p 512 -n 128
+    check_ab bench_8b 150 60 "${off[@]}" "${on[@]}" -- --shape qwen3-8b -p 512 -n 128
+    check_ab bench_30b 200 60 "${off[@]}" "${on[@]}" -- --shape qwen3-30b-a3b -p 32 -n 64
+}
+
+suite_attn_o() {
+    check_build 300 mlxcel test_gpu_conformance test_model_parity
+    local on=(MLXCEL_GPU_ATTN_O=1) off=(MLXCEL_GPU_ATTN_O=0) p="check failed|FAIL|passed|failed"
+    check_run gpu_conformance_attn_o 90 "$p" "${on[@]}" -- build/cuda/test_gpu_conformance
+    check_run gpu_conformance_attn_o_rope_off 90 "$p" "${on[@]}" MLXCEL_GPU_ATTN_ROPE=0 -- build/cuda/test_gpu_conformance
+    check_run parity_cuda_attn_o 90 "$p" MLXCEL_TEST_BACKEND=cuda "${on[@]}" -- build/cuda/test_model_parity
     check_ab bench_0.6b 90 40 "${off[@]}" "${on[@]}" -- --shape qwen3-0.6b -p 512 -n 128
     check_ab bench_8b 150 60 "${off[@]}" "${on[@]}" -- --shape qwen3-8b -p 512 -n 128
     check_ab bench_30b 200 60 "${off[@]}" "${on[@]}" -- --shape qwen3-30b-a3b -p 32 -n 64

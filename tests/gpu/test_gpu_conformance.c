@@ -7,7 +7,8 @@
 // fuse (those run record by record), with and without biases, plus patterns that must not fuse
 // (several tokens, aliasing buffers), a whole decoder layer (decode, batched decode of 24-56
 // sequences with the attention's decode hint, and prefill-sized; its q/k norms, RoPEs and KV store
-// one fused launch), and the
+// one fused launch; one-token layers at a short cache and at a split one, where MLXCEL_GPU_ATTN_O=1
+// folds the o product and residual add into the attention or its combine), and the
 // records no pattern covers; products of 2-64 tokens sharing their input (q/k/v, gate/up + SwiGLU:
 // the grouped launch by default, the launch pairs with MLXCEL_GPU_GROUPED=0, ctest gpu_conformance_ungrouped*); the projection patterns again on a backend without the streaming
 // matrix-vector kernel (MLXCEL_GPU_NO_STREAM_MATVEC=1), on one with its previous task shape
@@ -355,6 +356,7 @@ static void elementwise_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, int k
 typedef struct layer_cfg {
     int n, H, NH, NKV, D, I, V;
     bool decode;  // a batched decode step: token t the next position of slot t, the attention's decode hint
+    int ctx;      // positions per sequence of the cache (0: 64, 256 with decode); one token: at ctx - 30
 } layer_cfg;
 
 // Buffers: 0 x, 1 h, 2 q, 3 k, 4 v, 5 att, 6 tmp, 7 gate, 8 up, 9 attn norm, 10 ffn norm, 11 q norm,
@@ -428,7 +430,7 @@ static void layer_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, const fmt *
     add_f(&d, "final norm", H, r, 0.5f, 1.5f, 0);
     int32_t *pos = malloc(4 * (size_t)n), *slot = malloc(4 * (size_t)n), *tok = malloc(4 * (size_t)n);
     for (int t = 0; t < c.n; t++) {
-        pos[t] = c.n == 1 ? 37 : c.decode ? 5 + t * 37 % 200 : t % 40;  // n > 1: two sequences in two slots,
+        pos[t] = c.n == 1 ? (c.ctx ? c.ctx - 30 : 37) : c.decode ? 5 + t * 37 % 200 : t % 40;  // n > 1: two sequences in two slots,
         slot[t] = c.n == 1 ? 2 : c.decode ? t : t / 40;                  // or (decode) one token in each of n
         tok[t] = (int32_t)(ref_next(r) % (uint64_t)c.V);
     }
@@ -445,10 +447,10 @@ static void layer_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, const fmt *
     add_m(&d, r, f->q, f->dtype, f->scale_dtype, 1, c.V, H);
     // Slots: one per token in a batched decode, else one per 40 tokens (at least 3 either way).
     const int prefill_slots = (c.n + 39) / 40, n_slots = c.decode ? c.n : prefill_slots;
-    mx_kv_layout lay = {2, n_slots > 3 ? n_slots : 3, c.decode ? 256 : 64, c.NKV, c.D, 0};
+    mx_kv_layout lay = {2, n_slots > 3 ? n_slots : 3, c.ctx ? c.ctx : c.decode ? 256 : 64, c.NKV, c.D, 0};
     char label[160], ml[64];
-    snprintf(label, sizeof label, "decoder layer + head, %s, n=%d%s", ref_matrix_label(&d.mat[0], ml, sizeof ml), c.n,
-             c.decode ? " (batched decode)" : "");
+    snprintf(label, sizeof label, "decoder layer + head, %s, n=%d%s, cache %d", ref_matrix_label(&d.mat[0], ml, sizeof ml),
+             c.n, c.decode ? " (batched decode)" : "", lay.max_ctx);
     // The cache starts as zeros on both sides. The ids are not compared: logits differ by the cache's
     // rounding, so near-ties may pick different tokens (argmax has its own exact test).
     run_case(label, cpu, gpu, &d, build_layer, &c, &lay, d.ni);
@@ -779,19 +781,26 @@ int main(void) {
     // One-token layers: with MLXCEL_GPU_MEGA=1 (ctest gpu_conformance_mega) those of the affine
     // formats run as the persistent layer (kernels/layer_persist.cu), the others as before.
     for (size_t f = 0; f < sizeof fused_fmts / sizeof fused_fmts[0]; f++)
-        layer_case(cpu, gpu, &rng, &fused_fmts[f], (layer_cfg){1, 512, 8, 4, 64, 1024, 1000, false});
-    layer_case(cpu, gpu, &rng, &other_fmts[0], (layer_cfg){1, 512, 8, 4, 64, 1024, 1000, false});
+        layer_case(cpu, gpu, &rng, &fused_fmts[f], (layer_cfg){1, 512, 8, 4, 64, 1024, 1000, false, 0});
+    layer_case(cpu, gpu, &rng, &other_fmts[0], (layer_cfg){1, 512, 8, 4, 64, 1024, 1000, false, 0});
     // 1024-wide layers: every product on the streaming kernel (rows of 32 chunks or more), the
     // head at two tokens too (bf16 there: the kernels of matvec.cuh).
     for (size_t f = 0; f < sizeof fused_fmts / sizeof fused_fmts[0]; f++)
-        layer_case(cpu, gpu, &rng, &fused_fmts[f], (layer_cfg){1, 1024, 8, 4, 128, 2048, 1000, false});
-    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){4, 512, 8, 4, 64, 1024, 1000, false});
-    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){70, 512, 8, 4, 64, 1024, 1000, false});
+        layer_case(cpu, gpu, &rng, &fused_fmts[f], (layer_cfg){1, 1024, 8, 4, 128, 2048, 1000, false, 0});
+    // ... at a longer cache (600 positions, the token at 570): the decode attention split over the
+    // context and merged by its combine, which with MLXCEL_GPU_ATTN_O=1 (ctest gpu_conformance_attn_o*)
+    // folds the o product and residual add in (the 4-bit formats; the others run the records), as
+    // the attention launch does at the short cache above; 16 heads of 8 KV heads (Qwen3-0.6B's).
+    for (size_t f = 0; f < sizeof fused_fmts / sizeof fused_fmts[0]; f++)
+        layer_case(cpu, gpu, &rng, &fused_fmts[f], (layer_cfg){1, 1024, 8, 4, 128, 2048, 1000, false, 600});
+    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){1, 1024, 16, 8, 128, 2048, 1000, false, 600});
+    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){4, 512, 8, 4, 64, 1024, 1000, false, 0});
+    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){70, 512, 8, 4, 64, 1024, 1000, false, 0});
     // Batched decode steps (server steps of 17-64 sequences: the flash-decoding kernel by the
     // record's hint; on 132 multiprocessors 4 KV heads in groups of 2 split the context below 50
     // tokens, here in 2, and not above).
-    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){24, 512, 8, 4, 64, 1024, 1000, true});
-    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){56, 512, 8, 4, 128, 1024, 1000, true});
+    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){24, 512, 8, 4, 64, 1024, 1000, true, 0});
+    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){56, 512, 8, 4, 128, 1024, 1000, true, 0});
     moe_case(cpu, gpu, &rng, &fused_fmts[0], (moe_cfg){1, 256, 8, 2, 128, 0, 0});
     moe_case(cpu, gpu, &rng, &fused_fmts[0], (moe_cfg){5, 256, 8, 2, 128, 0, 0});
     moe_case(cpu, gpu, &rng, &fused_fmts[0], (moe_cfg){1, 256, 16, 4, 128, 4, 2});
@@ -823,7 +832,7 @@ int main(void) {
         proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 2048, 256, 128, 256, f == 0, P_NORM_QKV});
         proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 256, 4224, 128, 256, f == 2, P_RESIDUAL});
     }
-    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){1, 1024, 8, 4, 128, 2048, 1000, false});
+    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){1, 1024, 8, 4, 128, 2048, 1000, false, 0});
     mx_backend_free(gpu);
     // The streaming kernel's previous task shape over long rows (MLXCEL_GPU_STREAM_ROWS=2: two rows
     // per task, one for gate/up, twice the chunks per step; the default takes four and two): q/k/v
@@ -858,12 +867,12 @@ int main(void) {
     for (size_t f = 0; f < sizeof fused_fmts / sizeof fused_fmts[0]; f++)
         for (int p = P_NORM_QKV; p <= P_RESIDUAL; p++)
             if (p != P_GATE_UP) proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 1024, 2048, 512, 3072, f == 0, p});
-    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){1, 512, 8, 4, 64, 1024, 1000, false});
+    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){1, 512, 8, 4, 64, 1024, 1000, false, 0});
     mx_backend_free(gpu);
     // The mma.sync prefill kernel (MLXCEL_GPU_MMA_SYNC=1): prefill-sized layers.
     gpu = gpu_with(&gopt, "MLXCEL_GPU_MMA_SYNC", "1");
-    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){70, 512, 8, 4, 64, 1024, 1000, false});
-    layer_case(cpu, gpu, &rng, &other_fmts[0], (layer_cfg){70, 512, 8, 4, 64, 1024, 1000, false});
+    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){70, 512, 8, 4, 64, 1024, 1000, false, 0});
+    layer_case(cpu, gpu, &rng, &other_fmts[0], (layer_cfg){70, 512, 8, 4, 64, 1024, 1000, false, 0});
     mx_backend_free(gpu);
     // The pipelined prefill kernel (MLXCEL_GPU_PREFILL_KERNEL=pipe and pipe1, vendor/cuda/matmul_pipe.cu:
     // affine 4-bit; the f32-scale format on its float32 dequantization): prefill-sized layers.
@@ -874,9 +883,9 @@ int main(void) {
         unsetenv("MLXCEL_GPU_PREFILL_KERNEL");
         if (!gpu) die("gpu backend with MLXCEL_GPU_PREFILL_KERNEL=pipe");
         printf("cpu vs %s with MLXCEL_GPU_PREFILL_KERNEL=%s\n", gpu->ops->name, pipes[k]);
-        layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){70, 512, 8, 4, 64, 1024, 1000, false});
-        layer_case(cpu, gpu, &rng, &fused_fmts[1], (layer_cfg){200, 512, 8, 4, 64, 1024, 1000, false});
-        layer_case(cpu, gpu, &rng, &other_fmts[1], (layer_cfg){130, 512, 8, 4, 64, 1024, 1000, false});
+        layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){70, 512, 8, 4, 64, 1024, 1000, false, 0});
+        layer_case(cpu, gpu, &rng, &fused_fmts[1], (layer_cfg){200, 512, 8, 4, 64, 1024, 1000, false, 0});
+        layer_case(cpu, gpu, &rng, &other_fmts[1], (layer_cfg){130, 512, 8, 4, 64, 1024, 1000, false, 0});
         mx_backend_free(gpu);
     }
     // The fused MoE decode kernels (MLXCEL_GPU_MOE_FUSED=1, kernels/moe_stream.cu: gate/up + SwiGLU
@@ -908,9 +917,9 @@ int main(void) {
     // cache, at its own bound.
     gpu = gpu_with(&gopt, "MLXCEL_GPU_KV", "f16");
     CHECK(gpu->kv_dtype == MX_DTYPE_F16);
-    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){1, 512, 8, 4, 64, 1024, 1000, false});
-    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){4, 512, 8, 4, 64, 1024, 1000, false});
-    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){40, 512, 8, 4, 128, 1024, 1000, true});
+    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){1, 512, 8, 4, 64, 1024, 1000, false, 0});
+    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){4, 512, 8, 4, 64, 1024, 1000, false, 0});
+    layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){40, 512, 8, 4, 128, 1024, 1000, true, 0});
     mla_case(cpu, gpu, &rng, &fused_fmts[0], (mla_cfg){45, 128, 4, 64, 64, 32, 64, 64});
     mla_case(cpu, gpu, &rng, &fused_fmts[4], (mla_cfg){3, 512, 8, 256, 128, 64, 512, 128});
     gptoss_case(cpu, gpu, &rng, &q8, &fused_fmts[3], (gptoss_cfg){1, 256, 8, 2, 64, 8, 2, 128, 8});

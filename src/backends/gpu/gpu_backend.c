@@ -278,6 +278,7 @@ static void gpu_destroy(mx_backend *be) {
         mxg_rt_free(c->launch.small_scratch);
         mxg_rt_free(c->launch.sample_scratch);
         mxg_rt_free(c->launch.moe_tickets);
+        mxg_rt_free(c->launch.attn_o_tickets);
         mxg_rt_free(c->launch.mega_barrier);
         mxg_rt_stream_destroy(c->launch.stream);
         free(c);
@@ -342,6 +343,7 @@ typedef struct gpu_knobs {
         attn_short, attn_rope, mega;
     int prefill_kernel, moe_fused, moe_down, attn_mma, sample_fast, grouped, stream_lean, pdl;
     bool prefill_asked;  // MLXCEL_GPU_PREFILL_KERNEL (or MLXCEL_GPU_MMA_SYNC) was set
+    int attn_o;
 } gpu_knobs;
 
 static int read_knobs(gpu_knobs *k, mx_error *err) {
@@ -397,6 +399,9 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // MLXCEL_GPU_ATTN_ROPE (unset: 1): one-token decode steps fold the q/k norm + RoPE + KV store
     // launch into the flash-decoding one (gpu_plan.c, kernels/attn_decode.cu), the same outputs and
     // cache bytes in one launch a layer fewer (run 42: 0.6B tg128 +3.4%, 8B +1.5%); 0: the two launches.
+    // MLXCEL_GPU_ATTN_O=1 (unset: 0): one-token decode steps fold the o projection and its residual
+    // add into the flash-decoding launch (or into its combine where the context is split; gpu_plan.c,
+    // kernels/attn_o.cuh): a launch a layer fewer, affine 4-bit o of head size 128; 0: the records.
     // MLXCEL_GPU_MEGA=1 (unset: 0): one-token steps run each dense layer (norm, q/k/v, attention, o,
     // norm, gate/up, down) as one persistent launch with grid barriers between its phases
     // (kernels/layer_persist.cu), where the plan and the formats allow; 0: today's launches.
@@ -404,6 +409,7 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_ATTN_DECODE", 1, 0, 1, &k->attn_decode, err) ||
         env_int("MLXCEL_GPU_ATTN_SHORT", 1, 0, 1, &k->attn_short, err) ||
         env_int("MLXCEL_GPU_ATTN_ROPE", 1, 0, 1, &k->attn_rope, err) ||
+        env_int("MLXCEL_GPU_ATTN_O", 0, 0, 1, &k->attn_o, err) ||
         env_int("MLXCEL_GPU_MATVEC_TOKENS", 63, 1, 1 << 20, &k->matvec_max_tokens, err) ||
         env_int("MLXCEL_GPU_STREAM_MIN_COLS", 4096, 0, 1 << 30, &k->stream_min_cols, err) ||
         env_int("MLXCEL_GPU_STREAM_ROWS", 4, 2, 4, &k->stream_rows, err) ||
@@ -560,6 +566,7 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.attn_decode = knobs.attn_decode == 1 && !c->launch.attn_token_rows;
     c->launch.attn_short = knobs.attn_short == 1;
     c->launch.attn_rope = knobs.attn_rope == 1;
+    c->launch.attn_o = knobs.attn_o == 1;
     c->launch.mega = knobs.mega == 1;
     c->launch.attn_mma = knobs.attn_mma == 1;
     c->launch.scratch_bytes = mxg_attention_scratch_bytes(c->info.sm_count, 256);
@@ -584,6 +591,10 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     // The fused MoE router's tickets (level 3): zeroed here, each launch leaves them zero.
     if (c->launch.moe_fused >= 3 &&
         mxg_rt_malloc(&c->launch.moe_tickets, MXG_MOE_MAX_TOKENS * sizeof(unsigned), c->launch.stream, err) != 0)
+        goto fail;
+    // The o fold's tickets (MLXCEL_GPU_ATTN_O=1): zeroed here, each launch leaves them zero.
+    if (c->launch.attn_o &&
+        mxg_rt_malloc(&c->launch.attn_o_tickets, MXG_ATTN_O_MAX_TILES * sizeof(unsigned), c->launch.stream, err) != 0)
         goto fail;
     // The persistent layer's grid barrier (MLXCEL_GPU_MEGA=1): zeroed here, each barrier leaves the
     // arrivals at zero and moves the generation on.

@@ -75,6 +75,22 @@ typedef struct mxg_attn_rope {
 } mxg_attn_rope;
 int mxg_attention_decode_rope(const mxg_launch *L, const mxg_attn_rope *f);
 
+// The decode attention of f (f->rope NULL: the plain attention of q over kv, mxg_attention_decode's;
+// else the RoPE form above) followed by the o projection and the residual add of its output, one
+// launch, or two where the context is split (the combine then folds them in; kernels/attn_o.cuh,
+// L->attn_o, MLXCEL_GPU_ATTN_O=1): t [w->rows] = w out + bias, res += t, out written as well. One
+// token, head size 128, w affine 4-bit (groups 32-128, any scale type) of n_heads * 128 columns;
+// t and res must not overlap out, q, k, v or each other. The sums across heads take a fixed order
+// (bit-identical runs); they differ from the records' in float32 summation order. 0 when enqueued,
+// -1 when not taken (the caller runs the records).
+#define MXG_ATTN_O_MAX_TILES 1024  // row tiles of one launch (L->attn_o_tickets counters)
+typedef struct mxg_attn_o {
+    const mx_matrix *w;
+    const float *bias;
+    float *t, *res;
+} mxg_attn_o;
+int mxg_attention_decode_o(const mxg_launch *L, const mxg_attn_rope *f, const mxg_attn_o *o);
+
 // The persistent decode layer (MLXCEL_GPU_MEGA=1, L->mega; kernels/layer_persist.cu): one token
 // through a dense layer's records in one launch: xn1 = rmsnorm(h, norm1_w, eps1); q, k, v = w[0..2]
 // xn1 + bias; the per-head norms (q_norm / k_norm, both NULL: none, qk_eps) and RoPE (rope at

@@ -222,13 +222,14 @@ void emu_launch(dim3 g, dim3 b, size_t sm, std::function<void()> k) {
         for (unsigned y = 0; y < g.y; y++)
             for (unsigned x = 0; x < g.x; x++) {
                 smem.assign(sm ? sm : 1, 0xA5);
-                blockIdx = dim3(x, y, z);
+                blockIdx = emu_reverse_blocks ? dim3(g.x - 1 - x, g.y - 1 - y, g.z - 1 - z) : dim3(x, y, z);
                 if (!emu_pdl_guard.empty()) pdl_hide();
                 run_block(b.x);
                 if (!emu_pdl_guard.empty() && !block_waited) emu_pdl_unwaited++, pdl_show();
             }
 }
 size_t emu_smem_max = 48 * 1024;
+bool emu_reverse_blocks = false;
 std::vector<dim3> emu_grids;
 std::vector<size_t> emu_smem_sizes;
 std::vector<emu_range> emu_prefetches;
