@@ -142,7 +142,7 @@ echo "moe routing / pdl=3: the planted tie, summation-order and prefetch-budget 
 # launch's end) instead of the row the launch made, and the cache write left to split 1 instead of
 # split 0 (no write where the step has one split).
 sed 's/if (ROPE \&\& p == hi) {/if (ROPE \&\& p == hi \&\& false) {/' "$out/attn_decode.cpp" >"$out/attn_rope_fault_read.cpp"
-sed 's/if (split == 0 \&\& g0 == 0) {/if (split == 1 \&\& g0 == 0) {/' "$out/attn_decode.cpp" >"$out/attn_rope_fault_store.cpp"
+sed 's/if (split == 0 \&\& g0 == 0 \&\& tile == 0) {/if (split == 1 \&\& g0 == 0 \&\& tile == 0) {/' "$out/attn_decode.cpp" >"$out/attn_rope_fault_store.cpp"
 for f in read store; do
     ! cmp -s "$out/attn_decode.cpp" "$out/attn_rope_fault_$f.cpp" || { echo "run.sh: the planted attn rope $f fault did not apply"; exit 1; }
     # shellcheck disable=SC2086
