@@ -94,6 +94,10 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_conformance(gpu_conformance_attn_o_rope_off MLXCEL_GPU_ATTN_O=1 MLXCEL_GPU_ATTN_ROPE=0)
   mlxcel_gpu_conformance(gpu_conformance_attn_o_short_off MLXCEL_GPU_ATTN_O=1 MLXCEL_GPU_ATTN_SHORT=0)
   mlxcel_gpu_conformance(gpu_conformance_attn_o_pdl3 MLXCEL_GPU_ATTN_O=1 MLXCEL_GPU_PDL=3)
+  # The one-launch MLP (MLXCEL_GPU_MLP_ONE=1, kernels/mlp_decode.cu): the MLP half (norm, gate/up,
+  # SwiGLU, down, residual add) of every one-token dense layer of the affine 4/8-bit formats in one
+  # launch, the rest as before, under every case.
+  mlxcel_gpu_conformance(gpu_conformance_mlp_one MLXCEL_GPU_MLP_ONE=1)
   # The fused MoE decode launches (routing folded in) under every case of the harness.
   mlxcel_gpu_conformance(gpu_conformance_moe_fused MLXCEL_GPU_MOE_FUSED=2)
   # Level 3 (the norm, router product and routing in one launch; the down launch's early reads).
@@ -164,6 +168,9 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_knob_refused(mega_two MLXCEL_GPU_MEGA=2
                           "MLXCEL_GPU_MEGA='2': must be a whole number from 0 to 1 \\(unset: 0\\)")
   mlxcel_gpu_knob_refused(mega_word MLXCEL_GPU_MEGA=on "MLXCEL_GPU_MEGA='on': must be")
+  mlxcel_gpu_knob_refused(mlp_one_two MLXCEL_GPU_MLP_ONE=2
+                          "MLXCEL_GPU_MLP_ONE='2': must be a whole number from 0 to 1 \\(unset: 0\\)")
+  mlxcel_gpu_knob_refused(mlp_one_word MLXCEL_GPU_MLP_ONE=on "MLXCEL_GPU_MLP_ONE='on': must be")
   mlxcel_gpu_knob_refused(sample_fast_two MLXCEL_GPU_SAMPLE_FAST=2
                           "MLXCEL_GPU_SAMPLE_FAST='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(matvec_rows_three MLXCEL_GPU_MATVEC_ROWS=3 "MLXCEL_GPU_MATVEC_ROWS='3': must be 1, 2 or 4")
@@ -213,6 +220,8 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
     mlxcel_gpu_parity(gpu_model_parity_attn_o MLXCEL_GPU_ATTN_O=1)
     # The persistent decode layer (MLXCEL_GPU_MEGA=1) through the fixtures.
     mlxcel_gpu_parity(gpu_model_parity_mega MLXCEL_GPU_MEGA=1)
+    # The one-launch MLP (MLXCEL_GPU_MLP_ONE=1) through the fixtures.
+    mlxcel_gpu_parity(gpu_model_parity_mlp_one MLXCEL_GPU_MLP_ONE=1)
   endif()
 
   add_executable(bench_gpu_decode ${PROJECT_SOURCE_DIR}/tests/gpu/bench_gpu_decode.c)

@@ -128,6 +128,12 @@
 #             parity on cuda with the knob; then `mlxcel bench` with the knob off (0) and on in turn,
 #             twice, of `--shape qwen3-0.6b -p 512 -n 128`, `--shape qwen3-8b -p 512 -n 128` and
 #             `--shape qwen3-30b-a3b -p 32 -n 64`.
+#   mlp_one   the one-launch MLP (MLXCEL_GPU_MLP_ONE=1: each one-token dense layer's norm, gate/up,
+#             SwiGLU, down and residual add in one launch, the blocks' partial sums of down met in
+#             fixed-point integer adds; kernels/mlp_decode.cu), ~7 min, deadline 540 s: the
+#             conformance harness and model parity on cuda with the knob, the harness with it and
+#             plain launches (MLXCEL_GPU_PDL=0); `mlxcel bench --shape qwen3-0.6b -p 512 -n 128` and
+#             the same of the 8B with the knob off (0) and on in turn, twice.
 # (The suites were attn_on_device.sh, attn_mma_on_device.sh, prefill_on_device.sh,
 # moe_on_device.sh and matvec_on_device.sh, which bench/RESULTS.md names.)
 # shellcheck disable=SC2317  # the suite functions are called as "suite_$suite"
@@ -136,12 +142,12 @@ cd "$(dirname "$0")/../.." || exit 1
 suite=${1:-}
 case $suite in
 attn) deadline=300 ;;
-attn_mma | prefill | matvec | mixed | stream_lean | attn_short | attn_rope | pdl2 | mega) deadline=540 ;;
+attn_mma | prefill | matvec | mixed | stream_lean | attn_short | attn_rope | pdl2 | mega | mlp_one) deadline=540 ;;
 moe | moe_fast | grouped) deadline=480 ;;
 pdl3 | attn_o) deadline=570 ;;
 sample) deadline=420 ;;
 *)
-    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|pdl2|mega|pdl3|attn_o (the suites: the top of this file)" >&2
+    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|pdl2|mega|pdl3|attn_o|mlp_one (the suites: the top of this file)" >&2
     exit 2
     ;;
 esac
@@ -376,6 +382,16 @@ suite_pdl3() {
     check_ab bench_8b 150 60 "${def[@]}" "${on[@]}" -- --shape qwen3-8b -p 512 -n 128
     check_ab bench_30b 200 60 "${def[@]}" "${on[@]}" -- --shape qwen3-30b-a3b -p 32 -n 64
     check_run gpu_conformance_pdl3_rope_off 90 "$p" "${on[@]}" MLXCEL_GPU_ATTN_ROPE=0 -- build/cuda/test_gpu_conformance
+}
+
+suite_mlp_one() {
+    check_build 300 mlxcel test_gpu_conformance test_model_parity
+    local on=(MLXCEL_GPU_MLP_ONE=1) off=(MLXCEL_GPU_MLP_ONE=0) p="check failed|FAIL|passed|failed"
+    check_run gpu_conformance_mlp_one 120 "$p" "${on[@]}" -- build/cuda/test_gpu_conformance
+    check_run parity_cuda_mlp_one 90 "$p" MLXCEL_TEST_BACKEND=cuda "${on[@]}" -- build/cuda/test_model_parity
+    check_run gpu_conformance_mlp_one_pdl_off 90 "$p" "${on[@]}" MLXCEL_GPU_PDL=0 -- build/cuda/test_gpu_conformance
+    check_ab bench_0.6b 90 40 "${off[@]}" "${on[@]}" -- --shape qwen3-0.6b -p 512 -n 128
+    check_ab bench_8b 150 60 "${off[@]}" "${on[@]}" -- --shape qwen3-8b -p 512 -n 128
 }
 
 check_start "ab_on_device.sh $suite"

@@ -280,6 +280,7 @@ static void gpu_destroy(mx_backend *be) {
         mxg_rt_free(c->launch.moe_tickets);
         mxg_rt_free(c->launch.attn_o_tickets);
         mxg_rt_free(c->launch.mega_barrier);
+        mxg_rt_free(c->launch.mlp_acc);
         mxg_rt_stream_destroy(c->launch.stream);
         free(c);
     }
@@ -340,7 +341,7 @@ static int env_int(const char *name, int def, int lo, int hi, int *out, mx_error
 // on a machine without a GPU).
 typedef struct gpu_knobs {
     int matvec_rows, matvec_max_tokens, stream_min_cols, stream_rows, sample_blocks, tc_decode_tokens, attn_decode,
-        attn_short, attn_rope, mega;
+        attn_short, attn_rope, mega, mlp_one;
     int prefill_kernel, moe_fused, moe_down, attn_mma, sample_fast, grouped, stream_lean, pdl;
     bool prefill_asked;  // MLXCEL_GPU_PREFILL_KERNEL (or MLXCEL_GPU_MMA_SYNC) was set
     int attn_o;
@@ -405,6 +406,10 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // MLXCEL_GPU_MEGA=1 (unset: 0): one-token steps run each dense layer (norm, q/k/v, attention, o,
     // norm, gate/up, down) as one persistent launch with grid barriers between its phases
     // (kernels/layer_persist.cu), where the plan and the formats allow; 0: today's launches.
+    // MLXCEL_GPU_MLP_ONE=1 (unset: 0): one-token steps run each dense layer's MLP half (norm, gate/up,
+    // SwiGLU, down, residual add) as one launch (kernels/mlp_decode.cu: each block a slice of the
+    // intermediate, the down partial sums met in fixed-point integer adds) where the formats allow;
+    // 0: today's two launches.
     if (env_int("MLXCEL_GPU_MATVEC_ROWS", 4, 1, 4, &k->matvec_rows, err) ||
         env_int("MLXCEL_GPU_ATTN_DECODE", 1, 0, 1, &k->attn_decode, err) ||
         env_int("MLXCEL_GPU_ATTN_SHORT", 1, 0, 1, &k->attn_short, err) ||
@@ -422,7 +427,8 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_ATTN_MMA", 1, 0, 1, &k->attn_mma, err) ||
         env_int("MLXCEL_GPU_GROUPED", 1, 0, 1, &k->grouped, err) ||
         env_int("MLXCEL_GPU_PDL", 2, 0, 3, &k->pdl, err) ||
-        env_int("MLXCEL_GPU_MEGA", 0, 0, 1, &k->mega, err))
+        env_int("MLXCEL_GPU_MEGA", 0, 0, 1, &k->mega, err) ||
+        env_int("MLXCEL_GPU_MLP_ONE", 0, 0, 1, &k->mlp_one, err))
         return -1;
     static const char *const prefill_names[] = {"wmma", "wmma128", "sync", "pipe", "pipe1", "wgmma"};  // MXG_PREFILL_* order
     const char *pk = getenv("MLXCEL_GPU_PREFILL_KERNEL");
@@ -568,6 +574,7 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.attn_rope = knobs.attn_rope == 1;
     c->launch.attn_o = knobs.attn_o == 1;
     c->launch.mega = knobs.mega == 1;
+    c->launch.mlp_one = knobs.mlp_one == 1;
     c->launch.attn_mma = knobs.attn_mma == 1;
     c->launch.scratch_bytes = mxg_attention_scratch_bytes(c->info.sm_count, 256);
     // The tensor-core decode product's split-column partial sums: 8 MB holds 32 splits of a 1024-row
@@ -600,6 +607,9 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     // arrivals at zero and moves the generation on.
     if (c->launch.mega && mxg_rt_malloc(&c->launch.mega_barrier, 2 * sizeof(unsigned), c->launch.stream, err) != 0)
         goto fail;
+    // The one-launch MLP's accumulators and ticket (MLXCEL_GPU_MLP_ONE=1): zeroed here, each launch
+    // leaves them zero.
+    if (c->launch.mlp_one && mxg_rt_malloc(&c->launch.mlp_acc, MXG_MLP_ACC_BYTES, c->launch.stream, err) != 0) goto fail;
     snprintf(be->device_name, sizeof be->device_name, "%s (%s)", c->info.name, c->info.arch);
     return be;
 fail:

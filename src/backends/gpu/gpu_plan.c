@@ -3,6 +3,8 @@
 // a fused kernel (kernels_fused.h), that kernel replaces them. The patterns, tried at each record:
 // - with L->mega (MLXCEL_GPU_MEGA=1), a whole dense layer of one token (the patterns below from its
 //   norm to its last residual add): one persistent launch (kernels/layer_persist.cu);
+// - with L->mlp_one (MLXCEL_GPU_MLP_ONE=1), the MLP half of a dense layer of one token (its norm,
+//   gate/up, SwiGLU, down and residual add): one launch (kernels/mlp_decode.cu);
 // - RMSNorm of one row followed by 1-3 matrix-vector products of its output (q/k/v; gate/up):
 //   one launch that normalizes while staging the row;
 // - the same products without the norm (matmuls sharing one input row);
@@ -503,6 +505,31 @@ static bool product_then_add(const mx_plan *p, int i, const float *x_in, const f
            m->matmul.out != x_in && m->matmul.out != res;
 }
 
+// With L->mlp_one (MLXCEL_GPU_MLP_ONE=1): rmsnorm(xn, x) of one token; matmul gate, up of xn;
+// swiglu(act, gate, up); matmul(down, act, wd), add(x, down): one launch (kernels/mlp_decode.cu),
+// each part by the checks of its own pattern (the norm + products, the SwiGLU, the residual add)
+// and the same residual x throughout; no output is x, and act is neither xn nor up. Returns the
+// records used (0: not taken; the usual patterns run).
+static int try_mlp(const mxg_launch *L, const mx_plan *p, int i) {
+    if (!L->mlp_one || i + 5 >= p->n_ops) return 0;
+    const mx_op *o = p->ops, *nm = &o[i], *g = &o[i + 1], *u = &o[i + 2], *sw = &o[i + 3], *dn = &o[i + 4];
+    if (nm->kind != MX_OP_RMSNORM || nm->rmsnorm.n != 1 || nm->rmsnorm.out == nm->rmsnorm.x) return 0;
+    const float *x = nm->rmsnorm.x;
+    float *xn = nm->rmsnorm.out;
+    if (shared_input_run(p, i + 1, xn, x, 1) < 2 || nm->rmsnorm.dim != g->matmul.w->cols) return 0;
+    if (sw->kind != MX_OP_SWIGLU || sw->swiglu.gate != g->matmul.out || sw->swiglu.up != u->matmul.out ||
+        sw->swiglu.count != g->matmul.w->rows || sw->swiglu.out == u->matmul.out || sw->swiglu.out == x ||
+        sw->swiglu.out == xn || !product_then_add(p, i + 4, sw->swiglu.out, x))
+        return 0;
+    const mxg_mlp f = {.res = o[i + 5].add.x, .norm_w = nm->rmsnorm.w, .eps = nm->rmsnorm.eps, .norm_out = xn,
+                       .wg = g->matmul.w, .wu = u->matmul.w, .wd = dn->matmul.w, .gate = g->matmul.out,
+                       .up = u->matmul.out, .act = sw->swiglu.out, .down = dn->matmul.out,
+                       .g_bias = g->matmul.bias, .u_bias = u->matmul.bias, .d_bias = dn->matmul.bias};
+    if (!mxg_mlp_decode_ok(L, &f)) return 0;
+    mxg_mlp_decode(L, &f);
+    return 6;
+}
+
 // With L->mega (MLXCEL_GPU_MEGA=1): a whole dense layer of one token, one persistent launch
 // (kernels/layer_persist.cu): rmsnorm(h, x); matmul q, k, v of h; [rmsnorm q, rmsnorm k;] rope q,
 // rope k; kv_store; attention(att, q); matmul(t, att, wo), add(x, t); rmsnorm(h2, x); matmul gate,
@@ -564,6 +591,7 @@ void mxg_enqueue_plan(const mxg_launch *L, const mx_plan *plan, bool fuse) {
     for (int i = 0; i < plan->n_ops;) {
         int used = 0;
         if (fuse) used = try_layer(L, plan, i);
+        if (fuse && !used) used = try_mlp(L, plan, i);
         if (fuse && !used) used = try_moe_router(L, plan, i);
         if (fuse && !used) used = try_matvec(L, plan, i);
         if (fuse && !used) used = try_qk_norm_rope(L, plan, i);

@@ -83,6 +83,9 @@ typedef struct mxg_launch {
     bool mega;             // one-token dense layers as one persistent launch (kernels/layer_persist.cu, gpu_plan.c;
                            // MLXCEL_GPU_MEGA=1, off by default)
     void *mega_barrier;    // ... its grid barrier's two zeroed counters (arrivals, generation), else NULL
+    bool mlp_one;          // one-token dense MLPs (norm, gate/up, SwiGLU, down, residual) as one launch
+                           // (kernels/mlp_decode.cu, gpu_plan.c; MLXCEL_GPU_MLP_ONE=1, off by default)
+    void *mlp_acc;         // ... its accumulators and ticket (MXG_MLP_ACC_BYTES, zeroed; each launch leaves them zero)
     void *scratch;         // device workspace for split attention partials
     size_t scratch_bytes;
     void *small_scratch;   // device workspace for argmax keys (cleared by the op itself)

@@ -14,6 +14,7 @@
 // split-K for few rows unless MLXCEL_GPU_OLD_MATVEC=1), so accuracy is that of the one-record kernels.
 // Affine 4/8-bit and mxfp4 weights take the streaming kernel (kernels/matvec_stream.cuh, the same
 // epilogues and norm staging) unless MLXCEL_GPU_NO_STREAM_MATVEC=1 or MLXCEL_GPU_OLD_MATVEC=1.
+#include "backends/gpu/kernels/fused_format.cuh"
 #include "backends/gpu/kernels/matvec_stream.cuh"
 #include "backends/gpu/kernels_fused.h"
 
@@ -176,32 +177,6 @@ __global__ void __launch_bounds__(kMatvecThreads) fused_matvec_kernel(FusedArgs 
         }
     }
     }
-}
-
-// The formats with fused kernels (the common decode formats; others run record by record).
-template <class Fn>
-bool dispatch_fused_format(const mx_matrix *w, Fn &&fn) {
-    if (w->q.mode == MX_QUANT_NONE) {
-        if (w->dtype != MX_DTYPE_BF16) return false;
-        fn(Fmt<KIND_DENSE, 16, ST_BF16>{});
-        return true;
-    }
-    if (w->q.mode == MX_QUANT_MXFP4 && w->q.bits == 4 && w->q.group_size == 32) {
-        fn(Fmt<KIND_MXFP4, 4, ST_F32>{});
-        return true;
-    }
-    if (w->q.mode != MX_QUANT_AFFINE || (w->q.bits != 4 && w->q.bits != 8)) return false;
-    if (w->q.group_size != 32 && w->q.group_size != 64 && w->q.group_size != 128) return false;
-    const int st = w->scale_dtype == MX_DTYPE_BF16 ? ST_BF16 : w->scale_dtype == MX_DTYPE_F16 ? ST_F16 : -1;
-    if (st < 0) return false;
-    if (w->q.bits == 4) {
-        if (st == ST_BF16) fn(Fmt<KIND_AFFINE, 4, ST_BF16>{});
-        else fn(Fmt<KIND_AFFINE, 4, ST_F16>{});
-    } else {
-        if (st == ST_BF16) fn(Fmt<KIND_AFFINE, 8, ST_BF16>{});
-        else fn(Fmt<KIND_AFFINE, 8, ST_F16>{});
-    }
-    return true;
 }
 
 bool same_format(const mx_matrix *a, const mx_matrix *b) {
