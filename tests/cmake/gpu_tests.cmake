@@ -82,9 +82,6 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   # attention and its combine, the q/k norm + RoPE launch, the MoE routing, the MoE launches' early
   # release and the down launch's expert-row prefetch among them), under every case.
   mlxcel_gpu_conformance(gpu_conformance_pdl3 MLXCEL_GPU_PDL=3)
-  # The persistent decode layer (MLXCEL_GPU_MEGA=1, kernels/layer_persist.cu): every one-token
-  # dense layer of the affine 4/8-bit formats in one launch, the rest as before, under every case.
-  mlxcel_gpu_conformance(gpu_conformance_mega MLXCEL_GPU_MEGA=1)
   # The o projection + residual add folded into the one-token decode attention (MLXCEL_GPU_ATTN_O=1,
   # kernels/attn_o.cuh: its one-token layers at a short cache, one launch, and a split one, the
   # combine folding it in) under every case of the harness; with the RoPE fold off (the plain
@@ -165,9 +162,6 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_knob_refused(pdl_four MLXCEL_GPU_PDL=4
                           "MLXCEL_GPU_PDL='4': must be a whole number from 0 to 3 \\(unset: 2\\)")
   mlxcel_gpu_knob_refused(pdl_word MLXCEL_GPU_PDL=early "MLXCEL_GPU_PDL='early': must be")
-  mlxcel_gpu_knob_refused(mega_two MLXCEL_GPU_MEGA=2
-                          "MLXCEL_GPU_MEGA='2': must be a whole number from 0 to 1 \\(unset: 0\\)")
-  mlxcel_gpu_knob_refused(mega_word MLXCEL_GPU_MEGA=on "MLXCEL_GPU_MEGA='on': must be")
   mlxcel_gpu_knob_refused(mlp_one_two MLXCEL_GPU_MLP_ONE=2
                           "MLXCEL_GPU_MLP_ONE='2': must be a whole number from 0 to 1 \\(unset: 0\\)")
   mlxcel_gpu_knob_refused(mlp_one_word MLXCEL_GPU_MLP_ONE=on "MLXCEL_GPU_MLP_ONE='on': must be")
@@ -218,8 +212,6 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
     mlxcel_gpu_parity(gpu_model_parity_pdl3 MLXCEL_GPU_PDL=3)
     # The o projection + residual add folded into the decode attention (MLXCEL_GPU_ATTN_O=1).
     mlxcel_gpu_parity(gpu_model_parity_attn_o MLXCEL_GPU_ATTN_O=1)
-    # The persistent decode layer (MLXCEL_GPU_MEGA=1) through the fixtures.
-    mlxcel_gpu_parity(gpu_model_parity_mega MLXCEL_GPU_MEGA=1)
     # The one-launch MLP (MLXCEL_GPU_MLP_ONE=1) through the fixtures.
     mlxcel_gpu_parity(gpu_model_parity_mlp_one MLXCEL_GPU_MLP_ONE=1)
   endif()

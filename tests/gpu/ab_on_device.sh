@@ -106,11 +106,6 @@
 #             into L2 before it; kernels/matvec.cuh), ~8 min, deadline 540 s: the conformance harness
 #             and model parity on cuda with the knob; `mlxcel bench` of the 0.6B and the 8B (`-p 512
 #             -n 128`) and the 30B-A3B (`-p 32 -n 64`) with the knob off (0) and at 2 in turn, twice.
-#   mega      the persistent decode layer (MLXCEL_GPU_MEGA=1: each one-token dense layer in one launch,
-#             six phases over a resident grid with grid barriers; kernels/layer_persist.cu), ~6 min,
-#             deadline 540 s: the conformance harness and model parity on cuda with the knob;
-#             `mlxcel bench --shape qwen3-0.6b -p 512 -n 128` and the same of the 8B with the knob off
-#             (0) and on in turn, twice.
 #   pdl3      programmatic dependent launch's level 3 (MLXCEL_GPU_PDL=3: the decode attention and its
 #             combine, kernels/attn_decode.cu, the q/k norm + RoPE launch, kernels/qk_norm_rope.cu, the
 #             token choice and the MoE launches become dependent launches that wait and then release
@@ -142,12 +137,12 @@ cd "$(dirname "$0")/../.." || exit 1
 suite=${1:-}
 case $suite in
 attn) deadline=300 ;;
-attn_mma | prefill | matvec | mixed | stream_lean | attn_short | attn_rope | pdl2 | mega | mlp_one) deadline=540 ;;
+attn_mma | prefill | matvec | mixed | stream_lean | attn_short | attn_rope | pdl2 | mlp_one) deadline=540 ;;
 moe | moe_fast | grouped) deadline=480 ;;
 pdl3 | attn_o) deadline=570 ;;
 sample) deadline=420 ;;
 *)
-    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|pdl2|mega|pdl3|attn_o|mlp_one (the suites: the top of this file)" >&2
+    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|pdl2|pdl3|attn_o|mlp_one (the suites: the top of this file)" >&2
     exit 2
     ;;
 esac
@@ -362,15 +357,6 @@ suite_pdl2() {
     check_ab bench_0.6b 90 40 "${off[@]}" "${on[@]}" -- --shape qwen3-0.6b -p 512 -n 128
     check_ab bench_8b 150 60 "${off[@]}" "${on[@]}" -- --shape qwen3-8b -p 512 -n 128
     check_ab bench_30b 200 60 "${off[@]}" "${on[@]}" -- --shape qwen3-30b-a3b -p 32 -n 64
-}
-
-suite_mega() {
-    check_build 300 mlxcel test_gpu_conformance test_model_parity
-    local on=(MLXCEL_GPU_MEGA=1) off=(MLXCEL_GPU_MEGA=0) p="check failed|FAIL|passed|failed"
-    check_run gpu_conformance_mega 120 "$p" "${on[@]}" -- build/cuda/test_gpu_conformance
-    check_run parity_cuda_mega 90 "$p" MLXCEL_TEST_BACKEND=cuda "${on[@]}" -- build/cuda/test_model_parity
-    check_ab bench_0.6b 90 40 "${off[@]}" "${on[@]}" -- --shape qwen3-0.6b -p 512 -n 128
-    check_ab bench_8b 150 60 "${off[@]}" "${on[@]}" -- --shape qwen3-8b -p 512 -n 128
 }
 
 suite_pdl3() {

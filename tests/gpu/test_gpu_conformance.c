@@ -397,13 +397,10 @@ static void build_layer(mx_plan *p, side *s, const void *vc) {
 // default: unset or anything but "0") a
 // one-token step's q/k norm + RoPE runs inside the decode attention (gpu_plan.c, try_attn_rope),
 // which leaves q and k unrotated (no later record reads them), so they are not compared then (-1);
-// the attention's output and everything after it are. So does the persistent layer
-// (MLXCEL_GPU_MEGA=1, kernels/layer_persist.cu), which takes the whole one-token layer of the
-// affine 4/8-bit formats here in one launch (every other buffer compared as usual).
+// the attention's output and everything after it are.
 static double rotated_qk_tol(int n, double tol) {
-    const char *attn_rope = getenv("MLXCEL_GPU_ATTN_ROPE"), *mega = getenv("MLXCEL_GPU_MEGA");
-    const bool folded = !(attn_rope && !strcmp(attn_rope, "0")) || (mega && !strcmp(mega, "1"));
-    return n == 1 && folded ? -1.0 : tol;
+    const char *attn_rope = getenv("MLXCEL_GPU_ATTN_ROPE");
+    return n == 1 && !(attn_rope && !strcmp(attn_rope, "0")) ? -1.0 : tol;
 }
 
 static void layer_case(mx_backend *cpu, mx_backend *gpu, ref_rng *r, const fmt *f, layer_cfg c) {
@@ -778,10 +775,8 @@ int main(void) {
     rope_case(cpu, gpu, &rng, (rope_cfg){3, 8, 4, 128, true, 64, false});
     rope_case(cpu, gpu, &rng, (rope_cfg){4, 8, 4, 96, false, 0, true});
     for (int kind = 0; kind < 5; kind++) elementwise_case(cpu, gpu, &rng, kind);
-    // One-token layers: with MLXCEL_GPU_MEGA=1 (ctest gpu_conformance_mega) those of the affine
-    // formats run as the persistent layer (kernels/layer_persist.cu), the others as before; with
-    // MLXCEL_GPU_MLP_ONE=1 (gpu_conformance_mlp_one) their MLP halves run as one launch
-    // (kernels/mlp_decode.cu; 512 wide: half a warp's lanes per row).
+    // One-token layers: with MLXCEL_GPU_MLP_ONE=1 (gpu_conformance_mlp_one) their MLP halves run as
+    // one launch (kernels/mlp_decode.cu; 512 wide: half a warp's lanes per row).
     for (size_t f = 0; f < sizeof fused_fmts / sizeof fused_fmts[0]; f++)
         layer_case(cpu, gpu, &rng, &fused_fmts[f], (layer_cfg){1, 512, 8, 4, 64, 1024, 1000, false, 0});
     layer_case(cpu, gpu, &rng, &other_fmts[0], (layer_cfg){1, 512, 8, 4, 64, 1024, 1000, false, 0});

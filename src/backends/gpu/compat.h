@@ -59,7 +59,6 @@ typedef hipDeviceProp_t gpuDeviceProp_t;
 #define gpuFuncGetAttributes hipFuncGetAttributes
 typedef hipFuncAttributes gpuFuncAttributes;
 #define gpuFuncSetAttribute hipFuncSetAttribute
-#define gpuOccupancyMaxActiveBlocksPerMultiprocessor hipOccupancyMaxActiveBlocksPerMultiprocessor
 #define gpuFuncAttributeMaxDynamicSharedMemorySize hipFuncAttributeMaxDynamicSharedMemorySize
 #define MXG_PROP_SMEM_OPTIN(p) ((size_t)(p).sharedMemPerBlock)
 #define MXG_WARP_MAX 64
@@ -133,7 +132,6 @@ typedef cudaDeviceProp gpuDeviceProp_t;
 #define gpuFuncGetAttributes cudaFuncGetAttributes
 typedef cudaFuncAttributes gpuFuncAttributes;
 #define gpuFuncSetAttribute cudaFuncSetAttribute
-#define gpuOccupancyMaxActiveBlocksPerMultiprocessor cudaOccupancyMaxActiveBlocksPerMultiprocessor
 #define gpuFuncAttributeMaxDynamicSharedMemorySize cudaFuncAttributeMaxDynamicSharedMemorySize
 #define MXG_PROP_SMEM_OPTIN(p) ((size_t)((p).sharedMemPerBlockOptin ? (p).sharedMemPerBlockOptin : (p).sharedMemPerBlock))
 #define MXG_WARP_MAX 32

@@ -279,7 +279,6 @@ static void gpu_destroy(mx_backend *be) {
         mxg_rt_free(c->launch.sample_scratch);
         mxg_rt_free(c->launch.moe_tickets);
         mxg_rt_free(c->launch.attn_o_tickets);
-        mxg_rt_free(c->launch.mega_barrier);
         mxg_rt_free(c->launch.mlp_acc);
         mxg_rt_stream_destroy(c->launch.stream);
         free(c);
@@ -341,7 +340,7 @@ static int env_int(const char *name, int def, int lo, int hi, int *out, mx_error
 // on a machine without a GPU).
 typedef struct gpu_knobs {
     int matvec_rows, matvec_max_tokens, stream_min_cols, stream_rows, sample_blocks, tc_decode_tokens, attn_decode,
-        attn_short, attn_rope, mega, mlp_one;
+        attn_short, attn_rope, mlp_one;
     int prefill_kernel, moe_fused, moe_down, attn_mma, sample_fast, grouped, stream_lean, pdl;
     bool prefill_asked;  // MLXCEL_GPU_PREFILL_KERNEL (or MLXCEL_GPU_MMA_SYNC) was set
     int attn_o;
@@ -403,9 +402,6 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // MLXCEL_GPU_ATTN_O=1 (unset: 0): one-token decode steps fold the o projection and its residual
     // add into the flash-decoding launch (or into its combine where the context is split; gpu_plan.c,
     // kernels/attn_o.cuh): a launch a layer fewer, affine 4-bit o of head size 128; 0: the records.
-    // MLXCEL_GPU_MEGA=1 (unset: 0): one-token steps run each dense layer (norm, q/k/v, attention, o,
-    // norm, gate/up, down) as one persistent launch with grid barriers between its phases
-    // (kernels/layer_persist.cu), where the plan and the formats allow; 0: today's launches.
     // MLXCEL_GPU_MLP_ONE=1 (unset: 0): one-token steps run each dense layer's MLP half (norm, gate/up,
     // SwiGLU, down, residual add) as one launch (kernels/mlp_decode.cu: each block a slice of the
     // intermediate, the down partial sums met in fixed-point integer adds) where the formats allow;
@@ -427,7 +423,6 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_ATTN_MMA", 1, 0, 1, &k->attn_mma, err) ||
         env_int("MLXCEL_GPU_GROUPED", 1, 0, 1, &k->grouped, err) ||
         env_int("MLXCEL_GPU_PDL", 2, 0, 3, &k->pdl, err) ||
-        env_int("MLXCEL_GPU_MEGA", 0, 0, 1, &k->mega, err) ||
         env_int("MLXCEL_GPU_MLP_ONE", 0, 0, 1, &k->mlp_one, err))
         return -1;
     static const char *const prefill_names[] = {"wmma", "wmma128", "sync", "pipe", "pipe1", "wgmma"};  // MXG_PREFILL_* order
@@ -573,7 +568,6 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.attn_short = knobs.attn_short == 1;
     c->launch.attn_rope = knobs.attn_rope == 1;
     c->launch.attn_o = knobs.attn_o == 1;
-    c->launch.mega = knobs.mega == 1;
     c->launch.mlp_one = knobs.mlp_one == 1;
     c->launch.attn_mma = knobs.attn_mma == 1;
     c->launch.scratch_bytes = mxg_attention_scratch_bytes(c->info.sm_count, 256);
@@ -602,10 +596,6 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     // The o fold's tickets (MLXCEL_GPU_ATTN_O=1): zeroed here, each launch leaves them zero.
     if (c->launch.attn_o &&
         mxg_rt_malloc(&c->launch.attn_o_tickets, MXG_ATTN_O_MAX_TILES * sizeof(unsigned), c->launch.stream, err) != 0)
-        goto fail;
-    // The persistent layer's grid barrier (MLXCEL_GPU_MEGA=1): zeroed here, each barrier leaves the
-    // arrivals at zero and moves the generation on.
-    if (c->launch.mega && mxg_rt_malloc(&c->launch.mega_barrier, 2 * sizeof(unsigned), c->launch.stream, err) != 0)
         goto fail;
     // The one-launch MLP's accumulators and ticket (MLXCEL_GPU_MLP_ONE=1): zeroed here, each launch
     // leaves them zero.

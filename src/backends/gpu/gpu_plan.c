@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The GPU plan runner. Records run in order; where a run of adjacent records matches a pattern with
 // a fused kernel (kernels_fused.h), that kernel replaces them. The patterns, tried at each record:
-// - with L->mega (MLXCEL_GPU_MEGA=1), a whole dense layer of one token (the patterns below from its
-//   norm to its last residual add): one persistent launch (kernels/layer_persist.cu);
 // - with L->mlp_one (MLXCEL_GPU_MLP_ONE=1), the MLP half of a dense layer of one token (its norm,
 //   gate/up, SwiGLU, down and residual add): one launch (kernels/mlp_decode.cu);
 // - RMSNorm of one row followed by 1-3 matrix-vector products of its output (q/k/v; gate/up):
@@ -530,68 +528,10 @@ static int try_mlp(const mxg_launch *L, const mx_plan *p, int i) {
     return 6;
 }
 
-// With L->mega (MLXCEL_GPU_MEGA=1): a whole dense layer of one token, one persistent launch
-// (kernels/layer_persist.cu): rmsnorm(h, x); matmul q, k, v of h; [rmsnorm q, rmsnorm k;] rope q,
-// rope k; kv_store; attention(att, q); matmul(t, att, wo), add(x, t); rmsnorm(h2, x); matmul gate,
-// up of h2; swiglu(act, gate, up); matmul(t2, act, wd), add(x, t2). Each part by the checks of its
-// own pattern (the norm + products, the q/k pattern with its store and attention, the residual
-// add, the SwiGLU), the same residual x throughout, and the launch's own: every buffer a phase
-// reads differs from those that phase writes (the residual, the staged rows, the attention row).
-// Returns the records used (0: not taken; the usual patterns run).
-static int try_layer(const mxg_launch *L, const mx_plan *p, int i) {
-    if (!L->mega || i + 15 >= p->n_ops) return 0;
-    const mx_op *o = p->ops;
-    const mx_op *n1 = &o[i];
-    if (n1->kind != MX_OP_RMSNORM || n1->rmsnorm.n != 1 || n1->rmsnorm.out == n1->rmsnorm.x) return 0;
-    const float *x = n1->rmsnorm.x;
-    float *h = n1->rmsnorm.out;
-    if (shared_input_run(p, i + 1, h, x, 1) != 3 || n1->rmsnorm.dim != o[i + 1].matmul.w->cols) return 0;
-    bool store = false;
-    const int qk = i + 4, norms = qk_rope_records(p, qk, &store);
-    if (norms < 0 || !store || !attn_follows_rope(p, qk, norms)) return 0;
-    const mx_op *rq = &o[qk + norms], *rk = &o[qk + norms + 1], *st = &o[qk + norms + 2], *at = &o[qk + norms + 3];
-    if (rq->rope.n != 1 || rq->rope.x != o[i + 1].matmul.out || rk->rope.x != o[i + 2].matmul.out ||
-        st->kv_store.v != o[i + 3].matmul.out || at->attention.sinks)
-        return 0;
-    const int op = qk + norms + 4;  // o product, add
-    const float *att = at->attention.out;
-    if (!product_then_add(p, op, att, x) || att == x) return 0;
-    const mx_op *n2 = &o[op + 2];
-    if (op + 7 >= p->n_ops || n2->kind != MX_OP_RMSNORM || n2->rmsnorm.n != 1 || n2->rmsnorm.x != x ||
-        n2->rmsnorm.out == x || shared_input_run(p, op + 3, n2->rmsnorm.out, x, 1) != 2 ||
-        n2->rmsnorm.dim != o[op + 3].matmul.w->cols)
-        return 0;
-    const mx_op *g = &o[op + 3], *u = &o[op + 4], *sw = &o[op + 5];
-    if (sw->kind != MX_OP_SWIGLU || sw->swiglu.gate != g->matmul.out || sw->swiglu.up != u->matmul.out ||
-        sw->swiglu.count != g->matmul.w->rows || sw->swiglu.out == u->matmul.out || sw->swiglu.out == x ||
-        sw->swiglu.out == n2->rmsnorm.out || !product_then_add(p, op + 6, sw->swiglu.out, x))
-        return 0;
-    const mx_op *dn = &o[op + 6];
-    const mxg_layer f = {
-        .h = o[op + 1].add.x, .norm1_w = n1->rmsnorm.w, .norm2_w = n2->rmsnorm.w, .eps1 = n1->rmsnorm.eps,
-        .eps2 = n2->rmsnorm.eps, .xn1 = h, .xn2 = n2->rmsnorm.out,
-        .w = {o[i + 1].matmul.w, o[i + 2].matmul.w, o[i + 3].matmul.w},
-        .q = o[i + 1].matmul.out, .k = o[i + 2].matmul.out, .v = o[i + 3].matmul.out,
-        .bias = {o[i + 1].matmul.bias, o[i + 2].matmul.bias, o[i + 3].matmul.bias},
-        .q_norm = norms ? o[qk].rmsnorm.w : NULL, .k_norm = norms ? o[qk + 1].rmsnorm.w : NULL,
-        .qk_eps = norms ? o[qk].rmsnorm.eps : 0.0f, .rope_pos = rq->rope.pos, .rope = &rq->rope.rope,
-        .kv = &at->attention.kv, .n_heads = rq->rope.n_heads, .n_kv_heads = rk->rope.n_heads,
-        .scale = at->attention.scale, .window = at->attention.window, .sinks = at->attention.sinks,
-        .attn = at->attention.out, .wo = o[op].matmul.w, .o = o[op].matmul.out, .o_bias = o[op].matmul.bias,
-        .wg = g->matmul.w, .wu = u->matmul.w, .gate = g->matmul.out, .up = u->matmul.out, .act = sw->swiglu.out,
-        .g_bias = g->matmul.bias, .u_bias = u->matmul.bias, .wd = dn->matmul.w, .down = dn->matmul.out,
-        .d_bias = dn->matmul.bias};
-    // Phase 3 reads att while it writes o and x; phase 5 reads act while it writes down and x.
-    if (f.o == att || f.down == f.act || f.gate == f.up || !mxg_layer_persist_ok(L, &f)) return 0;
-    mxg_layer_persist(L, &f, false);
-    return op + 8 - i;
-}
-
 void mxg_enqueue_plan(const mxg_launch *L, const mx_plan *plan, bool fuse) {
     for (int i = 0; i < plan->n_ops;) {
         int used = 0;
-        if (fuse) used = try_layer(L, plan, i);
-        if (fuse && !used) used = try_mlp(L, plan, i);
+        if (fuse) used = try_mlp(L, plan, i);
         if (fuse && !used) used = try_moe_router(L, plan, i);
         if (fuse && !used) used = try_matvec(L, plan, i);
         if (fuse && !used) used = try_qk_norm_rope(L, plan, i);

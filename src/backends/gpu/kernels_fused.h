@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The C interface of the fused kernels (kernels/matvec_fused.cu, kernels/qk_norm_rope.cu,
-// kernels/moe_stream.cu, kernels/layer_persist.cu, kernels/mlp_decode.cu) that the
+// kernels/moe_stream.cu, kernels/mlp_decode.cu) that the
 // plan runner (gpu_plan.c) substitutes for runs of records. Device pointers; each call enqueues on
 // L->stream and returns.
 #ifndef MXG_KERNELS_FUSED_H
@@ -90,47 +90,6 @@ typedef struct mxg_attn_o {
     float *t, *res;
 } mxg_attn_o;
 int mxg_attention_decode_o(const mxg_launch *L, const mxg_attn_rope *f, const mxg_attn_o *o);
-
-// The persistent decode layer (MLXCEL_GPU_MEGA=1, L->mega; kernels/layer_persist.cu): one token
-// through a dense layer's records in one launch: xn1 = rmsnorm(h, norm1_w, eps1); q, k, v = w[0..2]
-// xn1 + bias; the per-head norms (q_norm / k_norm, both NULL: none, qk_eps) and RoPE (rope at
-// rope_pos) of q and k, the KV store of the rotated k and v at kv; attn = the decode attention of the
-// rotated q over kv (scale, window, no sinks); o = wo attn + o_bias, h += o; xn2 = rmsnorm(h,
-// norm2_w, eps2); gate, up = wg/wu xn2 (+ biases), act = silu(gate) * up; down = wd act + d_bias,
-// h += down. Writes every output but q and k, which stay unrotated (as mxg_attention_decode_rope
-// leaves them; the plan checks that no later record reads them). _ok: whether the kernel takes it
-// (L->mega, affine 4/8-bit weights of one format, shapes, alignment, head size <= 256, no sinks).
-// phased: one launch per phase instead of one with grid barriers (the host emulation).
-typedef struct mxg_layer {
-    float *h;                        // [hidden] the residual stream
-    const float *norm1_w, *norm2_w;  // [hidden]
-    float eps1, eps2;
-    float *xn1, *xn2;                // [hidden]
-    const mx_matrix *w[3];           // q, k, v
-    float *q, *k, *v;                // [n_heads * D], [n_kv_heads * D] x 2
-    const float *bias[3];
-    const float *q_norm, *k_norm;    // [D]
-    float qk_eps;
-    const int32_t *rope_pos;         // [1]
-    const mx_rope *rope;
-    const mx_kv_ref *kv;
-    int n_heads, n_kv_heads;
-    float scale;
-    int window;
-    const float *sinks;              // must be NULL
-    float *attn;                     // [n_heads * D]
-    const mx_matrix *wo;
-    float *o;                        // [hidden]
-    const float *o_bias;
-    const mx_matrix *wg, *wu;
-    float *gate, *up, *act;          // [inter]
-    const float *g_bias, *u_bias;
-    const mx_matrix *wd;
-    float *down;                     // [hidden]
-    const float *d_bias;
-} mxg_layer;
-bool mxg_layer_persist_ok(const mxg_launch *L, const mxg_layer *f);
-void mxg_layer_persist(const mxg_launch *L, const mxg_layer *f, bool phased);
 
 // MoE decode (MLXCEL_GPU_MOE_FUSED=1 to 3, L->moe_fused): the records moe_matmul gate, moe_matmul up
 // (m rows: row i uses expert ids[i] and input row x[i / x_div]) and swiglu(act, gate, up) in one

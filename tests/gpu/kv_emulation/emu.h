@@ -125,11 +125,6 @@ inline int gpuFuncSetAttribute(const void *, int attr, int bytes) {
     return 0;
 }
 
-// compat.h's occupancy query (kernels/layer_persist.cu sizes its persistent grid by it): two blocks.
-#define gpuSuccess 0
-template <class K>
-inline int gpuOccupancyMaxActiveBlocksPerMultiprocessor(int *n, K, int, size_t) { *n = 2; return 0; }
-
 // Programmatic dependent launch (compat.h): launches run one after another, so the waits have
 // nothing to wait for. Two emulations of the order a dependent launch must keep, each active only
 // where a test lists byte ranges:

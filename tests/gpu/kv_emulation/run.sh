@@ -10,9 +10,7 @@
 # level 3 that must fail; the warp routing against the block form's bits and MLXCEL_GPU_PDL=3's
 # down prefetch, with planted faults), the decode attention with RoPE folded in against two planted faults, and
 # the streaming kernel's lean one-token form (test_stream_lean_emulated.cpp: bit for bit today's,
-# within the float32 bound of the reference, and a planted fault that must fail), the persistent decode layer
-# (test_layer_emulated.cpp, kernels/layer_persist.cu: against the CPU backend's records, and two
-# planted faults that must fail), the one-launch MLP (test_mlp_emulated.cpp, kernels/mlp_decode.cu:
+# within the float32 bound of the reference, and a planted fault that must fail), the one-launch MLP (test_mlp_emulated.cpp, kernels/mlp_decode.cu:
 # the same bytes in any order of block arrival, against the reference, and two planted faults that
 # must fail); and MLXCEL_GPU_PDL=3's
 # order (the q/k launch, the decode attention and its combine as dependent launches under emu.h's
@@ -30,7 +28,7 @@ lib=${MLXCEL_EMU_LIB:-build/cpu}
 [ -f "$lib/libmlxcel_lib.a" ] || { cmake --preset cpu >/dev/null && cmake --build --preset cpu --target mlxcel_lib -j2; }
 out=${MLXCEL_EMU_OUT:-build/kv_emulation}
 mkdir -p "$out"
-for f in rope_kv qk_norm_rope attention attn_decode latent moe moe_stream moe_router layer_persist; do
+for f in rope_kv qk_norm_rope attention attn_decode latent moe moe_stream moe_router; do
     python3 tests/gpu/kv_emulation/to_host.py "src/backends/gpu/kernels/$f.cu" >"$out/$f.cpp"
 done
 python3 tests/gpu/kv_emulation/to_host.py src/backends/gpu/vendor/cuda/attn_mma.cu >"$out/attn_mma.cpp"
@@ -224,30 +222,6 @@ grep -q "full-lane down differs.*FAIL" "$out/moe_flat_fault.log" || { echo "moe 
 grep -q "moe fused .*level 3 down differs" "$out/moe_flat_fault.log" &&
     { echo "moe full-lane down: the planted fault moved the warp-per-row form: FAIL"; exit 1; }
 echo "moe full-lane down: the planted slot fault fails the emulation ($(grep -c FAIL "$out/moe_flat_fault.log") failures): ok"
-# The persistent decode layer (MLXCEL_GPU_MEGA=1; test_layer_emulated.cpp: every output and the
-# cache against the CPU backend's records, phase by phase), then against two planted faults that
-# must fail: a block's share of each phase's rows one short, and every phase in one launch with the
-# barriers skipped (each block runs the whole layer before the next block starts its rows).
-sed 's/hi = min(total, lo + per);/hi = min(total, lo + per - 1);/' "$out/layer_persist.cpp" >"$out/layer_fault_share.cpp"
-sed -e 's/(a, ph, ph)/(a, 1, ph == 1 ? kLayerPhases : 0)/' -e 's/if (ph < last) {/if (false) {/' "$out/layer_persist.cpp" \
-    >"$out/layer_fault_barrier.cpp"
-for v in good share barrier; do
-    src="$out/layer_persist.cpp"
-    if [ $v != good ]; then
-        src="$out/layer_fault_$v.cpp"
-        ! cmp -s "$out/layer_persist.cpp" "$src" || { echo "run.sh: the planted layer $v fault did not apply"; exit 1; }
-    fi
-    # shellcheck disable=SC2086,SC2046
-    g++ $flags -Itests/gpu -o "$out/test_layer_$v" tests/gpu/kv_emulation/emu.cpp tests/gpu/kv_emulation/test_layer_emulated.cpp \
-        "$src" "$out/gpu_ref.o" "$lib/libmlxcel_lib.a" $(pkg-config --libs jansson libpcre2-8 libutf8proc libmicrohttpd) -lcurl -lm -lpthread
-done
-"$out/test_layer_good" $arg
-for v in share barrier; do
-    "$out/test_layer_$v" quick >"$out/layer_fault_$v.log" 2>&1 && { echo "persistent layer: the planted $v fault passed the emulation: FAIL"; exit 1; }
-    n=$(grep -c "FAIL" "$out/layer_fault_$v.log" || true)
-    [ "$n" -gt 1 ] || { echo "persistent layer: no failure from the planted $v fault: FAIL"; exit 1; }
-    echo "persistent layer: the planted $v fault fails the emulation ($n failures): ok"
-done
 # The o projection + residual add folded into the decode attention (MLXCEL_GPU_ATTN_O=1;
 # test_attn_o_emulated.cpp: against the CPU backend's records, the same bits for two arrival orders
 # of the blocks), then against three planted faults of kernels/attn_o.cuh (a faulty copy first on
