@@ -74,23 +74,24 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   # One-token decode steps with the q/k norm + RoPE + KV store folded into the decode attention
   # is the default; the two launches (q/k norm + RoPE + store, then the attention) under every case.
   mlxcel_gpu_conformance(gpu_conformance_attn_rope_off MLXCEL_GPU_ATTN_ROPE=0)
-  # Programmatic dependent launch's level 2 (early release after the grid wait, the L2 prefetch;
-  # kernels/matvec.cuh) is the default; plain launches under every case (the results must not
-  # depend on the overlap).
+  # Programmatic dependent launch's level 3 is the default (the matrix-vector kernels' early release
+  # after the grid wait and L2 prefetch, kernels/matvec.cuh, and the decode attention and its
+  # combine, the q/k norm + RoPE launch, the token choice and the MoE launches as dependent launches);
+  # plain launches under every case (the results must not depend on the overlap).
   mlxcel_gpu_conformance(gpu_conformance_pdl_off MLXCEL_GPU_PDL=0)
-  # Level 3 (opt-in): the launches level 2 leaves plain become dependent ones too (the decode
-  # attention and its combine, the q/k norm + RoPE launch, the MoE routing, the MoE launches' early
-  # release and the down launch's expert-row prefetch among them), under every case.
-  mlxcel_gpu_conformance(gpu_conformance_pdl3 MLXCEL_GPU_PDL=3)
+  # Level 2 (the default before run 44: the matrix-vector kernels and the small elementwise launches
+  # dependent, the attention, q/k, token choice and MoE launches plain), under every case.
+  mlxcel_gpu_conformance(gpu_conformance_pdl2 MLXCEL_GPU_PDL=2)
   # The o projection + residual add folded into the one-token decode attention (MLXCEL_GPU_ATTN_O=1,
   # kernels/attn_o.cuh: its one-token layers at a short cache, one launch, and a split one, the
   # combine folding it in) under every case of the harness; with the RoPE fold off (the plain
   # attention record's pattern), in the group form (MLXCEL_GPU_ATTN_SHORT=0: blocks of several heads)
-  # and at MLXCEL_GPU_PDL=3 (dependent launches, wo prefetched before the grid wait).
+  # and at MLXCEL_GPU_PDL=2 (the former default: the attention's launches plain, wo not prefetched;
+  # the default, 3, makes them dependent launches that prefetch wo before the grid wait).
   mlxcel_gpu_conformance(gpu_conformance_attn_o MLXCEL_GPU_ATTN_O=1)
   mlxcel_gpu_conformance(gpu_conformance_attn_o_rope_off MLXCEL_GPU_ATTN_O=1 MLXCEL_GPU_ATTN_ROPE=0)
   mlxcel_gpu_conformance(gpu_conformance_attn_o_short_off MLXCEL_GPU_ATTN_O=1 MLXCEL_GPU_ATTN_SHORT=0)
-  mlxcel_gpu_conformance(gpu_conformance_attn_o_pdl3 MLXCEL_GPU_ATTN_O=1 MLXCEL_GPU_PDL=3)
+  mlxcel_gpu_conformance(gpu_conformance_attn_o_pdl2 MLXCEL_GPU_ATTN_O=1 MLXCEL_GPU_PDL=2)
   # The one-launch MLP (MLXCEL_GPU_MLP_ONE=1, kernels/mlp_decode.cu): the MLP half (norm, gate/up,
   # SwiGLU, down, residual add) of every one-token dense layer of the affine 4/8-bit formats in one
   # launch, the rest as before, under every case.
@@ -160,7 +161,7 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_knob_refused(attn_mma_two MLXCEL_GPU_ATTN_MMA=2
                           "MLXCEL_GPU_ATTN_MMA='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(pdl_four MLXCEL_GPU_PDL=4
-                          "MLXCEL_GPU_PDL='4': must be a whole number from 0 to 3 \\(unset: 2\\)")
+                          "MLXCEL_GPU_PDL='4': must be a whole number from 0 to 3 \\(unset: 3\\)")
   mlxcel_gpu_knob_refused(pdl_word MLXCEL_GPU_PDL=early "MLXCEL_GPU_PDL='early': must be")
   mlxcel_gpu_knob_refused(mlp_one_two MLXCEL_GPU_MLP_ONE=2
                           "MLXCEL_GPU_MLP_ONE='2': must be a whole number from 0 to 1 \\(unset: 0\\)")
@@ -206,10 +207,10 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
     mlxcel_gpu_parity(gpu_model_parity_tc_off MLXCEL_GPU_TC_DECODE=0)
     # ... and with the products ungrouped (MLXCEL_GPU_GROUPED=0, the A/B form; from 2 tokens).
     mlxcel_gpu_parity(gpu_model_parity_ungrouped MLXCEL_GPU_GROUPED=0 MLXCEL_GPU_TC_DECODE=2)
-    # Plain launches (MLXCEL_GPU_PDL=0; level 2 is the default) through the fixtures.
+    # Plain launches (MLXCEL_GPU_PDL=0; level 3 is the default) through the fixtures.
     mlxcel_gpu_parity(gpu_model_parity_pdl_off MLXCEL_GPU_PDL=0)
-    # ... and level 3 (opt-in: the attention and q/k norm + RoPE launches dependent too).
-    mlxcel_gpu_parity(gpu_model_parity_pdl3 MLXCEL_GPU_PDL=3)
+    # ... and level 2 (the former default: the attention and q/k norm + RoPE launches plain).
+    mlxcel_gpu_parity(gpu_model_parity_pdl2 MLXCEL_GPU_PDL=2)
     # The o projection + residual add folded into the decode attention (MLXCEL_GPU_ATTN_O=1).
     mlxcel_gpu_parity(gpu_model_parity_attn_o MLXCEL_GPU_ATTN_O=1)
     # The one-launch MLP (MLXCEL_GPU_MLP_ONE=1) through the fixtures.

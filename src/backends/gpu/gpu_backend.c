@@ -422,7 +422,7 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_MOE_DOWN", 1, 0, 1, &k->moe_down, err) ||
         env_int("MLXCEL_GPU_ATTN_MMA", 1, 0, 1, &k->attn_mma, err) ||
         env_int("MLXCEL_GPU_GROUPED", 1, 0, 1, &k->grouped, err) ||
-        env_int("MLXCEL_GPU_PDL", 2, 0, 3, &k->pdl, err) ||
+        env_int("MLXCEL_GPU_PDL", 3, 0, 3, &k->pdl, err) ||
         env_int("MLXCEL_GPU_MLP_ONE", 0, 0, 1, &k->mlp_one, err))
         return -1;
     static const char *const prefill_names[] = {"wmma", "wmma128", "sync", "pipe", "pipe1", "wgmma"};  // MXG_PREFILL_* order
@@ -513,12 +513,14 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.cc = c->info.cc;
     c->launch.use_mma = !mx_env_switch("MLXCEL_GPU_NO_MMA");
     c->use_graphs = !mx_env_switch("MLXCEL_GPU_NO_GRAPHS");
-    // MLXCEL_GPU_PDL (0, 1 or 2; unset: 2): programmatic dependent launch of the matrix-vector
-    // kernels (sm_90+). Level 1: each releases the next at its end; measured at +1.5% (0.6B) and -1%
-    // (8B) decode on the H200 (bench/RESULTS.md). Level 2, the default: each releases the next right
-    // after its grid wait, and its warps first prefetch their first rows' weights into L2
-    // (kernels/matvec.cuh, mxg_pdl_prefetch_cap; docs/DESIGN.md, "Programmatic dependent launch"; run
-    // 42: 0.6B tg128 +8.7%, 8B +1.4%). 0: plain launches.
+    // MLXCEL_GPU_PDL (0 to 3; unset: 3): programmatic dependent launch (sm_90+). Level 1: the
+    // matrix-vector kernels release the next at their end; measured at +1.5% (0.6B) and -1% (8B)
+    // decode on the H200 (bench/RESULTS.md). Level 2: they release the next right after their grid
+    // wait, and their warps first prefetch their first rows' weights into L2 (kernels/matvec.cuh,
+    // mxg_pdl_prefetch_cap; docs/DESIGN.md, "Programmatic dependent launch"; run 42: 0.6B tg128
+    // +8.7%, 8B +1.4%). Level 3, the default: level 2 plus the attention, q/k norm + RoPE, token
+    // choice and MoE launches as dependent launches (run 44 against 2: 0.6B tg128 +5.6%, 8B +0.2%,
+    // 30B-A3B tg64 +5.3%). 0: plain launches.
     c->launch.dependent_launch = c->info.cc >= 90 && knobs.pdl >= 1;
     c->launch.pdl_early = c->launch.dependent_launch && knobs.pdl >= 2;
     c->launch.pdl_rest = c->launch.dependent_launch && knobs.pdl >= 3;

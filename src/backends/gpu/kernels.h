@@ -65,11 +65,11 @@ typedef struct mxg_launch {
     bool attn_mma;         // prefill attention on the tensor-core kernel (vendor/cuda/attn_mma.cu; off: MLXCEL_GPU_ATTN_MMA=0)
     bool kv_i16;           // the KV cache is int16 with scales (MX_DTYPE_I16, default); false: f16 (MLXCEL_GPU_KV=f16)
     bool dependent_launch; // matrix-vector and fused kernels start while the previous one ends (sm_90+)
-    bool pdl_early;        // MLXCEL_GPU_PDL=2, the default (with dependent_launch): those kernels release the next one right
+    bool pdl_early;        // MLXCEL_GPU_PDL=2 and 3 (with dependent_launch): those kernels release the next one right
                            // after their grid wait and prefetch their first rows' weights into L2 before it;
                            // RMSNorm, embedding, SwiGLU, residual add and row gather become dependent
                            // launches too (their grid wait first, then the release)
-    bool pdl_rest;         // MLXCEL_GPU_PDL=3 (opt-in until measured): level 2 plus the same wait-then-release in
+    bool pdl_rest;         // MLXCEL_GPU_PDL=3, the default: level 2 plus the same wait-then-release in
                            // the kernels level 2 leaves as plain launches (attention decode and its combine,
                            // q/k norm + RoPE, the token choice, the MoE kernels)
     size_t pdl_prefetch;   // ... at most this many bytes per launch (mxg_pdl_prefetch_cap; 0: no prefetch)
