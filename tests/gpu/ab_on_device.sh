@@ -10,7 +10,8 @@
 # suite's default below, bounds the whole run so the summary is always written; a step it cuts
 # fails as "not run"). $OUT gets summary.txt (the timings, bench lines and test verdict lines),
 # LAST_RUN.md (the verdicts, in the section "ab_on_device.sh SUITE") and all.log (every log).
-# Helpers: check_start, check_build, check_run, check_bench (tests/gpu/check_script.sh).
+# Helpers: check_start, check_build, check_run, check_bench, check_ab (tests/gpu/check_script.sh)
+# and knob_checks, knob_ab (below).
 #
 # Usage: MLXCEL_COMMIT=<commit> [MLXCEL_SKIP_BUILD=1] [MLXCEL_DEVICE_DEADLINE=<s>] tests/gpu/ab_on_device.sh SUITE
 #   attn      flash-decoding attention (kernels/attn_decode.cu, MLXCEL_GPU_ATTN_DECODE), ~5 min,
@@ -42,12 +43,11 @@
 #             turn; the conformance harness (its MOE_FUSED section: the fused launches against the
 #             CPU backend); model parity on cuda at 2 (the qwen3_moe fixtures); the conformance
 #             harness and the op suite at 2.
-#   moe_fast  MoE decode level 3 (MLXCEL_GPU_MOE_FUSED=3: the norm, router product and routing in
+#   moe_fast  MoE decode level 3 (MLXCEL_GPU_MOE_FUSED 1/3: the norm, router product and routing in
 #             one launch, kernels/moe_router.cu; the down + combine launch reading the combine's
-#             inputs early), ~5-7 min, deadline 480 s: the conformance harness with the knob (its
-#             MoE cases now start at the norm, so level 3 runs the router launch; the ids compared
-#             exactly with the CPU's) and model parity on cuda with it; `--shape qwen3-30b-a3b -p 32
-#             -n 64` at 1 (the default) and 3 in turn, twice; the op suite with the knob.
+#             inputs early), ~5-7 min, deadline 480 s: knob_checks at 3 (the harness's MoE cases start
+#             at the norm, so level 3 runs the router launch; the ids compared exactly with the
+#             CPU's), knob_ab of shape 30b, the op suite with the knob.
 #   matvec    decode matrix-vector products, ~5 min, deadline 540 s: the op suite and the
 #             conformance harness (every matrix-vector path against the host reference and the CPU
 #             backend); bench_gpu_matvec of the 8B and the 0.6B (time and GB/s of each decode
@@ -78,57 +78,47 @@
 #             64 streams x 4 requests through HTTP, greedy and sampled, off and on in turn, twice,
 #             with the plan counters and device times of /metrics; the engine alone at --batch 64
 #             with the default context and with the server's 1024.
+# The one-knob suites below are built of knob_checks (the build, then the conformance harness and
+# model parity on cuda with the knob's ON value) and knob_ab (`mlxcel bench` of each shape with the
+# knob's OFF and ON values in turn, twice; the shapes: 0.6b and 8b `-p 512 -n 128`, 30b the
+# 30B-A3B `-p 32 -n 64`, 8b_p32 `-p 32 -n 64`, 8b_p8192 `-p 8192 -n 32`).
 #   stream_lean  the streaming kernel's lean one-token form (kernels/matvec_stream_lean.cuh,
-#             MLXCEL_GPU_STREAM_LEAN=1), ~8 min, deadline 540 s: the conformance harness and model
-#             parity on cuda with the knob; bench_gpu_matvec of the 8B (its stream-lean column
-#             against the default stream column in one process, same weights; the bench fails
-#             unless every one-record output is bit for bit the default's); `mlxcel bench --shape
-#             qwen3-8b -p 512 -n 128` with the knob off and on in turn, twice, then the same of the
-#             0.6B (rows below the streaming kernel's 4096 columns: the control, unchanged);
-#             bench_gpu_matvec of the 8B with the knob on for every path (stream and stream-lean
-#             then both lean: equal times); bench_gpu_decode's per-op decode times of the 8B off and on.
-#   attn_short  the flash-decoding kernel's short form (kernels/attn_decode.cu, MLXCEL_GPU_ATTN_SHORT=1:
-#             a block per query head and one split where the cache holds at most 128 positions),
-#             ~8 min, deadline 540 s: the conformance harness, model parity on cuda and the op suite
-#             with the knob; `mlxcel bench --shape qwen3-30b-a3b -p 32 -n 64` (groups of 8: 4 blocks
-#             and a 4-split combine today, 32 blocks and none in the short form) and the 8B's `-p 32
-#             -n 64` (groups of 4) with the knob off and on in turn, twice; then the controls, whose
-#             caches are longer than the form's bound (nothing changes): the 8B's `-p 512 -n 128` and
-#             `-p 8192 -n 32`, off and on in turn, twice.
+#             MLXCEL_GPU_STREAM_LEAN 0/1), ~8 min, deadline 540 s: knob_checks;
+#             bench_gpu_matvec of the 8B (its stream-lean column against the default stream column,
+#             same weights; it fails unless every one-record output is bit for bit the default's);
+#             shapes 8b, 0.6b (rows below the streaming kernel's 4096 columns: the control);
+#             bench_gpu_matvec of the 8B with the knob on for every path (equal times);
+#             bench_gpu_decode's per-op decode times of the 8B off and on.
+#   attn_short  the flash-decoding kernel's short form (kernels/attn_decode.cu, MLXCEL_GPU_ATTN_SHORT
+#             0/1: a block per query head and one split where the cache holds at most 128
+#             positions), ~8 min, deadline 540 s: knob_checks and the op suite with the knob;
+#             shapes 30b and 8b_p32 (groups of 8 and 4), then the controls, whose caches are longer
+#             than the form's bound (nothing changes): 8b, 8b_p8192.
 #   attn_rope  the q/k norm + RoPE + KV store folded into the decode attention launch of one-token
-#             steps (kernels/attn_decode.cu, gpu_plan.c, MLXCEL_GPU_ATTN_ROPE=1), ~8 min, deadline
-#             540 s: the conformance harness (its one-token decoder layers take the fused launch)
-#             and model parity on cuda with the knob; then `mlxcel bench` with the knob off and on in
-#             turn, twice, of `--shape qwen3-0.6b -p 512 -n 128`, `--shape qwen3-8b -p 512 -n 128`
-#             and `--shape qwen3-30b-a3b -p 32 -n 64`.
-#   pdl2      programmatic dependent launch's level 2 (MLXCEL_GPU_PDL=2: the matrix-vector kernels
-#             release the next one right after their grid wait and prefetch their first rows' weights
-#             into L2 before it; kernels/matvec.cuh), ~8 min, deadline 540 s: the conformance harness
-#             and model parity on cuda with the knob; `mlxcel bench` of the 0.6B and the 8B (`-p 512
-#             -n 128`) and the 30B-A3B (`-p 32 -n 64`) with the knob off (0) and at 2 in turn, twice.
-#   pdl3      programmatic dependent launch's level 3 (MLXCEL_GPU_PDL=3: the decode attention and its
-#             combine, kernels/attn_decode.cu, the q/k norm + RoPE launch, kernels/qk_norm_rope.cu, the
-#             token choice and the MoE launches become dependent launches that wait and then release
-#             the next kernel at once; the RoPE-folded attention prefetches its first cache rows and
-#             the MoE down launch its expert rows into L2 before the wait), ~9 min,
-#             deadline 570 s: the conformance harness and model parity on cuda with the knob; `mlxcel
-#             bench` of the 0.6B and the 8B (`-p 512 -n 128`) and the 30B-A3B (`-p 32 -n 64`) at the
-#             default (2) and at 3 in turn, twice; then the conformance harness at 3 with
-#             MLXCEL_GPU_ATTN_ROPE=0 (the q/k launch and the unfused attention as dependent launches).
+#             steps (kernels/attn_decode.cu, gpu_plan.c, MLXCEL_GPU_ATTN_ROPE 0/1), ~8 min, deadline
+#             540 s: knob_checks, knob_ab of shapes 0.6b, 8b, 30b.
+#   pdl2      programmatic dependent launch's level 2 against plain launches (MLXCEL_GPU_PDL 0/2:
+#             the matrix-vector kernels release the next one right after their grid wait and
+#             prefetch their first rows' weights into L2 before it; kernels/matvec.cuh), ~8 min,
+#             deadline 540 s: knob_checks, knob_ab of shapes 0.6b, 8b, 30b.
+#   pdl3      level 3, the default, against level 2 (MLXCEL_GPU_PDL 2/3: the decode attention and its
+#             combine, the q/k norm + RoPE launch, the token choice and the MoE launches as dependent
+#             launches that wait and then release the next kernel at once, the RoPE-folded attention's
+#             and the MoE down launch's L2 prefetch before the wait), ~9 min, deadline 570 s:
+#             knob_checks at 3, knob_ab of shapes 0.6b, 8b, 30b; then the conformance harness at 3
+#             with MLXCEL_GPU_ATTN_ROPE=0 (the q/k launch and the unfused attention as dependent
+#             launches).
 #   attn_o    the o projection + residual add folded into the one-token decode attention launch, or
 #             into its combine where the context is split (kernels/attn_o.cuh, kernels/attn_decode.cu,
-#             gpu_plan.c, MLXCEL_GPU_ATTN_O=1), ~9 min, deadline 570 s: the conformance harness (its
-#             one-token layers at a short and a split cache take the fused launch) with the knob, and
-#             with the knob and MLXCEL_GPU_ATTN_ROPE=0 (the plain attention record's pattern), and model
-#             parity on cuda with the knob; then `mlxcel bench` with the knob off (0) and on in turn,
-#             twice, of `--shape qwen3-0.6b -p 512 -n 128`, `--shape qwen3-8b -p 512 -n 128` and
-#             `--shape qwen3-30b-a3b -p 32 -n 64`.
-#   mlp_one   the one-launch MLP (MLXCEL_GPU_MLP_ONE=1: each one-token dense layer's norm, gate/up,
+#             gpu_plan.c, MLXCEL_GPU_ATTN_O 0/1), ~9 min, deadline 570 s: knob_checks (the harness's
+#             one-token layers at a short and a split cache take the fused launch), the conformance
+#             harness with the knob and MLXCEL_GPU_ATTN_ROPE=0 (the plain attention record's pattern),
+#             knob_ab of shapes 0.6b, 8b, 30b.
+#   mlp_one   the one-launch MLP (MLXCEL_GPU_MLP_ONE 0/1: each one-token dense layer's norm, gate/up,
 #             SwiGLU, down and residual add in one launch, the blocks' partial sums of down met in
-#             fixed-point integer adds; kernels/mlp_decode.cu), ~7 min, deadline 540 s: the
-#             conformance harness and model parity on cuda with the knob, the harness with it and
-#             plain launches (MLXCEL_GPU_PDL=0); `mlxcel bench --shape qwen3-0.6b -p 512 -n 128` and
-#             the same of the 8B with the knob off (0) and on in turn, twice.
+#             fixed-point integer adds; kernels/mlp_decode.cu), ~7 min, deadline 540 s: knob_checks,
+#             the harness with the knob and plain launches (MLXCEL_GPU_PDL=0), knob_ab of shapes
+#             0.6b, 8b.
 # (The suites were attn_on_device.sh, attn_mma_on_device.sh, prefill_on_device.sh,
 # moe_on_device.sh and matvec_on_device.sh, which bench/RESULTS.md names.)
 # shellcheck disable=SC2317  # the suite functions are called as "suite_$suite"
@@ -220,16 +210,9 @@ suite_moe() {
 }
 
 suite_moe_fast() {
-    check_build 240 mlxcel test_gpu_ops test_gpu_conformance test_model_parity
-    local i on=(MLXCEL_GPU_MOE_FUSED=3) b=(-- --shape qwen3-30b-a3b -p 32 -n 64)
-    check_run gpu_conformance_moe3 120 "MoE|check failed|FAIL" "${on[@]}" -- build/cuda/test_gpu_conformance
-    check_run parity_cuda_moe3 120 "[Mm]o[Ee]|[Ff][Aa][Ii][Ll]|passed|failed" MLXCEL_TEST_BACKEND=cuda "${on[@]}" -- \
-        build/cuda/test_model_parity
-    for i in 1 2; do
-        check_bench "bench_30b_level1_$i" 200 MLXCEL_GPU_MOE_FUSED=1 "${b[@]}"  # the first makes the model
-        check_bench "bench_30b_level3_$i" 90 "${on[@]}" "${b[@]}"
-    done
-    check_run gpu_ops_moe3 90 "check failed|passed|failed" "${on[@]}" -- build/cuda/test_gpu_ops
+    knob_checks MLXCEL_GPU_MOE_FUSED=3 test_gpu_ops
+    knob_ab MLXCEL_GPU_MOE_FUSED=1 MLXCEL_GPU_MOE_FUSED=3 30b
+    check_run gpu_ops_moe3 90 "check failed|passed|failed" MLXCEL_GPU_MOE_FUSED=3 -- build/cuda/test_gpu_ops
 }
 
 suite_matvec() {
@@ -300,84 +283,89 @@ suite_mixed() {
         bench/server_on_device.sh mixed
 }
 
+# knob_checks ON [TARGET...]: builds mlxcel, test_gpu_conformance, test_model_parity and the TARGETs,
+# then runs the conformance harness and model parity on cuda with ON (VAR=VALUE; steps
+# gpu_conformance_SUITE, parity_cuda_SUITE).
+knob_checks() {
+    local set_on=$1 p="check failed|FAIL|passed|failed"
+    shift
+    check_build 300 mlxcel test_gpu_conformance test_model_parity "$@"
+    check_run "gpu_conformance_$suite" 120 "$p" "$set_on" -- build/cuda/test_gpu_conformance
+    check_run "parity_cuda_$suite" 90 "$p" MLXCEL_TEST_BACKEND=cuda "$set_on" -- build/cuda/test_model_parity
+}
+
+# knob_ab OFF ON SHAPE...: check_ab of `mlxcel bench` for each SHAPE (the top of this file), OFF
+# against ON (VAR=VALUE each); a model's first bench in the call has the limit that makes it.
+knob_ab() {
+    local set_off=$1 set_on=$2 shape model make limit args made=" "
+    shift 2
+    for shape in "$@"; do
+        case $shape in
+        0.6b) model=qwen3-0.6b make=90 limit=40 args=(-p 512 -n 128) ;;
+        8b) model=qwen3-8b make=150 limit=60 args=(-p 512 -n 128) ;;
+        8b_p32) model=qwen3-8b make=150 limit=40 args=(-p 32 -n 64) ;;
+        8b_p8192) model=qwen3-8b make=150 limit=60 args=(-p 8192 -n 32) ;;
+        30b) model=qwen3-30b-a3b make=200 limit=60 args=(-p 32 -n 64) ;;
+        *)
+            verdict "bench_$shape" FAIL "script error: knob_ab knows no shape $shape"
+            continue
+            ;;
+        esac
+        case $made in *" $model "*) make=$limit ;; esac
+        made+="$model "
+        check_ab "bench_$shape" "$make" "$limit" "$set_off" "$set_on" -- --shape "$model" "${args[@]}"
+    done
+}
+
 suite_stream_lean() {
-    check_build 300 mlxcel test_gpu_conformance test_model_parity bench_gpu_matvec bench_gpu_decode
-    local on=(MLXCEL_GPU_STREAM_LEAN=1) off=(MLXCEL_GPU_STREAM_LEAN=0) p="check failed|FAIL|passed|failed" i
-    check_run gpu_conformance_lean 120 "$p" "${on[@]}" -- build/cuda/test_gpu_conformance
-    check_run parity_cuda_lean 90 "$p" MLXCEL_TEST_BACKEND=cuda "${on[@]}" -- build/cuda/test_model_parity
+    local k=MLXCEL_GPU_STREAM_LEAN i
+    knob_checks "$k=1" bench_gpu_matvec bench_gpu_decode
     check_run bench_matvec_8b 120 "." -- build/cuda/bench_gpu_matvec qwen3-8b 20
-    check_ab bench_8b 150 60 "${off[@]}" "${on[@]}" -- --shape qwen3-8b -p 512 -n 128
-    check_ab bench_0.6b 90 40 "${off[@]}" "${on[@]}" -- --shape qwen3-0.6b -p 512 -n 128
-    check_run bench_matvec_8b_on 120 "." "${on[@]}" -- build/cuda/bench_gpu_matvec qwen3-8b 20
+    knob_ab "$k=0" "$k=1" 8b 0.6b
+    check_run bench_matvec_8b_on 120 "." "$k=1" -- build/cuda/bench_gpu_matvec qwen3-8b 20
     cp "$LOGS"/bench_matvec_*.log "$OUT"/ 2>/dev/null
-    for i in off on; do
-        check_run "decode_8b_$i" 60 "^decode|matmul|plan|lm_head" MLXCEL_GPU_STREAM_LEAN="$([ "$i" = on ] && echo 1 || echo 0)" -- \
+    for i in 0 1; do
+        check_run "decode_8b_$i" 60 "^decode|matmul|plan|lm_head" "$k=$i" -- \
             build/cuda/bench_gpu_decode qwen3-8b 512 512 100
     done
 }
 
 suite_attn_short() {
-    check_build 300 mlxcel test_gpu_conformance test_model_parity test_gpu_ops
-    local on=(MLXCEL_GPU_ATTN_SHORT=1) off=(MLXCEL_GPU_ATTN_SHORT=0) p="check failed|FAIL|passed|failed"
-    check_run gpu_conformance_short 90 "$p" "${on[@]}" -- build/cuda/test_gpu_conformance
-    check_run parity_cuda_short 90 "$p" MLXCEL_TEST_BACKEND=cuda "${on[@]}" -- build/cuda/test_model_parity
-    check_run gpu_ops_short 90 "attention|$p" "${on[@]}" -- build/cuda/test_gpu_ops
-    check_ab bench_30b 200 60 "${off[@]}" "${on[@]}" -- --shape qwen3-30b-a3b -p 32 -n 64
-    check_ab bench_8b_p32 150 40 "${off[@]}" "${on[@]}" -- --shape qwen3-8b -p 32 -n 64
-    check_ab bench_8b_p512 40 40 "${off[@]}" "${on[@]}" -- --shape qwen3-8b -p 512 -n 128
-    check_ab bench_8b_p8192 60 60 "${off[@]}" "${on[@]}" -- --shape qwen3-8b -p 8192 -n 32
+    local k=MLXCEL_GPU_ATTN_SHORT
+    knob_checks "$k=1" test_gpu_ops
+    check_run gpu_ops_short 90 "attention|check failed|FAIL|passed|failed" "$k=1" -- build/cuda/test_gpu_ops
+    knob_ab "$k=0" "$k=1" 30b 8b_p32 8b 8b_p8192
 }
 
 suite_attn_rope() {
-    check_build 300 mlxcel test_gpu_conformance test_model_parity
-    local on=(MLXCEL_GPU_ATTN_ROPE=1) off=(MLXCEL_GPU_ATTN_ROPE=0) p="check failed|FAIL|passed|failed"
-    check_run gpu_conformance_rope 90 "$p" "${on[@]}" -- build/cuda/test_gpu_conformance
-    check_run parity_cuda_rope 90 "$p" MLXCEL_TEST_BACKEND=cuda "${on[@]}" -- build/cuda/test_model_parity
-    check_ab bench_0.6b 90 40 "${off[@]}" "${on[@]}" -- --shape qwen3-0.6b -p 512 -n 128
-    check_ab bench_8b 150 60 "${off[@]}" "${on[@]}" -- --shape qwen3-8b -p 512 -n 128
-    check_ab bench_30b 200 60 "${off[@]}" "${on[@]}" -- --shape qwen3-30b-a3b -p 32 -n 64
-}
-
-suite_attn_o() {
-    check_build 300 mlxcel test_gpu_conformance test_model_parity
-    local on=(MLXCEL_GPU_ATTN_O=1) off=(MLXCEL_GPU_ATTN_O=0) p="check failed|FAIL|passed|failed"
-    check_run gpu_conformance_attn_o 90 "$p" "${on[@]}" -- build/cuda/test_gpu_conformance
-    check_run gpu_conformance_attn_o_rope_off 90 "$p" "${on[@]}" MLXCEL_GPU_ATTN_ROPE=0 -- build/cuda/test_gpu_conformance
-    check_run parity_cuda_attn_o 90 "$p" MLXCEL_TEST_BACKEND=cuda "${on[@]}" -- build/cuda/test_model_parity
-    check_ab bench_0.6b 90 40 "${off[@]}" "${on[@]}" -- --shape qwen3-0.6b -p 512 -n 128
-    check_ab bench_8b 150 60 "${off[@]}" "${on[@]}" -- --shape qwen3-8b -p 512 -n 128
-    check_ab bench_30b 200 60 "${off[@]}" "${on[@]}" -- --shape qwen3-30b-a3b -p 32 -n 64
+    knob_checks MLXCEL_GPU_ATTN_ROPE=1
+    knob_ab MLXCEL_GPU_ATTN_ROPE=0 MLXCEL_GPU_ATTN_ROPE=1 0.6b 8b 30b
 }
 
 suite_pdl2() {
-    check_build 300 mlxcel test_gpu_conformance test_model_parity
-    local on=(MLXCEL_GPU_PDL=2) off=(MLXCEL_GPU_PDL=0) p="check failed|FAIL|passed|failed"
-    check_run gpu_conformance_pdl2 120 "$p" "${on[@]}" -- build/cuda/test_gpu_conformance
-    check_run parity_cuda_pdl2 90 "$p" MLXCEL_TEST_BACKEND=cuda "${on[@]}" -- build/cuda/test_model_parity
-    check_ab bench_0.6b 90 40 "${off[@]}" "${on[@]}" -- --shape qwen3-0.6b -p 512 -n 128
-    check_ab bench_8b 150 60 "${off[@]}" "${on[@]}" -- --shape qwen3-8b -p 512 -n 128
-    check_ab bench_30b 200 60 "${off[@]}" "${on[@]}" -- --shape qwen3-30b-a3b -p 32 -n 64
+    knob_checks MLXCEL_GPU_PDL=2
+    knob_ab MLXCEL_GPU_PDL=0 MLXCEL_GPU_PDL=2 0.6b 8b 30b
 }
 
 suite_pdl3() {
-    check_build 300 mlxcel test_gpu_conformance test_model_parity
-    local on=(MLXCEL_GPU_PDL=3) def=(MLXCEL_GPU_PDL=2) p="check failed|FAIL|passed|failed"
-    check_run gpu_conformance_pdl3 120 "$p" "${on[@]}" -- build/cuda/test_gpu_conformance
-    check_run parity_cuda_pdl3 90 "$p" MLXCEL_TEST_BACKEND=cuda "${on[@]}" -- build/cuda/test_model_parity
-    check_ab bench_0.6b 90 40 "${def[@]}" "${on[@]}" -- --shape qwen3-0.6b -p 512 -n 128
-    check_ab bench_8b 150 60 "${def[@]}" "${on[@]}" -- --shape qwen3-8b -p 512 -n 128
-    check_ab bench_30b 200 60 "${def[@]}" "${on[@]}" -- --shape qwen3-30b-a3b -p 32 -n 64
-    check_run gpu_conformance_pdl3_rope_off 90 "$p" "${on[@]}" MLXCEL_GPU_ATTN_ROPE=0 -- build/cuda/test_gpu_conformance
+    knob_checks MLXCEL_GPU_PDL=3
+    knob_ab MLXCEL_GPU_PDL=2 MLXCEL_GPU_PDL=3 0.6b 8b 30b
+    check_run gpu_conformance_pdl3_rope_off 90 "check failed|FAIL|passed|failed" MLXCEL_GPU_PDL=3 MLXCEL_GPU_ATTN_ROPE=0 -- \
+        build/cuda/test_gpu_conformance
+}
+
+suite_attn_o() {
+    knob_checks MLXCEL_GPU_ATTN_O=1
+    check_run gpu_conformance_attn_o_rope_off 90 "check failed|FAIL|passed|failed" MLXCEL_GPU_ATTN_O=1 MLXCEL_GPU_ATTN_ROPE=0 -- \
+        build/cuda/test_gpu_conformance
+    knob_ab MLXCEL_GPU_ATTN_O=0 MLXCEL_GPU_ATTN_O=1 0.6b 8b 30b
 }
 
 suite_mlp_one() {
-    check_build 300 mlxcel test_gpu_conformance test_model_parity
-    local on=(MLXCEL_GPU_MLP_ONE=1) off=(MLXCEL_GPU_MLP_ONE=0) p="check failed|FAIL|passed|failed"
-    check_run gpu_conformance_mlp_one 120 "$p" "${on[@]}" -- build/cuda/test_gpu_conformance
-    check_run parity_cuda_mlp_one 90 "$p" MLXCEL_TEST_BACKEND=cuda "${on[@]}" -- build/cuda/test_model_parity
-    check_run gpu_conformance_mlp_one_pdl_off 90 "$p" "${on[@]}" MLXCEL_GPU_PDL=0 -- build/cuda/test_gpu_conformance
-    check_ab bench_0.6b 90 40 "${off[@]}" "${on[@]}" -- --shape qwen3-0.6b -p 512 -n 128
-    check_ab bench_8b 150 60 "${off[@]}" "${on[@]}" -- --shape qwen3-8b -p 512 -n 128
+    knob_checks MLXCEL_GPU_MLP_ONE=1
+    check_run gpu_conformance_mlp_one_pdl_off 90 "check failed|FAIL|passed|failed" MLXCEL_GPU_MLP_ONE=1 MLXCEL_GPU_PDL=0 -- \
+        build/cuda/test_gpu_conformance
+    knob_ab MLXCEL_GPU_MLP_ONE=0 MLXCEL_GPU_MLP_ONE=1 0.6b 8b
 }
 
 check_start "ab_on_device.sh $suite"
