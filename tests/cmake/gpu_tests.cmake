@@ -172,7 +172,7 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_knob_refused(stream_rows_three MLXCEL_GPU_STREAM_ROWS=3 "MLXCEL_GPU_STREAM_ROWS='3': must be 2 or 4 \\(unset: 4\\)")
   mlxcel_gpu_knob_refused(stream_rows_one MLXCEL_GPU_STREAM_ROWS=1 "MLXCEL_GPU_STREAM_ROWS='1': must be a whole number from 2 to 4")
   mlxcel_gpu_knob_refused(prefill_kernel_word MLXCEL_GPU_PREFILL_KERNEL=fast
-                          "MLXCEL_GPU_PREFILL_KERNEL='fast': must be wmma, wmma128, sync, pipe, pipe1 or wgmma \\(unset: wgmma, else pipe\\)")
+                          "MLXCEL_GPU_PREFILL_KERNEL='fast': must be wmma, wmma128, pipe or wgmma \\(unset: wgmma, else pipe\\)")
   mlxcel_gpu_knob_refused(grouped_two MLXCEL_GPU_GROUPED=2
                           "MLXCEL_GPU_GROUPED='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(grouped_word MLXCEL_GPU_GROUPED=on "MLXCEL_GPU_GROUPED='on': must be")

@@ -33,8 +33,8 @@
 #             binary's SASS; the op suite (every prefill kernel against the host reference; a line
 #             "...=wgmma: ... no sm_90a code" there means wgmma fell back to pipe) and the
 #             conformance harness (prefill-sized layers on the pipelined kernel); pp512 (`-n 8`) of
-#             the 8B and the 0.6B on pipe (the default), wgmma, wmma (tiles picked to fill the
-#             device) and pipe1 (matmul_pipe.cu at one block per multiprocessor); the 0.6B at 2048
+#             the 8B and the 0.6B on pipe (the default), wgmma and wmma (tiles picked to fill the
+#             device); the 0.6B at 2048
 #             prompt tokens (`--ctx 4096`: forwards of 512 over a growing context) on pipe, wgmma and
 #             wmma. (wmma128, fixed 128 x 128 tiles, left out for wgmma's rows: the slowest in run 20.)
 #   moe       fused MoE decode (kernels/moe_stream.cu, MLXCEL_GPU_MOE_FUSED), ~5-7 min, deadline
@@ -185,7 +185,7 @@ suite_prefill() {
     check_run gpu_conformance 240 "check failed|FAIL" -- build/cuda/test_gpu_conformance
     local shape k
     for shape in qwen3-8b qwen3-0.6b; do
-        for k in pipe wgmma wmma pipe1; do
+        for k in pipe wgmma wmma; do
             check_bench "pp512_${shape}_$k" 120 MLXCEL_GPU_PREFILL_KERNEL="$k" -- --shape "$shape" -p 512 -n 8
         done
     done

@@ -6,8 +6,7 @@
 # cuda), parity without tensor cores, the demo generation with LD_LIBRARY_PATH unset (compared with
 # --backend cpu), `mlxcel info`, the backend decode/prefill bench and `mlxcel bench` (each engine
 # bench also with MLXCEL_GPU_NO_STREAM_MATVEC=1 and MLXCEL_GPU_OLD_MATVEC=1: the A/B of the
-# matrix-vector kernels, with bench_gpu_matvec's per-shape times of all three; the 8B also with
-# MLXCEL_GPU_MMA_SYNC=1: the A/B of the prefill kernels; the 8B at 8k also with MLXCEL_GPU_KV=f16:
+# matrix-vector kernels, with bench_gpu_matvec's per-shape times of all three; the 8B at 8k also with MLXCEL_GPU_KV=f16:
 # the A/B of the KV cache's element type), parity with the f16 KV cache (MLXCEL_GPU_KV=f16).
 # Every step counts (tests/gpu/steps.sh): the script prints each step's verdict and one line
 # "N passed, M failed", records them with the commit in tests/gpu/LAST_RUN.md (and $OUT/LAST_RUN.md),
@@ -70,10 +69,6 @@ tail -2 "$LOGS/parity_cuda_nomma.log"
 # test_model_parity from the backend's cache type); the default I16 cache is held to 1e-3 above.
 step parity_cuda_kv_f16 300 env MLXCEL_TEST_BACKEND=cuda MLXCEL_GPU_KV=f16 build/cuda/test_model_parity
 tail -2 "$LOGS/parity_cuda_kv_f16.log"
-if [ "$quick" != "--quick" ]; then  # the opt-in prefill kernel on the model fixtures
-    step parity_cuda_mmasync 300 env MLXCEL_TEST_BACKEND=cuda MLXCEL_GPU_MMA_SYNC=1 build/cuda/test_model_parity
-    tail -2 "$LOGS/parity_cuda_mmasync.log"
-fi
 
 echo "== demo generation (LD_LIBRARY_PATH unset)"
 gen=(generate -m models/qwen3-demo-44m-4bit -p "Hello" -n 50 --temp 0)
@@ -126,9 +121,6 @@ if [ "$quick" != "--quick" ]; then
     # A/B of the KV cache's element type at 8k: int16 with scales (default) against f16.
     step mlxcel_bench_8b_8k_kvf16 300 env MLXCEL_GPU_KV=f16 build/cuda/mlxcel bench --shape qwen3-8b -p 8192 -n 128 --backend cuda
     tail -4 "$LOGS/mlxcel_bench_8b_8k_kvf16.log"
-    # A/B of prefill: the mma.sync kernel (opt-in) against the default WMMA one.
-    step mlxcel_bench_8b_mmasync 300 env MLXCEL_GPU_MMA_SYNC=1 build/cuda/mlxcel bench --shape qwen3-8b -p 512 -n 128 --backend cuda
-    tail -4 "$LOGS/mlxcel_bench_8b_mmasync.log"
 fi
 for r in 1 2 4; do
     step bench_0.6b_r$r 120 env MLXCEL_GPU_MATVEC_ROWS=$r build/cuda/bench_gpu_decode qwen3-0.6b 512 512 300

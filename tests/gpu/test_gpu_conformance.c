@@ -14,8 +14,8 @@
 // matrix-vector kernel (MLXCEL_GPU_NO_STREAM_MATVEC=1), on one with its previous task shape
 // (MLXCEL_GPU_STREAM_ROWS=2), on one with its lean one-token form (MLXCEL_GPU_STREAM_LEAN=1, both
 // task shapes), on one with the previous matrix-vector
-// kernels (MLXCEL_GPU_OLD_MATVEC=1) and prefill-sized layers on the mma.sync kernel
-// (MLXCEL_GPU_MMA_SYNC=1) and the pipelined kernel (MLXCEL_GPU_PREFILL_KERNEL=pipe, pipe1); gpt_oss's records (attention sinks, clamped SwiGLU, expert biases) in
+// kernels (MLXCEL_GPU_OLD_MATVEC=1) and prefill-sized layers on the pipelined kernel
+// (MLXCEL_GPU_PREFILL_KERNEL=pipe); gpt_oss's records (attention sinks, clamped SwiGLU, expert biases) in
 // a block of that family. Each plan runs three times on the GPU (direct, recorded as a graph,
 // replayed) with the input buffers restored in between, and every run must match.
 // Bounds: relative L2 error per buffer of 2e-5 (float32 paths: summation order only); buffers after
@@ -868,25 +868,14 @@ int main(void) {
             if (p != P_GATE_UP) proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 1024, 2048, 512, 3072, f == 0, p});
     layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){1, 512, 8, 4, 64, 1024, 1000, false, 0});
     mx_backend_free(gpu);
-    // The mma.sync prefill kernel (MLXCEL_GPU_MMA_SYNC=1): prefill-sized layers.
-    gpu = gpu_with(&gopt, "MLXCEL_GPU_MMA_SYNC", "1");
+    // The pipelined prefill kernel (MLXCEL_GPU_PREFILL_KERNEL=pipe, vendor/cuda/matmul_pipe.cu:
+    // affine 4-bit; the f32-scale format on its float32 dequantization; the others on WMMA):
+    // prefill-sized layers.
+    gpu = gpu_with(&gopt, "MLXCEL_GPU_PREFILL_KERNEL", "pipe");
     layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){70, 512, 8, 4, 64, 1024, 1000, false, 0});
-    layer_case(cpu, gpu, &rng, &other_fmts[0], (layer_cfg){70, 512, 8, 4, 64, 1024, 1000, false, 0});
+    layer_case(cpu, gpu, &rng, &fused_fmts[1], (layer_cfg){200, 512, 8, 4, 64, 1024, 1000, false, 0});
+    layer_case(cpu, gpu, &rng, &other_fmts[1], (layer_cfg){130, 512, 8, 4, 64, 1024, 1000, false, 0});
     mx_backend_free(gpu);
-    // The pipelined prefill kernel (MLXCEL_GPU_PREFILL_KERNEL=pipe and pipe1, vendor/cuda/matmul_pipe.cu:
-    // affine 4-bit; the f32-scale format on its float32 dequantization): prefill-sized layers.
-    const char *const pipes[] = {"pipe", "pipe1"};
-    for (int k = 0; k < 2; k++) {
-        setenv("MLXCEL_GPU_PREFILL_KERNEL", pipes[k], 1);
-        gpu = mx_gpu_backend_create(&gopt, &err);
-        unsetenv("MLXCEL_GPU_PREFILL_KERNEL");
-        if (!gpu) die("gpu backend with MLXCEL_GPU_PREFILL_KERNEL=pipe");
-        printf("cpu vs %s with MLXCEL_GPU_PREFILL_KERNEL=%s\n", gpu->ops->name, pipes[k]);
-        layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){70, 512, 8, 4, 64, 1024, 1000, false, 0});
-        layer_case(cpu, gpu, &rng, &fused_fmts[1], (layer_cfg){200, 512, 8, 4, 64, 1024, 1000, false, 0});
-        layer_case(cpu, gpu, &rng, &other_fmts[1], (layer_cfg){130, 512, 8, 4, 64, 1024, 1000, false, 0});
-        mx_backend_free(gpu);
-    }
     // The fused MoE decode kernels (MLXCEL_GPU_MOE_FUSED=1, kernels/moe_stream.cu: gate/up + SwiGLU
     // and down + combine, each one launch; 2: the routing in the gate/up launch too; 3: the norm,
     // router product and routing in one launch, kernels/moe_router.cu): every format

@@ -10,9 +10,8 @@
 // vendor/cuda/matvec_mma.cu), with that product off (MLXCEL_GPU_TC_DECODE=0, also for the switches
 // that follow), without the streaming kernel (a third backend, MLXCEL_GPU_NO_STREAM_MATVEC=1)
 // with its previous task shape (MLXCEL_GPU_STREAM_ROWS=2) and on the previous path
-// (MLXCEL_GPU_OLD_MATVEC=1); the tiled sizes again on the mma.sync prefill kernel (another
-// backend, MLXCEL_GPU_MMA_SYNC=1) and on the other prefill kernels (MLXCEL_GPU_PREFILL_KERNEL=wmma128,
-// pipe, pipe1, wgmma), with prefill-sized shapes that reach each kernel's block tiles. Attention: prefill chunks, decode, mixed slots, windows, long
+// (MLXCEL_GPU_OLD_MATVEC=1); the tiled sizes again on the other prefill kernels (another backend
+// each, MLXCEL_GPU_PREFILL_KERNEL=wmma128, pipe, wgmma), with prefill-sized shapes that reach each kernel's block tiles. Attention: prefill chunks, decode, mixed slots, windows, long
 // contexts, batched decode steps of 17-64 sequences with the record's decode hint, on both cache
 // types and on the general kernel (MLXCEL_GPU_ATTN_DECODE=0), and prefill records on the
 // tensor-core kernel (MLXCEL_GPU_ATTN_MMA=1, also prefill chunks at long context; its own bound);
@@ -1146,8 +1145,7 @@ int main(void) {
     group_stat mvn = {"matrix-vector, no streaming kernel", 0, 0, 0};
     group_stat mvf = {"matrix-vector, MLXCEL_GPU_TC_DECODE=0", 0, 0, 0};
     group_stat mv2 = {"matrix-vector, streaming 2 rows per task", 0, 0, 0};
-    group_stat tcs = {"matmul tiled, mma.sync", 0, 0, 0};
-    group_stat tcp = {"matmul tiled, wmma128 / pipe / pipe1 / wgmma", 0, 0, 0};
+    group_stat tcp = {"matmul tiled, wmma128 / pipe / wgmma", 0, 0, 0};
     test_matmul(be, &rng, true, ALL_N, &mv, &tc, &tf);
     test_matmul_tiles(be, &rng, &tc);
     test_matvec_shapes(be, &rng, "default", true, true, 64, &mvs);
@@ -1219,24 +1217,14 @@ int main(void) {
     }
     unsetenv("MLXCEL_GPU_OLD_MATVEC");
     unsetenv("MLXCEL_GPU_TC_DECODE");
-    // The mma.sync prefill kernel (MLXCEL_GPU_MMA_SYNC=1, vendor/cuda/matmul_mma_sync.cu): the tiled
-    // batch sizes in every format, the bound of the tensor-core path.
-    be = backend_with(&opt, "MLXCEL_GPU_MMA_SYNC", "1");
-    if (be) {
-        backend_switch = " (MLXCEL_GPU_MMA_SYNC=1)";
-        test_matmul(be, &rng, true, TILED_N, &unused, &tcs, &tf);
-        backend_switch = "";
-        mx_backend_free(be);
-    }
-    unsetenv("MLXCEL_GPU_MMA_SYNC");
     // The other tensor-core prefill products (MLXCEL_GPU_PREFILL_KERNEL, kernels.h): WMMA always on
     // 128 x 128 tiles, the pipelined kernel (vendor/cuda/matmul_pipe.cu; affine 4-bit, the rest
-    // on WMMA) at two blocks and at one block per multiprocessor, and the wgmma kernel
+    // on WMMA), and the wgmma kernel
     // (vendor/cuda/matmul_wgmma.cu; affine 4-bit on an sm_90a build and device, the rest on pipe
     // and WMMA; elsewhere the backend says so on stderr and runs pipe): the tiled batch
     // sizes in every format and the prefill-sized shapes.
-    const char *const prefill_kernels[] = {"wmma128", "pipe", "pipe1", "wgmma"};
-    for (int k = 0; k < 4; k++) {
+    const char *const prefill_kernels[] = {"wmma128", "pipe", "wgmma"};
+    for (int k = 0; k < 3; k++) {
         be = backend_with(&opt, "MLXCEL_GPU_PREFILL_KERNEL", prefill_kernels[k]);
         if (be) {
             char sw[64];
@@ -1316,7 +1304,6 @@ int main(void) {
     stat_print(&mv2, 2e-5);
     stat_print(&mvo, 2e-5);
     stat_print(&tc, 2e-5);  // plus twice the host-measured bf16 input rounding error, per case
-    stat_print(&tcs, 2e-5);
     stat_print(&tcp, 2e-5);
     stat_print(&tf, 2e-5);
     stat_print(&emb, 1e-6);

@@ -342,7 +342,7 @@ typedef struct gpu_knobs {
     int matvec_rows, matvec_max_tokens, stream_min_cols, stream_rows, sample_blocks, tc_decode_tokens, attn_decode,
         attn_short, attn_rope, mlp_one;
     int prefill_kernel, moe_fused, moe_down, attn_mma, sample_fast, grouped, stream_lean, pdl;
-    bool prefill_asked;  // MLXCEL_GPU_PREFILL_KERNEL (or MLXCEL_GPU_MMA_SYNC) was set
+    bool prefill_asked;  // MLXCEL_GPU_PREFILL_KERNEL was set
     int attn_o;
 } gpu_knobs;
 
@@ -425,12 +425,12 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_PDL", 3, 0, 3, &k->pdl, err) ||
         env_int("MLXCEL_GPU_MLP_ONE", 0, 0, 1, &k->mlp_one, err))
         return -1;
-    static const char *const prefill_names[] = {"wmma", "wmma128", "sync", "pipe", "pipe1", "wgmma"};  // MXG_PREFILL_* order
+    static const char *const prefill_names[] = {"wmma", "wmma128", "pipe", "wgmma"};  // MXG_PREFILL_* order
     const char *pk = getenv("MLXCEL_GPU_PREFILL_KERNEL");
     // Unset: wgmma, which the backend turns into pipe, silently, where the GPU or the build has no
     // sm_90a code (prefill_asked: the user named the kernel, and hears when it cannot run).
-    k->prefill_kernel = mx_env_switch("MLXCEL_GPU_MMA_SYNC") ? MXG_PREFILL_SYNC : MXG_PREFILL_WGMMA;
-    k->prefill_asked = (pk && *pk) || mx_env_switch("MLXCEL_GPU_MMA_SYNC");
+    k->prefill_kernel = MXG_PREFILL_WGMMA;
+    k->prefill_asked = pk && *pk;
     if (pk && *pk) {
         int i = 0, names = (int)(sizeof prefill_names / sizeof prefill_names[0]);
         while (i < names && strcmp(pk, prefill_names[i]) != 0) i++;
@@ -541,7 +541,6 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     // default where the device and the build allow it, else pipe (run 20, pipe against wmma: pp512
     // 0.6B 31.6k -> 38.4k, 8B 5.6k -> 7.8k tok/s; run 36 on an H100, wgmma against pipe: 8B 9,900 ->
     // 19,200, 0.6B 70,000 -> 85,000).
-    // MLXCEL_GPU_MMA_SYNC=1 (older spelling): sync.
     c->launch.prefill_kernel = knobs.prefill_kernel;
     // wgmma (vendor/cuda/matmul_wgmma.cu) needs a compute capability 9.0 device and sm_90a code in
     // this build (MLXCEL_CUDA_ARCHITECTURES=90a); without them the products run on pipe, said once here

@@ -21,15 +21,13 @@ extern "C" {
 // it is slower than the float32 kernels at 2 tokens, even at 4, faster from 8: bench/RESULTS.md).
 #define MXG_TC_DECODE_DEFAULT_TOKENS 4
 
-// The CUDA tensor-core prefill products (vendor/cuda/matmul_mma*.cu), chosen by
+// The CUDA tensor-core prefill products (vendor/cuda/matmul_*.cu), chosen by
 // MLXCEL_GPU_PREFILL_KERNEL: wgmma where it can run, else pipe (the default, below), wmma (WMMA, the tile picked to fill the device), wmma128 (WMMA,
-// always 128 x 128 tiles: the kernel before the tile choice), sync (mma.sync/ldmatrix; also
-// MLXCEL_GPU_MMA_SYNC=1), pipe (cp.async pipeline, vendor/cuda/matmul_pipe.cu, affine 4-bit; other
-// formats on wmma), pipe1 (the same with its 128-token tiles at one block per multiprocessor and
-// up to 255 registers instead of two and 128), wgmma (Hopper's warpgroup MMA, vendor/cuda/matmul_wgmma.cu:
+// always 128 x 128 tiles: the kernel before the tile choice), pipe (cp.async pipeline,
+// vendor/cuda/matmul_pipe.cu, affine 4-bit; other formats on wmma), wgmma (Hopper's warpgroup MMA, vendor/cuda/matmul_wgmma.cu:
 // affine 4-bit, weights in the A registers, only where the device is compute capability 9.0 and the build has
 // sm_90a code, MLXCEL_CUDA_ARCHITECTURES=90a; what it declines goes to pipe, then wmma).
-enum { MXG_PREFILL_WMMA, MXG_PREFILL_WMMA128, MXG_PREFILL_SYNC, MXG_PREFILL_PIPE, MXG_PREFILL_PIPE1, MXG_PREFILL_WGMMA };
+enum { MXG_PREFILL_WMMA, MXG_PREFILL_WMMA128, MXG_PREFILL_PIPE, MXG_PREFILL_WGMMA };
 
 typedef struct mxg_launch {
     void *stream;          // gpuStream_t

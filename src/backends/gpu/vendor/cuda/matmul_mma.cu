@@ -13,9 +13,8 @@
 // then dequantized, rounded to bf16 and stored (two barriers per k step). Activations and
 // dequantized weights are rounded to bf16 (relative error ~2e-3, as MLX's own bf16 path); the sum
 // order per output does not depend on the tile. MLXCEL_GPU_NO_MMA=1 selects the float32 kernel;
-// MLXCEL_GPU_PREFILL_KERNEL=sync (or MLXCEL_GPU_MMA_SYNC=1) the mma.sync kernel of
-// matmul_mma_sync.cu; =pipe or pipe1 the cp.async kernel of matmul_pipe.cu (affine 4-bit; what it
-// declines stays here).
+// MLXCEL_GPU_PREFILL_KERNEL=pipe the cp.async kernel of matmul_pipe.cu (affine 4-bit; what it
+// declines stays here), =wgmma (the default) matmul_wgmma.cu's, which declines to pipe.
 #include <cuda_bf16.h>
 #include <mma.h>
 
@@ -160,7 +159,6 @@ __global__ void __launch_bounds__(T::kThreads, T::MB) mma_kernel(float *__restri
 
 }  // namespace
 
-int mxg_matmul_mma_sync(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n);
 int mxg_matmul_pipe(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n);
 int mxg_matmul_wgmma(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n);
 
@@ -186,10 +184,8 @@ int64_t tiles(int64_t rows, int n, int bm, int bn) { return ((rows + bn - 1) / b
 extern "C" int mxg_matmul_mma(const mxg_launch *L, float *out, const float *x, const mx_matrix *w,
                               const float *bias, int n) {
     if (L->cc < 80 || L->warp != 32) return -1;
-    if (L->prefill_kernel == MXG_PREFILL_SYNC) return mxg_matmul_mma_sync(L, out, x, w, bias, n);
     if (L->prefill_kernel == MXG_PREFILL_WGMMA && mxg_matmul_wgmma(L, out, x, w, bias, n) == 0) return 0;
-    if ((L->prefill_kernel == MXG_PREFILL_PIPE || L->prefill_kernel == MXG_PREFILL_PIPE1 ||
-         L->prefill_kernel == MXG_PREFILL_WGMMA) &&
+    if ((L->prefill_kernel == MXG_PREFILL_PIPE || L->prefill_kernel == MXG_PREFILL_WGMMA) &&
         mxg_matmul_pipe(L, out, x, w, bias, n) == 0)
         return 0;
     // The largest tile that still gives every multiprocessor a block.

@@ -60,10 +60,10 @@ struct PipeTile {
     static constexpr int smem_bytes = kStages * stage_bytes; // 90112 (128 x 128), 57344 (64 x 128), 45056 (64 x 64)
 };
 
-// out [n, m.rows], xb [n, m.cols] (bf16, runs reordered), bias [m.rows] or NULL. MB: blocks per
-// multiprocessor the registers must allow (2: at most 128 registers; 1: up to 255).
-template <int ST, int BM, int BN, int MB>
-__global__ void __launch_bounds__(kThreads, MB) pipe_kernel(float *__restrict__ out, const uint16_t *__restrict__ xb,
+// out [n, m.rows], xb [n, m.cols] (bf16, runs reordered), bias [m.rows] or NULL. Two blocks per
+// multiprocessor (at most 128 registers).
+template <int ST, int BM, int BN>
+__global__ void __launch_bounds__(kThreads, 2) pipe_kernel(float *__restrict__ out, const uint16_t *__restrict__ xb,
                                                          MatView m, const float *__restrict__ bias, int n) {
     using T = PipeTile<BM, BN>;
     constexpr int FM = T::FM, NT = T::NT;
@@ -206,32 +206,31 @@ __global__ void __launch_bounds__(kThreads, MB) pipe_kernel(float *__restrict__ 
             }
 }
 
-template <int ST, int BM, int BN, int MB>
+template <int ST, int BM, int BN>
 void launch(const mxg_launch *L, float *out, const uint16_t *xb, const MatView &m, const float *bias, int n) {
     using T = PipeTile<BM, BN>;
     static bool allowed = false;  // the attribute once per instance (host code, one thread per backend)
     if (!allowed) {
-        mxg_allow_smem(pipe_kernel<ST, BM, BN, MB>, T::smem_bytes);
+        mxg_allow_smem(pipe_kernel<ST, BM, BN>, T::smem_bytes);
         allowed = true;
     }
     const dim3 grid((unsigned)((m.rows + BN - 1) / BN), (unsigned)((n + BM - 1) / BM));
-    pipe_kernel<ST, BM, BN, MB><<<grid, kThreads, T::smem_bytes, (cudaStream_t)L->stream>>>(out, xb, m, bias, n);
+    pipe_kernel<ST, BM, BN><<<grid, kThreads, T::smem_bytes, (cudaStream_t)L->stream>>>(out, xb, m, bias, n);
 }
 
 int64_t tiles(int64_t rows, int n, int bm, int bn) { return ((rows + bn - 1) / bn) * (((int64_t)n + bm - 1) / bm); }
 
 // The block tile for nt tokens: the largest of 128 x 128, 64 x 128 and 64 x 64 that gives every
-// multiprocessor a block; and the 128 x 128 instance's register budget.
+// multiprocessor a block.
 template <int ST>
 void launch_fmt(const mxg_launch *L, float *out, const uint16_t *xb, const MatView &m, const float *bias, int nt) {
     const int64_t fill = L->sm_count > 0 ? L->sm_count : 1;
     if (tiles(m.rows, nt, 128, 128) >= fill)
-        L->prefill_kernel == MXG_PREFILL_PIPE1 ? launch<ST, 128, 128, 1>(L, out, xb, m, bias, nt)
-                                               : launch<ST, 128, 128, 2>(L, out, xb, m, bias, nt);
+        launch<ST, 128, 128>(L, out, xb, m, bias, nt);
     else if (tiles(m.rows, nt, 64, 128) >= fill)
-        launch<ST, 64, 128, 2>(L, out, xb, m, bias, nt);
+        launch<ST, 64, 128>(L, out, xb, m, bias, nt);
     else
-        launch<ST, 64, 64, 2>(L, out, xb, m, bias, nt);
+        launch<ST, 64, 64>(L, out, xb, m, bias, nt);
 }
 
 }  // namespace
@@ -240,9 +239,7 @@ void launch_fmt(const mxg_launch *L, float *out, const uint16_t *xb, const MatVi
 // mxg_matmul_pipe runs more launch pairs (it declines below kMinScratchTokens tokens). The wgmma
 // product (matmul_wgmma.cu) uses the same scratch the same way, and falls back to this one.
 extern "C" size_t mxg_matmul_pipe_scratch_bytes(int prefill_kernel) {
-    return prefill_kernel == MXG_PREFILL_PIPE || prefill_kernel == MXG_PREFILL_PIPE1 || prefill_kernel == MXG_PREFILL_WGMMA
-               ? (size_t)32 << 20
-               : 0;
+    return prefill_kernel == MXG_PREFILL_PIPE || prefill_kernel == MXG_PREFILL_WGMMA ? (size_t)32 << 20 : 0;
 }
 
 // Called by mxg_matmul_mma (matmul_mma.cu) for MXG_PREFILL_PIPE; same contract, -1 when declined
