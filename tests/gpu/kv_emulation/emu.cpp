@@ -169,7 +169,7 @@ void __syncthreads() {
     yield();
 }
 
-void emu_grid_wait() {
+void mxg_grid_wait() {
     if (emu_pdl_guard.empty() || block_waited) return;
     if (++grid_waiting == live) {
         grid_waiting = 0, block_waited = true;
@@ -242,34 +242,3 @@ std::vector<emu_span> emu_pdl_guard;
 long emu_pdl_unwaited, emu_pdl_releases;
 std::vector<bool> emu_dependent;
 bool emu_next_dependent;
-
-std::vector<emu_span> emu_pdl_hidden;
-int emu_pdl_dependent = 0;
-static std::vector<std::vector<unsigned char>> hidden_saved;  // emu_pdl_hidden's bytes while hidden
-
-void emu_pdl_hide() {
-    if (emu_pdl_hidden.empty()) return;
-    emu_pdl_dependent++;
-    hidden_saved.clear();
-    for (const emu_span &r : emu_pdl_hidden) {
-        const unsigned char *b = (const unsigned char *)r.p;
-        hidden_saved.emplace_back(b, b + r.bytes);
-        memset(r.p, 0xff, r.bytes);
-    }
-}
-
-static void hidden_put_back() {
-    for (size_t i = 0; i < hidden_saved.size(); i++) memcpy(emu_pdl_hidden[i].p, hidden_saved[i].data(), hidden_saved[i].size());
-    hidden_saved.clear();
-}
-
-void emu_pdl_restore() {
-    if (hidden_saved.empty()) return;
-    emu_pdl_unwaited++;
-    hidden_put_back();
-}
-
-void mxg_grid_wait() {
-    if (!hidden_saved.empty()) hidden_put_back();
-    emu_grid_wait();
-}

@@ -126,32 +126,21 @@ inline int gpuFuncSetAttribute(const void *, int attr, int bytes) {
 }
 
 // Programmatic dependent launch (compat.h): launches run one after another, so the waits have
-// nothing to wait for. Two emulations of the order a dependent launch must keep, each active only
-// where a test lists byte ranges:
-// - emu_pdl_guard (the attention and q/k launches' tests): while it holds ranges (what the previous
-//   kernel writes, and what the launch's own blocks write), each block starts with them overwritten
-//   by 0xFF bytes (NaN as float32 and f16, -1 as int16 codes) and gets their contents back when all
-//   its threads reach mxg_grid_wait (a block barrier then): a block that reads them before its wait
-//   computes from garbage, one that writes them before it has its writes undone, and a block that
-//   ends without waiting is counted in emu_pdl_unwaited.
-// - emu_pdl_hidden (the token choice's tests): before each dependent launch (mxg_launch_dep with
-//   dependent = true) those ranges are saved and overwritten with 0xff bytes, and the launch's first
-//   grid wait puts them back, so a kernel that reads them before its wait (in its first thread, which
-//   the emulation runs first) reads garbage, one that writes them before it loses the write, and one
-//   without a wait gets them back only at its end and counts in emu_pdl_unwaited. emu_pdl_dependent
-//   counts the dependent launches made while ranges were listed.
-// Releases (mxg_grid_release calls, one per thread) count in emu_pdl_releases; each launch appends
-// whether it was a dependent launch (mxg_launch_dep's flag; false for <<<>>>) to emu_dependent.
+// nothing to wait for. The order a dependent launch must keep is emulated where a test lists byte
+// ranges in emu_pdl_guard (what the previous kernel writes, and what the launch's own blocks write):
+// each block then starts with them overwritten by 0xFF bytes (NaN as float32 and f16, -1 as
+// integers) and gets their contents back when all its threads reach mxg_grid_wait (a block barrier
+// then), so a block that reads them before its wait computes from garbage, one that writes them
+// before it has its writes undone, and a block that ends without waiting is counted in
+// emu_pdl_unwaited. Releases (mxg_grid_release calls, one per thread) count in emu_pdl_releases;
+// each launch appends whether it was a dependent launch (mxg_launch_dep's flag; false for <<<>>>)
+// to emu_dependent.
 struct emu_span { void *p; size_t bytes; };
-extern std::vector<emu_span> emu_pdl_guard, emu_pdl_hidden;
+extern std::vector<emu_span> emu_pdl_guard;
 extern long emu_pdl_unwaited, emu_pdl_releases;
-extern int emu_pdl_dependent;
 extern std::vector<bool> emu_dependent;
 extern bool emu_next_dependent;  // mxg_launch_dep's flag for the emu_launch it calls
-void emu_grid_wait();    // emu_pdl_guard's per-block wait
-void emu_pdl_hide();     // emu_pdl_hidden: before a dependent launch
-void emu_pdl_restore();  // ... at its first grid wait, or after it (counted as unwaited when still hidden)
-void mxg_grid_wait();    // both
+void mxg_grid_wait();
 inline void mxg_grid_release() { emu_pdl_releases++; }
 inline void mxg_grid_wait_release(bool early) {  // compat.h: the wait, then (early) the release
     mxg_grid_wait();
@@ -165,9 +154,7 @@ inline void mxg_prefetch_l2(const void *p, unsigned bytes) { emu_prefetches.push
 template <class... P, class... A>
 inline void mxg_launch_dep(void (*k)(P...), dim3 grid, dim3 block, size_t smem, gpuStream_t, bool dependent, A... args) {
     emu_next_dependent = dependent;
-    if (dependent) emu_pdl_hide();
     emu_launch(grid, block, smem, [=]() { k((P)args...); });
-    if (dependent) emu_pdl_restore();
 }
 // compat.h's stream memset (the argmax's scratch), done at once.
 inline int gpuMemsetAsync(void *p, int v, size_t bytes, gpuStream_t) { memset(p, v, bytes); return 0; }

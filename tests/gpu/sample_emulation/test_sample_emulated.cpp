@@ -21,10 +21,13 @@
 // draw-run masses; it must have taken each of its three ways (a list above a cut, a window's bin,
 // the radix passes) somewhere.
 // MLXCEL_GPU_PDL=3 (L.pdl_rest: every launch of the token choice a dependent launch whose grid wait
-// comes first): on every batch the fast split form and the one-block form run again with the
-// logits, the scratch and the outputs hidden until each launch's grid wait (emu.h, emu_pdl_hidden:
-// as on a device where the kernel before has not finished writing them), and must give the plain
-// launches' outputs, edited logits and scratch bit for bit, every launch having waited. The argmax
+// comes first): on every batch the fast split form and the one-block form run again as dependent
+// launches, on batches of at most 16 MB of logits with the
+// logits, the scratch and the outputs hidden from each block until its grid wait (emu.h,
+// emu_pdl_guard: as on a device where the kernel before has not finished writing them, and a
+// block's writes before its wait undone), and must give the plain launches' outputs, edited logits
+// and scratch bit for bit (the fast form's key lists, filled by atomics in thread order, as sets),
+// every launch dependent and every block having waited. The argmax
 // (kernels/rows.cu, the greedy decode step's token choice) likewise: against the host's first
 // maximum with and without the level, where it drops the memset node and each launch's last block
 // clears the scratch for the next one (checked: two launches in a row, the second row's maximum
@@ -35,12 +38,15 @@
 #include "emu.h"
 #include "emu_fail.h"
 #include "emu_random.h"
+#include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 extern "C" {
 #include "core/sample_rows.h"
 }
 #include "backends/gpu/kernels_sample.h"
+#include "backends/gpu/kernels/sample_split.cuh"  // SplitRow, FastRow (same_scratch)
 #include <vector>
 
 template <class T, size_t N> static T pick(const T (&a)[N]) { return a[emu_below((int)N)]; }
@@ -48,23 +54,53 @@ template <class T, size_t N> static T pick(const T (&a)[N]) { return a[emu_below
 static int host_diff = 0, sampled_rows = 0, rows_total = 0;
 static int nan_checked[3];  // rows with NaN logits whose logprobs were checked, by Batch::nan
 static int fast_ways[3];  // the fast form's sampled rows by way: radix passes, list, window bin
-static int pdl_launches = 0;  // dependent launches checked with the ranges hidden (MLXCEL_GPU_PDL=3)
+static int pdl_launches = 0, pdl_unguarded = 0;  // dependent launches checked with the ranges guarded
+                                                 // (MLXCEL_GPU_PDL=3), and those run without (kGuardBytes)
+// The guard copies its ranges at every block's start and wait: batches whose logits pass this size
+// (the 64-row batches of 151,936) run their dependent launches without it (still against the plain
+// launches' bytes, every launch dependent).
+constexpr size_t kGuardBytes = (size_t)16 << 20;
 
-// Runs `run` with the ranges hidden from each dependent launch until its grid wait (emu.h); false
-// (and a FAIL naming `what`) when a launch never waited or none was dependent.
+// Runs `run` with the ranges hidden from each block until its grid wait (emu.h, emu_pdl_guard; not
+// when spans[0], the logits, pass kGuardBytes); false (and a FAIL naming `what`) when a launch was
+// not a dependent one, none was, or a block never waited.
 template <class Run>
-static bool with_hidden(const char *what, std::vector<emu_span> spans, Run run) {
-    const int dep0 = emu_pdl_dependent, unw0 = emu_pdl_unwaited;
-    emu_pdl_hidden = std::move(spans);
+static bool with_guard(const char *what, std::vector<emu_span> spans, Run run) {
+    const long unw0 = emu_pdl_unwaited;
+    const bool guard = spans[0].bytes <= kGuardBytes;
+    emu_dependent.clear();
+    if (guard) emu_pdl_guard = std::move(spans);
     run();
-    emu_pdl_hidden.clear();
-    const int dep = emu_pdl_dependent - dep0, unw = emu_pdl_unwaited - unw0;
-    pdl_launches += dep;
-    if (dep == 0 || unw != 0) {
-        FAIL("%s, MLXCEL_GPU_PDL=3: %d dependent launches, %d of them without a grid wait", what, dep, unw);
+    emu_pdl_guard.clear();
+    const long dep = std::count(emu_dependent.begin(), emu_dependent.end(), true),
+               plain = (long)emu_dependent.size() - dep, unw = emu_pdl_unwaited - unw0;
+    (guard ? pdl_launches : pdl_unguarded) += (int)dep;
+    if (dep == 0 || plain != 0 || unw != 0) {
+        FAIL("%s, MLXCEL_GPU_PDL=3: %ld dependent launches, %ld plain ones, %ld blocks without a grid wait", what, dep,
+             plain, unw);
         return false;
     }
     return true;
+}
+
+// Whether two fast split forms' scratch (`per` rows: SplitRows, then as many FastRows) hold the same
+// records: every byte, but each FastRow's key list [0, n) compared as a set (its candidates are
+// appended by atomics in the order the threads run, which a grid wait's barrier changes; the
+// selection sorts them) and the stale keys past n not at all.
+static bool same_scratch(const std::vector<unsigned char> &a, const std::vector<unsigned char> &b, int per) {
+    using sample_split::FastRow, sample_split::SplitRow, sample_split::kFastCap;
+    const size_t split = sizeof(SplitRow) * (size_t)per;
+    if (a.size() != b.size() || a.size() < split + sizeof(FastRow) * (size_t)per || memcmp(a.data(), b.data(), split)) return false;
+    for (int r = 0; r < per; r++) {
+        const FastRow *x = (const FastRow *)(a.data() + split) + r, *y = (const FastRow *)(b.data() + split) + r;
+        if (memcmp(x, y, offsetof(FastRow, keys))) return false;
+        const size_t n = x->n < (unsigned long long)kFastCap ? (size_t)x->n : (size_t)kFastCap;
+        std::vector<unsigned long long> kx(x->keys, x->keys + n), ky(y->keys, y->keys + n);
+        std::sort(kx.begin(), kx.end()), std::sort(ky.begin(), ky.end());
+        if (kx != ky) return false;
+    }
+    const size_t tail = split + sizeof(FastRow) * (size_t)per;
+    return memcmp(a.data() + tail, b.data() + tail, a.size() - tail) == 0;
 }
 
 static void fill_row(float *l, int vocab, int kind) {
@@ -198,7 +234,8 @@ static void run_batch(const Batch &b, int blocks, int scratch_rows) {
     mxg_sample_split(&F, o3.data(), l3.data(), n, vocab, b.rows.data(), mods, g);
     if (memcmp(l2.data(), l3.data(), sizeof(float) * l2.size()) != 0) FAIL("vocab %d g %d: fast form's edited logits differ", vocab, g);
     // MLXCEL_GPU_PDL=3: the fast split form and the one-block form as dependent launches, the logits,
-    // scratch and outputs hidden until each launch's wait: the plain launches' bytes.
+    // scratch and outputs hidden from each block until its wait: the plain launches' bytes (the
+    // scratch's key lists as sets: same_scratch).
     {
         std::vector<float> l4 = b.logits, l5 = b.logits;
         std::vector<mx_sample_out> o4(n), o5(n);
@@ -210,12 +247,12 @@ static void run_batch(const Batch &b, int blocks, int scratch_rows) {
         char what[96];
         snprintf(what, sizeof what, "vocab %d, %d rows, %d blocks", vocab, n, g);
         const size_t lb = sizeof(float) * l4.size(), ob = sizeof(mx_sample_out) * (size_t)n;
-        if (with_hidden(what, {{l4.data(), lb}, {pscratch.data(), pscratch.size()}, {o4.data(), ob}},
+        if (with_guard(what, {{l4.data(), lb}, {pscratch.data(), pscratch.size()}, {o4.data(), ob}},
                         [&] { mxg_sample_split(&P, o4.data(), l4.data(), n, vocab, b.rows.data(), mods, g); }) &&
             (memcmp(l4.data(), l3.data(), lb) || memcmp(o4.data(), o3.data(), ob) ||
-             memcmp(pscratch.data(), fscratch.data(), pscratch.size())))
+             !same_scratch(pscratch, fscratch, scratch_rows)))
             FAIL("%s: the split form's dependent launches (MLXCEL_GPU_PDL=3) differ from its plain ones", what);
-        if (with_hidden(what, {{l5.data(), lb}, {o5.data(), ob}},
+        if (with_guard(what, {{l5.data(), lb}, {o5.data(), ob}},
                         [&] { mxg_sample(&Q, o5.data(), l5.data(), n, vocab, b.rows.data(), mods); }) &&
             (memcmp(l5.data(), l1.data(), lb) || memcmp(o5.data(), o1.data(), ob)))
             FAIL("%s: the one-block form's dependent launch (MLXCEL_GPU_PDL=3) differs from its plain one", what);
@@ -315,8 +352,8 @@ static void argmax_check(int vocab, int n, int scratch_rows) {
     char what[96];
     snprintf(what, sizeof what, "argmax, vocab %d, %d rows, scratch %d rows", vocab, n, scratch_rows);
     const size_t lb = sizeof(float) * a.size(), ib = sizeof(int32_t) * (size_t)n;
-    with_hidden(what, {{a.data(), lb}, {scratch.data(), sb}, {first.data(), ib}}, [&] { mxg_argmax(&L, first.data(), a.data(), n, vocab); });
-    with_hidden(what, {{c.data(), lb}, {scratch.data(), sb}, {second.data(), ib}}, [&] { mxg_argmax(&L, second.data(), c.data(), n, vocab); });
+    with_guard(what, {{a.data(), lb}, {scratch.data(), sb}, {first.data(), ib}}, [&] { mxg_argmax(&L, first.data(), a.data(), n, vocab); });
+    with_guard(what, {{c.data(), lb}, {scratch.data(), sb}, {second.data(), ib}}, [&] { mxg_argmax(&L, second.data(), c.data(), n, vocab); });
     for (int t = 0; t < n; t++) {
         const int ha = host(a, t), hc = host(c, t);
         if (plain[t] != ha || first[t] != ha || second[t] != hc)
@@ -387,8 +424,8 @@ int main(int argc, char **argv) {
         argmax_check(100, 2, 1);
     }
     warp = 32;
-    printf("MLXCEL_GPU_PDL=3: %d dependent launches checked with the logits, scratch and outputs hidden until their wait\n",
-           pdl_launches);
+    printf("MLXCEL_GPU_PDL=3: %d dependent launches checked with the logits, scratch and outputs hidden from each block until its wait "
+           "(%d more in batches past the guard's size, unguarded)\n", pdl_launches, pdl_unguarded);
     printf("fast form: of %d sampled rows, %d settled from a list above a cut, %d from a window's bin, %d by the radix passes\n",
            fast_ways[0] + fast_ways[1] + fast_ways[2], fast_ways[1], fast_ways[2], fast_ways[0]);
     if (!fast_ways[0] || !fast_ways[1] || !fast_ways[2]) FAIL("the fast form did not take all three ways");
