@@ -119,6 +119,13 @@
 #             fixed-point integer adds; kernels/mlp_decode.cu), ~7 min, deadline 540 s: knob_checks,
 #             the harness with the knob and plain launches (MLXCEL_GPU_PDL=0), knob_ab of shapes
 #             0.6b, 8b.
+#   stream_early  the streaming kernel's early one-token form (MLXCEL_GPU_STREAM_EARLY 0/1,
+#             kernels/matvec_stream_early.cuh: where each warp has one task over 4096 columns, the
+#             whole task's codes copied into shared memory before the grid wait), ~9 min, deadline
+#             590 s: knob_checks (with bench_gpu_matvec built); bench_gpu_matvec of the 8B with the
+#             knob off and on (q, k/v, o and the fused RMSNorm + q/k/v and o + residual take the
+#             form; the bench fails unless its paths' one-record outputs agree); knob_ab of shapes
+#             8b, 0.6b (rows below the form's 4096 columns: the control), 30b (its o product).
 # (The suites were attn_on_device.sh, attn_mma_on_device.sh, prefill_on_device.sh,
 # moe_on_device.sh and matvec_on_device.sh, which bench/RESULTS.md names.)
 # shellcheck disable=SC2317  # the suite functions are called as "suite_$suite"
@@ -130,9 +137,10 @@ attn) deadline=300 ;;
 attn_mma | prefill | matvec | mixed | stream_lean | attn_short | attn_rope | pdl2 | mlp_one) deadline=540 ;;
 moe | moe_fast | grouped) deadline=480 ;;
 pdl3 | attn_o) deadline=570 ;;
+stream_early) deadline=590 ;;
 sample) deadline=420 ;;
 *)
-    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|pdl2|pdl3|attn_o|mlp_one (the suites: the top of this file)" >&2
+    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|pdl2|pdl3|attn_o|mlp_one|stream_early (the suites: the top of this file)" >&2
     exit 2
     ;;
 esac
@@ -366,6 +374,14 @@ suite_mlp_one() {
     check_run gpu_conformance_mlp_one_pdl_off 90 "check failed|FAIL|passed|failed" MLXCEL_GPU_MLP_ONE=1 MLXCEL_GPU_PDL=0 -- \
         build/cuda/test_gpu_conformance
     knob_ab MLXCEL_GPU_MLP_ONE=0 MLXCEL_GPU_MLP_ONE=1 0.6b 8b
+}
+
+suite_stream_early() {
+    knob_checks MLXCEL_GPU_STREAM_EARLY=1 bench_gpu_matvec
+    check_run bench_matvec_8b_off 120 "." MLXCEL_GPU_STREAM_EARLY=0 -- build/cuda/bench_gpu_matvec qwen3-8b 10
+    check_run bench_matvec_8b_on 120 "." MLXCEL_GPU_STREAM_EARLY=1 -- build/cuda/bench_gpu_matvec qwen3-8b 10
+    cp "$LOGS"/bench_matvec_*.log "$OUT"/ 2>/dev/null
+    knob_ab MLXCEL_GPU_STREAM_EARLY=0 MLXCEL_GPU_STREAM_EARLY=1 8b 0.6b 30b
 }
 
 check_start "ab_on_device.sh $suite"
