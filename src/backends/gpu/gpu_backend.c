@@ -343,6 +343,7 @@ typedef struct gpu_knobs {
         attn_short, attn_rope, mlp_one;
     int prefill_kernel, moe_fused, moe_down, attn_mma, sample_fast, grouped, stream_lean, pdl;
     int stream_early;    // MLXCEL_GPU_STREAM_EARLY
+    int stream_rows_residual;  // MLXCEL_GPU_STREAM_ROWS_RESIDUAL (0: as stream_rows)
     bool prefill_asked;  // MLXCEL_GPU_PREFILL_KERNEL was set
     int attn_o;
 } gpu_knobs;
@@ -420,6 +421,7 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_MATVEC_TOKENS", 63, 1, 1 << 20, &k->matvec_max_tokens, err) ||
         env_int("MLXCEL_GPU_STREAM_MIN_COLS", 4096, 0, 1 << 30, &k->stream_min_cols, err) ||
         env_int("MLXCEL_GPU_STREAM_ROWS", 4, 2, 4, &k->stream_rows, err) ||
+        env_int("MLXCEL_GPU_STREAM_ROWS_RESIDUAL", 0, 0, 4, &k->stream_rows_residual, err) ||
         env_int("MLXCEL_GPU_STREAM_LEAN", 1, 0, 1, &k->stream_lean, err) ||
         env_int("MLXCEL_GPU_STREAM_EARLY", 0, 0, 1, &k->stream_early, err) ||
         env_int("MLXCEL_GPU_SAMPLE_BLOCKS", MXG_SAMPLE_DEFAULT_BLOCKS, 1, MXG_SAMPLE_MAX_BLOCKS, &k->sample_blocks, err) ||
@@ -454,6 +456,9 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         return mx_fail(err, "MLXCEL_GPU_MATVEC_ROWS='%s': must be 1, 2 or 4 (unset: 4)", getenv("MLXCEL_GPU_MATVEC_ROWS"));
     if (k->stream_rows == 3)
         return mx_fail(err, "MLXCEL_GPU_STREAM_ROWS='%s': must be 2 or 4 (unset: 4)", getenv("MLXCEL_GPU_STREAM_ROWS"));
+    if (k->stream_rows_residual == 1 || k->stream_rows_residual == 3)
+        return mx_fail(err, "MLXCEL_GPU_STREAM_ROWS_RESIDUAL='%s': must be 2 or 4 (unset: as MLXCEL_GPU_STREAM_ROWS)",
+                       getenv("MLXCEL_GPU_STREAM_ROWS_RESIDUAL"));
     return 0;
 }
 
@@ -566,6 +571,7 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.matvec_stream = !mx_env_switch("MLXCEL_GPU_NO_STREAM_MATVEC");
     c->launch.stream_min_cols = knobs.stream_min_cols;
     c->launch.stream_rows = knobs.stream_rows;
+    c->launch.stream_rows_residual = knobs.stream_rows_residual;
     c->launch.stream_lean = knobs.stream_lean != 0;
     // Half the opt-in shared memory a block, so two blocks of the early form fit a multiprocessor
     // (sm_80+; the form's copies are cp.async there).

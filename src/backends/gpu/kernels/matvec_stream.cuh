@@ -402,16 +402,19 @@ void stream_launch_shape(const mxg_launch *L, StreamArgs a, int count) {
 // lane per step and U times the rows per task instead, the same registers and bytes in flight; over
 // long rows, L->stream_rows == 4 (the default; MLXCEL_GPU_STREAM_ROWS=2 for the previous shape)
 // takes twice the rows per task and half the chunks per step, which halves the activation reads
-// and sums per weight.
+// and sums per weight. MLXCEL_GPU_STREAM_ROWS_RESIDUAL (L->stream_rows_residual, unset: 0, the same)
+// picks that shape apart for the residual epilogue's products (o, down; bench/RESULTS.md run 45: two
+// rows a task was faster on those alone).
 template <int W, class F, int NT, int NM, int R, int EPI, bool NORM>
 void stream_launch(const mxg_launch *L, const StreamArgs &a, int count) {
     constexpr int U = Streamed<F, NT>::U;
+    const int rows = EPI == EPI_RESIDUAL && L->stream_rows_residual ? L->stream_rows_residual : L->stream_rows;
     if constexpr (NT == 1 && U > 1) {
         if (a.m[0].cols / 32 < W * U) {
             stream_launch_shape<W, F, NT, NM, R * U, 1, EPI, NORM>(L, a, count);
             return;
         }
-        if (L->stream_rows == 4) {
+        if (rows == 4) {
             stream_launch_shape<W, F, NT, NM, R * 2, U / 2, EPI, NORM>(L, a, count);
             return;
         }
