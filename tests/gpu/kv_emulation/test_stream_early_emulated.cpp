@@ -34,16 +34,10 @@ extern "C" {
 #include "backends/gpu/kernels_fused.h"
 #include "backends/gpu/kernels/matvec_stream.cuh"
 #include "emu_fail.h"
-
-enum Pattern { PLAIN, NORM_QKV, NORM_GATE_UP, DOWN_RESIDUAL };
+#include "fused_case.h"
 
 // An H100's cap (gpu_backend.c: half the 227 KB opt-in less 1 KB).
 static const size_t kCap = (232448 - 1024) / 2;
-
-struct Run {
-    std::vector<float> out[3], h, act, res;
-    size_t smem = 0;  // the dynamic shared memory of the launch
-};
 
 // One launch of the pattern with the early form on or off (`guard`: as a dependent launch under
 // emu_pdl_guard's order, x and the residual stream hidden until each block's grid wait).
@@ -55,18 +49,7 @@ static void launch(Run &u, bool early, bool guard, Pattern pat, int count, mx_ma
     L.warp = 32, L.sm_count = sms, L.cc = 90, L.matvec_stream = true, L.stream_min_cols = 0, L.stream_rows = stream_rows;
     L.matvec_rows = 4, L.stream_lean = true, L.stream_early = early ? kCap : 0;
     L.dependent_launch = L.pdl_early = guard;
-    mxg_fused_matvec f = {};
-    f.count = count;
-    for (int k = 0; k < count; k++) {
-        u.out[k].assign(rws[k], 9.0f);
-        f.w[k] = &w[k], f.out[k] = u.out[k].data(), f.bias[k] = bias ? bs[k].data() : NULL;
-    }
-    f.x = x.data();
-    const int64_t cols = (int64_t)x.size();
-    u.h.assign(cols, 3.0f);
-    if (pat == NORM_QKV || pat == NORM_GATE_UP) f.norm_w = nw.data(), f.norm_eps = 1e-6f, f.norm_out = u.h.data();
-    if (pat == NORM_GATE_UP) u.act.assign(rws[0], 4.0f), f.act = u.act.data();
-    if (pat == DOWN_RESIDUAL) u.res = res0, f.res = u.res.data();
+    mxg_fused_matvec f = fused_case_args(u, pat, count, w, rws, bs, bias, x, nw, res0);
     emu_grids.clear();
     emu_smem_sizes.clear();
     emu_pdl_guard.clear();
@@ -78,10 +61,6 @@ static void launch(Run &u, bool early, bool guard, Pattern pat, int count, mx_ma
     mxg_run_fused_matvec(&L, &f);
     emu_pdl_guard.clear();
     u.smem = emu_smem_sizes.empty() ? 0 : emu_smem_sizes.back();
-}
-
-static bool same(const std::vector<float> &a, const std::vector<float> &b) {
-    return a.size() == b.size() && memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 static bool same_run(const Run &a, const Run &b, int count) {

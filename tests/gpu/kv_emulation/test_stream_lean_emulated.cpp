@@ -37,14 +37,7 @@ extern "C" {
 #include "backends/gpu/kernels_fused.h"
 #include "backends/gpu/kernels/matvec_stream.cuh"
 #include "emu_fail.h"
-
-enum Pattern { PLAIN, NORM_QKV, NORM_GATE_UP, DOWN_RESIDUAL };
-
-struct Run {
-    std::vector<float> out[3], h, act, res;
-    size_t smem = 0;  // the dynamic shared memory of the launch
-    std::vector<emu_range> prefetches;  // MLXCEL_GPU_PDL=2's L2 prefetches, in order
-};
+#include "fused_case.h"
 
 // One launch of the pattern with the lean form on or off; every written buffer starts as a known fill
 // so that a buffer left unwritten shows.
@@ -56,18 +49,7 @@ static void launch(Run &u, bool lean, Pattern pat, int count, mx_matrix *w, cons
     L.warp = warp, L.sm_count = sms, L.matvec_stream = true, L.stream_min_cols = 0, L.stream_rows = stream_rows;
     L.dependent_launch = L.pdl_early = pdl_cap != 0, L.pdl_prefetch = pdl_cap;  // MLXCEL_GPU_PDL=2
     L.matvec_rows = 4, L.stream_lean = lean;
-    mxg_fused_matvec f = {};
-    f.count = count;
-    for (int k = 0; k < count; k++) {
-        u.out[k].assign(rws[k], 9.0f);
-        f.w[k] = &w[k], f.out[k] = u.out[k].data(), f.bias[k] = bias ? bs[k].data() : NULL;
-    }
-    f.x = x.data();
-    const int64_t cols = (int64_t)x.size();
-    u.h.assign(cols, 3.0f);
-    if (pat == NORM_QKV || pat == NORM_GATE_UP) f.norm_w = nw.data(), f.norm_eps = 1e-6f, f.norm_out = u.h.data();
-    if (pat == NORM_GATE_UP) u.act.assign(rws[0], 4.0f), f.act = u.act.data();
-    if (pat == DOWN_RESIDUAL) u.res = res0, f.res = u.res.data();
+    mxg_fused_matvec f = fused_case_args(u, pat, count, w, rws, bs, bias, x, nw, res0);
     emu_grids.clear();
     emu_smem_sizes.clear();
     emu_prefetches.clear();
@@ -98,10 +80,6 @@ static bool prefetches_ok(const Run &u, const mx_matrix *w, int count, size_t ca
     if (total > cap) return snprintf(why, n, "%zu bytes prefetched, cap %zu", total, cap), false;
     snprintf(why, n, "%zu prefetches, %zu bytes", u.prefetches.size(), total);
     return true;
-}
-
-static bool same(const std::vector<float> &a, const std::vector<float> &b) {
-    return a.size() == b.size() && memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 static void run_case(const char *name, Pattern pat, mx_quant q, mx_dtype st, int rows, int cols, bool bias, int warp,

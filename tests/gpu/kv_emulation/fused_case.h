@@ -1,0 +1,43 @@
+// SPDX-License-Identifier: MIT
+// What the emulation tests of the streaming kernel's one-token forms share
+// (test_stream_lean_emulated.cpp, test_stream_early_emulated.cpp): the four fused patterns, the
+// buffers one launch writes, the filling of mxg_fused_matvec for a pattern (every written buffer
+// starts as a known fill, so that a buffer left unwritten shows) and the bitwise comparison of two
+// outputs. Included after emu.h and kernels_fused.h.
+#ifndef MXG_TEST_FUSED_CASE_H
+#define MXG_TEST_FUSED_CASE_H
+
+#include <cstring>
+#include <vector>
+
+enum Pattern { PLAIN, NORM_QKV, NORM_GATE_UP, DOWN_RESIDUAL };
+
+struct Run {
+    std::vector<float> out[3], h, act, res;
+    size_t smem = 0;                    // the dynamic shared memory of the launch
+    std::vector<emu_range> prefetches;  // MLXCEL_GPU_PDL=2's L2 prefetches, in order
+};
+
+// The launch's arguments for `count` matrices of the pattern, pointing into `u`'s fresh buffers.
+static inline mxg_fused_matvec fused_case_args(Run &u, Pattern pat, int count, mx_matrix *w, const int64_t *rws,
+                                               const std::vector<float> *bs, bool bias, const std::vector<float> &x,
+                                               const std::vector<float> &nw, const std::vector<float> &res0) {
+    mxg_fused_matvec f = {};
+    f.count = count;
+    for (int k = 0; k < count; k++) {
+        u.out[k].assign(rws[k], 9.0f);
+        f.w[k] = &w[k], f.out[k] = u.out[k].data(), f.bias[k] = bias ? bs[k].data() : NULL;
+    }
+    f.x = x.data();
+    u.h.assign(x.size(), 3.0f);
+    if (pat == NORM_QKV || pat == NORM_GATE_UP) f.norm_w = nw.data(), f.norm_eps = 1e-6f, f.norm_out = u.h.data();
+    if (pat == NORM_GATE_UP) u.act.assign(rws[0], 4.0f), f.act = u.act.data();
+    if (pat == DOWN_RESIDUAL) u.res = res0, f.res = u.res.data();
+    return f;
+}
+
+static inline bool same(const std::vector<float> &a, const std::vector<float> &b) {
+    return a.size() == b.size() && memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+#endif
