@@ -72,8 +72,6 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   # whole task copied into shared memory before the grid wait) under every case: it takes the
   # harness's one-task-per-warp launches over 4096 columns (q/k/v, gate/up), the rest as by default.
   mlxcel_gpu_conformance(gpu_conformance_stream_early MLXCEL_GPU_STREAM_EARLY=1)
-  # Two rows a task for the residual epilogue's one-token products alone (o, down), four for the rest.
-  mlxcel_gpu_conformance(gpu_conformance_stream_rows_residual MLXCEL_GPU_STREAM_ROWS_RESIDUAL=2)
   # The flash-decoding kernel's short form (kernels/attn_decode.cu) is the default; its group form
   # (a block per KV head's query group at every cache size) under every case of the harness.
   mlxcel_gpu_conformance(gpu_conformance_attn_short_off MLXCEL_GPU_ATTN_SHORT=0)
@@ -175,10 +173,11 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_knob_refused(sample_fast_two MLXCEL_GPU_SAMPLE_FAST=2
                           "MLXCEL_GPU_SAMPLE_FAST='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(matvec_rows_three MLXCEL_GPU_MATVEC_ROWS=3 "MLXCEL_GPU_MATVEC_ROWS='3': must be 1, 2 or 4")
-  mlxcel_gpu_knob_refused(stream_rows_three MLXCEL_GPU_STREAM_ROWS=3 "MLXCEL_GPU_STREAM_ROWS='3': must be 2 or 4 \\(unset: 4\\)")
-  mlxcel_gpu_knob_refused(stream_rows_one MLXCEL_GPU_STREAM_ROWS=1 "MLXCEL_GPU_STREAM_ROWS='1': must be a whole number from 2 to 4")
-  mlxcel_gpu_knob_refused(stream_rows_residual_three MLXCEL_GPU_STREAM_ROWS_RESIDUAL=3
-                          "MLXCEL_GPU_STREAM_ROWS_RESIDUAL='3': must be 2 or 4 \\(unset: as MLXCEL_GPU_STREAM_ROWS\\)")
+  mlxcel_gpu_knob_refused(stream_rows_three MLXCEL_GPU_STREAM_ROWS=3
+                          "MLXCEL_GPU_STREAM_ROWS='3': must be 2 or 4 \\(unset or 0: chosen per launch\\)")
+  mlxcel_gpu_knob_refused(stream_rows_one MLXCEL_GPU_STREAM_ROWS=1
+                          "MLXCEL_GPU_STREAM_ROWS='1': must be 2 or 4 \\(unset or 0: chosen per launch\\)")
+  mlxcel_gpu_knob_refused(stream_rows_five MLXCEL_GPU_STREAM_ROWS=5 "MLXCEL_GPU_STREAM_ROWS='5': must be a whole number from 0 to 4")
   mlxcel_gpu_knob_refused(prefill_kernel_word MLXCEL_GPU_PREFILL_KERNEL=fast
                           "MLXCEL_GPU_PREFILL_KERNEL='fast': must be wmma, wmma128, pipe or wgmma \\(unset: wgmma, else pipe\\)")
   mlxcel_gpu_knob_refused(grouped_two MLXCEL_GPU_GROUPED=2

@@ -126,10 +126,6 @@
 #             knob off and on (q, k/v, o and the fused RMSNorm + q/k/v and o + residual take the
 #             form; the bench fails unless its paths' one-record outputs agree); knob_ab of shapes
 #             8b, 0.6b (rows below the form's 4096 columns: the control), 30b (its o product).
-#   rows_residual  two rows a task for the residual epilogue's one-token products alone
-#             (MLXCEL_GPU_STREAM_ROWS_RESIDUAL=2: o and down + residual; four for the rest), ~8 min,
-#             deadline 590 s: knob_checks (with bench_gpu_matvec built); bench_gpu_matvec of the 8B
-#             with the knob off and on; knob_ab of shapes 8b, 30b, 0.6b (rows below 4096: the control).
 # (The suites were attn_on_device.sh, attn_mma_on_device.sh, prefill_on_device.sh,
 # moe_on_device.sh and matvec_on_device.sh, which bench/RESULTS.md names.)
 # shellcheck disable=SC2317  # the suite functions are called as "suite_$suite"
@@ -141,10 +137,10 @@ attn) deadline=300 ;;
 attn_mma | prefill | matvec | mixed | stream_lean | attn_short | attn_rope | pdl2 | mlp_one) deadline=540 ;;
 moe | moe_fast | grouped) deadline=480 ;;
 pdl3 | attn_o) deadline=570 ;;
-stream_early | rows_residual) deadline=590 ;;
+stream_early) deadline=590 ;;
 sample) deadline=420 ;;
 *)
-    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|pdl2|pdl3|attn_o|mlp_one|stream_early|rows_residual (the suites: the top of this file)" >&2
+    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|pdl2|pdl3|attn_o|mlp_one|stream_early (the suites: the top of this file)" >&2
     exit 2
     ;;
 esac
@@ -386,13 +382,6 @@ suite_stream_early() {
     check_run bench_matvec_8b_on 120 "." MLXCEL_GPU_STREAM_EARLY=1 -- build/cuda/bench_gpu_matvec qwen3-8b 10
     cp "$LOGS"/bench_matvec_*.log "$OUT"/ 2>/dev/null
     knob_ab MLXCEL_GPU_STREAM_EARLY=0 MLXCEL_GPU_STREAM_EARLY=1 8b 0.6b 30b
-}
-
-suite_rows_residual() {
-    knob_checks MLXCEL_GPU_STREAM_ROWS_RESIDUAL=2 bench_gpu_matvec
-    check_run bench_matvec_8b_off 120 "." MLXCEL_GPU_STREAM_ROWS_RESIDUAL=0 -- build/cuda/bench_gpu_matvec qwen3-8b 10
-    check_run bench_matvec_8b_on 120 "." MLXCEL_GPU_STREAM_ROWS_RESIDUAL=2 -- build/cuda/bench_gpu_matvec qwen3-8b 10
-    knob_ab MLXCEL_GPU_STREAM_ROWS_RESIDUAL=0 MLXCEL_GPU_STREAM_ROWS_RESIDUAL=2 8b 30b 0.6b
 }
 
 check_start "ab_on_device.sh $suite"

@@ -833,24 +833,27 @@ int main(void) {
     }
     layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){1, 1024, 8, 4, 128, 2048, 1000, false, 0});
     mx_backend_free(gpu);
-    // The streaming kernel's previous task shape over long rows (MLXCEL_GPU_STREAM_ROWS=2: two rows
-    // per task, one for gate/up, twice the chunks per step; the default takes four and two): q/k/v
-    // over 4096 columns, gate/up over 4096, a residual product over 4224 (a partial step), in every
-    // format it streams.
-    gpu = gpu_with(&gopt, "MLXCEL_GPU_STREAM_ROWS", "2");
-    for (size_t f = 0; f < 4; f++) {
-        proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 4096, 1024, 256, 256, f == 0, P_NORM_QKV});
-        proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 4096, 256, 128, 1024, f == 1, P_NORM_GATE_UP});
-        proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 512, 4224, 128, 256, f == 2, P_RESIDUAL});
+    // The streaming kernel's two task shapes over long rows, each forced for every launch
+    // (MLXCEL_GPU_STREAM_ROWS=2: two rows per task, one for gate/up, twice the chunks per step; =4:
+    // four and two; by default each launch takes one by its size, and the harness's small products
+    // mostly take two): q/k/v over 4096 columns, gate/up over 4096, a residual product over 4224 (a
+    // partial step), in every format it streams.
+    for (int shape = 0; shape < 2; shape++) {
+        gpu = gpu_with(&gopt, "MLXCEL_GPU_STREAM_ROWS", shape ? "4" : "2");
+        for (size_t f = 0; f < 4; f++) {
+            proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 4096, 1024, 256, 256, f == 0, P_NORM_QKV});
+            proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 4096, 256, 128, 1024, f == 1, P_NORM_GATE_UP});
+            proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 512, 4224, 128, 256, f == 2, P_RESIDUAL});
+        }
+        mx_backend_free(gpu);
     }
-    mx_backend_free(gpu);
     // The streaming kernel's lean one-token form (MLXCEL_GPU_STREAM_LEAN=1: its affine 4/8-bit products
     // with each chunk's sum of x staged once per block and the rows' addresses formed once per task):
     // q/k/v and gate/up over 4096 columns, residual products over 4224 (a partial step) and over
-    // 12288 (the staging and sums past 48 KB of shared memory), in both task shapes, in the affine
-    // formats it takes (the others run as by default).
-    for (int rows2 = 0; rows2 <= 1; rows2++) {
-        if (rows2) setenv("MLXCEL_GPU_STREAM_ROWS", "2", 1);
+    // 12288 (the staging and sums past 48 KB of shared memory), with the task shapes chosen per launch
+    // and with each forced, in the affine formats it takes (the others run as by default).
+    for (int shape = 0; shape < 3; shape++) {
+        if (shape) setenv("MLXCEL_GPU_STREAM_ROWS", shape == 1 ? "2" : "4", 1);
         gpu = gpu_with(&gopt, "MLXCEL_GPU_STREAM_LEAN", "1");
         unsetenv("MLXCEL_GPU_STREAM_ROWS");
         for (size_t f = 0; f < 3; f++) {

@@ -335,8 +335,9 @@ static void test_matvec_shapes(mx_backend *be, ref_rng *rng, const char *path, b
     fc[nf++] = (fmt_case){{MX_QUANT_NONE, 0, 0}, MX_DTYPE_BF16, MX_DTYPE_F32, 0};
     // rows x cols and the token counts run on it. Streaming kernel (one task = two rows for one
     // token, one row for several; a step = 4 chunks per lane at 4 bits, 2 at 8 bits; the chunk
-    // counts below are for that shape, MLXCEL_GPU_STREAM_ROWS=2: the default over long rows takes
-    // four rows and half the chunks per step, so the same rows also end in a partial step):
+    // counts below are for that shape, MLXCEL_GPU_STREAM_ROWS=2, which the default takes where a
+    // launch's two-row tasks fit one wave; =4 takes four rows and half the chunks per step, so the
+    // same rows also end in a partial step):
     // 133 x 4224 at n = 1 (132 chunks: a full step and one of 4 chunks); 7 x 2048 at 1 and 3 (64
     // chunks, rows shorter than a step: one chunk per lane per step, eight rows per task at 4 bits,
     // four at 8); 1 x 1152 at n = 1-8 (one row, the task's other rows clamped); 20000 x 1024 at 1
@@ -1145,6 +1146,7 @@ int main(void) {
     group_stat mvn = {"matrix-vector, no streaming kernel", 0, 0, 0};
     group_stat mvf = {"matrix-vector, MLXCEL_GPU_TC_DECODE=0", 0, 0, 0};
     group_stat mv2 = {"matrix-vector, streaming 2 rows per task", 0, 0, 0};
+    group_stat mv4 = {"matrix-vector, streaming 4 rows per task", 0, 0, 0};
     group_stat tcp = {"matmul tiled, wmma128 / pipe / wgmma", 0, 0, 0};
     test_matmul(be, &rng, true, ALL_N, &mv, &tc, &tf);
     test_matmul_tiles(be, &rng, &tc);
@@ -1199,12 +1201,17 @@ int main(void) {
         mx_backend_free(be);
     }
     unsetenv("MLXCEL_GPU_NO_STREAM_MATVEC");
-    // The streaming kernel's previous task shape (MLXCEL_GPU_STREAM_ROWS=2: two rows per task and
-    // twice the chunks per step for one token over long rows; the default takes four): the shapes
-    // above at one token.
+    // The streaming kernel's two task shapes for one token over long rows, each forced for every
+    // launch (MLXCEL_GPU_STREAM_ROWS=2: two rows per task and twice the chunks per step; =4: four rows;
+    // by default each launch takes one by its size): the shapes above at one token.
     be = backend_with(&opt, "MLXCEL_GPU_STREAM_ROWS", "2");
     if (be) {
         test_matvec_shapes(be, &rng, "MLXCEL_GPU_STREAM_ROWS=2", true, true, 1, &mv2);
+        mx_backend_free(be);
+    }
+    be = backend_with(&opt, "MLXCEL_GPU_STREAM_ROWS", "4");
+    if (be) {
+        test_matvec_shapes(be, &rng, "MLXCEL_GPU_STREAM_ROWS=4", true, true, 1, &mv4);
         mx_backend_free(be);
     }
     unsetenv("MLXCEL_GPU_STREAM_ROWS");
@@ -1302,6 +1309,7 @@ int main(void) {
     stat_print(&mvn, 2e-5);
     stat_print(&mvf, 2e-5);
     stat_print(&mv2, 2e-5);
+    stat_print(&mv4, 2e-5);
     stat_print(&mvo, 2e-5);
     stat_print(&tc, 2e-5);  // plus twice the host-measured bf16 input rounding error, per case
     stat_print(&tcp, 2e-5);

@@ -343,7 +343,6 @@ typedef struct gpu_knobs {
         attn_short, attn_rope, mlp_one;
     int prefill_kernel, moe_fused, moe_down, attn_mma, sample_fast, grouped, stream_lean, pdl;
     int stream_early;    // MLXCEL_GPU_STREAM_EARLY
-    int stream_rows_residual;  // MLXCEL_GPU_STREAM_ROWS_RESIDUAL (0: as stream_rows)
     bool prefill_asked;  // MLXCEL_GPU_PREFILL_KERNEL was set
     int attn_o;
 } gpu_knobs;
@@ -357,9 +356,10 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // streamed the 8B's products faster (tg128 288 against 236 tok/s) but made the 0.6B's
     // 1024-3072-wide ones slower (650 against 732; bench/RESULTS.md, run 12).
     // MLXCEL_GPU_STREAM_MIN_COLS=N moves that bound (the GPU tests use 0). MLXCEL_GPU_STREAM_ROWS:
-    // its task shape over long rows for one token; unset: 4 (4 rows per task, 2 chunks per lane per
-    // step at 4 bits; bench/RESULTS.md run 31: 8B tg128 +4.4% on an H100 against 2), 2: the
-    // previous shape (2 rows per task, 4 chunks per step), kept for A/B. MLXCEL_GPU_STREAM_LEAN
+    // its task shape over long rows for one token; unset or 0: per launch (two rows a task, 4 chunks
+    // per lane per step at 4 bits, where those tasks fit one wave of the grid's warps, else four rows
+    // and 2 chunks; bench/RESULTS.md run 47: 8B tg128 +8.4% on an H100 against four everywhere);
+    // 2 or 4: that shape for every launch, for A/B. MLXCEL_GPU_STREAM_LEAN
     // (unset: 1): its one-token affine 4/8-bit products in the lean form (kernels/matvec_stream_lean.cuh:
     // each chunk's sum of x once per block, the rows' addresses once per task; bit for bit the same
     // outputs; H100, bench/RESULTS.md run 36: 8B tg128 +3.6%); 0: the previous form, for A/B.
@@ -420,8 +420,7 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_ATTN_O", 0, 0, 1, &k->attn_o, err) ||
         env_int("MLXCEL_GPU_MATVEC_TOKENS", 63, 1, 1 << 20, &k->matvec_max_tokens, err) ||
         env_int("MLXCEL_GPU_STREAM_MIN_COLS", 4096, 0, 1 << 30, &k->stream_min_cols, err) ||
-        env_int("MLXCEL_GPU_STREAM_ROWS", 4, 2, 4, &k->stream_rows, err) ||
-        env_int("MLXCEL_GPU_STREAM_ROWS_RESIDUAL", 0, 0, 4, &k->stream_rows_residual, err) ||
+        env_int("MLXCEL_GPU_STREAM_ROWS", 0, 0, 4, &k->stream_rows, err) ||
         env_int("MLXCEL_GPU_STREAM_LEAN", 1, 0, 1, &k->stream_lean, err) ||
         env_int("MLXCEL_GPU_STREAM_EARLY", 0, 0, 1, &k->stream_early, err) ||
         env_int("MLXCEL_GPU_SAMPLE_BLOCKS", MXG_SAMPLE_DEFAULT_BLOCKS, 1, MXG_SAMPLE_MAX_BLOCKS, &k->sample_blocks, err) ||
@@ -454,11 +453,9 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     }
     if (k->matvec_rows == 3)
         return mx_fail(err, "MLXCEL_GPU_MATVEC_ROWS='%s': must be 1, 2 or 4 (unset: 4)", getenv("MLXCEL_GPU_MATVEC_ROWS"));
-    if (k->stream_rows == 3)
-        return mx_fail(err, "MLXCEL_GPU_STREAM_ROWS='%s': must be 2 or 4 (unset: 4)", getenv("MLXCEL_GPU_STREAM_ROWS"));
-    if (k->stream_rows_residual == 1 || k->stream_rows_residual == 3)
-        return mx_fail(err, "MLXCEL_GPU_STREAM_ROWS_RESIDUAL='%s': must be 2 or 4 (unset: as MLXCEL_GPU_STREAM_ROWS)",
-                       getenv("MLXCEL_GPU_STREAM_ROWS_RESIDUAL"));
+    if (k->stream_rows == 1 || k->stream_rows == 3)
+        return mx_fail(err, "MLXCEL_GPU_STREAM_ROWS='%s': must be 2 or 4 (unset or 0: chosen per launch)",
+                       getenv("MLXCEL_GPU_STREAM_ROWS"));
     return 0;
 }
 
@@ -571,7 +568,6 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.matvec_stream = !mx_env_switch("MLXCEL_GPU_NO_STREAM_MATVEC");
     c->launch.stream_min_cols = knobs.stream_min_cols;
     c->launch.stream_rows = knobs.stream_rows;
-    c->launch.stream_rows_residual = knobs.stream_rows_residual;
     c->launch.stream_lean = knobs.stream_lean != 0;
     // Half the opt-in shared memory a block, so two blocks of the early form fit a multiprocessor
     // (sm_80+; the form's copies are cp.async there).

@@ -47,10 +47,9 @@ typedef struct mxg_launch {
     bool matvec_old;       // matrix-vector kernels without the scaled 4/8-bit dot and split-K (A/B switch)
     bool matvec_stream;    // the streaming matrix-vector kernel where it applies (off: MLXCEL_GPU_NO_STREAM_MATVEC=1)
     int stream_min_cols;   // ... on rows at least this long (MLXCEL_GPU_STREAM_MIN_COLS; default 4096)
-    int stream_rows;       // its rows per task for one token over long rows: 4 with half the chunks per step
-                           // (default), or 2 (MLXCEL_GPU_STREAM_ROWS=2)
-    int stream_rows_residual; // the same for the products with the residual epilogue (o, down): 0 (default)
-                           // follows stream_rows; 2 or 4 (MLXCEL_GPU_STREAM_ROWS_RESIDUAL)
+    int stream_rows;       // its rows per task for one token over long rows: 0 (default) by the launch's
+                           // size (kernels/matvec_stream.cuh, stream_four_rows), or 2 or 4 for every
+                           // launch (MLXCEL_GPU_STREAM_ROWS)
     bool stream_lean;      // its one-token affine 4/8-bit products in the lean form, bit for bit the same outputs
                            // (kernels/matvec_stream_lean.cuh; MLXCEL_GPU_STREAM_LEAN, on unless 0)
     size_t stream_early;   // MLXCEL_GPU_STREAM_EARLY=1 (off: 0): the lean form's launches of one task per warp over

@@ -28,8 +28,9 @@
 //   shared memory, not DRAM, the limit at 16.5 bytes per clock per multiprocessor). One token over
 //   rows shorter than a step (1024-2560 wide) takes one chunk per lane per step and U x R rows per
 //   task (stream_launch): the same registers and bytes in flight. Several tokens: one row per task.
-//   Over long rows one token takes 2 x R rows and U / 2 chunks per step (L->stream_rows == 4, the
-//   default; MLXCEL_GPU_STREAM_ROWS=2 gives R rows and U chunks, kept for A/B).
+//   Over long rows one token takes R rows and U chunks per step where those tasks fit one wave of
+//   the grid's warps, else 2 x R rows and U / 2 chunks per step (stream_four_rows;
+//   MLXCEL_GPU_STREAM_ROWS=2 or 4 forces one shape).
 // - The dot products are those of the other kernels (kernels/matvec_scaled.cuh for affine 4/8-bit,
 //   Fmt::dot_raw for mxfp4 and dense bf16/f16), so the results differ from theirs only in float32
 //   summation order.
@@ -397,24 +398,34 @@ void stream_launch_shape(const mxg_launch *L, StreamArgs a, int count) {
                    (gpuStream_t)L->stream, L->dependent_launch, a);
 }
 
+// Over long rows, one token: whether a launch takes four rows a task (twice R, half the chunks per
+// step: half the activation reads and sums per weight) rather than two. L->stream_rows forces one
+// shape (MLXCEL_GPU_STREAM_ROWS=2 or 4); by default (0) a launch takes two rows a task when its
+// two-row tasks fit one wave of the grid's resident warps, one task a warp (the 8B's o and down:
+// 2,048 tasks on an H100's 2,112 warps), and four otherwise (q/k/v, gate/up, lm_head: two-row tasks
+// would spill into a second, mostly empty wave). bench/RESULTS.md run 47: the 8B tg128 +8.4% against
+// four rows everywhere, -3.7% with two rows everywhere.
+template <int W, int NM, int R>
+bool stream_four_rows(const mxg_launch *L, const StreamArgs &a, int count) {
+    if (L->stream_rows) return L->stream_rows == 4;
+    StreamArgs two = a;  // stream_tasks fills task_end
+    const int64_t resident = (int64_t)L->sm_count * kStreamBlocksPerSm * (kStreamThreads / W);
+    return stream_tasks<NM, R>(two, count) > resident;
+}
+
 // The launch for `count` matrices (m, out, bias of `a` filled) at R rows per task. One token over
 // rows shorter than a step (fewer than W x U chunks: the 1024-2560-wide models) takes one chunk per
 // lane per step and U times the rows per task instead, the same registers and bytes in flight; over
-// long rows, L->stream_rows == 4 (the default; MLXCEL_GPU_STREAM_ROWS=2 for the previous shape)
-// takes twice the rows per task and half the chunks per step, which halves the activation reads
-// and sums per weight. MLXCEL_GPU_STREAM_ROWS_RESIDUAL (L->stream_rows_residual, unset: 0, the same)
-// picks that shape apart for the residual epilogue's products (o, down; bench/RESULTS.md run 45: two
-// rows a task was faster on those alone).
+// long rows, stream_four_rows picks R or twice R rows per task.
 template <int W, class F, int NT, int NM, int R, int EPI, bool NORM>
 void stream_launch(const mxg_launch *L, const StreamArgs &a, int count) {
     constexpr int U = Streamed<F, NT>::U;
-    const int rows = EPI == EPI_RESIDUAL && L->stream_rows_residual ? L->stream_rows_residual : L->stream_rows;
     if constexpr (NT == 1 && U > 1) {
         if (a.m[0].cols / 32 < W * U) {
             stream_launch_shape<W, F, NT, NM, R * U, 1, EPI, NORM>(L, a, count);
             return;
         }
-        if (rows == 4) {
+        if (stream_four_rows<W, NM, R>(L, a, count)) {
             stream_launch_shape<W, F, NT, NM, R * 2, U / 2, EPI, NORM>(L, a, count);
             return;
         }
