@@ -37,7 +37,8 @@ python3 tests/gpu/kv_emulation/to_host.py src/backends/gpu/vendor/cuda/attn_mma.
 python3 tests/gpu/kv_emulation/to_host.py src/backends/gpu/kernels/matvec_fused.cu >"$out/matvec_fused.cpp"
 # The streaming kernel lives in headers (matvec_fused.cu's launches): converted copies of them first
 # on the include path of the builds that link matvec_fused.cpp.
-mkdir -p "$out/inc/backends/gpu/kernels" "$out/fault_lean/backends/gpu/kernels" "$out/fault_prefetch/backends/gpu/kernels"
+mkdir -p "$out/inc/backends/gpu/kernels" "$out/fault_lean/backends/gpu/kernels" "$out/fault_prefetch/backends/gpu/kernels" \
+    "$out/fault_past/backends/gpu/kernels"
 for h in matvec_stream matvec_stream_lean matvec_stream_early; do
     python3 tests/gpu/kv_emulation/to_host.py "src/backends/gpu/kernels/$h.cuh" >"$out/inc/backends/gpu/kernels/$h.cuh"
 done
@@ -73,14 +74,21 @@ sed 's/const unsigned n = hi - lo < budget ? (unsigned)(hi - lo) : budget;/const
     src/backends/gpu/common.cuh >"$out/fault_prefetch/backends/gpu/common.cuh"
 ! cmp -s src/backends/gpu/common.cuh "$out/fault_prefetch/backends/gpu/common.cuh" ||
     { echo "run.sh: the planted prefetch fault did not apply"; exit 1; }
+# MLXCEL_GPU_PREFETCH_PAST=1's planted fault: each row's codes prefetched from its start (matvec.cuh,
+# prefetch_rows).
+sed 's/prefetch_span(m.data + (r0 + j) \* m.row_bytes + past, m.row_bytes - past, b);/prefetch_span(m.data + (r0 + j) * m.row_bytes, m.row_bytes - past, b);/' \
+    src/backends/gpu/kernels/matvec.cuh >"$out/fault_past/backends/gpu/kernels/matvec.cuh"
+! cmp -s src/backends/gpu/kernels/matvec.cuh "$out/fault_past/backends/gpu/kernels/matvec.cuh" ||
+    { echo "run.sh: the planted prefetch past fault did not apply"; exit 1; }
 sed 's/const float xs = sums\[c\];/const float xs = sums[c ^ 1];/' "$out/inc/backends/gpu/kernels/matvec_stream_lean.cuh" \
     >"$out/fault_lean/backends/gpu/kernels/matvec_stream_lean.cuh"
 ! cmp -s "$out/inc/backends/gpu/kernels/matvec_stream_lean.cuh" "$out/fault_lean/backends/gpu/kernels/matvec_stream_lean.cuh" ||
     { echo "run.sh: the planted stream lean fault did not apply"; exit 1; }
-for variant in good fault fault_prefetch; do
+for variant in good fault fault_prefetch fault_past; do
     inc="-I$out/inc"
     [ $variant = fault ] && inc="-I$out/fault_lean $inc"
     [ $variant = fault_prefetch ] && inc="-I$out/fault_prefetch $inc"
+    [ $variant = fault_past ] && inc="-I$out/fault_past $inc"
     # shellcheck disable=SC2086,SC2046
     g++ $inc $flags -Itests/gpu -o "$out/test_stream_lean_$variant" tests/gpu/kv_emulation/emu.cpp \
         tests/gpu/kv_emulation/test_stream_lean_emulated.cpp "$out/matvec_fused.cpp" "$out/gpu_ref.o" \
@@ -95,6 +103,10 @@ echo "stream lean: the planted sum fault (sums[c ^ 1]) fails the emulation ($(gr
 n=$(grep -c "FAIL.*bad prefetch" "$out/stream_prefetch_fault.log" || true)
 [ "$n" -gt 0 ] || { echo "stream pdl=2: the planted fault (prefetch budget ignored) passed the emulation: FAIL"; exit 1; }
 echo "stream pdl=2: the planted fault (prefetch budget ignored) fails the emulation ($n failures): ok"
+"$out/test_stream_lean_fault_past" quick >"$out/stream_past_fault.log" 2>&1 || true
+n=$(grep -c "FAIL.*prefetched what the first step loads" "$out/stream_past_fault.log" || true)
+[ "$n" -gt 0 ] || { echo "stream prefetch past: the planted fault (codes from the row's start) passed the emulation: FAIL"; exit 1; }
+echo "stream prefetch past: the planted fault (codes from the row's start) fails the emulation ($n failures): ok"
 # The one-launch MLP (MLXCEL_GPU_MLP_ONE=1, kernels/mlp_decode.cu; test_mlp_emulated.cpp: the same
 # bytes in every order of block arrival, the accumulators left zero, every output against the
 # reference), then against two planted faults that must fail: every partial sum of down added as a
