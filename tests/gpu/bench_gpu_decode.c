@@ -97,6 +97,18 @@ static void add_qk_rope_kv(mx_plan *p, const model *m, const layer *L, mx_kv_ref
     ADD(p, MX_OP_KV_STORE, kv_store, kv, m->k, m->v, n);
 }
 
+// Layer L's first half for n tokens: RMSNorm, q/k/v, the q/k norms + RoPE + KV store and the
+// attention (decode: the records' hint, each token in its own slot).
+static void add_attn_half(mx_plan *p, const model *m, const layer *L, mx_kv_ref kv, int n, bool decode) {
+    const shape *s = &m->s;
+    ADD(p, MX_OP_RMSNORM, rmsnorm, m->h, m->x, L->in_norm, n, s->hidden, 1e-6f);
+    ADD(p, MX_OP_MATMUL, matmul, m->q, m->h, &L->q, NULL, n);
+    ADD(p, MX_OP_MATMUL, matmul, m->k, m->h, &L->k, NULL, n);
+    ADD(p, MX_OP_MATMUL, matmul, m->v, m->h, &L->v, NULL, n);
+    add_qk_rope_kv(p, m, L, kv, n);
+    ADD(p, MX_OP_ATTENTION, attention, m->att, m->q, kv, n, s->heads, 0.08838834764f, 0, NULL, decode);
+}
+
 // Layer L's second half for n tokens: with o_proj the o-projection and its residual add, then the
 // RMSNorm, gate/up, SwiGLU, down product and residual add.
 static void add_mlp_half(mx_plan *p, const model *m, const layer *L, int n, bool o_proj) {
@@ -123,12 +135,7 @@ static mx_plan *forward_plan(model *m, int n, const int32_t *last_row, bool deco
     for (int l = 0; l < s->layers; l++) {
         layer *L = &m->L[l];
         mx_kv_ref kv = {m->kv, m->lay, l, m->slot, m->pos, NULL};
-        ADD(p, MX_OP_RMSNORM, rmsnorm, m->h, m->x, L->in_norm, n, s->hidden, 1e-6f);
-        ADD(p, MX_OP_MATMUL, matmul, m->q, m->h, &L->q, NULL, n);
-        ADD(p, MX_OP_MATMUL, matmul, m->k, m->h, &L->k, NULL, n);
-        ADD(p, MX_OP_MATMUL, matmul, m->v, m->h, &L->v, NULL, n);
-        add_qk_rope_kv(p, m, L, kv, n);
-        ADD(p, MX_OP_ATTENTION, attention, m->att, m->q, kv, n, s->heads, 0.08838834764f, 0, NULL, decode);
+        add_attn_half(p, m, L, kv, n, decode);
         add_mlp_half(p, m, L, n, true);
     }
     ADD(p, MX_OP_GATHER_ROWS, gather_rows, m->last, m->x, last_row, 1, s->hidden);
@@ -168,8 +175,8 @@ static float plan_ms(mx_backend *be, const mx_plan *p, int warm, int reps, void 
     } while (0)
 
 // Per-op device times of layer 0 (and the output projection) for a batch of n tokens (decode: a
-// batched decode step, the attention's hint on), and of the q/k norm + RoPE + KV store records as the
-// plan runner fuses them into one launch.
+// batched decode step, the attention's hint on), of the q/k norm + RoPE + KV store records as the
+// plan runner fuses them into one launch, and of the layer's halves and the whole layer as plans.
 static void op_times(mx_backend *be, model *m, int n, bool decode, void *e0, void *e1, void *stream) {
     const shape *s = &m->s;
     layer *L = &m->L[0];
@@ -203,6 +210,17 @@ static void op_times(mx_backend *be, model *m, int n, bool decode, void *e0, voi
         add_mlp_half(mlp, m, L, n, o);
         TIME_OP(o ? "o-proj + mlp half plan" : "mlp half plan", n, reps, run_plan(be, mlp));
         mx_plan_free(be, mlp);
+    }
+    // The layer's first half as a plan (RMSNorm + q/k/v, the attention with the q/k norm + RoPE + KV
+    // store folded in: two or three launches), and the whole layer; with the second half's times
+    // above, what the launch boundaries around the attention cost.
+    for (int whole = 0; whole <= 1; whole++) {
+        mx_plan *half = mx_plan_create(&err);
+        if (!half) die("plan");
+        add_attn_half(half, m, L, kv, n, decode);
+        if (whole) add_mlp_half(half, m, L, n, true);
+        TIME_OP(whole ? "layer plan" : "attention half plan", n, reps, run_plan(be, half));
+        mx_plan_free(be, half);
     }
     if (n == 1) {
         TIME_OP("lm_head", 1, reps, OP(MX_OP_MATMUL, matmul, m->logits, m->last, &m->lm_head, NULL, 1));
