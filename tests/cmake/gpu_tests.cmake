@@ -91,16 +91,6 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   # Level 2 (the default before run 44: the matrix-vector kernels and the small elementwise launches
   # dependent, the attention, q/k, token choice and MoE launches plain), under every case.
   mlxcel_gpu_conformance(gpu_conformance_pdl2 MLXCEL_GPU_PDL=2)
-  # The o projection + residual add folded into the one-token decode attention (MLXCEL_GPU_ATTN_O=1,
-  # kernels/attn_o.cuh: its one-token layers at a short cache, one launch, and a split one, the
-  # combine folding it in) under every case of the harness; with the RoPE fold off (the plain
-  # attention record's pattern), in the group form (MLXCEL_GPU_ATTN_SHORT=0: blocks of several heads)
-  # and at MLXCEL_GPU_PDL=2 (the former default: the attention's launches plain, wo not prefetched;
-  # the default, 3, makes them dependent launches that prefetch wo before the grid wait).
-  mlxcel_gpu_conformance(gpu_conformance_attn_o MLXCEL_GPU_ATTN_O=1)
-  mlxcel_gpu_conformance(gpu_conformance_attn_o_rope_off MLXCEL_GPU_ATTN_O=1 MLXCEL_GPU_ATTN_ROPE=0)
-  mlxcel_gpu_conformance(gpu_conformance_attn_o_short_off MLXCEL_GPU_ATTN_O=1 MLXCEL_GPU_ATTN_SHORT=0)
-  mlxcel_gpu_conformance(gpu_conformance_attn_o_pdl2 MLXCEL_GPU_ATTN_O=1 MLXCEL_GPU_PDL=2)
   # The one-launch MLP (MLXCEL_GPU_MLP_ONE=1, kernels/mlp_decode.cu): the MLP half (norm, gate/up,
   # SwiGLU, down, residual add) of every one-token dense layer of the affine 4/8-bit formats in one
   # launch, the rest as before, under every case.
@@ -203,8 +193,6 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_knob_refused(attn_rope_two MLXCEL_GPU_ATTN_ROPE=2
                           "MLXCEL_GPU_ATTN_ROPE='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(attn_rope_word MLXCEL_GPU_ATTN_ROPE=on "MLXCEL_GPU_ATTN_ROPE='on': must be")
-  mlxcel_gpu_knob_refused(attn_o_two MLXCEL_GPU_ATTN_O=2
-                          "MLXCEL_GPU_ATTN_O='2': must be a whole number from 0 to 1 \\(unset: 0\\)")
   mlxcel_gpu_knob_refused(stream_rows_huge MLXCEL_GPU_STREAM_ROWS=99999999999999999999 "MLXCEL_GPU_STREAM_ROWS='99999999999999999999': must be")
 
   # The model fixtures through the GPU backend (the parity test reads MLXCEL_TEST_BACKEND).
@@ -232,8 +220,6 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
     mlxcel_gpu_parity(gpu_model_parity_pdl_off MLXCEL_GPU_PDL=0)
     # ... and level 2 (the former default: the attention and q/k norm + RoPE launches plain).
     mlxcel_gpu_parity(gpu_model_parity_pdl2 MLXCEL_GPU_PDL=2)
-    # The o projection + residual add folded into the decode attention (MLXCEL_GPU_ATTN_O=1).
-    mlxcel_gpu_parity(gpu_model_parity_attn_o MLXCEL_GPU_ATTN_O=1)
     # The one-launch MLP (MLXCEL_GPU_MLP_ONE=1) through the fixtures.
     mlxcel_gpu_parity(gpu_model_parity_mlp_one MLXCEL_GPU_MLP_ONE=1)
   endif()

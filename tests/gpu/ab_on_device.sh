@@ -108,12 +108,6 @@
 #             knob_checks at 3, knob_ab of shapes 0.6b, 8b, 30b; then the conformance harness at 3
 #             with MLXCEL_GPU_ATTN_ROPE=0 (the q/k launch and the unfused attention as dependent
 #             launches).
-#   attn_o    the o projection + residual add folded into the one-token decode attention launch, or
-#             into its combine where the context is split (kernels/attn_o.cuh, kernels/attn_decode.cu,
-#             gpu_plan.c, MLXCEL_GPU_ATTN_O 0/1), ~9 min, deadline 570 s: knob_checks (the harness's
-#             one-token layers at a short and a split cache take the fused launch), the conformance
-#             harness with the knob and MLXCEL_GPU_ATTN_ROPE=0 (the plain attention record's pattern),
-#             knob_ab of shapes 0.6b, 8b, 30b.
 #   mlp_one   the one-launch MLP (MLXCEL_GPU_MLP_ONE 0/1: each one-token dense layer's norm, gate/up,
 #             SwiGLU, down and residual add in one launch, the blocks' partial sums of down met in
 #             fixed-point integer adds; kernels/mlp_decode.cu), ~7 min, deadline 540 s: knob_checks,
@@ -141,11 +135,11 @@ case $suite in
 attn) deadline=300 ;;
 attn_mma | prefill | matvec | mixed | stream_lean | attn_short | attn_rope | pdl2 | mlp_one) deadline=540 ;;
 moe | moe_fast | grouped) deadline=480 ;;
-pdl3 | attn_o) deadline=570 ;;
+pdl3) deadline=570 ;;
 stream_early | prefetch) deadline=590 ;;
 sample) deadline=420 ;;
 *)
-    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|pdl2|pdl3|attn_o|mlp_one|stream_early|prefetch (the suites: the top of this file)" >&2
+    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|pdl2|pdl3|mlp_one|stream_early|prefetch (the suites: the top of this file)" >&2
     exit 2
     ;;
 esac
@@ -365,13 +359,6 @@ suite_pdl3() {
     knob_ab MLXCEL_GPU_PDL=2 MLXCEL_GPU_PDL=3 0.6b 8b 30b
     check_run gpu_conformance_pdl3_rope_off 90 "check failed|FAIL|passed|failed" MLXCEL_GPU_PDL=3 MLXCEL_GPU_ATTN_ROPE=0 -- \
         build/cuda/test_gpu_conformance
-}
-
-suite_attn_o() {
-    knob_checks MLXCEL_GPU_ATTN_O=1
-    check_run gpu_conformance_attn_o_rope_off 90 "check failed|FAIL|passed|failed" MLXCEL_GPU_ATTN_O=1 MLXCEL_GPU_ATTN_ROPE=0 -- \
-        build/cuda/test_gpu_conformance
-    knob_ab MLXCEL_GPU_ATTN_O=0 MLXCEL_GPU_ATTN_O=1 0.6b 8b 30b
 }
 
 suite_mlp_one() {

@@ -7,8 +7,7 @@
 // fuse (those run record by record), with and without biases, plus patterns that must not fuse
 // (several tokens, aliasing buffers), a whole decoder layer (decode, batched decode of 24-56
 // sequences with the attention's decode hint, and prefill-sized; its q/k norms, RoPEs and KV store
-// one fused launch; one-token layers at a short cache and at a split one, where MLXCEL_GPU_ATTN_O=1
-// folds the o product and residual add into the attention or its combine), and the
+// one fused launch; one-token layers at a short cache and at one the decode attention splits), and the
 // records no pattern covers; products of 2-64 tokens sharing their input (q/k/v, gate/up + SwiGLU:
 // the grouped launch by default, the launch pairs with MLXCEL_GPU_GROUPED=0, ctest gpu_conformance_ungrouped*); the projection patterns again on a backend without the streaming
 // matrix-vector kernel (MLXCEL_GPU_NO_STREAM_MATVEC=1), on one with its previous task shape
@@ -785,9 +784,7 @@ int main(void) {
     for (size_t f = 0; f < sizeof fused_fmts / sizeof fused_fmts[0]; f++)
         layer_case(cpu, gpu, &rng, &fused_fmts[f], (layer_cfg){1, 1024, 8, 4, 128, 2048, 1000, false, 0});
     // ... at a longer cache (600 positions, the token at 570): the decode attention split over the
-    // context and merged by its combine, which with MLXCEL_GPU_ATTN_O=1 (ctest gpu_conformance_attn_o*)
-    // folds the o product and residual add in (the 4-bit formats; the others run the records), as
-    // the attention launch does at the short cache above; 16 heads of 8 KV heads (Qwen3-0.6B's).
+    // context and merged by its combine; 16 heads of 8 KV heads (Qwen3-0.6B's).
     for (size_t f = 0; f < sizeof fused_fmts / sizeof fused_fmts[0]; f++)
         layer_case(cpu, gpu, &rng, &fused_fmts[f], (layer_cfg){1, 1024, 8, 4, 128, 2048, 1000, false, 600});
     layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){1, 1024, 16, 8, 128, 2048, 1000, false, 600});

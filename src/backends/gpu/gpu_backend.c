@@ -278,7 +278,6 @@ static void gpu_destroy(mx_backend *be) {
         mxg_rt_free(c->launch.small_scratch);
         mxg_rt_free(c->launch.sample_scratch);
         mxg_rt_free(c->launch.moe_tickets);
-        mxg_rt_free(c->launch.attn_o_tickets);
         mxg_rt_free(c->launch.mlp_acc);
         mxg_rt_stream_destroy(c->launch.stream);
         free(c);
@@ -345,7 +344,6 @@ typedef struct gpu_knobs {
     int stream_early;    // MLXCEL_GPU_STREAM_EARLY
     int prefetch_share, prefetch_past;  // MLXCEL_GPU_PREFETCH_SHARE, MLXCEL_GPU_PREFETCH_PAST
     bool prefill_asked;  // MLXCEL_GPU_PREFILL_KERNEL was set
-    int attn_o;
 } gpu_knobs;
 
 static int read_knobs(gpu_knobs *k, mx_error *err) {
@@ -407,9 +405,6 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // MLXCEL_GPU_ATTN_ROPE (unset: 1): one-token decode steps fold the q/k norm + RoPE + KV store
     // launch into the flash-decoding one (gpu_plan.c, kernels/attn_decode.cu), the same outputs and
     // cache bytes in one launch a layer fewer (run 42: 0.6B tg128 +3.4%, 8B +1.5%); 0: the two launches.
-    // MLXCEL_GPU_ATTN_O=1 (unset: 0): one-token decode steps fold the o projection and its residual
-    // add into the flash-decoding launch (or into its combine where the context is split; gpu_plan.c,
-    // kernels/attn_o.cuh): a launch a layer fewer, affine 4-bit o of head size 128; 0: the records.
     // MLXCEL_GPU_MLP_ONE=1 (unset: 0): one-token steps run each dense layer's MLP half (norm, gate/up,
     // SwiGLU, down, residual add) as one launch (kernels/mlp_decode.cu: each block a slice of the
     // intermediate, the down partial sums met in fixed-point integer adds) where the formats allow;
@@ -418,7 +413,6 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_ATTN_DECODE", 1, 0, 1, &k->attn_decode, err) ||
         env_int("MLXCEL_GPU_ATTN_SHORT", 1, 0, 1, &k->attn_short, err) ||
         env_int("MLXCEL_GPU_ATTN_ROPE", 1, 0, 1, &k->attn_rope, err) ||
-        env_int("MLXCEL_GPU_ATTN_O", 0, 0, 1, &k->attn_o, err) ||
         env_int("MLXCEL_GPU_MATVEC_TOKENS", 63, 1, 1 << 20, &k->matvec_max_tokens, err) ||
         env_int("MLXCEL_GPU_STREAM_MIN_COLS", 4096, 0, 1 << 30, &k->stream_min_cols, err) ||
         env_int("MLXCEL_GPU_STREAM_ROWS", 0, 0, 4, &k->stream_rows, err) ||
@@ -587,7 +581,6 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.attn_decode = knobs.attn_decode == 1 && !c->launch.attn_token_rows;
     c->launch.attn_short = knobs.attn_short == 1;
     c->launch.attn_rope = knobs.attn_rope == 1;
-    c->launch.attn_o = knobs.attn_o == 1;
     c->launch.mlp_one = knobs.mlp_one == 1;
     c->launch.attn_mma = knobs.attn_mma == 1;
     c->launch.scratch_bytes = mxg_attention_scratch_bytes(c->info.sm_count, 256);
@@ -612,10 +605,6 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     // The fused MoE router's tickets (level 3): zeroed here, each launch leaves them zero.
     if (c->launch.moe_fused >= 3 &&
         mxg_rt_malloc(&c->launch.moe_tickets, MXG_MOE_MAX_TOKENS * sizeof(unsigned), c->launch.stream, err) != 0)
-        goto fail;
-    // The o fold's tickets (MLXCEL_GPU_ATTN_O=1): zeroed here, each launch leaves them zero.
-    if (c->launch.attn_o &&
-        mxg_rt_malloc(&c->launch.attn_o_tickets, MXG_ATTN_O_MAX_TILES * sizeof(unsigned), c->launch.stream, err) != 0)
         goto fail;
     // The one-launch MLP's accumulators and ticket (MLXCEL_GPU_MLP_ONE=1): zeroed here, each launch
     // leaves them zero.

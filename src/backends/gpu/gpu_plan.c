@@ -10,10 +10,7 @@
 // - a matrix-vector product followed by the residual add of its output: the add in the epilogue;
 // - q/k RMSNorms and the RoPE of q and k (or the two RoPEs alone), and the KV-cache store of the
 //   rotated k and of v that follows them: one launch; with L->attn_rope (MLXCEL_GPU_ATTN_ROPE=1),
-//   a one-token step's decode attention that follows too (kernels/attn_decode.cu); with L->attn_o
-//   (MLXCEL_GPU_ATTN_O=1) also the o product and residual add after it (kernels/attn_o.cuh);
-// - with L->attn_o, a one-token attention record followed by the o product and residual add: one
-//   launch (or the attention and its combine, which folds them in, where the context is split);
+//   a one-token step's decode attention that follows too (kernels/attn_decode.cu);
 // - a product of several tokens on the tensor-core decode product followed by the residual add of
 //   its output: the add in the product's final writer, where that product takes it (kernels.h).
 // - unless MLXCEL_GPU_GROUPED=0, 2-3 products of several tokens sharing their input on the
@@ -394,24 +391,6 @@ static bool attn_follows_rope(const mx_plan *p, int i, int norms) {
            !read_later(p, i + norms + 4, q, qn) && !read_later(p, i + norms + 4, k, kn);
 }
 
-// With L->attn_o (MLXCEL_GPU_ATTN_O=1): whether the records at j are matmul(t, att) of one token
-// followed by add(res, t) over its whole output, which the attention's launch may write while it
-// reads `ins` (its q, k, v and sinks; NULL entries ignored): t, res and att distinct, t and res none
-// of the inputs nor the product's bias. *o gets the product.
-static bool o_add_follows(const mxg_launch *L, const mx_plan *p, int j, const float *att, const float *const ins[4],
-                          mxg_attn_o *o) {
-    if (!L->attn_o || j + 1 >= p->n_ops || !is_matvec(&p->ops[j]) || p->ops[j + 1].kind != MX_OP_ADD) return false;
-    const mx_op *m = &p->ops[j], *a = &p->ops[j + 1];
-    float *t = m->matmul.out, *res = a->add.x;
-    if (m->matmul.x != att || a->add.y != t || a->add.count != m->matmul.w->rows || t == att || res == att ||
-        t == res || m->matmul.bias == t || m->matmul.bias == res)
-        return false;
-    for (int k = 0; k < 4; k++)
-        if (ins[k] && (ins[k] == t || ins[k] == res)) return false;
-    *o = (mxg_attn_o){m->matmul.w, m->matmul.bias, t, res};
-    return true;
-}
-
 // The q/k pattern with its KV store (records nq..st, norms 0 or 2) followed by the decode attention
 // of the rotated q over the same cache, slots and positions (L->attn_rope): one launch
 // (mxg_attention_decode_rope), which leaves q and k unrotated, so only where no later record reads
@@ -427,26 +406,7 @@ static int try_attn_rope(const mxg_launch *L, const mx_plan *p, int i, int norms
                              norms ? o[0].rmsnorm.eps : 0.0f, rq->rope.pos, &rq->rope.rope, a, n,
                              rq->rope.n_heads, rk->rope.n_heads, at->attention.scale, at->attention.window,
                              at->attention.sinks, at->attention.decode};
-    // With L->attn_o, the o product and residual add that follow in the same launch.
-    const float *ins[4] = {q, k, v, at->attention.sinks};
-    mxg_attn_o fo;
-    if (o_add_follows(L, p, i + norms + 4, out, ins, &fo) && mxg_attention_decode_o(L, &f, &fo) == 0) return norms + 6;
     return mxg_attention_decode_rope(L, &f) == 0 ? norms + 4 : 0;
-}
-
-// With L->attn_o: a one-token attention record followed by the o product and residual add
-// (o_add_follows), one launch (mxg_attention_decode_o, the attention as mxg_attention's decode
-// form). Returns the records used (0: not taken).
-static int try_attn_o(const mxg_launch *L, const mx_plan *p, int i) {
-    const mx_op *at = &p->ops[i];
-    if (!L->attn_o || at->kind != MX_OP_ATTENTION || at->attention.n != 1) return 0;
-    const float *ins[4] = {at->attention.q, at->attention.sinks, NULL, NULL};
-    mxg_attn_o fo;
-    if (!o_add_follows(L, p, i + 1, at->attention.out, ins, &fo) || at->attention.out == at->attention.q) return 0;
-    const mxg_attn_rope f = {at->attention.out, at->attention.q, NULL, NULL, NULL, NULL, 0.0f, NULL, NULL,
-                             &at->attention.kv, 1, at->attention.n_heads, at->attention.kv.lay.n_kv_heads,
-                             at->attention.scale, at->attention.window, at->attention.sinks, at->attention.decode};
-    return mxg_attention_decode_o(L, &f, &fo) == 0 ? 3 : 0;
 }
 
 // The records of the q/k pattern (try_qk_norm_rope) at i: -1 when they do not match, else the norms (0 or 2); *store:
@@ -538,7 +498,6 @@ void mxg_enqueue_plan(const mxg_launch *L, const mx_plan *plan, bool fuse) {
         if (fuse && !used) used = try_tc_group(L, plan, i);
         if (fuse && !used) used = try_tc_residual(L, plan, i);
         if (fuse && !used) used = try_moe(L, plan, i);
-        if (fuse && !used) used = try_attn_o(L, plan, i);
         if (!used) run_record(L, &plan->ops[i]), used = 1;
         i += used;
     }

@@ -62,9 +62,6 @@ typedef struct mxg_launch {
                            // on by default; MLXCEL_GPU_ATTN_SHORT=0 turns it off)
     bool attn_rope;        // one-token decode steps with the q/k norm + RoPE + KV store folded into that kernel's
                            // launch (mxg_attention_decode_rope, gpu_plan.c; on by default; MLXCEL_GPU_ATTN_ROPE=0 turns it off)
-    bool attn_o;           // ... with the o projection + residual add folded in too (mxg_attention_decode_o, gpu_plan.c;
-                           // MLXCEL_GPU_ATTN_O=1, off by default)
-    void *attn_o_tickets;  // ... its row tiles' tickets (MXG_ATTN_O_MAX_TILES zeroed counters), else NULL
     bool attn_mma;         // prefill attention on the tensor-core kernel (vendor/cuda/attn_mma.cu; off: MLXCEL_GPU_ATTN_MMA=0)
     bool kv_i16;           // the KV cache is int16 with scales (MX_DTYPE_I16, default); false: f16 (MLXCEL_GPU_KV=f16)
     bool dependent_launch; // matrix-vector and fused kernels start while the previous one ends (sm_90+)

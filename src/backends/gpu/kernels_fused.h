@@ -75,22 +75,6 @@ typedef struct mxg_attn_rope {
 } mxg_attn_rope;
 int mxg_attention_decode_rope(const mxg_launch *L, const mxg_attn_rope *f);
 
-// The decode attention of f (f->rope NULL: the plain attention of q over kv, mxg_attention_decode's;
-// else the RoPE form above) followed by the o projection and the residual add of its output, one
-// launch, or two where the context is split (the combine then folds them in; kernels/attn_o.cuh,
-// L->attn_o, MLXCEL_GPU_ATTN_O=1): t [w->rows] = w out + bias, res += t, out written as well. One
-// token, head size 128, w affine 4-bit (groups 32-128, any scale type) of n_heads * 128 columns;
-// t and res must not overlap out, q, k, v or each other. The sums across heads take a fixed order
-// (bit-identical runs); they differ from the records' in float32 summation order. 0 when enqueued,
-// -1 when not taken (the caller runs the records).
-#define MXG_ATTN_O_MAX_TILES 1024  // row tiles of one launch (L->attn_o_tickets counters)
-typedef struct mxg_attn_o {
-    const mx_matrix *w;
-    const float *bias;
-    float *t, *res;
-} mxg_attn_o;
-int mxg_attention_decode_o(const mxg_launch *L, const mxg_attn_rope *f, const mxg_attn_o *o);
-
 // MoE decode (MLXCEL_GPU_MOE_FUSED=1 to 3, L->moe_fused): the records moe_matmul gate, moe_matmul up
 // (m rows: row i uses expert ids[i] and input row x[i / x_div]) and swiglu(act, gate, up) in one
 // launch, writing gate [m, rows], up and act (act may be gate); and the records moe_matmul down

@@ -224,7 +224,7 @@ void emu_launch(dim3 g, dim3 b, size_t sm, std::function<void()> k) {
         abort();
     }
     for (unsigned i = 0; i < nb; i++) {
-        const unsigned id = !emu_block_order.empty() ? emu_block_order[i] : emu_reverse_blocks ? nb - 1 - i : i;
+        const unsigned id = !emu_block_order.empty() ? emu_block_order[i] : i;
         smem.assign(sm ? sm : 1, 0xA5);
         blockIdx = dim3(id % g.x, id / g.x % g.y, id / (g.x * g.y));
         if (!emu_pdl_guard.empty()) pdl_hide();
@@ -234,7 +234,6 @@ void emu_launch(dim3 g, dim3 b, size_t sm, std::function<void()> k) {
 }
 size_t emu_smem_max = 48 * 1024;
 std::vector<unsigned> emu_block_order;
-bool emu_reverse_blocks = false;
 std::vector<dim3> emu_grids;
 std::vector<size_t> emu_smem_sizes;
 std::vector<emu_range> emu_prefetches;

@@ -105,13 +105,10 @@ inline void mxg_mma_f16_m16n8k16(float (&d)[4], const uint32_t (&a)[4], uint32_t
 }
 unsigned char *emu_smem();
 void emu_launch(dim3 g, dim3 b, size_t smem, std::function<void()> k);
-// Blocks run in reverse order (the last block first) while set: another arrival order for the
-// kernels whose last-arriving block finishes a reduction (kernels/attn_o.cuh).
-extern bool emu_reverse_blocks;
 // The most dynamic shared memory a launch may ask for: 48 KB, the device's default; a test of a
 // kernel that raises its own limit (cudaFuncSetAttribute) raises this (up to sm_90's 227 KB).
 extern size_t emu_smem_max;
-// The order the blocks of a launch run in where not empty (it overrides emu_reverse_blocks): a
+// The order the blocks of a launch run in where not empty: a
 // permutation of the launch's blocks (x + gridDim.x * (y + gridDim.y * z)), which the tests of
 // kernels whose blocks meet in atomics (kernels/mlp_decode.cu) set to shuffled orders too.
 extern std::vector<unsigned> emu_block_order;

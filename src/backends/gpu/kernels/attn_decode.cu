@@ -52,17 +52,9 @@
 // kernel (the q/k/v product, which writes no cache row) nor this launch (it writes the token's
 // own row, at its end) writes. Prefetching is a hint: the loop reads them again after the wait.
 // The cap is level 2's (L->pdl_prefetch, over the launch's warps).
-// With the o projection + residual add folded in (L->attn_o, MLXCEL_GPU_ATTN_O=1;
-// mxg_attention_decode_o, one token, head size 128; kernels/attn_o.cuh): where the step has one
-// split, the kernel's O form, whose grid's z is the row tiles of wo instead of splits (each tile's
-// blocks do the same attention, bit for bit, and tile 0's write the output and the cache row), then
-// each block multiplies its heads' slices of wo in its tile; where it splits, the attention as
-// always and attn_o_combine_kernel, a block per (head, tile) that merges the head's splits
-// (combine_splits) and does the same. The tiles' tickets and the heads' partial sums: attn_o.cuh.
 #include "backends/gpu/common.cuh"
 #include "backends/gpu/kernels.h"
 #include "backends/gpu/kernels_fused.h"
-#include "backends/gpu/kernels/attn_o.cuh"
 #include "backends/gpu/kv_block.cuh"
 
 namespace {
@@ -73,7 +65,6 @@ constexpr int kDecodeHintMaxTokens = 64;  // ... or this many with the decode hi
 constexpr int kDecodeMaxSplits = 64;  // splits of one token's context (the combine's block holds them)
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr int kDecodeShortCtx = 128;  // the short form's longest cache (positions per sequence)
-constexpr int kAttnOHeadDim = 128;    // the head size the o fold (O) is built for
 
 // Positions of one unit: W / (D / 8) key rows at once, C times. C: 4, or 2 for 8 heads (their
 // registers), and no more than fits in a cache block of MX_KV_BLOCK positions.
@@ -107,9 +98,6 @@ struct DecodeArgs {
     uint16_t *kv_out;               // the cache the row is written to (kv)
     bool early;                     // MLXCEL_GPU_PDL=3: a dependent launch, which releases the next one
     unsigned prefetch;              // ... and (ROPE) each warp's L2 prefetch budget in bytes (0: none)
-    // O (the o projection + residual add folded in, kernels/attn_o.cuh; one split, blockIdx.z the row tile):
-    mxg::OFold of;
-    unsigned o_prefetch;            // MLXCEL_GPU_PDL=3: each block's L2 prefetch budget of wo (0: none)
 };
 
 // 1 / (l + 2^(sink - m)) for an online softmax in log2 units (sink -inf: none); no overflow.
@@ -147,7 +135,7 @@ __device__ void combine_splits(float *out, const float *__restrict__ pp, int D, 
     }
 }
 
-template <int W, int D, int G, bool I16, bool ROPE, bool O>
+template <int W, int D, int G, bool I16, bool ROPE>
 __global__ void __launch_bounds__(kDecodeThreads, decode_blocks_per_sm(G)) attn_decode_kernel(DecodeArgs a) {
     MXG_WARP_ONLY(W) {
     constexpr int TPK = D / 8;                   // lanes per key row
@@ -163,12 +151,9 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_blocks_per_sm(G)) attn_
     __shared__ float s_k[ROPE ? D : 1];                      // ... the rotated k row
     __shared__ uint4 s_row[2][ROPE ? D / 8 : 1];              // ... the position's cache row, K and V
     __shared__ float s_sc[2][ROPE ? NSC : 1];                // ... and its I16 scales
-    __shared__ float s_x[O ? G : 1][O ? D : 1];              // O: the block's heads' outputs
-    __shared__ bool s_last;                                  // ... and whether it sums its tile
     const int warp = threadIdx.x / W, lane = threadIdx.x % W, kg = lane / TPK, li = lane % TPK;
     const int t = blockIdx.x, kvh = blockIdx.y / a.parts, g0 = (int)(blockIdx.y % a.parts) * G;
-    const int split = O ? 0 : (int)blockIdx.z, tile = O ? (int)blockIdx.z : 0;  // O: one split, z the row tile
-    const int gcount = min(G, a.group - g0), h0 = kvh * a.group + g0;
+    const int split = blockIdx.z, gcount = min(G, a.group - g0), h0 = kvh * a.group + g0;
     const int hi = a.pos[t], lo = a.window > 0 ? max(0, hi - a.window + 1) : 0, slot = a.slot[t];
     // This split's units: at least one per warp, so short contexts use few splits.
     const int u_lo = lo / UW, u_hi = hi / UW, per = max(NW, (u_hi - u_lo + a.splits) / a.splits);
@@ -189,7 +174,6 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_blocks_per_sm(G)) attn_
             }
         }
     }
-    if (O && a.o_prefetch) mxg::o_fold_prefetch<D, kDecodeThreads>(a.of, h0, gcount, tile, a.o_prefetch);
     mxg_grid_wait_release(a.early);  // level 3: nothing above reads what earlier kernels wrote
 
     if constexpr (ROPE) {
@@ -374,8 +358,7 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_blocks_per_sm(G)) attn_
             for (int d = threadIdx.x; d < D; d += kDecodeThreads) {
                 float acc = 0.0f;
                 for (int w = 0; w < NW; w++) acc += s_o[w][d];
-                if (tile == 0) a.out[((int64_t)t * a.n_heads + h) * D + d] = acc * inv;
-                if constexpr (O) s_x[g][d] = acc * inv;
+                a.out[((int64_t)t * a.n_heads + h) * D + d] = acc * inv;
             }
         } else {
             float *pp = a.part + (((int64_t)t * a.n_heads + h) * a.splits + split) * (D + 2);
@@ -391,7 +374,7 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_blocks_per_sm(G)) attn_
     if constexpr (ROPE) {
         // One block per (token, KV head) writes the position's row into the cache (at the end: no
         // block of the launch reads it from there).
-        if (split == 0 && g0 == 0 && tile == 0) {
+        if (split == 0 && g0 == 0) {
             const int64_t krow = kv_row_index(a.pg, slot, hi, 0, kvh), vrow = kv_row_index(a.pg, slot, hi, 1, kvh);
             for (int i = threadIdx.x; i < 2 * D; i += kDecodeThreads)
                 a.kv_out[(i < D ? krow : vrow) * D + i % D] = ((const uint16_t *)s_row)[i];
@@ -399,11 +382,6 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_blocks_per_sm(G)) attn_
                 for (int i = threadIdx.x; i < 2 * NSC; i += kDecodeThreads)
                     a.pg.scales[(i < NSC ? krow : vrow) * NSC + i % NSC] = s_sc[i / NSC][i % NSC];
         }
-    }
-    if constexpr (O) {
-        // The block's heads times their slices of wo in its row tile, then the tile's ticket.
-        mxg::o_fold_heads<D, W, kDecodeThreads>(a.of, &s_x[0][0], h0, gcount, tile);
-        mxg::o_fold_finish<kDecodeThreads>(a.of, tile, &s_last);
     }
     }
 }
@@ -417,34 +395,9 @@ __global__ void attn_decode_combine_kernel(float *out, const float *__restrict__
                    sinks ? sinks[blockIdx.x % n_heads] * kLog2e : -INFINITY, s_m, s_l, s_w, (int)blockDim.x);
 }
 
-// O, split contexts: the combine of head blockIdx.x (one token) followed by its slice of wo in row
-// tile blockIdx.y (kernels/attn_o.cuh); tile 0's blocks write the attention's output.
-constexpr int kOThreads = 256;
-template <int W, int D>
-__global__ void __launch_bounds__(kOThreads) attn_o_combine_kernel(DecodeArgs a) {
-    MXG_WARP_ONLY(W) {
-    __shared__ float s_m[kDecodeMaxSplits], s_l[kDecodeMaxSplits], s_w[kDecodeMaxSplits];
-    __shared__ float s_x[D];
-    __shared__ bool s_last;
-    const int h = (int)blockIdx.x, tile = (int)blockIdx.y;
-    if (a.o_prefetch) mxg::o_fold_prefetch<D, kOThreads>(a.of, h, 1, tile, a.o_prefetch);  // wo: no kernel writes it
-    mxg_grid_wait_release(a.early);  // level 3: the partials come from the kernel before
-    combine_splits(s_x, a.part + (int64_t)h * a.splits * (D + 2), D, a.splits,
-                   a.sinks ? a.sinks[h] * kLog2e : -INFINITY, s_m, s_l, s_w, kOThreads);
-    __syncthreads();
-    if (tile == 0)
-        for (int d = (int)threadIdx.x; d < D; d += kOThreads) a.out[(int64_t)h * D + d] = s_x[d];
-    mxg::o_fold_heads<D, W, kOThreads>(a.of, s_x, h, 1, tile);
-    mxg::o_fold_finish<kOThreads>(a.of, tile, &s_last);
-    }
-}
-
 template <int W, int D, int G, bool I16>
-void launch_decode(const mxg_launch *L, const DecodeArgs &a, dim3 grid, bool rope, bool o) {
-    void (*kernel)(DecodeArgs) =
-        rope ? attn_decode_kernel<W, D, G, I16, true, false> : attn_decode_kernel<W, D, G, I16, false, false>;
-    if constexpr (D == kAttnOHeadDim)
-        if (o) kernel = rope ? attn_decode_kernel<W, D, G, I16, true, true> : attn_decode_kernel<W, D, G, I16, false, true>;
+void launch_decode(const mxg_launch *L, const DecodeArgs &a, dim3 grid, bool rope) {
+    void (*kernel)(DecodeArgs) = rope ? attn_decode_kernel<W, D, G, I16, true> : attn_decode_kernel<W, D, G, I16, false>;
     if (a.early)
         mxg_launch_dep(kernel, grid, dim3(kDecodeThreads), 0, (gpuStream_t)L->stream, true, a);
     else
@@ -452,25 +405,25 @@ void launch_decode(const mxg_launch *L, const DecodeArgs &a, dim3 grid, bool rop
 }
 
 template <int W, int D, bool I16>
-void launch_decode_g(const mxg_launch *L, const DecodeArgs &a, dim3 grid, int g, bool rope, bool o) {
+void launch_decode_g(const mxg_launch *L, const DecodeArgs &a, dim3 grid, int g, bool rope) {
     if (g == 1)
-        launch_decode<W, D, 1, I16>(L, a, grid, rope, o);
+        launch_decode<W, D, 1, I16>(L, a, grid, rope);
     else if (g == 2)
-        launch_decode<W, D, 2, I16>(L, a, grid, rope, o);
+        launch_decode<W, D, 2, I16>(L, a, grid, rope);
     else if (g == 4)
-        launch_decode<W, D, 4, I16>(L, a, grid, rope, o);
+        launch_decode<W, D, 4, I16>(L, a, grid, rope);
     else
-        launch_decode<W, D, 8, I16>(L, a, grid, rope, o);
+        launch_decode<W, D, 8, I16>(L, a, grid, rope);
 }
 
 template <int W, bool I16>
-void launch_decode_d(const mxg_launch *L, const DecodeArgs &a, dim3 grid, int d, int g, bool rope, bool o) {
+void launch_decode_d(const mxg_launch *L, const DecodeArgs &a, dim3 grid, int d, int g, bool rope) {
     if (d == 64)
-        launch_decode_g<W, 64, I16>(L, a, grid, g, rope, o);
+        launch_decode_g<W, 64, I16>(L, a, grid, g, rope);
     else if (d == 128)
-        launch_decode_g<W, 128, I16>(L, a, grid, g, rope, o);
+        launch_decode_g<W, 128, I16>(L, a, grid, g, rope);
     else
-        launch_decode_g<W, 256, I16>(L, a, grid, g, rope, o);
+        launch_decode_g<W, 256, I16>(L, a, grid, g, rope);
 }
 
 // Whether the kernel takes the step's shape.
@@ -480,23 +433,10 @@ bool decode_takes(const mxg_launch *L, const mx_kv_ref *r, int n, bool decode) {
            (L->warp == 32 || L->warp == 64);
 }
 
-// Row tiles of the o fold over rows, for hb blocks per tile: about decode_blocks_per_sm(1) blocks per
-// multiprocessor in all, each tile whole passes of 64 rows (256 threads, D / 32 = 4 per row).
-int o_tile_rows(const mxg_launch *L, int rows, int64_t hb) {
-    const int pass = kOThreads / (kAttnOHeadDim / 32);
-    const int64_t passes = (rows + pass - 1) / pass;
-    int64_t tiles = ((int64_t)decode_blocks_per_sm(1) * L->sm_count + hb - 1) / hb;
-    tiles = tiles < 1 ? 1 : tiles > passes ? passes : tiles;
-    const int64_t per = (passes + tiles - 1) / tiles;  // passes per tile
-    return (int)(per * pass);
-}
-
 // Fills a's launch shape (form, group parts, splits) and launches the kernel, with the combine
-// where it splits; the caller has set the rest of a (and, for `rope`, the ROPE fields; for `o`,
-// a.of's matrix, bias, outputs and tickets: the o fold, n 1, the head size kAttnOHeadDim, its
-// partial sums at the end of the scratch, o_bytes, which the splits' partials leave free).
+// where it splits; the caller has set the rest of a (and, for `rope`, the ROPE fields).
 void decode_launch(const mxg_launch *L, DecodeArgs &a, const mx_kv_ref *r, int n, int n_heads, float scale,
-                   int window, const float *sinks, bool rope, bool o = false, size_t o_bytes = 0) {
+                   int window, const float *sinks, bool rope) {
     const mx_kv_layout *lay = &r->lay;
     const int D = lay->head_dim;
     const int group = n_heads / lay->n_kv_heads;
@@ -519,51 +459,26 @@ void decode_launch(const mxg_launch *L, DecodeArgs &a, const mx_kv_ref *r, int n
     const int64_t by_ctx = (lay->max_ctx + min_split - 1) / min_split;
     s = s < by_ctx ? s : by_ctx;
     s = s < kDecodeMaxSplits ? s : kDecodeMaxSplits;
-    while (s > 1 && (size_t)n * n_heads * s * (D + 2) * sizeof(float) > L->scratch_bytes - o_bytes) s--;
+    while (s > 1 && (size_t)n * n_heads * s * (D + 2) * sizeof(float) > L->scratch_bytes) s--;
     a.splits = (int)(s < 1 ? 1 : s);
     dim3 grid((unsigned)n, (unsigned)(lay->n_kv_heads * parts), (unsigned)a.splits);
-    // The o fold: one split, the row tiles as the grid's z (each tile's blocks do the attention
-    // again: a short cache's few keys, from L2); split, the tiles of the combine's blocks.
-    unsigned tiles = 0;
-    if (o) {
-        const int64_t hb = a.splits == 1 ? blocks : n_heads;
-        a.of.tile_rows = o_tile_rows(L, a.of.rows, hb);
-        a.of.arrivals = (unsigned)hb;
-        a.of.n_heads = n_heads;
-        a.of.part = (float *)((unsigned char *)L->scratch + L->scratch_bytes - o_bytes);
-        tiles = (unsigned)((a.of.rows + a.of.tile_rows - 1) / a.of.tile_rows);
-        if (a.splits == 1) grid.z = tiles;
-    }
-    const bool o_here = o && a.splits == 1;  // the fold in the attention kernel
     // MLXCEL_GPU_PDL=3: a dependent launch; the RoPE form's prefetch budget, level 2's cap over the
-    // launch's warps (a multiple of 16); the o fold's, that cap over the blocks of its launch.
+    // launch's warps (a multiple of 16).
     a.early = L->pdl_rest;
     const uint64_t warps = (uint64_t)grid.x * grid.y * grid.z * (kDecodeThreads / L->warp);
     const uint64_t per_warp = a.early && rope ? (uint64_t)L->pdl_prefetch / warps : 0;
     a.prefetch = (unsigned)((per_warp < (1u << 30) ? per_warp : (1u << 30)) & ~(uint64_t)15);
-    const uint64_t o_blocks = o_here ? (uint64_t)grid.x * grid.y * grid.z : (uint64_t)n_heads * tiles;
-    const uint64_t per_block = a.early && o ? (uint64_t)L->pdl_prefetch / o_blocks : 0;
-    a.o_prefetch = (unsigned)((per_block < (1u << 30) ? per_block : (1u << 30)) & ~(uint64_t)15);
     if (L->kv_i16) {
-        MXG_WARP_DISPATCH(L->warp, launch_decode_d<W, true>(L, a, grid, D, G, rope, o_here));
+        MXG_WARP_DISPATCH(L->warp, launch_decode_d<W, true>(L, a, grid, D, G, rope));
     } else {
-        MXG_WARP_DISPATCH(L->warp, launch_decode_d<W, false>(L, a, grid, D, G, rope, o_here));
+        MXG_WARP_DISPATCH(L->warp, launch_decode_d<W, false>(L, a, grid, D, G, rope));
     }
-    if (o && a.splits > 1) {
-        const dim3 og((unsigned)n_heads, tiles);
-        if (a.early) {
-            MXG_WARP_DISPATCH(L->warp, mxg_launch_dep(attn_o_combine_kernel<W, kAttnOHeadDim>, og, dim3(kOThreads), 0,
-                                                      (gpuStream_t)L->stream, true, a));
-        } else {
-            MXG_WARP_DISPATCH(L->warp, (attn_o_combine_kernel<W, kAttnOHeadDim><<<og, kOThreads, 0, (gpuStream_t)L->stream>>>(a)));
-        }
-    } else if (a.splits > 1 && a.early) {
+    if (a.splits > 1 && a.early)
         mxg_launch_dep(attn_decode_combine_kernel, dim3((unsigned)(n * n_heads)), dim3(128), 0,
                        (gpuStream_t)L->stream, true, a.out, a.part, D, a.splits, sinks, n_heads, true);
-    } else if (a.splits > 1) {
+    else if (a.splits > 1)
         attn_decode_combine_kernel<<<(unsigned)(n * n_heads), 128, 0, (gpuStream_t)L->stream>>>(
             a.out, a.part, D, a.splits, sinks, n_heads, false);
-    }
 }
 
 }  // namespace
@@ -577,60 +492,17 @@ extern "C" int mxg_attention_decode(const mxg_launch *L, float *out, const float
     return 0;
 }
 
-// Whether the RoPE form takes f's step (kernels_fused.h).
-static bool rope_takes(const mxg_launch *L, const mxg_attn_rope *f) {
+extern "C" int mxg_attention_decode_rope(const mxg_launch *L, const mxg_attn_rope *f) {
     const mx_rope *rope = f->rope;
     const mx_kv_ref *r = f->kv;
-    return L->attn_decode && f->n == 1 && decode_takes(L, r, f->n, f->decode) && rope->head_dim == r->lay.head_dim &&
-           (rope->rot_dim == 0 || rope->rot_dim == rope->head_dim) && rope->long_inv_freq == NULL &&
-           (f->q_norm == NULL) == (f->k_norm == NULL) && f->n_kv_heads == r->lay.n_kv_heads &&
-           f->n_heads % f->n_kv_heads == 0;
-}
-
-// a's RoPE fields from f.
-static void rope_args(DecodeArgs &a, const mxg_attn_rope *f) {
-    a.k = f->k, a.v = f->v, a.qw = f->q_norm, a.kw = f->k_norm, a.rope_pos = f->rope_pos;
-    a.inv_freq = f->rope->inv_freq, a.eps = f->eps, a.attn_factor = f->rope->attn_factor;
-    a.kv_out = (uint16_t *)f->kv->kv;
-}
-
-extern "C" int mxg_attention_decode_rope(const mxg_launch *L, const mxg_attn_rope *f) {
-    if (!rope_takes(L, f)) return -1;
-    DecodeArgs a = {};
-    a.out = f->out, a.q = f->q;
-    rope_args(a, f);
-    decode_launch(L, a, f->kv, f->n, f->n_heads, f->scale, f->window, f->sinks, true);
-    return 0;
-}
-
-extern "C" int mxg_attention_decode_o(const mxg_launch *L, const mxg_attn_rope *f, const mxg_attn_o *o) {
-    const mx_kv_ref *r = f->kv;
-    const mx_matrix *w = o->w;
-    const int n_heads = f->n_heads, D = r->lay.head_dim;
-    if (!L->attn_o || !L->attn_o_tickets || !L->attn_decode || f->n != 1 || !decode_takes(L, r, 1, f->decode) ||
-        D != kAttnOHeadDim || n_heads % r->lay.n_kv_heads != 0 || (f->rope && !rope_takes(L, f)))
+    if (!L->attn_decode || f->n != 1 || !decode_takes(L, r, f->n, f->decode) || rope->head_dim != r->lay.head_dim ||
+        (rope->rot_dim != 0 && rope->rot_dim != rope->head_dim) || rope->long_inv_freq != NULL ||
+        (f->q_norm == NULL) != (f->k_norm == NULL) || f->n_kv_heads != r->lay.n_kv_heads ||
+        f->n_heads % f->n_kv_heads != 0)
         return -1;
-    // wo: affine 4-bit of one expert, groups that divide a head's slice, 16-byte aligned rows and
-    // slices, a row per head column, tiles within the tickets.
-    const int st = w->scale_dtype == MX_DTYPE_F32 ? ST_F32 : w->scale_dtype == MX_DTYPE_F16 ? ST_F16
-                 : w->scale_dtype == MX_DTYPE_BF16 ? ST_BF16 : -1;
-    const int64_t row_bytes = mx_matrix_row_bytes(w);
-    if (w->q.mode != MX_QUANT_AFFINE || w->q.bits != 4 || w->n_experts != 1 || st < 0 ||
-        (w->q.group_size != 32 && w->q.group_size != 64 && w->q.group_size != 128) ||
-        w->cols != (int64_t)n_heads * D || row_bytes % 16 != 0 || ((uintptr_t)w->data & 15) != 0 || w->rows < 1 ||
-        w->rows > (int64_t)mxg::kAttnOMaxTiles * (kOThreads / (kAttnOHeadDim / 32)))
-        return -1;
-    // The heads' partial sums at the end of the scratch, the splits' before them.
-    const size_t o_bytes = ((size_t)n_heads * (size_t)w->rows * sizeof(float) + 255) & ~(size_t)255;
-    if (o_bytes + (size_t)n_heads * (D + 2) * sizeof(float) > L->scratch_bytes) return -1;
     DecodeArgs a = {};
-    a.out = f->out, a.q = f->q;
-    if (f->rope) rope_args(a, f);
-    mxg::OFold &of = a.of;
-    of.w = (const uint8_t *)w->data, of.scales = w->scales, of.biases = w->biases, of.row_bytes = row_bytes;
-    of.rows = (int)w->rows, of.groups = (int)(w->cols / w->q.group_size), of.st = st;
-    of.group_shift = w->q.group_size == 32 ? 5 : w->q.group_size == 64 ? 6 : 7;
-    of.bias = o->bias, of.t = o->t, of.res = o->res, of.tickets = (unsigned *)L->attn_o_tickets;
-    decode_launch(L, a, r, 1, n_heads, f->scale, f->window, f->sinks, f->rope != NULL, true, o_bytes);
+    a.out = f->out, a.q = f->q, a.k = f->k, a.v = f->v, a.qw = f->q_norm, a.kw = f->k_norm, a.rope_pos = f->rope_pos;
+    a.inv_freq = rope->inv_freq, a.eps = f->eps, a.attn_factor = rope->attn_factor, a.kv_out = (uint16_t *)r->kv;
+    decode_launch(L, a, r, f->n, f->n_heads, f->scale, f->window, f->sinks, true);
     return 0;
 }
