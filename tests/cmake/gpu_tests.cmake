@@ -91,10 +91,6 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   # Level 2 (the default before run 44: the matrix-vector kernels and the small elementwise launches
   # dependent, the attention, q/k, token choice and MoE launches plain), under every case.
   mlxcel_gpu_conformance(gpu_conformance_pdl2 MLXCEL_GPU_PDL=2)
-  # The one-launch MLP (MLXCEL_GPU_MLP_ONE=1, kernels/mlp_decode.cu): the MLP half (norm, gate/up,
-  # SwiGLU, down, residual add) of every one-token dense layer of the affine 4/8-bit formats in one
-  # launch, the rest as before, under every case.
-  mlxcel_gpu_conformance(gpu_conformance_mlp_one MLXCEL_GPU_MLP_ONE=1)
   # The fused MoE decode launches (routing folded in) under every case of the harness.
   mlxcel_gpu_conformance(gpu_conformance_moe_fused MLXCEL_GPU_MOE_FUSED=2)
   # Level 3 (the norm, router product and routing in one launch; the down launch's early reads).
@@ -166,9 +162,6 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_knob_refused(pdl_four MLXCEL_GPU_PDL=4
                           "MLXCEL_GPU_PDL='4': must be a whole number from 0 to 3 \\(unset: 3\\)")
   mlxcel_gpu_knob_refused(pdl_word MLXCEL_GPU_PDL=early "MLXCEL_GPU_PDL='early': must be")
-  mlxcel_gpu_knob_refused(mlp_one_two MLXCEL_GPU_MLP_ONE=2
-                          "MLXCEL_GPU_MLP_ONE='2': must be a whole number from 0 to 1 \\(unset: 0\\)")
-  mlxcel_gpu_knob_refused(mlp_one_word MLXCEL_GPU_MLP_ONE=on "MLXCEL_GPU_MLP_ONE='on': must be")
   mlxcel_gpu_knob_refused(sample_fast_two MLXCEL_GPU_SAMPLE_FAST=2
                           "MLXCEL_GPU_SAMPLE_FAST='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(matvec_rows_three MLXCEL_GPU_MATVEC_ROWS=3 "MLXCEL_GPU_MATVEC_ROWS='3': must be 1, 2 or 4")
@@ -220,8 +213,6 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
     mlxcel_gpu_parity(gpu_model_parity_pdl_off MLXCEL_GPU_PDL=0)
     # ... and level 2 (the former default: the attention and q/k norm + RoPE launches plain).
     mlxcel_gpu_parity(gpu_model_parity_pdl2 MLXCEL_GPU_PDL=2)
-    # The one-launch MLP (MLXCEL_GPU_MLP_ONE=1) through the fixtures.
-    mlxcel_gpu_parity(gpu_model_parity_mlp_one MLXCEL_GPU_MLP_ONE=1)
   endif()
 
   add_executable(bench_gpu_decode ${PROJECT_SOURCE_DIR}/tests/gpu/bench_gpu_decode.c)

@@ -108,11 +108,6 @@
 #             knob_checks at 3, knob_ab of shapes 0.6b, 8b, 30b; then the conformance harness at 3
 #             with MLXCEL_GPU_ATTN_ROPE=0 (the q/k launch and the unfused attention as dependent
 #             launches).
-#   mlp_one   the one-launch MLP (MLXCEL_GPU_MLP_ONE 0/1: each one-token dense layer's norm, gate/up,
-#             SwiGLU, down and residual add in one launch, the blocks' partial sums of down met in
-#             fixed-point integer adds; kernels/mlp_decode.cu), ~7 min, deadline 540 s: knob_checks,
-#             the harness with the knob and plain launches (MLXCEL_GPU_PDL=0), knob_ab of shapes
-#             0.6b, 8b.
 #   stream_early  the streaming kernel's early one-token form (MLXCEL_GPU_STREAM_EARLY 0/1,
 #             kernels/matvec_stream_early.cuh: where each warp has one task over 4096 columns, the
 #             whole task's codes copied into shared memory before the grid wait), ~9 min, deadline
@@ -133,13 +128,13 @@ cd "$(dirname "$0")/../.." || exit 1
 suite=${1:-}
 case $suite in
 attn) deadline=300 ;;
-attn_mma | prefill | matvec | mixed | stream_lean | attn_short | attn_rope | pdl2 | mlp_one) deadline=540 ;;
+attn_mma | prefill | matvec | mixed | stream_lean | attn_short | attn_rope | pdl2) deadline=540 ;;
 moe | moe_fast | grouped) deadline=480 ;;
 pdl3) deadline=570 ;;
 stream_early | prefetch) deadline=590 ;;
 sample) deadline=420 ;;
 *)
-    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|pdl2|pdl3|mlp_one|stream_early|prefetch (the suites: the top of this file)" >&2
+    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|pdl2|pdl3|stream_early|prefetch (the suites: the top of this file)" >&2
     exit 2
     ;;
 esac
@@ -359,13 +354,6 @@ suite_pdl3() {
     knob_ab MLXCEL_GPU_PDL=2 MLXCEL_GPU_PDL=3 0.6b 8b 30b
     check_run gpu_conformance_pdl3_rope_off 90 "check failed|FAIL|passed|failed" MLXCEL_GPU_PDL=3 MLXCEL_GPU_ATTN_ROPE=0 -- \
         build/cuda/test_gpu_conformance
-}
-
-suite_mlp_one() {
-    knob_checks MLXCEL_GPU_MLP_ONE=1
-    check_run gpu_conformance_mlp_one_pdl_off 90 "check failed|FAIL|passed|failed" MLXCEL_GPU_MLP_ONE=1 MLXCEL_GPU_PDL=0 -- \
-        build/cuda/test_gpu_conformance
-    knob_ab MLXCEL_GPU_MLP_ONE=0 MLXCEL_GPU_MLP_ONE=1 0.6b 8b
 }
 
 suite_stream_early() {

@@ -774,8 +774,7 @@ int main(void) {
     rope_case(cpu, gpu, &rng, (rope_cfg){3, 8, 4, 128, true, 64, false});
     rope_case(cpu, gpu, &rng, (rope_cfg){4, 8, 4, 96, false, 0, true});
     for (int kind = 0; kind < 5; kind++) elementwise_case(cpu, gpu, &rng, kind);
-    // One-token layers: with MLXCEL_GPU_MLP_ONE=1 (gpu_conformance_mlp_one) their MLP halves run as
-    // one launch (kernels/mlp_decode.cu; 512 wide: half a warp's lanes per row).
+    // One-token layers.
     for (size_t f = 0; f < sizeof fused_fmts / sizeof fused_fmts[0]; f++)
         layer_case(cpu, gpu, &rng, &fused_fmts[f], (layer_cfg){1, 512, 8, 4, 64, 1024, 1000, false, 0});
     layer_case(cpu, gpu, &rng, &other_fmts[0], (layer_cfg){1, 512, 8, 4, 64, 1024, 1000, false, 0});
@@ -788,7 +787,7 @@ int main(void) {
     for (size_t f = 0; f < sizeof fused_fmts / sizeof fused_fmts[0]; f++)
         layer_case(cpu, gpu, &rng, &fused_fmts[f], (layer_cfg){1, 1024, 8, 4, 128, 2048, 1000, false, 600});
     layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){1, 1024, 16, 8, 128, 2048, 1000, false, 600});
-    // Qwen3-0.6B's layer shape (the one-launch MLP's target: 96 blocks of one chunk on an H100).
+    // Qwen3-0.6B's layer shape.
     layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){1, 1024, 16, 8, 128, 3072, 1000, false, 0});
     layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){4, 512, 8, 4, 64, 1024, 1000, false, 0});
     layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){70, 512, 8, 4, 64, 1024, 1000, false, 0});

@@ -278,7 +278,6 @@ static void gpu_destroy(mx_backend *be) {
         mxg_rt_free(c->launch.small_scratch);
         mxg_rt_free(c->launch.sample_scratch);
         mxg_rt_free(c->launch.moe_tickets);
-        mxg_rt_free(c->launch.mlp_acc);
         mxg_rt_stream_destroy(c->launch.stream);
         free(c);
     }
@@ -339,7 +338,7 @@ static int env_int(const char *name, int def, int lo, int hi, int *out, mx_error
 // on a machine without a GPU).
 typedef struct gpu_knobs {
     int matvec_rows, matvec_max_tokens, stream_min_cols, stream_rows, sample_blocks, tc_decode_tokens, attn_decode,
-        attn_short, attn_rope, mlp_one;
+        attn_short, attn_rope;
     int prefill_kernel, moe_fused, moe_down, attn_mma, sample_fast, grouped, stream_lean, pdl;
     int stream_early;    // MLXCEL_GPU_STREAM_EARLY
     int prefetch_share, prefetch_past;  // MLXCEL_GPU_PREFETCH_SHARE, MLXCEL_GPU_PREFETCH_PAST
@@ -405,10 +404,6 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // MLXCEL_GPU_ATTN_ROPE (unset: 1): one-token decode steps fold the q/k norm + RoPE + KV store
     // launch into the flash-decoding one (gpu_plan.c, kernels/attn_decode.cu), the same outputs and
     // cache bytes in one launch a layer fewer (run 42: 0.6B tg128 +3.4%, 8B +1.5%); 0: the two launches.
-    // MLXCEL_GPU_MLP_ONE=1 (unset: 0): one-token steps run each dense layer's MLP half (norm, gate/up,
-    // SwiGLU, down, residual add) as one launch (kernels/mlp_decode.cu: each block a slice of the
-    // intermediate, the down partial sums met in fixed-point integer adds) where the formats allow;
-    // 0: today's two launches.
     if (env_int("MLXCEL_GPU_MATVEC_ROWS", 4, 1, 4, &k->matvec_rows, err) ||
         env_int("MLXCEL_GPU_ATTN_DECODE", 1, 0, 1, &k->attn_decode, err) ||
         env_int("MLXCEL_GPU_ATTN_SHORT", 1, 0, 1, &k->attn_short, err) ||
@@ -427,8 +422,7 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_GROUPED", 1, 0, 1, &k->grouped, err) ||
         env_int("MLXCEL_GPU_PDL", 3, 0, 3, &k->pdl, err) ||
         env_int("MLXCEL_GPU_PREFETCH_SHARE", 8, 1, 64, &k->prefetch_share, err) ||
-        env_int("MLXCEL_GPU_PREFETCH_PAST", 0, 0, 1, &k->prefetch_past, err) ||
-        env_int("MLXCEL_GPU_MLP_ONE", 0, 0, 1, &k->mlp_one, err))
+        env_int("MLXCEL_GPU_PREFETCH_PAST", 0, 0, 1, &k->prefetch_past, err))
         return -1;
     static const char *const prefill_names[] = {"wmma", "wmma128", "pipe", "wgmma"};  // MXG_PREFILL_* order
     const char *pk = getenv("MLXCEL_GPU_PREFILL_KERNEL");
@@ -581,7 +575,6 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.attn_decode = knobs.attn_decode == 1 && !c->launch.attn_token_rows;
     c->launch.attn_short = knobs.attn_short == 1;
     c->launch.attn_rope = knobs.attn_rope == 1;
-    c->launch.mlp_one = knobs.mlp_one == 1;
     c->launch.attn_mma = knobs.attn_mma == 1;
     c->launch.scratch_bytes = mxg_attention_scratch_bytes(c->info.sm_count, 256);
     // The tensor-core decode product's split-column partial sums: 8 MB holds 32 splits of a 1024-row
@@ -606,9 +599,6 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     if (c->launch.moe_fused >= 3 &&
         mxg_rt_malloc(&c->launch.moe_tickets, MXG_MOE_MAX_TOKENS * sizeof(unsigned), c->launch.stream, err) != 0)
         goto fail;
-    // The one-launch MLP's accumulators and ticket (MLXCEL_GPU_MLP_ONE=1): zeroed here, each launch
-    // leaves them zero.
-    if (c->launch.mlp_one && mxg_rt_malloc(&c->launch.mlp_acc, MXG_MLP_ACC_BYTES, c->launch.stream, err) != 0) goto fail;
     snprintf(be->device_name, sizeof be->device_name, "%s (%s)", c->info.name, c->info.arch);
     return be;
 fail:

@@ -1,8 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The GPU plan runner. Records run in order; where a run of adjacent records matches a pattern with
 // a fused kernel (kernels_fused.h), that kernel replaces them. The patterns, tried at each record:
-// - with L->mlp_one (MLXCEL_GPU_MLP_ONE=1), the MLP half of a dense layer of one token (its norm,
-//   gate/up, SwiGLU, down and residual add): one launch (kernels/mlp_decode.cu);
 // - RMSNorm of one row followed by 1-3 matrix-vector products of its output (q/k/v; gate/up):
 //   one launch that normalizes while staging the row;
 // - the same products without the norm (matmuls sharing one input row);
@@ -454,45 +452,10 @@ static int try_qk_norm_rope(const mxg_launch *L, const mx_plan *p, int i) {
     return norms + 2 + (store ? 1 : 0);
 }
 
-// Whether records at i are matmul(out, x_in) of one token followed by add(res, out) over the whole
-// output, with out none of x_in and res.
-static bool product_then_add(const mx_plan *p, int i, const float *x_in, const float *res) {
-    if (i + 1 >= p->n_ops || !is_matvec(&p->ops[i]) || p->ops[i + 1].kind != MX_OP_ADD) return false;
-    const mx_op *m = &p->ops[i], *a = &p->ops[i + 1];
-    return m->matmul.x == x_in && a->add.y == m->matmul.out && a->add.x == res && a->add.count == m->matmul.w->rows &&
-           m->matmul.out != x_in && m->matmul.out != res;
-}
-
-// With L->mlp_one (MLXCEL_GPU_MLP_ONE=1): rmsnorm(xn, x) of one token; matmul gate, up of xn;
-// swiglu(act, gate, up); matmul(down, act, wd), add(x, down): one launch (kernels/mlp_decode.cu),
-// each part by the checks of its own pattern (the norm + products, the SwiGLU, the residual add)
-// and the same residual x throughout; no output is x, and act is neither xn nor up. Returns the
-// records used (0: not taken; the usual patterns run).
-static int try_mlp(const mxg_launch *L, const mx_plan *p, int i) {
-    if (!L->mlp_one || i + 5 >= p->n_ops) return 0;
-    const mx_op *o = p->ops, *nm = &o[i], *g = &o[i + 1], *u = &o[i + 2], *sw = &o[i + 3], *dn = &o[i + 4];
-    if (nm->kind != MX_OP_RMSNORM || nm->rmsnorm.n != 1 || nm->rmsnorm.out == nm->rmsnorm.x) return 0;
-    const float *x = nm->rmsnorm.x;
-    float *xn = nm->rmsnorm.out;
-    if (shared_input_run(p, i + 1, xn, x, 1) < 2 || nm->rmsnorm.dim != g->matmul.w->cols) return 0;
-    if (sw->kind != MX_OP_SWIGLU || sw->swiglu.gate != g->matmul.out || sw->swiglu.up != u->matmul.out ||
-        sw->swiglu.count != g->matmul.w->rows || sw->swiglu.out == u->matmul.out || sw->swiglu.out == x ||
-        sw->swiglu.out == xn || !product_then_add(p, i + 4, sw->swiglu.out, x))
-        return 0;
-    const mxg_mlp f = {.res = o[i + 5].add.x, .norm_w = nm->rmsnorm.w, .eps = nm->rmsnorm.eps, .norm_out = xn,
-                       .wg = g->matmul.w, .wu = u->matmul.w, .wd = dn->matmul.w, .gate = g->matmul.out,
-                       .up = u->matmul.out, .act = sw->swiglu.out, .down = dn->matmul.out,
-                       .g_bias = g->matmul.bias, .u_bias = u->matmul.bias, .d_bias = dn->matmul.bias};
-    if (!mxg_mlp_decode_ok(L, &f)) return 0;
-    mxg_mlp_decode(L, &f);
-    return 6;
-}
-
 void mxg_enqueue_plan(const mxg_launch *L, const mx_plan *plan, bool fuse) {
     for (int i = 0; i < plan->n_ops;) {
         int used = 0;
-        if (fuse) used = try_mlp(L, plan, i);
-        if (fuse && !used) used = try_moe_router(L, plan, i);
+        if (fuse) used = try_moe_router(L, plan, i);
         if (fuse && !used) used = try_matvec(L, plan, i);
         if (fuse && !used) used = try_qk_norm_rope(L, plan, i);
         if (fuse && !used) used = try_tc_group(L, plan, i);

@@ -83,9 +83,6 @@ typedef struct mxg_launch {
     bool moe_down;         // the down + combine launch's layout (MLXCEL_GPU_MOE_DOWN; 1, the default: every lane
                            // streams (expert, chunk) pairs of its warp's row; 0: a warp per output row over the
                            // chunks; kernels/moe_stream.cu)
-    bool mlp_one;          // one-token dense MLPs (norm, gate/up, SwiGLU, down, residual) as one launch
-                           // (kernels/mlp_decode.cu, gpu_plan.c; MLXCEL_GPU_MLP_ONE=1, off by default)
-    void *mlp_acc;         // ... its accumulators and ticket (MXG_MLP_ACC_BYTES, zeroed; each launch leaves them zero)
     void *scratch;         // device workspace for split attention partials
     size_t scratch_bytes;
     void *small_scratch;   // device workspace for argmax keys (cleared by the op itself)

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The C interface of the fused kernels (kernels/matvec_fused.cu, kernels/qk_norm_rope.cu,
-// kernels/moe_stream.cu, kernels/mlp_decode.cu) that the
+// kernels/moe_stream.cu) that the
 // plan runner (gpu_plan.c) substitutes for runs of records. Device pointers; each call enqueues on
 // L->stream and returns.
 #ifndef MXG_KERNELS_FUSED_H
@@ -110,31 +110,6 @@ bool mxg_moe_router_ok(const mxg_launch *L, const mx_matrix *w, const float *x, 
 void mxg_moe_router(const mxg_launch *L, float *norm_out, float *logits, int32_t *ids, float *weights, const float *x,
                     const float *norm_w, float norm_eps, const mx_matrix *w, const float *bias, int n, int k,
                     bool norm_topk);
-
-// The dense MLP half of a one-token layer in one launch (MLXCEL_GPU_MLP_ONE=1, L->mlp_one;
-// kernels/mlp_decode.cu): the records rmsnorm(norm_out, res, norm_w, eps); gate = wg norm_out +
-// g_bias; up = wu norm_out + u_bias; act = silu(gate) * up; down = wd act + d_bias; res += down.
-// Writes every output (act may be gate), the same values up to float32 summation order, and the
-// same bits run to run (the blocks' partial sums of down meet in fixed-point integer adds, in
-// L->mlp_acc). _ok: whether the launch takes it (the knob; affine 4/8-bit weights of one format;
-// hidden (wg's cols, at most MXG_MLP_MAX_HIDDEN) and intermediate (wg's rows) multiples of 32; 16-byte
-// aligned rows, res, norm_w and norm_out); else the caller runs today's launches. The plan runner
-// checks the aliasing: no output may be res, norm_out or act an input of a later part.
-#define MXG_MLP_MAX_HIDDEN 16384
-// L->mlp_acc's bytes: two int64 accumulators and a float per hidden row, and the ticket.
-#define MXG_MLP_ACC_BYTES ((size_t)MXG_MLP_MAX_HIDDEN * 20 + 16)
-typedef struct mxg_mlp {
-    float *res;          // [hidden] the residual stream: read (the norm's input), then += down
-    const float *norm_w; // [hidden]
-    float eps;
-    float *norm_out;     // [hidden]
-    const mx_matrix *wg, *wu, *wd;
-    float *gate, *up, *act;  // [inter]
-    float *down;             // [hidden]
-    const float *g_bias, *u_bias, *d_bias;
-} mxg_mlp;
-bool mxg_mlp_decode_ok(const mxg_launch *L, const mxg_mlp *f);
-void mxg_mlp_decode(const mxg_launch *L, const mxg_mlp *f);
 
 #ifdef __cplusplus
 }

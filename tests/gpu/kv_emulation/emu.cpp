@@ -218,22 +218,17 @@ void emu_launch(dim3 g, dim3 b, size_t sm, std::function<void()> k) {
     while (stacks.size() < b.x) stacks.push_back(std::make_unique<char[]>(kStack));
     xbuf.assign(b.x, 0u);
     // Shared memory is refilled with garbage between blocks, so a read before a write shows.
-    const unsigned nb = g.x * g.y * g.z;
-    if (!emu_block_order.empty() && emu_block_order.size() != nb) {
-        fprintf(stderr, "emu: a block order of %zu for %u blocks\n", emu_block_order.size(), nb);
-        abort();
-    }
-    for (unsigned i = 0; i < nb; i++) {
-        const unsigned id = !emu_block_order.empty() ? emu_block_order[i] : i;
-        smem.assign(sm ? sm : 1, 0xA5);
-        blockIdx = dim3(id % g.x, id / g.x % g.y, id / (g.x * g.y));
-        if (!emu_pdl_guard.empty()) pdl_hide();
-        run_block(b.x);
-        if (!emu_pdl_guard.empty() && !block_waited) emu_pdl_unwaited++, pdl_show();
-    }
+    for (unsigned z = 0; z < g.z; z++)
+        for (unsigned y = 0; y < g.y; y++)
+            for (unsigned x = 0; x < g.x; x++) {
+                smem.assign(sm ? sm : 1, 0xA5);
+                blockIdx = dim3(x, y, z);
+                if (!emu_pdl_guard.empty()) pdl_hide();
+                run_block(b.x);
+                if (!emu_pdl_guard.empty() && !block_waited) emu_pdl_unwaited++, pdl_show();
+            }
 }
 size_t emu_smem_max = 48 * 1024;
-std::vector<unsigned> emu_block_order;
 std::vector<dim3> emu_grids;
 std::vector<size_t> emu_smem_sizes;
 std::vector<emu_range> emu_prefetches;

@@ -62,9 +62,6 @@ inline float __expf(float x) { return expf(x); }
 inline void __threadfence() {}
 template <class T> inline T __ldcg(const T *p) { return *p; }
 template <class T> inline T atomicAdd(T *p, T v) { T old = *p; *p = old + v; return old; }
-template <class T> inline T atomicExch(T *p, T v) { T old = *p; *p = v; return old; }
-template <class T> inline T atomicOr(T *p, T v) { T old = *p; *p = old | v; return old; }
-inline long long __float2ll_rn(float f) { return llrintf(f); }
 template <class T> inline T atomicMax(T *p, T v) { T old = *p; *p = old > v ? old : v; return old; }
 template <class T> inline T atomicMin(T *p, T v) { T old = *p; *p = old < v ? old : v; return old; }
 void __syncthreads();
@@ -108,10 +105,6 @@ void emu_launch(dim3 g, dim3 b, size_t smem, std::function<void()> k);
 // The most dynamic shared memory a launch may ask for: 48 KB, the device's default; a test of a
 // kernel that raises its own limit (cudaFuncSetAttribute) raises this (up to sm_90's 227 KB).
 extern size_t emu_smem_max;
-// The order the blocks of a launch run in where not empty: a
-// permutation of the launch's blocks (x + gridDim.x * (y + gridDim.y * z)), which the tests of
-// kernels whose blocks meet in atomics (kernels/mlp_decode.cu) set to shuffled orders too.
-extern std::vector<unsigned> emu_block_order;
 // Every launch's grid and dynamic shared memory, appended in order; tests clear them.
 extern std::vector<dim3> emu_grids;
 extern std::vector<size_t> emu_smem_sizes;

@@ -1,9 +1,8 @@
 // SPDX-License-Identifier: MIT
-// The weight formats that have fused one-token kernels (kernels/matvec_fused.cu, kernels/mlp_decode.cu):
+// The weight formats that have fused one-token kernels (kernels/matvec_fused.cu):
 // dispatch_fused_format calls fn with the matrix's Fmt (dequant.cuh) for dense bf16, mxfp4 and
 // affine 4/8-bit with bf16/f16 scales in groups of 32, 64 or 128, the common decode formats; false
-// for any other (those run record by record). Each kernel narrows it further where it must (the
-// MLP launch takes the affine ones alone: Scaled<F>::on).
+// for any other (those run record by record).
 #ifndef MXG_FUSED_FORMAT_CUH
 #define MXG_FUSED_FORMAT_CUH
 
