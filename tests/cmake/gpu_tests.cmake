@@ -68,10 +68,6 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_conformance(gpu_conformance_ungrouped_tc2 MLXCEL_GPU_GROUPED=0 MLXCEL_GPU_TC_DECODE=2)
   # The streaming kernel's previous one-token form (the lean one, kernels/matvec_stream_lean.cuh, is the default) under every case.
   mlxcel_gpu_conformance(gpu_conformance_stream_lean_off MLXCEL_GPU_STREAM_LEAN=0)
-  # The early one-token form (MLXCEL_GPU_STREAM_EARLY=1, kernels/matvec_stream_early.cuh: each warp's
-  # whole task copied into shared memory before the grid wait) under every case: it takes the
-  # harness's one-task-per-warp launches over 4096 columns (q/k/v, gate/up), the rest as by default.
-  mlxcel_gpu_conformance(gpu_conformance_stream_early MLXCEL_GPU_STREAM_EARLY=1)
   # The L2 prefetch before the grid wait past what the first step loads, under the default cap and
   # under the whole L2 as the cap (kernels/matvec.cuh, prefetch_rows: ranges that must stay inside
   # the matrices' buffers).
@@ -178,8 +174,6 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_knob_refused(stream_lean_two MLXCEL_GPU_STREAM_LEAN=2
                           "MLXCEL_GPU_STREAM_LEAN='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(stream_lean_word MLXCEL_GPU_STREAM_LEAN=on "MLXCEL_GPU_STREAM_LEAN='on': must be")
-  mlxcel_gpu_knob_refused(stream_early_two MLXCEL_GPU_STREAM_EARLY=2
-                          "MLXCEL_GPU_STREAM_EARLY='2': must be a whole number from 0 to 1 \\(unset: 0\\)")
   mlxcel_gpu_knob_refused(attn_short_two MLXCEL_GPU_ATTN_SHORT=2
                           "MLXCEL_GPU_ATTN_SHORT='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(attn_short_word MLXCEL_GPU_ATTN_SHORT=yes "MLXCEL_GPU_ATTN_SHORT='yes': must be")
@@ -206,9 +200,6 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
     mlxcel_gpu_parity(gpu_model_parity_tc_off MLXCEL_GPU_TC_DECODE=0)
     # ... and with the products ungrouped (MLXCEL_GPU_GROUPED=0, the A/B form; from 2 tokens).
     mlxcel_gpu_parity(gpu_model_parity_ungrouped MLXCEL_GPU_GROUPED=0 MLXCEL_GPU_TC_DECODE=2)
-    # The early one-token form (MLXCEL_GPU_STREAM_EARLY=1) through the fixtures (their rows are below
-    # its 4096 columns: the knob must change nothing there).
-    mlxcel_gpu_parity(gpu_model_parity_stream_early MLXCEL_GPU_STREAM_EARLY=1)
     # Plain launches (MLXCEL_GPU_PDL=0; level 3 is the default) through the fixtures.
     mlxcel_gpu_parity(gpu_model_parity_pdl_off MLXCEL_GPU_PDL=0)
     # ... and level 2 (the former default: the attention and q/k norm + RoPE launches plain).

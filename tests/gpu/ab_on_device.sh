@@ -108,13 +108,6 @@
 #             knob_checks at 3, knob_ab of shapes 0.6b, 8b, 30b; then the conformance harness at 3
 #             with MLXCEL_GPU_ATTN_ROPE=0 (the q/k launch and the unfused attention as dependent
 #             launches).
-#   stream_early  the streaming kernel's early one-token form (MLXCEL_GPU_STREAM_EARLY 0/1,
-#             kernels/matvec_stream_early.cuh: where each warp has one task over 4096 columns, the
-#             whole task's codes copied into shared memory before the grid wait), ~9 min, deadline
-#             590 s: knob_checks (with bench_gpu_matvec built); bench_gpu_matvec of the 8B with the
-#             knob off and on (q, k/v, o and the fused RMSNorm + q/k/v and o + residual take the
-#             form; the bench fails unless its paths' one-record outputs agree); knob_ab of shapes
-#             8b, 0.6b (rows below the form's 4096 columns: the control), 30b (its o product).
 #   prefetch  the L2 prefetch before the grid wait past what the first step loads
 #             (MLXCEL_GPU_PREFETCH_PAST=1) and its cap (MLXCEL_GPU_PREFETCH_SHARE=D: 1/D of the L2;
 #             unset 8), ~8 min, deadline 590 s: knob_checks with PAST=1 (and conformance with the
@@ -131,10 +124,10 @@ attn) deadline=300 ;;
 attn_mma | prefill | matvec | mixed | stream_lean | attn_short | attn_rope | pdl2) deadline=540 ;;
 moe | moe_fast | grouped) deadline=480 ;;
 pdl3) deadline=570 ;;
-stream_early | prefetch) deadline=590 ;;
+prefetch) deadline=590 ;;
 sample) deadline=420 ;;
 *)
-    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|pdl2|pdl3|stream_early|prefetch (the suites: the top of this file)" >&2
+    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|pdl2|pdl3|prefetch (the suites: the top of this file)" >&2
     exit 2
     ;;
 esac
@@ -354,14 +347,6 @@ suite_pdl3() {
     knob_ab MLXCEL_GPU_PDL=2 MLXCEL_GPU_PDL=3 0.6b 8b 30b
     check_run gpu_conformance_pdl3_rope_off 90 "check failed|FAIL|passed|failed" MLXCEL_GPU_PDL=3 MLXCEL_GPU_ATTN_ROPE=0 -- \
         build/cuda/test_gpu_conformance
-}
-
-suite_stream_early() {
-    knob_checks MLXCEL_GPU_STREAM_EARLY=1 bench_gpu_matvec
-    check_run bench_matvec_8b_off 120 "." MLXCEL_GPU_STREAM_EARLY=0 -- build/cuda/bench_gpu_matvec qwen3-8b 10
-    check_run bench_matvec_8b_on 120 "." MLXCEL_GPU_STREAM_EARLY=1 -- build/cuda/bench_gpu_matvec qwen3-8b 10
-    cp "$LOGS"/bench_matvec_*.log "$OUT"/ 2>/dev/null
-    knob_ab MLXCEL_GPU_STREAM_EARLY=0 MLXCEL_GPU_STREAM_EARLY=1 8b 0.6b 30b
 }
 
 suite_prefetch() {

@@ -76,9 +76,6 @@ __device__ __forceinline__ float mxg_shfl(float v, int lane) { return __shfl(v, 
 __device__ __forceinline__ void mxg_grid_wait() {}
 __device__ __forceinline__ void mxg_grid_release() {}
 __device__ __forceinline__ void mxg_prefetch_l2(const void *p, unsigned bytes) { (void)p, (void)bytes; }
-// The asynchronous 16-byte global -> shared copy (see the CUDA branch): an ordinary copy here.
-__device__ __forceinline__ void mxg_copy16_async(void *smem, const void *gmem) { *(uint4 *)smem = *(const uint4 *)gmem; }
-__device__ __forceinline__ void mxg_copy_async_wait_all() {}
 template <class... P, class... A>
 static inline void mxg_launch_dep(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, gpuStream_t stream,
                                   bool dependent, A... args) {
@@ -178,23 +175,6 @@ __device__ __forceinline__ void mxg_prefetch_l2(const void *p, unsigned bytes) {
     asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(__cvta_generic_to_global(p)), "r"(bytes) : "memory");
 #else
     (void)p, (void)bytes;
-#endif
-}
-// 16 bytes from global to shared memory without holding registers (cp.async.cg, sm_80+: through L2
-// only; both addresses 16-byte aligned), landed and visible to the issuing thread after its
-// mxg_copy_async_wait_all (to other threads only after a barrier as well). An ordinary copy on older
-// architectures. kernels/matvec_stream_early.cuh issues a warp's weights this way before its grid wait.
-__device__ __forceinline__ void mxg_copy16_async(void *smem, const void *gmem) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"((unsigned)__cvta_generic_to_shared(smem)), "l"(gmem)
-                 : "memory");
-#else
-    *(uint4 *)smem = *(const uint4 *)gmem;
-#endif
-}
-__device__ __forceinline__ void mxg_copy_async_wait_all() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    asm volatile("cp.async.wait_all;" ::: "memory");
 #endif
 }
 template <class... P, class... A>

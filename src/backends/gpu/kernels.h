@@ -52,10 +52,6 @@ typedef struct mxg_launch {
                            // launch (MLXCEL_GPU_STREAM_ROWS)
     bool stream_lean;      // its one-token affine 4/8-bit products in the lean form, bit for bit the same outputs
                            // (kernels/matvec_stream_lean.cuh; MLXCEL_GPU_STREAM_LEAN, on unless 0)
-    size_t stream_early;   // MLXCEL_GPU_STREAM_EARLY=1 (off: 0): the lean form's launches of one task per warp over
-                           // rows of at most 4096 columns copy each warp's whole task into shared memory before
-                           // the grid wait (kernels/matvec_stream_early.cuh), blocks of at most this many bytes
-                           // (half the device's opt-in: two per multiprocessor; 0 on ROCm and before sm_80)
     bool attn_token_rows;  // attention always in token rows, never head rows for decode (A/B switch)
     bool attn_decode;      // decode steps on kernels/attn_decode.cu (MLXCEL_GPU_ATTN_DECODE=0: off, A/B switch)
     bool attn_short;       // ... in their short-context form where the cache is short (kernels/attn_decode.cu;

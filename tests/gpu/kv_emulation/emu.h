@@ -141,10 +141,6 @@ inline void mxg_grid_wait_release(bool early) {  // compat.h: the wait, then (ea
 struct emu_range { const void *p; unsigned bytes; };
 extern std::vector<emu_range> emu_prefetches;
 inline void mxg_prefetch_l2(const void *p, unsigned bytes) { emu_prefetches.push_back({p, bytes}); }
-// compat.h's asynchronous 16-byte copy into shared memory: it lands at once (a fault that reads a
-// slot before its wait cannot show here; one that copies the wrong bytes or reads the wrong slot does).
-inline void mxg_copy16_async(void *smem, const void *gmem) { memcpy(smem, gmem, 16); }
-inline void mxg_copy_async_wait_all() {}
 template <class... P, class... A>
 inline void mxg_launch_dep(void (*k)(P...), dim3 grid, dim3 block, size_t smem, gpuStream_t, bool dependent, A... args) {
     emu_next_dependent = dependent;

@@ -1,9 +1,8 @@
 // SPDX-License-Identifier: MIT
-// What the emulation tests of the streaming kernel's one-token forms share
-// (test_stream_lean_emulated.cpp, test_stream_early_emulated.cpp): the four fused patterns, the
-// buffers one launch writes, the filling of mxg_fused_matvec for a pattern (every written buffer
-// starts as a known fill, so that a buffer left unwritten shows) and the bitwise comparison of two
-// outputs. Included after emu.h and kernels_fused.h.
+// The fused one-token cases of the streaming kernel's emulation test (test_stream_lean_emulated.cpp):
+// the four fused patterns, the buffers one launch writes, the filling of mxg_fused_matvec for a
+// pattern (every written buffer starts as a known fill, so that a buffer left unwritten shows) and
+// the bitwise comparison of two outputs. Included after emu.h and kernels_fused.h.
 #ifndef MXG_TEST_FUSED_CASE_H
 #define MXG_TEST_FUSED_CASE_H
 

@@ -38,10 +38,6 @@
 //   rows per task run stream_body_lean (kernels/matvec_stream_lean.cuh, included below the pieces it
 //   shares): bit for bit the same outputs, each chunk's sum of x once per block and the rows'
 //   addresses once per task instead of in the step loop.
-// - MLXCEL_GPU_STREAM_EARLY=1 (L->stream_early, off by default): where every warp has at most one
-//   task over rows of at most 4096 columns, the lean form's launches run
-//   kernels/matvec_stream_early.cuh instead: the whole task's codes copied into shared memory before
-//   the grid wait, the same outputs bit for bit.
 // Requirements (stream_fits): rows of at least L->stream_min_cols weights (4096 by default: slower
 // than kernels/matvec.cuh on the 0.6B's shorter rows, as measured), cols a multiple of 32 with aligned rows (matvec_fast), the token rows
 // within the 48 KB of default shared memory, at least one chunk per lane. Lanes past the row's last
@@ -365,13 +361,6 @@ static inline void stream_allow_smem(const void *kernel, size_t smem, size_t mos
     raised = true;
 }
 
-}  // namespace mxg
-
-// MLXCEL_GPU_STREAM_EARLY=1's form, launched from stream_launch_shape where it fits.
-#include "backends/gpu/kernels/matvec_stream_early.cuh"
-
-namespace mxg {
-
 // One launch of R rows per task (per matrix: NM = 2 counts gate's rows only) and U chunks per lane
 // per step: as many blocks as the tasks need, at most kStreamBlocksPerSm per multiprocessor.
 template <int W, class F, int NT, int NM, int R, int U, int EPI, bool NORM>
@@ -385,7 +374,6 @@ void stream_launch_shape(const mxg_launch *L, StreamArgs a, int count) {
     // The first step's codes of a row: U chunks of 32 weights per lane (affine formats; the others
     // prefetch from the row's start).
     a.prefetch_past = L->pdl_prefetch_past && Scaled<F>::on ? (unsigned)(W * U * 32 * F::bits / 8) : 0;
-    if (stream_early_launch<W, F, NT, NM, R, EPI, NORM>(L, a, count, tasks, blocks)) return;  // MLXCEL_GPU_STREAM_EARLY=1
     if constexpr (StreamLean<F, NT, NM * R>::on) {
         if (stream_lean_fits(L, a, count)) {
             const size_t smem = stream_lean_smem(a.m[0].cols);
