@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(ROWS * 64) attn_kernel(AttnArgs a) {
         const int words = D / 2;
         for (int k0 = klo; k0 <= khi; k0 += BK) {
             const int nk = min(BK, khi - k0 + 1);
-            if (threadIdx.x < nk) s_row[threadIdx.x] = kv_row_index(a.pg, cur, k0 + threadIdx.x, 0, kvh);
+            if ((int)threadIdx.x < nk) s_row[threadIdx.x] = kv_row_index(a.pg, cur, k0 + (int)threadIdx.x, 0, kvh);
             __syncthreads();
             if ((D & 7) == 0) {  // 16-byte loads (8 elements); K rows are padded, so stored as 4 words
                 const int vecs = D / 8;
