@@ -71,8 +71,12 @@ if(_hipver MATCHES "HIP version: ([0-9]+\\.[0-9]+)")
 endif()
 
 # One object per kernel file. The flags are the whole contract with hipcc: HIP source, C++17, -fPIC
-# for position-independent executables, one --offload-arch per architecture.
-set(_hip_flags -x hip -std=c++17 -O3 -fPIC -DNDEBUG -DMXG_VENDOR_HIP=1 -Wall -Wno-unused-command-line-argument)
+# for position-independent executables, the warnings the C code gets (-Wall -Wextra, and -Werror
+# with MLXCEL_WERROR=ON), one --offload-arch per architecture.
+set(_hip_flags -x hip -std=c++17 -O3 -fPIC -DNDEBUG -DMXG_VENDOR_HIP=1 -Wall -Wextra -Wno-unused-command-line-argument)
+if(MLXCEL_WERROR)
+  list(APPEND _hip_flags -Werror)
+endif()
 foreach(_a IN LISTS MLXCEL_GPU_ARCH_LIST)
   list(APPEND _hip_flags --offload-arch=${_a})
 endforeach()
