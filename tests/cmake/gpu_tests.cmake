@@ -68,11 +68,6 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_conformance(gpu_conformance_ungrouped_tc2 MLXCEL_GPU_GROUPED=0 MLXCEL_GPU_TC_DECODE=2)
   # The streaming kernel's previous one-token form (the lean one, kernels/matvec_stream_lean.cuh, is the default) under every case.
   mlxcel_gpu_conformance(gpu_conformance_stream_lean_off MLXCEL_GPU_STREAM_LEAN=0)
-  # The L2 prefetch before the grid wait past what the first step loads, under the default cap and
-  # under the whole L2 as the cap (kernels/matvec.cuh, prefetch_rows: ranges that must stay inside
-  # the matrices' buffers).
-  mlxcel_gpu_conformance(gpu_conformance_prefetch_past MLXCEL_GPU_PREFETCH_PAST=1)
-  mlxcel_gpu_conformance(gpu_conformance_prefetch_past_whole_l2 MLXCEL_GPU_PREFETCH_PAST=1 MLXCEL_GPU_PREFETCH_SHARE=1)
   # The flash-decoding kernel's short form (kernels/attn_decode.cu) is the default; its group form
   # (a block per KV head's query group at every cache size) under every case of the harness.
   mlxcel_gpu_conformance(gpu_conformance_attn_short_off MLXCEL_GPU_ATTN_SHORT=0)
@@ -151,10 +146,6 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_knob_refused(moe_down_word MLXCEL_GPU_MOE_DOWN=flat "MLXCEL_GPU_MOE_DOWN='flat': must be")
   mlxcel_gpu_knob_refused(attn_mma_two MLXCEL_GPU_ATTN_MMA=2
                           "MLXCEL_GPU_ATTN_MMA='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
-  mlxcel_gpu_knob_refused(prefetch_past_two MLXCEL_GPU_PREFETCH_PAST=2
-                          "MLXCEL_GPU_PREFETCH_PAST='2': must be a whole number from 0 to 1 \\(unset: 0\\)")
-  mlxcel_gpu_knob_refused(prefetch_share_zero MLXCEL_GPU_PREFETCH_SHARE=0
-                          "MLXCEL_GPU_PREFETCH_SHARE='0': must be a whole number from 1 to 64 \\(unset: 8\\)")
   mlxcel_gpu_knob_refused(pdl_four MLXCEL_GPU_PDL=4
                           "MLXCEL_GPU_PDL='4': must be a whole number from 0 to 3 \\(unset: 3\\)")
   mlxcel_gpu_knob_refused(pdl_word MLXCEL_GPU_PDL=early "MLXCEL_GPU_PDL='early': must be")

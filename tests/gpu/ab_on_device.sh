@@ -108,11 +108,6 @@
 #             knob_checks at 3, knob_ab of shapes 0.6b, 8b, 30b; then the conformance harness at 3
 #             with MLXCEL_GPU_ATTN_ROPE=0 (the q/k launch and the unfused attention as dependent
 #             launches).
-#   prefetch  the L2 prefetch before the grid wait past what the first step loads
-#             (MLXCEL_GPU_PREFETCH_PAST=1) and its cap (MLXCEL_GPU_PREFETCH_SHARE=D: 1/D of the L2;
-#             unset 8), ~8 min, deadline 590 s: knob_checks with PAST=1 (and conformance with the
-#             whole L2 as the cap); bench_gpu_decode of the 8B with each setting; knob_ab of shapes
-#             8b, 0.6b, 30b for PAST=1, then the 8B and the 0.6B at shares 4 and 2, with and without PAST.
 # (The suites were attn_on_device.sh, attn_mma_on_device.sh, prefill_on_device.sh,
 # moe_on_device.sh and matvec_on_device.sh, which bench/RESULTS.md names.)
 # shellcheck disable=SC2317  # the suite functions are called as "suite_$suite"
@@ -124,10 +119,9 @@ attn) deadline=300 ;;
 attn_mma | prefill | matvec | mixed | stream_lean | attn_short | attn_rope | pdl2) deadline=540 ;;
 moe | moe_fast | grouped) deadline=480 ;;
 pdl3) deadline=570 ;;
-prefetch) deadline=590 ;;
 sample) deadline=420 ;;
 *)
-    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|pdl2|pdl3|prefetch (the suites: the top of this file)" >&2
+    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|pdl2|pdl3 (the suites: the top of this file)" >&2
     exit 2
     ;;
 esac
@@ -347,26 +341,6 @@ suite_pdl3() {
     knob_ab MLXCEL_GPU_PDL=2 MLXCEL_GPU_PDL=3 0.6b 8b 30b
     check_run gpu_conformance_pdl3_rope_off 90 "check failed|FAIL|passed|failed" MLXCEL_GPU_PDL=3 MLXCEL_GPU_ATTN_ROPE=0 -- \
         build/cuda/test_gpu_conformance
-}
-
-suite_prefetch() {
-    local p=MLXCEL_GPU_PREFETCH_PAST d=MLXCEL_GPU_PREFETCH_SHARE i
-    local b8=(-- --shape qwen3-8b -p 512 -n 128) b06=(-- --shape qwen3-0.6b -p 512 -n 128)
-    knob_checks "$p=1" bench_gpu_decode
-    check_run gpu_conformance_prefetch_whole_l2 120 "check failed|FAIL|passed|failed" "$p=1" "$d=1" -- \
-        build/cuda/test_gpu_conformance
-    check_run decode_8b_base 60 "^decode|plan" "$p=0" -- build/cuda/bench_gpu_decode qwen3-8b 512 512 50
-    check_run decode_8b_past 60 "^decode|plan" "$p=1" -- build/cuda/bench_gpu_decode qwen3-8b 512 512 50
-    check_run decode_8b_past_share2 60 "^decode|plan" "$p=1" "$d=2" -- build/cuda/bench_gpu_decode qwen3-8b 512 512 50
-    knob_ab "$p=0" "$p=1" 8b 0.6b 30b
-    for i in 1 2; do
-        check_bench "bench_8b_share4_$i" 60 "$d=4" "${b8[@]}"
-        check_bench "bench_8b_share2_$i" 60 "$d=2" "${b8[@]}"
-        check_bench "bench_8b_past_share4_$i" 60 "$p=1" "$d=4" "${b8[@]}"
-        check_bench "bench_8b_past_share2_$i" 60 "$p=1" "$d=2" "${b8[@]}"
-        check_bench "bench_8b_base_$i" 60 "$p=0" "${b8[@]}"
-        check_bench "bench_0.6b_past_share2_$i" 60 "$p=1" "$d=2" "${b06[@]}"
-    done
 }
 
 check_start "ab_on_device.sh $suite"

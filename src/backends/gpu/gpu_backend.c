@@ -340,7 +340,6 @@ typedef struct gpu_knobs {
     int matvec_rows, matvec_max_tokens, stream_min_cols, stream_rows, sample_blocks, tc_decode_tokens, attn_decode,
         attn_short, attn_rope;
     int prefill_kernel, moe_fused, moe_down, attn_mma, sample_fast, grouped, stream_lean, pdl;
-    int prefetch_share, prefetch_past;  // MLXCEL_GPU_PREFETCH_SHARE, MLXCEL_GPU_PREFETCH_PAST
     bool prefill_asked;  // MLXCEL_GPU_PREFILL_KERNEL was set
 } gpu_knobs;
 
@@ -413,9 +412,7 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_MOE_DOWN", 1, 0, 1, &k->moe_down, err) ||
         env_int("MLXCEL_GPU_ATTN_MMA", 1, 0, 1, &k->attn_mma, err) ||
         env_int("MLXCEL_GPU_GROUPED", 1, 0, 1, &k->grouped, err) ||
-        env_int("MLXCEL_GPU_PDL", 3, 0, 3, &k->pdl, err) ||
-        env_int("MLXCEL_GPU_PREFETCH_SHARE", 8, 1, 64, &k->prefetch_share, err) ||
-        env_int("MLXCEL_GPU_PREFETCH_PAST", 0, 0, 1, &k->prefetch_past, err))
+        env_int("MLXCEL_GPU_PDL", 3, 0, 3, &k->pdl, err))
         return -1;
     static const char *const prefill_names[] = {"wmma", "wmma128", "pipe", "wgmma"};  // MXG_PREFILL_* order
     const char *pk = getenv("MLXCEL_GPU_PREFILL_KERNEL");
@@ -517,11 +514,7 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.dependent_launch = c->info.cc >= 90 && knobs.pdl >= 1;
     c->launch.pdl_early = c->launch.dependent_launch && knobs.pdl >= 2;
     c->launch.pdl_rest = c->launch.dependent_launch && knobs.pdl >= 3;
-    // MLXCEL_GPU_PREFETCH_SHARE=D (unset: 8) and MLXCEL_GPU_PREFETCH_PAST=1 (unset: 0): experiments on
-    // that prefetch, its cap as 1/D of the L2 and the streaming kernels' first tasks prefetched past
-    // what their first step loads (kernels.h, pdl_prefetch_past).
-    c->launch.pdl_prefetch = c->launch.pdl_early ? mxg_pdl_prefetch_share(c->info.l2_bytes, knobs.prefetch_share) : 0;
-    c->launch.pdl_prefetch_past = knobs.prefetch_past != 0;
+    c->launch.pdl_prefetch = c->launch.pdl_early ? mxg_pdl_prefetch_cap(c->info.l2_bytes) : 0;
     c->fuse = !mx_env_switch("MLXCEL_GPU_NO_FUSION");
     // MLXCEL_GPU_PLAN_TIMES=1: the device time of the plan runs (mx_plan_runs.device_seconds; the
     // server's /metrics), two event records per step; off by default.

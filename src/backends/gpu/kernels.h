@@ -69,9 +69,6 @@ typedef struct mxg_launch {
                            // the kernels level 2 leaves as plain launches (attention decode and its combine,
                            // q/k norm + RoPE, the token choice, the MoE kernels)
     size_t pdl_prefetch;   // ... at most this many bytes per launch (mxg_pdl_prefetch_cap; 0: no prefetch)
-    bool pdl_prefetch_past; // ... the streaming kernels' affine rows past what the first step loads into
-                           // registers, scales and biases first (MLXCEL_GPU_PREFETCH_PAST=1; off: each
-                           // task's rows from their start, codes first)
     int moe_fused;         // decode MoE expert products on kernels/moe_stream.cu (MLXCEL_GPU_MOE_FUSED: 1,
                            // the default; 2: with the routing in the gate/up launch; 3: the norm, router
                            // product and routing in one launch, kernels/moe_router.cu; 0: the records)
@@ -94,13 +91,10 @@ typedef struct mxg_launch {
 // when it reports none), a multiple of 16. Why so little: the prefetch lands while the previous
 // kernel still streams its own weights through the same L2, and a block's first rows are all it
 // needs early (its later rows come by its own loads); a larger one would evict lines before use.
-// MLXCEL_GPU_PREFETCH_SHARE=D (an experiment) makes the cap 1/D of the L2 instead
-// (mxg_pdl_prefetch_share).
 #define MXG_PDL_L2_FALLBACK ((size_t)50 << 20)
-static inline size_t mxg_pdl_prefetch_share(size_t l2_bytes, int share) {
-    return ((l2_bytes ? l2_bytes : MXG_PDL_L2_FALLBACK) / (size_t)share) & ~(size_t)15;
+static inline size_t mxg_pdl_prefetch_cap(size_t l2_bytes) {
+    return ((l2_bytes ? l2_bytes : MXG_PDL_L2_FALLBACK) / 8) & ~(size_t)15;
 }
-static inline size_t mxg_pdl_prefetch_cap(size_t l2_bytes) { return mxg_pdl_prefetch_share(l2_bytes, 8); }
 
 // Whether matmul/embed/moe_matmul have a kernel for this weight format.
 bool mxg_matrix_supported(const mx_matrix *w);

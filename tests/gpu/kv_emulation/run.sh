@@ -5,8 +5,8 @@
 # then builds and runs it again with each of its planted faults, each of which must fail:
 # - test_stream_lean_emulated.cpp: the streaming kernel's lean one-token form (matvec_fused.cu and
 #   the kernel's headers) bit for bit today's and within the float32 bound of the reference, and
-#   MLXCEL_GPU_PDL=2's prefetch ranges (MLXCEL_GPU_PREFETCH_PAST=1's too); faults: a chunk's sum of x
-#   from its neighbour, the prefetch budget ignored, the rows prefetched from their start;
+#   MLXCEL_GPU_PDL=2's prefetch ranges; faults: a chunk's sum of x from its neighbour, the prefetch
+#   budget ignored;
 # - test_moe_emulated.cpp: moe.cu's router (the experts and weights against the CPU backend's, NaN
 #   and infinite router logits included), moe_stream.cu's fused decode kernels (against the tests'
 #   double-precision reference, gpu_ref.c) and moe_router.cu's router launch (the CPU backend's
@@ -175,8 +175,7 @@ emu_test() {
 # The streaming kernel's lean form (MLXCEL_GPU_STREAM_LEAN=1) through matvec_fused.cu, whose streaming
 # kernel lives in headers (their converted copies in $out/inc). Faults: each chunk's sum of x read
 # from the neighbouring chunk (sums[c ^ 1]), which moves every bias term; MLXCEL_GPU_PDL=2's
-# per-warp prefetch budget ignored (common.cuh, prefetch_span); MLXCEL_GPU_PREFETCH_PAST=1's rows'
-# codes prefetched from their start (matvec.cuh, prefetch_rows).
+# per-warp prefetch budget ignored (common.cuh, prefetch_span).
 emu_test test_stream_lean_emulated "$arg" quick "tests/gpu/kv_emulation/emu.cpp \
     tests/gpu/kv_emulation/test_stream_lean_emulated.cpp $out/matvec_fused.cpp $out/gpu_ref.o" <<'EOF'
 fault sum
@@ -185,9 +184,6 @@ expect FAIL
 fault prefetch
 edit backends/gpu/common.cuh s/const unsigned n = hi - lo < budget ? (unsigned)(hi - lo) : budget;/const unsigned n = (unsigned)(hi - lo);/
 expect FAIL.*bad prefetch
-fault past
-edit backends/gpu/kernels/matvec.cuh s/prefetch_span(m.data + (r0 + j) \* m.row_bytes + past, m.row_bytes - past, b);/prefetch_span(m.data + (r0 + j) * m.row_bytes, m.row_bytes - past, b);/
-expect FAIL.*prefetched what the first step loads
 EOF
 # MoE decode (its full cases, quick or not). Faults:
 # - level 3: the router's last ticket one early (a block routes before the token's last logits are

@@ -43,13 +43,11 @@ extern "C" {
 // so that a buffer left unwritten shows.
 static void launch(Run &u, bool lean, Pattern pat, int count, mx_matrix *w, const int64_t *rws,
                    const std::vector<float> *bs, bool bias, const std::vector<float> &x, const std::vector<float> &nw,
-                   const std::vector<float> &res0, int warp, int sms, int stream_rows, size_t pdl_cap = 0,
-                   bool past = false) {
+                   const std::vector<float> &res0, int warp, int sms, int stream_rows, size_t pdl_cap = 0) {
     mxg_launch L;
     memset(&L, 0, sizeof L);
     L.warp = warp, L.sm_count = sms, L.matvec_stream = true, L.stream_min_cols = 0, L.stream_rows = stream_rows;
     L.dependent_launch = L.pdl_early = pdl_cap != 0, L.pdl_prefetch = pdl_cap;  // MLXCEL_GPU_PDL=2
-    L.pdl_prefetch_past = past;  // MLXCEL_GPU_PREFETCH_PAST=1
     L.matvec_rows = 4, L.stream_lean = lean;
     mxg_fused_matvec f = fused_case_args(u, pat, count, w, rws, bs, bias, x, nw, res0);
     emu_grids.clear();
@@ -81,25 +79,6 @@ static bool prefetches_ok(const Run &u, const mx_matrix *w, int count, size_t ca
     }
     if (total > cap) return snprintf(why, n, "%zu bytes prefetched, cap %zu", total, cap), false;
     snprintf(why, n, "%zu prefetches, %zu bytes", u.prefetches.size(), total);
-    return true;
-}
-
-// MLXCEL_GPU_PREFETCH_PAST=1: whether no prefetch of the matrices' codes starts at a row's start (the
-// bytes the first step loads into registers) or runs into the next row, and (`codes`) at least one
-// does. `why` says the first breach.
-static bool prefetch_past_ok(const Run &u, const mx_matrix *w, int count, bool codes, char *why, size_t n) {
-    int seen = 0;
-    for (const emu_range &r : u.prefetches)
-        for (int k = 0; k < count; k++) {
-            const uintptr_t p = (uintptr_t)r.p, d = (uintptr_t)w[k].data;
-            if (p < d || p >= d + (uintptr_t)mx_matrix_data_bytes(&w[k])) continue;
-            const size_t rb = (size_t)mx_matrix_data_bytes(&w[k]) / (size_t)w[k].rows, off = (size_t)(p - d) % rb;
-            if (off == 0 || off + r.bytes > rb)
-                return snprintf(why, n, "%u code bytes at row offset %zu of %zu", r.bytes, off, rb), false;
-            seen++;
-        }
-    if (codes && !seen) return snprintf(why, n, "no code prefetch"), false;
-    snprintf(why, n, "%d code prefetches past the first step", seen);
     return true;
 }
 
@@ -165,24 +144,6 @@ static void run_case(const char *name, Pattern pat, mx_quant q, mx_dtype st, int
                form ? "lean" : "today's", caps[form], pdl_same ? "equal" : "DIFFER", ranges ? "ok" : "BAD", why);
         if (!pdl_same) FAIL("%s: MLXCEL_GPU_PDL=2 changed the %s form's outputs", name, form ? "lean" : "today's");
         if (!ranges) FAIL("%s: a bad prefetch of the %s form: %s", name, form ? "lean" : "today's", why);
-    }
-    // MLXCEL_GPU_PREFETCH_PAST=1 on the lean form under an H100's cap: the same outputs, the ranges'
-    // rules, and no code prefetch of what the first step loads. Code prefetches are expected where a
-    // row is longer than the first step of the four-row shape (two chunks a lane at 4 bits, one at 8).
-    {
-        Run past;
-        launch(past, true, pat, count, w, rws, bs, bias, x, nw, res0, warp, sms, stream_rows, caps[0], true);
-        bool past_same = same(past.h, lean.h) && same(past.act, lean.act) && same(past.res, lean.res);
-        for (int k = 0; k < count; k++) past_same = past_same && same(past.out[k], lean.out[k]);
-        char why[128], why2[128];
-        const bool ranges = prefetches_ok(past, w, count, caps[0], why, sizeof why);
-        const bool longer = stream_rows == 4 && cols / 32 > warp * (q.bits == 8 ? 1 : 2);
-        const bool skipped = prefetch_past_ok(past, w, count, longer, why2, sizeof why2);
-        printf("stream lean %-14s prefetch past: outputs %s, prefetch %s (%s), %s (%s)\n", name,
-               past_same ? "equal" : "DIFFER", ranges ? "ok" : "BAD", why, skipped ? "past" : "BAD", why2);
-        if (!past_same) FAIL("%s: MLXCEL_GPU_PREFETCH_PAST=1 changed the lean form's outputs", name);
-        if (!ranges) FAIL("%s: a bad prefetch with MLXCEL_GPU_PREFETCH_PAST=1: %s", name, why);
-        if (!skipped) FAIL("%s: MLXCEL_GPU_PREFETCH_PAST=1 prefetched what the first step loads: %s", name, why2);
     }
     if (!within) FAIL("%s: an output outside its float32 bound of the reference (worst %.2e of it)", name, worst);
     if (!ran) FAIL("%s: the lean form did not run (shared memory %zu, expected %zu)", name, lean.smem, lean_smem);

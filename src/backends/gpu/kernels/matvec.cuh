@@ -43,15 +43,11 @@ constexpr size_t kMatvecStageBytes = 48 * 1024;
 // rows' weights (codes, then scales, then biases: prefetch_rows, by common.cuh's prefetch_span), at
 // most `budget` bytes, a multiple of 16 (pdl_warp_budget: the launch's cap, L->pdl_prefetch, over
 // its warps' first tasks).
-// past > 0 (MLXCEL_GPU_PREFETCH_PAST=1, the streaming kernels): the scales and biases first, then
-// each row's codes from byte `past` on (what the caller's registers do not already load), an equal
-// share of what is left each.
 template <class F>
-__device__ __forceinline__ void prefetch_rows(const MatView &m, int64_t r0, int nrows, unsigned &budget,
-                                              unsigned past = 0) {
+__device__ __forceinline__ void prefetch_rows(const MatView &m, int64_t r0, int nrows, unsigned &budget) {
     if (r0 >= m.rows) return;
     const int64_t rows = min((int64_t)nrows, m.rows - r0);
-    if (!past) prefetch_span(m.data + r0 * m.row_bytes, rows * m.row_bytes, budget);
+    prefetch_span(m.data + r0 * m.row_bytes, rows * m.row_bytes, budget);
     if constexpr (F::kind != KIND_DENSE) {
         // Scale (and bias) bytes per row: affine f16/bf16/f32 elements per group, one byte per group
         // (mxfp4/mxfp8) or per entry of m.groups (nvfp4), as F::load_raw reads them.
@@ -59,13 +55,6 @@ __device__ __forceinline__ void prefetch_rows(const MatView &m, int64_t r0, int 
         const int64_t g = (int64_t)m.groups * sb;
         prefetch_span((const uint8_t *)m.scales + r0 * g, rows * g, budget);
         if constexpr (F::kind == KIND_AFFINE) prefetch_span((const uint8_t *)m.biases + r0 * g, rows * g, budget);
-    }
-    if (!past || past >= m.row_bytes) return;
-    const unsigned share = budget / (unsigned)rows & ~15u;
-    for (int64_t j = 0; j < rows; j++) {
-        unsigned b = share;
-        prefetch_span(m.data + (r0 + j) * m.row_bytes + past, m.row_bytes - past, b);
-        budget -= share - b;
     }
 }
 // Each matrix's share of a warp's budget where its task spans NM matrices (gate and up: half each,

@@ -84,8 +84,6 @@ struct StreamArgs {
     float *res;            // EPI_RESIDUAL
     float *act;            // EPI_SWIGLU
     unsigned prefetch;     // MLXCEL_GPU_PDL=2: L2 prefetch budget of each warp's first task (set at launch; 0: none)
-    unsigned prefetch_past; // MLXCEL_GPU_PREFETCH_PAST=1: each row's code bytes the first step loads into
-                           // registers, which the prefetch skips (set at launch; 0: rows from their start)
     bool early;            // MLXCEL_GPU_PDL=2: release the next dependent kernel right after the grid wait
 };
 
@@ -115,11 +113,11 @@ template <class F, int NM, int R>
 __device__ __forceinline__ void stream_prefetch(const StreamArgs &a, int mi, int64_t r0) {
     if constexpr (NM == 2) {
         unsigned g = prefetch_share(a.prefetch, NM), u = g;
-        prefetch_rows<F>(a.m[0], r0, R, g, a.prefetch_past);
-        prefetch_rows<F>(a.m[1], r0, R, u, a.prefetch_past);
+        prefetch_rows<F>(a.m[0], r0, R, g);
+        prefetch_rows<F>(a.m[1], r0, R, u);
     } else {
         unsigned budget = a.prefetch;
-        prefetch_rows<F>(mi == 0 ? a.m[0] : mi == 1 ? a.m[1] : a.m[2], r0, R, budget, a.prefetch_past);
+        prefetch_rows<F>(mi == 0 ? a.m[0] : mi == 1 ? a.m[1] : a.m[2], r0, R, budget);
     }
 }
 
@@ -371,9 +369,6 @@ void stream_launch_shape(const mxg_launch *L, StreamArgs a, int count) {
     const unsigned blocks = (unsigned)(want < cap ? want : cap);
     a.early = L->pdl_early;
     a.prefetch = pdl_warp_budget(L, (int64_t)blocks * warps);
-    // The first step's codes of a row: U chunks of 32 weights per lane (affine formats; the others
-    // prefetch from the row's start).
-    a.prefetch_past = L->pdl_prefetch_past && Scaled<F>::on ? (unsigned)(W * U * 32 * F::bits / 8) : 0;
     if constexpr (StreamLean<F, NT, NM * R>::on) {
         if (stream_lean_fits(L, a, count)) {
             const size_t smem = stream_lean_smem(a.m[0].cols);
