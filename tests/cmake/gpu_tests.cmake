@@ -68,6 +68,12 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_conformance(gpu_conformance_ungrouped_tc2 MLXCEL_GPU_GROUPED=0 MLXCEL_GPU_TC_DECODE=2)
   # The streaming kernel's previous one-token form (the lean one, kernels/matvec_stream_lean.cuh, is the default) under every case.
   mlxcel_gpu_conformance(gpu_conformance_stream_lean_off MLXCEL_GPU_STREAM_LEAN=0)
+  # The residual epilogue with its reads ahead (MLXCEL_GPU_STREAM_RES_EARLY=1, kernels/matvec_res_early.cuh:
+  # the one-token o/down + residual products, streaming and fused kernel) under every case, also with
+  # four rows a task forced (the default takes two where they fit one wave) and with plain launches (the held reads after the grid wait).
+  mlxcel_gpu_conformance(gpu_conformance_stream_res_early MLXCEL_GPU_STREAM_RES_EARLY=1)
+  mlxcel_gpu_conformance(gpu_conformance_stream_res_early_rows4 MLXCEL_GPU_STREAM_RES_EARLY=1 MLXCEL_GPU_STREAM_ROWS=4)
+  mlxcel_gpu_conformance(gpu_conformance_stream_res_early_pdl_off MLXCEL_GPU_STREAM_RES_EARLY=1 MLXCEL_GPU_PDL=0)
   # The flash-decoding kernel's short form (kernels/attn_decode.cu) is the default; its group form
   # (a block per KV head's query group at every cache size) under every case of the harness.
   mlxcel_gpu_conformance(gpu_conformance_attn_short_off MLXCEL_GPU_ATTN_SHORT=0)
@@ -165,6 +171,9 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_knob_refused(stream_lean_two MLXCEL_GPU_STREAM_LEAN=2
                           "MLXCEL_GPU_STREAM_LEAN='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(stream_lean_word MLXCEL_GPU_STREAM_LEAN=on "MLXCEL_GPU_STREAM_LEAN='on': must be")
+  mlxcel_gpu_knob_refused(stream_res_early_two MLXCEL_GPU_STREAM_RES_EARLY=2
+                          "MLXCEL_GPU_STREAM_RES_EARLY='2': must be a whole number from 0 to 1 \\(unset: 0\\)")
+  mlxcel_gpu_knob_refused(stream_res_early_word MLXCEL_GPU_STREAM_RES_EARLY=on "MLXCEL_GPU_STREAM_RES_EARLY='on': must be")
   mlxcel_gpu_knob_refused(attn_short_two MLXCEL_GPU_ATTN_SHORT=2
                           "MLXCEL_GPU_ATTN_SHORT='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(attn_short_word MLXCEL_GPU_ATTN_SHORT=yes "MLXCEL_GPU_ATTN_SHORT='yes': must be")
@@ -191,6 +200,9 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
     mlxcel_gpu_parity(gpu_model_parity_tc_off MLXCEL_GPU_TC_DECODE=0)
     # ... and with the products ungrouped (MLXCEL_GPU_GROUPED=0, the A/B form; from 2 tokens).
     mlxcel_gpu_parity(gpu_model_parity_ungrouped MLXCEL_GPU_GROUPED=0 MLXCEL_GPU_TC_DECODE=2)
+    # The residual epilogue with its reads ahead (MLXCEL_GPU_STREAM_RES_EARLY=1) through the fixtures
+    # (rows below 4096 columns: the fused kernel's residual products take it).
+    mlxcel_gpu_parity(gpu_model_parity_stream_res_early MLXCEL_GPU_STREAM_RES_EARLY=1)
     # Plain launches (MLXCEL_GPU_PDL=0; level 3 is the default) through the fixtures.
     mlxcel_gpu_parity(gpu_model_parity_pdl_off MLXCEL_GPU_PDL=0)
     # ... and level 2 (the former default: the attention and q/k norm + RoPE launches plain).

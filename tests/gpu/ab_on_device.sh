@@ -108,6 +108,13 @@
 #             knob_checks at 3, knob_ab of shapes 0.6b, 8b, 30b; then the conformance harness at 3
 #             with MLXCEL_GPU_ATTN_ROPE=0 (the q/k launch and the unfused attention as dependent
 #             launches).
+#   res_early  the residual epilogue with its reads ahead (MLXCEL_GPU_STREAM_RES_EARLY 0/1,
+#             kernels/matvec_res_early.cuh: the one-token o/down + residual products read each task's
+#             residual and bias rows into its lanes after the grid wait, a row written per lane), ~9
+#             min, deadline 590 s: knob_checks (with bench_gpu_matvec built), the harness with the
+#             knob and four rows a task forced (MLXCEL_GPU_STREAM_ROWS=4); bench_gpu_matvec of the 8B (streaming
+#             kernel) and the 0.6B (its residual products on the fused kernel) with the knob off and
+#             on; knob_ab of shapes 8b, 0.6b, 30b.
 # (The suites were attn_on_device.sh, attn_mma_on_device.sh, prefill_on_device.sh,
 # moe_on_device.sh and matvec_on_device.sh, which bench/RESULTS.md names.)
 # shellcheck disable=SC2317  # the suite functions are called as "suite_$suite"
@@ -119,9 +126,10 @@ attn) deadline=300 ;;
 attn_mma | prefill | matvec | mixed | stream_lean | attn_short | attn_rope | pdl2) deadline=540 ;;
 moe | moe_fast | grouped) deadline=480 ;;
 pdl3) deadline=570 ;;
+res_early) deadline=590 ;;
 sample) deadline=420 ;;
 *)
-    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|pdl2|pdl3 (the suites: the top of this file)" >&2
+    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|pdl2|pdl3|res_early (the suites: the top of this file)" >&2
     exit 2
     ;;
 esac
@@ -341,6 +349,20 @@ suite_pdl3() {
     knob_ab MLXCEL_GPU_PDL=2 MLXCEL_GPU_PDL=3 0.6b 8b 30b
     check_run gpu_conformance_pdl3_rope_off 90 "check failed|FAIL|passed|failed" MLXCEL_GPU_PDL=3 MLXCEL_GPU_ATTN_ROPE=0 -- \
         build/cuda/test_gpu_conformance
+}
+
+suite_res_early() {
+    local k=MLXCEL_GPU_STREAM_RES_EARLY shape i
+    knob_checks "$k=1" bench_gpu_matvec
+    check_run gpu_conformance_res_early_rows4 120 "check failed|FAIL|passed|failed" "$k=1" \
+        MLXCEL_GPU_STREAM_ROWS=4 -- build/cuda/test_gpu_conformance
+    for shape in 8b 0.6b; do
+        for i in 0 1; do
+            check_run "bench_matvec_${shape}_$i" 120 "." "$k=$i" -- build/cuda/bench_gpu_matvec "qwen3-$shape" 10
+        done
+    done
+    cp "$LOGS"/bench_matvec_*.log "$OUT"/ 2>/dev/null
+    knob_ab "$k=0" "$k=1" 8b 0.6b 30b
 }
 
 check_start "ab_on_device.sh $suite"

@@ -340,6 +340,7 @@ typedef struct gpu_knobs {
     int matvec_rows, matvec_max_tokens, stream_min_cols, stream_rows, sample_blocks, tc_decode_tokens, attn_decode,
         attn_short, attn_rope;
     int prefill_kernel, moe_fused, moe_down, attn_mma, sample_fast, grouped, stream_lean, pdl;
+    int stream_res_early;  // MLXCEL_GPU_STREAM_RES_EARLY
     bool prefill_asked;  // MLXCEL_GPU_PREFILL_KERNEL was set
 } gpu_knobs;
 
@@ -359,6 +360,11 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // (unset: 1): its one-token affine 4/8-bit products in the lean form (kernels/matvec_stream_lean.cuh:
     // each chunk's sum of x once per block, the rows' addresses once per task; bit for bit the same
     // outputs; H100, bench/RESULTS.md run 36: 8B tg128 +3.6%); 0: the previous form, for A/B.
+    // MLXCEL_GPU_STREAM_RES_EARLY=1 (unset: 0): the one-token residual products (o, down; the streaming
+    // kernel's and kernels/matvec_fused.cu's) read each task's residual and bias rows into its lanes
+    // right after the grid wait (or a task ahead) instead of after the warp sums, and write a row per
+    // lane (kernels/matvec_res_early.cuh; the same outputs bit for bit; bench/RESULTS.md, "Residual
+    // reads ahead").
     // MLXCEL_GPU_SAMPLE_BLOCKS=N: at most N blocks share one row of the sample record
     // (kernels/sample_split.cu; 1: one block per row; unset: MXG_SAMPLE_DEFAULT_BLOCKS).
     // MLXCEL_GPU_SAMPLE_FAST (unset: 1): the split form's threshold from a short list of keys (those
@@ -405,6 +411,7 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_STREAM_MIN_COLS", 4096, 0, 1 << 30, &k->stream_min_cols, err) ||
         env_int("MLXCEL_GPU_STREAM_ROWS", 0, 0, 4, &k->stream_rows, err) ||
         env_int("MLXCEL_GPU_STREAM_LEAN", 1, 0, 1, &k->stream_lean, err) ||
+        env_int("MLXCEL_GPU_STREAM_RES_EARLY", 0, 0, 1, &k->stream_res_early, err) ||
         env_int("MLXCEL_GPU_SAMPLE_BLOCKS", MXG_SAMPLE_DEFAULT_BLOCKS, 1, MXG_SAMPLE_MAX_BLOCKS, &k->sample_blocks, err) ||
         env_int("MLXCEL_GPU_SAMPLE_FAST", 1, 0, 1, &k->sample_fast, err) ||
         env_int("MLXCEL_GPU_TC_DECODE", MXG_TC_DECODE_DEFAULT_TOKENS, 0, 64, &k->tc_decode_tokens, err) ||
@@ -550,6 +557,7 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.stream_min_cols = knobs.stream_min_cols;
     c->launch.stream_rows = knobs.stream_rows;
     c->launch.stream_lean = knobs.stream_lean != 0;
+    c->launch.stream_res_early = knobs.stream_res_early == 1;
     c->launch.sample_blocks = knobs.sample_blocks;
     c->launch.sample_fast = knobs.sample_fast == 1;
     c->launch.attn_token_rows = mx_env_switch("MLXCEL_GPU_ATTN_TOKEN_ROWS");

@@ -52,6 +52,10 @@ typedef struct mxg_launch {
                            // launch (MLXCEL_GPU_STREAM_ROWS)
     bool stream_lean;      // its one-token affine 4/8-bit products in the lean form, bit for bit the same outputs
                            // (kernels/matvec_stream_lean.cuh; MLXCEL_GPU_STREAM_LEAN, on unless 0)
+    bool stream_res_early; // its residual products (o, down) and the fused kernel's (kernels/matvec_fused.cu) read each
+                           // task's residual and bias rows into its lanes after the grid wait or a task ahead, and
+                           // write lane per row (EPI_RESIDUAL_EARLY, kernels/matvec_res_early.cuh; bit for bit the
+                           // same outputs; MLXCEL_GPU_STREAM_RES_EARLY=1, off by default)
     bool attn_token_rows;  // attention always in token rows, never head rows for decode (A/B switch)
     bool attn_decode;      // decode steps on kernels/attn_decode.cu (MLXCEL_GPU_ATTN_DECODE=0: off, A/B switch)
     bool attn_short;       // ... in their short-context form where the cache is short (kernels/attn_decode.cu;

@@ -7,6 +7,9 @@
 #   the kernel's headers) bit for bit today's and within the float32 bound of the reference, and
 #   MLXCEL_GPU_PDL=2's prefetch ranges; faults: a chunk's sum of x from its neighbour, the prefetch
 #   budget ignored;
+# - test_res_early_emulated.cpp: the residual epilogue with its reads ahead (MLXCEL_GPU_STREAM_RES_EARLY,
+#   kernels/matvec_res_early.cuh) bit for bit today's, also with the residual guarded until the
+#   grid wait; faults: a lane picking its neighbour's row sum, the held residual read before the wait;
 # - test_moe_emulated.cpp: moe.cu's router (the experts and weights against the CPU backend's, NaN
 #   and infinite router logits included), moe_stream.cu's fused decode kernels (against the tests'
 #   double-precision reference, gpu_ref.c) and moe_router.cu's router launch (the CPU backend's
@@ -184,6 +187,23 @@ expect FAIL
 fault prefetch
 edit backends/gpu/common.cuh s/const unsigned n = hi - lo < budget ? (unsigned)(hi - lo) : budget;/const unsigned n = (unsigned)(hi - lo);/
 expect FAIL.*bad prefetch
+EOF
+# The residual epilogue with its reads ahead (MLXCEL_GPU_STREAM_RES_EARLY=1; test_res_early_emulated.cpp:
+# bit for bit today's, also as a dependent launch with the residual guarded until the grid wait).
+# Faults: each lane picking its neighbour's row sum (kernels/matvec_res_early.cuh, lane ^ 1); the
+# lean form's first held residual read before the grid wait (only the guarded check sees it: the
+# unguarded outputs stay today's).
+emu_test test_res_early_emulated "$arg" quick "tests/gpu/kv_emulation/emu.cpp \
+    tests/gpu/kv_emulation/test_res_early_emulated.cpp $out/matvec_fused.cpp $out/gpu_ref.o" <<'EOF'
+fault pick
+edit backends/gpu/kernels/matvec_res_early.cuh s/if (lane == j) s = sum(j);/if ((lane ^ 1) == j) s = sum(j);/
+expect FAIL.*outputs or residual stream are not today's
+fault wait
+edit backends/gpu/kernels/matvec_stream_lean.cuh /^ *ResHeld held = {}, nheld = {};$/d
+edit backends/gpu/kernels/matvec_stream_lean.cuh /^ *if (EPI == EPI_RESIDUAL_EARLY && task < ntasks) held = /d
+edit backends/gpu/kernels/matvec_stream_lean.cuh s/^\( *\)mxg_grid_wait_release(a.early);/\1ResHeld held = {}, nheld = {};\n\1if (EPI == EPI_RESIDUAL_EARLY \&\& task < ntasks) held = stream_res_load<R>(a, mi, r0, lane);\n\1mxg_grid_wait_release(a.early);/
+expect FAIL.*with the residual guarded: outputs DIFFER
+reject bit-equal NO
 EOF
 # MoE decode (its full cases, quick or not). Faults:
 # - level 3: the router's last ticket one early (a block routes before the token's last logits are

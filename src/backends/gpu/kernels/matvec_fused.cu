@@ -14,6 +14,10 @@
 // split-K for few rows unless MLXCEL_GPU_OLD_MATVEC=1), so accuracy is that of the one-record kernels.
 // Affine 4/8-bit and mxfp4 weights take the streaming kernel (kernels/matvec_stream.cuh, the same
 // epilogues and norm staging) unless MLXCEL_GPU_NO_STREAM_MATVEC=1 or MLXCEL_GPU_OLD_MATVEC=1.
+// MLXCEL_GPU_STREAM_RES_EARLY=1 (L->stream_res_early): the residual epilogue with the residual and
+// bias read ahead, in the streaming kernel and here (EPI_RESIDUAL_EARLY, kernels/matvec_res_early.cuh:
+// this kernel takes the residual products of rows shorter than L->stream_min_cols, the 0.6B's o and
+// down; each warp has one row group, so its lanes read theirs right after the grid wait).
 #include "backends/gpu/kernels/fused_format.cuh"
 #include "backends/gpu/kernels/matvec_stream.cuh"
 #include "backends/gpu/kernels_fused.h"
@@ -81,6 +85,11 @@ __global__ void __launch_bounds__(kMatvecThreads) fused_matvec_kernel(FusedArgs 
         }
     }
     mxg_grid_wait_release(a.early);  // a dependent kernel: the weights above did not need the previous one
+    // EPI_RESIDUAL_EARLY: the warp's residual and bias rows into its lanes, after the wait (res is the
+    // previous kernel's); only the warps that write (kpart 0).
+    ResHeld held = {};
+    if (EPI == EPI_RESIDUAL_EARLY && active && kpart == 0)
+        held = res_early_load<R>(a.res, mi == 0 ? a.bias[0] : mi == 1 ? a.bias[1] : a.bias[2], m.rows, r0, lane);
     const float4 *x4 = (const float4 *)a.x;
     float scale = 1.0f;
     if (NORM) {
@@ -155,25 +164,30 @@ __global__ void __launch_bounds__(kMatvecThreads) fused_matvec_kernel(FusedArgs 
 #pragma unroll
                 for (int rr = 0; rr < R; rr++) acc[k][rr] += part[((warp + j) * NM + k) * R + rr];
     }
+    if constexpr (EPI == EPI_RESIDUAL_EARLY) {  // lane rr writes row r0 + rr (every lane holds every sum)
+        float *out = mi == 0 ? a.out[0] : mi == 1 ? a.out[1] : a.out[2];
+        if (active) res_early_store<R>(out, a.res, m.rows, r0, lane, held, [&](int rr) { return acc[0][rr]; });
+    } else {
 #pragma unroll
-    for (int rr = 0; rr < R; rr++) {
-        const int64_t r = r0 + rr;
-        float s[NM];
+        for (int rr = 0; rr < R; rr++) {
+            const int64_t r = r0 + rr;
+            float s[NM];
 #pragma unroll
-        for (int k = 0; k < NM; k++) s[k] = acc[k][rr];
-        if (lane != 0 || r >= m.rows) continue;
-        if (EPI == EPI_SWIGLU) {
-            const float g = s[0] + (a.bias[0] ? a.bias[0][r] : 0.0f);
-            const float u = s[1] + (a.bias[1] ? a.bias[1][r] : 0.0f);
-            a.out[0][r] = g;
-            a.out[1][r] = u;
-            a.act[r] = silu_mul(g, u);
-        } else {
-            const float *bias = mi == 0 ? a.bias[0] : mi == 1 ? a.bias[1] : a.bias[2];
-            float *out = mi == 0 ? a.out[0] : mi == 1 ? a.out[1] : a.out[2];
-            const float v = s[0] + (bias ? bias[r] : 0.0f);
-            out[r] = v;
-            if (EPI == EPI_RESIDUAL) a.res[r] += v;
+            for (int k = 0; k < NM; k++) s[k] = acc[k][rr];
+            if (lane != 0 || r >= m.rows) continue;
+            if (EPI == EPI_SWIGLU) {
+                const float g = s[0] + (a.bias[0] ? a.bias[0][r] : 0.0f);
+                const float u = s[1] + (a.bias[1] ? a.bias[1][r] : 0.0f);
+                a.out[0][r] = g;
+                a.out[1][r] = u;
+                a.act[r] = silu_mul(g, u);
+            } else {
+                const float *bias = mi == 0 ? a.bias[0] : mi == 1 ? a.bias[1] : a.bias[2];
+                float *out = mi == 0 ? a.out[0] : mi == 1 ? a.out[1] : a.out[2];
+                const float v = s[0] + (bias ? bias[r] : 0.0f);
+                out[r] = v;
+                if (EPI == EPI_RESIDUAL) a.res[r] += v;
+            }
         }
     }
     }
@@ -217,9 +231,9 @@ bool launch_stream(const mxg_launch *L, const mxg_fused_matvec *f, const mx_matr
     return done;
 }
 
+// The pattern on fused_matvec_kernel (what the streaming kernel declines).
 template <int EPI, bool NORM>
-void launch(const mxg_launch *L, const mxg_fused_matvec *f, const mx_matrix *w0) {
-    if (launch_stream<EPI, NORM>(L, f, w0)) return;
+void launch_fused(const mxg_launch *L, const mxg_fused_matvec *f, const mx_matrix *w0) {
     FusedArgs a = {};
     int64_t total_rows = 0;
     for (int k = 0; k < f->count; k++) total_rows += f->w[k]->rows;
@@ -271,6 +285,18 @@ void launch(const mxg_launch *L, const mxg_fused_matvec *f, const mx_matrix *w0)
                                (gpuStream_t)L->stream, L->dependent_launch, a, ks);
         });
     });
+}
+
+template <int EPI, bool NORM>
+void launch(const mxg_launch *L, const mxg_fused_matvec *f, const mx_matrix *w0) {
+    if (launch_stream<EPI, NORM>(L, f, w0)) return;
+    if constexpr (EPI == EPI_RESIDUAL) {
+        if (L->stream_res_early) {  // MLXCEL_GPU_STREAM_RES_EARLY=1 (kernels/matvec_res_early.cuh)
+            launch_fused<EPI_RESIDUAL_EARLY, NORM>(L, f, w0);
+            return;
+        }
+    }
+    launch_fused<EPI, NORM>(L, f, w0);
 }
 
 }  // namespace

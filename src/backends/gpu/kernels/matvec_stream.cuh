@@ -38,6 +38,10 @@
 //   rows per task run stream_body_lean (kernels/matvec_stream_lean.cuh, included below the pieces it
 //   shares): bit for bit the same outputs, each chunk's sum of x once per block and the rows'
 //   addresses once per task instead of in the step loop.
+// - MLXCEL_GPU_STREAM_RES_EARLY=1 (L->stream_res_early, off by default): the residual products (o,
+//   down) end in EPI_RESIDUAL_EARLY (kernels/matvec_res_early.cuh): each task's residual and bias
+//   rows read into its lanes right after the grid wait or a task ahead, not after the warp sums; the
+//   same outputs bit for bit.
 // Requirements (stream_fits): rows of at least L->stream_min_cols weights (4096 by default: slower
 // than kernels/matvec.cuh on the 0.6B's shorter rows, as measured), cols a multiple of 32 with aligned rows (matvec_fast), the token rows
 // within the 48 KB of default shared memory, at least one chunk per lane. Lanes past the row's last
@@ -47,6 +51,7 @@
 #define MXG_MATVEC_STREAM_CUH
 
 #include "backends/gpu/kernels/matvec.cuh"
+#include "backends/gpu/kernels/matvec_res_early.cuh"
 
 namespace mxg {
 
@@ -54,8 +59,10 @@ constexpr int kStreamThreads = 256;
 constexpr int kStreamBlocksPerSm = 2;
 constexpr int kStreamStageLoads = 8;  // staging loads in flight per thread (half with a norm: x and its weights)
 
-// Epilogues (kernels_fused.h): out = dot + bias; also res += out; gate/up with act = silu(g) * u.
-enum { EPI_PLAIN, EPI_RESIDUAL, EPI_SWIGLU };
+// Epilogues (kernels_fused.h): out = dot + bias; also res += out; gate/up with act = silu(g) * u;
+// EPI_RESIDUAL's values with the residual and bias read ahead (kernels/matvec_res_early.cuh; one
+// token; MLXCEL_GPU_STREAM_RES_EARLY=1).
+enum { EPI_PLAIN, EPI_RESIDUAL, EPI_SWIGLU, EPI_RESIDUAL_EARLY };
 
 // Formats the streaming kernel reads (mxfp4 up to 4 tokens: its generic dot spills at 8; dense
 // bf16/f16 for one token: a chunk is 64 bytes), and chunks per lane per step: 64 bytes of a row (2
@@ -259,6 +266,33 @@ __device__ __forceinline__ void stream_epilogue(const StreamArgs &a, int mi, int
     stream_write<NT, NM, R, EPI>(a, mi, r0, acc);
 }
 
+// EPI_RESIDUAL_EARLY: lane `lane`'s held residual and bias of task (mi, r0) (res_early_load; only
+// after the grid wait).
+template <int R>
+__device__ __forceinline__ ResHeld stream_res_load(const StreamArgs &a, int mi, int64_t r0, int lane) {
+    const MatView &m = mi == 0 ? a.m[0] : mi == 1 ? a.m[1] : a.m[2];
+    const float *bias = mi == 0 ? a.bias[0] : mi == 1 ? a.bias[1] : a.bias[2];
+    return res_early_load<R>(a.res, bias, m.rows, r0, lane);
+}
+
+// A task's end in either body: EPI_RESIDUAL_EARLY's warp sums and lane-per-row writes from `held`
+// (the task's held values), or stream_epilogue (`held` unused).
+template <int W, int NT, int NM, int R, int EPI>
+__device__ __forceinline__ void stream_finish(const StreamArgs &a, int mi, int64_t r0, float (&acc)[NM * R][NT],
+                                              const ResHeld &held) {
+    if constexpr (EPI == EPI_RESIDUAL_EARLY) {
+        static_assert(NT == 1 && NM == 1, "the residual epilogue is one token, one matrix");
+#pragma unroll
+        for (int j = 0; j < R; j++) acc[j][0] = warp_sum<W>(acc[j][0]);
+        float *out = mi == 0 ? a.out[0] : mi == 1 ? a.out[1] : a.out[2];
+        const int64_t rows = mi == 0 ? a.m[0].rows : mi == 1 ? a.m[1].rows : a.m[2].rows;
+        res_early_store<R>(out, a.res, rows, r0, (int)threadIdx.x % W, held, [&](int j) { return acc[j][0]; });
+    } else {
+        (void)held;
+        stream_epilogue<W, NT, NM, R, EPI>(a, mi, r0, acc);
+    }
+}
+
 // The kernel's body as `nblocks` blocks of which the caller is block `block`: the first task's first
 // weights are loaded, then it waits for the previous kernel (mxg_grid_wait: the weights do not
 // depend on it, the activations do), then the activations are staged and the warps walk their
@@ -282,13 +316,19 @@ __device__ __forceinline__ void stream_body(const StreamArgs &a, float4 *xs4, in
         if (a.prefetch && lane == 0) stream_prefetch<F, NM, R>(a, mi, r0);
     }
     mxg_grid_wait_release(a.early);
+    // EPI_RESIDUAL_EARLY: the first task's residual and bias, after the wait (res is the previous kernel's).
+    ResHeld held = {}, nheld = {};
+    if (EPI == EPI_RESIDUAL_EARLY && task < ntasks) held = stream_res_load<R>(a, mi, r0, lane);
     stream_stage<W, F, NT, NORM>(a, xs4, n4, block);
     __syncthreads();  // the only barrier: from here on the warps run independently
     for (; task < ntasks; task += stride) {
         const int ntask = task + stride;
         int nmi = 0;
         int64_t nr0 = 0;
-        if (ntask < ntasks) stream_task<R>(a, ntask, nmi, nr0);
+        if (ntask < ntasks) {
+            stream_task<R>(a, ntask, nmi, nr0);
+            if (EPI == EPI_RESIDUAL_EARLY) nheld = stream_res_load<R>(a, nmi, nr0, lane);
+        }
         float acc[RR][NT];
 #pragma unroll
         for (int j = 0; j < RR; j++)
@@ -307,8 +347,8 @@ __device__ __forceinline__ void stream_body(const StreamArgs &a, float4 *xs4, in
                 if (more && lc < nchunks) stream_load_slot<F, NM, R>(a, lmi, lr0, lc, buf[u]);
             }
         }
-        stream_epilogue<W, NT, NM, R, EPI>(a, mi, r0, acc);
-        mi = nmi, r0 = nr0;
+        stream_finish<W, NT, NM, R, EPI>(a, mi, r0, acc, held);
+        mi = nmi, r0 = nr0, held = nheld;
     }
 }
 
@@ -359,16 +399,9 @@ static inline void stream_allow_smem(const void *kernel, size_t smem, size_t mos
     raised = true;
 }
 
-// One launch of R rows per task (per matrix: NM = 2 counts gate's rows only) and U chunks per lane
-// per step: as many blocks as the tasks need, at most kStreamBlocksPerSm per multiprocessor.
+// The launch of stream_launch_shape's kernel: the lean form where it takes the matrices, else stream_body.
 template <int W, class F, int NT, int NM, int R, int U, int EPI, bool NORM>
-void stream_launch_shape(const mxg_launch *L, StreamArgs a, int count) {
-    constexpr int warps = kStreamThreads / W;
-    const int tasks = stream_tasks<NM, R>(a, count);
-    const int64_t want = (tasks + warps - 1) / warps, cap = (int64_t)L->sm_count * kStreamBlocksPerSm;
-    const unsigned blocks = (unsigned)(want < cap ? want : cap);
-    a.early = L->pdl_early;
-    a.prefetch = pdl_warp_budget(L, (int64_t)blocks * warps);
+void stream_launch_kernel(const mxg_launch *L, const StreamArgs &a, int count, unsigned blocks) {
     if constexpr (StreamLean<F, NT, NM * R>::on) {
         if (stream_lean_fits(L, a, count)) {
             const size_t smem = stream_lean_smem(a.m[0].cols);
@@ -384,6 +417,26 @@ void stream_launch_shape(const mxg_launch *L, StreamArgs a, int count) {
     const size_t smem = (size_t)NT * a.m[0].cols * sizeof(float);
     mxg_launch_dep(matvec_stream_kernel<W, F, NT, NM, R, U, EPI, NORM, false>, dim3(blocks), dim3(kStreamThreads), smem,
                    (gpuStream_t)L->stream, L->dependent_launch, a);
+}
+
+// One launch of R rows per task (per matrix: NM = 2 counts gate's rows only) and U chunks per lane
+// per step: as many blocks as the tasks need, at most kStreamBlocksPerSm per multiprocessor.
+template <int W, class F, int NT, int NM, int R, int U, int EPI, bool NORM>
+void stream_launch_shape(const mxg_launch *L, StreamArgs a, int count) {
+    constexpr int warps = kStreamThreads / W;
+    const int tasks = stream_tasks<NM, R>(a, count);
+    const int64_t want = (tasks + warps - 1) / warps, cap = (int64_t)L->sm_count * kStreamBlocksPerSm;
+    const unsigned blocks = (unsigned)(want < cap ? want : cap);
+    a.early = L->pdl_early;
+    a.prefetch = pdl_warp_budget(L, (int64_t)blocks * warps);
+    // MLXCEL_GPU_STREAM_RES_EARLY=1: the residual epilogue with its reads ahead (kernels/matvec_res_early.cuh).
+    if constexpr (EPI == EPI_RESIDUAL && NT == 1) {
+        if (L->stream_res_early) {
+            stream_launch_kernel<W, F, NT, NM, R, U, EPI_RESIDUAL_EARLY, NORM>(L, a, count, blocks);
+            return;
+        }
+    }
+    stream_launch_kernel<W, F, NT, NM, R, U, EPI, NORM>(L, a, count, blocks);
 }
 
 // Over long rows, one token: whether a launch takes four rows a task (twice R, half the chunks per

@@ -153,6 +153,9 @@ __device__ __forceinline__ void stream_body_lean(const StreamArgs &a, float4 *xs
         if (a.prefetch && lane == 0) stream_prefetch<F, NM, R>(a, mi, r0);  // MLXCEL_GPU_PDL=2
     }
     mxg_grid_wait_release(a.early);
+    // EPI_RESIDUAL_EARLY (kernels/matvec_res_early.cuh): the first task's residual and bias, after the wait.
+    ResHeld held = {}, nheld = {};
+    if (EPI == EPI_RESIDUAL_EARLY && task < ntasks) held = stream_res_load<R>(a, mi, r0, lane);
     stream_stage<W, F, 1, NORM>(a, xs4, n4, block);
     __syncthreads();
     stream_lean_sums<F>(xs4, sums, nchunks);
@@ -161,7 +164,10 @@ __device__ __forceinline__ void stream_body_lean(const StreamArgs &a, float4 *xs
         const int ntask = task + stride;
         int nmi = 0;
         int64_t nr0 = 0;
-        if (ntask < ntasks) stream_task<R>(a, ntask, nmi, nr0);
+        if (ntask < ntasks) {
+            stream_task<R>(a, ntask, nmi, nr0);
+            if (EPI == EPI_RESIDUAL_EARLY) nheld = stream_res_load<R>(a, nmi, nr0, lane);  // the next task's, a task ahead
+        }
         float acc[RR][1];
 #pragma unroll
         for (int j = 0; j < RR; j++) acc[j][0] = 0.0f;
@@ -178,8 +184,8 @@ __device__ __forceinline__ void stream_body_lean(const StreamArgs &a, float4 *xs
                 if (more && lc < nchunks) stream_lean_load<F, NM, R>(rows, lc, row_bytes, groups, group_shift, buf[u]);
             }
         }
-        stream_epilogue<W, 1, NM, R, EPI>(a, mi, r0, acc);
-        mi = nmi, r0 = nr0;
+        stream_finish<W, 1, NM, R, EPI>(a, mi, r0, acc, held);
+        mi = nmi, r0 = nr0, held = nheld;
     }
 }
 
