@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: MIT
 // The residual epilogue with its reads ahead (EPI_RESIDUAL_EARLY, kernels/matvec_res_early.cuh;
 // MLXCEL_GPU_STREAM_RES_EARLY=1) on the host emulation (emu.h), through the fused one-token launch
-// of kernels/matvec_fused.cu (matmul + residual add): the streaming kernel's lean form (four and two
-// rows a task), its other body (stream_body: the lean form off, the eight-row shape of rows shorter
-// than a step, mxfp4 and dense bf16) and the fused kernel (the rows the streaming kernel declines:
-// four rows a warp, and one row with split-K). Each case runs the knob off (today's lane-0 epilogue)
-// and on, on the same inputs, and requires of the knob's run:
+// of kernels/matvec_fused.cu (matmul + residual add): the streaming kernel's lean form (the launch's
+// task shape, and four and two rows a task forced), its other body (stream_body: the lean form off,
+// the eight-row shape of rows shorter than a step, mxfp4 and dense bf16) and the fused kernel (the
+// rows the streaming kernel declines: four rows a warp, and one row with split-K). Each case runs
+// the knob off (today's lane-0 epilogue) and on, on the same inputs, and requires of the knob's run:
 // - the output and the residual stream bit for bit today's (the same two float additions on the
 //   same operands: only who reads and writes them changes), and every res[r] the float32 sum of the
 //   original res[r] and out[r], computed here;
