@@ -289,14 +289,7 @@ void launch_fused(const mxg_launch *L, const mxg_fused_matvec *f, const mx_matri
 
 template <int EPI, bool NORM>
 void launch(const mxg_launch *L, const mxg_fused_matvec *f, const mx_matrix *w0) {
-    if (launch_stream<EPI, NORM>(L, f, w0)) return;
-    if constexpr (EPI == EPI_RESIDUAL) {
-        if (L->stream_res_early) {  // MLXCEL_GPU_STREAM_RES_EARLY=1 (kernels/matvec_res_early.cuh)
-            launch_fused<EPI_RESIDUAL_EARLY, NORM>(L, f, w0);
-            return;
-        }
-    }
-    launch_fused<EPI, NORM>(L, f, w0);
+    if (!launch_stream<EPI, NORM>(L, f, w0)) launch_fused<EPI, NORM>(L, f, w0);
 }
 
 }  // namespace
@@ -320,6 +313,8 @@ extern "C" void mxg_run_fused_matvec(const mxg_launch *L, const mxg_fused_matvec
     const bool norm = f->norm_w != NULL;
     if (f->act)
         norm ? launch<EPI_SWIGLU, true>(L, f, w0) : launch<EPI_SWIGLU, false>(L, f, w0);
+    else if (f->res && L->stream_res_early)  // MLXCEL_GPU_STREAM_RES_EARLY=1 (kernels/matvec_res_early.cuh)
+        norm ? launch<EPI_RESIDUAL_EARLY, true>(L, f, w0) : launch<EPI_RESIDUAL_EARLY, false>(L, f, w0);
     else if (f->res)
         norm ? launch<EPI_RESIDUAL, true>(L, f, w0) : launch<EPI_RESIDUAL, false>(L, f, w0);
     else

@@ -399,9 +399,16 @@ static inline void stream_allow_smem(const void *kernel, size_t smem, size_t mos
     raised = true;
 }
 
-// The launch of stream_launch_shape's kernel: the lean form where it takes the matrices, else stream_body.
+// One launch of R rows per task (per matrix: NM = 2 counts gate's rows only) and U chunks per lane
+// per step: as many blocks as the tasks need, at most kStreamBlocksPerSm per multiprocessor.
 template <int W, class F, int NT, int NM, int R, int U, int EPI, bool NORM>
-void stream_launch_kernel(const mxg_launch *L, const StreamArgs &a, int count, unsigned blocks) {
+void stream_launch_shape(const mxg_launch *L, StreamArgs a, int count) {
+    constexpr int warps = kStreamThreads / W;
+    const int tasks = stream_tasks<NM, R>(a, count);
+    const int64_t want = (tasks + warps - 1) / warps, cap = (int64_t)L->sm_count * kStreamBlocksPerSm;
+    const unsigned blocks = (unsigned)(want < cap ? want : cap);
+    a.early = L->pdl_early;
+    a.prefetch = pdl_warp_budget(L, (int64_t)blocks * warps);
     if constexpr (StreamLean<F, NT, NM * R>::on) {
         if (stream_lean_fits(L, a, count)) {
             const size_t smem = stream_lean_smem(a.m[0].cols);
@@ -417,26 +424,6 @@ void stream_launch_kernel(const mxg_launch *L, const StreamArgs &a, int count, u
     const size_t smem = (size_t)NT * a.m[0].cols * sizeof(float);
     mxg_launch_dep(matvec_stream_kernel<W, F, NT, NM, R, U, EPI, NORM, false>, dim3(blocks), dim3(kStreamThreads), smem,
                    (gpuStream_t)L->stream, L->dependent_launch, a);
-}
-
-// One launch of R rows per task (per matrix: NM = 2 counts gate's rows only) and U chunks per lane
-// per step: as many blocks as the tasks need, at most kStreamBlocksPerSm per multiprocessor.
-template <int W, class F, int NT, int NM, int R, int U, int EPI, bool NORM>
-void stream_launch_shape(const mxg_launch *L, StreamArgs a, int count) {
-    constexpr int warps = kStreamThreads / W;
-    const int tasks = stream_tasks<NM, R>(a, count);
-    const int64_t want = (tasks + warps - 1) / warps, cap = (int64_t)L->sm_count * kStreamBlocksPerSm;
-    const unsigned blocks = (unsigned)(want < cap ? want : cap);
-    a.early = L->pdl_early;
-    a.prefetch = pdl_warp_budget(L, (int64_t)blocks * warps);
-    // MLXCEL_GPU_STREAM_RES_EARLY=1: the residual epilogue with its reads ahead (kernels/matvec_res_early.cuh).
-    if constexpr (EPI == EPI_RESIDUAL && NT == 1) {
-        if (L->stream_res_early) {
-            stream_launch_kernel<W, F, NT, NM, R, U, EPI_RESIDUAL_EARLY, NORM>(L, a, count, blocks);
-            return;
-        }
-    }
-    stream_launch_kernel<W, F, NT, NM, R, U, EPI, NORM>(L, a, count, blocks);
 }
 
 // Over long rows, one token: whether a launch takes four rows a task (twice R, half the chunks per
