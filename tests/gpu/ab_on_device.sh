@@ -115,6 +115,13 @@
 #             knob and four rows a task forced (MLXCEL_GPU_STREAM_ROWS=4); bench_gpu_matvec of the 8B (streaming
 #             kernel) and the 0.6B (its residual products on the fused kernel) with the knob off and
 #             on; knob_ab of shapes 8b, 0.6b, 30b.
+#   attn_one  the decode attention in one launch (kernels/attn_decode.cu, MLXCEL_GPU_ATTN_ONE 0/1/2:
+#             where the context is split, the block that draws its (token, query group)'s last ticket
+#             merges the splits, no combine launch; 2 also halves the splits at short contexts), ~8
+#             min, deadline 580 s: knob_checks at 1 (with test_gpu_ops and bench_gpu_decode), the
+#             harness at 2, the op suite at 1 (its 4,100-position decode cases: a wave of splits, 5
+#             tokens, a window); knob_ab 0 against 1 of shapes 8b, 0.6b, 8b_p8192, then 1 against 2
+#             of 8b, 0.6b; bench_gpu_decode's per-op times of the 8B and the 0.6B at 512 at 0, 1, 2.
 # (The suites were attn_on_device.sh, attn_mma_on_device.sh, prefill_on_device.sh,
 # moe_on_device.sh and matvec_on_device.sh, which bench/RESULTS.md names.)
 # shellcheck disable=SC2317  # the suite functions are called as "suite_$suite"
@@ -127,9 +134,10 @@ attn_mma | prefill | matvec | mixed | stream_lean | attn_short | attn_rope | pdl
 moe | moe_fast | grouped) deadline=480 ;;
 pdl3) deadline=570 ;;
 res_early) deadline=590 ;;
+attn_one) deadline=580 ;;
 sample) deadline=420 ;;
 *)
-    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|pdl2|pdl3|res_early (the suites: the top of this file)" >&2
+    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|pdl2|pdl3|res_early|attn_one (the suites: the top of this file)" >&2
     exit 2
     ;;
 esac
@@ -363,6 +371,21 @@ suite_res_early() {
     done
     cp "$LOGS"/bench_matvec_*.log "$OUT"/ 2>/dev/null
     knob_ab "$k=0" "$k=1" 8b 0.6b 30b
+}
+
+suite_attn_one() {
+    local k=MLXCEL_GPU_ATTN_ONE shape v
+    knob_checks "$k=1" test_gpu_ops bench_gpu_decode
+    check_run gpu_conformance_attn_one2 120 "check failed|FAIL|passed|failed" "$k=2" -- build/cuda/test_gpu_conformance
+    check_run gpu_ops_attn_one 90 "attention|check failed|FAIL|passed|failed" "$k=1" -- build/cuda/test_gpu_ops
+    knob_ab "$k=0" "$k=1" 8b 0.6b 8b_p8192
+    knob_ab "$k=1" "$k=2" 8b 0.6b
+    for shape in 8b 0.6b; do
+        for v in 0 1 2; do
+            check_run "decode_${shape}_$v" 60 "^decode|attention|plan|lm_head" "$k=$v" -- \
+                build/cuda/bench_gpu_decode "qwen3-$shape" 512 512 50
+        done
+    done
 }
 
 check_start "ab_on_device.sh $suite"
