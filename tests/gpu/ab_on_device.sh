@@ -119,9 +119,10 @@
 #             where the context is split, the block that draws its (token, query group)'s last ticket
 #             merges the splits, no combine launch; 2 also halves the splits at short contexts), ~8
 #             min, deadline 580 s: knob_checks at 1 (with test_gpu_ops and bench_gpu_decode), the
-#             harness at 2, the op suite at 1 (its 4,100-position decode cases: a wave of splits, 5
-#             tokens, a window); knob_ab 0 against 1 of shapes 8b, 0.6b, 8b_p8192, then 1 against 2
-#             of 8b, 0.6b; bench_gpu_decode's per-op times of the 8B and the 0.6B at 512 at 0, 1, 2.
+#             harness at 2; knob_ab 0 against 1 of shapes 8b, 0.6b, 8b_p8192, then check_ab 1 against 2
+#             of the same 8b and 0.6b (bench_8b_one2, bench_0.6b_one2); bench_gpu_decode's per-op times of the 8B and the 0.6B at 512 at 0, 1, 2; last
+#             the op suite at 1 (its 4,100-position decode cases: a wave of splits, 5 tokens, a
+#             window), as far as the deadline lets it.
 # (The suites were attn_on_device.sh, attn_mma_on_device.sh, prefill_on_device.sh,
 # moe_on_device.sh and matvec_on_device.sh, which bench/RESULTS.md names.)
 # shellcheck disable=SC2317  # the suite functions are called as "suite_$suite"
@@ -377,15 +378,17 @@ suite_attn_one() {
     local k=MLXCEL_GPU_ATTN_ONE shape v
     knob_checks "$k=1" test_gpu_ops bench_gpu_decode
     check_run gpu_conformance_attn_one2 120 "check failed|FAIL|passed|failed" "$k=2" -- build/cuda/test_gpu_conformance
-    check_run gpu_ops_attn_one 90 "attention|check failed|FAIL|passed|failed" "$k=1" -- build/cuda/test_gpu_ops
     knob_ab "$k=0" "$k=1" 8b 0.6b 8b_p8192
-    knob_ab "$k=1" "$k=2" 8b 0.6b
+    check_ab bench_8b_one2 60 60 "$k=1" "$k=2" -- --shape qwen3-8b -p 512 -n 128
+    check_ab bench_0.6b_one2 40 40 "$k=1" "$k=2" -- --shape qwen3-0.6b -p 512 -n 128
     for shape in 8b 0.6b; do
         for v in 0 1 2; do
             check_run "decode_${shape}_$v" 60 "^decode|attention|plan|lm_head" "$k=$v" -- \
                 build/cuda/bench_gpu_decode "qwen3-$shape" 512 512 50
         done
     done
+    # Last: the whole op suite takes ~150 s or more (run 48), the deadline may cut it.
+    check_run gpu_ops_attn_one 170 "attention|check failed|FAIL|passed|failed" "$k=1" -- build/cuda/test_gpu_ops
 }
 
 check_start "ab_on_device.sh $suite"
