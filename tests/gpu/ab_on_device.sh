@@ -119,10 +119,11 @@
 #             where the context is split, the block that draws its (token, query group)'s last ticket
 #             merges the splits, no combine launch; 2 also halves the splits at short contexts), ~8
 #             min, deadline 580 s: knob_checks at 1 (with test_gpu_ops and bench_gpu_decode), the
-#             harness at 2; knob_ab 0 against 1 of shapes 8b, 0.6b, 8b_p8192, then check_ab 1 against 2
-#             of the same 8b and 0.6b (bench_8b_one2, bench_0.6b_one2); bench_gpu_decode's per-op times of the 8B and the 0.6B at 512 at 0, 1, 2; last
-#             the op suite at 1 (its 4,100-position decode cases: a wave of splits, 5 tokens, a
-#             window), as far as the deadline lets it.
+#             harness at 2; knob_ab 0 against 1 of shapes 8b, 0.6b, 8b_p8192, then check_ab 1
+#             against 2 of 8b and 0.6b (bench_8b_one2, bench_0.6b_one2); bench_gpu_decode's per-op
+#             times of the 8B and the 0.6B at 512 at 0, 1, 2; last the op suite at 1 (its
+#             4,100-position decode cases: a wave of splits, 5 tokens, a window), as far as the
+#             deadline lets it.
 # (The suites were attn_on_device.sh, attn_mma_on_device.sh, prefill_on_device.sh,
 # moe_on_device.sh and matvec_on_device.sh, which bench/RESULTS.md names.)
 # shellcheck disable=SC2317  # the suite functions are called as "suite_$suite"
