@@ -124,6 +124,14 @@
 #             times of the 8B and the 0.6B at 512 at 0, 1, 2; last the op suite at 1 (its
 #             4,100-position decode cases: a wave of splits, 5 tokens, a window), as far as the
 #             deadline lets it.
+#   rows3     the three-row task shape of the streaming kernel's one-token products (MLXCEL_GPU_STREAM_ROWS3
+#             0/1, kernels/matvec_stream.cuh, stream_shape_rows: the fewest rows a task, 2, 3 then 4,
+#             whose tasks fit one wave; the 8B's q/k/v take three), ~9 min, deadline 590 s:
+#             knob_checks (with bench_gpu_matvec built), the harness with three rows forced
+#             (MLXCEL_GPU_STREAM_ROWS=3); bench_gpu_matvec of the
+#             8B with the knob off and on (norm+qkv: 7.7 us at four rows); knob_ab of shapes 8b, 30b
+#             and 0.6b (the controls: no launch of theirs changes shape, bench/RESULTS.md "Three rows
+#             a task").
 # (The suites were attn_on_device.sh, attn_mma_on_device.sh, prefill_on_device.sh,
 # moe_on_device.sh and matvec_on_device.sh, which bench/RESULTS.md names.)
 # shellcheck disable=SC2317  # the suite functions are called as "suite_$suite"
@@ -135,11 +143,11 @@ attn) deadline=300 ;;
 attn_mma | prefill | matvec | mixed | stream_lean | attn_short | attn_rope | pdl2) deadline=540 ;;
 moe | moe_fast | grouped) deadline=480 ;;
 pdl3) deadline=570 ;;
-res_early) deadline=590 ;;
+res_early | rows3) deadline=590 ;;
 attn_one) deadline=580 ;;
 sample) deadline=420 ;;
 *)
-    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|pdl2|pdl3|res_early|attn_one (the suites: the top of this file)" >&2
+    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|pdl2|pdl3|res_early|attn_one|rows3 (the suites: the top of this file)" >&2
     exit 2
     ;;
 esac
@@ -390,6 +398,17 @@ suite_attn_one() {
     done
     # Last: the whole op suite takes ~150 s or more (run 48), the deadline may cut it.
     check_run gpu_ops_attn_one 170 "attention|check failed|FAIL|passed|failed" "$k=1" -- build/cuda/test_gpu_ops
+}
+
+suite_rows3() {
+    local k=MLXCEL_GPU_STREAM_ROWS3 p="check failed|FAIL|passed|failed" i
+    knob_checks "$k=1" bench_gpu_matvec
+    check_run gpu_conformance_rows3_forced 120 "$p" MLXCEL_GPU_STREAM_ROWS=3 -- build/cuda/test_gpu_conformance
+    for i in 0 1; do
+        check_run "bench_matvec_8b_$i" 120 "." "$k=$i" -- build/cuda/bench_gpu_matvec qwen3-8b 10
+    done
+    cp "$LOGS"/bench_matvec_*.log "$OUT"/ 2>/dev/null
+    knob_ab "$k=0" "$k=1" 8b 30b 0.6b
 }
 
 check_start "ab_on_device.sh $suite"
