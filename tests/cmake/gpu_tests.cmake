@@ -239,6 +239,11 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
     mlxcel_gpu_parity(gpu_model_parity_stream_res_early MLXCEL_GPU_STREAM_RES_EARLY=1)
     # The decode attention in one launch (MLXCEL_GPU_ATTN_ONE=1) through the fixtures.
     mlxcel_gpu_parity(gpu_model_parity_attn_one MLXCEL_GPU_ATTN_ONE=1)
+    # The three-row task shape's rule (MLXCEL_GPU_STREAM_ROWS3=1) through the fixtures, with the
+    # streaming kernel on every width (MLXCEL_GPU_STREAM_MIN_COLS=0): their rows are shorter than a
+    # step, so no launch takes three rows; what must hold is that the knob moves nothing else (the
+    # three-row products themselves: gpu_conformance_stream_rows3*).
+    mlxcel_gpu_parity(gpu_model_parity_stream_rows3 MLXCEL_GPU_STREAM_ROWS3=1 MLXCEL_GPU_STREAM_MIN_COLS=0)
     # Plain launches (MLXCEL_GPU_PDL=0; level 3 is the default) through the fixtures.
     mlxcel_gpu_parity(gpu_model_parity_pdl_off MLXCEL_GPU_PDL=0)
     # ... and level 2 (the former default: the attention and q/k norm + RoPE launches plain).
