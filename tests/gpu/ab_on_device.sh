@@ -132,6 +132,16 @@
 #             8B with the knob off and on (norm+qkv: 7.7 us at four rows); knob_ab of shapes 8b, 30b
 #             and 0.6b (the controls: no launch of theirs changes shape, bench/RESULTS.md "Three rows
 #             a task").
+#   trio      the three opt-in decode knobs no device has run yet, in one call and one build
+#             (MLXCEL_GPU_STREAM_RES_EARLY=1, MLXCEL_GPU_ATTN_ONE=1|2, MLXCEL_GPU_STREAM_ROWS3=1: the
+#             suites res_early, attn_one and rows3 one at a time), ~9-10 min, deadline 585 s: the
+#             conformance harness on the defaults, with each knob, with ATTN_ONE=2, with three rows
+#             forced and with all three; model parity on the defaults and with all three; then two
+#             rounds of `mlxcel bench`, each shape on the defaults and with each knob in turn (the 8B
+#             `-p 512 -n 128`: each knob and all three; the 0.6B: ATTN_ONE 1 and 2, RES_EARLY; the
+#             30B-A3B `-p 32 -n 64`: RES_EARLY and all three; the 8B `-p 8192 -n 32`: ATTN_ONE=1);
+#             bench_gpu_decode of the 8B (defaults, all three) and the 0.6B (defaults, ATTN_ONE=1);
+#             bench_gpu_matvec of the 8B (defaults; ROWS3 with RES_EARLY).
 # (The suites were attn_on_device.sh, attn_mma_on_device.sh, prefill_on_device.sh,
 # moe_on_device.sh and matvec_on_device.sh, which bench/RESULTS.md names.)
 # shellcheck disable=SC2317  # the suite functions are called as "suite_$suite"
@@ -144,6 +154,7 @@ attn_mma | prefill | matvec | mixed | stream_lean | attn_short | attn_rope | pdl
 moe | moe_fast | grouped) deadline=480 ;;
 pdl3) deadline=570 ;;
 res_early | rows3) deadline=590 ;;
+trio) deadline=585 ;;
 attn_one) deadline=580 ;;
 sample) deadline=420 ;;
 *)
@@ -409,6 +420,41 @@ suite_rows3() {
     done
     cp "$LOGS"/bench_matvec_*.log "$OUT"/ 2>/dev/null
     knob_ab "$k=0" "$k=1" 8b 30b 0.6b
+}
+
+suite_trio() {
+    local res=MLXCEL_GPU_STREAM_RES_EARLY=1 one1=MLXCEL_GPU_ATTN_ONE=1 one2=MLXCEL_GPU_ATTN_ONE=2
+    local rows3=MLXCEL_GPU_STREAM_ROWS3=1 p="check failed|FAIL|passed|failed" c=build/cuda/test_gpu_conformance
+    local all=("$res" "$one1" "$rows3") b8=(-- --shape qwen3-8b -p 512 -n 128) i tag
+    local b06=(-- --shape qwen3-0.6b -p 512 -n 128) b30=(-- --shape qwen3-30b-a3b -p 32 -n 64)
+    local b8k=(-- --shape qwen3-8b -p 8192 -n 32) pd="^decode|plan|attention|lm_head"
+    local -A knob=([res]=$res [one1]=$one1 [one2]=$one2 [rows3]=$rows3 [forced3]=MLXCEL_GPU_STREAM_ROWS=3)
+    check_build 300 mlxcel test_gpu_conformance test_model_parity bench_gpu_matvec bench_gpu_decode
+    check_run gpu_conformance_default 60 "$p" -- "$c"
+    for tag in res one1 one2 rows3 forced3; do check_run "gpu_conformance_$tag" 60 "$p" "${knob[$tag]}" -- "$c"; done
+    check_run gpu_conformance_all 60 "$p" "${all[@]}" -- "$c"
+    check_run parity_cuda_default 60 "$p" MLXCEL_TEST_BACKEND=cuda -- build/cuda/test_model_parity
+    check_run parity_cuda_all 60 "$p" MLXCEL_TEST_BACKEND=cuda "${all[@]}" -- build/cuda/test_model_parity
+    for i in 1 2; do  # the first bench of each model makes it (the longer limit)
+        local l8=40 l06=40 l30=40
+        if [ "$i" = 1 ]; then l8=150 l06=90 l30=200; fi
+        check_bench "bench_8b_default_$i" "$l8" "${b8[@]}"
+        for tag in res one1 one2 rows3; do check_bench "bench_8b_${tag}_$i" 40 "${knob[$tag]}" "${b8[@]}"; done
+        check_bench "bench_8b_all_$i" 40 "${all[@]}" "${b8[@]}"
+        check_bench "bench_0.6b_default_$i" "$l06" "${b06[@]}"
+        for tag in one1 one2 res; do check_bench "bench_0.6b_${tag}_$i" 40 "${knob[$tag]}" "${b06[@]}"; done
+        check_bench "bench_30b_default_$i" "$l30" "${b30[@]}"
+        check_bench "bench_30b_res_$i" 40 "$res" "${b30[@]}"
+        check_bench "bench_30b_all_$i" 40 "${all[@]}" "${b30[@]}"
+        check_bench "bench_8b_p8192_default_$i" 60 "${b8k[@]}"
+        check_bench "bench_8b_p8192_one1_$i" 60 "$one1" "${b8k[@]}"
+    done
+    check_run decode_8b_default 60 "$pd" -- build/cuda/bench_gpu_decode qwen3-8b 512 512 50
+    check_run decode_8b_all 60 "$pd" "${all[@]}" -- build/cuda/bench_gpu_decode qwen3-8b 512 512 50
+    check_run decode_0.6b_default 60 "$pd" -- build/cuda/bench_gpu_decode qwen3-0.6b 512 512 50
+    check_run decode_0.6b_one1 60 "$pd" "$one1" -- build/cuda/bench_gpu_decode qwen3-0.6b 512 512 50
+    check_run bench_matvec_8b_default 60 "." -- build/cuda/bench_gpu_matvec qwen3-8b 10
+    check_run bench_matvec_8b_rows3_res 60 "." "$rows3" "$res" -- build/cuda/bench_gpu_matvec qwen3-8b 10
 }
 
 check_start "ab_on_device.sh $suite"
