@@ -4,6 +4,7 @@
 // rerun. Each test draws its inputs from it in a fixed order: a test that seeds it (emu_seed, first
 // thing in main) or changes what it draws gets other cases.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 static uint64_t emu_rs = 0x9e3779b97f4a7c15ull;
@@ -21,3 +22,7 @@ static inline float emu_unit() { return (float)((emu_next() >> 40) * (1.0 / 1677
 static inline float emu_uniform(float lo, float hi) { return lo + (hi - lo) * emu_unit(); }
 // Uniform in 0..n-1.
 static inline int emu_below(int n) { return (int)(emu_next() % (uint64_t)n); }
+// x[0..n) uniform in [lo, hi).
+static inline void emu_fill(float *x, size_t n, float lo, float hi) {
+    for (size_t i = 0; i < n; i++) x[i] = emu_uniform(lo, hi);
+}

@@ -2,11 +2,14 @@
 // The fused one-token cases of the streaming kernel's emulation tests (test_stream_lean_emulated.cpp,
 // test_res_early_emulated.cpp):
 // the four fused patterns, the buffers one launch writes, the filling of mxg_fused_matvec for a
-// pattern (every written buffer starts as a known fill, so that a buffer left unwritten shows) and
-// the bitwise comparison of two outputs. Included after emu.h and kernels_fused.h.
+// pattern (every written buffer starts as a known fill, so that a buffer left unwritten shows), the
+// bitwise comparison of two outputs and the check of a launch's outputs against the double-precision
+// reference. Included after emu.h, gpu_ref.h and kernels_fused.h.
 #ifndef MXG_TEST_FUSED_CASE_H
 #define MXG_TEST_FUSED_CASE_H
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -38,6 +41,32 @@ static inline mxg_fused_matvec fused_case_args(Run &u, Pattern pat, int count, m
 
 static inline bool same(const std::vector<float> &a, const std::vector<float> &b) {
     return a.size() == b.size() && memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// How far the outputs out[k] of `count` matrices are from the double-precision reference of act_in
+// times each (tests/gpu/gpu_ref.c): within when every output lies inside its float32 bound, worst the
+// largest error as a share of its bound.
+struct RefCheck {
+    bool within = true;
+    double worst = 0.0;
+};
+
+static inline RefCheck fused_case_ref_check(const std::vector<float> *out, int count, const mx_matrix *w,
+                                            const int64_t *rws, const std::vector<float> *bs, bool bias,
+                                            const float *act_in, int64_t cols) {
+    RefCheck c;
+    for (int k = 0; k < count; k++) {
+        std::vector<float> ref(rws[k]);
+        std::vector<ref_scale> sc(rws[k]);
+        ref_matmul(ref.data(), sc.data(), act_in, &w[k], bias ? bs[k].data() : NULL, 1, false);
+        for (int64_t r = 0; r < rws[k]; r++) {
+            const double bound = (double)(cols + 16) / 16777216.0 * sc[r].eval;
+            const double err = fabs((double)out[k][r] - ref[r]);
+            c.worst = std::max(c.worst, err / bound);
+            c.within = c.within && err <= bound;
+        }
+    }
+    return c;
 }
 
 #endif

@@ -27,10 +27,10 @@ extern "C" {
 #include "backends/plan.h"
 }
 #include "backends/gpu/kernels_fused.h"
+#include "decode_cache.h"
 
 static mx_error err;
 static int fails = 0, split_steps = 0;
-static void fill(float *x, size_t n, float lo, float hi) { for (size_t i = 0; i < n; i++) x[i] = emu_uniform(lo, hi); }
 static double rel(const float *a, const float *b, size_t n) {
     double d = 0, r = 0;
     for (size_t i = 0; i < n; i++) { double e = (double)a[i] - b[i]; if (std::isnan(a[i])) return INFINITY; d += e * e; r += (double)b[i] * b[i]; }
@@ -81,7 +81,7 @@ static void one_case(mx_backend *cpu, mxg_launch *L, int D, int nkv, int nh, int
     const int per = nkv * D;
     for (int s = 0; s < n; s++) {
         std::vector<float> k((size_t)cap * per), v((size_t)cap * per);
-        fill(k.data(), k.size(), -1, 1), fill(v.data(), v.size(), -1, 1);
+        emu_fill(k.data(), k.size(), -1, 1), emu_fill(v.data(), v.size(), -1, 1);
         for (size_t i = 0; i < k.size(); i += 31) k[i] *= 6.0f;  // a few large scores
         std::vector<int32_t> sl(cap, s), ps(cap);
         for (int i = 0; i < cap; i++) ps[i] = i;
@@ -99,7 +99,7 @@ static void one_case(mx_backend *cpu, mxg_launch *L, int D, int nkv, int nh, int
         std::vector<int32_t> sl(n), ps(n);
         for (int t = 0; t < n; t++) sl[t] = t, ps[t] = step == 0 ? cap - 1 - 5 * t : cap / 2 + 3 * t;
         std::vector<float> q((size_t)n * nh * D), snk(nh), oc(q.size());
-        fill(q.data(), q.size(), -1, 1), fill(snk.data(), nh, -1, 3);
+        emu_fill(q.data(), q.size(), -1, 1), emu_fill(snk.data(), nh, -1, 3);
         const float *sk = sinks ? snk.data() : NULL;
         mx_kv_ref rg = {gkv.data(), lay, 0, sl.data(), ps.data(), paged ? table.data() : NULL};
         mx_kv_ref rc = {ckv, lay, 0, sl.data(), ps.data(), paged ? table.data() : NULL};
@@ -162,35 +162,25 @@ static void one_case(mx_backend *cpu, mxg_launch *L, int D, int nkv, int nh, int
 // knob on two copies of one cache (slot 1 holds other rows the step overwrites): the same outputs
 // bit for bit, the same cache bytes, one launch with it.
 static void one_rope_case(mxg_launch *L, int D, int nkv, int nh, int cap, int paged) {
-    const int tl = (cap + MX_KV_BLOCK - 1) / MX_KV_BLOCK;
-    mx_kv_layout lay = {1, 2, cap, nkv, D, paged ? 2 * tl + 3 : 0};
-    std::vector<int32_t> table(2 * tl);
-    for (int i = 0; i < 2 * tl; i++) table[i] = (int32_t)((2 * tl + 2 - i) % (2 * tl + 3));
-    const size_t bytes = mx_kv_bytes(&lay, L->kv_i16 ? MX_DTYPE_I16 : MX_DTYPE_F16);
-    std::vector<unsigned char> base(bytes, 0);
+    DecodeCache cache = decode_cache_filled(L, D, nkv, cap, paged);  // slot 1 filled with rows the steps overwrite
+    const mx_kv_layout &lay = cache.lay;
+    std::vector<unsigned char> &base = cache.base;
+    const int32_t *table = cache.block_table(paged);
     const int per = nkv * D;
-    {
-        std::vector<float> k((size_t)cap * per), v((size_t)cap * per);
-        fill(k.data(), k.size(), -1, 1), fill(v.data(), v.size(), -1, 1);
-        std::vector<int32_t> sl(cap, 1), ps(cap);
-        for (int i = 0; i < cap; i++) ps[i] = i;
-        mx_kv_ref r = {base.data(), lay, 0, sl.data(), ps.data(), paged ? table.data() : NULL};
-        mxg_kv_store(L, &r, k.data(), v.data(), cap);
-    }
     std::vector<float> qw(D), kw(D), inv(D / 2);
-    fill(qw.data(), D, 0.5f, 1.5f), fill(kw.data(), D, 0.5f, 1.5f);
+    emu_fill(qw.data(), D, 0.5f, 1.5f), emu_fill(kw.data(), D, 0.5f, 1.5f);
     for (int j = 0; j < D / 2; j++) inv[j] = 1.0f / powf(1e6f, 2.0f * j / D);
     const mx_rope rope = {inv.data(), D, 0.9f, 0, NULL, 0};
     printf("one launch + rope D=%d nkv=%d nh=%d cache %d paged=%d\n", D, nkv, nh, cap, paged);
     for (int pos : {cap - 1, cap / 2}) {
         int32_t sl = 1, ps = pos;
         std::vector<float> q((size_t)nh * D), k(per), v(per);
-        fill(q.data(), q.size(), -2, 2), fill(k.data(), per, -2, 2), fill(v.data(), per, -1, 1);
+        emu_fill(q.data(), q.size(), -2, 2), emu_fill(k.data(), per, -2, 2), emu_fill(v.data(), per, -1, 1);
         std::vector<unsigned char> off = base, on = base;
         std::vector<float> oo((size_t)nh * D, NAN), o1((size_t)nh * D, NAN);
         size_t launches[2];
         for (int one = 0; one <= 1; one++) {
-            mx_kv_ref r = {one ? on.data() : off.data(), lay, 0, &sl, &ps, paged ? table.data() : NULL};
+            mx_kv_ref r = {one ? on.data() : off.data(), lay, 0, &sl, &ps, table};
             const mxg_attn_rope f = {one ? o1.data() : oo.data(), q.data(), k.data(), v.data(), qw.data(), kw.data(),
                                      1e-6f, &ps, &rope, &r, 1, nh, nkv, 1.0f / sqrtf((float)D), 0, NULL, false};
             L->attn_one = one;

@@ -29,9 +29,9 @@ extern "C" {
 #include "backends/plan.h"
 }
 #include "backends/gpu/kernels_fused.h"
+#include "decode_cache.h"
 
 static mx_error err;
-static void fill(float *x, size_t n, float lo, float hi) { for (size_t i = 0; i < n; i++) x[i] = emu_uniform(lo, hi); }
 static double rel(const float *a, const float *b, size_t n) {
     double d = 0, r = 0;
     for (size_t i = 0; i < n; i++) { double e = (double)a[i] - b[i]; if (std::isnan(a[i])) return INFINITY; d += e * e; r += (double)b[i] * b[i]; }
@@ -54,8 +54,8 @@ static attn_case_data cpu_attention(mx_backend *cpu, const mx_kv_ref &rc, int n,
     const size_t qn = (size_t)n * nh * D;
     attn_case_data a{std::vector<float>(qn), std::vector<float>(nh), std::vector<float>(qn), 3.0f / sqrtf((float)D),
                      with_sinks};
-    fill(a.q.data(), qn, -1, 1);
-    fill(a.sinks.data(), nh, -1, 3);
+    emu_fill(a.q.data(), qn, -1, 1);
+    emu_fill(a.sinks.data(), nh, -1, 3);
     run(cpu, (mx_op){.kind = MX_OP_ATTENTION,
                      .attention = {a.oc.data(), a.q.data(), rc, n, nh, a.scale, window, a.sinks_arg(), decode}});
     return a;
@@ -121,7 +121,7 @@ static void attn_case(mx_backend *cpu, mxg_launch *L, int D, int nkv, int nh, in
     for (int s = 0; s < 3; s++) {
         int n = filled[s];
         std::vector<float> k(n * per), v(n * per);
-        fill(k.data(), k.size(), -1, 1), fill(v.data(), v.size(), -1, 1);
+        emu_fill(k.data(), k.size(), -1, 1), emu_fill(v.data(), v.size(), -1, 1);
         for (int i = 0; i < n * per; i += 37) k[i] *= 7.0f;  // chunks with one large value
         std::vector<int32_t> sl(n, s), ps(n);
         for (int i = 0; i < n; i++) ps[i] = i;
@@ -178,7 +178,7 @@ static void long_case(mx_backend *cpu, mxg_launch *L, int D, int nkv, int nh, in
     void *ckv = cpu->ops->alloc(cpu, bytes, &err);
     int per = nkv * D;
     std::vector<float> k((size_t)ctx * per), v((size_t)ctx * per);
-    fill(k.data(), k.size(), -1, 1), fill(v.data(), v.size(), -1, 1);
+    emu_fill(k.data(), k.size(), -1, 1), emu_fill(v.data(), v.size(), -1, 1);
     for (size_t i = 0; i < k.size(); i += 41) k[i] *= 6.0f;
     std::vector<int32_t> sl(ctx, 0), ps(ctx);
     for (int i = 0; i < ctx; i++) ps[i] = i;
@@ -223,7 +223,7 @@ static void short_case(mx_backend *cpu, mxg_launch *L, int D, int nkv, int nh, i
     void *ckv = cpu->ops->alloc(cpu, bytes, &err);
     const int per = nkv * D;
     std::vector<float> k((size_t)cap * per), v((size_t)cap * per);
-    fill(k.data(), k.size(), -1, 1), fill(v.data(), v.size(), -1, 1);
+    emu_fill(k.data(), k.size(), -1, 1), emu_fill(v.data(), v.size(), -1, 1);
     for (size_t i = 0; i < k.size(); i += 29) k[i] *= 5.0f;
     std::vector<int32_t> sl(cap, 0), ps(cap);
     for (int i = 0; i < cap; i++) ps[i] = i;
@@ -295,7 +295,7 @@ static void batch_case(mx_backend *cpu, mxg_launch *L, int D, int nkv, int nh, i
     for (int s = 0; s < S; s++) filled[s] = s == S - 1 ? 7 : 1 + (int)emu_uniform(0, 119.99f), total += filled[s];
     const int per = nkv * D;
     std::vector<float> k((size_t)total * per), v((size_t)total * per);
-    fill(k.data(), k.size(), -1, 1), fill(v.data(), v.size(), -1, 1);
+    emu_fill(k.data(), k.size(), -1, 1), emu_fill(v.data(), v.size(), -1, 1);
     std::vector<int32_t> sl(total), ps(total);
     for (int s = 0, t = 0; s < S; s++)
         for (int p = 0; p < filled[s]; p++, t++) sl[t] = s, ps[t] = p;
@@ -356,8 +356,8 @@ static void qk_store_case(mx_backend *cpu, mxg_launch *L, int D, int nkv, int nh
     for (int t = 0; t < n; t++) sl[t] = n > S ? t * S / n : t, ps[t] = n > S ? 20 + t % (n / S + 1) : 3 + 11 * t;
     const size_t qn = (size_t)n * nh * D, kn = (size_t)n * nkv * D;
     std::vector<float> q(qn), k(kn), v(kn), qw(D), kw(D), inv(D / 2);
-    fill(q.data(), qn, -2, 2), fill(k.data(), kn, -2, 2), fill(v.data(), kn, -1, 1);
-    fill(qw.data(), D, 0.5f, 1.5f), fill(kw.data(), D, 0.5f, 1.5f);
+    emu_fill(q.data(), qn, -2, 2), emu_fill(k.data(), kn, -2, 2), emu_fill(v.data(), kn, -1, 1);
+    emu_fill(qw.data(), D, 0.5f, 1.5f), emu_fill(kw.data(), D, 0.5f, 1.5f);
     for (int j = 0; j < D / 2; j++) inv[j] = 1.0f / powf(1e6f, 2.0f * j / D);
     std::vector<float> qc = q, kc = k, qg = q, kg = k;
     mx_rope rope = {inv.data(), D, 0.9f, 0, NULL, 0};
@@ -426,23 +426,14 @@ static bool pdl3_prefetches_ok(const unsigned char *cache, size_t bytes, const m
 // release nothing and prefetch nothing.
 static void attn_rope_case(mxg_launch *L, int D, int nkv, int nh, int cap, int paged, bool norm, int window,
                            bool sinks, bool short_form) {
-    const int tl = (cap + MX_KV_BLOCK - 1) / MX_KV_BLOCK;
-    mx_kv_layout lay = {1, 2, cap, nkv, D, paged ? 2 * tl + 3 : 0};
-    std::vector<int32_t> table(2 * tl);
-    for (int i = 0; i < 2 * tl; i++) table[i] = (int32_t)((2 * tl + 2 - i) % (2 * tl + 3));  // distinct, reversed
-    const size_t bytes = mx_kv_bytes(&lay, L->kv_i16 ? MX_DTYPE_I16 : MX_DTYPE_F16);
-    std::vector<unsigned char> base(bytes, 0);
+    DecodeCache cache = decode_cache_filled(L, D, nkv, cap, paged);  // slot 1 filled with rows the steps overwrite
+    const mx_kv_layout &lay = cache.lay;
+    std::vector<unsigned char> &base = cache.base;
+    const int32_t *table = cache.block_table(paged);
+    const size_t bytes = base.size();
     const int per = nkv * D;
-    {  // slot 1 filled with rows the steps overwrite one at a time
-        std::vector<float> k((size_t)cap * per), v((size_t)cap * per);
-        fill(k.data(), k.size(), -1, 1), fill(v.data(), v.size(), -1, 1);
-        std::vector<int32_t> sl(cap, 1), ps(cap);
-        for (int i = 0; i < cap; i++) ps[i] = i;
-        mx_kv_ref r = {base.data(), lay, 0, sl.data(), ps.data(), paged ? table.data() : NULL};
-        mxg_kv_store(L, &r, k.data(), v.data(), cap);
-    }
     std::vector<float> qw(D), kw(D), inv(D / 2), snk(nh);
-    fill(qw.data(), D, 0.5f, 1.5f), fill(kw.data(), D, 0.5f, 1.5f), fill(snk.data(), nh, -1, 3);
+    emu_fill(qw.data(), D, 0.5f, 1.5f), emu_fill(kw.data(), D, 0.5f, 1.5f), emu_fill(snk.data(), nh, -1, 3);
     for (int j = 0; j < D / 2; j++) inv[j] = 1.0f / powf(1e6f, 2.0f * j / D);
     const mx_rope rope = {inv.data(), D, 0.9f, 0, NULL, 0};
     const float scale = 1.0f / sqrtf((float)D);
@@ -456,11 +447,11 @@ static void attn_rope_case(mxg_launch *L, int D, int nkv, int nh, int cap, int p
         if (pos < 0 || pos >= cap || std::find(wanted, wanted + wi, pos) != wanted + wi) continue;
         int32_t sl = 1, ps = pos;
         std::vector<float> q((size_t)nh * D), k(per), v(per);
-        fill(q.data(), q.size(), -2, 2), fill(k.data(), per, -2, 2), fill(v.data(), per, -1, 1);
+        emu_fill(q.data(), q.size(), -2, 2), emu_fill(k.data(), per, -2, 2), emu_fill(v.data(), per, -1, 1);
         std::vector<unsigned char> two = base, one = base;
         std::vector<float> qt = q, kt = k, ot((size_t)nh * D, NAN), of((size_t)nh * D, NAN);
-        mx_kv_ref rt = {two.data(), lay, 0, &sl, &ps, paged ? table.data() : NULL};
-        mx_kv_ref rf = {one.data(), lay, 0, &sl, &ps, paged ? table.data() : NULL};
+        mx_kv_ref rt = {two.data(), lay, 0, &sl, &ps, table};
+        mx_kv_ref rf = {one.data(), lay, 0, &sl, &ps, table};
         emu_grids.clear(), emu_dependent.clear(), emu_prefetches.clear(), emu_pdl_releases = 0;
         mxg_qk_norm_rope(L, qt.data(), kt.data(), norm ? qw.data() : NULL, norm ? kw.data() : NULL, &ps, 1, nh, nkv,
                          1e-6f, &rope, &rt, v.data());
@@ -491,8 +482,8 @@ static void attn_rope_case(mxg_launch *L, int D, int nkv, int nh, int cap, int p
         std::vector<unsigned char> two3 = base, one3 = base;
         std::vector<float> qt3 = q, kt3 = k, qf3 = q, kf3 = k, v3 = v, ot3((size_t)nh * D, NAN), of3((size_t)nh * D, NAN);
         const size_t part = std::min((size_t)nh * 64 * (D + 2) * sizeof(float), L->scratch_bytes);  // 64 splits' partials
-        mx_kv_ref rt3 = {two3.data(), lay, 0, &sl, &ps, paged ? table.data() : NULL};
-        mx_kv_ref rf3 = {one3.data(), lay, 0, &sl, &ps, paged ? table.data() : NULL};
+        mx_kv_ref rt3 = {two3.data(), lay, 0, &sl, &ps, table};
+        mx_kv_ref rf3 = {one3.data(), lay, 0, &sl, &ps, table};
         emu_dependent.clear(), emu_prefetches.clear(), emu_pdl_releases = 0, emu_pdl_unwaited = 0;
         emu_pdl_guard = {{qt3.data(), qt3.size() * 4}, {kt3.data(), kt3.size() * 4}, {v3.data(), v3.size() * 4},
                          {two3.data(), bytes}, {ot3.data(), ot3.size() * 4}, {L->scratch, part}};
@@ -513,7 +504,7 @@ static void attn_rope_case(mxg_launch *L, int D, int nkv, int nh, int cap, int p
         const bool dep = !emu_dependent.empty() && emu_pdl_releases > 0 &&
                          std::all_of(emu_dependent.begin(), emu_dependent.end(), [](bool d) { return d; });
         char why[128];
-        const bool ranges = pdl3_prefetches_ok(one3.data(), bytes, lay, paged ? table.data() : NULL, L->kv_i16, pos,
+        const bool ranges = pdl3_prefetches_ok(one3.data(), bytes, lay, table, L->kv_i16, pos,
                                                L3.pdl_prefetch, why, sizeof why);
         const int lo = window > 0 ? std::max(0, pos - window + 1) : 0;
         const bool some = emu_prefetches.empty() == (pos == lo);  // rows before the token's own, where it has any
@@ -527,7 +518,7 @@ static void attn_rope_case(mxg_launch *L, int D, int nkv, int nh, int cap, int p
     {  // two tokens (of one sequence, or not): refused
         int32_t sl2[2] = {1, 1}, ps2[2] = {3, 4};
         std::vector<float> q((size_t)2 * nh * D), k(2 * per), v(2 * per), o((size_t)2 * nh * D);
-        mx_kv_ref r2 = {base.data(), lay, 0, sl2, ps2, paged ? table.data() : NULL};
+        mx_kv_ref r2 = {base.data(), lay, 0, sl2, ps2, table};
         const mxg_attn_rope f = {o.data(), q.data(), k.data(), v.data(), NULL, NULL, 1e-6f, ps2, &rope, &r2, 2, nh,
                                  nkv, scale, window, NULL, true};
         emu_grids.clear();
@@ -548,13 +539,13 @@ static void latent_case(mx_backend *cpu, mxg_launch *L, int KL, int R, int nh, i
         std::vector<int32_t> s2(38, 2), p2(38);
         for (int i = 0; i < 38; i++) p2[i] = i;
         std::vector<float> c(38 * KL), kp(38 * R);
-        fill(c.data(), c.size(), -1, 1), fill(kp.data(), kp.size(), -2, 2);
+        emu_fill(c.data(), c.size(), -1, 1), emu_fill(kp.data(), kp.size(), -2, 2);
         mx_kv_ref rg = {gkv, lay, 1, s2.data(), p2.data(), NULL}, rc = {ckv, lay, 1, s2.data(), p2.data(), NULL};
         mxg_latent_store(L, &rg, c.data(), kp.data(), 38, KL, R);
         run(cpu, (mx_op){.kind = MX_OP_LATENT_STORE, .latent_store = {rc, c.data(), kp.data(), 38, KL, R}});
     }
     std::vector<float> c(n * KL), kp(n * R), ql((size_t)n * nh * KL), qp((size_t)n * nh * R), og((size_t)n * nh * KL, NAN), oc(og.size());
-    fill(c.data(), c.size(), -1, 1), fill(kp.data(), kp.size(), -2, 2), fill(ql.data(), ql.size(), -0.3f, 0.3f), fill(qp.data(), qp.size(), -0.3f, 0.3f);
+    emu_fill(c.data(), c.size(), -1, 1), emu_fill(kp.data(), kp.size(), -2, 2), emu_fill(ql.data(), ql.size(), -0.3f, 0.3f), emu_fill(qp.data(), qp.size(), -0.3f, 0.3f);
     mx_kv_ref rg = {gkv, lay, 1, sl.data(), ps.data(), NULL}, rc = {ckv, lay, 1, sl.data(), ps.data(), NULL};
     mxg_latent_store(L, &rg, c.data(), kp.data(), n, KL, R);
     run(cpu, (mx_op){.kind = MX_OP_LATENT_STORE, .latent_store = {rc, c.data(), kp.data(), n, KL, R}});

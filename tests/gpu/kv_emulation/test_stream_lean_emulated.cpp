@@ -106,20 +106,11 @@ static void run_case(const char *name, Pattern pat, mx_quant q, mx_dtype st, int
     // The reference's activations: the norm's output (checked equal between the forms) or x.
     const bool norm = pat == NORM_QKV || pat == NORM_GATE_UP;
     const std::vector<float> &act_in = norm ? today.h : x;
-    bool equal = true, within = true;
-    double worst = 0.0;
-    for (int k = 0; k < count; k++) {
-        equal = equal && same(today.out[k], lean.out[k]);
-        std::vector<float> ref(rws[k]);
-        std::vector<ref_scale> sc(rws[k]);
-        ref_matmul(ref.data(), sc.data(), act_in.data(), &w[k], bias ? bs[k].data() : NULL, 1, false);
-        for (int64_t r = 0; r < rws[k]; r++) {
-            const double bound = (double)(cols + 16) / 16777216.0 * sc[r].eval;
-            const double err = fabs((double)lean.out[k][r] - ref[r]);
-            worst = std::max(worst, err / bound);
-            within = within && err <= bound;
-        }
-    }
+    bool equal = true;
+    for (int k = 0; k < count; k++) equal = equal && same(today.out[k], lean.out[k]);
+    const RefCheck rc = fused_case_ref_check(lean.out, count, w, rws, bs, bias, act_in.data(), cols);
+    const bool within = rc.within;
+    const double worst = rc.worst;
     const bool side = same(today.h, lean.h) && same(today.act, lean.act) && same(today.res, lean.res);
     const size_t lean_smem = (size_t)cols * 4 + (size_t)(cols / 32) * 4;
     const bool ran = lean.smem == lean_smem && today.smem == (size_t)cols * 4;

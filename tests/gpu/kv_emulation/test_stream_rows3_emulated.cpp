@@ -116,20 +116,11 @@ static void run_case(const char *name, Pattern pat, mx_quant q, mx_dtype st, con
     const unsigned want = expected_grid(pat, count, rws, o, rows);
     const bool norm = pat == NORM_QKV || pat == NORM_GATE_UP;
     const std::vector<float> &act_in = norm ? four.h : x;
-    bool equal = true, within = true;
-    double worst = 0.0;
-    for (int k = 0; k < count; k++) {
-        equal = equal && same(four.out[k], got.out[k]);
-        std::vector<float> ref(rws[k]);
-        std::vector<ref_scale> sc(rws[k]);
-        ref_matmul(ref.data(), sc.data(), act_in.data(), &w[k], bias ? bs[k].data() : NULL, 1, false);
-        for (int64_t r = 0; r < rws[k]; r++) {
-            const double bound = (double)(cols + 16) / 16777216.0 * sc[r].eval;
-            const double err = fabs((double)got.out[k][r] - ref[r]);
-            worst = std::max(worst, err / bound);
-            within = within && err <= bound;
-        }
-    }
+    bool equal = true;
+    for (int k = 0; k < count; k++) equal = equal && same(four.out[k], got.out[k]);
+    const RefCheck rc = fused_case_ref_check(got.out, count, w, rws, bs, bias, act_in.data(), cols);
+    const bool within = rc.within;
+    const double worst = rc.worst;
     const bool side = same(four.h, got.h) && same(four.act, got.act) && same(four.res, got.res);
     char ml[64], sh[16];
     snprintf(sh, sizeof sh, shape == RULE ? "rule" : "forced %d", shape);
