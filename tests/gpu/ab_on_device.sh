@@ -141,7 +141,8 @@
 #             `-p 512 -n 128`: each knob and all three; the 0.6B: ATTN_ONE 1 and 2, RES_EARLY; the
 #             30B-A3B `-p 32 -n 64`: RES_EARLY and all three; the 8B `-p 8192 -n 32`: ATTN_ONE=1);
 #             bench_gpu_decode of the 8B (defaults, all three) and the 0.6B (defaults, ATTN_ONE=1);
-#             bench_gpu_matvec of the 8B (defaults; ROWS3 with RES_EARLY).
+#             bench_gpu_matvec of the 8B (defaults; ROWS3 with RES_EARLY) and of the 0.6B (defaults;
+#             MLXCEL_GPU_STREAM_MIN_COLS=1024: its lm_head and short products on the streaming kernel).
 # (The suites were attn_on_device.sh, attn_mma_on_device.sh, prefill_on_device.sh,
 # moe_on_device.sh and matvec_on_device.sh, which bench/RESULTS.md names.)
 # shellcheck disable=SC2317  # the suite functions are called as "suite_$suite"
@@ -455,6 +456,9 @@ suite_trio() {
     check_run decode_0.6b_one1 60 "$pd" "$one1" -- build/cuda/bench_gpu_decode qwen3-0.6b 512 512 50
     check_run bench_matvec_8b_default 60 "." -- build/cuda/bench_gpu_matvec qwen3-8b 10
     check_run bench_matvec_8b_rows3_res 60 "." "$rows3" "$res" -- build/cuda/bench_gpu_matvec qwen3-8b 10
+    # The 0.6B's lm_head (151,936 x 1024) on the streaming kernel: its rows are under the 4096-column bound.
+    check_run bench_matvec_0.6b_default 60 "." -- build/cuda/bench_gpu_matvec qwen3-0.6b 10
+    check_run bench_matvec_0.6b_min_cols_1024 60 "." MLXCEL_GPU_STREAM_MIN_COLS=1024 -- build/cuda/bench_gpu_matvec qwen3-0.6b 10
 }
 
 check_start "ab_on_device.sh $suite"
