@@ -12,7 +12,8 @@ struct DecodeCache {
     mx_kv_layout lay;
     std::vector<int32_t> table;       // slot s's block b at table[s * blocks + b] (paged)
     std::vector<unsigned char> base;  // the cache's bytes, slot 1 filled
-    const int32_t *block_table(int paged) const { return paged ? table.data() : NULL; }
+    // The table a step passes: the scrambled one where the cache is paged (a pool of its own blocks).
+    const int32_t *block_table() const { return lay.n_blocks ? table.data() : NULL; }
 };
 
 static inline DecodeCache decode_cache_filled(mxg_launch *L, int D, int nkv, int cap, int paged) {
@@ -27,7 +28,7 @@ static inline DecodeCache decode_cache_filled(mxg_launch *L, int D, int nkv, int
     emu_fill(k.data(), k.size(), -1, 1), emu_fill(v.data(), v.size(), -1, 1);
     std::vector<int32_t> sl(cap, 1), ps(cap);
     for (int i = 0; i < cap; i++) ps[i] = i;
-    mx_kv_ref r = {c.base.data(), c.lay, 0, sl.data(), ps.data(), c.block_table(paged)};
+    mx_kv_ref r = {c.base.data(), c.lay, 0, sl.data(), ps.data(), c.block_table()};
     mxg_kv_store(L, &r, k.data(), v.data(), cap);
     return c;
 }

@@ -164,8 +164,8 @@ static void one_case(mx_backend *cpu, mxg_launch *L, int D, int nkv, int nh, int
 static void one_rope_case(mxg_launch *L, int D, int nkv, int nh, int cap, int paged) {
     DecodeCache cache = decode_cache_filled(L, D, nkv, cap, paged);  // slot 1 filled with rows the steps overwrite
     const mx_kv_layout &lay = cache.lay;
-    std::vector<unsigned char> &base = cache.base;
-    const int32_t *table = cache.block_table(paged);
+    const std::vector<unsigned char> &base = cache.base;
+    const int32_t *table = cache.block_table();
     const int per = nkv * D;
     std::vector<float> qw(D), kw(D), inv(D / 2);
     emu_fill(qw.data(), D, 0.5f, 1.5f), emu_fill(kw.data(), D, 0.5f, 1.5f);

@@ -429,7 +429,7 @@ static void attn_rope_case(mxg_launch *L, int D, int nkv, int nh, int cap, int p
     DecodeCache cache = decode_cache_filled(L, D, nkv, cap, paged);  // slot 1 filled with rows the steps overwrite
     const mx_kv_layout &lay = cache.lay;
     std::vector<unsigned char> &base = cache.base;
-    const int32_t *table = cache.block_table(paged);
+    const int32_t *table = cache.block_table();
     const size_t bytes = base.size();
     const int per = nkv * D;
     std::vector<float> qw(D), kw(D), inv(D / 2), snk(nh);

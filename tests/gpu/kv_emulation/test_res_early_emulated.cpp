@@ -77,8 +77,6 @@ static void run_case(const char *name, Body body, mx_quant q, mx_dtype dt, mx_dt
     const long unwaited = emu_pdl_unwaited;
     const int64_t rows64 = rows;
     const RefCheck rc = fused_case_ref_check(early.out, 1, &w, &rows64, &bs, bias, x.data(), cols);
-    const bool within = rc.within;
-    const double worst = rc.worst;
     bool sum = true;
     for (int r = 0; r < rows; r++) {
         const float expect = res0[r] + early.out[0][r];
@@ -94,11 +92,11 @@ static void run_case(const char *name, Body body, mx_quant q, mx_dtype dt, mx_dt
     printf("res early %-10s %-12s %s %dx%d%s warp %d sms %d rows/task %d: bit-equal %s, res = res0 + out %s, "
            "guarded %s (%ld unwaited), worst err/bound %.2e, smem %zu\n",
            name, body_names[body], ref_matrix_label(&w, ml, sizeof ml), rows, cols, bias ? " bias" : "", warp, sms,
-           stream_rows, equal ? "yes" : "NO", sum ? "yes" : "NO", pdl ? "same" : "DIFFER", unwaited, worst, early.smem);
+           stream_rows, equal ? "yes" : "NO", sum ? "yes" : "NO", pdl ? "same" : "DIFFER", unwaited, rc.worst, early.smem);
     if (!equal) FAIL("%s (%s): the knob's outputs or residual stream are not today's", name, body_names[body]);
     if (!sum) FAIL("%s (%s): a res[r] is not res0[r] + out[r]", name, body_names[body]);
     if (!pdl) FAIL("%s (%s): as a dependent launch with the residual guarded: outputs DIFFER", name, body_names[body]);
-    if (!within) FAIL("%s (%s): an output outside its float32 bound (worst %.2e of it)", name, body_names[body], worst);
+    if (!rc.within) FAIL("%s (%s): an output outside its float32 bound (worst %.2e of it)", name, body_names[body], rc.worst);
     if (!ran) FAIL("%s: not the %s (shared memory %zu)", name, body_names[body], early.smem);
     ref_matrix_free(&w);
 }

@@ -119,8 +119,6 @@ static void run_case(const char *name, Pattern pat, mx_quant q, mx_dtype st, con
     bool equal = true;
     for (int k = 0; k < count; k++) equal = equal && same(four.out[k], got.out[k]);
     const RefCheck rc = fused_case_ref_check(got.out, count, w, rws, bs, bias, act_in.data(), cols);
-    const bool within = rc.within;
-    const double worst = rc.worst;
     const bool side = same(four.h, got.h) && same(four.act, got.act) && same(four.res, got.res);
     char ml[64], sh[16];
     snprintf(sh, sizeof sh, shape == RULE ? "rule" : "forced %d", shape);
@@ -128,9 +126,9 @@ static void run_case(const char *name, Pattern pat, mx_quant q, mx_dtype st, con
            "bit-equal to four rows %s, side buffers %s, worst err/bound %.2e\n",
            name, ref_matrix_label(&w[0], ml, sizeof ml), (long long)rws[0], cols, bias ? " bias" : "", o.warp, o.sms,
            sh, o.lean ? "" : " lean off", o.res_early ? " res early" : "", rows, grid, want, grid4,
-           equal ? "yes" : "NO", side ? "equal" : "DIFFER", worst);
+           equal ? "yes" : "NO", side ? "equal" : "DIFFER", rc.worst);
     if (!equal || !side) FAIL("%s (%s): outputs are not the four-row shape's", name, sh);
-    if (!within) FAIL("%s (%s): an output outside its float32 bound (worst %.2e of it)", name, sh, worst);
+    if (!rc.within) FAIL("%s (%s): an output outside its float32 bound (worst %.2e of it)", name, sh, rc.worst);
     if (grid != want) FAIL("%s (%s): shape: grid %u, want %u (%d rows a task)", name, sh, grid, want, rows);
     for (int k = 0; k < count; k++) ref_matrix_free(&w[k]);
 }
