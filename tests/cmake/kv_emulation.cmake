@@ -4,7 +4,6 @@
 # router and fused decode, and the streaming kernel's lean form against today's (bit for bit),
 # MLXCEL_GPU_PDL=2's L2 prefetch ranges, level 3's order of the attention launches (emu.h's emulated grid wait),
 # the residual epilogue with its reads ahead (kernels/matvec_res_early.cuh: bit for bit today's),
-# the streaming kernel's three-row task shape (bit for bit the four-row shape's, the rule's choice),
 # with planted faults (tests/gpu/kv_emulation/run.sh, its quick form: I16 cache, half the head sizes). Only in a
 # CPU build without sanitizers: it links this build's library beside the emulated kernels, which a
 # GPU build already holds compiled for the device.

@@ -11,8 +11,8 @@
 // records no pattern covers; products of 2-64 tokens sharing their input (q/k/v, gate/up + SwiGLU:
 // the grouped launch by default, the launch pairs with MLXCEL_GPU_GROUPED=0, ctest gpu_conformance_ungrouped*); the projection patterns again on a backend without the streaming
 // matrix-vector kernel (MLXCEL_GPU_NO_STREAM_MATVEC=1), on one with its previous task shape
-// (MLXCEL_GPU_STREAM_ROWS=2, 3, 4; MLXCEL_GPU_STREAM_ROWS3=1), on one with its lean one-token form
-// (MLXCEL_GPU_STREAM_LEAN=1, each task shape), on one with the previous matrix-vector
+// (MLXCEL_GPU_STREAM_ROWS=2), on one with its lean one-token form (MLXCEL_GPU_STREAM_LEAN=1, both
+// task shapes), on one with the previous matrix-vector
 // kernels (MLXCEL_GPU_OLD_MATVEC=1) and prefill-sized layers on the pipelined kernel
 // (MLXCEL_GPU_PREFILL_KERNEL=pipe); gpt_oss's records (attention sinks, clamped SwiGLU, expert biases) in
 // a block of that family. Each plan runs three times on the GPU (direct, recorded as a graph,
@@ -829,15 +829,13 @@ int main(void) {
     }
     layer_case(cpu, gpu, &rng, &fused_fmts[0], (layer_cfg){1, 1024, 8, 4, 128, 2048, 1000, false, 0});
     mx_backend_free(gpu);
-    // The streaming kernel's three task shapes over long rows, each forced for every launch
+    // The streaming kernel's two task shapes over long rows, each forced for every launch
     // (MLXCEL_GPU_STREAM_ROWS=2: two rows per task, one for gate/up, twice the chunks per step; =4:
-    // four and two; =3: three rows and 3 chunks per step at 4 bits, gate/up four; by default each
-    // launch takes one by its size, and the harness's small products mostly take two): q/k/v over
-    // 4096 columns (at three rows partial last tasks, and a partial second step), gate/up over 4096,
-    // a residual product over 4224 (a partial step), in every format it streams.
-    static const char *const shapes[3] = {"2", "4", "3"};
-    for (int shape = 0; shape < 3; shape++) {
-        gpu = gpu_with(&gopt, "MLXCEL_GPU_STREAM_ROWS", shapes[shape]);
+    // four and two; by default each launch takes one by its size, and the harness's small products
+    // mostly take two): q/k/v over 4096 columns, gate/up over 4096, a residual product over 4224 (a
+    // partial step), in every format it streams.
+    for (int shape = 0; shape < 2; shape++) {
+        gpu = gpu_with(&gopt, "MLXCEL_GPU_STREAM_ROWS", shape ? "4" : "2");
         for (size_t f = 0; f < 4; f++) {
             proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 4096, 1024, 256, 256, f == 0, P_NORM_QKV});
             proj_case(cpu, gpu, &rng, &fused_fmts[f], (proj_cfg){1, 4096, 256, 128, 1024, f == 1, P_NORM_GATE_UP});
@@ -850,8 +848,8 @@ int main(void) {
     // q/k/v and gate/up over 4096 columns, residual products over 4224 (a partial step) and over
     // 12288 (the staging and sums past 48 KB of shared memory), with the task shapes chosen per launch
     // and with each forced, in the affine formats it takes (the others run as by default).
-    for (int shape = 0; shape < 4; shape++) {
-        if (shape) setenv("MLXCEL_GPU_STREAM_ROWS", shapes[shape - 1], 1);
+    for (int shape = 0; shape < 3; shape++) {
+        if (shape) setenv("MLXCEL_GPU_STREAM_ROWS", shape == 1 ? "2" : "4", 1);
         gpu = gpu_with(&gopt, "MLXCEL_GPU_STREAM_LEAN", "1");
         unsetenv("MLXCEL_GPU_STREAM_ROWS");
         for (size_t f = 0; f < 3; f++) {
@@ -862,13 +860,6 @@ int main(void) {
         }
         mx_backend_free(gpu);
     }
-    // The three-row shape by the rule (MLXCEL_GPU_STREAM_ROWS3=1: the fewest rows a task, 2, 3 then 4,
-    // whose tasks fit one wave): Qwen3-8B's q/k/v (6,144 rows over 4096 columns: three rows on an
-    // H100's or H200's 2,112 warps) and a residual product of 4096 rows (two rows there).
-    gpu = gpu_with(&gopt, "MLXCEL_GPU_STREAM_ROWS3", "1");
-    proj_case(cpu, gpu, &rng, &fused_fmts[0], (proj_cfg){1, 4096, 4096, 1024, 256, true, P_NORM_QKV});
-    proj_case(cpu, gpu, &rng, &fused_fmts[0], (proj_cfg){1, 4096, 4096, 128, 4096, false, P_RESIDUAL});
-    mx_backend_free(gpu);
     // The previous matrix-vector kernels (MLXCEL_GPU_OLD_MATVEC=1, the A/B switch of the benches).
     gpu = gpu_with(&gopt, "MLXCEL_GPU_OLD_MATVEC", "1");
     for (size_t f = 0; f < sizeof fused_fmts / sizeof fused_fmts[0]; f++)

@@ -9,7 +9,7 @@
 // where it applies; affine 4/8-bit batches of 4-64 tokens on the tensor-core decode product,
 // vendor/cuda/matvec_mma.cu), with that product off (MLXCEL_GPU_TC_DECODE=0, also for the switches
 // that follow), without the streaming kernel (a third backend, MLXCEL_GPU_NO_STREAM_MATVEC=1)
-// with its task shapes forced (MLXCEL_GPU_STREAM_ROWS=2, 3, 4) and on the previous path
+// with its previous task shape (MLXCEL_GPU_STREAM_ROWS=2) and on the previous path
 // (MLXCEL_GPU_OLD_MATVEC=1); the tiled sizes again on the other prefill kernels (another backend
 // each, MLXCEL_GPU_PREFILL_KERNEL=wmma128, pipe, wgmma), with prefill-sized shapes that reach each kernel's block tiles. Attention: prefill chunks, decode, mixed slots, windows, long
 // contexts, batched decode steps of 17-64 sequences with the record's decode hint, on both cache
@@ -1147,7 +1147,6 @@ int main(void) {
     group_stat mvf = {"matrix-vector, MLXCEL_GPU_TC_DECODE=0", 0, 0, 0};
     group_stat mv2 = {"matrix-vector, streaming 2 rows per task", 0, 0, 0};
     group_stat mv4 = {"matrix-vector, streaming 4 rows per task", 0, 0, 0};
-    group_stat mv3 = {"matrix-vector, streaming 3 rows per task", 0, 0, 0};
     group_stat tcp = {"matmul tiled, wmma128 / pipe / wgmma", 0, 0, 0};
     test_matmul(be, &rng, true, ALL_N, &mv, &tc, &tf);
     test_matmul_tiles(be, &rng, &tc);
@@ -1202,11 +1201,9 @@ int main(void) {
         mx_backend_free(be);
     }
     unsetenv("MLXCEL_GPU_NO_STREAM_MATVEC");
-    // The streaming kernel's three task shapes for one token over long rows, each forced for every
+    // The streaming kernel's two task shapes for one token over long rows, each forced for every
     // launch (MLXCEL_GPU_STREAM_ROWS=2: two rows per task and twice the chunks per step; =4: four rows;
-    // =3: three rows and 3 chunks per step at 4 bits, 1 at 8, so 4224 columns end in a partial step
-    // and 133 rows in a one-row task; by default each launch takes two or four by its size,
-    // MLXCEL_GPU_STREAM_ROWS3=1 three between them): the shapes above at one token.
+    // by default each launch takes one by its size): the shapes above at one token.
     be = backend_with(&opt, "MLXCEL_GPU_STREAM_ROWS", "2");
     if (be) {
         test_matvec_shapes(be, &rng, "MLXCEL_GPU_STREAM_ROWS=2", true, true, 1, &mv2);
@@ -1215,11 +1212,6 @@ int main(void) {
     be = backend_with(&opt, "MLXCEL_GPU_STREAM_ROWS", "4");
     if (be) {
         test_matvec_shapes(be, &rng, "MLXCEL_GPU_STREAM_ROWS=4", true, true, 1, &mv4);
-        mx_backend_free(be);
-    }
-    be = backend_with(&opt, "MLXCEL_GPU_STREAM_ROWS", "3");
-    if (be) {
-        test_matvec_shapes(be, &rng, "MLXCEL_GPU_STREAM_ROWS=3", true, true, 1, &mv3);
         mx_backend_free(be);
     }
     unsetenv("MLXCEL_GPU_STREAM_ROWS");
@@ -1318,7 +1310,6 @@ int main(void) {
     stat_print(&mvf, 2e-5);
     stat_print(&mv2, 2e-5);
     stat_print(&mv4, 2e-5);
-    stat_print(&mv3, 2e-5);
     stat_print(&mvo, 2e-5);
     stat_print(&tc, 2e-5);  // plus twice the host-measured bf16 input rounding error, per case
     stat_print(&tcp, 2e-5);

@@ -342,7 +342,6 @@ typedef struct gpu_knobs {
         attn_short, attn_rope, attn_one;
     int prefill_kernel, moe_fused, moe_down, attn_mma, sample_fast, grouped, stream_lean, pdl;
     int stream_res_early;  // MLXCEL_GPU_STREAM_RES_EARLY
-    int stream_rows3;      // MLXCEL_GPU_STREAM_ROWS3
     bool prefill_asked;  // MLXCEL_GPU_PREFILL_KERNEL was set
 } gpu_knobs;
 
@@ -358,12 +357,7 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // its task shape over long rows for one token; unset or 0: per launch (two rows a task, 4 chunks
     // per lane per step at 4 bits, where those tasks fit one wave of the grid's warps, else four rows
     // and 2 chunks; bench/RESULTS.md run 47: 8B tg128 +8.4% on an H100 against four everywhere);
-    // 2, 3 or 4: that shape for every launch, for A/B (3: three rows a task, 3 chunks per lane per
-    // step at 4 bits; gate/up, a gate row and an up row a task, and the residual reads ahead of
-    // MLXCEL_GPU_STREAM_RES_EARLY=1 have no three-row shape and take four).
-    // MLXCEL_GPU_STREAM_ROWS3=1 (unset: 0): per launch the fewest rows a task, 2, 3 then 4, whose tasks
-    // fit one wave (the 8B's q/k/v: 2,048 three-row tasks on an H100's 2,112 warps against 1,536
-    // four-row ones; bench/RESULTS.md, "Three rows a task"). MLXCEL_GPU_STREAM_LEAN
+    // 2 or 4: that shape for every launch, for A/B. MLXCEL_GPU_STREAM_LEAN
     // (unset: 1): its one-token affine 4/8-bit products in the lean form (kernels/matvec_stream_lean.cuh:
     // each chunk's sum of x once per block, the rows' addresses once per task; bit for bit the same
     // outputs; H100, bench/RESULTS.md run 36: 8B tg128 +3.6%); 0: the previous form, for A/B.
@@ -425,7 +419,6 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_STREAM_ROWS", 0, 0, 4, &k->stream_rows, err) ||
         env_int("MLXCEL_GPU_STREAM_LEAN", 1, 0, 1, &k->stream_lean, err) ||
         env_int("MLXCEL_GPU_STREAM_RES_EARLY", 0, 0, 1, &k->stream_res_early, err) ||
-        env_int("MLXCEL_GPU_STREAM_ROWS3", 0, 0, 1, &k->stream_rows3, err) ||
         env_int("MLXCEL_GPU_SAMPLE_BLOCKS", MXG_SAMPLE_DEFAULT_BLOCKS, 1, MXG_SAMPLE_MAX_BLOCKS, &k->sample_blocks, err) ||
         env_int("MLXCEL_GPU_SAMPLE_FAST", 1, 0, 1, &k->sample_fast, err) ||
         env_int("MLXCEL_GPU_TC_DECODE", MXG_TC_DECODE_DEFAULT_TOKENS, 0, 64, &k->tc_decode_tokens, err) ||
@@ -455,8 +448,8 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     }
     if (k->matvec_rows == 3)
         return mx_fail(err, "MLXCEL_GPU_MATVEC_ROWS='%s': must be 1, 2 or 4 (unset: 4)", getenv("MLXCEL_GPU_MATVEC_ROWS"));
-    if (k->stream_rows == 1)
-        return mx_fail(err, "MLXCEL_GPU_STREAM_ROWS='%s': must be 2, 3 or 4 (unset or 0: chosen per launch)",
+    if (k->stream_rows == 1 || k->stream_rows == 3)
+        return mx_fail(err, "MLXCEL_GPU_STREAM_ROWS='%s': must be 2 or 4 (unset or 0: chosen per launch)",
                        getenv("MLXCEL_GPU_STREAM_ROWS"));
     return 0;
 }
@@ -570,7 +563,6 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.matvec_stream = !mx_env_switch("MLXCEL_GPU_NO_STREAM_MATVEC");
     c->launch.stream_min_cols = knobs.stream_min_cols;
     c->launch.stream_rows = knobs.stream_rows;
-    c->launch.stream_rows3 = knobs.stream_rows3 == 1;
     c->launch.stream_lean = knobs.stream_lean != 0;
     c->launch.stream_res_early = knobs.stream_res_early == 1;
     c->launch.sample_blocks = knobs.sample_blocks;

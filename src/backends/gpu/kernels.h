@@ -48,11 +48,8 @@ typedef struct mxg_launch {
     bool matvec_stream;    // the streaming matrix-vector kernel where it applies (off: MLXCEL_GPU_NO_STREAM_MATVEC=1)
     int stream_min_cols;   // ... on rows at least this long (MLXCEL_GPU_STREAM_MIN_COLS; default 4096)
     int stream_rows;       // its rows per task for one token over long rows: 0 (default) by the launch's
-                           // size (kernels/matvec_stream.cuh, stream_shape_rows), or 2, 3 or 4 for every
-                           // launch (MLXCEL_GPU_STREAM_ROWS; gate/up and the residual reads ahead have no
-                           // three-row shape: four)
-    bool stream_rows3;     // ... and by size, the three-row shape between two and four (the fewest rows a task
-                           // whose tasks fit one wave; MLXCEL_GPU_STREAM_ROWS3=1, off by default)
+                           // size (kernels/matvec_stream.cuh, stream_four_rows), or 2 or 4 for every
+                           // launch (MLXCEL_GPU_STREAM_ROWS)
     bool stream_lean;      // its one-token affine 4/8-bit products in the lean form, bit for bit the same outputs
                            // (kernels/matvec_stream_lean.cuh; MLXCEL_GPU_STREAM_LEAN, on unless 0)
     bool stream_res_early; // its residual products (o, down) and the fused kernel's (kernels/matvec_fused.cu) read each

@@ -10,11 +10,6 @@
 # - test_res_early_emulated.cpp: the residual epilogue with its reads ahead (MLXCEL_GPU_STREAM_RES_EARLY,
 #   kernels/matvec_res_early.cuh) bit for bit today's, also with the residual guarded until the
 #   grid wait; faults: a lane picking its neighbour's row sum, the held residual read before the wait;
-# - test_stream_rows3_emulated.cpp: the streaming kernel's three-row task shape (MLXCEL_GPU_STREAM_ROWS=3
-#   and the launch's rule with MLXCEL_GPU_STREAM_ROWS3=1) bit for bit the four-row shape's, within
-#   the reference's bound, the grid of the shape the rule picks; faults: tasks or steps counted
-#   rounding down, the slots past the last chunk of a partial step not reloaded, the rule's
-#   three-row test with the four-row count;
 # - test_moe_emulated.cpp: moe.cu's router (the experts and weights against the CPU backend's, NaN
 #   and infinite router logits included), moe_stream.cu's fused decode kernels (against the tests'
 #   double-precision reference, gpu_ref.c) and moe_router.cu's router launch (the CPU backend's
@@ -218,30 +213,6 @@ edit backends/gpu/kernels/matvec_stream_lean.cuh /^ *if (EPI == EPI_RESIDUAL_EAR
 edit backends/gpu/kernels/matvec_stream_lean.cuh s/^\( *\)mxg_grid_wait_release(a.early);/\1ResHeld held = {}, nheld = {};\n\1if (EPI == EPI_RESIDUAL_EARLY \&\& task < ntasks) held = stream_res_load<R>(a, mi, r0, lane);\n\1mxg_grid_wait_release(a.early);/
 expect FAIL.*with the residual guarded: outputs DIFFER
 reject bit-equal NO
-EOF
-# The three-row task shape (MLXCEL_GPU_STREAM_ROWS=3, MLXCEL_GPU_STREAM_ROWS3=1; test_stream_rows3_emulated.cpp).
-# Faults: each matrix's tasks counted rounding down (the last rows of q, k and v unwritten: 4096 and
-# 1024 are not multiples of three); the steps per task rounding down (the partial second step of a
-# 4096-wide row at three chunks a step dropped); the slots past the row's last chunk in a partial step
-# not reloaded for the warp's next task (both bodies); the rule testing three rows against the
-# four-row task count (same outputs: only the shape check sees it).
-emu_test test_stream_rows3_emulated "$arg" quick "tests/gpu/kv_emulation/emu.cpp \
-    tests/gpu/kv_emulation/test_stream_rows3_emulated.cpp $out/matvec_fused.cpp $out/gpu_ref.o" <<'EOF'
-fault tasks
-edit backends/gpu/kernels/matvec_stream.cuh s/(int)((a.m\[k\].rows + R - 1) \/ R)/(int)(a.m[k].rows \/ R)/
-expect FAIL: norm+qkv 8B (forced 3): outputs are not the four-row shape's
-fault steps
-edit backends/gpu/kernels/matvec_stream.cuh s/steps = (nchunks + span - 1) \/ span;/steps = nchunks \/ span;/
-edit backends/gpu/kernels/matvec_stream_lean.cuh s/steps = (nchunks + span - 1) \/ span;/steps = nchunks \/ span;/
-expect FAIL.*outputs are not the four-row shape's
-fault reload
-edit backends/gpu/kernels/matvec_stream.cuh s/if (more \&\& lc < nchunks) stream_load_slot/if (more \&\& lc < nchunks \&\& c < nchunks) stream_load_slot/
-edit backends/gpu/kernels/matvec_stream_lean.cuh s/if (more \&\& lc < nchunks) stream_lean_load/if (more \&\& lc < nchunks \&\& c < nchunks) stream_lean_load/
-expect FAIL.*outputs are not the four-row shape's
-fault rule
-edit backends/gpu/kernels/matvec_stream.cuh s/stream_task_count<NM, R \* 3 \/ 2>(a, count) <= resident/stream_task_count<NM, R * 2>(a, count) <= resident/
-expect FAIL.*shape: grid
-reject outputs are not
 EOF
 # MoE decode (its full cases, quick or not). Faults:
 # - level 3: the router's last ticket one early (a block routes before the token's last logits are

@@ -1,9 +1,8 @@
 // SPDX-License-Identifier: MIT
 // One matmul record of 1-8 tokens on the streaming matrix-vector kernel (kernels/matvec_stream.cuh):
 // the tokens go in one launch as NT = 1, 2, 4 or 8 staged rows (rows past n repeat the last token
-// and are not written), two output rows per task for one token (three or four over long rows by
-// the launch's size, kernels/matvec_stream.cuh stream_shape_rows, MLXCEL_GPU_STREAM_ROWS and
-// MLXCEL_GPU_STREAM_ROWS3; more over short rows), one for several. Declines (returns false, the caller uses
+// and are not written), two output rows per task for one token (four over long rows by default,
+// MLXCEL_GPU_STREAM_ROWS; more over short rows), one for several. Declines (returns false, the caller uses
 // kernels/matvec.cuh) formats other than affine 4/8-bit and mxfp4, odd shapes, and token rows that
 // do not fit the staging.
 #include "backends/gpu/kernels/matvec_stream.cuh"

@@ -29,12 +29,8 @@
 //   rows shorter than a step (1024-2560 wide) takes one chunk per lane per step and U x R rows per
 //   task (stream_launch): the same registers and bytes in flight. Several tokens: one row per task.
 //   Over long rows one token takes R rows and U chunks per step where those tasks fit one wave of
-//   the grid's warps, else 2 x R rows and U / 2 chunks per step (stream_shape_rows;
-//   MLXCEL_GPU_STREAM_ROWS=2, 3 or 4 forces one shape). MLXCEL_GPU_STREAM_ROWS3=1 (L->stream_rows3,
-//   off by default) puts a three-row shape between them (R x 3 / 2 rows, Streamed::U3 chunks per
-//   step): the fewest rows, 2, 3 then 4, whose tasks fit one wave (the 8B's q/k/v: 6,144 rows are
-//   2,048 three-row tasks on an H100's 2,112 warps, against 1,536 four-row ones); gate/up and
-//   EPI_RESIDUAL_EARLY have no three-row shape (stream_has_three).
+//   the grid's warps, else 2 x R rows and U / 2 chunks per step (stream_four_rows;
+//   MLXCEL_GPU_STREAM_ROWS=2 or 4 forces one shape).
 // - The dot products are those of the other kernels (kernels/matvec_scaled.cuh for affine 4/8-bit,
 //   Fmt::dot_raw for mxfp4 and dense bf16/f16), so the results differ from theirs only in float32
 //   summation order.
@@ -78,12 +74,6 @@ struct Streamed {
     static constexpr bool on = Scaled<F>::on || (F::kind == KIND_MXFP4 && NT <= 4) || dense;
     static constexpr int U0 = F::kind == KIND_DENSE ? 1 : F::bits == 8 ? 2 : 4;
     static constexpr int U = NT == 1 || (NT == 2 && Scaled<F>::on) ? U0 : U0 / 2;
-    // The three-row one-token shape's chunks per lane per step (stream_launch): the nearest to two
-    // rows' 2 x U0 chunks in flight, 3 x 3 = 9 for 4-bit and mxfp4 (144 bytes against 128; 3 x 2 =
-    // 6 would keep 96) and 3 x 1 = 3 for 8-bit (96 bytes against 128); no spills (ptxas -v, sm_90a).
-    // Over 4096 columns (128 chunks) at U3 = 3 the second step is partial: lanes past the row's last
-    // chunk skip their slots (stream_body), the lanes' chunks and their order those of the other shapes.
-    static constexpr int U3 = (2 * U0 + 1) / 3;
 };
 
 // Up to three matrices with the same columns, their tasks numbered one after the other (q, k, v),
@@ -387,27 +377,13 @@ static inline bool stream_fits(const mxg_launch *L, const mx_matrix *w, const fl
            (size_t)nt * w->cols * 4 <= kMatvecStageBytes && w->cols / 32 >= L->warp;
 }
 
-// The tasks of matrix k of `count` at R rows per task (NM = 2: gate's rows only; 0 past them): a
-// partial last task of its own where R does not divide its rows (the three-row shape's 4,096).
-template <int NM, int R>
-int stream_matrix_tasks(const StreamArgs &a, int k, int count) {
-    return k < count && (NM == 1 || k == 0) ? (int)((a.m[k].rows + R - 1) / R) : 0;
-}
-
-// The task count of `count` matrices at R rows per task (the launch's choice of shape).
-template <int NM, int R>
-int stream_task_count(const StreamArgs &a, int count) {
-    int tasks = 0;
-    for (int k = 0; k < 3; k++) tasks += stream_matrix_tasks<NM, R>(a, k, count);
-    return tasks;
-}
-
-// Numbers the tasks of `count` matrices at R rows per task into a.task_end; returns their count.
+// Numbers the tasks of `count` matrices at R rows per task (NM = 2: gate's rows only) into
+// a.task_end; returns their count.
 template <int NM, int R>
 int stream_tasks(StreamArgs &a, int count) {
     int tasks = 0;
     for (int k = 0; k < 3; k++) {
-        tasks += stream_matrix_tasks<NM, R>(a, k, count);
+        if (k < count && (NM == 1 || k == 0)) tasks += (int)((a.m[k].rows + R - 1) / R);
         a.task_end[k] = tasks;
     }
     return tasks;
@@ -450,37 +426,25 @@ void stream_launch_shape(const mxg_launch *L, StreamArgs a, int count) {
                    (gpuStream_t)L->stream, L->dependent_launch, a);
 }
 
-// Over long rows, one token: a launch's rows a task in MLXCEL_GPU_STREAM_ROWS's terms: 2 (R rows, U
-// chunks per step), 3 (R x 3 / 2 rows, Streamed::U3 chunks) or 4 (twice R, U / 2 chunks: half the
-// activation reads and sums per weight). L->stream_rows forces one shape (MLXCEL_GPU_STREAM_ROWS=2,
-// 3 or 4). By default (0) a launch takes two rows a task when its two-row tasks fit one wave of the
-// grid's resident warps, one task a warp (the 8B's o and down: 2,048 tasks on an H100's 2,112
-// warps), and four otherwise (q/k/v, gate/up, lm_head: two-row tasks would spill into a second,
-// mostly empty wave); bench/RESULTS.md run 47: the 8B tg128 +8.4% against four rows everywhere,
-// -3.7% with two rows everywhere. MLXCEL_GPU_STREAM_ROWS3=1 (L->stream_rows3) tries three between
-// them: the fewest rows a task whose tasks fit one wave (the 8B's q/k/v: 2,048 three-row tasks,
-// 1,536 four-row ones on 2,112 warps). THREE: whether the launch has the three-row shape
-// (stream_has_three); where it has none the rule takes 2 or 4, and four where three is forced.
-template <int EPI, int R>
-constexpr bool stream_has_three() {
-    // Gate/up (R = 1 row of each matrix) has none. Nor has EPI_RESIDUAL_EARLY: its held values on
-    // top of nine slots spill (ptxas -v, sm_90a, the lean form at 4 bits: 4 bytes).
-    return R % 2 == 0 && EPI != EPI_RESIDUAL_EARLY;
-}
-
-template <int W, int NM, int R, bool THREE>
-int stream_shape_rows(const mxg_launch *L, const StreamArgs &a, int count) {
-    if (L->stream_rows) return L->stream_rows == 3 && !THREE ? 4 : L->stream_rows;
+// Over long rows, one token: whether a launch takes four rows a task (twice R, half the chunks per
+// step: half the activation reads and sums per weight) rather than two. L->stream_rows forces one
+// shape (MLXCEL_GPU_STREAM_ROWS=2 or 4); by default (0) a launch takes two rows a task when its
+// two-row tasks fit one wave of the grid's resident warps, one task a warp (the 8B's o and down:
+// 2,048 tasks on an H100's 2,112 warps), and four otherwise (q/k/v, gate/up, lm_head: two-row tasks
+// would spill into a second, mostly empty wave). bench/RESULTS.md run 47: the 8B tg128 +8.4% against
+// four rows everywhere, -3.7% with two rows everywhere.
+template <int W, int NM, int R>
+bool stream_four_rows(const mxg_launch *L, const StreamArgs &a, int count) {
+    if (L->stream_rows) return L->stream_rows == 4;
+    StreamArgs two = a;  // stream_tasks fills task_end
     const int64_t resident = (int64_t)L->sm_count * kStreamBlocksPerSm * (kStreamThreads / W);
-    if (stream_task_count<NM, R>(a, count) <= resident) return 2;
-    if (THREE && L->stream_rows3 && stream_task_count<NM, R * 3 / 2>(a, count) <= resident) return 3;
-    return 4;
+    return stream_tasks<NM, R>(two, count) > resident;
 }
 
 // The launch for `count` matrices (m, out, bias of `a` filled) at R rows per task. One token over
 // rows shorter than a step (fewer than W x U chunks: the 1024-2560-wide models) takes one chunk per
 // lane per step and U times the rows per task instead, the same registers and bytes in flight; over
-// long rows, stream_shape_rows picks R, R x 3 / 2 or twice R rows per task.
+// long rows, stream_four_rows picks R or twice R rows per task.
 template <int W, class F, int NT, int NM, int R, int EPI, bool NORM>
 void stream_launch(const mxg_launch *L, const StreamArgs &a, int count) {
     constexpr int U = Streamed<F, NT>::U;
@@ -489,17 +453,9 @@ void stream_launch(const mxg_launch *L, const StreamArgs &a, int count) {
             stream_launch_shape<W, F, NT, NM, R * U, 1, EPI, NORM>(L, a, count);
             return;
         }
-        constexpr bool three = stream_has_three<EPI, R>();
-        const int rows = stream_shape_rows<W, NM, R, three>(L, a, count);
-        if (rows == 4) {
+        if (stream_four_rows<W, NM, R>(L, a, count)) {
             stream_launch_shape<W, F, NT, NM, R * 2, U / 2, EPI, NORM>(L, a, count);
             return;
-        }
-        if constexpr (three) {
-            if (rows == 3) {
-                stream_launch_shape<W, F, NT, NM, R * 3 / 2, Streamed<F, NT>::U3, EPI, NORM>(L, a, count);
-                return;
-            }
         }
     }
     stream_launch_shape<W, F, NT, NM, R, U, EPI, NORM>(L, a, count);
