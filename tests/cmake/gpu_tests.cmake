@@ -80,15 +80,6 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   # One-token decode steps with the q/k norm + RoPE + KV store folded into the decode attention
   # is the default; the two launches (q/k norm + RoPE + store, then the attention) under every case.
   mlxcel_gpu_conformance(gpu_conformance_attn_rope_off MLXCEL_GPU_ATTN_ROPE=0)
-  # The decode attention in one launch (MLXCEL_GPU_ATTN_ONE, kernels/attn_decode.cu: a split context
-  # merged by the block that draws the last ticket, no combine launch), with today's split count (1),
-  # half of it (2), and as plain launches, under every case of the harness; and the op suite at 1
-  # (its decode cases at 4,100 positions: a wave of splits, 5 tokens, a window).
-  mlxcel_gpu_conformance(gpu_conformance_attn_one MLXCEL_GPU_ATTN_ONE=1)
-  mlxcel_gpu_conformance(gpu_conformance_attn_one2 MLXCEL_GPU_ATTN_ONE=2)
-  mlxcel_gpu_conformance(gpu_conformance_attn_one_pdl_off MLXCEL_GPU_ATTN_ONE=1 MLXCEL_GPU_PDL=0)
-  add_test(NAME gpu_ops_attn_one COMMAND test_gpu_ops WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
-  set_tests_properties(gpu_ops_attn_one PROPERTIES SKIP_RETURN_CODE 77 LABELS gpu ENVIRONMENT MLXCEL_GPU_ATTN_ONE=1)
   # Programmatic dependent launch's level 3 is the default (the matrix-vector kernels' early release
   # after the grid wait and L2 prefetch, kernels/matvec.cuh, and the decode attention and its
   # combine, the q/k norm + RoPE launch, the token choice and the MoE launches as dependent launches);
@@ -189,9 +180,6 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_knob_refused(attn_rope_two MLXCEL_GPU_ATTN_ROPE=2
                           "MLXCEL_GPU_ATTN_ROPE='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(attn_rope_word MLXCEL_GPU_ATTN_ROPE=on "MLXCEL_GPU_ATTN_ROPE='on': must be")
-  mlxcel_gpu_knob_refused(attn_one_three MLXCEL_GPU_ATTN_ONE=3
-                          "MLXCEL_GPU_ATTN_ONE='3': must be a whole number from 0 to 2 \\(unset: 0\\)")
-  mlxcel_gpu_knob_refused(attn_one_word MLXCEL_GPU_ATTN_ONE=on "MLXCEL_GPU_ATTN_ONE='on': must be")
   mlxcel_gpu_knob_refused(stream_rows_huge MLXCEL_GPU_STREAM_ROWS=99999999999999999999 "MLXCEL_GPU_STREAM_ROWS='99999999999999999999': must be")
 
   # The model fixtures through the GPU backend (the parity test reads MLXCEL_TEST_BACKEND).
@@ -215,13 +203,6 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
     # The residual epilogue with its reads ahead (MLXCEL_GPU_STREAM_RES_EARLY=1) through the fixtures
     # (rows below 4096 columns: the fused kernel's residual products take it).
     mlxcel_gpu_parity(gpu_model_parity_stream_res_early MLXCEL_GPU_STREAM_RES_EARLY=1)
-    # The decode attention in one launch (MLXCEL_GPU_ATTN_ONE=1) through the fixtures.
-    mlxcel_gpu_parity(gpu_model_parity_attn_one MLXCEL_GPU_ATTN_ONE=1)
-    # The three-row task shape's rule (MLXCEL_GPU_STREAM_ROWS3=1) through the fixtures, with the
-    # streaming kernel on every width (MLXCEL_GPU_STREAM_MIN_COLS=0): their rows are shorter than a
-    # step, so no launch takes three rows; what must hold is that the knob moves nothing else (the
-    # three-row products themselves: gpu_conformance_stream_rows3*).
-    mlxcel_gpu_parity(gpu_model_parity_stream_rows3 MLXCEL_GPU_STREAM_ROWS3=1 MLXCEL_GPU_STREAM_MIN_COLS=0)
     # Plain launches (MLXCEL_GPU_PDL=0; level 3 is the default) through the fixtures.
     mlxcel_gpu_parity(gpu_model_parity_pdl_off MLXCEL_GPU_PDL=0)
     # ... and level 2 (the former default: the attention and q/k norm + RoPE launches plain).

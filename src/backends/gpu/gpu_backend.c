@@ -278,7 +278,6 @@ static void gpu_destroy(mx_backend *be) {
         mxg_rt_free(c->launch.small_scratch);
         mxg_rt_free(c->launch.sample_scratch);
         mxg_rt_free(c->launch.moe_tickets);
-        mxg_rt_free(c->launch.attn_tickets);
         mxg_rt_stream_destroy(c->launch.stream);
         free(c);
     }
@@ -339,7 +338,7 @@ static int env_int(const char *name, int def, int lo, int hi, int *out, mx_error
 // on a machine without a GPU).
 typedef struct gpu_knobs {
     int matvec_rows, matvec_max_tokens, stream_min_cols, stream_rows, sample_blocks, tc_decode_tokens, attn_decode,
-        attn_short, attn_rope, attn_one;
+        attn_short, attn_rope;
     int prefill_kernel, moe_fused, moe_down, attn_mma, sample_fast, grouped, stream_lean, pdl;
     int stream_res_early;  // MLXCEL_GPU_STREAM_RES_EARLY
     bool prefill_asked;  // MLXCEL_GPU_PREFILL_KERNEL was set
@@ -404,16 +403,10 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // MLXCEL_GPU_ATTN_ROPE (unset: 1): one-token decode steps fold the q/k norm + RoPE + KV store
     // launch into the flash-decoding one (gpu_plan.c, kernels/attn_decode.cu), the same outputs and
     // cache bytes in one launch a layer fewer (run 42: 0.6B tg128 +3.4%, 8B +1.5%); 0: the two launches.
-    // MLXCEL_GPU_ATTN_ONE (unset: 0): where the flash-decoding kernel splits a step's context, the
-    // block that finishes its (token, query group) last merges the splits (a ticket counter, no
-    // block waiting) instead of a combine launch; 1 with today's split count, 2 with half as many
-    // at short contexts (each warp two units deep; kernels/attn_decode.cu, decode_splits); the same
-    // outputs as the combine's at 1 (bench/RESULTS.md, "Decode attention in one launch").
     if (env_int("MLXCEL_GPU_MATVEC_ROWS", 4, 1, 4, &k->matvec_rows, err) ||
         env_int("MLXCEL_GPU_ATTN_DECODE", 1, 0, 1, &k->attn_decode, err) ||
         env_int("MLXCEL_GPU_ATTN_SHORT", 1, 0, 1, &k->attn_short, err) ||
         env_int("MLXCEL_GPU_ATTN_ROPE", 1, 0, 1, &k->attn_rope, err) ||
-        env_int("MLXCEL_GPU_ATTN_ONE", 0, 0, 2, &k->attn_one, err) ||
         env_int("MLXCEL_GPU_MATVEC_TOKENS", 63, 1, 1 << 20, &k->matvec_max_tokens, err) ||
         env_int("MLXCEL_GPU_STREAM_MIN_COLS", 4096, 0, 1 << 30, &k->stream_min_cols, err) ||
         env_int("MLXCEL_GPU_STREAM_ROWS", 0, 0, 4, &k->stream_rows, err) ||
@@ -573,7 +566,6 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     c->launch.attn_decode = knobs.attn_decode == 1 && !c->launch.attn_token_rows;
     c->launch.attn_short = knobs.attn_short == 1;
     c->launch.attn_rope = knobs.attn_rope == 1;
-    c->launch.attn_one = knobs.attn_one;
     c->launch.attn_mma = knobs.attn_mma == 1;
     c->launch.scratch_bytes = mxg_attention_scratch_bytes(c->info.sm_count, 256);
     // The tensor-core decode product's split-column partial sums: 8 MB holds 32 splits of a 1024-row
@@ -598,13 +590,6 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     if (c->launch.moe_fused >= 3 &&
         mxg_rt_malloc(&c->launch.moe_tickets, MXG_MOE_MAX_TOKENS * sizeof(unsigned), c->launch.stream, err) != 0)
         goto fail;
-    // The split decode attention's tickets (MLXCEL_GPU_ATTN_ONE): zeroed here, each launch leaves them zero.
-    if (c->launch.attn_one) {
-        c->launch.attn_tickets_n = mxg_attn_one_tickets(c->info.sm_count);
-        if (mxg_rt_malloc(&c->launch.attn_tickets, (size_t)c->launch.attn_tickets_n * sizeof(unsigned), c->launch.stream,
-                          err) != 0)
-            goto fail;
-    }
     snprintf(be->device_name, sizeof be->device_name, "%s (%s)", c->info.name, c->info.arch);
     return be;
 fail:

@@ -62,11 +62,6 @@ typedef struct mxg_launch {
                            // on by default; MLXCEL_GPU_ATTN_SHORT=0 turns it off)
     bool attn_rope;        // one-token decode steps with the q/k norm + RoPE + KV store folded into that kernel's
                            // launch (mxg_attention_decode_rope, gpu_plan.c; on by default; MLXCEL_GPU_ATTN_ROPE=0 turns it off)
-    int attn_one;          // decode steps the flash-decoding kernel splits merge in its last block, no combine
-                           // launch (kernels/attn_decode.cu; MLXCEL_GPU_ATTN_ONE: 0, the default, off; 1: today's
-                           // split count; 2: fewer splits, each warp two units deep), with attn_tickets
-    void *attn_tickets;    // ... mxg_attn_one_tickets zeroed counters (each launch leaves them zero), else NULL
-    int attn_tickets_n;    // ... how many
     bool attn_mma;         // prefill attention on the tensor-core kernel (vendor/cuda/attn_mma.cu; off: MLXCEL_GPU_ATTN_MMA=0)
     bool kv_i16;           // the KV cache is int16 with scales (MX_DTYPE_I16, default); false: f16 (MLXCEL_GPU_KV=f16)
     bool dependent_launch; // matrix-vector and fused kernels start while the previous one ends (sm_90+)
@@ -167,9 +162,6 @@ int mxg_attention_mma(const mxg_launch *L, float *out, const float *q, const mx_
 // Bytes of L->scratch that mxg_attention wants for full split parallelism (it uses fewer splits
 // when given less).
 size_t mxg_attention_scratch_bytes(int sm_count, int head_dim);
-// Counters L->attn_tickets needs (MLXCEL_GPU_ATTN_ONE): one per (token, block of query heads) of the
-// largest step the flash-decoding kernel splits (kernels/attn_decode.cu).
-int mxg_attn_one_tickets(int sm_count);
 
 void mxg_swiglu(const mxg_launch *L, float *out, const float *gate, const float *up, int64_t count);
 void mxg_add(const mxg_launch *L, float *x, const float *y, int64_t count);

@@ -8,7 +8,6 @@
 // x86-64 a switch is a few instructions (callee-saved registers and the stack pointer); elsewhere,
 // and under AddressSanitizer (which follows swapcontext), ucontext.
 #include <algorithm>
-#include <random>
 #include "emu.h"
 #include <cstdio>
 #include <cstdlib>
@@ -218,24 +217,17 @@ void emu_launch(dim3 g, dim3 b, size_t sm, std::function<void()> k) {
     fibers.resize(std::max(fibers.size(), (size_t)b.x));
     while (stacks.size() < b.x) stacks.push_back(std::make_unique<char[]>(kStack));
     xbuf.assign(b.x, 0u);
-    std::vector<dim3> order;
+    // Shared memory is refilled with garbage between blocks, so a read before a write shows.
     for (unsigned z = 0; z < g.z; z++)
         for (unsigned y = 0; y < g.y; y++)
-            for (unsigned x = 0; x < g.x; x++) order.push_back(dim3(x, y, z));
-    if (emu_block_seed) {
-        std::mt19937 rng(emu_block_seed);
-        std::shuffle(order.begin(), order.end(), rng);
-    }
-    // Shared memory is refilled with garbage between blocks, so a read before a write shows.
-    for (const dim3 &at : order) {
-        smem.assign(sm ? sm : 1, 0xA5);
-        blockIdx = at;
-        if (!emu_pdl_guard.empty()) pdl_hide();
-        run_block(b.x);
-        if (!emu_pdl_guard.empty() && !block_waited) emu_pdl_unwaited++, pdl_show();
-    }
+            for (unsigned x = 0; x < g.x; x++) {
+                smem.assign(sm ? sm : 1, 0xA5);
+                blockIdx = dim3(x, y, z);
+                if (!emu_pdl_guard.empty()) pdl_hide();
+                run_block(b.x);
+                if (!emu_pdl_guard.empty() && !block_waited) emu_pdl_unwaited++, pdl_show();
+            }
 }
-unsigned emu_block_seed;
 size_t emu_smem_max = 48 * 1024;
 std::vector<dim3> emu_grids;
 std::vector<size_t> emu_smem_sizes;

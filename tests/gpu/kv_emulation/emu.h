@@ -105,10 +105,6 @@ void emu_launch(dim3 g, dim3 b, size_t smem, std::function<void()> k);
 // The most dynamic shared memory a launch may ask for: 48 KB, the device's default; a test of a
 // kernel that raises its own limit (cudaFuncSetAttribute) raises this (up to sm_90's 227 KB).
 extern size_t emu_smem_max;
-// 0 (the default): a launch's blocks run x fastest, then y, then z; else each launch runs them in
-// an order shuffled from this seed (a device promises no order: tests of kernels whose last block
-// does the work set it).
-extern unsigned emu_block_seed;
 // Every launch's grid and dynamic shared memory, appended in order; tests clear them.
 extern std::vector<dim3> emu_grids;
 extern std::vector<size_t> emu_smem_sizes;

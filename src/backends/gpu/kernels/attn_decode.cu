@@ -52,14 +52,6 @@
 // kernel (the q/k/v product, which writes no cache row) nor this launch (it writes the token's
 // own row, at its end) writes. Prefetching is a hint: the loop reads them again after the wait.
 // The cap is level 2's (L->pdl_prefetch, over the launch's warps).
-// One launch (L->attn_one, MLXCEL_GPU_ATTN_ONE=1 or 2; off by default): where the context is split,
-// no combine launch. Each block writes its partials as above, then takes a ticket from its (token,
-// block of query heads) counter (L->attn_tickets; __threadfence, then atomicAdd); the block that
-// draws the last one merges the splits' partials of its G heads (merge_group: combine_splits'
-// arithmetic, the splits in split order whichever block came last, so the combine's bits) and
-// writes the outputs, then sets its counter back to 0 for the next launch or graph replay. No
-// block waits for another. Splits: decode_splits (1: today's count, 2: half as many at short
-// contexts).
 #include "backends/gpu/common.cuh"
 #include "backends/gpu/kernels.h"
 #include "backends/gpu/kernels_fused.h"
@@ -104,7 +96,6 @@ struct DecodeArgs {
     const float *inv_freq;          // [D / 2]
     float eps, attn_factor;
     uint16_t *kv_out;               // the cache the row is written to (kv)
-    unsigned *tickets;              // ONE (splits > 1): [n, gridDim.y] the blocks done, 0 between launches; else NULL
     bool early;                     // MLXCEL_GPU_PDL=3: a dependent launch, which releases the next one
     unsigned prefetch;              // ... and (ROPE) each warp's L2 prefetch budget in bytes (0: none)
 };
@@ -141,39 +132,6 @@ __device__ void combine_splits(float *out, const float *__restrict__ pp, int D, 
 #pragma unroll 8
         for (int s = 0; s < splits; s++) acc = fmaf(s_w[s], pp[(int64_t)s * (D + 2) + 2 + d], acc);
         out[d] = acc * inv;
-    }
-}
-
-// ONE (top of the file): the block that drew the last ticket of (token t, heads h0 .. h0 + gcount - 1)
-// merges their splits' partials, combine_splits' arithmetic for each head (the weights 2^(m_s - M)
-// once, then L and each column summed over the splits in split order), the G heads side by side:
-// s_w and s_l [G][kDecodeMaxSplits], s_mx [G]. The partials come from other blocks of this launch:
-// read past the multiprocessor's L1 (volatile).
-__device__ void merge_group(const DecodeArgs &a, int t, int h0, int gcount, int D, float (*s_w)[kDecodeMaxSplits],
-                            float (*s_l)[kDecodeMaxSplits], float *s_mx) {
-    const int S = a.splits;
-    const volatile float *part = a.part + ((int64_t)t * a.n_heads + h0) * S * (D + 2);  // heads h0.. follow each other
-    for (int i = threadIdx.x; i < gcount * S; i += kDecodeThreads)
-        s_w[i / S][i % S] = part[(int64_t)i * (D + 2)], s_l[i / S][i % S] = part[(int64_t)i * (D + 2) + 1];
-    __syncthreads();
-    if ((int)threadIdx.x < gcount) {
-        float M = -INFINITY;
-        for (int s = 0; s < S; s++) M = fmaxf(M, s_w[threadIdx.x][s]);
-        s_mx[threadIdx.x] = M;
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < gcount * S; i += kDecodeThreads) s_w[i / S][i % S] = rescale(s_w[i / S][i % S], s_mx[i / S]);
-    __syncthreads();
-    for (int i = threadIdx.x; i < gcount * D; i += kDecodeThreads) {
-        const int g = i / D, d = i % D;
-        float L = 0.0f;
-        for (int s = 0; s < S; s++) L += s_l[g][s] * s_w[g][s];
-        const float inv = inv_denominator2(s_mx[g], L, a.sinks ? a.sinks[h0 + g] * kLog2e : -INFINITY);
-        const volatile float *o = part + (int64_t)g * S * (D + 2) + 2 + d;
-        float acc = 0.0f;
-#pragma unroll 8
-        for (int s = 0; s < S; s++) acc = fmaf(s_w[g][s], o[(int64_t)s * (D + 2)], acc);
-        a.out[((int64_t)t * a.n_heads + h0 + g) * D + d] = acc * inv;
     }
 }
 
@@ -425,23 +383,6 @@ __global__ void __launch_bounds__(kDecodeThreads, decode_blocks_per_sm(G)) attn_
                     a.pg.scales[(i < NSC ? krow : vrow) * NSC + i % NSC] = s_sc[i / NSC][i % NSC];
         }
     }
-    if (a.tickets) {
-        // ONE (top of the file): this block's partials are written; the last of the splits merges.
-        __shared__ float s_jw[G][kDecodeMaxSplits], s_jl[G][kDecodeMaxSplits], s_jm[G];
-        __shared__ bool s_last;
-        __threadfence();  // this thread's partials visible device-wide before the block's ticket
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            unsigned *c = a.tickets + (int64_t)t * gridDim.y + blockIdx.y;
-            s_last = atomicAdd(c, 1u) == (unsigned)a.splits - 1;
-            if (s_last) *c = 0;  // every split has drawn its ticket: clean for the next launch
-        }
-        __syncthreads();
-        if (s_last) {
-            __threadfence();
-            merge_group(a, t, h0, gcount, D, s_jw, s_jl, s_jm);
-        }
-    }
     }
 }
 
@@ -492,34 +433,8 @@ bool decode_takes(const mxg_launch *L, const mx_kv_ref *r, int n, bool decode) {
            (L->warp == 32 || L->warp == 64);
 }
 
-// Splits of each (token, block of query heads)'s context, before the scratch's bound: `blocks` such
-// blocks, `target` blocks a wave, `min_split` positions a split at least (a unit per warp: the
-// kernel's minimum), `one` L->attn_one. Today's rule (0 and 1): enough splits for one wave, no more
-// than the context has minimum splits for; none where the step's blocks already fill 3/4 of that
-// wave (batched decode: 32 sequences of 8 KV heads on 132 multiprocessors): splitting would make a
-// second, partial wave and a combine launch.
-// Why 1 keeps it: at 128 to a few thousand positions a split's time is a chain, not bytes (the 8B
-// at 640 positions: 10 splits of 64, 80 blocks of ~32 KB, all of a warp's unit loads issued before
-// the first use): each unit a warp reads after its first adds one more trip to memory
-// (~1 us), while each split more adds only a partial (130 floats a head) to the merge, whose loads
-// go out 8 at a time (an L2 trip per 8 splits). So the fewest units per warp, as many splits as
-// the wave allows, is the shortest chain, and 1 changes only who merges (the A/B of the combine
-// launch alone). Past ~2k positions (8B: 33 splits x 64 positions) a wave is full and the bytes
-// rule: both rules give the wave.
-// 2, the alternative for the device to judge: at least two units per warp (half the splits below
-// the wave's bound): one trip more per warp, against half the tickets, partial writes and merge
-// loads, and half the blocks, whose start and q/k RoPE prologue (the RoPE form) are per block.
-int64_t decode_splits(int64_t blocks, int64_t target, int64_t min_split, int max_ctx, int one) {
-    if (4 * blocks >= 3 * target) return 1;
-    const int64_t per = one == 2 ? 2 * min_split : min_split;
-    const int64_t by_ctx = (max_ctx + per - 1) / per, wave = (target + blocks - 1) / blocks;
-    const int64_t s = wave < by_ctx ? wave : by_ctx;
-    return s < kDecodeMaxSplits ? s : kDecodeMaxSplits;
-}
-
 // Fills a's launch shape (form, group parts, splits) and launches the kernel, with the combine
-// where it splits (ONE: without it, top of the file); the caller has set the rest of a (and, for
-// `rope`, the ROPE fields).
+// where it splits; the caller has set the rest of a (and, for `rope`, the ROPE fields).
 void decode_launch(const mxg_launch *L, DecodeArgs &a, const mx_kv_ref *r, int n, int n_heads, float scale,
                    int window, const float *sinks, bool rope) {
     const mx_kv_layout *lay = &r->lay;
@@ -534,14 +449,18 @@ void decode_launch(const mxg_launch *L, DecodeArgs &a, const mx_kv_ref *r, int n
     a.part = (float *)L->scratch, a.sinks = sinks, a.kv = (const uint16_t *)r->kv;
     a.slot = r->slot, a.pos = r->pos, a.pg = kv_pages(r, L->kv_i16);
     a.n_heads = n_heads, a.window = window, a.group = group, a.parts = parts, a.qscale = scale * kLog2e;
-    // Splits (decode_splits), and partials that fit in the scratch.
+    // Splits: enough blocks for one wave of decode_blocks_per_sm per multiprocessor, no more than the context has units for one
+    // per warp (the kernel's minimum per split), and partials that fit in the scratch. None where the
+    // step's blocks already fill 3/4 of that wave (batched decode: 32 sequences of 8 KV heads on 132
+    // multiprocessors): splitting would make a second, partial wave and a combine launch.
     const int64_t blocks = (int64_t)n * lay->n_kv_heads * parts, target = (int64_t)decode_blocks_per_sm(G) * L->sm_count;
     const int64_t min_split = (int64_t)(kDecodeThreads / L->warp) * decode_unit(L->warp, D, G);
-    const int one = L->attn_tickets && blocks <= L->attn_tickets_n ? L->attn_one : 0;
-    int64_t s = short_form ? 1 : decode_splits(blocks, target, min_split, lay->max_ctx, one);
+    int64_t s = short_form || 4 * blocks >= 3 * target ? 1 : (target + blocks - 1) / blocks;
+    const int64_t by_ctx = (lay->max_ctx + min_split - 1) / min_split;
+    s = s < by_ctx ? s : by_ctx;
+    s = s < kDecodeMaxSplits ? s : kDecodeMaxSplits;
     while (s > 1 && (size_t)n * n_heads * s * (D + 2) * sizeof(float) > L->scratch_bytes) s--;
     a.splits = (int)(s < 1 ? 1 : s);
-    a.tickets = one && a.splits > 1 ? (unsigned *)L->attn_tickets : NULL;  // ONE: the last block merges
     dim3 grid((unsigned)n, (unsigned)(lay->n_kv_heads * parts), (unsigned)a.splits);
     // MLXCEL_GPU_PDL=3: a dependent launch; the RoPE form's prefetch budget, level 2's cap over the
     // launch's warps (a multiple of 16).
@@ -554,7 +473,6 @@ void decode_launch(const mxg_launch *L, DecodeArgs &a, const mx_kv_ref *r, int n
     } else {
         MXG_WARP_DISPATCH(L->warp, launch_decode_d<W, false>(L, a, grid, D, G, rope));
     }
-    if (a.tickets) return;
     if (a.splits > 1 && a.early)
         mxg_launch_dep(attn_decode_combine_kernel, dim3((unsigned)(n * n_heads)), dim3(128), 0,
                        (gpuStream_t)L->stream, true, a.out, a.part, D, a.splits, sinks, n_heads, true);
@@ -564,11 +482,6 @@ void decode_launch(const mxg_launch *L, DecodeArgs &a, const mx_kv_ref *r, int n
 }
 
 }  // namespace
-
-extern "C" int mxg_attn_one_tickets(int sm_count) {
-    // A split step has fewer blocks than 3/4 of a wave (decode_splits), at most 2 per multiprocessor.
-    return 2 * (sm_count > 0 ? sm_count : 1);
-}
 
 extern "C" int mxg_attention_decode(const mxg_launch *L, float *out, const float *q, const mx_kv_ref *r, int n,
                                     int n_heads, float scale, int window, const float *sinks, bool decode) {
