@@ -68,12 +68,12 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_conformance(gpu_conformance_ungrouped_tc2 MLXCEL_GPU_GROUPED=0 MLXCEL_GPU_TC_DECODE=2)
   # The streaming kernel's previous one-token form (the lean one, kernels/matvec_stream_lean.cuh, is the default) under every case.
   mlxcel_gpu_conformance(gpu_conformance_stream_lean_off MLXCEL_GPU_STREAM_LEAN=0)
-  # The residual epilogue with its reads ahead (MLXCEL_GPU_STREAM_RES_EARLY=1, kernels/matvec_res_early.cuh:
-  # the one-token o/down + residual products, streaming and fused kernel) under every case, also with
-  # four rows a task forced (the default takes two where they fit one wave) and with plain launches (the held reads after the grid wait).
-  mlxcel_gpu_conformance(gpu_conformance_stream_res_early MLXCEL_GPU_STREAM_RES_EARLY=1)
-  mlxcel_gpu_conformance(gpu_conformance_stream_res_early_rows4 MLXCEL_GPU_STREAM_RES_EARLY=1 MLXCEL_GPU_STREAM_ROWS=4)
-  mlxcel_gpu_conformance(gpu_conformance_stream_res_early_pdl_off MLXCEL_GPU_STREAM_RES_EARLY=1 MLXCEL_GPU_PDL=0)
+  # The residual epilogue with its reads ahead (kernels/matvec_res_early.cuh: the one-token o/down +
+  # residual products, streaming and fused kernel) is the default, so the cases above run it; with
+  # four rows a task forced (the default takes two where they fit one wave), and its A/B form (the
+  # epilogue after the warp sums, MLXCEL_GPU_STREAM_RES_EARLY=0) under every case.
+  mlxcel_gpu_conformance(gpu_conformance_stream_rows4 MLXCEL_GPU_STREAM_ROWS=4)
+  mlxcel_gpu_conformance(gpu_conformance_stream_res_early_off MLXCEL_GPU_STREAM_RES_EARLY=0)
   # The flash-decoding kernel's short form (kernels/attn_decode.cu) is the default; its group form
   # (a block per KV head's query group at every cache size) under every case of the harness.
   mlxcel_gpu_conformance(gpu_conformance_attn_short_off MLXCEL_GPU_ATTN_SHORT=0)
@@ -135,6 +135,9 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_knob_refused(stream_min_cols_negative MLXCEL_GPU_STREAM_MIN_COLS=-5
                           "MLXCEL_GPU_STREAM_MIN_COLS='-5': must be a whole number from 0 to 1073741824")
   mlxcel_gpu_knob_refused(stream_min_cols_suffix MLXCEL_GPU_STREAM_MIN_COLS=4k "MLXCEL_GPU_STREAM_MIN_COLS='4k': must be")
+  mlxcel_gpu_knob_refused(stream_min_rows_negative MLXCEL_GPU_STREAM_MIN_ROWS=-1
+                          "MLXCEL_GPU_STREAM_MIN_ROWS='-1': must be a whole number from 0 to 1073741824 \\(unset: 4096\\)")
+  mlxcel_gpu_knob_refused(stream_min_rows_word MLXCEL_GPU_STREAM_MIN_ROWS=many "MLXCEL_GPU_STREAM_MIN_ROWS='many': must be")
   mlxcel_gpu_knob_refused(sample_blocks_range MLXCEL_GPU_SAMPLE_BLOCKS=129
                           "MLXCEL_GPU_SAMPLE_BLOCKS='129': must be a whole number from 1 to 128")
   mlxcel_gpu_knob_refused(sample_blocks_space "MLXCEL_GPU_SAMPLE_BLOCKS= 8" "MLXCEL_GPU_SAMPLE_BLOCKS=' 8': must be")
@@ -172,7 +175,7 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
                           "MLXCEL_GPU_STREAM_LEAN='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(stream_lean_word MLXCEL_GPU_STREAM_LEAN=on "MLXCEL_GPU_STREAM_LEAN='on': must be")
   mlxcel_gpu_knob_refused(stream_res_early_two MLXCEL_GPU_STREAM_RES_EARLY=2
-                          "MLXCEL_GPU_STREAM_RES_EARLY='2': must be a whole number from 0 to 1 \\(unset: 0\\)")
+                          "MLXCEL_GPU_STREAM_RES_EARLY='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(stream_res_early_word MLXCEL_GPU_STREAM_RES_EARLY=on "MLXCEL_GPU_STREAM_RES_EARLY='on': must be")
   mlxcel_gpu_knob_refused(attn_short_two MLXCEL_GPU_ATTN_SHORT=2
                           "MLXCEL_GPU_ATTN_SHORT='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
@@ -200,9 +203,15 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
     mlxcel_gpu_parity(gpu_model_parity_tc_off MLXCEL_GPU_TC_DECODE=0)
     # ... and with the products ungrouped (MLXCEL_GPU_GROUPED=0, the A/B form; from 2 tokens).
     mlxcel_gpu_parity(gpu_model_parity_ungrouped MLXCEL_GPU_GROUPED=0 MLXCEL_GPU_TC_DECODE=2)
-    # The residual epilogue with its reads ahead (MLXCEL_GPU_STREAM_RES_EARLY=1) through the fixtures
-    # (rows below 4096 columns: the fused kernel's residual products take it).
-    mlxcel_gpu_parity(gpu_model_parity_stream_res_early MLXCEL_GPU_STREAM_RES_EARLY=1)
+    # The residual epilogue after the warp sums (MLXCEL_GPU_STREAM_RES_EARLY=0; the reads ahead are
+    # the default) through the fixtures (rows below 4096 columns: the fused kernel's residual products).
+    mlxcel_gpu_parity(gpu_model_parity_stream_res_early_off MLXCEL_GPU_STREAM_RES_EARLY=0)
+    # Every one-token product of the fixtures on the streaming kernel by the launch-rows rule
+    # (MLXCEL_GPU_STREAM_MIN_ROWS=0: their rows are short and few, so by default only the
+    # conformance harness's MLXCEL_GPU_STREAM_MIN_COLS=0 takes them there), the residual reads ahead
+    # with it and without.
+    mlxcel_gpu_parity(gpu_model_parity_stream_min_rows0 MLXCEL_GPU_STREAM_MIN_ROWS=0)
+    mlxcel_gpu_parity(gpu_model_parity_stream_min_rows0_res_off MLXCEL_GPU_STREAM_MIN_ROWS=0 MLXCEL_GPU_STREAM_RES_EARLY=0)
     # Plain launches (MLXCEL_GPU_PDL=0; level 3 is the default) through the fixtures.
     mlxcel_gpu_parity(gpu_model_parity_pdl_off MLXCEL_GPU_PDL=0)
     # ... and level 2 (the former default: the attention and q/k norm + RoPE launches plain).

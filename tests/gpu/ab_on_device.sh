@@ -110,39 +110,21 @@
 #             launches).
 #   res_early  the residual epilogue with its reads ahead (MLXCEL_GPU_STREAM_RES_EARLY 0/1,
 #             kernels/matvec_res_early.cuh: the one-token o/down + residual products read each task's
-#             residual and bias rows into its lanes after the grid wait, a row written per lane), ~9
-#             min, deadline 590 s: knob_checks (with bench_gpu_matvec built), the harness with the
-#             knob and four rows a task forced (MLXCEL_GPU_STREAM_ROWS=4); bench_gpu_matvec of the 8B (streaming
-#             kernel) and the 0.6B (its residual products on the fused kernel) with the knob off and
-#             on; knob_ab of shapes 8b, 0.6b, 30b.
-#   attn_one  the decode attention in one launch (kernels/attn_decode.cu, MLXCEL_GPU_ATTN_ONE 0/1/2:
-#             where the context is split, the block that draws its (token, query group)'s last ticket
-#             merges the splits, no combine launch; 2 also halves the splits at short contexts), ~8
-#             min, deadline 580 s: knob_checks at 1 (with test_gpu_ops and bench_gpu_decode), the
-#             harness at 2; knob_ab 0 against 1 of shapes 8b, 0.6b, 8b_p8192, then check_ab 1
-#             against 2 of 8b and 0.6b (bench_8b_one2, bench_0.6b_one2); bench_gpu_decode's per-op
-#             times of the 8B and the 0.6B at 512 at 0, 1, 2; last the op suite at 1 (its
-#             4,100-position decode cases: a wave of splits, 5 tokens, a window), as far as the
-#             deadline lets it.
-#   rows3     the three-row task shape of the streaming kernel's one-token products (MLXCEL_GPU_STREAM_ROWS3
-#             0/1, kernels/matvec_stream.cuh, stream_shape_rows: the fewest rows a task, 2, 3 then 4,
-#             whose tasks fit one wave; the 8B's q/k/v take three), ~9 min, deadline 590 s:
-#             knob_checks (with bench_gpu_matvec built), the harness with three rows forced
-#             (MLXCEL_GPU_STREAM_ROWS=3); bench_gpu_matvec of the
-#             8B with the knob off and on (norm+qkv: 7.7 us at four rows); knob_ab of shapes 8b, 30b
-#             and 0.6b (the controls: no launch of theirs changes shape, bench/RESULTS.md "Three rows
-#             a task").
-#   trio      the three opt-in decode knobs no device has run yet, in one call and one build
-#             (MLXCEL_GPU_STREAM_RES_EARLY=1, MLXCEL_GPU_ATTN_ONE=1|2, MLXCEL_GPU_STREAM_ROWS3=1: the
-#             suites res_early, attn_one and rows3 one at a time), ~9-10 min, deadline 585 s: the
-#             conformance harness on the defaults, with each knob, with ATTN_ONE=2, with three rows
-#             forced and with all three; model parity on the defaults and with all three; then two
-#             rounds of `mlxcel bench`, each shape on the defaults and with each knob in turn (the 8B
-#             `-p 512 -n 128`: each knob and all three; the 0.6B: ATTN_ONE 1 and 2, RES_EARLY; the
-#             30B-A3B `-p 32 -n 64`: RES_EARLY and all three; the 8B `-p 8192 -n 32`: ATTN_ONE=1);
-#             bench_gpu_decode of the 8B (defaults, all three) and the 0.6B (defaults, ATTN_ONE=1);
-#             bench_gpu_matvec of the 8B (defaults; ROWS3 with RES_EARLY) and of the 0.6B (defaults;
-#             MLXCEL_GPU_STREAM_MIN_COLS=1024: its lm_head and short products on the streaming kernel).
+#             residual and bias rows into its lanes after the grid wait, a row written per lane; the
+#             default since run 49), ~9 min, deadline 590 s: knob_checks (with bench_gpu_matvec
+#             built), the harness with four rows a task forced (MLXCEL_GPU_STREAM_ROWS=4);
+#             bench_gpu_matvec of the 8B (streaming kernel) and the 0.6B (its residual products on
+#             the fused kernel) with the knob off and on; knob_ab of shapes 8b, 0.6b, 30b.
+#   short_rows  one-token launches over rows shorter than MLXCEL_GPU_STREAM_MIN_COLS on the streaming
+#             kernel where the launch has at least MLXCEL_GPU_STREAM_MIN_ROWS rows (default 4096:
+#             the 0.6B's norm + q/k/v, norm + gate/up and lm_head; the 30B-A3B's norm + q/k/v and
+#             lm_head; off: 1073741824), ~7-8 min, deadline 575 s: the conformance harness and model
+#             parity on the defaults, parity with MLXCEL_GPU_STREAM_MIN_ROWS=0 (every one-token
+#             product of the fixtures on the streaming kernel); knob_ab off/on of shapes 0.6b, 30b
+#             and 8b (the control: every product of the 8B is past 4096 columns), then the residual
+#             reads ahead off/on (the 0.6B and 8B; the new default against the old);
+#             bench_gpu_matvec and bench_gpu_decode of the 0.6B on the defaults and with the rule
+#             off; last the op suite on the defaults (~150 s), as far as the deadline lets it.
 # (The suites were attn_on_device.sh, attn_mma_on_device.sh, prefill_on_device.sh,
 # moe_on_device.sh and matvec_on_device.sh, which bench/RESULTS.md names.)
 # shellcheck disable=SC2317  # the suite functions are called as "suite_$suite"
@@ -154,12 +136,11 @@ attn) deadline=300 ;;
 attn_mma | prefill | matvec | mixed | stream_lean | attn_short | attn_rope | pdl2) deadline=540 ;;
 moe | moe_fast | grouped) deadline=480 ;;
 pdl3) deadline=570 ;;
-res_early | rows3) deadline=590 ;;
-trio) deadline=585 ;;
-attn_one) deadline=580 ;;
+res_early) deadline=590 ;;
+short_rows) deadline=575 ;;
 sample) deadline=420 ;;
 *)
-    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|pdl2|pdl3|res_early|attn_one|rows3 (the suites: the top of this file)" >&2
+    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|pdl2|pdl3|res_early|short_rows (the suites: the top of this file)" >&2
     exit 2
     ;;
 esac
@@ -395,70 +376,28 @@ suite_res_early() {
     knob_ab "$k=0" "$k=1" 8b 0.6b 30b
 }
 
-suite_attn_one() {
-    local k=MLXCEL_GPU_ATTN_ONE shape v
-    knob_checks "$k=1" test_gpu_ops bench_gpu_decode
-    check_run gpu_conformance_attn_one2 120 "check failed|FAIL|passed|failed" "$k=2" -- build/cuda/test_gpu_conformance
-    knob_ab "$k=0" "$k=1" 8b 0.6b 8b_p8192
-    check_ab bench_8b_one2 60 60 "$k=1" "$k=2" -- --shape qwen3-8b -p 512 -n 128
-    check_ab bench_0.6b_one2 40 40 "$k=1" "$k=2" -- --shape qwen3-0.6b -p 512 -n 128
-    for shape in 8b 0.6b; do
-        for v in 0 1 2; do
-            check_run "decode_${shape}_$v" 60 "^decode|attention|plan|lm_head" "$k=$v" -- \
-                build/cuda/bench_gpu_decode "qwen3-$shape" 512 512 50
-        done
+suite_short_rows() {
+    local off=MLXCEL_GPU_STREAM_MIN_ROWS=1073741824 on=MLXCEL_GPU_STREAM_MIN_ROWS=4096
+    local p="check failed|FAIL|passed|failed" pd="^decode|plan|attention|lm_head" i
+    check_build 300 mlxcel test_gpu_conformance test_model_parity bench_gpu_matvec bench_gpu_decode test_gpu_ops
+    check_run gpu_conformance_default 60 "$p" -- build/cuda/test_gpu_conformance
+    check_run parity_cuda_default 60 "$p" MLXCEL_TEST_BACKEND=cuda -- build/cuda/test_model_parity
+    check_run parity_cuda_min_rows0 60 "$p" MLXCEL_TEST_BACKEND=cuda MLXCEL_GPU_STREAM_MIN_ROWS=0 -- \
+        build/cuda/test_model_parity
+    knob_ab "$off" "$on" 0.6b 30b 8b
+    check_ab bench_0.6b_res 40 40 MLXCEL_GPU_STREAM_RES_EARLY=0 MLXCEL_GPU_STREAM_RES_EARLY=1 -- \
+        --shape qwen3-0.6b -p 512 -n 128
+    check_ab bench_8b_res 40 40 MLXCEL_GPU_STREAM_RES_EARLY=0 MLXCEL_GPU_STREAM_RES_EARLY=1 -- \
+        --shape qwen3-8b -p 512 -n 128
+    check_run bench_matvec_0.6b_default 60 "." -- build/cuda/bench_gpu_matvec qwen3-0.6b 10
+    check_run bench_matvec_0.6b_rows_off 60 "." "$off" -- build/cuda/bench_gpu_matvec qwen3-0.6b 10
+    for i in on off; do
+        local set=$on
+        [ "$i" = off ] && set=$off
+        check_run "decode_0.6b_$i" 60 "$pd" "$set" -- build/cuda/bench_gpu_decode qwen3-0.6b 512 512 50
     done
     # Last: the whole op suite takes ~150 s or more (run 48), the deadline may cut it.
-    check_run gpu_ops_attn_one 170 "attention|check failed|FAIL|passed|failed" "$k=1" -- build/cuda/test_gpu_ops
-}
-
-suite_rows3() {
-    local k=MLXCEL_GPU_STREAM_ROWS3 p="check failed|FAIL|passed|failed" i
-    knob_checks "$k=1" bench_gpu_matvec
-    check_run gpu_conformance_rows3_forced 120 "$p" MLXCEL_GPU_STREAM_ROWS=3 -- build/cuda/test_gpu_conformance
-    for i in 0 1; do
-        check_run "bench_matvec_8b_$i" 120 "." "$k=$i" -- build/cuda/bench_gpu_matvec qwen3-8b 10
-    done
-    cp "$LOGS"/bench_matvec_*.log "$OUT"/ 2>/dev/null
-    knob_ab "$k=0" "$k=1" 8b 30b 0.6b
-}
-
-suite_trio() {
-    local res=MLXCEL_GPU_STREAM_RES_EARLY=1 one1=MLXCEL_GPU_ATTN_ONE=1 one2=MLXCEL_GPU_ATTN_ONE=2
-    local rows3=MLXCEL_GPU_STREAM_ROWS3=1 p="check failed|FAIL|passed|failed" c=build/cuda/test_gpu_conformance
-    local all=("$res" "$one1" "$rows3") b8=(-- --shape qwen3-8b -p 512 -n 128) i tag
-    local b06=(-- --shape qwen3-0.6b -p 512 -n 128) b30=(-- --shape qwen3-30b-a3b -p 32 -n 64)
-    local b8k=(-- --shape qwen3-8b -p 8192 -n 32) pd="^decode|plan|attention|lm_head"
-    local -A knob=([res]=$res [one1]=$one1 [one2]=$one2 [rows3]=$rows3 [forced3]=MLXCEL_GPU_STREAM_ROWS=3)
-    check_build 300 mlxcel test_gpu_conformance test_model_parity bench_gpu_matvec bench_gpu_decode
-    check_run gpu_conformance_default 60 "$p" -- "$c"
-    for tag in res one1 one2 rows3 forced3; do check_run "gpu_conformance_$tag" 60 "$p" "${knob[$tag]}" -- "$c"; done
-    check_run gpu_conformance_all 60 "$p" "${all[@]}" -- "$c"
-    check_run parity_cuda_default 60 "$p" MLXCEL_TEST_BACKEND=cuda -- build/cuda/test_model_parity
-    check_run parity_cuda_all 60 "$p" MLXCEL_TEST_BACKEND=cuda "${all[@]}" -- build/cuda/test_model_parity
-    for i in 1 2; do  # the first bench of each model makes it (the longer limit)
-        local l8=40 l06=40 l30=40
-        if [ "$i" = 1 ]; then l8=150 l06=90 l30=200; fi
-        check_bench "bench_8b_default_$i" "$l8" "${b8[@]}"
-        for tag in res one1 one2 rows3; do check_bench "bench_8b_${tag}_$i" 40 "${knob[$tag]}" "${b8[@]}"; done
-        check_bench "bench_8b_all_$i" 40 "${all[@]}" "${b8[@]}"
-        check_bench "bench_0.6b_default_$i" "$l06" "${b06[@]}"
-        for tag in one1 one2 res; do check_bench "bench_0.6b_${tag}_$i" 40 "${knob[$tag]}" "${b06[@]}"; done
-        check_bench "bench_30b_default_$i" "$l30" "${b30[@]}"
-        check_bench "bench_30b_res_$i" 40 "$res" "${b30[@]}"
-        check_bench "bench_30b_all_$i" 40 "${all[@]}" "${b30[@]}"
-        check_bench "bench_8b_p8192_default_$i" 60 "${b8k[@]}"
-        check_bench "bench_8b_p8192_one1_$i" 60 "$one1" "${b8k[@]}"
-    done
-    check_run decode_8b_default 60 "$pd" -- build/cuda/bench_gpu_decode qwen3-8b 512 512 50
-    check_run decode_8b_all 60 "$pd" "${all[@]}" -- build/cuda/bench_gpu_decode qwen3-8b 512 512 50
-    check_run decode_0.6b_default 60 "$pd" -- build/cuda/bench_gpu_decode qwen3-0.6b 512 512 50
-    check_run decode_0.6b_one1 60 "$pd" "$one1" -- build/cuda/bench_gpu_decode qwen3-0.6b 512 512 50
-    check_run bench_matvec_8b_default 60 "." -- build/cuda/bench_gpu_matvec qwen3-8b 10
-    check_run bench_matvec_8b_rows3_res 60 "." "$rows3" "$res" -- build/cuda/bench_gpu_matvec qwen3-8b 10
-    # The 0.6B's lm_head (151,936 x 1024) on the streaming kernel: its rows are under the 4096-column bound.
-    check_run bench_matvec_0.6b_default 60 "." -- build/cuda/bench_gpu_matvec qwen3-0.6b 10
-    check_run bench_matvec_0.6b_min_cols_1024 60 "." MLXCEL_GPU_STREAM_MIN_COLS=1024 -- build/cuda/bench_gpu_matvec qwen3-0.6b 10
+    check_run gpu_ops_default 200 "check failed|FAIL|passed|failed" -- build/cuda/test_gpu_ops
 }
 
 check_start "ab_on_device.sh $suite"

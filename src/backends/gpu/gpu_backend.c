@@ -341,6 +341,7 @@ typedef struct gpu_knobs {
         attn_short, attn_rope;
     int prefill_kernel, moe_fused, moe_down, attn_mma, sample_fast, grouped, stream_lean, pdl;
     int stream_res_early;  // MLXCEL_GPU_STREAM_RES_EARLY
+    int stream_min_rows;   // MLXCEL_GPU_STREAM_MIN_ROWS
     bool prefill_asked;  // MLXCEL_GPU_PREFILL_KERNEL was set
 } gpu_knobs;
 
@@ -352,7 +353,13 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // The streaming matrix-vector kernel only on rows of at least 4096 weights: on the H200 it
     // streamed the 8B's products faster (tg128 288 against 236 tok/s) but made the 0.6B's
     // 1024-3072-wide ones slower (650 against 732; bench/RESULTS.md, run 12).
-    // MLXCEL_GPU_STREAM_MIN_COLS=N moves that bound (the GPU tests use 0). MLXCEL_GPU_STREAM_ROWS:
+    // MLXCEL_GPU_STREAM_MIN_COLS=N moves that bound (the GPU tests use 0). MLXCEL_GPU_STREAM_MIN_ROWS=N
+    // (unset: 4096): one-token launches over shorter rows take the streaming kernel where their
+    // matrices have at least N rows together (the 0.6B's norm + q/k/v, 4,096 rows, norm + gate/up,
+    // 6,144, and lm_head: 3.17, 3.57 and 34.6 us against 4.41, 5.43 and 51.9 on the other kernels on
+    // an H100, where its 1,024-row o and down and lone 2,048-3,072-row products were slower;
+    // bench/RESULTS.md run 49); a number past every launch's rows (1073741824) turns it off.
+    // MLXCEL_GPU_STREAM_ROWS:
     // its task shape over long rows for one token; unset or 0: per launch (two rows a task, 4 chunks
     // per lane per step at 4 bits, where those tasks fit one wave of the grid's warps, else four rows
     // and 2 chunks; bench/RESULTS.md run 47: 8B tg128 +8.4% on an H100 against four everywhere);
@@ -360,11 +367,11 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // (unset: 1): its one-token affine 4/8-bit products in the lean form (kernels/matvec_stream_lean.cuh:
     // each chunk's sum of x once per block, the rows' addresses once per task; bit for bit the same
     // outputs; H100, bench/RESULTS.md run 36: 8B tg128 +3.6%); 0: the previous form, for A/B.
-    // MLXCEL_GPU_STREAM_RES_EARLY=1 (unset: 0): the one-token residual products (o, down; the streaming
+    // MLXCEL_GPU_STREAM_RES_EARLY (unset: 1): the one-token residual products (o, down; the streaming
     // kernel's and kernels/matvec_fused.cu's) read each task's residual and bias rows into its lanes
     // right after the grid wait (or a task ahead) instead of after the warp sums, and write a row per
-    // lane (kernels/matvec_res_early.cuh; the same outputs bit for bit; bench/RESULTS.md, "Residual
-    // reads ahead").
+    // lane (kernels/matvec_res_early.cuh; the same outputs bit for bit; run 49 on an H100: 8B tg128
+    // +2.0%, 0.6B +2.8%); 0: the epilogue after the sums, for A/B.
     // MLXCEL_GPU_SAMPLE_BLOCKS=N: at most N blocks share one row of the sample record
     // (kernels/sample_split.cu; 1: one block per row; unset: MXG_SAMPLE_DEFAULT_BLOCKS).
     // MLXCEL_GPU_SAMPLE_FAST (unset: 1): the split form's threshold from a short list of keys (those
@@ -411,7 +418,8 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_STREAM_MIN_COLS", 4096, 0, 1 << 30, &k->stream_min_cols, err) ||
         env_int("MLXCEL_GPU_STREAM_ROWS", 0, 0, 4, &k->stream_rows, err) ||
         env_int("MLXCEL_GPU_STREAM_LEAN", 1, 0, 1, &k->stream_lean, err) ||
-        env_int("MLXCEL_GPU_STREAM_RES_EARLY", 0, 0, 1, &k->stream_res_early, err) ||
+        env_int("MLXCEL_GPU_STREAM_MIN_ROWS", 4096, 0, 1 << 30, &k->stream_min_rows, err) ||
+        env_int("MLXCEL_GPU_STREAM_RES_EARLY", 1, 0, 1, &k->stream_res_early, err) ||
         env_int("MLXCEL_GPU_SAMPLE_BLOCKS", MXG_SAMPLE_DEFAULT_BLOCKS, 1, MXG_SAMPLE_MAX_BLOCKS, &k->sample_blocks, err) ||
         env_int("MLXCEL_GPU_SAMPLE_FAST", 1, 0, 1, &k->sample_fast, err) ||
         env_int("MLXCEL_GPU_TC_DECODE", MXG_TC_DECODE_DEFAULT_TOKENS, 0, 64, &k->tc_decode_tokens, err) ||
@@ -555,6 +563,7 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
     // the streaming kernel (kernels/matvec_stream.cuh), for A/B benches and as a fallback.
     c->launch.matvec_stream = !mx_env_switch("MLXCEL_GPU_NO_STREAM_MATVEC");
     c->launch.stream_min_cols = knobs.stream_min_cols;
+    c->launch.stream_min_rows = knobs.stream_min_rows;
     c->launch.stream_rows = knobs.stream_rows;
     c->launch.stream_lean = knobs.stream_lean != 0;
     c->launch.stream_res_early = knobs.stream_res_early == 1;

@@ -47,6 +47,9 @@ typedef struct mxg_launch {
     bool matvec_old;       // matrix-vector kernels without the scaled 4/8-bit dot and split-K (A/B switch)
     bool matvec_stream;    // the streaming matrix-vector kernel where it applies (off: MLXCEL_GPU_NO_STREAM_MATVEC=1)
     int stream_min_cols;   // ... on rows at least this long (MLXCEL_GPU_STREAM_MIN_COLS; default 4096)
+    int stream_min_rows;   // ... or, for one token, on shorter rows where the launch's matrices have at least
+                           // this many rows together (MLXCEL_GPU_STREAM_MIN_ROWS; default 4096: the 0.6B's
+                           // norm + q/k/v, norm + gate/up and lm_head; kernels/matvec_stream.cuh, stream_fits)
     int stream_rows;       // its rows per task for one token over long rows: 0 (default) by the launch's
                            // size (kernels/matvec_stream.cuh, stream_four_rows), or 2 or 4 for every
                            // launch (MLXCEL_GPU_STREAM_ROWS)
@@ -55,7 +58,7 @@ typedef struct mxg_launch {
     bool stream_res_early; // its residual products (o, down) and the fused kernel's (kernels/matvec_fused.cu) read each
                            // task's residual and bias rows into its lanes after the grid wait or a task ahead, and
                            // write lane per row (EPI_RESIDUAL_EARLY, kernels/matvec_res_early.cuh; bit for bit the
-                           // same outputs; MLXCEL_GPU_STREAM_RES_EARLY=1, off by default)
+                           // same outputs; on unless MLXCEL_GPU_STREAM_RES_EARLY=0)
     bool attn_token_rows;  // attention always in token rows, never head rows for decode (A/B switch)
     bool attn_decode;      // decode steps on kernels/attn_decode.cu (MLXCEL_GPU_ATTN_DECODE=0: off, A/B switch)
     bool attn_short;       // ... in their short-context form where the cache is short (kernels/attn_decode.cu;

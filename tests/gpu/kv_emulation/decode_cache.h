@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: MIT
-// The cache of the decode-attention emulation tests (test_kv_emulated.cpp, test_attn_one_emulated.cpp):
+// The cache of the decode-attention emulation tests (test_kv_emulated.cpp):
 // two slots of `cap` rows (paged: blocks in a table of distinct blocks in reverse order, three spare),
 // slot 1 filled with random rows through mxg_kv_store, that a decode step then overwrites one row at
 // a time. Included after emu.h, emu_random.h, backends/backend.h and kernels_fused.h.

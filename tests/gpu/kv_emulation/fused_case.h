@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: MIT
 // The fused one-token cases of the streaming kernel's emulation tests (test_stream_lean_emulated.cpp,
-// test_res_early_emulated.cpp, test_stream_rows3_emulated.cpp):
+// test_res_early_emulated.cpp):
 // the four fused patterns, the buffers one launch writes, the filling of mxg_fused_matvec for a
 // pattern (every written buffer starts as a known fill, so that a buffer left unwritten shows), the
 // bitwise comparison of two outputs and the check of a launch's outputs against the double-precision

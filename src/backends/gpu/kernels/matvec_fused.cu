@@ -14,10 +14,10 @@
 // split-K for few rows unless MLXCEL_GPU_OLD_MATVEC=1), so accuracy is that of the one-record kernels.
 // Affine 4/8-bit and mxfp4 weights take the streaming kernel (kernels/matvec_stream.cuh, the same
 // epilogues and norm staging) unless MLXCEL_GPU_NO_STREAM_MATVEC=1 or MLXCEL_GPU_OLD_MATVEC=1.
-// MLXCEL_GPU_STREAM_RES_EARLY=1 (L->stream_res_early): the residual epilogue with the residual and
-// bias read ahead, in the streaming kernel and here (EPI_RESIDUAL_EARLY, kernels/matvec_res_early.cuh:
-// this kernel takes the residual products of rows shorter than L->stream_min_cols, the 0.6B's o and
-// down; each warp has one row group, so its lanes read theirs right after the grid wait).
+// L->stream_res_early (on unless MLXCEL_GPU_STREAM_RES_EARLY=0): the residual epilogue with the residual
+// and bias read ahead, in the streaming kernel and here (EPI_RESIDUAL_EARLY, kernels/matvec_res_early.cuh:
+// this kernel takes the residual products the streaming kernel declines, the 0.6B's o and down;
+// each warp has one row group, so its lanes read theirs right after the grid wait).
 #include "backends/gpu/kernels/fused_format.cuh"
 #include "backends/gpu/kernels/matvec_stream.cuh"
 #include "backends/gpu/kernels_fused.h"
@@ -205,7 +205,9 @@ bool aligned16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 // False when it declines (format, switch, staging size).
 template <int EPI, bool NORM>
 bool launch_stream(const mxg_launch *L, const mxg_fused_matvec *f, const mx_matrix *w0) {
-    if (!stream_fits(L, w0, f->x, 1)) return false;
+    int64_t rows = 0;  // the launch's rows: gate's and up's for SwiGLU
+    for (int k = 0; k < f->count; k++) rows += f->w[k]->rows;
+    if (!stream_fits(L, w0, f->x, 1, rows)) return false;
     constexpr int NM = EPI == EPI_SWIGLU ? 2 : 1, R = EPI == EPI_SWIGLU ? 1 : 2;
     StreamArgs a = {};
     for (int k = 0; k < f->count; k++) {
@@ -313,7 +315,7 @@ extern "C" void mxg_run_fused_matvec(const mxg_launch *L, const mxg_fused_matvec
     const bool norm = f->norm_w != NULL;
     if (f->act)
         norm ? launch<EPI_SWIGLU, true>(L, f, w0) : launch<EPI_SWIGLU, false>(L, f, w0);
-    else if (f->res && L->stream_res_early)  // MLXCEL_GPU_STREAM_RES_EARLY=1 (kernels/matvec_res_early.cuh)
+    else if (f->res && L->stream_res_early)  // the default (kernels/matvec_res_early.cuh)
         norm ? launch<EPI_RESIDUAL_EARLY, true>(L, f, w0) : launch<EPI_RESIDUAL_EARLY, false>(L, f, w0);
     else if (f->res)
         norm ? launch<EPI_RESIDUAL, true>(L, f, w0) : launch<EPI_RESIDUAL, false>(L, f, w0);

@@ -13,7 +13,7 @@ namespace {
 
 template <int NT>
 bool launch_nt(const mxg_launch *L, float *out, const float *x, const mx_matrix *w, const float *bias, int n) {
-    if (!stream_fits(L, w, x, NT)) return false;
+    if (!stream_fits(L, w, x, NT, w->rows)) return false;
     StreamArgs a = {};
     a.m[0] = mat_view(w);
     a.out[0] = out;

@@ -38,12 +38,15 @@
 //   rows per task run stream_body_lean (kernels/matvec_stream_lean.cuh, included below the pieces it
 //   shares): bit for bit the same outputs, each chunk's sum of x once per block and the rows'
 //   addresses once per task instead of in the step loop.
-// - MLXCEL_GPU_STREAM_RES_EARLY=1 (L->stream_res_early, off by default): the residual products (o,
+// - L->stream_res_early (on unless MLXCEL_GPU_STREAM_RES_EARLY=0): the residual products (o,
 //   down) end in EPI_RESIDUAL_EARLY (kernels/matvec_res_early.cuh): each task's residual and bias
 //   rows read into its lanes right after the grid wait or a task ahead, not after the warp sums; the
 //   same outputs bit for bit.
 // Requirements (stream_fits): rows of at least L->stream_min_cols weights (4096 by default: slower
-// than kernels/matvec.cuh on the 0.6B's shorter rows, as measured), cols a multiple of 32 with aligned rows (matvec_fast), the token rows
+// than kernels/matvec.cuh on the 0.6B's shorter rows, as measured), or for one token shorter rows in
+// a launch of at least L->stream_min_rows rows over its matrices (4096 by default: on an H100 the
+// 0.6B's norm + q/k/v, norm + gate/up and lm_head are faster here, its 1,024-row o and down and its
+// lone 2,048-3,072-row products slower: few tasks for the grid; run 49), cols a multiple of 32 with aligned rows (matvec_fast), the token rows
 // within the 48 KB of default shared memory, at least one chunk per lane. Lanes past the row's last
 // chunk in a partial step skip their slot; rows past the matrix load a clamped row and are not
 // written.
@@ -61,7 +64,7 @@ constexpr int kStreamStageLoads = 8;  // staging loads in flight per thread (hal
 
 // Epilogues (kernels_fused.h): out = dot + bias; also res += out; gate/up with act = silu(g) * u;
 // EPI_RESIDUAL's values with the residual and bias read ahead (kernels/matvec_res_early.cuh; one
-// token; MLXCEL_GPU_STREAM_RES_EARLY=1).
+// token; the default, MLXCEL_GPU_STREAM_RES_EARLY=0 turns it off).
 enum { EPI_PLAIN, EPI_RESIDUAL, EPI_SWIGLU, EPI_RESIDUAL_EARLY };
 
 // Formats the streaming kernel reads (mxfp4 up to 4 tokens: its generic dot spills at 8; dense
@@ -371,9 +374,12 @@ __global__ void __launch_bounds__(kStreamThreads, kStreamBlocksPerSm) matvec_str
     }
 }
 
-// Whether the streaming kernel takes NT token rows over w's columns (format checked by the caller).
-static inline bool stream_fits(const mxg_launch *L, const mx_matrix *w, const float *x, int nt) {
-    return L->matvec_stream && !L->matvec_old && w->cols >= L->stream_min_cols && matvec_fast(w, x) &&
+// Whether the streaming kernel takes NT token rows over w's columns (format checked by the caller),
+// `rows` the launch's rows over all its matrices: rows of at least L->stream_min_cols weights, or
+// (one token) shorter rows in a launch of at least L->stream_min_rows rows.
+static inline bool stream_fits(const mxg_launch *L, const mx_matrix *w, const float *x, int nt, int64_t rows) {
+    const bool wide = w->cols >= L->stream_min_cols, many = nt == 1 && rows >= L->stream_min_rows;
+    return L->matvec_stream && !L->matvec_old && (wide || many) && matvec_fast(w, x) &&
            (size_t)nt * w->cols * 4 <= kMatvecStageBytes && w->cols / 32 >= L->warp;
 }
 
