@@ -1,12 +1,20 @@
 # SPDX-License-Identifier: MIT
 # GPU build-contract and GPU op tests (included by tests/tests.cmake).
 # Every build: the architecture parsers on recorded tool outputs, the configure-time refusals and
-# detections (each configures the project in a scratch folder), and the SPDX header check.
+# detections (each configures the project in a scratch folder), the SPDX header check, and
+# bench_gpu_decode's op records against the engine's (CPU backend).
 # GPU builds also: RUNPATH of both programs, and the op-by-op comparison with reference results
 # (skipped, exit 77, when the machine has no GPU).
 add_test(NAME gpu_arch_parse
          COMMAND ${CMAKE_COMMAND} -DSRC=${PROJECT_SOURCE_DIR} -P ${PROJECT_SOURCE_DIR}/tests/gpu/test_arch_parse.cmake)
 add_test(NAME spdx_headers COMMAND ${PROJECT_SOURCE_DIR}/scripts/check_spdx.sh WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+# bench_gpu_decode's records (tests/gpu/bench_decode_model.c) against the engine's, record by record,
+# for a small random Qwen3 MoE and dense model (app/bench_model.c writes them; the CPU backend runs).
+add_executable(test_bench_records ${PROJECT_SOURCE_DIR}/tests/gpu/test_bench_records.c
+                                  ${PROJECT_SOURCE_DIR}/tests/gpu/bench_decode_model.c ${PROJECT_SOURCE_DIR}/app/bench_model.c)
+target_include_directories(test_bench_records PRIVATE ${PROJECT_SOURCE_DIR}/app)
+target_link_libraries(test_bench_records PRIVATE mlxcel_lib)
+add_test(NAME bench_records COMMAND test_bench_records ${PROJECT_BINARY_DIR}/bench_records)
 
 # name | expected output regex | extra configure arguments, separated by "|" (a ";" would split
 # the test command) | recorded tool output (optional)
@@ -218,7 +226,8 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
     mlxcel_gpu_parity(gpu_model_parity_pdl2 MLXCEL_GPU_PDL=2)
   endif()
 
-  add_executable(bench_gpu_decode ${PROJECT_SOURCE_DIR}/tests/gpu/bench_gpu_decode.c)
+  add_executable(bench_gpu_decode ${PROJECT_SOURCE_DIR}/tests/gpu/bench_gpu_decode.c
+                                  ${PROJECT_SOURCE_DIR}/tests/gpu/bench_decode_model.c)
   target_link_libraries(bench_gpu_decode PRIVATE mlxcel_lib)
   add_executable(bench_gpu_matvec ${PROJECT_SOURCE_DIR}/tests/gpu/bench_gpu_matvec.c)
   target_link_libraries(bench_gpu_matvec PRIVATE mlxcel_lib)
