@@ -213,7 +213,10 @@ EOF
 #   larger index (moe_route.cuh, included by every MoE kernel), the block form's warp sums added in
 #   reverse order (the same experts, other weight bits), and the down launch's prefetch budget ignored;
 # - the full-lane down form's products added into the neighbouring expert's sum (the warp-per-row
-#   form unmoved).
+#   form unmoved);
+# - the rank form of the routing (MLXCEL_GPU_MOE_ROUTE_RANK=1): ties ranked toward the larger index
+#   (the CPU's order broken) and the picks' sum taken in reverse rank order (other weight bits), the
+#   warp form unmoved.
 emu_test test_moe_emulated "" "" "tests/gpu/kv_emulation/emu.cpp tests/gpu/kv_emulation/test_moe_emulated.cpp \
     $out/moe.cpp $out/moe_stream.cpp $out/moe_router.cpp $out/gpu_ref.o" <<'EOF'
 fault level3
@@ -233,6 +236,12 @@ fault flat
 edit moe_stream.cpp s/if (q == slot) acc\[q\] += d;/if (q == (slot ^ 1)) acc[q] += d;/
 expect full-lane down differs.*FAIL
 reject moe fused .*level 3 down differs
+fault rank
+edit backends/gpu/kernels/moe_route.cuh s/rank += u > v || (u == v \&\& o < e);/rank += u > v || (u == v \&\& o > e);/
+edit backends/gpu/kernels/moe_route.cuh s/for (int j = 0; j < k; j++) picked += sel_v\[j\];/for (int j = k - 1; j >= 0; j--) picked += sel_v[j];/
+expect moe_route ties rank form.*differs from the CPU's.*FAIL
+expect moe_route random rank form.*bits differ from the block form.*FAIL
+reject moe_route random:.*FAIL
 EOF
 # The KV cache and attention kernels; the faults run its RoPE cases (`rope`):
 # - the decode attention with RoPE folded in (MLXCEL_GPU_ATTN_ROPE=1; outputs and cache bytes

@@ -8,9 +8,11 @@
 // The routing runs on one warp (kernels/moe_route.cuh); its ids and weights must also be bit for bit
 // those of the block form of 128 threads it replaced (route_block_form, that form's arithmetic in
 // its order on the host), on those cases and on ties across lanes and warps, 8 and 300 experts and
-// k 70 (past a warp's lanes). The down launch under MLXCEL_GPU_PDL=3 (L.pdl_rest): the same bits,
-// and its L2 prefetch before the grid wait inside the expert stack, at chosen experts' rows, 16-byte
-// aligned and sized, within the launch's cap, none at level 2.
+// k 70 (past a warp's lanes). Every routing case also runs the rank form (MLXCEL_GPU_MOE_ROUTE_RANK=1,
+// L.moe_route_rank: a block per token, moe_route_rank), which must give the same bits and experts.
+// The down launch under MLXCEL_GPU_PDL=3 (L.pdl_rest): the same bits, and its L2 prefetch before the
+// grid wait inside the expert stack, at chosen experts' rows, 16-byte aligned and sized, within the
+// launch's cap, none at level 2.
 // Then the fused decode kernels (kernels/moe_stream.cu, MLXCEL_GPU_MOE_FUSED=1): gate/up + SwiGLU
 // and down + combine against the double-precision reference of the records (tests/gpu/gpu_ref.c:
 // its own dequantizer, ref_moe_matmul), relative error (L2) <= 1e-5 for gate, up, the SwiGLU and
@@ -111,7 +113,8 @@ static void route_case(mx_backend *cpu, const mxg_launch *L, const char *name, c
         route_block_form(logits.data() + (size_t)t * n_experts, n_experts, k, norm, L->warp, ids_block.data() + t * k,
                          w_block.data() + t * k);
     const bool block_same = ids_gpu == ids_block && memcmp(w_gpu.data(), w_block.data(), sizeof(float) * n * k) == 0;
-    printf("moe_route %s: %d experts, k %d, norm %d, warp %d%s%s: %s\n", name, n_experts, k, norm, L->warp,
+    printf("moe_route %s%s: %d experts, k %d, norm %d, warp %d%s%s: %s\n", name, L->moe_route_rank ? " rank form" : "",
+           n_experts, k, norm, L->warp,
            bad ? ", differs from the CPU's" : "", block_same ? "" : ", bits differ from the block form", bad || !block_same ? "FAIL" : "ok");
     fails += bad != 0 || !block_same;
 }
@@ -421,8 +424,9 @@ int main() {
     mxg_launch L;
     memset(&L, 0, sizeof L);
     const float nan = NAN, inf = INFINITY;
-    for (int warp = 32; warp <= 64; warp += 32) {
-        L.warp = warp;
+    for (int c = 0; c < 4; c++) {  // warps of 32 and 64, each with the warp form and the rank form
+        const int warp = c < 2 ? 32 : 64;
+        L.warp = warp, L.moe_route_rank = c % 2 == 1;
         for (int norm = 0; norm <= 1; norm++) {
             const int n = 5, E = norm ? 128 : 60, k = norm ? 8 : 4;
             std::vector<float> l(n * E);

@@ -4,7 +4,9 @@
 // one warp per token.
 // Combination: out[t] += sum_j weights[t, j] * y[t * k + j]. The per-expert matmuls themselves are
 // mxg_moe_matmul (kernels/moe_matvec.cu). The routing of one token is moe_route_warp
-// (kernels/moe_route.cuh), which the fused MoE decode launch (kernels/moe_stream.cu) also runs.
+// (kernels/moe_route.cuh), which the fused MoE decode launch (kernels/moe_stream.cu) also runs;
+// MLXCEL_GPU_MOE_ROUTE_RANK=1 (L->moe_route_rank) gives the routing launch a block of
+// kMoeRouteThreads per token instead, its picks by rank (moe_route_rank: the same bits).
 #include "backends/gpu/common.cuh"
 #include "backends/gpu/kernels.h"
 #include "backends/gpu/kernels/moe_route.cuh"
@@ -22,6 +24,16 @@ __global__ void moe_route_kernel(int32_t *ids, float *weights, const float *__re
     mxg_grid_wait_release(early);
     mxg::moe_route_warp<W>(ids + (int64_t)blockIdx.x * k, weights + (int64_t)blockIdx.x * k,
                            logits + (int64_t)blockIdx.x * n_experts, n_experts, k, norm_topk, probs);
+}
+
+// The same by a block of kMoeRouteThreads per token (moe_route_rank; MLXCEL_GPU_MOE_ROUTE_RANK=1).
+template <int W>
+__global__ void moe_route_rank_kernel(int32_t *ids, float *weights, const float *__restrict__ logits, int n_experts,
+                                      int k, bool norm_topk, bool early) {
+    extern __shared__ float sm[];  // moe_route_rank_smem
+    mxg_grid_wait_release(early);
+    mxg::moe_route_rank<W>(ids + (int64_t)blockIdx.x * k, weights + (int64_t)blockIdx.x * k,
+                           logits + (int64_t)blockIdx.x * n_experts, n_experts, k, norm_topk, sm);
 }
 
 // DeepSeek-V3's grouped top-k (backend.h, moe_route_grouped): the sigmoid scores in parallel, the
@@ -86,6 +98,15 @@ extern "C" void mxg_moe_route(const mxg_launch *L, int32_t *ids, float *weights,
                               int n_experts, int k, bool norm_topk) {
     MX_ASSERT(k >= 1 && k <= n_experts && n_experts <= 16384 && k <= mxg::kMoeRouteThreads);
     if (n == 0) return;
+    if (L->moe_route_rank && n_experts <= mxg::kMoeRankMaxExperts) {
+        MXG_WARP_DISPATCH(L->warp, {
+            const size_t smem = mxg::moe_route_rank_smem(n_experts, k, W);
+            mxg_launch_dep(moe_route_rank_kernel<W>, dim3((unsigned)n), dim3(mxg::kMoeRouteThreads), smem,
+                           (gpuStream_t)L->stream, L->pdl_rest, ids, weights, logits, n_experts, k, norm_topk,
+                           L->pdl_rest);
+        });
+        return;
+    }
     const size_t smem = (size_t)n_experts * sizeof(float);
     MXG_WARP_DISPATCH(L->warp, {
         if (L->pdl_rest)

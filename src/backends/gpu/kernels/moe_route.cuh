@@ -89,6 +89,68 @@ __device__ void moe_route_warp(int32_t *ids, float *weights, const float *__rest
     }
 }
 
+// The most experts the rank form takes (each thread ranks its experts against all of them: n^2 / 128
+// comparisons); wider routers take the warp form.
+constexpr int kMoeRankMaxExperts = 1024;
+
+// One token's routing by a block of kMoeRouteThreads threads (every thread calls it; the routing
+// launch of kernels/moe.cu under MLXCEL_GPU_MOE_ROUTE_RANK=1): moe_route_warp's ids and weight bits
+// with a shorter chain. Thread t stands for the warp form's thread t: its sum of the probabilities
+// e = t, t + kMoeRouteThreads, ... in index order, block_sum's warp sums added from warp 0 (the warp
+// form's p order), the max by block_max (fmaxf: no order). The k picks: the warp form's passes take
+// the experts in pair_better's order, a total order, so pass j's pick is the expert with exactly j
+// experts before it: each thread counts, for each of its experts, the experts ranked above it in
+// one pass over probs (shared memory, read by every thread at once), and the experts of rank < k
+// go to sel_v/sel_i[rank]. The probabilities are all NaN or none (moe_route_warp's note), so
+// with a NaN sum the ranks are the indices (the NaN order); else the comparison is of numbers. The
+// picks' sum is taken in rank order (pass order) by each of the k writing threads. sm: [n_experts]
+// probabilities, then [k] values, [k] indices, [kMoeRouteThreads / W] block_sum scratch.
+template <int W>
+__device__ void moe_route_rank(int32_t *ids, float *weights, const float *__restrict__ l, int n_experts, int k,
+                               bool norm_topk, float *sm) {
+    constexpr int T = kMoeRouteThreads;
+    const int t = (int)threadIdx.x;
+    float *probs = sm, *sel_v = sm + n_experts, *scratch = sel_v + 2 * k;
+    int *sel_i = (int *)(sel_v + k);
+    float mx = -INFINITY;
+    for (int e = t; e < n_experts; e += T) mx = fmaxf(mx, l[e]);
+    mx = block_max<W>(mx, scratch);
+    float part = 0.0f;
+    for (int e = t; e < n_experts; e += T) {
+        const float q = expf(l[e] - mx);
+        probs[e] = q;
+        part += q;
+    }
+    const float sum = block_sum<W>(part, scratch);  // its barriers also publish probs
+    for (int e = t; e < n_experts; e += T) probs[e] /= sum;
+    __syncthreads();
+    const bool all_nan = sum != sum;
+    for (int e = t; e < n_experts; e += T) {
+        const float v = probs[e];
+        int rank = e;  // all NaN: the first index first
+        if (!all_nan) {
+            rank = 0;
+            for (int o = 0; o < n_experts; o++) {
+                const float u = probs[o];
+                rank += u > v || (u == v && o < e);
+            }
+        }
+        if (rank < k) sel_v[rank] = v, sel_i[rank] = e;
+    }
+    __syncthreads();
+    if (t < k) {
+        float picked = 0.0f;
+        for (int j = 0; j < k; j++) picked += sel_v[j];
+        ids[t] = sel_i[t];
+        weights[t] = norm_topk ? sel_v[t] / picked : sel_v[t];
+    }
+}
+
+// Shared memory moe_route_rank needs (bytes).
+__host__ __device__ constexpr size_t moe_route_rank_smem(int n_experts, int k, int warp) {
+    return ((size_t)n_experts + 2 * (size_t)k + (size_t)(kMoeRouteThreads / warp)) * sizeof(float);
+}
+
 // One token's routing in a block (every thread calls it; it ends after a barrier, so the block then
 // reads ids and weights): by its first warp (moe_route_warp).
 template <int W>
