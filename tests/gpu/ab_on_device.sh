@@ -125,6 +125,10 @@
 #             reads ahead off/on (the 0.6B and 8B; the new default against the old);
 #             bench_gpu_matvec and bench_gpu_decode of the 0.6B on the defaults and with the rule
 #             off; last the op suite on the defaults (~150 s), as far as the deadline lets it.
+#   moe_route  the MoE routing launch by rank (MLXCEL_GPU_MOE_ROUTE_RANK 0/1, kernels/moe.cu: a block
+#             of 128 threads per token, the k picks by rank in one pass), ~6 min, deadline 480 s:
+#             knob_checks (with bench_gpu_decode built); bench_gpu_decode qwen3-30b-a3b 64 32 200
+#             (the MoE pieces as per-layer graphs) with the knob off and on; knob_ab of shape 30b.
 # (The suites were attn_on_device.sh, attn_mma_on_device.sh, prefill_on_device.sh,
 # moe_on_device.sh and matvec_on_device.sh, which bench/RESULTS.md names.)
 # shellcheck disable=SC2317  # the suite functions are called as "suite_$suite"
@@ -138,9 +142,10 @@ moe | moe_fast | grouped) deadline=480 ;;
 pdl3) deadline=570 ;;
 res_early) deadline=590 ;;
 short_rows) deadline=575 ;;
+moe_route) deadline=480 ;;
 sample) deadline=420 ;;
 *)
-    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|pdl2|pdl3|res_early|short_rows (the suites: the top of this file)" >&2
+    echo "usage: tests/gpu/ab_on_device.sh attn|attn_mma|prefill|moe|moe_fast|matvec|sample|grouped|mixed|stream_lean|attn_short|attn_rope|pdl2|pdl3|res_early|short_rows|moe_route (the suites: the top of this file)" >&2
     exit 2
     ;;
 esac
@@ -398,6 +403,16 @@ suite_short_rows() {
     done
     # Last: the whole op suite takes ~150 s or more (run 48), the deadline may cut it.
     check_run gpu_ops_default 200 "check failed|FAIL|passed|failed" -- build/cuda/test_gpu_ops
+}
+
+suite_moe_route() {
+    local k=MLXCEL_GPU_MOE_ROUTE_RANK i
+    knob_checks "$k=1" bench_gpu_decode
+    for i in 0 1; do
+        check_run "decode_30b_$i" 60 "^decode|graph|moe|plan" "$k=$i" -- \
+            build/cuda/bench_gpu_decode qwen3-30b-a3b 64 32 200
+    done
+    knob_ab "$k=0" "$k=1" 30b
 }
 
 check_start "ab_on_device.sh $suite"
