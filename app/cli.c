@@ -83,8 +83,9 @@ const char cli_model_help[] =
     "  --backend NAME          cpu, cuda, rocm or auto (default: auto)\n"
     "  -t, --threads N         CPU threads (default: all cores)\n"
     "  -c, --ctx N             context length in tokens\n"
-    "  --kv-bits 8|16          KV cache codes: 16 (int16, the default) or 8 (int8, half the cache's\n"
-    "                          bytes, slightly less accurate; cpu backend only, others refuse it)\n";
+    "  --kv-bits 4|8|16        KV cache codes: 16 (int16, the default), 8 (int8, half the cache's\n"
+    "                          bytes, slightly less accurate) or 4 (a quarter of the int16 cache's\n"
+    "                          bytes, less accurate again); 4 and 8: cpu backend only, others refuse\n";
 
 void cli_sampling_usage(FILE *to, const mx_sampling *defaults) {
     fprintf(to, "  --temp T                temperature; 0 is greedy (default %g)\n%s", (double)defaults->temp,
@@ -122,8 +123,8 @@ int cli_model_opt(const char *cmd, int argc, char **argv, int *i, cli_model_opts
     }
     if (cli_is(a, NULL, "--kv-bits")) {
         if (!(v = cli_value(cmd, argc, argv, i))) return -1;
-        if (strcmp(v, "8") != 0 && strcmp(v, "16") != 0) {
-            cli_error(cmd, "--kv-bits must be 8 or 16 (got '%s')", v);
+        if (strcmp(v, "4") != 0 && strcmp(v, "8") != 0 && strcmp(v, "16") != 0) {
+            cli_error(cmd, "--kv-bits must be 4, 8 or 16 (got '%s')", v);
             return -1;
         }
         o->kv_bits = atoi(v);

@@ -28,7 +28,7 @@ typedef struct cli_model_opts {
     const char *backend;  // --backend; NULL: auto
     int threads;          // --threads; 0: all cores
     int ctx;              // --ctx; 0: command default
-    int kv_bits;          // --kv-bits 8|16; 0: the backend's default (mx_backend_options.kv_bits)
+    int kv_bits;          // --kv-bits 4|8|16; 0: the backend's default (mx_backend_options.kv_bits)
 } cli_model_opts;
 
 // Consumes a model option at argv[*i]: returns 1 if consumed, 0 if not a model option, -1 on a

@@ -31,6 +31,12 @@ add_test(NAME test_model_parity_kv_i8_int COMMAND test_model_parity WORKING_DIRE
 set_tests_properties(test_model_parity_kv_i8_int PROPERTIES ENVIRONMENT "MLXCEL_CPU_KV=i8;MLXCEL_CPU_ATTN_I8=int")
 add_test(NAME test_model_parity_kv_i8_pv COMMAND test_model_parity WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(test_model_parity_kv_i8_pv PROPERTIES ENVIRONMENT "MLXCEL_CPU_KV=i8;MLXCEL_CPU_ATTN_I8=pv")
+# The opt-in 4-bit KV cache (--kv-bits 4) against its per-family bounds (test_model_parity.c, i4_tolerance),
+# and the preemption of the engine on it (the float attention: recomputed tokens as decoded).
+add_test(NAME test_model_parity_kv_i4 COMMAND test_model_parity WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(test_model_parity_kv_i4 PROPERTIES ENVIRONMENT "MLXCEL_CPU_KV=i4")
+add_test(NAME test_engine_preempt_kv_i4 COMMAND test_engine_preempt WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(test_engine_preempt_kv_i4 PROPERTIES ENVIRONMENT "MLXCEL_CPU_KV=i4")
 # An MLXCEL_CPU_ATTN_I8 value that is not a mode stops the CPU backend's start with an error naming it.
 add_test(NAME cpu_knob_refused_attn_i8
          COMMAND ${CMAKE_COMMAND} -E env MLXCEL_CPU_ATTN_I8=intt

@@ -46,8 +46,16 @@ typedef struct mx_backend mx_backend;
 // An I16 or I8 cache row (MX_DTYPE_I16, MX_DTYPE_I8) has one float scale per this many elements
 // (mx_kv_bytes).
 #define MX_KV_SCALE_BLOCK 16
+// An I4 cache row (MX_DTYPE_I4, the CPU's opt-in --kv-bits 4: two 4-bit codes a byte) has one float
+// scale per this many elements: 0.625 bytes per value (cpu_attention.c).
+#define MX_KV_I4_GROUP 32
 // True for the cache element types stored as integer codes with per-block float scales.
-static inline bool mx_kv_scaled(mx_dtype t) { return t == MX_DTYPE_I16 || t == MX_DTYPE_I8; }
+static inline bool mx_kv_scaled(mx_dtype t) { return t == MX_DTYPE_I16 || t == MX_DTYPE_I8 || t == MX_DTYPE_I4; }
+// Elements per float scale of a scaled type, and the scales of a row of hd elements.
+static inline int mx_kv_scale_block(mx_dtype t) { return t == MX_DTYPE_I4 ? MX_KV_I4_GROUP : MX_KV_SCALE_BLOCK; }
+static inline int mx_kv_row_scales(mx_dtype t, int hd) { return (hd + mx_kv_scale_block(t) - 1) / mx_kv_scale_block(t); }
+// Bytes of n consecutive cache elements (n even for I4, whose rows have an even head_dim: mx_ctx_create).
+static inline size_t mx_kv_elem_bytes(mx_dtype t, size_t n) { return t == MX_DTYPE_I4 ? n / 2 : n * mx_dtype_size(t); }
 
 // Geometry of the KV cache; the backend chooses the element type (kv_dtype in mx_backend). The cache
 // is a pool of blocks of MX_KV_BLOCK positions; a block id names the same block in every layer. The
@@ -262,7 +270,8 @@ struct mx_backend {
     void *ctx;           // backend-private state
     mx_plan_runs plan_runs;  // counted by run_plan (see mx_plan_runs)
     mx_dtype kv_dtype;   // element type of the KV cache this backend stores (F32, BF16, F16; I16 = int16 and
-                         // I8 = int8 with one float scale per MX_KV_SCALE_BLOCK elements of a row, mx_kv_bytes)
+                         // I8 = int8 with one float scale per MX_KV_SCALE_BLOCK elements of a row, I4 = 4-bit
+                         // codes with one per MX_KV_I4_GROUP, mx_kv_bytes)
     char device_name[128];
 };
 
@@ -271,7 +280,7 @@ typedef struct mx_backend_options {
     const char *name;   // NULL or "auto": the GPU when present and usable, else the CPU
     int threads;
     int device_index;
-    int kv_bits;        // KV cache codes (--kv-bits): 0 the backend's default, 16 int16, 8 int8 (CPU only; a
+    int kv_bits;        // KV cache codes (--kv-bits): 0 the backend's default, 16 int16, 8 int8, 4 (CPU only; a
                         // backend without it refuses to start rather than ignore it)
 } mx_backend_options;
 
@@ -281,8 +290,8 @@ void mx_backend_free(mx_backend *be);
 const char *mx_backend_compiled(void);
 
 // KV cache size in bytes for a layout and element type: [layer][block][K|V][kv_head][MX_KV_BLOCK][head_dim]
-// elements, then for I16 and I8 their scales, [layer][block][K|V][kv_head][MX_KV_BLOCK][ceil(head_dim /
-// MX_KV_SCALE_BLOCK)] floats (the same layout and quantization on every backend: cpu_attention.c).
+// elements, then for I16, I8 and I4 their scales, [layer][block][K|V][kv_head][MX_KV_BLOCK][mx_kv_row_scales]
+// floats (the same layout and quantization on every backend: cpu_attention.c).
 // SIZE_MAX when the size does not fit a size_t (a context creation refuses it).
 size_t mx_kv_bytes(const mx_kv_layout *lay, mx_dtype kv_dtype);
 

@@ -37,8 +37,8 @@ mx_backend *mx_backend_create(const mx_backend_options *opt, mx_error *err) {
     if (strcmp(name, "cpu") == 0) return cpu_create(threads, kv_bits, err);
 #ifdef MLXCEL_HAVE_GPU
     if (strcmp(name, "auto") == 0 || strcmp(name, "gpu") == 0 || strcmp(name, mx_gpu_backend_name()) == 0) {
-        // The GPU kernels read int16 (or MLXCEL_GPU_KV=f16) caches only: an 8-bit cache is refused
-        // here, before the device starts, rather than ignored.
+        // The GPU kernels read int16 (or MLXCEL_GPU_KV=f16) caches only: an 8-bit or 4-bit cache is
+        // refused here, before the device starts, rather than ignored.
         if (kv_bits && kv_bits != 16) {
             mx_fail(err, "--kv-bits %d: the %s backend has no %d-bit KV cache (only the cpu backend has; use "
                          "--backend cpu, or leave --kv-bits out for the int16 cache)",

@@ -16,6 +16,7 @@ static const struct {
     [MX_DTYPE_F64] = {"F64", 8},         [MX_DTYPE_I64] = {"I64", 8},
     [MX_DTYPE_U64] = {"U64", 8},         [MX_DTYPE_F8_E4M3] = {"F8_E4M3", 1},
     [MX_DTYPE_F8_E5M2] = {"F8_E5M2", 1}, [MX_DTYPE_F8_E8M0] = {"F8_E8M0", 1},
+    [MX_DTYPE_I4] = {"I4", 0},
 };
 
 size_t mx_dtype_size(mx_dtype t) { return t < MX_DTYPE_COUNT ? dtype_table[t].size : 0; }
@@ -24,7 +25,7 @@ const char *mx_dtype_name(mx_dtype t) { return t < MX_DTYPE_COUNT ? dtype_table[
 
 int mx_dtype_parse(const char *s, mx_dtype *out) {
     for (int i = 0; i < MX_DTYPE_COUNT; i++) {
-        if (strcmp(s, dtype_table[i].name) == 0) {
+        if (dtype_table[i].size && strcmp(s, dtype_table[i].name) == 0) {
             *out = (mx_dtype)i;
             return 0;
         }

@@ -25,14 +25,16 @@ typedef enum mx_dtype {
     MX_DTYPE_F8_E4M3,
     MX_DTYPE_F8_E5M2,
     MX_DTYPE_F8_E8M0,
+    MX_DTYPE_I4,  // the CPU KV cache's 4-bit codes (two a byte; size 0 here, no safetensors type)
     MX_DTYPE_COUNT
 } mx_dtype;
 
-// Size of one element in bytes.
+// Size of one element in bytes (0 for I4, whose elements are half a byte: backend.h, mx_kv_elem_bytes).
 size_t mx_dtype_size(mx_dtype t);
 // The safetensors spelling ("BF16").
 const char *mx_dtype_name(mx_dtype t);
-// Parses a safetensors dtype string; returns 0 and sets *out, or -1 if unknown.
+// Parses a safetensors dtype string; returns 0 and sets *out, or -1 if unknown (I4 included: no
+// safetensors type).
 int mx_dtype_parse(const char *s, mx_dtype *out);
 // BF16, F16 or F32: the float types of unquantized weights (and what mx_load_float reads).
 static inline bool mx_dtype_is_float(mx_dtype t) { return t == MX_DTYPE_BF16 || t == MX_DTYPE_F16 || t == MX_DTYPE_F32; }

@@ -21,14 +21,13 @@ mx_ctx *mx_ctx_create(mx_model *m, int n_slots, int max_ctx, int max_batch, mx_e
     return mx_ctx_create_pool(m, n_slots, max_ctx, max_batch, 0, err);
 }
 
-// Bytes of one block of one layer (K and V, every head), and of its I16/I8 scales (0 for other types).
+// Bytes of one block of one layer (K and V, every head), and of its I16/I8/I4 scales (0 for other types).
 static size_t block_elem_bytes(const mx_kv_layout *lay, mx_dtype dt) {
-    return (size_t)2 * lay->n_kv_heads * MX_KV_BLOCK * lay->head_dim * mx_dtype_size(dt);
+    return (size_t)2 * lay->n_kv_heads * MX_KV_BLOCK * mx_kv_elem_bytes(dt, (size_t)lay->head_dim);
 }
 static size_t block_scale_bytes(const mx_kv_layout *lay, mx_dtype dt) {
-    return mx_kv_scaled(dt) ? (size_t)2 * lay->n_kv_heads * MX_KV_BLOCK *
-                                    ((lay->head_dim + MX_KV_SCALE_BLOCK - 1) / MX_KV_SCALE_BLOCK) * sizeof(float)
-                              : 0;
+    return mx_kv_scaled(dt) ? (size_t)2 * lay->n_kv_heads * MX_KV_BLOCK * mx_kv_row_scales(dt, lay->head_dim) * sizeof(float)
+                            : 0;
 }
 
 mx_ctx *mx_ctx_create_pool(mx_model *m, int n_slots, int max_ctx, int max_batch, int n_blocks, mx_error *err) {
@@ -43,6 +42,12 @@ mx_ctx *mx_ctx_create_pool(mx_model *m, int n_slots, int max_ctx, int max_batch,
         mx_kv_bytes(&want, m->be->kv_dtype) == SIZE_MAX) {
         mx_fail(err, "a KV cache of %d slots x %d positions (%d KV blocks) of %d layers x %d heads x %d is too large", n_slots,
                 max_ctx, n_blocks, want.n_layers, want.n_kv_heads, want.head_dim);
+        return NULL;
+    }
+    // Two 4-bit codes a byte: a row of an odd head_dim would end inside a byte.
+    if (m->be->kv_dtype == MX_DTYPE_I4 && want.head_dim % 2) {
+        mx_fail(err, "the 4-bit KV cache (--kv-bits 4) needs an even cached head size (this model's is %d)",
+                want.head_dim);
         return NULL;
     }
     if (mx_ctx_memory_check(m, &want, max_batch, err)) return NULL;
@@ -153,16 +158,15 @@ int mx_ctx_copy_block(mx_ctx *c, int src, int dst, mx_error *err) {
 
 size_t mx_kv_bytes(const mx_kv_layout *lay, mx_dtype kv_dtype) {
     // rows = layers x blocks x K|V x MX_KV_BLOCK x heads, each of head_dim elements, then for I16
-    // (the default cache of the CPU and GPU backends, see cpu_attention.c) and I8 one float scale per
-    // MX_KV_SCALE_BLOCK elements of a row. The factors come from the config and the flags: checked.
+    // (the default cache of the CPU and GPU backends, see cpu_attention.c), I8 and I4 one float scale
+    // per mx_kv_scale_block elements of a row. The factors come from the config and the flags: checked.
     size_t rows = 1, data, scales = 0, total;
     size_t factors[5] = {(size_t)lay->n_layers, (size_t)mx_kv_blocks(lay), 2 * MX_KV_BLOCK, (size_t)lay->n_kv_heads, 1};
     for (int i = 0; i < 4; i++)
         if (__builtin_mul_overflow(rows, factors[i], &rows)) return SIZE_MAX;
-    if (__builtin_mul_overflow(rows, (size_t)lay->head_dim * mx_dtype_size(kv_dtype), &data)) return SIZE_MAX;
+    if (__builtin_mul_overflow(rows, mx_kv_elem_bytes(kv_dtype, (size_t)lay->head_dim), &data)) return SIZE_MAX;
     if (mx_kv_scaled(kv_dtype) &&
-        __builtin_mul_overflow(rows, (size_t)((lay->head_dim + MX_KV_SCALE_BLOCK - 1) / MX_KV_SCALE_BLOCK) * sizeof(float),
-                               &scales))
+        __builtin_mul_overflow(rows, (size_t)mx_kv_row_scales(kv_dtype, lay->head_dim) * sizeof(float), &scales))
         return SIZE_MAX;
     return __builtin_add_overflow(data, scales, &total) ? SIZE_MAX : total;
 }

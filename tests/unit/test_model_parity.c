@@ -19,7 +19,14 @@
 // order (gemma3-q4g64 3.26e-3); bfloat16 3e-2; int8 with a scale per 16 values (the CPU's opt-in
 // --kv-bits 8, MLXCEL_CPU_KV=i8) 8e-2: measured 1.0e-2 to 2.4e-2 (qwen3-q5g64) on all but Gemma 3,
 // whose larger K and V reach 6.7e-2 (gemma3-q4g64); its greedy check starts at margin 0.25
-// (min_margin). MLXCEL_TEST_TOL overrides it. The fixtures' 1e-3
+// (min_margin); 4-bit codes with a scale per 32 values (--kv-bits 4, MLXCEL_CPU_KV=i4) a bound per
+// family (i4_tolerance), 10-15% above its worst measured error: 0.21-0.37 on the Llama, Mistral, Phi 3,
+// Qwen 2 and Qwen 3 fixtures, 0.34-0.57 on the MoE ones and gpt-oss, 0.56-0.94 on Gemma 3 and
+// 0.59-1.34 on DeepSeek-V3 (its latent scores are the most sensitive), 12-75x the int8 cache's: on
+// these small random-weight models 4 bits move the logits by a large part of their range, so this
+// test catches a broken cache rather than proving accuracy (test_cpu_kernels checks the attention on
+// I4 codes against the float reference exactly); its greedy check starts at margin 1 (flips were
+// seen up to 0.92: qwen3_moe), 3 on Gemma 3 (up to 2.68). MLXCEL_TEST_TOL overrides it. The fixtures' 1e-3
 // (fixtures/README.md) is the user-facing contract for float32 activations, not these bounds: an
 // f16 cache misses it on Gemma 3.
 #include <dirent.h>
@@ -35,9 +42,25 @@
 
 #define FIXTURES "tests/fixtures/models"
 
-static double tolerance(const mx_backend *be) {
+// The I4 cache's bound and greedy margin for the fixture `name` (its family is the name up to the '-').
+typedef struct i4_family {
+    const char *family;
+    double bound;
+    float margin;
+} i4_family;
+static i4_family i4_bounds(const char *name) {
+    static const i4_family f[] = {{"deepseek_v3-", 1.5, 1.0f}, {"gemma3-", 1.05, 3.0f}, {"gpt_oss-", 0.65, 1.0f},
+                                  {"qwen3_moe-", 0.65, 1.0f}, {"qwen3-", 0.42, 1.0f}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
+        if (strncmp(name, f[i].family, strlen(f[i].family)) == 0) return f[i];
+    return (i4_family){"", 0.34, 1.0f};  // llama, llama31, mistral, phi3, qwen2
+}
+static double i4_tolerance(const char *name) { return i4_bounds(name).bound; }
+
+static double tolerance(const mx_backend *be, const char *name) {
     const char *t = getenv("MLXCEL_TEST_TOL");
     if (t) return atof(t);
+    if (be->kv_dtype == MX_DTYPE_I4) return i4_tolerance(name);
     return be->kv_dtype == MX_DTYPE_F32   ? 2e-5
            : be->kv_dtype == MX_DTYPE_I16 ? 1e-3
            : be->kv_dtype == MX_DTYPE_F16 ? 4e-3
@@ -47,8 +70,10 @@ static double tolerance(const mx_backend *be) {
 
 // Below this reference margin (top-1 minus top-2 logit) the greedy choice is not checked: 0.05, where
 // the reference's own choice becomes fragile; for the int8 cache 0.25, since its logits move by more
-// (two steps of margin 0.078 and 0.174 flipped on the fixtures, see tolerance).
-static float min_margin(const mx_backend *be) { return be->kv_dtype == MX_DTYPE_I8 ? 0.25f : 0.05f; }
+// (two steps of margin 0.078 and 0.174 flipped on the fixtures, see tolerance); for the 4-bit cache 1 or 3.
+static float min_margin(const mx_backend *be, const char *name) {
+    return be->kv_dtype == MX_DTYPE_I4 ? i4_bounds(name).margin : be->kv_dtype == MX_DTYPE_I8 ? 0.25f : 0.05f;
+}
 
 // max over positions of max|a - ref| / max|ref| for that position.
 static double worst_rel_err(const float *a, const float *ref, int n, int vocab) {
@@ -107,7 +132,7 @@ static void check_model(const char *name, const char *dir, mx_backend *be) {
     memcpy(ref_logits, tl->data, tl->nbytes);
     for (int i = 0; i < 128; i++) pos[i] = i;
     for (int i = 0; i < n; i++) rows[i] = i;
-    double tol = tolerance(be);
+    double tol = tolerance(be, name);
 
     // The KV cache is a pool with more blocks than the two slots need, handed out in a scrambled
     // order, so every key is read through the block table (paged attention).
@@ -143,7 +168,7 @@ static void check_model(const char *name, const char *dir, mx_backend *be) {
     mx_batch last = {1, &prompt[n - 1], &pos[n - 1], &zero, 1, &zero};
     rc = mx_ctx_forward(ctx, &last, NULL, &tok, &err);
     for (int g = 0; g < n_greedy && rc == 0; g++) {
-        if (margins[g] >= min_margin(be)) {
+        if (margins[g] >= min_margin(be, name)) {
             checked++;
             matched += tok == greedy_ref[g];
             CHECK_MSG(tok == greedy_ref[g], "%s greedy step %d (margin %.3f): got %d, reference %d", name, g,
@@ -154,7 +179,7 @@ static void check_model(const char *name, const char *dir, mx_backend *be) {
     }
     CHECK_MSG(rc == 0, "%s: %s", name, err.msg);
     printf("%-18s prefill %.2e  decode %.2e  greedy %d/%d steps with margin >= %.2f agree\n", name, e_prefill,
-           e_decode, matched, checked, min_margin(be));
+           e_decode, matched, checked, min_margin(be, name));
     total_greedy_checked += checked;
     mx_ctx_free(ctx);
     free(logits);
@@ -271,9 +296,15 @@ int main(void) {
     }
     CHECK_MSG(tested >= 41, "only %d fixtures found", tested);
     check_gemma3_multimodal(be);
-    printf("%d greedy steps checked over %d fixtures (tolerance %.1g)\n", total_greedy_checked, tested,
-           tolerance(be));
-    CHECK_MSG(total_greedy_checked >= tested * 4, "only %d greedy steps checked", total_greedy_checked);
+    if (be->kv_dtype == MX_DTYPE_I4)
+        printf("%d greedy steps checked over %d fixtures (tolerance per family, i4_tolerance)\n", total_greedy_checked,
+               tested);
+    else
+        printf("%d greedy steps checked over %d fixtures (tolerance %.1g)\n", total_greedy_checked, tested,
+               tolerance(be, ""));
+    // The I4 cache's higher margins leave fewer steps (92 of 916 on the fixtures) than the others' 4 a fixture.
+    int want_steps = tested * (be->kv_dtype == MX_DTYPE_I4 ? 2 : 4);
+    CHECK_MSG(total_greedy_checked >= want_steps, "only %d greedy steps checked", total_greedy_checked);
     mx_backend_free(be);
     return check_finish();
 }

@@ -2,8 +2,8 @@
 // CPU KV cache and attention. Cache layout (private to this backend), elements of be->kv_dtype, a
 // pool of blocks of MX_KV_BLOCK positions (backend.h):
 //   kv = [layer][block][K or V][n_kv_heads][MX_KV_BLOCK][head_dim]
-// then, for MX_DTYPE_I16 and MX_DTYPE_I8, one float scale per block of CPU_KV_SCALE_BLOCK elements of a row:
-//   scales = [layer][block][K or V][n_kv_heads][MX_KV_BLOCK][ceil(head_dim / CPU_KV_SCALE_BLOCK)]
+// then, for MX_DTYPE_I16, I8 and I4, one float scale per mx_kv_scale_block elements of a row (16; 32 for I4):
+//   scales = [layer][block][K or V][n_kv_heads][MX_KV_BLOCK][mx_kv_row_scales(kv_dtype, head_dim)]
 // A sequence's position p is in block table[slot][p / MX_KV_BLOCK] (mx_kv_ref), at offset
 // p % MX_KV_BLOCK. Head-major inside a block, so the 16 keys attention streams for one KV head are
 // contiguous (with all heads of a position side by side, consecutive keys of a head sat 4 KB apart,
@@ -17,6 +17,9 @@
 // The opt-in I8 cache (--kv-bits 8) holds round(x / s) with s = max|x| / 127, 1.25 bytes per
 // element (decode at long context reads 44% fewer cache bytes than I16), an error of at most
 // max|x| / 254 per element: logits within 2.4e-2 of the fixtures (6.7e-2 on Gemma 3, bound 8e-2).
+// The opt-in I4 cache (--kv-bits 4) holds 4-bit codes, two a byte, with a float scale per 32 values
+// (cpu_kv_i4.c): 0.625 bytes per element, half of I8's cache bytes, an error of max|x| / 16 of the
+// group per element (test_model_parity.c has the logits' measured error and bound).
 // Attention streams over the keys with an online softmax (running max and sum), so no [T, T] score
 // matrix and no scratch sized by the context are needed. A task is one KV head and a block of
 // consecutive tokens of the batch (CPU_ATTN_MAX_ROWS / group of them): all their query heads of that
@@ -44,10 +47,10 @@ static size_t head_index(const mx_kv_layout *lay, int layer, int block, int whic
     return (((size_t)layer * mx_kv_blocks(lay) + (size_t)block) * 2 + (size_t)which) * lay->n_kv_heads + (size_t)head;
 }
 
-// Scales of the I16 or I8 rows: after all the elements.
-static float *kv_scales_base(const void *kv, const mx_kv_layout *lay, size_t es) {
+// Scales of the I16, I8 or I4 rows: after all the elements.
+static float *kv_scales_base(const void *kv, const mx_kv_layout *lay, mx_dtype dt) {
     size_t heads = (size_t)lay->n_layers * mx_kv_blocks(lay) * 2 * lay->n_kv_heads;
-    return (float *)((uint8_t *)kv + heads * head_elems(lay) * es);
+    return (float *)((uint8_t *)kv + heads * mx_kv_elem_bytes(dt, head_elems(lay)));
 }
 
 // The block holding position pos of slot `slot`.
@@ -61,6 +64,12 @@ static int block_of(const int32_t *table, const mx_kv_layout *lay, int slot, int
 // Writes one position's rows (n_kv_heads rows of hd) in the cache's element type.
 static void store_rows(uint8_t *dst, float *scales, const float *src, int n_rows, int hd, mx_dtype dt) {
     size_t n = (size_t)n_rows * hd;
+    if (dt == MX_DTYPE_I4) {
+        for (int r = 0; r < n_rows; r++)
+            cpu_kernels_kv_i4_row(dst + (size_t)r * hd / 2, scales + (size_t)r * mx_kv_row_scales(dt, hd),
+                                  src + (size_t)r * hd, hd);
+        return;
+    }
     if (dt == MX_DTYPE_F32) {
         memcpy(dst, src, n * sizeof(float));
         return;
@@ -96,12 +105,12 @@ static void kv_store_task(void *arg, int task, int thread) {
     const mx_kv_ref *r = j->r;
     const mx_kv_layout *lay = &r->lay;
     int nh = lay->n_kv_heads, hd = lay->head_dim, which = task / nh, h = task % nh;
-    size_t row = (size_t)nh * hd, es = mx_dtype_size(j->dt);
-    float *scales = mx_kv_scaled(j->dt) ? kv_scales_base(r->kv, lay, es) : NULL;
+    size_t row = (size_t)nh * hd, nsc = (size_t)mx_kv_row_scales(j->dt, hd);
+    float *scales = mx_kv_scaled(j->dt) ? kv_scales_base(r->kv, lay, j->dt) : NULL;
     for (int t = 0; t < j->n; t++) {
         int block = block_of(r->table, lay, r->slot[t], r->pos[t]), off = r->pos[t] % MX_KV_BLOCK;
         size_t at = head_index(lay, r->layer, block, which, h) * MX_KV_BLOCK + (size_t)off;  // in rows
-        store_rows((uint8_t *)r->kv + at * hd * es, scales ? scales + at * CPU_KV_SCALES(hd) : NULL,
+        store_rows((uint8_t *)r->kv + mx_kv_elem_bytes(j->dt, at * hd), scales ? scales + at * nsc : NULL,
                    (which ? j->v : j->k) + t * row + (size_t)h * hd, 1, hd, j->dt);
     }
 }
@@ -132,7 +141,6 @@ typedef struct attn_job {
     const float *sinks;  // [n_heads] attention sinks or NULL
     int tokens, blocks;  // tokens per task, token blocks
     mx_dtype kv_dtype;   // cache element type
-    size_t es;           // its size in bytes
     float scale;
     cpu_ctx *c;
 } attn_job;
@@ -148,7 +156,8 @@ static void attn_task(void *arg, int task, int thread) {
     // Rows of block 0 of this layer and KV head (K and V); block b is b * 2 * n_kv_heads heads further.
     size_t k0 = head_index(lay, j->r->layer, 0, 0, kvh), v0 = head_index(lay, j->r->layer, 0, 1, kvh);
     int64_t block_rows = (int64_t)2 * lay->n_kv_heads * MX_KV_BLOCK;
-    const float *scales = mx_kv_scaled(j->kv_dtype) ? kv_scales_base(j->kv, lay, j->es) : NULL;
+    const float *scales = mx_kv_scaled(j->kv_dtype) ? kv_scales_base(j->kv, lay, j->kv_dtype) : NULL;
+    int64_t nsc = mx_kv_row_scales(j->kv_dtype, hd);
     for (int t0 = blk * j->tokens; t0 < t_end;) {
         int t1 = t0 + 1;
         while (t1 < t_end && slot[t1] == slot[t0] && (t1 - t0 + 1) * group <= CPU_ATTN_MAX_ROWS) t1++;
@@ -165,17 +174,17 @@ static void attn_task(void *arg, int task, int thread) {
                 first[nq] = j->window > 0 && last[nq] - j->window + 1 > 0 ? last[nq] - j->window + 1 : 0;
             }
         cpu_attn_args a = {.q = q, .out = out, .nq = nq, .first = first, .last = last,
-                           .K = (const uint8_t *)j->kv + k0 * MX_KV_BLOCK * hd * j->es,
-                           .V = (const uint8_t *)j->kv + v0 * MX_KV_BLOCK * hd * j->es,
+                           .K = (const uint8_t *)j->kv + mx_kv_elem_bytes(j->kv_dtype, k0 * MX_KV_BLOCK * hd),
+                           .V = (const uint8_t *)j->kv + mx_kv_elem_bytes(j->kv_dtype, v0 * MX_KV_BLOCK * hd),
                            .stride = hd, .kv_dtype = j->kv_dtype, .hd = hd, .scale = j->scale,
                            .blocks = j->r->table ? j->r->table + (size_t)slot[t0] * tl : NULL,
                            .block0 = j->r->table ? 0 : slot[t0] * tl, .block_stride = block_rows * hd,
                            .sink = j->sinks ? sink : NULL};
         if (scales) {
-            a.K_scale = scales + k0 * MX_KV_BLOCK * CPU_KV_SCALES(hd);
-            a.V_scale = scales + v0 * MX_KV_BLOCK * CPU_KV_SCALES(hd);
-            a.scale_stride = CPU_KV_SCALES(hd);
-            a.scale_block_stride = block_rows * CPU_KV_SCALES(hd);
+            a.K_scale = scales + k0 * MX_KV_BLOCK * nsc;
+            a.V_scale = scales + v0 * MX_KV_BLOCK * nsc;
+            a.scale_stride = nsc;
+            a.scale_block_stride = block_rows * nsc;
         }
         cpu_kernels_attn_rows(&a, j->c->scratch[thread]);
         t0 = t1;
@@ -191,21 +200,21 @@ void cpu_attention(mx_backend *be, float *out, const float *q, const mx_kv_ref *
     cpu_ctx *c = cpu_of(be);
     int tokens = CPU_ATTN_MAX_ROWS / (n_heads / lay->n_kv_heads);
     attn_job j = {out, q, r->kv, r, n_heads, window, n, sinks, tokens, (n + tokens - 1) / tokens,
-                  be->kv_dtype, mx_dtype_size(be->kv_dtype), scale, c};
+                  be->kv_dtype, scale, c};
     mx_pool_run(c->pool, j.blocks * lay->n_kv_heads, attn_task, &j);
 }
 
 // Row access for the latent cache (cpu_latent.c), so the layout above is written once.
-uint8_t *cpu_kv_row(const mx_kv_ref *r, int slot, int pos, int which, int head, size_t es) {
+uint8_t *cpu_kv_row(const mx_kv_ref *r, int slot, int pos, int which, int head, mx_dtype dt) {
     size_t at = head_index(&r->lay, r->layer, block_of(r->table, &r->lay, slot, pos), which, head) * MX_KV_BLOCK +
                 (size_t)(pos % MX_KV_BLOCK);  // in rows
-    return (uint8_t *)r->kv + at * r->lay.head_dim * es;
+    return (uint8_t *)r->kv + mx_kv_elem_bytes(dt, at * r->lay.head_dim);
 }
 
-float *cpu_kv_row_scales(const mx_kv_ref *r, int slot, int pos, int which, int head, size_t es) {
+float *cpu_kv_row_scales(const mx_kv_ref *r, int slot, int pos, int which, int head, mx_dtype dt) {
     size_t at = head_index(&r->lay, r->layer, block_of(r->table, &r->lay, slot, pos), which, head) * MX_KV_BLOCK +
                 (size_t)(pos % MX_KV_BLOCK);
-    return kv_scales_base(r->kv, &r->lay, es) + at * CPU_KV_SCALES(r->lay.head_dim);
+    return kv_scales_base(r->kv, &r->lay, dt) + at * mx_kv_row_scales(dt, r->lay.head_dim);
 }
 
 void cpu_kv_write_row(uint8_t *dst, float *scales, const float *src, int hd, mx_dtype dt) {

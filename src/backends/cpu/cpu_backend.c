@@ -414,11 +414,13 @@ mx_backend *mx_cpu_backend_create(int threads, mx_error *err) {
     // than float32; logits within 4e-4 of the parity fixtures), or float32 with MLXCEL_CPU_KV=f32, or
     // float16 with MLXCEL_CPU_KV=f16 (the GPU's cache element: its rounding measured on the CPU), or
     // int8 with a scale per 16 elements with MLXCEL_CPU_KV=i8 (as --kv-bits 8 does: 1.25 bytes per
-    // element instead of 2.25, outside the fixtures' 1e-3, see test_model_parity).
+    // element instead of 2.25, outside the fixtures' 1e-3, see test_model_parity), or 4-bit codes
+    // with a scale per 32 elements with MLXCEL_CPU_KV=i4 (as --kv-bits 4 does: 0.625 bytes per element).
     const char *kvt = getenv("MLXCEL_CPU_KV");
-    if (kvt && strcmp(kvt, "f32") != 0 && strcmp(kvt, "f16") != 0 && strcmp(kvt, "i16") != 0 && strcmp(kvt, "i8") != 0) {
+    if (kvt && strcmp(kvt, "f32") != 0 && strcmp(kvt, "f16") != 0 && strcmp(kvt, "i16") != 0 && strcmp(kvt, "i8") != 0 &&
+        strcmp(kvt, "i4") != 0) {
         cpu_destroy(be);
-        mx_fail(err, "MLXCEL_CPU_KV='%s': the CPU KV cache type must be i16 (the default), i8, f32 or f16", kvt);
+        mx_fail(err, "MLXCEL_CPU_KV='%s': the CPU KV cache type must be i16 (the default), i8, i4, f32 or f16", kvt);
         return NULL;
     }
     const char *attn_i8 = getenv("MLXCEL_CPU_ATTN_I8");
@@ -433,6 +435,7 @@ mx_backend *mx_cpu_backend_create(int threads, mx_error *err) {
     }
     be->kv_dtype = !kvt || !strcmp(kvt, "i16") ? MX_DTYPE_I16
                    : !strcmp(kvt, "i8")        ? MX_DTYPE_I8
+                   : !strcmp(kvt, "i4")        ? MX_DTYPE_I4
                    : !strcmp(kvt, "f32")       ? MX_DTYPE_F32
                                                : MX_DTYPE_F16;
     snprintf(be->device_name, sizeof be->device_name, "CPU (%d threads)", c->n_threads);
@@ -446,8 +449,9 @@ mx_backend *mx_cpu_backend_create(int threads, mx_error *err) {
 }
 
 int mx_cpu_backend_set_kv_bits(mx_backend *be, int bits, mx_error *err) {
-    if (bits != 8 && bits != 16)
-        return mx_fail(err, "--kv-bits %d: the cpu backend's KV cache holds 8-bit or 16-bit codes (8 or 16)", bits);
-    be->kv_dtype = bits == 8 ? MX_DTYPE_I8 : MX_DTYPE_I16;
+    if (bits != 4 && bits != 8 && bits != 16)
+        return mx_fail(err, "--kv-bits %d: the cpu backend's KV cache holds 4-bit, 8-bit or 16-bit codes (4, 8 or 16)",
+                       bits);
+    be->kv_dtype = bits == 4 ? MX_DTYPE_I4 : bits == 8 ? MX_DTYPE_I8 : MX_DTYPE_I16;
     return 0;
 }

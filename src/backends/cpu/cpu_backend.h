@@ -9,8 +9,8 @@
 // threads <= 0: all cores available.
 mx_backend *mx_cpu_backend_create(int threads, mx_error *err);
 // Sets the KV cache's codes before any context is created (--kv-bits): 16 int16 (the default), 8
-// int8, both with a float scale per MX_KV_SCALE_BLOCK values; overrides MLXCEL_CPU_KV. Returns -1
-// with a message for any other number.
+// int8, both with a float scale per MX_KV_SCALE_BLOCK values, 4 4-bit codes with a float scale per
+// MX_KV_I4_GROUP values; overrides MLXCEL_CPU_KV. Returns -1 with a message for any other number.
 int mx_cpu_backend_set_kv_bits(mx_backend *be, int bits, mx_error *err);
 
 #endif

@@ -55,10 +55,10 @@ void cpu_kv_store(mx_backend *be, const mx_kv_ref *r, const float *k, const floa
 void cpu_attention(mx_backend *be, float *out, const float *q, const mx_kv_ref *r, int n, int n_heads, float scale,
                    int window, const float *sinks);
 // One row (head, pos) of K (which 0) or V (1) of slot `slot` in the layer of r (cpu_attention.c):
-// its start, its I16/I8 scales (CPU_KV_SCALES(head_dim) floats), and the conversion of a float row
-// into the cache's element type (scales: NULL unless I16 or I8).
-uint8_t *cpu_kv_row(const mx_kv_ref *r, int slot, int pos, int which, int head, size_t es);
-float *cpu_kv_row_scales(const mx_kv_ref *r, int slot, int pos, int which, int head, size_t es);
+// its start, its I16/I8/I4 scales (mx_kv_row_scales(dt, head_dim) floats), and the conversion of a
+// float row into the cache's element type dt (scales: NULL unless I16, I8 or I4).
+uint8_t *cpu_kv_row(const mx_kv_ref *r, int slot, int pos, int which, int head, mx_dtype dt);
+float *cpu_kv_row_scales(const mx_kv_ref *r, int slot, int pos, int which, int head, mx_dtype dt);
 void cpu_kv_write_row(uint8_t *dst, float *scales, const float *src, int hd, mx_dtype dt);
 void cpu_latent_store(mx_backend *be, const mx_kv_ref *kv, const float *c_kv, const float *k_pe, int n, int kv_lora,
                       int rope);

@@ -71,6 +71,10 @@ static void scalar_attn_rows(const cpu_attn_args *a, float *scratch) {
                     int64_t si = cpu_attn_scale(a, p) + d / CPU_KV_SCALE_BLOCK;
                     kr[d] = (float)((const int8_t *)a->K)[at] * a->K_scale[si];
                     vr[d] = (float)((const int8_t *)a->V)[at] * a->V_scale[si];
+                } else if (a->kv_dtype == MX_DTYPE_I4) {
+                    int64_t si = cpu_attn_scale(a, p) + d / MX_KV_I4_GROUP;
+                    kr[d] = (float)cpu_kv_i4_code(a->K, at) * a->K_scale[si];
+                    vr[d] = (float)cpu_kv_i4_code(a->V, at) * a->V_scale[si];
                 } else {
                     kr[d] = mx_load_float(a->K, a->kv_dtype, at);
                     vr[d] = mx_load_float(a->V, a->kv_dtype, at);

@@ -48,6 +48,15 @@ void cpu_kernels_kv_i16_row(int16_t *dst, float *scales, const float *src, int h
 // dst = x * (127 / max|x|) rounded half to even, so |dst| <= 127 and the error of an element is at
 // most max|x| / 254 of its block. The SIMD versions are bit-identical to the scalar reference.
 void cpu_kernels_kv_i8_row(int8_t *dst, float *scales, const float *src, int hd);
+// The same in the I4 layout (the opt-in 4-bit cache, --kv-bits 4; cpu_kv_i4.c): per group of
+// MX_KV_I4_GROUP values scales[g] = m / -8 (m the group's value of largest magnitude) and codes
+// round(x / scales[g]) in -8..7, stored + 8 two a byte (hd / 2 bytes, hd even); the error of an
+// element is at most max|x| / 16 of its group (max|x| / 8 for -m, clamped to code 7).
+void cpu_kernels_kv_i4_row(uint8_t *dst, float *scales, const float *src, int hd);
+// Element i of I4 codes (element 2k in the low nibble of byte k), -8..7, before its scale.
+static inline int cpu_kv_i4_code(const void *codes, int64_t i) {
+    return ((((const uint8_t *)codes)[i >> 1] >> ((i & 1) * 4)) & 15) - 8;
+}
 
 // Queries one attn_rows call takes at most (query heads of a GQA group times a few tokens). Each
 // block of keys is converted once per call, so a prefill's calls take many queries: 64 instead of 16
@@ -62,8 +71,9 @@ void cpu_kernels_kv_i8_row(int8_t *dst, float *scales, const float *src, int hd)
 
 // Several queries that read the same KV head: for j < nq,
 //   out[j][hd] = softmax(scale * q[j] . K[p]) V  over keys p in [first[j], last[j]],
-// with key p of K and V at cpu_attn_key(a, p) elements of kv_dtype (F32, F16, BF16, or I16/I8: element
-// d of key p times K_scale[cpu_attn_scale(a, p) + d / CPU_KV_SCALE_BLOCK], V likewise). Keys come in
+// with key p of K and V at cpu_attn_key(a, p) elements of kv_dtype (F32, F16, BF16, or I16/I8/I4: element
+// d of key p times K_scale[cpu_attn_scale(a, p) + d / mx_kv_scale_block(kv_dtype)], V likewise; I4
+// elements are half bytes, cpu_kv_i4_code). Keys come in
 // blocks of MX_KV_BLOCK rows `stride` elements apart; block i of the sequence is blocks[i] (NULL:
 // block0 + i), block_stride elements from block to block (0: MX_KV_BLOCK * stride, so the rows of
 // consecutive blocks are contiguous). Reading the keys once for all the queries is the point.
@@ -77,7 +87,7 @@ typedef struct cpu_attn_args {
     const void *K, *V;     // rows of block 0
     int64_t stride;
     mx_dtype kv_dtype;
-    const float *K_scale, *V_scale;  // I16 and I8 only: CPU_KV_SCALES(hd) scales per key
+    const float *K_scale, *V_scale;  // I16, I8 and I4 only: mx_kv_row_scales(kv_dtype, hd) scales per key
     int64_t scale_stride;
     int hd;
     float scale;

@@ -26,9 +26,17 @@
 #define MAX_CHUNKS 32  // 16-float chunks of a row: head_dim up to 512 (cpu_attention.c)
 
 // Chunk c (16 elements, lanes past cm zero) of the key or value row at element `at` of src as
-// float32; I16 and I8 elements times their block's scale sc[sat + c * 16 / CPU_KV_SCALE_BLOCK].
+// float32; I16 and I8 elements times their block's scale sc[sat + c * 16 / CPU_KV_SCALE_BLOCK], I4
+// elements (8 bytes of codes, low nibble first, cpu_kv_i4_code) times sc[sat + c * 16 / MX_KV_I4_GROUP].
 CPU_TARGET_AVX512_INLINE static __m512 load_chunk(mx_dtype dt, const void *src, const float *sc, int64_t at,
                                                   int64_t sat, int c, __mmask16 cm) {
+    if (dt == MX_DTYPE_I4) {
+        __mmask16 bm = (__mmask16)((1u << ((__builtin_popcount(cm) + 1) / 2)) - 1);  // bytes of the cm lanes
+        __m128i b = _mm_maskz_loadu_epi8(bm, (const uint8_t *)src + (at + c * 16) / 2), nib = _mm_set1_epi8(15);
+        __m128i u = _mm_unpacklo_epi8(_mm_and_si128(b, nib), _mm_and_si128(_mm_srli_epi16(b, 4), nib));
+        __m512i code = _mm512_sub_epi32(_mm512_cvtepu8_epi32(u), _mm512_set1_epi32(8));
+        return _mm512_maskz_mul_ps(cm, _mm512_cvtepi32_ps(code), _mm512_set1_ps(sc[sat + c * 16 / MX_KV_I4_GROUP]));
+    }
     if (dt == MX_DTYPE_I8)
         return _mm512_mul_ps(
             _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(cm, (const int8_t *)src + at + c * 16))),
@@ -70,13 +78,13 @@ CPU_TARGET_AVX512_INLINE static void prefetch_next_row(const cpu_attn_args *a, c
                                                        const float *sc, int i, int hd) {
     if (i >= o->pf_rows) return;
     mx_dtype dt = a->kv_dtype;
-    int64_t es = dt == MX_DTYPE_F32 ? 4 : dt == MX_DTYPE_I8 ? 1 : 2, next = o->nat0 + i * a->stride;
-    for (int64_t b = 0; b < hd * es; b += 64) _mm_prefetch((const char *)src + next * es + b, _MM_HINT_T1);
+    int64_t next = o->nat0 + i * a->stride, row = (int64_t)mx_kv_elem_bytes(dt, (size_t)hd);
+    for (int64_t b = 0; b < row; b += 64) _mm_prefetch((const char *)src + mx_kv_elem_bytes(dt, (size_t)next) + b, _MM_HINT_T1);
     if (mx_kv_scaled(dt)) _mm_prefetch((const char *)(sc + o->nsat0 + i * a->scale_stride), _MM_HINT_T1);
 }
 
-// One block of up to 16 keys from p0 as float32 rows of hd in dst (keys past nb zeroed); I16 and I8
-// elements are multiplied by their block's scale sc[cpu_attn_scale(a, p) + d / CPU_KV_SCALE_BLOCK].
+// One block of up to 16 keys from p0 as float32 rows of hd in dst (keys past nb zeroed); I16, I8 and
+// I4 elements are multiplied by their block's scale sc[cpu_attn_scale(a, p) + d / mx_kv_scale_block].
 // With each row it prefetches the same row of the next block (positions up to pf_last).
 CPU_TARGET_AVX512_INLINE static void load_block(float *dst, const cpu_attn_args *a, const void *src, const float *sc,
                                                 int p0, int nb, int hd, int pf_last) {
@@ -194,9 +202,11 @@ CPU_TARGET_AVX512_INLINE static void direct_pv(const cpu_attn_args *a, mx_dtype 
         mx_dtype dt_ = a->kv_dtype;                                                          \
         if (nq == 1 && dt_ == MX_DTYPE_I16) F(a, MX_DTYPE_I16, __VA_ARGS__, 1, chunks, tail); \
         else if (nq == 1 && dt_ == MX_DTYPE_I8) F(a, MX_DTYPE_I8, __VA_ARGS__, 1, chunks, tail); \
+        else if (nq == 1 && dt_ == MX_DTYPE_I4) F(a, MX_DTYPE_I4, __VA_ARGS__, 1, chunks, tail); \
         else if (nq == 1) F(a, dt_, __VA_ARGS__, 1, chunks, tail);                           \
         else if (dt_ == MX_DTYPE_I16) F(a, MX_DTYPE_I16, __VA_ARGS__, 2, chunks, tail);      \
         else if (dt_ == MX_DTYPE_I8) F(a, MX_DTYPE_I8, __VA_ARGS__, 2, chunks, tail);        \
+        else if (dt_ == MX_DTYPE_I4) F(a, MX_DTYPE_I4, __VA_ARGS__, 2, chunks, tail);        \
         else F(a, dt_, __VA_ARGS__, 2, chunks, tail);                                        \
     } while (0)
 

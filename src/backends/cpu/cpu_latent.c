@@ -3,7 +3,7 @@
 // backend.h). A position's latent row [c_kv | k_pe] of W = kv_lora + rope values is one KV head of
 // head_dim W / 2 in the ordinary paged cache (cpu_attention.c, reached through the block table): its
 // first half is that head's K row, its second half the V row, so the element type, I16 scales,
-// blocks and layout are the cache's own (I8 scales too) and a latent cache is W values per position and layer.
+// blocks and layout are the cache's own (I8 and I4 scales too) and a latent cache is W values per position and layer.
 // Attention reads each latent row once per task and scores it against a block of query heads of one
 // token; every head keeps an online softmax (running max and sum) and accumulates its output in
 // place in `out`, so no scratch sized by the context or the head count is needed.
@@ -24,17 +24,18 @@ static void load_half(float *dst, const uint8_t *src, const float *scales, int h
         if (dt == MX_DTYPE_F32) dst[i] = ((const float *)src)[i];
         else if (dt == MX_DTYPE_I16) dst[i] = ((const int16_t *)src)[i] * scales[i / CPU_KV_SCALE_BLOCK];
         else if (dt == MX_DTYPE_I8) dst[i] = ((const int8_t *)src)[i] * scales[i / CPU_KV_SCALE_BLOCK];
+        else if (dt == MX_DTYPE_I4) dst[i] = (float)cpu_kv_i4_code(src, i) * scales[i / MX_KV_I4_GROUP];
         else dst[i] = mx_load_float(src, dt, i);
     }
 }
 
 // The latent row of (slot, pos) as float32 [W].
-static void load_latent(float *row, const mx_kv_ref *r, int slot, int pos, mx_dtype dt, size_t es) {
+static void load_latent(float *row, const mx_kv_ref *r, int slot, int pos, mx_dtype dt) {
     int hd = r->lay.head_dim;
     bool scaled = mx_kv_scaled(dt);
     for (int which = 0; which < 2; which++)
-        load_half(row + which * hd, cpu_kv_row(r, slot, pos, which, 0, es),
-                  scaled ? cpu_kv_row_scales(r, slot, pos, which, 0, es) : NULL, hd, dt);
+        load_half(row + which * hd, cpu_kv_row(r, slot, pos, which, 0, dt),
+                  scaled ? cpu_kv_row_scales(r, slot, pos, which, 0, dt) : NULL, hd, dt);
 }
 
 void cpu_latent_store(mx_backend *be, const mx_kv_ref *r, const float *c_kv, const float *k_pe, int n, int kv_lora,
@@ -42,7 +43,7 @@ void cpu_latent_store(mx_backend *be, const mx_kv_ref *r, const float *c_kv, con
     const mx_kv_layout *lay = &r->lay;
     int hd = lay->head_dim;
     MX_ASSERT(lay->n_kv_heads == 1 && 2 * hd == kv_lora + rope && kv_lora + rope <= MAX_LATENT);
-    size_t es = mx_dtype_size(be->kv_dtype);
+    mx_dtype dt = be->kv_dtype;
     bool scaled = mx_kv_scaled(be->kv_dtype);
     float row[MAX_LATENT];
     for (int t = 0; t < n; t++) {
@@ -50,9 +51,9 @@ void cpu_latent_store(mx_backend *be, const mx_kv_ref *r, const float *c_kv, con
         memcpy(row, c_kv + (size_t)t * kv_lora, sizeof(float) * (size_t)kv_lora);
         memcpy(row + kv_lora, k_pe + (size_t)t * rope, sizeof(float) * (size_t)rope);
         for (int which = 0; which < 2; which++)
-            cpu_kv_write_row(cpu_kv_row(r, r->slot[t], r->pos[t], which, 0, es),
-                             scaled ? cpu_kv_row_scales(r, r->slot[t], r->pos[t], which, 0, es) : NULL, row + which * hd,
-                             hd, be->kv_dtype);
+            cpu_kv_write_row(cpu_kv_row(r, r->slot[t], r->pos[t], which, 0, dt),
+                             scaled ? cpu_kv_row_scales(r, r->slot[t], r->pos[t], which, 0, dt) : NULL, row + which * hd,
+                             hd, dt);
     }
 }
 
@@ -63,7 +64,6 @@ typedef struct latent_job {
     int n_heads, kv_lora, rope, head_blocks;
     float scale;
     mx_dtype dt;
-    size_t es;
     cpu_ctx *c;
 } latent_job;
 
@@ -87,7 +87,7 @@ static void latent_task(void *arg, int task, int thread) {
         sum[h - h0] = 0.0f;
     }
     for (int p = 0; p <= last; p++) {
-        load_latent(row, j->kv, slot, p, j->dt, j->es);
+        load_latent(row, j->kv, slot, p, j->dt);
         for (int h = h0; h < h1; h++) {
             size_t q = (size_t)t * j->n_heads + h;
             float *o = j->out + q * KL;
@@ -118,7 +118,6 @@ void cpu_latent_attention(mx_backend *be, float *out, const float *q_lat, const 
     for (int t = 0; t < n; t++)
         MX_ASSERT(kv->slot[t] >= 0 && kv->slot[t] < kv->lay.n_slots && kv->pos[t] >= 0 && kv->pos[t] < kv->lay.max_ctx);
     int blocks = (n_heads + HEADS_PER_TASK - 1) / HEADS_PER_TASK;
-    latent_job j = {out, q_lat, q_pe, kv, n_heads, kv_lora, rope, blocks, scale, be->kv_dtype,
-                    mx_dtype_size(be->kv_dtype), c};
+    latent_job j = {out, q_lat, q_pe, kv, n_heads, kv_lora, rope, blocks, scale, be->kv_dtype, c};
     mx_pool_run(c->pool, n * blocks, latent_task, &j);
 }
