@@ -193,8 +193,9 @@ for args, needle in ((['generate'], 'prompt is required'), (['generate', '-p', '
                      (['logits', '--ids', '1,x', '-o', '/tmp/x'], '--ids'), (['nosuchcommand'], 'unknown command'),
                      (['logits', '--mode', 'sideways', '--ids', '1', '-o', '/tmp/x'], '--mode'),
                      (['generate', '-p'], 'needs a value'),
-                     (['generate', '-p', 'x', '--kv-bits', '4'], '--kv-bits must be 8 or 16'),
-                     (['bench', '--kv-bits', 'eight'], '--kv-bits must be 8 or 16'), (['serve', '--kv-bits'], 'needs a value')):
+                     (['generate', '-p', 'x', '--kv-bits', '3'], "--kv-bits must be 4, 8 or 16 (got '3')"),
+                     (['generate', '-p', 'x', '--kv-bits', '5'], "--kv-bits must be 4, 8 or 16 (got '5')"),
+                     (['bench', '--kv-bits', 'eight'], '--kv-bits must be 4, 8 or 16'), (['serve', '--kv-bits'], 'needs a value')):
     rc, out, err = run(args)
     check(f'usage error {args}', rc == 2 and needle in err, f'rc={rc} err={err!r}')
 
@@ -284,6 +285,35 @@ check('bench --kv-bits 8 runs and names the I8 cache', rc == 0 and 'KV cache I8'
       out + err)
 rc, out, err = run(['generate', '-p', 'Once upon a time', '-n', '12', '--temp', '0', '--kv-bits', '8'])
 check('generate --kv-bits 8 runs', rc == 0 and len(out) > 10, f'rc={rc} {out!r} {err[-300:]}')
+
+# --- --kv-bits 4: the 4-bit KV cache (CPU) --------------------------------------------------------
+# As for 8: the option takes effect (logits differ from the int16 and int8 caches', within the I4
+# bound of the qwen3 fixtures, 0.42 (test_model_parity.c), and equal to MLXCEL_CPU_KV=i4's), bench
+# names the cache, generate runs on it; MLXCEL_CPU_KV=i4 is a known value.
+with tempfile.TemporaryDirectory() as tmp:
+    fx = 'qwen3-q4g64'
+    rraw, rn, rh = read_st(f'{FIX}/{fx}/reference.safetensors')
+    a, b = rh['prompt_ids']['data_offsets']
+    ids = ','.join(map(str, struct.unpack('<20i', rraw[8 + rn + a:8 + rn + b])))
+    got = {}
+    for name, flags, env in (('i8', ['--kv-bits', '8'], None), ('i4', ['--kv-bits', '4'], None),
+                             ('env', [], {'MLXCEL_CPU_KV': 'i4'})):
+        out = os.path.join(tmp, f'{name}.safetensors')
+        rc, _, err = run(['logits', '-m', f'{FIX}/{fx}', '--ids', ids, '--mode', 'decode', '-o', out, '--backend', 'cpu']
+                         + flags, env=env)
+        if rc == 0:
+            raw, n, h = read_st(out)
+            got[name] = floats(raw, n, h['logits'])
+    want = floats(rraw, rn, rh['logits'])
+    worst = max((max(abs(x - y) for x, y in zip(got['i4'][t * 512:(t + 1) * 512], want[t * 512:(t + 1) * 512]))
+                 / max(abs(y) for y in want[t * 512:(t + 1) * 512]) for t in range(20)), default=1.0) if 'i4' in got else 1.0
+    check(f'logits --kv-bits 4 {fx}: 4-bit cache in effect, within 0.42 (worst {worst:.2g})',
+          len(got) == 3 and got['i4'] != got['i8'] and got['i4'] == got['env'] and worst < 0.42, f'{sorted(got)} {worst}')
+rc, out, err = run(['bench', '-p', '40', '-n', '8', '--reps', '1', '--threads', '2', '--kv-bits', '4'])
+check('bench --kv-bits 4 runs and names the I4 cache', rc == 0 and 'KV cache I4' in err and 'generation (tg8)' in out,
+      out + err)
+rc, out, err = run(['generate', '-p', 'Once upon a time', '-n', '12', '--temp', '0', '--kv-bits', '4'])
+check('generate --kv-bits 4 runs', rc == 0 and len(out) > 10, f'rc={rc} {out!r} {err[-300:]}')
 
 # --- bad model folders: exit 1 with a clear message ----------------------------------------------
 def copy_fixture(tmp, name, src=f'{FIX}/qwen3-q4g64'):

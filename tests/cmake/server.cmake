@@ -58,3 +58,7 @@ set_tests_properties(server_engine_kv_i8 PROPERTIES TIMEOUT 300)
 add_test(NAME server_engine_kv_i8_float COMMAND ${MLXCEL_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/server/engine_suite.py
          $<TARGET_FILE:mlxcel> $<TARGET_FILE:mlxcel-server> --kv-bits 8 WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(server_engine_kv_i8_float PROPERTIES TIMEOUT 300 ENVIRONMENT "MLXCEL_CPU_ATTN_I8=float")
+# The same suite with the opt-in 4-bit KV cache (I4, 0.625 / 2.25 of the pool's MiB).
+add_test(NAME server_engine_kv_i4 COMMAND ${MLXCEL_PYTHON3} ${PROJECT_SOURCE_DIR}/tests/server/engine_suite.py
+         $<TARGET_FILE:mlxcel> $<TARGET_FILE:mlxcel-server> --kv-bits 4 WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(server_engine_kv_i4 PROPERTIES TIMEOUT 300)

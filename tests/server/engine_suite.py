@@ -17,7 +17,7 @@
   - embeddings pool as the model folder's 1_Pooling/config.json says (pooling_mode_lasttoken: the
     --pooling last vectors, not the mean ones) when --pooling is not given.
 
-With more arguments (the server_engine_kv_i8 test: --kv-bits 8) every server and CLI run gets them too,
+With more arguments (the server_engine_kv_i8 test: --kv-bits 8; server_engine_kv_i4: --kv-bits 4) every server and CLI run gets them too,
 so the whole suite runs on that KV cache, and the startup line must show the cache's element type and
 its smaller pool (MiB for the same --kv-size) next to a server without them.
 
@@ -66,7 +66,7 @@ if '--kv-bits' in EXTRA:
         finally:
             s.stop()
     bits = EXTRA[EXTRA.index('--kv-bits') + 1]
-    want_type, ratio = {'8': ('I8', 1.25 / 2.25), '16': ('I16', 1.0)}[bits]
+    want_type, ratio = {'4': ('I4', 0.625 / 2.25), '8': ('I8', 1.25 / 2.25), '16': ('I16', 1.0)}[bits]
     check(f'--kv-bits {bits}: the startup line names the {want_type} cache and its pool size',
           pools[True] and pools[False] and pools[True][0] == pools[False][0] == 4096 and pools[True][2] == want_type
           and pools[False][2] == 'I16' and abs(pools[True][1] / pools[False][1] - ratio) < 5e-3, pools)

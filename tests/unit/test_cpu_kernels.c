@@ -7,7 +7,8 @@
 // offsets, and every gemm tile shape (1-4 rows x 1-13 tokens). Attention heads of several sizes and
 // key ranges are compared with a double-precision softmax (on the I8 cache with integer scores, the
 // VNNI sets', of the query rounded as the kernel rounds it, and within what that rounding can move
-// a softmax of the float query's; every other cache type bit-identical to the AVX-512 set's), SwiGLU with a double-precision one, the I16
+// a softmax of the float query's; every other cache type, the 4-bit I4 included, bit-identical to
+// the AVX-512 set's), SwiGLU with a double-precision one, the I16
 // KV row conversion bit for bit with the scalar one, and the integer (VNNI) gemv and integer
 // batched product (VNNI or AMX tiles) of the sets that have them, for every format they cover: 1 to 40
 // tokens (partial 16-token tiles), row blocks at odd offsets, and a product over a later token chunk
@@ -431,10 +432,14 @@ static void compare_attention(const char *set) {
         // Several queries in one call (a GQA group x tokens), each with its own key range, over a
         // cache in each element type: the reference runs on the values the cache holds (decoded
         // here from the layout cpu_kernels.h describes), so this measures the kernel, not rounding.
-        const mx_dtype kvts[] = {MX_DTYPE_F32, MX_DTYPE_F16, MX_DTYPE_I16, MX_DTYPE_I8};
-        for (int kt = 0; kt < 4; kt++) {
+        // I4 codes (cpu_kv_i4.c) are converted by the cache's own row conversion, whose bound
+        // test_cpu_kv_i4 checks, and decoded here from the nibbles; their rows sit an even number of
+        // elements apart (cs: a row starts on a byte, as in the cache, whose stride is head_dim).
+        const mx_dtype kvts[] = {MX_DTYPE_F32, MX_DTYPE_F16, MX_DTYPE_I16, MX_DTYPE_I8, MX_DTYPE_I4};
+        for (int kt = 0; kt < 5; kt++) {
             mx_dtype dt = kvts[kt];
-            int nsc = CPU_KV_SCALES(hd);
+            int nsc = mx_kv_row_scales(dt, hd);
+            int64_t cs = dt == MX_DTYPE_I4 ? stride + 1 : stride;
             uint8_t *Kc = malloc(4 * stride * n_keys), *Vc = malloc(4 * stride * n_keys);
             float *Kd = malloc(sizeof(float) * stride * n_keys), *Vd = malloc(sizeof(float) * stride * n_keys);
             float *Ks = malloc(sizeof(float) * nsc * n_keys), *Vs = malloc(sizeof(float) * nsc * n_keys);
@@ -442,7 +447,15 @@ static void compare_attention(const char *set) {
                 const float *src = which ? V : K;
                 uint8_t *dst = which ? Vc : Kc;
                 float *dec = which ? Vd : Kd, *sc = which ? Vs : Ks;
-                for (int p = 0; p < n_keys; p++)
+                for (int p = 0; p < n_keys && dt == MX_DTYPE_I4; p++) {
+                    cpu_kernels_kv_i4_row(dst + p * cs / 2, sc + p * nsc, src + p * stride, hd);
+                    for (int d = 0; d < hd; d++) {
+                        int64_t at = p * cs + d;
+                        int u = (dst[at / 2] >> (at % 2 ? 4 : 0)) & 15;
+                        dec[p * stride + d] = (float)(u - 8) * sc[p * nsc + d / MX_KV_I4_GROUP];
+                    }
+                }
+                for (int p = 0; p < n_keys && dt != MX_DTYPE_I4; p++)
                     for (int b = 0; b < nsc; b++) {
                         int d0 = b * CPU_KV_SCALE_BLOCK, d1 = d0 + CPU_KV_SCALE_BLOCK < hd ? d0 + CPU_KV_SCALE_BLOCK : hd;
                         float amax = 0;
@@ -496,7 +509,7 @@ static void compare_attention(const char *set) {
             for (int nq = 6; nq <= MAXQ; nq += MAXQ - 6) {
                 if (dt == MX_DTYPE_I8) CHECK(cpu_kernels_attn_i8_select(i8_modes[md]) == 0);
                 cpu_attn_args a = {.q = qp, .out = op, .nq = nq, .first = first, .last = last, .K = Kc, .V = Vc,
-                                   .stride = stride, .kv_dtype = dt, .K_scale = Ks, .V_scale = Vs,
+                                   .stride = cs, .kv_dtype = dt, .K_scale = Ks, .V_scale = Vs,
                                    .scale_stride = nsc, .hd = hd, .scale = 0.3f};
                 cpu_kernels_attn_rows(&a, scr);
                 // Integer scores (I8 cache, VNNI sets): the reference's query is the query rounded as
@@ -571,7 +584,7 @@ static void compare_attention(const char *set) {
                 // its gemv), the float path on every other set (amx: tile products).
                 CHECK(cpu_kernels_attn_i8_select("") == 0);
                 cpu_attn_args a = {.q = qp, .out = op, .nq = 6, .first = first, .last = last, .K = Kc, .V = Vc,
-                                   .stride = stride, .kv_dtype = dt, .K_scale = Ks, .V_scale = Vs,
+                                   .stride = cs, .kv_dtype = dt, .K_scale = Ks, .V_scale = Vs,
                                    .scale_stride = nsc, .hd = hd, .scale = 0.3f};
                 int want = strcmp(set, "avx512vnni") == 0 && hd % 16 == 0;
                 CHECK_MSG(cpu_kernels_attn_int_scores(&a) == want && cpu_kernels_attn_int_pv(&a) == want,
@@ -590,7 +603,7 @@ static void compare_attention(const char *set) {
                 int differ = 0;
                 for (int nq = 6; nq <= MAXQ; nq += MAXQ - 6) {
                     cpu_attn_args a = {.q = qp, .out = op, .nq = nq, .first = first, .last = last, .K = Kc, .V = Vc,
-                                       .stride = stride, .kv_dtype = dt, .K_scale = Ks, .V_scale = Vs,
+                                       .stride = cs, .kv_dtype = dt, .K_scale = Ks, .V_scale = Vs,
                                        .scale_stride = nsc, .hd = hd, .scale = 0.3f};
                     cpu_kernels_select(set);
                     cpu_kernels_attn_rows(&a, scr);
