@@ -9,7 +9,7 @@
 // of every output's bits in the last repetition (equal hashes: bit-identical kernels).
 // Not part of the build:
 //   cc -O2 -std=c11 -D_GNU_SOURCE -Isrc bench/attn_decode_lab.c build/cpu/libmlxcel_lib.a -lm -lpthread
-//   ./a.out [CONTEXT=2080] [REPS=15] [KERNEL_SET [TYPE: I16, I8 or F32; default all three [QUERIES=2]]]
+//   ./a.out [CONTEXT=2080] [REPS=15] [KERNEL_SET [TYPE: I16, I8, I4 or F32; default all four [QUERIES=2]]]
 // QUERIES: query heads per KV head (2 for Qwen3-0.6B, 4 for Qwen3-8B), at most MAX_GROUP.
 // MLXCEL_CPU_ATTN_I8=int: the I8 cache's integer scores (AVX-512 VNNI sets; cpu_kernels_attn_vnni.c).
 #include <stdio.h>
@@ -44,26 +44,28 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (argc > 3 && cpu_kernels_select(argv[3]) != 0) return 1;
-    int blocks = (ctx + MX_KV_BLOCK - 1) / MX_KV_BLOCK, nsc = CPU_KV_SCALES(HD);
+    int blocks = (ctx + MX_KV_BLOCK - 1) / MX_KV_BLOCK;
     size_t rows = (size_t)LAYERS * blocks * 2 * HEADS * MX_KV_BLOCK;
-    const mx_dtype types[] = {MX_DTYPE_I16, MX_DTYPE_I8, MX_DTYPE_F32};
+    const mx_dtype types[] = {MX_DTYPE_I16, MX_DTYPE_I8, MX_DTYPE_I4, MX_DTYPE_F32};
     float *q = malloc(sizeof(float) * HEADS * group * HD), *out = malloc(sizeof(float) * HEADS * group * HD);
     float *scratch = aligned_alloc(64, sizeof(float) * CPU_ATTN_SCRATCH(HD));
     float *row = malloc(sizeof(float) * HD);
     for (int i = 0; i < HEADS * group * HD; i++) q[i] = (float)((i * 7919) % 101) / 100.0f - 0.5f;
     printf("kernels %s, context %d, %d layers x %d KV heads x %d, %d queries per KV head, one thread\n",
            cpu_kernels_name(), ctx, LAYERS, HEADS, HD, group);
-    for (int t = 0; t < 3; t++) {
+    for (int t = 0; t < 4; t++) {
         mx_dtype dt = types[t];
         if (argc > 4 && strcmp(argv[4], mx_dtype_name(dt)) != 0) continue;
-        size_t es = mx_dtype_size(dt), code_bytes = rows * HD * es;
+        int nsc = mx_kv_row_scales(dt, HD);
+        size_t row_bytes = mx_kv_elem_bytes(dt, HD), code_bytes = rows * row_bytes;
         size_t scale_bytes = mx_kv_scaled(dt) ? rows * nsc * sizeof(float) : 0;
         uint8_t *kv = aligned_alloc(2 << 20, (code_bytes + scale_bytes + (2 << 20) - 1) / (2 << 20) * (2 << 20));
         float *scales = (float *)(kv + code_bytes);
         for (size_t r = 0; r < rows; r++) {  // every row through the store's own conversion
             for (int d = 0; d < HD; d++) row[d] = (float)(((r * 131 + (size_t)d * 17) % 1009)) / 500.0f - 1.0f;
-            uint8_t *dst = kv + r * HD * es;
-            if (dt == MX_DTYPE_I16) cpu_kernels_kv_i16_row((int16_t *)dst, scales + r * nsc, row, HD);
+            uint8_t *dst = kv + r * row_bytes;
+            if (dt == MX_DTYPE_I4) cpu_kernels_kv_i4_row(dst, scales + r * nsc, row, HD);
+            else if (dt == MX_DTYPE_I16) cpu_kernels_kv_i16_row((int16_t *)dst, scales + r * nsc, row, HD);
             else if (dt == MX_DTYPE_I8) cpu_kernels_kv_i8_row((int8_t *)dst, scales + r * nsc, row, HD);
             else memcpy(dst, row, sizeof(float) * HD);
         }
@@ -83,7 +85,7 @@ int main(int argc, char **argv) {
                     }
                     int64_t block_rows = (int64_t)2 * HEADS * MX_KV_BLOCK;
                     cpu_attn_args a = {.q = qp, .out = op, .nq = group, .first = first, .last = last,
-                                       .K = kv + k0 * MX_KV_BLOCK * HD * es, .V = kv + v0 * MX_KV_BLOCK * HD * es,
+                                       .K = kv + k0 * MX_KV_BLOCK * row_bytes, .V = kv + v0 * MX_KV_BLOCK * row_bytes,
                                        .stride = HD, .kv_dtype = dt, .hd = HD, .scale = 0.088f,
                                        .block0 = 0, .block_stride = block_rows * HD};
                     if (scale_bytes) {
