@@ -27,15 +27,18 @@
 
 // Chunk c (16 elements, lanes past cm zero) of the key or value row at element `at` of src as
 // float32; I16 and I8 elements times their block's scale sc[sat + c * 16 / CPU_KV_SCALE_BLOCK], I4
-// elements (8 bytes of codes, low nibble first, cpu_kv_i4_code) times sc[sat + c * 16 / MX_KV_I4_GROUP].
+// elements (8 bytes of codes, low nibble first, cpu_kv_i4_code) times sc[sat + c * 16 / MX_KV_I4_GROUP]
+// (looked up in the group's 16 products code x scale: the same values, 12% less CPU for a decoded
+// token's attention at 2k than converting each code, attn_decode_lab).
 CPU_TARGET_AVX512_INLINE static __m512 load_chunk(mx_dtype dt, const void *src, const float *sc, int64_t at,
                                                   int64_t sat, int c, __mmask16 cm) {
-    if (dt == MX_DTYPE_I4) {
+    if (dt == MX_DTYPE_I4) {  // the 16 values code x scale, c = -8..7, then each lane's by its nibble
         __mmask16 bm = (__mmask16)((1u << ((__builtin_popcount(cm) + 1) / 2)) - 1);  // bytes of the cm lanes
         __m128i b = _mm_maskz_loadu_epi8(bm, (const uint8_t *)src + (at + c * 16) / 2), nib = _mm_set1_epi8(15);
         __m128i u = _mm_unpacklo_epi8(_mm_and_si128(b, nib), _mm_and_si128(_mm_srli_epi16(b, 4), nib));
-        __m512i code = _mm512_sub_epi32(_mm512_cvtepu8_epi32(u), _mm512_set1_epi32(8));
-        return _mm512_maskz_mul_ps(cm, _mm512_cvtepi32_ps(code), _mm512_set1_ps(sc[sat + c * 16 / MX_KV_I4_GROUP]));
+        const __m512 codes = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+        __m512 table = _mm512_mul_ps(codes, _mm512_set1_ps(sc[sat + c * 16 / MX_KV_I4_GROUP]));
+        return _mm512_maskz_permutexvar_ps(cm, _mm512_cvtepu8_epi32(u), table);
     }
     if (dt == MX_DTYPE_I8)
         return _mm512_mul_ps(
