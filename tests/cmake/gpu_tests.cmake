@@ -130,6 +130,13 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
            WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
   set_tests_properties(gpu_kv_bits_8_refused PROPERTIES
                        PASS_REGULAR_EXPRESSION "kv-bits 8: the ${MLXCEL_GPU_RUNTIME_NAME} backend has no 8-bit KV cache \\(only the cpu backend has")
+  # --kv-bits 4 (the CPU's 4-bit cache) likewise.
+  add_test(NAME gpu_kv_bits_4_refused
+           COMMAND $<TARGET_FILE:mlxcel> generate -m models/qwen3-demo-44m-4bit -p Hi -n 1 --backend ${MLXCEL_GPU_RUNTIME_NAME}
+                   --kv-bits 4
+           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+  set_tests_properties(gpu_kv_bits_4_refused PROPERTIES
+                       PASS_REGULAR_EXPRESSION "kv-bits 4: the ${MLXCEL_GPU_RUNTIME_NAME} backend has no 4-bit KV cache \\(only the cpu backend has")
 
   # The numeric MLXCEL_GPU_* knobs are parsed strictly, before any device is looked for: a value that
   # is not a whole number in range is refused naming the variable and the accepted values.
