@@ -259,61 +259,41 @@ for val, on in (('1', True), ('yes', True), ('0', False), ('', False), (None, Fa
     check(f'MLXCEL_CHAT_DEBUG={val!r} is {"on" if on else "off"}', p.returncode == 0 and ('(reusing ' in err) == on,
           f'rc={p.returncode} {err[-300:]!r}')
 
-# --- --kv-bits 8: the int8 KV cache (CPU) ---------------------------------------------------------
-# The option takes effect (logits differ from the int16 cache's, within int8's 8e-2 of the reference,
-# and equal to MLXCEL_CPU_KV=i8's), bench names the cache, generate runs on it.
-with tempfile.TemporaryDirectory() as tmp:
-    fx = 'qwen3-q4g64'
-    rraw, rn, rh = read_st(f'{FIX}/{fx}/reference.safetensors')
-    a, b = rh['prompt_ids']['data_offsets']
-    ids = ','.join(map(str, struct.unpack('<20i', rraw[8 + rn + a:8 + rn + b])))
-    got = {}
-    for name, flags, env in (('i16', [], None), ('i8', ['--kv-bits', '8'], None), ('env', [], {'MLXCEL_CPU_KV': 'i8'})):
-        out = os.path.join(tmp, f'{name}.safetensors')
-        rc, _, err = run(['logits', '-m', f'{FIX}/{fx}', '--ids', ids, '--mode', 'decode', '-o', out, '--backend', 'cpu']
-                         + flags, env=env)
-        if rc == 0:
-            raw, n, h = read_st(out)
-            got[name] = floats(raw, n, h['logits'])
-    want = floats(rraw, rn, rh['logits'])
-    worst = max((max(abs(x - y) for x, y in zip(got['i8'][t * 512:(t + 1) * 512], want[t * 512:(t + 1) * 512]))
-                 / max(abs(y) for y in want[t * 512:(t + 1) * 512]) for t in range(20)), default=1.0) if 'i8' in got else 1.0
-    check(f'logits --kv-bits 8 {fx}: int8 cache in effect, within 8e-2 (worst {worst:.2g})',
-          len(got) == 3 and got['i8'] != got['i16'] and got['i8'] == got['env'] and worst < 8e-2, f'{sorted(got)} {worst}')
-rc, out, err = run(['bench', '-p', '40', '-n', '8', '--reps', '1', '--threads', '2', '--kv-bits', '8'])
-check('bench --kv-bits 8 runs and names the I8 cache', rc == 0 and 'KV cache I8' in err and 'generation (tg8)' in out,
-      out + err)
-rc, out, err = run(['generate', '-p', 'Once upon a time', '-n', '12', '--temp', '0', '--kv-bits', '8'])
-check('generate --kv-bits 8 runs', rc == 0 and len(out) > 10, f'rc={rc} {out!r} {err[-300:]}')
+# --- --kv-bits 8 and 4: the int8 and 4-bit KV caches (CPU) ---------------------------------------
+# Each option takes effect (logits differ from another cache's, within the cache's bound of the
+# reference: int8 8e-2, the 4-bit cache the qwen3 fixtures' 0.42 of test_model_parity.c, and equal to
+# MLXCEL_CPU_KV's), bench names the cache, generate runs on it.
+def kv_bits_case(bits, env_value, bound, other_name, other_flags):
+    with tempfile.TemporaryDirectory() as tmp:
+        fx = 'qwen3-q4g64'
+        rraw, rn, rh = read_st(f'{FIX}/{fx}/reference.safetensors')
+        a, b = rh['prompt_ids']['data_offsets']
+        ids = ','.join(map(str, struct.unpack('<20i', rraw[8 + rn + a:8 + rn + b])))
+        got = {}
+        for name, flags, env in ((other_name, other_flags, None), ('opt', ['--kv-bits', str(bits)], None),
+                                 ('env', [], {'MLXCEL_CPU_KV': env_value})):
+            out = os.path.join(tmp, f'{name}.safetensors')
+            rc, _, err = run(['logits', '-m', f'{FIX}/{fx}', '--ids', ids, '--mode', 'decode', '-o', out,
+                              '--backend', 'cpu'] + flags, env=env)
+            if rc == 0:
+                raw, n, h = read_st(out)
+                got[name] = floats(raw, n, h['logits'])
+        want = floats(rraw, rn, rh['logits'])
+        worst = max((max(abs(x - y) for x, y in zip(got['opt'][t * 512:(t + 1) * 512], want[t * 512:(t + 1) * 512]))
+                     / max(abs(y) for y in want[t * 512:(t + 1) * 512]) for t in range(20)),
+                    default=1.0) if 'opt' in got else 1.0
+        check(f'logits --kv-bits {bits} {fx}: the {env_value} cache in effect, within {bound:g} (worst {worst:.2g})',
+              len(got) == 3 and got['opt'] != got[other_name] and got['opt'] == got['env'] and worst < bound,
+              f'{sorted(got)} {worst}')
+    rc, out, err = run(['bench', '-p', '40', '-n', '8', '--reps', '1', '--threads', '2', '--kv-bits', str(bits)])
+    check(f'bench --kv-bits {bits} runs and names the {env_value.upper()} cache',
+          rc == 0 and f'KV cache {env_value.upper()}' in err and 'generation (tg8)' in out, out + err)
+    rc, out, err = run(['generate', '-p', 'Once upon a time', '-n', '12', '--temp', '0', '--kv-bits', str(bits)])
+    check(f'generate --kv-bits {bits} runs', rc == 0 and len(out) > 10, f'rc={rc} {out!r} {err[-300:]}')
 
-# --- --kv-bits 4: the 4-bit KV cache (CPU) --------------------------------------------------------
-# As for 8: the option takes effect (logits differ from the int16 and int8 caches', within the I4
-# bound of the qwen3 fixtures, 0.42 (test_model_parity.c), and equal to MLXCEL_CPU_KV=i4's), bench
-# names the cache, generate runs on it; MLXCEL_CPU_KV=i4 is a known value.
-with tempfile.TemporaryDirectory() as tmp:
-    fx = 'qwen3-q4g64'
-    rraw, rn, rh = read_st(f'{FIX}/{fx}/reference.safetensors')
-    a, b = rh['prompt_ids']['data_offsets']
-    ids = ','.join(map(str, struct.unpack('<20i', rraw[8 + rn + a:8 + rn + b])))
-    got = {}
-    for name, flags, env in (('i8', ['--kv-bits', '8'], None), ('i4', ['--kv-bits', '4'], None),
-                             ('env', [], {'MLXCEL_CPU_KV': 'i4'})):
-        out = os.path.join(tmp, f'{name}.safetensors')
-        rc, _, err = run(['logits', '-m', f'{FIX}/{fx}', '--ids', ids, '--mode', 'decode', '-o', out, '--backend', 'cpu']
-                         + flags, env=env)
-        if rc == 0:
-            raw, n, h = read_st(out)
-            got[name] = floats(raw, n, h['logits'])
-    want = floats(rraw, rn, rh['logits'])
-    worst = max((max(abs(x - y) for x, y in zip(got['i4'][t * 512:(t + 1) * 512], want[t * 512:(t + 1) * 512]))
-                 / max(abs(y) for y in want[t * 512:(t + 1) * 512]) for t in range(20)), default=1.0) if 'i4' in got else 1.0
-    check(f'logits --kv-bits 4 {fx}: 4-bit cache in effect, within 0.42 (worst {worst:.2g})',
-          len(got) == 3 and got['i4'] != got['i8'] and got['i4'] == got['env'] and worst < 0.42, f'{sorted(got)} {worst}')
-rc, out, err = run(['bench', '-p', '40', '-n', '8', '--reps', '1', '--threads', '2', '--kv-bits', '4'])
-check('bench --kv-bits 4 runs and names the I4 cache', rc == 0 and 'KV cache I4' in err and 'generation (tg8)' in out,
-      out + err)
-rc, out, err = run(['generate', '-p', 'Once upon a time', '-n', '12', '--temp', '0', '--kv-bits', '4'])
-check('generate --kv-bits 4 runs', rc == 0 and len(out) > 10, f'rc={rc} {out!r} {err[-300:]}')
+
+kv_bits_case(8, 'i8', 8e-2, 'i16', [])
+kv_bits_case(4, 'i4', 0.42, 'i8', ['--kv-bits', '8'])
 
 # --- bad model folders: exit 1 with a clear message ----------------------------------------------
 def copy_fixture(tmp, name, src=f'{FIX}/qwen3-q4g64'):
