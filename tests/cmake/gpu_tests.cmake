@@ -9,9 +9,11 @@ add_test(NAME gpu_arch_parse
          COMMAND ${CMAKE_COMMAND} -DSRC=${PROJECT_SOURCE_DIR} -P ${PROJECT_SOURCE_DIR}/tests/gpu/test_arch_parse.cmake)
 add_test(NAME spdx_headers COMMAND ${PROJECT_SOURCE_DIR}/scripts/check_spdx.sh WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 # bench_gpu_decode's records (tests/gpu/bench_decode_model.c) against the engine's, record by record,
-# for a small random Qwen3 MoE and dense model (app/bench_model.c writes them; the CPU backend runs).
+# for a small random Qwen3 MoE and dense model (app/bench_model.c writes them, reporting through
+# app/cli.c's cli_error; the CPU backend runs).
 add_executable(test_bench_records ${PROJECT_SOURCE_DIR}/tests/gpu/test_bench_records.c
-                                  ${PROJECT_SOURCE_DIR}/tests/gpu/bench_decode_model.c ${PROJECT_SOURCE_DIR}/app/bench_model.c)
+                                  ${PROJECT_SOURCE_DIR}/tests/gpu/bench_decode_model.c ${PROJECT_SOURCE_DIR}/app/bench_model.c
+                                  ${PROJECT_SOURCE_DIR}/app/cli.c)
 target_include_directories(test_bench_records PRIVATE ${PROJECT_SOURCE_DIR}/app)
 target_link_libraries(test_bench_records PRIVATE mlxcel_lib)
 add_test(NAME bench_records COMMAND test_bench_records ${PROJECT_BINARY_DIR}/bench_records)

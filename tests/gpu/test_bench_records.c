@@ -9,7 +9,6 @@
 // order, the same sizes and flags, and the same buffer aliasing, with every pointer named by where
 // it first appears in its plan (so x, h, the router logits, the expert ids... must play the same
 // roles in both) and every weight also by its shape. Usage: test_bench_records FOLDER (scratch).
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,16 +20,6 @@
 #include "models/model.h"
 
 enum { PREFILL = 16, MAX_OPS = 512, LINE = 200 };
-
-// app/bench_model.c reports through the CLI's error printer; the test prints the same way.
-void cli_error(const char *cmd, const char *fmt, ...) {
-    va_list a;
-    va_start(a, fmt);
-    fprintf(stderr, "mlxcel %s: ", cmd);
-    vfprintf(stderr, fmt, a);
-    fputc('\n', stderr);
-    va_end(a);
-}
 
 // ---- A plan as text: pointers named by first appearance --------------------------------------
 

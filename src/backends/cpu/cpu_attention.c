@@ -64,26 +64,20 @@ static int block_of(const int32_t *table, const mx_kv_layout *lay, int slot, int
 // Writes one position's rows (n_kv_heads rows of hd) in the cache's element type.
 static void store_rows(uint8_t *dst, float *scales, const float *src, int n_rows, int hd, mx_dtype dt) {
     size_t n = (size_t)n_rows * hd;
-    if (dt == MX_DTYPE_I4) {
-        for (int r = 0; r < n_rows; r++)
-            cpu_kernels_kv_i4_row(dst + (size_t)r * hd / 2, scales + (size_t)r * mx_kv_row_scales(dt, hd),
-                                  src + (size_t)r * hd, hd);
-        return;
-    }
     if (dt == MX_DTYPE_F32) {
         memcpy(dst, src, n * sizeof(float));
         return;
     }
-    if (dt == MX_DTYPE_I16) {
-        for (int r = 0; r < n_rows; r++)
-            cpu_kernels_kv_i16_row((int16_t *)dst + (size_t)r * hd, scales + (size_t)r * CPU_KV_SCALES(hd),
-                                   src + (size_t)r * hd, hd);
-        return;
-    }
-    if (dt == MX_DTYPE_I8) {
-        for (int r = 0; r < n_rows; r++)
-            cpu_kernels_kv_i8_row((int8_t *)dst + (size_t)r * hd, scales + (size_t)r * CPU_KV_SCALES(hd),
-                                  src + (size_t)r * hd, hd);
+    if (mx_kv_scaled(dt)) {  // I16, I8, I4: codes and mx_kv_row_scales scales per row
+        size_t row_bytes = mx_kv_elem_bytes(dt, (size_t)hd), nsc = (size_t)mx_kv_row_scales(dt, hd);
+        for (int r = 0; r < n_rows; r++) {
+            uint8_t *d = dst + (size_t)r * row_bytes;
+            float *s = scales + (size_t)r * nsc;
+            const float *x = src + (size_t)r * hd;
+            if (dt == MX_DTYPE_I16) cpu_kernels_kv_i16_row((int16_t *)d, s, x, hd);
+            else if (dt == MX_DTYPE_I8) cpu_kernels_kv_i8_row((int8_t *)d, s, x, hd);
+            else cpu_kernels_kv_i4_row(d, s, x, hd);
+        }
         return;
     }
     uint16_t *d = (uint16_t *)dst;
