@@ -58,21 +58,23 @@ static void *xmalloc(size_t bytes) {
     return p;
 }
 
-static void *dalloc(mx_backend *be, size_t bytes) {
+// A device buffer the model owns (released by bench_model_free).
+static void *dalloc(mx_backend *be, bench_model *m, size_t bytes) {
+    if (m->n_owned == m->max_owned) bench_die("too many buffers");
     void *p = be->ops->alloc(be, bytes, &bench_err);
     if (!p) bench_die("alloc");
-    return p;
+    return m->owned[m->n_owned++] = p;
 }
 
-static void *dfrom(mx_backend *be, const void *h, size_t bytes) {
-    void *p = dalloc(be, bytes);
+static void *dfrom(mx_backend *be, bench_model *m, const void *h, size_t bytes) {
+    void *p = dalloc(be, m, bytes);
     if (be->ops->upload(be, p, h, bytes, &bench_err) != 0) bench_die("upload");
     return p;
 }
 
 // A random 4-bit g64 host matrix [experts, rows, cols] (data, bf16 scales/biases) reused as the
 // source of many uploads.
-static mx_matrix host_q4(int64_t experts, int64_t rows, int64_t cols) {
+static mx_matrix host_q4(bench_model *model, int64_t experts, int64_t rows, int64_t cols) {
     mx_matrix m = {{MX_QUANT_AFFINE, 4, 64}, MX_DTYPE_U32, MX_DTYPE_BF16, experts, rows, cols, NULL, NULL, NULL};
     int64_t db = mx_matrix_data_bytes(&m), sb = mx_matrix_scale_bytes(&m);
     uint64_t *d = xmalloc((size_t)db);
@@ -84,6 +86,10 @@ static mx_matrix host_q4(int64_t experts, int64_t rows, int64_t cols) {
         b[i] = mx_f32_to_bf16(bv);
     }
     m.data = d, m.scales = s, m.biases = b;
+    void **keep = model->host + model->n_host;
+    model->n_host += 3;
+    MX_ASSERT(model->n_host <= (int)(sizeof model->host / sizeof model->host[0]));
+    keep[0] = d, keep[1] = s, keep[2] = b;
     return m;
 }
 
@@ -107,14 +113,16 @@ void bench_model_init(mx_backend *be, bench_model *m, const bench_shape *s, int 
     const bool moe = s->experts > 0;
     const int E = moe ? s->experts : 1, K = moe ? s->top_k : 1;
     int qd = s->heads * s->head_dim, kd = s->kv_heads * s->head_dim;
-    mx_matrix hq = host_q4(1, qd, s->hidden), hk = host_q4(1, kd, s->hidden), ho = host_q4(1, s->hidden, qd);
-    mx_matrix hg = host_q4(moe ? E : 1, s->inter, s->hidden), hd = host_q4(moe ? E : 1, s->hidden, s->inter);
-    mx_matrix he = host_q4(1, s->vocab, s->hidden);
-    mx_matrix hr = moe ? host_q4(1, E, s->hidden) : (mx_matrix){0};
+    mx_matrix hq = host_q4(m, 1, qd, s->hidden), hk = host_q4(m, 1, kd, s->hidden), ho = host_q4(m, 1, s->hidden, qd);
+    mx_matrix hg = host_q4(m, moe ? E : 1, s->inter, s->hidden), hd = host_q4(m, moe ? E : 1, s->hidden, s->inter);
+    mx_matrix he = host_q4(m, 1, s->vocab, s->hidden);
+    mx_matrix hr = moe ? host_q4(m, 1, E, s->hidden) : (mx_matrix){0};
     const double expert_read = moe ? (double)K / E : 1.0;
     double all = 0, active = 0;
     m->L = calloc((size_t)s->layers, sizeof(bench_layer));
-    if (!m->L) bench_die("layers");
+    m->max_owned = 4 * s->layers + 32;  // each layer's four norms, then the model's buffers
+    m->owned = calloc((size_t)m->max_owned, sizeof(void *));
+    if (!m->L || !m->owned) bench_die("layers");
     int widest = s->inter > s->hidden ? s->inter : s->hidden;
     float *ones = xmalloc(sizeof(float) * (size_t)widest);
     for (int i = 0; i < widest; i++) ones[i] = 1.0f + (float)(next() % 100) * 1e-3f;
@@ -128,10 +136,10 @@ void bench_model_init(mx_backend *be, bench_model *m, const bench_shape *s, int 
         upload(be, &hg, &L->gate, expert_read, &all, &active);
         upload(be, &hg, &L->up, expert_read, &all, &active);
         upload(be, &hd, &L->down, expert_read, &all, &active);
-        L->in_norm = dfrom(be, ones, sizeof(float) * s->hidden);
-        L->post_norm = dfrom(be, ones, sizeof(float) * s->hidden);
-        L->q_norm = dfrom(be, ones, sizeof(float) * s->head_dim);
-        L->k_norm = dfrom(be, ones, sizeof(float) * s->head_dim);
+        L->in_norm = dfrom(be, m, ones, sizeof(float) * s->hidden);
+        L->post_norm = dfrom(be, m, ones, sizeof(float) * s->hidden);
+        L->q_norm = dfrom(be, m, ones, sizeof(float) * s->head_dim);
+        L->k_norm = dfrom(be, m, ones, sizeof(float) * s->head_dim);
     }
     m->layers_bytes = all;
     if (be->ops->upload_matrix(be, &he, &m->embed, &bench_err) != 0) bench_die("upload_matrix");
@@ -142,36 +150,52 @@ void bench_model_init(mx_backend *be, bench_model *m, const bench_shape *s, int 
     }
     m->weight_bytes = all + matrix_bytes(&he);
     m->read_bytes = active + matrix_bytes(&he);
-    m->final_norm = dfrom(be, ones, sizeof(float) * s->hidden);
+    m->final_norm = dfrom(be, m, ones, sizeof(float) * s->hidden);
     float *inv = xmalloc(sizeof(float) * s->head_dim / 2);
     for (int j = 0; j < s->head_dim / 2; j++) inv[j] = 1.0f / (float)pow(1000000.0, 2.0 * j / s->head_dim);
-    m->inv_freq = dfrom(be, inv, sizeof(float) * s->head_dim / 2);
+    m->inv_freq = dfrom(be, m, inv, sizeof(float) * s->head_dim / 2);
     m->lay = (mx_kv_layout){s->layers, kv_slots, max_ctx, s->kv_heads, s->head_dim, 0};
-    m->kv = dalloc(be, mx_kv_bytes(&m->lay, be->kv_dtype));
+    m->kv = dalloc(be, m, mx_kv_bytes(&m->lay, be->kv_dtype));
     size_t entries = (size_t)kv_slots * mx_kv_table_len(&m->lay);
     int32_t *table = xmalloc(4 * entries);
     for (size_t i = 0; i < entries; i++) table[i] = (int32_t)i;
-    m->table = dfrom(be, table, 4 * entries);
+    m->table = dfrom(be, m, table, 4 * entries);
     size_t c = (size_t)cap, ck = c * (size_t)K;
-    m->x = dalloc(be, 4 * c * s->hidden), m->h = dalloc(be, 4 * c * s->hidden);
-    m->q = dalloc(be, 4 * c * qd), m->k = dalloc(be, 4 * c * kd), m->v = dalloc(be, 4 * c * kd);
-    m->att = dalloc(be, 4 * c * qd), m->tmp = dalloc(be, 4 * c * s->hidden);
-    m->g = dalloc(be, 4 * ck * s->inter), m->u = dalloc(be, 4 * ck * s->inter);
+    m->x = dalloc(be, m, 4 * c * s->hidden), m->h = dalloc(be, m, 4 * c * s->hidden);
+    m->q = dalloc(be, m, 4 * c * qd), m->k = dalloc(be, m, 4 * c * kd), m->v = dalloc(be, m, 4 * c * kd);
+    m->att = dalloc(be, m, 4 * c * qd), m->tmp = dalloc(be, m, 4 * c * s->hidden);
+    m->g = dalloc(be, m, 4 * ck * s->inter), m->u = dalloc(be, m, 4 * ck * s->inter);
     if (moe) {
-        m->router = dalloc(be, 4 * c * E), m->moe_w = dalloc(be, 4 * ck);
-        m->moe_ids = dalloc(be, 4 * ck), m->moe_y = dalloc(be, 4 * ck * s->hidden);
+        m->router = dalloc(be, m, 4 * c * E), m->moe_w = dalloc(be, m, 4 * ck);
+        m->moe_ids = dalloc(be, m, 4 * ck), m->moe_y = dalloc(be, m, 4 * ck * s->hidden);
     }
-    m->last = dalloc(be, 4 * (size_t)s->hidden), m->logits = dalloc(be, 4 * (size_t)s->vocab);
+    m->last = dalloc(be, m, 4 * (size_t)s->hidden), m->logits = dalloc(be, m, 4 * (size_t)s->vocab);
     int32_t *hid = xmalloc(4 * c), *hpos = xmalloc(4 * c), *hslot = calloc(c, 4);
     if (!hslot) bench_die("slots");
     for (size_t i = 0; i < c; i++) hid[i] = (int32_t)(next() % (uint64_t)s->vocab), hpos[i] = (int32_t)i;
-    m->ids = dfrom(be, hid, 4 * c), m->pos = dfrom(be, hpos, 4 * c), m->slot = dfrom(be, hslot, 4 * c);
-    m->next_id = dalloc(be, 4);
+    m->ids = dfrom(be, m, hid, 4 * c), m->pos = dfrom(be, m, hpos, 4 * c), m->slot = dfrom(be, m, hslot, 4 * c);
+    m->next_id = dalloc(be, m, 4);
     int32_t last_rows[2] = {last_row0, 0};
-    m->last_row = dfrom(be, last_rows, sizeof last_rows);
+    m->last_row = dfrom(be, m, last_rows, sizeof last_rows);
     if (be->ops->sync(be, &bench_err) != 0) bench_die("uploads");
     free(hid), free(hpos), free(hslot), free(inv), free(ones), free(table);  // uploaded: the sync above
-    // The host matrices stay: a backend may keep pointing at them (the CPU backend does).
+    // The host matrices stay until bench_model_free: a backend may keep pointing at them (the CPU
+    // backend does).
+}
+
+void bench_model_free(mx_backend *be, bench_model *m) {
+    for (int l = 0; l < m->s.layers; l++) {
+        bench_layer *L = &m->L[l];
+        mx_matrix *w[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down, &L->router};
+        for (size_t i = 0; i < sizeof w / sizeof w[0]; i++)
+            if (w[i]->data) be->ops->release_matrix(be, w[i]);
+    }
+    be->ops->release_matrix(be, &m->embed);
+    if (!m->s.tied) be->ops->release_matrix(be, &m->lm_head);
+    for (int i = 0; i < m->n_owned; i++) be->ops->release(be, m->owned[i]);
+    for (int i = 0; i < m->n_host; i++) free(m->host[i]);
+    free(m->L), free(m->owned);
+    memset(m, 0, sizeof *m);
 }
 
 mx_kv_ref bench_kv_ref(const bench_model *m, int layer) {

@@ -4,8 +4,8 @@
 // shape on the device, the activation buffers of up to `cap` tokens, and the op records of a
 // forward pass, issued in the order and with the buffer aliasing of the engine's model code
 // (src/models/forward.c: block_records, mlp_records, head_records), so the GPU plan runner fuses
-// them exactly as it fuses a real model's. Every layer has its own device copy of the weights; the
-// model owns them until the process ends (a bench, nothing is released).
+// them exactly as it fuses a real model's. Every layer has its own device copy of the weights;
+// bench_model_free releases them with everything else the model holds.
 #ifndef MLXCEL_BENCH_DECODE_MODEL_H
 #define MLXCEL_BENCH_DECODE_MODEL_H
 
@@ -50,6 +50,10 @@ typedef struct bench_model {
     double weight_bytes;  // all weights (the embedding once)
     double layers_bytes;  // the layers' weights (all of them)
     double read_bytes;    // weights a decode token reads: one layer's without the unused experts, all layers, lm_head
+    void *host[21];       // the host matrices' buffers (n_host) every layer's weights were uploaded from
+    int n_host;
+    void **owned;         // the device buffers above (n_owned of at most max_owned)
+    int n_owned, max_owned;
 } bench_model;
 
 // The shape called `name`, or NULL; bench_shape_names: the names, comma separated.
@@ -65,6 +69,9 @@ extern mx_error bench_err;
 // {last_row0, 0}. Exits on failure.
 void bench_model_init(mx_backend *be, bench_model *m, const bench_shape *s, int cap, int max_ctx, int kv_slots,
                       int last_row0);
+
+// Releases m's device buffers and weights (before be is freed) and its host matrices.
+void bench_model_free(mx_backend *be, bench_model *m);
 
 // Where the step's tokens live in layer `layer` of the cache (with the block table, as forward.c's
 // kv_ref).

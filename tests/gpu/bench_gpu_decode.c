@@ -283,6 +283,7 @@ int main(int argc, char **argv) {
         if (be->ops->sync(be, &bench_err) != 0) bench_die("batched decode");
     }
     mxg_rt_event_destroy(e0), mxg_rt_event_destroy(e1);
+    bench_model_free(be, &m);
     mx_backend_free(be);
     return 0;
 }

@@ -196,6 +196,7 @@ static int check_shape(const char *folder, const char *config, const bench_shape
     snprintf(what, sizeof what, "%s decode", s->name);
     bad |= n_noted[1] == 0 || compare(what, bd->ops, bd->n_ops, 1);
     mx_plan_free(be, bp), mx_plan_free(be, bd);
+    bench_model_free(be, &bm);
     mx_ctx_free(ctx);
     mx_model_free(m);
     be->ops = cpu_ops;
