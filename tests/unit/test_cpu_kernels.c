@@ -384,14 +384,16 @@ static int int_paths, pv_paths;  // attn_rows calls that took integer scores, in
 
 // The integer P.V's error bound (cpu_kernels_attn_vnni_pv.c), absolute: a weight p * vscale of a
 // block of 16 keys (the call's blocks: from lo, the smallest first of its queries, to hi) is rounded
-// to 16 bits on a step of (max p over the block) x (max vscale of the group over the block's keys
-// that the query sees, at most that over all of them) / 65280,
+// to 16 bits (I8 cache) on a step of (max p over the block) x (max vscale of the group over the
+// block's keys that the query sees, at most that over all of them) / 65280,
 // so the output moves by at most, summed over the blocks, (live keys) x (max p) x (max |v| of the
 // block's keys) / (130560 x sum p), plus 2^-20 of the sum of |p v| (float roundings of the weights'
-// multipliers, the 27-bit integer sum's conversion). The weights come from a double softmax of the
-// scores of q (the query the kernel's scores use).
+// multipliers, the 27-bit integer sum's conversion). On the I4 cache the weights are rounded to
+// signed bytes on a step of max p x max |vscale| / 127, and max |v| = 8 max |vscale|: the same with
+// 254 for 130560 (`steps`). The weights come from a double softmax of the scores of q (the query
+// the kernel's scores use).
 static double pv_bound(const float *q, const float *K, const float *V, int64_t stride, int first, int last, int lo,
-                       int hi, int hd, float scale) {
+                       int hi, int hd, float scale, double steps) {
     double w[64], b = 0, pv = 0;
     const double sum = softmax_ref(q, K, stride, first, last, hd, scale, w);
     for (int p0 = lo; p0 <= hi; p0 += 16) {
@@ -405,7 +407,7 @@ static double pv_bound(const float *q, const float *K, const float *V, int64_t s
         }
         b += n * pm * vm;
     }
-    return (b / 130560 + pv * 0x1p-20) / sum;
+    return (b / steps + pv * 0x1p-20) / sum;
 }
 
 static void compare_attention(const char *set) {
@@ -503,11 +505,13 @@ static void compare_attention(const char *set) {
             }
             float *scr = aligned_alloc(64, sizeof(float) * CPU_ATTN_SCRATCH(256));
             int bad = 0, int_bad = 0, planted_missed = 0, alone_differ = 0;
-            // On the I8 cache each integer mode on its own and both (the VNNI sets; others ignore it).
+            // On the I8 and I4 caches each integer mode on its own and both (the VNNI sets; others
+            // ignore it).
             const char *i8_modes[] = {"int", "pv", "int,pv", "float"};
-            for (int md = 0; md < (dt == MX_DTYPE_I8 ? 4 : 1); md++)
+            const bool int_cache = dt == MX_DTYPE_I8 || dt == MX_DTYPE_I4;
+            for (int md = 0; md < (int_cache ? 4 : 1); md++)
             for (int nq = 6; nq <= MAXQ; nq += MAXQ - 6) {
-                if (dt == MX_DTYPE_I8) CHECK(cpu_kernels_attn_i8_select(i8_modes[md]) == 0);
+                if (int_cache) CHECK(cpu_kernels_attn_i8_select(i8_modes[md]) == 0);
                 cpu_attn_args a = {.q = qp, .out = op, .nq = nq, .first = first, .last = last, .K = Kc, .V = Vc,
                                    .stride = cs, .kv_dtype = dt, .K_scale = Ks, .V_scale = Vs,
                                    .scale_stride = nsc, .hd = hd, .scale = 0.3f};
@@ -526,7 +530,9 @@ static void compare_attention(const char *set) {
                     q8_ref(qp[j], hd, qr);
                     const float *qe = iq ? qr : qp[j];
                     attn_ref(qe, Kd, Vd, stride, first[j], last[j], hd, 0.3f, ref, &vmax);
-                    double pvb = ipv ? pv_bound(qe, Kd, Vd, stride, first[j], last[j], lo, hi, hd, 0.3f) : 0;
+                    double pvb = ipv ? pv_bound(qe, Kd, Vd, stride, first[j], last[j], lo, hi, hd, 0.3f,
+                                                dt == MX_DTYPE_I4 ? 254 : 130560)
+                                     : 0;
                     for (int i = 0; i < hd; i++) {
                         if (!ipv) {
                             bad += !within(op[j][i], ref[i], vmax, ATTN_TOL, &seen.attn);
@@ -579,16 +585,17 @@ static void compare_attention(const char *set) {
                         alone_differ += memcmp(two[k], op[j + k], sizeof(float) * (size_t)hd) != 0;
                 }
             }
-            if (dt == MX_DTYPE_I8) {
+            if (int_cache) {
                 // Unset, both integer modes on the avx512vnni set (its batched product is bit-equal to
                 // its gemv), the float path on every other set (amx: tile products).
                 CHECK(cpu_kernels_attn_i8_select("") == 0);
                 cpu_attn_args a = {.q = qp, .out = op, .nq = 6, .first = first, .last = last, .K = Kc, .V = Vc,
                                    .stride = cs, .kv_dtype = dt, .K_scale = Ks, .V_scale = Vs,
                                    .scale_stride = nsc, .hd = hd, .scale = 0.3f};
-                int want = strcmp(set, "avx512vnni") == 0 && hd % 16 == 0;
+                int want = strcmp(set, "avx512vnni") == 0 && hd % (dt == MX_DTYPE_I4 ? 32 : 16) == 0;
                 CHECK_MSG(cpu_kernels_attn_int_scores(&a) == want && cpu_kernels_attn_int_pv(&a) == want,
-                          "%s hd %d: the I8 cache's default attention is not %s", set, hd, want ? "int,pv" : "float");
+                          "%s hd %d: the %s cache's default attention is not %s", set, hd, mx_dtype_name(dt),
+                          want ? "int,pv" : "float");
                 CHECK(cpu_kernels_attn_i8_select("int,pv") == 0);
             }
             CHECK_MSG(bad == 0, "%s attention rows hd %d cache %s: %d values differ", set, hd, mx_dtype_name(dt), bad);
@@ -596,9 +603,11 @@ static void compare_attention(const char *set) {
                       "bound from float scores", set, hd, int_bad);
             CHECK_MSG(alone_differ == 0, "%s attention rows hd %d cache %s: %d queries alone or in pairs in a call differ "
                       "in their bits from the same queries among others", set, hd, mx_dtype_name(dt), alone_differ);
-            // Every other cache type takes the same code in the VNNI sets as in the AVX-512 set: the
-            // same bits (the default I16 cache must not move).
-            if (dt != MX_DTYPE_I8 && (strcmp(set, "avx512vnni") == 0 || strcmp(set, "amx") == 0)) {
+            // Every other cache type (and I4 rows of a head size the integer modes do not take) takes
+            // the same code in the VNNI sets as in the AVX-512 set: the same bits (the default I16
+            // cache must not move).
+            if (dt != MX_DTYPE_I8 && !(dt == MX_DTYPE_I4 && hd % 32 == 0) &&
+                (strcmp(set, "avx512vnni") == 0 || strcmp(set, "amx") == 0)) {
                 static float mine[MAXQ * 256];
                 int differ = 0;
                 for (int nq = 6; nq <= MAXQ; nq += MAXQ - 6) {

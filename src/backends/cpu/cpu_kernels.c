@@ -207,7 +207,7 @@ void cpu_kernels_attn_head(const float *q, const float *K, const float *V, int64
     k->attn_rows(&a, scratch);
 }
 
-// MLXCEL_CPU_ATTN_I8 picks the I8 cache's attention where the set has integer modes: "int" the
+// MLXCEL_CPU_ATTN_I8 picks the I8 and I4 caches' attention where the set has integer modes: "int" the
 // scores, "pv" the P.V, "int,pv" both, "float" neither. Unset (or empty), both where the set's
 // batched product is the VNNI one, whose outputs for a row of x are bit-equal to the one-token
 // product's (cpu_int8_activations.h): a preempted request's recomputed tokens are then those of its
@@ -257,12 +257,12 @@ int cpu_kernels_attn_i8_select(const char *spec) {
 
 int cpu_kernels_attn_int_scores(const cpu_attn_args *a) {
     return kernels()->attn_rows == cpu_avx512vnni_attn_rows && (cpu_kernels_attn_i8_mode() & CPU_ATTN_I8_SCORES) &&
-           cpu_attn_i8_int_ok(a);
+           cpu_attn_int_ok(a);
 }
 
 int cpu_kernels_attn_int_pv(const cpu_attn_args *a) {
     return kernels()->attn_rows == cpu_avx512vnni_attn_rows && (cpu_kernels_attn_i8_mode() & CPU_ATTN_I8_PV) &&
-           cpu_attn_i8_pv_ok(a);
+           cpu_attn_int_ok(a);
 }
 
 void cpu_kernels_attn_rows(const cpu_attn_args *a, float *scratch) {

@@ -121,19 +121,22 @@ static inline int64_t cpu_attn_scale(const cpu_attn_args *a, int p) {
 }
 // scratch: CPU_ATTN_SCRATCH(hd) floats.
 void cpu_kernels_attn_rows(const cpu_attn_args *a, float *scratch);
-// 1 when the active set computes this call's scores from integer dot products: I8 cache, head_dim a
-// multiple of 16 from 32 to 512, AVX-512 VNNI, and MLXCEL_CPU_ATTN_I8 int or int,pv, or unset on the
+// 1 when the active set computes this call's scores from integer dot products: I8 cache with head_dim
+// a multiple of 16 from 32 to 512, or I4 cache with head_dim a multiple of 32 from 32 to 512, AVX-512
+// VNNI, and MLXCEL_CPU_ATTN_I8 int or int,pv, or unset on the
 // avx512vnni set (read once; cpu_kernels.c says why that set and not amx). The
 // query is then rounded as a cache row is (cpu_kernels_kv_i8_row)
 // and each 16-value group's exact integer sum of code products is scaled by the two groups' scales;
 // otherwise the scores are float products of the query with the decoded keys.
 int cpu_kernels_attn_int_scores(const cpu_attn_args *a);
-// 1 when the active set computes this call's P.V from integer dot products: I8 cache, head_dim a
-// multiple of 16 from 32 to 512, AVX-512 VNNI, and MLXCEL_CPU_ATTN_I8 pv or int,pv, or unset on the
+// 1 when the active set computes this call's P.V from integer dot products: the caches and head sizes
+// of cpu_kernels_attn_int_scores, AVX-512 VNNI, and MLXCEL_CPU_ATTN_I8 pv or int,pv, or unset on the
 // avx512vnni set. Each block's
 // weights p times the value scales are rounded to 16 bits on one step per query, block of 16 keys and
 // 16-value group (max p x max value scale / 65280), and summed exactly with the int8 value codes as
-// two byte digits (cpu_kernels_attn_vnni_pv.c, which states the error bound).
+// two byte digits; on the I4 cache to signed bytes (a step of max p x max |value scale| / 127 per
+// 32-value group) summed exactly with the 4-bit codes (cpu_kernels_attn_vnni_pv.c, which states the
+// error bounds).
 int cpu_kernels_attn_int_pv(const cpu_attn_args *a);
 // Sets the integer modes as MLXCEL_CPU_ATTN_I8 would ("int", "pv", "int,pv", "float", or "" or NULL
 // for the set's default; tests);

@@ -252,13 +252,13 @@ CPU_TARGET_AVX512_INLINE static void pv_update8(float *const out[8], const float
 
 // The body of attn_rows for `chunks` 16-float chunks per row; inlined with chunks a constant for the
 // common head sizes, so the per-chunk loops unroll and their pointers stay in registers.
-// i8q (a constant): integer scores on the I8 cache (cpu_kernels_attn_vnni.c) instead of float keys;
-// i8pv (a constant): integer P.V on the I8 cache (cpu_kernels_attn_vnni_pv.c) instead of float values,
-// the outputs in its permuted order until the end of the call.
-CPU_TARGET_AVX512_INLINE static void attn_rows_body(const cpu_attn_args *a, float *scratch, int chunks, bool i8q,
-                                                    bool i8pv) {
+// intq (a constant): integer scores on the I8 or I4 cache (cpu_kernels_attn_vnni.c) instead of float
+// keys; intpv (a constant): integer P.V on the I8 or I4 cache (cpu_kernels_attn_vnni_pv.c) instead of
+// float values, the outputs in its permuted order until the end of the call.
+CPU_TARGET_AVX512_INLINE static void attn_rows_body(const cpu_attn_args *a, float *scratch, int chunks, bool intq,
+                                                    bool intpv) {
     int hd = a->hd, nq = a->nq;
-    bool direct = nq <= DIRECT_ROWS;  // K and V read from the cache, no block copy (with i8q, i8pv: the other half)
+    bool direct = nq <= DIRECT_ROWS;  // K and V read from the cache, no block copy (with intq, intpv: the other half)
     __mmask16 tail = (__mmask16)(hd % 16 ? (1u << (hd % 16)) - 1 : 0xffff);
     float *Kb = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63), *Vb = Kb + 16 * chunks * 16;
     float m[CPU_ATTN_MAX_ROWS], l[CPU_ATTN_MAX_ROWS], corr[CPU_ATTN_MAX_ROWS];
@@ -270,15 +270,15 @@ CPU_TARGET_AVX512_INLINE static void attn_rows_body(const cpu_attn_args *a, floa
         lo = a->first[j] < lo ? a->first[j] : lo;
         hi = a->last[j] > hi ? a->last[j] : hi;
     }
-    uint8_t *kbuf = (uint8_t *)Kb, *qprep = (uint8_t *)(Vb + 16 * chunks * 16);  // i8q: keys, queries
-    if (i8q) cpu_vnni_attn_i8_prepare(a, qprep);
+    uint8_t *kbuf = (uint8_t *)Kb, *qprep = (uint8_t *)(Vb + 16 * chunks * 16);  // intq: keys, queries
+    if (intq) cpu_vnni_attn_int_prepare(a, qprep);
     // Blocks start at multiples of 16 (a cache block's first position), whatever the call's smallest
     // first: a query's blocks, and so its output's bits, do not depend on which other queries share
     // the call (a decode step's query alone, the same query among a prompt's after a preemption).
     for (int p0 = lo - lo % 16; p0 <= hi; p0 += 16) {
         int nb = hi - p0 + 1 < 16 ? hi - p0 + 1 : 16;
-        if (!i8q && !direct) load_block(Kb, a, a->K, a->K_scale, p0, nb, hd, hi);
-        if (!i8pv && !direct) load_block(Vb, a, a->V, a->V_scale, p0, nb, hd, hi);
+        if (!intq && !direct) load_block(Kb, a, a->K, a->K_scale, p0, nb, hd, hi);
+        if (!intpv && !direct) load_block(Vb, a, a->V, a->V_scale, p0, nb, hd, hi);
         // Where the block's rows are, once for both direct passes (K and V rows share their offsets).
         block_at o = direct ? block_offsets(a, p0, hi, mx_kv_scaled(a->kv_dtype)) : (block_at){0};
         // Three passes over the queries, each query's work in a pass independent of the others'
@@ -294,14 +294,14 @@ CPU_TARGET_AVX512_INLINE static void attn_rows_body(const cpu_attn_args *a, floa
             to = to > 15 ? 15 : to;
             live[j] = (__mmask16)(((1u << (to + 1)) - 1) & ~((1u << from) - 1));
         }
-        if (i8q) {
-            cpu_vnni_attn_i8_scores(a, qprep, p0, nb, hi, live, sp, kbuf);
+        if (intq) {
+            cpu_vnni_attn_int_scores(a, qprep, p0, nb, hi, live, sp, kbuf);
         } else if (direct) {
             DIRECT_CALL(direct_scores, &o, nb, sp);
         }
         for (int j = 0; j < nq; j++) {
             if (!live[j]) continue;
-            __m512 raw = i8q || direct ? _mm512_load_ps(sp[j]) : block_scores(a->q[j], Kb, chunks, tail);
+            __m512 raw = intq || direct ? _mm512_load_ps(sp[j]) : block_scores(a->q[j], Kb, chunks, tail);
             _mm512_store_ps(sp[j], _mm512_mask_blend_ps(live[j], _mm512_set1_ps(-INFINITY),
                                                         _mm512_mul_ps(raw, _mm512_set1_ps(a->scale))));
         }
@@ -318,8 +318,8 @@ CPU_TARGET_AVX512_INLINE static void attn_rows_body(const cpu_attn_args *a, floa
             l[j] = l[j] * corr[j] + _mm512_reduce_add_ps(e);
             _mm512_store_ps(sp[j], e);
         }
-        if (i8pv) {  // the block's values as integer tiles in the V scratch, then every live query
-            cpu_vnni_attn_i8_pv(a, p0, nb, hi, live, sp, corr, (uint8_t *)Vb);
+        if (intpv) {  // the block's values as integer tiles in the V scratch, then every live query
+            cpu_vnni_attn_int_pv(a, p0, nb, hi, live, sp, corr, (uint8_t *)Vb);
             continue;
         }
         if (direct) {
@@ -356,7 +356,7 @@ CPU_TARGET_AVX512_INLINE static void attn_rows_body(const cpu_attn_args *a, floa
     }
     for (int j = 0; j < nq; j++) {
         float inv = cpu_attn_inv_denominator(m[j], l[j], a->sink ? a->sink[j] : -INFINITY), *out = a->out[j];
-        if (i8pv) cpu_vnni_attn_i8_pv_order(out, hd);
+        if (intpv) cpu_vnni_attn_int_pv_order(out, hd);
         for (int d = 0; d < hd; d++) out[d] *= inv;
     }
 }
@@ -370,8 +370,8 @@ CPU_TARGET_AVX512 void cpu_avx512_attn_rows(const cpu_attn_args *a, float *scrat
     }
 }
 
-// The I8 cache's integer modes (cpu_kernels_attn_i8_mode) for head sizes that allow them.
-#define ATTN_I8_BODY(Q, PV)                                                         \
+// The I8 and I4 caches' integer modes (cpu_kernels_attn_i8_mode) for head sizes that allow them.
+#define ATTN_INT_BODY(Q, PV)                                                         \
     switch (a->hd / 16) {                                                           \
     case 2: attn_rows_body(a, scratch, 2, Q, PV); break;        /* head_dim 32 */  \
     case 4: attn_rows_body(a, scratch, 4, Q, PV); break;        /* head_dim 64 */  \
@@ -382,13 +382,13 @@ CPU_TARGET_AVX512 void cpu_avx512_attn_rows(const cpu_attn_args *a, float *scrat
 
 CPU_TARGET_AVX512 void cpu_avx512vnni_attn_rows(const cpu_attn_args *a, float *scratch) {
     int mode = cpu_kernels_attn_i8_mode();
-    bool q = (mode & CPU_ATTN_I8_SCORES) && cpu_attn_i8_int_ok(a), pv = (mode & CPU_ATTN_I8_PV) && cpu_attn_i8_pv_ok(a);
+    bool q = (mode & CPU_ATTN_I8_SCORES) && cpu_attn_int_ok(a), pv = (mode & CPU_ATTN_I8_PV) && cpu_attn_int_ok(a);
     if (q && pv) {
-        ATTN_I8_BODY(true, true);
+        ATTN_INT_BODY(true, true);
     } else if (q) {
-        ATTN_I8_BODY(true, false);
+        ATTN_INT_BODY(true, false);
     } else if (pv) {
-        ATTN_I8_BODY(false, true);
+        ATTN_INT_BODY(false, true);
     } else {
         cpu_avx512_attn_rows(a, scratch);
     }

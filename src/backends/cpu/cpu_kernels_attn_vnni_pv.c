@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: MIT
-// Decode attention's value side (P.V) on the 8-bit KV cache with integer dot products (AVX-512
-// VNNI), for the attention kernel's integer-P.V mode (cpu_kernels_attn.c; MLXCEL_CPU_ATTN_I8=pv).
+// Decode attention's value side (P.V) on the 8-bit and 4-bit KV caches with integer dot products
+// (AVX-512 VNNI), for the attention kernel's integer-P.V mode (cpu_kernels_attn.c;
+// MLXCEL_CPU_ATTN_I8=pv). The 8-bit cache first, then what differs on the 4-bit one.
 // A value row's codes carry one scale per 16 values and key, which does not factor out of a sum
 // over keys; so it goes into the weight: for a block of 16 keys i and a 16-value group g the weight
 // w[i][g] = p[i] * vscale[i][g] is rounded to 16 bits on a step of
@@ -27,13 +28,24 @@
 // as |v| <= 127 vscale, by at most
 //   sum over blocks (live keys x max p x max|v| of the block's keys) / (130560 x sum p)
 // plus ~2^-20 of sum |p v| (test_cpu_kernels checks it).
-// Head sizes: multiples of 16 from 32 to 512 (cpu_attn_i8_pv_ok); a last chunk's missing groups
+// Head sizes: multiples of 16 from 32 to 512 (cpu_attn_int_ok); a last chunk's missing groups
 // have zero codes and scales.
+// The I4 cache (cpu_kv_i4.c) takes the same tiles of its unsigned codes u = c + 8 (0..15,
+// cpu_kv_i4_unpack.h), and its scales, one per 32 values and key, signed (m / -8), go into the
+// weights the same way, but rounded to signed bytes: w[i][h] = p[i] * vscale[i][h] on a step of
+//   s[h] = max_i p[i] * max_i |vscale[i][h]| / 127     (one step per query, block and 32-value group),
+// one `vpdpbusd` per four keys and 64 values (the values unsigned, the weights signed) instead of
+// two, and out[d] += s[h] * (sum_i code(w[i][h]) * u[i][d] - 8 * sum_i code(w[i][h])), the second
+// sum (the codes' offset) from four more `vpdpbusd` of the weight bytes with 8s. An output moves by
+// at most, summed over the blocks, (live keys) x (max p) x (max |v| of the block's keys) / (254 x
+// sum p) (|c| <= 8, so max |v| = 8 max |vscale|): half a step of 1/127 of the largest weight per
+// key, against the cache's own 1/16 of a group's largest value per element.
 #include "backends/cpu/cpu_kernels_table.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include "backends/cpu/cpu_kv_i4_unpack.h"
 #include "backends/cpu/cpu_simd_targets.h"
 
 // The block scratch (vbuf) per 64-value chunk c: 16 tiles of value codes [quad k][sub-vector m],
@@ -78,10 +90,73 @@ CPU_TARGET_VNNI_INLINE static void group_steps(const cpu_attn_args *a, const int
     *dq = _mm512_div_ps(_mm512_permutexvar_ps(grp4, mx), _mm512_set1_ps(65280.0f));  // lane 4L + e: group L's
 }
 
-CPU_TARGET_VNNI_INLINE static void pv_body(const cpu_attn_args *a, int p0, int nb, int pf_last, const uint16_t *live,
-                                           const float (*p)[16], const float *corr, uint8_t *vbuf, int c64) {
-    const int8_t *V = a->V;
+// The I4 cache's group_steps: for the chunk's two 32-value groups h (one in a last chunk of 32
+// values), wmul[h] lane i = vscale[i][2c + h] * 127 / (the group's largest |vscale| over the keys in
+// `keys`; 0 for the other keys and an all-zero group), and *dq lane 4L + e = the largest of the group
+// holding 16-value group L, / 127.
+CPU_TARGET_VNNI_INLINE static void group_steps4(const cpu_attn_args *a, const int64_t *sat, unsigned keys, int c,
+                                                __m512 *wmul, __m512 *dq) {
+    int groups = a->hd - 64 * c >= 64 ? 2 : 1;
+    float big[2] = {0.0f, 0.0f};
+    wmul[1] = _mm512_setzero_ps();
+    for (int h = 0; h < groups; h++) {
+        float s[16] __attribute__((aligned(64)));
+        for (int i = 0; i < 16; i++) s[i] = keys >> i & 1 ? a->V_scale[sat[i] + 2 * c + h] : 0.0f;
+        __m512 x = _mm512_load_ps(s);
+        big[h] = _mm512_reduce_max_ps(_mm512_abs_ps(x));
+        wmul[h] = big[h] > 0.0f ? _mm512_mul_ps(x, _mm512_set1_ps(127.0f / big[h])) : _mm512_setzero_ps();
+    }
+    __m512 lo = _mm512_set1_ps(big[0] / 127.0f), hi = _mm512_set1_ps(big[1] / 127.0f);
+    *dq = _mm512_mask_blend_ps(0xff00, lo, hi);  // lanes 0..7: groups L = 0, 1; lanes 8..15: L = 2, 3
+}
+
+// One query's P.V update on the I4 cache's tiles (pv_body): e its weights p / pmax, vp = pmax, vc its
+// softmax correction; steps from the block's keys (wmul, dq in vbuf) or, for a query that does not
+// see all of them, from its own (`keys`).
+CPU_TARGET_VNNI_INLINE static void pv4_query(const cpu_attn_args *a, const int64_t *sat, unsigned keys, bool own,
+                                             __m512 e, __m512 vp, __m512 vc, float *out, const uint8_t *vbuf, int c64) {
+    const __m512i grp4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const __m512i eight = _mm512_set1_epi8(8);
     int hd = a->hd;
+    for (int c = 0; c < c64; c++) {
+        const __m512i *tiles = (const __m512i *)vbuf + PV_CHUNK_VECS * c;
+        __m512 mine[3];
+        if (own) group_steps4(a, sat, keys, c, mine, mine + 2);
+        const __m512 *wmul = own ? mine : (const __m512 *)(tiles + 16), *dq = wmul + 2;
+        // Signed byte weight codes: dword 4L + g of w = group g's codes of keys 4L..4L+3 (groups 0
+        // and 1 from the first 32-value group, 2 and 3 from the second).
+        __m512i c0 = _mm512_cvtps_epi32(_mm512_mul_ps(wmul[0], e));
+        __m512i c1 = _mm512_cvtps_epi32(_mm512_mul_ps(wmul[1], e));
+        __m512i w = _mm512_packs_epi16(_mm512_packs_epi32(c0, c0), _mm512_packs_epi32(c1, c1));
+        __m512i acc[4], offset = _mm512_setzero_si512();
+        for (int m = 0; m < 4; m++) acc[m] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            // Lane 4L + e: quad k's four weight codes of group L.
+            __m512i wk = _mm512_permutexvar_epi32(_mm512_add_epi32(grp4, _mm512_set1_epi32(4 * k)), w);
+            offset = _mm512_dpbusd_epi32(offset, eight, wk);
+#pragma GCC unroll 4
+            for (int m = 0; m < 4; m++) acc[m] = _mm512_dpbusd_epi32(acc[m], _mm512_load_si512(tiles + 4 * k + m), wk);
+        }
+        __m512 scale = _mm512_mul_ps(*dq, vp);
+        int G = hd - 64 * c >= 64 ? 4 : (hd - 64 * c) / 16;
+        __mmask16 lanes = (__mmask16)((1u << (4 * G)) - 1);
+#pragma GCC unroll 4
+        for (int m = 0; m < 4; m++) {
+            float *o = out + 64 * c + 4 * G * m;
+            __m512i sum = _mm512_sub_epi32(acc[m], offset);  // |sum| <= 16 x 8 x 127
+            _mm512_mask_storeu_ps(o, lanes, _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale,
+                                                           _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, o), vc)));
+        }
+    }
+}
+
+CPU_TARGET_VNNI_INLINE static void pv_body(const cpu_attn_args *a, int p0, int nb, int pf_last, const uint16_t *live,
+                                           const float (*p)[16], const float *corr, uint8_t *vbuf, int c64,
+                                           bool i4) {
+    const uint8_t *V = a->V;
+    int hd = a->hd;
+    const int64_t row_bytes = (int64_t)mx_kv_elem_bytes(a->kv_dtype, (size_t)hd);
     // p0 is a multiple of 16, so the block's keys are one cache block's rows: key p0 + i at
     // at0 + i * stride, its scales at sat0 + i * scale_stride (the next block's likewise).
     int64_t at[16], sat[16], at0 = cpu_attn_key(a, p0), sat0 = cpu_attn_scale(a, p0);
@@ -91,8 +166,8 @@ CPU_TARGET_VNNI_INLINE static void pv_body(const cpu_attn_args *a, int p0, int n
         at[i] = i < nb ? at0 + i * a->stride : 0;
         sat[i] = i < nb ? sat0 + i * a->scale_stride : 0;
         if (i < pf_rows) {  // the same row of the next block into L2, as load_block does
-            int64_t next = nat0 + i * a->stride;
-            for (int c = 0; c < c64; c++) _mm_prefetch((const char *)(V + next + 64 * c), _MM_HINT_T1);
+            const uint8_t *next = V + mx_kv_elem_bytes(a->kv_dtype, (size_t)(nat0 + i * a->stride));
+            for (int64_t b = 0; b < row_bytes; b += 64) _mm_prefetch((const char *)(next + b), _MM_HINT_T1);
             _mm_prefetch((const char *)(a->V_scale + nsat0 + i * a->scale_stride), _MM_HINT_T1);
         }
     }
@@ -107,7 +182,9 @@ CPU_TARGET_VNNI_INLINE static void pv_body(const cpu_attn_args *a, int p0, int n
         for (int k = 0; k < 4; k++) {
             __m512i r[4];
             for (int q = 0; q < 4; q++)
-                r[q] = _mm512_maskz_loadu_epi8(4 * k + q < nb ? bytes : 0, V + at[4 * k + q] + 64 * c);
+                r[q] = 4 * k + q >= nb ? _mm512_setzero_si512()
+                       : i4        ? cpu_i4_unpack64(V + (at[4 * k + q] + 64 * c) / 2, 16 * G)
+                                   : _mm512_maskz_loadu_epi8(bytes, V + at[4 * k + q] + 64 * c);
             __m512i lo01 = _mm512_unpacklo_epi8(r[0], r[1]), hi01 = _mm512_unpackhi_epi8(r[0], r[1]);
             __m512i lo23 = _mm512_unpacklo_epi8(r[2], r[3]), hi23 = _mm512_unpackhi_epi8(r[2], r[3]);
             _mm512_store_si512(tiles + 4 * k + 0, _mm512_unpacklo_epi16(lo01, lo23));  // values 16L + 0..3
@@ -115,7 +192,8 @@ CPU_TARGET_VNNI_INLINE static void pv_body(const cpu_attn_args *a, int p0, int n
             _mm512_store_si512(tiles + 4 * k + 2, _mm512_unpacklo_epi16(hi01, hi23));  // 16L + 8..11
             _mm512_store_si512(tiles + 4 * k + 3, _mm512_unpackhi_epi16(hi01, hi23));  // 16L + 12..15
         }
-        group_steps(a, sat, all, c, wmul, dq);
+        if (i4) group_steps4(a, sat, all, c, wmul, wmul + 2);
+        else group_steps(a, sat, all, c, wmul, dq);
     }
     for (int j = 0; j < a->nq; j++) {
         if (!live[j]) continue;
@@ -127,6 +205,10 @@ CPU_TARGET_VNNI_INLINE static void pv_body(const cpu_attn_args *a, int p0, int n
         }
         __m512 vc = _mm512_set1_ps(corr[j]), vp = _mm512_set1_ps(pmax);
         e = _mm512_mul_ps(e, _mm512_set1_ps(1.0f / pmax));  // the largest 1 to within an ulp or two
+        if (i4) {
+            pv4_query(a, sat, live[j], live[j] != all, e, vp, vc, out, vbuf, c64);
+            continue;
+        }
         // A query that does not see every key of the block (a prompt's query before the call's
         // last keys, or past a window's first) takes steps from its own keys (group_steps).
         __m512 own[8][5];
@@ -173,20 +255,30 @@ CPU_TARGET_VNNI_INLINE static void pv_body(const cpu_attn_args *a, int p0, int n
     }
 }
 
-CPU_TARGET_VNNI void cpu_vnni_attn_i8_pv(const cpu_attn_args *a, int p0, int nb, int pf_last, const uint16_t *live,
-                                         const float (*p)[16], const float *corr, uint8_t *vbuf) {
-    switch ((a->hd + 63) / 64) {
-    case 1: pv_body(a, p0, nb, pf_last, live, p, corr, vbuf, 1); break;  // head_dim 32, 48, 64
-    case 2: pv_body(a, p0, nb, pf_last, live, p, corr, vbuf, 2); break;  // head_dim 128
-    case 4: pv_body(a, p0, nb, pf_last, live, p, corr, vbuf, 4); break;  // head_dim 256
-    default: pv_body(a, p0, nb, pf_last, live, p, corr, vbuf, (a->hd + 63) / 64); break;
+CPU_TARGET_VNNI void cpu_vnni_attn_int_pv(const cpu_attn_args *a, int p0, int nb, int pf_last, const uint16_t *live,
+                                          const float (*p)[16], const float *corr, uint8_t *vbuf) {
+    int c64 = (a->hd + 63) / 64;
+    if (a->kv_dtype == MX_DTYPE_I4) {
+        switch (c64) {
+        case 1: pv_body(a, p0, nb, pf_last, live, p, corr, vbuf, 1, true); break;  // head_dim 32, 64
+        case 2: pv_body(a, p0, nb, pf_last, live, p, corr, vbuf, 2, true); break;  // head_dim 128
+        case 4: pv_body(a, p0, nb, pf_last, live, p, corr, vbuf, 4, true); break;  // head_dim 256
+        default: pv_body(a, p0, nb, pf_last, live, p, corr, vbuf, c64, true); break;
+        }
+        return;
+    }
+    switch (c64) {
+    case 1: pv_body(a, p0, nb, pf_last, live, p, corr, vbuf, 1, false); break;  // head_dim 32, 48, 64
+    case 2: pv_body(a, p0, nb, pf_last, live, p, corr, vbuf, 2, false); break;  // head_dim 128
+    case 4: pv_body(a, p0, nb, pf_last, live, p, corr, vbuf, 4, false); break;  // head_dim 256
+    default: pv_body(a, p0, nb, pf_last, live, p, corr, vbuf, c64, false); break;
     }
 }
 
 #endif
 
 // Value 16L + 4m + e of each chunk of 64 values (G groups of 16) back from 4Gm + 4L + e.
-void cpu_vnni_attn_i8_pv_order(float *out, int hd) {
+void cpu_vnni_attn_int_pv_order(float *out, int hd) {
     for (int c = 0; c < hd; c += 64) {
         int G = hd - c >= 64 ? 4 : (hd - c) / 16;
         float t[64];

@@ -51,40 +51,43 @@ const cpu_kernel_set *cpu_kernels_x86_named(const char *name);
 // AVX-512 attention for several queries of one KV head (cpu_kernels_attn.c); see cpu_kernels_attn_rows.
 void cpu_avx512_attn_rows(const cpu_attn_args *a, float *scratch);
 
-// The same with integer scores on the I8 cache where cpu_kernels_attn_i8_scores says so
-// (cpu_kernels_attn.c; the AVX-512 VNNI sets), else exactly cpu_avx512_attn_rows.
+// The same with integer scores and P.V on the I8 and I4 caches where cpu_kernels_attn_int_scores and
+// cpu_kernels_attn_int_pv say so (cpu_kernels_attn.c; the AVX-512 VNNI sets), else exactly
+// cpu_avx512_attn_rows.
 void cpu_avx512vnni_attn_rows(const cpu_attn_args *a, float *scratch);
 // Its integer scores (cpu_kernels_attn_vnni.c). Rows are padded to whole 64-byte chunks
-// (CPU_ATTN_I8_ROW(hd) bytes). The scratch's float block of 16 keys (unused in this mode: 16 * hd
-// floats, hd >= 32) holds the block's flipped key codes and their scale lanes (32 *
-// CPU_ATTN_I8_ROW(hd) bytes); each query's prepared codes, lane sums and scale lanes
-// (CPU_ATTN_I8_QBYTES each) follow the two blocks (CPU_ATTN_SCRATCH). Every call on the I8 cache
-// takes them where the head size allows, a prefill's as a decode's (a query's output does not depend
-// on the queries that share its call).
-#define CPU_ATTN_I8_ROW(hd) (((size_t)(hd) + 63) / 64 * 64)
-#define CPU_ATTN_I8_QBYTES(hd) ((size_t)3 * CPU_ATTN_I8_ROW(hd))
-static inline int cpu_attn_i8_int_ok(const cpu_attn_args *a) {
-    return a->kv_dtype == MX_DTYPE_I8 && a->hd % 16 == 0 && a->hd >= 32 && a->hd <= 512;
+// (CPU_ATTN_INT_ROW(hd) bytes). The scratch's float block of 16 keys (unused in this mode: 16 * hd
+// floats, hd >= 32) holds the block's key codes as unsigned bytes and their scale lanes (32 *
+// CPU_ATTN_INT_ROW(hd) bytes); each query's prepared codes, lane sums and scale lanes
+// (CPU_ATTN_INT_QBYTES each) follow the two blocks (CPU_ATTN_SCRATCH). Every call on the I8 or I4
+// cache takes them where the head size allows, a prefill's as a decode's (a query's output does not
+// depend on the queries that share its call).
+#define CPU_ATTN_INT_ROW(hd) (((size_t)(hd) + 63) / 64 * 64)
+#define CPU_ATTN_INT_QBYTES(hd) ((size_t)3 * CPU_ATTN_INT_ROW(hd))
+// Head sizes of the integer modes: multiples of 16 (I8; of 32 for I4: a 16-value group of the query
+// must lie in one 32-value group of the keys) from 32 to 512.
+static inline int cpu_attn_int_ok(const cpu_attn_args *a) {
+    int hd = a->hd, step = a->kv_dtype == MX_DTYPE_I8 ? 16 : a->kv_dtype == MX_DTYPE_I4 ? 32 : 0;
+    return step && hd % step == 0 && hd >= 32 && hd <= 512;
 }
-void cpu_vnni_attn_i8_prepare(const cpu_attn_args *a, uint8_t *qprep);
+void cpu_vnni_attn_int_prepare(const cpu_attn_args *a, uint8_t *qprep);
 // The integer modes MLXCEL_CPU_ATTN_I8 turns on (cpu_kernels.c): bits of the two below.
 #define CPU_ATTN_I8_SCORES 1
 #define CPU_ATTN_I8_PV 2
 int cpu_kernels_attn_i8_mode(void);
-// Integer P.V (cpu_kernels_attn_vnni_pv.c) takes the head sizes the integer scores take.
-static inline int cpu_attn_i8_pv_ok(const cpu_attn_args *a) { return cpu_attn_i8_int_ok(a); }
-// One block's P.V update for the queries with live[j] != 0: the block's value codes as integer tiles
-// in vbuf (the float V block's scratch, 64-byte aligned; 1344 bytes per 64 values or part), then for each such query
+// One block's P.V update for the queries with live[j] != 0 (cpu_kernels_attn_vnni_pv.c; the head
+// sizes of cpu_attn_int_ok): the block's value codes as integer tiles in vbuf (the float V block's
+// scratch, 64-byte aligned; 1344 bytes per 64 values or part), then for each such query
 // out[j] = out[j] * corr[j] + (its weights p[j][0..15], rounded per group) . values, out[j] in the
 // kernel's permuted order; prefetches the next block's values up to pf_last.
-void cpu_vnni_attn_i8_pv(const cpu_attn_args *a, int p0, int nb, int pf_last, const uint16_t *live,
-                         const float (*p)[16], const float *corr, uint8_t *vbuf);
+void cpu_vnni_attn_int_pv(const cpu_attn_args *a, int p0, int nb, int pf_last, const uint16_t *live,
+                          const float (*p)[16], const float *corr, uint8_t *vbuf);
 // Puts an output row of hd values back in order after the integer P.V (in place).
-void cpu_vnni_attn_i8_pv_order(float *out, int hd);
+void cpu_vnni_attn_int_pv_order(float *out, int hd);
 // Raw scores (before a->scale) of the queries with live[j] != 0 against keys p0 .. p0 + nb - 1 into
 // sp[j][0..15] (lanes past nb finite and meaningless); prefetches the next block's keys up to pf_last.
-void cpu_vnni_attn_i8_scores(const cpu_attn_args *a, const uint8_t *qprep, int p0, int nb, int pf_last,
-                             const uint16_t *live, float (*sp)[16], uint8_t *kbuf);
+void cpu_vnni_attn_int_scores(const cpu_attn_args *a, const uint8_t *qprep, int p0, int nb, int pf_last,
+                              const uint16_t *live, float (*sp)[16], uint8_t *kbuf);
 
 // AVX-512 SwiGLU (cpu_kernels_swiglu.c); see cpu_kernels_swiglu.
 void cpu_avx512_swiglu(float *out, const float *gate, const float *up, int64_t count);
