@@ -51,63 +51,68 @@
 // The block scratch (vbuf) per 64-value chunk c: 16 tiles of value codes [quad k][sub-vector m],
 // then 4 vectors of weight multipliers [group g] (lane i: vscale[i][4c + g] * 65280 / the group's
 // largest), then the steps' vector (lane 4L + e: group L's largest / 65280). 21 vectors, 1344 bytes.
+// On the I4 cache 2 vectors of weight multipliers (the chunk's two 32-value groups), then the steps'.
 #define PV_CHUNK_VECS 21
 
-// The weight multipliers wmul[4] and the steps' vector *dq of chunk c (see PV_CHUNK_VECS) from the
-// value scales of the keys in `keys` (bit i: key p0 + i; sat: their scale offsets), the others taken
-// as zero. A query's steps must not depend on which other queries share its call (a decode step's
-// query and the same query in a recomputed prompt must give the same bits; bench/RESULTS.md), so
-// they come from the keys the query sees: the block's keys for a query that sees all of them, else
-// the query's own (pv_body).
-CPU_TARGET_VNNI_INLINE static void group_steps(const cpu_attn_args *a, const int64_t *sat, unsigned keys, int c,
-                                               __m512 *wmul, __m512 *dq) {
-    int hd = a->hd, G = hd - 64 * c >= 64 ? 4 : (hd - 64 * c) / 16;  // groups in this chunk
-    __mmask8 groups = (__mmask8)((1u << G) - 1);
-    const __m512i grp4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-    // The 16 keys' scales of groups 4c..4c+3: s[n] lanes 4q + g = key 4n + q, group g.
+// Scale steps of the 16 keys in `keys` (bit i: key p0 + i; sat: their scale offsets, the others
+// taken as zero) for scale groups first .. first + n - 1 (n <= 4) of their rows: wmul[g] lane i =
+// vscale[i][first + g] * code_max / (the group's largest |vscale|), 0 for an all-zero group; returns
+// those largest ([g0 g1 g2 g3] in every 128-bit lane). A query's steps must not depend on which other
+// queries share its call (a decode step's query and the same query in a recomputed prompt must give
+// the same bits; bench/RESULTS.md), so they come from the keys the query sees: the block's keys for
+// a query that sees all of them, else the query's own (pv_body).
+CPU_TARGET_VNNI_INLINE static __m512 scale_steps(const cpu_attn_args *a, const int64_t *sat, unsigned keys, int first,
+                                                 int n, float code_max, __m512 *wmul) {
+    __mmask8 groups = (__mmask8)((1u << n) - 1);
+    // The 16 keys' scales of the n groups: s[m] lanes 4q + g = key 4m + q, group g.
+    const float *vs = a->V_scale + first;
     __m512 s[4];
-    for (int n = 0; n < 4; n++) {
-        const float *vs = a->V_scale + 4 * c;
-        __m512 x = _mm512_castps128_ps512(_mm_maskz_loadu_ps(keys >> (4 * n) & 1 ? groups : 0, vs + sat[4 * n]));
-        x = _mm512_insertf32x4(x, _mm_maskz_loadu_ps(keys >> (4 * n + 1) & 1 ? groups : 0, vs + sat[4 * n + 1]), 1);
-        x = _mm512_insertf32x4(x, _mm_maskz_loadu_ps(keys >> (4 * n + 2) & 1 ? groups : 0, vs + sat[4 * n + 2]), 2);
-        s[n] = _mm512_insertf32x4(x, _mm_maskz_loadu_ps(keys >> (4 * n + 3) & 1 ? groups : 0, vs + sat[4 * n + 3]), 3);
+    for (int m = 0; m < 4; m++) {
+        __m512 x = _mm512_castps128_ps512(_mm_maskz_loadu_ps(keys >> (4 * m) & 1 ? groups : 0, vs + sat[4 * m]));
+        x = _mm512_insertf32x4(x, _mm_maskz_loadu_ps(keys >> (4 * m + 1) & 1 ? groups : 0, vs + sat[4 * m + 1]), 1);
+        x = _mm512_insertf32x4(x, _mm_maskz_loadu_ps(keys >> (4 * m + 2) & 1 ? groups : 0, vs + sat[4 * m + 2]), 2);
+        s[m] = _mm512_insertf32x4(x, _mm_maskz_loadu_ps(keys >> (4 * m + 3) & 1 ? groups : 0, vs + sat[4 * m + 3]), 3);
     }
-    // The largest scale of each group in every 128-bit lane ([g0 g1 g2 g3] x 4), and 65280 / it
-    // (0 for an all-zero group).
-    __m512 mx = _mm512_max_ps(_mm512_max_ps(s[0], s[1]), _mm512_max_ps(s[2], s[3]));
+    // The largest |scale| of each group in every 128-bit lane, and code_max / it (0 for an all-zero
+    // group). (The I8 cache's scales are positive: the absolute value leaves their bits.)
+    __m512 mx = _mm512_max_ps(_mm512_max_ps(_mm512_abs_ps(s[0]), _mm512_abs_ps(s[1])),
+                              _mm512_max_ps(_mm512_abs_ps(s[2]), _mm512_abs_ps(s[3])));
     mx = _mm512_max_ps(mx, _mm512_shuffle_f32x4(mx, mx, 0xb1));
     mx = _mm512_max_ps(mx, _mm512_shuffle_f32x4(mx, mx, 0x4e));
     __m512 inv = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(mx, _mm512_setzero_ps(), _CMP_GT_OQ),
-                                     _mm512_set1_ps(65280.0f), mx);
-    // Transposed to lanes = keys: group g's 16 scales times 65280 / the group's largest.
+                                     _mm512_set1_ps(code_max), mx);
+    // Transposed to lanes = keys: group g's 16 scales times code_max / the group's largest.
     const __m512i lo8 = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
-    for (int g = 0; g < 4; g++) {
+    for (int g = 0; g < n; g++) {
         __m512i idx = _mm512_add_epi32(lo8, _mm512_set1_epi32(g));
         __m512 x = _mm512_permutex2var_ps(s[0], idx, s[1]), y = _mm512_permutex2var_ps(s[2], idx, s[3]);
         wmul[g] = _mm512_mul_ps(_mm512_shuffle_f32x4(x, y, 0x44), _mm512_permutexvar_ps(_mm512_set1_epi32(g), inv));
     }
+    return mx;
+}
+
+// The weight multipliers wmul[4] and the steps' vector *dq of chunk c (see PV_CHUNK_VECS) on the I8
+// cache: groups 4c.. of 16 values, dq lane 4L + e = group L's largest / 65280.
+CPU_TARGET_VNNI_INLINE static void group_steps(const cpu_attn_args *a, const int64_t *sat, unsigned keys, int c,
+                                               __m512 *wmul, __m512 *dq) {
+    int hd = a->hd, G = hd - 64 * c >= 64 ? 4 : (hd - 64 * c) / 16;  // groups in this chunk
+    const __m512i grp4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    for (int g = G; g < 4; g++) wmul[g] = _mm512_setzero_ps();
+    __m512 mx = scale_steps(a, sat, keys, 4 * c, G, 65280.0f, wmul);
     *dq = _mm512_div_ps(_mm512_permutexvar_ps(grp4, mx), _mm512_set1_ps(65280.0f));  // lane 4L + e: group L's
 }
 
-// The I4 cache's group_steps: for the chunk's two 32-value groups h (one in a last chunk of 32
-// values), wmul[h] lane i = vscale[i][2c + h] * 127 / (the group's largest |vscale| over the keys in
-// `keys`; 0 for the other keys and an all-zero group), and *dq lane 4L + e = the largest of the group
-// holding 16-value group L, / 127.
+// The I4 cache's steps of chunks c and c + 1 (c even; the 32-value groups 2c .. 2c + 3, fewer at the
+// row's end): wmul[h] lane i = vscale[i][2c + h] * 127 / the group's largest |vscale|, dq[0] (dq[1])
+// lane 4L + e = the largest of the group holding chunk c's (c + 1's) 16-value group L, / 127.
 CPU_TARGET_VNNI_INLINE static void group_steps4(const cpu_attn_args *a, const int64_t *sat, unsigned keys, int c,
                                                 __m512 *wmul, __m512 *dq) {
-    int groups = a->hd - 64 * c >= 64 ? 2 : 1;
-    float big[2] = {0.0f, 0.0f};
-    wmul[1] = _mm512_setzero_ps();
-    for (int h = 0; h < groups; h++) {
-        float s[16] __attribute__((aligned(64)));
-        for (int i = 0; i < 16; i++) s[i] = keys >> i & 1 ? a->V_scale[sat[i] + 2 * c + h] : 0.0f;
-        __m512 x = _mm512_load_ps(s);
-        big[h] = _mm512_reduce_max_ps(_mm512_abs_ps(x));
-        wmul[h] = big[h] > 0.0f ? _mm512_mul_ps(x, _mm512_set1_ps(127.0f / big[h])) : _mm512_setzero_ps();
-    }
-    __m512 lo = _mm512_set1_ps(big[0] / 127.0f), hi = _mm512_set1_ps(big[1] / 127.0f);
-    *dq = _mm512_mask_blend_ps(0xff00, lo, hi);  // lanes 0..7: groups L = 0, 1; lanes 8..15: L = 2, 3
+    int n = (a->hd - 64 * c) / 32;
+    n = n < 4 ? n : 4;
+    for (int g = n; g < 4; g++) wmul[g] = _mm512_setzero_ps();
+    __m512 mx = _mm512_div_ps(scale_steps(a, sat, keys, 2 * c, n, 127.0f, wmul), _mm512_set1_ps(127.0f));
+    dq[0] = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), mx);
+    dq[1] = _mm512_permutexvar_ps(_mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3), mx);
 }
 
 // One query's P.V update on the I4 cache's tiles (pv_body): e its weights p / pmax, vp = pmax, vc its
@@ -118,11 +123,12 @@ CPU_TARGET_VNNI_INLINE static void pv4_query(const cpu_attn_args *a, const int64
     const __m512i grp4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     const __m512i eight = _mm512_set1_epi8(8);
     int hd = a->hd;
+    __m512 mine[6];  // own steps of two chunks: wmul[4], dq[2]
     for (int c = 0; c < c64; c++) {
         const __m512i *tiles = (const __m512i *)vbuf + PV_CHUNK_VECS * c;
-        __m512 mine[3];
-        if (own) group_steps4(a, sat, keys, c, mine, mine + 2);
-        const __m512 *wmul = own ? mine : (const __m512 *)(tiles + 16), *dq = wmul + 2;
+        if (own && c % 2 == 0) group_steps4(a, sat, keys, c, mine, mine + 4);
+        const __m512 *wmul = own ? mine + 2 * (c % 2) : (const __m512 *)(tiles + 16);
+        const __m512 *dq = own ? mine + 4 + c % 2 : wmul + 2;
         // Signed byte weight codes: dword 4L + g of w = group g's codes of keys 4L..4L+3 (groups 0
         // and 1 from the first 32-value group, 2 and 3 from the second).
         __m512i c0 = _mm512_cvtps_epi32(_mm512_mul_ps(wmul[0], e));
@@ -192,8 +198,17 @@ CPU_TARGET_VNNI_INLINE static void pv_body(const cpu_attn_args *a, int p0, int n
             _mm512_store_si512(tiles + 4 * k + 2, _mm512_unpacklo_epi16(hi01, hi23));  // 16L + 8..11
             _mm512_store_si512(tiles + 4 * k + 3, _mm512_unpackhi_epi16(hi01, hi23));  // 16L + 12..15
         }
-        if (i4) group_steps4(a, sat, all, c, wmul, wmul + 2);
-        else group_steps(a, sat, all, c, wmul, dq);
+        if (!i4) {
+            group_steps(a, sat, all, c, wmul, dq);
+        } else if (c % 2 == 0) {  // chunks c and c + 1 at once: wmul[2], dq of each
+            __m512 w4[4], dq2[2];
+            group_steps4(a, sat, all, c, w4, dq2);
+            wmul[0] = w4[0], wmul[1] = w4[1], wmul[2] = dq2[0];
+            if (c + 1 < c64) {
+                __m512 *next = (__m512 *)((__m512i *)vbuf + PV_CHUNK_VECS * (c + 1) + 16);
+                next[0] = w4[2], next[1] = w4[3], next[2] = dq2[1];
+            }
+        }
     }
     for (int j = 0; j < a->nq; j++) {
         if (!live[j]) continue;
