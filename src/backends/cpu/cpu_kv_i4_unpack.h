@@ -1,10 +1,9 @@
 // SPDX-License-Identifier: MIT
 // The I4 cache's codes (cpu_kv_i4.c: c + 8 for c in -8..7, two a byte, element 2k in the low nibble
-// of byte k) as bytes in element order, for the integer attention kernels (cpu_kernels_attn_vnni.c,
-// cpu_kernels_attn_vnni_pv.c), which take them where they take the I8 cache's codes: 64 values a
-// vector, each byte the unsigned code c + 8 (0..15, `vpdpbusd`'s unsigned operand as it is; the
-// kernels remove the offset 8 with a sum of the other operand's bytes). Private to
-// src/backends/cpu/.
+// of byte k) as bytes in element order, for the integer P.V (cpu_kernels_attn_vnni_pv.c), which
+// takes them where it takes the I8 cache's codes: 64 values a vector, each byte the unsigned code
+// c + 8 (0..15, `vpdpbusd`'s unsigned operand as it is; the kernel removes the offset 8 with a sum
+// of the other operand's bytes). Private to src/backends/cpu/.
 #ifndef MX_BACKENDS_CPU_KV_I4_UNPACK_H
 #define MX_BACKENDS_CPU_KV_I4_UNPACK_H
 
