@@ -356,7 +356,7 @@ CPU_TARGET_AVX512_INLINE static void attn_rows_body(const cpu_attn_args *a, floa
     }
     for (int j = 0; j < nq; j++) {
         float inv = cpu_attn_inv_denominator(m[j], l[j], a->sink ? a->sink[j] : -INFINITY), *out = a->out[j];
-        if (intpv) cpu_vnni_attn_int_pv_order(out, hd);
+        if (intpv) cpu_vnni_attn_int_pv_order(out, hd, a->kv_dtype);
         for (int d = 0; d < hd; d++) out[d] *= inv;
     }
 }

@@ -30,8 +30,9 @@
 // plus ~2^-20 of sum |p v| (test_cpu_kernels checks it).
 // Head sizes: multiples of 16 from 32 to 512 (cpu_attn_int_ok); a last chunk's missing groups
 // have zero codes and scales.
-// The I4 cache (cpu_kv_i4.c) takes the same tiles of its unsigned codes u = c + 8 (0..15,
-// cpu_kv_i4_unpack.h), and its scales, one per 32 values and key, signed (m / -8), go into the
+// The I4 cache (cpu_kv_i4.c) has tiles of the same form of its unsigned codes u = c + 8 (0..15,
+// `vpdpbusd`'s unsigned operand as they are; tiles4 builds them from the packed bytes, in another
+// order of values), and its scales, one per 32 values and key, signed (m / -8), go into the
 // weights the same way, but rounded to signed bytes: w[i][h] = p[i] * vscale[i][h] on a step of
 //   s[h] = max_i p[i] * max_i |vscale[i][h]| / 127     (one step per query, block and 32-value group),
 // one `vpdpbusd` per four keys and 64 values (the values unsigned, the weights signed) instead of
@@ -42,10 +43,12 @@
 // key, against the cache's own 1/16 of a group's largest value per element.
 #include "backends/cpu/cpu_kernels_table.h"
 
+// The first packed byte of lane group L of the I4 cache's tiles 2z and 2z + 1 (tiles4).
+#define I4_BYTE(z, L) (((L) & 1) * 4 + ((L) >> 1) * 16 + (z) * 8)
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-#include "backends/cpu/cpu_kv_i4_unpack.h"
 #include "backends/cpu/cpu_simd_targets.h"
 
 // The block scratch (vbuf) per 64-value chunk c: 16 tiles of value codes [quad k][sub-vector m],
@@ -113,6 +116,33 @@ CPU_TARGET_VNNI_INLINE static void group_steps4(const cpu_attn_args *a, const in
     __m512 mx = _mm512_div_ps(scale_steps(a, sat, keys, 2 * c, n, 127.0f, wmul), _mm512_set1_ps(127.0f));
     dq[0] = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), mx);
     dq[1] = _mm512_permutexvar_ps(_mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3), mx);
+}
+
+// The I4 cache's tiles of one quad of keys (rows[q]: key q's 32 bytes of codes of the chunk, NULL
+// past the block's keys; n: 64 values, or 32 in a last chunk): the rows' bytes interleaved four keys
+// a dword by byte and word unpacks, the 128-bit lanes put in order of values, then each dword's low
+// nibbles (the even values) and high nibbles (the odd ones) as tiles. Tile 2z + h, lane 4L + e holds
+// value 2 (I4_BYTE(z, L) + e) + h, in the 32-value group L / 2 as the weights' lanes want it (the
+// outputs keep this order until cpu_vnni_attn_int_pv_order). Half the instructions of unpacking each
+// row to bytes and interleaving those.
+CPU_TARGET_VNNI_INLINE static void tiles4(const uint8_t *const rows[4], int n, __m512i *tiles) {
+    __mmask32 m = n >= 64 ? 0xffffffffu : 0xffffu;
+    __m256i r[4];
+    for (int q = 0; q < 4; q++) r[q] = rows[q] ? _mm256_maskz_loadu_epi8(m, rows[q]) : _mm256_setzero_si256();
+    __m256i lo01 = _mm256_unpacklo_epi8(r[0], r[1]), hi01 = _mm256_unpackhi_epi8(r[0], r[1]);
+    __m256i lo23 = _mm256_unpacklo_epi8(r[2], r[3]), hi23 = _mm256_unpackhi_epi8(r[2], r[3]);
+    // Dword b of every key: bytes 0..3 | 16..19, 4..7 | 20..23, 8..11 | 24..27, 12..15 | 28..31.
+    __m256i d0 = _mm256_unpacklo_epi16(lo01, lo23), d1 = _mm256_unpackhi_epi16(lo01, lo23);
+    __m256i d2 = _mm256_unpacklo_epi16(hi01, hi23), d3 = _mm256_unpackhi_epi16(hi01, hi23);
+    __m512i z0 = _mm512_inserti64x4(_mm512_castsi256_si512(d0), d1, 1);
+    __m512i z1 = _mm512_inserti64x4(_mm512_castsi256_si512(d2), d3, 1);
+    z0 = _mm512_shuffle_i64x2(z0, z0, _MM_SHUFFLE(3, 1, 2, 0));  // bytes 0..3, 4..7, 16..19, 20..23
+    z1 = _mm512_shuffle_i64x2(z1, z1, _MM_SHUFFLE(3, 1, 2, 0));  // bytes 8..11, 12..15, 24..27, 28..31
+    const __m512i nib = _mm512_set1_epi8(15);
+    _mm512_store_si512(tiles + 0, _mm512_and_si512(z0, nib));
+    _mm512_store_si512(tiles + 1, _mm512_and_si512(_mm512_srli_epi16(z0, 4), nib));
+    _mm512_store_si512(tiles + 2, _mm512_and_si512(z1, nib));
+    _mm512_store_si512(tiles + 3, _mm512_and_si512(_mm512_srli_epi16(z1, 4), nib));
 }
 
 // One query's P.V update on the I4 cache's tiles (pv_body): e its weights p / pmax, vp = pmax, vc its
@@ -186,11 +216,15 @@ CPU_TARGET_VNNI_INLINE static void pv_body(const cpu_attn_args *a, int p0, int n
         __mmask64 bytes = G == 4 ? ~(__mmask64)0 : ((__mmask64)1 << (16 * G)) - 1;
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) {
+            if (i4) {
+                const uint8_t *rows[4];
+                for (int q = 0; q < 4; q++) rows[q] = 4 * k + q < nb ? V + (at[4 * k + q] + 64 * c) / 2 : NULL;
+                tiles4(rows, 16 * G, tiles + 4 * k);
+                continue;
+            }
             __m512i r[4];
             for (int q = 0; q < 4; q++)
-                r[q] = 4 * k + q >= nb ? _mm512_setzero_si512()
-                       : i4        ? cpu_i4_unpack64(V + (at[4 * k + q] + 64 * c) / 2, 16 * G)
-                                   : _mm512_maskz_loadu_epi8(bytes, V + at[4 * k + q] + 64 * c);
+                r[q] = _mm512_maskz_loadu_epi8(4 * k + q < nb ? bytes : 0, V + at[4 * k + q] + 64 * c);
             __m512i lo01 = _mm512_unpacklo_epi8(r[0], r[1]), hi01 = _mm512_unpackhi_epi8(r[0], r[1]);
             __m512i lo23 = _mm512_unpacklo_epi8(r[2], r[3]), hi23 = _mm512_unpackhi_epi8(r[2], r[3]);
             _mm512_store_si512(tiles + 4 * k + 0, _mm512_unpacklo_epi16(lo01, lo23));  // values 16L + 0..3
@@ -292,14 +326,18 @@ CPU_TARGET_VNNI void cpu_vnni_attn_int_pv(const cpu_attn_args *a, int p0, int nb
 
 #endif
 
-// Value 16L + 4m + e of each chunk of 64 values (G groups of 16) back from 4Gm + 4L + e.
-void cpu_vnni_attn_int_pv_order(float *out, int hd) {
+// Value 16L + 4m + e of each chunk of 64 values (G groups of 16) back from 4Gm + 4L + e; on the I4
+// cache value 2 (I4_BYTE(m / 2, L) + e) + m % 2 (tiles4).
+void cpu_vnni_attn_int_pv_order(float *out, int hd, mx_dtype kv_dtype) {
     for (int c = 0; c < hd; c += 64) {
         int G = hd - c >= 64 ? 4 : (hd - c) / 16;
         float t[64];
         for (int i = 0; i < 16 * G; i++) t[i] = out[c + i];
         for (int L = 0; L < G; L++)
             for (int m = 0; m < 4; m++)
-                for (int e = 0; e < 4; e++) out[c + 16 * L + 4 * m + e] = t[4 * G * m + 4 * L + e];
+                for (int e = 0; e < 4; e++) {
+                    int v = kv_dtype == MX_DTYPE_I4 ? 2 * (I4_BYTE(m / 2, L) + e) + m % 2 : 16 * L + 4 * m + e;
+                    out[c + v] = t[4 * G * m + 4 * L + e];
+                }
     }
 }

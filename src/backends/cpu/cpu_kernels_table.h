@@ -82,8 +82,8 @@ int cpu_kernels_attn_i8_mode(void);
 // kernel's permuted order; prefetches the next block's values up to pf_last.
 void cpu_vnni_attn_int_pv(const cpu_attn_args *a, int p0, int nb, int pf_last, const uint16_t *live,
                           const float (*p)[16], const float *corr, uint8_t *vbuf);
-// Puts an output row of hd values back in order after the integer P.V (in place).
-void cpu_vnni_attn_int_pv_order(float *out, int hd);
+// Puts an output row of hd values back in order after the integer P.V on a cache of kv_dtype (in place).
+void cpu_vnni_attn_int_pv_order(float *out, int hd, mx_dtype kv_dtype);
 // Raw scores (before a->scale) of the queries with live[j] != 0 against keys p0 .. p0 + nb - 1 into
 // sp[j][0..15] (lanes past nb finite and meaningless); prefetches the next block's keys up to pf_last.
 void cpu_vnni_attn_int_scores(const cpu_attn_args *a, const uint8_t *qprep, int p0, int nb, int pf_last,
