@@ -139,12 +139,19 @@ typedef struct attn_job {
     cpu_ctx *c;
 } attn_job;
 
+// The KV head of the i-th head-major run of tasks: the two halves of the heads interleaved (0, 4, 1,
+// 5, ... of 8). A head's block of keys lies next to the neighbouring heads' (the cache layout above),
+// and two threads reading neighbouring heads at the same time ran each head 25% slower than one
+// thread alone (attention lab with the pool, bench/RESULTS.md CPU round 14); a decode step's tasks
+// are one per head, claimed in order, so neighbours in the task order are kept heads apart.
+static int task_head(int i, int n_kv_heads) { return i % 2 * ((n_kv_heads + 1) / 2) + i / 2; }
+
 // Task = (KV head, block of `tokens` tokens); tokens of one slot in the block go in one call.
 static void attn_task(void *arg, int task, int thread) {
     const attn_job *j = arg;
     const mx_kv_layout *lay = &j->r->lay;
     const int32_t *slot = j->r->slot, *pos = j->r->pos;
-    int kvh = task / j->blocks, blk = task % j->blocks;
+    int kvh = task_head(task / j->blocks, lay->n_kv_heads), blk = task % j->blocks;
     int hd = lay->head_dim, group = j->n_heads / lay->n_kv_heads, tl = mx_kv_table_len(lay);
     int t_end = (blk + 1) * j->tokens < j->n ? (blk + 1) * j->tokens : j->n;
     // Rows of block 0 of this layer and KV head (K and V); block b is b * 2 * n_kv_heads heads further.
