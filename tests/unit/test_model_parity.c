@@ -42,7 +42,9 @@
 
 #define FIXTURES "tests/fixtures/models"
 
-// The I4 cache's bound and greedy margin for the fixture `name` (its family is the name up to the '-').
+// The I4 cache's bound and greedy margin for the fixture `name` (its family is the name up to the '-'):
+// 10-15% above the family's worst measured error (Qwen 3: 0.41 with the integer attention of the
+// avx512vnni kernels, 0.37 on the float path).
 typedef struct i4_family {
     const char *family;
     double bound;
@@ -50,7 +52,7 @@ typedef struct i4_family {
 } i4_family;
 static i4_family i4_bounds(const char *name) {
     static const i4_family f[] = {{"deepseek_v3-", 1.5, 1.0f}, {"gemma3-", 1.05, 3.0f}, {"gpt_oss-", 0.65, 1.0f},
-                                  {"qwen3_moe-", 0.65, 1.0f}, {"qwen3-", 0.42, 1.0f}};
+                                  {"qwen3_moe-", 0.65, 1.0f}, {"qwen3-", 0.46, 1.0f}};
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
         if (strncmp(name, f[i].family, strlen(f[i].family)) == 0) return f[i];
     return (i4_family){"", 0.34, 1.0f};  // llama, llama31, mistral, phi3, qwen2
