@@ -118,6 +118,20 @@ CPU_TARGET_VNNI_INLINE static void group_steps4(const cpu_attn_args *a, const in
     dq[1] = _mm512_permutexvar_ps(_mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3), mx);
 }
 
+// The output update of chunk c from its integer sums (sums[m] lane 4L + e: the chunk's output at
+// 4Gm + 4L + e, the kernel's order): out = out * vc + sum * scale (scale lane 4L + e: group L's step
+// times the query's largest weight).
+CPU_TARGET_VNNI_INLINE static void update_chunk(float *out, int hd, int c, const __m512i *sums, __m512 scale, __m512 vc) {
+    int G = hd - 64 * c >= 64 ? 4 : (hd - 64 * c) / 16;
+    __mmask16 lanes = (__mmask16)((1u << (4 * G)) - 1);
+#pragma GCC unroll 4
+    for (int m = 0; m < 4; m++) {
+        float *o = out + 64 * c + 4 * G * m;
+        _mm512_mask_storeu_ps(o, lanes, _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[m]), scale,
+                                                       _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, o), vc)));
+    }
+}
+
 // The I4 cache's tiles of one quad of keys (rows[q]: key q's 32 bytes of codes of the chunk, NULL
 // past the block's keys; n: 64 values, or 32 in a last chunk): the rows' bytes interleaved four keys
 // a dword by byte and word unpacks, the 128-bit lanes put in order of values, then each dword's low
@@ -174,16 +188,8 @@ CPU_TARGET_VNNI_INLINE static void pv4_query(const cpu_attn_args *a, const int64
 #pragma GCC unroll 4
             for (int m = 0; m < 4; m++) acc[m] = _mm512_dpbusd_epi32(acc[m], _mm512_load_si512(tiles + 4 * k + m), wk);
         }
-        __m512 scale = _mm512_mul_ps(*dq, vp);
-        int G = hd - 64 * c >= 64 ? 4 : (hd - 64 * c) / 16;
-        __mmask16 lanes = (__mmask16)((1u << (4 * G)) - 1);
-#pragma GCC unroll 4
-        for (int m = 0; m < 4; m++) {
-            float *o = out + 64 * c + 4 * G * m;
-            __m512i sum = _mm512_sub_epi32(acc[m], offset);  // |sum| <= 16 x 8 x 127
-            _mm512_mask_storeu_ps(o, lanes, _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), scale,
-                                                           _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, o), vc)));
-        }
+        for (int m = 0; m < 4; m++) acc[m] = _mm512_sub_epi32(acc[m], offset);  // |sum| <= 16 x 8 x 127
+        update_chunk(out, hd, c, acc, _mm512_mul_ps(*dq, vp), vc);
     }
 }
 
@@ -290,16 +296,9 @@ CPU_TARGET_VNNI_INLINE static void pv_body(const cpu_attn_args *a, int p0, int n
                     ach[m] = _mm512_dpbusd_epi32(ach[m], wh, t);
                 }
             }
-            __m512 scale = _mm512_mul_ps(*dq, vp);
-            int G = hd - 64 * c >= 64 ? 4 : (hd - 64 * c) / 16;
-            __mmask16 lanes = (__mmask16)((1u << (4 * G)) - 1);
-#pragma GCC unroll 4
-            for (int m = 0; m < 4; m++) {
-                float *o = out + 64 * c + 4 * G * m;
-                __m512i acc = _mm512_add_epi32(_mm512_slli_epi32(ach[m], 8), acl[m]);  // |acc| < 2^27
-                _mm512_mask_storeu_ps(o, lanes, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), scale,
-                                                               _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, o), vc)));
-            }
+            __m512i sums[4];
+            for (int m = 0; m < 4; m++) sums[m] = _mm512_add_epi32(_mm512_slli_epi32(ach[m], 8), acl[m]);  // |sum| < 2^27
+            update_chunk(out, hd, c, sums, _mm512_mul_ps(*dq, vp), vc);
         }
     }
 }
