@@ -59,7 +59,8 @@
 
 // Scale steps of the 16 keys in `keys` (bit i: key p0 + i; sat: their scale offsets, the others
 // taken as zero) for scale groups first .. first + n - 1 (n <= 4) of their rows: wmul[g] lane i =
-// vscale[i][first + g] * code_max / (the group's largest |vscale|), 0 for an all-zero group; returns
+// vscale[i][first + g] * code_max / (the group's largest |vscale|), 0 for an all-zero group and for
+// g >= n (all four are written); returns
 // those largest ([g0 g1 g2 g3] in every 128-bit lane). A query's steps must not depend on which other
 // queries share its call (a decode step's query and the same query in a recomputed prompt must give
 // the same bits; bench/RESULTS.md), so they come from the keys the query sees: the block's keys for
@@ -86,7 +87,7 @@ CPU_TARGET_VNNI_INLINE static __m512 scale_steps(const cpu_attn_args *a, const i
                                      _mm512_set1_ps(code_max), mx);
     // Transposed to lanes = keys: group g's 16 scales times code_max / the group's largest.
     const __m512i lo8 = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
-    for (int g = 0; g < n; g++) {
+    for (int g = 0; g < 4; g++) {  // all four (those past n come out 0), so the loop unrolls
         __m512i idx = _mm512_add_epi32(lo8, _mm512_set1_epi32(g));
         __m512 x = _mm512_permutex2var_ps(s[0], idx, s[1]), y = _mm512_permutex2var_ps(s[2], idx, s[3]);
         wmul[g] = _mm512_mul_ps(_mm512_shuffle_f32x4(x, y, 0x44), _mm512_permutexvar_ps(_mm512_set1_epi32(g), inv));
@@ -100,7 +101,6 @@ CPU_TARGET_VNNI_INLINE static void group_steps(const cpu_attn_args *a, const int
                                                __m512 *wmul, __m512 *dq) {
     int hd = a->hd, G = hd - 64 * c >= 64 ? 4 : (hd - 64 * c) / 16;  // groups in this chunk
     const __m512i grp4 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-    for (int g = G; g < 4; g++) wmul[g] = _mm512_setzero_ps();
     __m512 mx = scale_steps(a, sat, keys, 4 * c, G, 65280.0f, wmul);
     *dq = _mm512_div_ps(_mm512_permutexvar_ps(grp4, mx), _mm512_set1_ps(65280.0f));  // lane 4L + e: group L's
 }
@@ -112,7 +112,6 @@ CPU_TARGET_VNNI_INLINE static void group_steps4(const cpu_attn_args *a, const in
                                                 __m512 *wmul, __m512 *dq) {
     int n = (a->hd - 64 * c) / 32;
     n = n < 4 ? n : 4;
-    for (int g = n; g < 4; g++) wmul[g] = _mm512_setzero_ps();
     __m512 mx = _mm512_div_ps(scale_steps(a, sat, keys, 2 * c, n, 127.0f, wmul), _mm512_set1_ps(127.0f));
     dq[0] = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1), mx);
     dq[1] = _mm512_permutexvar_ps(_mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3), mx);
@@ -198,7 +197,8 @@ CPU_TARGET_VNNI_INLINE static void pv_body(const cpu_attn_args *a, int p0, int n
                                            bool i4) {
     const uint8_t *V = a->V;
     int hd = a->hd;
-    const int64_t row_bytes = (int64_t)mx_kv_elem_bytes(a->kv_dtype, (size_t)hd);
+    // 64-byte lines of a row (a constant where inlined; see prefetch_next in cpu_kernels_attn_vnni.c)
+    const int lines = i4 ? (c64 + 1) / 2 : c64;
     // p0 is a multiple of 16, so the block's keys are one cache block's rows: key p0 + i at
     // at0 + i * stride, its scales at sat0 + i * scale_stride (the next block's likewise).
     int64_t at[16], sat[16], at0 = cpu_attn_key(a, p0), sat0 = cpu_attn_scale(a, p0);
@@ -208,8 +208,9 @@ CPU_TARGET_VNNI_INLINE static void pv_body(const cpu_attn_args *a, int p0, int n
         at[i] = i < nb ? at0 + i * a->stride : 0;
         sat[i] = i < nb ? sat0 + i * a->scale_stride : 0;
         if (i < pf_rows) {  // the same row of the next block into L2, as load_block does
-            const uint8_t *next = V + mx_kv_elem_bytes(a->kv_dtype, (size_t)(nat0 + i * a->stride));
-            for (int64_t b = 0; b < row_bytes; b += 64) _mm_prefetch((const char *)(next + b), _MM_HINT_T1);
+            int64_t next_at = nat0 + i * a->stride;
+            const uint8_t *next = V + (i4 ? next_at / 2 : next_at);
+            for (int b = 0; b < lines; b++) _mm_prefetch((const char *)(next + 64 * b), _MM_HINT_T1);
             _mm_prefetch((const char *)(a->V_scale + nsat0 + i * a->scale_stride), _MM_HINT_T1);
         }
     }
