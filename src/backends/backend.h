@@ -55,7 +55,12 @@ static inline bool mx_kv_scaled(mx_dtype t) { return t == MX_DTYPE_I16 || t == M
 static inline int mx_kv_scale_block(mx_dtype t) { return t == MX_DTYPE_I4 ? MX_KV_I4_GROUP : MX_KV_SCALE_BLOCK; }
 static inline int mx_kv_row_scales(mx_dtype t, int hd) { return (hd + mx_kv_scale_block(t) - 1) / mx_kv_scale_block(t); }
 // Bytes of n consecutive cache elements (n even for I4, whose rows have an even head_dim: mx_ctx_create).
-static inline size_t mx_kv_elem_bytes(mx_dtype t, size_t n) { return t == MX_DTYPE_I4 ? n / 2 : n * mx_dtype_size(t); }
+// The cache's types spelled out, not mx_dtype_size (a call): the attention kernels take it per row.
+static inline size_t mx_kv_elem_bytes(mx_dtype t, size_t n) {
+    if (t == MX_DTYPE_I4) return n / 2;
+    if (t == MX_DTYPE_I16 || t == MX_DTYPE_F16 || t == MX_DTYPE_BF16) return 2 * n;
+    return t == MX_DTYPE_I8 ? n : t == MX_DTYPE_F32 ? 4 * n : n * mx_dtype_size(t);
+}
 
 // Geometry of the KV cache; the backend chooses the element type (kv_dtype in mx_backend). The cache
 // is a pool of blocks of MX_KV_BLOCK positions; a block id names the same block in every layer. The

@@ -61,24 +61,14 @@ static void scalar_attn_rows(const cpu_attn_args *a, float *scratch) {
         float m = -INFINITY, l = 0.0f;
         memset(out, 0, sizeof(float) * hd);
         for (int p = a->first[j]; p <= a->last[j]; p++) {
+            const uint8_t *krow = (const uint8_t *)a->K + mx_kv_elem_bytes(a->kv_dtype, (size_t)cpu_attn_key(a, p));
+            const uint8_t *vrow = (const uint8_t *)a->V + mx_kv_elem_bytes(a->kv_dtype, (size_t)cpu_attn_key(a, p));
+            bool scaled = mx_kv_scaled(a->kv_dtype);
+            const float *ks = scaled ? a->K_scale + cpu_attn_scale(a, p) : NULL;
+            const float *vs = scaled ? a->V_scale + cpu_attn_scale(a, p) : NULL;
             for (int d = 0; d < hd; d++) {
-                int64_t at = cpu_attn_key(a, p) + d;
-                if (a->kv_dtype == MX_DTYPE_I16) {
-                    int64_t si = cpu_attn_scale(a, p) + d / CPU_KV_SCALE_BLOCK;
-                    kr[d] = (float)((const int16_t *)a->K)[at] * a->K_scale[si];
-                    vr[d] = (float)((const int16_t *)a->V)[at] * a->V_scale[si];
-                } else if (a->kv_dtype == MX_DTYPE_I8) {
-                    int64_t si = cpu_attn_scale(a, p) + d / CPU_KV_SCALE_BLOCK;
-                    kr[d] = (float)((const int8_t *)a->K)[at] * a->K_scale[si];
-                    vr[d] = (float)((const int8_t *)a->V)[at] * a->V_scale[si];
-                } else if (a->kv_dtype == MX_DTYPE_I4) {
-                    int64_t si = cpu_attn_scale(a, p) + d / MX_KV_I4_GROUP;
-                    kr[d] = (float)cpu_kv_i4_code(a->K, at) * a->K_scale[si];
-                    vr[d] = (float)cpu_kv_i4_code(a->V, at) * a->V_scale[si];
-                } else {
-                    kr[d] = mx_load_float(a->K, a->kv_dtype, at);
-                    vr[d] = mx_load_float(a->V, a->kv_dtype, at);
-                }
+                kr[d] = cpu_kv_value(krow, ks, a->kv_dtype, d);
+                vr[d] = cpu_kv_value(vrow, vs, a->kv_dtype, d);
             }
             float s = scalar_dot(q, kr, hd) * a->scale;
             if (s > m) {

@@ -57,6 +57,14 @@ void cpu_kernels_kv_i4_row(uint8_t *dst, float *scales, const float *src, int hd
 static inline int cpu_kv_i4_code(const void *codes, int64_t i) {
     return ((((const uint8_t *)codes)[i >> 1] >> ((i & 1) * 4)) & 15) - 8;
 }
+// Element i of a cache row of type dt (row: its first element; scales: its scales, NULL unless
+// mx_kv_scaled) as float32, for the scalar readers (the reference attention, the latent cache).
+static inline float cpu_kv_value(const void *row, const float *scales, mx_dtype dt, int64_t i) {
+    if (dt == MX_DTYPE_I16) return (float)((const int16_t *)row)[i] * scales[i / CPU_KV_SCALE_BLOCK];
+    if (dt == MX_DTYPE_I8) return (float)((const int8_t *)row)[i] * scales[i / CPU_KV_SCALE_BLOCK];
+    if (dt == MX_DTYPE_I4) return (float)cpu_kv_i4_code(row, i) * scales[i / MX_KV_I4_GROUP];
+    return mx_load_float(row, dt, i);
+}
 
 // Queries one attn_rows call takes at most (query heads of a GQA group times a few tokens). Each
 // block of keys is converted once per call, so a prefill's calls take many queries: 64 instead of 16

@@ -108,7 +108,7 @@ CPU_TARGET_VNNI_INLINE static next_rows next_block(const cpu_attn_args *a, int p
 
 // Prefetches row i of the next block (`lines` 64-byte lines of codes) and its scales into L2 where
 // that row is wanted, as load_block does (cpu_kernels_attn.c). i4 and lines (constants where inlined):
-// codes are half bytes, else bytes (I8). (With the element size from mx_kv_elem_bytes, a call per
+// codes are half bytes, else bytes (I8). (With the element size from mx_kv_elem_bytes, then a call per
 // row, and the line count from the head size, the I8 form ran 5-15% slower.)
 CPU_TARGET_VNNI_INLINE static void prefetch_next(const cpu_attn_args *a, const next_rows *n, int i, bool i4,
                                                  int lines) {

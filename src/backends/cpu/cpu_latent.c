@@ -20,13 +20,7 @@
 
 // One half row of the cache (hd values) as float32.
 static void load_half(float *dst, const uint8_t *src, const float *scales, int hd, mx_dtype dt) {
-    for (int i = 0; i < hd; i++) {
-        if (dt == MX_DTYPE_F32) dst[i] = ((const float *)src)[i];
-        else if (dt == MX_DTYPE_I16) dst[i] = ((const int16_t *)src)[i] * scales[i / CPU_KV_SCALE_BLOCK];
-        else if (dt == MX_DTYPE_I8) dst[i] = ((const int8_t *)src)[i] * scales[i / CPU_KV_SCALE_BLOCK];
-        else if (dt == MX_DTYPE_I4) dst[i] = (float)cpu_kv_i4_code(src, i) * scales[i / MX_KV_I4_GROUP];
-        else dst[i] = mx_load_float(src, dt, i);
-    }
+    for (int i = 0; i < hd; i++) dst[i] = cpu_kv_value(src, scales, dt, i);
 }
 
 // The latent row of (slot, pos) as float32 [W].
