@@ -105,9 +105,9 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   # The down + combine launch's warp-per-row form (0; the full-lane form is the default) under every
   # case of the harness.
   mlxcel_gpu_conformance(gpu_conformance_moe_down_off MLXCEL_GPU_MOE_DOWN=0)
-  # The routing launch by rank (MLXCEL_GPU_MOE_ROUTE_RANK=1, a block per token; the experts exactly
-  # the CPU's) under every case of the harness.
-  mlxcel_gpu_conformance(gpu_conformance_moe_route_rank MLXCEL_GPU_MOE_ROUTE_RANK=1)
+  # The routing launch's one-warp form (MLXCEL_GPU_MOE_ROUTE_RANK=0; the block form by rank is the
+  # default; the experts exactly the CPU's) under every case of the harness.
+  mlxcel_gpu_conformance(gpu_conformance_moe_route_warp MLXCEL_GPU_MOE_ROUTE_RANK=0)
 
   # The sample record split over many blocks per row against one block per row and the host rule.
   add_executable(test_gpu_sample ${PROJECT_SOURCE_DIR}/tests/gpu/test_gpu_sample.c)
@@ -174,7 +174,7 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
                           "MLXCEL_GPU_MOE_DOWN='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(moe_down_word MLXCEL_GPU_MOE_DOWN=flat "MLXCEL_GPU_MOE_DOWN='flat': must be")
   mlxcel_gpu_knob_refused(moe_route_rank_two MLXCEL_GPU_MOE_ROUTE_RANK=2
-                          "MLXCEL_GPU_MOE_ROUTE_RANK='2': must be a whole number from 0 to 1 \\(unset: 0\\)")
+                          "MLXCEL_GPU_MOE_ROUTE_RANK='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(attn_mma_two MLXCEL_GPU_ATTN_MMA=2
                           "MLXCEL_GPU_ATTN_MMA='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(pdl_four MLXCEL_GPU_PDL=4
@@ -238,8 +238,9 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
     mlxcel_gpu_parity(gpu_model_parity_pdl_off MLXCEL_GPU_PDL=0)
     # ... and level 2 (the former default: the attention and q/k norm + RoPE launches plain).
     mlxcel_gpu_parity(gpu_model_parity_pdl2 MLXCEL_GPU_PDL=2)
-    # The MoE routing launch by rank (MLXCEL_GPU_MOE_ROUTE_RANK=1) through the qwen3_moe fixtures.
-    mlxcel_gpu_parity(gpu_model_parity_moe_route_rank MLXCEL_GPU_MOE_ROUTE_RANK=1)
+    # The MoE routing launch's one-warp form (MLXCEL_GPU_MOE_ROUTE_RANK=0; by rank is the default)
+    # through the qwen3_moe fixtures.
+    mlxcel_gpu_parity(gpu_model_parity_moe_route_warp MLXCEL_GPU_MOE_ROUTE_RANK=0)
   endif()
 
   add_executable(bench_gpu_decode ${PROJECT_SOURCE_DIR}/tests/gpu/bench_gpu_decode.c

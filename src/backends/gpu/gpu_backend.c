@@ -399,9 +399,9 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
     // warp's (expert, chunk) items of its output row dealt over its lanes; 0: a warp per output row
     // over the chunks. Run 42: the 30B-A3B's tg64 +1.5% at 1 (bench/RESULTS.md, "MoE decode on
     // full lanes").
-    // MLXCEL_GPU_MOE_ROUTE_RANK=1 (unset: 0): the routing launch (kernels/moe.cu) by a block of 128
+    // MLXCEL_GPU_MOE_ROUTE_RANK (unset: 1): the routing launch (kernels/moe.cu) by a block of 128
     // threads whose k picks come by rank in one pass (kernels/moe_route.cuh, moe_route_rank; the same
-    // ids and weight bits) instead of one warp's k argmax passes; an experiment, off by default
+    // ids and weight bits); 0: one warp's k argmax passes. Run 54: the 30B-A3B's tg64 +7% at 1
     // (bench/RESULTS.md, "MoE routing by rank").
     // MLXCEL_GPU_ATTN_MMA=0: prefill attention on the SIMT kernel (kernels/attention.cu) instead of
     // the tensor-core one (vendor/cuda/attn_mma.cu; unset: 1; run 20: the 8B's pp8192 1,672 against
@@ -430,7 +430,7 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_TC_DECODE", MXG_TC_DECODE_DEFAULT_TOKENS, 0, 64, &k->tc_decode_tokens, err) ||
         env_int("MLXCEL_GPU_MOE_FUSED", 1, 0, 3, &k->moe_fused, err) ||
         env_int("MLXCEL_GPU_MOE_DOWN", 1, 0, 1, &k->moe_down, err) ||
-        env_int("MLXCEL_GPU_MOE_ROUTE_RANK", 0, 0, 1, &k->moe_route_rank, err) ||
+        env_int("MLXCEL_GPU_MOE_ROUTE_RANK", 1, 0, 1, &k->moe_route_rank, err) ||
         env_int("MLXCEL_GPU_ATTN_MMA", 1, 0, 1, &k->attn_mma, err) ||
         env_int("MLXCEL_GPU_GROUPED", 1, 0, 1, &k->grouped, err) ||
         env_int("MLXCEL_GPU_PDL", 3, 0, 3, &k->pdl, err))

@@ -84,8 +84,8 @@ typedef struct mxg_launch {
                            // streams (expert, chunk) pairs of its warp's row; 0: a warp per output row over the
                            // chunks; kernels/moe_stream.cu)
     bool moe_route_rank;   // the routing launch (kernels/moe.cu) by a block of kMoeRouteThreads, its k picks by rank
-                           // in one pass (moe_route_rank, kernels/moe_route.cuh; the same bits; MLXCEL_GPU_MOE_ROUTE_RANK=1,
-                           // off by default)
+                           // in one pass (moe_route_rank, kernels/moe_route.cuh; the same bits; the default;
+                           // MLXCEL_GPU_MOE_ROUTE_RANK=0: one warp's k argmax passes)
     void *scratch;         // device workspace for split attention partials
     size_t scratch_bytes;
     void *small_scratch;   // device workspace for argmax keys (cleared by the op itself)

@@ -5,8 +5,8 @@
 // Combination: out[t] += sum_j weights[t, j] * y[t * k + j]. The per-expert matmuls themselves are
 // mxg_moe_matmul (kernels/moe_matvec.cu). The routing of one token is moe_route_warp
 // (kernels/moe_route.cuh), which the fused MoE decode launch (kernels/moe_stream.cu) also runs;
-// MLXCEL_GPU_MOE_ROUTE_RANK=1 (L->moe_route_rank) gives the routing launch a block of
-// kMoeRouteThreads per token instead, its picks by rank (moe_route_rank: the same bits).
+// By default (L->moe_route_rank; MLXCEL_GPU_MOE_ROUTE_RANK=0 turns it off) the routing launch runs
+// a block of kMoeRouteThreads per token instead, its picks by rank (moe_route_rank: the same bits).
 #include "backends/gpu/common.cuh"
 #include "backends/gpu/kernels.h"
 #include "backends/gpu/kernels/moe_route.cuh"
@@ -26,7 +26,7 @@ __global__ void moe_route_kernel(int32_t *ids, float *weights, const float *__re
                            logits + (int64_t)blockIdx.x * n_experts, n_experts, k, norm_topk, probs);
 }
 
-// The same by a block of kMoeRouteThreads per token (moe_route_rank; MLXCEL_GPU_MOE_ROUTE_RANK=1).
+// The same by a block of kMoeRouteThreads per token (moe_route_rank; the default).
 template <int W>
 __global__ void moe_route_rank_kernel(int32_t *ids, float *weights, const float *__restrict__ logits, int n_experts,
                                       int k, bool norm_topk, bool early) {
