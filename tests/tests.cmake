@@ -56,6 +56,14 @@ set_tests_properties(test_engine_preempt_kv_i8 PROPERTIES ENVIRONMENT "MLXCEL_CP
 add_test(NAME test_model_parity_avx512vnni COMMAND test_model_parity WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
 set_tests_properties(test_model_parity_avx512vnni PROPERTIES ENVIRONMENT "MLXCEL_CPU_KERNELS=avx512vnni"
                      SKIP_REGULAR_EXPRESSION "MLXCEL_CPU_KERNELS='avx512vnni': this CPU does not support")
+# The avx2 set forced (its integer products and attention, on CPUs whose best set is AVX-512),
+# with the I4 cache too (its batched products token by token, bit-equal to the gemv).
+add_test(NAME test_model_parity_avx2 COMMAND test_model_parity WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(test_model_parity_avx2 PROPERTIES ENVIRONMENT "MLXCEL_CPU_KERNELS=avx2"
+                     SKIP_REGULAR_EXPRESSION "MLXCEL_CPU_KERNELS='avx2': this CPU does not support")
+add_test(NAME test_engine_preempt_kv_i4_avx2 COMMAND test_engine_preempt WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+set_tests_properties(test_engine_preempt_kv_i4_avx2 PROPERTIES ENVIRONMENT "MLXCEL_CPU_KV=i4;MLXCEL_CPU_KERNELS=avx2"
+                     SKIP_REGULAR_EXPRESSION "MLXCEL_CPU_KERNELS='avx2': this CPU does not support")
 # An MLXCEL_CPU_KERNELS name that is not a kernel set stops the CPU backend's start with an error
 # naming it and the sets this CPU supports (a set this CPU lacks likewise: test_cli.py, which picks one).
 add_test(NAME cpu_knob_refused_kernels

@@ -91,12 +91,25 @@ void cpu_vnni_attn_int_scores(const cpu_attn_args *a, const uint8_t *qprep, int 
 
 // AVX-512 SwiGLU (cpu_kernels_swiglu.c); see cpu_kernels_swiglu.
 void cpu_avx512_swiglu(float *out, const float *gate, const float *up, int64_t count);
+void cpu_avx2_swiglu(float *out, const float *gate, const float *up, int64_t count);
+// AVX2 attention (cpu_kernels_attn_avx2.c); see cpu_kernels_attn_rows.
+void cpu_avx2_attn_rows(const cpu_attn_args *a, float *scratch);
 
 // AVX-512 conversion of a KV row to I16 (cpu_kernels_kv.c); see cpu_kernels_kv_i16_row.
 void cpu_avx512_kv_i16_row(int16_t *dst, float *scales, const float *src, int hd);
 // AVX-512 and AVX2 conversions of a KV row to I8 (cpu_kernels_kv.c); see cpu_kernels_kv_i8_row.
 void cpu_avx512_kv_i8_row(int8_t *dst, float *scales, const float *src, int hd);
 void cpu_avx2_kv_i8_row(int8_t *dst, float *scales, const float *src, int hd);
+// AVX2 integer kernels for affine 4/8-bit (cpu_kernels_avx2_int.c): the gemv, and batches as the
+// same row kernel token by token (so the pair is bit-equal).
+size_t cpu_avx2_qx_row_bytes(const mx_matrix *w);
+void cpu_avx2_quantize_x(const mx_matrix *w, const float *x, int n, void *qx);
+void cpu_avx2_gemv_q(const mx_matrix *w, int64_t r0, int64_t r1, const void *qx, float *out);
+size_t cpu_avx2_qx_tiles_bytes(const mx_matrix *w, int n);
+void cpu_avx2_quantize_x_tiles(const mx_matrix *w, const float *x, int n, int tile, void *qx);
+size_t cpu_avx2_gemm_q_scratch_bytes(const mx_matrix *w);
+void cpu_avx2_gemm_q(const mx_matrix *w, int64_t r0, int nr, const void *qx, int n, float *out, int64_t ldo,
+                     void *scratch);
 // AVX-512 VNNI integer kernels (cpu_kernels_vnni.c).
 int cpu_vnni_supported(void);
 size_t cpu_vnni_qx_row_bytes(const mx_matrix *w);

@@ -20,6 +20,7 @@
 
 // AVX2 with FMA and F16C (the avx2 set).
 #define CPU_TARGET_AVX2 MX_TARGET_AVX2
+#define CPU_TARGET_AVX2_INLINE __attribute__((target(CPU_TARGET_AVX2_ISA), always_inline)) inline
 // AVX-512 F/BW/DQ/VL (the avx512 set; also the float code of the vnni and amx sets).
 #define CPU_TARGET_AVX512 __attribute__((target(CPU_TARGET_AVX512_ISA)))
 #define CPU_TARGET_AVX512_INLINE __attribute__((target(CPU_TARGET_AVX512_ISA), always_inline)) inline
