@@ -158,11 +158,11 @@ bool cpu_kernels_attn_i8_valid(const char *spec);
 // version is the reference; SIMD versions within a few float32 roundings of it).
 void cpu_kernels_swiglu(float *out, const float *gate, const float *up, int64_t count);
 
-// Integer path for batch 1 (AVX-512 VNNI, affine 4-bit with group 64/128 and 8-bit with group
-// 32/64/128): the activation row is quantized once per matmul to int16 per weight group, then
-// any number of gemv_q calls (one per row block, from any thread) read it.
+// Integer path for batch 1 (AVX-512 VNNI and AVX2, affine 4-bit with group 64/128 and 8-bit with
+// group 32/64/128): the activation row is quantized once per matmul per weight group, then any number
+// of gemv_q calls (one per row block, from any thread) read it.
 // eq (here and in cpu_kernels_gemm_q): the bit-equal pair where the set has it (AVX-512 VNNI, the
-// formats its batched product takes): the gemv's output for a row of x is then the very bits the
+// formats its batched product takes; AVX2, whose batched product is its gemv token by token): the gemv's output for a row of x is then the very bits the
 // batched product gives for that row (cpu_int8_activations.h); the CPU backend asks for it where
 // the int8 KV cache's integer attention is on. Pass the same eq to all three calls of one product.
 // Bytes of one quantized row of x for w; 0 when the active set has no integer path for w.
@@ -177,7 +177,7 @@ bool cpu_kernels_has_bit_equal(void);
 // mode (MLXCEL_CPU_ATTN_I8, or its default for the set).
 bool cpu_kernels_attn_i8_integer(void);
 
-// Integer path for batches (AMX tiles: affine 4/8-bit, group 64/128). x [n, cols] is prepared once
+// Integer path for batches (AMX tiles and VNNI: affine 4/8-bit, group 64/128; AVX2: its gemv's formats). x [n, cols] is prepared once
 // per matmul, one tile of 16 tokens per quantize_x_tiles call (tiles are independent, so threads can
 // share the work); then gemm_q calls (one per block of up to CPU_KERNELS_GEMM_Q_ROWS rows, from any
 // thread) read it.
