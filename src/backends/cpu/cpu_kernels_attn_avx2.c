@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "backends/cpu/cpu_simd_exp.h"
+#include "backends/cpu/cpu_simd_reduce8.h"
 #include "backends/cpu/cpu_simd_targets.h"
 
 #define KEYS 8  // keys per block
@@ -82,18 +83,6 @@ CPU_TARGET_AVX2_INLINE static __m256 reduce8(const __m256 v[8]) {
     return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
-CPU_TARGET_AVX2_INLINE static float hmax8(__m256 v) {
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    return _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
-}
-
-CPU_TARGET_AVX2_INLINE static float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
-}
-
 // Lanes below n set (n in 0..8): the mask of a row's last chunk.
 CPU_TARGET_AVX2_INLINE static __m256i lanes_below(int n) {
     return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
@@ -135,13 +124,13 @@ CPU_TARGET_AVX2_INLINE static void attn_body(const cpu_attn_args *a, float *scra
             __m256 s = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_mul_ps(reduce8(dots), _mm256_set1_ps(a->scale)),
                                         live);
             // Online softmax: the block's max, the correction of what came before, the exponentials.
-            float bm = hmax8(s), corr = 1.0f;
+            float bm = cpu_hmax8(s), corr = 1.0f;
             if (bm > m[j]) {
                 corr = m[j] == -INFINITY ? 0.0f : expf(m[j] - bm);
                 m[j] = bm;
             }
             __m256 e = _mm256_and_ps(cpu_exp8(_mm256_sub_ps(s, _mm256_set1_ps(m[j]))), live);
-            l[j] = l[j] * corr + hsum8(e);
+            l[j] = l[j] * corr + cpu_hsum8(e);
             float p[KEYS] __attribute__((aligned(32)));
             _mm256_store_ps(p, e);
             // P.V: keys outer, chunks inner, in passes of 8 chunks (each chunk's sum its own chain).

@@ -28,6 +28,7 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "backends/cpu/cpu_simd_reduce8.h"
 #include "backends/cpu/cpu_simd_targets.h"
 
 #define AVX2_Q_ROWS 4         // rows per pass of the row kernels
@@ -45,12 +46,6 @@ size_t cpu_avx2_qx_row_bytes(const mx_matrix *w) {
     return ((size_t)w->cols * 4 + (size_t)(w->cols / gs) * 8 + 63) & ~(size_t)63;
 }
 
-CPU_TARGET_AVX2_INLINE static float hsum8(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    return _mm_cvtss_f32(_mm_add_ss(s, _mm_shuffle_ps(s, s, 1)));
-}
-
 // max|x| and the float sum of one group of gs (a multiple of 16) values.
 CPU_TARGET_AVX2_INLINE static void group_stats(const float *xg, int gs, float *amax, float *sum) {
     const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
@@ -60,10 +55,8 @@ CPU_TARGET_AVX2_INLINE static void group_stats(const float *xg, int gs, float *a
         mx = _mm256_max_ps(mx, _mm256_and_ps(v, absmask));
         sm = _mm256_add_ps(sm, v);
     }
-    __m128 m = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
-    m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-    *amax = _mm_cvtss_f32(_mm_max_ss(m, _mm_shuffle_ps(m, m, 1)));
-    *sum = hsum8(sm);
+    *amax = cpu_hmax8(mx);
+    *sum = cpu_hsum8(sm);
 }
 
 // 8 values t (x / sx, |t| <= 127) as three signed byte digits of T = round(t * 65536) = p0 * 65536 +
@@ -216,7 +209,7 @@ CPU_TARGET_AVX2_INLINE static void q4_rows(const mx_matrix *w, int64_t r, int NR
             }
         }
     }
-    for (int i = 0; i < NR; i++) out[i] = hsum8(acc[i]) + hsum8(bacc[i]);
+    for (int i = 0; i < NR; i++) out[i] = cpu_hsum8(acc[i]) + cpu_hsum8(bacc[i]);
 }
 
 // NR (1..4) rows of 8-bit weights from row r, group size GS (32, 64 or 128).
@@ -255,7 +248,7 @@ CPU_TARGET_AVX2_INLINE static void q8_rows(const mx_matrix *w, int64_t r, int NR
         }
     }
     const __m256 inv32k = _mm256_set1_ps(1.0f / 32768.0f);
-    for (int i = 0; i < NR; i++) out[i] = hsum8(_mm256_fmadd_ps(lacc[i], inv32k, acc[i])) + hsum8(bacc[i]);
+    for (int i = 0; i < NR; i++) out[i] = cpu_hsum8(_mm256_fmadd_ps(lacc[i], inv32k, acc[i])) + cpu_hsum8(bacc[i]);
 }
 
 CPU_TARGET_AVX2_INLINE static void q_range(const mx_matrix *w, int64_t r0, int64_t r1, int BITS, int GS,

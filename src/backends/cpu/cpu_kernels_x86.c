@@ -12,16 +12,9 @@
 #include <stdbool.h>
 #include <string.h>
 
+#include "backends/cpu/cpu_simd_reduce8.h"
 #include "backends/cpu/cpu_simd_targets.h"
 #include "core/avx2_target.h"
-
-CPU_TARGET_AVX2 static float hsum256(__m256 v) {
-    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-    lo = _mm_add_ps(lo, hi);
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_shuffle_ps(lo, lo, 1));
-    return _mm_cvtss_f32(lo);
-}
 
 CPU_TARGET_AVX2 static float avx2_dot(const float *a, const float *b, int64_t n) {
     __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
@@ -30,7 +23,7 @@ CPU_TARGET_AVX2 static float avx2_dot(const float *a, const float *b, int64_t n)
         s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
         s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
     }
-    float s = hsum256(_mm256_add_ps(s0, s1));
+    float s = cpu_hsum8(_mm256_add_ps(s0, s1));
     for (; i < n; i++) s += a[i] * b[i];
     return s;
 }
