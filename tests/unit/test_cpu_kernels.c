@@ -197,12 +197,12 @@ static void compare(const char *set, const char *label, const tmat *t) {
     const int ns[] = {1, 2, 3, 5, 7, 13, 16, 21, 40};
     for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ni++) {
         int n = ns[ni];
-        size_t bytes = cpu_kernels_qx_tiles_bytes(w, n);
+        size_t bytes = cpu_kernels_qx_tiles_bytes(w, n, eq);
         if (!bytes) break;
         int tiles = (n + 15) / 16;
         CHECK(bytes % (size_t)tiles == 0);
         uint8_t *qx = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
-        void *scr = aligned_alloc(64, (cpu_kernels_gemm_q_scratch_bytes(w) + 63) & ~(size_t)63);
+        void *scr = aligned_alloc(64, (cpu_kernels_gemm_q_scratch_bytes(w, eq) + 63) & ~(size_t)63);
         for (int tile = 0; tile < tiles; tile++) cpu_kernels_quantize_x_tiles(w, x, n, tile, qx);
         int64_t blocks[][2] = {{0, rows < CPU_KERNELS_GEMM_Q_ROWS ? rows : CPU_KERNELS_GEMM_Q_ROWS}, {3, rows - 5}};
         for (int b = 0; b < 2; b++) {
@@ -254,7 +254,7 @@ static int64_t bit_equal_rows(const char *set, const char *label, const tmat *t,
     size_t qb = cpu_kernels_qx_row_bytes(w, true);
     int nmax = 0;
     for (int i = 0; i < n_ns; i++) nmax = ns[i] > nmax ? ns[i] : nmax;
-    if (!qb || !cpu_kernels_has_bit_equal() || !cpu_kernels_qx_tiles_bytes(w, nmax)) return 0;
+    if (!qb || !cpu_kernels_has_bit_equal() || !cpu_kernels_qx_tiles_bytes(w, nmax, true)) return 0;
     float *x = malloc(sizeof(float) * cols * nmax);
     int gs = w->q.group_size;
     for (int t2 = 0; t2 < nmax; t2++)
@@ -272,11 +272,11 @@ static int64_t bit_equal_rows(const char *set, const char *label, const tmat *t,
         cpu_kernels_quantize_x(w, x + (int64_t)t2 * cols, 1, qx1, true);
         cpu_kernels_gemv_q(w, 0, rows, qx1, gemv + (int64_t)t2 * rows, true);
     }
-    void *scr = aligned_alloc(64, (cpu_kernels_gemm_q_scratch_bytes(w) + 63) & ~(size_t)63);
+    void *scr = aligned_alloc(64, (cpu_kernels_gemm_q_scratch_bytes(w, true) + 63) & ~(size_t)63);
     int bad = 0;
     for (int ni = 0; ni < n_ns; ni++) {
         int n = ns[ni], tiles = (n + 15) / 16;
-        size_t bytes = cpu_kernels_qx_tiles_bytes(w, n);
+        size_t bytes = cpu_kernels_qx_tiles_bytes(w, n, true);
         uint8_t *qx = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
         for (int tile = 0; tile < tiles; tile++) cpu_kernels_quantize_x_tiles(w, x, n, tile, qx);
         for (int64_t r0 = 0; r0 < rows; r0 += CPU_KERNELS_GEMM_Q_ROWS) {
@@ -329,7 +329,7 @@ static void compare_bit_equal(const char *set) {
                          (long long)rows);
                 int64_t c = bit_equal_rows(set, label, &t, ns, 6, 0);
                 if (!c && cpu_kernels_has_bit_equal())
-                    CHECK_MSG(!cpu_kernels_qx_tiles_bytes(&t.m, 40) || !cpu_kernels_qx_row_bytes(&t.m, true),
+                    CHECK_MSG(!cpu_kernels_qx_tiles_bytes(&t.m, 40, true) || !cpu_kernels_qx_row_bytes(&t.m, true),
                               "%s %s: a batched product is not compared", set, label);
                 if (c && gc == 2) bit_equal_rows(set, label, &t, ns, 1, 1);
                 total += c;

@@ -346,18 +346,24 @@ bool cpu_kernels_attn_i8_integer(void) {
     return kernels()->attn_rows == cpu_avx512vnni_attn_rows && cpu_kernels_attn_i8_mode() != 0;
 }
 
-size_t cpu_kernels_qx_tiles_bytes(const mx_matrix *w, int n) {
+// Whether the set has the batched integer product that eq asks for (the avx2 set has only the
+// bit-equal one: its float product is faster for the others).
+static bool has_gemm_q(const cpu_kernel_set *k, bool eq) {
+    return k->qx_tiles_bytes && (eq && k->gemm_q_eq ? k->gemm_q_eq : k->gemm_q) != NULL;
+}
+
+size_t cpu_kernels_qx_tiles_bytes(const mx_matrix *w, int n, bool eq) {
     const cpu_kernel_set *k = kernels();
-    return k->qx_tiles_bytes ? k->qx_tiles_bytes(w, n) : 0;
+    return has_gemm_q(k, eq) ? k->qx_tiles_bytes(w, n) : 0;
 }
 
 void cpu_kernels_quantize_x_tiles(const mx_matrix *w, const float *x, int n, int tile, void *qx) {
     kernels()->quantize_x_tiles(w, x, n, tile, qx);
 }
 
-size_t cpu_kernels_gemm_q_scratch_bytes(const mx_matrix *w) {
+size_t cpu_kernels_gemm_q_scratch_bytes(const mx_matrix *w, bool eq) {
     const cpu_kernel_set *k = kernels();
-    return k->qx_tiles_bytes && k->qx_tiles_bytes(w, 1) ? k->gemm_q_scratch_bytes(w) : 0;
+    return has_gemm_q(k, eq) && k->qx_tiles_bytes(w, 1) ? k->gemm_q_scratch_bytes(w) : 0;
 }
 
 void cpu_kernels_gemm_q(const mx_matrix *w, int64_t r0, int nr, const void *qx, int n, float *out, int64_t ldo,

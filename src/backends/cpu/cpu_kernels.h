@@ -162,9 +162,10 @@ void cpu_kernels_swiglu(float *out, const float *gate, const float *up, int64_t 
 // group 32/64/128): the activation row is quantized once per matmul per weight group, then any number
 // of gemv_q calls (one per row block, from any thread) read it.
 // eq (here and in cpu_kernels_gemm_q): the bit-equal pair where the set has it (AVX-512 VNNI, the
-// formats its batched product takes; AVX2, whose batched product is its gemv token by token): the gemv's output for a row of x is then the very bits the
-// batched product gives for that row (cpu_int8_activations.h); the CPU backend asks for it where
-// the int8 KV cache's integer attention is on. Pass the same eq to all three calls of one product.
+// formats its batched product takes; AVX2, whose bit-equal batched product is its gemv token by
+// token): the gemv's output for a row of x is then the very bits the batched product gives for that
+// row (cpu_int8_activations.h); the CPU backend asks for it on the int8 and 4-bit KV caches
+// (cpu_matmul.c, set_bit_equal). Pass the same eq to all three calls of one product.
 // Bytes of one quantized row of x for w; 0 when the active set has no integer path for w.
 size_t cpu_kernels_qx_row_bytes(const mx_matrix *w, bool eq);
 // Quantizes n rows of x[n, cols] into qx (n * qx_row_bytes bytes, 64-byte aligned).
@@ -182,12 +183,13 @@ bool cpu_kernels_attn_i8_integer(void);
 // share the work); then gemm_q calls (one per block of up to CPU_KERNELS_GEMM_Q_ROWS rows, from any
 // thread) read it.
 #define CPU_KERNELS_GEMM_Q_ROWS 16
-// Bytes of prepared x for n tokens; 0 when the active set has no integer batch path for w.
-size_t cpu_kernels_qx_tiles_bytes(const mx_matrix *w, int n);
+// Bytes of prepared x for n tokens; 0 when the active set has no integer batch path for w (eq: the
+// bit-equal one; the avx2 set has only that one).
+size_t cpu_kernels_qx_tiles_bytes(const mx_matrix *w, int n, bool eq);
 // Prepares tokens [16 * tile, 16 * tile + 16) of x (rows past n are zero) into qx.
 void cpu_kernels_quantize_x_tiles(const mx_matrix *w, const float *x, int n, int tile, void *qx);
 // Bytes of scratch one gemm_q call needs for w (0 when there is no integer batch path for w).
-size_t cpu_kernels_gemm_q_scratch_bytes(const mx_matrix *w);
+size_t cpu_kernels_gemm_q_scratch_bytes(const mx_matrix *w, bool eq);
 // out[t * ldo + r0 + i] = row (r0 + i) of w . x[t] for i < nr (<= CPU_KERNELS_GEMM_Q_ROWS), t < n,
 // from the prepared qx (n must be the n it was prepared for). out: [n, ldo].
 void cpu_kernels_gemm_q(const mx_matrix *w, int64_t r0, int nr, const void *qx, int n, float *out, int64_t ldo,

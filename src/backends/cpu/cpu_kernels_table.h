@@ -100,8 +100,13 @@ void cpu_avx512_kv_i16_row(int16_t *dst, float *scales, const float *src, int hd
 // AVX-512 and AVX2 conversions of a KV row to I8 (cpu_kernels_kv.c); see cpu_kernels_kv_i8_row.
 void cpu_avx512_kv_i8_row(int8_t *dst, float *scales, const float *src, int hd);
 void cpu_avx2_kv_i8_row(int8_t *dst, float *scales, const float *src, int hd);
+// The AVX2 row decoder (cpu_kernels_x86.c; also the AVX-512 sets') and float product for batches
+// (cpu_kernels_avx2_gemm.c).
+void cpu_avx2_dequant_row(const mx_matrix *w, int64_t row, float *out);
+void cpu_avx2_gemm(const mx_matrix *w, int64_t r0, int nr, const float *x, int n, float *out, int64_t ldo,
+                   float *scratch);
 // AVX2 integer kernels for affine 4/8-bit (cpu_kernels_avx2_int.c): the gemv, and batches as the
-// same row kernel token by token (so the pair is bit-equal).
+// same row kernel token by token (so the pair is bit-equal; the set's batches use it only then).
 size_t cpu_avx2_qx_row_bytes(const mx_matrix *w);
 void cpu_avx2_quantize_x(const mx_matrix *w, const float *x, int n, void *qx);
 void cpu_avx2_gemv_q(const mx_matrix *w, int64_t r0, int64_t r1, const void *qx, float *out);

@@ -75,7 +75,7 @@ CPU_TARGET_AVX2 static void avx2_dequant_bf16(const mx_matrix *w, int64_t row, f
     for (; j < w->cols; j++) out[j] = mx_load_float(data, MX_DTYPE_BF16, j);
 }
 
-CPU_TARGET_AVX2 static void avx2_dequant_row(const mx_matrix *w, int64_t row, float *out) {
+CPU_TARGET_AVX2 void cpu_avx2_dequant_row(const mx_matrix *w, int64_t row, float *out) {
     if (w->q.mode == MX_QUANT_AFFINE && w->q.bits == 4) {
         avx2_dequant_affine4(w, row, out);
     } else if (w->q.mode == MX_QUANT_AFFINE && w->q.bits == 8) {
@@ -88,17 +88,17 @@ CPU_TARGET_AVX2 static void avx2_dequant_row(const mx_matrix *w, int64_t row, fl
 }
 
 CPU_TARGET_AVX2 static float avx2_row_dot(const mx_matrix *w, int64_t row, const float *x, float *scratch) {
-    avx2_dequant_row(w, row, scratch);
+    cpu_avx2_dequant_row(w, row, scratch);
     return avx2_dot(scratch, x, w->cols);
 }
 
 static const cpu_kernel_set avx2_set = {
     /* .name = */ "avx2",
-    /* .dequant_row = */ avx2_dequant_row,
+    /* .dequant_row = */ cpu_avx2_dequant_row,
     /* .dot = */ avx2_dot,
     /* .row_dot = */ avx2_row_dot,
     /* .gemv = */ NULL,
-    /* .gemm = */ NULL,
+    /* .gemm = */ cpu_avx2_gemm,
     /* .attn_rows = */ cpu_avx2_attn_rows,
     /* .swiglu = */ cpu_avx2_swiglu,
     /* .kv_i16_row = */ NULL,
@@ -109,8 +109,9 @@ static const cpu_kernel_set avx2_set = {
     /* .qx_tiles_bytes = */ cpu_avx2_qx_tiles_bytes,
     /* .quantize_x_tiles = */ cpu_avx2_quantize_x_tiles,
     /* .gemm_q_scratch_bytes = */ cpu_avx2_gemm_q_scratch_bytes,
-    /* .gemm_q = */ cpu_avx2_gemm_q,
-    // The batched product is the gemv's row kernel token by token: the plain pair is bit-equal.
+    // Batches take the float product (cpu_avx2_gemm: faster on AVX2) except where the bit-equal
+    // pair is asked for: the integer one is the gemv's row kernel token by token.
+    /* .gemm_q = */ NULL,
     /* .qx_row_bytes_eq = */ cpu_avx2_qx_row_bytes,
     /* .quantize_x_eq = */ cpu_avx2_quantize_x,
     /* .gemv_q_eq = */ cpu_avx2_gemv_q,
@@ -154,7 +155,7 @@ CPU_TARGET_AVX512 static float avx512_dot(const float *a, const float *b, int64_
 }
 
 CPU_TARGET_AVX512 static float avx512_row_dot(const mx_matrix *w, int64_t row, const float *x, float *scratch) {
-    avx2_dequant_row(w, row, scratch);
+    cpu_avx2_dequant_row(w, row, scratch);
     return avx512_dot(scratch, x, w->cols);
 }
 
@@ -342,7 +343,7 @@ CPU_TARGET_AVX512 static void avx512_gemm(const mx_matrix *w, int64_t r0, int nr
     float *W = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);  // 4 * ldw + 16 <= cols * 4 + 1024
     for (int i = 0; i < 4; i++) {
         if (i < nr)
-            avx2_dequant_row(w, r0 + i, W + i * ldw);
+            cpu_avx2_dequant_row(w, r0 + i, W + i * ldw);
         else
             memset(W + i * ldw, 0, sizeof(float) * cols);
     }
@@ -360,7 +361,7 @@ CPU_TARGET_AVX512 static void avx512_gemm(const mx_matrix *w, int64_t r0, int nr
 
 static const cpu_kernel_set avx512_set = {
     /* .name = */ "avx512",
-    /* .dequant_row = */ avx2_dequant_row,
+    /* .dequant_row = */ cpu_avx2_dequant_row,
     /* .dot = */ avx512_dot,
     /* .row_dot = */ avx512_row_dot,
     /* .gemv = */ avx512_gemv,
@@ -386,7 +387,7 @@ static const cpu_kernel_set avx512_set = {
 // (cpu_kernels_vnni_gemm.c).
 static const cpu_kernel_set avx512vnni_set = {
     /* .name = */ "avx512vnni",
-    /* .dequant_row = */ avx2_dequant_row,
+    /* .dequant_row = */ cpu_avx2_dequant_row,
     /* .dot = */ avx512_dot,
     /* .row_dot = */ avx512_row_dot,
     /* .gemv = */ avx512_gemv,
@@ -411,7 +412,7 @@ static const cpu_kernel_set avx512vnni_set = {
 // avx512vnni plus the AMX tile kernels for batches of tokens (cpu_kernels_amx.c).
 static const cpu_kernel_set amx_set = {
     /* .name = */ "amx",
-    /* .dequant_row = */ avx2_dequant_row,
+    /* .dequant_row = */ cpu_avx2_dequant_row,
     /* .dot = */ avx512_dot,
     /* .row_dot = */ avx512_row_dot,
     /* .gemv = */ avx512_gemv,

@@ -157,9 +157,9 @@ static void gemm_q_task(void *arg, int task, int thread) {
 
 // Batches through the integer tile kernels; returns false when the active set has none for w.
 static bool matmul_q(cpu_ctx *c, matmul_job *j) {
-    size_t bytes = cpu_kernels_qx_tiles_bytes(j->w, j->n);
+    size_t bytes = cpu_kernels_qx_tiles_bytes(j->w, j->n, c->bit_equal);
     if (!bytes) return false;
-    MX_ASSERT(cpu_kernels_gemm_q_scratch_bytes(j->w) <= c->scratch_floats * sizeof(float));
+    MX_ASSERT(cpu_kernels_gemm_q_scratch_bytes(j->w, c->bit_equal) <= c->scratch_floats * sizeof(float));
     int tiles = (j->n + 15) / 16;
     j->qx = cpu_act_buf(c, bytes);
     if (!j->qx) return true;  // out of memory: cpu_run_plan reports it
@@ -173,15 +173,14 @@ static bool matmul_q(cpu_ctx *c, matmul_job *j) {
     return true;
 }
 
-// The int8 cache's integer attention rounds the query and the P.V weights, so there the products
-// must give a decode step's and a recomputed prompt's rows the same bits (cpu_kernels.h, eq); so
-// must the 4-bit cache's, whose codes a last-bit difference of a K or V value moves often enough
-// that a preempted request's resumed text differed (server_engine_kv_i4: 2 runs in 5 before, 0 in 6 after). Read
-// per product: --kv-bits sets the cache type after the backend's start.
+// On the 4-bit and int8 caches the products must give a decode step's and a recomputed prompt's
+// rows the same bits (cpu_kernels.h, eq): their codes are coarse enough that a last-bit difference
+// of a K or V value moves one often enough that a preempted request's resumed text differed
+// (server_engine_kv_i4: 2 runs in 5 before, 0 in 6 after; server_engine_kv_i8 with the avx2 set's
+// float batched product: 1 in 1), and the int8 cache's integer attention also rounds the query and
+// the P.V weights. Read per product: --kv-bits sets the cache type after the backend's start.
 static void set_bit_equal(mx_backend *be) {
-    cpu_of(be)->bit_equal =
-        ((be->kv_dtype == MX_DTYPE_I8 && cpu_kernels_attn_i8_integer()) || be->kv_dtype == MX_DTYPE_I4) &&
-        cpu_kernels_has_bit_equal();
+    cpu_of(be)->bit_equal = (be->kv_dtype == MX_DTYPE_I8 || be->kv_dtype == MX_DTYPE_I4) && cpu_kernels_has_bit_equal();
 }
 
 void cpu_matmul(mx_backend *be, float *out, const float *x, const mx_matrix *w, const float *bias, int n) {
@@ -203,6 +202,14 @@ void cpu_matmul(mx_backend *be, float *out, const float *x, const mx_matrix *w, 
         return;
     }
     if (matmul_q(c, &j)) return;
+    // The float tiles read x while other tiles write out: a product in place (out overlapping x)
+    // reads a copy (the integer tiles read their prepared x, so they need none).
+    if (out < x + (int64_t)n * w->cols && x < out + (int64_t)n * w->rows) {
+        float *copy = cpu_act_buf(c, sizeof(float) * (size_t)n * (size_t)w->cols);
+        if (!copy) return;  // out of memory: cpu_run_plan reports it
+        memcpy(copy, x, sizeof(float) * (size_t)n * (size_t)w->cols);
+        j.x = copy;
+    }
     int tb = (int)(GEMM_X_FLOATS / (w->cols > 0 ? w->cols : 1)) / 6 * 6;
     j.token_block = tb < 6 ? 6 : tb;
     j.row_blocks = (int)((w->rows + GEMM_ROW_BLOCK - 1) / GEMM_ROW_BLOCK);
@@ -259,7 +266,7 @@ static bool writes_x(const mx_op *op, const float *x, int64_t cols) {
 static void matmul_group_q(cpu_ctx *c, const mx_op *ops, int m) {
     const mx_matrix *w0 = ops[0].matmul.w;
     int n = ops[0].matmul.n, tiles = (n + 15) / 16;
-    size_t bytes = cpu_kernels_qx_tiles_bytes(w0, n);
+    size_t bytes = cpu_kernels_qx_tiles_bytes(w0, n, c->bit_equal);
     void *qx = cpu_act_buf(c, bytes);
     if (!qx) return;  // out of memory: cpu_run_plan reports it
     size_t tile_bytes = bytes / (size_t)tiles;
@@ -268,7 +275,7 @@ static void matmul_group_q(cpu_ctx *c, const mx_op *ops, int m) {
     matmul_group_job g = {.n_jobs = m};
     for (int k = 0; k < m; k++) {
         const mx_op *op = &ops[k];
-        MX_ASSERT(cpu_kernels_gemm_q_scratch_bytes(op->matmul.w) <= c->scratch_floats * sizeof(float));
+        MX_ASSERT(cpu_kernels_gemm_q_scratch_bytes(op->matmul.w, c->bit_equal) <= c->scratch_floats * sizeof(float));
         g.jobs[k] = (matmul_job){.out = op->matmul.out, .x = op->matmul.x, .w = op->matmul.w, .bias = op->matmul.bias,
                                  .n = n, .c = c, .rows = op->matmul.w->rows, .qx = qx, .tile_bytes = tile_bytes,
                                  .chunk_tiles = chunk_tiles};
@@ -287,7 +294,7 @@ int cpu_matmul_group(mx_backend *be, const mx_op *ops, int n_ops) {
     const float *x = op0->matmul.x;
     int n = op0->matmul.n, m = 1;
     // Batches group only on the integer tile kernels (the float path has no prepared x to share).
-    if ((n == 1 || cpu_kernels_qx_tiles_bytes(w0, n)) && !writes_x(op0, x, w0->cols))
+    if ((n == 1 || cpu_kernels_qx_tiles_bytes(w0, n, cpu_of(be)->bit_equal)) && !writes_x(op0, x, w0->cols))
         while (m < n_ops && m < MATMUL_GROUP_MAX && ops[m].kind == MX_OP_MATMUL && ops[m].matmul.n == n &&
                ops[m].matmul.x == x && same_x_format(ops[m].matmul.w, w0) && !writes_x(&ops[m], x, w0->cols))
             m++;
