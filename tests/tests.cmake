@@ -82,3 +82,15 @@ file(GLOB MLXCEL_TEST_SCRIPTS CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/cmak
 foreach(script ${MLXCEL_TEST_SCRIPTS})
   include(${script})
 endforeach()
+# ctest starts the tests of the highest COST first. A clean checkout has no timings of its own, so the
+# long ones are named here (rough seconds on a two-core machine): started first, they do not end up
+# running alone at the end of a parallel run.
+foreach(entry perplexity_demo:130 test_engine_plans:300 gpu_mma_emulation:120
+              test_fault_injection:120 gpu_wgmma_mutants:75 grammar_schema_suite:50 test_engine_padding:50)
+  string(REPLACE ":" ";" entry ${entry})
+  list(GET entry 0 name)
+  list(GET entry 1 cost)
+  if(TEST ${name})
+    set_tests_properties(${name} PROPERTIES COST ${cost})
+  endif()
+endforeach()

@@ -8,9 +8,16 @@
 # CPU build without sanitizers: it links this build's library beside the emulated kernels, which a
 # GPU build already holds compiled for the device.
 find_program(MLXCEL_GXX g++)
+# One ctest test for each of run.sh's tests (each in a folder of its own), so that a parallel ctest
+# shares them between cores; COST (seconds on two cores) starts the long ones first.
 if(MLXCEL_GXX AND NOT MLXCEL_CUDA AND NOT MLXCEL_ROCM AND NOT MLXCEL_SANITIZE AND MLXCEL_HUB)
-  add_test(NAME gpu_kv_emulation COMMAND sh ${PROJECT_SOURCE_DIR}/tests/gpu/kv_emulation/run.sh quick
-           WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
-  set_tests_properties(gpu_kv_emulation PROPERTIES
-    ENVIRONMENT "MLXCEL_EMU_LIB=${CMAKE_BINARY_DIR};MLXCEL_EMU_OUT=${CMAKE_BINARY_DIR}/kv_emulation")
+  foreach(entry stream_lean:280 res_early:220 moe:420 kv:330)
+    string(REPLACE ":" ";" entry ${entry})
+    list(GET entry 0 part)
+    list(GET entry 1 cost)
+    add_test(NAME gpu_kv_emulation_${part} COMMAND sh ${PROJECT_SOURCE_DIR}/tests/gpu/kv_emulation/run.sh quick
+             WORKING_DIRECTORY ${PROJECT_SOURCE_DIR})
+    set_tests_properties(gpu_kv_emulation_${part} PROPERTIES COST ${cost} ENVIRONMENT
+      "MLXCEL_EMU_LIB=${CMAKE_BINARY_DIR};MLXCEL_EMU_OUT=${CMAKE_BINARY_DIR}/kv_emulation_${part};MLXCEL_EMU_ONLY=test_${part}_emulated")
+  endforeach()
 endif()

@@ -24,8 +24,9 @@
 # (tests/gpu/run_on_device.sh). Needs g++ (C++20) and the CPU build (made here when build/cpu has
 # no library). Takes about 15 minutes on two cores in its quick form (--asan: longer).
 # Usage: tests/gpu/kv_emulation/run.sh [--asan] [quick]   (--asan: AddressSanitizer; both: fewer cases)
-# With MLXCEL_EMU_LIB (a CPU build's directory; ctest's gpu_kv_emulation) it links that build's
-# library and builds into $MLXCEL_EMU_OUT (default build/kv_emulation).
+# With MLXCEL_EMU_LIB (a CPU build's directory; ctest's gpu_kv_emulation_*) it links that build's
+# library and builds into $MLXCEL_EMU_OUT (default build/kv_emulation); MLXCEL_EMU_ONLY names the
+# tests to run (ctest runs each in a test of its own, so two cores share them).
 set -eu
 cd "$(dirname "$0")/../../.."
 lib=${MLXCEL_EMU_LIB:-build/cpu}
@@ -51,6 +52,7 @@ cflags="-I$out/inc $flags -Itests/gpu"
 libs="$lib/libmlxcel_lib.a $(pkg-config --libs jansson libpcre2-8 libutf8proc libmicrohttpd) -lcurl -lm -lpthread"
 gcc -std=c11 -O1 -Isrc -Iinclude -c tests/gpu/gpu_ref.c -o "$out/gpu_ref.o"
 built=""  # the sources compiled into $out/obj in this run, by name
+ran=""    # the tests run (emu_test)
 
 # emu_build BIN FAULT_DIR SOURCE...: links BIN from the SOURCEs (C++ files, compiled here, and
 # objects) and the CPU library. FAULT_DIR empty: each C++ file compiled once a run into $out/obj.
@@ -119,8 +121,13 @@ emu_plant() {
 #   edit FILE EXPRESSION     a sed edit of FILE in the fault's copies (emu_plant)
 #   expect PATTERN           a pattern that must match lines of the fault's run
 #   reject PATTERN           a pattern that must match none
+# With MLXCEL_EMU_ONLY set (test names, space-separated), the other tests are passed over.
 emu_test() {
     et_test=$1 et_good=$2 et_args=$3 et_srcs=$4
+    case " ${MLXCEL_EMU_ONLY:-$et_test} " in
+    *" $et_test "*) ran="$ran $et_test" ;;
+    *) cat >/dev/null; return 0 ;;
+    esac
     et_names="" et_dir=""
     while IFS= read -r et_line; do
         et_rest=${et_line#* }
@@ -273,3 +280,6 @@ fault pdl3_combine
 edit attn_decode.cpp /mxg_grid_wait_release(early);  \/\/ level 3: a dependent launch; the partials/d
 expect blocks without their wait [0-9]* and [1-9].*FAIL
 EOF
+for only in ${MLXCEL_EMU_ONLY:-}; do
+    case " $ran " in *" $only "*) ;; *) echo "run.sh: MLXCEL_EMU_ONLY names no test of this script: $only"; exit 1 ;; esac
+done
