@@ -86,7 +86,8 @@ endforeach()
 # long ones are named here (rough seconds on a two-core machine): started first, they do not end up
 # running alone at the end of a parallel run.
 foreach(entry perplexity_demo:130 test_engine_plans:300 gpu_mma_emulation:120
-              test_fault_injection:120 gpu_wgmma_mutants:75 grammar_schema_suite:50 test_engine_padding:50)
+              test_fault_injection:120 gpu_wgmma_mutants:75 grammar_schema_suite:50 test_engine_padding:50
+              server_engine:60 test_grammar:40 cli:40 test_engine_preempt:30)
   string(REPLACE ":" ";" entry ${entry})
   list(GET entry 0 name)
   list(GET entry 1 cost)

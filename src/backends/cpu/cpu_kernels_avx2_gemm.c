@@ -19,8 +19,9 @@
 #include "backends/cpu/cpu_simd_reduce8.h"
 #include "backends/cpu/cpu_simd_targets.h"
 
-// 4 decoded rows W (stride ldw, zero past cols) times NT <= 3 token rows of x (stride cols); NT and
-// NR are constants at every call site, so the accumulators stay in registers.
+// 4 decoded rows W (stride ldw, zero past cols) times NT <= 3 token rows of x (stride cols); NT is a
+// constant at every call site, so the accumulators stay in registers. The avx512 set's micro_4xn
+// (cpu_kernels_x86.c) is the same loop at 16 lanes and 6 tokens, with masked loads at its tail.
 CPU_TARGET_AVX2_INLINE static void micro_4xn(const float *W, int64_t ldw, const float *x, int64_t cols, int NT,
                                              float *out, int64_t ldo, int nr) {
     __m256 acc[4][3];
