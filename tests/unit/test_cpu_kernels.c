@@ -202,7 +202,7 @@ static void compare(const char *set, const char *label, const tmat *t) {
         int tiles = (n + 15) / 16;
         CHECK(bytes % (size_t)tiles == 0);
         uint8_t *qx = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
-        void *scr = aligned_alloc(64, (cpu_kernels_gemm_q_scratch_bytes(w, eq) + 63) & ~(size_t)63);
+        void *scr = aligned_alloc(64, (cpu_kernels_gemm_q_scratch_bytes(w) + 63) & ~(size_t)63);
         for (int tile = 0; tile < tiles; tile++) cpu_kernels_quantize_x_tiles(w, x, n, tile, qx);
         int64_t blocks[][2] = {{0, rows < CPU_KERNELS_GEMM_Q_ROWS ? rows : CPU_KERNELS_GEMM_Q_ROWS}, {3, rows - 5}};
         for (int b = 0; b < 2; b++) {
@@ -272,7 +272,7 @@ static int64_t bit_equal_rows(const char *set, const char *label, const tmat *t,
         cpu_kernels_quantize_x(w, x + (int64_t)t2 * cols, 1, qx1, true);
         cpu_kernels_gemv_q(w, 0, rows, qx1, gemv + (int64_t)t2 * rows, true);
     }
-    void *scr = aligned_alloc(64, (cpu_kernels_gemm_q_scratch_bytes(w, true) + 63) & ~(size_t)63);
+    void *scr = aligned_alloc(64, (cpu_kernels_gemm_q_scratch_bytes(w) + 63) & ~(size_t)63);
     int bad = 0;
     for (int ni = 0; ni < n_ns; ni++) {
         int n = ns[ni], tiles = (n + 15) / 16;

@@ -182,8 +182,7 @@ static int cpu_upload_matrix(mx_backend *be, const mx_matrix *host, mx_matrix *o
     out->biases = cpu_place(c, host->biases, sbytes, salign, &cb, err);
     if (remember_copy(c, out->biases, cb)) return mx_fail(err, "out of memory");
     if (host->biases && !out->biases) return -1;
-    size_t q = cpu_kernels_gemm_q_scratch_bytes(host, false), qe = cpu_kernels_gemm_q_scratch_bytes(host, true);
-    size_t need = CPU_KERNELS_SCRATCH(host->cols), tiles = ((q > qe ? q : qe) + 3) / 4;
+    size_t need = CPU_KERNELS_SCRATCH(host->cols), tiles = (cpu_kernels_gemm_q_scratch_bytes(host) + 3) / 4;
     if (cpu_reserve_scratch(c, need > tiles ? need : tiles) != 0) return mx_fail(err, "out of memory for scratch");
     return 0;
 }

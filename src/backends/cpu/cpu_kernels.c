@@ -361,9 +361,9 @@ void cpu_kernels_quantize_x_tiles(const mx_matrix *w, const float *x, int n, int
     kernels()->quantize_x_tiles(w, x, n, tile, qx);
 }
 
-size_t cpu_kernels_gemm_q_scratch_bytes(const mx_matrix *w, bool eq) {
+size_t cpu_kernels_gemm_q_scratch_bytes(const mx_matrix *w) {
     const cpu_kernel_set *k = kernels();
-    return has_gemm_q(k, eq) && k->qx_tiles_bytes(w, 1) ? k->gemm_q_scratch_bytes(w) : 0;
+    return (has_gemm_q(k, false) || has_gemm_q(k, true)) && k->qx_tiles_bytes(w, 1) ? k->gemm_q_scratch_bytes(w) : 0;
 }
 
 void cpu_kernels_gemm_q(const mx_matrix *w, int64_t r0, int nr, const void *qx, int n, float *out, int64_t ldo,

@@ -188,8 +188,8 @@ bool cpu_kernels_attn_i8_integer(void);
 size_t cpu_kernels_qx_tiles_bytes(const mx_matrix *w, int n, bool eq);
 // Prepares tokens [16 * tile, 16 * tile + 16) of x (rows past n are zero) into qx.
 void cpu_kernels_quantize_x_tiles(const mx_matrix *w, const float *x, int n, int tile, void *qx);
-// Bytes of scratch one gemm_q call needs for w (0 when there is no integer batch path for w).
-size_t cpu_kernels_gemm_q_scratch_bytes(const mx_matrix *w, bool eq);
+// Bytes of scratch one gemm_q call needs for w, either eq (0 when there is no integer batch path for w).
+size_t cpu_kernels_gemm_q_scratch_bytes(const mx_matrix *w);
 // out[t * ldo + r0 + i] = row (r0 + i) of w . x[t] for i < nr (<= CPU_KERNELS_GEMM_Q_ROWS), t < n,
 // from the prepared qx (n must be the n it was prepared for). out: [n, ldo].
 void cpu_kernels_gemm_q(const mx_matrix *w, int64_t r0, int nr, const void *qx, int n, float *out, int64_t ldo,

@@ -61,9 +61,9 @@ CPU_TARGET_AVX2 void cpu_avx2_gemm(const mx_matrix *w, int64_t r0, int nr, const
     int64_t cols = w->cols, ldw = (cols + 7) & ~(int64_t)7;
     float *W = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);  // 4 * ldw + 16 <= cols * 4 + 1024
     for (int i = 0; i < 4; i++) {
-        if (i < nr) cpu_avx2_dequant_row(w, r0 + i, W + i * ldw);
-        else memset(W + i * ldw, 0, sizeof(float) * (size_t)cols);
-        memset(W + i * ldw + cols, 0, sizeof(float) * (size_t)(ldw - cols));
+        int64_t decoded = i < nr ? cols : 0;  // rows past nr are zero, and every row past cols
+        if (decoded) cpu_avx2_dequant_row(w, r0 + i, W + i * ldw);
+        memset(W + i * ldw + decoded, 0, sizeof(float) * (size_t)(ldw - decoded));
     }
     int t = 0;
     for (; t + 3 <= n; t += 3) micro_4xn(W, ldw, x + (int64_t)t * cols, cols, 3, out + (int64_t)t * ldo, ldo, nr);

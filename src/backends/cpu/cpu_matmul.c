@@ -159,7 +159,7 @@ static void gemm_q_task(void *arg, int task, int thread) {
 static bool matmul_q(cpu_ctx *c, matmul_job *j) {
     size_t bytes = cpu_kernels_qx_tiles_bytes(j->w, j->n, c->bit_equal);
     if (!bytes) return false;
-    MX_ASSERT(cpu_kernels_gemm_q_scratch_bytes(j->w, c->bit_equal) <= c->scratch_floats * sizeof(float));
+    MX_ASSERT(cpu_kernels_gemm_q_scratch_bytes(j->w) <= c->scratch_floats * sizeof(float));
     int tiles = (j->n + 15) / 16;
     j->qx = cpu_act_buf(c, bytes);
     if (!j->qx) return true;  // out of memory: cpu_run_plan reports it
@@ -171,6 +171,11 @@ static bool matmul_q(cpu_ctx *c, matmul_job *j) {
     int chunks = (tiles + j->chunk_tiles - 1) / j->chunk_tiles;
     mx_pool_run(c->pool, chunks * j->row_blocks, gemm_q_task, j);
     return true;
+}
+
+// Whether out [n, rows] overlaps x [n, cols].
+static bool overlaps_x(const float *out, const float *x, int64_t n, int64_t cols, int64_t rows) {
+    return out < x + n * cols && x < out + n * rows;
 }
 
 // On the 4-bit and int8 caches the products must give a decode step's and a recomputed prompt's
@@ -204,7 +209,7 @@ void cpu_matmul(mx_backend *be, float *out, const float *x, const mx_matrix *w, 
     if (matmul_q(c, &j)) return;
     // The float tiles read x while other tiles write out: a product in place (out overlapping x)
     // reads a copy (the integer tiles read their prepared x, so they need none).
-    if (out < x + (int64_t)n * w->cols && x < out + (int64_t)n * w->rows) {
+    if (overlaps_x(out, x, n, w->cols, w->rows)) {
         float *copy = cpu_act_buf(c, sizeof(float) * (size_t)n * (size_t)w->cols);
         if (!copy) return;  // out of memory: cpu_run_plan reports it
         memcpy(copy, x, sizeof(float) * (size_t)n * (size_t)w->cols);
@@ -257,9 +262,7 @@ static bool same_x_format(const mx_matrix *a, const mx_matrix *b) {
 // Whether the output of a product op overlaps its x ([n, cols]) (then a later record reading x
 // must wait for it).
 static bool writes_x(const mx_op *op, const float *x, int64_t cols) {
-    const float *out = op->matmul.out;
-    int64_t n = op->matmul.n;
-    return out < x + n * cols && x < out + n * op->matmul.w->rows;
+    return overlaps_x(op->matmul.out, x, op->matmul.n, cols, op->matmul.w->rows);
 }
 
 // Batches of a group (m matrices of one x format, on the integer tile kernels): x prepared once.
@@ -275,7 +278,7 @@ static void matmul_group_q(cpu_ctx *c, const mx_op *ops, int m) {
     matmul_group_job g = {.n_jobs = m};
     for (int k = 0; k < m; k++) {
         const mx_op *op = &ops[k];
-        MX_ASSERT(cpu_kernels_gemm_q_scratch_bytes(op->matmul.w, c->bit_equal) <= c->scratch_floats * sizeof(float));
+        MX_ASSERT(cpu_kernels_gemm_q_scratch_bytes(op->matmul.w) <= c->scratch_floats * sizeof(float));
         g.jobs[k] = (matmul_job){.out = op->matmul.out, .x = op->matmul.x, .w = op->matmul.w, .bias = op->matmul.bias,
                                  .n = n, .c = c, .rows = op->matmul.w->rows, .qx = qx, .tile_bytes = tile_bytes,
                                  .chunk_tiles = chunk_tiles};
