@@ -105,8 +105,6 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   # The down + combine launch's warp-per-row form (0; the full-lane form is the default) under every
   # case of the harness.
   mlxcel_gpu_conformance(gpu_conformance_moe_down_off MLXCEL_GPU_MOE_DOWN=0)
-  # The expert-lane form (each lane one expert slot over R rows of its warp) under every case.
-  mlxcel_gpu_conformance(gpu_conformance_moe_down_rows MLXCEL_GPU_MOE_DOWN=2)
   # The routing launch's one-warp form (MLXCEL_GPU_MOE_ROUTE_RANK=0; the block form by rank is the
   # default; the experts exactly the CPU's) under every case of the harness.
   mlxcel_gpu_conformance(gpu_conformance_moe_route_warp MLXCEL_GPU_MOE_ROUTE_RANK=0)
@@ -172,8 +170,8 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
   mlxcel_gpu_knob_refused(moe_fused_four MLXCEL_GPU_MOE_FUSED=4
                           "MLXCEL_GPU_MOE_FUSED='4': must be a whole number from 0 to 3 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(moe_fused_word MLXCEL_GPU_MOE_FUSED=fast "MLXCEL_GPU_MOE_FUSED='fast': must be")
-  mlxcel_gpu_knob_refused(moe_down_three MLXCEL_GPU_MOE_DOWN=3
-                          "MLXCEL_GPU_MOE_DOWN='3': must be a whole number from 0 to 2 \\(unset: 1\\)")
+  mlxcel_gpu_knob_refused(moe_down_two MLXCEL_GPU_MOE_DOWN=2
+                          "MLXCEL_GPU_MOE_DOWN='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
   mlxcel_gpu_knob_refused(moe_down_word MLXCEL_GPU_MOE_DOWN=flat "MLXCEL_GPU_MOE_DOWN='flat': must be")
   mlxcel_gpu_knob_refused(moe_route_rank_two MLXCEL_GPU_MOE_ROUTE_RANK=2
                           "MLXCEL_GPU_MOE_ROUTE_RANK='2': must be a whole number from 0 to 1 \\(unset: 1\\)")
@@ -243,8 +241,6 @@ if(MLXCEL_CUDA OR MLXCEL_ROCM)
     # The MoE routing launch's one-warp form (MLXCEL_GPU_MOE_ROUTE_RANK=0; by rank is the default)
     # through the qwen3_moe fixtures.
     mlxcel_gpu_parity(gpu_model_parity_moe_route_warp MLXCEL_GPU_MOE_ROUTE_RANK=0)
-    # The down + combine launch's expert-lane form (MLXCEL_GPU_MOE_DOWN=2) through the qwen3_moe fixtures.
-    mlxcel_gpu_parity(gpu_model_parity_moe_down_rows MLXCEL_GPU_MOE_DOWN=2)
   endif()
 
   add_executable(bench_gpu_decode ${PROJECT_SOURCE_DIR}/tests/gpu/bench_gpu_decode.c

@@ -429,7 +429,7 @@ static int read_knobs(gpu_knobs *k, mx_error *err) {
         env_int("MLXCEL_GPU_SAMPLE_FAST", 1, 0, 1, &k->sample_fast, err) ||
         env_int("MLXCEL_GPU_TC_DECODE", MXG_TC_DECODE_DEFAULT_TOKENS, 0, 64, &k->tc_decode_tokens, err) ||
         env_int("MLXCEL_GPU_MOE_FUSED", 1, 0, 3, &k->moe_fused, err) ||
-        env_int("MLXCEL_GPU_MOE_DOWN", 1, 0, 2, &k->moe_down, err) ||
+        env_int("MLXCEL_GPU_MOE_DOWN", 1, 0, 1, &k->moe_down, err) ||
         env_int("MLXCEL_GPU_MOE_ROUTE_RANK", 1, 0, 1, &k->moe_route_rank, err) ||
         env_int("MLXCEL_GPU_ATTN_MMA", 1, 0, 1, &k->attn_mma, err) ||
         env_int("MLXCEL_GPU_GROUPED", 1, 0, 1, &k->grouped, err) ||
@@ -543,7 +543,7 @@ mx_backend *mx_gpu_backend_create(const mx_backend_options *opt, mx_error *err) 
         (mxg_rt_event_create(&c->ev_start, err) != 0 || mxg_rt_event_create(&c->ev_stop, err) != 0))
         goto fail;
     c->launch.moe_fused = knobs.moe_fused;
-    c->launch.moe_down = knobs.moe_down;
+    c->launch.moe_down = knobs.moe_down == 1;
     c->launch.moe_route_rank = knobs.moe_route_rank == 1;
     c->launch.matvec_rows = knobs.matvec_rows;
     c->launch.matvec_max_tokens = knobs.matvec_max_tokens;

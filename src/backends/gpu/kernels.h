@@ -80,10 +80,9 @@ typedef struct mxg_launch {
                            // the default; 2: with the routing in the gate/up launch; 3: the norm, router
                            // product and routing in one launch, kernels/moe_router.cu; 0: the records)
     void *moe_tickets;     // level 3: MXG_MOE_MAX_TOKENS zeroed counters (kernels/moe_router.cu), else NULL
-    int moe_down;          // the down + combine launch's layout (MLXCEL_GPU_MOE_DOWN; 1, the default: every lane
-                           // streams (expert, chunk) pairs of its warp's row; 2: each lane one expert slot
-                           // over R rows of its warp, where k divides the warp; 0: a warp per output row over
-                           // the chunks; kernels/moe_stream.cu)
+    bool moe_down;         // the down + combine launch's layout (MLXCEL_GPU_MOE_DOWN; 1, the default: every lane
+                           // streams (expert, chunk) pairs of its warp's row; 0: a warp per output row over the
+                           // chunks; kernels/moe_stream.cu)
     bool moe_route_rank;   // the routing launch (kernels/moe.cu) by a block of kMoeRouteThreads, its k picks by rank
                            // in one pass (moe_route_rank, kernels/moe_route.cuh; the same bits; the default;
                            // MLXCEL_GPU_MOE_ROUTE_RANK=0: one warp's k argmax passes)

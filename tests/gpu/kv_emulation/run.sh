@@ -221,8 +221,6 @@ EOF
 #   reverse order (the same experts, other weight bits), and the down launch's prefetch budget ignored;
 # - the full-lane down form's products added into the neighbouring expert's sum (the warp-per-row
 #   form unmoved);
-# - the expert-lane down form's chunk sums of x read from the neighbouring expert's row (the
-#   full-lane form unmoved);
 # - the rank form of the routing (MLXCEL_GPU_MOE_ROUTE_RANK=1): ties ranked toward the larger index
 #   (the CPU's order broken) and the picks' sum taken in reverse rank order (other weight bits), the
 #   warp form unmoved.
@@ -245,10 +243,6 @@ fault flat
 edit moe_stream.cpp s/if (q == slot) acc\[q\] += d;/if (q == (slot ^ 1)) acc[q] += d;/
 expect full-lane down differs.*FAIL
 reject moe fused .*level 3 down differs
-fault rows
-edit moe_stream.cpp s/const float xs = Scaled<F>::on ? xsum\[slot \* nchunks + c\] : 0.0f;/const float xs = Scaled<F>::on ? xsum[(slot ^ 1) * nchunks + c] : 0.0f;/
-expect expert-lane down differs.*FAIL
-reject moe fused .*full-lane down differs
 fault rank
 edit backends/gpu/kernels/moe_route.cuh s/rank += u > v || (u == v \&\& o < e);/rank += u > v || (u == v \&\& o > e);/
 edit backends/gpu/kernels/moe_route.cuh s/for (int j = 0; j < k; j++) picked += sel_v\[j\];/for (int j = k - 1; j >= 0; j--) picked += sel_v[j];/

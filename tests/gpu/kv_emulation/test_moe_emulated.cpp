@@ -204,30 +204,25 @@ static void fused_case(mx_quant q, mx_dtype dt, mx_dtype st, int n, int H, int E
     // The full-lane down form (MLXCEL_GPU_MOE_DOWN=1, at levels 1 and 3): products within 1e-5 of
     // the reference, the combine the record's arithmetic on the form's own products, bit for bit;
     // the output starts at res0, y at 7, so a row or expert left out shows.
-    // The expert-lane form (MLXCEL_GPU_MOE_DOWN=2, where K divides the warp; else the full-lane
-    // form runs) under the same checks.
-    bool flat_ok = true, rows_ok = true;
-    double eflat = 0, erows = 0;
-    std::vector<float> yflat, outflat, yrows, outrows;  // level 1's
-    for (int form = 1; form <= 2; form++)
-        for (int level = 1; level <= 3; level += 2) {
-            std::vector<float> yf(m * H, 7.0f), outf = res0;
-            L.moe_fused = level, L.moe_down = form;
-            mxg_moe_down_combine(&L, yf.data(), outf.data(), act.data(), &wd, ids.data(), wts.data(), n, K);
-            L.moe_fused = 1, L.moe_down = 0;
-            if (level == 1) (form == 1 ? yflat : yrows) = yf, (form == 1 ? outflat : outrows) = outf;
-            bool &form_ok = form == 1 ? flat_ok : rows_ok;
-            double &err = form == 1 ? eflat : erows;
-            err = std::fmax(err, rel(yf, yref));
-            form_ok &= rel(yf, yref) <= 1e-5;
-            for (int t = 0; t < n; t++)
-                for (int d = 0; d < H; d++) {
-                    float acc = 0.0f;
-                    for (int j = 0; j < K; j++) acc = fmaf(wts[t * K + j], yf[((int64_t)t * K + j) * H + d], acc);
-                    const float want = res0[t * H + d] + acc;
-                    form_ok &= memcmp(&want, &outf[t * H + d], sizeof want) == 0;
-                }
-        }
+    bool flat_ok = true;
+    double eflat = 0;
+    std::vector<float> yflat, outflat;  // level 1's
+    for (int level = 1; level <= 3; level += 2) {
+        std::vector<float> yf(m * H, 7.0f), outf = res0;
+        L.moe_fused = level, L.moe_down = true;
+        mxg_moe_down_combine(&L, yf.data(), outf.data(), act.data(), &wd, ids.data(), wts.data(), n, K);
+        L.moe_fused = 1, L.moe_down = false;
+        if (level == 1) yflat = yf, outflat = outf;
+        eflat = std::fmax(eflat, rel(yf, yref));
+        flat_ok &= rel(yf, yref) <= 1e-5;
+        for (int t = 0; t < n; t++)
+            for (int d = 0; d < H; d++) {
+                float acc = 0.0f;
+                for (int j = 0; j < K; j++) acc = fmaf(wts[t * K + j], yf[((int64_t)t * K + j) * H + d], acc);
+                const float want = res0[t * H + d] + acc;
+                flat_ok &= memcmp(&want, &outf[t * H + d], sizeof want) == 0;
+            }
+    }
     // MLXCEL_GPU_PDL=3 (L.pdl_rest) on the full-lane form: the same bits as without it; before the
     // grid wait each (warp, expert) lane's L2 prefetch of its expert's row inside the down stack's
     // buffers, 16-byte aligned and sized, the launch's total within its cap (small here, so the
@@ -237,10 +232,8 @@ static void fused_case(mx_quant q, mx_dtype dt, mx_dtype st, int n, int H, int E
     char pdl_why[160] = "";
     {
         const size_t cap = (size_t)H * n * K * 48;  // ~48 bytes a (warp, expert): under a row's codes
-        for (int form = 1; form <= 2 && pdl_ok; form++) {
-        const std::vector<float> &yform = form == 1 ? yflat : yrows, &outform = form == 1 ? outflat : outrows;
         std::vector<float> yp(m * H, 7.0f), outp = res0, y2(m * H, 7.0f), out2 = res0;
-        L.moe_down = form, L.dependent_launch = L.pdl_early = L.pdl_rest = true, L.pdl_prefetch = cap;
+        L.moe_down = true, L.dependent_launch = L.pdl_early = L.pdl_rest = true, L.pdl_prefetch = cap;
         emu_prefetches.clear();
         mxg_moe_down_combine(&L, yp.data(), outp.data(), act.data(), &wd, ids.data(), wts.data(), n, K);
         const std::vector<emu_range> pf = emu_prefetches;
@@ -248,7 +241,7 @@ static void fused_case(mx_quant q, mx_dtype dt, mx_dtype st, int n, int H, int E
         emu_prefetches.clear();
         mxg_moe_down_combine(&L, y2.data(), out2.data(), act.data(), &wd, ids.data(), wts.data(), n, K);
         const bool none_at_2 = emu_prefetches.empty();
-        L.moe_fused = 1, L.moe_down = 0, L.dependent_launch = L.pdl_early = L.pdl_rest = false, L.pdl_prefetch = 0;
+        L.moe_fused = 1, L.moe_down = false, L.dependent_launch = L.pdl_early = L.pdl_rest = false, L.pdl_prefetch = 0;
         const int64_t sb = mx_matrix_scale_bytes(&wd), row_bytes = mx_matrix_data_bytes(&wd) / (wd.n_experts * wd.rows);
         size_t total = 0;
         for (const emu_range &q : pf) {
@@ -275,9 +268,8 @@ static void fused_case(mx_quant q, mx_dtype dt, mx_dtype st, int n, int H, int E
         if (pdl_ok && (pf.empty() || total > cap))
             snprintf(pdl_why, sizeof pdl_why, ", %zu prefetches of %zu bytes (cap %zu)", pf.size(), total, cap), pdl_ok = false;
         if (!none_at_2) snprintf(pdl_why, sizeof pdl_why, ", a prefetch at level 2"), pdl_ok = false;
-        if (yp != yform || memcmp(outp.data(), outform.data(), sizeof(float) * outp.size()) != 0 || y2 != yform)
+        if (yp != yflat || memcmp(outp.data(), outflat.data(), sizeof(float) * outp.size()) != 0 || y2 != yflat)
             snprintf(pdl_why, sizeof pdl_why, ", MLXCEL_GPU_PDL=3 changed the products"), pdl_ok = false;
-        }
     }
     bool comb_ok = true;
     for (int t = 0; t < n; t++)
@@ -288,12 +280,11 @@ static void fused_case(mx_quant q, mx_dtype dt, mx_dtype st, int n, int H, int E
             comb_ok &= memcmp(&want, &out[t * H + d], sizeof want) == 0;
         }
     const bool ok = eg <= 1e-5 && eu <= 1e-5 && ea <= 1e-5 && ey <= 1e-5 && alias_ok && comb_ok && route_ok &&
-                    early_ok && flat_ok && rows_ok && pdl_ok;
-    printf("moe fused %s: gate %.1e up %.1e act %.1e y %.1e full-lane y %.1e expert-lane y %.1e%s%s%s%s%s%s%s%s: %s\n",
-           label, eg, eu, ea, ey, eflat, erows, alias_ok ? "" : ", act in gate differs",
-           comb_ok ? "" : ", combine differs", route_ok ? "" : ", routing folded in differs",
-           early_ok ? "" : ", level 3 down differs", flat_ok ? "" : ", full-lane down differs",
-           rows_ok ? "" : ", expert-lane down differs", pdl_ok ? "" : " pdl=3", pdl_why, ok ? "ok" : "FAIL");
+                    early_ok && flat_ok && pdl_ok;
+    printf("moe fused %s: gate %.1e up %.1e act %.1e y %.1e full-lane y %.1e%s%s%s%s%s%s%s: %s\n", label, eg, eu, ea, ey,
+           eflat, alias_ok ? "" : ", act in gate differs", comb_ok ? "" : ", combine differs",
+           route_ok ? "" : ", routing folded in differs", early_ok ? "" : ", level 3 down differs",
+           flat_ok ? "" : ", full-lane down differs", pdl_ok ? "" : " pdl=3", pdl_why, ok ? "ok" : "FAIL");
     fails += !ok;
     ref_matrix_free(&wg);
     ref_matrix_free(&wu);

@@ -360,119 +360,6 @@ __global__ void __launch_bounds__(kDownThreads, 2) moe_down_flat_kernel(DownArgs
     }
 }
 
-// The down + combine launch by expert lanes (MLXCEL_GPU_MOE_DOWN=2, where k divides the warp): each
-// warp takes R consecutive output rows of one token (2 at 4 bits and mxfp4, 1 at 8: the registers of
-// G items of R rows), and lane l streams expert slot j = l % k over chunks l / k, l / k + W / k, ...
-// of those rows, so each staged chunk of x (and, for the scaled dot, its sum) is read once for R
-// rows and every lane adds into R accumulators of one expert (the full-lane form reads a chunk per
-// row and selects among k accumulators per product). Each block stages the token's k input rows,
-// then the chunk sums (scaled dot: one thread per (expert, chunk), the same scaled_sum as the other
-// forms, so the same bits), one barrier each. The lanes of a slot are summed by W / k butterfly
-// steps; lane j writes y[t, j, r] and lane 0 the combine, the record's arithmetic (expert order,
-// fmaf) on this form's products, with the weights and out's old values read right after the grid
-// wait. Under MLXCEL_GPU_PDL=3 lane j < k asks L2 for its expert's R rows before the wait, as the
-// full-lane form does.
-constexpr int kDownRowsThreads = 256;
-template <class F>
-constexpr int down_rows() {
-    return F::bits == 8 ? 1 : 2;
-}
-constexpr int kDownRowsGroup = 6;  // items (chunks) per lane whose loads are in flight together
-
-template <int W, class F>
-__global__ void __launch_bounds__(kDownRowsThreads, 1) moe_down_rows_kernel(DownArgs a) {
-    MXG_WARP_ONLY(W) {
-    constexpr int warps = kDownRowsThreads / W, R = down_rows<F>(), G = kDownRowsGroup;
-    extern __shared__ float4 xs4[];  // [k][nchunks * 8]: the token's k input rows; then their chunk sums
-    const int lane = (int)threadIdx.x % W, warp = (int)threadIdx.x / W;
-    const int nchunks = a.w.cols >> 5, n4 = nchunks * 8, k = a.k;
-    const int stride = W / k, slot = lane % k, c0 = lane / k;
-    const int t = (int)blockIdx.x / a.blocks_per_token;
-    const int rows_m = (int)a.w.rows;  // 32-bit: moe_fits bounds rows across experts
-    const int r0 = (((int)blockIdx.x % a.blocks_per_token) * warps + warp) * R;
-    const bool active = r0 < rows_m;
-    const int groups = ((nchunks + stride - 1) / stride + G - 1) / G;  // the same for every lane
-    float *xsum = (float *)(xs4 + k * n4);                              // [k][nchunks]
-    if (a.prefetch && active && lane < k) {  // as the full-lane form: the ids are final here
-        const int e = a.ids[t * k + lane];
-        if (e >= 0 && e < a.n_experts) {
-            MatView stack = a.w;
-            stack.rows = a.w.rows * a.n_experts;
-            unsigned budget = a.prefetch;
-            prefetch_rows<F>(stack, (int64_t)e * rows_m + r0, R, budget);
-        }
-    }
-    mxg_grid_wait_release(a.release_early);  // the ids, weights and input rows come from the previous records
-    const int e = a.ids[t * k + slot];
-    const float wt = a.weights[(int64_t)t * k + slot];
-    int rows[R];  // across experts, clamped past the matrix (not written)
-    float old[R], acc[R];
-#pragma unroll
-    for (int i = 0; i < R; i++) {
-        rows[i] = e * rows_m + min(r0 + i, rows_m - 1);
-        old[i] = active && lane == 0 && r0 + i < rows_m ? a.out[(int64_t)t * rows_m + r0 + i] : 0.0f;
-        acc[i] = 0.0f;
-    }
-    for (int g = 0; g < groups; g++) {
-        typename F::Raw b[G][R];
-#pragma unroll
-        for (int i = 0; i < G; i++) {
-            const int c = c0 + (g * G + i) * stride;
-            if (active && c < nchunks) {
-#pragma unroll
-                for (int q = 0; q < R; q++) F::load_raw(a.w, rows[q], c, b[i][q]);
-            }
-        }
-        if (g == 0) {
-            moe_stage<F, kDownRowsThreads, 8>(xs4, a.x + (int64_t)t * k * a.w.cols, k, n4);
-            __syncthreads();  // groups is the same for every thread
-            if constexpr (Scaled<F>::on) {
-                for (int f = (int)threadIdx.x; f < k * nchunks; f += kDownRowsThreads) {
-                    const int s = f / nchunks, c = f - s * nchunks;
-                    float xv[32];
-                    xsum[f] = moe_chunk<F>(xs4 + s * n4, c, xv);
-                }
-                __syncthreads();
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < G; i++) {
-            const int c = c0 + (g * G + i) * stride;
-            if (!active || c >= nchunks) continue;
-            float xv[32];
-            const float4 *row = xs4 + slot * n4;
-#pragma unroll
-            for (int u = 0; u < 8; u++) {
-                const float4 v = row[c * 8 + (u ^ (c & 7))];
-                xv[4 * u] = v.x, xv[4 * u + 1] = v.y, xv[4 * u + 2] = v.z, xv[4 * u + 3] = v.w;
-            }
-            const float xs = Scaled<F>::on ? xsum[slot * nchunks + c] : 0.0f;
-#pragma unroll
-            for (int q = 0; q < R; q++) acc[q] += moe_dot<F>(b[i][q], xv, xs);
-        }
-    }
-    mxg_grid_release();
-    if (!active) return;  // whole warps
-#pragma unroll
-    for (int q = 0; q < R; q++) {
-        for (int o = k; o < W; o <<= 1) acc[q] += mxg_shfl_xor<W>(acc[q], o);
-        const int r = r0 + q;
-        if (r >= rows_m) continue;  // the same for the whole warp
-        if (lane < k) a.y[((int64_t)t * k + lane) * rows_m + r] = acc[q];
-        float sum = 0.0f;  // kernels/moe.cu's combine: in expert order, then added to the output
-        for (int j = 0; j < k; j++) sum = fmaf(mxg_shfl<W>(wt, j), mxg_shfl<W>(acc[q], j), sum);
-        if (lane == 0) a.out[(int64_t)t * rows_m + r] = old[q] + sum;
-    }
-    }
-}
-
-// Whether the expert-lane form takes a launch: k divides the warp, and the staged rows and their
-// chunk sums fit the default shared memory.
-bool down_rows_fits(const mxg_launch *L, const mx_matrix *w, int k) {
-    return L->moe_down == 2 && L->warp % k == 0 &&
-           (size_t)k * w->cols * sizeof(float) + (size_t)k * (w->cols / 32) * sizeof(float) <= kMatvecStageBytes;
-}
-
 bool same_shape(const mx_matrix *a, const mx_matrix *b) {
     return a->q.mode == b->q.mode && a->q.bits == b->q.bits && a->q.group_size == b->q.group_size &&
            a->dtype == b->dtype && a->scale_dtype == b->scale_dtype && a->rows == b->rows && a->cols == b->cols &&
@@ -539,26 +426,13 @@ extern "C" void mxg_moe_down_combine(const mxg_launch *L, float *y, float *out, 
     a.k = k;
     a.n_experts = (int)w->n_experts;
     a.release_early = L->pdl_rest;
-    // The prefetch before the wait (MLXCEL_GPU_PDL=3, the full-lane and expert-lane forms) where the
-    // ids come from a routing launch two back: not at level 2, whose gate/up launch (the previous
-    // one) writes them.
-    const bool prefetch = L->pdl_rest && L->moe_down && L->moe_fused != 2;
-    if (down_rows_fits(L, w, k)) {
-        dispatch_moe_format(w, [&](auto fmt) {
-            using F = decltype(fmt);
-            const int rows_per_block = kDownRowsThreads / L->warp * down_rows<F>();
-            a.blocks_per_token = (int)((w->rows + rows_per_block - 1) / rows_per_block);
-            const unsigned blocks = (unsigned)((int64_t)a.blocks_per_token * n);
-            if (prefetch) a.prefetch = pdl_warp_budget(L, (int64_t)blocks * (kDownRowsThreads / L->warp) * k);
-            const size_t smem = (size_t)k * w->cols * sizeof(float) + (size_t)k * (w->cols / 32) * sizeof(float);
-            MXG_WARP_DISPATCH(L->warp, moe_launch(L, moe_down_rows_kernel<W, F>, blocks, kDownRowsThreads, smem, a));
-        });
-        return;
-    }
     const int rows_per_block = kDownThreads / L->warp;
     a.blocks_per_token = (int)((w->rows + rows_per_block - 1) / rows_per_block);
     const unsigned blocks = (unsigned)((int64_t)a.blocks_per_token * n);
-    if (prefetch) a.prefetch = pdl_warp_budget(L, (int64_t)blocks * rows_per_block * k);
+    // The prefetch before the wait (MLXCEL_GPU_PDL=3, the full-lane form) where the ids come from a
+    // routing launch two back: not at level 2, whose gate/up launch (the previous one) writes them.
+    if (L->pdl_rest && L->moe_down && L->moe_fused != 2)
+        a.prefetch = pdl_warp_budget(L, (int64_t)blocks * rows_per_block * k);
     const size_t smem = (size_t)k * w->cols * sizeof(float);
     dispatch_moe_format(w, [&](auto fmt) {
         using F = decltype(fmt);
