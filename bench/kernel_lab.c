@@ -66,7 +66,9 @@ int main(int argc, char **argv) {
     printf("gemm n=%d: %.3f ms, %.1f GMAC/s\n", n, best * 1e3, (double)rows * cols * n / best / 1e9);
     // Integer batches (AMX or VNNI sets): prepare x, then token chunks of ~1 MB of prepared x, each
     // swept by every block of 16 rows, as the backend splits them (cpu_matmul.c).
-    size_t qtb = cpu_kernels_qx_tiles_bytes(&w, n);
+    // The set's plain integer batch, else its bit-equal one (the avx2 set has only that).
+    bool eq = cpu_kernels_qx_tiles_bytes(&w, n, false) == 0;
+    size_t qtb = cpu_kernels_qx_tiles_bytes(&w, n, eq);
     if (qtb) {
         int tiles = (n + 15) / 16;
         size_t tile_bytes = qtb / (size_t)tiles;
@@ -83,7 +85,7 @@ int main(int argc, char **argv) {
                 int nt = n - c0 * 16 < chunk * 16 ? n - c0 * 16 : chunk * 16;
                 for (int64_t r = 0; r < rows; r += 16)
                     cpu_kernels_gemm_q(&w, r, rows - r < 16 ? (int)(rows - r) : 16, (uint8_t *)qx + c0 * tile_bytes, nt,
-                                       out + (int64_t)c0 * 16 * rows, rows, scr, false);
+                                       out + (int64_t)c0 * 16 * rows, rows, scr, eq);
             }
             double t2 = now();
             bq = t1 - t0 < bq ? t1 - t0 : bq;
