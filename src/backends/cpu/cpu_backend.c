@@ -426,7 +426,7 @@ mx_backend *mx_cpu_backend_create(int threads, mx_error *err) {
     const char *attn_i8 = getenv("MLXCEL_CPU_ATTN_I8");
     if (!cpu_kernels_attn_i8_valid(attn_i8)) {
         cpu_destroy(be);
-        mx_fail(err, "MLXCEL_CPU_ATTN_I8='%s': must be int, pv, int,pv or float (unset: int,pv on the avx512vnni kernels, else float)", attn_i8);
+        mx_fail(err, "MLXCEL_CPU_ATTN_I8='%s': must be int, pv, int,pv or float (unset: int,pv on the avx512vnni kernels, int on the avx2 kernels' 4-bit cache, else float)", attn_i8);
         return NULL;
     }
     if (cpu_kernels_env_check(err) != 0 || !(c->weights = cpu_weight_arena_create(err))) {

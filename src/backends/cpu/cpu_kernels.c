@@ -201,8 +201,9 @@ void cpu_kernels_attn_head(const float *q, const float *K, const float *V, int64
 // scores, "pv" the P.V, "int,pv" both, "float" neither. Unset (or empty), both where the set's
 // batched product is the VNNI one, whose outputs for a row of x are bit-equal to the one-token
 // product's (cpu_int8_activations.h): a preempted request's recomputed tokens are then those of its
-// uninterrupted decode (server_engine_kv_i8), which the integer modes' rounding needs; the amx set's
-// tile product is not (yet) bit-equal to the gemv, so it keeps the float path unless asked.
+// uninterrupted decode (server_engine_kv_i8), which the integer modes' rounding needs; the avx2
+// set's scores on the 4-bit cache (its batch there is the bit-equal pair; it has no integer P.V);
+// the amx set's tile product is not (yet) bit-equal to the gemv, so it keeps the float path unless asked.
 // Read once; cpu_kernels_attn_i8_select sets it for tests.
 #define I8_MODE_UNSET (-2)  // the set's default
 static int i8_mode_parse(const char *spec) {
@@ -232,7 +233,10 @@ int cpu_kernels_attn_i8_mode(void) {
         }
         __atomic_store_n(&i8_mode, v, __ATOMIC_RELAXED);
     }
-    if (v == I8_MODE_UNSET) return kernels()->gemm_q_eq == cpu_vnni_gemm_q_eq ? CPU_ATTN_I8_SCORES | CPU_ATTN_I8_PV : 0;
+    if (v == I8_MODE_UNSET) {
+        if (kernels()->gemm_q_eq == cpu_vnni_gemm_q_eq) return CPU_ATTN_I8_SCORES | CPU_ATTN_I8_PV;
+        return kernels()->attn_rows == cpu_avx2_attn_rows ? CPU_ATTN_I8_SCORES : 0;  // its batch is bit-equal too
+    }
     return v;
 }
 
@@ -246,8 +250,11 @@ int cpu_kernels_attn_i8_select(const char *spec) {
 }
 
 int cpu_kernels_attn_int_scores(const cpu_attn_args *a) {
-    return kernels()->attn_rows == cpu_avx512vnni_attn_rows && (cpu_kernels_attn_i8_mode() & CPU_ATTN_I8_SCORES) &&
-           cpu_attn_int_ok(a);
+    const cpu_kernel_set *k = kernels();
+    if (!(cpu_kernels_attn_i8_mode() & CPU_ATTN_I8_SCORES)) return 0;
+    if (k->attn_rows == cpu_avx2_attn_rows)  // the 4-bit cache, whole 64-value halves
+        return a->kv_dtype == MX_DTYPE_I4 && a->hd % 64 == 0 && a->hd <= 512;
+    return k->attn_rows == cpu_avx512vnni_attn_rows && cpu_attn_int_ok(a);
 }
 
 int cpu_kernels_attn_int_pv(const cpu_attn_args *a) {

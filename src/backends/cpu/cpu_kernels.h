@@ -132,7 +132,8 @@ void cpu_kernels_attn_rows(const cpu_attn_args *a, float *scratch);
 // 1 when the active set computes this call's scores from integer dot products: I8 cache with head_dim
 // a multiple of 16 from 32 to 512, or I4 cache with head_dim a multiple of 32 from 32 to 512, AVX-512
 // VNNI, and MLXCEL_CPU_ATTN_I8 int or int,pv, or unset on the
-// avx512vnni set (read once; cpu_kernels.c says why that set and not amx). The
+// avx512vnni set (read once; cpu_kernels.c says why that set and not amx); or the avx2 set's I4 cache
+// with head_dim a multiple of 64 up to 512, MLXCEL_CPU_ATTN_I8 int, int,pv or unset. The
 // query is then rounded as a cache row is (cpu_kernels_kv_i8_row)
 // and each 16-value group's exact integer sum of code products is scaled by the two groups' scales;
 // otherwise the scores are float products of the query with the decoded keys.

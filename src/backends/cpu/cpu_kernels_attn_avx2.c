@@ -75,12 +75,95 @@ CPU_TARGET_AVX2_INLINE static void load_block(float *dst, const cpu_attn_args *a
     }
 }
 
+// Integer scores on the 4-bit cache (cpu_kernels_attn_int_scores: MLXCEL_CPU_ATTN_I8 int, the
+// default on this set, head sizes a multiple of 64). The query is rounded as an I8 cache row is
+// (cpu_avx2_kv_i8_row: per 16 values s = max|q| / 127, codes round(q / s)) and laid out once per call
+// per 64-value half of the row: the codes of its even values (32 bytes) and of its odd ones, the
+// order of a key's low and high nibbles; 8 int32 lane biases, -8 x the sum of the codes of values
+// 8n..8n+7 (a key code c stands for c - 8); 8 float lane scales, the query scale of value 8n's group.
+// A block's keys are split into low and high nibbles and their two 32-value group scales spread to
+// lanes once, for all the queries (96 bytes a half-row). Per query, key and half: two `vpmaddubsw`
+// (unsigned codes times signed query codes, pairs into int16: at most 2 x 15 x 127 each, so the two
+// add in int16), one `vpmaddwd` to the 8 lanes of 8 values, the bias, a conversion and the two scales:
+// each lane's sum is exact, and the only new error against float scores is the query's rounding.
+#define Q4_HALF_BYTES 128  // a prepared query's bytes per 64 values
+#define K4_HALF_BYTES 96   // a decoded key's bytes per 64 values
+
+CPU_TARGET_AVX2_INLINE static void prepare_q4(const float *q, int hd, uint8_t *dst) {
+    int8_t codes[512];
+    float qs[512 / CPU_KV_SCALE_BLOCK];
+    cpu_avx2_kv_i8_row(codes, qs, q, hd);
+    for (int h = 0; h < hd / 64; h++) {
+        const int8_t *c = codes + 64 * h;
+        uint8_t *d = dst + h * Q4_HALF_BYTES;
+        int32_t bias[8];
+        float lanes[8];
+        for (int i = 0; i < 32; i++) d[i] = (uint8_t)c[2 * i], d[32 + i] = (uint8_t)c[2 * i + 1];
+        for (int n = 0; n < 8; n++) {
+            int sum = 0;
+            for (int e = 0; e < 8; e++) sum += c[8 * n + e];
+            bias[n] = -8 * sum;
+            lanes[n] = qs[(64 * h + 8 * n) / CPU_KV_SCALE_BLOCK];
+        }
+        memcpy(d + 64, bias, sizeof bias);
+        memcpy(d + 96, lanes, sizeof lanes);
+    }
+}
+
+// Keys p0 .. p0 + nb - 1 of the 4-bit cache as nibbles and scale lanes (rows past nb zero).
+CPU_TARGET_AVX2_INLINE static void load_block_q4(uint8_t *dst, const cpu_attn_args *a, int p0, int nb) {
+    const int halves = a->hd / 64;
+    const __m256i m4 = _mm256_set1_epi8(15), spread = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
+    int64_t at0 = cpu_attn_key(a, p0), sat0 = cpu_attn_scale(a, p0);
+    for (int i = 0; i < KEYS; i++) {
+        uint8_t *d = dst + (size_t)i * halves * K4_HALF_BYTES;
+        if (i >= nb) {
+            memset(d, 0, (size_t)halves * K4_HALF_BYTES);
+            continue;
+        }
+        const int64_t at = at0 + i * a->stride;
+        const uint8_t *row = (const uint8_t *)a->K + mx_kv_elem_bytes(MX_DTYPE_I4, (size_t)at);
+        const float *sc = a->K_scale + sat0 + i * a->scale_stride;
+        if (i + 1 < nb) _mm_prefetch((const char *)row + mx_kv_elem_bytes(MX_DTYPE_I4, (size_t)a->stride), _MM_HINT_T0);
+        for (int h = 0; h < halves; h++) {
+            __m256i v = _mm256_loadu_si256((const __m256i *)(row + 32 * h));
+            uint8_t *dh = d + h * K4_HALF_BYTES;
+            _mm256_store_si256((__m256i *)dh, _mm256_and_si256(v, m4));
+            _mm256_store_si256((__m256i *)(dh + 32), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+            __m128 two = _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)(sc + 2 * h)));
+            _mm256_store_ps((float *)(dh + 64), _mm256_permutevar8x32_ps(_mm256_castps128_ps256(two), spread));
+        }
+    }
+}
+
 // The 8 lanes of each of v[0..7] summed: lane i of the result is the sum of v[i].
 CPU_TARGET_AVX2_INLINE static __m256 reduce8(const __m256 v[8]) {
     __m256 t0 = _mm256_hadd_ps(v[0], v[1]), t1 = _mm256_hadd_ps(v[2], v[3]);
     __m256 t2 = _mm256_hadd_ps(v[4], v[5]), t3 = _mm256_hadd_ps(v[6], v[7]);
     __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);  // per 128-bit half: v0..v3, v4..v7
     return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// The raw scores (before the softmax scale) of one prepared query against a decoded block.
+CPU_TARGET_AVX2_INLINE static __m256 scores_q4(const uint8_t *kb, const uint8_t *qj, int halves) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256 dots[KEYS];
+    for (int i = 0; i < KEYS; i++) {
+        const uint8_t *k = kb + (size_t)i * halves * K4_HALF_BYTES;
+        __m256 acc = _mm256_setzero_ps();
+        for (int h = 0; h < halves; h++) {
+            const uint8_t *kh = k + h * K4_HALF_BYTES, *qh = qj + h * Q4_HALF_BYTES;
+            __m256i lo = _mm256_maddubs_epi16(_mm256_load_si256((const __m256i *)kh), _mm256_load_si256((const __m256i *)qh));
+            __m256i hi = _mm256_maddubs_epi16(_mm256_load_si256((const __m256i *)(kh + 32)),
+                                              _mm256_load_si256((const __m256i *)(qh + 32)));
+            __m256i sum = _mm256_add_epi32(_mm256_madd_epi16(_mm256_add_epi16(lo, hi), ones),
+                                           _mm256_load_si256((const __m256i *)(qh + 64)));
+            __m256 f = _mm256_mul_ps(_mm256_cvtepi32_ps(sum), _mm256_load_ps((const float *)(qh + 96)));
+            acc = _mm256_fmadd_ps(f, _mm256_load_ps((const float *)(kh + 64)), acc);
+        }
+        dots[i] = acc;
+    }
+    return reduce8(dots);
 }
 
 // Lanes below n set (n in 0..8): the mask of a row's last chunk.
@@ -93,6 +176,10 @@ CPU_TARGET_AVX2_INLINE static void attn_body(const cpu_attn_args *a, float *scra
     int hd = a->hd, nq = a->nq;
     const __m256i tail = lanes_below(hd - (chunks - 1) * 8);  // the last chunk's lanes
     float *Kb = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63), *Vb = Kb + KEYS * chunks * 8;
+    // Integer scores: the decoded keys in Kb's place, the prepared queries after Vb.
+    const bool intq = cpu_kernels_attn_int_scores(a);
+    const int halves = hd / 64;
+    uint8_t *qprep = (uint8_t *)(Vb + KEYS * chunks * 8);
     float m[CPU_ATTN_MAX_ROWS], l[CPU_ATTN_MAX_ROWS];
     int lo = a->first[0], hi = a->last[0];
     for (int j = 0; j < nq; j++) {
@@ -100,10 +187,12 @@ CPU_TARGET_AVX2_INLINE static void attn_body(const cpu_attn_args *a, float *scra
         memset(a->out[j], 0, sizeof(float) * hd);
         lo = a->first[j] < lo ? a->first[j] : lo;
         hi = a->last[j] > hi ? a->last[j] : hi;
+        if (intq) prepare_q4(a->q[j], hd, qprep + (size_t)j * halves * Q4_HALF_BYTES);
     }
     for (int p0 = lo - lo % KEYS; p0 <= hi; p0 += KEYS) {
         int nb = hi - p0 + 1 < KEYS ? hi - p0 + 1 : KEYS;
-        load_block(Kb, a, a->K, a->K_scale, p0, nb, chunks);
+        if (intq) load_block_q4((uint8_t *)Kb, a, p0, nb);
+        else load_block(Kb, a, a->K, a->K_scale, p0, nb, chunks);
         load_block(Vb, a, a->V, a->V_scale, p0, nb, chunks);
         for (int j = 0; j < nq; j++) {
             int from = a->first[j] - p0, to = a->last[j] - p0;
@@ -114,15 +203,21 @@ CPU_TARGET_AVX2_INLINE static void attn_body(const cpu_attn_args *a, float *scra
             __m256 live = _mm256_castsi256_ps(_mm256_and_si256(_mm256_cmpgt_epi32(idx, _mm256_set1_epi32(from - 1)),
                                                                _mm256_cmpgt_epi32(_mm256_set1_epi32(to + 1), idx)));
             // Scores: 8 chains (one a key) over the chunks, then one reduction.
-            const float *q = a->q[j];
-            __m256 dots[KEYS];
-            for (int i = 0; i < KEYS; i++) dots[i] = _mm256_setzero_ps();
-            for (int c = 0; c < chunks; c++) {
-                __m256 qv = c == chunks - 1 ? _mm256_maskload_ps(q + c * 8, tail) : _mm256_loadu_ps(q + c * 8);
-                for (int i = 0; i < KEYS; i++) dots[i] = _mm256_fmadd_ps(qv, _mm256_load_ps(Kb + (i * chunks + c) * 8), dots[i]);
+            __m256 raw;
+            if (intq) {
+                raw = scores_q4((const uint8_t *)Kb, qprep + (size_t)j * halves * Q4_HALF_BYTES, halves);
+            } else {
+                const float *q = a->q[j];
+                __m256 dots[KEYS];
+                for (int i = 0; i < KEYS; i++) dots[i] = _mm256_setzero_ps();
+                for (int c = 0; c < chunks; c++) {
+                    __m256 qv = c == chunks - 1 ? _mm256_maskload_ps(q + c * 8, tail) : _mm256_loadu_ps(q + c * 8);
+                    for (int i = 0; i < KEYS; i++)
+                        dots[i] = _mm256_fmadd_ps(qv, _mm256_load_ps(Kb + (i * chunks + c) * 8), dots[i]);
+                }
+                raw = reduce8(dots);
             }
-            __m256 s = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_mul_ps(reduce8(dots), _mm256_set1_ps(a->scale)),
-                                        live);
+            __m256 s = _mm256_blendv_ps(_mm256_set1_ps(-INFINITY), _mm256_mul_ps(raw, _mm256_set1_ps(a->scale)), live);
             // Online softmax: the block's max, the correction of what came before, the exponentials.
             float bm = cpu_hmax8(s), corr = 1.0f;
             if (bm > m[j]) {
@@ -169,6 +264,13 @@ CPU_TARGET_AVX2 void cpu_avx2_attn_rows(const cpu_attn_args *a, float *scratch) 
     case 32: attn_body(a, scratch, 32); break;  // head_dim 256
     default: attn_body(a, scratch, (a->hd + 7) / 8); break;
     }
+}
+
+#else
+
+// Not x86-64: never called, but cpu_kernels.c tells the kernel sets apart by this address.
+void cpu_avx2_attn_rows(const cpu_attn_args *a, float *scratch) {
+    (void)a, (void)scratch;
 }
 
 #endif

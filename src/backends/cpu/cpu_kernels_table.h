@@ -2,8 +2,9 @@
 // One set of CPU inner kernels (scalar, AVX2, AVX-512...). Private to src/backends/cpu/. A set may
 // leave gemv/gemm/attn_rows and the integer path NULL: the scalar versions built on its dequant_row/dot are used then.
 // The SIMD kernels declared below the set are defined on x86-64 only, where cpu_kernels_x86.c's sets
-// use them. Other CPUs build only the three whose addresses cpu_kernels.c compares
-// (cpu_avx512_attn_rows, cpu_avx512vnni_attn_rows, cpu_vnni_gemm_q_eq), as no-ops never called.
+// use them. Other CPUs build only the four whose addresses cpu_kernels.c compares
+// (cpu_avx512_attn_rows, cpu_avx512vnni_attn_rows, cpu_avx2_attn_rows, cpu_vnni_gemm_q_eq), as
+// no-ops never called.
 #ifndef MX_BACKENDS_CPU_KERNELS_TABLE_H
 #define MX_BACKENDS_CPU_KERNELS_TABLE_H
 
