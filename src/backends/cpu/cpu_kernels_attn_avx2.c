@@ -6,7 +6,8 @@
 // each query takes its 8 scores from 8 independent FMA chains and one transpose-and-add reduction,
 // their exponentials from one vector exp (cpu_simd_exp.h), and adds the block's P.V to its output
 // row a pass of up to 8 chunks at a time. Head sizes that are not a multiple of 8 take a masked last
-// chunk (the keys' last chunk converted element by element, zero padded).
+// chunk (the keys' last chunk converted element by element, zero padded). On the 4-bit cache the
+// scores come from the key codes with integer dot products instead (below, before attn_body).
 #include "backends/cpu/cpu_kernels_table.h"
 
 #if defined(__x86_64__)
