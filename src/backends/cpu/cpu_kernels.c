@@ -252,8 +252,7 @@ int cpu_kernels_attn_i8_select(const char *spec) {
 int cpu_kernels_attn_int_scores(const cpu_attn_args *a) {
     const cpu_kernel_set *k = kernels();
     if (!(cpu_kernels_attn_i8_mode() & CPU_ATTN_I8_SCORES)) return 0;
-    if (k->attn_rows == cpu_avx2_attn_rows)  // the 4-bit cache, whole 64-value halves
-        return a->kv_dtype == MX_DTYPE_I4 && a->hd % 64 == 0 && a->hd <= 512;
+    if (k->attn_rows == cpu_avx2_attn_rows) return cpu_avx2_attn_int_ok(a);
     return k->attn_rows == cpu_avx512vnni_attn_rows && cpu_attn_int_ok(a);
 }
 
@@ -348,10 +347,6 @@ void cpu_kernels_gemv_q(const mx_matrix *w, int64_t r0, int64_t r1, const void *
 }
 
 bool cpu_kernels_has_bit_equal(void) { return kernels()->gemm_q_eq != NULL; }
-
-bool cpu_kernels_attn_i8_integer(void) {
-    return kernels()->attn_rows == cpu_avx512vnni_attn_rows && cpu_kernels_attn_i8_mode() != 0;
-}
 
 // Whether the set has the batched integer product that eq asks for (the avx2 set has only the
 // bit-equal one: its float product is faster for the others).

@@ -175,9 +175,6 @@ void cpu_kernels_quantize_x(const mx_matrix *w, const float *x, int n, void *qx,
 void cpu_kernels_gemv_q(const mx_matrix *w, int64_t r0, int64_t r1, const void *qx, float *out, bool eq);
 // Whether the active set has the bit-equal pair.
 bool cpu_kernels_has_bit_equal(void);
-// Whether the active set computes the I8 cache's attention (head sizes permitting) with an integer
-// mode (MLXCEL_CPU_ATTN_I8, or its default for the set).
-bool cpu_kernels_attn_i8_integer(void);
 
 // Integer path for batches (AMX tiles and VNNI: affine 4/8-bit, group 64/128; AVX2: its gemv's formats). x [n, cols] is prepared once
 // per matmul, one tile of 16 tokens per quantize_x_tiles call (tiles are independent, so threads can

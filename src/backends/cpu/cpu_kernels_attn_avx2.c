@@ -77,7 +77,7 @@ CPU_TARGET_AVX2_INLINE static void load_block(float *dst, const cpu_attn_args *a
 }
 
 // Integer scores on the 4-bit cache (cpu_kernels_attn_int_scores: MLXCEL_CPU_ATTN_I8 int, the
-// default on this set, head sizes a multiple of 64). The query is rounded as an I8 cache row is
+// default on this set, cpu_avx2_attn_int_ok's head sizes). The query is rounded as an I8 cache row is
 // (cpu_avx2_kv_i8_row: per 16 values s = max|q| / 127, codes round(q / s)) and laid out once per call
 // per 64-value half of the row: the codes of its even values (32 bytes) and of its odd ones, the
 // order of a key's low and high nibbles; 8 int32 lane biases, -8 x the sum of the codes of values
@@ -87,15 +87,16 @@ CPU_TARGET_AVX2_INLINE static void load_block(float *dst, const cpu_attn_args *a
 // (unsigned codes times signed query codes, pairs into int16: at most 2 x 15 x 127 each, so the two
 // add in int16), one `vpmaddwd` to the 8 lanes of 8 values, the bias, a conversion and the two scales:
 // each lane's sum is exact, and the only new error against float scores is the query's rounding.
-#define Q4_HALF_BYTES 128  // a prepared query's bytes per 64 values
-#define K4_HALF_BYTES 96   // a decoded key's bytes per 64 values
+#define HALF CPU_AVX2_ATTN_INT_HALF  // 64 values
+#define Q4_HALF_BYTES 128            // a prepared query's bytes per half
+#define K4_HALF_BYTES 96             // a decoded key's bytes per half
 
 CPU_TARGET_AVX2_INLINE static void prepare_q4(const float *q, int hd, uint8_t *dst) {
     int8_t codes[512];
     float qs[512 / CPU_KV_SCALE_BLOCK];
     cpu_avx2_kv_i8_row(codes, qs, q, hd);
-    for (int h = 0; h < hd / 64; h++) {
-        const int8_t *c = codes + 64 * h;
+    for (int h = 0; h < hd / HALF; h++) {
+        const int8_t *c = codes + HALF * h;
         uint8_t *d = dst + h * Q4_HALF_BYTES;
         int32_t bias[8];
         float lanes[8];
@@ -104,7 +105,7 @@ CPU_TARGET_AVX2_INLINE static void prepare_q4(const float *q, int hd, uint8_t *d
             int sum = 0;
             for (int e = 0; e < 8; e++) sum += c[8 * n + e];
             bias[n] = -8 * sum;
-            lanes[n] = qs[(64 * h + 8 * n) / CPU_KV_SCALE_BLOCK];
+            lanes[n] = qs[(HALF * h + 8 * n) / CPU_KV_SCALE_BLOCK];
         }
         memcpy(d + 64, bias, sizeof bias);
         memcpy(d + 96, lanes, sizeof lanes);
@@ -113,7 +114,7 @@ CPU_TARGET_AVX2_INLINE static void prepare_q4(const float *q, int hd, uint8_t *d
 
 // Keys p0 .. p0 + nb - 1 of the 4-bit cache as nibbles and scale lanes (rows past nb zero).
 CPU_TARGET_AVX2_INLINE static void load_block_q4(uint8_t *dst, const cpu_attn_args *a, int p0, int nb) {
-    const int halves = a->hd / 64;
+    const int halves = a->hd / HALF;
     const __m256i m4 = _mm256_set1_epi8(15), spread = _mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1);
     int64_t at0 = cpu_attn_key(a, p0), sat0 = cpu_attn_scale(a, p0);
     for (int i = 0; i < KEYS; i++) {
@@ -177,9 +178,10 @@ CPU_TARGET_AVX2_INLINE static void attn_body(const cpu_attn_args *a, float *scra
     int hd = a->hd, nq = a->nq;
     const __m256i tail = lanes_below(hd - (chunks - 1) * 8);  // the last chunk's lanes
     float *Kb = (float *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63), *Vb = Kb + KEYS * chunks * 8;
-    // Integer scores: the decoded keys in Kb's place, the prepared queries after Vb.
+    // Integer scores: the decoded keys in Kb's place, the prepared queries after Vb (qbytes each).
     const bool intq = cpu_kernels_attn_int_scores(a);
-    const int halves = hd / 64;
+    const int halves = hd / HALF;
+    const size_t qbytes = (size_t)halves * Q4_HALF_BYTES;
     uint8_t *qprep = (uint8_t *)(Vb + KEYS * chunks * 8);
     float m[CPU_ATTN_MAX_ROWS], l[CPU_ATTN_MAX_ROWS];
     int lo = a->first[0], hi = a->last[0];
@@ -188,7 +190,7 @@ CPU_TARGET_AVX2_INLINE static void attn_body(const cpu_attn_args *a, float *scra
         memset(a->out[j], 0, sizeof(float) * hd);
         lo = a->first[j] < lo ? a->first[j] : lo;
         hi = a->last[j] > hi ? a->last[j] : hi;
-        if (intq) prepare_q4(a->q[j], hd, qprep + (size_t)j * halves * Q4_HALF_BYTES);
+        if (intq) prepare_q4(a->q[j], hd, qprep + (size_t)j * qbytes);
     }
     for (int p0 = lo - lo % KEYS; p0 <= hi; p0 += KEYS) {
         int nb = hi - p0 + 1 < KEYS ? hi - p0 + 1 : KEYS;
@@ -206,7 +208,7 @@ CPU_TARGET_AVX2_INLINE static void attn_body(const cpu_attn_args *a, float *scra
             // Scores: 8 chains (one a key) over the chunks, then one reduction.
             __m256 raw;
             if (intq) {
-                raw = scores_q4((const uint8_t *)Kb, qprep + (size_t)j * halves * Q4_HALF_BYTES, halves);
+                raw = scores_q4((const uint8_t *)Kb, qprep + (size_t)j * qbytes, halves);
             } else {
                 const float *q = a->q[j];
                 __m256 dots[KEYS];

@@ -71,6 +71,12 @@ static inline int cpu_attn_int_ok(const cpu_attn_args *a) {
     int hd = a->hd, step = a->kv_dtype == MX_DTYPE_I8 ? 16 : a->kv_dtype == MX_DTYPE_I4 ? 32 : 0;
     return step && hd % step == 0 && hd >= 32 && hd <= 512;
 }
+// The avx2 set's integer scores (cpu_kernels_attn_avx2.c): the 4-bit cache, in whole 64-value halves
+// of a row (one 32-byte load of codes).
+#define CPU_AVX2_ATTN_INT_HALF 64
+static inline int cpu_avx2_attn_int_ok(const cpu_attn_args *a) {
+    return a->kv_dtype == MX_DTYPE_I4 && a->hd % CPU_AVX2_ATTN_INT_HALF == 0 && cpu_attn_int_ok(a);
+}
 void cpu_vnni_attn_int_prepare(const cpu_attn_args *a, uint8_t *qprep);
 // The integer modes MLXCEL_CPU_ATTN_I8 turns on (cpu_kernels.c): bits of the two below.
 #define CPU_ATTN_I8_SCORES 1
